@@ -1,0 +1,105 @@
+/**
+ * `npm test`: every check CI runs, in order, each reported; exits 1 when any fails.
+ *   drift      generated/ matches what `npm run generate` would write
+ *   lint       redocly lint: zero errors and zero warnings
+ *   typecheck  tsc --noEmit over server, clients, scripts and tests
+ *   vitest     unit, db and http tests
+ *   contract   the http suite again, every request through `prism proxy --errors`
+ *
+ * Usage: tsx scripts/test.ts [step ...]   (default: all steps)
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+const root = resolve(import.meta.dirname, '..');
+const bin = (name: string) => join(root, 'node_modules/.bin', name);
+const env = { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true' };
+
+type Step = { name: string; run: () => boolean };
+
+function exec(cmd: string, args: string[], extraEnv: Record<string, string> = {}): boolean {
+  const r = spawnSync(cmd, args, { cwd: root, stdio: 'inherit', env: { ...env, ...extraEnv } });
+  return r.status === 0;
+}
+
+interface VitestJson {
+  numPassedTests: number;
+  numFailedTests: number;
+  numPendingTests: number;
+  numTotalTests: number;
+  success: boolean;
+}
+
+const totals = { passed: 0, failed: 0, skipped: 0 };
+
+/** Runs vitest with a JSON report next to the normal output, and adds its counts to the totals. */
+function vitest(args: string[], extraEnv: Record<string, string> = {}): boolean {
+  const dir = mkdtempSync(join(tmpdir(), 'mediagate-vitest-'));
+  try {
+    const report = join(dir, 'report.json');
+    const ok = exec(bin('vitest'), ['run', '--reporter=default', '--reporter=json', `--outputFile.json=${report}`, ...args], extraEnv);
+    try {
+      const json = JSON.parse(readFileSync(report, 'utf8')) as VitestJson;
+      totals.passed += json.numPassedTests;
+      totals.failed += json.numFailedTests;
+      totals.skipped += json.numPendingTests;
+      // A run that executed nothing is a failure: it proves nothing.
+      return ok && json.success && json.numTotalTests > 0;
+    } catch {
+      totals.failed += 1;
+      return false;
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function lint(): boolean {
+  const r = spawnSync(bin('redocly'), ['lint', '--format=json'], { cwd: root, env, encoding: 'utf8', maxBuffer: 64 << 20 });
+  let report: { totals?: { errors: number; warnings: number } } = {};
+  try {
+    report = JSON.parse(r.stdout);
+  } catch {
+    console.error(r.stdout, r.stderr);
+    return false;
+  }
+  const t = report.totals ?? { errors: 1, warnings: 0 };
+  if (t.errors > 0 || t.warnings > 0) {
+    exec(bin('redocly'), ['lint', '--format=stylish']);
+    console.error(`lint: ${t.errors} errors, ${t.warnings} warnings (both must be 0)`);
+    return false;
+  }
+  console.log('lint: 0 errors, 0 warnings');
+  return true;
+}
+
+const steps: Step[] = [
+  { name: 'drift', run: () => exec(process.execPath, ['--import', 'tsx', 'scripts/generate.ts', '--check']) },
+  { name: 'lint', run: lint },
+  { name: 'typecheck', run: () => exec(bin('tsc'), ['-p', 'tsconfig.json', '--noEmit']) },
+  { name: 'vitest', run: () => vitest([]) },
+  { name: 'contract', run: () => vitest(['test/http'], { MEDIAGATE_CONTRACT_LANE: '1' }) },
+];
+
+const wanted = process.argv.slice(2);
+const unknown = wanted.filter((w) => !steps.some((s) => s.name === w));
+if (unknown.length > 0) {
+  console.error(`usage: tsx scripts/test.ts [${steps.map((s) => s.name).join('|')} ...]; unknown: ${unknown.join(', ')}`);
+  process.exit(2);
+}
+
+const failedSteps: string[] = [];
+for (const step of steps) {
+  if (wanted.length > 0 && !wanted.includes(step.name)) continue;
+  console.log(`\n=== ${step.name} ===`);
+  const started = Date.now();
+  const ok = step.run();
+  console.log(`=== ${step.name}: ${ok ? 'ok' : 'FAILED'} (${((Date.now() - started) / 1000).toFixed(1)} s) ===`);
+  if (!ok) failedSteps.push(step.name);
+}
+
+console.log(failedSteps.length ? `\nfailed steps: ${failedSteps.join(', ')}` : '\nall steps passed');
+console.log(`tests: ${totals.passed} passed, ${totals.failed} failed` + (totals.skipped ? `, ${totals.skipped} skipped` : ''));
+process.exit(failedSteps.length ? 1 : 0);

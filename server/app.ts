@@ -1,0 +1,149 @@
+/**
+ * createApp(ctx): the Express app built from the bundled contract. Order of the pipeline:
+ * request id -> access log + metrics -> admin gate -> body parsers -> openapi validator (route
+ * match, security, request validation, response validation) -> handlers mounted from the spec ->
+ * one error middleware for everything.
+ */
+import { randomBytes, timingSafeEqual, createHash } from 'node:crypto';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import * as OpenApiValidator from 'express-openapi-validator';
+import { pinoHttp } from 'pino-http';
+import type { AppContext } from './context.ts';
+import { ApiError } from './errors.ts';
+import { errorMiddleware, rememberAuthError } from './http/error-middleware.ts';
+import type { HandlerMap, OperationId } from './http/types.ts';
+import { setAuth } from './http/auth.ts';
+import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const METHODS = ['get', 'post', 'put', 'patch', 'delete'] as const;
+
+/** `/v1/videos/{id}` -> `/v1/videos/:id` */
+export function toExpressPath(path: string): string {
+  return path.replace(/\{([^}]+)\}/g, ':$1');
+}
+
+function requestIdMiddleware(req: Request, res: Response, next: NextFunction): void {
+  const given = req.headers['x-request-id'];
+  const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : `req_${randomBytes(12).toString('hex')}`;
+  (req as Request & { id: string }).id = id;
+  res.setHeader('X-Request-Id', id);
+  next();
+}
+
+/** The operationId the validator matched, if any. */
+function operationIdOf(req: Request): string | undefined {
+  return (req as Request & { openapi?: { schema?: { operationId?: string } } }).openapi?.schema?.operationId;
+}
+
+function sha256(s: string): Buffer {
+  return createHash('sha256').update(s).digest();
+}
+
+export interface CreateAppOptions {
+  /** Validate every response against the contract (tests, VALIDATE_RESPONSES=1). */
+  validateResponses?: boolean;
+  spec?: OpenApiDocument;
+}
+
+export function createApp(ctx: AppContext, handlers: HandlerMap, options: CreateAppOptions = {}): express.Express {
+  const spec = options.spec ?? loadOpenApiDocument();
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.set('trust proxy', ctx.config.trustProxy);
+
+  app.use(requestIdMiddleware);
+  app.use(
+    pinoHttp({
+      logger: ctx.log,
+      genReqId: (req) => (req as Request & { id: string }).id,
+      customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'error' : res.statusCode >= 400 ? 'warn' : 'info'),
+      customProps: (req) => ({ operation: operationIdOf(req as Request) }),
+      serializers: {
+        req: (req: { id: string; method: string; url: string; remoteAddress?: string }) => ({
+          id: req.id,
+          method: req.method,
+          // Query strings may carry file signatures; log the path only.
+          path: req.url.split('?')[0],
+          remoteAddress: req.remoteAddress,
+        }),
+        res: (res: { statusCode: number }) => ({ statusCode: res.statusCode }),
+      },
+    }),
+  );
+  app.use((req, res, next) => {
+    const end = ctx.metrics.httpDuration.startTimer();
+    res.on('finish', () => {
+      const operation = operationIdOf(req) ?? 'unmatched';
+      ctx.metrics.httpRequests.inc({ operation, method: req.method, status: String(res.statusCode) });
+      end({ operation, method: req.method });
+    });
+    next();
+  });
+
+  // Without ADMIN_TOKEN the admin API does not exist.
+  app.use('/admin', (_req, _res, next) => {
+    if (ctx.config.adminToken === undefined) next(new ApiError(404, 'not_found', 'Not found.'));
+    else next();
+  });
+
+  app.use(express.json({ limit: ctx.config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));
+
+  const adminTokenHash = ctx.config.adminToken === undefined ? undefined : sha256(ctx.config.adminToken);
+  app.use(
+    OpenApiValidator.middleware({
+      apiSpec: spec as never,
+      validateApiSpec: false,
+      validateRequests: { allowUnknownQueryParameters: false, removeAdditional: false },
+      validateResponses: options.validateResponses ?? ctx.config.validateResponses,
+      validateFormats: true,
+      fileUploader: false,
+      validateSecurity: {
+        handlers: {
+          apiKey: async (req) => {
+            try {
+              setAuth(req, await ctx.services.auth.authenticate(req.headers.authorization));
+              return true;
+            } catch (err) {
+              rememberAuthError(req, err);
+              throw err;
+            }
+          },
+          adminToken: (req) => {
+            const header = req.headers.authorization ?? '';
+            const token = header.startsWith('Bearer ') ? header.slice(7).trim() : '';
+            if (adminTokenHash && token && timingSafeEqual(sha256(token), adminTokenHash)) return true;
+            throw new ApiError(401, 'invalid_admin_token', 'Missing or invalid admin token.');
+          },
+        },
+      },
+    }),
+  );
+
+  mountHandlers(app, spec, handlers);
+  app.use((_req, _res, next) => next(new ApiError(404, 'not_found', 'Not found.')));
+  app.use(errorMiddleware(ctx.log));
+  return app;
+}
+
+/** Mounts each operation's handler at its path from the spec; static segments before parameters. */
+function mountHandlers(app: express.Express, spec: OpenApiDocument, handlers: HandlerMap): void {
+  const paths = Object.keys(spec.paths).sort((a, b) => (a.includes('{') ? 1 : 0) - (b.includes('{') ? 1 : 0));
+  for (const path of paths) {
+    const item = spec.paths[path] ?? {};
+    for (const method of METHODS) {
+      const operationId = item[method]?.operationId as OperationId | undefined;
+      if (!operationId) continue;
+      const handler = handlers[operationId];
+      if (!handler) throw new Error(`no handler for operation ${operationId}`);
+      app[method](toExpressPath(path), async (req, res, next) => {
+        try {
+          await (handler as (req: Request, res: Response, next: NextFunction) => unknown)(req, res, next);
+        } catch (err) {
+          next(err);
+        }
+      });
+    }
+  }
+}

@@ -1,0 +1,114 @@
+/**
+ * Typed configuration from the environment, validated once at boot. Every variable is listed in
+ * README.md's configuration table; keep the two in step.
+ */
+import { resolve } from 'node:path';
+
+export type Role = 'all' | 'api' | 'worker';
+
+export interface Config {
+  port: number;
+  host: string;
+  /** External PostgreSQL; when absent the server starts an embedded one in `dataDir/pg`. */
+  databaseUrl: string | undefined;
+  dataDir: string;
+  /** 32-byte key for credentials at rest (hex or base64); generated into dataDir when absent. */
+  secretKey: string | undefined;
+  /** Enables the admin API when set. */
+  adminToken: string | undefined;
+  logLevel: string;
+  validateResponses: boolean;
+  /** Base URL used to build signed file URLs; defaults to http://localhost:<port>. */
+  publicBaseUrl: string;
+  dbPoolMax: number;
+  shutdownGraceMs: number;
+  jsonBodyLimitBytes: number;
+  keyCacheTtlMs: number;
+  quoteTtlSeconds: number;
+  fileUrlTtlSeconds: number;
+  maxMediaInputCount: number;
+  maxMediaInputBytes: number;
+  imageSizeParam: 'accept' | 'reject';
+  /** Seed demo data into an empty database. */
+  demoData: boolean;
+  role: Role;
+  /** Express `trust proxy` setting: true behind one reverse proxy that sets X-Forwarded-For. */
+  trustProxy: boolean;
+}
+
+export class ConfigError extends Error {}
+
+type Env = Record<string, string | undefined>;
+
+function int(env: Env, name: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (!/^\d+$/.test(raw.trim())) throw new ConfigError(`${name} must be an integer, got '${raw}'`);
+  const n = Number(raw.trim());
+  if (n < min || n > max) throw new ConfigError(`${name} must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+function bool(env: Env, name: string, fallback: boolean): boolean {
+  const raw = env[name]?.trim().toLowerCase();
+  if (raw === undefined || raw === '') return fallback;
+  if (['1', 'true', 'yes', 'on'].includes(raw)) return true;
+  if (['0', 'false', 'no', 'off'].includes(raw)) return false;
+  throw new ConfigError(`${name} must be a boolean (1/0, true/false), got '${env[name]}'`);
+}
+
+function oneOf<T extends string>(env: Env, name: string, values: readonly T[], fallback: T): T {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === '') return fallback;
+  if (!(values as readonly string[]).includes(raw)) throw new ConfigError(`${name} must be one of ${values.join(', ')}, got '${raw}'`);
+  return raw as T;
+}
+
+function nonEmpty(env: Env, name: string): string | undefined {
+  const raw = env[name]?.trim();
+  return raw ? raw : undefined;
+}
+
+/** Reads `--role api|worker` from argv (overrides ROLE). */
+function roleFromArgs(argv: readonly string[]): string | undefined {
+  const i = argv.indexOf('--role');
+  if (i >= 0) return argv[i + 1];
+  return argv.find((a) => a.startsWith('--role='))?.slice('--role='.length);
+}
+
+export function loadConfig(env: Env = process.env, argv: readonly string[] = process.argv.slice(2)): Config {
+  const port = int(env, 'PORT', 8080, 0, 65535);
+  const adminToken = nonEmpty(env, 'ADMIN_TOKEN');
+  if (adminToken !== undefined && adminToken.length < 16) throw new ConfigError('ADMIN_TOKEN must be at least 16 characters');
+  const role = roleFromArgs(argv) ?? env.ROLE ?? 'all';
+  if (!['all', 'api', 'worker'].includes(role)) throw new ConfigError(`--role must be api or worker, got '${role}'`);
+  const publicBaseUrl = (nonEmpty(env, 'PUBLIC_BASE_URL') ?? `http://localhost:${port}`).replace(/\/+$/, '');
+  try {
+    new URL(publicBaseUrl);
+  } catch {
+    throw new ConfigError(`PUBLIC_BASE_URL must be an absolute URL, got '${publicBaseUrl}'`);
+  }
+  return {
+    port,
+    host: nonEmpty(env, 'HOST') ?? '0.0.0.0',
+    databaseUrl: nonEmpty(env, 'DATABASE_URL'),
+    dataDir: resolve(nonEmpty(env, 'MEDIAGATE_DATA_DIR') ?? '.mediagate'),
+    secretKey: nonEmpty(env, 'MEDIAGATE_SECRET_KEY'),
+    adminToken,
+    logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'),
+    validateResponses: bool(env, 'VALIDATE_RESPONSES', false),
+    publicBaseUrl,
+    dbPoolMax: int(env, 'DB_POOL_MAX', 10, 1, 1000),
+    shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
+    jsonBodyLimitBytes: int(env, 'JSON_BODY_LIMIT_BYTES', 64 * 1024 * 1024, 1024),
+    keyCacheTtlMs: int(env, 'KEY_CACHE_TTL_MS', 5_000, 0, 5_000),
+    quoteTtlSeconds: int(env, 'QUOTE_TTL_SECONDS', 900, 1, 86_400),
+    fileUrlTtlSeconds: int(env, 'FILE_URL_TTL_SECONDS', 3600, 1, 7 * 86_400),
+    maxMediaInputCount: int(env, 'MAX_MEDIA_INPUT_COUNT', 256, 1),
+    maxMediaInputBytes: int(env, 'MAX_MEDIA_INPUT_BYTES', 536_870_912, 1),
+    imageSizeParam: oneOf(env, 'IMAGE_SIZE_PARAM', ['accept', 'reject'] as const, 'accept'),
+    demoData: bool(env, 'DEMO_DATA', true),
+    role: role as Role,
+    trustProxy: bool(env, 'TRUST_PROXY', false),
+  };
+}

@@ -1,0 +1,12 @@
+// Static list of migrations (no filesystem scanning, so it works from tsx, tsc output and
+// bundles alike). `tsx scripts/create-migration.ts <name>` regenerates this file.
+import type { Migration } from 'kysely';
+import * as m20261122100000 from './20261122100000-accounts-keys-groups.ts';
+import * as m20261122100100 from './20261122100100-catalog.ts';
+import * as m20261122100200 from './20261122100200-ledger.ts';
+
+export const migrations: Record<string, Migration> = {
+  '20261122100000-accounts-keys-groups': m20261122100000,
+  '20261122100100-catalog': m20261122100100,
+  '20261122100200-ledger': m20261122100200,
+};

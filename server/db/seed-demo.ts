@@ -1,0 +1,66 @@
+/**
+ * Demo data for a fresh install (design.md §10): account `demo` with 1,000 credits, group `default`
+ * with a `local` member serving every local model, the local catalog with prices, and one API key.
+ * Runs only on an empty database (no accounts and no groups), under a transaction-level advisory
+ * lock so that instances booting together seed once. Returns the new key, or undefined when the
+ * database was not empty.
+ */
+import { sql, type Kysely } from 'kysely';
+import type { DB } from '../../generated/db.d.ts';
+import type { CatalogModelDefinition } from '../catalog/capabilities.ts';
+import { LOCAL_MODELS } from '../providers/local/local-catalog.ts';
+import { generateApiKey } from '../services/api-key-material.ts';
+import { newId } from '../services/ids.ts';
+import { MICRO } from '../services/money.ts';
+
+const SEED_LOCK = 0x6d67_5345; // "mgSE"
+export const DEMO_CREDITS = 1_000;
+
+/** Inserts catalog rows and their prices (idempotent per model id). */
+export async function upsertCatalog(db: Kysely<DB>, models: CatalogModelDefinition[]): Promise<void> {
+  for (const model of models) {
+    await db
+      .insertInto('catalogModels')
+      .values({ id: model.id, kind: model.kind, displayName: model.displayName, capabilities: JSON.stringify(model.capabilities) })
+      .onConflict((oc) => oc.column('id').doNothing())
+      .execute();
+    await db
+      .insertInto('modelPrices')
+      .values(model.prices.map((p) => ({ modelId: model.id, resolution: p.resolution, quality: p.quality, mode: p.mode, unitPrice: p.unitPrice })))
+      .onConflict((oc) => oc.columns(['modelId', 'resolution', 'quality']).doNothing())
+      .execute();
+  }
+}
+
+export async function seedDemoData(db: Kysely<DB>): Promise<{ apiKey: string; accountId: string } | undefined> {
+  return db.transaction().execute(async (trx) => {
+    await sql`select pg_advisory_xact_lock(${SEED_LOCK})`.execute(trx);
+    const existing = await trx
+      .selectNoFrom((eb) => [
+        eb.exists(eb.selectFrom('accounts').select('id')).as('hasAccounts'),
+        eb.exists(eb.selectFrom('backendGroups').select('id')).as('hasGroups'),
+      ])
+      .executeTakeFirstOrThrow();
+    if (existing.hasAccounts || existing.hasGroups) return undefined;
+
+    await upsertCatalog(trx, LOCAL_MODELS);
+    const groupId = newId('grp');
+    await trx.insertInto('backendGroups').values({ id: groupId, name: 'default', description: 'Default group (demo data)' }).execute();
+    await trx
+      .insertInto('groupMembers')
+      .values({ id: newId('mem'), groupId, name: 'local', provider: 'local', models: LOCAL_MODELS.map((m) => m.id), priority: 0, weight: 1 })
+      .execute();
+
+    const accountId = newId('acct');
+    const grant = DEMO_CREDITS * MICRO;
+    await trx.insertInto('accounts').values({ id: accountId, name: 'demo', balance: grant, totalEarned: grant }).execute();
+    await trx.insertInto('ledgerEntries').values({ accountId, kind: 'grant', amount: grant, reason: 'demo data' }).execute();
+
+    const key = generateApiKey();
+    await trx
+      .insertInto('apiKeys')
+      .values({ id: newId('key'), accountId, groupId, name: 'demo', keyHash: key.hash, keyPrefix: key.prefix, lastFour: key.lastFour })
+      .execute();
+    return { apiKey: key.key, accountId };
+  });
+}

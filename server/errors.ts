@@ -1,0 +1,62 @@
+/**
+ * The closed set of domain errors. Services throw these; the error middleware turns them (and
+ * validator, parser and database errors) into the one error body of the contract.
+ */
+import type { components } from '../generated/api.d.ts';
+
+export type ErrorCode = components['schemas']['ErrorCode'];
+export type ErrorBody = components['schemas']['ErrorResponse'];
+
+type ErrorType = ErrorBody['error']['type'];
+
+const TYPE_BY_STATUS: Record<number, ErrorType> = {
+  400: 'invalid_request_error',
+  401: 'authentication_error',
+  402: 'insufficient_credits',
+  403: 'permission_error',
+  404: 'not_found_error',
+  405: 'invalid_request_error',
+  409: 'conflict_error',
+  413: 'invalid_request_error',
+  415: 'invalid_request_error',
+  429: 'rate_limit_error',
+};
+
+export function errorTypeFor(status: number): ErrorType {
+  return TYPE_BY_STATUS[status] ?? (status >= 500 ? 'server_error' : 'invalid_request_error');
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: ErrorCode,
+    message: string,
+    readonly param: string | null = null,
+    /** Extra top-level members of the error body (e.g. `currentQuote`). */
+    readonly extra: Record<string, unknown> = {},
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+
+  body(requestId?: string): ErrorBody {
+    const error: ErrorBody['error'] = { message: this.message, type: errorTypeFor(this.status), code: this.code, param: this.param };
+    if (requestId !== undefined && this.status >= 500) error.request_id = requestId;
+    return { error, ...this.extra } as ErrorBody;
+  }
+}
+
+export const badRequest = (code: ErrorCode, message: string, param: string | null = null) => new ApiError(400, code, message, param);
+export const notFound = (code: ErrorCode, message: string) => new ApiError(404, code, message);
+export const conflict = (code: ErrorCode, message: string, extra: Record<string, unknown> = {}, param: string | null = null) =>
+  new ApiError(409, code, message, param, extra);
+export const paymentRequired = (code: 'key_quota_exceeded' | 'insufficient_balance', message: string) => new ApiError(402, code, message);
+export const tooLarge = (code: ErrorCode, message: string, param: string | null = null) => new ApiError(413, code, message, param);
+export const unavailable = (code: ErrorCode, message: string) => new ApiError(503, code, message);
+
+/** The one 401 body for a missing, malformed or unknown key: callers learn nothing about which. */
+export const invalidApiKey = () =>
+  new ApiError(401, 'invalid_api_key', "Missing or invalid API key. Send 'Authorization: Bearer <API_KEY>'.", null, {}, {
+    'WWW-Authenticate': 'Bearer',
+  });

@@ -1,0 +1,124 @@
+/**
+ * The one error middleware: domain errors, validator errors, body-parser errors and database errors
+ * all become the contract's error body. Unknown errors are 500 with the request id and nothing else.
+ */
+import type { ErrorRequestHandler, Request } from 'express';
+import type { Logger } from '../logger.ts';
+import { ApiError, type ErrorCode } from '../errors.ts';
+
+const AUTH_ERROR = Symbol('mediagate.authError');
+
+/** Lets the security handler keep its precise ApiError (the validator only keeps status and message). */
+export function rememberAuthError(req: Request, err: unknown): void {
+  if (err instanceof ApiError) (req as Request & { [AUTH_ERROR]?: ApiError })[AUTH_ERROR] = err;
+}
+
+interface ValidatorError {
+  status: number;
+  message: string;
+  path?: string;
+  errors?: { path?: string; message?: string; errorCode?: string }[];
+}
+
+function isValidatorError(err: unknown): err is ValidatorError {
+  return typeof err === 'object' && err !== null && typeof (err as ValidatorError).status === 'number' && Array.isArray((err as ValidatorError).errors);
+}
+
+/** `/body/account/name` -> `account.name`; `/query/limit` -> `limit`. */
+export function paramFromPath(path: string | undefined, message = ''): string | null {
+  if (!path) return null;
+  const parts = path.split('/').filter(Boolean);
+  if (['body', 'query', 'params', 'path', 'headers', 'files'].includes(parts[0] ?? '')) parts.shift();
+  const missing = /required property '([^']+)'/.exec(message)?.[1];
+  if (missing) parts.push(missing);
+  const unknown = /additional properties|Unknown query parameter '([^']+)'/i.test(message) ? /'([^']+)'/.exec(message)?.[1] : undefined;
+  if (unknown && !parts.includes(unknown)) parts.push(unknown);
+  return parts.length ? parts.join('.') : null;
+}
+
+function fromValidator(err: ValidatorError, req: Request): ApiError {
+  const first = err.errors?.[0];
+  switch (err.status) {
+    case 400: {
+      const param = paramFromPath(first?.path, first?.message);
+      const detail = first?.message ?? err.message;
+      const message = param ? `Invalid '${param}': ${detail}.` : `Invalid request: ${detail}.`;
+      return new ApiError(400, 'invalid_request', message, param);
+    }
+    case 401:
+      return req.path.startsWith('/admin/')
+        ? new ApiError(401, 'invalid_admin_token', 'Missing or invalid admin token.')
+        : new ApiError(401, 'invalid_api_key', "Missing or invalid API key. Send 'Authorization: Bearer <API_KEY>'.", null, {}, { 'WWW-Authenticate': 'Bearer' });
+    case 404:
+      return new ApiError(404, 'not_found', `No route for ${req.method} ${req.path}.`);
+    case 405:
+      return new ApiError(405, 'method_not_allowed', `Method ${req.method} is not allowed on ${req.path}.`);
+    case 413:
+      return new ApiError(413, 'body_too_large', 'The request body is too large.');
+    case 415:
+      return new ApiError(415, 'unsupported_media_type', `Unsupported Content-Type '${req.headers['content-type'] ?? ''}' for ${req.method} ${req.path}.`);
+    default:
+      return new ApiError(500, 'internal_error', 'Internal error.');
+  }
+}
+
+/** Body-parser errors carry a `type`. */
+function fromBodyParser(err: { type?: string; status?: number; limit?: number }, req: Request): ApiError | undefined {
+  switch (err.type) {
+    case 'entity.parse.failed':
+      return new ApiError(400, 'invalid_json', 'The request body is not valid JSON.');
+    case 'entity.too.large':
+      return new ApiError(413, 'body_too_large', `The request body exceeds the limit of ${err.limit ?? 'the configured'} bytes.`);
+    case 'encoding.unsupported':
+    case 'charset.unsupported':
+      return new ApiError(415, 'unsupported_media_type', `Unsupported body encoding for ${req.method} ${req.path}.`);
+    case 'request.aborted':
+      return new ApiError(400, 'invalid_request', 'The request was aborted by the client.');
+    default:
+      return undefined;
+  }
+}
+
+const SQLSTATE: Record<string, [number, ErrorCode, string]> = {
+  '23505': [409, 'conflict', 'A resource with this unique value already exists.'],
+  '23503': [400, 'invalid_request', 'The request references a resource that does not exist.'],
+  '23514': [400, 'invalid_request', 'The request violates a constraint.'],
+  '22P02': [400, 'invalid_request', 'A value has an invalid format.'],
+  '22003': [400, 'invalid_request', 'A number is out of range.'],
+  '57014': [503, 'not_ready', 'The database cancelled the statement; retry.'],
+  '53300': [503, 'not_ready', 'The database has no free connections; retry.'],
+  '40001': [503, 'not_ready', 'A concurrent update conflicted; retry.'],
+  '40P01': [503, 'not_ready', 'A concurrent update conflicted; retry.'],
+};
+
+function fromDatabase(err: { code?: string; severity?: string }): ApiError | undefined {
+  if (typeof err.code !== 'string' || typeof err.severity !== 'string') return undefined;
+  const mapped = SQLSTATE[err.code] ?? (err.code.startsWith('08') ? [503, 'not_ready', 'The database is unreachable; retry.'] as const : undefined);
+  return mapped ? new ApiError(mapped[0], mapped[1], mapped[2]) : undefined;
+}
+
+export function errorMiddleware(log: Logger): ErrorRequestHandler {
+  return (err, req, res, next) => {
+    const requestId = (req as Request & { id?: string }).id ?? '';
+    let apiError: ApiError | undefined;
+    const remembered = (req as Request & { [AUTH_ERROR]?: ApiError })[AUTH_ERROR];
+    if (err instanceof ApiError) apiError = err;
+    else if (remembered && isValidatorError(err) && (err.status === 401 || err.status === 403)) apiError = remembered;
+    else if (isValidatorError(err)) apiError = fromValidator(err, req);
+    else apiError = fromBodyParser(err as never, req) ?? fromDatabase(err as never);
+
+    if (!apiError || apiError.status >= 500) {
+      const level = apiError ? 'warn' : 'error';
+      log[level]({ err, requestId, path: req.path }, 'request failed');
+    }
+    if (!apiError) apiError = new ApiError(500, 'internal_error', `Internal error. Quote request id '${requestId}' when reporting it.`);
+
+    if (res.headersSent) {
+      // A streamed response already began; the stream writer reports its own errors.
+      next(err);
+      return;
+    }
+    for (const [name, value] of Object.entries(apiError.headers)) res.setHeader(name, value);
+    res.status(apiError.status).json(apiError.body(requestId));
+  };
+}

@@ -1,0 +1,46 @@
+/**
+ * Handler types derived from the generated contract: the handler map is keyed by operationId, so a
+ * missing or extra handler is a compile error, and each handler sees its own typed params/body.
+ */
+import type { NextFunction, Request, Response } from 'express';
+import type { components, operations } from '../../generated/api.d.ts';
+
+export type OperationId = keyof operations;
+export type Schemas = components['schemas'];
+
+type Parameters<K extends OperationId> = operations[K] extends { parameters: infer P } ? P : never;
+type PathOf<K extends OperationId> = Parameters<K> extends { path: infer P } ? (P extends Record<string, unknown> ? P : Record<string, never>) : Record<string, never>;
+type QueryOf<K extends OperationId> = Parameters<K> extends { query?: infer Q } ? (Q extends Record<string, unknown> ? Q : Record<string, never>) : Record<string, never>;
+type BodyOf<K extends OperationId> = operations[K] extends { requestBody: { content: infer C } }
+  ? C extends { 'application/json': infer B }
+    ? B
+    : C[keyof C]
+  : operations[K] extends { requestBody?: { content: infer C } }
+    ? C extends { 'application/json': infer B }
+      ? B | undefined
+      : C[keyof C] | undefined
+    : undefined;
+
+export type OperationRequest<K extends OperationId> = Request<PathOf<K>, unknown, BodyOf<K>, QueryOf<K>>;
+export type OperationHandler<K extends OperationId> = (req: OperationRequest<K>, res: Response, next: NextFunction) => Promise<void> | void;
+export type HandlerMap = { [K in OperationId]: OperationHandler<K> };
+
+type ResponsesOf<K extends OperationId> = operations[K]['responses'];
+/** The JSON body of response `S` of operation `K`. */
+export type ResponseBody<K extends OperationId, S extends keyof ResponsesOf<K>> = ResponsesOf<K>[S] extends {
+  content: { 'application/json': infer B };
+}
+  ? B
+  : never;
+
+/** Sends a JSON response whose body type is checked against the contract for this status. */
+export function sendJson<K extends OperationId, S extends keyof ResponsesOf<K> & number>(
+  res: Response,
+  _operation: K,
+  status: S,
+  body: ResponseBody<K, S>,
+  headers: Record<string, string> = {},
+): void {
+  for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
+  res.status(status).json(body);
+}

@@ -1,0 +1,131 @@
+/**
+ * Composition root: config -> database (external or embedded) -> migrations -> demo data ->
+ * services -> HTTP app and workers. `npm start` runs this; `--role api|worker` splits the roles.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createApp } from './app.ts';
+import { ConfigError, loadConfig, type Config } from './config.ts';
+import { createContext, type AppContext } from './context.ts';
+import { createDatabase } from './db/database.ts';
+import { startEmbeddedPostgres } from './db/embedded.ts';
+import { migrateToLatest } from './db/migrate.ts';
+import { seedDemoData } from './db/seed-demo.ts';
+import { createHandlers } from './http/handlers.ts';
+import { createLogger, type Logger } from './logger.ts';
+import { createMetrics } from './metrics.ts';
+import { loadSecretKey } from './services/secret-box.ts';
+
+export interface RunningServer {
+  ctx: AppContext;
+  url: string | undefined;
+  stop(): Promise<void>;
+}
+
+export async function startServer(config: Config, log: Logger): Promise<RunningServer> {
+  let stopEmbedded: (() => Promise<void>) | undefined;
+  let databaseUrl = config.databaseUrl;
+  if (!databaseUrl) {
+    const embedded = await startEmbeddedPostgres({ dataDir: config.dataDir, log });
+    databaseUrl = embedded.url;
+    stopEmbedded = embedded.stop;
+    log.info({ dataDir: config.dataDir }, 'started embedded PostgreSQL');
+  }
+
+  const db = createDatabase(databaseUrl, { max: config.dbPoolMax, applicationName: `mediagate-${config.role}` });
+  try {
+    await migrateToLatest(db, log);
+    const secretKey = loadSecretKey({ envValue: config.secretKey, dataDir: config.databaseUrl ? undefined : config.dataDir });
+    const ctx = createContext({ config, db, log, metrics: createMetrics(), secretKey });
+
+    if (config.demoData) {
+      const demo = await seedDemoData(db);
+      if (demo) {
+        // Printed once, to the console only: the key is never stored or logged anywhere else.
+        process.stdout.write(
+          `\nDemo data created: account 'demo' with 1000 credits, group 'default', local models.\n` +
+            `Demo API key (shown only this once; store it now):\n\n    ${demo.apiKey}\n\n`,
+        );
+      }
+    }
+
+    let server: Server | undefined;
+    let url: string | undefined;
+    if (config.role !== 'worker') {
+      const app = createApp(ctx, createHandlers(ctx));
+      server = createServer(app);
+      await new Promise<void>((resolve, reject) => {
+        server!.once('error', reject);
+        server!.listen(config.port, config.host, () => resolve());
+      });
+      const { port } = server.address() as AddressInfo;
+      url = `http://${config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host}:${port}`;
+    }
+
+    const stop = async () => {
+      if (server) {
+        const closed = new Promise<void>((resolve) => server!.close(() => resolve()));
+        server.closeIdleConnections();
+        // In-flight requests get the grace period, then their connections are cut.
+        const timer = setTimeout(() => server!.closeAllConnections(), config.shutdownGraceMs);
+        await closed;
+        clearTimeout(timer);
+      }
+      await db.destroy();
+      if (stopEmbedded) await stopEmbedded();
+    };
+    return { ctx, url, stop };
+  } catch (err) {
+    await db.destroy().catch(() => undefined);
+    if (stopEmbedded) await stopEmbedded().catch(() => undefined);
+    throw err;
+  }
+}
+
+async function main(): Promise<void> {
+  let config: Config;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`configuration error: ${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  const log = createLogger(config.logLevel);
+  let running: RunningServer;
+  try {
+    running = await startServer(config, log);
+  } catch (err) {
+    log.fatal({ err }, 'failed to start');
+    process.exit(1);
+  }
+  if (running.url) {
+    log.info({ url: running.url, role: config.role }, 'listening');
+    process.stdout.write(`Mediagate listening on ${running.url}\n`);
+  }
+
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'shutting down');
+    running
+      .stop()
+      .then(() => {
+        log.info('stopped');
+        process.exit(0);
+      })
+      .catch((err: unknown) => {
+        log.error({ err }, 'error during shutdown');
+        process.exit(1);
+      });
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+}
+
+if (import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith('server/main.ts') || process.argv[1]?.endsWith('server/main.js')) {
+  await main();
+}

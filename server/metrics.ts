@@ -1,0 +1,27 @@
+/** Prometheus metrics: one registry per app instance (no global singleton). */
+import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export interface Metrics {
+  registry: Registry;
+  httpRequests: Counter<'operation' | 'method' | 'status'>;
+  httpDuration: Histogram<'operation' | 'method'>;
+}
+
+export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics {
+  const registry = new Registry();
+  if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'mediagate_' });
+  const httpRequests = new Counter({
+    name: 'mediagate_http_requests_total',
+    help: 'HTTP requests by operationId, method and status code.',
+    labelNames: ['operation', 'method', 'status'] as const,
+    registers: [registry],
+  });
+  const httpDuration = new Histogram({
+    name: 'mediagate_http_request_duration_seconds',
+    help: 'HTTP request latency by operationId (time to the last byte of the response).',
+    labelNames: ['operation', 'method'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: [registry],
+  });
+  return { registry, httpRequests, httpDuration };
+}

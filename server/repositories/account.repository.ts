@@ -1,0 +1,102 @@
+/** All Kysely code for accounts and their manual ledger entries. Returns rows or undefined. */
+import { sql, type Kysely, type Selectable } from 'kysely';
+import type { Accounts, DB } from '../../generated/db.d.ts';
+
+export type AccountRow = Selectable<Accounts>;
+
+export interface LedgerEntryRow {
+  id: number;
+  kind: string;
+  amount: number;
+  reason: string | null;
+  createdAt: Date;
+}
+
+/** Keyset position of a newest-first listing: created_at in epoch microseconds (exact), then id. */
+export interface CreatedAtPosition {
+  createdAtMicros: number;
+  id: string;
+}
+
+const ACCOUNT_COLUMNS = ['id', 'name', 'status', 'balance', 'totalEarned', 'totalSpent', 'createdAt', 'updatedAt'] as const;
+
+/** `created_at` as integer epoch microseconds: JS Dates keep only milliseconds, which would skip rows on a page boundary. */
+export const createdAtMicros = (column: string) => sql<number>`(extract(epoch from ${sql.ref(column)}) * 1000000)::bigint`;
+export const microsToTimestamp = (micros: number) => sql<Date>`(timestamptz 'epoch' + ${micros} * interval '1 microsecond')`;
+
+export class AccountRepository {
+  constructor(private readonly db: Kysely<DB>) {}
+
+  /** Runs `fn` in one transaction with a repository bound to it. */
+  transaction<T>(fn: (repo: AccountRepository) => Promise<T>): Promise<T> {
+    return this.db.transaction().execute((trx) => fn(new AccountRepository(trx)));
+  }
+
+  /** Inserts an account; undefined when the name is taken. */
+  insert(values: { id: string; name: string; status: string; balance: number }): Promise<AccountRow | undefined> {
+    return this.db
+      .insertInto('accounts')
+      .values({ id: values.id, name: values.name, status: values.status, balance: values.balance, totalEarned: values.balance })
+      .onConflict((oc) => oc.constraint('accounts_name_key').doNothing())
+      .returning(ACCOUNT_COLUMNS)
+      .executeTakeFirst();
+  }
+
+  findById(id: string): Promise<AccountRow | undefined> {
+    return this.db.selectFrom('accounts').select(ACCOUNT_COLUMNS).where('id', '=', id).executeTakeFirst();
+  }
+
+  findByName(name: string): Promise<AccountRow | undefined> {
+    return this.db.selectFrom('accounts').select(ACCOUNT_COLUMNS).where('name', '=', name).executeTakeFirst();
+  }
+
+  /** Newest first; `limit + 1` rows tell the caller whether another page follows. */
+  list(opts: { limit: number; status?: string; after?: CreatedAtPosition }): Promise<(AccountRow & { createdAtMicros: number })[]> {
+    let query = this.db
+      .selectFrom('accounts')
+      .select([...ACCOUNT_COLUMNS, createdAtMicros('createdAt').as('createdAtMicros')])
+      .orderBy('createdAt', 'desc')
+      .orderBy('id', 'desc')
+      .limit(opts.limit);
+    if (opts.status !== undefined) query = query.where('status', '=', opts.status);
+    if (opts.after) {
+      const { createdAtMicros: micros, id } = opts.after;
+      query = query.where(sql<boolean>`(created_at, id) < (${microsToTimestamp(micros)}, ${id})`);
+    }
+    return query.execute();
+  }
+
+  update(id: string, patch: { name?: string; status?: string }): Promise<AccountRow | undefined> {
+    return this.db.updateTable('accounts').set(patch).where('id', '=', id).returning(ACCOUNT_COLUMNS).executeTakeFirst();
+  }
+
+  /** Adds micro-credits to balance and total_earned. */
+  grant(id: string, amount: number): Promise<AccountRow | undefined> {
+    return this.db
+      .updateTable('accounts')
+      .set((eb) => ({ balance: eb('balance', '+', amount), totalEarned: eb('totalEarned', '+', amount) }))
+      .where('id', '=', id)
+      .returning(ACCOUNT_COLUMNS)
+      .executeTakeFirst();
+  }
+
+  /** Guarded debit: undefined when the account is missing or its balance is below `amount`. */
+  debit(id: string, amount: number): Promise<AccountRow | undefined> {
+    return this.db
+      .updateTable('accounts')
+      .set((eb) => ({ balance: eb('balance', '-', amount), totalSpent: eb('totalSpent', '+', amount) }))
+      .where('id', '=', id)
+      .where('balance', '>=', amount)
+      .returning(ACCOUNT_COLUMNS)
+      .executeTakeFirst();
+  }
+
+  /** Appends a grant or debit entry (positive amount; the kind gives the direction). */
+  insertLedgerEntry(values: { accountId: string; kind: 'grant' | 'debit'; amount: number; reason: string }): Promise<LedgerEntryRow> {
+    return this.db
+      .insertInto('ledgerEntries')
+      .values(values)
+      .returning(['id', 'kind', 'amount', 'reason', 'createdAt'])
+      .executeTakeFirstOrThrow();
+  }
+}

@@ -1,0 +1,91 @@
+/** All Kysely code for catalog models and their price rows. Returns rows or undefined. */
+import type { Kysely, Selectable } from 'kysely';
+import type { CatalogModels, DB, ModelPrices } from '../../generated/db.d.ts';
+
+export type CatalogModelRow = Omit<Selectable<CatalogModels>, 'createdAt' | 'updatedAt'>;
+export type PriceRowRecord = Pick<Selectable<ModelPrices>, 'modelId' | 'resolution' | 'quality' | 'mode' | 'unitPrice'>;
+export type CatalogModelWithPrices = CatalogModelRow & { prices: PriceRowRecord[] };
+
+const MODEL_COLUMNS = ['id', 'kind', 'displayName', 'enabled', 'capabilities'] as const;
+const PRICE_COLUMNS = ['modelId', 'resolution', 'quality', 'mode', 'unitPrice'] as const;
+
+export interface PriceValues {
+  resolution: string;
+  /** '' when the price is not quality-specific. */
+  quality: string;
+  mode: string;
+  unitPrice: number;
+}
+
+export class CatalogRepository {
+  constructor(private readonly db: Kysely<DB>) {}
+
+  transaction<T>(fn: (repo: CatalogRepository) => Promise<T>): Promise<T> {
+    return this.db.transaction().execute((trx) => fn(new CatalogRepository(trx)));
+  }
+
+  /** Inserts a model; undefined when the id is taken. */
+  insertModel(values: { id: string; kind: string; displayName: string; enabled: boolean; capabilities: unknown }): Promise<CatalogModelRow | undefined> {
+    return this.db
+      .insertInto('catalogModels')
+      .values({ ...values, capabilities: JSON.stringify(values.capabilities) })
+      .onConflict((oc) => oc.column('id').doNothing())
+      .returning(MODEL_COLUMNS)
+      .executeTakeFirst();
+  }
+
+  /** Replaces every price row of a model (call inside a transaction). */
+  async replacePrices(modelId: string, prices: PriceValues[]): Promise<void> {
+    await this.db.deleteFrom('modelPrices').where('modelId', '=', modelId).execute();
+    if (prices.length > 0) await this.db.insertInto('modelPrices').values(prices.map((p) => ({ ...p, modelId }))).execute();
+  }
+
+  /** The model, locked for update when `forUpdate` (inside a transaction). */
+  findModel(id: string, opts: { forUpdate?: boolean } = {}): Promise<CatalogModelRow | undefined> {
+    let query = this.db.selectFrom('catalogModels').select(MODEL_COLUMNS).where('id', '=', id);
+    if (opts.forUpdate) query = query.forUpdate();
+    return query.executeTakeFirst();
+  }
+
+  async findModelWithPrices(id: string): Promise<CatalogModelWithPrices | undefined> {
+    const model = await this.findModel(id);
+    if (!model) return undefined;
+    const prices = await this.db.selectFrom('modelPrices').select(PRICE_COLUMNS).where('modelId', '=', id).execute();
+    return { ...model, prices };
+  }
+
+  /** Every model by id (two queries, not one per model). */
+  async listModelsWithPrices(kind?: string): Promise<CatalogModelWithPrices[]> {
+    let query = this.db.selectFrom('catalogModels').select(MODEL_COLUMNS).orderBy('id');
+    if (kind !== undefined) query = query.where('kind', '=', kind);
+    const models = await query.execute();
+    if (models.length === 0) return [];
+    const prices = await this.db
+      .selectFrom('modelPrices')
+      .select(PRICE_COLUMNS)
+      .where(
+        'modelId',
+        'in',
+        models.map((m) => m.id),
+      )
+      .execute();
+    return models.map((m) => ({ ...m, prices: prices.filter((p) => p.modelId === m.id) }));
+  }
+
+  updateModel(id: string, patch: { displayName?: string; enabled?: boolean; capabilities?: unknown }): Promise<CatalogModelRow | undefined> {
+    const { capabilities, ...rest } = patch;
+    return this.db
+      .updateTable('catalogModels')
+      .set({ ...rest, ...(capabilities === undefined ? {} : { capabilities: JSON.stringify(capabilities) }) })
+      .where('id', '=', id)
+      .returning(MODEL_COLUMNS)
+      .executeTakeFirst();
+  }
+
+  /** The subset of `ids` that exist in the catalog. */
+  async existingModelIds(ids: readonly string[]): Promise<Set<string>> {
+    if (ids.length === 0) return new Set();
+    const rows = await this.db.selectFrom('catalogModels').select('id').where('id', 'in', ids).execute();
+    return new Set(rows.map((r) => r.id));
+  }
+}

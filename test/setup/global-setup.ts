@@ -1,0 +1,56 @@
+import { randomBytes } from 'node:crypto';
+import type { TestProject } from 'vitest/node';
+import { createDatabase, type DbLogger } from '../../server/db/database.ts';
+import { startTemporaryEmbeddedPostgres } from '../../server/db/embedded.ts';
+import { migrateToLatest } from '../../server/db/migrate.ts';
+import { createScratchDatabase, dropScratchDatabase, listDatabases, withDatabaseName } from '../../server/db/scratch-database.ts';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** A database on the test server to run CREATE/DROP DATABASE from (never a test's own). */
+    pgAdminUrl: string;
+    /** Name of the migrated template database that createTestDatabase() copies. */
+    pgTemplate: string;
+  }
+}
+
+const quiet: DbLogger = { info: () => {}, warn: (msg) => console.warn(msg) };
+
+/**
+ * Runs once per `vitest run`: picks the PostgreSQL server (TEST_DATABASE_URL, else one embedded
+ * server in a temp dir) and builds a migrated template database that each test file copies.
+ */
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const external = process.env.TEST_DATABASE_URL;
+  const embedded = external ? undefined : await startTemporaryEmbeddedPostgres(quiet);
+  const adminUrl = external ?? embedded!.adminUrl;
+  const runId = randomBytes(4).toString('hex');
+  const template = `mediagate_tpl_${runId}`;
+
+  try {
+    await createScratchDatabase(adminUrl, template);
+    // Migrate, then close every connection: PostgreSQL refuses to copy a template with sessions.
+    const db = createDatabase(withDatabaseName(adminUrl, template), { max: 1, applicationName: 'mediagate-test-template' });
+    try {
+      await migrateToLatest(db);
+    } finally {
+      await db.destroy();
+    }
+  } catch (err) {
+    await embedded?.stop();
+    throw err;
+  }
+
+  project.provide('pgAdminUrl', adminUrl);
+  project.provide('pgTemplate', template);
+
+  return async () => {
+    if (embedded) {
+      await embedded.stop(); // the whole server goes, with every test database
+      return;
+    }
+    // On a shared server, drop this run's test databases that a crashed file left, then the template.
+    for (const name of await listDatabases(adminUrl, `${template}_`)) await dropScratchDatabase(adminUrl, name);
+    await dropScratchDatabase(adminUrl, template);
+  };
+}

@@ -1,0 +1,162 @@
+/**
+ * Starts the real app on a loopback port over a fresh database, with response validation on.
+ * In the contract lane (MEDIAGATE_CONTRACT_LANE=1) `client()` goes through
+ * `prism proxy generated/openapi.json <server> --errors`, which fails any request or response that
+ * violates the contract; `direct()` always talks to the server itself (for requests that are
+ * deliberately invalid, which Prism would refuse before they reach the server).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import createClient from 'openapi-fetch';
+import type { Kysely } from 'kysely';
+import type { paths } from '../../generated/api.d.ts';
+import type { DB } from '../../generated/db.d.ts';
+import { createApp } from '../../server/app.ts';
+import { loadConfig, type Config } from '../../server/config.ts';
+import { createContext, type AppContext } from '../../server/context.ts';
+import { createHandlers } from '../../server/http/handlers.ts';
+import { createLogger } from '../../server/logger.ts';
+import { createMetrics } from '../../server/metrics.ts';
+import { createTestDatabase } from '../setup/test-database.ts';
+
+export const ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
+const root = fileURLToPath(new URL('../..', import.meta.url));
+export const contractLane = process.env.MEDIAGATE_CONTRACT_LANE === '1';
+
+export type ApiClient = ReturnType<typeof createClient<paths>>;
+
+export interface TestServer {
+  ctx: AppContext;
+  db: Kysely<DB>;
+  config: Config;
+  /** Through Prism in the contract lane, else the server itself. */
+  baseUrl: string;
+  /** Always the server itself. */
+  directUrl: string;
+  /** Every log line the server wrote, as raw JSON text. */
+  logs: string[];
+  client(apiKey?: string): ApiClient;
+  direct(apiKey?: string): ApiClient;
+  admin(token?: string): ApiClient;
+  close(): Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+async function waitForPort(port: number, child: ChildProcess, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`prism exited with code ${child.exitCode}`);
+    const ok = await new Promise<boolean>((resolve) => {
+      const socket = connect(port, '127.0.0.1');
+      socket.once('connect', () => {
+        socket.destroy();
+        resolve(true);
+      });
+      socket.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`prism did not listen on ${port} within ${timeoutMs} ms`);
+}
+
+async function startPrismProxy(upstream: string): Promise<{ url: string; stop(): Promise<void> }> {
+  const port = await freePort();
+  const child = spawn(
+    `${root}node_modules/.bin/prism`,
+    ['proxy', `${root}generated/openapi.json`, upstream, '--errors', '--host', '127.0.0.1', '--port', String(port)],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
+  try {
+    await waitForPort(port, child);
+  } catch (err) {
+    child.kill('SIGKILL');
+    throw new Error(`${(err as Error).message}\n${stderr}`);
+  }
+  return {
+    url: `http://127.0.0.1:${port}`,
+    stop: async () => {
+      if (child.exitCode !== null) return;
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
+
+export interface StartOptions {
+  env?: Record<string, string>;
+}
+
+export async function startTestServer(options: StartOptions = {}): Promise<TestServer> {
+  const database = await createTestDatabase();
+  const config = loadConfig(
+    {
+      DATABASE_URL: database.url,
+      HOST: '127.0.0.1',
+      PORT: '0',
+      ADMIN_TOKEN,
+      MEDIAGATE_SECRET_KEY: randomBytes(32).toString('hex'),
+      LOG_LEVEL: 'info',
+      DEMO_DATA: '0',
+      MEDIAGATE_DATA_DIR: `${root}.test-data/${randomBytes(6).toString('hex')}`,
+      ...options.env,
+    },
+    [],
+  );
+  const logs: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      logs.push(...chunk.toString().split('\n').filter(Boolean));
+      cb();
+    },
+  });
+  const log = createLogger(config.logLevel, sink);
+  const ctx = createContext({
+    config,
+    db: database.db,
+    log,
+    metrics: createMetrics({ defaultMetrics: false }),
+    secretKey: Buffer.from(config.secretKey!, 'hex'),
+  });
+  const app = createApp(ctx, createHandlers(ctx), { validateResponses: true });
+  const server: Server = createServer(app);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const directUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const prism = contractLane ? await startPrismProxy(directUrl) : undefined;
+  const baseUrl = prism?.url ?? directUrl;
+
+  const make = (url: string, authorization?: string) =>
+    createClient<paths>({ baseUrl: url, headers: authorization ? { Authorization: authorization } : {} });
+
+  return {
+    ctx,
+    db: database.db,
+    config,
+    baseUrl,
+    directUrl,
+    logs,
+    client: (apiKey) => make(baseUrl, apiKey === undefined ? undefined : `Bearer ${apiKey}`),
+    direct: (apiKey) => make(directUrl, apiKey === undefined ? undefined : `Bearer ${apiKey}`),
+    admin: (token = ADMIN_TOKEN) => make(baseUrl, `Bearer ${token}`),
+    close: async () => {
+      await prism?.stop();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await database.destroy();
+    },
+  };
+}

@@ -1,0 +1,2 @@
+import { it, expect } from 'vitest';
+it('fails', () => { expect(1).toBe(2); });
