@@ -1559,6 +1559,25 @@ export interface components {
          *     Mediagate extensions). One image has completed. It carries `b64_json` when `response_format` is
          *     `b64_json` (the default) and `url` instead when `response_format` is `url`. `size`, `quality`,
          *     `background` and `output_format` are the resolved settings.
+         * @example {
+         *       "type": "image_generation.completed",
+         *       "b64_json": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==",
+         *       "image_index": 0,
+         *       "created_at": 1767225610,
+         *       "size": "1248x1248",
+         *       "quality": "high",
+         *       "background": "opaque",
+         *       "output_format": "png",
+         *       "usage": {
+         *         "input_tokens": 50,
+         *         "output_tokens": 4160,
+         *         "total_tokens": 4210,
+         *         "input_tokens_details": {
+         *           "text_tokens": 50,
+         *           "image_tokens": 0
+         *         }
+         *       }
+         *     }
          */
         ImageGenerationCompletedEvent: {
             /**
@@ -1616,6 +1635,25 @@ export interface components {
          *     Mediagate extensions). One image has completed. It carries `b64_json` when `response_format` is
          *     `b64_json` (the default) and `url` instead when `response_format` is `url`. `size`, `quality`,
          *     `background` and `output_format` are the resolved settings.
+         * @example {
+         *       "type": "image_edit.completed",
+         *       "b64_json": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==",
+         *       "image_index": 0,
+         *       "created_at": 1767225610,
+         *       "size": "1248x1248",
+         *       "quality": "high",
+         *       "background": "opaque",
+         *       "output_format": "png",
+         *       "usage": {
+         *         "input_tokens": 50,
+         *         "output_tokens": 4160,
+         *         "total_tokens": 4210,
+         *         "input_tokens_details": {
+         *           "text_tokens": 50,
+         *           "image_tokens": 0
+         *         }
+         *       }
+         *     }
          */
         ImageEditCompletedEvent: {
             /**
@@ -3682,6 +3720,8 @@ export interface operations {
              *     is no `[DONE]` sentinel. If the generation fails after the stream began, an `event: error`
              *     frame (`ImageStreamErrorEvent`) is sent and the stream ends. A client disconnect stops the
              *     work and releases the credits of the images not delivered.
+             *     Errors found before the stream starts (validation, credits, model) are ordinary JSON error
+             *     responses with their status.
              */
             200: {
                 headers: {
@@ -3809,6 +3849,8 @@ export interface operations {
              *     is no `[DONE]` sentinel. If the generation fails after the stream began, an `event: error`
              *     frame (`ImageStreamErrorEvent`) is sent and the stream ends. A client disconnect stops the
              *     work and releases the credits of the images not delivered.
+             *     Errors found before the stream starts (validation, credits, model) are ordinary JSON error
+             *     responses with their status.
              */
             200: {
                 headers: {
@@ -4371,15 +4413,15 @@ export interface operations {
                 };
                 content: {
                     /**
-                     * @example # HELP http_requests_total HTTP requests by operationId, method and status.
-                     *     # TYPE http_requests_total counter
-                     *     http_requests_total{operation_id="getVideo",method="GET",status="200"} 42
-                     *     # HELP http_request_duration_seconds HTTP request latency by operationId.
-                     *     # TYPE http_request_duration_seconds histogram
-                     *     http_request_duration_seconds_bucket{operation_id="getVideo",le="0.005"} 40
-                     *     http_request_duration_seconds_bucket{operation_id="getVideo",le="+Inf"} 42
-                     *     http_request_duration_seconds_sum{operation_id="getVideo"} 0.087
-                     *     http_request_duration_seconds_count{operation_id="getVideo"} 42
+                     * @example # HELP mediagate_http_requests_total HTTP requests by operationId, method and status code.
+                     *     # TYPE mediagate_http_requests_total counter
+                     *     mediagate_http_requests_total{operation="getVideo",method="GET",status="200"} 42
+                     *     # HELP mediagate_http_request_duration_seconds HTTP request latency by operationId.
+                     *     # TYPE mediagate_http_request_duration_seconds histogram
+                     *     mediagate_http_request_duration_seconds_bucket{operation="getVideo",le="0.005"} 40
+                     *     mediagate_http_request_duration_seconds_bucket{operation="getVideo",le="+Inf"} 42
+                     *     mediagate_http_request_duration_seconds_sum{operation="getVideo"} 0.087
+                     *     mediagate_http_request_duration_seconds_count{operation="getVideo"} 42
                      */
                     "text/plain": string;
                 };

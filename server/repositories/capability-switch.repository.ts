@@ -11,7 +11,7 @@ export class CapabilitySwitchRepository {
     return this.db.selectFrom('capabilitySwitches').select(['name', 'enabled', 'updatedAt']).execute();
   }
 
-  /** Sets a switch; undefined for an unknown name. An unchanged value keeps its updated_at. */
+  /** Sets a switch; undefined for an unknown name. */
   set(name: string, enabled: boolean): Promise<CapabilitySwitchRow | undefined> {
     return this.db
       .updateTable('capabilitySwitches')

@@ -97,6 +97,14 @@ async function startPrismProxy(upstream: string): Promise<{ url: string; stop():
   };
 }
 
+/** In the contract lane, any contract violation Prism reports fails the test that caused it. */
+async function laneFetch(input: Request): Promise<Response> {
+  const res = await fetch(input);
+  const violations = res.headers.get('sl-violations');
+  if (contractLane && violations) throw new Error(`contract violation on ${input.method} ${input.url}: ${violations}`);
+  return res;
+}
+
 export interface StartOptions {
   env?: Record<string, string>;
 }
@@ -140,7 +148,7 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
   const baseUrl = prism?.url ?? directUrl;
 
   const make = (url: string, authorization?: string) =>
-    createClient<paths>({ baseUrl: url, headers: authorization ? { Authorization: authorization } : {} });
+    createClient<paths>({ baseUrl: url, headers: authorization ? { Authorization: authorization } : {}, fetch: url === baseUrl ? laneFetch : undefined });
 
   return {
     ctx,

@@ -1,0 +1,99 @@
+/** Admin rules for accounts: create (with an initial grant), list, get, update, grant/debit credits. */
+import type { components } from '../../../generated/api.d.ts';
+import { ApiError, badRequest, conflict, paymentRequired } from '../../errors.ts';
+import type { AccountRepository } from '../../repositories/account.repository.ts';
+import type { AuthService } from '../auth.service.ts';
+import { newId } from '../ids.ts';
+import { fromCredits } from '../money.ts';
+import { toAdminAccount, toAdminLedgerEntry, type AdminAccount } from './admin-mappers.ts';
+import { decodeCreatedAtCursor, encodeCreatedAtCursor, pageSize, splitPage } from './cursor.ts';
+
+type Schemas = components['schemas'];
+export type AccountCreateInput = Omit<Schemas['AdminAccountCreate'], 'status'> & { status?: Schemas['AdminAccountStatus'] };
+export type AccountUpdateInput = Schemas['AdminAccountUpdate'];
+export type CreditAdjustmentInput = Schemas['AdminCreditAdjustment'];
+
+export const INITIAL_CREDITS_REASON = 'initial credits';
+
+export const accountNotFound = (param: string | null = null) => new ApiError(404, 'account_not_found', 'No account has this id.', param);
+
+/** Decimal credits -> micro-credits, or `400 invalid_request` naming the field. */
+export function microCredits(credits: number, param: string): number {
+  const micro = fromCredits(credits);
+  if (micro === undefined) throw badRequest('invalid_request', `'${param}' must be a number of credits with at most 6 fractional digits.`, param);
+  return micro;
+}
+
+export class AccountAdminService {
+  constructor(
+    private readonly accounts: AccountRepository,
+    private readonly auth: AuthService,
+  ) {}
+
+  async create(input: AccountCreateInput): Promise<AdminAccount> {
+    const initial = microCredits(input.initial_credits ?? 0, 'initial_credits');
+    if (initial < 0) throw badRequest('invalid_request', "'initial_credits' must not be negative.", 'initial_credits');
+    const row = await this.accounts.transaction(async (repo) => {
+      const account = await repo.insert({ id: newId('acct'), name: input.name, status: input.status ?? 'active', balance: initial });
+      if (!account) throw conflict('conflict', `An account named '${input.name}' already exists.`, {}, 'name');
+      if (initial > 0) await repo.insertLedgerEntry({ accountId: account.id, kind: 'grant', amount: initial, reason: INITIAL_CREDITS_REASON });
+      return account;
+    });
+    return toAdminAccount(row);
+  }
+
+  async list(opts: { limit?: number; cursor?: string; status?: Schemas['AdminAccountStatus'] }): Promise<Schemas['AdminAccountList']> {
+    const limit = pageSize(opts.limit);
+    const after = opts.cursor === undefined ? undefined : decodeCreatedAtCursor(opts.cursor);
+    const rows = await this.accounts.list({ limit: limit + 1, status: opts.status, after });
+    const { page, last } = splitPage(rows, limit);
+    return { data: page.map(toAdminAccount), next_cursor: last ? encodeCreatedAtCursor(last) : null };
+  }
+
+  async get(id: string): Promise<AdminAccount> {
+    const row = await this.accounts.findById(id);
+    if (!row) throw accountNotFound();
+    return toAdminAccount(row);
+  }
+
+  /** Looks an account up by id, or else by its unique name (CLI convenience). */
+  async resolve(idOrName: string): Promise<AdminAccount> {
+    const row = (await this.accounts.findById(idOrName)) ?? (await this.accounts.findByName(idOrName));
+    if (!row) throw new ApiError(404, 'account_not_found', `No account has the id or name '${idOrName}'.`);
+    return toAdminAccount(row);
+  }
+
+  async update(id: string, input: AccountUpdateInput): Promise<AdminAccount> {
+    if (input.name === undefined && input.status === undefined) throw badRequest('invalid_request', 'Send at least one of name and status.');
+    if (input.name !== undefined) {
+      const holder = await this.accounts.findByName(input.name);
+      if (holder && holder.id !== id) throw conflict('conflict', `An account named '${input.name}' already exists.`, {}, 'name');
+    }
+    const row = await this.accounts.update(id, { name: input.name, status: input.status });
+    if (!row) throw accountNotFound();
+    // A status change must reach the auth cache of this instance now (others within its TTL).
+    this.auth.invalidate();
+    return toAdminAccount(row);
+  }
+
+  /**
+   * A grant (amount > 0) or a debit (amount < 0) and its ledger entry, in one transaction. The
+   * debit is one guarded UPDATE (`balance >= amount`), so concurrent debits never overdraw.
+   */
+  async adjustCredits(id: string, input: CreditAdjustmentInput): Promise<Schemas['AdminCreditAdjustmentResult']> {
+    const signed = microCredits(input.amount, 'amount');
+    if (signed === 0) throw badRequest('invalid_request', "'amount' must not be zero.", 'amount');
+    const amount = Math.abs(signed);
+    const kind = signed > 0 ? 'grant' : 'debit';
+    const { account, entry } = await this.accounts.transaction(async (repo) => {
+      const updated = kind === 'grant' ? await repo.grant(id, amount) : await repo.debit(id, amount);
+      if (!updated) {
+        if (!(await repo.findById(id))) throw accountNotFound();
+        throw paymentRequired('insufficient_balance', 'The debit is larger than the available balance of the account.');
+      }
+      const ledger = await repo.insertLedgerEntry({ accountId: id, kind, amount, reason: input.reason });
+      return { account: updated, entry: ledger };
+    });
+    return { account: toAdminAccount(account), entry: toAdminLedgerEntry(entry) };
+  }
+}

@@ -1,0 +1,195 @@
+/** Pure mappers: repository rows -> the contract's Admin* objects (money as decimal credits). */
+import type { components } from '../../../generated/api.d.ts';
+import type { ImageCapabilities, VideoCapabilities } from '../../catalog/capabilities.ts';
+import type { AccountRow, LedgerEntryRow } from '../../repositories/account.repository.ts';
+import type { ApiKeyAdminRow } from '../../repositories/api-key-admin.repository.ts';
+import type { CapabilitySwitchRow } from '../../repositories/capability-switch.repository.ts';
+import type { CatalogModelWithPrices, PriceRowRecord } from '../../repositories/catalog.repository.ts';
+import type { GroupRow, MemberRow } from '../../repositories/group.repository.ts';
+import { toCredits } from '../money.ts';
+
+type Schemas = components['schemas'];
+export type AdminAccount = Schemas['AdminAccount'];
+export type AdminLedgerEntry = Schemas['AdminLedgerEntry'];
+export type AdminApiKey = Schemas['AdminApiKey'];
+export type AdminGroup = Schemas['AdminGroup'];
+export type AdminGroupMember = Schemas['AdminGroupMember'];
+export type AdminCatalogModel = Schemas['AdminCatalogModel'];
+export type AdminPriceRow = Schemas['AdminPriceRow'];
+export type AdminImageModelCapabilities = Schemas['AdminImageModelCapabilities'];
+export type AdminVideoModelCapabilities = Schemas['AdminVideoModelCapabilities'];
+export type AdminCapabilitySwitch = Schemas['AdminCapabilitySwitch'];
+export type AdminCapabilityName = Schemas['AdminCapabilityName'];
+
+const iso = (d: Date) => d.toISOString();
+
+export function toAdminAccount(row: AccountRow): AdminAccount {
+  return {
+    id: row.id,
+    name: row.name,
+    status: row.status as AdminAccount['status'],
+    balance: toCredits(row.balance),
+    total_earned: toCredits(row.totalEarned),
+    total_spent: toCredits(row.totalSpent),
+    created_at: iso(row.createdAt),
+    updated_at: iso(row.updatedAt),
+  };
+}
+
+/** The ledger stores positive amounts; the API shows the signed change (negative for a debit). */
+export function toAdminLedgerEntry(row: LedgerEntryRow): AdminLedgerEntry {
+  const kind = row.kind as AdminLedgerEntry['kind'];
+  return {
+    id: `led_${row.id}`,
+    kind,
+    amount: kind === 'debit' ? -toCredits(row.amount) : toCredits(row.amount),
+    reason: row.reason ?? '',
+    created_at: iso(row.createdAt),
+  };
+}
+
+export function toAdminApiKey(row: ApiKeyAdminRow): AdminApiKey {
+  const limit = row.creditLimit;
+  return {
+    id: row.id,
+    account_id: row.accountId,
+    group_id: row.groupId,
+    name: row.name,
+    key_prefix: row.keyPrefix,
+    last_four: row.lastFour,
+    is_active: row.isActive,
+    credit_limit: limit === null ? null : toCredits(limit),
+    credits_used: toCredits(row.creditsUsed),
+    credits_remaining: limit === null ? null : toCredits(Math.max(0, limit - row.creditsUsed)),
+    unlimited: limit === null,
+    last_used_at: row.lastUsedAt === null ? null : iso(row.lastUsedAt),
+    created_at: iso(row.createdAt),
+  };
+}
+
+export function toAdminGroup(row: GroupRow): AdminGroup {
+  return {
+    id: row.id,
+    name: row.name,
+    description: row.description,
+    member_count: row.memberCount,
+    created_at: iso(row.createdAt),
+    updated_at: iso(row.updatedAt),
+  };
+}
+
+export function toAdminGroupMember(row: MemberRow): AdminGroupMember {
+  return {
+    id: row.id,
+    group_id: row.groupId,
+    name: row.name,
+    provider: row.provider as AdminGroupMember['provider'],
+    base_url: row.baseUrl,
+    enabled: row.enabled,
+    models: row.models,
+    priority: row.priority,
+    weight: row.weight,
+    concurrency_limit: row.concurrencyLimit,
+    has_credentials: row.hasCredentials,
+    created_at: iso(row.createdAt),
+    updated_at: iso(row.updatedAt),
+  };
+}
+
+export function toAdminImageCapabilities(c: ImageCapabilities): AdminImageModelCapabilities {
+  return {
+    resolutions: c.resolutions as AdminImageModelCapabilities['resolutions'],
+    aspect_ratios: c.aspectRatios,
+    output_formats: c.outputFormats,
+    supports_quality: c.supportsQuality,
+    supports_transparent_background: c.supportsTransparentBackground,
+    max_n: c.maxN,
+  };
+}
+
+export function toAdminVideoCapabilities(c: VideoCapabilities): AdminVideoModelCapabilities {
+  return {
+    durations: c.durations,
+    aspect_ratios: c.aspectRatios,
+    resolutions: c.resolutions,
+    frames: c.frames,
+    reference_images: { max_count: c.referenceImages.maxCount, configurable: c.referenceImages.configurable },
+    audio: { supported: c.audio.supported, default_enabled: c.audio.defaultEnabled },
+  };
+}
+
+/** API capabilities -> the camelCase jsonb shape of catalog_models.capabilities. */
+export function fromAdminImageCapabilities(c: AdminImageModelCapabilities): ImageCapabilities {
+  return {
+    resolutions: c.resolutions,
+    aspectRatios: c.aspect_ratios,
+    outputFormats: c.output_formats,
+    supportsQuality: c.supports_quality,
+    supportsTransparentBackground: c.supports_transparent_background,
+    maxN: c.max_n,
+  };
+}
+
+export function fromAdminVideoCapabilities(c: AdminVideoModelCapabilities): VideoCapabilities {
+  return {
+    durations: c.durations,
+    aspectRatios: c.aspect_ratios,
+    resolutions: c.resolutions,
+    frames: c.frames,
+    referenceImages: { maxCount: c.reference_images.max_count, configurable: c.reference_images.configurable },
+    audio: { supported: c.audio.supported, defaultEnabled: c.audio.default_enabled },
+  };
+}
+
+const QUALITY_ORDER = ['', 'low', 'medium', 'high'];
+
+/**
+ * Price rows in capability order (resolution, then low/medium/high). Rows with a quality the
+ * contract does not know (the local catalog seeds an `auto` row) are internal and left out.
+ */
+export function toAdminPricing(prices: PriceRowRecord[], resolutions: readonly string[]): AdminPriceRow[] {
+  const rank = (p: PriceRowRecord) => {
+    const r = resolutions.indexOf(p.resolution);
+    return (r < 0 ? resolutions.length : r) * QUALITY_ORDER.length + QUALITY_ORDER.indexOf(p.quality);
+  };
+  return prices
+    .filter((p) => QUALITY_ORDER.includes(p.quality))
+    .sort((a, b) => rank(a) - rank(b) || a.resolution.localeCompare(b.resolution))
+    .map((p) => ({
+      resolution: p.resolution,
+      quality: p.quality === '' ? null : (p.quality as AdminPriceRow['quality']),
+      mode: p.mode as AdminPriceRow['mode'],
+      unit_price: toCredits(p.unitPrice),
+    }));
+}
+
+export function toAdminCatalogModel(row: CatalogModelWithPrices): AdminCatalogModel {
+  if (row.kind === 'image') {
+    const caps = row.capabilities as unknown as ImageCapabilities;
+    return {
+      id: row.id,
+      kind: 'image',
+      display_name: row.displayName,
+      enabled: row.enabled,
+      image: toAdminImageCapabilities(caps),
+      video: null,
+      pricing: toAdminPricing(row.prices, caps.resolutions),
+    };
+  }
+  const caps = row.capabilities as unknown as VideoCapabilities;
+  return {
+    id: row.id,
+    kind: 'video',
+    display_name: row.displayName,
+    enabled: row.enabled,
+    image: null,
+    video: toAdminVideoCapabilities(caps),
+    pricing: toAdminPricing(row.prices, caps.resolutions),
+  };
+}
+
+export const CAPABILITY_NAMES: readonly AdminCapabilityName[] = ['image_generation', 'image_edit', 'video_generation'];
+
+export function toAdminCapabilitySwitch(row: CapabilitySwitchRow): AdminCapabilitySwitch {
+  return { name: row.name as AdminCapabilityName, enabled: row.enabled, updated_at: iso(row.updatedAt) };
+}

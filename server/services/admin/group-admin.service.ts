@@ -1,0 +1,147 @@
+/** Admin rules for backend groups and their members (upstream provider accounts). */
+import type { components } from '../../../generated/api.d.ts';
+import { ApiError, badRequest, conflict } from '../../errors.ts';
+import type { CatalogRepository } from '../../repositories/catalog.repository.ts';
+import type { GroupRepository, MemberValues } from '../../repositories/group.repository.ts';
+import { newId } from '../ids.ts';
+import { encryptSecret } from '../secret-box.ts';
+import { toAdminGroup, toAdminGroupMember, type AdminGroup, type AdminGroupMember } from './admin-mappers.ts';
+import { decodeNameCursor, encodeNameCursor, pageSize, splitPage } from './cursor.ts';
+
+type Schemas = components['schemas'];
+export type GroupCreateInput = Schemas['AdminGroupCreate'];
+export type GroupUpdateInput = Schemas['AdminGroupUpdate'];
+type MemberDefaults = 'enabled' | 'priority' | 'weight';
+export type MemberCreateInput = Omit<Schemas['AdminGroupMemberCreate'], MemberDefaults> & Partial<Pick<Schemas['AdminGroupMemberCreate'], MemberDefaults>>;
+export type MemberUpdateInput = Schemas['AdminGroupMemberUpdate'];
+type Credentials = Schemas['AdminMemberCredentials'];
+
+export const groupNotFound = (param: string | null = null) => new ApiError(404, 'group_not_found', 'No backend group has this id.', param);
+const memberNotFound = () => new ApiError(404, 'member_not_found', 'This group has no member with this id.');
+const LOCAL = 'local';
+
+export class GroupAdminService {
+  constructor(
+    private readonly groups: GroupRepository,
+    private readonly catalog: CatalogRepository,
+    private readonly secretKey: Buffer,
+  ) {}
+
+  async create(input: GroupCreateInput): Promise<AdminGroup> {
+    const row = await this.groups.insert({ id: newId('grp'), name: input.name, description: input.description ?? null });
+    if (!row) throw conflict('conflict', `A group named '${input.name}' already exists.`, {}, 'name');
+    return toAdminGroup(row);
+  }
+
+  async list(opts: { limit?: number; cursor?: string }): Promise<Schemas['AdminGroupList']> {
+    const limit = pageSize(opts.limit);
+    const afterName = opts.cursor === undefined ? undefined : decodeNameCursor(opts.cursor);
+    const rows = await this.groups.list({ limit: limit + 1, afterName });
+    const { page, last } = splitPage(rows, limit);
+    return { data: page.map(toAdminGroup), next_cursor: last ? encodeNameCursor(last.name) : null };
+  }
+
+  async get(id: string): Promise<AdminGroup> {
+    const row = await this.groups.findById(id);
+    if (!row) throw groupNotFound();
+    return toAdminGroup(row);
+  }
+
+  /** Looks a group up by id, or else by its unique name (CLI convenience). */
+  async resolve(idOrName: string): Promise<AdminGroup> {
+    const row = (await this.groups.findById(idOrName)) ?? (await this.groups.findByName(idOrName));
+    if (!row) throw new ApiError(404, 'group_not_found', `No backend group has the id or name '${idOrName}'.`);
+    return toAdminGroup(row);
+  }
+
+  async update(id: string, input: GroupUpdateInput): Promise<AdminGroup> {
+    if (input.name === undefined && input.description === undefined) throw badRequest('invalid_request', 'Send at least one of name and description.');
+    if (input.name !== undefined) {
+      const holder = await this.groups.findByName(input.name);
+      if (holder && holder.id !== id) throw conflict('conflict', `A group named '${input.name}' already exists.`, {}, 'name');
+    }
+    const row = await this.groups.update(id, { name: input.name, description: input.description });
+    if (!row) throw groupNotFound();
+    return toAdminGroup(row);
+  }
+
+  async listMembers(groupId: string): Promise<Schemas['AdminGroupMemberList']> {
+    await this.requireGroup(groupId);
+    return { data: (await this.groups.listMembers(groupId)).map(toAdminGroupMember) };
+  }
+
+  async createMember(groupId: string, input: MemberCreateInput): Promise<AdminGroupMember> {
+    await this.requireGroup(groupId);
+    const isLocal = input.provider === LOCAL;
+    if (isLocal) this.rejectForLocal(input);
+    else if (input.credentials === undefined) {
+      throw badRequest('invalid_request', `Provider '${input.provider}' needs 'credentials'.`, 'credentials');
+    }
+    await this.requireModels(input.models);
+    const values: MemberValues = {
+      name: input.name,
+      provider: input.provider,
+      baseUrl: input.base_url ?? null,
+      credentialsCiphertext: input.credentials === undefined ? null : this.encrypt(input.credentials),
+      enabled: input.enabled ?? true,
+      models: input.models,
+      priority: input.priority ?? 0,
+      weight: input.weight ?? 1,
+      concurrencyLimit: input.concurrency_limit ?? null,
+    };
+    const row = await this.groups.insertMember({ id: newId('mem'), groupId, ...values });
+    if (!row) throw conflict('conflict', `The group already has a member named '${input.name}'.`, {}, 'name');
+    return toAdminGroupMember(row);
+  }
+
+  async updateMember(groupId: string, memberId: string, input: MemberUpdateInput): Promise<AdminGroupMember> {
+    if (Object.values(input).every((v) => v === undefined)) throw badRequest('invalid_request', 'Send at least one member to change.');
+    // The contract has no `provider` here; the CLI or a caller skipping validation gets a clear 400.
+    if ('provider' in input) throw badRequest('invalid_request', 'The provider of a member cannot change; add a new member instead.', 'provider');
+    await this.requireGroup(groupId);
+    const member = await this.groups.findMember(groupId, memberId);
+    if (!member) throw memberNotFound();
+    if (member.provider === LOCAL) this.rejectForLocal(input);
+    if (input.models !== undefined) await this.requireModels(input.models);
+    if (input.name !== undefined) {
+      const holder = await this.groups.findMemberByName(groupId, input.name);
+      if (holder && holder.id !== memberId) throw conflict('conflict', `The group already has a member named '${input.name}'.`, {}, 'name');
+    }
+    const row = await this.groups.updateMember(groupId, memberId, {
+      name: input.name,
+      baseUrl: input.base_url,
+      credentialsCiphertext: input.credentials === undefined ? undefined : this.encrypt(input.credentials),
+      enabled: input.enabled,
+      models: input.models,
+      priority: input.priority,
+      weight: input.weight,
+      concurrencyLimit: input.concurrency_limit,
+    });
+    if (!row) throw memberNotFound();
+    return toAdminGroupMember(row);
+  }
+
+  private async requireGroup(groupId: string): Promise<void> {
+    if (!(await this.groups.findById(groupId))) throw groupNotFound();
+  }
+
+  private async requireModels(models: readonly string[]): Promise<void> {
+    const known = await this.catalog.existingModelIds(models);
+    const unknown = models.filter((id) => !known.has(id));
+    if (unknown.length > 0) {
+      throw new ApiError(404, 'model_not_found', `Unknown catalog model${unknown.length > 1 ? 's' : ''}: ${unknown.join(', ')}.`, 'models');
+    }
+  }
+
+  /** `local` renders on this machine: a base URL or credentials would be silently ignored, so refuse them. */
+  private rejectForLocal(input: { base_url?: string | null; credentials?: Credentials }): void {
+    if (input.base_url !== undefined && input.base_url !== null) {
+      throw badRequest('invalid_request', "The 'local' provider takes no 'base_url'.", 'base_url');
+    }
+    if (input.credentials !== undefined) throw badRequest('invalid_request', "The 'local' provider takes no 'credentials'.", 'credentials');
+  }
+
+  private encrypt(credentials: Credentials): Buffer {
+    return encryptSecret(this.secretKey, JSON.stringify(credentials));
+  }
+}
