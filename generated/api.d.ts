@@ -1437,13 +1437,13 @@ export interface components {
              * @description `auto` (default), `low`, `medium` or `high`. `auto` is accepted by every model (the upstream decides); `low`, `medium` and `high` only by models that declare quality support, any other model answers `400 quality_not_supported`.
              * @default auto
              */
-            quality: components["schemas"]["ImageQuality"];
+            quality?: components["schemas"]["ImageQuality"];
             /**
              * @description Delivery of each image: `b64_json` (default, base64 in `data[].b64_json`) or `url` (a signed, expiring URL served by Mediagate in `data[].url`).
              * @default b64_json
              * @enum {string}
              */
-            response_format: "url" | "b64_json";
+            response_format?: "url" | "b64_json";
             /** @description File format `png`, `jpeg` or `webp`. Unset means the upstream decides. Supported formats vary by model. */
             output_format?: components["schemas"]["ImageOutputFormat"];
             /** @description Compression 0 (none) to 100 (maximum). Only with `output_format` `jpeg` or `webp`, otherwise `400 output_compression_requires_jpeg_or_webp`. Unset means the upstream decides; exact results vary by provider. */
@@ -1454,17 +1454,17 @@ export interface components {
              * @description When `true` (or when the request sends `Accept: text/event-stream`), the response is a `text/event-stream` of image events instead of JSON.
              * @default false
              */
-            stream: boolean;
+            stream?: boolean;
             /**
              * @description Number of images (OpenAI-compatible). Each image is priced and held separately.
              * @default 1
              */
-            n: number;
+            n?: number;
             /**
              * @description Streaming only (OpenAI-compatible): number of partial images streamed per image before its completed event; `0` sends only the completed events. Ignored without streaming.
              * @default 0
              */
-            partial_images: number;
+            partial_images?: number;
             size?: components["schemas"]["ImageSize"];
             /** @description End-user identifier (OpenAI-compatible). Accepted and ignored. */
             user?: string;
@@ -1829,13 +1829,13 @@ export interface components {
              * @description `auto` (default), `low`, `medium` or `high`. `auto` is accepted by every model (the upstream decides); `low`, `medium` and `high` only by models that declare quality support, any other model answers `400 quality_not_supported`.
              * @default auto
              */
-            quality: components["schemas"]["ImageQuality"];
+            quality?: components["schemas"]["ImageQuality"];
             /**
              * @description Delivery of each image: `b64_json` (default, base64 in `data[].b64_json`) or `url` (a signed, expiring URL served by Mediagate in `data[].url`).
              * @default b64_json
              * @enum {string}
              */
-            response_format: "url" | "b64_json";
+            response_format?: "url" | "b64_json";
             /** @description File format `png`, `jpeg` or `webp`. Unset means the upstream decides. Supported formats vary by model. */
             output_format?: components["schemas"]["ImageOutputFormat"];
             /** @description Compression 0 (none) to 100 (maximum). Only with `output_format` `jpeg` or `webp`, otherwise `400 output_compression_requires_jpeg_or_webp`. Unset means the upstream decides; exact results vary by provider. */
@@ -1846,17 +1846,17 @@ export interface components {
              * @description When `true` (or when the request sends `Accept: text/event-stream`), the response is a `text/event-stream` of image events instead of JSON.
              * @default false
              */
-            stream: boolean;
+            stream?: boolean;
             /**
              * @description Number of images (OpenAI-compatible). Each image is priced and held separately.
              * @default 1
              */
-            n: number;
+            n?: number;
             /**
              * @description Streaming only (OpenAI-compatible): number of partial images streamed per image before its completed event; `0` sends only the completed events. Ignored without streaming.
              * @default 0
              */
-            partial_images: number;
+            partial_images?: number;
             size?: components["schemas"]["ImageSize"];
             /** @description End-user identifier (OpenAI-compatible). Accepted and ignored. */
             user?: string;
@@ -1904,13 +1904,13 @@ export interface components {
              * @description `auto` (default), `low`, `medium` or `high`. `auto` is accepted by every model (the upstream decides); `low`, `medium` and `high` only by models that declare quality support, any other model answers `400 quality_not_supported`.
              * @default auto
              */
-            quality: components["schemas"]["ImageQuality"];
+            quality?: components["schemas"]["ImageQuality"];
             /**
              * @description Delivery of each image: `b64_json` (default, base64 in `data[].b64_json`) or `url` (a signed, expiring URL served by Mediagate in `data[].url`).
              * @default b64_json
              * @enum {string}
              */
-            response_format: "url" | "b64_json";
+            response_format?: "url" | "b64_json";
             /** @description File format `png`, `jpeg` or `webp`. Unset means the upstream decides. Supported formats vary by model. */
             output_format?: components["schemas"]["ImageOutputFormat"];
             /** @description Compression 0 (none) to 100 (maximum). Only with `output_format` `jpeg` or `webp`, otherwise `400 output_compression_requires_jpeg_or_webp`. Unset means the upstream decides; exact results vary by provider. */
@@ -1921,17 +1921,17 @@ export interface components {
              * @description When `true` (or when the request sends `Accept: text/event-stream`), the response is a `text/event-stream` of image events instead of JSON.
              * @default false
              */
-            stream: boolean;
+            stream?: boolean;
             /**
              * @description Number of images (OpenAI-compatible). Each image is priced and held separately.
              * @default 1
              */
-            n: number;
+            n?: number;
             /**
              * @description Streaming only (OpenAI-compatible): number of partial images streamed per image before its completed event; `0` sends only the completed events. Ignored without streaming.
              * @default 0
              */
-            partial_images: number;
+            partial_images?: number;
             size?: components["schemas"]["ImageSize"];
             /** @description End-user identifier (OpenAI-compatible). Accepted and ignored. */
             user?: string;
@@ -2433,7 +2433,7 @@ export interface components {
             /** @description Starting balance, recorded in the ledger as a grant. Omitted or `0` records nothing. */
             initial_credits?: components["schemas"]["AdminCredits"];
             /** @default active */
-            status: components["schemas"]["AdminAccountStatus"];
+            status?: components["schemas"]["AdminAccountStatus"];
         };
         /**
          * AdminAccountUpdate
@@ -2783,18 +2783,18 @@ export interface components {
             base_url?: string | null;
             credentials?: components["schemas"]["AdminMemberCredentials"];
             /** @default true */
-            enabled: boolean;
+            enabled?: boolean;
             models: components["schemas"]["AdminMemberModels"];
             /**
              * @description Higher is tried first.
              * @default 0
              */
-            priority: number;
+            priority?: number;
             /**
              * @description Relative share among enabled members of equal priority.
              * @default 1
              */
-            weight: number;
+            weight?: number;
             /** @description Maximum jobs running at once on this member; omitted or `null` is unlimited. */
             concurrency_limit?: number | null;
         };
@@ -3069,7 +3069,7 @@ export interface components {
             kind: components["schemas"]["AdminModelKind"];
             display_name: string;
             /** @default true */
-            enabled: boolean;
+            enabled?: boolean;
             image?: components["schemas"]["AdminImageModelCapabilities"] | null;
             video?: components["schemas"]["AdminVideoModelCapabilities"] | null;
             pricing: components["schemas"]["AdminPricing"];

@@ -87,6 +87,19 @@ export interface CreditHolds {
   taskId: string;
 }
 
+export interface Files {
+  accountId: string;
+  bytes: number;
+  contentType: string;
+  createdAt: Generated<Timestamp>;
+  height: number | null;
+  id: string;
+  purpose: string;
+  storageKey: string;
+  taskId: string | null;
+  width: number | null;
+}
+
 export interface GroupMembers {
   baseUrl: string | null;
   concurrencyLimit: number | null;
@@ -124,6 +137,46 @@ export interface ModelPrices {
   updatedAt: Generated<Timestamp>;
 }
 
+export interface VideoTasks {
+  accountId: string;
+  actualCredits: Generated<number>;
+  apiKeyId: string;
+  aspectRatio: string;
+  attempt: Generated<number>;
+  billingKind: Generated<string>;
+  billingMode: string | null;
+  callbackUrl: string | null;
+  clientRequestId: string;
+  completedAt: Timestamp | null;
+  createdAt: Generated<Timestamp>;
+  deadlineAt: Timestamp;
+  durationSeconds: number;
+  errorCode: string | null;
+  errorMessage: string | null;
+  generateAudio: boolean;
+  groupId: string;
+  id: string;
+  inputFileIds: Generated<string[]>;
+  inputMode: string;
+  leaseExpiresAt: Timestamp | null;
+  leaseOwner: string | null;
+  memberId: string | null;
+  model: string;
+  negativePrompt: string | null;
+  outputFileId: string | null;
+  prompt: string;
+  quotedCredits: number | null;
+  referenceAudios: Generated<string[]>;
+  referenceVideos: Generated<string[]>;
+  resolution: string;
+  runAfter: Generated<Timestamp>;
+  startedAt: Timestamp | null;
+  status: Generated<string>;
+  unitPrice: number | null;
+  updatedAt: Generated<Timestamp>;
+  upstreamJobId: string | null;
+}
+
 export interface DB {
   accounts: Accounts;
   apiKeys: ApiKeys;
@@ -131,7 +184,9 @@ export interface DB {
   capabilitySwitches: CapabilitySwitches;
   catalogModels: CatalogModels;
   creditHolds: CreditHolds;
+  files: Files;
   groupMembers: GroupMembers;
   ledgerEntries: LedgerEntries;
   modelPrices: ModelPrices;
+  videoTasks: VideoTasks;
 }

@@ -47,7 +47,7 @@ function bundleOpenApi(): string {
 }
 
 async function apiTypes(bundled: string): Promise<string> {
-  const ast = await openapiTS(JSON.parse(bundled), { alphabetize: false });
+  const ast = await openapiTS(JSON.parse(bundled), { alphabetize: false, defaultNonNullable: false });
   return TS_BANNER + astToString(ast);
 }
 

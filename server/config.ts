@@ -32,6 +32,12 @@ export interface Config {
   /** Seed demo data into an empty database. */
   demoData: boolean;
   role: Role;
+  /** Where the filesystem media store keeps files (shared storage when running several instances). */
+  mediaDir: string;
+  taskLeaseMs: number;
+  taskPollMs: number;
+  taskMaxLifetimeSeconds: number;
+  workerConcurrency: number;
   /** Express `trust proxy` setting: true behind one reverse proxy that sets X-Forwarded-For. */
   trustProxy: boolean;
 }
@@ -110,5 +116,10 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     demoData: bool(env, 'DEMO_DATA', true),
     role: role as Role,
     trustProxy: bool(env, 'TRUST_PROXY', false),
+    mediaDir: resolve(nonEmpty(env, 'MEDIA_DIR') ?? resolve(nonEmpty(env, 'MEDIAGATE_DATA_DIR') ?? '.mediagate', 'media')),
+    taskLeaseMs: int(env, 'TASK_LEASE_MS', 30_000, 500, 3_600_000),
+    taskPollMs: int(env, 'TASK_POLL_MS', 500, 10, 60_000),
+    taskMaxLifetimeSeconds: int(env, 'TASK_MAX_LIFETIME_SECONDS', 3600, 1, 7 * 86_400),
+    workerConcurrency: int(env, 'WORKER_CONCURRENCY', 2, 0, 256),
   };
 }

@@ -9,15 +9,33 @@ import type { Logger } from './logger.ts';
 import type { Metrics } from './metrics.ts';
 import { ApiKeyRepository } from './repositories/api-key.repository.ts';
 import { CreditRepository } from './repositories/credit.repository.ts';
+import { FileRepository } from './repositories/file.repository.ts';
+import { LedgerRepository } from './repositories/ledger.repository.ts';
 import { ModelRepository } from './repositories/model.repository.ts';
+import { VideoTaskRepository } from './repositories/video-task.repository.ts';
 import { AuthService } from './services/auth.service.ts';
 import { CreditService } from './services/credit.service.ts';
+import { FileService } from './services/file.service.ts';
 import { ModelService } from './services/model.service.ts';
+import { QuoteTokens } from './services/quote-token.ts';
+import { deriveKey } from './services/signing.ts';
+import { VideoService } from './services/video/video.service.ts';
+import { FilesystemMediaStore } from './storage/media-store.ts';
 
 export interface Services {
   auth: AuthService;
   models: ModelService;
   credits: CreditService;
+  files: FileService;
+  videos: VideoService;
+}
+
+/** Repositories shared by services and workers. */
+export interface Repositories {
+  models: ModelRepository;
+  ledger: LedgerRepository;
+  videoTasks: VideoTaskRepository;
+  files: FileRepository;
 }
 
 export interface AppContext {
@@ -26,18 +44,45 @@ export interface AppContext {
   log: Logger;
   metrics: Metrics;
   secretKey: Buffer;
+  repositories: Repositories;
   services: Services;
+  /** Set by main.ts when this process runs workers: wakes the task engine. */
+  wakeWorkers: () => void;
 }
 
-export function createServices(deps: { config: Config; db: Kysely<DB>; log: Logger; secretKey: Buffer }): Services {
-  const { config, db, log } = deps;
+export function createRepositories(db: Kysely<DB>): Repositories {
+  return { models: new ModelRepository(db), ledger: new LedgerRepository(db), videoTasks: new VideoTaskRepository(db), files: new FileRepository(db) };
+}
+
+export function createServices(
+  deps: { config: Config; db: Kysely<DB>; log: Logger; secretKey: Buffer },
+  repositories: Repositories,
+  wake: () => void,
+): Services {
+  const { config, db, log, secretKey } = deps;
+  const files = new FileService(repositories.files, new FilesystemMediaStore(config.mediaDir), deriveKey(secretKey, 'file-url'), config.publicBaseUrl, config.fileUrlTtlSeconds);
   return {
     auth: new AuthService(new ApiKeyRepository(db), log, config.keyCacheTtlMs),
-    models: new ModelService(new ModelRepository(db)),
+    models: new ModelService(repositories.models),
     credits: new CreditService(new CreditRepository(db)),
+    files,
+    videos: new VideoService({
+      tasks: repositories.videoTasks,
+      models: repositories.models,
+      ledger: repositories.ledger,
+      files,
+      quotes: new QuoteTokens(deriveKey(secretKey, 'quote-token'), config.quoteTtlSeconds),
+      log,
+      options: { maxMediaInputCount: config.maxMediaInputCount, maxMediaInputBytes: config.maxMediaInputBytes, maxLifetimeSeconds: config.taskMaxLifetimeSeconds },
+      onCreated: wake,
+    }),
   };
 }
 
 export function createContext(deps: { config: Config; db: Kysely<DB>; log: Logger; metrics: Metrics; secretKey: Buffer }): AppContext {
-  return { ...deps, services: createServices(deps) };
+  const repositories = createRepositories(deps.db);
+  const ctx: AppContext = { ...deps, repositories, services: undefined as unknown as Services, wakeWorkers: () => undefined };
+  // Late-bound so that main.ts can install the engine's wake-up after the context exists.
+  ctx.services = createServices(deps, repositories, () => ctx.wakeWorkers());
+  return ctx;
 }

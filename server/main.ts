@@ -15,6 +15,7 @@ import { createHandlers } from './http/handlers.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { createMetrics } from './metrics.ts';
 import { loadSecretKey } from './services/secret-box.ts';
+import { createVideoTaskEngine } from './workers/index.ts';
 
 export interface RunningServer {
   ctx: AppContext;
@@ -62,6 +63,12 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       url = `http://${config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host}:${port}`;
     }
 
+    const engine = config.role !== 'api' ? createVideoTaskEngine(ctx) : undefined;
+    if (engine) {
+      ctx.wakeWorkers = () => engine.wake();
+      engine.start();
+    }
+
     const stop = async () => {
       if (server) {
         const closed = new Promise<void>((resolve) => server!.close(() => resolve()));
@@ -71,6 +78,8 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
         await closed;
         clearTimeout(timer);
       }
+      // Running tasks stop here and resume on any instance once their lease expires.
+      await engine?.stop();
       await db.destroy();
       if (stopEmbedded) await stopEmbedded();
     };

@@ -3,7 +3,9 @@ import type { AppContext } from '../context.ts';
 import { ApiError } from '../errors.ts';
 import { creditsHandlers } from './credits.handlers.ts';
 import { modelsHandlers } from './models.handlers.ts';
+import { filesHandlers } from './files.handlers.ts';
 import { operationsHandlers } from './operations.handlers.ts';
+import { videosHandlers } from './videos.handlers.ts';
 import type { HandlerMap, OperationHandler, OperationId } from './types.ts';
 
 /** Operations whose issue has not landed yet; listed in README.md under "Not yet available". */
@@ -21,12 +23,8 @@ export function createHandlers(ctx: AppContext): HandlerMap {
     createImage: notImplemented(),
     editImage: notImplemented(),
     getImageTask: notImplemented(),
-    getVideoCapabilities: notImplemented(),
-    createVideo: notImplemented(),
-    createVideoApiV1: notImplemented(),
-    createVideoLegacyPath: notImplemented(),
-    getVideo: notImplemented(),
-    getFile: notImplemented(),
+    ...videosHandlers(ctx),
+    ...filesHandlers(ctx),
     ...Object.fromEntries(
       ['createAccount', 'listAccounts', 'getAccount', 'updateAccount', 'adjustAccountCredits', 'createApiKey', 'listApiKeys', 'getApiKey', 'updateApiKey',
        'createGroup', 'listGroups', 'getGroup', 'updateGroup', 'createGroupMember', 'listGroupMembers', 'updateGroupMember', 'listCatalogModels',

@@ -74,9 +74,13 @@ export class CatalogRepository {
 
   updateModel(id: string, patch: { displayName?: string; enabled?: boolean; capabilities?: unknown }): Promise<CatalogModelRow | undefined> {
     const { capabilities, ...rest } = patch;
+    const values = Object.fromEntries(Object.entries(rest).filter(([, v]) => v !== undefined));
+    if (capabilities !== undefined) values.capabilities = JSON.stringify(capabilities);
+    // Nothing to set (e.g. only the prices change): an empty SET is a syntax error.
+    if (Object.keys(values).length === 0) return this.findModel(id);
     return this.db
       .updateTable('catalogModels')
-      .set({ ...rest, ...(capabilities === undefined ? {} : { capabilities: JSON.stringify(capabilities) }) })
+      .set(values)
       .where('id', '=', id)
       .returning(MODEL_COLUMNS)
       .executeTakeFirst();

@@ -1,11 +1,21 @@
 /** Catalog reads for the public API: which models a key's group can reach. */
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
+import type { BillingMode, VideoCapabilities } from '../catalog/capabilities.ts';
 
 export interface VisibleModelRow {
   id: string;
   kind: string;
   createdAt: Date;
+}
+
+export interface VideoCatalogRow {
+  id: string;
+  displayName: string;
+  capabilities: VideoCapabilities;
+  /** Some enabled member of the group can run it (configuration only). */
+  reachable: boolean;
+  prices: { resolution: string; mode: BillingMode; unitPrice: number }[];
 }
 
 export class ModelRepository {
@@ -41,5 +51,36 @@ export class ModelRepository {
       );
     if (kind) query = query.where('m.kind', '=', kind);
     return query.orderBy('m.kind').orderBy('m.id').execute();
+  }
+
+  /**
+   * Video models of the catalog listed by any member of the group (enabled or not), with whether an
+   * enabled member can run them and their price rows; one query. `modelId` narrows it to one model.
+   */
+  async listVideoCatalog(groupId: string, modelId?: string): Promise<VideoCatalogRow[]> {
+    const result = await sql<VideoCatalogRow>`
+      select m.id, m.display_name as "displayName", m.capabilities,
+             bool_or(g.enabled and (g.provider = 'local' or g.credentials_ciphertext is not null)) as reachable,
+             coalesce((select json_agg(json_build_object('resolution', p.resolution, 'mode', p.mode, 'unitPrice', p.unit_price) order by p.resolution)
+                       from model_prices p where p.model_id = m.id and p.quality = ''), '[]'::json) as prices
+      from catalog_models m
+      join group_members g on g.group_id = ${groupId} and m.id = any(g.models)
+      where m.kind = 'video' and m.enabled
+        and exists (select 1 from capability_switches s where s.name = 'video_generation' and s.enabled)
+        ${modelId === undefined ? sql`` : sql`and m.id = ${modelId}`}
+      group by m.id
+      order by m.id`.execute(this.db);
+    return result.rows;
+  }
+
+  /** Every video model id in the catalog (to recognise composite ids). */
+  async videoModelIds(): Promise<string[]> {
+    const rows = await this.db.selectFrom('catalogModels').select('id').where('kind', '=', 'video').execute();
+    return rows.map((r) => r.id);
+  }
+
+  async isSwitchedOn(name: 'image_generation' | 'image_edit' | 'video_generation'): Promise<boolean> {
+    const row = await this.db.selectFrom('capabilitySwitches').select('enabled').where('name', '=', name).executeTakeFirst();
+    return row?.enabled ?? false;
   }
 }

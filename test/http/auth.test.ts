@@ -105,7 +105,7 @@ describe('request ids, unknown routes and methods', () => {
     const c = await createCustomer(server.db);
     const res = await fetch(`${server.directUrl}/v1/credits`, { method: 'DELETE', headers: { Authorization: `Bearer ${c.key}` } });
     expect(res.status).toBe(405);
-    expect((await res.json()).error.code).toBe('method_not_allowed');
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('method_not_allowed');
   });
 
   it('answers 400 invalid_json for a malformed body and 415 for an unsupported content type', async () => {
@@ -116,14 +116,14 @@ describe('request ids, unknown routes and methods', () => {
       body: '{"prompt": ',
     });
     expect(bad.status).toBe(400);
-    expect((await bad.json()).error.code).toBe('invalid_json');
+    expect(((await bad.json()) as { error: { code: string } }).error.code).toBe('invalid_json');
     const text = await fetch(`${server.directUrl}/v1/videos/generations`, {
       method: 'POST',
       headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'text/plain' },
       body: 'hello',
     });
     expect(text.status).toBe(415);
-    expect((await text.json()).error.code).toBe('unsupported_media_type');
+    expect(((await text.json()) as { error: { code: string } }).error.code).toBe('unsupported_media_type');
   });
 });
 

@@ -21,6 +21,7 @@ import { createContext, type AppContext } from '../../server/context.ts';
 import { createHandlers } from '../../server/http/handlers.ts';
 import { createLogger } from '../../server/logger.ts';
 import { createMetrics } from '../../server/metrics.ts';
+import { createVideoTaskEngine } from '../../server/workers/index.ts';
 import { createTestDatabase } from '../setup/test-database.ts';
 
 export const ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
@@ -107,6 +108,8 @@ async function laneFetch(input: Request): Promise<Response> {
 
 export interface StartOptions {
   env?: Record<string, string>;
+  /** Run the video task engine in this process. */
+  workers?: boolean;
 }
 
 export async function startTestServer(options: StartOptions = {}): Promise<TestServer> {
@@ -121,6 +124,7 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
       LOG_LEVEL: 'info',
       DEMO_DATA: '0',
       MEDIAGATE_DATA_DIR: `${root}.test-data/${randomBytes(6).toString('hex')}`,
+      TASK_POLL_MS: '50',
       ...options.env,
     },
     [],
@@ -140,6 +144,11 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
     metrics: createMetrics({ defaultMetrics: false }),
     secretKey: Buffer.from(config.secretKey!, 'hex'),
   });
+  const engine = options.workers ? createVideoTaskEngine(ctx) : undefined;
+  if (engine) {
+    ctx.wakeWorkers = () => engine.wake();
+    engine.start();
+  }
   const app = createApp(ctx, createHandlers(ctx), { validateResponses: true });
   const server: Server = createServer(app);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -161,6 +170,7 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
     direct: (apiKey) => make(directUrl, apiKey === undefined ? undefined : `Bearer ${apiKey}`),
     admin: (token = ADMIN_TOKEN) => make(baseUrl, `Bearer ${token}`),
     close: async () => {
+      await engine?.stop();
       await prism?.stop();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));

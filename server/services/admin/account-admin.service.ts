@@ -27,7 +27,7 @@ export function microCredits(credits: number, param: string): number {
 export class AccountAdminService {
   constructor(
     private readonly accounts: AccountRepository,
-    private readonly auth: AuthService,
+    private readonly auth: Pick<AuthService, 'invalidate'>,
   ) {}
 
   async create(input: AccountCreateInput): Promise<AdminAccount> {

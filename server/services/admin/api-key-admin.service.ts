@@ -33,7 +33,7 @@ export class ApiKeyAdminService {
     private readonly keys: ApiKeyAdminRepository,
     private readonly accounts: AccountRepository,
     private readonly groups: GroupRepository,
-    private readonly auth: AuthService,
+    private readonly auth: Pick<AuthService, 'invalidate'>,
   ) {}
 
   /** Issues a key. The result is the only place the full key ever appears. */

@@ -24,7 +24,7 @@ export class GroupAdminService {
   constructor(
     private readonly groups: GroupRepository,
     private readonly catalog: CatalogRepository,
-    private readonly secretKey: Buffer,
+    private readonly secretKey: () => Buffer,
   ) {}
 
   async create(input: GroupCreateInput): Promise<AdminGroup> {
@@ -142,6 +142,6 @@ export class GroupAdminService {
   }
 
   private encrypt(credentials: Credentials): Buffer {
-    return encryptSecret(this.secretKey, JSON.stringify(credentials));
+    return encryptSecret(this.secretKey(), JSON.stringify(credentials));
   }
 }

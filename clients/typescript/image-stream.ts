@@ -1,0 +1,152 @@
+import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import type { MediagateApi } from './api.ts';
+import { MediagateError } from './mediagate-error.ts';
+import type {
+  ImageEditStreamEvent,
+  ImageEditStreamRequest,
+  ImageGenerationStreamEvent,
+  ImageStreamRequest,
+} from './types.ts';
+
+/** Options of the streaming helpers. */
+export interface ImageStreamOptions {
+  /** Aborts the request or the running stream; the iterator then throws the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/** What the openapi-fetch call of a streaming helper resolves to (`parseAs: 'stream'`). */
+interface OpenedStream {
+  data?: ReadableStream<Uint8Array> | null;
+  error?: unknown;
+  response: Response;
+}
+
+/**
+ * Streams `POST /v1/images/generations` (`stream: true`). Yields the partial and completed events
+ * in arrival order; throws `MediagateError` on a non-2xx answer and on an `event: error` frame.
+ * Leaving the loop early (`break`, `return`, a throw) cancels the response body, so the server
+ * stops the work and releases the credits of the images not delivered.
+ */
+export function streamImage(
+  api: MediagateApi,
+  body: ImageStreamRequest,
+  options: ImageStreamOptions = {},
+): AsyncGenerator<ImageGenerationStreamEvent, void, undefined> {
+  const open = (): Promise<OpenedStream> =>
+    api.POST('/v1/images/generations', {
+      body: { ...body, stream: true },
+      headers: { Accept: 'text/event-stream' },
+      parseAs: 'stream',
+      signal: options.signal,
+    });
+  return readImageStream(open, isGenerationEvent);
+}
+
+/**
+ * Streams `POST /v1/images/edits` with a JSON body (`stream: true`); same behaviour as
+ * `streamImage`, with `image_edit.*` events. Multipart uploads are not streamed by this helper.
+ */
+export function streamImageEdit(
+  api: MediagateApi,
+  body: ImageEditStreamRequest,
+  options: ImageStreamOptions = {},
+): AsyncGenerator<ImageEditStreamEvent, void, undefined> {
+  const open = (): Promise<OpenedStream> =>
+    api.POST('/v1/images/edits', {
+      body: { ...body, stream: true },
+      headers: { Accept: 'text/event-stream' },
+      parseAs: 'stream',
+      signal: options.signal,
+    });
+  return readImageStream(open, isEditEvent);
+}
+
+function isGenerationEvent(payload: { type: string }): payload is ImageGenerationStreamEvent {
+  return payload.type === 'image_generation.partial_image' || payload.type === 'image_generation.completed';
+}
+
+function isEditEvent(payload: { type: string }): payload is ImageEditStreamEvent {
+  return payload.type === 'image_edit.partial_image' || payload.type === 'image_edit.completed';
+}
+
+async function* readImageStream<E>(
+  open: () => Promise<OpenedStream>,
+  accepts: (payload: { type: string }) => payload is { type: string } & E,
+): AsyncGenerator<E, void, undefined> {
+  const { data: stream, error, response } = await open();
+  if (!response.ok) throw MediagateError.fromResponse(response, error);
+  const contentType = response.headers.get('Content-Type') ?? '';
+  if (!stream || !contentType.startsWith('text/event-stream')) {
+    await stream?.cancel();
+    throw protocolError(response, `Expected a text/event-stream response, got '${contentType || 'no body'}'`, null);
+  }
+
+  const frames: EventSourceMessage[] = [];
+  const parser = createParser({ onEvent: (frame) => frames.push(frame) });
+  const decoder = new TextDecoder();
+  const reader = stream.getReader();
+  let finished = false;
+  try {
+    for (;;) {
+      let frame: EventSourceMessage | undefined;
+      while ((frame = frames.shift()) !== undefined) {
+        const event = readFrame(response, frame, accepts);
+        if (event !== undefined) yield event;
+      }
+      if (finished) return;
+      const chunk = await reader.read();
+      if (chunk.done) {
+        finished = true;
+        // Flush a multi-byte character split at the very end; an unterminated last frame is
+        // dropped, as the SSE rules require.
+        parser.feed(decoder.decode());
+      } else {
+        parser.feed(decoder.decode(chunk.value, { stream: true }));
+      }
+    }
+  } finally {
+    // Runs on break/return/throw too: cancelling closes the connection, which the server
+    // treats as a client disconnect.
+    if (!finished) await reader.cancel().catch(() => undefined);
+    reader.releaseLock();
+  }
+}
+
+function readFrame<E>(
+  response: Response,
+  frame: EventSourceMessage,
+  accepts: (payload: { type: string }) => payload is { type: string } & E,
+): E | undefined {
+  let payload: unknown;
+  try {
+    payload = JSON.parse(frame.data);
+  } catch {
+    throw protocolError(response, `Malformed image stream frame (event '${frame.event ?? ''}')`, frame.data);
+  }
+  const type = isTyped(payload) ? payload.type : undefined;
+  if (frame.event === 'error' || type === 'error') throw MediagateError.fromStreamFrame(response, payload);
+  if (!isTyped(payload)) throw protocolError(response, 'Image stream frame without a type', frame.data);
+  // Event types newer than this client are skipped rather than surfaced untyped.
+  return accepts(payload) ? payload : undefined;
+}
+
+function isTyped(payload: unknown): payload is { type: string } {
+  return (
+    typeof payload === 'object' &&
+    payload !== null &&
+    'type' in payload &&
+    typeof (payload as { type: unknown }).type === 'string'
+  );
+}
+
+function protocolError(response: Response, message: string, body: unknown): MediagateError {
+  return new MediagateError({
+    status: response.status,
+    message,
+    code: null,
+    param: null,
+    type: null,
+    requestId: response.headers.get('X-Request-Id'),
+    body,
+  });
+}

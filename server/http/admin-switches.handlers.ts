@@ -1,0 +1,17 @@
+/** Admin API: capability switches. */
+import type { AppContext } from '../context.ts';
+import { createAdminServices } from '../services/admin/index.ts';
+import { sendJson, type HandlerMap } from './types.ts';
+
+export function adminSwitchesHandlers(ctx: AppContext): Pick<HandlerMap, 'listCapabilitySwitches' | 'setCapabilitySwitch'> {
+  // TODO(lead): use ctx.services.admin once context.ts builds it.
+  const { switches } = createAdminServices({ db: ctx.db, secretKey: ctx.secretKey, auth: ctx.services.auth });
+  return {
+    async listCapabilitySwitches(_req, res) {
+      sendJson(res, 'listCapabilitySwitches', 200, await switches.list());
+    },
+    async setCapabilitySwitch(req, res) {
+      sendJson(res, 'setCapabilitySwitch', 200, await switches.set(req.params.name, req.body.enabled));
+    },
+  };
+}

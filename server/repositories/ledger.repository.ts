@@ -1,0 +1,130 @@
+/**
+ * The credit hot path (design §5). A hold reserves credits on the key quota and the account balance
+ * with guarded conditional updates (key row first, then account row) and inserts the task row, all
+ * in ONE statement: atomic without BEGIN/COMMIT round trips, and about twice as fast on a hot key.
+ * Settlement (capture and/or release) happens exactly once per hold: the hold row's status guard
+ * and the unique (hold_id, kind) ledger index both enforce it.
+ */
+import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
+import type { DB } from '../../generated/db.d.ts';
+
+type Executor = Kysely<DB> | Transaction<DB>;
+
+export interface HoldRequest {
+  holdId: string;
+  accountId: string;
+  apiKeyId: string;
+  taskId: string;
+  /** Micro-credits, > 0. */
+  amount: number;
+}
+
+/** A task row to insert with the hold: table name and snake_case column -> value. */
+export interface TaskInsert {
+  table: 'video_tasks' | 'image_tasks';
+  row: Record<string, unknown>;
+}
+
+export type HoldOutcome = 'ok' | 'key_quota_exceeded' | 'insufficient_balance';
+
+/** SQLSTATE raised by mg_abort() (see the tasks migration). */
+const ABORT_SQLSTATE = 'MG001';
+
+function columnList(row: Record<string, unknown>): { columns: RawBuilder<unknown>; values: RawBuilder<unknown> } {
+  const names = Object.keys(row);
+  return {
+    columns: sql.join(names.map((n) => sql.ref(n))),
+    values: sql.join(names.map((n) => sql`${row[n]}`)),
+  };
+}
+
+export class LedgerRepository {
+  constructor(private readonly db: Kysely<DB>) {}
+
+  /**
+   * Places the hold and inserts the task in one statement. Returns which gate failed, if any; on
+   * failure nothing at all was written. A unique violation on the task (an idempotent retry racing
+   * this one) propagates as the pg error (23505) with nothing written.
+   */
+  async holdAndInsertTask(hold: HoldRequest, task: TaskInsert, db: Executor = this.db): Promise<HoldOutcome> {
+    const { columns, values } = columnList(task.row);
+    if (hold.amount === 0) {
+      // A free generation needs no reservation.
+      await sql`insert into ${sql.table(task.table)} (${columns}) values (${values})`.execute(db);
+      return 'ok';
+    }
+    try {
+      const result = await sql<{ outcome: HoldOutcome }>`
+        with k as (
+          update api_keys set credits_used = credits_used + ${hold.amount}
+          where id = ${hold.apiKeyId} and (credit_limit is null or credits_used + ${hold.amount} <= credit_limit)
+          returning id
+        ), a as (
+          update accounts set balance = balance - ${hold.amount}
+          where id = ${hold.accountId} and balance >= ${hold.amount} and exists (select 1 from k)
+          returning id
+        ), h as (
+          insert into credit_holds (id, account_id, api_key_id, task_id, amount)
+          select ${hold.holdId}, ${hold.accountId}, ${hold.apiKeyId}, ${hold.taskId}, ${hold.amount}
+          where exists (select 1 from a)
+          returning id
+        ), l as (
+          insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id)
+          select ${hold.accountId}, ${hold.apiKeyId}, h.id, 'hold', ${hold.amount}, ${hold.taskId} from h
+          returning id
+        ), t as (
+          insert into ${sql.table(task.table)} (${columns})
+          select ${values} where exists (select 1 from h)
+          returning id
+        )
+        select case
+          when not exists (select 1 from k) then 'key_quota_exceeded'
+          when not exists (select 1 from a) then mg_abort('insufficient_balance')
+          when not exists (select 1 from t) then mg_abort('task_not_inserted')
+          else 'ok'
+        end as outcome`.execute(db);
+      return result.rows[0]!.outcome;
+    } catch (err) {
+      if ((err as { code?: string }).code === ABORT_SQLSTATE && (err as Error).message === 'insufficient_balance') return 'insufficient_balance';
+      throw err;
+    }
+  }
+
+  /**
+   * Settles a hold exactly once: captures `capture` micro-credits (0 releases everything) and gives
+   * the rest back to the balance and the key quota. Returns false when the hold was already settled
+   * (or does not exist), in which case nothing changed.
+   */
+  async settle(holdId: string, capture: number, db: Executor = this.db): Promise<boolean> {
+    const result = await sql<{ settled: boolean }>`
+      with h as (
+        update credit_holds
+        set status = case when ${capture}::bigint > 0 then 'captured' else 'released' end,
+            captured = ${capture}, settled_at = now()
+        where id = ${holdId} and status = 'held' and ${capture}::bigint between 0 and amount
+        returning id, account_id, api_key_id, task_id, amount, captured
+      ), a as (
+        update accounts set balance = balance + (h.amount - h.captured), total_spent = total_spent + h.captured
+        from h where accounts.id = h.account_id
+        returning accounts.id
+      ), k as (
+        update api_keys set credits_used = credits_used - (h.amount - h.captured)
+        from h where api_keys.id = h.api_key_id
+        returning api_keys.id
+      ), lc as (
+        insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id)
+        select account_id, api_key_id, id, 'capture', captured, task_id from h where captured > 0
+        returning id
+      ), lr as (
+        insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id)
+        select account_id, api_key_id, id, 'release', amount - captured, task_id from h where amount > captured
+        returning id
+      )
+      select exists (select 1 from h) and exists (select 1 from a) and exists (select 1 from k) as settled`.execute(db);
+    return result.rows[0]?.settled === true;
+  }
+
+  findHoldByTask(taskId: string, db: Executor = this.db) {
+    return db.selectFrom('creditHolds').select(['id', 'amount', 'status', 'captured']).where('taskId', '=', taskId).executeTakeFirst();
+  }
+}

@@ -1,0 +1,126 @@
+/**
+ * Admin rules for the model catalog: capabilities are fixed at creation (except a configurable
+ * reference-image limit); price rows must match the capabilities exactly and are replaced whole.
+ */
+import type { components } from '../../../generated/api.d.ts';
+import type { ImageCapabilities, VideoCapabilities } from '../../catalog/capabilities.ts';
+import { ApiError, badRequest, conflict } from '../../errors.ts';
+import type { CatalogRepository, PriceValues } from '../../repositories/catalog.repository.ts';
+import { fromCredits } from '../money.ts';
+import {
+  fromAdminImageCapabilities,
+  fromAdminVideoCapabilities,
+  toAdminCatalogModel,
+  type AdminCatalogModel,
+  type AdminPriceRow,
+} from './admin-mappers.ts';
+
+type Schemas = components['schemas'];
+export type CatalogModelCreateInput = Omit<Schemas['AdminCatalogModelCreate'], 'enabled'> & { enabled?: boolean };
+export type CatalogModelUpdateInput = Schemas['AdminCatalogModelUpdate'];
+
+const QUALITY_TIERS = ['low', 'medium', 'high'] as const;
+const modelNotFound = () => new ApiError(404, 'model_not_found', 'No catalog model has this id.');
+const invalidPricing = (detail: string) => badRequest('invalid_request', `Invalid 'pricing': ${detail}`, 'pricing');
+
+/** Checks price rows against the capabilities (one row per required slot, nothing else) and converts them. */
+export function validatePricing(kind: 'image' | 'video', capabilities: ImageCapabilities | VideoCapabilities, rows: readonly AdminPriceRow[]): PriceValues[] {
+  const required = new Set<string>();
+  if (kind === 'video') {
+    for (const r of capabilities.resolutions) required.add(`${r}|`);
+  } else {
+    const image = capabilities as ImageCapabilities;
+    for (const r of image.resolutions) {
+      if (image.supportsQuality) for (const q of QUALITY_TIERS) required.add(`${r}|${q}`);
+      else required.add(`${r}|`);
+    }
+  }
+  const seen = new Set<string>();
+  const values: PriceValues[] = [];
+  for (const row of rows) {
+    const slot = `${row.resolution}|${row.quality ?? ''}`;
+    const label = row.quality === null ? `resolution '${row.resolution}'` : `resolution '${row.resolution}' and quality '${row.quality}'`;
+    if (kind === 'video' && row.quality !== null) throw invalidPricing(`video price rows have 'quality' null (${label}).`);
+    if (kind === 'image' && row.mode !== 'per_item') throw invalidPricing(`image price rows use mode 'per_item' (${label}).`);
+    if (!required.has(slot)) throw invalidPricing(`the model has no ${label} to price.`);
+    if (seen.has(slot)) throw invalidPricing(`${label} is priced twice.`);
+    seen.add(slot);
+    const unitPrice = fromCredits(row.unit_price);
+    if (unitPrice === undefined || unitPrice < 0) throw invalidPricing(`the unit price of ${label} must be a non-negative number with at most 6 fractional digits.`);
+    values.push({ resolution: row.resolution, quality: row.quality ?? '', mode: row.mode, unitPrice });
+  }
+  const missing = [...required].filter((slot) => !seen.has(slot)).map((slot) => slot.replace(/\|$/, '').replace('|', '/'));
+  if (missing.length > 0) throw invalidPricing(`missing a price for ${missing.join(', ')}.`);
+  return values;
+}
+
+function capabilitiesFor(input: CatalogModelCreateInput): ImageCapabilities | VideoCapabilities {
+  const other = input.kind === 'image' ? 'video' : 'image';
+  if (input[other] !== undefined && input[other] !== null) {
+    throw badRequest('invalid_request', `An ${input.kind} model takes '${input.kind}' capabilities; leave '${other}' out or null.`, other);
+  }
+  if (input.kind === 'image') {
+    if (!input.image) throw badRequest('invalid_request', "An image model needs 'image' capabilities.", 'image');
+    return fromAdminImageCapabilities(input.image);
+  }
+  if (!input.video) throw badRequest('invalid_request', "A video model needs 'video' capabilities.", 'video');
+  if (input.video.audio.default_enabled && !input.video.audio.supported) {
+    throw badRequest('invalid_request', "'audio.default_enabled' requires 'audio.supported'.", 'video.audio.default_enabled');
+  }
+  return fromAdminVideoCapabilities(input.video);
+}
+
+export class CatalogAdminService {
+  constructor(private readonly catalog: CatalogRepository) {}
+
+  async list(kind?: Schemas['AdminModelKind']): Promise<Schemas['AdminCatalogModelList']> {
+    return { data: (await this.catalog.listModelsWithPrices(kind)).map(toAdminCatalogModel) };
+  }
+
+  async get(id: string): Promise<AdminCatalogModel> {
+    const row = await this.catalog.findModelWithPrices(id);
+    if (!row) throw modelNotFound();
+    return toAdminCatalogModel(row);
+  }
+
+  async create(input: CatalogModelCreateInput): Promise<AdminCatalogModel> {
+    const capabilities = capabilitiesFor(input);
+    const prices = validatePricing(input.kind, capabilities, input.pricing);
+    await this.catalog.transaction(async (repo) => {
+      const row = await repo.insertModel({ id: input.id, kind: input.kind, displayName: input.display_name, enabled: input.enabled ?? true, capabilities });
+      if (!row) throw conflict('conflict', `A catalog model with id '${input.id}' already exists.`, {}, 'id');
+      await repo.replacePrices(input.id, prices);
+    });
+    return this.get(input.id);
+  }
+
+  /** Changes name, enabled flag, prices (all rows at once) and the reference-image limit in one transaction. */
+  async update(id: string, input: CatalogModelUpdateInput): Promise<AdminCatalogModel> {
+    if (Object.values(input).every((v) => v === undefined)) throw badRequest('invalid_request', 'Send at least one member to change.');
+    await this.catalog.transaction(async (repo) => {
+      const model = await repo.findModel(id, { forUpdate: true });
+      if (!model) throw modelNotFound();
+      const kind = model.kind as 'image' | 'video';
+      let capabilities = model.capabilities as unknown as ImageCapabilities | VideoCapabilities;
+      if (input.reference_image_max_count !== undefined) {
+        const video = kind === 'video' ? (capabilities as VideoCapabilities) : undefined;
+        if (!video?.referenceImages.configurable) {
+          throw badRequest(
+            'invalid_request',
+            `The reference-image limit of '${id}' is not configurable.`,
+            'reference_image_max_count',
+          );
+        }
+        capabilities = { ...video, referenceImages: { ...video.referenceImages, maxCount: input.reference_image_max_count } };
+      }
+      const prices = input.pricing === undefined ? undefined : validatePricing(kind, capabilities, input.pricing);
+      await repo.updateModel(id, {
+        displayName: input.display_name,
+        enabled: input.enabled,
+        capabilities: input.reference_image_max_count === undefined ? undefined : capabilities,
+      });
+      if (prices) await repo.replacePrices(id, prices);
+    });
+    return this.get(id);
+  }
+}

@@ -1,0 +1,88 @@
+/**
+ * Stored media and their signed, expiring URLs (design §7): `GET /v1/files/{file_id}?expires=&signature=`.
+ * The signature is the credential, so the URL works in a browser or a download tool without the key.
+ */
+import type { Readable } from 'node:stream';
+import { ApiError } from '../errors.ts';
+import type { FileRepository, FileRow } from '../repositories/file.repository.ts';
+import type { MediaStore } from '../storage/media-store.ts';
+import { newId } from './ids.ts';
+import { hmac, signatureMatches } from './signing.ts';
+
+const EXTENSIONS: Record<string, string> = {
+  'image/png': 'png',
+  'image/jpeg': 'jpg',
+  'image/webp': 'webp',
+  'image/gif': 'gif',
+  'video/mp4': 'mp4',
+};
+
+export interface StoreFileInput {
+  accountId: string;
+  purpose: 'image_output' | 'video_output' | 'input';
+  contentType: string;
+  taskId?: string;
+  width?: number;
+  height?: number;
+}
+
+export class FileService {
+  constructor(
+    private readonly files: FileRepository,
+    private readonly store: MediaStore,
+    private readonly urlKey: Buffer,
+    private readonly publicBaseUrl: string,
+    private readonly ttlSeconds: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** Stores bytes (or moves a finished local file) and records the file row. */
+  async save(input: StoreFileInput, data: Buffer | Readable | { path: string }): Promise<FileRow> {
+    const id = newId('file');
+    const storageKey = `${input.purpose}/${id.slice(5, 7)}/${id}.${EXTENSIONS[input.contentType] ?? 'bin'}`;
+    const { bytes } = 'path' in data && !Buffer.isBuffer(data) ? await this.store.putFile(storageKey, data.path) : await this.store.put(storageKey, data as Buffer | Readable);
+    const row: FileRow = {
+      id,
+      accountId: input.accountId,
+      purpose: input.purpose,
+      contentType: input.contentType,
+      bytes,
+      storageKey,
+      width: input.width ?? null,
+      height: input.height ?? null,
+      taskId: input.taskId ?? null,
+    };
+    try {
+      await this.files.insert(row);
+    } catch (err) {
+      await this.store.delete(storageKey);
+      throw err;
+    }
+    return row;
+  }
+
+  /** A fresh signed URL, valid for FILE_URL_TTL_SECONDS. */
+  signedUrl(fileId: string): string {
+    const expires = Math.floor(this.now() / 1000) + this.ttlSeconds;
+    const signature = hmac(this.urlKey, `${fileId}.${expires}`).toString('base64url');
+    return `${this.publicBaseUrl}/v1/files/${fileId}?expires=${expires}&signature=${signature}`;
+  }
+
+  /** Verifies a signed URL and opens the file; one 404 for unknown, forged and expired URLs alike. */
+  async open(fileId: string, expires: number, signature: string): Promise<{ file: FileRow; stream: Readable; maxAgeSeconds: number }> {
+    const notFound = new ApiError(404, 'file_not_found', 'No file at this URL, or the URL has expired.');
+    const nowSeconds = Math.floor(this.now() / 1000);
+    if (!signatureMatches(hmac(this.urlKey, `${fileId}.${expires}`), signature) || expires <= nowSeconds) throw notFound;
+    const file = await this.files.find(fileId);
+    if (!file || (await this.store.size(file.storageKey)) === undefined) throw notFound;
+    return { file, stream: this.store.read(file.storageKey), maxAgeSeconds: expires - nowSeconds };
+  }
+
+  read(file: FileRow): Readable {
+    return this.store.read(file.storageKey);
+  }
+
+  find(id: string): Promise<FileRow | undefined> {
+    return this.files.find(id);
+  }
+}

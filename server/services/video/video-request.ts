@@ -1,0 +1,210 @@
+/**
+ * The rules of POST /v1/videos/generations (product spec §4.6) that a schema cannot express:
+ * alias pairs that must agree, model/duration/ratio/resolution checked independently against the
+ * catalog (never parsed from the model id), audio, frames and reference images, media limits.
+ * Pure: the caller passes the model's capabilities.
+ */
+import type { components } from '../../../generated/api.d.ts';
+import type { VideoCapabilities } from '../../catalog/capabilities.ts';
+import { ApiError, badRequest, tooLarge } from '../../errors.ts';
+
+type VideoCreateRequest = components['schemas']['VideoCreateRequest'];
+
+export type InputMode = 'text' | 'first_frame' | 'first_and_last_frame' | 'reference_images';
+
+/** A decoded data URL. */
+export interface MediaInput {
+  role: 'first_frame' | 'last_frame' | 'reference_image';
+  /** The request field it came from, for error messages. */
+  param: string;
+  mimeType: string;
+  data: Buffer;
+}
+
+export interface NormalizedVideoRequest {
+  clientRequestId: string;
+  prompt: string;
+  negativePrompt: string | undefined;
+  model: string;
+  durationSeconds: number;
+  aspectRatio: string;
+  resolution: string;
+  /** As given; undefined means the model default. */
+  generateAudio: boolean | undefined;
+  quoteToken: string | undefined;
+  firstFrame: string | undefined;
+  lastFrame: string | undefined;
+  referenceImages: string[];
+  referenceVideos: string[];
+  referenceAudios: string[];
+  callbackUrl: string | undefined;
+}
+
+/** The value of an alias pair (or triple); all given values must be equal. */
+function agree<T>(body: Record<string, unknown>, names: string[], normalize: (v: unknown) => T = (v) => v as T): T | undefined {
+  let found: { name: string; value: T; raw: string } | undefined;
+  for (const name of names) {
+    if (body[name] === undefined) continue;
+    const value = normalize(body[name]);
+    const raw = JSON.stringify(value);
+    if (found && found.raw !== raw) {
+      throw badRequest('alias_conflict', `'${found.name}' and '${name}' are the same field and must agree (got ${found.raw} and ${raw}).`, name);
+    }
+    found ??= { name, value, raw };
+  }
+  return found?.value;
+}
+
+function durationOf(v: unknown): number {
+  // `seconds` may be a decimal integer string; the schema already checked its shape.
+  return typeof v === 'string' ? Number.parseInt(v, 10) : (v as number);
+}
+
+/** Alias resolution only; capability checks are in `checkAgainstModel`. */
+export function normalizeVideoRequest(body: VideoCreateRequest): NormalizedVideoRequest {
+  const b = body as Record<string, unknown>;
+  const required = <T>(value: T | undefined, name: string): T => {
+    if (value === undefined) throw badRequest('invalid_request', `'${name}' is required.`, name);
+    return value;
+  };
+  return {
+    clientRequestId: required(agree<string>(b, ['client_request_id', 'clientRequestIdRequired']), 'client_request_id'),
+    prompt: body.prompt,
+    negativePrompt: agree<string>(b, ['negative_prompt', 'negativePrompt']),
+    model: body.model,
+    durationSeconds: required(agree<number>(b, ['seconds', 'duration', 'duration_seconds'], durationOf), 'seconds'),
+    aspectRatio: required(agree<string>(b, ['aspectRatio', 'aspect_ratio']), 'aspectRatio'),
+    resolution: body.resolution,
+    generateAudio: agree<boolean>(b, ['generate_audio', 'generateAudio']),
+    quoteToken: agree<string>(b, ['quote_token', 'quoteToken']),
+    firstFrame: agree<string>(b, ['firstFrame', 'first_frame']),
+    lastFrame: agree<string>(b, ['lastFrame', 'last_frame']),
+    referenceImages: agree<string[]>(b, ['referenceImages', 'reference_images']) ?? [],
+    referenceVideos: (b.reference_videos as string[] | undefined) ?? [],
+    referenceAudios: (b.reference_audios as string[] | undefined) ?? [],
+    callbackUrl: agree<string>(b, ['callback_url', 'callbackUrl']),
+  };
+}
+
+/** One duration, ratio or resolution segment: `8s`, `10sec`, `720p`, `4k`, `1280x720`, `16:9`, `hd`. */
+const PARAMETER_SEGMENT = /^(\d+(s|sec|secs|second|seconds)|\d+[pk]|\d+x\d+|\d+:\d+|hd|fhd|uhd|sd)$/i;
+
+/**
+ * True when `id` is a known model id followed by duration/ratio/resolution segments, such as
+ * `local-video-1-8s-720p` or `local-video-1_16:9`: a composite id that is rejected, never parsed.
+ */
+export function isCompositeModelId(id: string, knownIds: readonly string[]): boolean {
+  return knownIds.some((known) => {
+    if (!id.startsWith(known) || !/^[-_/@.]/.test(id.slice(known.length))) return false;
+    const segments = id.slice(known.length + 1).split(/[-_/@.]/);
+    return segments.every((segment) => PARAMETER_SEGMENT.test(segment));
+  });
+}
+
+export interface ModelCheckResult {
+  generateAudio: boolean;
+  inputMode: InputMode;
+  inputCount: number;
+}
+
+/** The request against the model's capabilities, in the order a client would fix them. */
+export function checkAgainstModel(req: NormalizedVideoRequest, caps: VideoCapabilities): ModelCheckResult {
+  if (!caps.durations.includes(req.durationSeconds)) {
+    throw badRequest('unsupported_duration', `Model '${req.model}' does not support a duration of ${req.durationSeconds} s; allowed: ${caps.durations.join(', ')}.`, 'seconds');
+  }
+  if (!caps.aspectRatios.includes(req.aspectRatio)) {
+    throw badRequest('unsupported_aspect_ratio', `Model '${req.model}' does not support aspect ratio '${req.aspectRatio}'; allowed: ${caps.aspectRatios.join(', ')}.`, 'aspectRatio');
+  }
+  if (!caps.resolutions.includes(req.resolution)) {
+    throw badRequest('unsupported_resolution', `Model '${req.model}' does not support resolution '${req.resolution}'; allowed: ${caps.resolutions.join(', ')}.`, 'resolution');
+  }
+  if (req.generateAudio === true && !caps.audio.supported) {
+    throw badRequest('audio_not_supported', `Model '${req.model}' cannot generate audio; omit generate_audio or send false.`, 'generate_audio');
+  }
+  const hasFrames = req.firstFrame !== undefined || req.lastFrame !== undefined;
+  if (req.lastFrame !== undefined && req.firstFrame === undefined) {
+    throw badRequest('last_frame_requires_first_frame', 'lastFrame requires firstFrame.', 'lastFrame');
+  }
+  if (hasFrames && req.referenceImages.length > 0) {
+    throw badRequest('frames_with_reference_images', 'Frame inputs and reference images cannot be sent together.', 'referenceImages');
+  }
+  if (hasFrames && caps.frames === 'none') {
+    throw badRequest('frames_not_supported', `Model '${req.model}' does not accept frame inputs.`, 'firstFrame');
+  }
+  if (req.lastFrame !== undefined && caps.frames === 'first-only') {
+    throw badRequest('last_frame_not_supported', `Model '${req.model}' accepts a first frame only.`, 'lastFrame');
+  }
+  if (req.referenceImages.length > caps.referenceImages.maxCount) {
+    throw badRequest(
+      'too_many_reference_images',
+      `Model '${req.model}' accepts at most ${caps.referenceImages.maxCount} reference images; got ${req.referenceImages.length}.`,
+      'referenceImages',
+    );
+  }
+  const inputMode: InputMode =
+    req.lastFrame !== undefined ? 'first_and_last_frame' : req.firstFrame !== undefined ? 'first_frame' : req.referenceImages.length > 0 ? 'reference_images' : 'text';
+  const inputCount = (req.firstFrame ? 1 : 0) + (req.lastFrame ? 1 : 0) + req.referenceImages.length;
+  return { generateAudio: req.generateAudio ?? caps.audio.defaultEnabled, inputMode, inputCount };
+}
+
+const DATA_URL = /^data:(image\/(?:png|jpeg|jpg|webp|gif));base64,/i;
+const BASE64_BODY = /^[A-Za-z0-9+/]*={0,2}$/;
+
+/** Decodes one base64 image data URL; `param` names the field for errors. */
+export function decodeImageDataUrl(value: string, param: string): { mimeType: string; data: Buffer } {
+  const match = DATA_URL.exec(value.slice(0, 64));
+  if (!match) throw badRequest('invalid_data_url', `'${param}' must be a base64 image data URL (data:image/png;base64,...).`, param);
+  const body = value.slice(match[0].length);
+  // A regex over hundreds of MiB would block the event loop; Buffer.from skips invalid characters,
+  // so compare lengths instead: a clean base64 body decodes to exactly 3/4 of its length (minus padding).
+  const data = Buffer.from(body, 'base64');
+  const padding = body.endsWith('==') ? 2 : body.endsWith('=') ? 1 : 0;
+  if (body.length % 4 !== 0 || data.length !== (body.length / 4) * 3 - padding || (body.length < 1024 && !BASE64_BODY.test(body))) {
+    throw badRequest('invalid_data_url', `'${param}' is not valid base64.`, param);
+  }
+  if (data.length === 0) throw badRequest('invalid_data_url', `'${param}' is empty.`, param);
+  return { mimeType: match[1]!.toLowerCase().replace('jpg', 'jpeg'), data };
+}
+
+/** Decodes the image inputs and enforces the media count and byte limits. */
+export function decodeMediaInputs(req: NormalizedVideoRequest, limits: { maxCount: number; maxBytes: number }): MediaInput[] {
+  const count = (req.firstFrame ? 1 : 0) + (req.lastFrame ? 1 : 0) + req.referenceImages.length + req.referenceVideos.length + req.referenceAudios.length;
+  if (count > limits.maxCount) {
+    throw tooLarge('too_many_media_inputs', `At most ${limits.maxCount} media inputs are accepted per request; got ${count}.`);
+  }
+  for (const [list, param] of [
+    [req.referenceVideos, 'reference_videos'],
+    [req.referenceAudios, 'reference_audios'],
+  ] as const) {
+    list.forEach((url, i) => {
+      if (!isHttpsUrl(url)) throw badRequest('invalid_media_url', `'${param}[${i}]' must be an https URL.`, `${param}[${i}]`);
+    });
+  }
+  const inputs: MediaInput[] = [];
+  let total = 0;
+  const add = (value: string, role: MediaInput['role'], param: string) => {
+    const decoded = decodeImageDataUrl(value, param);
+    total += decoded.data.length;
+    if (total > limits.maxBytes) throw tooLarge('media_total_too_large', `Media inputs exceed ${limits.maxBytes} bytes in total.`, param);
+    inputs.push({ role, param, ...decoded });
+  };
+  if (req.firstFrame !== undefined) add(req.firstFrame, 'first_frame', 'firstFrame');
+  if (req.lastFrame !== undefined) add(req.lastFrame, 'last_frame', 'lastFrame');
+  req.referenceImages.forEach((v, i) => add(v, 'reference_image', `referenceImages[${i}]`));
+  return inputs;
+}
+
+export function isHttpsUrl(value: string): boolean {
+  try {
+    const url = new URL(value);
+    return url.protocol === 'https:' && url.hostname.length > 0;
+  } catch {
+    return false;
+  }
+}
+
+export function checkCallbackUrl(url: string | undefined): void {
+  if (url !== undefined && !isHttpsUrl(url)) {
+    throw new ApiError(400, 'invalid_callback_url', 'callback_url must be a public https URL.', 'callback_url');
+  }
+}

@@ -1,0 +1,195 @@
+/**
+ * Video capabilities, quotes, idempotent creation and lookup (product spec §2.5–§2.7, §4.6–§4.8).
+ * Creation never waits for the video: it validates, places the credit hold and inserts the task
+ * in one statement, and returns 202; the task engine does the rest.
+ */
+import sharp from 'sharp';
+import type { components } from '../../../generated/api.d.ts';
+import type { BillingMode } from '../../catalog/capabilities.ts';
+import { ApiError, badRequest, conflict, notFound, paymentRequired, unavailable } from '../../errors.ts';
+import type { Logger } from '../../logger.ts';
+import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
+import type { ModelRepository, VideoCatalogRow } from '../../repositories/model.repository.ts';
+import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
+import type { AuthContext } from '../auth.service.ts';
+import type { FileService } from '../file.service.ts';
+import { newId } from '../ids.ts';
+import type { QuoteTokens } from '../quote-token.ts';
+import { toBillingRow, toCapability, toVideoTask, toVideoTaskCreated, quoteFor } from './video-mappers.ts';
+import { checkAgainstModel, checkCallbackUrl, decodeMediaInputs, isCompositeModelId, normalizeVideoRequest } from './video-request.ts';
+
+type Schemas = components['schemas'];
+
+export interface VideoServiceOptions {
+  maxMediaInputCount: number;
+  maxMediaInputBytes: number;
+  /** A task older than this fails and is refunded. */
+  maxLifetimeSeconds: number;
+}
+
+export interface VideoServiceDeps {
+  tasks: VideoTaskRepository;
+  models: ModelRepository;
+  ledger: LedgerRepository;
+  files: FileService;
+  quotes: QuoteTokens;
+  log: Logger;
+  options: VideoServiceOptions;
+  /** Wakes the local task engine after a task is created. */
+  onCreated?: () => void;
+}
+
+function isUniqueViolation(err: unknown, constraint: string): boolean {
+  return (err as { code?: string; constraint?: string }).code === '23505' && (err as { constraint?: string }).constraint === constraint;
+}
+
+export class VideoService {
+  constructor(private readonly deps: VideoServiceDeps) {}
+
+  private quoteRow(auth: AuthContext, model: string, price: { resolution: string; mode: BillingMode; unitPrice: number }) {
+    const token = this.deps.quotes.issue({ k: auth.apiKeyId, m: model, r: price.resolution, b: price.mode, p: price.unitPrice });
+    return toBillingRow(price, token);
+  }
+
+  async capabilities(auth: AuthContext): Promise<Schemas['VideoCapabilities']> {
+    const rows = await this.deps.models.listVideoCatalog(auth.groupId);
+    return {
+      items: rows.map((row) => toCapability(row, row.prices.map((price) => this.quoteRow(auth, row.id, price)))),
+      limits: { maxMediaInputCount: this.deps.options.maxMediaInputCount, maxMediaInputBytes: this.deps.options.maxMediaInputBytes },
+    };
+  }
+
+  /** Returns the task and whether this call created it (false: an idempotent retry). */
+  async create(auth: AuthContext, body: Schemas['VideoCreateRequest']): Promise<{ task: Schemas['VideoTaskCreated']; created: boolean }> {
+    const req = normalizeVideoRequest(body);
+    checkCallbackUrl(req.callbackUrl);
+
+    // Idempotency first: a retry gets the original task and billing, whatever changed since.
+    const existing = await this.deps.tasks.findByClientRequestId(auth.accountId, req.clientRequestId);
+    if (existing) return { task: toVideoTaskCreated(existing), created: false };
+
+    const model = await this.resolveModel(auth, req.model);
+    const checked = checkAgainstModel(req, model.capabilities);
+    const price = model.prices.find((p) => p.resolution === req.resolution);
+    if (!price) throw new ApiError(503, 'no_reachable_member', `Model '${model.id}' has no price for resolution '${req.resolution}'; ask the operator to set one.`);
+    this.checkQuote(auth, model.id, price, req.quoteToken);
+
+    const inputs = decodeMediaInputs(req, { maxCount: this.deps.options.maxMediaInputCount, maxBytes: this.deps.options.maxMediaInputBytes });
+    const taskId = newId('vid');
+    const inputFileIds: string[] = [];
+    for (const input of inputs) {
+      const meta = await sharp(input.data)
+        .metadata()
+        .catch(() => undefined);
+      if (!meta?.width || !meta.height) throw badRequest('invalid_image', `'${input.param}' is not a decodable image.`, input.param);
+      const file = await this.deps.files.save(
+        { accountId: auth.accountId, purpose: 'input', contentType: input.mimeType, taskId, width: meta.width, height: meta.height },
+        input.data,
+      );
+      inputFileIds.push(file.id);
+    }
+
+    const quoted = quoteFor(price.mode, price.unitPrice, req.durationSeconds);
+    const row = {
+      id: taskId,
+      account_id: auth.accountId,
+      api_key_id: auth.apiKeyId,
+      group_id: auth.groupId,
+      client_request_id: req.clientRequestId,
+      model: model.id,
+      prompt: req.prompt,
+      negative_prompt: req.negativePrompt ?? null,
+      duration_seconds: req.durationSeconds,
+      aspect_ratio: req.aspectRatio,
+      resolution: req.resolution,
+      generate_audio: checked.generateAudio,
+      input_mode: checked.inputMode,
+      input_file_ids: inputFileIds,
+      reference_videos: req.referenceVideos,
+      reference_audios: req.referenceAudios,
+      callback_url: req.callbackUrl ?? null,
+      billing_kind: 'snapshot',
+      billing_mode: price.mode,
+      unit_price: price.unitPrice,
+      quoted_credits: quoted,
+      deadline_at: new Date(Date.now() + this.deps.options.maxLifetimeSeconds * 1000),
+    };
+    let outcome;
+    try {
+      outcome = await this.deps.ledger.holdAndInsertTask(
+        { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted },
+        { table: 'video_tasks', row },
+      );
+    } catch (err) {
+      if (isUniqueViolation(err, 'video_tasks_client_request_id_key')) {
+        // A concurrent identical request won the race; nothing of ours was written.
+        const winner = await this.deps.tasks.findByClientRequestId(auth.accountId, req.clientRequestId);
+        if (winner) return { task: toVideoTaskCreated(winner), created: false };
+      }
+      throw err;
+    }
+    if (outcome === 'key_quota_exceeded') {
+      throw paymentRequired('key_quota_exceeded', `This API key's credit limit cannot cover this video (${quoted / 1e6} credits).`);
+    }
+    if (outcome === 'insufficient_balance') {
+      throw paymentRequired('insufficient_balance', `The account balance cannot cover this video (${quoted / 1e6} credits).`);
+    }
+    const created = await this.deps.tasks.find(taskId);
+    this.deps.log.info({ taskId, model: model.id, quotedMicroCredits: quoted, apiKeyId: auth.apiKeyId }, 'video task created');
+    this.deps.onCreated?.();
+    return { task: toVideoTaskCreated(created!), created: true };
+  }
+
+  async get(auth: AuthContext, id: string): Promise<Schemas['VideoTask']> {
+    const row = await this.deps.tasks.findForAccount(id, auth.accountId);
+    // Another account's task and an unknown id are indistinguishable.
+    if (!row) throw notFound('task_not_found', `No video task '${id}' exists for this account.`);
+    return toVideoTask(row, this.videoUrl(row));
+  }
+
+  private videoUrl(row: VideoTaskRow): string | undefined {
+    return row.status === 'completed' && row.outputFileId ? this.deps.files.signedUrl(row.outputFileId) : undefined;
+  }
+
+  /** The model as the key sees it: visible, reachable, never parsed from a composite id. */
+  private async resolveModel(auth: AuthContext, modelId: string): Promise<VideoCatalogRow> {
+    const [model] = await this.deps.models.listVideoCatalog(auth.groupId, modelId);
+    if (model) {
+      if (!model.reachable) throw unavailable('no_reachable_member', `No enabled backend member serves model '${modelId}' for this key.`);
+      return model;
+    }
+    if (!(await this.deps.models.isSwitchedOn('video_generation'))) {
+      throw unavailable('capability_disabled', 'Video generation is switched off by the operator.');
+    }
+    if (isCompositeModelId(modelId, await this.deps.models.videoModelIds())) {
+      throw badRequest(
+        'composite_model_id',
+        `'${modelId}' is not a model id: duration, aspect ratio and resolution are separate fields, never part of the model id.`,
+        'model',
+      );
+    }
+    throw new ApiError(404, 'model_not_found', `Video model '${modelId}' does not exist or is not available to this key.`, 'model');
+  }
+
+  private checkQuote(auth: AuthContext, model: string, price: { resolution: string; mode: BillingMode; unitPrice: number }, token: string | undefined): void {
+    if (token === undefined) return;
+    const check = this.deps.quotes.check(token, { k: auth.apiKeyId, m: model, r: price.resolution, b: price.mode, p: price.unitPrice });
+    if (check.ok) return;
+    switch (check.reason) {
+      case 'invalid':
+        throw badRequest('quote_invalid', 'quote_token is malformed or not signed by this service.', 'quote_token');
+      case 'mismatch':
+        throw badRequest('quote_mismatch', 'quote_token was issued for another key, model or resolution.', 'quote_token');
+      case 'stale':
+      case 'expired':
+        throw conflict(
+          check.reason === 'stale' ? 'quote_stale' : 'quote_expired',
+          check.reason === 'stale'
+            ? 'The quoted price changed; confirm currentQuote and retry with its quoteToken.'
+            : 'The quote expired; confirm currentQuote and retry with its quoteToken.',
+          { currentQuote: this.quoteRow(auth, model, price) },
+          'quote_token',
+        );
+    }
+  }
+}

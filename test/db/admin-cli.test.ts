@@ -1,0 +1,140 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { seedCatalog } from '../support/factories.ts';
+import { decryptSecret } from '../../server/services/secret-box.ts';
+import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const secretKey = randomBytes(32);
+let t: TestDatabase;
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+  await seedCatalog(t.db);
+});
+afterAll(() => t?.destroy());
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** `npm run admin -- …` without npm: node with the tsx loader, on this file's database. */
+function admin(...args: string[]): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', 'scripts/admin.ts', ...args],
+      {
+        cwd: root,
+        env: { ...process.env, DATABASE_URL: t.url, MEDIAGATE_SECRET_KEY: secretKey.toString('hex') },
+        timeout: 60_000,
+      },
+      (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+async function json<T>(...args: string[]): Promise<T> {
+  const run = await admin(...args, '--json');
+  expect(run.stderr).toBe('');
+  expect(run.code).toBe(0);
+  return JSON.parse(run.stdout) as T;
+}
+
+const KEY = /mg_[0-9A-Za-z]{33}/g;
+
+describe('admin CLI', { timeout: 90_000 }, () => {
+  it('prints the usage with no arguments', async () => {
+    const run = await admin();
+    expect(run.code).toBe(0);
+    expect(run.stdout).toContain('Usage: npm run admin -- <resource> <verb>');
+  });
+
+  it('create account -> create key (printed once) -> list keys (never the key) -> credit', async () => {
+    const account = await json<{ id: string; balance: number }>('accounts', 'create', '--name', 'cli-acme', '--initial-credits', '25');
+    expect(account.balance).toBe(25);
+    await json('groups', 'create', '--name', 'default');
+
+    const created = await admin('keys', 'create', '--account', 'cli-acme', '--name', 'cli key', '--credit-limit', 'none');
+    expect(created.code).toBe(0);
+    const keys = created.stdout.match(KEY) ?? [];
+    expect(keys).toHaveLength(1);
+    const fullKey = keys[0]!;
+    expect(created.stdout).toContain('shown only once');
+    const row = await t.db.selectFrom('apiKeys').select(['id', 'keyPrefix', 'creditLimit']).where('accountId', '=', account.id).executeTakeFirstOrThrow();
+    expect(row.creditLimit).toBeNull();
+    expect(fullKey.startsWith(row.keyPrefix)).toBe(true);
+
+    for (const args of [['keys', 'list'], ['keys', 'list', '--json'], ['keys', 'get', row.id], ['keys', 'list', '--account', account.id]]) {
+      const listed = await admin(...args);
+      expect(listed.code).toBe(0);
+      expect(listed.stdout).toContain(row.id);
+      expect(listed.stdout).not.toMatch(KEY);
+      expect(listed.stdout + listed.stderr).not.toContain(fullKey);
+    }
+
+    const debit = await json<{ account: { balance: number; total_spent: number }; entry: { kind: string; amount: number } }>(
+      'accounts', 'credit', account.id, '--amount', '-5', '--reason', 'cli debit',
+    );
+    expect(debit.account).toMatchObject({ balance: 20, total_spent: 5 });
+    expect(debit.entry).toMatchObject({ kind: 'debit', amount: -5 });
+    const grant = await admin('accounts', 'credit', 'cli-acme', '--amount', '2.5', '--reason', 'cli grant');
+    expect(grant.code).toBe(0);
+    expect(grant.stdout).toMatch(/balance\s+22\.5/);
+
+    const stored = await t.db.selectFrom('accounts').select(['balance', 'totalEarned', 'totalSpent']).where('id', '=', account.id).executeTakeFirstOrThrow();
+    expect(stored).toEqual({ balance: 22_500_000, totalEarned: 27_500_000, totalSpent: 5_000_000 });
+    const ledger = await t.db.selectFrom('ledgerEntries').select(['kind', 'amount', 'reason']).where('accountId', '=', account.id).orderBy('id').execute();
+    expect(ledger).toEqual([
+      { kind: 'grant', amount: 25_000_000, reason: 'initial credits' },
+      { kind: 'debit', amount: 5_000_000, reason: 'cli debit' },
+      { kind: 'grant', amount: 2_500_000, reason: 'cli grant' },
+    ]);
+  });
+
+  it('fails with a clear message and a non-zero exit for an unknown account', async () => {
+    const run = await admin('accounts', 'credit', 'acct_doesNotExist', '--amount', '1', '--reason', 'x');
+    expect(run.code).toBe(1);
+    expect(run.stdout).toBe('');
+    expect(run.stderr.trim()).toBe("error: No account has the id or name 'acct_doesNotExist'. (account_not_found)");
+  });
+
+  it('refuses a debit beyond the balance with insufficient_balance', async () => {
+    await json('accounts', 'create', '--name', 'cli-poor', '--initial-credits', '1');
+    const run = await admin('accounts', 'credit', 'cli-poor', '--amount', '-1.5', '--reason', 'too much');
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('(insufficient_balance)');
+  });
+
+  it('rejects unknown commands and flags with exit code 2', async () => {
+    for (const args of [['accounts', 'explode'], ['accounts', 'list', '--bogus', '1'], ['nothing']]) {
+      const run = await admin(...args);
+      expect(run.code).toBe(2);
+      expect(run.stderr).toContain("Run 'npm run admin -- --help' for usage.");
+    }
+  });
+
+  it('adds a member with encrypted credentials that are never printed, and manages models and switches', async () => {
+    const secret = 'sk-cli-SECRET-never-printed';
+    const member = await admin('members', 'add', '--group', 'default', '--name', 'openai-main', '--provider', 'openai', '--models', 'local-image-1,local-image-pro', '--credential', `api_key=${secret}`);
+    expect(member.code).toBe(0);
+    expect(member.stdout).toMatch(/has_credentials\s+true/);
+    expect(member.stdout + member.stderr).not.toContain(secret);
+    const row = await t.db.selectFrom('groupMembers').select('credentialsCiphertext').where('name', '=', 'openai-main').executeTakeFirstOrThrow();
+    expect(JSON.parse(decryptSecret(secretKey, row.credentialsCiphertext!))).toEqual({ api_key: secret });
+
+    const price = await json<{ pricing: { resolution: string; unit_price: number }[] }>('models', 'set-price', 'local-video-lite', '--resolution', '360p', '--price', '0.03');
+    expect(price.pricing).toEqual([{ resolution: '360p', quality: null, mode: 'per_second', unit_price: 0.03 }]);
+    const limit = await admin('models', 'set-reference-limit', 'local-video-lite', '--count', '1');
+    expect(limit.code).toBe(1);
+    expect(limit.stderr).toContain('invalid_request');
+    const off = await json<{ enabled: boolean }>('switches', 'set', 'video_generation', 'off');
+    expect(off.enabled).toBe(false);
+    const disabled = await json<{ enabled: boolean }>('models', 'disable', 'local-image-1');
+    expect(disabled.enabled).toBe(false);
+  });
+});
