@@ -660,7 +660,7 @@ export interface paths {
         /**
          * Create an API key
          * @description Issues a new API key for an account: `mg_` followed by at least 128 random bits in base62. Only
-         *     its SHA-256, its first 7 and its last 4 characters are stored. The response is the only one
+         *     its SHA-256, its first 8 and its last 4 characters are stored. The response is the only one
          *     that ever contains the full `key`; it cannot be shown again. `credit_limit` omitted or `null`
          *     is unlimited. `group_id` omitted binds the key to the group named `default`
          *     (`400 invalid_request` with `param` `group_id` if no group has that name). Unknown ids are
@@ -2496,7 +2496,7 @@ export interface components {
          *       "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
          *       "group_id": "grp_01HZX2A1B3C5D7E9F0G2H4J6KM",
          *       "name": "production backend",
-         *       "key_prefix": "mg_4fT9",
+         *       "key_prefix": "mg_4fT9k",
          *       "last_four": "Qz7w",
          *       "is_active": true,
          *       "credit_limit": 20,
@@ -2516,7 +2516,7 @@ export interface components {
             group_id: string;
             /** @description Operator label; need not be unique. */
             name: string;
-            /** @description The first 7 characters of the key (`mg_` and 4 more), for display. */
+            /** @description The first 8 characters of the key (`mg_` and 5 more), for display. */
             key_prefix: string;
             /** @description The last 4 characters of the key, for display. */
             last_four: string;
@@ -4736,7 +4736,7 @@ export interface operations {
                      *           "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
                      *           "group_id": "grp_01HZX2A1B3C5D7E9F0G2H4J6KM",
                      *           "name": "production backend",
-                     *           "key_prefix": "mg_4fT9",
+                     *           "key_prefix": "mg_4fT9k",
                      *           "last_four": "Qz7w",
                      *           "is_active": true,
                      *           "credit_limit": 20,
@@ -4793,7 +4793,7 @@ export interface operations {
                      *       "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
                      *       "group_id": "grp_01HZX2A1B3C5D7E9F0G2H4J6KM",
                      *       "name": "production backend",
-                     *       "key_prefix": "mg_4fT9",
+                     *       "key_prefix": "mg_4fT9k",
                      *       "last_four": "Qz7w",
                      *       "is_active": true,
                      *       "credit_limit": 20,
@@ -4842,7 +4842,7 @@ export interface operations {
                      *       "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
                      *       "group_id": "grp_01HZX2A1B3C5D7E9F0G2H4J6KM",
                      *       "name": "production backend",
-                     *       "key_prefix": "mg_4fT9",
+                     *       "key_prefix": "mg_4fT9k",
                      *       "last_four": "Qz7w",
                      *       "is_active": true,
                      *       "credit_limit": null,
@@ -4899,7 +4899,7 @@ export interface operations {
                      *       "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
                      *       "group_id": "grp_01HZX2A1B3C5D7E9F0G2H4J6KM",
                      *       "name": "production backend",
-                     *       "key_prefix": "mg_4fT9",
+                     *       "key_prefix": "mg_4fT9k",
                      *       "last_four": "Qz7w",
                      *       "is_active": false,
                      *       "credit_limit": 20,

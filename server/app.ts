@@ -11,7 +11,7 @@ import { pinoHttp } from 'pino-http';
 import type { AppContext } from './context.ts';
 import { ApiError } from './errors.ts';
 import { errorMiddleware, rememberAuthError } from './http/error-middleware.ts';
-import type { HandlerMap, OperationId } from './http/types.ts';
+import type { HandlerMap } from './http/types.ts';
 import { setAuth } from './http/auth.ts';
 import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';
 
@@ -133,7 +133,7 @@ function mountHandlers(app: express.Express, spec: OpenApiDocument, handlers: Ha
   for (const path of paths) {
     const item = spec.paths[path] ?? {};
     for (const method of METHODS) {
-      const operationId = item[method]?.operationId as OperationId | undefined;
+      const operationId = item[method]?.operationId as keyof HandlerMap | undefined;
       if (!operationId) continue;
       const handler = handlers[operationId];
       if (!handler) throw new Error(`no handler for operation ${operationId}`);

@@ -38,6 +38,8 @@ export interface Config {
   taskPollMs: number;
   taskMaxLifetimeSeconds: number;
   workerConcurrency: number;
+  /** Extra latency of the local provider per job (demos and crash tests: simulates a slow upstream). */
+  localRenderDelayMs: number;
   /** Express `trust proxy` setting: true behind one reverse proxy that sets X-Forwarded-For. */
   trustProxy: boolean;
 }
@@ -121,5 +123,6 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     taskPollMs: int(env, 'TASK_POLL_MS', 500, 10, 60_000),
     taskMaxLifetimeSeconds: int(env, 'TASK_MAX_LIFETIME_SECONDS', 3600, 1, 7 * 86_400),
     workerConcurrency: int(env, 'WORKER_CONCURRENCY', 2, 0, 256),
+    localRenderDelayMs: int(env, 'LOCAL_RENDER_DELAY_MS', 0, 0, 600_000),
   };
 }

@@ -13,6 +13,7 @@ import { FileRepository } from './repositories/file.repository.ts';
 import { LedgerRepository } from './repositories/ledger.repository.ts';
 import { ModelRepository } from './repositories/model.repository.ts';
 import { VideoTaskRepository } from './repositories/video-task.repository.ts';
+import { createAdminServices, type AdminServices } from './services/admin/index.ts';
 import { AuthService } from './services/auth.service.ts';
 import { CreditService } from './services/credit.service.ts';
 import { FileService } from './services/file.service.ts';
@@ -28,6 +29,7 @@ export interface Services {
   credits: CreditService;
   files: FileService;
   videos: VideoService;
+  admin: AdminServices;
 }
 
 /** Repositories shared by services and workers. */
@@ -61,8 +63,10 @@ export function createServices(
 ): Services {
   const { config, db, log, secretKey } = deps;
   const files = new FileService(repositories.files, new FilesystemMediaStore(config.mediaDir), deriveKey(secretKey, 'file-url'), config.publicBaseUrl, config.fileUrlTtlSeconds);
+  const auth = new AuthService(new ApiKeyRepository(db), log, config.keyCacheTtlMs);
   return {
-    auth: new AuthService(new ApiKeyRepository(db), log, config.keyCacheTtlMs),
+    auth,
+    admin: createAdminServices({ db, secretKey, auth }),
     models: new ModelService(repositories.models),
     credits: new CreditService(new CreditRepository(db)),
     files,

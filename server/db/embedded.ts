@@ -77,10 +77,14 @@ function isAlive(pid: number): boolean {
   }
 }
 
-/** On Linux, tell a live postmaster from an unrelated process that reused a stale pid. */
-function looksLikePostgres(pid: number): boolean {
+/**
+ * On Linux, tell our live postmaster from an unrelated process (or another PostgreSQL) that reused
+ * the pid of a crashed one: its command line is `postgres -D <databaseDir> …`.
+ */
+function isOurPostmaster(pid: number, databaseDir: string): boolean {
   try {
-    return readFileSync(`/proc/${pid}/comm`, 'utf8').includes('postgres');
+    const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    return (args[0] ?? '').includes('postgres') && args.includes(databaseDir);
   } catch {
     return process.platform !== 'linux'; // no /proc: trust the pid check alone
   }
@@ -117,7 +121,7 @@ function readPostmasterPidFile(file: string): PostmasterPid | undefined {
  */
 export function findRunningEmbeddedPostgres(dataDir: string, database: string = EMBEDDED_DATABASE): string | undefined {
   const info = readPostmasterPid(dataDir);
-  if (!info || !isAlive(info.pid) || !looksLikePostgres(info.pid)) return undefined;
+  if (!info || !isAlive(info.pid) || !isOurPostmaster(info.pid, pgDir(dataDir))) return undefined;
   if (info.status !== undefined && info.status !== 'ready') return undefined;
   let password: string;
   try {
@@ -193,12 +197,12 @@ export async function startEmbeddedPostgres(opts: { dataDir: string; log: DbLogg
 
   const running = readPostmasterPid(dataDir);
   if (running && isAlive(running.pid)) {
-    if (looksLikePostgres(running.pid)) {
+    if (isOurPostmaster(running.pid, databaseDir)) {
       throw new Error(`an embedded PostgreSQL (pid ${running.pid}) already runs in ${databaseDir}; connect to it with findRunningEmbeddedPostgres()`);
     }
-    // The pid of a crashed postmaster was reused by an unrelated process; postgres itself would
+    // The pid of a crashed postmaster was reused by another process; postgres itself would
     // refuse to start, so remove the stale lock file.
-    log.warn(`removing stale ${join(databaseDir, 'postmaster.pid')} (pid ${running.pid} is not postgres)`);
+    log.warn(`removing stale ${join(databaseDir, 'postmaster.pid')} (pid ${running.pid} is another process)`);
     unlinkSync(join(databaseDir, 'postmaster.pid'));
   }
   // A stale postmaster.pid whose pid is dead is detected and replaced by postgres itself.

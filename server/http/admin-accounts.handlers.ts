@@ -1,6 +1,5 @@
 /** Admin API: accounts and their credits. */
 import type { AppContext } from '../context.ts';
-import { createAdminServices } from '../services/admin/index.ts';
 import { sendJson, type HandlerMap } from './types.ts';
 
 /** A query integer: the validator coerces it, but Express 5 may hand back the raw string. */
@@ -11,8 +10,7 @@ export function queryInt(value: unknown): number | undefined {
 export function adminAccountsHandlers(
   ctx: AppContext,
 ): Pick<HandlerMap, 'createAccount' | 'listAccounts' | 'getAccount' | 'updateAccount' | 'adjustAccountCredits'> {
-  // TODO(lead): use ctx.services.admin once context.ts builds it.
-  const { accounts } = createAdminServices({ db: ctx.db, secretKey: ctx.secretKey, auth: ctx.services.auth });
+  const { accounts } = ctx.services.admin;
   return {
     async createAccount(req, res) {
       sendJson(res, 'createAccount', 201, await accounts.create(req.body));

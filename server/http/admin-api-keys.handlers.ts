@@ -1,13 +1,11 @@
 /** Admin API: API keys. */
 import type { AppContext } from '../context.ts';
-import { createAdminServices } from '../services/admin/index.ts';
 import { queryInt } from './admin-accounts.handlers.ts';
 import { noStore } from './auth.ts';
 import { sendJson, type HandlerMap } from './types.ts';
 
 export function adminApiKeysHandlers(ctx: AppContext): Pick<HandlerMap, 'createApiKey' | 'listApiKeys' | 'getApiKey' | 'updateApiKey'> {
-  // TODO(lead): use ctx.services.admin once context.ts builds it.
-  const { apiKeys } = createAdminServices({ db: ctx.db, secretKey: ctx.secretKey, auth: ctx.services.auth });
+  const { apiKeys } = ctx.services.admin;
   return {
     async createApiKey(req, res) {
       // The only response that carries the full key: never cache it.

@@ -1,13 +1,11 @@
 /** Admin API: the model catalog and its prices. */
 import type { AppContext } from '../context.ts';
-import { createAdminServices } from '../services/admin/index.ts';
 import { sendJson, type HandlerMap } from './types.ts';
 
 export function adminCatalogHandlers(
   ctx: AppContext,
 ): Pick<HandlerMap, 'listCatalogModels' | 'createCatalogModel' | 'getCatalogModel' | 'updateCatalogModel'> {
-  // TODO(lead): use ctx.services.admin once context.ts builds it.
-  const { catalog } = createAdminServices({ db: ctx.db, secretKey: ctx.secretKey, auth: ctx.services.auth });
+  const { catalog } = ctx.services.admin;
   return {
     async listCatalogModels(req, res) {
       sendJson(res, 'listCatalogModels', 200, await catalog.list(req.query.kind));

@@ -1,14 +1,12 @@
 /** Admin API: backend groups and their members. */
 import type { AppContext } from '../context.ts';
-import { createAdminServices } from '../services/admin/index.ts';
 import { queryInt } from './admin-accounts.handlers.ts';
 import { sendJson, type HandlerMap } from './types.ts';
 
 export function adminGroupsHandlers(
   ctx: AppContext,
 ): Pick<HandlerMap, 'createGroup' | 'listGroups' | 'getGroup' | 'updateGroup' | 'listGroupMembers' | 'createGroupMember' | 'updateGroupMember'> {
-  // TODO(lead): use ctx.services.admin once context.ts builds it.
-  const { groups } = createAdminServices({ db: ctx.db, secretKey: ctx.secretKey, auth: ctx.services.auth });
+  const { groups } = ctx.services.admin;
   return {
     async createGroup(req, res) {
       sendJson(res, 'createGroup', 201, await groups.create(req.body));

@@ -1,11 +1,9 @@
 /** Admin API: capability switches. */
 import type { AppContext } from '../context.ts';
-import { createAdminServices } from '../services/admin/index.ts';
 import { sendJson, type HandlerMap } from './types.ts';
 
 export function adminSwitchesHandlers(ctx: AppContext): Pick<HandlerMap, 'listCapabilitySwitches' | 'setCapabilitySwitch'> {
-  // TODO(lead): use ctx.services.admin once context.ts builds it.
-  const { switches } = createAdminServices({ db: ctx.db, secretKey: ctx.secretKey, auth: ctx.services.auth });
+  const { switches } = ctx.services.admin;
   return {
     async listCapabilitySwitches(_req, res) {
       sendJson(res, 'listCapabilitySwitches', 200, await switches.list());

@@ -1,6 +1,11 @@
 /** The handler map: one entry per operationId of the contract (a missing one is a compile error). */
 import type { AppContext } from '../context.ts';
 import { ApiError } from '../errors.ts';
+import { adminAccountsHandlers } from './admin-accounts.handlers.ts';
+import { adminApiKeysHandlers } from './admin-api-keys.handlers.ts';
+import { adminCatalogHandlers } from './admin-catalog.handlers.ts';
+import { adminGroupsHandlers } from './admin-groups.handlers.ts';
+import { adminSwitchesHandlers } from './admin-switches.handlers.ts';
 import { creditsHandlers } from './credits.handlers.ts';
 import { modelsHandlers } from './models.handlers.ts';
 import { filesHandlers } from './files.handlers.ts';
@@ -25,10 +30,12 @@ export function createHandlers(ctx: AppContext): HandlerMap {
     getImageTask: notImplemented(),
     ...videosHandlers(ctx),
     ...filesHandlers(ctx),
-    ...Object.fromEntries(
-      ['createAccount', 'listAccounts', 'getAccount', 'updateAccount', 'adjustAccountCredits', 'createApiKey', 'listApiKeys', 'getApiKey', 'updateApiKey',
-       'createGroup', 'listGroups', 'getGroup', 'updateGroup', 'createGroupMember', 'listGroupMembers', 'updateGroupMember', 'listCatalogModels',
-       'createCatalogModel', 'getCatalogModel', 'updateCatalogModel', 'listCapabilitySwitches', 'setCapabilitySwitch', 'getTask', 'settleImageTask'].map((k) => [k, notImplemented()]),
-    ),
-  } as HandlerMap;
+    ...adminAccountsHandlers(ctx),
+    ...adminApiKeysHandlers(ctx),
+    ...adminGroupsHandlers(ctx),
+    ...adminCatalogHandlers(ctx),
+    ...adminSwitchesHandlers(ctx),
+    getTask: notImplemented(),
+    settleImageTask: notImplemented(),
+  };
 }

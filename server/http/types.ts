@@ -23,7 +23,9 @@ type BodyOf<K extends OperationId> = operations[K] extends { requestBody: { cont
 
 export type OperationRequest<K extends OperationId> = Request<PathOf<K>, unknown, BodyOf<K>, QueryOf<K>>;
 export type OperationHandler<K extends OperationId> = (req: OperationRequest<K>, res: Response, next: NextFunction) => Promise<void> | void;
-export type HandlerMap = { [K in OperationId]: OperationHandler<K> };
+/** Operations of the `webhooks:` section: requests this service sends, not routes it serves. */
+export type WebhookOperationId = 'videoTaskFinished';
+export type HandlerMap = { [K in Exclude<OperationId, WebhookOperationId>]: OperationHandler<K> };
 
 type ResponsesOf<K extends OperationId> = operations[K]['responses'];
 /** The JSON body of response `S` of operation `K`. */

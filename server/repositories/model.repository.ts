@@ -23,7 +23,8 @@ export class ModelRepository {
 
   /**
    * Models visible to a group, in one query: enabled in the catalog, switched on by the capability
-   * switches of their kind, and listed by an enabled member of the group that can run (a `local`
+   * switch of their kind (`image_generation` for image models, `video_generation` for video models;
+   * `image_edit` only gates the edits endpoint), and listed by an enabled member of the group that can run (a `local`
    * member, or an upstream member with credentials). Configuration only, not live capacity.
    */
   listVisible(groupId: string, kind?: 'image' | 'video'): Promise<VisibleModelRow[]> {
@@ -36,7 +37,7 @@ export class ModelRepository {
           selectFrom('capabilitySwitches as s')
             .select(sql`1`.as('one'))
             .where('s.enabled', '=', true)
-            .where(sql<boolean>`((m.kind = 'image' and s.name in ('image_generation', 'image_edit')) or (m.kind = 'video' and s.name = 'video_generation'))`),
+            .where(sql<boolean>`((m.kind = 'image' and s.name = 'image_generation') or (m.kind = 'video' and s.name = 'video_generation'))`),
         ),
       )
       .where(({ exists, selectFrom }) =>

@@ -7,7 +7,7 @@ import { RoutingRepository } from '../repositories/routing.repository.ts';
 import { VideoTaskEngine } from './video-task-engine.ts';
 
 export function createVideoProviders(ctx: AppContext): Map<string, VideoProvider> {
-  return new Map<string, VideoProvider>([['local', new LocalVideoProvider(join(ctx.config.mediaDir, 'tmp'))]]);
+  return new Map<string, VideoProvider>([['local', new LocalVideoProvider(join(ctx.config.mediaDir, 'tmp'), ctx.config.localRenderDelayMs)]]);
 }
 
 export function createVideoTaskEngine(ctx: AppContext, providers = createVideoProviders(ctx)): VideoTaskEngine {

@@ -164,6 +164,10 @@ export class VideoTaskEngine {
       log.info({ memberId: member.id, upstreamJobId: jobId }, 'video job submitted');
     }
     for (;;) {
+      if (task.deadlineAt.getTime() <= Date.now()) {
+        await this.fail(fence, 'timeout', 'The task exceeded its maximum lifetime and was refunded.', log);
+        return;
+      }
       const result = await provider.poll(jobId, job, signal);
       if (signal.aborted) throw signal.reason;
       if (result.status === 'running') {

@@ -1,30 +1,8 @@
 import createClient from 'openapi-fetch';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { paths } from '../../generated/api.d.ts';
 import { createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
-
-// TEMPORARY: server/http/handlers.ts still maps the admin operations to 501 placeholders; mount the
-// admin handler modules over them until the lead wires them there (then delete this block).
-vi.mock('../../server/http/handlers.ts', async (importOriginal) => {
-  const actual = await importOriginal<typeof import('../../server/http/handlers.ts')>();
-  const { adminAccountsHandlers } = await import('../../server/http/admin-accounts.handlers.ts');
-  const { adminApiKeysHandlers } = await import('../../server/http/admin-api-keys.handlers.ts');
-  const { adminGroupsHandlers } = await import('../../server/http/admin-groups.handlers.ts');
-  const { adminCatalogHandlers } = await import('../../server/http/admin-catalog.handlers.ts');
-  const { adminSwitchesHandlers } = await import('../../server/http/admin-switches.handlers.ts');
-  return {
-    ...actual,
-    createHandlers: (ctx: Parameters<typeof actual.createHandlers>[0]) => ({
-      ...actual.createHandlers(ctx),
-      ...adminAccountsHandlers(ctx),
-      ...adminApiKeysHandlers(ctx),
-      ...adminGroupsHandlers(ctx),
-      ...adminCatalogHandlers(ctx),
-      ...adminSwitchesHandlers(ctx),
-    }),
-  };
-});
 
 let server: TestServer;
 

@@ -1,31 +1,9 @@
 import createClient from 'openapi-fetch';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { paths } from '../../generated/api.d.ts';
 import { decryptSecret } from '../../server/services/secret-box.ts';
 import { createGroup, createMember, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
-
-// TEMPORARY: server/http/handlers.ts still maps the admin operations to 501 placeholders; mount the
-// admin handler modules over them until the lead wires them there (then delete this block).
-vi.mock('../../server/http/handlers.ts', async (importOriginal) => {
-  const actual = await importOriginal<typeof import('../../server/http/handlers.ts')>();
-  const { adminAccountsHandlers } = await import('../../server/http/admin-accounts.handlers.ts');
-  const { adminApiKeysHandlers } = await import('../../server/http/admin-api-keys.handlers.ts');
-  const { adminGroupsHandlers } = await import('../../server/http/admin-groups.handlers.ts');
-  const { adminCatalogHandlers } = await import('../../server/http/admin-catalog.handlers.ts');
-  const { adminSwitchesHandlers } = await import('../../server/http/admin-switches.handlers.ts');
-  return {
-    ...actual,
-    createHandlers: (ctx: Parameters<typeof actual.createHandlers>[0]) => ({
-      ...actual.createHandlers(ctx),
-      ...adminAccountsHandlers(ctx),
-      ...adminApiKeysHandlers(ctx),
-      ...adminGroupsHandlers(ctx),
-      ...adminCatalogHandlers(ctx),
-      ...adminSwitchesHandlers(ctx),
-    }),
-  };
-});
 
 let server: TestServer;
 
@@ -172,6 +150,21 @@ describe('group members', () => {
       body: { name: 'local', provider: 'local', models: ['local-image-1', 'local-video-1'] },
     });
     expect(local.data).toMatchObject({ provider: 'local', has_credentials: false, base_url: null, weight: 1, priority: 0, enabled: true });
+  });
+
+  it('rejects a base_url that is not http(s), and any base_url or credentials for local', async () => {
+    const group = await newGroup('bad-urls');
+    const cases = [
+      { body: { name: 'ftp', provider: 'openai' as const, credentials: { api_key: 'k' }, base_url: 'ftp://example.com', models: ['local-image-1'] }, param: 'base_url' },
+      { body: { name: 'local-url', provider: 'local' as const, base_url: 'https://example.com', models: ['local-image-1'] }, param: 'base_url' },
+      { body: { name: 'local-creds', provider: 'local' as const, credentials: { api_key: 'k' }, models: ['local-image-1'] }, param: 'credentials' },
+    ];
+    for (const { body, param } of cases) {
+      const { response, error } = await server.admin().POST('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: group.id } }, body });
+      expect(response.status).toBe(400);
+      expect(error?.error).toMatchObject({ code: 'invalid_request', param });
+    }
+    expect(await server.db.selectFrom('groupMembers').select('id').where('groupId', '=', group.id).execute()).toEqual([]);
   });
 
   it('answers 404 model_not_found naming models for an unknown model', async () => {

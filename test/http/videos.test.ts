@@ -18,7 +18,7 @@ let seq = 0;
 const crid = () => `req-${Date.now()}-${++seq}`;
 
 /** A valid request for local-video-1 (per_second, 0.12/s at 720p). */
-function body(overrides: Record<string, unknown> = {}) {
+function body(overrides: Record<string, unknown> = {}): Record<string, unknown> {
   return { client_request_id: crid(), prompt: 'a red fox running through snow', model: 'local-video-1', seconds: 4, aspectRatio: '16:9', resolution: '720p', ...overrides };
 }
 
@@ -82,7 +82,7 @@ describe('GET /v1/videos/capabilities (§2.7)', () => {
 describe('POST /v1/videos/generations (§4.6)', () => {
   it('creates a queued task with 202, the create shape and a billing snapshot, and holds the quote', async () => {
     const c = await createCustomer(server.db, { balance: 10 });
-    const { data, response } = await server.client(c.key).POST('/v1/videos/generations', { body: body() });
+    const { data, response } = await server.client(c.key).POST('/v1/videos/generations', { body: body() as never });
     expect(response.status).toBe(202);
     expect(response.headers.get('cache-control')).toBe('no-store');
     expect(data).toEqual({

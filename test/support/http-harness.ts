@@ -22,6 +22,7 @@ import { createHandlers } from '../../server/http/handlers.ts';
 import { createLogger } from '../../server/logger.ts';
 import { createMetrics } from '../../server/metrics.ts';
 import { createVideoTaskEngine } from '../../server/workers/index.ts';
+import type { VideoProvider } from '../../server/providers/video-provider.ts';
 import { createTestDatabase } from '../setup/test-database.ts';
 
 export const ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
@@ -110,6 +111,8 @@ export interface StartOptions {
   env?: Record<string, string>;
   /** Run the video task engine in this process. */
   workers?: boolean;
+  /** Replace the video providers (e.g. a failing fake). */
+  videoProviders?: Map<string, VideoProvider>;
 }
 
 export async function startTestServer(options: StartOptions = {}): Promise<TestServer> {
@@ -144,7 +147,7 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
     metrics: createMetrics({ defaultMetrics: false }),
     secretKey: Buffer.from(config.secretKey!, 'hex'),
   });
-  const engine = options.workers ? createVideoTaskEngine(ctx) : undefined;
+  const engine = options.workers ? createVideoTaskEngine(ctx, options.videoProviders) : undefined;
   if (engine) {
     ctx.wakeWorkers = () => engine.wake();
     engine.start();

@@ -10,7 +10,7 @@ const IMAGE_RATIOS = ['1:1', '3:2', '2:3', '16:9', '9:16', '4:3', '3:4', '21:9']
 const credits = (n: number) => Math.round(n * MICRO);
 
 function imagePrices(byResolution: Record<string, number>, qualities: string[] = ['']): PriceRow[] {
-  const factor: Record<string, number> = { '': 1, auto: 1, low: 0.5, medium: 1, high: 2 };
+  const factor: Record<string, number> = { '': 1, low: 0.5, medium: 1, high: 2 };
   return Object.entries(byResolution).flatMap(([resolution, price]) =>
     qualities.map((quality) => ({ resolution, quality, mode: 'per_item' as const, unitPrice: credits(price * (factor[quality] ?? 1)) })),
   );
@@ -43,7 +43,8 @@ export const LOCAL_MODELS: CatalogModelDefinition[] = [
       supportsTransparentBackground: true,
       maxN: 10,
     },
-    prices: imagePrices({ '1K': 2, '2K': 4, '4K': 8 }, ['auto', 'low', 'medium', 'high']),
+    // `quality: auto` (or none) is billed at the `high` row (see the contract's pricing rules).
+    prices: imagePrices({ '1K': 2, '2K': 4, '4K': 8 }, ['low', 'medium', 'high']),
   },
   {
     id: 'local-video-1',

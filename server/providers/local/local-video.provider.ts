@@ -8,17 +8,32 @@ import { join } from 'node:path';
 import type { VideoJobRequest, VideoPollResult, VideoProvider } from '../video-provider.ts';
 import { renderVideo, videoSize } from './video/render-video.ts';
 
+function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    }, { once: true });
+  });
+}
+
 export class LocalVideoProvider implements VideoProvider {
   readonly kind = 'local';
   readonly pollIntervalMs = 0;
 
-  constructor(private readonly workDir: string) {}
+  constructor(
+    private readonly workDir: string,
+    /** Simulated upstream latency before rendering. */
+    private readonly delayMs = 0,
+  ) {}
 
   async submit(job: VideoJobRequest): Promise<string> {
     return `local_${job.taskId}`;
   }
 
   async poll(jobId: string, job: VideoJobRequest, signal: AbortSignal): Promise<VideoPollResult> {
+    if (this.delayMs > 0) await abortableDelay(this.delayMs, signal);
     await mkdir(this.workDir, { recursive: true });
     const outputPath = join(this.workDir, `${jobId}-${process.pid}-${Date.now()}.mp4`);
     const { width, height } = videoSize(job.resolution, job.aspectRatio);

@@ -20,6 +20,13 @@ export const groupNotFound = (param: string | null = null) => new ApiError(404, 
 const memberNotFound = () => new ApiError(404, 'member_not_found', 'This group has no member with this id.');
 const LOCAL = 'local';
 
+/** `format: uri` also admits e.g. `ftp:` URLs; upstreams are reached over HTTP(S) only (a DB check too). */
+function checkBaseUrl(baseUrl: string | null | undefined): void {
+  if (baseUrl !== undefined && baseUrl !== null && !/^https?:\/\//i.test(baseUrl)) {
+    throw badRequest('invalid_request', "'base_url' must be an http:// or https:// URL.", 'base_url');
+  }
+}
+
 export class GroupAdminService {
   constructor(
     private readonly groups: GroupRepository,
@@ -77,6 +84,7 @@ export class GroupAdminService {
     else if (input.credentials === undefined) {
       throw badRequest('invalid_request', `Provider '${input.provider}' needs 'credentials'.`, 'credentials');
     }
+    checkBaseUrl(input.base_url);
     await this.requireModels(input.models);
     const values: MemberValues = {
       name: input.name,
@@ -102,6 +110,7 @@ export class GroupAdminService {
     const member = await this.groups.findMember(groupId, memberId);
     if (!member) throw memberNotFound();
     if (member.provider === LOCAL) this.rejectForLocal(input);
+    checkBaseUrl(input.base_url);
     if (input.models !== undefined) await this.requireModels(input.models);
     if (input.name !== undefined) {
       const holder = await this.groups.findMemberByName(groupId, input.name);

@@ -1,0 +1,161 @@
+/**
+ * The credit ledger on real PostgreSQL with real parallel connections (design §5): guarded holds
+ * never overdraw a balance or a key quota, settlement happens exactly once, and every counter can
+ * be recomputed from the append-only ledger.
+ */
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LedgerRepository, type HoldOutcome } from '../../server/repositories/ledger.repository.ts';
+import { newId } from '../../server/services/ids.ts';
+import { MICRO } from '../../server/services/money.ts';
+import { createAccount, createApiKey, createGroup } from '../support/factories.ts';
+import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
+
+let t: TestDatabase;
+let ledger: LedgerRepository;
+
+beforeAll(async () => {
+  t = await createTestDatabase({ max: 24 });
+  ledger = new LedgerRepository(t.db);
+});
+afterAll(async () => t?.destroy());
+
+function videoRow(taskId: string, accountId: string, apiKeyId: string, groupId: string, amount: number) {
+  return {
+    id: taskId,
+    account_id: accountId,
+    api_key_id: apiKeyId,
+    group_id: groupId,
+    client_request_id: `c-${taskId}`,
+    model: 'm',
+    prompt: 'p',
+    duration_seconds: 1,
+    aspect_ratio: '16:9',
+    resolution: '720p',
+    generate_audio: false,
+    input_mode: 'text',
+    billing_kind: 'snapshot',
+    billing_mode: 'per_item',
+    unit_price: amount,
+    quoted_credits: amount,
+    deadline_at: new Date(Date.now() + 3600_000),
+  };
+}
+
+async function hold(accountId: string, apiKeyId: string, groupId: string, credits: number): Promise<HoldOutcome> {
+  const taskId = newId('vid');
+  const amount = credits * MICRO;
+  return ledger.holdAndInsertTask(
+    { holdId: newId('hold'), accountId, apiKeyId, taskId, amount },
+    { table: 'video_tasks', row: videoRow(taskId, accountId, apiKeyId, groupId, amount) },
+  );
+}
+
+async function setup(balance: number, limits: (number | null)[]) {
+  const account = await createAccount(t.db, { balance });
+  const group = await createGroup(t.db);
+  const keys = [];
+  for (const creditLimit of limits) keys.push(await createApiKey(t.db, { accountId: account.id, groupId: group.id, creditLimit }));
+  return { accountId: account.id, groupId: group.id, keys };
+}
+
+/** Recomputes every counter from the ledger and compares with the stored ones. */
+async function expectLedgerConsistent(accountId: string) {
+  const sums = await sql<{ kind: string; total: number }>`
+    select kind, sum(amount)::bigint as total from ledger_entries where account_id = ${accountId} group by kind`.execute(t.db);
+  const by = Object.fromEntries(sums.rows.map((r) => [r.kind, Number(r.total)])) as Record<string, number>;
+  const s = (k: string) => by[k] ?? 0;
+  const account = await t.db.selectFrom('accounts').select(['balance', 'totalEarned', 'totalSpent']).where('id', '=', accountId).executeTakeFirstOrThrow();
+  expect(account.balance).toBe(s('grant') - s('debit') - s('hold') + s('release'));
+  expect(account.totalEarned).toBe(s('grant'));
+  expect(account.totalSpent).toBe(s('debit') + s('capture'));
+  const keys = await t.db.selectFrom('apiKeys').select(['id', 'creditsUsed']).where('accountId', '=', accountId).execute();
+  for (const key of keys) {
+    const perKey = await sql<{ kind: string; total: number }>`
+      select kind, sum(amount)::bigint as total from ledger_entries where api_key_id = ${key.id} group by kind`.execute(t.db);
+    const k = Object.fromEntries(perKey.rows.map((r) => [r.kind, Number(r.total)])) as Record<string, number>;
+    expect(key.creditsUsed).toBe((k.hold ?? 0) - (k.release ?? 0));
+  }
+}
+
+describe('concurrent holds', () => {
+  it('balance 100 and 400 concurrent 1-credit creates: exactly 100 accepted, balance 0, never below', async () => {
+    const { accountId, groupId, keys } = await setup(100, [null]);
+    const outcomes = await Promise.all(Array.from({ length: 400 }, () => hold(accountId, keys[0]!.id, groupId, 1)));
+    expect(outcomes.filter((o) => o === 'ok')).toHaveLength(100);
+    expect(outcomes.filter((o) => o === 'insufficient_balance')).toHaveLength(300);
+    const account = await t.db.selectFrom('accounts').select('balance').where('id', '=', accountId).executeTakeFirstOrThrow();
+    expect(account.balance).toBe(0);
+    const tasks = await t.db.selectFrom('videoTasks').select(sql<number>`count(*)::int`.as('n')).where('accountId', '=', accountId).executeTakeFirstOrThrow();
+    expect(tasks.n).toBe(100);
+    // Rejected creates left no trace on the key either.
+    const key = await t.db.selectFrom('apiKeys').select('creditsUsed').where('id', '=', keys[0]!.id).executeTakeFirstOrThrow();
+    expect(key.creditsUsed).toBe(100 * MICRO);
+    await expectLedgerConsistent(accountId);
+  });
+
+  it('key quota 10 with 100 concurrent: exactly 10 accepted', async () => {
+    const { accountId, groupId, keys } = await setup(1000, [10]);
+    const outcomes = await Promise.all(Array.from({ length: 100 }, () => hold(accountId, keys[0]!.id, groupId, 1)));
+    expect(outcomes.filter((o) => o === 'ok')).toHaveLength(10);
+    expect(outcomes.filter((o) => o === 'key_quota_exceeded')).toHaveLength(90);
+    const account = await t.db.selectFrom('accounts').select('balance').where('id', '=', accountId).executeTakeFirstOrThrow();
+    expect(account.balance).toBe(990 * MICRO);
+    await expectLedgerConsistent(accountId);
+  });
+
+  it('two keys with quotas 10 + 10 on a balance of 15 with 40 concurrent: exactly 15 accepted', async () => {
+    const { accountId, groupId, keys } = await setup(15, [10, 10]);
+    const outcomes = await Promise.all(Array.from({ length: 40 }, (_, i) => hold(accountId, keys[i % 2]!.id, groupId, 1)));
+    expect(outcomes.filter((o) => o === 'ok')).toHaveLength(15);
+    const account = await t.db.selectFrom('accounts').select('balance').where('id', '=', accountId).executeTakeFirstOrThrow();
+    expect(account.balance).toBe(0);
+    const used = await t.db.selectFrom('apiKeys').select('creditsUsed').where('accountId', '=', accountId).execute();
+    for (const k of used) expect(k.creditsUsed).toBeLessThanOrEqual(10 * MICRO);
+    expect(used.reduce((s, k) => s + k.creditsUsed, 0)).toBe(15 * MICRO);
+    await expectLedgerConsistent(accountId);
+  });
+});
+
+describe('settlement', () => {
+  it('captures fully, partially or releases exactly once per hold, even when raced', async () => {
+    const { accountId, groupId, keys } = await setup(100, [null]);
+    const key = keys[0]!.id;
+    const holds = [];
+    for (let i = 0; i < 3; i++) {
+      const taskId = newId('vid');
+      const holdId = newId('hold');
+      await ledger.holdAndInsertTask({ holdId, accountId, apiKeyId: key, taskId, amount: 10 * MICRO }, { table: 'video_tasks', row: videoRow(taskId, accountId, key, groupId, 10 * MICRO) });
+      holds.push(holdId);
+    }
+    const [full, partial, release] = holds as [string, string, string];
+    // Race ten settlements of each hold: exactly one wins.
+    const results = await Promise.all([
+      ...Array.from({ length: 10 }, () => ledger.settle(full, 10 * MICRO)),
+      ...Array.from({ length: 10 }, () => ledger.settle(partial, 4 * MICRO)),
+      ...Array.from({ length: 10 }, () => ledger.settle(release, 0)),
+    ]);
+    expect(results.filter(Boolean)).toHaveLength(3);
+    const account = await t.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', accountId).executeTakeFirstOrThrow();
+    // 100 - 10 (full) - 4 (partial) - 0 (released) = 86
+    expect(account).toEqual({ balance: 86 * MICRO, totalSpent: 14 * MICRO });
+    const rows = await t.db.selectFrom('creditHolds').select(['id', 'status', 'captured']).where('accountId', '=', accountId).execute();
+    expect(Object.fromEntries(rows.map((r) => [r.id, [r.status, r.captured]]))).toEqual({
+      [full]: ['captured', 10 * MICRO],
+      [partial]: ['captured', 4 * MICRO],
+      [release]: ['released', 0],
+    });
+    expect(await ledger.settle(full, 0)).toBe(false);
+    await expectLedgerConsistent(accountId);
+  });
+
+  it('a hold cannot be settled for more than it holds', async () => {
+    const { accountId, groupId, keys } = await setup(10, [null]);
+    const taskId = newId('vid');
+    const holdId = newId('hold');
+    await ledger.holdAndInsertTask({ holdId, accountId, apiKeyId: keys[0]!.id, taskId, amount: MICRO }, { table: 'video_tasks', row: videoRow(taskId, accountId, keys[0]!.id, groupId, MICRO) });
+    expect(await ledger.settle(holdId, 2 * MICRO)).toBe(false);
+    expect(await ledger.settle(holdId, MICRO)).toBe(true);
+    await expectLedgerConsistent(accountId);
+  });
+});
