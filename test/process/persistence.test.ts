@@ -1,0 +1,128 @@
+/**
+ * Tasks survive crashes and run on many instances (design §6): real server processes on one
+ * database, SIGKILL in the middle of work, restart, and every task completes exactly once with
+ * exactly one capture.
+ */
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { spawnServer, type ServerProcess } from '../support/server-process.ts';
+import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
+
+let t: TestDatabase;
+const secret = randomBytes(32).toString('hex');
+const running: ServerProcess[] = [];
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+  await seedCatalog(t.db);
+});
+afterAll(async () => {
+  await Promise.all(running.map((p) => p.kill('SIGKILL')));
+  await t?.destroy();
+});
+
+async function start(extra: Record<string, string> = {}): Promise<ServerProcess> {
+  const p = await spawnServer({
+    env: {
+      DATABASE_URL: t.url,
+      MEDIAGATE_SECRET_KEY: secret,
+      MEDIAGATE_DATA_DIR: `/tmp/mediagate-persistence-${process.pid}`,
+      DEMO_DATA: '0',
+      TASK_LEASE_MS: '1500',
+      TASK_POLL_MS: '100',
+      WORKER_CONCURRENCY: '4',
+      ...extra,
+    },
+  });
+  running.push(p);
+  return p;
+}
+
+async function createTasks(url: string, key: string, n: number): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const res = await fetch(`${url}/v1/videos/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ client_request_id: `p-${randomBytes(6).toString('hex')}`, prompt: `clip ${i}`, model: 'local-video-lite', seconds: 2, aspectRatio: '16:9', resolution: '360p' }),
+    });
+    expect(res.status).toBe(202);
+    ids.push(((await res.json()) as { id: string }).id);
+  }
+  return ids;
+}
+
+async function waitAll(ids: string[], timeoutMs: number) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const rows = await t.db.selectFrom('videoTasks').select(['id', 'status', 'attempt']).where('id', 'in', ids).execute();
+    if (rows.every((r) => r.status === 'completed' || r.status === 'failed')) return rows;
+    if (Date.now() > deadline) throw new Error(`unfinished: ${JSON.stringify(rows.filter((r) => r.status !== 'completed'))}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function expectExactlyOnce(ids: string[], accountId: string, price: number) {
+  for (const id of ids) {
+    const entries = await t.db.selectFrom('ledgerEntries').select(['kind', 'amount']).where('taskId', '=', id).orderBy('id').execute();
+    expect(entries).toEqual([
+      { kind: 'hold', amount: price },
+      { kind: 'capture', amount: price },
+    ]);
+    const outputs = await t.db.selectFrom('files').select('id').where('taskId', '=', id).where('purpose', '=', 'video_output').execute();
+    expect(outputs).toHaveLength(1);
+  }
+  const account = await t.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', accountId).executeTakeFirstOrThrow();
+  expect(account.totalSpent).toBe(price * ids.length);
+  expect(account.balance).toBe(100_000_000 - price * ids.length);
+}
+
+describe('a server process killed with SIGKILL while tasks run', () => {
+  it('is restarted, and every task completes exactly once with exactly one capture', async () => {
+    const c = await createCustomer(t.db, { balance: 100 });
+    // Slow renders so that the kill lands while work is in flight.
+    const first = await start({ LOCAL_RENDER_DELAY_MS: '1500' });
+    const ids = await createTasks(first.url, c.key, 6);
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      const inFlight = await t.db.selectFrom('videoTasks').select('id').where('id', 'in', ids).where('status', '=', 'in_progress').execute();
+      if (inFlight.length > 0) break;
+      if (Date.now() > deadline) throw new Error('no task started');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const killed = await first.kill('SIGKILL');
+    expect(killed.signal).toBe('SIGKILL');
+    const unfinished = await t.db.selectFrom('videoTasks').select('id').where('id', 'in', ids).where('status', '!=', 'completed').execute();
+    expect(unfinished.length).toBeGreaterThan(0);
+
+    const second = await start({ LOCAL_RENDER_DELAY_MS: '0' });
+    const rows = await waitAll(ids, 60_000);
+    expect(rows.every((r) => r.status === 'completed')).toBe(true);
+    // At least one task was resumed by a later attempt after its lease expired.
+    expect(Math.max(...rows.map((r) => r.attempt))).toBeGreaterThan(1);
+    await expectExactlyOnce(ids, c.accountId, 40_000);
+    await second.kill('SIGTERM');
+  }, 120_000);
+});
+
+describe('two server processes on one database', () => {
+  it('a task created on one is read on the other, and each task is processed exactly once', async () => {
+    const c = await createCustomer(t.db, { balance: 100 });
+    const [a, b] = await Promise.all([start(), start()]);
+    const ids = await createTasks(a.url, c.key, 8);
+    const onB = await fetch(`${b.url}/v1/videos/${ids[0]}`, { headers: { Authorization: `Bearer ${c.key}` } });
+    expect(onB.status).toBe(200);
+    expect(((await onB.json()) as { id: string }).id).toBe(ids[0]);
+    const rows = await waitAll(ids, 60_000);
+    expect(rows.every((r) => r.status === 'completed' && r.attempt === 1)).toBe(true);
+    await expectExactlyOnce(ids, c.accountId, 40_000);
+    // Both instances read the same finished task.
+    const [fromA, fromB] = await Promise.all(
+      [a, b].map(async (p) => (await (await fetch(`${p.url}/v1/videos/${ids[7]}`, { headers: { Authorization: `Bearer ${c.key}` } })).json()) as { status: string; billing: unknown }),
+    );
+    expect(fromA!.status).toBe('completed');
+    expect(fromB!.billing).toEqual(fromA!.billing);
+    await Promise.all([a.kill('SIGTERM'), b.kill('SIGTERM')]);
+  }, 120_000);
+});

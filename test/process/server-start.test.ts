@@ -1,0 +1,79 @@
+/**
+ * `npm start` exactly as the README says, on a machine with no PostgreSQL configured: the server
+ * starts an embedded PostgreSQL, creates demo data and prints the key once, serves the API, stops
+ * cleanly on Ctrl-C, and a second start reuses the data and creates nothing.
+ */
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { spawnServer, type ServerProcess } from '../support/server-process.ts';
+
+const KEY_LINE = /Demo API key \(shown only this once; store it now\):\s+(mg_[0-9A-Za-z]+)/;
+let dataDir: string;
+let current: ServerProcess | undefined;
+
+afterAll(async () => {
+  await current?.kill('SIGKILL');
+  if (dataDir) await rm(dataDir, { recursive: true, force: true });
+});
+
+async function npmStart(): Promise<ServerProcess> {
+  current = await spawnServer({
+    command: ['npm', 'start', '--silent'],
+    group: true,
+    env: { MEDIAGATE_DATA_DIR: dataDir, LOG_LEVEL: 'info', npm_config_update_notifier: 'false' },
+    timeoutMs: 90_000,
+  });
+  return current;
+}
+
+/** npm exits by the signal itself; the server's own clean stop shows in its log and in PostgreSQL's pid file. */
+async function expectCleanStop(p: ServerProcess) {
+  const deadline = Date.now() + 20_000;
+  while (existsSync(join(dataDir, 'pg', 'postmaster.pid')) || !/"msg":"stopped"/.test(p.stdout())) {
+    if (Date.now() > deadline) throw new Error(`no clean stop:\n${p.stdout().slice(-2000)}\n${p.stderr().slice(-2000)}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  expect(p.stdout()).not.toMatch(/"level":(50|60)/);
+}
+
+async function get(url: string, key: string) {
+  const res = await fetch(url, { headers: { Authorization: `Bearer ${key}` } });
+  return { status: res.status, body: (await res.json()) as Record<string, any> };
+}
+
+describe('npm start on a fresh machine', () => {
+  it('starts embedded PostgreSQL with demo data, stops gracefully, and reuses the data on restart', async () => {
+    dataDir = await mkdtemp(join(tmpdir(), 'mediagate-start-'));
+    const first = await npmStart();
+    const key = KEY_LINE.exec(first.stdout())?.[1];
+    expect(key).toBeDefined();
+
+    const models = await get(`${first.url}/v1/models`, key!);
+    expect(models.status).toBe(200);
+    expect(models.body.data.map((m: { id: string }) => m.id)).toEqual(['local-image-1', 'local-image-pro', 'local-video-1', 'local-video-audio', 'local-video-lite']);
+    const credits = await get(`${first.url}/v1/credits`, key!);
+    expect(credits.body.account).toMatchObject({ balance: 1000, total_earned: 1000, status: 'active' });
+    expect(credits.body.api_key.name).toBe('demo');
+
+    // The key was printed once on stdout and never logged.
+    expect(first.stdout().split(key!).length - 1).toBe(1);
+    expect(first.stderr()).not.toContain(key!);
+    expect(existsSync(join(dataDir, 'pg', 'PG_VERSION'))).toBe(true);
+    expect(existsSync(join(dataDir, 'pg', 'postmaster.pid'))).toBe(true);
+
+    // Ctrl-C: the whole process group gets SIGINT, as in a terminal.
+    await first.kill('SIGINT');
+    await expectCleanStop(first);
+
+    const second = await npmStart();
+    expect(second.stdout()).not.toMatch(/Demo API key/);
+    const again = await get(`${second.url}/v1/credits`, key!);
+    expect(again.status).toBe(200);
+    expect(again.body.account.balance).toBe(1000);
+    await second.kill('SIGTERM');
+    await expectCleanStop(second);
+  }, 180_000);
+});

@@ -1,0 +1,74 @@
+/**
+ * Starts the real server as a child process (the way `npm start` does) and reads its base URL from
+ * the line it prints. Used by the tests that kill, restart and run several instances.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+export const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
+
+export interface ServerProcess {
+  child: ChildProcess;
+  url: string;
+  /** Everything written to stdout so far. */
+  stdout(): string;
+  stderr(): string;
+  /** Resolves with the exit code (or signal) once the process has exited. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  kill(signal?: NodeJS.Signals): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+export interface SpawnOptions {
+  env: Record<string, string>;
+  /** Command and arguments; default: node --import tsx server/main.ts */
+  command?: [string, ...string[]];
+  /** Put the child in its own process group (signals go to the whole group, like a terminal's Ctrl-C). */
+  group?: boolean;
+  timeoutMs?: number;
+}
+
+export async function spawnServer(options: SpawnOptions): Promise<ServerProcess> {
+  const [cmd, ...args] = options.command ?? [process.execPath, '--import', 'tsx', 'server/main.ts'];
+  const child = spawn(cmd, args, {
+    cwd: repoRoot,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', LOG_LEVEL: 'warn', HOST: '127.0.0.1', PORT: '0', ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: options.group ?? false,
+  });
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal })),
+  );
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start within ${options.timeoutMs ?? 60_000} ms\nstdout:\n${out}\nstderr:\n${err}`)), options.timeoutMs ?? 60_000);
+    const check = () => {
+      const m = /Mediagate listening on (http:\/\/\S+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]!.replace('localhost', '127.0.0.1'));
+      }
+    };
+    child.stdout!.on('data', check);
+    void exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited (code ${code}, signal ${signal}) before listening\nstdout:\n${out}\nstderr:\n${err}`));
+    });
+  });
+  return {
+    child,
+    url,
+    stdout: () => out,
+    stderr: () => err,
+    exited,
+    kill: async (signal = 'SIGTERM') => {
+      if (child.exitCode === null && child.signalCode === null) {
+        if (options.group) process.kill(-child.pid!, signal);
+        else child.kill(signal);
+      }
+      return exited;
+    },
+  };
+}
