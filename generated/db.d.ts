@@ -116,6 +116,38 @@ export interface GroupMembers {
   weight: Generated<number>;
 }
 
+export interface ImageTasks {
+  accountId: string;
+  actualCredits: Generated<number>;
+  apiKeyId: string;
+  attempt: Generated<number>;
+  completedAt: Timestamp | null;
+  createdAt: Generated<Timestamp>;
+  delivered: Generated<number>;
+  errorCode: string | null;
+  errorMessage: string | null;
+  groupId: string;
+  id: string;
+  inputFileIds: Generated<string[]>;
+  leaseExpiresAt: Timestamp | null;
+  leaseOwner: string | null;
+  maskFileId: string | null;
+  memberId: string | null;
+  model: string;
+  n: number;
+  operation: string;
+  params: Json;
+  prompt: string;
+  quotedCredits: number;
+  resultFileIds: Generated<string[]>;
+  revisedPrompt: string | null;
+  runAsync: Generated<boolean>;
+  settledReason: string | null;
+  status: Generated<string>;
+  unitPrice: number;
+  updatedAt: Generated<Timestamp>;
+}
+
 export interface LedgerEntries {
   accountId: string;
   amount: number;
@@ -186,6 +218,7 @@ export interface DB {
   creditHolds: CreditHolds;
   files: Files;
   groupMembers: GroupMembers;
+  imageTasks: ImageTasks;
   ledgerEntries: LedgerEntries;
   modelPrices: ModelPrices;
   videoTasks: VideoTasks;

@@ -28,4 +28,8 @@ export class FileRepository {
       .where('id', '=', id)
       .executeTakeFirst();
   }
+
+  async delete(id: string): Promise<void> {
+    await this.db.deleteFrom('files').where('id', '=', id).execute();
+  }
 }

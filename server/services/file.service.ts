@@ -82,6 +82,21 @@ export class FileService {
     return this.store.read(file.storageKey);
   }
 
+  /** The whole file in memory (inputs of a generation: images, not videos). */
+  async readAll(id: string): Promise<Buffer> {
+    const file = await this.files.find(id);
+    if (!file) throw new Error(`file ${id} is missing`);
+    const chunks: Buffer[] = [];
+    for await (const chunk of this.store.read(file.storageKey)) chunks.push(chunk as Buffer);
+    return Buffer.concat(chunks);
+  }
+
+  /** Removes a file that was stored but never published (its task was taken over meanwhile). */
+  async discard(file: FileRow): Promise<void> {
+    await this.files.delete(file.id);
+    await this.store.delete(file.storageKey);
+  }
+
   find(id: string): Promise<FileRow | undefined> {
     return this.files.find(id);
   }

@@ -3,22 +3,27 @@ import { join } from 'node:path';
 import type { AppContext } from '../context.ts';
 import { LocalVideoProvider } from '../providers/local/local-video.provider.ts';
 import type { VideoProvider } from '../providers/video-provider.ts';
+import type { VideoTaskRow } from '../repositories/video-task.repository.ts';
 import { RoutingRepository } from '../repositories/routing.repository.ts';
-import { VideoTaskEngine } from './video-task-engine.ts';
+import { TaskEngine } from './task-engine.ts';
+import { VideoTaskKind } from './video-task-kind.ts';
 
 export function createVideoProviders(ctx: AppContext): Map<string, VideoProvider> {
   return new Map<string, VideoProvider>([['local', new LocalVideoProvider(join(ctx.config.mediaDir, 'tmp'), ctx.config.localRenderDelayMs)]]);
 }
 
-export function createVideoTaskEngine(ctx: AppContext, providers = createVideoProviders(ctx)): VideoTaskEngine {
-  return new VideoTaskEngine({
+export function createVideoTaskEngine(ctx: AppContext, providers = createVideoProviders(ctx)): TaskEngine<VideoTaskRow> {
+  const kind = new VideoTaskKind({
     db: ctx.db,
     tasks: ctx.repositories.videoTasks,
     ledger: ctx.repositories.ledger,
     routing: new RoutingRepository(ctx.db),
     files: ctx.services.files,
     providers,
-    log: ctx.log.child({ component: 'video-task-engine' }),
-    options: { leaseMs: ctx.config.taskLeaseMs, pollMs: ctx.config.taskPollMs, concurrency: ctx.config.workerConcurrency },
+  });
+  return new TaskEngine(kind, ctx.log.child({ component: 'video-task-engine' }), {
+    leaseMs: ctx.config.taskLeaseMs,
+    pollMs: ctx.config.taskPollMs,
+    concurrency: ctx.config.workerConcurrency,
   });
 }

@@ -7,7 +7,7 @@ let server: TestServer;
 let png: string;
 
 beforeAll(async () => {
-  server = await startTestServer({ env: { MAX_MEDIA_INPUT_COUNT: '4', MAX_MEDIA_INPUT_BYTES: '200000' } });
+  server = await startTestServer({ env: { MAX_MEDIA_INPUT_COUNT: '4', MAX_MEDIA_INPUT_BYTES: '200000', JSON_BODY_LIMIT_BYTES: '2000000' } });
   await seedCatalog(server.db);
   const bytes = await sharp({ create: { width: 64, height: 36, channels: 3, background: '#3366aa' } }).png().toBuffer();
   png = `data:image/png;base64,${bytes.toString('base64')}`;
@@ -209,6 +209,58 @@ describe('POST /v1/videos/generations (§4.6)', () => {
     const res = await post(c.key, body({ firstFrame: `data:image/png;base64,${big.toString('base64')}` }));
     expect(res.status).toBe(413);
     expect(res.body.error.code).toBe('media_total_too_large');
+  });
+
+  it('refuses a body larger than the server takes with 413 body_too_large, never a crash', async () => {
+    const c = await createCustomer(server.db);
+    const res = await post(c.key, body({ firstFrame: `data:image/png;base64,${'A'.repeat(2_100_000)}` }));
+    expect(res.status).toBe(413);
+    expect(res.body.error.code).toBe('body_too_large');
+    expect((await accountState(c.accountId, c.apiKeyId)).tasks).toBe(0);
+    const health = await fetch(`${server.directUrl}/healthz`);
+    expect(health.status).toBe(200);
+  });
+
+  it('follows an administrator changing the reference-image limit and the price', async () => {
+    const c = await createCustomer(server.db, { models: ['local-video-1'] });
+    const before = await server.client(c.key).GET('/v1/videos/capabilities');
+    const oldToken = before.data!.items[0]!.billing.find((b) => b.resolution === '360p')!.quoteToken;
+    const admin = server.admin();
+    const patched = await admin.PATCH('/admin/v1/models/{model_id}', {
+      params: { path: { model_id: 'local-video-1' } },
+      body: {
+        reference_image_max_count: 1,
+        pricing: [
+          { resolution: '360p', quality: null, mode: 'per_second', unit_price: 0.07 },
+          { resolution: '480p', quality: null, mode: 'per_second', unit_price: 0.08 },
+          { resolution: '720p', quality: null, mode: 'per_second', unit_price: 0.12 },
+        ],
+      },
+    });
+    expect(patched.response.status).toBe(200);
+    try {
+      const after = await server.client(c.key).GET('/v1/videos/capabilities');
+      expect(after.data!.items[0]!.input.referenceImages).toEqual({ maxCount: 1, configurable: true });
+      expect(after.data!.items[0]!.billing.find((b) => b.resolution === '360p')!.unitPrice).toBe(0.07);
+      const tooMany = await post(c.key, body({ resolution: '360p', referenceImages: [png, png] }));
+      expect(tooMany.status).toBe(400);
+      expect(tooMany.body.error.code).toBe('too_many_reference_images');
+      const stale = await post(c.key, body({ resolution: '360p', quote_token: oldToken }));
+      expect(stale.status).toBe(409);
+      expect(stale.body.currentQuote.unitPrice).toBe(0.07);
+    } finally {
+      await admin.PATCH('/admin/v1/models/{model_id}', {
+        params: { path: { model_id: 'local-video-1' } },
+        body: {
+          reference_image_max_count: 10,
+          pricing: [
+            { resolution: '360p', quality: null, mode: 'per_second', unit_price: 0.05 },
+            { resolution: '480p', quality: null, mode: 'per_second', unit_price: 0.08 },
+            { resolution: '720p', quality: null, mode: 'per_second', unit_price: 0.12 },
+          ],
+        },
+      });
+    }
   });
 
   it('accepts frames and reference images as data URLs and reports only mode and count on lookup', async () => {

@@ -5,10 +5,12 @@ import * as m20261122100000 from './20261122100000-accounts-keys-groups.ts';
 import * as m20261122100100 from './20261122100100-catalog.ts';
 import * as m20261122100200 from './20261122100200-ledger.ts';
 import * as m20261122110000 from './20261122110000-video-tasks-files.ts';
+import * as m20261122120000 from './20261122120000-image-tasks.ts';
 
 export const migrations: Record<string, Migration> = {
   '20261122100000-accounts-keys-groups': m20261122100000,
   '20261122100100-catalog': m20261122100100,
   '20261122100200-ledger': m20261122100200,
   '20261122110000-video-tasks-files': m20261122110000,
+  '20261122120000-image-tasks': m20261122120000,
 };

@@ -1,0 +1,305 @@
+/**
+ * multipart/form-data parser of `POST /v1/images/edits` (OpenAI-compatible direct upload).
+ *
+ * Mounted before the OpenAPI validator (which runs with `fileUploader: false`). It streams the body
+ * through busboy with hard limits, keeps the image files in memory up to the per-file limit only,
+ * and hands the validator a `req.body` of text fields alone: file parts never appear in `req.body`
+ * (every file property of `ImageEditMultipartRequest` is optional, so their absence validates) and
+ * are read by the handler with `uploadedFiles(req)`.
+ *
+ * A rejected body is not read any further: the error response is sent with `Connection: close`
+ * while the rest of the upload is discarded unread for a short linger, then the socket is closed.
+ */
+import type { Socket } from 'node:net';
+import busboy from 'busboy';
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { ApiError } from '../errors.ts';
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+export interface MultipartLimits {
+  /** Image files per request (`image`, `image[]`, `image_*`); the mask does not count. */
+  maxFiles: number;
+  /** Bytes of one file (each image and the mask). */
+  maxFileBytes: number;
+  /** Bytes of the whole request body. */
+  maxTotalBytes: number;
+  /** Text fields per request. */
+  maxFields: number;
+  /** Bytes of one text field value (a 32,000-character prompt can be 128 KiB of UTF-8). */
+  maxFieldBytes: number;
+}
+
+export const DEFAULT_MULTIPART_LIMITS: Readonly<MultipartLimits> = Object.freeze({
+  maxFiles: 16,
+  maxFileBytes: 50 * MiB,
+  maxTotalBytes: 200 * MiB,
+  maxFields: 64,
+  maxFieldBytes: 256 * KiB,
+});
+
+export interface UploadedImage {
+  fieldname: string;
+  filename: string;
+  mimeType: string;
+  buffer: Buffer;
+}
+
+export interface UploadedFiles {
+  /** Image files in the order they were sent. */
+  images: UploadedImage[];
+  mask: UploadedImage | undefined;
+}
+
+/** How long a rejected upload is still read (and discarded) after the error response, in ms. */
+const LINGER_MS = 2_000;
+/** Header pairs per part (busboy 1.6 caps them itself at 2000 and 16 KiB per part header). */
+const HEADER_PAIRS = 16;
+
+const INTEGER_FIELDS = new Set(['n', 'output_compression', 'partial_images']);
+const BOOLEAN_FIELDS: Record<string, boolean> = { true: true, false: false, '1': true, '0': false };
+const IMAGE_FIELD = /^image(\[\]|_.+)?$/;
+const DECIMAL_INTEGER = /^-?[0-9]+$/;
+
+const UPLOADS = Symbol('mediagate.multipartUploads');
+type WithUploads = Request & { [UPLOADS]?: UploadedFiles; files?: unknown };
+
+/** The files parsed by `imageEditMultipart` (empty for a JSON request). */
+export function uploadedFiles(req: Request): UploadedFiles {
+  const uploads = (req as WithUploads)[UPLOADS];
+  return { images: uploads ? [...uploads.images] : [], mask: uploads?.mask };
+}
+
+export function isImageFieldName(name: string): boolean {
+  return IMAGE_FIELD.test(name);
+}
+
+function isMultipartFormData(req: Request): boolean {
+  const type = req.headers['content-type'];
+  return typeof type === 'string' && /^\s*multipart\/form-data\s*(;|$)/i.test(type);
+}
+
+/** `n`, `output_compression`, `partial_images` and `stream` as the contract types them; anything else stays a string. */
+export function coerceField(name: string, value: string): string | number | boolean {
+  if (INTEGER_FIELDS.has(name) && DECIMAL_INTEGER.test(value)) {
+    const n = Number(value);
+    if (Number.isSafeInteger(n)) return n;
+    return value;
+  }
+  if (name === 'stream') {
+    const b = BOOLEAN_FIELDS[value.toLowerCase()];
+    if (b !== undefined) return b;
+  }
+  return value;
+}
+
+interface PendingFile {
+  info: Omit<UploadedImage, 'buffer'>;
+  chunks: Buffer[];
+}
+
+const bodyTooLarge = (cfg: MultipartLimits) =>
+  new ApiError(413, 'body_too_large', `The request body exceeds the limit of ${cfg.maxTotalBytes} bytes.`);
+
+const invalid = (message: string, param: string | null) => new ApiError(400, 'invalid_request', message, param);
+
+/**
+ * After the error response of a body that was not read to its end: keep discarding what the client
+ * still sends for a while before closing. Node would destroy the socket as soon as the
+ * `Connection: close` response is flushed; unread bytes arriving after that make the kernel answer
+ * with a reset, which can discard the response before the client has read it.
+ */
+function lingerAfterResponse(req: Request, res: Response): void {
+  res.once('finish', () => {
+    if (req.complete) return;
+    const socket: Socket = req.socket;
+    if (socket.destroyed) return;
+    // `socket.destroySoon()` (from Node's resOnFinish, which ran before this listener) queued
+    // `this.once('finish', this.destroy)`; replace it with a bounded linger.
+    socket.removeListener('finish', socket.destroy);
+    const close = () => {
+      clearTimeout(timer);
+      if (!socket.destroyed) socket.destroy();
+    };
+    const timer = setTimeout(close, LINGER_MS);
+    timer.unref();
+    req.once('end', close);
+    req.once('close', close);
+    socket.once('close', () => clearTimeout(timer));
+  });
+}
+
+/**
+ * Parses a multipart/form-data body for `POST /v1/images/edits`; calls `next()` untouched for any
+ * other Content-Type. Text fields go to `req.body` (coerced, duplicates rejected); image files to
+ * `req.files` (array, arrival order) and with the mask to `uploadedFiles(req)`.
+ */
+export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): RequestHandler {
+  const cfg: MultipartLimits = { ...DEFAULT_MULTIPART_LIMITS, ...limits };
+
+  return (req: Request, res: Response, next: NextFunction): void => {
+    if (!isMultipartFormData(req)) {
+      next();
+      return;
+    }
+
+    const body: Record<string, string | number | boolean> = {};
+    const images: PendingFile[] = [];
+    let mask: PendingFile | undefined;
+    let total = 0;
+    let bb: busboy.Busboy | undefined;
+    let settled = false;
+
+    const onData = (chunk: Buffer): void => {
+      total += chunk.length;
+      if (total > cfg.maxTotalBytes) {
+        reject(bodyTooLarge(cfg));
+        return;
+      }
+      if (bb && !bb.write(chunk)) {
+        req.pause();
+        bb.once('drain', () => {
+          if (!settled) req.resume();
+        });
+      }
+    };
+    const onEnd = (): void => {
+      if (!settled) bb?.end();
+    };
+    const onReqError = (): void => reject(invalid('The request was aborted by the client.', null));
+    const onReqClose = (): void => {
+      if (!req.complete) onReqError();
+    };
+    const detachFromRequest = (): void => {
+      req.removeListener('data', onData);
+      req.removeListener('end', onEnd);
+      req.removeListener('error', onReqError);
+      req.removeListener('close', onReqClose);
+    };
+
+    /** Rejects the request, stops parsing, drops the buffers and discards the rest of the body. */
+    const reject = (err: ApiError): void => {
+      if (settled) return;
+      settled = true;
+      detachFromRequest();
+      req.on('error', () => {});
+      if (bb) {
+        bb.removeAllListeners();
+        bb.on('error', () => {});
+        bb.destroy();
+      }
+      images.length = 0;
+      mask = undefined;
+      if (!req.complete && !req.destroyed) {
+        res.setHeader('Connection', 'close');
+        lingerAfterResponse(req, res);
+        // Discard (never buffer) whatever still arrives.
+        req.resume();
+      }
+      next(err);
+    };
+
+    const declared = Number(req.headers['content-length']);
+    if (Number.isFinite(declared) && declared > cfg.maxTotalBytes) {
+      reject(bodyTooLarge(cfg));
+      return;
+    }
+
+    try {
+      bb = busboy({
+        headers: req.headers,
+        defCharset: 'utf8',
+        defParamCharset: 'utf8',
+        limits: {
+          // One more than allowed so that busboy's `limit`/truncation means "over the limit"
+          // (busboy flags a file or field that reaches its limit exactly).
+          fileSize: cfg.maxFileBytes + 1,
+          fieldSize: cfg.maxFieldBytes + 1,
+          files: cfg.maxFiles + 1, // + the mask
+          fields: cfg.maxFields,
+          parts: cfg.maxFiles + 1 + cfg.maxFields + 1,
+          headerPairs: HEADER_PAIRS,
+        },
+      });
+    } catch (err) {
+      reject(invalid(`Invalid multipart/form-data request: ${(err as Error).message}.`, null));
+      return;
+    }
+
+    bb.on('file', (name: string | undefined, stream, info) => {
+      stream.on('error', () => {});
+      if (settled) {
+        stream.resume();
+        return;
+      }
+      const fieldname = name ?? '';
+      const isImage = isImageFieldName(fieldname);
+      if (!isImage && fieldname !== 'mask') {
+        reject(invalid(`Unexpected file field '${fieldname}'. Send images as 'image', 'image[]' or 'image_<suffix>' and the mask as 'mask'.`, fieldname || null));
+        return;
+      }
+      const entry: PendingFile = { info: { fieldname, filename: info.filename ?? '', mimeType: info.mimeType }, chunks: [] };
+      if (isImage) {
+        if (images.length >= cfg.maxFiles) {
+          reject(new ApiError(400, 'too_many_images', `Too many images: at most ${cfg.maxFiles} image files per request.`, fieldname));
+          return;
+        }
+        images.push(entry);
+      } else {
+        if (mask) {
+          reject(invalid("Only one 'mask' file is allowed.", 'mask'));
+          return;
+        }
+        mask = entry;
+      }
+      stream.on('limit', () =>
+        reject(new ApiError(413, 'media_too_large', `The file '${fieldname}' exceeds the limit of ${cfg.maxFileBytes} bytes.`, fieldname)),
+      );
+      stream.on('data', (chunk: Buffer) => {
+        if (!settled) entry.chunks.push(chunk);
+      });
+    });
+
+    bb.on('field', (name: string, value: string, info) => {
+      if (settled) return;
+      if (isImageFieldName(name) || name === 'mask') {
+        reject(invalid(`'${name}' must be a file part (with a filename), not a text field.`, name));
+        return;
+      }
+      if (info.valueTruncated) {
+        reject(invalid(`The field '${name}' exceeds the limit of ${cfg.maxFieldBytes} bytes.`, name));
+        return;
+      }
+      if (Object.hasOwn(body, name)) {
+        reject(invalid(`The field '${name}' is sent more than once.`, name));
+        return;
+      }
+      // defineProperty: a field named `__proto__` becomes an own (and so rejected) property.
+      Object.defineProperty(body, name, { value: coerceField(name, value), enumerable: true, writable: true, configurable: true });
+    });
+
+    bb.on('filesLimit', () =>
+      reject(new ApiError(400, 'too_many_images', `Too many images: at most ${cfg.maxFiles} image files per request.`, 'image')),
+    );
+    bb.on('fieldsLimit', () => reject(invalid(`Too many form fields: at most ${cfg.maxFields}.`, null)));
+    bb.on('partsLimit', () => reject(invalid('Too many parts in the multipart body.', null)));
+    bb.on('error', (err: Error) => reject(invalid(`Invalid multipart/form-data body: ${err.message}.`, null)));
+    bb.on('finish', () => {
+      if (settled) return;
+      settled = true;
+      const toImage = (e: PendingFile): UploadedImage => ({ ...e.info, buffer: Buffer.concat(e.chunks) });
+      const uploads: UploadedFiles = { images: images.map(toImage), mask: mask ? toImage(mask) : undefined };
+      detachFromRequest();
+      (req as WithUploads)[UPLOADS] = uploads;
+      (req as WithUploads).files = uploads.images;
+      req.body = body;
+      next();
+    });
+
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onReqError);
+    req.on('close', onReqClose);
+  };
+}

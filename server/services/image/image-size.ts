@@ -1,0 +1,274 @@
+/**
+ * Image output size: table 2.8 of the product specification, the `size` parameter (`auto`, a table
+ * value or a custom `WIDTHxHEIGHT`) and its interplay with `aspectRatio` + `resolution`.
+ *
+ * Pure: no I/O. Every rejection is a `400` {@link ApiError} of the contract (`ImageSize.yaml`).
+ */
+import type { ImageCapabilities } from '../../catalog/capabilities.ts';
+import { badRequest } from '../../errors.ts';
+
+export type TableResolution = '1K' | '2K' | '4K';
+export type TableAspectRatio = '1:1' | '3:2' | '2:3' | '16:9' | '9:16' | '4:3' | '3:4' | '21:9';
+
+export interface PixelSize {
+  width: number;
+  height: number;
+}
+
+/** Table 2.8 (reference sizes in pixels), exactly as published. */
+export const SIZE_TABLE: Readonly<Record<TableResolution, Readonly<Record<TableAspectRatio, Readonly<PixelSize>>>>> = {
+  '1K': {
+    '1:1': { width: 1248, height: 1248 },
+    '3:2': { width: 1248, height: 832 },
+    '2:3': { width: 832, height: 1248 },
+    '16:9': { width: 1248, height: 704 },
+    '9:16': { width: 704, height: 1248 },
+    '4:3': { width: 1248, height: 944 },
+    '3:4': { width: 944, height: 1248 },
+    '21:9': { width: 1248, height: 528 },
+  },
+  '2K': {
+    '1:1': { width: 2048, height: 2048 },
+    '3:2': { width: 2048, height: 1360 },
+    '2:3': { width: 1360, height: 2048 },
+    '16:9': { width: 2048, height: 1152 },
+    '9:16': { width: 1152, height: 2048 },
+    '4:3': { width: 2048, height: 1536 },
+    '3:4': { width: 1536, height: 2048 },
+    '21:9': { width: 2048, height: 880 },
+  },
+  '4K': {
+    '1:1': { width: 2880, height: 2880 },
+    '3:2': { width: 3520, height: 2352 },
+    '2:3': { width: 2352, height: 3520 },
+    '16:9': { width: 3840, height: 2160 },
+    '9:16': { width: 2160, height: 3840 },
+    '4:3': { width: 3312, height: 2496 },
+    '3:4': { width: 2496, height: 3312 },
+    '21:9': { width: 3840, height: 1648 },
+  },
+};
+
+/** Limits of a custom `WIDTHxHEIGHT` (§8 of the specification, `ImageSize.yaml`). */
+export const CUSTOM_SIZE_LIMITS = {
+  minEdge: 256,
+  maxEdge: 3840,
+  minPixels: 655_360,
+  maxPixels: 8_294_400,
+  maxAspectRatio: 3,
+  edgeMultiple: 16,
+} as const;
+
+/**
+ * Billing tier of a custom size, by pixel count: ≤ 1248×1248 px → `1K`, ≤ 2048×2048 px → `2K`, else
+ * `4K` (the squares of table 2.8's 1K and 2K rows; every table value falls in its own row's tier).
+ */
+export const CUSTOM_TIER_MAX_PIXELS: readonly (readonly [TableResolution, number])[] = [
+  ['1K', 1248 * 1248],
+  ['2K', 2048 * 2048],
+];
+
+export type ParsedSize =
+  | { kind: 'auto' }
+  | { kind: 'table'; resolution: TableResolution; aspectRatio: TableAspectRatio; width: number; height: number }
+  | { kind: 'custom'; width: number; height: number };
+
+export interface ResolvedImageSize {
+  width: number;
+  height: number;
+  /** Billing tier: from the table for table sizes, by pixel count for custom sizes. */
+  resolution: string;
+  /** `W:H` of the table row, or the reduced ratio of a custom size (e.g. `8:5` for 1024x640). */
+  aspectRatio: string;
+  /** True for a custom `size` (rendered at exactly the requested pixels). */
+  custom: boolean;
+}
+
+export interface ResolveImageSizeInput {
+  size?: string;
+  aspectRatio?: string;
+  resolution?: string;
+  /** Operator setting `IMAGE_SIZE_PARAM`: `reject` is the specification's variant A. */
+  sizeParam: 'accept' | 'reject';
+  caps: ImageCapabilities;
+}
+
+const TABLE_BY_SIZE: ReadonlyMap<string, { resolution: TableResolution; aspectRatio: TableAspectRatio }> = new Map(
+  (Object.keys(SIZE_TABLE) as TableResolution[]).flatMap((resolution) =>
+    (Object.keys(SIZE_TABLE[resolution]) as TableAspectRatio[]).map((aspectRatio) => {
+      const { width, height } = SIZE_TABLE[resolution][aspectRatio];
+      return [`${width}x${height}`, { resolution, aspectRatio }] as const;
+    }),
+  ),
+);
+
+const SIZE_PATTERN = /^([1-9][0-9]{0,4})x([1-9][0-9]{0,4})$/;
+const RATIO_PATTERN = /^([1-9][0-9]*):([1-9][0-9]*)$/;
+
+const invalidSize = (size: string, rule: string) => badRequest('invalid_size', `Invalid size '${size}': ${rule}.`, 'size');
+
+function gcd(a: number, b: number): number {
+  while (b) [a, b] = [b, a % b];
+  return a;
+}
+
+/** The reduced `W:H` ratio of a pixel size. */
+export function ratioOf(width: number, height: number): string {
+  const g = gcd(width, height);
+  return `${width / g}:${height / g}`;
+}
+
+/** Billing tier of a custom size (see {@link CUSTOM_TIER_MAX_PIXELS}). */
+export function customSizeTier(width: number, height: number): TableResolution {
+  const pixels = width * height;
+  for (const [tier, max] of CUSTOM_TIER_MAX_PIXELS) if (pixels <= max) return tier;
+  return '4K';
+}
+
+/**
+ * Parses a `size` value: `auto`, a table 2.8 value, or a custom `WIDTHxHEIGHT` within the limits
+ * (each edge 256–3840 px, total pixels 655,360–8,294,400, aspect ratio at most 3:1, both edges
+ * multiples of 16). Anything else is `400 invalid_size` (param `size`), naming the violated rule.
+ */
+export function parseSize(size: string): ParsedSize {
+  if (size === 'auto') return { kind: 'auto' };
+  const m = SIZE_PATTERN.exec(size);
+  if (!m) throw invalidSize(size, "expected 'auto' or WIDTHxHEIGHT in pixels, e.g. '2048x1152'");
+  const width = Number(m[1]);
+  const height = Number(m[2]);
+  const row = TABLE_BY_SIZE.get(`${width}x${height}`);
+  if (row) return { kind: 'table', ...row, width, height };
+
+  const L = CUSTOM_SIZE_LIMITS;
+  if (width < L.minEdge || width > L.maxEdge || height < L.minEdge || height > L.maxEdge) {
+    throw invalidSize(size, `each edge must be ${L.minEdge} to ${L.maxEdge} px`);
+  }
+  const pixels = width * height;
+  if (pixels < L.minPixels || pixels > L.maxPixels) {
+    throw invalidSize(size, `total pixels must be 655,360 to 8,294,400 (got ${pixels.toLocaleString('en-US')})`);
+  }
+  if (Math.max(width, height) / Math.min(width, height) > L.maxAspectRatio) {
+    throw invalidSize(size, `aspect ratio must be at most ${L.maxAspectRatio}:1`);
+  }
+  if (width % L.edgeMultiple !== 0 || height % L.edgeMultiple !== 0) {
+    throw invalidSize(size, `both edges must be multiples of ${L.edgeMultiple}`);
+  }
+  return { kind: 'custom', width, height };
+}
+
+function parseRatio(ratio: string): number | undefined {
+  const m = RATIO_PATTERN.exec(ratio);
+  return m ? Number(m[1]) / Number(m[2]) : undefined;
+}
+
+/**
+ * Pixel size of a tier and ratio: the table 2.8 value, or (for a ratio outside the table offered by
+ * a model) one derived from the tier's square area, edges multiples of 16 and at most 3840 px.
+ */
+function tableSize(resolution: string, aspectRatio: string): PixelSize {
+  const row = (SIZE_TABLE as Record<string, Record<string, PixelSize> | undefined>)[resolution];
+  if (!row) throw badRequest('unsupported_resolution', `Resolution '${resolution}' has no pixel size.`, 'resolution');
+  const exact = row[aspectRatio];
+  if (exact) return { width: exact.width, height: exact.height };
+  const r = parseRatio(aspectRatio);
+  const square = row['1:1'];
+  if (r === undefined || !square) {
+    throw badRequest('unsupported_aspect_ratio', `Aspect ratio '${aspectRatio}' has no pixel size.`, 'aspectRatio');
+  }
+  const area = square.width * square.height;
+  let width = Math.sqrt(area * r);
+  let height = width / r;
+  const scale = Math.min(1, 3840 / Math.max(width, height));
+  width = Math.max(16, Math.round((width * scale) / 16) * 16);
+  height = Math.max(16, Math.round((height * scale) / 16) * 16);
+  return { width, height };
+}
+
+/**
+ * Decides the output size of an image request. Rules, in order:
+ * 1. any `size` while the operator set `IMAGE_SIZE_PARAM=reject` (variant A) → `400 size_not_accepted`;
+ * 2. a `resolution` the model does not offer → `400 unsupported_resolution` (param `resolution`);
+ * 3. an `aspectRatio` the model does not offer → `400 unsupported_aspect_ratio` (param `aspectRatio`);
+ * 4. a malformed or out-of-limits `size` → `400 invalid_size` (see {@link parseSize});
+ * 5. a table size with an `aspectRatio` or `resolution` other than its own → `400 size_conflict`;
+ *    a custom size with an `aspectRatio` more than 1 % off its width/height, or with a `resolution`
+ *    other than its billing tier → `400 size_conflict` (all param `size`);
+ * 6. a table size whose tier or ratio the model does not offer, or a custom size whose billing tier
+ *    the model does not offer → `400 unsupported_resolution` / `unsupported_aspect_ratio` (param `size`);
+ * 7. defaults (no `size` or `auto`): nothing given → the model's first resolution and `1:1` (the
+ *    model's first ratio when it lacks `1:1`); only a resolution → `1:1`; only a ratio → the model's
+ *    first resolution.
+ *
+ * Decision (custom sizes): a custom `WIDTHxHEIGHT` is rendered at exactly the requested pixels and
+ * billed by pixel count: ≤ 1248×1248 px (1,557,504) → `1K`, ≤ 2048×2048 px (4,194,304) → `2K`,
+ * otherwise `4K`. These thresholds are the squares of table 2.8's 1K and 2K rows, so every table
+ * value would land in its own row's tier under the same rule. The contract (`ImageSize.yaml`)
+ * accepts custom sizes but prices by tier; this is how a custom size maps to a tier.
+ */
+export function resolveImageSize(input: ResolveImageSizeInput): ResolvedImageSize {
+  const { size, aspectRatio, resolution, caps } = input;
+  if (size !== undefined && input.sizeParam === 'reject') {
+    throw badRequest(
+      'size_not_accepted',
+      "The 'size' parameter is not accepted by this server; use 'aspectRatio' + 'resolution' instead.",
+      'size',
+    );
+  }
+  if (resolution !== undefined && !caps.resolutions.includes(resolution)) {
+    throw badRequest(
+      'unsupported_resolution',
+      `Resolution '${resolution}' is not supported by this model (supported: ${caps.resolutions.join(', ')}).`,
+      'resolution',
+    );
+  }
+  if (aspectRatio !== undefined && !caps.aspectRatios.includes(aspectRatio)) {
+    throw badRequest(
+      'unsupported_aspect_ratio',
+      `Aspect ratio '${aspectRatio}' is not supported by this model (supported: ${caps.aspectRatios.join(', ')}).`,
+      'aspectRatio',
+    );
+  }
+
+  const parsed: ParsedSize = size === undefined ? { kind: 'auto' } : parseSize(size);
+  if (parsed.kind === 'table') {
+    if (aspectRatio !== undefined && aspectRatio !== parsed.aspectRatio) {
+      throw badRequest('size_conflict', `Size '${size}' is ${parsed.aspectRatio}, not aspect ratio '${aspectRatio}'.`, 'size');
+    }
+    if (resolution !== undefined && resolution !== parsed.resolution) {
+      throw badRequest('size_conflict', `Size '${size}' is resolution ${parsed.resolution}, not '${resolution}'.`, 'size');
+    }
+    if (!caps.resolutions.includes(parsed.resolution)) {
+      throw badRequest('unsupported_resolution', `Size '${size}' is resolution ${parsed.resolution}, which this model does not support.`, 'size');
+    }
+    if (!caps.aspectRatios.includes(parsed.aspectRatio)) {
+      throw badRequest('unsupported_aspect_ratio', `Size '${size}' is aspect ratio ${parsed.aspectRatio}, which this model does not support.`, 'size');
+    }
+    return { width: parsed.width, height: parsed.height, resolution: parsed.resolution, aspectRatio: parsed.aspectRatio, custom: false };
+  }
+
+  if (parsed.kind === 'custom') {
+    const { width, height } = parsed;
+    const tier = customSizeTier(width, height);
+    if (aspectRatio !== undefined) {
+      const r = parseRatio(aspectRatio);
+      if (r === undefined || Math.abs(width / height / r - 1) > 0.01) {
+        throw badRequest('size_conflict', `Size '${size}' does not have aspect ratio '${aspectRatio}'.`, 'size');
+      }
+    }
+    if (resolution !== undefined && resolution !== tier) {
+      throw badRequest('size_conflict', `Size '${size}' is billed as resolution ${tier}, not '${resolution}'.`, 'size');
+    }
+    if (!caps.resolutions.includes(tier)) {
+      throw badRequest('unsupported_resolution', `Size '${size}' is billed as resolution ${tier}, which this model does not support.`, 'size');
+    }
+    return { width, height, resolution: tier, aspectRatio: ratioOf(width, height), custom: true };
+  }
+
+  const res = resolution ?? caps.resolutions[0];
+  const ratio = aspectRatio ?? (caps.aspectRatios.includes('1:1') || caps.aspectRatios.length === 0 ? '1:1' : caps.aspectRatios[0]);
+  if (res === undefined || ratio === undefined) {
+    throw badRequest('unsupported_resolution', 'This model offers no resolution.', 'resolution');
+  }
+  const px = tableSize(res, ratio);
+  return { width: px.width, height: px.height, resolution: res, aspectRatio: ratio, custom: false };
+}
