@@ -1391,7 +1391,12 @@ export interface components {
          *     - a custom `WIDTHxHEIGHT` with each edge 256 to 3840 px, total pixels 655,360 to 8,294,400,
          *       aspect ratio at most 3:1 and both edges multiples of 16. Each violation is `400 invalid_size`.
          *
-         *     Omitted means `auto`: the upstream decides (variant B's default `1024x1024` is not applied).
+         *     A table size is billed at its resolution tier. A custom size is rendered at exactly its pixels
+         *     and billed by pixel count: up to 1248×1248 px as `1K`, up to 2048×2048 px as `2K`, above as `4K`.
+         *
+         *     Omitted means `auto`: the upstream decides (variant B's default `1024x1024` is not applied); the
+         *     local provider then renders the model's first resolution at `1:1`, and an edit keeps the size of
+         *     its first input image (billed by its pixel count as above).
          *     A `size` that disagrees with a given `aspectRatio`/`aspect_ratio` or `resolution` is
          *     `400 size_conflict`. When the operator sets `IMAGE_SIZE_PARAM=reject` (variant A), any `size` is
          *     `400 size_not_accepted`; use `aspectRatio` + `resolution` instead.

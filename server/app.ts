@@ -13,6 +13,7 @@ import { ApiError } from './errors.ts';
 import { errorMiddleware, rememberAuthError } from './http/error-middleware.ts';
 import type { HandlerMap } from './http/types.ts';
 import { setAuth } from './http/auth.ts';
+import { imageEditMultipart } from './http/multipart.ts';
 import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -89,6 +90,11 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   });
 
   app.use(express.json({ limit: ctx.config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));
+  // Multipart edits are parsed here, with limits, instead of by the validator's unbounded multer.
+  app.post(
+    '/v1/images/edits',
+    imageEditMultipart({ maxFiles: ctx.config.maxEditImages, maxFileBytes: ctx.config.maxEditFileBytes, maxTotalBytes: ctx.config.maxEditBodyBytes }),
+  );
 
   const adminTokenHash = ctx.config.adminToken === undefined ? undefined : sha256(ctx.config.adminToken);
   app.use(

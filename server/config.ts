@@ -38,6 +38,10 @@ export interface Config {
   taskPollMs: number;
   taskMaxLifetimeSeconds: number;
   workerConcurrency: number;
+  /** Image edits: input files per request, bytes per file and per request body (multipart). */
+  maxEditImages: number;
+  maxEditFileBytes: number;
+  maxEditBodyBytes: number;
   /** Extra latency of the local provider per job (demos and crash tests: simulates a slow upstream). */
   localRenderDelayMs: number;
   /** Express `trust proxy` setting: true behind one reverse proxy that sets X-Forwarded-For. */
@@ -124,5 +128,8 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     taskMaxLifetimeSeconds: int(env, 'TASK_MAX_LIFETIME_SECONDS', 3600, 1, 7 * 86_400),
     workerConcurrency: int(env, 'WORKER_CONCURRENCY', 2, 0, 256),
     localRenderDelayMs: int(env, 'LOCAL_RENDER_DELAY_MS', 0, 0, 600_000),
+    maxEditImages: 16,
+    maxEditFileBytes: int(env, 'EDIT_MAX_FILE_BYTES', 50 * 1024 * 1024, 1024),
+    maxEditBodyBytes: int(env, 'EDIT_MAX_BODY_BYTES', 200 * 1024 * 1024, 1024),
   };
 }

@@ -2,6 +2,7 @@
  * The one place dependencies are built: config -> db -> repositories -> services. main.ts and the
  * tests call createContext; nothing else holds a database or configuration.
  */
+import { randomBytes } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type { DB } from '../generated/db.d.ts';
 import type { Config } from './config.ts';
@@ -13,6 +14,12 @@ import { FileRepository } from './repositories/file.repository.ts';
 import { LedgerRepository } from './repositories/ledger.repository.ts';
 import { ModelRepository } from './repositories/model.repository.ts';
 import { VideoTaskRepository } from './repositories/video-task.repository.ts';
+import { ImageTaskRepository } from './repositories/image-task.repository.ts';
+import { RoutingRepository } from './repositories/routing.repository.ts';
+import type { ImageProvider } from './providers/image-provider.ts';
+import { LocalImageProvider } from './providers/local/local-image.provider.ts';
+import { ImageService } from './services/image/image.service.ts';
+import type { MediaStore } from './storage/media-store.ts';
 import { createAdminServices, type AdminServices } from './services/admin/index.ts';
 import { AuthService } from './services/auth.service.ts';
 import { CreditService } from './services/credit.service.ts';
@@ -29,6 +36,7 @@ export interface Services {
   credits: CreditService;
   files: FileService;
   videos: VideoService;
+  images: ImageService;
   admin: AdminServices;
 }
 
@@ -37,6 +45,8 @@ export interface Repositories {
   models: ModelRepository;
   ledger: LedgerRepository;
   videoTasks: VideoTaskRepository;
+  imageTasks: ImageTaskRepository;
+  routing: RoutingRepository;
   files: FileRepository;
 }
 
@@ -48,21 +58,38 @@ export interface AppContext {
   secretKey: Buffer;
   repositories: Repositories;
   services: Services;
-  /** Set by main.ts when this process runs workers: wakes the task engine. */
+  /** Set by main.ts when this process runs workers: wakes the task engines. */
   wakeWorkers: () => void;
+  /** This process's lease owner id for the synchronous image tasks its requests run. */
+  instanceId: string;
+}
+
+/** Replaceable parts (tests inject failing providers or stores). */
+export interface ContextOverrides {
+  mediaStore?: MediaStore;
+  imageProviders?: Map<string, ImageProvider>;
 }
 
 export function createRepositories(db: Kysely<DB>): Repositories {
-  return { models: new ModelRepository(db), ledger: new LedgerRepository(db), videoTasks: new VideoTaskRepository(db), files: new FileRepository(db) };
+  return {
+    models: new ModelRepository(db),
+    ledger: new LedgerRepository(db),
+    videoTasks: new VideoTaskRepository(db),
+    imageTasks: new ImageTaskRepository(db),
+    routing: new RoutingRepository(db),
+    files: new FileRepository(db),
+  };
 }
 
 export function createServices(
   deps: { config: Config; db: Kysely<DB>; log: Logger; secretKey: Buffer },
   repositories: Repositories,
   wake: () => void,
+  overrides: ContextOverrides = {},
 ): Services {
   const { config, db, log, secretKey } = deps;
-  const files = new FileService(repositories.files, new FilesystemMediaStore(config.mediaDir), deriveKey(secretKey, 'file-url'), config.publicBaseUrl, config.fileUrlTtlSeconds);
+  const store = overrides.mediaStore ?? new FilesystemMediaStore(config.mediaDir);
+  const files = new FileService(repositories.files, store, deriveKey(secretKey, 'file-url'), config.publicBaseUrl, config.fileUrlTtlSeconds);
   const auth = new AuthService(new ApiKeyRepository(db), log, config.keyCacheTtlMs);
   return {
     auth,
@@ -80,13 +107,33 @@ export function createServices(
       options: { maxMediaInputCount: config.maxMediaInputCount, maxMediaInputBytes: config.maxMediaInputBytes, maxLifetimeSeconds: config.taskMaxLifetimeSeconds },
       onCreated: wake,
     }),
+    images: new ImageService({
+      tasks: repositories.imageTasks,
+      models: repositories.models,
+      routing: repositories.routing,
+      ledger: repositories.ledger,
+      files,
+      providers: overrides.imageProviders ?? new Map<string, ImageProvider>([['local', new LocalImageProvider()]]),
+      db,
+      log,
+      options: { sizeParam: config.imageSizeParam, leaseMs: config.taskLeaseMs, maxEditImages: config.maxEditImages },
+    }),
   };
 }
 
-export function createContext(deps: { config: Config; db: Kysely<DB>; log: Logger; metrics: Metrics; secretKey: Buffer }): AppContext {
+export function createContext(
+  deps: { config: Config; db: Kysely<DB>; log: Logger; metrics: Metrics; secretKey: Buffer },
+  overrides: ContextOverrides = {},
+): AppContext {
   const repositories = createRepositories(deps.db);
-  const ctx: AppContext = { ...deps, repositories, services: undefined as unknown as Services, wakeWorkers: () => undefined };
-  // Late-bound so that main.ts can install the engine's wake-up after the context exists.
-  ctx.services = createServices(deps, repositories, () => ctx.wakeWorkers());
+  const ctx: AppContext = {
+    ...deps,
+    repositories,
+    services: undefined as unknown as Services,
+    wakeWorkers: () => undefined,
+    instanceId: `api_${process.pid}_${randomBytes(4).toString('hex')}`,
+  };
+  // Late-bound so that main.ts can install the engines' wake-up after the context exists.
+  ctx.services = createServices(deps, repositories, () => ctx.wakeWorkers(), overrides);
   return ctx;
 }

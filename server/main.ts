@@ -15,7 +15,7 @@ import { createHandlers } from './http/handlers.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { createMetrics } from './metrics.ts';
 import { loadSecretKey } from './services/secret-box.ts';
-import { createVideoTaskEngine } from './workers/index.ts';
+import { createWorkers } from './workers/index.ts';
 
 export interface RunningServer {
   ctx: AppContext;
@@ -63,10 +63,10 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       url = `http://${config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host}:${port}`;
     }
 
-    const engine = config.role !== 'api' ? createVideoTaskEngine(ctx) : undefined;
-    if (engine) {
-      ctx.wakeWorkers = () => engine.wake();
-      engine.start();
+    const workers = config.role !== 'api' ? createWorkers(ctx) : undefined;
+    if (workers) {
+      ctx.wakeWorkers = () => workers.wake();
+      workers.start();
     }
 
     const stop = async () => {
@@ -79,7 +79,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
         clearTimeout(timer);
       }
       // Running tasks stop here and resume on any instance once their lease expires.
-      await engine?.stop();
+      await workers?.stop();
       await db.destroy();
       if (stopEmbedded) await stopEmbedded();
     };

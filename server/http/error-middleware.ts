@@ -30,7 +30,7 @@ export function paramFromPath(path: string | undefined, message = ''): string | 
   const parts = path.split('/').filter(Boolean);
   if (['body', 'query', 'params', 'path', 'headers', 'files'].includes(parts[0] ?? '')) parts.shift();
   const missing = /required property '([^']+)'/.exec(message)?.[1];
-  if (missing) parts.push(missing);
+  if (missing && parts.at(-1) !== missing) parts.push(missing);
   const unknown = /additional properties|Unknown query parameter '([^']+)'/i.test(message) ? /'([^']+)'/.exec(message)?.[1] : undefined;
   if (unknown && !parts.includes(unknown)) parts.push(unknown);
   return parts.length ? parts.join('.') : null;

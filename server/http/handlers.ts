@@ -1,6 +1,5 @@
 /** The handler map: one entry per operationId of the contract (a missing one is a compile error). */
 import type { AppContext } from '../context.ts';
-import { ApiError } from '../errors.ts';
 import { adminAccountsHandlers } from './admin-accounts.handlers.ts';
 import { adminApiKeysHandlers } from './admin-api-keys.handlers.ts';
 import { adminCatalogHandlers } from './admin-catalog.handlers.ts';
@@ -8,26 +7,19 @@ import { adminGroupsHandlers } from './admin-groups.handlers.ts';
 import { adminSwitchesHandlers } from './admin-switches.handlers.ts';
 import { creditsHandlers } from './credits.handlers.ts';
 import { modelsHandlers } from './models.handlers.ts';
+import { adminTasksHandlers } from './admin-tasks.handlers.ts';
 import { filesHandlers } from './files.handlers.ts';
+import { imagesHandlers } from './images.handlers.ts';
 import { operationsHandlers } from './operations.handlers.ts';
 import { videosHandlers } from './videos.handlers.ts';
-import type { HandlerMap, OperationHandler, OperationId } from './types.ts';
-
-/** Operations whose issue has not landed yet; listed in README.md under "Not yet available". */
-export function notImplemented<K extends OperationId>(): OperationHandler<K> {
-  return () => {
-    throw new ApiError(501, 'not_implemented', 'This operation is not implemented yet.');
-  };
-}
+import type { HandlerMap } from './types.ts';
 
 export function createHandlers(ctx: AppContext): HandlerMap {
   return {
     ...modelsHandlers(ctx),
     ...creditsHandlers(ctx),
     ...operationsHandlers(ctx),
-    createImage: notImplemented(),
-    editImage: notImplemented(),
-    getImageTask: notImplemented(),
+    ...imagesHandlers(ctx),
     ...videosHandlers(ctx),
     ...filesHandlers(ctx),
     ...adminAccountsHandlers(ctx),
@@ -35,7 +27,6 @@ export function createHandlers(ctx: AppContext): HandlerMap {
     ...adminGroupsHandlers(ctx),
     ...adminCatalogHandlers(ctx),
     ...adminSwitchesHandlers(ctx),
-    getTask: notImplemented(),
-    settleImageTask: notImplemented(),
+    ...adminTasksHandlers(ctx),
   };
 }

@@ -63,7 +63,7 @@ const IMAGE_FIELD = /^image(\[\]|_.+)?$/;
 const DECIMAL_INTEGER = /^-?[0-9]+$/;
 
 const UPLOADS = Symbol('mediagate.multipartUploads');
-type WithUploads = Request & { [UPLOADS]?: UploadedFiles; files?: unknown };
+type WithUploads = Request & { [UPLOADS]?: UploadedFiles };
 
 /** The files parsed by `imageEditMultipart` (empty for a JSON request). */
 export function uploadedFiles(req: Request): UploadedFiles {
@@ -185,9 +185,15 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
       detachFromRequest();
       req.on('error', () => {});
       if (bb) {
-        bb.removeAllListeners();
-        bb.on('error', () => {});
-        bb.destroy();
+        const parser = bb;
+        parser.on('error', () => {});
+        // Not synchronously: this may run inside one of busboy's own event emissions, which
+        // continues to use its state after the listener returns. Nothing is fed to it any more.
+        process.nextTick(() => {
+          parser.removeAllListeners();
+          parser.on('error', () => {});
+          parser.destroy();
+        });
       }
       images.length = 0;
       mask = undefined;
@@ -292,7 +298,9 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
       const uploads: UploadedFiles = { images: images.map(toImage), mask: mask ? toImage(mask) : undefined };
       detachFromRequest();
       (req as WithUploads)[UPLOADS] = uploads;
-      (req as WithUploads).files = uploads.images;
+      // `req.files` is typed by @types/multer (pulled in by express-openapi-validator) as Multer files;
+      // these are not: read them through uploadedFiles(req).
+      (req as unknown as { files: UploadedImage[] }).files = uploads.images;
       req.body = body;
       next();
     });

@@ -1,7 +1,7 @@
 /** Catalog reads for the public API: which models a key's group can reach. */
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
-import type { BillingMode, VideoCapabilities } from '../catalog/capabilities.ts';
+import type { BillingMode, ImageCapabilities, VideoCapabilities } from '../catalog/capabilities.ts';
 
 export interface VisibleModelRow {
   id: string;
@@ -16,6 +16,15 @@ export interface VideoCatalogRow {
   /** Some enabled member of the group can run it (configuration only). */
   reachable: boolean;
   prices: { resolution: string; mode: BillingMode; unitPrice: number }[];
+}
+
+export interface ImageCatalogRow {
+  id: string;
+  capabilities: ImageCapabilities;
+  reachable: boolean;
+  /** The capability switch of the operation (image_generation or image_edit). */
+  switchedOn: boolean;
+  prices: { resolution: string; quality: string; unitPrice: number }[];
 }
 
 export class ModelRepository {
@@ -83,5 +92,20 @@ export class ModelRepository {
   async isSwitchedOn(name: 'image_generation' | 'image_edit' | 'video_generation'): Promise<boolean> {
     const row = await this.db.selectFrom('capabilitySwitches').select('enabled').where('name', '=', name).executeTakeFirst();
     return row?.enabled ?? false;
+  }
+
+  /** One image model as a group sees it, with its prices and the operation's switch; one query. */
+  async findImageModel(groupId: string, modelId: string, switchName: 'image_generation' | 'image_edit'): Promise<ImageCatalogRow | undefined> {
+    const result = await sql<ImageCatalogRow>`
+      select m.id, m.capabilities,
+             bool_or(g.enabled and (g.provider = 'local' or g.credentials_ciphertext is not null)) as reachable,
+             coalesce((select s.enabled from capability_switches s where s.name = ${switchName}), false) as "switchedOn",
+             coalesce((select json_agg(json_build_object('resolution', p.resolution, 'quality', p.quality, 'unitPrice', p.unit_price))
+                       from model_prices p where p.model_id = m.id), '[]'::json) as prices
+      from catalog_models m
+      join group_members g on g.group_id = ${groupId} and m.id = any(g.models)
+      where m.kind = 'image' and m.enabled and m.id = ${modelId}
+      group by m.id`.execute(this.db);
+    return result.rows[0];
   }
 }

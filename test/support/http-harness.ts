@@ -17,11 +17,11 @@ import type { paths } from '../../generated/api.d.ts';
 import type { DB } from '../../generated/db.d.ts';
 import { createApp } from '../../server/app.ts';
 import { loadConfig, type Config } from '../../server/config.ts';
-import { createContext, type AppContext } from '../../server/context.ts';
+import { createContext, type AppContext, type ContextOverrides } from '../../server/context.ts';
 import { createHandlers } from '../../server/http/handlers.ts';
 import { createLogger } from '../../server/logger.ts';
 import { createMetrics } from '../../server/metrics.ts';
-import { createVideoTaskEngine } from '../../server/workers/index.ts';
+import { createWorkers } from '../../server/workers/index.ts';
 import type { VideoProvider } from '../../server/providers/video-provider.ts';
 import { createTestDatabase } from '../setup/test-database.ts';
 
@@ -109,8 +109,10 @@ async function laneFetch(input: Request): Promise<Response> {
 
 export interface StartOptions {
   env?: Record<string, string>;
-  /** Run the video task engine in this process. */
+  /** Run the task engines in this process. */
   workers?: boolean;
+  /** Replace the media store or the image providers (failure injection). */
+  overrides?: ContextOverrides;
   /** Replace the video providers (e.g. a failing fake). */
   videoProviders?: Map<string, VideoProvider>;
 }
@@ -146,11 +148,11 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
     log,
     metrics: createMetrics({ defaultMetrics: false }),
     secretKey: Buffer.from(config.secretKey!, 'hex'),
-  });
-  const engine = options.workers ? createVideoTaskEngine(ctx, options.videoProviders) : undefined;
-  if (engine) {
-    ctx.wakeWorkers = () => engine.wake();
-    engine.start();
+  }, options.overrides);
+  const workers = options.workers ? createWorkers(ctx, options.videoProviders) : undefined;
+  if (workers) {
+    ctx.wakeWorkers = () => workers.wake();
+    workers.start();
   }
   const app = createApp(ctx, createHandlers(ctx), { validateResponses: true });
   const server: Server = createServer(app);
@@ -173,7 +175,7 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
     direct: (apiKey) => make(directUrl, apiKey === undefined ? undefined : `Bearer ${apiKey}`),
     admin: (token = ADMIN_TOKEN) => make(baseUrl, `Bearer ${token}`),
     close: async () => {
-      await engine?.stop();
+      await workers?.stop();
       await prism?.stop();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -1,0 +1,86 @@
+/**
+ * Server-sent events of image streaming (product spec §6.1, OpenAI-compatible payloads): for each
+ * image, `partial_image` events and then `completed`, written and flushed as they happen. An image
+ * counts as delivered once its `completed` event was handed to the socket; `event: error` reports a
+ * failure after the stream began.
+ */
+import type { Response } from 'express';
+import type { components } from '../../generated/api.d.ts';
+import type { ApiError } from '../errors.ts';
+import type { ImageTaskRow } from '../repositories/image-task.repository.ts';
+import type { ImageOperation, ImageSink, PreparedImageRequest } from '../services/image/image.service.ts';
+
+type Schemas = components['schemas'];
+
+export interface ImageStream extends ImageSink {
+  error(err: ApiError): void;
+  end(): void;
+}
+
+const ZERO_USAGE: Schemas['ImageStreamUsage'] = { input_tokens: 0, output_tokens: 0, total_tokens: 0, input_tokens_details: { text_tokens: 0, image_tokens: 0 } };
+
+export function openImageStream(
+  res: Response,
+  opts: { operation: ImageOperation; task: ImageTaskRow; prepared: PreparedImageRequest; signedUrl: (fileId: string) => string },
+): ImageStream {
+  const { params } = opts.prepared;
+  const prefix = opts.operation === 'generation' ? 'image_generation' : 'image_edit';
+  res.status(200);
+  res.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
+  res.setHeader('Cache-Control', 'no-cache');
+  res.setHeader('Connection', 'keep-alive');
+  res.setHeader('X-Accel-Buffering', 'no');
+  res.flushHeaders();
+
+  /** Writes one frame; resolves once handed to the socket, rejects when the client is gone. */
+  const write = (event: string, data: unknown) =>
+    new Promise<void>((resolve, reject) => {
+      if (res.destroyed || res.writableEnded) {
+        reject(new Error('client disconnected'));
+        return;
+      }
+      res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`, (err) => (err ? reject(err) : resolve()));
+    });
+
+  const now = () => Math.floor(Date.now() / 1000);
+  const requested = {
+    size: params.requestedSize,
+    quality: params.quality,
+    background: params.background,
+    output_format: params.outputFormat,
+  };
+  const resolved = {
+    size: `${params.width}x${params.height}`,
+    quality: params.resolvedQuality,
+    background: params.transparent ? ('transparent' as const) : ('opaque' as const),
+    output_format: params.outputFormat,
+  };
+
+  return {
+    partial: (imageIndex, partialIndex, image) =>
+      write(`${prefix}.partial_image`, {
+        type: `${prefix}.partial_image`,
+        b64_json: image.toString('base64'),
+        partial_image_index: partialIndex,
+        image_index: imageIndex,
+        created_at: now(),
+        ...requested,
+      }),
+    image: (imageIndex, image, file) =>
+      write(`${prefix}.completed`, {
+        type: `${prefix}.completed`,
+        ...(params.responseFormat === 'url' ? { url: opts.signedUrl(file.id) } : { b64_json: image.toString('base64') }),
+        image_index: imageIndex,
+        created_at: now(),
+        ...resolved,
+        usage: ZERO_USAGE,
+      }),
+    error(err) {
+      const body = err.body();
+      void write('error', { type: 'error', error: body.error }).catch(() => undefined);
+    },
+    end() {
+      if (!res.writableEnded) res.end();
+    },
+  };
+}

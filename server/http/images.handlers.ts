@@ -1,0 +1,117 @@
+/**
+ * POST /v1/images/generations, POST /v1/images/edits (JSON or multipart), GET /v1/images/{task_id}.
+ * Every image response carries `X-Task-Id`. `Prefer: respond-async` answers 202 with the task and
+ * finishes it in the background; `stream: true` or `Accept: text/event-stream` answers with events.
+ */
+import type { Request, Response } from 'express';
+import type { AppContext } from '../context.ts';
+import { ApiError } from '../errors.ts';
+import type { ImageTaskRow } from '../repositories/image-task.repository.ts';
+import type { AuthContext } from '../services/auth.service.ts';
+import { decodeImageDataUrl } from '../services/data-url.ts';
+import type { ImageRequestFields } from '../services/image/image-request.ts';
+import { NULL_SINK, type EditInput, type ImageOperation, type PreparedImageRequest } from '../services/image/image.service.ts';
+import { authOf } from './auth.ts';
+import { uploadedFiles } from './multipart.ts';
+import { openImageStream } from './image-stream.ts';
+import { sendJson, type HandlerMap } from './types.ts';
+
+function wantsStream(req: Request, body: { stream?: boolean }): boolean {
+  return body.stream === true || /\btext\/event-stream\b/.test(req.headers.accept ?? '');
+}
+
+function wantsAsync(req: Request): boolean {
+  return /\brespond-async\b/i.test(String(req.headers.prefer ?? ''));
+}
+
+/** An abort signal that fires when the client goes away before the response is finished. */
+function clientGone(res: Response): AbortSignal {
+  const controller = new AbortController();
+  res.once('close', () => {
+    if (!res.writableFinished) controller.abort(new Error('client disconnected'));
+  });
+  return controller.signal;
+}
+
+export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' | 'editImage' | 'getImageTask'> {
+  const images = ctx.services.images;
+  const tasks = ctx.repositories.imageTasks;
+
+  /** Keeps the lease of a synchronous task while its request renders it. */
+  function holdLease(task: ImageTaskRow): () => void {
+    const fence = { id: task.id, attempt: task.attempt };
+    const timer = setInterval(() => {
+      tasks.heartbeat(fence, ctx.instanceId, ctx.config.taskLeaseMs).catch((err: unknown) => ctx.log.warn({ err, taskId: task.id }, 'image lease heartbeat failed'));
+    }, Math.max(100, Math.floor(ctx.config.taskLeaseMs / 3)));
+    return () => clearInterval(timer);
+  }
+
+  async function run(req: Request, res: Response, auth: AuthContext, operation: ImageOperation, prepared: PreparedImageRequest, stream: boolean): Promise<void> {
+    const async = wantsAsync(req) && !stream;
+    const task = await images.start(auth, prepared, { async, workerId: ctx.instanceId });
+    res.setHeader('X-Task-Id', task.id);
+    if (async) {
+      ctx.wakeWorkers();
+      res.setHeader('Location', `/v1/images/${task.id}`);
+      res.status(202).json(await images.toImageTask(task));
+      return;
+    }
+    const log = ctx.log.child({ taskId: task.id });
+    const signal = clientGone(res);
+    const release = holdLease(task);
+    try {
+      if (stream) {
+        const sink = openImageStream(res, { operation, task, prepared, signedUrl: (id) => ctx.services.files.signedUrl(id) });
+        try {
+          const result = await images.execute(task, sink, signal, log);
+          if (result.error) sink.error(result.error);
+        } catch (err) {
+          sink.error(err instanceof ApiError ? err : new ApiError(500, 'internal_error', `Internal error. Quote request id '${String((req as Request & { id?: string }).id)}' when reporting it.`));
+          if (!(err instanceof ApiError)) log.error({ err }, 'image stream failed');
+        }
+        sink.end();
+        return;
+      }
+      const result = await images.execute(task, NULL_SINK, signal, log);
+      if (signal.aborted) return;
+      res.status(200).json(images.toImageResult(task, result));
+    } finally {
+      release();
+    }
+  }
+
+  return {
+    async createImage(req, res) {
+      const auth = authOf(req);
+      const body = req.body as ImageRequestFields;
+      const prepared = await images.prepare(auth, 'generation', body);
+      await run(req, res, auth, 'generation', prepared, wantsStream(req, body));
+    },
+
+    async editImage(req, res) {
+      const auth = authOf(req);
+      const body = req.body as ImageRequestFields & { images?: string[]; mask?: string };
+      const uploads = uploadedFiles(req);
+      let edit: { images: EditInput[]; mask?: EditInput };
+      if (uploads.images.length > 0 || uploads.mask) {
+        edit = {
+          images: uploads.images.map((f) => ({ data: f.buffer, mimeType: f.mimeType, param: f.fieldname })),
+          ...(uploads.mask && { mask: { data: uploads.mask.buffer, mimeType: uploads.mask.mimeType, param: 'mask' } }),
+        };
+      } else {
+        const reference = (value: string, param: string): EditInput =>
+          value.startsWith('data:') ? { ...decodeImageDataUrl(value, param), param } : { fileId: value, param };
+        edit = {
+          images: (body.images ?? []).map((v, i) => reference(v, `images[${i}]`)),
+          ...(body.mask !== undefined && { mask: reference(body.mask, 'mask') }),
+        };
+      }
+      const prepared = await images.prepare(auth, 'edit', body, edit);
+      await run(req, res, auth, 'edit', prepared, wantsStream(req, body));
+    },
+
+    async getImageTask(req, res) {
+      sendJson(res, 'getImageTask', 200, await images.get(authOf(req), req.params.task_id));
+    },
+  };
+}

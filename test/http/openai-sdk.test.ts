@@ -1,0 +1,188 @@
+/**
+ * Compatibility of the image endpoints with the official OpenAI SDK (`openai` v6): every call goes
+ * through the SDK against the server itself (`directUrl`; the SDK cannot use the harness's lane
+ * fetch) and must parse with the SDK's own types.
+ */
+import OpenAI, { toFile } from 'openai';
+import type { ImageEditStreamEvent, ImageGenStreamEvent } from 'openai/resources/images';
+import sharp from 'sharp';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { startTestServer, type TestServer } from '../support/http-harness.ts';
+
+let server: TestServer;
+let client: OpenAI;
+
+const PROMPT = 'A lighthouse on a cliff at dusk, oil painting';
+
+function sdk(apiKey: string): OpenAI {
+  return new OpenAI({ apiKey, baseURL: `${server.directUrl}/v1`, maxRetries: 0 });
+}
+
+async function decode(b64: string | undefined): Promise<{ format: string | undefined; width: number | undefined; height: number | undefined }> {
+  expect(typeof b64).toBe('string');
+  const meta = await sharp(Buffer.from(b64!, 'base64')).metadata();
+  return { format: meta.format, width: meta.width, height: meta.height };
+}
+
+/** A 512x512 opaque PNG input. */
+async function inputPng(color: { r: number; g: number; b: number }): Promise<Buffer> {
+  return sharp({ create: { width: 512, height: 512, channels: 3, background: color } }).png().toBuffer();
+}
+
+/** A 512x512 RGBA mask, opaque except a transparent 256x256 square in the middle. */
+async function maskPng(): Promise<Buffer> {
+  const size = 512;
+  const raw = Buffer.alloc(size * size * 4);
+  for (let y = 0; y < size; y++) {
+    for (let x = 0; x < size; x++) {
+      const i = (y * size + x) * 4;
+      const inside = x >= 128 && x < 384 && y >= 128 && y < 384;
+      raw[i] = 0;
+      raw[i + 1] = 0;
+      raw[i + 2] = 0;
+      raw[i + 3] = inside ? 0 : 255;
+    }
+  }
+  return sharp(raw, { raw: { width: size, height: size, channels: 4 } }).png().toBuffer();
+}
+
+beforeAll(async () => {
+  server = await startTestServer();
+  await seedCatalog(server.db);
+  const customer = await createCustomer(server.db, { balance: 500 });
+  client = sdk(customer.key);
+});
+afterAll(async () => server?.close());
+
+describe('OpenAI SDK: images.generate', () => {
+  it('returns b64_json by default, a PNG of the model default size 1248x1248', async () => {
+    const res = await client.images.generate({ model: 'local-image-1', prompt: PROMPT });
+    expect(res.data).toHaveLength(1);
+    expect(res.data?.[0]?.url).toBeUndefined();
+    expect(await decode(res.data?.[0]?.b64_json)).toEqual({ format: 'png', width: 1248, height: 1248 });
+  });
+
+  it('returns a downloadable signed url with response_format url and a table 2.8 size', async () => {
+    const res = await client.images.generate({ model: 'local-image-1', prompt: PROMPT, response_format: 'url', size: '1248x832' });
+    const url = res.data?.[0]?.url;
+    expect(typeof url).toBe('string');
+    expect(res.data?.[0]?.b64_json).toBeUndefined();
+    const download = await fetch(url!);
+    expect(download.status).toBe(200);
+    expect(download.headers.get('content-type')).toMatch(/^image\/png/);
+    const meta = await sharp(Buffer.from(await download.arrayBuffer())).metadata();
+    expect({ format: meta.format, width: meta.width, height: meta.height }).toEqual({ format: 'png', width: 1248, height: 832 });
+  });
+
+  it('returns n images', async () => {
+    const res = await client.images.generate({ model: 'local-image-1', prompt: PROMPT, n: 2 });
+    expect(res.data).toHaveLength(2);
+    for (const item of res.data ?? []) expect(await decode(item.b64_json)).toEqual({ format: 'png', width: 1248, height: 1248 });
+  });
+
+  it('exposes X-Task-Id through withResponse()', async () => {
+    const { data, response } = await client.images.generate({ model: 'local-image-1', prompt: PROMPT }).withResponse();
+    expect(data.data).toHaveLength(1);
+    expect(response.status).toBe(200);
+    expect(response.headers.get('x-task-id')).toMatch(/^img_/);
+  });
+});
+
+describe('OpenAI SDK: images.edit (multipart)', () => {
+  it('edits one image with a mask and keeps the input size', async () => {
+    const res = await client.images.edit({
+      model: 'local-image-1',
+      prompt: 'Replace the middle with a starry sky',
+      image: await toFile(await inputPng({ r: 200, g: 40, b: 40 }), 'in.png', { type: 'image/png' }),
+      mask: await toFile(await maskPng(), 'mask.png', { type: 'image/png' }),
+    });
+    expect(res.data).toHaveLength(1);
+    expect(await decode(res.data?.[0]?.b64_json)).toEqual({ format: 'png', width: 512, height: 512 });
+  });
+
+  it('accepts several images (sent by the SDK as image[] parts)', async () => {
+    const res = await client.images.edit({
+      model: 'local-image-1',
+      prompt: 'Combine both pictures',
+      image: [
+        await toFile(await inputPng({ r: 200, g: 40, b: 40 }), 'a.png', { type: 'image/png' }),
+        await toFile(await inputPng({ r: 40, g: 40, b: 200 }), 'b.png', { type: 'image/png' }),
+      ],
+    });
+    expect(res.data).toHaveLength(1);
+    const image = await decode(res.data?.[0]?.b64_json);
+    expect(image.format).toBe('png');
+  });
+});
+
+describe('OpenAI SDK: streaming', () => {
+  it('streams partial images then the completed image of a generation', async () => {
+    const stream = await client.images.generate({ model: 'local-image-1', prompt: PROMPT, stream: true, partial_images: 2 });
+    const events: ImageGenStreamEvent[] = [];
+    for await (const event of stream) events.push(event);
+    expect(events.map((e) => e.type)).toEqual(['image_generation.partial_image', 'image_generation.partial_image', 'image_generation.completed']);
+    const [p0, p1, done] = events;
+    expect(p0?.type === 'image_generation.partial_image' && p0.partial_image_index).toBe(0);
+    expect(p1?.type === 'image_generation.partial_image' && p1.partial_image_index).toBe(1);
+    for (const e of events) expect(await decode(e.b64_json)).toEqual({ format: 'png', width: 1248, height: 1248 });
+    if (done?.type !== 'image_generation.completed') throw new Error('no completed event');
+    expect(done.output_format).toBe('png');
+    expect(done.size).toBe('1248x1248');
+    expect(typeof done.usage.total_tokens).toBe('number');
+  });
+
+  it('streams a partial image then the completed image of an edit', async () => {
+    const stream = await client.images.edit({
+      model: 'local-image-1',
+      prompt: 'Replace the middle with a starry sky',
+      image: await toFile(await inputPng({ r: 200, g: 40, b: 40 }), 'in.png', { type: 'image/png' }),
+      stream: true,
+      partial_images: 1,
+    });
+    const events: ImageEditStreamEvent[] = [];
+    for await (const event of stream) events.push(event);
+    expect(events.map((e) => e.type)).toEqual(['image_edit.partial_image', 'image_edit.completed']);
+    const [partial] = events;
+    expect(partial?.type === 'image_edit.partial_image' && partial.partial_image_index).toBe(0);
+    for (const e of events) expect(await decode(e.b64_json)).toEqual({ format: 'png', width: 512, height: 512 });
+  });
+});
+
+describe('OpenAI SDK: errors', () => {
+  it('maps an unknown model to NotFoundError 404 model_not_found', async () => {
+    const err = await client.images.generate({ model: 'no-such-model', prompt: PROMPT }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    const e = err as InstanceType<typeof OpenAI.NotFoundError>;
+    expect(e.status).toBe(404);
+    expect(e.code).toBe('model_not_found');
+    expect(e.type).toBe('invalid_request_error');
+  });
+
+  it('maps a bad key to AuthenticationError 401', async () => {
+    const bad = sdk('mg_0000000000000000000000000000000000');
+    const err = await bad.images.generate({ model: 'local-image-1', prompt: PROMPT }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(OpenAI.AuthenticationError);
+    const e = err as InstanceType<typeof OpenAI.AuthenticationError>;
+    expect(e.status).toBe(401);
+    expect(e.code).toBe('invalid_api_key');
+  });
+
+  it('maps an empty balance to APIError 402 insufficient_balance', async () => {
+    const broke = await createCustomer(server.db, { balance: 0 });
+    const err = await sdk(broke.key).images.generate({ model: 'local-image-1', prompt: PROMPT }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    const e = err as InstanceType<typeof OpenAI.APIError>;
+    expect(e.status).toBe(402);
+    expect(e.code).toBe('insufficient_balance');
+  });
+});
