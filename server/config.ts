@@ -18,8 +18,8 @@ export interface Config {
   adminToken: string | undefined;
   logLevel: string;
   validateResponses: boolean;
-  /** Base URL used to build signed file URLs; defaults to http://localhost:<port>. */
-  publicBaseUrl: string;
+  /** Base URL of signed file URLs; unset: the address the server actually listens on. */
+  publicBaseUrl: string | undefined;
   dbPoolMax: number;
   shutdownGraceMs: number;
   jsonBodyLimitBytes: number;
@@ -94,12 +94,8 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
   if (adminToken !== undefined && adminToken.length < 16) throw new ConfigError('ADMIN_TOKEN must be at least 16 characters');
   const role = roleFromArgs(argv) ?? env.ROLE ?? 'all';
   if (!['all', 'api', 'worker'].includes(role)) throw new ConfigError(`--role must be api or worker, got '${role}'`);
-  const publicBaseUrl = (nonEmpty(env, 'PUBLIC_BASE_URL') ?? `http://localhost:${port}`).replace(/\/+$/, '');
-  try {
-    new URL(publicBaseUrl);
-  } catch {
-    throw new ConfigError(`PUBLIC_BASE_URL must be an absolute URL, got '${publicBaseUrl}'`);
-  }
+  const publicBaseUrl = nonEmpty(env, 'PUBLIC_BASE_URL')?.replace(/\/+$/, '');
+  if (publicBaseUrl !== undefined && !URL.canParse(publicBaseUrl)) throw new ConfigError(`PUBLIC_BASE_URL must be an absolute URL, got '${publicBaseUrl}'`);
   return {
     port,
     host: nonEmpty(env, 'HOST') ?? '0.0.0.0',

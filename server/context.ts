@@ -89,7 +89,7 @@ export function createServices(
 ): Services {
   const { config, db, log, secretKey } = deps;
   const store = overrides.mediaStore ?? new FilesystemMediaStore(config.mediaDir);
-  const files = new FileService(repositories.files, store, deriveKey(secretKey, 'file-url'), config.publicBaseUrl, config.fileUrlTtlSeconds);
+  const files = new FileService(repositories.files, store, deriveKey(secretKey, 'file-url'), config.publicBaseUrl ?? `http://localhost:${config.port}`, config.fileUrlTtlSeconds);
   const auth = new AuthService(new ApiKeyRepository(db), log, config.keyCacheTtlMs);
   return {
     auth,

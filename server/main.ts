@@ -61,6 +61,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       });
       const { port } = server.address() as AddressInfo;
       url = `http://${config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host}:${port}`;
+      if (!config.publicBaseUrl) ctx.services.files.setPublicBaseUrl(url);
     }
 
     const workers = config.role !== 'api' ? createWorkers(ctx) : undefined;

@@ -31,10 +31,15 @@ export class FileService {
     private readonly files: FileRepository,
     private readonly store: MediaStore,
     private readonly urlKey: Buffer,
-    private readonly publicBaseUrl: string,
+    private publicBaseUrl: string,
     private readonly ttlSeconds: number,
     private readonly now: () => number = Date.now,
   ) {}
+
+  /** Set once the server listens, when PUBLIC_BASE_URL is not configured. */
+  setPublicBaseUrl(url: string): void {
+    this.publicBaseUrl = url.replace(/\/+$/, '');
+  }
 
   /** Stores bytes (or moves a finished local file) and records the file row. */
   async save(input: StoreFileInput, data: Buffer | Readable | { path: string }): Promise<FileRow> {

@@ -158,6 +158,7 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
   const server: Server = createServer(app);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const directUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  if (!config.publicBaseUrl) ctx.services.files.setPublicBaseUrl(directUrl);
   const prism = contractLane ? await startPrismProxy(directUrl) : undefined;
   const baseUrl = prism?.url ?? directUrl;
 

@@ -1,0 +1,233 @@
+/**
+ * Image failure paths: a client that disconnects mid-stream stops the work and is charged only for
+ * delivered images; a provider failure after the stream began is an `event: error`; an image that
+ * was produced but could not be stored leaves the task `needs_attention` with its credits held until
+ * an operator settles it; upload limits answer 413 with clear codes.
+ */
+import { Readable } from 'node:stream';
+import sharp from 'sharp';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ImageProvider } from '../../server/providers/image-provider.ts';
+import { LocalImageProvider } from '../../server/providers/local/local-image.provider.ts';
+import { FilesystemMediaStore, type MediaStore } from '../../server/storage/media-store.ts';
+import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { startTestServer, type TestServer } from '../support/http-harness.ts';
+
+type Json = Record<string, any>;
+const local = new LocalImageProvider();
+
+/** The local provider, slowed down, failing from image `failFrom` on (from 0 when the prompt says so). */
+function provider(opts: { delayMs?: number; failFrom?: number }): ImageProvider {
+  return {
+    kind: 'local',
+    async render(job, index, signal, onPartial) {
+      const failFrom = job.prompt === 'fail at once' ? 0 : opts.failFrom;
+      if (failFrom !== undefined && index >= failFrom) throw new Error('upstream exploded');
+      await new Promise((r) => setTimeout(r, opts.delayMs ?? 0));
+      return local.render(job, index, signal, onPartial);
+    },
+  };
+}
+
+/** A media store whose writes of image outputs fail (the disk is full, the bucket is gone, …). */
+class BrokenOutputStore implements MediaStore {
+  constructor(private readonly inner: MediaStore) {}
+  put(key: string, data: Buffer | Readable) {
+    if (key.startsWith('image_output/')) return Promise.reject(new Error('ENOSPC: no space left on device'));
+    return this.inner.put(key, data);
+  }
+  putFile(key: string, path: string) {
+    return this.inner.putFile(key, path);
+  }
+  read(key: string) {
+    return this.inner.read(key);
+  }
+  size(key: string) {
+    return this.inner.size(key);
+  }
+  delete(key: string) {
+    return this.inner.delete(key);
+  }
+}
+
+async function holdOf(server: TestServer, taskId: string) {
+  return server.db.selectFrom('creditHolds').select(['amount', 'status', 'captured']).where('taskId', '=', taskId).executeTakeFirstOrThrow();
+}
+
+async function waitTask(server: TestServer, id: string, predicate: (row: { status: string }) => boolean) {
+  for (let i = 0; i < 100; i++) {
+    const row = await server.db.selectFrom('imageTasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+    if (predicate(row)) return row;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`task ${id} never reached the expected state`);
+}
+
+describe('a client that disconnects mid-stream', () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer({ overrides: { imageProviders: new Map([['local', provider({ delayMs: 400 })]]) } });
+    await seedCatalog(server.db);
+  });
+  afterAll(async () => server?.close());
+
+  it('stops the work and releases the credits of the images it did not receive', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const controller = new AbortController();
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n: 5, stream: true }),
+      signal: controller.signal,
+    });
+    const taskId = res.headers.get('x-task-id')!;
+    const reader = res.body!.getReader();
+    let text = '';
+    while (!text.includes('image_generation.completed')) text += new TextDecoder().decode((await reader.read()).value);
+    controller.abort();
+    const row = await waitTask(server, taskId, (r) => r.status !== 'processing');
+    expect(row.status).toBe('completed');
+    expect(row.delivered).toBeGreaterThanOrEqual(1);
+    expect(row.delivered).toBeLessThan(5);
+    const hold = await holdOf(server, taskId);
+    expect(hold).toEqual({ amount: 5_000_000, status: 'captured', captured: row.delivered * 1_000_000 });
+    const account = await server.db.selectFrom('accounts').select('balance').where('id', '=', c.accountId).executeTakeFirstOrThrow();
+    expect(account.balance).toBe(10_000_000 - row.delivered * 1_000_000);
+  });
+});
+
+describe('a provider failure', () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer({ overrides: { imageProviders: new Map([['local', provider({ failFrom: 1 })]]) } });
+    await seedCatalog(server.db);
+  });
+  afterAll(async () => server?.close());
+
+  it('after the stream began is an event: error, and only delivered images are charged', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json', Accept: 'text/event-stream' },
+      body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n: 3 }),
+    });
+    const text = await res.text();
+    const events = [...text.matchAll(/^event: (.+)$/gm)].map((m) => m[1]);
+    expect(events).toEqual(['image_generation.completed', 'error']);
+    const error = JSON.parse(/event: error\ndata: (.+)/.exec(text)![1]!) as Json;
+    expect(error).toMatchObject({ type: 'error', error: { code: 'upstream_error', type: 'server_error' } });
+    const taskId = res.headers.get('x-task-id')!;
+    expect(await holdOf(server, taskId)).toEqual({ amount: 3_000_000, status: 'captured', captured: 1_000_000 });
+  });
+
+  it('before any image fails the task with error.message, releases everything and answers 502', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'fail at once', model: 'local-image-1', n: 2 }),
+    });
+    expect(res.status).toBe(502);
+    expect(((await res.json()) as Json).error.code).toBe('upstream_error');
+    const taskId = res.headers.get('x-task-id')!;
+    expect(await holdOf(server, taskId)).toEqual({ amount: 2_000_000, status: 'released', captured: 0 });
+    const task = await server.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: taskId } } });
+    expect(task.data).toMatchObject({ status: 'failed', error: { message: expect.stringMatching(/failed/), code: 'upstream_error' } });
+    expect(task.data?.completed_at).toEqual(expect.any(String));
+  });
+
+  it('after some images without streaming returns what was delivered and charges only that', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n: 3 }),
+    });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as Json).data).toHaveLength(1);
+    expect(await holdOf(server, res.headers.get('x-task-id')!)).toEqual({ amount: 3_000_000, status: 'captured', captured: 1_000_000 });
+  });
+});
+
+describe('needs_attention', () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer({ overrides: { mediaStore: new BrokenOutputStore(new FilesystemMediaStore(`/tmp/mg-broken-${process.pid}`)) } });
+    await seedCatalog(server.db);
+  });
+  afterAll(async () => server?.close());
+
+  it('keeps the credits held until an operator settles the task as completed or refunded', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: 'x', model: 'local-image-1' }),
+      });
+      expect(res.status).toBe(502);
+      const body = (await res.json()) as Json;
+      expect(body.error.code).toBe('upstream_error');
+      expect(body.error.message).toMatch(/needs attention/);
+      ids.push(res.headers.get('x-task-id')!);
+    }
+    const [completeId, refundId, otherId] = ids as [string, string, string];
+    const task = await server.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: completeId } } });
+    expect(task.data).toMatchObject({ status: 'needs_attention' });
+    expect(task.data).not.toHaveProperty('completed_at');
+    expect(await holdOf(server, completeId)).toEqual({ amount: 1_000_000, status: 'held', captured: 0 });
+    expect((await server.db.selectFrom('accounts').select('balance').where('id', '=', c.accountId).executeTakeFirstOrThrow()).balance).toBe(7_000_000);
+
+    const admin = server.admin();
+    const got = await admin.GET('/admin/v1/tasks/{task_id}', { params: { path: { task_id: completeId } } });
+    expect(got.data).toMatchObject({ id: completeId, kind: 'image', status: 'needs_attention', held_credits: 1, captured_credits: 0, released_credits: 0 });
+
+    const completed = await admin.POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: completeId } }, body: { outcome: 'completed', reason: 'delivered by email' } });
+    expect(completed.response.status).toBe(200);
+    expect(completed.data).toMatchObject({ status: 'completed', captured_credits: 1, released_credits: 0 });
+    expect(await holdOf(server, completeId)).toEqual({ amount: 1_000_000, status: 'captured', captured: 1_000_000 });
+
+    const refunded = await admin.POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: refundId } }, body: { outcome: 'refunded', reason: 'storage outage' } });
+    expect(refunded.data).toMatchObject({ status: 'failed', captured_credits: 0, released_credits: 1 });
+    const seen = await server.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: refundId } } });
+    expect(seen.data).toMatchObject({ status: 'failed', error: { message: 'Refunded by operator: storage outage' } });
+
+    const again = await admin.POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: completeId } }, body: { outcome: 'refunded', reason: 'twice' } });
+    expect(again.response.status).toBe(409);
+    expect(again.error?.error.code).toBe('task_not_settleable');
+    const account = await server.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', c.accountId).executeTakeFirstOrThrow();
+    // 10 − 1 captured − 1 still held (otherId); the refunded one came back.
+    expect(account).toEqual({ balance: 8_000_000, totalSpent: 1_000_000 });
+    expect((await holdOf(server, otherId)).status).toBe('held');
+  });
+});
+
+describe('upload limits', () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer({ env: { EDIT_MAX_FILE_BYTES: '200000', EDIT_MAX_BODY_BYTES: '1000000' } });
+    await seedCatalog(server.db);
+  });
+  afterAll(async () => server?.close());
+
+  it('answers 413 media_too_large for a file over the limit and body_too_large for a body over it', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    // ~390 KB: over the 200 KB per-file limit, under the 1 MB body limit.
+    const big = await sharp({ create: { width: 360, height: 360, channels: 3, background: '#808080' } }).png({ compressionLevel: 0 }).toBuffer();
+    const send = async (files: Buffer[]) => {
+      const form = new FormData();
+      form.append('prompt', 'x');
+      form.append('model', 'local-image-1');
+      for (const f of files) form.append('image[]', new Blob([f], { type: 'image/png' }), 'a.png');
+      const res = await fetch(`${server.directUrl}/v1/images/edits`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}` }, body: form });
+      return { status: res.status, body: (await res.json()) as Json };
+    };
+    const one = await send([big]);
+    expect([one.status, one.body.error.code, one.body.error.param]).toEqual([413, 'media_too_large', 'image[]']);
+    // 9 × ~120 KB: each under the file limit, together over the body limit.
+    const small = await sharp({ create: { width: 200, height: 200, channels: 3, background: '#808080' } }).png({ compressionLevel: 0 }).toBuffer();
+    const many = await send(Array.from({ length: 9 }, () => small));
+    expect([many.status, many.body.error.code]).toEqual([413, 'body_too_large']);
+  });
+});
