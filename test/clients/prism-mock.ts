@@ -1,6 +1,5 @@
 import { spawn } from 'node:child_process';
-import { createServer } from 'node:http';
-import { connect, type AddressInfo } from 'node:net';
+import { accepts, freePort } from '../support/ports.ts';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -10,25 +9,6 @@ export interface PrismMock {
   /** Prism's recent log output, for failure messages. */
   output(): string;
   stop(): Promise<void>;
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
-function accepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1');
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
 }
 
 /** Starts `prism mock generated/openapi.json --errors` on a free loopback port. */

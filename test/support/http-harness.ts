@@ -8,7 +8,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
-import { connect, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { accepts, freePort } from './ports.ts';
 import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import createClient from 'openapi-fetch';
@@ -47,27 +48,11 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
 async function waitForPort(port: number, child: ChildProcess, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (child.exitCode !== null) throw new Error(`prism exited with code ${child.exitCode}`);
-    const ok = await new Promise<boolean>((resolve) => {
-      const socket = connect(port, '127.0.0.1');
-      socket.once('connect', () => {
-        socket.destroy();
-        resolve(true);
-      });
-      socket.once('error', () => resolve(false));
-    });
-    if (ok) return;
+    if (await accepts(port)) return;
     await new Promise((r) => setTimeout(r, 100));
   }
   throw new Error(`prism did not listen on ${port} within ${timeoutMs} ms`);

@@ -16,7 +16,13 @@ export function quoteFor(mode: BillingMode, unitPrice: number, durationSeconds: 
   return mode === 'per_second' ? unitPrice * durationSeconds : unitPrice;
 }
 
-export function toBilling(row: VideoTaskRow): Schemas['VideoBilling'] {
+/** The columns the create shape and the billing snapshot are made of. */
+export type VideoCreatedFields = Pick<
+  VideoTaskRow,
+  'id' | 'status' | 'model' | 'durationSeconds' | 'aspectRatio' | 'resolution' | 'generateAudio' | 'billingKind' | 'billingMode' | 'unitPrice' | 'quotedCredits' | 'actualCredits'
+>;
+
+export function toBilling(row: VideoCreatedFields): Schemas['VideoBilling'] {
   if (row.billingKind === 'legacy') {
     const legacy: Schemas['VideoBillingLegacy'] = {
       kind: 'legacy',
@@ -45,7 +51,7 @@ export function toBilling(row: VideoTaskRow): Schemas['VideoBilling'] {
   return snapshot;
 }
 
-export function toVideoTaskCreated(row: VideoTaskRow): Schemas['VideoTaskCreated'] {
+export function toVideoTaskCreated(row: VideoCreatedFields): Schemas['VideoTaskCreated'] {
   return {
     object: 'video.task',
     id: row.id,

@@ -134,10 +134,24 @@ export class VideoService {
     if (outcome === 'insufficient_balance') {
       throw paymentRequired('insufficient_balance', `The account balance cannot cover this video (${quoted / 1e6} credits).`);
     }
-    const created = await this.deps.tasks.find(taskId);
     this.deps.log.info({ taskId, model: model.id, quotedMicroCredits: quoted, apiKeyId: auth.apiKeyId }, 'video task created');
     this.deps.onCreated?.();
-    return { task: toVideoTaskCreated(created!), created: true };
+    // Everything the create shape shows was just written; no need to read the row back.
+    const task = toVideoTaskCreated({
+      id: taskId,
+      status: 'queued',
+      model: model.id,
+      durationSeconds: req.durationSeconds,
+      aspectRatio: req.aspectRatio,
+      resolution: req.resolution,
+      generateAudio: checked.generateAudio,
+      billingKind: 'snapshot',
+      billingMode: price.mode,
+      unitPrice: price.unitPrice,
+      quotedCredits: quoted,
+      actualCredits: 0,
+    });
+    return { task, created: true };
   }
 
   async get(auth: AuthContext, id: string): Promise<Schemas['VideoTask']> {
