@@ -3,12 +3,13 @@
  * starts an embedded PostgreSQL, creates demo data and prints the key once, serves the API, stops
  * cleanly on Ctrl-C, and a second start reuses the data and creates nothing.
  */
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { spawnServer, type ServerProcess } from '../support/server-process.ts';
+import { spawnServer, repoRoot, type ServerProcess } from '../support/server-process.ts';
 
 const KEY_LINE = /Demo API key \(shown only this once; store it now\):\s+(mg_[0-9A-Za-z]+)/;
 let dataDir: string;
@@ -62,6 +63,17 @@ describe('npm start on a fresh machine', () => {
     expect(first.stdout().split(key!).length - 1).toBe(1);
     expect(first.stderr()).not.toContain(key!);
     expect(existsSync(join(dataDir, 'pg', 'PG_VERSION'))).toBe(true);
+    expect(existsSync(join(dataDir, 'pg', 'postmaster.pid'))).toBe(true);
+
+    // The admin CLI works against the embedded database of the running server.
+    const cli = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/admin.ts', 'accounts', 'list', '--json'], {
+      cwd: repoRoot,
+      env: { PATH: process.env.PATH ?? '', MEDIAGATE_DATA_DIR: dataDir },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    expect(cli.status).toBe(0);
+    expect(JSON.parse(cli.stdout).data.map((a: { name: string }) => a.name)).toEqual(['demo']);
     expect(existsSync(join(dataDir, 'pg', 'postmaster.pid'))).toBe(true);
 
     // Ctrl-C: the whole process group gets SIGINT, as in a terminal.

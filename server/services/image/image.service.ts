@@ -57,6 +57,8 @@ export interface ExecuteResult {
   status: 'completed' | 'failed' | 'needs_attention';
   files: FileRow[];
   images: Buffer[];
+  /** The upstream's revised prompt, when it gives one. */
+  revisedPrompt?: string;
   /** Set when the provider failed after some images were delivered (streams report it as `event: error`). */
   error?: ApiError;
 }
@@ -249,7 +251,7 @@ export class ImageService {
     });
     if (!done) throw new ApiError(500, 'internal_error', `Task ${task.id} was taken over by another worker.`);
     log.info({ taskId: task.id, delivered: files.length, n: task.n, capturedMicroCredits: captured }, 'image task completed');
-    return { status: 'completed', files, images, ...(failure && { error: failure }) };
+    return { status: 'completed', files, images, ...(revisedPrompt && { revisedPrompt }), ...(failure && { error: failure }) };
   }
 
   /** Fails the task (fenced by its attempt) and releases its hold. */
@@ -303,7 +305,10 @@ export class ImageService {
     const params = task.params as unknown as ImageParams;
     return {
       created: Math.floor(task.createdAt.getTime() / 1000),
-      data: result.files.map((file, i) => (params.responseFormat === 'url' ? { url: this.deps.files.signedUrl(file.id) } : { b64_json: result.images[i]!.toString('base64') })),
+      data: result.files.map((file, i) => ({
+        ...(params.responseFormat === 'url' ? { url: this.deps.files.signedUrl(file.id) } : { b64_json: result.images[i]!.toString('base64') }),
+        ...(result.revisedPrompt && { revised_prompt: result.revisedPrompt }),
+      })),
       output_format: params.outputFormat,
       size: `${params.width}x${params.height}`,
       quality: params.resolvedQuality,

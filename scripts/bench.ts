@@ -1,0 +1,231 @@
+// Usage: npm run bench -- [scenario ...] [--duration <s>] [--connections <n>] [--warmup <s>]
+//   Throughput and latency of the hot paths (design.md §9). The app runs in this process on a
+//   loopback port, built like production (no response validation, no task workers); the load
+//   comes from a worker thread. Database: a scratch database on DATABASE_URL's server (dropped
+//   afterwards) or, when DATABASE_URL is unset, a temporary embedded PostgreSQL.
+import { availableParallelism, cpus } from 'node:os';
+import { parseArgs } from 'node:util';
+import { startAppServer, type AppServer } from './bench/app-server.ts';
+import { startBaselineServer } from './bench/baseline-server.ts';
+import { openBenchDatabase, seedCustomer, type Customer } from './bench/database.ts';
+import { compareHolds } from './bench/hold.ts';
+import { runLoad, type LoadSpec } from './bench/load.ts';
+import { formatQueryCounts, installQueryCounter, queryCounts, resetQueryCounts } from './bench/query-counter.ts';
+import { SUMMARY_HEADER, summaryRow, table, type Summary } from './bench/stats.ts';
+import { createDatabase } from '../server/db/database.ts';
+
+const SCENARIOS = ['poll', 'models', 'credits', 'create', 'hold', 'baseline'] as const;
+type Scenario = (typeof SCENARIOS)[number];
+const DESCRIPTIONS: Record<Scenario, string> = {
+  poll: 'GET /v1/videos/{id} of an existing task',
+  models: 'GET /v1/models',
+  credits: 'GET /v1/credits',
+  create: 'POST /v1/videos/generations, unique client_request_id, one hot key',
+  hold: 'credit hold + task insert on one hot key: one statement vs BEGIN..COMMIT (repository level)',
+  baseline: 'bare node:http + pg.Pool doing the poll\'s SELECT, for the framework share',
+};
+/** Upper bound on measured operations per scenario (each run is also bounded by --duration). */
+const MAX_OPS = 1_000_000;
+
+const USAGE = `Usage: npm run bench -- [scenario ...] [--duration <s>] [--connections <n>] [--warmup <s>]
+  scenarios: ${SCENARIOS.join(', ')} (default: all)
+${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
+  --duration     measured seconds per scenario (default 5)
+  --connections  concurrent requests / operations in flight (default 32)
+  --warmup       unmeasured seconds before each scenario (default 1)
+  env DATABASE_URL: run in a scratch database mediagate_bench_<random> on that server (dropped
+  afterwards); unset: a temporary embedded PostgreSQL.`;
+
+class UsageError extends Error {}
+
+function parseCli(argv: string[]): { scenarios: Scenario[]; durationMs: number; warmupMs: number; connections: number; help: boolean } {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      duration: { type: 'string', default: '5' },
+      connections: { type: 'string', default: '32' },
+      warmup: { type: 'string', default: '1' },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  const number = (name: string, raw: string, min: number, max: number) => {
+    const n = Number(raw);
+    if (!Number.isFinite(n) || n < min || n > max) throw new UsageError(`--${name} must be a number between ${min} and ${max}, got '${raw}'`);
+    return n;
+  };
+  for (const p of positionals) {
+    if (!(SCENARIOS as readonly string[]).includes(p)) throw new UsageError(`unknown scenario '${p}'`);
+  }
+  return {
+    scenarios: positionals.length ? SCENARIOS.filter((s) => positionals.includes(s)) : [...SCENARIOS],
+    durationMs: number('duration', values.duration, 0.5, 600) * 1000,
+    warmupMs: number('warmup', values.warmup, 0, 60) * 1000,
+    connections: Math.round(number('connections', values.connections, 1, 1000)),
+    help: values.help,
+  };
+}
+
+interface Row {
+  scenario: string;
+  summary: Summary;
+  sqlPerOp?: number;
+}
+
+async function main(): Promise<number> {
+  let cli: ReturnType<typeof parseCli>;
+  try {
+    cli = parseCli(process.argv.slice(2));
+  } catch (err) {
+    console.error(`${(err as Error).message}\n${USAGE}`);
+    return 2;
+  }
+  if (cli.help) {
+    console.log(USAGE);
+    return 0;
+  }
+  const { scenarios, durationMs, warmupMs, connections } = cli;
+  console.log(`Node ${process.version} on ${process.platform}/${process.arch}, ${availableParallelism()} cores (${cpus()[0]?.model.trim() ?? 'unknown CPU'})`);
+  console.log(`scenarios: ${scenarios.join(', ')}; ${durationMs / 1000} s measured after ${warmupMs / 1000} s warm-up each, ${connections} connections`);
+
+  installQueryCounter();
+  const database = await openBenchDatabase(process.env.DATABASE_URL || undefined);
+  const cleanups: (() => Promise<void>)[] = [() => database.destroy()];
+  const cleanup = async () => {
+    while (cleanups.length) await cleanups.pop()!().catch((err: unknown) => console.error(`cleanup: ${(err as Error).message}`));
+  };
+  // Ctrl-C still drops the scratch database / stops the embedded server.
+  process.once('SIGINT', () => void cleanup().finally(() => process.exit(130)));
+
+  const rows: Row[] = [];
+  let failed = false;
+  try {
+    console.log(`database: ${database.description}`);
+    const setupDb = createDatabase(database.url, { max: 2, applicationName: 'mediagate-bench-setup' });
+    cleanups.push(() => setupDb.destroy());
+    const customer = await seedCustomer(setupDb);
+
+    const needsApp = scenarios.some((s) => s !== 'hold');
+    const app = needsApp ? await startAppServer(database.url) : undefined;
+    if (app) cleanups.push(() => app.close());
+    const taskId = app ? await createTask(app, customer) : undefined;
+    if (app) console.log(`app on 127.0.0.1:${app.port}: pool of ${app.dbPoolMax} connections, LOG_LEVEL=info (discarded), no response validation, no workers`);
+
+    const auth = { Authorization: `Bearer ${customer.key}` };
+    const httpLoad = (port: number, method: 'GET' | 'POST', path: string, body?: string): LoadSpec => ({
+      port,
+      method,
+      path,
+      headers: body === undefined ? auth : { ...auth, 'Content-Type': 'application/json' },
+      body,
+      connections,
+      warmupMs,
+      durationMs,
+      maxRequests: MAX_OPS,
+    });
+
+    for (const scenario of scenarios) {
+      console.log(`\n== ${scenario}: ${DESCRIPTIONS[scenario]}`);
+      if (scenario === 'hold') {
+        const holdDb = createDatabase(database.url, { max: 10, applicationName: 'mediagate-bench-hold' });
+        cleanups.push(() => holdDb.destroy());
+        const holdCustomer = await seedCustomer(holdDb);
+        const result = await compareHolds(holdDb, holdCustomer, connections, durationMs, warmupMs, MAX_OPS);
+        const one = result['single statement'];
+        const tx = result.transaction;
+        console.log(`  ${connections} concurrent callers over a pool of 10 connections, ${durationMs / 1000} s each (ABBA halves)`);
+        console.log(indent(table(SUMMARY_HEADER, [summaryRow('single statement', one.summary), summaryRow('BEGIN..COMMIT', tx.summary)])));
+        console.log(`  ratio: single statement ${(one.summary.perSecond / Math.max(tx.summary.perSecond, 1e-9)).toFixed(2)}x the transaction's ops/s`);
+        console.log(formatQueryCounts(one.queries, one.summary.count).replace('SQL:', 'SQL (single statement):'));
+        console.log(formatQueryCounts(tx.queries, tx.summary.count).replace('SQL:', 'SQL (transaction):'));
+        for (const [label, r] of [['single statement', one], ['transaction', tx]] as const) {
+          if (r.summary.errors > 0) {
+            failed = true;
+            console.log(`  ${label}: ${r.summary.errors} errors, first: ${r.firstError}`);
+          }
+        }
+        rows.push({ scenario: 'hold (1 statement)', summary: one.summary, sqlPerOp: one.queries.total / Math.max(one.summary.count, 1) });
+        rows.push({ scenario: 'hold (BEGIN..COMMIT)', summary: tx.summary, sqlPerOp: tx.queries.total / Math.max(tx.summary.count, 1) });
+        continue;
+      }
+
+      let spec: LoadSpec;
+      let closeBaseline: (() => Promise<void>) | undefined;
+      if (scenario === 'baseline') {
+        const baseline = await startBaselineServer(database.url, app!.dbPoolMax, new Map([[customer.key, customer.accountId]]));
+        closeBaseline = baseline.close;
+        spec = httpLoad(baseline.port, 'GET', `/v1/videos/${taskId}`);
+      } else if (scenario === 'poll') {
+        spec = httpLoad(app!.port, 'GET', `/v1/videos/${taskId}`);
+      } else if (scenario === 'models') {
+        spec = httpLoad(app!.port, 'GET', '/v1/models');
+      } else if (scenario === 'credits') {
+        spec = httpLoad(app!.port, 'GET', '/v1/credits');
+      } else {
+        const body = JSON.stringify({ ...videoRequest(), client_request_id: `bench-create-${Date.now()}-{{n}}` });
+        spec = httpLoad(app!.port, 'POST', '/v1/videos/generations', body);
+      }
+      resetQueryCounts();
+      const result = await runLoad(spec, resetQueryCounts);
+      const queries = queryCounts();
+      await closeBaseline?.();
+      const ops = result.summary.count + result.summary.errors;
+      console.log(indent(table(SUMMARY_HEADER, [summaryRow(scenario, result.summary)])));
+      console.log(`  status codes: ${Object.entries(result.statuses).map(([s, n]) => `${s}: ${n}`).join(', ')}`);
+      console.log(formatQueryCounts(queries, ops));
+      if (result.summary.errors > 0) {
+        failed = true;
+        console.log(`  first error: ${result.firstError}`);
+      }
+      rows.push({ scenario, summary: result.summary, sqlPerOp: queries.total / Math.max(ops, 1) });
+    }
+  } finally {
+    await cleanup();
+  }
+
+  console.log(`\n== summary (${durationMs / 1000} s per scenario, ${connections} connections, ${availableParallelism()} cores, Node ${process.version})`);
+  console.log(
+    table(
+      [...SUMMARY_HEADER, 'SQL/op'],
+      rows.map((r) => [...summaryRow(r.scenario, r.summary), r.sqlPerOp === undefined ? '' : r.sqlPerOp.toFixed(2)]),
+    ),
+  );
+  const poll = rows.find((r) => r.scenario === 'poll');
+  const baseline = rows.find((r) => r.scenario === 'baseline');
+  if (poll && baseline && baseline.summary.perSecond > 0) {
+    console.log(`poll through Express + openapi validator at ${((100 * poll.summary.perSecond) / baseline.summary.perSecond).toFixed(0)}% of bare node:http`);
+  }
+  if (failed) console.error('\nsome requests or operations failed (see above)');
+  return failed ? 1 : 0;
+}
+
+function indent(text: string): string {
+  return text.replace(/^/gm, '  ');
+}
+
+/** local-video-1, 4 s at 720p, text only: 0.48 credits. */
+function videoRequest() {
+  return { prompt: 'a red fox running through snow', model: 'local-video-1', seconds: 4, aspectRatio: '16:9', resolution: '720p' };
+}
+
+/** The task the poll scenarios read, created through the API (also a smoke test of the server). */
+async function createTask(app: AppServer, customer: Customer): Promise<string> {
+  const res = await fetch(`http://127.0.0.1:${app.port}/v1/videos/generations`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${customer.key}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ ...videoRequest(), client_request_id: 'bench-poll-task' }),
+  });
+  const body = (await res.json()) as { id?: string };
+  if (res.status !== 202 || !body.id) throw new Error(`creating the poll task failed: HTTP ${res.status} ${JSON.stringify(body)}`);
+  return body.id;
+}
+
+main().then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    console.error(err instanceof Error ? (err.stack ?? err.message) : err);
+    process.exitCode = 1;
+  },
+);

@@ -1,0 +1,156 @@
+/**
+ * Repository-level credit hold on one hot key: LedgerRepository.holdAndInsertTask (one statement)
+ * against the same writes as a BEGIN / UPDATE api_keys / UPDATE accounts / INSERT credit_holds /
+ * INSERT ledger_entries / INSERT video_tasks / COMMIT transaction. Same pool, same concurrency,
+ * same rows; run in ABBA order so neither variant profits from a smaller table.
+ */
+import { performance } from 'node:perf_hooks';
+import { sql, type Kysely } from 'kysely';
+import type { DB } from '../../generated/db.d.ts';
+import { LedgerRepository, type HoldOutcome, type HoldRequest, type TaskInsert } from '../../server/repositories/ledger.repository.ts';
+import { newId } from '../../server/services/ids.ts';
+import type { Customer } from './database.ts';
+import { queryCounts, resetQueryCounts, type QueryCounts } from './query-counter.ts';
+import { summarize, type Summary } from './stats.ts';
+
+/** local-video-1, 4 s at 720p: 0.12 credits per second. */
+const UNIT_PRICE = 120_000;
+const SECONDS = 4;
+
+function holdFor(c: Customer, seq: string): { hold: HoldRequest; task: TaskInsert } {
+  const taskId = newId('vid');
+  const amount = UNIT_PRICE * SECONDS;
+  return {
+    hold: { holdId: newId('hold'), accountId: c.accountId, apiKeyId: c.apiKeyId, taskId, amount },
+    task: {
+      table: 'video_tasks',
+      // The row VideoService.create inserts for a text-only request.
+      row: {
+        id: taskId,
+        account_id: c.accountId,
+        api_key_id: c.apiKeyId,
+        group_id: c.groupId,
+        client_request_id: `bench-hold-${seq}`,
+        model: 'local-video-1',
+        prompt: 'a red fox running through snow',
+        negative_prompt: null,
+        duration_seconds: SECONDS,
+        aspect_ratio: '16:9',
+        resolution: '720p',
+        generate_audio: false,
+        input_mode: 'text',
+        input_file_ids: [],
+        reference_videos: [],
+        reference_audios: [],
+        callback_url: null,
+        billing_kind: 'snapshot',
+        billing_mode: 'per_second',
+        unit_price: UNIT_PRICE,
+        quoted_credits: amount,
+        deadline_at: new Date(Date.now() + 3600_000),
+      },
+    },
+  };
+}
+
+class InsufficientBalance extends Error {}
+
+/** The same writes as holdAndInsertTask, as the classic multi-statement transaction. */
+export async function holdInTransaction(db: Kysely<DB>, hold: HoldRequest, task: TaskInsert): Promise<HoldOutcome> {
+  const names = Object.keys(task.row);
+  const columns = sql.join(names.map((n) => sql.ref(n)));
+  const values = sql.join(names.map((n) => sql`${task.row[n]}`));
+  try {
+    return await db.transaction().execute(async (trx) => {
+      const key = await sql`
+        update api_keys set credits_used = credits_used + ${hold.amount}
+        where id = ${hold.apiKeyId} and (credit_limit is null or credits_used + ${hold.amount} <= credit_limit)
+        returning id`.execute(trx);
+      if (key.rows.length === 0) return 'key_quota_exceeded';
+      const account = await sql`
+        update accounts set balance = balance - ${hold.amount}
+        where id = ${hold.accountId} and balance >= ${hold.amount}
+        returning id`.execute(trx);
+      if (account.rows.length === 0) throw new InsufficientBalance(); // rolls the key update back
+      await sql`
+        insert into credit_holds (id, account_id, api_key_id, task_id, amount)
+        values (${hold.holdId}, ${hold.accountId}, ${hold.apiKeyId}, ${hold.taskId}, ${hold.amount})`.execute(trx);
+      await sql`
+        insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id)
+        values (${hold.accountId}, ${hold.apiKeyId}, ${hold.holdId}, 'hold', ${hold.amount}, ${hold.taskId})`.execute(trx);
+      await sql`insert into ${sql.table(task.table)} (${columns}) values (${values})`.execute(trx);
+      return 'ok';
+    });
+  } catch (err) {
+    if (err instanceof InsufficientBalance) return 'insufficient_balance';
+    throw err;
+  }
+}
+
+export type HoldVariant = 'single statement' | 'transaction';
+
+export interface HoldResult {
+  summary: Summary;
+  queries: QueryCounts;
+  firstError?: string;
+}
+
+interface Tally {
+  latencies: number[];
+  errors: number;
+  seconds: number;
+  firstError?: string;
+  queries: Map<string, number>;
+}
+
+async function runFor(db: Kysely<DB>, variant: HoldVariant, customer: Customer, concurrency: number, ms: number, maxOps: number, tally: Tally): Promise<void> {
+  const ledger = new LedgerRepository(db);
+  let seq = tally.latencies.length + tally.errors;
+  const prefix = variant === 'transaction' ? 'tx' : 'one';
+  resetQueryCounts();
+  const start = performance.now();
+  const stopAt = start + ms;
+  let last = start;
+  const loop = async () => {
+    while (performance.now() < stopAt && tally.latencies.length + tally.errors < maxOps) {
+      const { hold, task } = holdFor(customer, `${prefix}-${++seq}`);
+      const t0 = performance.now();
+      try {
+        const outcome = variant === 'transaction' ? await holdInTransaction(db, hold, task) : await ledger.holdAndInsertTask(hold, task);
+        if (outcome !== 'ok') throw new Error(`hold outcome ${outcome}`);
+        last = performance.now();
+        tally.latencies.push(last - t0);
+      } catch (err) {
+        last = performance.now();
+        tally.errors++;
+        tally.firstError ??= (err as Error).message;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, loop));
+  tally.seconds += (last - start) / 1000;
+  for (const [text, n] of queryCounts().statements) tally.queries.set(text, (tally.queries.get(text) ?? 0) + n);
+}
+
+/** Each variant runs for `durationMs` in total, as two halves in ABBA order, after a short warm-up of each. */
+export async function compareHolds(db: Kysely<DB>, customer: Customer, concurrency: number, durationMs: number, warmupMs: number, maxOps: number): Promise<Record<HoldVariant, HoldResult>> {
+  const tallies: Record<HoldVariant, Tally> = {
+    'single statement': { latencies: [], errors: 0, seconds: 0, queries: new Map() },
+    transaction: { latencies: [], errors: 0, seconds: 0, queries: new Map() },
+  };
+  for (const variant of ['single statement', 'transaction'] as const) {
+    await runFor(db, variant, customer, concurrency, warmupMs / 2, maxOps, { latencies: [], errors: 0, seconds: 0, queries: new Map() });
+  }
+  for (const variant of ['single statement', 'transaction', 'transaction', 'single statement'] as const) {
+    await runFor(db, variant, customer, concurrency, durationMs / 2, maxOps, tallies[variant]);
+  }
+  const result = (t: Tally): HoldResult => {
+    const statements = [...t.queries.entries()].sort((a, b) => b[1] - a[1]);
+    return {
+      summary: summarize(t.latencies, t.seconds, t.errors),
+      queries: { total: statements.reduce((n, [, c]) => n + c, 0), statements },
+      firstError: t.firstError,
+    };
+  };
+  return { 'single statement': result(tallies['single statement']), transaction: result(tallies.transaction) };
+}
