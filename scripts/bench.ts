@@ -169,7 +169,7 @@ async function main(): Promise<number> {
       const result = await runLoad(spec, resetQueryCounts);
       const queries = queryCounts();
       await closeBaseline?.();
-      const ops = result.summary.count + result.summary.errors;
+      const ops = queries.requests; // requests started in the measured window, each counted whole
       console.log(indent(table(SUMMARY_HEADER, [summaryRow(scenario, result.summary)])));
       console.log(`  status codes: ${Object.entries(result.statuses).map(([s, n]) => `${s}: ${n}`).join(', ')}`);
       console.log(formatQueryCounts(queries, ops));

@@ -6,6 +6,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pg from 'pg';
+import { inRequestScope } from './query-counter.ts';
 
 export interface BaselineServer {
   port: number;
@@ -22,7 +23,7 @@ export async function startBaselineServer(databaseUrl: string, poolMax: number, 
     res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(json), 'Cache-Control': 'no-store' });
     res.end(json);
   };
-  const server: Server = createServer((req, res) => {
+  const server: Server = createServer((req, res) => inRequestScope(() => {
     const id = req.method === 'GET' ? TASK_PATH.exec(req.url ?? '')?.[1] : undefined;
     if (!id) return send(res, 404, { error: { code: 'not_found' } });
     const token = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1];
@@ -32,7 +33,7 @@ export async function startBaselineServer(databaseUrl: string, poolMax: number, 
       .query('select * from video_tasks where id = $1 and account_id = $2', [id, accountId])
       .then((result) => (result.rows[0] ? send(res, 200, result.rows[0]) : send(res, 404, { error: { code: 'task_not_found' } })))
       .catch(() => send(res, 500, { error: { code: 'internal_error' } }));
-  });
+  }));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     port: (server.address() as AddressInfo).port,

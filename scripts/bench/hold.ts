@@ -148,7 +148,7 @@ export async function compareHolds(db: Kysely<DB>, customer: Customer, concurren
     const statements = [...t.queries.entries()].sort((a, b) => b[1] - a[1]);
     return {
       summary: summarize(t.latencies, t.seconds, t.errors),
-      queries: { total: statements.reduce((n, [, c]) => n + c, 0), statements },
+      queries: { total: statements.reduce((n, [, c]) => n + c, 0), requests: 0, unscoped: 0, statements },
       firstError: t.firstError,
     };
   };
