@@ -1208,7 +1208,8 @@ export interface components {
          *       `media_total_too_large` (all media inputs over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`).
          *     - **415** `unsupported_media_type`.
-         *     - **429** `rate_limited` (with `Retry-After`).
+         *     - **429** `rate_limited` (with `Retry-After`). Reserved: this version has no rate limiter of its own;
+         *       clients should still honour it (a reverse proxy in front of Mediagate may send it).
          *     - **500** `internal_error` (no details; quote the request id).
          *     - **501** `not_implemented`.
          *     - **502** `upstream_error`.
@@ -3328,6 +3329,26 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
+        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), or the database is unreachable or overloaded (`not_ready`; retry). */
+        ServiceUnavailable: {
+            headers: {
+                "X-Request-Id": components["headers"]["XRequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": {
+                 *         "message": "No enabled backend member serves model 'local-image-1' for this key.",
+                 *         "type": "server_error",
+                 *         "code": "no_reachable_member",
+                 *         "param": null
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
         /** @description Not enough credits: the key's quota (`key_quota_exceeded`) or the account balance (`insufficient_balance`) cannot cover the price. Nothing was created or held. */
         PaymentRequired: {
             headers: {
@@ -3421,26 +3442,6 @@ export interface components {
                  *         "message": "The upstream provider failed to generate the image.",
                  *         "type": "server_error",
                  *         "code": "upstream_error",
-                 *         "param": null
-                 *       }
-                 *     }
-                 */
-                "application/json": components["schemas"]["ErrorResponse"];
-            };
-        };
-        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), or the service is not ready. */
-        ServiceUnavailable: {
-            headers: {
-                "X-Request-Id": components["headers"]["XRequestId"];
-                [name: string]: unknown;
-            };
-            content: {
-                /**
-                 * @example {
-                 *       "error": {
-                 *         "message": "No enabled backend member serves model 'local-image-1' for this key.",
-                 *         "type": "server_error",
-                 *         "code": "no_reachable_member",
                  *         "param": null
                  *       }
                  *     }
@@ -3638,6 +3639,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getCredits: {
@@ -3689,6 +3691,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createImage: {
@@ -3960,6 +3963,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getVideoCapabilities: {
@@ -4057,6 +4061,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createVideo: {
@@ -4254,6 +4259,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getFile: {

@@ -169,7 +169,7 @@ async function main(): Promise<number> {
       const result = await runLoad(spec, resetQueryCounts);
       const queries = queryCounts();
       await closeBaseline?.();
-      const ops = queries.requests; // requests started in the measured window, each counted whole
+      const ops = queries.requests; // requests the server received in the measured window
       console.log(indent(table(SUMMARY_HEADER, [summaryRow(scenario, result.summary)])));
       console.log(`  status codes: ${Object.entries(result.statuses).map(([s, n]) => `${s}: ${n}`).join(', ')}`);
       console.log(formatQueryCounts(queries, ops));

@@ -12,7 +12,7 @@ import type { AppContext } from './context.ts';
 import { ApiError } from './errors.ts';
 import { errorMiddleware, rememberAuthError } from './http/error-middleware.ts';
 import type { HandlerMap } from './http/types.ts';
-import { setAuth } from './http/auth.ts';
+import { hasAuth, setAuth } from './http/auth.ts';
 import { imageEditMultipart } from './http/multipart.ts';
 import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';
 
@@ -89,6 +89,39 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
     else next();
   });
 
+  // Credentials are checked before a body is read, so an anonymous client cannot make the server
+  // buffer megabytes of JSON or uploads only to be told 401.
+  const adminTokenHash = ctx.config.adminToken === undefined ? undefined : sha256(ctx.config.adminToken);
+  const checkAdminToken = (req: Request) => {
+    const header = req.headers.authorization ?? '';
+    const token = header.startsWith('Bearer ') ? header.slice(7).trim() : '';
+    if (adminTokenHash && token && timingSafeEqual(sha256(token), adminTokenHash)) return true;
+    throw new ApiError(401, 'invalid_admin_token', 'Missing or invalid admin token.');
+  };
+  const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH']);
+  app.use(['/v1', '/api/v1'], (req, _res, next) => {
+    if (!BODY_METHODS.has(req.method)) return next();
+    ctx.services.auth.authenticate(req.headers.authorization).then(
+      (auth) => {
+        setAuth(req, auth);
+        next();
+      },
+      (err: unknown) => {
+        rememberAuthError(req, err);
+        next(err);
+      },
+    );
+  });
+  app.use('/admin', (req, _res, next) => {
+    if (!BODY_METHODS.has(req.method)) return next();
+    try {
+      checkAdminToken(req);
+      next();
+    } catch (err) {
+      next(err);
+    }
+  });
+
   app.use(express.json({ limit: ctx.config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));
   // Multipart edits are parsed here, with limits, instead of by the validator's unbounded multer.
   app.post(
@@ -96,7 +129,6 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
     imageEditMultipart({ maxFiles: ctx.config.maxEditImages, maxFileBytes: ctx.config.maxEditFileBytes, maxTotalBytes: ctx.config.maxEditBodyBytes }),
   );
 
-  const adminTokenHash = ctx.config.adminToken === undefined ? undefined : sha256(ctx.config.adminToken);
   app.use(
     OpenApiValidator.middleware({
       apiSpec: spec as never,
@@ -108,6 +140,7 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
       validateSecurity: {
         handlers: {
           apiKey: async (req) => {
+            if (hasAuth(req)) return true;
             try {
               setAuth(req, await ctx.services.auth.authenticate(req.headers.authorization));
               return true;
@@ -116,12 +149,7 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
               throw err;
             }
           },
-          adminToken: (req) => {
-            const header = req.headers.authorization ?? '';
-            const token = header.startsWith('Bearer ') ? header.slice(7).trim() : '';
-            if (adminTokenHash && token && timingSafeEqual(sha256(token), adminTokenHash)) return true;
-            throw new ApiError(401, 'invalid_admin_token', 'Missing or invalid admin token.');
-          },
+          adminToken: (req) => checkAdminToken(req),
         },
       },
     }),

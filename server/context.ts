@@ -70,9 +70,12 @@ export interface ContextOverrides {
   imageProviders?: Map<string, ImageProvider>;
 }
 
+/** Providers with an adapter in this build (the others can be configured but not run yet). */
+export const PROVIDERS_WITH_ADAPTERS = ['local'] as const;
+
 export function createRepositories(db: Kysely<DB>): Repositories {
   return {
-    models: new ModelRepository(db),
+    models: new ModelRepository(db, PROVIDERS_WITH_ADAPTERS),
     ledger: new LedgerRepository(db),
     videoTasks: new VideoTaskRepository(db),
     imageTasks: new ImageTaskRepository(db),

@@ -61,7 +61,12 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       });
       const { port } = server.address() as AddressInfo;
       url = `http://${config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host}:${port}`;
-      if (!config.publicBaseUrl) ctx.services.files.setPublicBaseUrl(url);
+      if (!config.publicBaseUrl) {
+        ctx.services.files.setPublicBaseUrl(url);
+        if (!['127.0.0.1', '::1', 'localhost'].includes(config.host)) {
+          log.warn({ url }, 'PUBLIC_BASE_URL is not set: signed file URLs point at this address, which remote clients may not reach');
+        }
+      }
     }
 
     const workers = config.role !== 'api' ? createWorkers(ctx) : undefined;

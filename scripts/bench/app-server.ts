@@ -20,7 +20,7 @@ import { createDatabase } from '../../server/db/database.ts';
 import { createHandlers } from '../../server/http/handlers.ts';
 import { createLogger } from '../../server/logger.ts';
 import { createMetrics } from '../../server/metrics.ts';
-import { inRequestScope } from './query-counter.ts';
+import { countRequest } from './query-counter.ts';
 
 export interface AppServer {
   port: number;
@@ -55,7 +55,10 @@ export async function startAppServer(databaseUrl: string): Promise<AppServer> {
     secretKey: Buffer.from(config.secretKey!, 'hex'),
   });
   const app = createApp(ctx, createHandlers(ctx));
-  const server = createServer((req, res) => inRequestScope(() => app(req, res)));
+  const server = createServer((req, res) => {
+    countRequest();
+    void app(req, res);
+  });
   await new Promise<void>((resolve) => server.listen(0, config.host, resolve));
   const { port } = server.address() as AddressInfo;
   ctx.services.files.setPublicBaseUrl(`http://127.0.0.1:${port}`);

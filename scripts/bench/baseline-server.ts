@@ -6,7 +6,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pg from 'pg';
-import { inRequestScope } from './query-counter.ts';
+import { countRequest } from './query-counter.ts';
 
 export interface BaselineServer {
   port: number;
@@ -23,25 +23,18 @@ export async function startBaselineServer(databaseUrl: string, poolMax: number, 
     res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(json), 'Cache-Control': 'no-store' });
     res.end(json);
   };
-  const server: Server = createServer((req, res) => inRequestScope(() => {
+  const server: Server = createServer((req, res) => {
+    countRequest();
     const id = req.method === 'GET' ? TASK_PATH.exec(req.url ?? '')?.[1] : undefined;
     if (!id) return send(res, 404, { error: { code: 'not_found' } });
     const token = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1];
     const accountId = token === undefined ? undefined : keys.get(token);
     if (!accountId) return send(res, 401, { error: { code: 'invalid_api_key' } });
-    // connect() + query() rather than pool.query(): the same work, but the query then runs in this
-    // request's async context, so the query counter attributes it correctly.
-    void (async () => {
-      const client = await pool.connect();
-      try {
-        const result = await client.query('select * from video_tasks where id = $1 and account_id = $2', [id, accountId]);
-        if (result.rows[0]) send(res, 200, result.rows[0]);
-        else send(res, 404, { error: { code: 'task_not_found' } });
-      } finally {
-        client.release();
-      }
-    })().catch(() => send(res, 500, { error: { code: 'internal_error' } }));
-  }));
+    pool
+      .query('select * from video_tasks where id = $1 and account_id = $2', [id, accountId])
+      .then((result) => (result.rows[0] ? send(res, 200, result.rows[0]) : send(res, 404, { error: { code: 'task_not_found' } })))
+      .catch(() => send(res, 500, { error: { code: 'internal_error' } }));
+  });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     port: (server.address() as AddressInfo).port,

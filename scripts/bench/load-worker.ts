@@ -2,11 +2,13 @@
  * The load generator, run in a worker thread (its own event loop, so it never competes with the
  * server's): `connections` keep-alive connections to 127.0.0.1, each with one request in flight,
  * for a warm-up and then a measured window; stops by itself at the end of the window or after
- * `maxRequests` measured requests. Posts `{ type: 'measuring' }` when the window opens and
- * `{ type: 'done', result }` at the end.
+ * `maxRequests` measured requests. Between the two phases no request is in flight: it posts
+ * `{ type: 'warmed' }` and waits for 'go' (the parent resets its counters meanwhile); at the end it
+ * waits for every request and posts `{ type: 'done', result }`.
  */
 import { Agent, request } from 'node:http';
 import { performance } from 'node:perf_hooks';
+import { once } from 'node:events';
 import { parentPort, workerData } from 'node:worker_threads';
 import { summarize, type Summary } from './stats.ts';
 
@@ -59,11 +61,10 @@ function send(): Promise<{ status: number; errorBody?: string }> {
   });
 }
 
-const start = performance.now();
-const measureFrom = start + spec.warmupMs;
-const stopAt = measureFrom + spec.durationMs;
-let lastDone = measureFrom;
-setTimeout(() => parentPort!.postMessage({ type: 'measuring' }), spec.warmupMs);
+let measuring = false;
+let stopAt = performance.now() + spec.warmupMs;
+let measureFrom = 0;
+let lastDone = 0;
 
 async function connectionLoop(): Promise<void> {
   while (performance.now() < stopAt && latencies.length + errors < spec.maxRequests) {
@@ -77,8 +78,8 @@ async function connectionLoop(): Promise<void> {
     } catch (err) {
       failure = (err as Error).message;
     }
+    if (!measuring) continue;
     const t1 = performance.now();
-    if (t0 < measureFrom) continue; // warm-up
     statuses[status] = (statuses[status] ?? 0) + 1;
     lastDone = t1;
     if (failure !== undefined) {
@@ -90,7 +91,15 @@ async function connectionLoop(): Promise<void> {
   }
 }
 
-await Promise.all(Array.from({ length: spec.connections }, connectionLoop));
+const connections = () => Promise.all(Array.from({ length: spec.connections }, connectionLoop));
+await connections(); // warm-up
+parentPort!.postMessage({ type: 'warmed' });
+await once(parentPort!, 'message'); // 'go'
+measuring = true;
+measureFrom = performance.now();
+lastDone = measureFrom;
+stopAt = measureFrom + spec.durationMs;
+await connections();
 agent.destroy();
 const result: LoadResult = { summary: summarize(latencies, (lastDone - measureFrom) / 1000, errors), statuses, firstError };
 parentPort!.postMessage({ type: 'done', result });

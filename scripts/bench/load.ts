@@ -10,7 +10,7 @@ const TSX_API = import.meta.resolve('tsx/esm/api');
 const WORKER = new URL('./load-worker.ts', import.meta.url).href;
 const BOOT = `import(${JSON.stringify(TSX_API)}).then((tsx) => { tsx.register(); return import(${JSON.stringify(WORKER)}); })`;
 
-/** `onMeasuring` runs when the warm-up ends (e.g. to reset counters). */
+/** `onMeasuring` runs between warm-up and the measured window, with no request in flight (e.g. to reset counters). */
 export function runLoad(spec: LoadSpec, onMeasuring: () => void = () => undefined): Promise<LoadResult> {
   return new Promise((resolve, reject) => {
     const worker = new Worker(BOOT, { eval: true, workerData: spec });
@@ -19,9 +19,11 @@ export function runLoad(spec: LoadSpec, onMeasuring: () => void = () => undefine
       void worker.terminate();
       reject(new Error('load generator did not finish in time'));
     }, spec.warmupMs + spec.durationMs + 30_000);
-    worker.on('message', (msg: { type: 'measuring' } | { type: 'done'; result: LoadResult }) => {
-      if (msg.type === 'measuring') onMeasuring();
-      else {
+    worker.on('message', (msg: { type: 'warmed' } | { type: 'done'; result: LoadResult }) => {
+      if (msg.type === 'warmed') {
+        onMeasuring();
+        worker.postMessage('go');
+      } else {
         clearTimeout(guard);
         resolve(msg.result);
         void worker.terminate();

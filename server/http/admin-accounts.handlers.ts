@@ -13,7 +13,9 @@ export function adminAccountsHandlers(
   const { accounts } = ctx.services.admin;
   return {
     async createAccount(req, res) {
-      sendJson(res, 'createAccount', 201, await accounts.create(req.body));
+      const account = await accounts.create(req.body);
+      ctx.log.info({ accountId: account.id, initialCredits: req.body.initial_credits ?? 0 }, 'admin: account created');
+      sendJson(res, 'createAccount', 201, account);
     },
     async listAccounts(req, res) {
       const { cursor, status } = req.query;
@@ -23,10 +25,15 @@ export function adminAccountsHandlers(
       sendJson(res, 'getAccount', 200, await accounts.get(req.params.account_id));
     },
     async updateAccount(req, res) {
-      sendJson(res, 'updateAccount', 200, await accounts.update(req.params.account_id, req.body));
+      const account = await accounts.update(req.params.account_id, req.body);
+      ctx.log.info({ accountId: account.id, changes: req.body }, 'admin: account updated');
+      sendJson(res, 'updateAccount', 200, account);
     },
     async adjustAccountCredits(req, res) {
-      sendJson(res, 'adjustAccountCredits', 200, await accounts.adjustCredits(req.params.account_id, req.body));
+      const result = await accounts.adjustCredits(req.params.account_id, req.body);
+      // Money moved by hand: always leave a trace with the amount and the reason.
+      ctx.log.info({ accountId: result.account.id, entryId: result.entry.id, amount: result.entry.amount, reason: result.entry.reason, balance: result.account.balance }, 'admin: credits adjusted');
+      sendJson(res, 'adjustAccountCredits', 200, result);
     },
   };
 }

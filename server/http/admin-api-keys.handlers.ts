@@ -10,7 +10,9 @@ export function adminApiKeysHandlers(ctx: AppContext): Pick<HandlerMap, 'createA
     async createApiKey(req, res) {
       // The only response that carries the full key: never cache it.
       noStore(res);
-      sendJson(res, 'createApiKey', 201, await apiKeys.create(req.body));
+      const created = await apiKeys.create(req.body);
+      ctx.log.info({ apiKeyId: created.id, accountId: created.account_id, groupId: created.group_id, creditLimit: created.credit_limit }, 'admin: api key created');
+      sendJson(res, 'createApiKey', 201, created);
     },
     async listApiKeys(req, res) {
       const { cursor, account_id: accountId } = req.query;
@@ -20,7 +22,9 @@ export function adminApiKeysHandlers(ctx: AppContext): Pick<HandlerMap, 'createA
       sendJson(res, 'getApiKey', 200, await apiKeys.get(req.params.key_id));
     },
     async updateApiKey(req, res) {
-      sendJson(res, 'updateApiKey', 200, await apiKeys.update(req.params.key_id, req.body));
+      const key = await apiKeys.update(req.params.key_id, req.body);
+      ctx.log.info({ apiKeyId: key.id, changes: req.body }, 'admin: api key updated');
+      sendJson(res, 'updateApiKey', 200, key);
     },
   };
 }

@@ -10,6 +10,10 @@ export function setAuth(req: Request, auth: AuthContext): void {
   (req as Request & WithAuth)[AUTH] = auth;
 }
 
+export function hasAuth(req: Request): boolean {
+  return (req as Request & WithAuth)[AUTH] !== undefined;
+}
+
 /** The caller of an operation secured by `apiKey`; throws if the pipeline did not authenticate. */
 export function authOf(req: Request): AuthContext {
   const auth = (req as Request & WithAuth)[AUTH];

@@ -72,7 +72,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
         sink.end();
         return;
       }
-      const result = await images.execute(task, NULL_SINK, signal, log);
+      const result = await images.execute(task, NULL_SINK, signal, log, { deliveredOnlyIfAllSent: true });
       if (signal.aborted) return;
       res.status(200).json(images.toImageResult(task, result));
     } finally {
@@ -99,8 +99,14 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
           ...(uploads.mask && { mask: { data: uploads.mask.buffer, mimeType: uploads.mask.mimeType, param: 'mask' } }),
         };
       } else {
-        const reference = (value: string, param: string): EditInput =>
-          value.startsWith('data:') ? { ...decodeImageDataUrl(value, param), param } : { fileId: value, param };
+        const reference = (value: string, param: string): EditInput => {
+          if (!value.startsWith('data:')) return { fileId: value, param };
+          const decoded = decodeImageDataUrl(value, param);
+          if (decoded.data.length > ctx.config.maxEditFileBytes) {
+            throw new ApiError(413, 'media_too_large', `'${param}' is larger than ${ctx.config.maxEditFileBytes} bytes.`, param);
+          }
+          return { ...decoded, param };
+        };
         edit = {
           images: (body.images ?? []).map((v, i) => reference(v, `images[${i}]`)),
           ...(body.mask !== undefined && { mask: reference(body.mask, 'mask') }),

@@ -14,6 +14,9 @@ export interface VideoJobRequest {
   firstFrame?: Buffer;
   lastFrame?: Buffer;
   referenceImages: Buffer[];
+  /** https URLs, for providers that accept reference media. */
+  referenceVideos: string[];
+  referenceAudios: string[];
 }
 
 export type VideoPollResult =

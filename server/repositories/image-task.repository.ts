@@ -90,10 +90,18 @@ export class ImageTaskRepository {
   }
 
   /** The outcome is unknown: keep the hold, stop every worker, wait for an operator. */
-  async markNeedsAttention(fence: Fence, message: string): Promise<boolean> {
+  async markNeedsAttention(fence: Fence, message: string, stored: { fileIds: string[]; delivered: number }): Promise<boolean> {
     const r = await this.db
       .updateTable('imageTasks')
-      .set({ status: 'needs_attention', errorCode: 'outcome_unknown', errorMessage: message, leaseOwner: null, leaseExpiresAt: null })
+      .set({
+        status: 'needs_attention',
+        errorCode: 'outcome_unknown',
+        errorMessage: message,
+        resultFileIds: stored.fileIds,
+        delivered: stored.delivered,
+        leaseOwner: null,
+        leaseExpiresAt: null,
+      })
       .where('id', '=', fence.id)
       .where('attempt', '=', fence.attempt)
       .where('status', '=', 'processing')
@@ -108,7 +116,7 @@ export class ImageTaskRepository {
       .set(
         outcome === 'completed'
           ? { status: 'completed', actualCredits, settledReason: reason, completedAt: sql`now()`, errorCode: null, errorMessage: null }
-          : { status: 'failed', actualCredits: 0, settledReason: reason, completedAt: sql`now()`, errorCode: 'refunded', errorMessage: `Refunded by operator: ${reason}` },
+          : { status: 'failed', actualCredits, settledReason: reason, completedAt: sql`now()`, errorCode: 'refunded', errorMessage: `Refunded by operator: ${reason}` },
       )
       .where('id', '=', id)
       .where('status', '=', 'needs_attention')

@@ -28,7 +28,16 @@ export interface ImageCatalogRow {
 }
 
 export class ModelRepository {
-  constructor(private readonly db: Kysely<DB>) {}
+  constructor(
+    private readonly db: Kysely<DB>,
+    /** Providers this build has adapters for: members of other providers cannot run anything here. */
+    private readonly providers: readonly string[],
+  ) {}
+
+  /** A member that can run work: its provider has an adapter, and it has credentials unless local. */
+  private runnable(alias: 'g') {
+    return sql`(${sql.ref(`${alias}.provider`)} = any(${this.providers as string[]}) and (${sql.ref(`${alias}.provider`)} = 'local' or ${sql.ref(`${alias}.credentials_ciphertext`)} is not null))`;
+  }
 
   /**
    * Models visible to a group, in one query: enabled in the catalog, switched on by the capability
@@ -56,7 +65,7 @@ export class ModelRepository {
             .where('g.groupId', '=', groupId)
             .where('g.enabled', '=', true)
             .where(sql<boolean>`m.id = any(g.models)`)
-            .where(sql<boolean>`(g.provider = 'local' or g.credentials_ciphertext is not null)`),
+            .where(sql<boolean>`${this.runnable('g')}`),
         ),
       );
     if (kind) query = query.where('m.kind', '=', kind);
@@ -70,7 +79,7 @@ export class ModelRepository {
   async listVideoCatalog(groupId: string, modelId?: string): Promise<VideoCatalogRow[]> {
     const result = await sql<VideoCatalogRow>`
       select m.id, m.display_name as "displayName", m.capabilities,
-             bool_or(g.enabled and (g.provider = 'local' or g.credentials_ciphertext is not null)) as reachable,
+             bool_or(g.enabled and ${this.runnable('g')}) as reachable,
              coalesce((select json_agg(json_build_object('resolution', p.resolution, 'mode', p.mode, 'unitPrice', p.unit_price) order by p.resolution)
                        from model_prices p where p.model_id = m.id and p.quality = ''), '[]'::json) as prices
       from catalog_models m
@@ -98,7 +107,7 @@ export class ModelRepository {
   async findImageModel(groupId: string, modelId: string, switchName: 'image_generation' | 'image_edit'): Promise<ImageCatalogRow | undefined> {
     const result = await sql<ImageCatalogRow>`
       select m.id, m.capabilities,
-             bool_or(g.enabled and (g.provider = 'local' or g.credentials_ciphertext is not null)) as reachable,
+             bool_or(g.enabled and ${this.runnable('g')}) as reachable,
              coalesce((select s.enabled from capability_switches s where s.name = ${switchName}), false) as "switchedOn",
              coalesce((select json_agg(json_build_object('resolution', p.resolution, 'quality', p.quality, 'unitPrice', p.unit_price))
                        from model_prices p where p.model_id = m.id), '[]'::json) as prices

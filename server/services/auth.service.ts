@@ -18,7 +18,8 @@ const LAST_USED_INTERVAL_MS = 60_000;
 const MAX_CACHE_ENTRIES = 10_000;
 
 export class AuthService {
-  private readonly cache = new Map<string, { row: KeyAuthRow | undefined; expiresAt: number }>();
+  /** Lookups by key hash, including in-flight ones, so concurrent misses share one query. */
+  private readonly cache = new Map<string, { row: Promise<KeyAuthRow | undefined>; expiresAt: number }>();
   private readonly lastTouched = new Map<string, number>();
 
   constructor(
@@ -45,16 +46,17 @@ export class AuthService {
     this.cache.clear();
   }
 
-  private async lookup(hash: Buffer): Promise<KeyAuthRow | undefined> {
+  private lookup(hash: Buffer): Promise<KeyAuthRow | undefined> {
+    if (this.cacheTtlMs <= 0) return this.keys.findAuthByHash(hash);
     const cacheKey = hash.toString('base64');
     const now = this.now();
     const hit = this.cache.get(cacheKey);
     if (hit && hit.expiresAt > now) return hit.row;
-    const row = await this.keys.findAuthByHash(hash);
-    if (this.cacheTtlMs > 0) {
-      if (this.cache.size >= MAX_CACHE_ENTRIES) this.cache.delete(this.cache.keys().next().value as string);
-      this.cache.set(cacheKey, { row, expiresAt: now + this.cacheTtlMs });
-    }
+    const row = this.keys.findAuthByHash(hash);
+    if (this.cache.size >= MAX_CACHE_ENTRIES) this.cache.delete(this.cache.keys().next().value as string);
+    this.cache.set(cacheKey, { row, expiresAt: now + this.cacheTtlMs });
+    // A failed lookup (database down) is not cached.
+    row.catch(() => this.cache.delete(cacheKey));
     return row;
   }
 

@@ -28,6 +28,13 @@ export class ImageTaskKind implements TaskKind<ImageTaskRow> {
   }
 
   async run(task: ImageTaskRow, signal: AbortSignal, log: Logger): Promise<void> {
+    if (!task.runAsync) {
+      // A synchronous request whose process died: its client got a broken connection and never
+      // learned the task id, so nothing is delivered and nothing is charged.
+      await this.images.fail({ id: task.id, attempt: task.attempt }, 'interrupted', 'The request was interrupted before its images were delivered; the credits were released.');
+      log.warn('interrupted synchronous image task failed and released');
+      return;
+    }
     try {
       await this.images.execute(task, NULL_SINK, signal, log);
     } catch (err) {

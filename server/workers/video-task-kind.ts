@@ -96,6 +96,8 @@ export class VideoTaskKind implements TaskKind<VideoTaskRow> {
       resolution: task.resolution,
       generateAudio: task.generateAudio,
       referenceImages: [],
+      referenceVideos: task.referenceVideos,
+      referenceAudios: task.referenceAudios,
     };
     if (task.inputMode === 'reference_images') job.referenceImages = inputs;
     else {

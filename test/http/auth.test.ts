@@ -36,6 +36,21 @@ describe('authentication (product spec §5)', () => {
     expect(res.status).toBe(401);
   });
 
+  it('refuses a large body without a valid key before reading it', async () => {
+    const big = new Uint8Array(20 * 1024 * 1024);
+    const started = Date.now();
+    for (const path of ['/v1/images/edits', '/v1/videos/generations']) {
+      const res = await fetch(`${server.directUrl}${path}`, {
+        method: 'POST',
+        headers: { Authorization: 'Bearer mg_0000000000000000000000000000000000', 'Content-Type': path.endsWith('edits') ? 'multipart/form-data; boundary=x' : 'application/json' },
+        body: big,
+      });
+      expect(res.status).toBe(401);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('invalid_api_key');
+    }
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
   it('answers 403 api_key_inactive for an inactive key', async () => {
     const c = await createCustomer(server.db, { isActive: false });
     const { response, error } = await server.client(c.key).GET('/v1/credits');

@@ -29,11 +29,21 @@ function provider(opts: { delayMs?: number; failFrom?: number }): ImageProvider 
   };
 }
 
-/** A media store whose writes of image outputs fail (the disk is full, the bucket is gone, …). */
+/**
+ * A media store whose writes of image outputs fail (the disk is full, the bucket is gone, …) after
+ * `okOutputs` successful ones.
+ */
 class BrokenOutputStore implements MediaStore {
-  constructor(private readonly inner: MediaStore) {}
+  private outputs = 0;
+  constructor(
+    private readonly inner: MediaStore,
+    private readonly okOutputs = 0,
+  ) {}
+  reset() {
+    this.outputs = 0;
+  }
   put(key: string, data: Buffer | Readable) {
-    if (key.startsWith('image_output/')) return Promise.reject(new Error('ENOSPC: no space left on device'));
+    if (key.startsWith('image_output/') && this.outputs++ >= this.okOutputs) return Promise.reject(new Error('ENOSPC: no space left on device'));
     return this.inner.put(key, data);
   }
   putFile(key: string, path: string) {
@@ -93,6 +103,55 @@ describe('a client that disconnects mid-stream', () => {
     expect(hold).toEqual({ amount: 5_000_000, status: 'captured', captured: row.delivered * 1_000_000 });
     const account = await server.db.selectFrom('accounts').select('balance').where('id', '=', c.accountId).executeTakeFirstOrThrow();
     expect(account.balance).toBe(10_000_000 - row.delivered * 1_000_000);
+  });
+});
+
+describe('a client that disconnects before a JSON response', () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer({ overrides: { imageProviders: new Map([['local', provider({ delayMs: 300 })]]) } });
+    await seedCatalog(server.db);
+  });
+  afterAll(async () => server?.close());
+
+  it('received nothing, so the task fails and every credit is released', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const controller = new AbortController();
+    const pending = fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n: 3 }),
+      signal: controller.signal,
+    }).catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 500));
+    controller.abort();
+    await pending;
+    const task = await waitTask(server, (await server.db.selectFrom('imageTasks').select('id').where('accountId', '=', c.accountId).executeTakeFirstOrThrow()).id, (r) => r.status !== 'processing');
+    expect(task).toMatchObject({ status: 'failed', errorCode: 'client_disconnected', delivered: 0, actualCredits: 0 });
+    expect(await holdOf(server, task.id)).toEqual({ amount: 3_000_000, status: 'released', captured: 0 });
+    const outputs = await server.db.selectFrom('files').select('id').where('taskId', '=', task.id).where('purpose', '=', 'image_output').execute();
+    expect(outputs).toEqual([]);
+  });
+});
+
+describe('a synchronous task whose process died', () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer({ workers: true });
+    await seedCatalog(server.db);
+  });
+  afterAll(async () => server?.close());
+
+  it('is failed and released by the task engine once its lease expires, never charged', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const auth = { accountId: c.accountId, apiKeyId: c.apiKeyId, groupId: c.groupId };
+    const prepared = await server.ctx.services.images.prepare(auth, 'generation', { prompt: 'x', model: 'local-image-1', n: 2 });
+    // A request on another instance started it and died: its lease is already over.
+    const task = await server.ctx.services.images.start(auth, prepared, { async: false, workerId: 'api_dead_instance' });
+    await server.db.updateTable('imageTasks').set({ leaseExpiresAt: new Date(Date.now() - 1000) }).where('id', '=', task.id).execute();
+    const row = await waitTask(server, task.id, (r) => r.status !== 'processing');
+    expect(row).toMatchObject({ status: 'failed', errorCode: 'interrupted' });
+    expect(await holdOf(server, task.id)).toEqual({ amount: 2_000_000, status: 'released', captured: 0 });
   });
 });
 
@@ -200,6 +259,33 @@ describe('needs_attention', () => {
     // 10 − 1 captured − 1 still held (otherId); the refunded one came back.
     expect(account).toEqual({ balance: 8_000_000, totalSpent: 1_000_000 });
     expect((await holdOf(server, otherId)).status).toBe('held');
+  });
+});
+
+describe('needs_attention after some images were stored', () => {
+  const store = new BrokenOutputStore(new FilesystemMediaStore(`/tmp/mg-broken2-${process.pid}`), 1);
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer({ overrides: { mediaStore: store } });
+    await seedCatalog(server.db);
+  });
+  afterAll(async () => server?.close());
+
+  it('keeps the stored images, and a refund charges only those', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n: 3 }),
+    });
+    expect(res.status).toBe(502);
+    const id = res.headers.get('x-task-id')!;
+    const row = await server.db.selectFrom('imageTasks').select(['status', 'delivered', 'resultFileIds']).where('id', '=', id).executeTakeFirstOrThrow();
+    expect(row).toMatchObject({ status: 'needs_attention', delivered: 1 });
+    expect(row.resultFileIds).toHaveLength(1);
+    const settled = await server.admin().POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: id } }, body: { outcome: 'refunded', reason: 'two images lost' } });
+    expect(settled.data).toMatchObject({ status: 'failed', held_credits: 3, captured_credits: 1, released_credits: 2 });
+    expect(await holdOf(server, id)).toEqual({ amount: 3_000_000, status: 'captured', captured: 1_000_000 });
   });
 });
 

@@ -329,6 +329,20 @@ describe('POST /v1/images/edits', () => {
     expect(near(px(256, 192), [0x20, 0xa0, 0x20])).toBe(false);
   });
 
+  it('keeps the input size for size auto, and scales an oversized input into the size limits', async () => {
+    const c = await createCustomer(server.db, { balance: 20 });
+    const auto = await multipart(c.key, { prompt: 'x', model: 'local-image-1', size: 'auto' }, [['image', await png(640, 480), 'a.png']]);
+    expect(await meta(auto.body.data[0].b64_json)).toMatchObject({ width: 640, height: 480 });
+    const huge = await sharp({ create: { width: 4000, height: 3000, channels: 3, background: '#444444' } }).png().toBuffer();
+    const big = await multipart(c.key, { prompt: 'x', model: 'local-image-1' }, [['image', huge, 'big.png']]);
+    expect(big.status).toBe(200);
+    const m = await meta(big.body.data[0].b64_json);
+    expect(m.width! * m.height!).toBeLessThanOrEqual(8_294_400);
+    expect(m.width! / m.height!).toBeCloseTo(4 / 3, 2);
+    // Billed at the 4K tier (4 credits) by its pixel count.
+    expect((await ledgerOf(big.headers.get('x-task-id')!)).hold?.captured).toBe(4_000_000);
+  });
+
   it('accepts image[] and image_* fields, up to 16 files', async () => {
     const c = await createCustomer(server.db, { balance: 10 });
     const a = await png(300, 300);

@@ -173,6 +173,11 @@ describe('POST /v1/videos/generations (§4.6)', () => {
     ['undecodable image bytes', { firstFrame: `data:image/png;base64,${Buffer.from('not an image at all').toString('base64')}` }, 400, 'invalid_image', 'firstFrame'],
     ['a non-https reference video', { reference_videos: ['http://example.com/v.mp4'] }, 400, 'invalid_media_url', 'reference_videos[0]'],
     ['a non-https callback', { callback_url: 'http://example.com/hook' }, 400, 'invalid_callback_url', 'callback_url'],
+    ['a loopback callback', { callback_url: 'https://127.0.0.1/hook' }, 400, 'invalid_callback_url', 'callback_url'],
+    ['a localhost callback', { callbackUrl: 'https://localhost:8443/hook' }, 400, 'invalid_callback_url', 'callback_url'],
+    ['a private-network callback', { callback_url: 'https://10.1.2.3/hook' }, 400, 'invalid_callback_url', 'callback_url'],
+    ['a link-local (metadata) callback', { callback_url: 'https://169.254.169.254/latest' }, 400, 'invalid_callback_url', 'callback_url'],
+    ['an IPv6 loopback callback', { callback_url: 'https://[::1]/hook' }, 400, 'invalid_callback_url', 'callback_url'],
     ['a prompt over 32,000 characters', { prompt: 'x'.repeat(32_001) }, 400, 'invalid_request', 'prompt'],
     ['a negative prompt over 8,000 characters', { negative_prompt: 'x'.repeat(8001) }, 400, 'invalid_request', 'negative_prompt'],
     ['a client_request_id over 128 characters', { client_request_id: 'x'.repeat(129) }, 400, 'invalid_request', 'client_request_id'],
@@ -404,6 +409,21 @@ describe('idempotency', () => {
     expect(state.tasks).toBe(1);
     expect(state.holds).toEqual([{ amount: 480_000, status: 'held' }]);
     expect(state.balance).toBe(100_000_000 - 480_000);
+  });
+});
+
+describe('providers without an adapter', () => {
+  it('a member of a provider this build cannot run makes nothing reachable: not listed, not reachable, 503 on create', async () => {
+    const account = await createAccount(server.db);
+    const group = await createGroup(server.db);
+    await createMember(server.db, group.id, { provider: 'kling', models: ['local-video-lite', 'local-image-1'], credentials: Buffer.from('sealed') });
+    const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+    expect((await server.client(key.key).GET('/v1/models')).data?.data).toEqual([]);
+    const caps = await server.client(key.key).GET('/v1/videos/capabilities');
+    expect(caps.data?.items.map((i) => [i.model, i.configuredReachable])).toEqual([['local-video-lite', false]]);
+    const res = await post(key.key, body({ model: 'local-video-lite', resolution: '360p', seconds: 2, aspectRatio: '1:1' }));
+    expect([res.status, res.body.error.code]).toEqual([503, 'no_reachable_member']);
+    expect((await accountState(account.id, key.id)).tasks).toBe(0);
   });
 });
 

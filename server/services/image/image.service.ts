@@ -24,7 +24,7 @@ import { newId } from '../ids.ts';
 import { pickMember } from '../member-router.ts';
 import { toCredits } from '../money.ts';
 import { normalizeImageRequest, type ImageParams, type ImageRequestFields } from './image-request.ts';
-import { customSizeTier, ratioOf } from './image-size.ts';
+import { CUSTOM_SIZE_LIMITS, customSizeTier, ratioOf } from './image-size.ts';
 
 type Schemas = components['schemas'];
 
@@ -77,6 +77,14 @@ export interface ImageServiceDeps {
 
 const MIME: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
 
+/** Scales a size down (keeping its ratio, even edges) into the custom-size limits: edges ≤ 3840, pixels ≤ 8,294,400. */
+export function fitWithinLimits(width: number, height: number): { width: number; height: number } {
+  const scale = Math.min(1, CUSTOM_SIZE_LIMITS.maxEdge / Math.max(width, height), Math.sqrt(CUSTOM_SIZE_LIMITS.maxPixels / (width * height)));
+  if (scale === 1) return { width, height };
+  const even = (n: number) => Math.max(2, Math.floor((n * scale) / 2) * 2);
+  return { width: even(width), height: even(height) };
+}
+
 export class ImageService {
   constructor(private readonly deps: ImageServiceDeps) {}
 
@@ -105,14 +113,18 @@ export class ImageService {
       }
     }
 
-    const priced = normalizeImageRequest(fields, model.capabilities, model.prices, { sizeParam: this.deps.options.sizeParam });
     const first = inputs[0];
-    if (operation === 'edit' && first && fields.size === undefined && fields.aspectRatio === undefined && fields.aspect_ratio === undefined && fields.resolution === undefined) {
-      // An edit with no size keeps the input's size, billed at the tier of its pixel count.
-      const resolution = customSizeTier(first.width, first.height);
-      const repriced = normalizeImageRequest({ ...fields, resolution }, model.capabilities, model.prices, { sizeParam: this.deps.options.sizeParam });
+    const keepInputSize = operation === 'edit' && first && (fields.size === undefined || fields.size === 'auto') && fields.aspectRatio === undefined && fields.aspect_ratio === undefined && fields.resolution === undefined;
+    const priced = normalizeImageRequest(keepInputSize ? { ...fields, size: undefined } : fields, model.capabilities, model.prices, { sizeParam: this.deps.options.sizeParam });
+    if (keepInputSize && first) {
+      // An edit with no size keeps the input's size (scaled down into the custom-size limits when
+      // larger), billed at the tier of its pixel count, or the largest tier the model offers.
+      const { width, height } = fitWithinLimits(first.width, first.height);
+      const tier = customSizeTier(width, height);
+      const resolution = model.capabilities.resolutions.includes(tier) ? tier : model.capabilities.resolutions.at(-1)!;
+      const repriced = normalizeImageRequest({ ...fields, size: undefined, resolution }, model.capabilities, model.prices, { sizeParam: this.deps.options.sizeParam });
       priced.unitPrice = repriced.unitPrice;
-      priced.params = { ...priced.params, width: first.width, height: first.height, resolution, aspectRatio: ratioOf(first.width, first.height) };
+      priced.params = { ...priced.params, width, height, resolution, aspectRatio: ratioOf(width, height) };
     }
 
     const member = pickMember(await this.deps.routing.candidates(auth.groupId, model.id), (p) => this.deps.providers.has(p));
@@ -144,12 +156,19 @@ export class ImageService {
    */
   async start(auth: AuthContext, req: PreparedImageRequest, mode: { async: boolean; workerId: string }): Promise<ImageTaskRow> {
     const taskId = newId('img');
+    const saved: FileRow[] = [];
+    const store = async (input: { fileId?: string; data?: Buffer; mimeType: string; width?: number; height?: number }) => {
+      if (input.fileId) return input.fileId;
+      const file = await this.deps.files.save(
+        { accountId: auth.accountId, purpose: 'input', contentType: input.mimeType, taskId, ...(input.width && { width: input.width }), ...(input.height && { height: input.height }) },
+        input.data!,
+      );
+      saved.push(file);
+      return file.id;
+    };
     const inputFileIds: string[] = [];
-    for (const input of req.inputs) {
-      inputFileIds.push(input.fileId ?? (await this.deps.files.save({ accountId: auth.accountId, purpose: 'input', contentType: input.mimeType, taskId, width: input.width, height: input.height }, input.data!)).id);
-    }
-    let maskFileId: string | null = null;
-    if (req.mask) maskFileId = req.mask.fileId ?? (await this.deps.files.save({ accountId: auth.accountId, purpose: 'input', contentType: req.mask.mimeType, taskId }, req.mask.data!)).id;
+    for (const input of req.inputs) inputFileIds.push(await store(input));
+    const maskFileId = req.mask ? await store(req.mask) : null;
 
     const quoted = req.unitPrice * req.n;
     const row = {
@@ -172,7 +191,14 @@ export class ImageService {
       lease_owner: mode.async ? null : mode.workerId,
       lease_expires_at: mode.async ? null : new Date(Date.now() + this.deps.options.leaseMs),
     };
-    const outcome = await this.deps.ledger.holdAndInsertTask({ holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted }, { table: 'image_tasks', row });
+    const outcome = await this.deps.ledger
+      .holdAndInsertTask({ holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted }, { table: 'image_tasks', row })
+      .catch(async (err: unknown) => {
+        for (const file of saved) await this.deps.files.discard(file);
+        throw err;
+      });
+    // Inputs stored for a task that was not created are removed.
+    if (outcome !== 'ok') for (const file of saved) await this.deps.files.discard(file);
     if (outcome === 'key_quota_exceeded') throw paymentRequired('key_quota_exceeded', `This API key's credit limit cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     if (outcome === 'insufficient_balance') throw paymentRequired('insufficient_balance', `The account balance cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     this.deps.log.info({ taskId, model: req.model, n: req.n, quotedMicroCredits: quoted, async: mode.async }, 'image task created');
@@ -184,7 +210,7 @@ export class ImageService {
    * completed with what was delivered (captured), the rest released. Stops early when `signal`
    * aborts (the client went away). Fenced by the task's attempt.
    */
-  async execute(task: ImageTaskRow, sink: ImageSink, signal: AbortSignal, log: Logger): Promise<ExecuteResult> {
+  async execute(task: ImageTaskRow, sink: ImageSink, signal: AbortSignal, log: Logger, opts: { deliveredOnlyIfAllSent?: boolean } = {}): Promise<ExecuteResult> {
     const fence = { id: task.id, attempt: task.attempt };
     const params = task.params as unknown as ImageParams;
     const member = task.memberId ? await this.deps.routing.find(task.memberId) : undefined;
@@ -224,7 +250,10 @@ export class ImageService {
         );
       } catch (err) {
         log.error({ err, imageIndex: i }, 'image produced but not stored: task needs attention');
-        await this.deps.tasks.markNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.');
+        await this.deps.tasks.markNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', {
+          fileIds: files.map((f) => f.id),
+          delivered: files.length,
+        });
         throw new ApiError(502, 'upstream_error', `The image was generated but could not be stored; task ${task.id} needs attention and its credits stay held until an operator settles it.`);
       }
       try {
@@ -238,6 +267,11 @@ export class ImageService {
       images.push(rendered.image);
     }
 
+    // A JSON response delivers nothing until it is written: a client that left before it gets nothing.
+    if (opts.deliveredOnlyIfAllSent && signal.aborted) {
+      for (const file of files) await this.deps.files.discard(file);
+      files.length = 0;
+    }
     if (files.length === 0) {
       await this.fail(fence, 'client_disconnected', 'The client disconnected before any image was delivered; the credits were released.');
       return { status: 'failed', files, images };
@@ -316,12 +350,16 @@ export class ImageService {
     };
   }
 
-  /** Operator settlement of a needs_attention task: capture (completed) or release (refunded). */
+  /**
+   * Operator settlement of a needs_attention task. `completed`: the operator confirms the outcome
+   * (e.g. delivered the results out of band): the whole hold is captured. `refunded`: only the
+   * images that were stored and delivered before the failure are charged; the rest is released.
+   */
   async settle(id: string, outcome: 'completed' | 'refunded', reason: string): Promise<ImageTaskRow> {
     const row = await this.deps.tasks.find(id);
     if (!row) throw notFound('task_not_found', `No task '${id}'.`);
     const settled = await this.deps.db.transaction().execute(async (trx) => {
-      const captured = outcome === 'completed' ? row.quotedCredits : 0;
+      const captured = outcome === 'completed' ? row.quotedCredits : row.delivered * row.unitPrice;
       if (!(await this.deps.tasks.settle(id, outcome, reason, captured, trx))) return false;
       const hold = await this.deps.ledger.findHoldByTask(id, trx);
       if (hold && !(await this.deps.ledger.settle(hold.id, captured, trx))) throw new Error(`hold of task ${id} was already settled`);

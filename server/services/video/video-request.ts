@@ -8,6 +8,7 @@ import type { components } from '../../../generated/api.d.ts';
 import type { VideoCapabilities } from '../../catalog/capabilities.ts';
 import { ApiError, badRequest, tooLarge } from '../../errors.ts';
 import { decodeImageDataUrl } from '../data-url.ts';
+import ipaddr from 'ipaddr.js';
 
 type VideoCreateRequest = components['schemas']['VideoCreateRequest'];
 
@@ -185,8 +186,19 @@ export function isHttpsUrl(value: string): boolean {
   }
 }
 
+/**
+ * A webhook target must be public https: no localhost and no loopback, private, link-local or other
+ * non-unicast IP literal (the service would otherwise POST into the operator's own network).
+ * Host names are resolved and checked again when a delivery is sent.
+ */
 export function checkCallbackUrl(url: string | undefined): void {
-  if (url !== undefined && !isHttpsUrl(url)) {
-    throw new ApiError(400, 'invalid_callback_url', 'callback_url must be a public https URL.', 'callback_url');
+  if (url === undefined) return;
+  const invalid = (why: string) => new ApiError(400, 'invalid_callback_url', `callback_url must be a public https URL: ${why}.`, 'callback_url');
+  if (!isHttpsUrl(url)) throw invalid('not an https URL');
+  const host = new URL(url).hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  if (host === 'localhost' || host.endsWith('.localhost') || host.endsWith('.local') || host.endsWith('.internal')) throw invalid(`'${host}' is not a public host`);
+  if (ipaddr.isValid(host)) {
+    const address = ipaddr.process(host);
+    if (address.range() !== 'unicast') throw invalid(`${host} is a ${address.range()} address`);
   }
 }

@@ -11,6 +11,7 @@ import type { Logger } from '../../logger.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { ModelRepository, VideoCatalogRow } from '../../repositories/model.repository.ts';
 import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
+import type { FileRow } from '../../repositories/file.repository.ts';
 import type { AuthContext } from '../auth.service.ts';
 import type { FileService } from '../file.service.ts';
 import { newId } from '../ids.ts';
@@ -76,7 +77,7 @@ export class VideoService {
 
     const inputs = decodeMediaInputs(req, { maxCount: this.deps.options.maxMediaInputCount, maxBytes: this.deps.options.maxMediaInputBytes });
     const taskId = newId('vid');
-    const inputFileIds: string[] = [];
+    const inputFiles: FileRow[] = [];
     for (const input of inputs) {
       const meta = await sharp(input.data)
         .metadata()
@@ -86,8 +87,9 @@ export class VideoService {
         { accountId: auth.accountId, purpose: 'input', contentType: input.mimeType, taskId, width: meta.width, height: meta.height },
         input.data,
       );
-      inputFileIds.push(file.id);
+      inputFiles.push(file);
     }
+    const inputFileIds = inputFiles.map((f) => f.id);
 
     const quoted = quoteFor(price.mode, price.unitPrice, req.durationSeconds);
     const row = {
@@ -121,6 +123,7 @@ export class VideoService {
         { table: 'video_tasks', row },
       );
     } catch (err) {
+      await this.discard(inputFiles);
       if (isUniqueViolation(err, 'video_tasks_client_request_id_key')) {
         // A concurrent identical request won the race; nothing of ours was written.
         const winner = await this.deps.tasks.findByClientRequestId(auth.accountId, req.clientRequestId);
@@ -128,6 +131,7 @@ export class VideoService {
       }
       throw err;
     }
+    if (outcome !== 'ok') await this.discard(inputFiles);
     if (outcome === 'key_quota_exceeded') {
       throw paymentRequired('key_quota_exceeded', `This API key's credit limit cannot cover this video (${quoted / 1e6} credits).`);
     }
@@ -159,6 +163,11 @@ export class VideoService {
     // Another account's task and an unknown id are indistinguishable.
     if (!row) throw notFound('task_not_found', `No video task '${id}' exists for this account.`);
     return toVideoTask(row, this.videoUrl(row));
+  }
+
+  /** Inputs stored for a task that was not created. */
+  private async discard(files: FileRow[]): Promise<void> {
+    for (const file of files) await this.deps.files.discard(file).catch((err: unknown) => this.deps.log.warn({ err, fileId: file.id }, 'could not remove an unused input file'));
   }
 
   private videoUrl(row: VideoTaskRow): string | undefined {

@@ -1,0 +1,44 @@
+// `accounts create|list|get|update|credit`: accounts are addressed by id or by name.
+import { defined, num, oneOf, optInt, optNum, required } from './args.ts';
+import type { Commands } from './command.ts';
+import { lines, one, page } from './output.ts';
+
+const ACCOUNT_COLUMNS = ['id', 'name', 'status', 'balance', 'total_earned', 'total_spent', 'created_at'];
+const STATUSES = ['active', 'suspended'] as const;
+
+export const accountCommands: Commands = {
+  create: async ({ admin, flags }) =>
+    one(
+      await admin.accounts.create(
+        defined({
+          name: required(flags.name, 'name'),
+          initial_credits: optNum(flags['initial-credits'], 'initial-credits'),
+          status: oneOf(flags.status, 'status', STATUSES),
+        }),
+      ),
+    ),
+
+  list: async ({ admin, flags }) =>
+    page(
+      await admin.accounts.list({
+        limit: optInt(flags.limit, 'limit'),
+        cursor: flags.cursor,
+        status: oneOf(flags.status, 'status', STATUSES),
+      }),
+      ACCOUNT_COLUMNS,
+    ),
+
+  get: async ({ admin, target }) => one(await admin.accounts.resolve(target())),
+
+  update: async ({ admin, flags, target, accountId }) =>
+    one(await admin.accounts.update(await accountId(target()), defined({ name: flags.name, status: oneOf(flags.status, 'status', STATUSES) }))),
+
+  // A negative amount debits; the service refuses to go below zero.
+  credit: async ({ admin, flags, target, accountId }) => {
+    const result = await admin.accounts.adjustCredits(await accountId(target()), {
+      amount: num(required(flags.amount, 'amount'), 'amount'),
+      reason: required(flags.reason, 'reason'),
+    });
+    return { json: result, text: `${lines(result.account)}\n\nledger entry:\n${lines(result.entry)}` };
+  },
+};

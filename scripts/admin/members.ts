@@ -1,0 +1,60 @@
+// `members add|list|update`: the upstream accounts of a group; credentials are stored encrypted
+// and never printed (the API objects only say has_credentials).
+import { ApiError } from '../../server/errors.ts';
+import { bool, credentials, defined, int, list, nullable, oneOf, optInt, required, UsageError } from './args.ts';
+import type { Commands } from './command.ts';
+import { one, table, type Row } from './output.ts';
+
+const MEMBER_COLUMNS = ['id', 'name', 'provider', 'enabled', 'priority', 'weight', 'concurrency_limit', 'has_credentials', 'models'];
+
+export const memberCommands: Commands = {
+  add: async ({ admin, flags, groupId }) => {
+    const group = await groupId(required(flags.group, 'group'));
+    const member = await admin.groups.createMember(
+      group,
+      defined({
+        name: required(flags.name, 'name'),
+        provider: oneOf(required(flags.provider, 'provider'), 'provider', ['local', 'openai', 'gemini', 'ark', 'kling'] as const)!,
+        models: list(required(flags.models, 'models'))!,
+        credentials: credentials(flags.credential),
+        base_url: flags['base-url'],
+        priority: optInt(flags.priority, 'priority'),
+        weight: optInt(flags.weight, 'weight'),
+        concurrency_limit: nullable(flags['concurrency-limit'], (v) => int(v, 'concurrency-limit')),
+        enabled: bool(flags.enabled, 'enabled'),
+      }),
+    );
+    return one(member);
+  },
+
+  list: async ({ admin, flags, groupId }) => {
+    const members = await admin.groups.listMembers(await groupId(required(flags.group, 'group')));
+    return { json: members, text: table(members.data as unknown as Row[], MEMBER_COLUMNS) };
+  },
+
+  // Members are addressed by id or name within their group, hence the required --group.
+  update: async ({ admin, flags, target, groupId }) => {
+    if (flags.provider !== undefined) throw new UsageError('the provider of a member cannot change; add a new member instead');
+    const group = await groupId(required(flags.group, 'group'));
+    const ref = target();
+    const members = (await admin.groups.listMembers(group)).data;
+    const member = members.find((m) => m.id === ref) ?? members.find((m) => m.name === ref);
+    if (!member) throw new ApiError(404, 'member_not_found', `The group has no member with the id or name '${ref}'.`);
+    return one(
+      await admin.groups.updateMember(
+        group,
+        member.id,
+        defined({
+          name: flags.name,
+          models: list(flags.models),
+          credentials: credentials(flags.credential),
+          base_url: nullable(flags['base-url'], (v) => v),
+          priority: optInt(flags.priority, 'priority'),
+          weight: optInt(flags.weight, 'weight'),
+          concurrency_limit: nullable(flags['concurrency-limit'], (v) => int(v, 'concurrency-limit')),
+          enabled: bool(flags.enabled, 'enabled'),
+        }),
+      ),
+    );
+  },
+};

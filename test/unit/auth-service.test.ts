@@ -1,0 +1,75 @@
+import { describe, expect, it } from 'vitest';
+import { createLogger } from '../../server/logger.ts';
+import type { ApiKeyRepository, KeyAuthRow } from '../../server/repositories/api-key.repository.ts';
+import { AuthService } from '../../server/services/auth.service.ts';
+import { generateApiKey } from '../../server/services/api-key-material.ts';
+
+/** A strict fake repository that counts lookups. */
+function fakeKeys(row: KeyAuthRow | undefined, opts: { failFirst?: boolean } = {}) {
+  let lookups = 0;
+  let touches = 0;
+  const repo = {
+    async findAuthByHash() {
+      lookups++;
+      await new Promise((r) => setTimeout(r, 10));
+      if (opts.failFirst && lookups === 1) throw new Error('database down');
+      return row;
+    },
+    async touchLastUsed() {
+      touches++;
+    },
+  } as unknown as ApiKeyRepository;
+  return { repo, lookups: () => lookups, touches: () => touches };
+}
+
+const row: KeyAuthRow = { id: 'key_1', accountId: 'acct_1', groupId: 'grp_1', isActive: true, accountStatus: 'active' };
+const log = createLogger('silent');
+
+describe('AuthService', () => {
+  it('shares one lookup between concurrent requests and caches it for the TTL', async () => {
+    let now = 1_000_000;
+    const keys = fakeKeys(row);
+    const auth = new AuthService(keys.repo, log, 5000, () => now);
+    const { key } = generateApiKey();
+    const results = await Promise.all(Array.from({ length: 20 }, () => auth.authenticate(`Bearer ${key}`)));
+    expect(results.every((r) => r.apiKeyId === 'key_1')).toBe(true);
+    expect(keys.lookups()).toBe(1);
+    now += 4999;
+    await auth.authenticate(`Bearer ${key}`);
+    expect(keys.lookups()).toBe(1);
+    now += 2;
+    await auth.authenticate(`Bearer ${key}`);
+    expect(keys.lookups()).toBe(2);
+  });
+
+  it('does not cache a failed lookup', async () => {
+    const keys = fakeKeys(row, { failFirst: true });
+    const auth = new AuthService(keys.repo, log, 5000);
+    const { key } = generateApiKey();
+    await expect(auth.authenticate(`Bearer ${key}`)).rejects.toThrow('database down');
+    await expect(auth.authenticate(`Bearer ${key}`)).resolves.toMatchObject({ apiKeyId: 'key_1' });
+  });
+
+  it('writes last_used_at at most once a minute per key', async () => {
+    let now = 0;
+    const keys = fakeKeys(row);
+    const auth = new AuthService(keys.repo, log, 0, () => now);
+    const { key } = generateApiKey();
+    await auth.authenticate(`Bearer ${key}`);
+    now += 59_999;
+    await auth.authenticate(`Bearer ${key}`);
+    expect(keys.touches()).toBe(1);
+    now += 2;
+    await auth.authenticate(`Bearer ${key}`);
+    expect(keys.touches()).toBe(2);
+  });
+
+  it('rejects malformed keys without a database lookup', async () => {
+    const keys = fakeKeys(row);
+    const auth = new AuthService(keys.repo, log, 5000);
+    for (const header of [undefined, '', 'Bearer', 'Basic abc', 'Bearer mg_short', 'Bearer sk-123']) {
+      await expect(auth.authenticate(header)).rejects.toMatchObject({ status: 401, code: 'invalid_api_key' });
+    }
+    expect(keys.lookups()).toBe(0);
+  });
+});
