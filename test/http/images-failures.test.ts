@@ -123,10 +123,15 @@ describe('a client that disconnects before a JSON response', () => {
       body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n: 3 }),
       signal: controller.signal,
     }).catch(() => undefined);
-    await new Promise((r) => setTimeout(r, 500));
+    // Leave once the server has started the task (rendering takes ~900 ms).
+    let started: { id: string } | undefined;
+    for (let i = 0; i < 200 && !started; i++) {
+      started = await server.db.selectFrom('imageTasks').select('id').where('accountId', '=', c.accountId).executeTakeFirst();
+      if (!started) await new Promise((r) => setTimeout(r, 20));
+    }
     controller.abort();
     await pending;
-    const task = await waitTask(server, (await server.db.selectFrom('imageTasks').select('id').where('accountId', '=', c.accountId).executeTakeFirstOrThrow()).id, (r) => r.status !== 'processing');
+    const task = await waitTask(server, started!.id, (r) => r.status !== 'processing');
     expect(task).toMatchObject({ status: 'failed', errorCode: 'client_disconnected', delivered: 0, actualCredits: 0 });
     expect(await holdOf(server, task.id)).toEqual({ amount: 3_000_000, status: 'released', captured: 0 });
     const outputs = await server.db.selectFrom('files').select('id').where('taskId', '=', task.id).where('purpose', '=', 'image_output').execute();
