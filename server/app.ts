@@ -1,15 +1,15 @@
 /**
  * createApp(ctx): the Express app built from the bundled contract. Order of the pipeline:
- * request id -> access log + metrics -> admin gate -> body parsers -> openapi validator (route
+ * request id -> access log + metrics (on finish) -> admin gate -> body parsers -> openapi validator (route
  * match, security, request validation, response validation) -> handlers mounted from the spec ->
  * one error middleware for everything.
  */
 import { randomBytes, timingSafeEqual, createHash } from 'node:crypto';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import * as OpenApiValidator from 'express-openapi-validator';
-import { pinoHttp } from 'pino-http';
 import type { AppContext } from './context.ts';
 import { ApiError } from './errors.ts';
+import { accessLog } from './http/access-log.ts';
 import { errorMiddleware, rememberAuthError } from './http/error-middleware.ts';
 import type { HandlerMap } from './http/types.ts';
 import { hasAuth, setAuth } from './http/auth.ts';
@@ -55,33 +55,7 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   app.set('trust proxy', ctx.config.trustProxy);
 
   app.use(requestIdMiddleware);
-  app.use(
-    pinoHttp({
-      logger: ctx.log,
-      genReqId: (req) => (req as Request & { id: string }).id,
-      customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'error' : res.statusCode >= 400 ? 'warn' : 'info'),
-      customProps: (req) => ({ operation: operationIdOf(req as Request) }),
-      serializers: {
-        req: (req: { id: string; method: string; url: string; remoteAddress?: string }) => ({
-          id: req.id,
-          method: req.method,
-          // Query strings may carry file signatures; log the path only.
-          path: req.url.split('?')[0],
-          remoteAddress: req.remoteAddress,
-        }),
-        res: (res: { statusCode: number }) => ({ statusCode: res.statusCode }),
-      },
-    }),
-  );
-  app.use((req, res, next) => {
-    const end = ctx.metrics.httpDuration.startTimer();
-    res.on('finish', () => {
-      const operation = operationIdOf(req) ?? 'unmatched';
-      ctx.metrics.httpRequests.inc({ operation, method: req.method, status: String(res.statusCode) });
-      end({ operation, method: req.method });
-    });
-    next();
-  });
+  app.use(accessLog(ctx.log, ctx.metrics, operationIdOf));
 
   // Without ADMIN_TOKEN the admin API does not exist.
   app.use('/admin', (_req, _res, next) => {

@@ -107,6 +107,13 @@ describe('request ids, unknown routes and methods', () => {
     expect(unsafe.headers.get('x-request-id')).toMatch(/^req_/);
   });
 
+  it('writes one access log line per request with its request id, and never the query string', async () => {
+    await rawGet('/v1/files/file_x?expires=1&signature=secret-signature', { 'X-Request-Id': 'log-line-check' });
+    const line = server.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.reqId === 'log-line-check');
+    expect(line).toMatchObject({ msg: 'request', method: 'GET', path: '/v1/files/file_x', status: 404, operation: 'getFile', ms: expect.any(Number) });
+    expect(server.logs.join('\n')).not.toContain('secret-signature');
+  });
+
   it('answers 404 not_found for an unknown route and for GET /v1/models/{model}', async () => {
     const c = await createCustomer(server.db);
     for (const path of ['/v1/nothing-here', '/v1/models/local-image-1']) {
