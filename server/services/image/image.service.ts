@@ -284,7 +284,7 @@ export class ImageService {
       return true;
     });
     if (!done) throw new ApiError(500, 'internal_error', `Task ${task.id} was taken over by another worker.`);
-    log.info({ taskId: task.id, delivered: files.length, n: task.n, capturedMicroCredits: captured }, 'image task completed');
+    log.info({ delivered: files.length, n: task.n, capturedMicroCredits: captured }, 'image task completed');
     return { status: 'completed', files, images, ...(revisedPrompt && { revisedPrompt }), ...(failure && { error: failure }) };
   }
 
