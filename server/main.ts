@@ -119,6 +119,9 @@ async function main(): Promise<void> {
   if (running.url) {
     log.info({ url: running.url, role: config.role }, 'listening');
     process.stdout.write(`Mediagate listening on ${running.url}\n`);
+  } else {
+    log.info({ role: config.role }, 'worker running');
+    process.stdout.write('Mediagate worker running (no HTTP)\n');
   }
 
   let stopping = false;

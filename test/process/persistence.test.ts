@@ -22,8 +22,10 @@ afterAll(async () => {
   await t?.destroy();
 });
 
-async function start(extra: Record<string, string> = {}): Promise<ServerProcess> {
+async function start(extra: Record<string, string> = {}, args: string[] = []): Promise<ServerProcess> {
   const p = await spawnServer({
+    command: [process.execPath, '--import', 'tsx', 'server/main.ts', ...args],
+    workerOnly: args.includes('worker'),
     env: {
       DATABASE_URL: t.url,
       MEDIAGATE_SECRET_KEY: secret,
@@ -125,5 +127,22 @@ describe('two server processes on one database', () => {
     expect(fromA!.status).toBe('completed');
     expect(fromB!.billing).toEqual(fromA!.billing);
     await Promise.all([a.kill('SIGTERM'), b.kill('SIGTERM')]);
+  }, 120_000);
+});
+
+describe('--role api and --role worker', () => {
+  it('split the API and the task workers between processes', async () => {
+    const c = await createCustomer(t.db, { balance: 100 });
+    const api = await start({}, ['--role', 'api']);
+    const ids = await createTasks(api.url, c.key, 3);
+    // The API process runs no workers: the tasks stay queued.
+    await new Promise((r) => setTimeout(r, 1000));
+    const queued = await t.db.selectFrom('videoTasks').select('status').where('id', 'in', ids).execute();
+    expect(queued.map((r) => r.status)).toEqual(['queued', 'queued', 'queued']);
+    const worker = await start({}, ['--role', 'worker']);
+    const rows = await waitAll(ids, 60_000);
+    expect(rows.every((r) => r.status === 'completed')).toBe(true);
+    await expectExactlyOnce(ids, c.accountId, 40_000);
+    await Promise.all([api.kill('SIGTERM'), worker.kill('SIGTERM')]);
   }, 120_000);
 });

@@ -25,6 +25,8 @@ export interface SpawnOptions {
   /** Put the child in its own process group (signals go to the whole group, like a terminal's Ctrl-C). */
   group?: boolean;
   timeoutMs?: number;
+  /** A worker-only process (`--role worker`) prints this instead of a URL. */
+  workerOnly?: boolean;
 }
 
 export async function spawnServer(options: SpawnOptions): Promise<ServerProcess> {
@@ -45,10 +47,10 @@ export async function spawnServer(options: SpawnOptions): Promise<ServerProcess>
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start within ${options.timeoutMs ?? 60_000} ms\nstdout:\n${out}\nstderr:\n${err}`)), options.timeoutMs ?? 60_000);
     const check = () => {
-      const m = /Mediagate listening on (http:\/\/\S+)/.exec(out);
+      const m = options.workerOnly ? /Mediagate worker running/.exec(out) : /Mediagate listening on (http:\/\/\S+)/.exec(out);
       if (m) {
         clearTimeout(timer);
-        resolve(m[1]!.replace('localhost', '127.0.0.1'));
+        resolve(m[1]?.replace('localhost', '127.0.0.1') ?? '');
       }
     };
     child.stdout!.on('data', check);
