@@ -139,6 +139,32 @@ describe('a client that disconnects before a JSON response', () => {
   });
 });
 
+describe('GET /v1/images/{task_id} while the task runs (§2.4, §4.5)', () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    // No workers: an async task stays processing.
+    server = await startTestServer();
+    await seedCatalog(server.db);
+  });
+  afterAll(async () => server?.close());
+
+  it('shows status processing without completed, completed_at or data', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json', Prefer: 'respond-async' },
+      body: JSON.stringify({ prompt: 'x', model: 'local-image-1' }),
+    });
+    expect(res.status).toBe(202);
+    const id = res.headers.get('x-task-id')!;
+    const { data, response } = await server.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: id } } });
+    expect(response.status).toBe(200);
+    expect(response.headers.get('x-request-id')).toBeTruthy();
+    expect(data).toEqual({ id, object: 'image.task', status: 'processing', model: 'local-image-1', created: expect.any(Number), created_at: expect.any(String) });
+    expect(await holdOf(server, id)).toEqual({ amount: 1_000_000, status: 'held', captured: 0 });
+  });
+});
+
 describe('a synchronous task whose process died', () => {
   let server: TestServer;
   beforeAll(async () => {
