@@ -3,6 +3,7 @@
  * README.md's configuration table; keep the two in step.
  */
 import { resolve } from 'node:path';
+import { DEFAULT_ROOT_DIR } from './db/embedded-layout.ts';
 
 export type Role = 'all' | 'api' | 'worker';
 
@@ -12,6 +13,8 @@ export interface Config {
   /** External PostgreSQL; when absent the server starts an embedded one in `dataDir/pg`. */
   databaseUrl: string | undefined;
   dataDir: string;
+  /** Root only: where the embedded PostgreSQL keeps binaries and clusters the `postgres` user could not reach. */
+  embeddedPgRootDir: string;
   /** 32-byte key for credentials at rest (hex or base64); generated into dataDir when absent. */
   secretKey: string | undefined;
   /** Enables the admin API when set. */
@@ -101,6 +104,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     host: nonEmpty(env, 'HOST') ?? '0.0.0.0',
     databaseUrl: nonEmpty(env, 'DATABASE_URL'),
     dataDir: resolve(nonEmpty(env, 'MEDIAGATE_DATA_DIR') ?? '.mediagate'),
+    embeddedPgRootDir: resolve(nonEmpty(env, 'MEDIAGATE_PG_ROOT_DIR') ?? DEFAULT_ROOT_DIR),
     secretKey: nonEmpty(env, 'MEDIAGATE_SECRET_KEY'),
     adminToken,
     logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'),

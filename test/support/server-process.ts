@@ -27,12 +27,14 @@ export interface SpawnOptions {
   timeoutMs?: number;
   /** A worker-only process (`--role worker`) prints this instead of a URL. */
   workerOnly?: boolean;
+  /** Working directory (default: this checkout). */
+  cwd?: string;
 }
 
 export async function spawnServer(options: SpawnOptions): Promise<ServerProcess> {
   const [cmd, ...args] = options.command ?? [process.execPath, '--import', 'tsx', 'server/main.ts'];
   const child = spawn(cmd, args, {
-    cwd: repoRoot,
+    cwd: options.cwd ?? repoRoot,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', LOG_LEVEL: 'warn', HOST: '127.0.0.1', PORT: '0', ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: options.group ?? false,
