@@ -1191,7 +1191,10 @@ export interface components {
          *       `output_compression_requires_jpeg_or_webp`, `invalid_size`, `size_conflict` (`size` disagrees
          *       with aspectRatio/resolution), `size_not_accepted` (the operator set `IMAGE_SIZE_PARAM=reject`),
          *       `invalid_image` (not decodable), `mask_size_mismatch`, `too_many_images`, `image_not_found`
-         *       (an `images` id that is not a file of this account), `invalid_cursor` (admin).
+         *       (an `images` id that is not a file of this account), `invalid_cursor` (admin),
+         *       `content_policy_violation` (the upstream refused the prompt or its output under its content
+         *       policy; nothing is charged), `upstream_rejected` (the upstream refused the request as invalid;
+         *       the message gives its reason; nothing is charged).
          *     - **401** `invalid_api_key` (missing, malformed or unknown key: one identical body),
          *       `invalid_admin_token`.
          *     - **402** `key_quota_exceeded`, `insufficient_balance`.
@@ -1208,16 +1211,18 @@ export interface components {
          *       `media_total_too_large` (all media inputs over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`).
          *     - **415** `unsupported_media_type`.
-         *     - **429** `rate_limited` (with `Retry-After`). Reserved: this version has no rate limiter of its own;
-         *       clients should still honour it (a reverse proxy in front of Mediagate may send it).
+         *     - **429** `rate_limited` (with `Retry-After`): the upstream accounts that can serve the request
+         *       are rate-limited right now; retry after the given number of seconds.
          *     - **500** `internal_error` (no details; quote the request id).
          *     - **501** `not_implemented`.
-         *     - **502** `upstream_error`.
+         *     - **502** `upstream_error` (the upstream failed or timed out).
          *     - **503** `no_reachable_member` (no enabled group member serves the model),
+         *       `upstream_unavailable` (the upstream account cannot take work: its credentials were refused
+         *       or its quota is used up; the operator has to act),
          *       `capability_disabled` (the operator switched this kind of generation off), `not_ready`.
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "invalid_json" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "body_too_large" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready";
+        ErrorCode: "invalid_request" | "invalid_json" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "body_too_large" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready";
         /**
          * VideoBillingRow
          * @description The current price of one model at one output resolution, with a quote token (one row per resolution

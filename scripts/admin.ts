@@ -9,7 +9,8 @@ import { connectOrStartEmbedded } from '../server/db/embedded.ts';
 import { migrateToLatest } from '../server/db/migrate.ts';
 import { ApiError } from '../server/errors.ts';
 import { createAdminServices, type AdminServices } from '../server/services/admin/index.ts';
-import { loadSecretKey } from '../server/services/secret-box.ts';
+import { loadSecretKey } from '../server/lib/secret-box.ts';
+import { createLogger } from '../server/logger.ts';
 import { accountCommands } from './admin/accounts.ts';
 import { parse, UsageError, type Flags } from './admin/args.ts';
 import { commandContext, type Command, type Commands } from './admin/command.ts';
@@ -115,6 +116,7 @@ async function main(argv: string[]): Promise<void> {
     await migrateToLatest(db, quiet);
     const admin = createAdminServices({
       db,
+      log: createLogger('warn', process.stderr),
       // Loaded only when credentials are stored; with DATABASE_URL it must come from the environment.
       secretKey: () => loadSecretKey({ envValue: process.env.MEDIAGATE_SECRET_KEY, dataDir: databaseUrl ? undefined : dataDir }),
       // Other processes' key caches expire on their own within KEY_CACHE_TTL_MS (at most 5 s).

@@ -31,6 +31,8 @@ export interface Config {
   fileUrlTtlSeconds: number;
   maxMediaInputCount: number;
   maxMediaInputBytes: number;
+  /** Largest video a task stores from its upstream; a larger output fails the task. */
+  maxVideoOutputBytes: number;
   imageSizeParam: 'accept' | 'reject';
   /** Seed demo data into an empty database. */
   demoData: boolean;
@@ -118,6 +120,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     fileUrlTtlSeconds: int(env, 'FILE_URL_TTL_SECONDS', 3600, 1, 7 * 86_400),
     maxMediaInputCount: int(env, 'MAX_MEDIA_INPUT_COUNT', 256, 1),
     maxMediaInputBytes: int(env, 'MAX_MEDIA_INPUT_BYTES', 536_870_912, 1),
+    maxVideoOutputBytes: int(env, 'MAX_VIDEO_OUTPUT_BYTES', 1024 * 1024 * 1024, 1024),
     imageSizeParam: oneOf(env, 'IMAGE_SIZE_PARAM', ['accept', 'reject'] as const, 'accept'),
     demoData: bool(env, 'DEMO_DATA', true),
     role: role as Role,

@@ -1,34 +1,44 @@
 /**
- * The one place dependencies are built: config -> db -> repositories -> services. main.ts and the
- * tests call createContext; nothing else holds a database or configuration.
+ * The one place dependencies are built, once, in order: repositories → providers and pool →
+ * settlement and task runners → services. main.ts, the scripts and the tests call createRuntime;
+ * nothing else holds a database or configuration. Nothing is assigned after creation.
+ *
+ * Handlers see only the AppContext part (config, log, metrics, services); the task engines get the
+ * runners and the notifier; tests may also reach the repositories.
  */
 import { randomBytes } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type { DB } from '../generated/db.d.ts';
 import type { Config } from './config.ts';
+import { createTransactor } from './db/transaction.ts';
+import { deriveKey } from './lib/signing.ts';
 import type { Logger } from './logger.ts';
 import type { Metrics } from './metrics.ts';
+import { Pool } from './pool/pool.ts';
+import { createProviderRegistry, type ProviderAdapters, type ProviderKind, type ProviderRegistry } from './providers/registry.ts';
 import { ApiKeyRepository } from './repositories/api-key.repository.ts';
 import { CreditRepository } from './repositories/credit.repository.ts';
 import { FileRepository } from './repositories/file.repository.ts';
+import { HealthRepository } from './repositories/health.repository.ts';
+import { ImageTaskRepository } from './repositories/image-task.repository.ts';
 import { LedgerRepository } from './repositories/ledger.repository.ts';
 import { ModelRepository } from './repositories/model.repository.ts';
-import { VideoTaskRepository } from './repositories/video-task.repository.ts';
-import { ImageTaskRepository } from './repositories/image-task.repository.ts';
 import { RoutingRepository } from './repositories/routing.repository.ts';
-import type { ImageProvider } from './providers/image-provider.ts';
-import { LocalImageProvider } from './providers/local/local-image.provider.ts';
-import { ImageService } from './services/image/image.service.ts';
-import type { MediaStore } from './storage/media-store.ts';
+import { VideoTaskRepository } from './repositories/video-task.repository.ts';
 import { createAdminServices, type AdminServices } from './services/admin/index.ts';
 import { AuthService } from './services/auth.service.ts';
 import { CreditService } from './services/credit.service.ts';
 import { FileService } from './services/file.service.ts';
+import { ImageRunner } from './services/image/image-runner.ts';
+import { ImageService } from './services/image/image.service.ts';
 import { ModelService } from './services/model.service.ts';
 import { QuoteTokens } from './services/quote-token.ts';
-import { deriveKey } from './services/signing.ts';
+import { ReadinessService } from './services/readiness.service.ts';
+import { Settlement } from './services/tasks/settlement.ts';
+import { TaskNotifier } from './services/tasks/task-notifier.ts';
+import { VideoRunner } from './services/video/video-runner.ts';
 import { VideoService } from './services/video/video.service.ts';
-import { FilesystemMediaStore } from './storage/media-store.ts';
+import { FilesystemMediaStore, type MediaStore } from './storage/media-store.ts';
 
 export interface Services {
   auth: AuthService;
@@ -37,10 +47,18 @@ export interface Services {
   files: FileService;
   videos: VideoService;
   images: ImageService;
+  readiness: ReadinessService;
   admin: AdminServices;
 }
 
-/** Repositories shared by services and workers. */
+/** What HTTP handlers see. */
+export interface AppContext {
+  readonly config: Config;
+  readonly log: Logger;
+  readonly metrics: Metrics;
+  readonly services: Services;
+}
+
 export interface Repositories {
   models: ModelRepository;
   ledger: LedgerRepository;
@@ -50,56 +68,60 @@ export interface Repositories {
   files: FileRepository;
 }
 
-export interface AppContext {
+/** Everything a process runs on: the handlers' context plus what the task engines need. */
+export interface Runtime extends AppContext {
+  readonly repositories: Repositories;
+  readonly providers: ProviderRegistry;
+  readonly pool: Pool;
+  readonly settlement: Settlement;
+  readonly runners: { readonly video: VideoRunner; readonly image: ImageRunner };
+  readonly notifier: TaskNotifier;
+}
+
+export interface RuntimeDeps {
   config: Config;
   db: Kysely<DB>;
   log: Logger;
   metrics: Metrics;
   secretKey: Buffer;
-  repositories: Repositories;
-  services: Services;
-  /** Set by main.ts when this process runs workers: wakes the task engines. */
-  wakeWorkers: () => void;
-  /** This process's lease owner id for the synchronous image tasks its requests run. */
-  instanceId: string;
+  /** Base of signed file URLs: PUBLIC_BASE_URL, or the address the server listens on. */
+  publicBaseUrl: string;
 }
 
 /** Replaceable parts (tests inject failing providers or stores). */
-export interface ContextOverrides {
+export interface RuntimeOverrides {
   mediaStore?: MediaStore;
-  imageProviders?: Map<string, ImageProvider>;
+  providers?: Partial<Record<ProviderKind, ProviderAdapters>>;
 }
 
-/** Providers with an adapter in this build (the others can be configured but not run yet). */
-export const PROVIDERS_WITH_ADAPTERS = ['local'] as const;
-
-export function createRepositories(db: Kysely<DB>): Repositories {
-  return {
-    models: new ModelRepository(db, PROVIDERS_WITH_ADAPTERS),
+export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {}): Runtime {
+  const { config, db, log, metrics, secretKey } = deps;
+  const tx = createTransactor(db, log);
+  const providers = createProviderRegistry({ mediaDir: config.mediaDir, localRenderDelayMs: config.localRenderDelayMs }, overrides.providers);
+  const repositories: Repositories = {
+    models: new ModelRepository(db, { image: providers.kindsFor('image'), video: providers.kindsFor('video'), credentialFree: providers.credentialFreeKinds() }),
     ledger: new LedgerRepository(db),
     videoTasks: new VideoTaskRepository(db),
     imageTasks: new ImageTaskRepository(db),
     routing: new RoutingRepository(db),
     files: new FileRepository(db),
   };
-}
-
-export function createServices(
-  deps: { config: Config; db: Kysely<DB>; log: Logger; secretKey: Buffer },
-  repositories: Repositories,
-  wake: () => void,
-  overrides: ContextOverrides = {},
-): Services {
-  const { config, db, log, secretKey } = deps;
-  const store = overrides.mediaStore ?? new FilesystemMediaStore(config.mediaDir);
-  const files = new FileService(repositories.files, store, deriveKey(secretKey, 'file-url'), config.publicBaseUrl ?? `http://localhost:${config.port}`, config.fileUrlTtlSeconds);
+  const pool = new Pool(repositories.routing, providers, secretKey);
+  const notifier = new TaskNotifier();
+  const settlement = new Settlement({ tx, log, ledger: repositories.ledger, videoTasks: repositories.videoTasks, imageTasks: repositories.imageTasks });
+  const files = new FileService(repositories.files, overrides.mediaStore ?? new FilesystemMediaStore(config.mediaDir), deriveKey(secretKey, 'file-url'), deps.publicBaseUrl, config.fileUrlTtlSeconds);
+  const runners = {
+    video: new VideoRunner({ tasks: repositories.videoTasks, pool, providers, files, settlement, maxOutputBytes: config.maxVideoOutputBytes }),
+    image: new ImageRunner({ tasks: repositories.imageTasks, pool, providers, files, settlement }),
+  };
   const auth = new AuthService(new ApiKeyRepository(db), log, config.keyCacheTtlMs);
-  return {
+  const services: Services = {
     auth,
-    admin: createAdminServices({ db, secretKey, auth }),
     models: new ModelService(repositories.models),
     credits: new CreditService(new CreditRepository(db)),
     files,
+    readiness: new ReadinessService(new HealthRepository(db), log),
+    admin: createAdminServices({ db, log, secretKey, auth }),
     videos: new VideoService({
       tasks: repositories.videoTasks,
       models: repositories.models,
@@ -107,36 +129,20 @@ export function createServices(
       files,
       quotes: new QuoteTokens(deriveKey(secretKey, 'quote-token'), config.quoteTtlSeconds),
       log,
+      notifier,
       options: { maxMediaInputCount: config.maxMediaInputCount, maxMediaInputBytes: config.maxMediaInputBytes, maxLifetimeSeconds: config.taskMaxLifetimeSeconds },
-      onCreated: wake,
     }),
     images: new ImageService({
       tasks: repositories.imageTasks,
       models: repositories.models,
-      routing: repositories.routing,
       ledger: repositories.ledger,
       files,
-      providers: overrides.imageProviders ?? new Map<string, ImageProvider>([['local', new LocalImageProvider()]]),
-      db,
+      runner: runners.image,
+      notifier,
       log,
+      instanceId: `api_${process.pid}_${randomBytes(4).toString('hex')}`,
       options: { sizeParam: config.imageSizeParam, leaseMs: config.taskLeaseMs, maxEditImages: config.maxEditImages },
     }),
   };
-}
-
-export function createContext(
-  deps: { config: Config; db: Kysely<DB>; log: Logger; metrics: Metrics; secretKey: Buffer },
-  overrides: ContextOverrides = {},
-): AppContext {
-  const repositories = createRepositories(deps.db);
-  const ctx: AppContext = {
-    ...deps,
-    repositories,
-    services: undefined as unknown as Services,
-    wakeWorkers: () => undefined,
-    instanceId: `api_${process.pid}_${randomBytes(4).toString('hex')}`,
-  };
-  // Late-bound so that main.ts can install the engines' wake-up after the context exists.
-  ctx.services = createServices(deps, repositories, () => ctx.wakeWorkers(), overrides);
-  return ctx;
+  return Object.freeze({ config, log, metrics, services: Object.freeze(services), repositories, providers, pool, settlement, runners, notifier });
 }

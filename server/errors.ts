@@ -3,6 +3,7 @@
  * validator, parser and database errors) into the one error body of the contract.
  */
 import type { components } from '../generated/api.d.ts';
+import type { ProviderError } from './providers/provider-error.ts';
 
 export type ErrorCode = components['schemas']['ErrorCode'];
 export type ErrorBody = components['schemas']['ErrorResponse'];
@@ -60,3 +61,31 @@ export const invalidApiKey = () =>
   new ApiError(401, 'invalid_api_key', "Missing or invalid API key. Send 'Authorization: Bearer <API_KEY>'.", null, {}, {
     'WWW-Authenticate': 'Bearer',
   });
+
+/**
+ * The one mapping from an upstream failure to the API error a client sees (synchronous requests)
+ * and to the stable code a failed task carries. The message is the upstream's sanitized reason.
+ */
+export function apiErrorOf(err: ProviderError): ApiError {
+  switch (err.kind) {
+    case 'policy':
+      return new ApiError(400, 'content_policy_violation', `The upstream refused this request under its content policy: ${err.message}`);
+    case 'invalid_request':
+      return new ApiError(400, 'upstream_rejected', `The upstream rejected the request: ${err.message}`);
+    case 'rate_limited': {
+      const seconds = Math.max(1, Math.ceil((err.retryAfterMs ?? 1000) / 1000));
+      return new ApiError(429, 'rate_limited', `The upstream is rate-limiting requests; retry in ${seconds} s.`, null, {}, { 'Retry-After': String(seconds) });
+    }
+    case 'auth':
+    case 'quota_exhausted':
+      return new ApiError(503, 'upstream_unavailable', 'The upstream account cannot take work right now (credentials or quota); the operator has been notified in the logs.');
+    case 'retryable':
+    case 'failed':
+      return new ApiError(502, 'upstream_error', `The upstream failed: ${err.message}`);
+  }
+}
+
+/** The stable `error.code` of a task that failed because of `err`. */
+export function taskErrorCodeOf(err: ProviderError): ErrorCode {
+  return apiErrorOf(err).code;
+}

@@ -1,26 +1,36 @@
 /**
- * Composition root: config -> database (external or embedded) -> migrations -> demo data ->
- * services -> HTTP app and workers. `npm start` runs this; `--role api|worker` splits the roles.
+ * Composition root: config -> database (external or embedded) -> migrations -> demo data -> HTTP
+ * listener -> runtime (services, runners) -> app and workers. `npm start` runs this;
+ * `--role api|worker` splits the roles.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createApp } from './app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
-import { createContext, type AppContext } from './context.ts';
+import { createRuntime, type Runtime } from './context.ts';
 import { createDatabase } from './db/database.ts';
 import { EmbeddedPostgresError, startEmbeddedPostgres } from './db/embedded.ts';
 import { migrateToLatest } from './db/migrate.ts';
 import { seedDemoData } from './db/seed-demo.ts';
 import { createHandlers } from './http/handlers.ts';
+import { loadSecretKey } from './lib/secret-box.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { createMetrics } from './metrics.ts';
-import { loadSecretKey } from './services/secret-box.ts';
 import { createWorkers } from './workers/index.ts';
 
 export interface RunningServer {
-  ctx: AppContext;
+  runtime: Runtime;
   url: string | undefined;
   stop(): Promise<void>;
+}
+
+async function listen(server: Server, config: Config): Promise<string> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.port, config.host, () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+  return `http://${config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host}:${port}`;
 }
 
 export async function startServer(config: Config, log: Logger): Promise<RunningServer> {
@@ -33,10 +43,10 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
   }
 
   const db = createDatabase(databaseUrl, { max: config.dbPoolMax, applicationName: `mediagate-${config.role}` });
+  let server: Server | undefined;
   try {
     await migrateToLatest(db, log);
     const secretKey = loadSecretKey({ envValue: config.secretKey, dataDir: config.databaseUrl ? undefined : config.dataDir });
-    const ctx = createContext({ config, db, log, metrics: createMetrics(), secretKey });
 
     if (config.demoData) {
       const demo = await seedDemoData(db);
@@ -49,30 +59,21 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       }
     }
 
-    let server: Server | undefined;
+    // Listen before building the runtime, so signed file URLs know the real address; requests are
+    // handled once the app is attached (in the same tick).
     let url: string | undefined;
     if (config.role !== 'worker') {
-      const app = createApp(ctx, createHandlers(ctx));
-      server = createServer(app);
-      await new Promise<void>((resolve, reject) => {
-        server!.once('error', reject);
-        server!.listen(config.port, config.host, () => resolve());
-      });
-      const { port } = server.address() as AddressInfo;
-      url = `http://${config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host}:${port}`;
-      if (!config.publicBaseUrl) {
-        ctx.services.files.setPublicBaseUrl(url);
-        if (!['127.0.0.1', '::1', 'localhost'].includes(config.host)) {
-          log.warn({ url }, 'PUBLIC_BASE_URL is not set: signed file URLs point at this address, which remote clients may not reach');
-        }
+      server = createServer();
+      url = await listen(server, config);
+      if (!config.publicBaseUrl && !['127.0.0.1', '::1', 'localhost'].includes(config.host)) {
+        log.warn({ url }, 'PUBLIC_BASE_URL is not set: signed file URLs point at this address, which remote clients may not reach');
       }
     }
+    const runtime = createRuntime({ config, db, log, metrics: createMetrics(), secretKey, publicBaseUrl: config.publicBaseUrl ?? url ?? `http://localhost:${config.port}` });
+    server?.on('request', createApp(runtime, createHandlers(runtime)));
 
-    const workers = config.role !== 'api' ? createWorkers(ctx) : undefined;
-    if (workers) {
-      ctx.wakeWorkers = () => workers.wake();
-      workers.start();
-    }
+    const workers = config.role !== 'api' ? createWorkers(runtime) : undefined;
+    workers?.start();
 
     const stop = async () => {
       if (server) {
@@ -83,13 +84,14 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
         await closed;
         clearTimeout(timer);
       }
-      // Running tasks stop here and resume on any instance once their lease expires.
+      // Running steps stop here and resume on any instance once their lease expires.
       await workers?.stop();
       await db.destroy();
       if (stopEmbedded) await stopEmbedded();
     };
-    return { ctx, url, stop };
+    return { runtime, url, stop };
   } catch (err) {
+    server?.close();
     await db.destroy().catch(() => undefined);
     if (stopEmbedded) await stopEmbedded().catch(() => undefined);
     throw err;

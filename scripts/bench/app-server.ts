@@ -15,7 +15,7 @@ import type { Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import { createApp } from '../../server/app.ts';
 import { loadConfig } from '../../server/config.ts';
-import { createContext } from '../../server/context.ts';
+import { createRuntime } from '../../server/context.ts';
 import { createDatabase } from '../../server/db/database.ts';
 import { createHandlers } from '../../server/http/handlers.ts';
 import { createLogger } from '../../server/logger.ts';
@@ -47,21 +47,22 @@ export async function startAppServer(databaseUrl: string): Promise<AppServer> {
   );
   const sink = new Writable({ write: (_chunk, _enc, cb) => cb() });
   const db = createDatabase(databaseUrl, { max: config.dbPoolMax, applicationName: 'mediagate-bench-api' });
-  const ctx = createContext({
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, config.host, resolve));
+  const { port } = server.address() as AddressInfo;
+  const runtime = createRuntime({
     config,
     db,
     log: createLogger(config.logLevel, sink),
     metrics: createMetrics(),
     secretKey: Buffer.from(config.secretKey!, 'hex'),
+    publicBaseUrl: `http://127.0.0.1:${port}`,
   });
-  const app = createApp(ctx, createHandlers(ctx));
-  const server = createServer((req, res) => {
+  const app = createApp(runtime, createHandlers(runtime));
+  server.on('request', (req, res) => {
     countRequest();
     void app(req, res);
   });
-  await new Promise<void>((resolve) => server.listen(0, config.host, resolve));
-  const { port } = server.address() as AddressInfo;
-  ctx.services.files.setPublicBaseUrl(`http://127.0.0.1:${port}`);
   return {
     port,
     db,

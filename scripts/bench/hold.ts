@@ -8,7 +8,7 @@ import { performance } from 'node:perf_hooks';
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import { LedgerRepository, type HoldOutcome, type HoldRequest, type TaskInsert } from '../../server/repositories/ledger.repository.ts';
-import { newId } from '../../server/services/ids.ts';
+import { newId } from '../../server/lib/ids.ts';
 import type { Customer } from './database.ts';
 import { queryCounts, resetQueryCounts, type QueryCounts } from './query-counter.ts';
 import { summarize, type Summary } from './stats.ts';
@@ -23,31 +23,31 @@ function holdFor(c: Customer, seq: string): { hold: HoldRequest; task: TaskInser
   return {
     hold: { holdId: newId('hold'), accountId: c.accountId, apiKeyId: c.apiKeyId, taskId, amount },
     task: {
-      table: 'video_tasks',
+      table: 'videoTasks',
       // The row VideoService.create inserts for a text-only request.
       row: {
         id: taskId,
-        account_id: c.accountId,
-        api_key_id: c.apiKeyId,
-        group_id: c.groupId,
-        client_request_id: `bench-hold-${seq}`,
+        accountId: c.accountId,
+        apiKeyId: c.apiKeyId,
+        groupId: c.groupId,
+        clientRequestId: `bench-hold-${seq}`,
         model: 'local-video-1',
         prompt: 'a red fox running through snow',
-        negative_prompt: null,
-        duration_seconds: SECONDS,
-        aspect_ratio: '16:9',
+        negativePrompt: null,
+        durationSeconds: SECONDS,
+        aspectRatio: '16:9',
         resolution: '720p',
-        generate_audio: false,
-        input_mode: 'text',
-        input_file_ids: [],
-        reference_videos: [],
-        reference_audios: [],
-        callback_url: null,
-        billing_kind: 'snapshot',
-        billing_mode: 'per_second',
-        unit_price: UNIT_PRICE,
-        quoted_credits: amount,
-        deadline_at: new Date(Date.now() + 3600_000),
+        generateAudio: false,
+        inputMode: 'text',
+        inputFileIds: [],
+        referenceVideos: [],
+        referenceAudios: [],
+        callbackUrl: null,
+        billingKind: 'snapshot',
+        billingMode: 'per_second',
+        unitPrice: UNIT_PRICE,
+        quotedCredits: amount,
+        deadlineAt: new Date(Date.now() + 3600_000),
       },
     },
   };
@@ -60,9 +60,11 @@ let sequence = 0;
 
 /** The same writes as holdAndInsertTask, as the classic multi-statement transaction. */
 export async function holdInTransaction(db: Kysely<DB>, hold: HoldRequest, task: TaskInsert): Promise<HoldOutcome> {
-  const names = Object.keys(task.row);
-  const columns = sql.join(names.map((n) => sql.ref(n)));
-  const values = sql.join(names.map((n) => sql`${task.row[n]}`));
+  const row = task.row as Record<string, unknown>;
+  const snake = (n: string) => n.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+  const names = Object.keys(row);
+  const columns = sql.join(names.map((n) => sql.ref(snake(n))));
+  const values = sql.join(names.map((n) => sql`${row[n]}`));
   try {
     return await db.transaction().execute(async (trx) => {
       const key = await sql`
@@ -81,7 +83,7 @@ export async function holdInTransaction(db: Kysely<DB>, hold: HoldRequest, task:
       await sql`
         insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id)
         values (${hold.accountId}, ${hold.apiKeyId}, ${hold.holdId}, 'hold', ${hold.amount}, ${hold.taskId})`.execute(trx);
-      await sql`insert into ${sql.table(task.table)} (${columns}) values (${values})`.execute(trx);
+      await sql`insert into ${sql.table(snake(task.table))} (${columns}) values (${values})`.execute(trx);
       return 'ok';
     });
   } catch (err) {

@@ -1,6 +1,12 @@
-import { CamelCasePlugin, Kysely, PostgresDialect } from 'kysely';
+import { CamelCasePlugin, Kysely, PostgresDialect, type Transaction } from 'kysely';
 import pg from 'pg';
 import type { DB } from '../../generated/db.d.ts';
+
+/**
+ * What a repository method runs on. Methods that must be part of a caller's transaction take a
+ * required `Executor` (or `Transaction<DB>`) parameter; they never default to the pool.
+ */
+export type Executor = Kysely<DB> | Transaction<DB>;
 
 /** Minimal logger the database layer needs; a pino logger fits. */
 export interface DbLogger {

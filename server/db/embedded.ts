@@ -16,7 +16,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import pg from 'pg';
-import { createFileOnce } from '../services/secret-box.ts';
+import { createFileOnce } from '../lib/secret-box.ts';
 import type { DbLogger } from './database.ts';
 import { EmbeddedPostgresError, recordedClusterDir, resolveLayout, type EmbeddedLayout, type PostgresBinaries } from './embedded-layout.ts';
 

@@ -8,10 +8,10 @@
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import type { CatalogModelDefinition } from '../catalog/capabilities.ts';
-import { LOCAL_MODELS } from '../providers/local/local-catalog.ts';
-import { generateApiKey } from '../services/api-key-material.ts';
-import { newId } from '../services/ids.ts';
-import { MICRO } from '../services/money.ts';
+import { LOCAL_MODELS } from '../catalog/local-catalog.ts';
+import { generateApiKey } from '../lib/api-key-material.ts';
+import { newId } from '../lib/ids.ts';
+import { MICRO } from '../lib/money.ts';
 
 const SEED_LOCK = 0x6d67_5345; // "mgSE"
 export const DEMO_CREDITS = 1_000;

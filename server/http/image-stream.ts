@@ -8,7 +8,8 @@ import type { Response } from 'express';
 import type { components } from '../../generated/api.d.ts';
 import type { ApiError } from '../errors.ts';
 import type { ImageTaskRow } from '../repositories/image-task.repository.ts';
-import type { ImageOperation, ImageSink, PreparedImageRequest } from '../services/image/image.service.ts';
+import type { ImageOperation, ImageSink } from '../services/image/image-runner.ts';
+import type { PreparedImageRequest } from '../services/image/image.service.ts';
 
 type Schemas = components['schemas'];
 

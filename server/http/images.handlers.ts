@@ -6,11 +6,11 @@
 import type { Request, Response } from 'express';
 import type { AppContext } from '../context.ts';
 import { ApiError } from '../errors.ts';
-import type { ImageTaskRow } from '../repositories/image-task.repository.ts';
+import { decodeImageDataUrl } from '../lib/data-url.ts';
 import type { AuthContext } from '../services/auth.service.ts';
-import { decodeImageDataUrl } from '../services/data-url.ts';
 import type { ImageRequestFields } from '../services/image/image-request.ts';
-import { NULL_SINK, type EditInput, type ImageOperation, type PreparedImageRequest } from '../services/image/image.service.ts';
+import { NULL_SINK, type ImageOperation } from '../services/image/image-runner.ts';
+import type { EditInput, PreparedImageRequest } from '../services/image/image.service.ts';
 import { authOf } from './auth.ts';
 import { uploadedFiles } from './multipart.ts';
 import { openImageStream } from './image-stream.ts';
@@ -35,49 +35,33 @@ function clientGone(res: Response): AbortSignal {
 
 export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' | 'editImage' | 'getImageTask'> {
   const images = ctx.services.images;
-  const tasks = ctx.repositories.imageTasks;
-
-  /** Keeps the lease of a synchronous task while its request renders it. */
-  function holdLease(task: ImageTaskRow): () => void {
-    const fence = { id: task.id, attempt: task.attempt };
-    const timer = setInterval(() => {
-      tasks.heartbeat(fence, ctx.instanceId, ctx.config.taskLeaseMs).catch((err: unknown) => ctx.log.warn({ err, taskId: task.id }, 'image lease heartbeat failed'));
-    }, Math.max(100, Math.floor(ctx.config.taskLeaseMs / 3)));
-    return () => clearInterval(timer);
-  }
 
   async function run(req: Request, res: Response, auth: AuthContext, operation: ImageOperation, prepared: PreparedImageRequest, stream: boolean): Promise<void> {
     const async = wantsAsync(req) && !stream;
-    const task = await images.start(auth, prepared, { async, workerId: ctx.instanceId });
+    const task = await images.start(auth, prepared, { async });
     res.setHeader('X-Task-Id', task.id);
     if (async) {
-      ctx.wakeWorkers();
       res.setHeader('Location', `/v1/images/${task.id}`);
       res.status(202).json(await images.toImageTask(task));
       return;
     }
     const log = ctx.log.child({ taskId: task.id });
     const signal = clientGone(res);
-    const release = holdLease(task);
-    try {
-      if (stream) {
-        const sink = openImageStream(res, { operation, task, prepared, signedUrl: (id) => ctx.services.files.signedUrl(id) });
-        try {
-          const result = await images.execute(task, sink, signal, log);
-          if (result.error) sink.error(result.error);
-        } catch (err) {
-          sink.error(err instanceof ApiError ? err : new ApiError(500, 'internal_error', `Internal error. Quote request id '${String((req as Request & { id?: string }).id)}' when reporting it.`));
-          if (!(err instanceof ApiError)) log.error({ err }, 'image stream failed');
-        }
-        sink.end();
-        return;
+    if (stream) {
+      const sink = openImageStream(res, { operation, task, prepared, signedUrl: (id) => ctx.services.files.signedUrl(id) });
+      try {
+        const result = await images.runSync(task, sink, signal, log);
+        if (result.error) sink.error(result.error);
+      } catch (err) {
+        sink.error(err instanceof ApiError ? err : new ApiError(500, 'internal_error', `Internal error. Quote request id '${String((req as Request & { id?: string }).id)}' when reporting it.`));
+        if (!(err instanceof ApiError)) log.error({ err }, 'image stream failed');
       }
-      const result = await images.execute(task, NULL_SINK, signal, log, { deliveredOnlyIfAllSent: true });
-      if (signal.aborted) return;
-      res.status(200).json(images.toImageResult(task, result));
-    } finally {
-      release();
+      sink.end();
+      return;
     }
+    const result = await images.runSync(task, NULL_SINK, signal, log, { deliveredOnlyIfAllSent: true });
+    if (signal.aborted) return;
+    res.status(200).json(images.toImageResult(task, result));
   }
 
   return {

@@ -1,6 +1,7 @@
 /** All Kysely code for accounts and their manual ledger entries. Returns rows or undefined. */
 import { sql, type Kysely, type Selectable } from 'kysely';
 import type { Accounts, DB } from '../../generated/db.d.ts';
+import type { Executor } from '../db/database.ts';
 
 export type AccountRow = Selectable<Accounts>;
 
@@ -27,14 +28,9 @@ export const microsToTimestamp = (micros: number) => sql<Date>`(timestamptz 'epo
 export class AccountRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
-  /** Runs `fn` in one transaction with a repository bound to it. */
-  transaction<T>(fn: (repo: AccountRepository) => Promise<T>): Promise<T> {
-    return this.db.transaction().execute((trx) => fn(new AccountRepository(trx)));
-  }
-
   /** Inserts an account; undefined when the name is taken. */
-  insert(values: { id: string; name: string; status: string; balance: number }): Promise<AccountRow | undefined> {
-    return this.db
+  insert(values: { id: string; name: string; status: string; balance: number }, trx: Executor): Promise<AccountRow | undefined> {
+    return trx
       .insertInto('accounts')
       .values({ id: values.id, name: values.name, status: values.status, balance: values.balance, totalEarned: values.balance })
       .onConflict((oc) => oc.constraint('accounts_name_key').doNothing())
@@ -71,8 +67,8 @@ export class AccountRepository {
   }
 
   /** Adds micro-credits to balance and total_earned. */
-  grant(id: string, amount: number): Promise<AccountRow | undefined> {
-    return this.db
+  grant(id: string, amount: number, trx: Executor): Promise<AccountRow | undefined> {
+    return trx
       .updateTable('accounts')
       .set((eb) => ({ balance: eb('balance', '+', amount), totalEarned: eb('totalEarned', '+', amount) }))
       .where('id', '=', id)
@@ -81,8 +77,8 @@ export class AccountRepository {
   }
 
   /** Guarded debit: undefined when the account is missing or its balance is below `amount`. */
-  debit(id: string, amount: number): Promise<AccountRow | undefined> {
-    return this.db
+  debit(id: string, amount: number, trx: Executor): Promise<AccountRow | undefined> {
+    return trx
       .updateTable('accounts')
       .set((eb) => ({ balance: eb('balance', '-', amount), totalSpent: eb('totalSpent', '+', amount) }))
       .where('id', '=', id)
@@ -92,8 +88,8 @@ export class AccountRepository {
   }
 
   /** Appends a grant or debit entry (positive amount; the kind gives the direction). */
-  insertLedgerEntry(values: { accountId: string; kind: 'grant' | 'debit'; amount: number; reason: string }): Promise<LedgerEntryRow> {
-    return this.db
+  insertLedgerEntry(values: { accountId: string; kind: 'grant' | 'debit'; amount: number; reason: string }, trx: Executor): Promise<LedgerEntryRow> {
+    return trx
       .insertInto('ledgerEntries')
       .values(values)
       .returning(['id', 'kind', 'amount', 'reason', 'createdAt'])

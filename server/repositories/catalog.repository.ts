@@ -1,6 +1,7 @@
 /** All Kysely code for catalog models and their price rows. Returns rows or undefined. */
 import type { Kysely, Selectable } from 'kysely';
 import type { CatalogModels, DB, ModelPrices } from '../../generated/db.d.ts';
+import type { Executor } from '../db/database.ts';
 
 export type CatalogModelRow = Omit<Selectable<CatalogModels>, 'createdAt' | 'updatedAt'>;
 export type PriceRowRecord = Pick<Selectable<ModelPrices>, 'modelId' | 'resolution' | 'quality' | 'mode' | 'unitPrice'>;
@@ -20,13 +21,9 @@ export interface PriceValues {
 export class CatalogRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
-  transaction<T>(fn: (repo: CatalogRepository) => Promise<T>): Promise<T> {
-    return this.db.transaction().execute((trx) => fn(new CatalogRepository(trx)));
-  }
-
   /** Inserts a model; undefined when the id is taken. */
-  insertModel(values: { id: string; kind: string; displayName: string; enabled: boolean; capabilities: unknown }): Promise<CatalogModelRow | undefined> {
-    return this.db
+  insertModel(values: { id: string; kind: string; displayName: string; enabled: boolean; capabilities: unknown }, trx: Executor): Promise<CatalogModelRow | undefined> {
+    return trx
       .insertInto('catalogModels')
       .values({ ...values, capabilities: JSON.stringify(values.capabilities) })
       .onConflict((oc) => oc.column('id').doNothing())
@@ -34,17 +31,19 @@ export class CatalogRepository {
       .executeTakeFirst();
   }
 
-  /** Replaces every price row of a model (call inside a transaction). */
-  async replacePrices(modelId: string, prices: PriceValues[]): Promise<void> {
-    await this.db.deleteFrom('modelPrices').where('modelId', '=', modelId).execute();
-    if (prices.length > 0) await this.db.insertInto('modelPrices').values(prices.map((p) => ({ ...p, modelId }))).execute();
+  /** Replaces every price row of a model. */
+  async replacePrices(modelId: string, prices: PriceValues[], trx: Executor): Promise<void> {
+    await trx.deleteFrom('modelPrices').where('modelId', '=', modelId).execute();
+    if (prices.length > 0) await trx.insertInto('modelPrices').values(prices.map((p) => ({ ...p, modelId }))).execute();
   }
 
-  /** The model, locked for update when `forUpdate` (inside a transaction). */
-  findModel(id: string, opts: { forUpdate?: boolean } = {}): Promise<CatalogModelRow | undefined> {
-    let query = this.db.selectFrom('catalogModels').select(MODEL_COLUMNS).where('id', '=', id);
-    if (opts.forUpdate) query = query.forUpdate();
-    return query.executeTakeFirst();
+  findModel(id: string): Promise<CatalogModelRow | undefined> {
+    return this.db.selectFrom('catalogModels').select(MODEL_COLUMNS).where('id', '=', id).executeTakeFirst();
+  }
+
+  /** The model, locked until the end of the caller's transaction. */
+  findModelForUpdate(id: string, trx: Executor): Promise<CatalogModelRow | undefined> {
+    return trx.selectFrom('catalogModels').select(MODEL_COLUMNS).where('id', '=', id).forUpdate().executeTakeFirst();
   }
 
   async findModelWithPrices(id: string): Promise<CatalogModelWithPrices | undefined> {
@@ -72,13 +71,13 @@ export class CatalogRepository {
     return models.map((m) => ({ ...m, prices: prices.filter((p) => p.modelId === m.id) }));
   }
 
-  updateModel(id: string, patch: { displayName?: string; enabled?: boolean; capabilities?: unknown }): Promise<CatalogModelRow | undefined> {
+  updateModel(id: string, patch: { displayName?: string; enabled?: boolean; capabilities?: unknown }, trx: Executor): Promise<CatalogModelRow | undefined> {
     const { capabilities, ...rest } = patch;
     const values = Object.fromEntries(Object.entries(rest).filter(([, v]) => v !== undefined));
     if (capabilities !== undefined) values.capabilities = JSON.stringify(capabilities);
     // Nothing to set (e.g. only the prices change): an empty SET is a syntax error.
-    if (Object.keys(values).length === 0) return this.findModel(id);
-    return this.db
+    if (Object.keys(values).length === 0) return this.findModelForUpdate(id, trx);
+    return trx
       .updateTable('catalogModels')
       .set(values)
       .where('id', '=', id)

@@ -1,5 +1,5 @@
 /** Rows of stored media files. */
-import type { Kysely, Transaction } from 'kysely';
+import type { Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 
 export interface FileRow {
@@ -17,8 +17,8 @@ export interface FileRow {
 export class FileRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
-  async insert(row: FileRow, db: Kysely<DB> | Transaction<DB> = this.db): Promise<void> {
-    await db.insertInto('files').values(row).execute();
+  async insert(row: FileRow): Promise<void> {
+    await this.db.insertInto('files').values(row).execute();
   }
 
   find(id: string): Promise<FileRow | undefined> {

@@ -1,14 +1,20 @@
 /**
  * The credit hot path (design §5). A hold reserves credits on the key quota and the account balance
- * with guarded conditional updates (key row first, then account row) and inserts the task row, all
- * in ONE statement: atomic without BEGIN/COMMIT round trips, and about twice as fast on a hot key.
- * Settlement (capture and/or release) happens exactly once per hold: the hold row's status guard
- * and the unique (hold_id, kind) ledger index both enforce it.
+ * with guarded conditional updates and inserts the task row, all in ONE statement: atomic without
+ * BEGIN/COMMIT round trips, and about twice as fast on a hot key. Settlement (capture and/or
+ * release) happens exactly once per hold: the hold row's status guard and the unique
+ * (hold_id, kind) ledger index both enforce it.
+ *
+ * Lock order (every statement that touches these rows takes them in this order, so concurrent
+ * requests of one account and key can wait for each other but never deadlock):
+ *   task row → credit_holds row → api_keys row → accounts row.
+ * The hold statement locks the key, then the account, then inserts the hold and the task (new rows
+ * wait on nothing); settlement (services/tasks/settlement.ts) updates the task first, then settles
+ * the hold here: hold, key, account. Admin grants and debits touch the account row alone.
  */
-import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
-import type { DB } from '../../generated/db.d.ts';
-
-type Executor = Kysely<DB> | Transaction<DB>;
+import { sql, type Insertable, type Kysely, type RawBuilder } from 'kysely';
+import type { DB, ImageTasks, VideoTasks } from '../../generated/db.d.ts';
+import type { Executor } from '../db/database.ts';
 
 export interface HoldRequest {
   holdId: string;
@@ -19,21 +25,21 @@ export interface HoldRequest {
   amount: number;
 }
 
-/** A task row to insert with the hold: table name and snake_case column -> value. */
-export interface TaskInsert {
-  table: 'video_tasks' | 'image_tasks';
-  row: Record<string, unknown>;
-}
+/** The task row inserted together with the hold. */
+export type TaskInsert = { table: 'videoTasks'; row: Insertable<VideoTasks> } | { table: 'imageTasks'; row: Insertable<ImageTasks> };
 
 export type HoldOutcome = 'ok' | 'key_quota_exceeded' | 'insufficient_balance';
 
 /** SQLSTATE raised by mg_abort() (see the tasks migration). */
 const ABORT_SQLSTATE = 'MG001';
 
+const snake = (name: string) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
+/** Column and value lists of a typed row, for the raw INSERT … SELECT of the hold statement. */
 function columnList(row: Record<string, unknown>): { columns: RawBuilder<unknown>; values: RawBuilder<unknown> } {
-  const names = Object.keys(row);
+  const names = Object.keys(row).filter((n) => row[n] !== undefined);
   return {
-    columns: sql.join(names.map((n) => sql.ref(n))),
+    columns: sql.join(names.map((n) => sql.ref(snake(n)))),
     values: sql.join(names.map((n) => sql`${row[n]}`)),
   };
 }
@@ -46,11 +52,12 @@ export class LedgerRepository {
    * failure nothing at all was written. A unique violation on the task (an idempotent retry racing
    * this one) propagates as the pg error (23505) with nothing written.
    */
-  async holdAndInsertTask(hold: HoldRequest, task: TaskInsert, db: Executor = this.db): Promise<HoldOutcome> {
-    const { columns, values } = columnList(task.row);
+  async holdAndInsertTask(hold: HoldRequest, task: TaskInsert): Promise<HoldOutcome> {
+    const table = sql.table(snake(task.table));
+    const { columns, values } = columnList(task.row as Record<string, unknown>);
     if (hold.amount === 0) {
       // A free generation needs no reservation.
-      await sql`insert into ${sql.table(task.table)} (${columns}) values (${values})`.execute(db);
+      await sql`insert into ${table} (${columns}) values (${values})`.execute(this.db);
       return 'ok';
     }
     try {
@@ -73,7 +80,7 @@ export class LedgerRepository {
           select ${hold.accountId}, ${hold.apiKeyId}, h.id, 'hold', ${hold.amount}, ${hold.taskId} from h
           returning id
         ), t as (
-          insert into ${sql.table(task.table)} (${columns})
+          insert into ${table} (${columns})
           select ${values} where exists (select 1 from h)
           returning id
         )
@@ -82,7 +89,7 @@ export class LedgerRepository {
           when not exists (select 1 from a) then mg_abort('insufficient_balance')
           when not exists (select 1 from t) then mg_abort('task_not_inserted')
           else 'ok'
-        end as outcome`.execute(db);
+        end as outcome`.execute(this.db);
       return result.rows[0]!.outcome;
     } catch (err) {
       if ((err as { code?: string }).code === ABORT_SQLSTATE && (err as Error).message === 'insufficient_balance') return 'insufficient_balance';
@@ -92,25 +99,35 @@ export class LedgerRepository {
 
   /**
    * Settles a hold exactly once: captures `capture` micro-credits (0 releases everything) and gives
-   * the rest back to the balance and the key quota. Returns false when the hold was already settled
-   * (or does not exist), in which case nothing changed.
+   * the rest back to the key quota and the balance (in the lock order above). Returns false when
+   * the hold was already settled (or does not exist), in which case nothing changed.
    */
-  async settle(holdId: string, capture: number, db: Executor = this.db): Promise<boolean> {
+  settle(holdId: string, capture: number, db: Executor): Promise<boolean> {
+    return this.settleWhere(sql`id = ${holdId}`, capture, db);
+  }
+
+  /** `settle` for the hold of a task (one statement: no lookup of the hold id first). */
+  settleForTask(taskId: string, capture: number, db: Executor): Promise<boolean> {
+    return this.settleWhere(sql`task_id = ${taskId}`, capture, db);
+  }
+
+  private async settleWhere(which: RawBuilder<unknown>, capture: number, db: Executor): Promise<boolean> {
+    // The main SELECT reads the CTEs in lock order (h, k, a): PostgreSQL runs them as they are read.
     const result = await sql<{ settled: boolean }>`
       with h as (
         update credit_holds
         set status = case when ${capture}::bigint > 0 then 'captured' else 'released' end,
             captured = ${capture}, settled_at = now()
-        where id = ${holdId} and status = 'held' and ${capture}::bigint between 0 and amount
+        where ${which} and status = 'held' and ${capture}::bigint between 0 and amount
         returning id, account_id, api_key_id, task_id, amount, captured
-      ), a as (
-        update accounts set balance = balance + (h.amount - h.captured), total_spent = total_spent + h.captured
-        from h where accounts.id = h.account_id
-        returning accounts.id
       ), k as (
         update api_keys set credits_used = credits_used - (h.amount - h.captured)
         from h where api_keys.id = h.api_key_id
         returning api_keys.id
+      ), a as (
+        update accounts set balance = balance + (h.amount - h.captured), total_spent = total_spent + h.captured
+        from h where accounts.id = h.account_id
+        returning accounts.id
       ), lc as (
         insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id)
         select account_id, api_key_id, id, 'capture', captured, task_id from h where captured > 0
@@ -120,11 +137,11 @@ export class LedgerRepository {
         select account_id, api_key_id, id, 'release', amount - captured, task_id from h where amount > captured
         returning id
       )
-      select exists (select 1 from h) and exists (select 1 from a) and exists (select 1 from k) as settled`.execute(db);
+      select exists (select 1 from h) and exists (select 1 from k) and exists (select 1 from a) as settled`.execute(db);
     return result.rows[0]?.settled === true;
   }
 
-  findHoldByTask(taskId: string, db: Executor = this.db) {
-    return db.selectFrom('creditHolds').select(['id', 'amount', 'status', 'captured']).where('taskId', '=', taskId).executeTakeFirst();
+  findHoldByTask(taskId: string) {
+    return this.db.selectFrom('creditHolds').select(['id', 'amount', 'status', 'captured']).where('taskId', '=', taskId).executeTakeFirst();
   }
 }

@@ -1,5 +1,5 @@
 /** Catalog reads for the public API: which models a key's group can reach. */
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type RawBuilder } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import type { BillingMode, ImageCapabilities, VideoCapabilities } from '../catalog/capabilities.ts';
 
@@ -27,16 +27,29 @@ export interface ImageCatalogRow {
   prices: { resolution: string; quality: string; unitPrice: number }[];
 }
 
+/** Which provider kinds this build can run, per capability (from the provider registry). */
+export interface ProviderSupport {
+  image: readonly string[];
+  video: readonly string[];
+  /** Kinds that need no credentials. */
+  credentialFree: readonly string[];
+}
+
 export class ModelRepository {
   constructor(
     private readonly db: Kysely<DB>,
-    /** Providers this build has adapters for: members of other providers cannot run anything here. */
-    private readonly providers: readonly string[],
+    private readonly providers: ProviderSupport,
   ) {}
 
-  /** A member that can run work: its provider has an adapter, and it has credentials unless local. */
-  private runnable(alias: 'g') {
-    return sql`(${sql.ref(`${alias}.provider`)} = any(${this.providers as string[]}) and (${sql.ref(`${alias}.provider`)} = 'local' or ${sql.ref(`${alias}.credentials_ciphertext`)} is not null))`;
+  /**
+   * A member `g` that can run a model of kind `kind` here: its provider has an adapter for that
+   * kind, and it has credentials unless its provider needs none.
+   */
+  private runnable(kind: RawBuilder<unknown>) {
+    const image = [...this.providers.image];
+    const video = [...this.providers.video];
+    return sql`(g.provider = any(case when ${kind} = 'image' then ${image}::text[] else ${video}::text[] end)
+      and (g.provider = any(${[...this.providers.credentialFree]}::text[]) or g.credentials_ciphertext is not null))`;
   }
 
   /**
@@ -65,7 +78,7 @@ export class ModelRepository {
             .where('g.groupId', '=', groupId)
             .where('g.enabled', '=', true)
             .where(sql<boolean>`m.id = any(g.models)`)
-            .where(sql<boolean>`${this.runnable('g')}`),
+            .where(sql<boolean>`${this.runnable(sql`m.kind`)}`),
         ),
       );
     if (kind) query = query.where('m.kind', '=', kind);
@@ -79,7 +92,7 @@ export class ModelRepository {
   async listVideoCatalog(groupId: string, modelId?: string): Promise<VideoCatalogRow[]> {
     const result = await sql<VideoCatalogRow>`
       select m.id, m.display_name as "displayName", m.capabilities,
-             bool_or(g.enabled and ${this.runnable('g')}) as reachable,
+             bool_or(g.enabled and ${this.runnable(sql`'video'`)}) as reachable,
              coalesce((select json_agg(json_build_object('resolution', p.resolution, 'mode', p.mode, 'unitPrice', p.unit_price) order by p.resolution)
                        from model_prices p where p.model_id = m.id and p.quality = ''), '[]'::json) as prices
       from catalog_models m
@@ -107,7 +120,7 @@ export class ModelRepository {
   async findImageModel(groupId: string, modelId: string, switchName: 'image_generation' | 'image_edit'): Promise<ImageCatalogRow | undefined> {
     const result = await sql<ImageCatalogRow>`
       select m.id, m.capabilities,
-             bool_or(g.enabled and ${this.runnable('g')}) as reachable,
+             bool_or(g.enabled and ${this.runnable(sql`'image'`)}) as reachable,
              coalesce((select s.enabled from capability_switches s where s.name = ${switchName}), false) as "switchedOn",
              coalesce((select json_agg(json_build_object('resolution', p.resolution, 'quality', p.quality, 'unitPrice', p.unit_price))
                        from model_prices p where p.model_id = m.id), '[]'::json) as prices

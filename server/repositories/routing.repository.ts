@@ -1,7 +1,6 @@
-/** Which group members can serve a model (design §8). */
-import type { Kysely } from 'kysely';
+/** Which group members can serve a model (design §8), with the encrypted credentials the pool decrypts. */
+import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
-import { sql } from 'kysely';
 
 export interface MemberCandidate {
   id: string;
@@ -13,27 +12,30 @@ export interface MemberCandidate {
   concurrencyLimit: number | null;
 }
 
+const COLUMNS = ['id', 'provider', 'baseUrl', 'credentialsCiphertext', 'priority', 'weight', 'concurrencyLimit'] as const;
+
 export class RoutingRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
-  /** Enabled members of the group that list the model, highest priority first. */
-  candidates(groupId: string, model: string): Promise<MemberCandidate[]> {
+  /**
+   * Enabled members of the group that list the model and can run here: their provider is one of
+   * `kinds`, and they have credentials unless their provider needs none.
+   */
+  candidates(groupId: string, model: string, kinds: readonly string[], credentialFree: readonly string[]): Promise<MemberCandidate[]> {
     return this.db
       .selectFrom('groupMembers')
-      .select(['id', 'provider', 'baseUrl', 'credentialsCiphertext', 'priority', 'weight', 'concurrencyLimit'])
+      .select(COLUMNS)
       .where('groupId', '=', groupId)
       .where('enabled', '=', true)
       .where(sql<boolean>`${model} = any(models)`)
+      .where('provider', 'in', kinds.length > 0 ? [...kinds] : [''])
+      .where((eb) => eb.or([eb('provider', 'in', credentialFree.length > 0 ? [...credentialFree] : ['']), eb('credentialsCiphertext', 'is not', null)]))
       .orderBy('priority', 'desc')
       .orderBy('id')
       .execute();
   }
 
   find(id: string): Promise<MemberCandidate | undefined> {
-    return this.db
-      .selectFrom('groupMembers')
-      .select(['id', 'provider', 'baseUrl', 'credentialsCiphertext', 'priority', 'weight', 'concurrencyLimit'])
-      .where('id', '=', id)
-      .executeTakeFirst();
+    return this.db.selectFrom('groupMembers').select(COLUMNS).where('id', '=', id).executeTakeFirst();
   }
 }

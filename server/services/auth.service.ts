@@ -6,7 +6,7 @@
 import type { Logger } from '../logger.ts';
 import { ApiError, invalidApiKey } from '../errors.ts';
 import type { ApiKeyRepository, KeyAuthRow } from '../repositories/api-key.repository.ts';
-import { hashApiKey, looksLikeApiKey } from './api-key-material.ts';
+import { hashApiKey, looksLikeApiKey } from '../lib/api-key-material.ts';
 
 export interface AuthContext {
   apiKeyId: string;

@@ -2,7 +2,7 @@
 import type { components } from '../../generated/api.d.ts';
 import type { CreditRepository, CreditViewRow } from '../repositories/credit.repository.ts';
 import type { AuthContext } from './auth.service.ts';
-import { toCredits } from './money.ts';
+import { toCredits } from '../lib/money.ts';
 
 type CreditBalance = components['schemas']['CreditBalance'];
 

@@ -6,8 +6,8 @@ import type { Readable } from 'node:stream';
 import { ApiError } from '../errors.ts';
 import type { FileRepository, FileRow } from '../repositories/file.repository.ts';
 import type { MediaStore } from '../storage/media-store.ts';
-import { newId } from './ids.ts';
-import { hmac, signatureMatches } from './signing.ts';
+import { newId } from '../lib/ids.ts';
+import { hmac, signatureMatches } from '../lib/signing.ts';
 
 const EXTENSIONS: Record<string, string> = {
   'image/png': 'png',
@@ -31,21 +31,17 @@ export class FileService {
     private readonly files: FileRepository,
     private readonly store: MediaStore,
     private readonly urlKey: Buffer,
-    private publicBaseUrl: string,
+    /** PUBLIC_BASE_URL, or the address the server listens on (known before the context is built). */
+    private readonly publicBaseUrl: string,
     private readonly ttlSeconds: number,
     private readonly now: () => number = Date.now,
   ) {}
 
-  /** Set once the server listens, when PUBLIC_BASE_URL is not configured. */
-  setPublicBaseUrl(url: string): void {
-    this.publicBaseUrl = url.replace(/\/+$/, '');
-  }
-
-  /** Stores bytes (or moves a finished local file) and records the file row. */
-  async save(input: StoreFileInput, data: Buffer | Readable | { path: string }): Promise<FileRow> {
+  /** Stores bytes or a stream (under `maxBytes` when given: MediaTooLarge beyond) and records the file row. */
+  async save(input: StoreFileInput, data: Buffer | Readable, opts: { maxBytes?: number } = {}): Promise<FileRow> {
     const id = newId('file');
     const storageKey = `${input.purpose}/${id.slice(5, 7)}/${id}.${EXTENSIONS[input.contentType] ?? 'bin'}`;
-    const { bytes } = 'path' in data && !Buffer.isBuffer(data) ? await this.store.putFile(storageKey, data.path) : await this.store.put(storageKey, data as Buffer | Readable);
+    const { bytes } = await this.store.put(storageKey, data, opts);
     const row: FileRow = {
       id,
       accountId: input.accountId,
@@ -81,10 +77,6 @@ export class FileService {
     const file = await this.files.find(fileId);
     if (!file || (await this.store.size(file.storageKey)) === undefined) throw notFound;
     return { file, stream: this.store.read(file.storageKey), maxAgeSeconds: expires - nowSeconds };
-  }
-
-  read(file: FileRow): Readable {
-    return this.store.read(file.storageKey);
   }
 
   /** The whole file in memory (inputs of a generation: images, not videos). */

@@ -3,7 +3,7 @@
  * model, the resolution and the price at issue time. Format: `q1.<base64url json>.<base64url mac>`.
  */
 import type { BillingMode } from '../catalog/capabilities.ts';
-import { hmac, signatureMatches } from './signing.ts';
+import { hmac, signatureMatches } from '../lib/signing.ts';
 
 export interface QuoteClaims {
   /** api key id */

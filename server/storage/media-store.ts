@@ -1,23 +1,45 @@
 /**
  * Media store (design §7). Generated outputs and decoded inputs are written here, because
- * upstream URLs expire or need credentials. The filesystem store is the default; every key is a
- * relative path under its root.
+ * upstream URLs expire or need credentials. Everything is streamed in and out; `put` enforces a
+ * byte limit while it writes. The filesystem store is the default; every key is a relative path
+ * under its root. An S3-compatible store implements the same interface.
  */
 import { createReadStream, createWriteStream } from 'node:fs';
 import { mkdir, rename, rm, stat } from 'node:fs/promises';
-import { dirname, join, resolve, sep } from 'node:path';
-import type { Readable } from 'node:stream';
+import { dirname, resolve, sep } from 'node:path';
+import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { randomBytes } from 'node:crypto';
 
 export interface MediaStore {
-  /** Writes bytes (or a stream) under `key` atomically: readers never see a partial file. */
-  put(key: string, data: Buffer | Readable): Promise<{ bytes: number }>;
-  /** Moves a finished local file into the store. */
-  putFile(key: string, path: string): Promise<{ bytes: number }>;
+  /**
+   * Writes bytes (or a stream) under `key` atomically: readers never see a partial file. With
+   * `maxBytes`, a stream that grows past it fails with MediaTooLarge and nothing is kept.
+   */
+  put(key: string, data: Buffer | Readable, opts?: { maxBytes?: number }): Promise<{ bytes: number }>;
   read(key: string): Readable;
   size(key: string): Promise<number | undefined>;
   delete(key: string): Promise<void>;
+}
+
+/** A stream passed the byte limit it was stored under. */
+export class MediaTooLarge extends Error {
+  constructor(readonly maxBytes: number) {
+    super(`the media is larger than ${maxBytes} bytes`);
+    this.name = 'MediaTooLarge';
+  }
+}
+
+/** Passes bytes through and fails with MediaTooLarge once more than `maxBytes` went by. */
+export function byteLimit(maxBytes: number): Transform {
+  let seen = 0;
+  return new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      seen += chunk.length;
+      if (seen > maxBytes) done(new MediaTooLarge(maxBytes));
+      else done(null, chunk);
+    },
+  });
 }
 
 export class FilesystemMediaStore implements MediaStore {
@@ -29,30 +51,18 @@ export class FilesystemMediaStore implements MediaStore {
     return path;
   }
 
-  async put(key: string, data: Buffer | Readable): Promise<{ bytes: number }> {
+  async put(key: string, data: Buffer | Readable, opts: { maxBytes?: number } = {}): Promise<{ bytes: number }> {
     const path = this.path(key);
     await mkdir(dirname(path), { recursive: true });
     const tmp = `${path}.${randomBytes(6).toString('hex')}.tmp`;
+    const source = Buffer.isBuffer(data) ? Readable.from([data]) : data;
     try {
-      if (Buffer.isBuffer(data)) await pipeline([data], createWriteStream(tmp));
-      else await pipeline(data, createWriteStream(tmp));
+      if (opts.maxBytes !== undefined) await pipeline(source, byteLimit(opts.maxBytes), createWriteStream(tmp));
+      else await pipeline(source, createWriteStream(tmp));
       await rename(tmp, path);
     } catch (err) {
       await rm(tmp, { force: true });
       throw err;
-    }
-    return { bytes: (await stat(path)).size };
-  }
-
-  async putFile(key: string, source: string): Promise<{ bytes: number }> {
-    const path = this.path(key);
-    await mkdir(dirname(path), { recursive: true });
-    try {
-      await rename(source, path);
-    } catch {
-      // Different filesystem: copy, then remove the source.
-      await this.put(key, createReadStream(source));
-      await rm(source, { force: true });
     }
     return { bytes: (await stat(path)).size };
   }
@@ -72,8 +82,4 @@ export class FilesystemMediaStore implements MediaStore {
   async delete(key: string): Promise<void> {
     await rm(this.path(key), { force: true });
   }
-}
-
-export function mediaRoot(dataDir: string): string {
-  return join(dataDir, 'media');
 }

@@ -1,59 +1,37 @@
 /**
- * The durable task engine (design §6), generic over task kinds. Every server process runs one per
- * kind. It claims due tasks with short `FOR UPDATE SKIP LOCKED` transactions that set a lease,
- * renews the lease by heartbeat while a task runs, and aborts the work when the lease is lost.
- * The kind fences every write with the attempt number, so a worker whose lease expired cannot
- * overwrite the one that took over. A crashed worker's tasks are claimed again once their lease
- * expires, so nothing is lost.
+ * The durable task engine (design §6), one per task runner in every worker process. It claims due
+ * rows in batches with the shared leased-task helper, runs one short step of each under a lease
+ * kept by heartbeat (aborted when the lease is lost or the engine stops), and then does what the
+ * step asked: nothing (the task was settled), reschedule its next step, or — when the step threw —
+ * retry it later per the runner's retry policy, or give up. It never sleeps while holding a lease.
+ * A crashed worker's rows are claimed again once their lease expires, so nothing is lost.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from '../logger.ts';
-
-export interface Fence {
-  id: string;
-  attempt: number;
-}
-
-export interface TaskKind<T extends Fence> {
-  readonly name: string;
-  claimDue(workerId: string, limit: number, leaseMs: number): Promise<T[]>;
-  heartbeat(fence: Fence, workerId: string, leaseMs: number): Promise<boolean>;
-  /** Runs one claimed attempt to its end (completed or failed). Throws on a transient failure. */
-  run(task: T, signal: AbortSignal, log: Logger): Promise<void>;
-  /** A transient failure of an attempt: schedule a retry or give up. */
-  onError(task: T, err: unknown, log: Logger): Promise<void>;
-}
+import { fenceOf } from '../repositories/leased-tasks.ts';
+import { keepLease } from '../services/tasks/lease.ts';
+import { retryDelay } from '../services/tasks/retry-policy.ts';
+import { LeaseLost, type LeasedRow, type TaskRunner } from '../services/tasks/task-runner.ts';
 
 export interface TaskEngineOptions {
   leaseMs: number;
+  /** Periodic claim when nothing woke the engine. */
   pollMs: number;
+  /** Steps this engine runs at once. */
   concurrency: number;
+  random?: () => number;
 }
 
-export class LeaseLost extends Error {}
-
-/** Sleeps `ms`, ending early on abort; leaves no listener behind either way. */
-export function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
-}
-
-export class TaskEngine<T extends Fence> {
+export class TaskEngine<Row extends LeasedRow> {
   readonly workerId = `w_${process.pid}_${randomBytes(4).toString('hex')}`;
   private readonly running = new Map<string, Promise<void>>();
   private readonly stopping = new AbortController();
   private wakeUp: (() => void) | undefined;
+  private woken = false;
   private loopDone: Promise<void> | undefined;
 
   constructor(
-    private readonly kind: TaskKind<T>,
+    private readonly runner: TaskRunner<Row>,
     private readonly log: Logger,
     private readonly options: TaskEngineOptions,
   ) {}
@@ -63,12 +41,13 @@ export class TaskEngine<T extends Fence> {
     this.loopDone = this.loop();
   }
 
-  /** Claims work now instead of at the next poll (called after a task is created here). */
+  /** Claims work now instead of at the next periodic claim. */
   wake(): void {
+    this.woken = true;
     this.wakeUp?.();
   }
 
-  /** Stops claiming and aborts running work; unfinished tasks are picked up again after their lease. */
+  /** Stops claiming and aborts running steps; their rows are claimed again after their lease. */
   async stop(): Promise<void> {
     this.stopping.abort(new Error('worker stopping'));
     this.wake();
@@ -79,13 +58,14 @@ export class TaskEngine<T extends Fence> {
   private async loop(): Promise<void> {
     const { concurrency, pollMs, leaseMs } = this.options;
     while (!this.stopping.signal.aborted) {
+      this.woken = false;
       const free = concurrency - this.running.size;
-      let claimed: T[] = [];
+      let claimed: Row[] = [];
       if (free > 0) {
         try {
-          claimed = await this.kind.claimDue(this.workerId, free, leaseMs);
+          claimed = (await this.runner.leases.claimDue(this.workerId, free, leaseMs)) as unknown as Row[];
         } catch (err) {
-          this.log.error({ err, kind: this.kind.name }, 'task engine: claim failed');
+          this.log.error({ err, kind: this.runner.name }, 'task engine: claim failed');
         }
       }
       for (const task of claimed) {
@@ -95,44 +75,43 @@ export class TaskEngine<T extends Fence> {
         });
         this.running.set(task.id, run);
       }
-      if (claimed.length === 0 || this.running.size >= concurrency) {
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, pollMs);
-          this.wakeUp = () => {
-            clearTimeout(timer);
-            resolve();
-          };
-        });
-        this.wakeUp = undefined;
-      }
+      // Claim again at once after a full batch; otherwise wait for a wake-up or the next period.
+      if (this.woken || (claimed.length === free && free > 0)) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, pollMs);
+        this.wakeUp = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wakeUp = undefined;
     }
   }
 
-  private async run(task: T): Promise<void> {
-    const fence: Fence = { id: task.id, attempt: task.attempt };
+  private async run(task: Row): Promise<void> {
+    const fence = fenceOf(task);
     const log = this.log.child({ taskId: task.id, attempt: task.attempt });
-    const work = new AbortController();
-    const onStop = () => work.abort(this.stopping.signal.reason);
-    this.stopping.signal.addEventListener('abort', onStop, { once: true });
-    const heartbeat = setInterval(() => {
-      this.kind
-        .heartbeat(fence, this.workerId, this.options.leaseMs)
-        .then((ok) => {
-          if (!ok) work.abort(new LeaseLost('lease lost'));
-        })
-        .catch((err: unknown) => log.warn({ err }, 'heartbeat failed'));
-    }, Math.max(100, Math.floor(this.options.leaseMs / 3)));
+    const lease = keepLease(this.runner.leases, fence, this.workerId, this.options.leaseMs, log, this.stopping.signal);
     try {
-      await this.kind.run(task, work.signal, log);
+      const result = await this.runner.step(task, lease.signal, log);
+      if (!result.done) await this.runner.leases.reschedule(fence, result.nextInMs);
     } catch (err) {
-      if (work.signal.aborted || err instanceof LeaseLost) {
-        log.info({ reason: String(work.signal.reason ?? err) }, 'task attempt stopped; it resumes after its lease expires');
-      } else {
-        await this.kind.onError(task, err, log).catch((e: unknown) => log.error({ err: e }, 'task error handling failed'));
+      if (lease.signal.aborted || err instanceof LeaseLost) {
+        log.info({ reason: String(lease.signal.reason ?? err) }, 'task step stopped; it resumes after its lease expires');
+        return;
+      }
+      const delay = retryDelay(this.runner.retry, task.retries, this.options.random);
+      try {
+        if (delay === undefined) await this.runner.giveUp(task, err, log);
+        else {
+          log.warn({ err, retries: task.retries + 1, retryInMs: delay }, `${this.runner.name} task step failed; retrying`);
+          await this.runner.leases.reschedule(fence, delay, { failed: true });
+        }
+      } catch (e) {
+        log.error({ err: e }, 'task error handling failed');
       }
     } finally {
-      clearInterval(heartbeat);
-      this.stopping.signal.removeEventListener('abort', onStop);
+      lease.release();
     }
   }
 }

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seedCatalog } from '../support/factories.ts';
-import { decryptSecret } from '../../server/services/secret-box.ts';
+import { decryptSecret } from '../../server/lib/secret-box.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));

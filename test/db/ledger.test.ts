@@ -6,8 +6,8 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LedgerRepository, type HoldOutcome } from '../../server/repositories/ledger.repository.ts';
-import { newId } from '../../server/services/ids.ts';
-import { MICRO } from '../../server/services/money.ts';
+import { newId } from '../../server/lib/ids.ts';
+import { MICRO } from '../../server/lib/money.ts';
 import { createAccount, createApiKey, createGroup } from '../support/factories.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 
@@ -23,22 +23,22 @@ afterAll(async () => t?.destroy());
 function videoRow(taskId: string, accountId: string, apiKeyId: string, groupId: string, amount: number) {
   return {
     id: taskId,
-    account_id: accountId,
-    api_key_id: apiKeyId,
-    group_id: groupId,
-    client_request_id: `c-${taskId}`,
+    accountId,
+    apiKeyId,
+    groupId,
+    clientRequestId: `c-${taskId}`,
     model: 'm',
     prompt: 'p',
-    duration_seconds: 1,
-    aspect_ratio: '16:9',
+    durationSeconds: 1,
+    aspectRatio: '16:9',
     resolution: '720p',
-    generate_audio: false,
-    input_mode: 'text',
-    billing_kind: 'snapshot',
-    billing_mode: 'per_item',
-    unit_price: amount,
-    quoted_credits: amount,
-    deadline_at: new Date(Date.now() + 3600_000),
+    generateAudio: false,
+    inputMode: 'text',
+    billingKind: 'snapshot',
+    billingMode: 'per_item',
+    unitPrice: amount,
+    quotedCredits: amount,
+    deadlineAt: new Date(Date.now() + 3600_000),
   };
 }
 
@@ -47,7 +47,7 @@ async function hold(accountId: string, apiKeyId: string, groupId: string, credit
   const amount = credits * MICRO;
   return ledger.holdAndInsertTask(
     { holdId: newId('hold'), accountId, apiKeyId, taskId, amount },
-    { table: 'video_tasks', row: videoRow(taskId, accountId, apiKeyId, groupId, amount) },
+    { table: 'videoTasks', row: videoRow(taskId, accountId, apiKeyId, groupId, amount) },
   );
 }
 
@@ -125,15 +125,15 @@ describe('settlement', () => {
     for (let i = 0; i < 3; i++) {
       const taskId = newId('vid');
       const holdId = newId('hold');
-      await ledger.holdAndInsertTask({ holdId, accountId, apiKeyId: key, taskId, amount: 10 * MICRO }, { table: 'video_tasks', row: videoRow(taskId, accountId, key, groupId, 10 * MICRO) });
+      await ledger.holdAndInsertTask({ holdId, accountId, apiKeyId: key, taskId, amount: 10 * MICRO }, { table: 'videoTasks', row: videoRow(taskId, accountId, key, groupId, 10 * MICRO) });
       holds.push(holdId);
     }
     const [full, partial, release] = holds as [string, string, string];
     // Race ten settlements of each hold: exactly one wins.
     const results = await Promise.all([
-      ...Array.from({ length: 10 }, () => ledger.settle(full, 10 * MICRO)),
-      ...Array.from({ length: 10 }, () => ledger.settle(partial, 4 * MICRO)),
-      ...Array.from({ length: 10 }, () => ledger.settle(release, 0)),
+      ...Array.from({ length: 10 }, () => ledger.settle(full, 10 * MICRO, t.db)),
+      ...Array.from({ length: 10 }, () => ledger.settle(partial, 4 * MICRO, t.db)),
+      ...Array.from({ length: 10 }, () => ledger.settle(release, 0, t.db)),
     ]);
     expect(results.filter(Boolean)).toHaveLength(3);
     const account = await t.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', accountId).executeTakeFirstOrThrow();
@@ -145,7 +145,7 @@ describe('settlement', () => {
       [partial]: ['captured', 4 * MICRO],
       [release]: ['released', 0],
     });
-    expect(await ledger.settle(full, 0)).toBe(false);
+    expect(await ledger.settle(full, 0, t.db)).toBe(false);
     await expectLedgerConsistent(accountId);
   });
 
@@ -153,9 +153,9 @@ describe('settlement', () => {
     const { accountId, groupId, keys } = await setup(10, [null]);
     const taskId = newId('vid');
     const holdId = newId('hold');
-    await ledger.holdAndInsertTask({ holdId, accountId, apiKeyId: keys[0]!.id, taskId, amount: MICRO }, { table: 'video_tasks', row: videoRow(taskId, accountId, keys[0]!.id, groupId, MICRO) });
-    expect(await ledger.settle(holdId, 2 * MICRO)).toBe(false);
-    expect(await ledger.settle(holdId, MICRO)).toBe(true);
+    await ledger.holdAndInsertTask({ holdId, accountId, apiKeyId: keys[0]!.id, taskId, amount: MICRO }, { table: 'videoTasks', row: videoRow(taskId, accountId, keys[0]!.id, groupId, MICRO) });
+    expect(await ledger.settle(holdId, 2 * MICRO, t.db)).toBe(false);
+    expect(await ledger.settle(holdId, MICRO, t.db)).toBe(true);
     await expectLedgerConsistent(accountId);
   });
 });

@@ -5,8 +5,8 @@ import { createDatabase } from '../../server/db/database.ts';
 import { migrateToLatest } from '../../server/db/migrate.ts';
 import { migrations } from '../../server/db/migrations/index.ts';
 import { createScratchDatabase, dropScratchDatabase, scratchDatabaseName, withDatabaseName } from '../../server/db/scratch-database.ts';
-import { generateApiKey } from '../../server/services/api-key-material.ts';
-import { newId } from '../../server/services/ids.ts';
+import { generateApiKey } from '../../server/lib/api-key-material.ts';
+import { newId } from '../../server/lib/ids.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 
 let t: TestDatabase;

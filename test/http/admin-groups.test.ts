@@ -1,7 +1,7 @@
 import createClient from 'openapi-fetch';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { paths } from '../../generated/api.d.ts';
-import { decryptSecret } from '../../server/services/secret-box.ts';
+import { decryptSecret } from '../../server/lib/secret-box.ts';
 import { createGroup, createMember, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
 
@@ -112,7 +112,7 @@ describe('group members', () => {
     const row = await memberRow(data!.id);
     expect(row.credentialsCiphertext).toBeInstanceOf(Buffer);
     expect(row.credentialsCiphertext!.toString('utf8')).not.toContain(SECRET);
-    expect(JSON.parse(decryptSecret(server.ctx.secretKey, row.credentialsCiphertext!))).toEqual({ api_key: SECRET });
+    expect(JSON.parse(decryptSecret(server.secretKey, row.credentialsCiphertext!))).toEqual({ api_key: SECRET });
 
     const listed = await server.admin().GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: group.id } } });
     expect(listed.data).toEqual({ data: [data] });
@@ -134,7 +134,7 @@ describe('group members', () => {
     expect(data).toMatchObject({ has_credentials: true, concurrency_limit: 16, enabled: false, base_url: 'https://api.example.com', provider: 'kling' });
     expect(JSON.stringify(data)).not.toContain(SECRET);
     const row = await memberRow(created.data!.id);
-    expect(JSON.parse(decryptSecret(server.ctx.secretKey, row.credentialsCiphertext!))).toEqual({ access_key: 'ak-2', secret_key: SECRET });
+    expect(JSON.parse(decryptSecret(server.secretKey, row.credentialsCiphertext!))).toEqual({ access_key: 'ak-2', secret_key: SECRET });
   });
 
   it('requires credentials for every provider but local', async () => {

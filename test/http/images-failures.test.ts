@@ -4,79 +4,25 @@
  * was produced but could not be stored leaves the task `needs_attention` with its credits held until
  * an operator settles it; upload limits answer 413 with clear codes.
  */
-import { Readable } from 'node:stream';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ImageProvider } from '../../server/providers/image-provider.ts';
-import { LocalImageProvider } from '../../server/providers/local/local-image.provider.ts';
-import { FilesystemMediaStore, type MediaStore } from '../../server/storage/media-store.ts';
+import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
+import { BrokenOutputStore } from '../fakes/media-stores.ts';
+import { flakyImageProvider } from '../fakes/providers.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { holdOf as holdOfTask, waitImageTask } from '../support/tasks.ts';
 
 type Json = Record<string, any>;
-const local = new LocalImageProvider();
 
-/** The local provider, slowed down, failing from image `failFrom` on (from 0 when the prompt says so). */
-function provider(opts: { delayMs?: number; failFrom?: number }): ImageProvider {
-  return {
-    kind: 'local',
-    async render(job, index, signal, onPartial) {
-      const failFrom = job.prompt === 'fail at once' ? 0 : opts.failFrom;
-      if (failFrom !== undefined && index >= failFrom) throw new Error('upstream exploded');
-      await new Promise((r) => setTimeout(r, opts.delayMs ?? 0));
-      return local.render(job, index, signal, onPartial);
-    },
-  };
-}
-
-/**
- * A media store whose writes of image outputs fail (the disk is full, the bucket is gone, …) after
- * `okOutputs` successful ones.
- */
-class BrokenOutputStore implements MediaStore {
-  private outputs = 0;
-  constructor(
-    private readonly inner: MediaStore,
-    private readonly okOutputs = 0,
-  ) {}
-  reset() {
-    this.outputs = 0;
-  }
-  put(key: string, data: Buffer | Readable) {
-    if (key.startsWith('image_output/') && this.outputs++ >= this.okOutputs) return Promise.reject(new Error('ENOSPC: no space left on device'));
-    return this.inner.put(key, data);
-  }
-  putFile(key: string, path: string) {
-    return this.inner.putFile(key, path);
-  }
-  read(key: string) {
-    return this.inner.read(key);
-  }
-  size(key: string) {
-    return this.inner.size(key);
-  }
-  delete(key: string) {
-    return this.inner.delete(key);
-  }
-}
-
-async function holdOf(server: TestServer, taskId: string) {
-  return server.db.selectFrom('creditHolds').select(['amount', 'status', 'captured']).where('taskId', '=', taskId).executeTakeFirstOrThrow();
-}
-
-async function waitTask(server: TestServer, id: string, predicate: (row: { status: string }) => boolean) {
-  for (let i = 0; i < 100; i++) {
-    const row = await server.db.selectFrom('imageTasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-    if (predicate(row)) return row;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`task ${id} never reached the expected state`);
-}
+const holdOf = (server: TestServer, taskId: string) => holdOfTask(server.db, taskId);
+const waitTask = (server: TestServer, id: string, predicate: (row: { status: string }) => boolean) => waitImageTask(server.db, id, predicate);
+const withImages = (provider: ReturnType<typeof flakyImageProvider>) => ({ overrides: { providers: { local: { image: provider } } } });
 
 describe('a client that disconnects mid-stream', () => {
   let server: TestServer;
   beforeAll(async () => {
-    server = await startTestServer({ overrides: { imageProviders: new Map([['local', provider({ delayMs: 400 })]]) } });
+    server = await startTestServer(withImages(flakyImageProvider({ delayMs: 400 })));
     await seedCatalog(server.db);
   });
   afterAll(async () => server?.close());
@@ -109,7 +55,7 @@ describe('a client that disconnects mid-stream', () => {
 describe('a client that disconnects before a JSON response', () => {
   let server: TestServer;
   beforeAll(async () => {
-    server = await startTestServer({ overrides: { imageProviders: new Map([['local', provider({ delayMs: 300 })]]) } });
+    server = await startTestServer(withImages(flakyImageProvider({ delayMs: 300 })));
     await seedCatalog(server.db);
   });
   afterAll(async () => server?.close());
@@ -178,7 +124,7 @@ describe('a synchronous task whose process died', () => {
     const auth = { accountId: c.accountId, apiKeyId: c.apiKeyId, groupId: c.groupId };
     const prepared = await server.ctx.services.images.prepare(auth, 'generation', { prompt: 'x', model: 'local-image-1', n: 2 });
     // A request on another instance started it and died: its lease is already over.
-    const task = await server.ctx.services.images.start(auth, prepared, { async: false, workerId: 'api_dead_instance' });
+    const task = await server.ctx.services.images.start(auth, prepared, { async: false });
     await server.db.updateTable('imageTasks').set({ leaseExpiresAt: new Date(Date.now() - 1000) }).where('id', '=', task.id).execute();
     const row = await waitTask(server, task.id, (r) => r.status !== 'processing');
     expect(row).toMatchObject({ status: 'failed', errorCode: 'interrupted' });
@@ -189,7 +135,7 @@ describe('a synchronous task whose process died', () => {
 describe('a provider failure', () => {
   let server: TestServer;
   beforeAll(async () => {
-    server = await startTestServer({ overrides: { imageProviders: new Map([['local', provider({ failFrom: 1 })]]) } });
+    server = await startTestServer(withImages(flakyImageProvider({ failFrom: 1 })));
     await seedCatalog(server.db);
   });
   afterAll(async () => server?.close());

@@ -7,9 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { probeMp4 } from '../../server/providers/local/video/render-video.ts';
-import type { VideoProvider } from '../../server/providers/video-provider.ts';
+import { failingVideoProvider, neverFinishingVideoProvider } from '../fakes/providers.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { holdOf as holdOfTask, waitVideoFinished } from '../support/tasks.ts';
 
 let seq = 0;
 const crid = () => `engine-${Date.now()}-${++seq}`;
@@ -24,21 +25,11 @@ async function create(server: TestServer, key: string, overrides: Record<string,
   return (await res.json()) as { id: string; billing: { quotedCredits: number } };
 }
 
-async function waitFinished(server: TestServer, key: string, id: string, timeoutMs = 30_000) {
-  const deadline = Date.now() + timeoutMs;
-  const seen = new Set<string>();
-  for (;;) {
-    const { data } = await server.client(key).GET('/v1/videos/{id}', { params: { path: { id } } });
-    seen.add(data!.status);
-    if (data!.status === 'completed' || data!.status === 'failed') return { task: data!, seen };
-    if (Date.now() > deadline) throw new Error(`task ${id} still ${data!.status}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-async function holdOf(server: TestServer, taskId: string) {
-  return server.db.selectFrom('creditHolds').select(['status', 'amount', 'captured']).where('taskId', '=', taskId).executeTakeFirstOrThrow();
-}
+const waitFinished = waitVideoFinished;
+const holdOf = async (server: TestServer, taskId: string) => {
+  const { status, amount, captured } = await holdOfTask(server.db, taskId);
+  return { status, amount, captured };
+};
 
 describe('with the local provider', () => {
   let server: TestServer;
@@ -116,15 +107,9 @@ describe('with the local provider', () => {
 });
 
 describe('with upstream failures', () => {
-  const failing: VideoProvider = {
-    kind: 'local',
-    pollIntervalMs: 10,
-    submit: async () => 'job-1',
-    poll: async () => ({ status: 'failed', message: 'The upstream rejected the prompt.' }),
-  };
   let server: TestServer;
   beforeAll(async () => {
-    server = await startTestServer({ workers: true, videoProviders: new Map([['local', failing]]) });
+    server = await startTestServer({ workers: true, overrides: { providers: { local: { video: failingVideoProvider('The upstream rejected the prompt.') } } } });
     await seedCatalog(server.db);
   });
   afterAll(async () => server?.close());
@@ -148,10 +133,9 @@ describe('with upstream failures', () => {
 });
 
 describe('maximum lifetime', () => {
-  const never: VideoProvider = { kind: 'local', pollIntervalMs: 50, submit: async () => 'slow-job', poll: async () => ({ status: 'running' }) };
   let server: TestServer;
   beforeAll(async () => {
-    server = await startTestServer({ workers: true, videoProviders: new Map([['local', never]]), env: { TASK_MAX_LIFETIME_SECONDS: '1' } });
+    server = await startTestServer({ workers: true, overrides: { providers: { local: { video: neverFinishingVideoProvider(50) } } }, env: { TASK_MAX_LIFETIME_SECONDS: '1' } });
     await seedCatalog(server.db);
   });
   afterAll(async () => server?.close());
@@ -182,19 +166,20 @@ describe('leases and fencing', () => {
     const c = await createCustomer(server.db, { balance: 10 });
     const created = await create(server, c.key);
     const tasks = server.ctx.repositories.videoTasks;
-    const [first] = await tasks.claimDue('worker-a', 10, 60_000);
+    const { leases } = tasks;
+    const [first] = await leases.claimDue('worker-a', 10, 60_000);
     expect(first).toMatchObject({ id: created.id, attempt: 1, status: 'in_progress', leaseOwner: 'worker-a' });
     // Leased: nobody else can claim it.
-    expect(await tasks.claimDue('worker-b', 10, 60_000)).toEqual([]);
+    expect(await leases.claimDue('worker-b', 10, 60_000)).toEqual([]);
     // The lease expires (worker-a died or stalled); worker-b takes over with attempt 2.
     await server.db.updateTable('videoTasks').set({ leaseExpiresAt: new Date(Date.now() - 1000) }).where('id', '=', created.id).execute();
-    const [second] = await tasks.claimDue('worker-b', 10, 60_000);
+    const [second] = await leases.claimDue('worker-b', 10, 60_000);
     expect(second).toMatchObject({ id: created.id, attempt: 2, leaseOwner: 'worker-b' });
     // worker-a's writes are fenced off.
-    expect(await tasks.heartbeat({ id: created.id, attempt: 1 }, 'worker-a', 60_000)).toBe(false);
+    expect(await leases.heartbeat({ id: created.id, attempt: 1 }, 'worker-a', 60_000)).toBe(false);
     expect(await tasks.setUpstreamJob({ id: created.id, attempt: 1 }, 'mem_x', 'job-a')).toBe(false);
-    expect(await tasks.markFailed(created.id, 1, 'upstream_error', 'late', server.db)).toBe(false);
-    expect(await tasks.heartbeat({ id: created.id, attempt: 2 }, 'worker-b', 60_000)).toBe(true);
+    expect((await server.ctx.settlement.failVideo({ id: created.id, attempt: 1 }, 'upstream_error', 'late')) !== undefined).toBe(false);
+    expect(await leases.heartbeat({ id: created.id, attempt: 2 }, 'worker-b', 60_000)).toBe(true);
     expect(await tasks.setUpstreamJob({ id: created.id, attempt: 2 }, 'mem_x', 'job-b')).toBe(true);
     const row = await tasks.find(created.id);
     expect(row).toMatchObject({ status: 'in_progress', attempt: 2, upstreamJobId: 'job-b' });

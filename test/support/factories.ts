@@ -6,10 +6,10 @@ import type { Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import type { CatalogModelDefinition } from '../../server/catalog/capabilities.ts';
 import { upsertCatalog } from '../../server/db/seed-demo.ts';
-import { LOCAL_MODELS } from '../../server/providers/local/local-catalog.ts';
-import { generateApiKey } from '../../server/services/api-key-material.ts';
-import { newId } from '../../server/services/ids.ts';
-import { MICRO } from '../../server/services/money.ts';
+import { LOCAL_MODELS } from '../../server/catalog/local-catalog.ts';
+import { generateApiKey } from '../../server/lib/api-key-material.ts';
+import { newId } from '../../server/lib/ids.ts';
+import { MICRO } from '../../server/lib/money.ts';
 
 export interface AccountOverrides {
   name?: string;

@@ -18,12 +18,11 @@ import type { paths } from '../../generated/api.d.ts';
 import type { DB } from '../../generated/db.d.ts';
 import { createApp } from '../../server/app.ts';
 import { loadConfig, type Config } from '../../server/config.ts';
-import { createContext, type AppContext, type ContextOverrides } from '../../server/context.ts';
+import { createRuntime, type Runtime, type RuntimeOverrides } from '../../server/context.ts';
 import { createHandlers } from '../../server/http/handlers.ts';
 import { createLogger } from '../../server/logger.ts';
 import { createMetrics } from '../../server/metrics.ts';
 import { createWorkers } from '../../server/workers/index.ts';
-import type { VideoProvider } from '../../server/providers/video-provider.ts';
 import { createTestDatabase } from '../setup/test-database.ts';
 
 export const ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
@@ -33,7 +32,9 @@ export const contractLane = process.env.MEDIAGATE_CONTRACT_LANE === '1';
 export type ApiClient = ReturnType<typeof createClient<paths>>;
 
 export interface TestServer {
-  ctx: AppContext;
+  /** The runtime the app was built from (services, repositories, runners). */
+  ctx: Runtime;
+  secretKey: Buffer;
   db: Kysely<DB>;
   config: Config;
   /** Through Prism in the contract lane, else the server itself. */
@@ -96,10 +97,8 @@ export interface StartOptions {
   env?: Record<string, string>;
   /** Run the task engines in this process. */
   workers?: boolean;
-  /** Replace the media store or the image providers (failure injection). */
-  overrides?: ContextOverrides;
-  /** Replace the video providers (e.g. a failing fake). */
-  videoProviders?: Map<string, VideoProvider>;
+  /** Replace the media store or provider adapters (failure injection: see test/fakes/). */
+  overrides?: RuntimeOverrides;
 }
 
 export async function startTestServer(options: StartOptions = {}): Promise<TestServer> {
@@ -127,23 +126,18 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
     },
   });
   const log = createLogger(config.logLevel, sink);
-  const ctx = createContext({
-    config,
-    db: database.db,
-    log,
-    metrics: createMetrics({ defaultMetrics: false }),
-    secretKey: Buffer.from(config.secretKey!, 'hex'),
-  }, options.overrides);
-  const workers = options.workers ? createWorkers(ctx, options.videoProviders) : undefined;
-  if (workers) {
-    ctx.wakeWorkers = () => workers.wake();
-    workers.start();
-  }
-  const app = createApp(ctx, createHandlers(ctx), { validateResponses: true });
-  const server: Server = createServer(app);
+  // Listen first: signed file URLs carry the real address.
+  const server: Server = createServer();
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const directUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  if (!config.publicBaseUrl) ctx.services.files.setPublicBaseUrl(directUrl);
+  const secretKey = Buffer.from(config.secretKey!, 'hex');
+  const ctx = createRuntime(
+    { config, db: database.db, log, metrics: createMetrics({ defaultMetrics: false }), secretKey, publicBaseUrl: config.publicBaseUrl ?? directUrl },
+    options.overrides,
+  );
+  const workers = options.workers ? createWorkers(ctx) : undefined;
+  workers?.start();
+  server.on('request', createApp(ctx, createHandlers(ctx), { validateResponses: true }));
   const prism = contractLane ? await startPrismProxy(directUrl) : undefined;
   const baseUrl = prism?.url ?? directUrl;
 
@@ -152,6 +146,7 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
 
   return {
     ctx,
+    secretKey,
     db: database.db,
     config,
     baseUrl,

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { generateApiKey, hashApiKey, looksLikeApiKey } from '../../server/services/api-key-material.ts';
-import { newId, randomBase62 } from '../../server/services/ids.ts';
+import { generateApiKey, hashApiKey, looksLikeApiKey } from '../../server/lib/api-key-material.ts';
+import { newId, randomBase62 } from '../../server/lib/ids.ts';
 
 describe('generateApiKey', () => {
   it('returns mg_ + 33 base62 characters (192 random bits)', () => {

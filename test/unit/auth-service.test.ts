@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../server/logger.ts';
 import type { ApiKeyRepository, KeyAuthRow } from '../../server/repositories/api-key.repository.ts';
 import { AuthService } from '../../server/services/auth.service.ts';
-import { generateApiKey } from '../../server/services/api-key-material.ts';
+import { generateApiKey } from '../../server/lib/api-key-material.ts';
 
 /** A strict fake repository that counts lookups. */
 function fakeKeys(row: KeyAuthRow | undefined, opts: { failFirst?: boolean } = {}) {

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { decryptSecret, encryptSecret, loadSecretKey } from '../../server/services/secret-box.ts';
+import { decryptSecret, encryptSecret, loadSecretKey } from '../../server/lib/secret-box.ts';
 
 const key = randomBytes(32);
 const dirs: string[] = [];

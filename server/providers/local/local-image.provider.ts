@@ -2,13 +2,11 @@
  * The built-in `local` image provider: real PNG, JPEG and WebP files rendered with sharp at exactly
  * the requested pixel size, showing the prompt (procedural, not AI), with partial renders.
  */
-import type { ImageJob, ImageProvider, RenderedImage } from '../image-provider.ts';
+import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
 import { editImage, renderImage } from './image/render-image.ts';
 
 export class LocalImageProvider implements ImageProvider {
-  readonly kind = 'local';
-
-  async render(job: ImageJob, index: number, signal: AbortSignal, onPartial: (partialIndex: number, image: Buffer) => Promise<void>): Promise<RenderedImage> {
+  async generate(_account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void> {
     const p = job.params;
     const common = {
       prompt: job.prompt,
@@ -19,15 +17,18 @@ export class LocalImageProvider implements ImageProvider {
       partials: p.partialImages,
       ...(p.outputCompression !== undefined && { compression: p.outputCompression }),
     };
-    const input = job.inputs[index % Math.max(1, job.inputs.length)];
-    const out =
-      job.operation === 'edit' && input
-        ? await editImage({ ...common, input, ...(job.mask && index % job.inputs.length === 0 && { mask: job.mask }) })
-        : await renderImage({ ...common, seed: index });
-    for (const [i, partial] of out.partials.entries()) {
-      if (signal.aborted) throw signal.reason;
-      await onPartial(i, partial);
+    for (let index = 0; index < job.n && !signal.aborted; index++) {
+      const input = job.inputs[index % Math.max(1, job.inputs.length)];
+      const out =
+        job.operation === 'edit' && input
+          ? await editImage({ ...common, input, ...(job.mask && index % job.inputs.length === 0 && { mask: job.mask }) })
+          : await renderImage({ ...common, seed: index });
+      for (const [i, partial] of out.partials.entries()) {
+        if (signal.aborted) return;
+        await events.partial(index, i, partial);
+      }
+      if (signal.aborted) return;
+      await events.image(index, { image: out.image });
     }
-    return { image: out.image };
   }
 }

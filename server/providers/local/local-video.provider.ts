@@ -1,42 +1,50 @@
 /**
  * The built-in `local` video provider: renders a real H.264 MP4 of the prompt on this machine
- * (procedural, not AI). The "job" is the render itself, done inside poll(): a resumed attempt
- * simply renders again, which is safe because the output is only published by the task engine.
+ * (procedural, not AI). It behaves like an upstream: `submit` returns a job id, `poll` reports the
+ * job running until its simulated latency (LOCAL_RENDER_DELAY_MS) has passed, and `download`
+ * renders the clip and streams it. The render is CPU work, so renders have a small concurrency of
+ * their own, whatever the number of jobs in flight.
  */
+import { createReadStream } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { VideoJobRequest, VideoPollResult, VideoProvider } from '../video-provider.ts';
+import { Semaphore } from '../../lib/semaphore.ts';
+import type { UpstreamAccount, VideoContent, VideoJob, VideoProvider, VideoStatus } from '../types.ts';
 import { renderVideo, videoSize } from './video/render-video.ts';
 
-function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    }, { once: true });
-  });
-}
+/** Renders at once per process: each one keeps a core busy. */
+export const LOCAL_RENDER_CONCURRENCY = 2;
 
 export class LocalVideoProvider implements VideoProvider {
-  readonly kind = 'local';
-  readonly pollIntervalMs = 0;
+  /** No latency: the job is "done" at once, so the first poll is due right after the submit. */
+  readonly pollIntervalMs: number;
+  private readonly renders = new Semaphore(LOCAL_RENDER_CONCURRENCY);
 
   constructor(
     private readonly workDir: string,
-    /** Simulated upstream latency before rendering. */
+    /** Simulated upstream latency from submit to done. */
     private readonly delayMs = 0,
-  ) {}
-
-  async submit(job: VideoJobRequest): Promise<string> {
-    return `local_${job.taskId}`;
+  ) {
+    this.pollIntervalMs = Math.min(delayMs, 1000);
   }
 
-  async poll(jobId: string, job: VideoJobRequest, signal: AbortSignal): Promise<VideoPollResult> {
-    if (this.delayMs > 0) await abortableDelay(this.delayMs, signal);
+  async submit(_account: UpstreamAccount, job: VideoJob): Promise<string> {
+    // The submit time travels in the id, so any instance can tell when the job is "done".
+    return `local_${job.taskId}_${Date.now()}`;
+  }
+
+  async poll(_account: UpstreamAccount, jobId: string): Promise<VideoStatus> {
+    const submittedAt = Number(jobId.split('_').at(-1));
+    const remaining = Number.isFinite(submittedAt) ? submittedAt + this.delayMs - Date.now() : 0;
+    if (remaining > 0) return { state: 'running', retryAfterMs: remaining, progress: Math.round(100 * (1 - remaining / Math.max(1, this.delayMs))) };
+    return { state: 'succeeded', output: {} };
+  }
+
+  async download(_account: UpstreamAccount, jobId: string, _output: unknown, job: VideoJob, signal: AbortSignal): Promise<VideoContent> {
     await mkdir(this.workDir, { recursive: true });
-    const outputPath = join(this.workDir, `${jobId}-${process.pid}-${Date.now()}.mp4`);
+    const path = join(this.workDir, `${jobId}-${process.pid}-${Date.now()}.mp4`);
     const { width, height } = videoSize(job.resolution, job.aspectRatio);
+    const release = await this.renders.acquire(signal);
     try {
       await renderVideo({
         prompt: job.prompt,
@@ -46,13 +54,18 @@ export class LocalVideoProvider implements VideoProvider {
         audio: job.generateAudio,
         firstFrame: job.firstFrame ?? job.referenceImages[0],
         lastFrame: job.lastFrame,
-        outputPath,
+        outputPath: path,
         signal,
       });
     } catch (err) {
-      await rm(outputPath, { force: true });
+      await rm(path, { force: true });
       throw err;
+    } finally {
+      release();
     }
-    return { status: 'succeeded', output: { path: outputPath, contentType: 'video/mp4' } };
+    const stream = createReadStream(path);
+    // The scratch file goes with the stream, however it ends.
+    stream.once('close', () => void rm(path, { force: true }));
+    return { stream, contentType: 'video/mp4' };
   }
 }

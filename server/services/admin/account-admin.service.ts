@@ -1,10 +1,11 @@
 /** Admin rules for accounts: create (with an initial grant), list, get, update, grant/debit credits. */
 import type { components } from '../../../generated/api.d.ts';
 import { ApiError, badRequest, conflict, paymentRequired } from '../../errors.ts';
+import type { Transactor } from '../../db/transaction.ts';
 import type { AccountRepository } from '../../repositories/account.repository.ts';
 import type { AuthService } from '../auth.service.ts';
-import { newId } from '../ids.ts';
-import { fromCredits } from '../money.ts';
+import { newId } from '../../lib/ids.ts';
+import { fromCredits } from '../../lib/money.ts';
 import { toAdminAccount, toAdminLedgerEntry, type AdminAccount } from './admin-mappers.ts';
 import { decodeCreatedAtCursor, encodeCreatedAtCursor, pageSize, splitPage } from './cursor.ts';
 
@@ -27,16 +28,17 @@ export function microCredits(credits: number, param: string): number {
 export class AccountAdminService {
   constructor(
     private readonly accounts: AccountRepository,
+    private readonly tx: Transactor,
     private readonly auth: Pick<AuthService, 'invalidate'>,
   ) {}
 
   async create(input: AccountCreateInput): Promise<AdminAccount> {
     const initial = microCredits(input.initial_credits ?? 0, 'initial_credits');
     if (initial < 0) throw badRequest('invalid_request', "'initial_credits' must not be negative.", 'initial_credits');
-    const row = await this.accounts.transaction(async (repo) => {
-      const account = await repo.insert({ id: newId('acct'), name: input.name, status: input.status ?? 'active', balance: initial });
+    const row = await this.tx.run(async (trx) => {
+      const account = await this.accounts.insert({ id: newId('acct'), name: input.name, status: input.status ?? 'active', balance: initial }, trx);
       if (!account) throw conflict('conflict', `An account named '${input.name}' already exists.`, {}, 'name');
-      if (initial > 0) await repo.insertLedgerEntry({ accountId: account.id, kind: 'grant', amount: initial, reason: INITIAL_CREDITS_REASON });
+      if (initial > 0) await this.accounts.insertLedgerEntry({ accountId: account.id, kind: 'grant', amount: initial, reason: INITIAL_CREDITS_REASON }, trx);
       return account;
     });
     return toAdminAccount(row);
@@ -85,13 +87,13 @@ export class AccountAdminService {
     if (signed === 0) throw badRequest('invalid_request', "'amount' must not be zero.", 'amount');
     const amount = Math.abs(signed);
     const kind = signed > 0 ? 'grant' : 'debit';
-    const { account, entry } = await this.accounts.transaction(async (repo) => {
-      const updated = kind === 'grant' ? await repo.grant(id, amount) : await repo.debit(id, amount);
+    const { account, entry } = await this.tx.run(async (trx) => {
+      const updated = kind === 'grant' ? await this.accounts.grant(id, amount, trx) : await this.accounts.debit(id, amount, trx);
       if (!updated) {
-        if (!(await repo.findById(id))) throw accountNotFound();
+        if (!(await this.accounts.findById(id))) throw accountNotFound();
         throw paymentRequired('insufficient_balance', 'The debit is larger than the available balance of the account.');
       }
-      const ledger = await repo.insertLedgerEntry({ accountId: id, kind, amount, reason: input.reason });
+      const ledger = await this.accounts.insertLedgerEntry({ accountId: id, kind, amount, reason: input.reason }, trx);
       return { account: updated, entry: ledger };
     });
     return { account: toAdminAccount(account), entry: toAdminLedgerEntry(entry) };

@@ -6,7 +6,7 @@ import type { ApiKeyAdminRow } from '../../repositories/api-key-admin.repository
 import type { CapabilitySwitchRow } from '../../repositories/capability-switch.repository.ts';
 import type { CatalogModelWithPrices, PriceRowRecord } from '../../repositories/catalog.repository.ts';
 import type { GroupRow, MemberRow } from '../../repositories/group.repository.ts';
-import { toCredits } from '../money.ts';
+import { toCredits } from '../../lib/money.ts';
 
 type Schemas = components['schemas'];
 export type AdminAccount = Schemas['AdminAccount'];

@@ -5,8 +5,9 @@
 import type { components } from '../../../generated/api.d.ts';
 import type { ImageCapabilities, VideoCapabilities } from '../../catalog/capabilities.ts';
 import { ApiError, badRequest, conflict } from '../../errors.ts';
+import type { Transactor } from '../../db/transaction.ts';
 import type { CatalogRepository, PriceValues } from '../../repositories/catalog.repository.ts';
-import { fromCredits } from '../money.ts';
+import { fromCredits } from '../../lib/money.ts';
 import {
   fromAdminImageCapabilities,
   fromAdminVideoCapabilities,
@@ -71,7 +72,10 @@ function capabilitiesFor(input: CatalogModelCreateInput): ImageCapabilities | Vi
 }
 
 export class CatalogAdminService {
-  constructor(private readonly catalog: CatalogRepository) {}
+  constructor(
+    private readonly catalog: CatalogRepository,
+    private readonly tx: Transactor,
+  ) {}
 
   async list(kind?: Schemas['AdminModelKind']): Promise<Schemas['AdminCatalogModelList']> {
     return { data: (await this.catalog.listModelsWithPrices(kind)).map(toAdminCatalogModel) };
@@ -86,10 +90,10 @@ export class CatalogAdminService {
   async create(input: CatalogModelCreateInput): Promise<AdminCatalogModel> {
     const capabilities = capabilitiesFor(input);
     const prices = validatePricing(input.kind, capabilities, input.pricing);
-    await this.catalog.transaction(async (repo) => {
-      const row = await repo.insertModel({ id: input.id, kind: input.kind, displayName: input.display_name, enabled: input.enabled ?? true, capabilities });
+    await this.tx.run(async (trx) => {
+      const row = await this.catalog.insertModel({ id: input.id, kind: input.kind, displayName: input.display_name, enabled: input.enabled ?? true, capabilities }, trx);
       if (!row) throw conflict('conflict', `A catalog model with id '${input.id}' already exists.`, {}, 'id');
-      await repo.replacePrices(input.id, prices);
+      await this.catalog.replacePrices(input.id, prices, trx);
     });
     return this.get(input.id);
   }
@@ -97,8 +101,8 @@ export class CatalogAdminService {
   /** Changes name, enabled flag, prices (all rows at once) and the reference-image limit in one transaction. */
   async update(id: string, input: CatalogModelUpdateInput): Promise<AdminCatalogModel> {
     if (Object.values(input).every((v) => v === undefined)) throw badRequest('invalid_request', 'Send at least one member to change.');
-    await this.catalog.transaction(async (repo) => {
-      const model = await repo.findModel(id, { forUpdate: true });
+    await this.tx.run(async (trx) => {
+      const model = await this.catalog.findModelForUpdate(id, trx);
       if (!model) throw modelNotFound();
       const kind = model.kind as 'image' | 'video';
       let capabilities = model.capabilities as unknown as ImageCapabilities | VideoCapabilities;
@@ -114,12 +118,12 @@ export class CatalogAdminService {
         capabilities = { ...video, referenceImages: { ...video.referenceImages, maxCount: input.reference_image_max_count } };
       }
       const prices = input.pricing === undefined ? undefined : validatePricing(kind, capabilities, input.pricing);
-      await repo.updateModel(id, {
-        displayName: input.display_name,
-        enabled: input.enabled,
-        capabilities: input.reference_image_max_count === undefined ? undefined : capabilities,
-      });
-      if (prices) await repo.replacePrices(id, prices);
+      await this.catalog.updateModel(
+        id,
+        { displayName: input.display_name, enabled: input.enabled, capabilities: input.reference_image_max_count === undefined ? undefined : capabilities },
+        trx,
+      );
+      if (prices) await this.catalog.replacePrices(id, prices, trx);
     });
     return this.get(id);
   }

@@ -3,8 +3,8 @@ import type { components } from '../../../generated/api.d.ts';
 import { ApiError, badRequest, conflict } from '../../errors.ts';
 import type { CatalogRepository } from '../../repositories/catalog.repository.ts';
 import type { GroupRepository, MemberValues } from '../../repositories/group.repository.ts';
-import { newId } from '../ids.ts';
-import { encryptSecret } from '../secret-box.ts';
+import { newId } from '../../lib/ids.ts';
+import { encryptSecret } from '../../lib/secret-box.ts';
 import { toAdminGroup, toAdminGroupMember, type AdminGroup, type AdminGroupMember } from './admin-mappers.ts';
 import { decodeNameCursor, encodeNameCursor, pageSize, splitPage } from './cursor.ts';
 

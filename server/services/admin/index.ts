@@ -6,7 +6,14 @@ import { ApiKeyAdminRepository } from '../../repositories/api-key-admin.reposito
 import { CapabilitySwitchRepository } from '../../repositories/capability-switch.repository.ts';
 import { CatalogRepository } from '../../repositories/catalog.repository.ts';
 import { GroupRepository } from '../../repositories/group.repository.ts';
+import { createTransactor } from '../../db/transaction.ts';
+import type { Logger } from '../../logger.ts';
+import { ImageTaskRepository } from '../../repositories/image-task.repository.ts';
+import { LedgerRepository } from '../../repositories/ledger.repository.ts';
+import { VideoTaskRepository } from '../../repositories/video-task.repository.ts';
 import type { AuthService } from '../auth.service.ts';
+import { Settlement } from '../tasks/settlement.ts';
+import { TaskAdminService } from './task-admin.service.ts';
 import { AccountAdminService } from './account-admin.service.ts';
 import { ApiKeyAdminService } from './api-key-admin.service.ts';
 import { CatalogAdminService } from './catalog-admin.service.ts';
@@ -19,6 +26,7 @@ export interface AdminServices {
   groups: GroupAdminService;
   catalog: CatalogAdminService;
   switches: CapabilitySwitchService;
+  tasks: TaskAdminService;
 }
 
 /**
@@ -27,18 +35,24 @@ export interface AdminServices {
  */
 export function createAdminServices(deps: {
   db: Kysely<DB>;
+  log: Logger;
   secretKey: Buffer | (() => Buffer);
   auth: Pick<AuthService, 'invalidate'>;
 }): AdminServices {
-  const { secretKey } = deps;
-  const accounts = new AccountRepository(deps.db);
-  const groups = new GroupRepository(deps.db);
-  const catalog = new CatalogRepository(deps.db);
+  const { db, log, secretKey } = deps;
+  const tx = createTransactor(db, log);
+  const accounts = new AccountRepository(db);
+  const groups = new GroupRepository(db);
+  const catalog = new CatalogRepository(db);
+  const ledger = new LedgerRepository(db);
+  const videoTasks = new VideoTaskRepository(db);
+  const imageTasks = new ImageTaskRepository(db);
   return {
-    accounts: new AccountAdminService(accounts, deps.auth),
+    accounts: new AccountAdminService(accounts, tx, deps.auth),
     apiKeys: new ApiKeyAdminService(new ApiKeyAdminRepository(deps.db), accounts, groups, deps.auth),
     groups: new GroupAdminService(groups, catalog, typeof secretKey === 'function' ? secretKey : () => secretKey),
-    catalog: new CatalogAdminService(catalog),
+    catalog: new CatalogAdminService(catalog, tx),
     switches: new CapabilitySwitchService(new CapabilitySwitchRepository(deps.db)),
+    tasks: new TaskAdminService({ imageTasks, videoTasks, ledger, settlement: new Settlement({ tx, log, ledger, videoTasks, imageTasks }) }),
   };
 }

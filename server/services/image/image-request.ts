@@ -5,9 +5,8 @@
  */
 import type { ImageCapabilities } from '../../catalog/capabilities.ts';
 import { ApiError, badRequest } from '../../errors.ts';
+import type { ImageFormat, ImageParams } from '../../providers/types.ts';
 import { resolveImageSize } from './image-size.ts';
-
-export type ImageFormat = 'png' | 'jpeg' | 'webp';
 
 /** The parameters shared by generations and edits, after JSON parsing or multipart coercion. */
 export interface ImageRequestFields {
@@ -25,26 +24,6 @@ export interface ImageRequestFields {
   n?: number;
   partial_images?: number;
   size?: string;
-}
-
-/** What is stored in image_tasks.params and drives rendering and responses. */
-export interface ImageParams {
-  width: number;
-  height: number;
-  resolution: string;
-  aspectRatio: string;
-  /** The requested quality (may be `auto`) and the resolved one. */
-  quality: 'auto' | 'low' | 'medium' | 'high';
-  resolvedQuality: 'auto' | 'low' | 'medium' | 'high';
-  /** Requested background (may be `auto`); resolved is transparent or opaque. */
-  background: 'transparent' | 'opaque' | 'auto';
-  transparent: boolean;
-  outputFormat: ImageFormat;
-  outputCompression: number | undefined;
-  responseFormat: 'url' | 'b64_json';
-  partialImages: number;
-  /** The `size` as requested (`auto` when absent), for the streaming events. */
-  requestedSize: string;
 }
 
 export interface PricedImageRequest {

@@ -1,34 +1,30 @@
 /**
  * Image generation and editing (product spec §2.3, §2.4, §4.3–§4.5, §6.1). Every request creates an
  * image task: the request is validated and priced, n × price is held together with the task insert,
- * the images are rendered and stored one by one and handed to a sink (the JSON response, the event
- * stream, or nothing for background tasks), and then exactly what was delivered is captured and the
- * rest released. An image that was produced but could not be stored leaves the task
- * `needs_attention` with its credits held until an operator settles it.
+ * and the task runs (image-runner.ts) inside the request, or in the background with
+ * `Prefer: respond-async`. Exactly what was delivered is captured and the rest released.
  */
-import type { Kysely } from 'kysely';
 import sharp from 'sharp';
 import type { components } from '../../../generated/api.d.ts';
-import type { DB } from '../../../generated/db.d.ts';
 import { ApiError, badRequest, notFound, paymentRequired, unavailable } from '../../errors.ts';
+import { newId } from '../../lib/ids.ts';
+import { toCredits } from '../../lib/money.ts';
 import type { Logger } from '../../logger.ts';
-import type { ImageProvider } from '../../providers/image-provider.ts';
+import type { ImageParams } from '../../providers/types.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
+import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { ModelRepository } from '../../repositories/model.repository.ts';
-import type { RoutingRepository } from '../../repositories/routing.repository.ts';
 import type { AuthContext } from '../auth.service.ts';
 import type { FileService } from '../file.service.ts';
-import { newId } from '../ids.ts';
-import { pickMember } from '../member-router.ts';
-import { toCredits } from '../money.ts';
-import { normalizeImageRequest, type ImageParams, type ImageRequestFields } from './image-request.ts';
+import { keepLease } from '../tasks/lease.ts';
+import type { TaskNotifier } from '../tasks/task-notifier.ts';
+import type { ExecuteResult, ImageOperation, ImageRunner, ImageSink } from './image-runner.ts';
+import { normalizeImageRequest, type ImageRequestFields } from './image-request.ts';
 import { CUSTOM_SIZE_LIMITS, customSizeTier, ratioOf } from './image-size.ts';
 
 type Schemas = components['schemas'];
-
-export type ImageOperation = 'generation' | 'edit';
 
 /** An input image of an edit: bytes to store, or a file this account already has. */
 export type EditInput = { data: Buffer; mimeType: string; param: string } | { fileId: string; param: string };
@@ -37,7 +33,6 @@ export interface PreparedImageRequest {
   operation: ImageOperation;
   model: string;
   prompt: string;
-  memberId: string;
   n: number;
   unitPrice: number;
   params: ImageParams;
@@ -45,37 +40,18 @@ export interface PreparedImageRequest {
   mask: { fileId?: string; data?: Buffer; mimeType: string } | undefined;
 }
 
-/** Where rendered images go. `image` resolves once the client has the image (stream) or at once. */
-export interface ImageSink {
-  partial(imageIndex: number, partialIndex: number, image: Buffer): Promise<void>;
-  image(imageIndex: number, image: Buffer, file: FileRow): Promise<void>;
-}
-
-export const NULL_SINK: ImageSink = { partial: async () => undefined, image: async () => undefined };
-
-export interface ExecuteResult {
-  status: 'completed' | 'failed' | 'needs_attention';
-  files: FileRow[];
-  images: Buffer[];
-  /** The upstream's revised prompt, when it gives one. */
-  revisedPrompt?: string;
-  /** Set when the provider failed after some images were delivered (streams report it as `event: error`). */
-  error?: ApiError;
-}
-
 export interface ImageServiceDeps {
   tasks: ImageTaskRepository;
   models: ModelRepository;
-  routing: RoutingRepository;
   ledger: LedgerRepository;
   files: FileService;
-  providers: Map<string, ImageProvider>;
-  db: Kysely<DB>;
+  runner: ImageRunner;
+  notifier: TaskNotifier;
   log: Logger;
+  /** Lease owner of the synchronous tasks this process's requests run. */
+  instanceId: string;
   options: { sizeParam: 'accept' | 'reject'; leaseMs: number; maxEditImages: number };
 }
-
-const MIME: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
 
 /** Scales a size down (keeping its ratio, even edges) into the custom-size limits: edges ≤ 3840, pixels ≤ 8,294,400. */
 export function fitWithinLimits(width: number, height: number): { width: number; height: number } {
@@ -127,9 +103,7 @@ export class ImageService {
       priced.params = { ...priced.params, width, height, resolution, aspectRatio: ratioOf(width, height) };
     }
 
-    const member = pickMember(await this.deps.routing.candidates(auth.groupId, model.id), (p) => this.deps.providers.has(p));
-    if (!member) throw unavailable('no_reachable_member', `No enabled backend member can run model '${model.id}' here.`);
-    return { operation, model: model.id, prompt: fields.prompt, memberId: member.id, n: priced.n, unitPrice: priced.unitPrice, params: priced.params, inputs, mask };
+    return { operation, model: model.id, prompt: fields.prompt, n: priced.n, unitPrice: priced.unitPrice, params: priced.params, inputs, mask };
   }
 
   private async loadInput(auth: AuthContext, input: EditInput) {
@@ -152,9 +126,9 @@ export class ImageService {
 
   /**
    * Stores the inputs, holds n × price and inserts the task in one statement. A synchronous task
-   * starts with this request holding its lease; an async one waits for the task engine.
+   * starts with this process holding its lease; an async one is left to the task engines.
    */
-  async start(auth: AuthContext, req: PreparedImageRequest, mode: { async: boolean; workerId: string }): Promise<ImageTaskRow> {
+  async start(auth: AuthContext, req: PreparedImageRequest, mode: { async: boolean }): Promise<ImageTaskRow> {
     const taskId = newId('img');
     const saved: FileRow[] = [];
     const store = async (input: { fileId?: string; data?: Buffer; mimeType: string; width?: number; height?: number }) => {
@@ -171,28 +145,32 @@ export class ImageService {
     const maskFileId = req.mask ? await store(req.mask) : null;
 
     const quoted = req.unitPrice * req.n;
-    const row = {
-      id: taskId,
-      account_id: auth.accountId,
-      api_key_id: auth.apiKeyId,
-      group_id: auth.groupId,
-      operation: req.operation,
-      model: req.model,
-      prompt: req.prompt,
-      params: JSON.stringify(req.params),
-      input_file_ids: inputFileIds,
-      mask_file_id: maskFileId,
-      n: req.n,
-      unit_price: req.unitPrice,
-      quoted_credits: quoted,
-      run_async: mode.async,
-      member_id: req.memberId,
-      attempt: mode.async ? 0 : 1,
-      lease_owner: mode.async ? null : mode.workerId,
-      lease_expires_at: mode.async ? null : new Date(Date.now() + this.deps.options.leaseMs),
-    };
     const outcome = await this.deps.ledger
-      .holdAndInsertTask({ holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted }, { table: 'image_tasks', row })
+      .holdAndInsertTask(
+        { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted },
+        {
+          table: 'imageTasks',
+          row: {
+            id: taskId,
+            accountId: auth.accountId,
+            apiKeyId: auth.apiKeyId,
+            groupId: auth.groupId,
+            operation: req.operation,
+            model: req.model,
+            prompt: req.prompt,
+            params: JSON.stringify(req.params),
+            inputFileIds,
+            maskFileId,
+            n: req.n,
+            unitPrice: req.unitPrice,
+            quotedCredits: quoted,
+            runAsync: mode.async,
+            attempt: mode.async ? 0 : 1,
+            leaseOwner: mode.async ? null : this.deps.instanceId,
+            leaseExpiresAt: mode.async ? null : new Date(Date.now() + this.deps.options.leaseMs),
+          },
+        },
+      )
       .catch(async (err: unknown) => {
         for (const file of saved) await this.deps.files.discard(file);
         throw err;
@@ -202,99 +180,21 @@ export class ImageService {
     if (outcome === 'key_quota_exceeded') throw paymentRequired('key_quota_exceeded', `This API key's credit limit cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     if (outcome === 'insufficient_balance') throw paymentRequired('insufficient_balance', `The account balance cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     this.deps.log.info({ taskId, model: req.model, n: req.n, quotedMicroCredits: quoted, async: mode.async }, 'image task created');
+    if (mode.async) this.deps.notifier.notify('image');
     return (await this.deps.tasks.find(taskId))!;
   }
 
   /**
-   * Renders the task's images in order, storing each and handing it to the sink, then settles:
-   * completed with what was delivered (captured), the rest released. Stops early when `signal`
-   * aborts (the client went away). Fenced by the task's attempt.
+   * Runs a synchronous task inside its request, keeping the task's lease while it renders; `signal`
+   * aborts when the client goes away.
    */
-  async execute(task: ImageTaskRow, sink: ImageSink, signal: AbortSignal, log: Logger, opts: { deliveredOnlyIfAllSent?: boolean } = {}): Promise<ExecuteResult> {
-    const fence = { id: task.id, attempt: task.attempt };
-    const params = task.params as unknown as ImageParams;
-    const member = task.memberId ? await this.deps.routing.find(task.memberId) : undefined;
-    const provider = member && this.deps.providers.get(member.provider);
-    if (!provider) {
-      await this.fail(fence, 'no_reachable_member', `No backend member can run model '${task.model}'; the credits were released.`);
-      return { status: 'failed', files: [], images: [] };
+  async runSync(task: ImageTaskRow, sink: ImageSink, signal: AbortSignal, log: Logger, opts: { deliveredOnlyIfAllSent?: boolean } = {}): Promise<ExecuteResult> {
+    const lease = keepLease(this.deps.tasks.leases, fenceOf(task), this.deps.instanceId, this.deps.options.leaseMs, log, signal);
+    try {
+      return await this.deps.runner.execute(task, sink, lease.signal, log, opts);
+    } finally {
+      lease.release();
     }
-    const inputs = await Promise.all(task.inputFileIds.map((id) => this.deps.files.readAll(id)));
-    const mask = task.maskFileId ? await this.deps.files.readAll(task.maskFileId) : undefined;
-    const job = { operation: task.operation as ImageOperation, model: task.model, prompt: task.prompt, params, inputs, ...(mask && { mask }) };
-
-    const files: FileRow[] = [];
-    const images: Buffer[] = [];
-    let revisedPrompt: string | null = null;
-    let failure: ApiError | undefined;
-    for (let i = 0; i < task.n && !signal.aborted; i++) {
-      let rendered;
-      try {
-        rendered = await provider.render(job, i, signal, (k, buf) => sink.partial(i, k, buf));
-      } catch (err) {
-        if (signal.aborted) break;
-        log.warn({ err, imageIndex: i }, 'image render failed');
-        if (files.length === 0) {
-          await this.fail(fence, 'upstream_error', 'The image provider failed to generate the image; the credits were released.');
-          throw new ApiError(502, 'upstream_error', `The image provider failed; task ${task.id} failed and its credits were released.`);
-        }
-        failure = new ApiError(502, 'upstream_error', `The image provider failed after ${files.length} of ${task.n} images; only the delivered images are charged.`);
-        break;
-      }
-      revisedPrompt ??= rendered.revisedPrompt ?? null;
-      let file: FileRow;
-      try {
-        file = await this.deps.files.save(
-          { accountId: task.accountId, purpose: 'image_output', contentType: MIME[params.outputFormat]!, taskId: task.id, width: params.width, height: params.height },
-          rendered.image,
-        );
-      } catch (err) {
-        log.error({ err, imageIndex: i }, 'image produced but not stored: task needs attention');
-        await this.deps.tasks.markNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', {
-          fileIds: files.map((f) => f.id),
-          delivered: files.length,
-        });
-        throw new ApiError(502, 'upstream_error', `The image was generated but could not be stored; task ${task.id} needs attention and its credits stay held until an operator settles it.`);
-      }
-      try {
-        await sink.image(i, rendered.image, file);
-      } catch {
-        // The client went away while this image was being delivered: it is not counted.
-        await this.deps.files.discard(file);
-        break;
-      }
-      files.push(file);
-      images.push(rendered.image);
-    }
-
-    // A JSON response delivers nothing until it is written: a client that left before it gets nothing.
-    if (opts.deliveredOnlyIfAllSent && signal.aborted) {
-      for (const file of files) await this.deps.files.discard(file);
-      files.length = 0;
-    }
-    if (files.length === 0) {
-      await this.fail(fence, 'client_disconnected', 'The client disconnected before any image was delivered; the credits were released.');
-      return { status: 'failed', files, images };
-    }
-    const captured = files.length * task.unitPrice;
-    const done = await this.deps.db.transaction().execute(async (trx) => {
-      if (!(await this.deps.tasks.markCompleted(fence, { fileIds: files.map((f) => f.id), delivered: files.length, actualCredits: captured, revisedPrompt }, trx))) return false;
-      const hold = await this.deps.ledger.findHoldByTask(task.id, trx);
-      if (hold && !(await this.deps.ledger.settle(hold.id, captured, trx))) throw new Error(`hold of task ${task.id} was already settled`);
-      return true;
-    });
-    if (!done) throw new ApiError(500, 'internal_error', `Task ${task.id} was taken over by another worker.`);
-    log.info({ delivered: files.length, n: task.n, capturedMicroCredits: captured }, 'image task completed');
-    return { status: 'completed', files, images, ...(revisedPrompt && { revisedPrompt }), ...(failure && { error: failure }) };
-  }
-
-  /** Fails the task (fenced by its attempt) and releases its hold. */
-  async fail(fence: { id: string; attempt: number }, code: string, message: string): Promise<void> {
-    await this.deps.db.transaction().execute(async (trx) => {
-      if (!(await this.deps.tasks.markFailed(fence, code, message, trx))) return;
-      const hold = await this.deps.ledger.findHoldByTask(fence.id, trx);
-      if (hold) await this.deps.ledger.settle(hold.id, 0, trx);
-    });
   }
 
   /** GET /v1/images/{task_id}: the owner's task only. */
@@ -348,25 +248,5 @@ export class ImageService {
       quality: params.resolvedQuality,
       background: params.transparent ? 'transparent' : 'opaque',
     };
-  }
-
-  /**
-   * Operator settlement of a needs_attention task. `completed`: the operator confirms the outcome
-   * (e.g. delivered the results out of band): the whole hold is captured. `refunded`: only the
-   * images that were stored and delivered before the failure are charged; the rest is released.
-   */
-  async settle(id: string, outcome: 'completed' | 'refunded', reason: string): Promise<ImageTaskRow> {
-    const row = await this.deps.tasks.find(id);
-    if (!row) throw notFound('task_not_found', `No task '${id}'.`);
-    const settled = await this.deps.db.transaction().execute(async (trx) => {
-      const captured = outcome === 'completed' ? row.quotedCredits : row.delivered * row.unitPrice;
-      if (!(await this.deps.tasks.settle(id, outcome, reason, captured, trx))) return false;
-      const hold = await this.deps.ledger.findHoldByTask(id, trx);
-      if (hold && !(await this.deps.ledger.settle(hold.id, captured, trx))) throw new Error(`hold of task ${id} was already settled`);
-      return true;
-    });
-    if (!settled) throw new ApiError(409, 'task_not_settleable', `Task '${id}' is ${row.status}; only a needs_attention image task can be settled.`);
-    this.deps.log.info({ taskId: id, outcome, reason }, 'image task settled by operator');
-    return (await this.deps.tasks.find(id))!;
   }
 }

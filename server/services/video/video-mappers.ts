@@ -3,7 +3,7 @@ import type { components } from '../../../generated/api.d.ts';
 import type { BillingMode } from '../../catalog/capabilities.ts';
 import type { VideoCatalogRow } from '../../repositories/model.repository.ts';
 import type { VideoTaskRow } from '../../repositories/video-task.repository.ts';
-import { toCredits } from '../money.ts';
+import { toCredits } from '../../lib/money.ts';
 
 type Schemas = components['schemas'];
 

@@ -7,7 +7,7 @@
 import type { components } from '../../../generated/api.d.ts';
 import type { VideoCapabilities } from '../../catalog/capabilities.ts';
 import { ApiError, badRequest, tooLarge } from '../../errors.ts';
-import { decodeImageDataUrl } from '../data-url.ts';
+import { decodeImageDataUrl } from '../../lib/data-url.ts';
 import ipaddr from 'ipaddr.js';
 
 type VideoCreateRequest = components['schemas']['VideoCreateRequest'];

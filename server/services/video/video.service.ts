@@ -3,8 +3,10 @@
  * Creation never waits for the video: it validates, places the credit hold and inserts the task
  * in one statement, and returns 202; the task engine does the rest.
  */
+import type { Insertable } from 'kysely';
 import sharp from 'sharp';
 import type { components } from '../../../generated/api.d.ts';
+import type { VideoTasks } from '../../../generated/db.d.ts';
 import type { BillingMode } from '../../catalog/capabilities.ts';
 import { ApiError, badRequest, conflict, notFound, paymentRequired, unavailable } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
@@ -14,8 +16,9 @@ import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video
 import type { FileRow } from '../../repositories/file.repository.ts';
 import type { AuthContext } from '../auth.service.ts';
 import type { FileService } from '../file.service.ts';
-import { newId } from '../ids.ts';
+import { newId } from '../../lib/ids.ts';
 import type { QuoteTokens } from '../quote-token.ts';
+import type { TaskNotifier } from '../tasks/task-notifier.ts';
 import { toBillingRow, toCapability, toVideoTask, toVideoTaskCreated, quoteFor } from './video-mappers.ts';
 import { checkAgainstModel, checkCallbackUrl, decodeMediaInputs, isCompositeModelId, normalizeVideoRequest } from './video-request.ts';
 
@@ -36,8 +39,7 @@ export interface VideoServiceDeps {
   quotes: QuoteTokens;
   log: Logger;
   options: VideoServiceOptions;
-  /** Wakes the local task engine after a task is created. */
-  onCreated?: () => void;
+  notifier: TaskNotifier;
 }
 
 function isUniqueViolation(err: unknown, constraint: string): boolean {
@@ -92,35 +94,35 @@ export class VideoService {
     const inputFileIds = inputFiles.map((f) => f.id);
 
     const quoted = quoteFor(price.mode, price.unitPrice, req.durationSeconds);
-    const row = {
+    const row: Insertable<VideoTasks> = {
       id: taskId,
-      account_id: auth.accountId,
-      api_key_id: auth.apiKeyId,
-      group_id: auth.groupId,
-      client_request_id: req.clientRequestId,
+      accountId: auth.accountId,
+      apiKeyId: auth.apiKeyId,
+      groupId: auth.groupId,
+      clientRequestId: req.clientRequestId,
       model: model.id,
       prompt: req.prompt,
-      negative_prompt: req.negativePrompt ?? null,
-      duration_seconds: req.durationSeconds,
-      aspect_ratio: req.aspectRatio,
+      negativePrompt: req.negativePrompt ?? null,
+      durationSeconds: req.durationSeconds,
+      aspectRatio: req.aspectRatio,
       resolution: req.resolution,
-      generate_audio: checked.generateAudio,
-      input_mode: checked.inputMode,
-      input_file_ids: inputFileIds,
-      reference_videos: req.referenceVideos,
-      reference_audios: req.referenceAudios,
-      callback_url: req.callbackUrl ?? null,
-      billing_kind: 'snapshot',
-      billing_mode: price.mode,
-      unit_price: price.unitPrice,
-      quoted_credits: quoted,
-      deadline_at: new Date(Date.now() + this.deps.options.maxLifetimeSeconds * 1000),
+      generateAudio: checked.generateAudio,
+      inputMode: checked.inputMode,
+      inputFileIds,
+      referenceVideos: req.referenceVideos,
+      referenceAudios: req.referenceAudios,
+      callbackUrl: req.callbackUrl ?? null,
+      billingKind: 'snapshot',
+      billingMode: price.mode,
+      unitPrice: price.unitPrice,
+      quotedCredits: quoted,
+      deadlineAt: new Date(Date.now() + this.deps.options.maxLifetimeSeconds * 1000),
     };
     let outcome;
     try {
       outcome = await this.deps.ledger.holdAndInsertTask(
         { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted },
-        { table: 'video_tasks', row },
+        { table: 'videoTasks', row },
       );
     } catch (err) {
       await this.discard(inputFiles);
@@ -139,7 +141,7 @@ export class VideoService {
       throw paymentRequired('insufficient_balance', `The account balance cannot cover this video (${quoted / 1e6} credits).`);
     }
     this.deps.log.info({ taskId, model: model.id, quotedMicroCredits: quoted, apiKeyId: auth.apiKeyId }, 'video task created');
-    this.deps.onCreated?.();
+    this.deps.notifier.notify('video');
     // Everything the create shape shows was just written; no need to read the row back.
     const task = toVideoTaskCreated({
       id: taskId,

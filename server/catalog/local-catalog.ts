@@ -3,8 +3,8 @@
  * cover both billing modes, both audio defaults, every frames mode and a configurable
  * reference-image limit; the image models cover quality and non-quality pricing.
  */
-import type { CatalogModelDefinition, PriceRow } from '../../catalog/capabilities.ts';
-import { MICRO } from '../../services/money.ts';
+import type { CatalogModelDefinition, PriceRow } from './capabilities.ts';
+import { MICRO } from '../lib/money.ts';
 
 const IMAGE_RATIOS = ['1:1', '3:2', '2:3', '16:9', '9:16', '4:3', '3:4', '21:9'];
 const credits = (n: number) => Math.round(n * MICRO);

@@ -1,0 +1,52 @@
+/**
+ * The one error an upstream adapter throws. Adapters classify what the upstream said; the rest of
+ * the gateway decides from `kind` alone (retry, fail the task, cool the member down, which API error
+ * to answer: see `apiErrorOf` in errors.ts). `message` is the upstream's reason, sanitized: never
+ * a URL with credentials, a header or a key.
+ */
+export type ProviderErrorKind =
+  /** Connection error, timeout, 5xx: try again later (or on another member). */
+  | 'retryable'
+  /** 429 with a short wait; `retryAfterMs` when the upstream said how long. */
+  | 'rate_limited'
+  /** The account's quota or credit is used up (e.g. OpenAI `insufficient_quota`): not worth retrying soon. */
+  | 'quota_exhausted'
+  /** 401/403: the member's credentials are wrong or lack permission. */
+  | 'auth'
+  /** Refused by the upstream's content policy (prompt or output). */
+  | 'policy'
+  /** The upstream rejected the request as invalid (a parameter it does not accept). */
+  | 'invalid_request'
+  /** The upstream accepted the job and then reported it failed. */
+  | 'failed';
+
+export class ProviderError extends Error {
+  readonly kind: ProviderErrorKind;
+  readonly retryAfterMs: number | undefined;
+  /** HTTP status and error code the upstream answered, for logs and member health. */
+  readonly upstreamStatus: number | undefined;
+  readonly upstreamCode: string | undefined;
+
+  constructor(kind: ProviderErrorKind, message: string, opts: { retryAfterMs?: number; upstreamStatus?: number; upstreamCode?: string; cause?: unknown } = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'ProviderError';
+    this.kind = kind;
+    this.retryAfterMs = opts.retryAfterMs;
+    this.upstreamStatus = opts.upstreamStatus;
+    this.upstreamCode = opts.upstreamCode;
+  }
+
+  /** Worth trying again (later, or on another member). */
+  get transient(): boolean {
+    return this.kind === 'retryable' || this.kind === 'rate_limited';
+  }
+}
+
+/**
+ * Any error as a ProviderError: an unknown error (a bug, an unclassified network error) counts as
+ * retryable, with `message` instead of its own text, which may hold internal details.
+ */
+export function asProviderError(err: unknown, message: string): ProviderError {
+  if (err instanceof ProviderError) return err;
+  return new ProviderError('retryable', message, { cause: err });
+}

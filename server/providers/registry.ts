@@ -1,0 +1,77 @@
+/**
+ * The one list of provider kinds (a unit test keeps it equal to the contract's `AdminProvider` enum
+ * and to the database's check constraint) and the adapters this build has for them.
+ *
+ * Adding a provider: see docs/ARCHITECTURE.md, "How to add a provider".
+ */
+import { join } from 'node:path';
+import { LocalImageProvider } from './local/local-image.provider.ts';
+import { LocalVideoProvider } from './local/local-video.provider.ts';
+import type { ImageProvider, VideoProvider } from './types.ts';
+
+export const PROVIDER_KINDS = ['local', 'openai', 'gemini', 'ark', 'kling'] as const;
+export type ProviderKind = (typeof PROVIDER_KINDS)[number];
+
+export interface ProviderDefinition {
+  /** Credential names a member must have (none: the provider runs on this machine). */
+  credentials: readonly string[];
+  /** Base URL when the member sets none. */
+  defaultBaseUrl: string | null;
+}
+
+export const PROVIDERS: Record<ProviderKind, ProviderDefinition> = {
+  local: { credentials: [], defaultBaseUrl: null },
+  openai: { credentials: ['api_key'], defaultBaseUrl: 'https://api.openai.com/v1' },
+  gemini: { credentials: ['api_key'], defaultBaseUrl: 'https://generativelanguage.googleapis.com/v1beta' },
+  ark: { credentials: ['api_key'], defaultBaseUrl: 'https://ark.ap-southeast.bytepluses.com/api/v3' },
+  kling: { credentials: ['access_key', 'secret_key'], defaultBaseUrl: 'https://api-singapore.klingai.com' },
+};
+
+export function isProviderKind(value: string): value is ProviderKind {
+  return (PROVIDER_KINDS as readonly string[]).includes(value);
+}
+
+export interface ProviderAdapters {
+  image?: ImageProvider;
+  video?: VideoProvider;
+}
+
+/** The adapters of this process, by provider kind. */
+export class ProviderRegistry {
+  constructor(private readonly adapters: Partial<Record<ProviderKind, ProviderAdapters>>) {}
+
+  image(kind: string): ImageProvider | undefined {
+    return isProviderKind(kind) ? this.adapters[kind]?.image : undefined;
+  }
+
+  video(kind: string): VideoProvider | undefined {
+    return isProviderKind(kind) ? this.adapters[kind]?.video : undefined;
+  }
+
+  /** Kinds with an adapter for `capability`: members of other kinds cannot serve it here. */
+  kindsFor(capability: 'image' | 'video'): ProviderKind[] {
+    return PROVIDER_KINDS.filter((kind) => this.adapters[kind]?.[capability] !== undefined);
+  }
+
+  /** Kinds that need no credentials to run. */
+  credentialFreeKinds(): ProviderKind[] {
+    return PROVIDER_KINDS.filter((kind) => PROVIDERS[kind].credentials.length === 0);
+  }
+}
+
+export interface ProviderOptions {
+  /** Scratch space of the local video renderer. */
+  mediaDir: string;
+  /** Simulated upstream latency of the local providers (demos, crash tests). */
+  localRenderDelayMs: number;
+}
+
+/** The adapters of this build; `overrides` replace some (tests inject failing or slow fakes). */
+export function createProviderRegistry(options: ProviderOptions, overrides: Partial<Record<ProviderKind, ProviderAdapters>> = {}): ProviderRegistry {
+  const builtIn: Partial<Record<ProviderKind, ProviderAdapters>> = {
+    local: { image: new LocalImageProvider(), video: new LocalVideoProvider(join(options.mediaDir, 'tmp'), options.localRenderDelayMs) },
+  };
+  const merged = { ...builtIn };
+  for (const [kind, adapters] of Object.entries(overrides) as [ProviderKind, ProviderAdapters][]) merged[kind] = { ...builtIn[kind], ...adapters };
+  return new ProviderRegistry(merged);
+}

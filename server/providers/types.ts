@@ -1,0 +1,125 @@
+/**
+ * What adapters and the services above them share. This is the bottom of the house: nothing here
+ * imports from services, repositories or HTTP.
+ */
+import type { Readable } from 'node:stream';
+import type { ProviderError } from './provider-error.ts';
+import type { ProviderKind } from './registry.ts';
+
+/**
+ * The upstream account a call runs on: a group member, with its decrypted credentials. Adapters
+ * receive it on every call and keep no per-account state of their own.
+ */
+export interface UpstreamAccount {
+  memberId: string;
+  provider: ProviderKind;
+  /** The member's base URL; null means the provider's public default. */
+  baseUrl: string | null;
+  /** Decrypted credentials by name (`api_key`, `access_key`, …); empty for `local`. */
+  credentials: Readonly<Record<string, string>>;
+}
+
+export type ImageFormat = 'png' | 'jpeg' | 'webp';
+
+/** The normalized image request (stored in image_tasks.params): drives rendering and responses. */
+export interface ImageParams {
+  width: number;
+  height: number;
+  resolution: string;
+  aspectRatio: string;
+  /** The requested quality (may be `auto`) and the resolved one. */
+  quality: 'auto' | 'low' | 'medium' | 'high';
+  resolvedQuality: 'auto' | 'low' | 'medium' | 'high';
+  /** Requested background (may be `auto`); resolved is transparent or opaque. */
+  background: 'transparent' | 'opaque' | 'auto';
+  transparent: boolean;
+  outputFormat: ImageFormat;
+  outputCompression: number | undefined;
+  responseFormat: 'url' | 'b64_json';
+  partialImages: number;
+  /** The `size` as requested (`auto` when absent), for the streaming events. */
+  requestedSize: string;
+}
+
+export interface ImageJob {
+  operation: 'generation' | 'edit';
+  /** The upstream's model id. */
+  model: string;
+  prompt: string;
+  /** Number of images. */
+  n: number;
+  params: ImageParams;
+  /** Edit inputs (decoded image files) and the optional mask. */
+  inputs: Buffer[];
+  mask?: Buffer;
+}
+
+export interface GeneratedImage {
+  image: Buffer;
+  revisedPrompt?: string;
+}
+
+/**
+ * Where an adapter hands its results, in order, as they arrive. `image` resolves once the image is
+ * stored and delivered; it rejects when the client went away, and the adapter then stops.
+ */
+export interface ImageEvents {
+  partial(imageIndex: number, partialIndex: number, image: Buffer): Promise<void>;
+  image(imageIndex: number, image: GeneratedImage): Promise<void>;
+}
+
+export interface ImageProvider {
+  /** Produces the job's `n` images, reporting partials and finished images through `events`. */
+  generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void>;
+}
+
+export interface VideoJob {
+  taskId: string;
+  /** The upstream's model id. */
+  model: string;
+  prompt: string;
+  negativePrompt: string | null;
+  durationSeconds: number;
+  aspectRatio: string;
+  resolution: string;
+  generateAudio: boolean;
+  firstFrame?: Buffer;
+  lastFrame?: Buffer;
+  referenceImages: Buffer[];
+  /** https URLs, for providers that accept reference media. */
+  referenceVideos: string[];
+  referenceAudios: string[];
+}
+
+/** A finished video, as a stream of its bytes (never a local path). */
+export interface VideoContent {
+  stream: Readable;
+  contentType: string;
+  /** When the upstream said. */
+  bytes?: number;
+}
+
+/** Where a succeeded job's output is, in the adapter's own terms (e.g. `{ uri }`); opaque to the rest. */
+export type VideoOutputRef = Readonly<Record<string, string>>;
+
+export type VideoStatus =
+  /** Still running: poll again after `retryAfterMs` when the upstream said, else the adapter's interval. */
+  | { state: 'running'; progress?: number; retryAfterMs?: number }
+  | { state: 'succeeded'; output: VideoOutputRef }
+  /** Failed upstream; `error` says why (kind `policy`, `failed`, …). */
+  | { state: 'failed'; error: ProviderError };
+
+/**
+ * A video upstream as a sequence of short calls (design §6): submit once, poll, download. Each call
+ * receives the upstream account; none sleeps, holds leases or knows about ledgers and storage.
+ */
+export interface VideoProvider {
+  /** Default delay between polls of a running job. */
+  readonly pollIntervalMs: number;
+  /** Sends the job; returns the upstream's job id (saved before any poll). */
+  submit(account: UpstreamAccount, job: VideoJob, signal: AbortSignal): Promise<string>;
+  /** One status call. */
+  poll(account: UpstreamAccount, jobId: string, job: VideoJob, signal: AbortSignal): Promise<VideoStatus>;
+  /** The output of a succeeded job (as its poll described it), streamed. */
+  download(account: UpstreamAccount, jobId: string, output: VideoOutputRef, job: VideoJob, signal: AbortSignal): Promise<VideoContent>;
+}

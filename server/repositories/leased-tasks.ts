@@ -1,0 +1,116 @@
+/**
+ * The one implementation of leased work for every table that has the leased-task columns
+ * (`attempt`, `lease_owner`, `lease_expires_at`, `next_run_at`, `retries`; see the leased-tasks
+ * migration): video tasks, image tasks and, later, webhook deliveries.
+ *
+ * A claim takes due, unleased (or lease-expired) rows with `FOR UPDATE SKIP LOCKED`, bumps their
+ * `attempt` and sets the lease, in one statement. Every later write of the worker is fenced by the
+ * attempt it claimed: once the lease expired and another worker claimed the row, the old worker's
+ * heartbeat, reschedule and updates all match nothing.
+ */
+import { sql, type Kysely, type RawBuilder, type Selectable, type UpdateObject } from 'kysely';
+import type { DB } from '../../generated/db.d.ts';
+import type { Executor } from '../db/database.ts';
+
+/** A claimed attempt of a row: writes apply only while the row still has this attempt. */
+export interface Fence {
+  id: string;
+  attempt: number;
+}
+
+export type LeasedTableName = 'videoTasks' | 'imageTasks';
+
+export interface LeasedTableSpec<Name extends LeasedTableName> {
+  /** Kysely (camelCase) table name and its SQL name. */
+  table: Name;
+  sqlTable: string;
+  /** Statuses in which a row is still worked on; terminal rows are never claimed or updated. */
+  active: readonly string[];
+  /** Extra assignments of a claim (e.g. video: `status = 'in_progress'`). */
+  onClaim?: RawBuilder<unknown>;
+}
+
+export const fenceOf = (row: { id: string; attempt: number }): Fence => ({ id: row.id, attempt: row.attempt });
+
+export class LeasedTasks<Name extends LeasedTableName> {
+  constructor(
+    private readonly db: Kysely<DB>,
+    private readonly spec: LeasedTableSpec<Name>,
+  ) {}
+
+  // Kysely cannot type a table name that is itself generic; the public signatures are typed instead.
+  private updateRows(db: Executor = this.db) {
+    return (db as Kysely<any>).updateTable(this.spec.table as string);
+  }
+
+  private activeStatuses(): RawBuilder<unknown> {
+    return sql.join(this.spec.active.map((s) => sql.lit(s)));
+  }
+
+  /** Claims up to `limit` due rows in one statement, oldest due first, for `leaseMs`. */
+  async claimDue(workerId: string, limit: number, leaseMs: number): Promise<Selectable<DB[Name]>[]> {
+    const table = sql.table(this.spec.sqlTable);
+    const extra = this.spec.onClaim ? sql`, ${this.spec.onClaim}` : sql``;
+    const result = await sql<Selectable<DB[Name]>>`
+      update ${table} t
+      set attempt = t.attempt + 1,
+          lease_owner = ${workerId},
+          lease_expires_at = now() + ${leaseMs} * interval '1 millisecond'${extra}
+      where t.id in (
+        select id from ${table}
+        where status in (${this.activeStatuses()}) and next_run_at <= now()
+          and (lease_expires_at is null or lease_expires_at < now())
+        order by next_run_at
+        limit ${limit}
+        for update skip locked
+      )
+      returning t.*`.execute(this.db);
+    // The CamelCasePlugin maps raw result columns too.
+    return result.rows;
+  }
+
+  /** Extends the lease; false when the row was taken over (or finished) meanwhile. */
+  async heartbeat(fence: Fence, workerId: string, leaseMs: number): Promise<boolean> {
+    const r = await this.updateRows()
+      .set({ leaseExpiresAt: sql`now() + ${leaseMs} * interval '1 millisecond'` })
+      .where('id', '=', fence.id)
+      .where('attempt', '=', fence.attempt)
+      .where('leaseOwner', '=', workerId)
+      .where('status', 'in', this.spec.active)
+      .executeTakeFirst();
+    return r.numUpdatedRows === 1n;
+  }
+
+  /**
+   * Releases the lease and makes the row due again in `delayMs`: the next step of a running task,
+   * or (with `failed`) a retry after a transient failure, which counts toward the retry policy.
+   */
+  async reschedule(fence: Fence, delayMs: number, opts: { failed?: boolean } = {}): Promise<boolean> {
+    const r = await this.updateRows()
+      .set({
+        nextRunAt: sql`now() + ${Math.max(0, Math.round(delayMs))} * interval '1 millisecond'`,
+        leaseOwner: null,
+        leaseExpiresAt: null,
+        ...(opts.failed ? { retries: sql`retries + 1` } : { retries: 0 }),
+      })
+      .where('id', '=', fence.id)
+      .where('attempt', '=', fence.attempt)
+      .where('status', 'in', this.spec.active)
+      .executeTakeFirst();
+    return r.numUpdatedRows === 1n;
+  }
+
+  /**
+   * Applies `values` while the row is still active and at `fence.attempt` (or, for an unfenced
+   * `{ id }`, at any attempt: lifetime sweeps and operators). Returns the updated row, or undefined
+   * when the fence no longer holds.
+   */
+  async update(target: Fence | { id: string }, values: UpdateObject<DB, Name>, db: Executor): Promise<Selectable<DB[Name]> | undefined> {
+    let q = this.updateRows(db)
+      .set(values as Record<string, unknown>)
+      .where('id', '=', target.id)
+      .where('status', 'in', this.spec.active);
+    if ('attempt' in target) q = q.where('attempt', '=', target.attempt);
+    return (await q.returningAll().executeTakeFirst()) as Selectable<DB[Name]> | undefined;
+  }
+}

@@ -1,0 +1,175 @@
+/**
+ * Runs image tasks: the synchronous ones inside the request that created them (its lease held by
+ * the request), and, as a task runner for the engine, `Prefer: respond-async` tasks and
+ * synchronous tasks whose request died with its process.
+ *
+ * `execute` picks the member, asks the provider for the task's images, stores each one and hands
+ * it to a sink (the JSON response, the event stream, or nothing), then settles: completed with
+ * exactly the delivered images captured and the rest released. An image that was produced but
+ * could not be stored leaves the task `needs_attention` with its credits held for an operator.
+ */
+import { ApiError, apiErrorOf, taskErrorCodeOf } from '../../errors.ts';
+import type { Logger } from '../../logger.ts';
+import type { Pool } from '../../pool/pool.ts';
+import { asProviderError } from '../../providers/provider-error.ts';
+import type { ProviderRegistry } from '../../providers/registry.ts';
+import type { ImageEvents, ImageParams } from '../../providers/types.ts';
+import type { FileRow } from '../../repositories/file.repository.ts';
+import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
+import { fenceOf } from '../../repositories/leased-tasks.ts';
+import type { FileService } from '../file.service.ts';
+import type { RetryPolicy } from '../tasks/retry-policy.ts';
+import type { Settlement } from '../tasks/settlement.ts';
+import { DONE, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
+
+export const IMAGE_RETRY: RetryPolicy = { maxRetries: 2, baseDelayMs: 2000, maxDelayMs: 10_000 };
+
+export type ImageOperation = 'generation' | 'edit';
+
+/** Where finished images go. `image` resolves once the client has the image (stream) or at once. */
+export interface ImageSink {
+  partial(imageIndex: number, partialIndex: number, image: Buffer): Promise<void>;
+  image(imageIndex: number, image: Buffer, file: FileRow): Promise<void>;
+}
+
+export const NULL_SINK: ImageSink = { partial: async () => undefined, image: async () => undefined };
+
+export interface ExecuteResult {
+  status: 'completed' | 'failed' | 'needs_attention';
+  files: FileRow[];
+  images: Buffer[];
+  /** The upstream's revised prompt, when it gives one. */
+  revisedPrompt?: string;
+  /** Set when the provider failed after some images were delivered (streams report it as `event: error`). */
+  error?: ApiError;
+}
+
+const MIME: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
+
+/** An image the provider produced could not be stored: the outcome is unknown. */
+class NotStored extends Error {}
+/** The sink could not deliver an image: the client went away. */
+class NotDelivered extends Error {}
+
+export interface ImageRunnerDeps {
+  tasks: ImageTaskRepository;
+  pool: Pool;
+  providers: ProviderRegistry;
+  files: FileService;
+  settlement: Settlement;
+}
+
+export class ImageRunner implements TaskRunner<ImageTaskRow> {
+  readonly name = 'image';
+  readonly leases;
+  readonly retry = IMAGE_RETRY;
+
+  constructor(private readonly deps: ImageRunnerDeps) {
+    this.leases = deps.tasks.leases;
+  }
+
+  async step(task: ImageTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
+    if (!task.runAsync) {
+      // A synchronous request whose process died: its client got a broken connection and never
+      // learned the task id, so nothing is delivered and nothing is charged.
+      await this.deps.settlement.failImage(fenceOf(task), 'interrupted', 'The request was interrupted before its images were delivered; the credits were released.');
+      log.warn('interrupted synchronous image task failed and released');
+      return DONE;
+    }
+    try {
+      await this.execute(task, NULL_SINK, signal, log);
+    } catch (err) {
+      // execute() settled the task (failed, or needs_attention) before raising an ApiError.
+      if (!(err instanceof ApiError)) throw err;
+    }
+    return DONE;
+  }
+
+  async giveUp(task: ImageTaskRow, err: unknown, log: Logger): Promise<void> {
+    log.error({ err }, 'image task failed after its last retry');
+    await this.deps.settlement.failImage(fenceOf(task), 'upstream_error', 'Image generation failed repeatedly; the credits were released.');
+  }
+
+  /**
+   * Produces the task's images into `sink`, then settles. Stops early when `signal` aborts (the
+   * client went away). With `deliveredOnlyIfAllSent` (a JSON response: nothing reaches the client
+   * until it is written) an aborted request delivers nothing. Fenced by the task's attempt.
+   */
+  async execute(task: ImageTaskRow, sink: ImageSink, signal: AbortSignal, log: Logger, opts: { deliveredOnlyIfAllSent?: boolean } = {}): Promise<ExecuteResult> {
+    const fence = fenceOf(task);
+    const params = task.params as unknown as ImageParams;
+    const account = task.memberId ? await this.deps.pool.account(task.memberId) : await this.deps.pool.pick(task.groupId, task.model, 'image');
+    const provider = account && this.deps.providers.image(account.provider);
+    if (!account || !provider) {
+      await this.deps.settlement.failImage(fence, 'no_reachable_member', `No backend member can run model '${task.model}'; the credits were released.`);
+      throw new ApiError(503, 'no_reachable_member', `No enabled backend member can run model '${task.model}' here.`);
+    }
+    const inputs = await Promise.all(task.inputFileIds.map((id) => this.deps.files.readAll(id)));
+    const mask = task.maskFileId ? await this.deps.files.readAll(task.maskFileId) : undefined;
+    const job = { operation: task.operation as ImageOperation, model: task.model, prompt: task.prompt, n: task.n, params, inputs, ...(mask && { mask }) };
+
+    const files: FileRow[] = [];
+    const images: Buffer[] = [];
+    // Set inside the event callbacks; an object so TypeScript does not narrow it to null.
+    const upstream: { revisedPrompt: string | null } = { revisedPrompt: null };
+    const events: ImageEvents = {
+      partial: (imageIndex, partialIndex, image) => sink.partial(imageIndex, partialIndex, image),
+      image: async (imageIndex, generated) => {
+        if (signal.aborted) throw new NotDelivered();
+        upstream.revisedPrompt ??= generated.revisedPrompt ?? null;
+        let file: FileRow;
+        try {
+          file = await this.deps.files.save(
+            { accountId: task.accountId, purpose: 'image_output', contentType: MIME[params.outputFormat]!, taskId: task.id, width: params.width, height: params.height },
+            generated.image,
+          );
+        } catch (err) {
+          throw new NotStored('the image could not be stored', { cause: err });
+        }
+        try {
+          await sink.image(imageIndex, generated.image, file);
+        } catch {
+          // The client went away while this image was being delivered: it is not counted.
+          await this.deps.files.discard(file);
+          throw new NotDelivered();
+        }
+        files.push(file);
+        images.push(generated.image);
+      },
+    };
+
+    let failure: ApiError | undefined;
+    try {
+      await provider.generate(account, job, signal, events);
+    } catch (err) {
+      if (err instanceof NotStored) {
+        log.error({ err: err.cause, stored: files.length }, 'image produced but not stored: task needs attention');
+        await this.deps.settlement.imageNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', { fileIds: files.map((f) => f.id) });
+        throw new ApiError(502, 'upstream_error', `The image was generated but could not be stored; task ${task.id} needs attention and its credits stay held until an operator settles it.`);
+      }
+      if (!(err instanceof NotDelivered) && !signal.aborted) {
+        const error = asProviderError(err, 'The image provider failed to generate the image; the credits were released.');
+        log.warn({ err, delivered: files.length }, 'image provider failed');
+        if (files.length === 0) {
+          await this.deps.settlement.failImage(fence, taskErrorCodeOf(error), error.message);
+          const api = apiErrorOf(error);
+          throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, api.param, api.extra, api.headers);
+        }
+        failure = new ApiError(502, 'upstream_error', `The image provider failed after ${files.length} of ${task.n} images; only the delivered images are charged.`);
+      }
+    }
+
+    if (opts.deliveredOnlyIfAllSent && signal.aborted) {
+      for (const file of files) await this.deps.files.discard(file);
+      files.length = 0;
+    }
+    if (files.length === 0) {
+      await this.deps.settlement.failImage(fence, 'client_disconnected', 'The client disconnected before any image was delivered; the credits were released.');
+      return { status: 'failed', files, images };
+    }
+    const { revisedPrompt } = upstream;
+    const done = await this.deps.settlement.completeImage(fence, { fileIds: files.map((f) => f.id), revisedPrompt });
+    if (!done) throw new ApiError(500, 'internal_error', `Task ${task.id} was taken over by another worker.`);
+    return { status: 'completed', files, images, ...(revisedPrompt !== null && { revisedPrompt }), ...(failure && { error: failure }) };
+  }
+}

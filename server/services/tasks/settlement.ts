@@ -1,0 +1,106 @@
+/**
+ * Settlement: the one place where tasks reach their terminal states and their credit holds are
+ * settled (design §5, §6). Each transition is ONE transaction: the fenced task update first, then
+ * the hold (ledger.repository.ts documents the lock order: task → hold → key → account), so a
+ * worker whose lease was taken over changes nothing, and a hold is captured or released exactly
+ * once together with the state its task ends in.
+ *
+ *   video  completed        capture the quote            (completeVideo)
+ *          failed           release everything           (failVideo)
+ *   image  completed        capture delivered × price    (completeImage)
+ *          failed           release everything           (failImage)
+ *          needs_attention  keep the hold for an operator (imageNeedsAttention)
+ *          operator settle  capture all, or the delivered (settleImageByOperator)
+ */
+import { sql, type Transaction } from 'kysely';
+import type { DB } from '../../../generated/db.d.ts';
+import type { Transactor } from '../../db/transaction.ts';
+import type { Logger } from '../../logger.ts';
+import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
+import type { Fence } from '../../repositories/leased-tasks.ts';
+import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
+import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
+
+export interface SettlementDeps {
+  tx: Transactor;
+  ledger: LedgerRepository;
+  videoTasks: VideoTaskRepository;
+  imageTasks: ImageTaskRepository;
+  log: Logger;
+}
+
+export class Settlement {
+  constructor(private readonly deps: SettlementDeps) {}
+
+  /** Completes a video task with its stored output and captures the quote. Undefined: the fence no longer holds. */
+  async completeVideo(fence: Fence, outputFileId: string): Promise<VideoTaskRow | undefined> {
+    const row = await this.deps.tx.run(async (trx) => {
+      const done = await this.deps.videoTasks.markCompleted(fence, outputFileId, sql<number>`coalesce(quoted_credits, 0)`, trx);
+      if (done) await this.settleHold(trx, done.id, done.quotedCredits ?? 0, done.actualCredits);
+      return done;
+    });
+    if (row) this.deps.log.info({ taskId: row.id, fileId: outputFileId, capturedMicroCredits: row.actualCredits }, 'video task completed');
+    return row;
+  }
+
+  /** Fails a video task and releases its hold; `{ id }` applies at any attempt (lifetime, operators). */
+  async failVideo(target: Fence | { id: string }, code: string, message: string): Promise<VideoTaskRow | undefined> {
+    const row = await this.deps.tx.run(async (trx) => {
+      const failed = await this.deps.videoTasks.markFailed(target, code, message, trx);
+      if (failed) await this.settleHold(trx, failed.id, failed.quotedCredits ?? 0, 0);
+      return failed;
+    });
+    if (row) this.deps.log.info({ taskId: row.id, code, message }, 'video task failed; credits released');
+    return row;
+  }
+
+  /** Completes an image task with the images it delivered; captures delivered × unit price, releases the rest. */
+  async completeImage(fence: Fence, result: { fileIds: string[]; revisedPrompt: string | null }): Promise<ImageTaskRow | undefined> {
+    const delivered = result.fileIds.length;
+    const row = await this.deps.tx.run(async (trx) => {
+      const done = await this.deps.imageTasks.markCompleted(fence, { ...result, delivered, actualCredits: sql<number>`${delivered} * unit_price` }, trx);
+      if (done) await this.settleHold(trx, done.id, done.quotedCredits, done.actualCredits);
+      return done;
+    });
+    if (row) this.deps.log.info({ taskId: row.id, delivered, n: row.n, capturedMicroCredits: row.actualCredits }, 'image task completed');
+    return row;
+  }
+
+  async failImage(fence: Fence, code: string, message: string): Promise<ImageTaskRow | undefined> {
+    const row = await this.deps.tx.run(async (trx) => {
+      const failed = await this.deps.imageTasks.markFailed(fence, code, message, trx);
+      if (failed) await this.settleHold(trx, failed.id, failed.quotedCredits, 0);
+      return failed;
+    });
+    if (row) this.deps.log.info({ taskId: row.id, code }, 'image task failed; credits released');
+    return row;
+  }
+
+  /** The outcome is unknown (images produced but not stored): the hold stays until an operator settles. */
+  async imageNeedsAttention(fence: Fence, message: string, stored: { fileIds: string[] }): Promise<ImageTaskRow | undefined> {
+    const row = await this.deps.tx.run((trx) => this.deps.imageTasks.markNeedsAttention(fence, message, { fileIds: stored.fileIds, delivered: stored.fileIds.length }, trx));
+    if (row) this.deps.log.error({ taskId: row.id, delivered: row.delivered }, 'image task needs attention: its credits stay held until an operator settles it');
+    return row;
+  }
+
+  /**
+   * An operator settles a needs_attention image task. `completed`: the whole hold is captured (the
+   * operator confirms the outcome); `refunded`: only the images delivered before the failure are.
+   */
+  async settleImageByOperator(task: ImageTaskRow, outcome: 'completed' | 'refunded', reason: string): Promise<ImageTaskRow | undefined> {
+    const captured = outcome === 'completed' ? task.quotedCredits : task.delivered * task.unitPrice;
+    const row = await this.deps.tx.run(async (trx) => {
+      const settled = await this.deps.imageTasks.settleByOperator(task.id, outcome, reason, captured, trx);
+      if (settled) await this.settleHold(trx, settled.id, settled.quotedCredits, captured);
+      return settled;
+    });
+    if (row) this.deps.log.info({ taskId: row.id, outcome, reason, capturedMicroCredits: captured }, 'image task settled by operator');
+    return row;
+  }
+
+  /** Settles the hold of a task that has one (quoted > 0); a hold that is missing or already settled is a bug: roll back. */
+  private async settleHold(trx: Transaction<DB>, taskId: string, quoted: number, capture: number): Promise<void> {
+    if (quoted === 0) return; // a free task has no hold
+    if (!(await this.deps.ledger.settleForTask(taskId, capture, trx))) throw new Error(`the hold of task ${taskId} is missing or was already settled`);
+  }
+}

@@ -1,0 +1,19 @@
+/**
+ * Tells the task engines that work became due (a task was created), so that they claim it now
+ * instead of at their next periodic claim. Built once; engines subscribe when they start.
+ */
+export type TaskKindName = 'video' | 'image';
+
+export class TaskNotifier {
+  private readonly listeners = new Set<(kind: TaskKindName) => void>();
+
+  notify(kind: TaskKindName): void {
+    for (const listener of this.listeners) listener(kind);
+  }
+
+  /** Returns the unsubscribe function. */
+  subscribe(listener: (kind: TaskKindName) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+}

@@ -1,0 +1,31 @@
+/**
+ * What a kind of leased task (video, image, …) gives the task engine: its leased table, its retry
+ * policy, and how to run one short step of a claimed row. The engine (workers/task-engine.ts) only
+ * claims, heartbeats and retries; everything a step does lives in the runner, in services.
+ */
+import type { Logger } from '../../logger.ts';
+import type { Fence, LeasedTableName, LeasedTasks } from '../../repositories/leased-tasks.ts';
+import type { RetryPolicy } from './retry-policy.ts';
+
+/** A step either finished the task (it was settled, or its fence was lost) or asks to run again later. */
+export type StepResult = { done: true } | { done: false; nextInMs: number };
+
+export const DONE: StepResult = { done: true };
+export const later = (nextInMs: number): StepResult => ({ done: false, nextInMs });
+
+export interface LeasedRow extends Fence {
+  retries: number;
+}
+
+export interface TaskRunner<Row extends LeasedRow> {
+  readonly name: string;
+  readonly leases: LeasedTasks<LeasedTableName>;
+  readonly retry: RetryPolicy;
+  /** Runs one step of a claimed row. Throws on a transient failure: the engine retries per `retry`. */
+  step(task: Row, signal: AbortSignal, log: Logger): Promise<StepResult>;
+  /** The retries are used up: settle the task as failed. */
+  giveUp(task: Row, err: unknown, log: Logger): Promise<void>;
+}
+
+/** Thrown by a step that finds it no longer holds its row (another worker took it over). */
+export class LeaseLost extends Error {}

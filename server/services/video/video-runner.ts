@@ -1,0 +1,145 @@
+/**
+ * Runs video tasks as a sequence of short steps (design §6), each claimed under a lease and fenced
+ * by attempt; no step sleeps:
+ *
+ *   submit    pick a member, send the job, save the upstream job id and member (the commit point:
+ *             a retried step polls that job instead of submitting again), schedule the first poll
+ *   poll      one status call on the member that accepted the job; running: reschedule at the
+ *             provider's interval (or its Retry-After), with jitter; failed: fail and release
+ *   finalize  (right after a poll that saw success) stream the output into the media store under
+ *             a byte limit, then complete the task and capture the hold in one transaction
+ *
+ * A task past its deadline fails and is refunded at its next step.
+ */
+import { taskErrorCodeOf } from '../../errors.ts';
+import type { Logger } from '../../logger.ts';
+import type { Pool } from '../../pool/pool.ts';
+import { ProviderError, asProviderError } from '../../providers/provider-error.ts';
+import type { ProviderRegistry } from '../../providers/registry.ts';
+import type { UpstreamAccount, VideoJob, VideoProvider } from '../../providers/types.ts';
+import { fenceOf } from '../../repositories/leased-tasks.ts';
+import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
+import { MediaTooLarge } from '../../storage/media-store.ts';
+import type { FileService } from '../file.service.ts';
+import { jitter, type RetryPolicy } from '../tasks/retry-policy.ts';
+import type { Settlement } from '../tasks/settlement.ts';
+import { DONE, LeaseLost, later, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
+
+export const VIDEO_RETRY: RetryPolicy = { maxRetries: 5, baseDelayMs: 1000, maxDelayMs: 60_000 };
+
+export interface VideoRunnerDeps {
+  tasks: VideoTaskRepository;
+  pool: Pool;
+  providers: ProviderRegistry;
+  files: FileService;
+  settlement: Settlement;
+  /** Largest video output stored; a larger one fails the task. */
+  maxOutputBytes: number;
+  retry?: RetryPolicy;
+}
+
+export class VideoRunner implements TaskRunner<VideoTaskRow> {
+  readonly name = 'video';
+  readonly leases;
+  readonly retry: RetryPolicy;
+
+  constructor(private readonly deps: VideoRunnerDeps) {
+    this.leases = deps.tasks.leases;
+    this.retry = deps.retry ?? VIDEO_RETRY;
+  }
+
+  async step(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
+    const fence = fenceOf(task);
+    if (task.deadlineAt.getTime() <= Date.now()) {
+      await this.deps.settlement.failVideo(fence, 'timeout', 'The task exceeded its maximum lifetime and was refunded.');
+      return DONE;
+    }
+    if (!task.upstreamJobId) return this.submit(task, signal, log);
+
+    const account = task.memberId ? await this.deps.pool.account(task.memberId) : undefined;
+    const provider = account && this.deps.providers.video(account.provider);
+    if (!account || !provider) {
+      await this.deps.settlement.failVideo(fence, 'no_reachable_member', 'The backend member running this task was removed; the credits were refunded.');
+      return DONE;
+    }
+    const status = await provider.poll(account, task.upstreamJobId, await this.jobOf(task, false), signal);
+    if (status.state === 'running') return later(jitter(status.retryAfterMs ?? provider.pollIntervalMs));
+    if (status.state === 'failed') return this.fail(task, status.error);
+    return this.finalize(task, account, provider, status.output, signal, log);
+  }
+
+  async giveUp(task: VideoTaskRow, err: unknown, log: Logger): Promise<void> {
+    log.error({ err }, 'video task failed after its last retry');
+    await this.deps.settlement.failVideo(fenceOf(task), 'upstream_error', 'Video generation failed repeatedly; the credits were refunded.');
+  }
+
+  private async submit(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
+    const account = await this.deps.pool.pick(task.groupId, task.model, 'video');
+    const provider = account && this.deps.providers.video(account.provider);
+    if (!account || !provider) {
+      await this.deps.settlement.failVideo(fenceOf(task), 'no_reachable_member', `No enabled backend member can run model '${task.model}'; the credits were refunded.`);
+      return DONE;
+    }
+    let jobId: string;
+    try {
+      jobId = await provider.submit(account, await this.jobOf(task, true), signal);
+    } catch (err) {
+      const error = asProviderError(err, 'The video provider failed to accept the job.');
+      if (error.transient || error.kind === 'auth' || error.kind === 'quota_exhausted') throw error;
+      return this.fail(task, error);
+    }
+    if (!(await this.deps.tasks.setUpstreamJob(fenceOf(task), account.memberId, jobId))) throw new LeaseLost('lease lost before the job id was saved');
+    log.info({ memberId: account.memberId, upstreamJobId: jobId }, 'video job submitted');
+    return later(provider.pollIntervalMs);
+  }
+
+  private async finalize(task: VideoTaskRow, account: UpstreamAccount, provider: VideoProvider, output: Readonly<Record<string, string>>, signal: AbortSignal, log: Logger): Promise<StepResult> {
+    const content = await provider.download(account, task.upstreamJobId!, output, await this.jobOf(task, true), signal);
+    let file;
+    try {
+      file = await this.deps.files.save({ accountId: task.accountId, purpose: 'video_output', contentType: content.contentType, taskId: task.id }, content.stream, {
+        maxBytes: this.deps.maxOutputBytes,
+      });
+    } catch (err) {
+      content.stream.destroy();
+      if (err instanceof MediaTooLarge) return this.fail(task, new ProviderError('failed', `the video is larger than the ${this.deps.maxOutputBytes}-byte limit of this gateway`));
+      throw err;
+    }
+    const done = await this.deps.settlement.completeVideo(fenceOf(task), file.id);
+    if (!done) {
+      log.warn('task was taken over before it completed here; discarding this output');
+      await this.deps.files.discard(file);
+    }
+    return DONE;
+  }
+
+  /** Fails the task with the upstream's (sanitized) reason as its error.message. */
+  private async fail(task: VideoTaskRow, error: ProviderError): Promise<StepResult> {
+    await this.deps.settlement.failVideo(fenceOf(task), taskErrorCodeOf(error), error.message);
+    return DONE;
+  }
+
+  /** The job as adapters see it; media inputs only when the step sends or renders them. */
+  private async jobOf(task: VideoTaskRow, withMedia: boolean): Promise<VideoJob> {
+    const inputs = withMedia ? await Promise.all(task.inputFileIds.map((id) => this.deps.files.readAll(id))) : [];
+    const job: VideoJob = {
+      taskId: task.id,
+      model: task.model,
+      prompt: task.prompt,
+      negativePrompt: task.negativePrompt,
+      durationSeconds: task.durationSeconds,
+      aspectRatio: task.aspectRatio,
+      resolution: task.resolution,
+      generateAudio: task.generateAudio,
+      referenceImages: [],
+      referenceVideos: task.referenceVideos,
+      referenceAudios: task.referenceAudios,
+    };
+    if (task.inputMode === 'reference_images') job.referenceImages = inputs;
+    else {
+      if (inputs[0]) job.firstFrame = inputs[0];
+      if (inputs[1]) job.lastFrame = inputs[1];
+    }
+    return job;
+  }
+}

@@ -1,0 +1,31 @@
+/** Fake media stores for failure injection. */
+import type { Readable } from 'node:stream';
+import type { MediaStore } from '../../server/storage/media-store.ts';
+
+/**
+ * A media store whose writes of image outputs fail (the disk is full, the bucket is gone, …) after
+ * `okOutputs` successful ones.
+ */
+export class BrokenOutputStore implements MediaStore {
+  private outputs = 0;
+  constructor(
+    private readonly inner: MediaStore,
+    private readonly okOutputs = 0,
+  ) {}
+  reset() {
+    this.outputs = 0;
+  }
+  put(key: string, data: Buffer | Readable, opts?: { maxBytes?: number }) {
+    if (key.startsWith('image_output/') && this.outputs++ >= this.okOutputs) return Promise.reject(new Error('ENOSPC: no space left on device'));
+    return this.inner.put(key, data, opts);
+  }
+  read(key: string) {
+    return this.inner.read(key);
+  }
+  size(key: string) {
+    return this.inner.size(key);
+  }
+  delete(key: string) {
+    return this.inner.delete(key);
+  }
+}

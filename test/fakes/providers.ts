@@ -1,0 +1,57 @@
+/**
+ * Fake provider adapters for failure injection: the local image provider slowed down or failing
+ * part-way, and video upstreams that fail or never finish. Injected with
+ * `startTestServer({ overrides: { providers: { local: { image: …, video: … } } } })`.
+ */
+import { LocalImageProvider } from '../../server/providers/local/local-image.provider.ts';
+import { ProviderError } from '../../server/providers/provider-error.ts';
+import type { ImageProvider, VideoProvider } from '../../server/providers/types.ts';
+
+const local = new LocalImageProvider();
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * The local image provider, `delayMs` slower per image, failing (a plain error, as a broken
+ * upstream would) from image `failFrom` on; from image 0 when the prompt is 'fail at once'.
+ */
+export function flakyImageProvider(opts: { delayMs?: number; failFrom?: number }): ImageProvider {
+  return {
+    async generate(account, job, signal, events) {
+      const failFrom = job.prompt === 'fail at once' ? 0 : opts.failFrom;
+      if (failFrom === 0) throw new Error('upstream exploded');
+      await sleep(opts.delayMs ?? 0);
+      await local.generate(account, job, signal, {
+        partial: events.partial,
+        image: async (index, image) => {
+          await events.image(index, image);
+          if (failFrom !== undefined && index + 1 >= failFrom) throw new Error('upstream exploded');
+          await sleep(opts.delayMs ?? 0);
+        },
+      });
+    },
+  };
+}
+
+/** Accepts every job and reports it failed at the first poll with `message`. */
+export function failingVideoProvider(message: string): VideoProvider {
+  return {
+    pollIntervalMs: 10,
+    submit: async () => 'job-1',
+    poll: async () => ({ state: 'failed', error: new ProviderError('failed', message) }),
+    download: async () => {
+      throw new Error('a failed job has no output');
+    },
+  };
+}
+
+/** Accepts every job and keeps it running forever. */
+export function neverFinishingVideoProvider(pollIntervalMs = 50): VideoProvider {
+  return {
+    pollIntervalMs,
+    submit: async () => 'slow-job',
+    poll: async () => ({ state: 'running' }),
+    download: async () => {
+      throw new Error('a running job has no output');
+    },
+  };
+}
