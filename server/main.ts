@@ -49,7 +49,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     const secretKey = loadSecretKey({ envValue: config.secretKey, dataDir: config.databaseUrl ? undefined : config.dataDir });
 
     if (config.demoData) {
-      const demo = await seedDemoData(db);
+      const demo = await seedDemoData(db, log);
       if (demo) {
         // Printed once, to the console only: the key is never stored or logged anywhere else.
         process.stdout.write(

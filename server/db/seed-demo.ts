@@ -8,6 +8,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import type { CatalogModelDefinition } from '../catalog/capabilities.ts';
+import { inTransaction, type TransactionLogger } from './transaction.ts';
 import { LOCAL_MODELS } from '../catalog/local-catalog.ts';
 import { generateApiKey } from '../lib/api-key-material.ts';
 import { newId } from '../lib/ids.ts';
@@ -32,8 +33,8 @@ export async function upsertCatalog(db: Kysely<DB>, models: CatalogModelDefiniti
   }
 }
 
-export async function seedDemoData(db: Kysely<DB>): Promise<{ apiKey: string; accountId: string } | undefined> {
-  return db.transaction().execute(async (trx) => {
+export async function seedDemoData(db: Kysely<DB>, log: TransactionLogger): Promise<{ apiKey: string; accountId: string } | undefined> {
+  return inTransaction(db, log, async (trx) => {
     await sql`select pg_advisory_xact_lock(${SEED_LOCK})`.execute(trx);
     const existing = await trx
       .selectNoFrom((eb) => [

@@ -7,7 +7,6 @@
 import type { Response } from 'express';
 import type { components } from '../../generated/api.d.ts';
 import type { ApiError } from '../errors.ts';
-import type { ImageTaskRow } from '../repositories/image-task.repository.ts';
 import type { ImageOperation, ImageSink } from '../services/image/image-runner.ts';
 import type { PreparedImageRequest } from '../services/image/image.service.ts';
 
@@ -22,7 +21,7 @@ const ZERO_USAGE: Schemas['ImageStreamUsage'] = { input_tokens: 0, output_tokens
 
 export function openImageStream(
   res: Response,
-  opts: { operation: ImageOperation; task: ImageTaskRow; prepared: PreparedImageRequest; signedUrl: (fileId: string) => string },
+  opts: { operation: ImageOperation; prepared: PreparedImageRequest; signedUrl: (fileId: string) => string },
 ): ImageStream {
   const { params } = opts.prepared;
   const prefix = opts.operation === 'generation' ? 'image_generation' : 'image_edit';

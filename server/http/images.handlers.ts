@@ -48,7 +48,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     const log = ctx.log.child({ taskId: task.id });
     const signal = clientGone(res);
     if (stream) {
-      const sink = openImageStream(res, { operation, task, prepared, signedUrl: (id) => ctx.services.files.signedUrl(id) });
+      const sink = openImageStream(res, { operation, prepared, signedUrl: (id) => ctx.services.files.signedUrl(id) });
       try {
         const result = await images.runSync(task, sink, signal, log);
         if (result.error) sink.error(result.error);

@@ -5,7 +5,7 @@ import { sendJson, type HandlerMap, type OperationHandler } from './types.ts';
 
 export function videosHandlers(ctx: AppContext): Pick<HandlerMap, 'getVideoCapabilities' | 'createVideo' | 'createVideoApiV1' | 'createVideoLegacyPath' | 'getVideo'> {
   const create: OperationHandler<'createVideo'> = async (req, res) => {
-    const { task } = await ctx.services.videos.create(authOf(req), req.body);
+    const task = await ctx.services.videos.create(authOf(req), req.body);
     noStore(res);
     // 202 both for a new task and for an idempotent retry (product spec §4.6 rule 3).
     sendJson(res, 'createVideo', 202, task);

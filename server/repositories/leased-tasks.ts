@@ -101,16 +101,17 @@ export class LeasedTasks<Name extends LeasedTableName> {
   }
 
   /**
-   * Applies `values` while the row is still active and at `fence.attempt` (or, for an unfenced
-   * `{ id }`, at any attempt: lifetime sweeps and operators). Returns the updated row, or undefined
-   * when the fence no longer holds.
+   * Applies `values` while the row is still active and at `fence.attempt`. Returns the updated row,
+   * or undefined when the fence no longer holds.
    */
-  async update(target: Fence | { id: string }, values: UpdateObject<DB, Name>, db: Executor): Promise<Selectable<DB[Name]> | undefined> {
-    let q = this.updateRows(db)
+  async update(fence: Fence, values: UpdateObject<DB, Name>, db: Executor): Promise<Selectable<DB[Name]> | undefined> {
+    const row = await this.updateRows(db)
       .set(values as Record<string, unknown>)
-      .where('id', '=', target.id)
-      .where('status', 'in', this.spec.active);
-    if ('attempt' in target) q = q.where('attempt', '=', target.attempt);
-    return (await q.returningAll().executeTakeFirst()) as Selectable<DB[Name]> | undefined;
+      .where('id', '=', fence.id)
+      .where('attempt', '=', fence.attempt)
+      .where('status', 'in', this.spec.active)
+      .returningAll()
+      .executeTakeFirst();
+    return row as Selectable<DB[Name]> | undefined;
   }
 }

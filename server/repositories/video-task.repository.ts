@@ -48,8 +48,7 @@ export class VideoTaskRepository {
     return this.leases.update(fence, { status: 'completed', outputFileId, actualCredits, ...finished }, trx);
   }
 
-  /** Fails the task; an unfenced `{ id }` applies at any attempt (lifetime sweeps). */
-  markFailed(target: Fence | { id: string }, code: string, message: string, trx: Executor): Promise<VideoTaskRow | undefined> {
-    return this.leases.update(target, { status: 'failed', errorCode: code, errorMessage: message, actualCredits: 0, ...finished }, trx);
+  markFailed(fence: Fence, code: string, message: string, trx: Executor): Promise<VideoTaskRow | undefined> {
+    return this.leases.update(fence, { status: 'failed', errorCode: code, errorMessage: message, actualCredits: 0, ...finished }, trx);
   }
 }

@@ -2,6 +2,7 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAccount, createApiKey, createCustomer, createGroup, createMember, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { accountState as accountStateOf } from '../support/tasks.ts';
 
 let server: TestServer;
 let png: string;
@@ -31,13 +32,7 @@ async function post(key: string, payload: unknown, path = '/v1/videos/generation
   return { status: res.status, headers: res.headers, body: (await res.json()) as Record<string, any> };
 }
 
-async function accountState(accountId: string, apiKeyId: string) {
-  const account = await server.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', accountId).executeTakeFirstOrThrow();
-  const key = await server.db.selectFrom('apiKeys').select('creditsUsed').where('id', '=', apiKeyId).executeTakeFirstOrThrow();
-  const holds = await server.db.selectFrom('creditHolds').select(['amount', 'status']).where('accountId', '=', accountId).execute();
-  const tasks = await server.db.selectFrom('videoTasks').select('id').where('accountId', '=', accountId).execute();
-  return { balance: account.balance, creditsUsed: key.creditsUsed, holds, tasks: tasks.length };
-}
+const accountState = (accountId: string, apiKeyId: string) => accountStateOf(server.db, accountId, apiKeyId);
 
 describe('GET /v1/videos/capabilities (§2.7)', () => {
   it('lists only models the key can see, with billing rows, quote tokens, limits and no-store', async () => {

@@ -4,6 +4,7 @@ import { ApiError, badRequest, conflict } from '../../errors.ts';
 import type { CatalogRepository } from '../../repositories/catalog.repository.ts';
 import type { GroupRepository, MemberValues } from '../../repositories/group.repository.ts';
 import { newId } from '../../lib/ids.ts';
+import { PROVIDERS, type ProviderKind } from '../../providers/registry.ts';
 import { encryptSecret } from '../../lib/secret-box.ts';
 import { toAdminGroup, toAdminGroupMember, type AdminGroup, type AdminGroupMember } from './admin-mappers.ts';
 import { decodeNameCursor, encodeNameCursor, pageSize, splitPage } from './cursor.ts';
@@ -18,12 +19,22 @@ type Credentials = Schemas['AdminMemberCredentials'];
 
 export const groupNotFound = (param: string | null = null) => new ApiError(404, 'group_not_found', 'No backend group has this id.', param);
 const memberNotFound = () => new ApiError(404, 'member_not_found', 'This group has no member with this id.');
-const LOCAL = 'local';
 
 /** `format: uri` also admits e.g. `ftp:` URLs; upstreams are reached over HTTP(S) only (a DB check too). */
 function checkBaseUrl(baseUrl: string | null | undefined): void {
   if (baseUrl !== undefined && baseUrl !== null && !/^https?:\/\//i.test(baseUrl)) {
     throw badRequest('invalid_request', "'base_url' must be an http:// or https:// URL.", 'base_url');
+  }
+}
+
+/** Credentials must carry exactly the names the provider uses (a typo would only show at the first job). */
+function checkCredentials(provider: ProviderKind, credentials: Credentials): void {
+  const needed = PROVIDERS[provider].credentials;
+  const missing = needed.filter((name) => !(name in credentials));
+  const unknown = Object.keys(credentials).filter((name) => !needed.includes(name));
+  if (missing.length > 0 || unknown.length > 0) {
+    const problems = [missing.length > 0 && `missing ${missing.join(', ')}`, unknown.length > 0 && `unknown ${unknown.join(', ')}`].filter(Boolean).join('; ');
+    throw badRequest('invalid_request', `Credentials of provider '${provider}' are ${needed.join(' and ')} (${problems}).`, 'credentials');
   }
 }
 
@@ -79,11 +90,11 @@ export class GroupAdminService {
 
   async createMember(groupId: string, input: MemberCreateInput): Promise<AdminGroupMember> {
     await this.requireGroup(groupId);
-    const isLocal = input.provider === LOCAL;
-    if (isLocal) this.rejectForLocal(input);
+    const needed = PROVIDERS[input.provider].credentials;
+    if (needed.length === 0) this.rejectForCredentialFree(input.provider, input);
     else if (input.credentials === undefined) {
-      throw badRequest('invalid_request', `Provider '${input.provider}' needs 'credentials'.`, 'credentials');
-    }
+      throw badRequest('invalid_request', `Provider '${input.provider}' needs 'credentials' (${needed.join(', ')}).`, 'credentials');
+    } else checkCredentials(input.provider, input.credentials);
     checkBaseUrl(input.base_url);
     await this.requireModels(input.models);
     const values: MemberValues = {
@@ -109,7 +120,9 @@ export class GroupAdminService {
     await this.requireGroup(groupId);
     const member = await this.groups.findMember(groupId, memberId);
     if (!member) throw memberNotFound();
-    if (member.provider === LOCAL) this.rejectForLocal(input);
+    const provider = member.provider as ProviderKind;
+    if (PROVIDERS[provider].credentials.length === 0) this.rejectForCredentialFree(provider, input);
+    else if (input.credentials !== undefined) checkCredentials(provider, input.credentials);
     checkBaseUrl(input.base_url);
     if (input.models !== undefined) await this.requireModels(input.models);
     if (input.name !== undefined) {
@@ -142,12 +155,12 @@ export class GroupAdminService {
     }
   }
 
-  /** `local` renders on this machine: a base URL or credentials would be silently ignored, so refuse them. */
-  private rejectForLocal(input: { base_url?: string | null; credentials?: Credentials }): void {
+  /** A provider that runs on this machine (`local`): a base URL or credentials would be silently ignored, so refuse them. */
+  private rejectForCredentialFree(provider: string, input: { base_url?: string | null; credentials?: Credentials }): void {
     if (input.base_url !== undefined && input.base_url !== null) {
-      throw badRequest('invalid_request', "The 'local' provider takes no 'base_url'.", 'base_url');
+      throw badRequest('invalid_request', `The '${provider}' provider takes no 'base_url'.`, 'base_url');
     }
-    if (input.credentials !== undefined) throw badRequest('invalid_request', "The 'local' provider takes no 'credentials'.", 'credentials');
+    if (input.credentials !== undefined) throw badRequest('invalid_request', `The '${provider}' provider takes no 'credentials'.`, 'credentials');
   }
 
   private encrypt(credentials: Credentials): Buffer {

@@ -15,38 +15,22 @@ export interface PixelSize {
   height: number;
 }
 
-/** Table 2.8 (reference sizes in pixels), exactly as published. */
+const TABLE_RATIOS: readonly TableAspectRatio[] = ['1:1', '3:2', '2:3', '16:9', '9:16', '4:3', '3:4', '21:9'];
+
+/** One row of table 2.8: the `WxH` sizes in the table's column order. */
+function tableRow(sizes: string): Record<TableAspectRatio, PixelSize> {
+  const cells = sizes.split(' ').map((cell) => {
+    const [width, height] = cell.split('x').map(Number) as [number, number];
+    return { width, height };
+  });
+  return Object.fromEntries(TABLE_RATIOS.map((ratio, i) => [ratio, cells[i]!])) as Record<TableAspectRatio, PixelSize>;
+}
+
+/** Table 2.8 (reference sizes in pixels), exactly as published: columns 1:1, 3:2, 2:3, 16:9, 9:16, 4:3, 3:4, 21:9. */
 export const SIZE_TABLE: Readonly<Record<TableResolution, Readonly<Record<TableAspectRatio, Readonly<PixelSize>>>>> = {
-  '1K': {
-    '1:1': { width: 1248, height: 1248 },
-    '3:2': { width: 1248, height: 832 },
-    '2:3': { width: 832, height: 1248 },
-    '16:9': { width: 1248, height: 704 },
-    '9:16': { width: 704, height: 1248 },
-    '4:3': { width: 1248, height: 944 },
-    '3:4': { width: 944, height: 1248 },
-    '21:9': { width: 1248, height: 528 },
-  },
-  '2K': {
-    '1:1': { width: 2048, height: 2048 },
-    '3:2': { width: 2048, height: 1360 },
-    '2:3': { width: 1360, height: 2048 },
-    '16:9': { width: 2048, height: 1152 },
-    '9:16': { width: 1152, height: 2048 },
-    '4:3': { width: 2048, height: 1536 },
-    '3:4': { width: 1536, height: 2048 },
-    '21:9': { width: 2048, height: 880 },
-  },
-  '4K': {
-    '1:1': { width: 2880, height: 2880 },
-    '3:2': { width: 3520, height: 2352 },
-    '2:3': { width: 2352, height: 3520 },
-    '16:9': { width: 3840, height: 2160 },
-    '9:16': { width: 2160, height: 3840 },
-    '4:3': { width: 3312, height: 2496 },
-    '3:4': { width: 2496, height: 3312 },
-    '21:9': { width: 3840, height: 1648 },
-  },
+  '1K': tableRow('1248x1248 1248x832 832x1248 1248x704 704x1248 1248x944 944x1248 1248x528'),
+  '2K': tableRow('2048x2048 2048x1360 1360x2048 2048x1152 1152x2048 2048x1536 1536x2048 2048x880'),
+  '4K': tableRow('2880x2880 3520x2352 2352x3520 3840x2160 2160x3840 3312x2496 2496x3312 3840x1648'),
 };
 
 /** Limits of a custom `WIDTHxHEIGHT` (§8 of the specification, `ImageSize.yaml`). */

@@ -43,10 +43,10 @@ export class Settlement {
     return row;
   }
 
-  /** Fails a video task and releases its hold; `{ id }` applies at any attempt (lifetime, operators). */
-  async failVideo(target: Fence | { id: string }, code: string, message: string): Promise<VideoTaskRow | undefined> {
+  /** Fails a video task and releases its hold. */
+  async failVideo(fence: Fence, code: string, message: string): Promise<VideoTaskRow | undefined> {
     const row = await this.deps.tx.run(async (trx) => {
-      const failed = await this.deps.videoTasks.markFailed(target, code, message, trx);
+      const failed = await this.deps.videoTasks.markFailed(fence, code, message, trx);
       if (failed) await this.settleHold(trx, failed.id, failed.quotedCredits ?? 0, 0);
       return failed;
     });

@@ -62,14 +62,14 @@ export class VideoService {
     };
   }
 
-  /** Returns the task and whether this call created it (false: an idempotent retry). */
-  async create(auth: AuthContext, body: Schemas['VideoCreateRequest']): Promise<{ task: Schemas['VideoTaskCreated']; created: boolean }> {
+  /** Creates the task, or returns the original one for an idempotent retry. */
+  async create(auth: AuthContext, body: Schemas['VideoCreateRequest']): Promise<Schemas['VideoTaskCreated']> {
     const req = normalizeVideoRequest(body);
     checkCallbackUrl(req.callbackUrl);
 
     // Idempotency first: a retry gets the original task and billing, whatever changed since.
     const existing = await this.deps.tasks.findByClientRequestId(auth.accountId, req.clientRequestId);
-    if (existing) return { task: toVideoTaskCreated(existing), created: false };
+    if (existing) return toVideoTaskCreated(existing);
 
     const model = await this.resolveModel(auth, req.model);
     const checked = checkAgainstModel(req, model.capabilities);
@@ -129,7 +129,7 @@ export class VideoService {
       if (isUniqueViolation(err, 'video_tasks_client_request_id_key')) {
         // A concurrent identical request won the race; nothing of ours was written.
         const winner = await this.deps.tasks.findByClientRequestId(auth.accountId, req.clientRequestId);
-        if (winner) return { task: toVideoTaskCreated(winner), created: false };
+        if (winner) return toVideoTaskCreated(winner);
       }
       throw err;
     }
@@ -143,7 +143,7 @@ export class VideoService {
     this.deps.log.info({ taskId, model: model.id, quotedMicroCredits: quoted, apiKeyId: auth.apiKeyId }, 'video task created');
     this.deps.notifier.notify('video');
     // Everything the create shape shows was just written; no need to read the row back.
-    const task = toVideoTaskCreated({
+    return toVideoTaskCreated({
       id: taskId,
       status: 'queued',
       model: model.id,
@@ -157,7 +157,6 @@ export class VideoService {
       quotedCredits: quoted,
       actualCredits: 0,
     });
-    return { task, created: true };
   }
 
   async get(auth: AuthContext, id: string): Promise<Schemas['VideoTask']> {

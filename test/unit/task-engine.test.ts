@@ -1,0 +1,129 @@
+/**
+ * The task engine loop with a strict in-memory runner: claims in batches, reschedules a step that
+ * asks for it, retries a failed step after the policy's delay (injected random), gives up after
+ * the last retry, and does nothing more when the lease is lost.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { createLogger } from '../../server/logger.ts';
+import type { Fence, LeasedTasks } from '../../server/repositories/leased-tasks.ts';
+import { retryDelay, type RetryPolicy } from '../../server/services/tasks/retry-policy.ts';
+import { DONE, LeaseLost, later, type LeasedRow, type StepResult, type TaskRunner } from '../../server/services/tasks/task-runner.ts';
+import { TaskEngine } from '../../server/workers/task-engine.ts';
+
+const log = createLogger('silent');
+const policy: RetryPolicy = { maxRetries: 2, baseDelayMs: 1000, maxDelayMs: 8000 };
+
+interface Row extends LeasedRow {
+  dueAt: number;
+  leased: boolean;
+}
+
+/** In-memory leases over `rows`, recording every call. */
+function memoryLeases(rows: Row[]) {
+  const calls: string[] = [];
+  const leases = {
+    async claimDue(_worker: string, limit: number) {
+      const due = rows.filter((r) => !r.leased && r.dueAt <= Date.now()).slice(0, limit);
+      for (const r of due) {
+        r.attempt++;
+        r.leased = true;
+      }
+      calls.push(`claim ${due.map((r) => r.id).join(',')}`);
+      return due.map((r) => ({ ...r }));
+    },
+    async heartbeat() {
+      return true;
+    },
+    async reschedule(fence: Fence, delayMs: number, opts: { failed?: boolean } = {}) {
+      const row = rows.find((r) => r.id === fence.id && r.attempt === fence.attempt)!;
+      row.leased = false;
+      row.dueAt = Date.now() + delayMs;
+      row.retries = opts.failed ? row.retries + 1 : 0;
+      calls.push(`reschedule ${fence.id} ${delayMs}${opts.failed ? ' failed' : ''}`);
+      return true;
+    },
+  };
+  return { leases: leases as unknown as LeasedTasks<'videoTasks'>, calls };
+}
+
+let engine: TaskEngine<Row> | undefined;
+afterEach(async () => engine?.stop());
+
+async function until(predicate: () => boolean, ms = 3000) {
+  const deadline = Date.now() + ms;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error('condition not reached');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+function runner(rows: Row[], step: (task: Row) => Promise<StepResult>) {
+  const { leases, calls } = memoryLeases(rows);
+  const gaveUp: string[] = [];
+  const r: TaskRunner<Row> = {
+    name: 'test',
+    leases,
+    retry: policy,
+    step: (task) => step(task),
+    async giveUp(task) {
+      gaveUp.push(task.id);
+      const row = rows.find((x) => x.id === task.id)!;
+      row.leased = false;
+      row.dueAt = Infinity;
+    },
+  };
+  return { runner: r, calls, gaveUp };
+}
+
+const row = (id: string): Row => ({ id, attempt: 0, retries: 0, dueAt: 0, leased: false });
+
+describe('TaskEngine', () => {
+  it('claims up to its concurrency and reschedules steps that ask to run later', async () => {
+    const rows = [row('a'), row('b'), row('c')];
+    const steps: string[] = [];
+    const { runner: r, calls } = runner(rows, async (task) => {
+      steps.push(task.id);
+      return steps.filter((s) => s === task.id).length < 2 ? later(10) : DONE;
+    });
+    engine = new TaskEngine(r, log, { leaseMs: 1000, pollMs: 20, concurrency: 2 });
+    engine.start();
+    await until(() => steps.length === 6);
+    expect(calls[0]).toBe('claim a,b');
+    expect(calls.filter((c) => c.startsWith('reschedule'))).toEqual(expect.arrayContaining(['reschedule a 10', 'reschedule b 10', 'reschedule c 10']));
+    expect(steps.sort()).toEqual(['a', 'a', 'b', 'b', 'c', 'c']);
+  });
+
+  it('retries a failing step after the policy delay, then gives up after the last retry', async () => {
+    const rows = [row('x')];
+    const { runner: r, calls, gaveUp } = runner(rows, async () => {
+      throw new Error('upstream down');
+    });
+    // random 0: the delay is half the ceiling (500 ms, then 1000 ms); shortened below to keep the test quick.
+    expect(retryDelay(policy, 0, () => 0)).toBe(500);
+    expect(retryDelay(policy, 1, () => 0)).toBe(1000);
+    expect(retryDelay(policy, 1, () => 1)).toBe(2000);
+    expect(retryDelay(policy, 2, () => 0)).toBeUndefined();
+    r.retry.baseDelayMs = 10;
+    engine = new TaskEngine(r, log, { leaseMs: 1000, pollMs: 10, concurrency: 1, random: () => 0 });
+    engine.start();
+    await until(() => gaveUp.length === 1);
+    expect(calls.filter((c) => c.startsWith('reschedule'))).toEqual(['reschedule x 5 failed', 'reschedule x 10 failed']);
+    expect(gaveUp).toEqual(['x']);
+    r.retry.baseDelayMs = 1000;
+  });
+
+  it('leaves a row alone when its step lost the lease', async () => {
+    const rows = [row('y')];
+    let steps = 0;
+    const { runner: r, calls, gaveUp } = runner(rows, async () => {
+      steps++;
+      throw new LeaseLost('taken over');
+    });
+    engine = new TaskEngine(r, log, { leaseMs: 1000, pollMs: 10, concurrency: 1 });
+    engine.start();
+    await until(() => steps === 1);
+    await new Promise((res) => setTimeout(res, 50));
+    expect(calls.filter((c) => c.startsWith('reschedule'))).toEqual([]);
+    expect(gaveUp).toEqual([]);
+  });
+});
