@@ -278,9 +278,23 @@ export interface paths {
          *     account balance in the same transaction that creates the task; it is captured when the task
          *     completes and released (refunded) when it fails or exceeds the maximum task lifetime.
          *
-         *     **Idempotency.** `client_request_id` is unique per owning account. A retry with an existing
-         *     value returns `202` with the original task and its original billing, even after a price change;
-         *     the other fields of the retry are not compared with the original, and no second hold is placed.
+         *     **Idempotency.** `client_request_id` is unique per owning account. A retry of the same request
+         *     returns `202` with the original task and its original billing, even after a price change, and
+         *     no second hold is placed. "The same request" means every field that shapes the task is equal
+         *     after aliases are resolved: prompt, negative prompt, model, duration, aspect ratio,
+         *     resolution, audio, frames and reference images (as sent), reference video and audio URLs,
+         *     and `callback_url`; only `quote_token` may differ. A different request under a used
+         *     `client_request_id` is `409 idempotency_conflict` (as Stripe does) and changes nothing.
+         *
+         *     **URLs.** `callback_url`, `reference_videos` and `reference_audios` must be `https://host/…`
+         *     with a public host: no user info, no port 0, no `localhost`, `.local`, `.internal` or
+         *     single-label names, and no loopback, private, link-local, CGNAT, unique-local, multicast or
+         *     reserved address, after the host is normalized (case, trailing dots, IDNA, IPv4 shorthand
+         *     forms, IPv4-mapped IPv6). The operator may allow private targets (`ALLOW_PRIVATE_TARGETS`).
+         *
+         *     **Images.** Frames and reference images are decoded in full when the task is created: an
+         *     empty, truncated or undecodable image, or one under 16 pixels on an edge, is
+         *     `400 invalid_image` and nothing is created or held.
          *
          *     **Errors.**
          *     - `400`: `invalid_request` (schema; `param` names the field), `invalid_json`, `alias_conflict`,
@@ -290,16 +304,17 @@ export interface paths {
          *       `last_frame_requires_first_frame`, `frames_with_reference_images`,
          *       `too_many_reference_images`, `invalid_data_url`, `invalid_image`, `invalid_media_url`,
          *       `invalid_callback_url`, `quote_invalid` (malformed token), `quote_mismatch` (token of another
-         *       key, model or resolution).
+         *       key, model or resolution), `nul_character`, `invalid_content_encoding`.
          *     - `401 invalid_api_key`; `402 key_quota_exceeded` or `insufficient_balance` (nothing created or
          *       held); `403 api_key_inactive` or `account_suspended`.
          *     - `404 model_not_found` (unknown model, or not visible to the key).
          *     - `409 quote_stale` (the price changed) or `quote_expired`: the body carries `currentQuote`;
          *       nothing was created or held; confirm the price and retry with `currentQuote.quoteToken`.
+         *       `409 idempotency_conflict`: the `client_request_id` belongs to a different request.
          *     - `413 body_too_large`, `media_total_too_large` (over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`); `415 unsupported_media_type`;
          *       `429 rate_limited` (with `Retry-After`).
-         *     - `500 internal_error`; `503 no_reachable_member` or `capability_disabled`.
+         *     - `500 internal_error`; `503 no_reachable_member`, `capability_disabled` or `server_busy`.
          */
         post: operations["createVideo"];
         delete?: never;
@@ -341,9 +356,23 @@ export interface paths {
          *     account balance in the same transaction that creates the task; it is captured when the task
          *     completes and released (refunded) when it fails or exceeds the maximum task lifetime.
          *
-         *     **Idempotency.** `client_request_id` is unique per owning account. A retry with an existing
-         *     value returns `202` with the original task and its original billing, even after a price change;
-         *     the other fields of the retry are not compared with the original, and no second hold is placed.
+         *     **Idempotency.** `client_request_id` is unique per owning account. A retry of the same request
+         *     returns `202` with the original task and its original billing, even after a price change, and
+         *     no second hold is placed. "The same request" means every field that shapes the task is equal
+         *     after aliases are resolved: prompt, negative prompt, model, duration, aspect ratio,
+         *     resolution, audio, frames and reference images (as sent), reference video and audio URLs,
+         *     and `callback_url`; only `quote_token` may differ. A different request under a used
+         *     `client_request_id` is `409 idempotency_conflict` (as Stripe does) and changes nothing.
+         *
+         *     **URLs.** `callback_url`, `reference_videos` and `reference_audios` must be `https://host/…`
+         *     with a public host: no user info, no port 0, no `localhost`, `.local`, `.internal` or
+         *     single-label names, and no loopback, private, link-local, CGNAT, unique-local, multicast or
+         *     reserved address, after the host is normalized (case, trailing dots, IDNA, IPv4 shorthand
+         *     forms, IPv4-mapped IPv6). The operator may allow private targets (`ALLOW_PRIVATE_TARGETS`).
+         *
+         *     **Images.** Frames and reference images are decoded in full when the task is created: an
+         *     empty, truncated or undecodable image, or one under 16 pixels on an edge, is
+         *     `400 invalid_image` and nothing is created or held.
          *
          *     **Errors.**
          *     - `400`: `invalid_request` (schema; `param` names the field), `invalid_json`, `alias_conflict`,
@@ -353,16 +382,17 @@ export interface paths {
          *       `last_frame_requires_first_frame`, `frames_with_reference_images`,
          *       `too_many_reference_images`, `invalid_data_url`, `invalid_image`, `invalid_media_url`,
          *       `invalid_callback_url`, `quote_invalid` (malformed token), `quote_mismatch` (token of another
-         *       key, model or resolution).
+         *       key, model or resolution), `nul_character`, `invalid_content_encoding`.
          *     - `401 invalid_api_key`; `402 key_quota_exceeded` or `insufficient_balance` (nothing created or
          *       held); `403 api_key_inactive` or `account_suspended`.
          *     - `404 model_not_found` (unknown model, or not visible to the key).
          *     - `409 quote_stale` (the price changed) or `quote_expired`: the body carries `currentQuote`;
          *       nothing was created or held; confirm the price and retry with `currentQuote.quoteToken`.
+         *       `409 idempotency_conflict`: the `client_request_id` belongs to a different request.
          *     - `413 body_too_large`, `media_total_too_large` (over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`); `415 unsupported_media_type`;
          *       `429 rate_limited` (with `Retry-After`).
-         *     - `500 internal_error`; `503 no_reachable_member` or `capability_disabled`.
+         *     - `500 internal_error`; `503 no_reachable_member`, `capability_disabled` or `server_busy`.
          */
         post: operations["createVideoApiV1"];
         delete?: never;
@@ -520,9 +550,11 @@ export interface paths {
          * Prometheus metrics
          * @description Prometheus text exposition (format 0.0.4) of the process: request counts by operationId,
          *     method and status, request latency histograms by operationId, and the default Node.js process
-         *     metrics. No API key; operators restrict access at the network level.
+         *     metrics. Not public: the scraper sends `Authorization: Bearer <METRICS_TOKEN>`; without
+         *     `METRICS_TOKEN` set, `/metrics` is not served at all (`404`).
          *
-         *     Errors: `400 invalid_request` (unknown query parameter).
+         *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_metrics_token`;
+         *     `404 not_found` (metrics disabled).
          */
         get: operations["getMetrics"];
         put?: never;
@@ -1192,11 +1224,13 @@ export interface components {
          *       with aspectRatio/resolution), `size_not_accepted` (the operator set `IMAGE_SIZE_PARAM=reject`),
          *       `invalid_image` (not decodable), `mask_size_mismatch`, `too_many_images`, `image_not_found`
          *       (an `images` id that is not a file of this account), `invalid_cursor` (admin),
+         *       `nul_character` (a string contains U+0000; `param` names it), `invalid_content_encoding` (a
+         *       gzip, deflate or br body that does not decode),
          *       `content_policy_violation` (the upstream refused the prompt or its output under its content
          *       policy; nothing is charged), `upstream_rejected` (the upstream refused the request as invalid;
          *       the message gives its reason; nothing is charged).
          *     - **401** `invalid_api_key` (missing, malformed or unknown key: one identical body),
-         *       `invalid_admin_token`.
+         *       `invalid_admin_token`, `invalid_metrics_token`.
          *     - **402** `key_quota_exceeded`, `insufficient_balance`.
          *     - **403** `api_key_inactive`, `account_suspended`.
          *     - **404** `not_found` (unknown route), `model_not_found`, `task_not_found` (unknown or another
@@ -1206,7 +1240,8 @@ export interface components {
          *     - **405** `method_not_allowed`.
          *     - **409** `quote_stale` (the price changed), `quote_expired` (both carry `currentQuote`),
          *       `conflict` (admin: a unique name or id is taken), `task_not_settleable` (admin: the task is
-         *       not `needs_attention`).
+         *       not `needs_attention`), `idempotency_conflict` (a `client_request_id` reused for a different
+         *       request).
          *     - **413** `body_too_large`, `media_too_large` (one media input over its byte limit),
          *       `media_total_too_large` (all media inputs over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`).
@@ -1219,10 +1254,11 @@ export interface components {
          *     - **503** `no_reachable_member` (no enabled group member serves the model),
          *       `upstream_unavailable` (the upstream account cannot take work: its credentials were refused
          *       or its quota is used up; the operator has to act),
-         *       `capability_disabled` (the operator switched this kind of generation off), `not_ready`.
+         *       `capability_disabled` (the operator switched this kind of generation off), `not_ready`,
+         *       `server_busy` (too many large request bodies at once; with `Retry-After`).
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "invalid_json" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "body_too_large" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready";
+        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "body_too_large" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready" | "server_busy";
         /**
          * VideoBillingRow
          * @description The current price of one model at one output resolution, with a quote token (one row per resolution
@@ -3334,10 +3370,11 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), or the database is unreachable or overloaded (`not_ready`; retry). */
+        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), the upstream account cannot take work (`upstream_unavailable`), the database is unreachable or overloaded (`not_ready`; retry), or too many large bodies are being processed (`server_busy`; retry after `Retry-After`). */
         ServiceUnavailable: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
+                "Retry-After": components["headers"]["RetryAfter"];
                 [name: string]: unknown;
             };
             content: {
@@ -4443,6 +4480,8 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
         };
     };
     listAccounts: {

@@ -203,6 +203,7 @@ export interface VideoTasks {
   quotedCredits: number | null;
   referenceAudios: Generated<string[]>;
   referenceVideos: Generated<string[]>;
+  requestFingerprint: string | null;
   resolution: string;
   retries: Generated<number>;
   startedAt: Timestamp | null;

@@ -8,13 +8,14 @@ import { parseArgs } from 'node:util';
 import { startAppServer, type AppServer } from './bench/app-server.ts';
 import { startBaselineServer } from './bench/baseline-server.ts';
 import { openBenchDatabase, seedCustomer, type Customer } from './bench/database.ts';
+import { runBigBodies } from './bench/big-bodies.ts';
 import { compareHolds } from './bench/hold.ts';
 import { runLoad, type LoadSpec } from './bench/load.ts';
 import { formatQueryCounts, installQueryCounter, queryCounts, resetQueryCounts } from './bench/query-counter.ts';
 import { SUMMARY_HEADER, summaryRow, table, type Summary } from './bench/stats.ts';
 import { createDatabase } from '../server/db/database.ts';
 
-const SCENARIOS = ['poll', 'models', 'credits', 'create', 'hold', 'baseline'] as const;
+const SCENARIOS = ['poll', 'models', 'credits', 'create', 'hold', 'baseline', 'bodies'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 const DESCRIPTIONS: Record<Scenario, string> = {
   poll: 'GET /v1/videos/{id} of an existing task',
@@ -23,6 +24,7 @@ const DESCRIPTIONS: Record<Scenario, string> = {
   create: 'POST /v1/videos/generations, unique client_request_id, one hot key',
   hold: 'credit hold + task insert on one hot key: one statement vs BEGIN..COMMIT (repository level)',
   baseline: 'bare node:http + pg.Pool doing the poll\'s SELECT, for the framework share',
+  bodies: 'six concurrent 60 MiB POST /v1/videos/generations bodies on a server process: its peak RSS growth vs writing the bytes to disk',
 };
 /** Upper bound on measured operations per scenario (each run is also bounded by --duration). */
 const MAX_OPS = 1_000_000;
@@ -105,7 +107,7 @@ async function main(): Promise<number> {
     cleanups.push(() => setupDb.destroy());
     const customer = await seedCustomer(setupDb);
 
-    const needsApp = scenarios.some((s) => s !== 'hold');
+    const needsApp = scenarios.some((s) => s !== 'hold' && s !== 'bodies');
     const app = needsApp ? await startAppServer(database.url) : undefined;
     if (app) cleanups.push(() => app.close());
     const taskId = app ? await createTask(app, customer) : undefined;
@@ -126,6 +128,17 @@ async function main(): Promise<number> {
 
     for (const scenario of scenarios) {
       console.log(`\n== ${scenario}: ${DESCRIPTIONS[scenario]}`);
+      if (scenario === 'bodies') {
+        const bodies = await runBigBodies(database.url, customer, [{ label: '6 x 60 MiB', concurrency: 6, bytes: 60 * 1024 * 1024 }], process.env.BENCH_SERVER_ENV ? JSON.parse(process.env.BENCH_SERVER_ENV) : {});
+        for (const b of bodies) {
+          console.log(
+            `  ${b.label}: server RSS idle ${b.idleRssMiB.toFixed(0)} MiB, peak growth ${b.peakGrowthMiB.toFixed(0)} MiB; ` +
+              `wall ${b.wallMs.toFixed(0)} ms vs ${b.diskMs.toFixed(0)} ms writing the same bytes to disk; statuses ${JSON.stringify(b.statuses)}`,
+          );
+          if (Object.keys(b.statuses).some((s) => s !== '202')) failed = true;
+        }
+        continue;
+      }
       if (scenario === 'hold') {
         const holdDb = createDatabase(database.url, { max: 10, applicationName: 'mediagate-bench-hold' });
         cleanups.push(() => holdDb.destroy());

@@ -1,8 +1,9 @@
 /**
  * createApp(ctx): the Express app built from the bundled contract. Order of the pipeline:
- * request id -> access log + metrics (on finish) -> admin gate -> body parsers -> openapi validator (route
- * match, security, request validation, response validation) -> handlers mounted from the spec ->
- * one error middleware for everything.
+ * request id -> access log + metrics (on finish) -> admin/metrics gates -> credentials (before any
+ * body is read) -> large-body slots -> body parsers -> NUL guard -> openapi validator (route match,
+ * security, request validation, response validation) -> handlers mounted from the spec -> one
+ * error middleware for everything.
  */
 import { randomBytes, timingSafeEqual, createHash } from 'node:crypto';
 import express, { type NextFunction, type Request, type Response } from 'express';
@@ -14,6 +15,7 @@ import { errorMiddleware, rememberAuthError } from './http/error-middleware.ts';
 import type { HandlerMap } from './http/types.ts';
 import { hasAuth, setAuth } from './http/auth.ts';
 import { imageEditMultipart } from './http/multipart.ts';
+import { largeBodySlots, readLargeJson, rejectEncodedMultipart, rejectNulCharacters } from './http/request-guards.ts';
 import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -57,21 +59,29 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   app.use(requestIdMiddleware);
   app.use(accessLog(ctx.log, ctx.metrics, operationIdOf));
 
-  // Without ADMIN_TOKEN the admin API does not exist.
+  // Without ADMIN_TOKEN the admin API does not exist; without METRICS_TOKEN neither does /metrics.
   app.use('/admin', (_req, _res, next) => {
     if (ctx.config.adminToken === undefined) next(new ApiError(404, 'not_found', 'Not found.'));
+    else next();
+  });
+  app.use('/metrics', (_req, _res, next) => {
+    if (ctx.config.metricsToken === undefined) next(new ApiError(404, 'not_found', 'Not found.'));
     else next();
   });
 
   // Credentials are checked before a body is read, so an anonymous client cannot make the server
   // buffer megabytes of JSON or uploads only to be told 401.
-  const adminTokenHash = ctx.config.adminToken === undefined ? undefined : sha256(ctx.config.adminToken);
-  const checkAdminToken = (req: Request) => {
-    const header = req.headers.authorization ?? '';
-    const token = header.startsWith('Bearer ') ? header.slice(7).trim() : '';
-    if (adminTokenHash && token && timingSafeEqual(sha256(token), adminTokenHash)) return true;
-    throw new ApiError(401, 'invalid_admin_token', 'Missing or invalid admin token.');
+  const bearerCheck = (secret: string | undefined, error: () => ApiError) => {
+    const hash = secret === undefined ? undefined : sha256(secret);
+    return (req: Request) => {
+      const header = req.headers.authorization ?? '';
+      const token = header.startsWith('Bearer ') ? header.slice(7).trim() : '';
+      if (hash && token && timingSafeEqual(sha256(token), hash)) return true;
+      throw error();
+    };
   };
+  const checkAdminToken = bearerCheck(ctx.config.adminToken, () => new ApiError(401, 'invalid_admin_token', 'Missing or invalid admin token.'));
+  const checkMetricsToken = bearerCheck(ctx.config.metricsToken, () => new ApiError(401, 'invalid_metrics_token', 'Missing or invalid metrics token.'));
   const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH']);
   app.use(['/v1', '/api/v1'], (req, _res, next) => {
     if (!BODY_METHODS.has(req.method)) return next();
@@ -96,12 +106,16 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
     }
   });
 
+  app.use(largeBodySlots({ largeBodyBytes: ctx.config.largeBodyBytes, budgetBytes: ctx.config.largeBodyBudgetBytes, waitMs: ctx.config.largeBodyWaitMs }));
+  app.use(rejectEncodedMultipart);
+  app.use(readLargeJson({ largeBodyBytes: ctx.config.largeBodyBytes, limitBytes: ctx.config.jsonBodyLimitBytes }));
   app.use(express.json({ limit: ctx.config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));
   // Multipart edits are parsed here, with limits, instead of by the validator's unbounded multer.
   app.post(
     '/v1/images/edits',
     imageEditMultipart({ maxFiles: ctx.config.maxEditImages, maxFileBytes: ctx.config.maxEditFileBytes, maxTotalBytes: ctx.config.maxEditBodyBytes }),
   );
+  app.use(rejectNulCharacters);
 
   app.use(
     OpenApiValidator.middleware({
@@ -124,6 +138,14 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
             }
           },
           adminToken: (req) => checkAdminToken(req),
+          metricsToken: (req) => {
+            try {
+              return checkMetricsToken(req);
+            } catch (err) {
+              rememberAuthError(req, err);
+              throw err;
+            }
+          },
         },
       },
     }),

@@ -34,8 +34,18 @@ export interface Config {
   /** Largest video a task stores from its upstream; a larger output fails the task. */
   maxVideoOutputBytes: number;
   imageSizeParam: 'accept' | 'reject';
-  /** Seed demo data into an empty database. */
+  /** Seed demo data into an empty database (default: only with the embedded database). */
   demoData: boolean;
+  /** Webhook and media URLs may point at private networks (on-premises receivers). */
+  allowPrivateTargets: boolean;
+  /** Bearer token that `/metrics` requires; unset: `/metrics` is not served. */
+  metricsToken: string | undefined;
+  /** Request bodies larger than this count as large (and wait for a slot). */
+  largeBodyBytes: number;
+  /** Bytes of large bodies read and processed at once per process (each counts its Content-Length, or the whole budget when unknown); the rest wait. */
+  largeBodyBudgetBytes: number;
+  /** How long a large body waits for a slot before `503 server_busy`. */
+  largeBodyWaitMs: number;
   role: Role;
   /** Where the filesystem media store keeps files (shared storage when running several instances). */
   mediaDir: string;
@@ -97,6 +107,8 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
   const port = int(env, 'PORT', 8080, 0, 65535);
   const adminToken = nonEmpty(env, 'ADMIN_TOKEN');
   if (adminToken !== undefined && adminToken.length < 16) throw new ConfigError('ADMIN_TOKEN must be at least 16 characters');
+  const metricsToken = nonEmpty(env, 'METRICS_TOKEN');
+  if (metricsToken !== undefined && metricsToken.length < 16) throw new ConfigError('METRICS_TOKEN must be at least 16 characters');
   const role = roleFromArgs(argv) ?? env.ROLE ?? 'all';
   if (!['all', 'api', 'worker'].includes(role)) throw new ConfigError(`--role must be api or worker, got '${role}'`);
   const publicBaseUrl = nonEmpty(env, 'PUBLIC_BASE_URL')?.replace(/\/+$/, '');
@@ -122,7 +134,12 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     maxMediaInputBytes: int(env, 'MAX_MEDIA_INPUT_BYTES', 536_870_912, 1),
     maxVideoOutputBytes: int(env, 'MAX_VIDEO_OUTPUT_BYTES', 1024 * 1024 * 1024, 1024),
     imageSizeParam: oneOf(env, 'IMAGE_SIZE_PARAM', ['accept', 'reject'] as const, 'accept'),
-    demoData: bool(env, 'DEMO_DATA', true),
+    demoData: bool(env, 'DEMO_DATA', nonEmpty(env, 'DATABASE_URL') === undefined),
+    allowPrivateTargets: bool(env, 'ALLOW_PRIVATE_TARGETS', false),
+    metricsToken,
+    largeBodyBytes: int(env, 'LARGE_BODY_BYTES', 8 * 1024 * 1024, 1024),
+    largeBodyBudgetBytes: int(env, 'LARGE_BODY_BUDGET_BYTES', 96 * 1024 * 1024, 1024),
+    largeBodyWaitMs: int(env, 'LARGE_BODY_WAIT_MS', 15_000, 0, 600_000),
     role: role as Role,
     trustProxy: bool(env, 'TRUST_PROXY', false),
     mediaDir: resolve(nonEmpty(env, 'MEDIA_DIR') ?? resolve(nonEmpty(env, 'MEDIAGATE_DATA_DIR') ?? '.mediagate', 'media')),

@@ -130,7 +130,12 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       quotes: new QuoteTokens(deriveKey(secretKey, 'quote-token'), config.quoteTtlSeconds),
       log,
       notifier,
-      options: { maxMediaInputCount: config.maxMediaInputCount, maxMediaInputBytes: config.maxMediaInputBytes, maxLifetimeSeconds: config.taskMaxLifetimeSeconds },
+      options: {
+        maxMediaInputCount: config.maxMediaInputCount,
+        maxMediaInputBytes: config.maxMediaInputBytes,
+        allowPrivateTargets: config.allowPrivateTargets,
+        maxLifetimeSeconds: config.taskMaxLifetimeSeconds,
+      },
     }),
     images: new ImageService({
       tasks: repositories.imageTasks,

@@ -48,6 +48,9 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     await migrateToLatest(db, log);
     const secretKey = loadSecretKey({ envValue: config.secretKey, dataDir: config.databaseUrl ? undefined : config.dataDir });
 
+    if (config.demoData && config.databaseUrl) {
+      log.warn('DEMO_DATA is on with an external database: an empty database gets a demo account with 1000 credits and a live API key');
+    }
     if (config.demoData) {
       const demo = await seedDemoData(db, log);
       if (demo) {

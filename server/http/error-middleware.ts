@@ -46,9 +46,9 @@ function fromValidator(err: ValidatorError, req: Request): ApiError {
       return new ApiError(400, 'invalid_request', message, param);
     }
     case 401:
-      return req.path.startsWith('/admin/')
-        ? new ApiError(401, 'invalid_admin_token', 'Missing or invalid admin token.')
-        : new ApiError(401, 'invalid_api_key', "Missing or invalid API key. Send 'Authorization: Bearer <API_KEY>'.", null, {}, { 'WWW-Authenticate': 'Bearer' });
+      if (req.path.startsWith('/admin/')) return new ApiError(401, 'invalid_admin_token', 'Missing or invalid admin token.');
+      if (req.path === '/metrics') return new ApiError(401, 'invalid_metrics_token', 'Missing or invalid metrics token.');
+      return new ApiError(401, 'invalid_api_key', "Missing or invalid API key. Send 'Authorization: Bearer <API_KEY>'.", null, {}, { 'WWW-Authenticate': 'Bearer' });
     case 404:
       return new ApiError(404, 'not_found', `No route for ${req.method} ${req.path}.`);
     case 405:
@@ -62,8 +62,11 @@ function fromValidator(err: ValidatorError, req: Request): ApiError {
   }
 }
 
-/** Body-parser errors carry a `type`. */
-function fromBodyParser(err: { type?: string; status?: number; limit?: number }, req: Request): ApiError | undefined {
+/** Body-parser errors carry a `type`; a body that fails to decompress is a zlib error it passes on with status 400. */
+function fromBodyParser(err: { type?: string; status?: number; limit?: number; code?: string; expose?: boolean }, req: Request): ApiError | undefined {
+  if (err.type === undefined && err.status === 400 && err.expose === true && typeof err.code === 'string' && /^(Z_|ERR_)/.test(err.code)) {
+    return new ApiError(400, 'invalid_content_encoding', `The request body does not decode as its Content-Encoding '${String(req.headers['content-encoding'] ?? '')}' says.`);
+  }
   switch (err.type) {
     case 'entity.parse.failed':
       return new ApiError(400, 'invalid_json', 'The request body is not valid JSON.');

@@ -1,45 +1,57 @@
-/** A counting semaphore: at most `limit` holders at once, the rest wait in order. */
+/**
+ * A counting semaphore: holders take `weight` units (default 1) of `limit`; the rest wait in order
+ * (first in, first served, so a heavy waiter is not starved by light ones).
+ */
 export class Semaphore {
   private active = 0;
-  private readonly waiting: (() => void)[] = [];
+  private readonly waiting: { weight: number; grant: () => void }[] = [];
 
   constructor(private readonly limit: number) {}
 
-  /** Waits for a slot; rejects (and leaves the queue) when `signal` aborts first. */
-  acquire(signal?: AbortSignal): Promise<() => void> {
+  /** Waits for `weight` units (capped at the limit); rejects (and leaves the queue) when `signal` aborts first. */
+  acquire(signal?: AbortSignal, weight = 1): Promise<() => void> {
     if (signal?.aborted) return Promise.reject(signal.reason);
-    if (this.active < this.limit) {
-      this.active++;
-      return Promise.resolve(this.releaser());
+    const units = Math.min(Math.max(weight, 0), this.limit);
+    if (this.waiting.length === 0 && this.active + units <= this.limit) {
+      this.active += units;
+      return Promise.resolve(this.releaser(units));
     }
     return new Promise((resolve, reject) => {
-      const grant = () => {
-        signal?.removeEventListener('abort', onAbort);
-        this.active++;
-        resolve(this.releaser());
+      const entry = {
+        weight: units,
+        grant: () => {
+          signal?.removeEventListener('abort', onAbort);
+          this.active += units;
+          resolve(this.releaser(units));
+        },
       };
       const onAbort = () => {
-        const i = this.waiting.indexOf(grant);
+        const i = this.waiting.indexOf(entry);
         if (i >= 0) this.waiting.splice(i, 1);
         reject(signal!.reason);
+        this.drain();
       };
       signal?.addEventListener('abort', onAbort, { once: true });
-      this.waiting.push(grant);
+      this.waiting.push(entry);
     });
   }
 
-  /** Holders right now. */
+  /** Units held right now. */
   get inUse(): number {
     return this.active;
   }
 
-  private releaser(): () => void {
+  private drain(): void {
+    while (this.waiting.length > 0 && this.active + this.waiting[0]!.weight <= this.limit) this.waiting.shift()!.grant();
+  }
+
+  private releaser(units: number): () => void {
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      this.active--;
-      this.waiting.shift()?.();
+      this.active -= units;
+      this.drain();
     };
   }
 }

@@ -86,17 +86,18 @@ export class ModelRepository {
   }
 
   /**
-   * Video models of the catalog listed by any member of the group (enabled or not), with whether an
-   * enabled member can run them and their price rows; one query. `modelId` narrows it to one model.
+   * Video models visible to a group (listed by an enabled member; product spec §4.7), with whether
+   * such a member can also run them here (`reachable`: an adapter and credentials) and their price
+   * rows; one query. `modelId` narrows it to one model.
    */
   async listVideoCatalog(groupId: string, modelId?: string): Promise<VideoCatalogRow[]> {
     const result = await sql<VideoCatalogRow>`
       select m.id, m.display_name as "displayName", m.capabilities,
-             bool_or(g.enabled and ${this.runnable(sql`'video'`)}) as reachable,
+             bool_or(${this.runnable(sql`'video'`)}) as reachable,
              coalesce((select json_agg(json_build_object('resolution', p.resolution, 'mode', p.mode, 'unitPrice', p.unit_price) order by p.resolution)
                        from model_prices p where p.model_id = m.id and p.quality = ''), '[]'::json) as prices
       from catalog_models m
-      join group_members g on g.group_id = ${groupId} and m.id = any(g.models)
+      join group_members g on g.group_id = ${groupId} and g.enabled and m.id = any(g.models)
       where m.kind = 'video' and m.enabled
         and exists (select 1 from capability_switches s where s.name = 'video_generation' and s.enabled)
         ${modelId === undefined ? sql`` : sql`and m.id = ${modelId}`}

@@ -3,6 +3,7 @@
  * part-way, and video upstreams that fail or never finish. Injected with
  * `startTestServer({ overrides: { providers: { local: { image: …, video: … } } } })`.
  */
+import { Readable } from 'node:stream';
 import { LocalImageProvider } from '../../server/providers/local/local-image.provider.ts';
 import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { ImageProvider, VideoProvider } from '../../server/providers/types.ts';
@@ -53,5 +54,24 @@ export function neverFinishingVideoProvider(pollIntervalMs = 50): VideoProvider 
     download: async () => {
       throw new Error('a running job has no output');
     },
+  };
+}
+
+/** Returns `image` for every image of a job at once: an upstream that costs no CPU here. */
+export function instantImageProvider(image: Buffer): ImageProvider {
+  return {
+    async generate(_account, job, _signal, events) {
+      for (let i = 0; i < job.n; i++) await events.image(i, { image });
+    },
+  };
+}
+
+/** Completes every job at its first poll with `bytes` as the video: an upstream that costs no CPU here. */
+export function instantVideoProvider(bytes: Buffer): VideoProvider {
+  return {
+    pollIntervalMs: 0,
+    submit: async (_account, job) => `instant-${job.taskId}`,
+    poll: async () => ({ state: 'succeeded', output: {} }),
+    download: async () => ({ stream: Readable.from([bytes]), contentType: 'video/mp4', bytes: bytes.length }),
   };
 }

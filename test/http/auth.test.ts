@@ -3,9 +3,10 @@ import { createAccount, createApiKey, createCustomer, createGroup, createMember,
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 
 let server: TestServer;
+const METRICS_TOKEN = 'metrics-token-0123456789abcdef';
 
 beforeAll(async () => {
-  server = await startTestServer({ env: { KEY_CACHE_TTL_MS: '0' } });
+  server = await startTestServer({ env: { KEY_CACHE_TTL_MS: '0', METRICS_TOKEN } });
   await seedCatalog(server.db);
 });
 afterAll(async () => server?.close());
@@ -217,14 +218,30 @@ describe('GET /v1/credits (§2.2)', () => {
 });
 
 describe('operations endpoints', () => {
-  it('serves /healthz, /readyz and Prometheus /metrics without a key', async () => {
+  it('serves /healthz and /readyz without a key, and Prometheus /metrics only to the metrics token', async () => {
     expect(JSON.parse((await rawGet('/healthz')).text)).toEqual({ status: 'ok' });
     expect(JSON.parse((await rawGet('/readyz')).text)).toEqual({ status: 'ready' });
     await rawGet('/v1/credits');
-    const metrics = await rawGet('/metrics');
+    for (const headers of [{}, { Authorization: 'Bearer wrong-token-0123456789' }] as Record<string, string>[]) {
+      const refused = await rawGet('/metrics', headers);
+      expect(refused.status).toBe(401);
+      expect(JSON.parse(refused.text).error).toMatchObject({ code: 'invalid_metrics_token', type: 'authentication_error' });
+    }
+    const metrics = await rawGet('/metrics', { Authorization: `Bearer ${METRICS_TOKEN}` });
     expect(metrics.status).toBe(200);
     expect(metrics.headers.get('content-type')).toContain('text/plain');
     expect(metrics.text).toMatch(/mediagate_http_requests_total\{operation="getCredits",method="GET",status="401"\} \d+/);
     expect(metrics.text).toContain('mediagate_http_request_duration_seconds_bucket');
+  });
+
+  it('does not serve /metrics at all when no METRICS_TOKEN is set', async () => {
+    const bare = await startTestServer();
+    try {
+      const res = await fetch(`${bare.directUrl}/metrics`);
+      expect(res.status).toBe(404);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('not_found');
+    } finally {
+      await bare.close();
+    }
   });
 });

@@ -61,16 +61,17 @@ describe('GET /v1/videos/capabilities (§2.7)', () => {
     expect(JSON.stringify(data)).not.toMatch(/mem_|credential/);
   });
 
-  it('marks a model listed only by a disabled member as not configuredReachable', async () => {
+  it('does not list a model that only a disabled member serves (§4.7: only models visible to the key), and creating it is 404', async () => {
     const account = await createAccount(server.db);
     const group = await createGroup(server.db);
     await createMember(server.db, group.id, { models: ['local-video-lite'], enabled: false });
     const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
     const { data } = await server.client(key.key).GET('/v1/videos/capabilities');
-    expect(data?.items.map((i) => [i.model, i.configuredReachable])).toEqual([['local-video-lite', false]]);
+    expect(data?.items).toEqual([]);
+    expect((await server.client(key.key).GET('/v1/models')).data?.data).toEqual([]);
     const res = await post(key.key, body({ model: 'local-video-lite', resolution: '360p', seconds: 2, aspectRatio: '1:1' }));
-    expect(res.status).toBe(503);
-    expect(res.body.error.code).toBe('no_reachable_member');
+    expect(res.status).toBe(404);
+    expect(res.body.error.code).toBe('model_not_found');
   });
 });
 
@@ -272,7 +273,8 @@ describe('POST /v1/videos/generations (§4.6)', () => {
     const a = await server.client(c.key).GET('/v1/videos/{id}', { params: { path: { id: frames.body.id } } });
     expect(a.data?.input).toEqual({ mode: 'first_and_last_frame', count: 2 });
     const b = await server.client(c.key).GET('/v1/videos/{id}', { params: { path: { id: refs.body.id } } });
-    expect(b.data?.input).toEqual({ mode: 'reference_images', count: 2 });
+    // Every media input counts, as toward maxMediaInputCount: two images and one reference video.
+    expect(b.data?.input).toEqual({ mode: 'reference_images', count: 3 });
     expect(JSON.stringify(a.data)).not.toContain('base64');
   });
 });
@@ -375,7 +377,7 @@ describe('idempotency', () => {
     const first = await post(c.key, payload);
     await server.db.updateTable('modelPrices').set({ unitPrice: 90_000 }).where('modelId', '=', 'local-video-lite').execute();
     try {
-      const again = await post(c.key, { ...payload, seconds: 2 });
+      const again = await post(c.key, payload);
       expect(again.status).toBe(202);
       expect(again.body).toEqual(first.body);
       expect(again.body.billing.unitPrice).toBe(0.02);

@@ -290,10 +290,11 @@ describe('contract coverage: operations', () => {
     expect(Object.keys(op.responses ?? {})).toContain('404');
   });
 
-  it('leaves the file, health, readiness and metrics endpoints without an API key', () => {
-    for (const path of ['/v1/files/{file_id}', '/healthz', '/readyz', '/metrics']) {
+  it('leaves the file, health and readiness endpoints without an API key, and puts metrics behind its own token', () => {
+    for (const path of ['/v1/files/{file_id}', '/healthz', '/readyz']) {
       expect(operation('get', path).security).toEqual([]);
     }
+    expect(operation('get', '/metrics').security).toEqual([{ metricsToken: [] }]);
   });
 });
 

@@ -4,10 +4,10 @@
  * and the task runs (image-runner.ts) inside the request, or in the background with
  * `Prefer: respond-async`. Exactly what was delivered is captured and the rest released.
  */
-import sharp from 'sharp';
 import type { components } from '../../../generated/api.d.ts';
 import { ApiError, badRequest, notFound, paymentRequired, unavailable } from '../../errors.ts';
 import { newId } from '../../lib/ids.ts';
+import { inspectImage } from '../../lib/image-inspect.ts';
 import { toCredits } from '../../lib/money.ts';
 import type { Logger } from '../../logger.ts';
 import type { ImageParams } from '../../providers/types.ts';
@@ -115,13 +115,10 @@ export class ImageService {
       data = await this.deps.files.readAll(file.id);
       fileId = file.id;
     } else data = input.data;
-    const meta = await sharp(data)
-      .metadata()
-      .catch(() => undefined);
-    if (!meta?.width || !meta.height || !meta.format) throw badRequest('invalid_image', `'${input.param}' is not a decodable image.`, input.param);
+    const meta = await inspectImage(data, input.param);
     if (input.param === 'mask' && !meta.hasAlpha) throw badRequest('invalid_image', 'The mask needs an alpha channel: its transparent area marks the region to edit.', 'mask');
-    const mimeType = meta.format === 'jpeg' ? 'image/jpeg' : `image/${meta.format}`;
-    return fileId ? { fileId, mimeType, width: meta.width, height: meta.height } : { data, mimeType, width: meta.width, height: meta.height };
+    const { mimeType, width, height } = meta;
+    return fileId ? { fileId, mimeType, width, height } : { data, mimeType, width, height };
   }
 
   /**

@@ -74,7 +74,8 @@ export function toVideoTaskCreated(row: VideoCreatedFields): Schemas['VideoTaskC
 export function toVideoTask(row: VideoTaskRow, videoUrl: string | undefined): Schemas['VideoTask'] {
   const task: Schemas['VideoTask'] = {
     ...toVideoTaskCreated(row),
-    input: { mode: row.inputMode as Schemas['VideoTask']['input']['mode'], count: row.inputFileIds.length },
+    // Every media input counts, as toward maxMediaInputCount: frames, reference images, videos and audios.
+    input: { mode: row.inputMode as Schemas['VideoTask']['input']['mode'], count: row.inputFileIds.length + row.referenceVideos.length + row.referenceAudios.length },
     created_at: row.createdAt.toISOString(),
   };
   if (row.completedAt) task.completed_at = row.completedAt.toISOString();

@@ -7,8 +7,9 @@
 import type { components } from '../../../generated/api.d.ts';
 import type { VideoCapabilities } from '../../catalog/capabilities.ts';
 import { ApiError, badRequest, tooLarge } from '../../errors.ts';
+import { createHash, type Hash } from 'node:crypto';
 import { decodeImageDataUrl } from '../../lib/data-url.ts';
-import ipaddr from 'ipaddr.js';
+import { OutboundUrlError, parseOutboundUrl } from '../../lib/outbound-url.ts';
 
 type VideoCreateRequest = components['schemas']['VideoCreateRequest'];
 
@@ -150,7 +151,7 @@ export function checkAgainstModel(req: NormalizedVideoRequest, caps: VideoCapabi
 }
 
 /** Decodes the image inputs and enforces the media count and byte limits. */
-export function decodeMediaInputs(req: NormalizedVideoRequest, limits: { maxCount: number; maxBytes: number }): MediaInput[] {
+export function decodeMediaInputs(req: NormalizedVideoRequest, limits: { maxCount: number; maxBytes: number; allowPrivate?: boolean }): MediaInput[] {
   const count = (req.firstFrame ? 1 : 0) + (req.lastFrame ? 1 : 0) + req.referenceImages.length + req.referenceVideos.length + req.referenceAudios.length;
   if (count > limits.maxCount) {
     throw tooLarge('too_many_media_inputs', `At most ${limits.maxCount} media inputs are accepted per request; got ${count}.`);
@@ -160,7 +161,12 @@ export function decodeMediaInputs(req: NormalizedVideoRequest, limits: { maxCoun
     [req.referenceAudios, 'reference_audios'],
   ] as const) {
     list.forEach((url, i) => {
-      if (!isHttpsUrl(url)) throw badRequest('invalid_media_url', `'${param}[${i}]' must be an https URL.`, `${param}[${i}]`);
+      try {
+        parseOutboundUrl(url, { allowPrivate: limits.allowPrivate });
+      } catch (err) {
+        if (!(err instanceof OutboundUrlError)) throw err;
+        throw badRequest('invalid_media_url', `'${param}[${i}]' must be a public https URL: ${err.message}.`, `${param}[${i}]`);
+      }
     });
   }
   const inputs: MediaInput[] = [];
@@ -177,28 +183,55 @@ export function decodeMediaInputs(req: NormalizedVideoRequest, limits: { maxCoun
   return inputs;
 }
 
-export function isHttpsUrl(value: string): boolean {
+/**
+ * A webhook target must be a public https URL (the service would otherwise POST into the
+ * operator's own network), checked by the shared outbound-URL guard; resolved addresses are checked
+ * again when a delivery is sent. `allowPrivate`: the operator allows on-premises receivers.
+ */
+export function checkCallbackUrl(url: string | undefined, allowPrivate = false): void {
+  if (url === undefined) return;
   try {
-    const url = new URL(value);
-    return url.protocol === 'https:' && url.hostname.length > 0;
-  } catch {
-    return false;
+    parseOutboundUrl(url, { allowPrivate });
+  } catch (err) {
+    if (!(err instanceof OutboundUrlError)) throw err;
+    throw new ApiError(400, 'invalid_callback_url', `callback_url must be a public https URL: ${err.message}.`, 'callback_url');
   }
 }
 
 /**
- * A webhook target must be public https: no localhost and no loopback, private, link-local or other
- * non-unicast IP literal (the service would otherwise POST into the operator's own network).
- * Host names are resolved and checked again when a delivery is sent.
+ * What makes two creation requests "the same request" for idempotency: every field of the
+ * normalized request (aliases resolved, media as sent) except client_request_id and quote_token.
  */
-export function checkCallbackUrl(url: string | undefined): void {
-  if (url === undefined) return;
-  const invalid = (why: string) => new ApiError(400, 'invalid_callback_url', `callback_url must be a public https URL: ${why}.`, 'callback_url');
-  if (!isHttpsUrl(url)) throw invalid('not an https URL');
-  const host = new URL(url).hostname.replace(/^\[|\]$/g, '').toLowerCase();
-  if (host === 'localhost' || host.endsWith('.localhost') || host.endsWith('.local') || host.endsWith('.internal')) throw invalid(`'${host}' is not a public host`);
-  if (ipaddr.isValid(host)) {
-    const address = ipaddr.process(host);
-    if (address.range() !== 'unicast') throw invalid(`${host} is a ${address.range()} address`);
+export function requestFingerprint(req: NormalizedVideoRequest): string {
+  const { clientRequestId: _id, quoteToken: _quote, ...shaping } = req;
+  const hash = createHash('sha256');
+  hashValue(hash, shaping);
+  return hash.digest('base64url');
+}
+
+const HASH_SLICE = 1 << 20;
+
+/**
+ * Feeds a JSON-like value to a hash without serializing it first: media strings can be hundreds of
+ * MiB, and a JSON copy of them (plus its UTF-8 copy) would double the request's memory.
+ */
+function hashValue(hash: Hash, value: unknown): void {
+  if (typeof value === 'string') {
+    hash.update(`s${value.length}:`);
+    for (let i = 0; i < value.length; i += HASH_SLICE) hash.update(value.slice(i, i + HASH_SLICE));
+  } else if (Array.isArray(value)) {
+    hash.update(`a${value.length}[`);
+    for (const item of value) hashValue(hash, item);
+    hash.update(']');
+  } else if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value).filter(([, v]) => v !== undefined).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    hash.update(`o${entries.length}{`);
+    for (const [k, v] of entries) {
+      hashValue(hash, k);
+      hashValue(hash, v);
+    }
+    hash.update('}');
+  } else {
+    hash.update(`${typeof value}:${String(value)};`);
   }
 }

@@ -4,7 +4,6 @@
  * in one statement, and returns 202; the task engine does the rest.
  */
 import type { Insertable } from 'kysely';
-import sharp from 'sharp';
 import type { components } from '../../../generated/api.d.ts';
 import type { VideoTasks } from '../../../generated/db.d.ts';
 import type { BillingMode } from '../../catalog/capabilities.ts';
@@ -17,16 +16,19 @@ import type { FileRow } from '../../repositories/file.repository.ts';
 import type { AuthContext } from '../auth.service.ts';
 import type { FileService } from '../file.service.ts';
 import { newId } from '../../lib/ids.ts';
+import { inspectImage } from '../../lib/image-inspect.ts';
 import type { QuoteTokens } from '../quote-token.ts';
 import type { TaskNotifier } from '../tasks/task-notifier.ts';
 import { toBillingRow, toCapability, toVideoTask, toVideoTaskCreated, quoteFor } from './video-mappers.ts';
-import { checkAgainstModel, checkCallbackUrl, decodeMediaInputs, isCompositeModelId, normalizeVideoRequest } from './video-request.ts';
+import { checkAgainstModel, checkCallbackUrl, decodeMediaInputs, isCompositeModelId, normalizeVideoRequest, requestFingerprint } from './video-request.ts';
 
 type Schemas = components['schemas'];
 
 export interface VideoServiceOptions {
   maxMediaInputCount: number;
   maxMediaInputBytes: number;
+  /** Callback and media URLs may point at private addresses (on-premises receivers). */
+  allowPrivateTargets: boolean;
   /** A task older than this fails and is refunded. */
   maxLifetimeSeconds: number;
 }
@@ -65,11 +67,13 @@ export class VideoService {
   /** Creates the task, or returns the original one for an idempotent retry. */
   async create(auth: AuthContext, body: Schemas['VideoCreateRequest']): Promise<Schemas['VideoTaskCreated']> {
     const req = normalizeVideoRequest(body);
-    checkCallbackUrl(req.callbackUrl);
+    checkCallbackUrl(req.callbackUrl, this.deps.options.allowPrivateTargets);
+    const fingerprint = requestFingerprint(req);
 
-    // Idempotency first: a retry gets the original task and billing, whatever changed since.
+    // Idempotency first: a retry of the same request gets the original task and billing, whatever
+    // changed since; another request under the same client_request_id is a conflict.
     const existing = await this.deps.tasks.findByClientRequestId(auth.accountId, req.clientRequestId);
-    if (existing) return toVideoTaskCreated(existing);
+    if (existing) return this.replay(existing, fingerprint);
 
     const model = await this.resolveModel(auth, req.model);
     const checked = checkAgainstModel(req, model.capabilities);
@@ -77,19 +81,20 @@ export class VideoService {
     if (!price) throw new ApiError(503, 'no_reachable_member', `Model '${model.id}' has no price for resolution '${req.resolution}'; ask the operator to set one.`);
     this.checkQuote(auth, model.id, price, req.quoteToken);
 
-    const inputs = decodeMediaInputs(req, { maxCount: this.deps.options.maxMediaInputCount, maxBytes: this.deps.options.maxMediaInputBytes });
+    const { maxMediaInputCount: maxCount, maxMediaInputBytes: maxBytes, allowPrivateTargets: allowPrivate } = this.deps.options;
+    const inputs = decodeMediaInputs(req, { maxCount, maxBytes, allowPrivate });
+    // Every input is checked before any is stored: a bad one leaves nothing behind.
+    const inspected = await Promise.all(inputs.map((input) => inspectImage(input.data, input.param)));
     const taskId = newId('vid');
     const inputFiles: FileRow[] = [];
-    for (const input of inputs) {
-      const meta = await sharp(input.data)
-        .metadata()
-        .catch(() => undefined);
-      if (!meta?.width || !meta.height) throw badRequest('invalid_image', `'${input.param}' is not a decodable image.`, input.param);
-      const file = await this.deps.files.save(
-        { accountId: auth.accountId, purpose: 'input', contentType: input.mimeType, taskId, width: meta.width, height: meta.height },
-        input.data,
-      );
-      inputFiles.push(file);
+    try {
+      for (const [i, input] of inputs.entries()) {
+        const { width, height, mimeType } = inspected[i]!;
+        inputFiles.push(await this.deps.files.save({ accountId: auth.accountId, purpose: 'input', contentType: mimeType, taskId, width, height }, input.data));
+      }
+    } catch (err) {
+      await this.discard(inputFiles);
+      throw err;
     }
     const inputFileIds = inputFiles.map((f) => f.id);
 
@@ -117,6 +122,7 @@ export class VideoService {
       unitPrice: price.unitPrice,
       quotedCredits: quoted,
       deadlineAt: new Date(Date.now() + this.deps.options.maxLifetimeSeconds * 1000),
+      requestFingerprint: fingerprint,
     };
     let outcome;
     try {
@@ -129,7 +135,7 @@ export class VideoService {
       if (isUniqueViolation(err, 'video_tasks_client_request_id_key')) {
         // A concurrent identical request won the race; nothing of ours was written.
         const winner = await this.deps.tasks.findByClientRequestId(auth.accountId, req.clientRequestId);
-        if (winner) return toVideoTaskCreated(winner);
+        if (winner) return this.replay(winner, fingerprint);
       }
       throw err;
     }
@@ -164,6 +170,19 @@ export class VideoService {
     // Another account's task and an unknown id are indistinguishable.
     if (!row) throw notFound('task_not_found', `No video task '${id}' exists for this account.`);
     return toVideoTask(row, this.videoUrl(row));
+  }
+
+  /** The original task for a retry of the same request; 409 for a different request under its client_request_id. */
+  private replay(existing: VideoTaskRow, fingerprint: string): Schemas['VideoTaskCreated'] {
+    if (existing.requestFingerprint !== null && existing.requestFingerprint !== fingerprint) {
+      throw conflict(
+        'idempotency_conflict',
+        `client_request_id '${existing.clientRequestId}' was already used for a different request (task ${existing.id}); send a new client_request_id for a new task.`,
+        {},
+        'client_request_id',
+      );
+    }
+    return toVideoTaskCreated(existing);
   }
 
   /** Inputs stored for a task that was not created. */

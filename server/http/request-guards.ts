@@ -1,0 +1,138 @@
+/**
+ * Guards every request passes before the contract validator: a bound on how many large bodies are
+ * read and handled at once, no content encoding on multipart bodies (we do not decode them), and
+ * no NUL character in any string (PostgreSQL text cannot hold one, and no field needs it).
+ */
+import type { NextFunction, Request, Response } from 'express';
+import { ApiError } from '../errors.ts';
+import { Semaphore } from '../lib/semaphore.ts';
+
+export interface LargeBodyOptions {
+  /** Bodies above this many bytes (or of unknown length) are large. */
+  largeBodyBytes: number;
+  /** Bytes of large bodies handled at once: each takes its Content-Length (the whole budget when the length is unknown). */
+  budgetBytes: number;
+  /** How long a large body waits for a slot before 503 server_busy. */
+  waitMs: number;
+}
+
+/**
+ * Holds a share of the large-body budget from before a large body is read until its response is
+ * finished, so the memory of parsing and handling large bodies is bounded whatever the number of
+ * clients; waiting bodies stay unread in the socket. Requests with small bodies pass at once.
+ */
+export function largeBodySlots(opts: LargeBodyOptions) {
+  const budget = new Semaphore(opts.budgetBytes);
+  const retryAfter = String(Math.max(1, Math.ceil(opts.waitMs / 1000)));
+  return (req: Request, res: Response, next: NextFunction): void => {
+    const length = req.headers['content-length'];
+    const large = length === undefined ? req.headers['transfer-encoding'] !== undefined : Number(length) > opts.largeBodyBytes;
+    if (!large) return next();
+    const gone = new AbortController();
+    const timer = setTimeout(() => gone.abort(new Error('timeout')), opts.waitMs);
+    res.once('close', () => gone.abort(new Error('client gone')));
+    budget.acquire(gone.signal, length === undefined ? opts.budgetBytes : Number(length)).then(
+      (release) => {
+        clearTimeout(timer);
+        res.once('close', release);
+        next();
+      },
+      () => {
+        clearTimeout(timer);
+        if (res.destroyed) return;
+        // The body was never read: close the connection instead of reading it to keep it alive.
+        res.setHeader('Connection', 'close');
+        next(
+          new ApiError(503, 'server_busy', `Too many large requests are being processed; retry in ${retryAfter} s.`, null, {}, { 'Retry-After': retryAfter }),
+        );
+      },
+    );
+  };
+}
+
+/** Multipart bodies are parsed as they arrive, never decompressed: any Content-Encoding is 415. */
+export function rejectEncodedMultipart(req: Request, _res: Response, next: NextFunction): void {
+  const encoding = String(req.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
+  const multipart = /^\s*multipart\//i.test(String(req.headers['content-type'] ?? ''));
+  if (multipart && encoding !== 'identity') {
+    next(new ApiError(415, 'unsupported_media_type', `A multipart body cannot have Content-Encoding '${encoding}'; send it uncompressed.`));
+    return;
+  }
+  next();
+}
+
+const MAX_DEPTH = 64;
+
+/** The path (`images[2]`, `a.b`) of the first string in `value` that holds a NUL, if any. */
+export function findNul(value: unknown, path = '', depth = 0): string | undefined {
+  if (typeof value === 'string') return value.includes('\0') ? path || 'body' : undefined;
+  if (depth > MAX_DEPTH || value === null || typeof value !== 'object' || Buffer.isBuffer(value)) return undefined;
+  if (Array.isArray(value)) {
+    for (const [i, item] of value.entries()) {
+      const found = findNul(item, `${path}[${i}]`, depth + 1);
+      if (found) return found;
+    }
+    return undefined;
+  }
+  for (const [key, item] of Object.entries(value)) {
+    const here = path ? `${path}.${key}` : key;
+    if (key.includes('\0')) return here;
+    const found = findNul(item, here, depth + 1);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+/** 400 nul_character for a NUL in the path, the query or any string of the (parsed) body. */
+export function rejectNulCharacters(req: Request, _res: Response, next: NextFunction): void {
+  let param: string | undefined;
+  if (/%00/.test(req.path)) param = 'path';
+  else param = findNul(req.query) ?? findNul(req.body);
+  if (param === undefined) return next();
+  next(new ApiError(400, 'nul_character', `'${param}' contains a NUL character (U+0000), which no field accepts.`, param));
+}
+
+/**
+ * Large JSON bodies of known length are read into one buffer of exactly that size and parsed once
+ * (express.json would keep the chunk list and a concatenated copy, and its body read and text
+ * alive until the request ends). Everything else falls through to express.json.
+ */
+export function readLargeJson(opts: { largeBodyBytes: number; limitBytes: number }) {
+  return (req: Request, _res: Response, next: NextFunction): void => {
+    const length = Number(req.headers['content-length']);
+    const encoding = String(req.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
+    if (!(length > opts.largeBodyBytes) || encoding !== 'identity' || !req.is(['application/json', 'application/*+json'])) return next();
+    if (length > opts.limitBytes) {
+      next(new ApiError(413, 'body_too_large', `The request body exceeds the limit of ${opts.limitBytes} bytes.`));
+      return;
+    }
+    let body: Buffer | undefined = Buffer.allocUnsafe(length);
+    let received = 0;
+    const fail = (err: ApiError) => {
+      req.removeAllListeners('data');
+      body = undefined;
+      next(err);
+    };
+    req.on('data', (chunk: Buffer) => {
+      if (!body) return;
+      if (received + chunk.length > length) return fail(new ApiError(400, 'invalid_request', 'The request body is longer than its Content-Length.'));
+      chunk.copy(body, received);
+      received += chunk.length;
+    });
+    req.once('error', () => body && fail(new ApiError(400, 'invalid_request', 'The request body could not be read.')));
+    req.once('end', () => {
+      if (!body) return;
+      if (received !== length) return fail(new ApiError(400, 'invalid_request', 'The request body is shorter than its Content-Length.'));
+      let text: string | undefined = body.toString('utf8');
+      body = undefined;
+      try {
+        req.body = JSON.parse(text);
+      } catch {
+        text = undefined;
+        return next(new ApiError(400, 'invalid_json', 'The request body is not valid JSON.'));
+      }
+      text = undefined;
+      next();
+    });
+  };
+}

@@ -1,0 +1,43 @@
+/**
+ * Input images are decoded in full before anything is charged or sent upstream: an empty,
+ * truncated, undecodable or tiny image is the client's mistake (400 `invalid_image`), not an
+ * upstream failure. Decoding runs on sharp's threads, not the event loop.
+ */
+import sharp, { type Metadata } from 'sharp';
+import { badRequest } from '../errors.ts';
+
+/** Smallest accepted edge of an input image, in pixels. */
+export const MIN_IMAGE_EDGE = 16;
+
+export interface InspectedImage {
+  format: string;
+  mimeType: string;
+  width: number;
+  height: number;
+  hasAlpha: boolean;
+}
+
+export async function inspectImage(data: Buffer, param: string): Promise<InspectedImage> {
+  const invalid = (why: string) => badRequest('invalid_image', `'${param}' ${why}.`, param);
+  if (data.length === 0) throw invalid('is empty');
+  let meta: Metadata;
+  try {
+    const image = sharp(data, { failOn: 'truncated' });
+    meta = await image.metadata();
+    // The header can be intact while the pixels are cut off: decode everything once.
+    await image.stats();
+  } catch {
+    throw invalid('is not a complete image in a format we can decode (PNG, JPEG, WebP, GIF)');
+  }
+  if (!meta.width || !meta.height || !meta.format) throw invalid('is not a decodable image');
+  if (meta.width < MIN_IMAGE_EDGE || meta.height < MIN_IMAGE_EDGE) {
+    throw invalid(`is ${meta.width}x${meta.height} pixels; images need at least ${MIN_IMAGE_EDGE} pixels on each edge`);
+  }
+  return {
+    format: meta.format,
+    mimeType: meta.format === 'jpeg' ? 'image/jpeg' : `image/${meta.format}`,
+    width: meta.width,
+    height: meta.height,
+    hasAlpha: meta.hasAlpha ?? false,
+  };
+}

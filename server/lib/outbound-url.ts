@@ -1,0 +1,86 @@
+/**
+ * The one guard for every URL the gateway will fetch or post to on a client's behalf (webhook
+ * `callback_url`s, media input URLs): parsed once, the host normalized, then classified. The same
+ * classification runs again on every resolved address at send time (`isPublicAddress`), so a name
+ * that resolves to a private address is refused then too.
+ *
+ * Normalization before classifying: lower case, trailing dots removed (`localhost.` is localhost),
+ * IDNA to punycode and IPv4 shorthand forms (`127.1`, `0x7f.1`, `2130706433`) by the WHATWG URL
+ * parser, IPv4-mapped IPv6 (`[::ffff:127.0.0.1]`) to its IPv4 address.
+ */
+import ipaddr from 'ipaddr.js';
+
+export type OutboundUrlProblem =
+  | 'not_https'
+  | 'malformed'
+  | 'empty_host'
+  | 'credentials'
+  | 'bad_port'
+  | 'internal_name'
+  | 'non_public_address';
+
+export class OutboundUrlError extends Error {
+  constructor(
+    readonly problem: OutboundUrlProblem,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'OutboundUrlError';
+  }
+}
+
+export interface OutboundUrl {
+  url: URL;
+  /** Normalized host: lower case, no trailing dot, punycode; IP literals without brackets. */
+  host: string;
+  port: number;
+  /** Set when the host is an IP literal. */
+  address?: string;
+}
+
+/** Suffixes of names that never leave a private network. */
+const INTERNAL_SUFFIXES = ['.localhost', '.local', '.internal', '.intranet', '.lan', '.home.arpa', '.corp', '.private'];
+
+/** Whether an IP address is a public unicast one (not loopback, private, link-local, CGNAT, unique-local, multicast, reserved, …). */
+export function isPublicAddress(address: string): boolean {
+  if (!ipaddr.isValid(address)) return false;
+  const parsed = ipaddr.process(address); // IPv4-mapped IPv6 becomes IPv4
+  return parsed.range() === 'unicast';
+}
+
+/**
+ * Parses and checks an outbound URL: `https://` with a non-empty host, no user info, a usable port,
+ * and a host that is public (`allowPrivate` lifts the last rule, for on-premises receivers).
+ */
+export function parseOutboundUrl(raw: string, opts: { allowPrivate?: boolean } = {}): OutboundUrl {
+  // The WHATWG parser forgives `https:example.com` and `https:///path`; a URL we call must be written out.
+  if (!/^https:\/\/[^/?#\\]/i.test(raw)) {
+    if (/^https:/i.test(raw)) throw new OutboundUrlError('empty_host', 'the URL must be written https://host/…, with a host');
+    throw new OutboundUrlError('not_https', 'only https URLs are accepted');
+  }
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new OutboundUrlError('malformed', 'the URL cannot be parsed');
+  }
+  if (url.username !== '' || url.password !== '') throw new OutboundUrlError('credentials', 'the URL must not carry a user name or password');
+  const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase().replace(/\.+$/, '');
+  if (host === '') throw new OutboundUrlError('empty_host', 'the URL has no host');
+  const port = url.port === '' ? 443 : Number(url.port);
+  if (!Number.isInteger(port) || port < 1 || port > 65535) throw new OutboundUrlError('bad_port', `port ${url.port} cannot be used`);
+
+  if (ipaddr.isValid(host)) {
+    if (!opts.allowPrivate && !isPublicAddress(host)) {
+      throw new OutboundUrlError('non_public_address', `${host} is a ${ipaddr.process(host).range()} address, not a public one`);
+    }
+    return { url, host, port, address: ipaddr.process(host).toString() };
+  }
+  if (!opts.allowPrivate) {
+    // A single label (`intranet`) is completed by the resolver's search domains: internal.
+    if (!host.includes('.') || host === 'localhost' || INTERNAL_SUFFIXES.some((s) => host.endsWith(s))) {
+      throw new OutboundUrlError('internal_name', `'${host}' is not a public host name`);
+    }
+  }
+  return { url, host, port };
+}
