@@ -208,6 +208,7 @@ export interface VideoTasks {
   retries: Generated<number>;
   startedAt: Timestamp | null;
   status: Generated<string>;
+  submitStartedAt: Timestamp | null;
   unitPrice: number | null;
   updatedAt: Generated<Timestamp>;
   upstreamJobId: string | null;

@@ -97,7 +97,7 @@ export interface RuntimeOverrides {
 export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {}): Runtime {
   const { config, db, log, metrics, secretKey } = deps;
   const tx = createTransactor(db, log);
-  const providers = createProviderRegistry({ mediaDir: config.mediaDir, localRenderDelayMs: config.localRenderDelayMs }, overrides.providers);
+  const providers = createProviderRegistry({ mediaDir: config.mediaDir, localRenderDelayMs: config.localRenderDelayMs, videoPollIntervalMs: config.videoPollIntervalMs }, overrides.providers);
   const repositories: Repositories = {
     models: new ModelRepository(db, { image: providers.kindsFor('image'), video: providers.kindsFor('video'), credentialFree: providers.credentialFreeKinds() }),
     ledger: new LedgerRepository(db),
@@ -130,6 +130,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       quotes: new QuoteTokens(deriveKey(secretKey, 'quote-token'), config.quoteTtlSeconds),
       log,
       notifier,
+      providers,
       options: {
         maxMediaInputCount: config.maxMediaInputCount,
         maxMediaInputBytes: config.maxMediaInputBytes,

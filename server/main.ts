@@ -42,7 +42,8 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     stopEmbedded = embedded.stop;
   }
 
-  const db = createDatabase(databaseUrl, { max: config.dbPoolMax, applicationName: `mediagate-${config.role}` });
+  const metrics = createMetrics();
+  const db = createDatabase(databaseUrl, { max: config.dbPoolMax, applicationName: `mediagate-${config.role}`, onQuery: () => metrics.dbQueries.inc() });
   let server: Server | undefined;
   try {
     await migrateToLatest(db, log);
@@ -72,10 +73,10 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
         log.warn({ url }, 'PUBLIC_BASE_URL is not set: signed file URLs point at this address, which remote clients may not reach');
       }
     }
-    const runtime = createRuntime({ config, db, log, metrics: createMetrics(), secretKey, publicBaseUrl: config.publicBaseUrl ?? url ?? `http://localhost:${config.port}` });
+    const runtime = createRuntime({ config, db, log, metrics, secretKey, publicBaseUrl: config.publicBaseUrl ?? url ?? `http://localhost:${config.port}` });
     server?.on('request', createApp(runtime, createHandlers(runtime)));
 
-    const workers = config.role !== 'api' ? createWorkers(runtime) : undefined;
+    const workers = config.role !== 'api' ? createWorkers(runtime, { databaseUrl }) : undefined;
     workers?.start();
 
     const stop = async () => {

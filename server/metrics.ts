@@ -5,6 +5,10 @@ export interface Metrics {
   registry: Registry;
   httpRequests: Counter<'operation' | 'method' | 'status'>;
   httpDuration: Histogram<'operation' | 'method'>;
+  /** Task steps run by this process's engines, by task kind and outcome. */
+  taskSteps: Counter<'kind' | 'outcome'>;
+  /** SQL statements this process sent (all pools that were given `countQuery`). */
+  dbQueries: Counter;
 }
 
 export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics {
@@ -23,5 +27,12 @@ export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics 
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
     registers: [registry],
   });
-  return { registry, httpRequests, httpDuration };
+  const taskSteps = new Counter({
+    name: 'mediagate_task_steps_total',
+    help: 'Task steps run by this process: outcome done (settled), next (rescheduled), retry (transient failure), lost (lease lost).',
+    labelNames: ['kind', 'outcome'] as const,
+    registers: [registry],
+  });
+  const dbQueries = new Counter({ name: 'mediagate_db_queries_total', help: 'SQL statements sent to PostgreSQL by this process.', registers: [registry] });
+  return { registry, httpRequests, httpDuration, taskSteps, dbQueries };
 }

@@ -56,6 +56,8 @@ export interface CreateDatabaseOptions {
   applicationName?: string;
   /** Errors of idle pooled connections (server restart, network); pg drops the client itself. */
   onPoolError?: (err: Error) => void;
+  /** Called for every statement Kysely runs (a metrics counter). */
+  onQuery?: () => void;
 }
 
 /** A Kysely instance over its own pg.Pool; callers own it and call `destroy()` when done. */
@@ -68,5 +70,6 @@ export function createDatabase(url: string, opts: CreateDatabaseOptions = {}): K
   });
   // Without a listener an idle connection error would crash the process.
   pool.on('error', (err) => opts.onPoolError?.(err));
-  return new Kysely<DB>({ dialect: new PostgresDialect({ pool }), plugins: [new CamelCasePlugin()] });
+  const onQuery = opts.onQuery;
+  return new Kysely<DB>({ dialect: new PostgresDialect({ pool }), plugins: [new CamelCasePlugin()], log: onQuery ? () => onQuery() : undefined });
 }

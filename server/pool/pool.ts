@@ -1,7 +1,8 @@
 /**
  * The account pool (design §8): which upstream account (group member) serves a request, and that
  * account with its credentials decrypted, as adapters receive it. Jobs already accepted upstream
- * always go back to the member that accepted them (`account(memberId)`).
+ * always go back to the member that accepted them (`account(memberId)`, cached for a few seconds:
+ * a changed or deleted member is seen by running jobs within ACCOUNT_CACHE_MS).
  */
 import { decryptSecret } from '../lib/secret-box.ts';
 import type { ProviderRegistry } from '../providers/registry.ts';
@@ -9,7 +10,12 @@ import type { UpstreamAccount } from '../providers/types.ts';
 import type { MemberCandidate, RoutingRepository } from '../repositories/routing.repository.ts';
 import { pickMember } from './member-selection.ts';
 
+/** How long a member's decrypted account is reused by `account()` (poll steps of thousands of jobs). */
+export const ACCOUNT_CACHE_MS = 5000;
+
 export class Pool {
+  private readonly accounts = new Map<string, { account: UpstreamAccount | undefined; until: number }>();
+
   constructor(
     private readonly routing: RoutingRepository,
     private readonly providers: ProviderRegistry,
@@ -26,8 +32,14 @@ export class Pool {
 
   /** The account of a member that already holds a job (sticky), or undefined when it was deleted. */
   async account(memberId: string): Promise<UpstreamAccount | undefined> {
+    const now = Date.now();
+    const cached = this.accounts.get(memberId);
+    if (cached && cached.until > now) return cached.account;
     const member = await this.routing.find(memberId);
-    return member && this.toAccount(member);
+    const account = member && this.toAccount(member);
+    if (this.accounts.size > 10_000) this.accounts.clear();
+    this.accounts.set(memberId, { account, until: now + ACCOUNT_CACHE_MS });
+    return account;
   }
 
   private toAccount(member: MemberCandidate): UpstreamAccount {

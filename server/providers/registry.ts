@@ -7,6 +7,7 @@
 import { join } from 'node:path';
 import { LocalImageProvider } from './local/local-image.provider.ts';
 import { LocalVideoProvider } from './local/local-video.provider.ts';
+import { OpenAIVideoProvider } from './openai/openai-video.provider.ts';
 import type { ImageProvider, VideoProvider } from './types.ts';
 
 export const PROVIDER_KINDS = ['local', 'openai', 'gemini', 'ark', 'kling'] as const;
@@ -64,12 +65,15 @@ export interface ProviderOptions {
   mediaDir: string;
   /** Simulated upstream latency of the local providers (demos, crash tests). */
   localRenderDelayMs: number;
+  /** Poll interval of upstream video jobs; undefined: each adapter's own (OpenAI: 10 s). */
+  videoPollIntervalMs?: number;
 }
 
 /** The adapters of this build; `overrides` replace some (tests inject failing or slow fakes). */
 export function createProviderRegistry(options: ProviderOptions, overrides: Partial<Record<ProviderKind, ProviderAdapters>> = {}): ProviderRegistry {
   const builtIn: Partial<Record<ProviderKind, ProviderAdapters>> = {
     local: { image: new LocalImageProvider(), video: new LocalVideoProvider(join(options.mediaDir, 'tmp'), options.localRenderDelayMs) },
+    openai: { video: new OpenAIVideoProvider(options.videoPollIntervalMs) },
   };
   const merged = { ...builtIn };
   for (const [kind, adapters] of Object.entries(overrides) as [ProviderKind, ProviderAdapters][]) merged[kind] = { ...builtIn[kind], ...adapters };

@@ -74,6 +74,7 @@ export interface ImageProvider {
 }
 
 export interface VideoJob {
+  /** Stable across every attempt of the task: adapters send it as the upstream's idempotency key where it takes one. */
   taskId: string;
   /** The upstream's model id. */
   model: string;
@@ -89,6 +90,35 @@ export interface VideoJob {
   /** https URLs, for providers that accept reference media. */
   referenceVideos: string[];
   referenceAudios: string[];
+}
+
+/** What decides whether an upstream's wire format can express a video request at all. */
+export interface VideoShape {
+  durationSeconds: number;
+  aspectRatio: string;
+  resolution: string;
+  hasFirstFrame: boolean;
+  hasLastFrame: boolean;
+  referenceImages: number;
+  referenceVideos: number;
+  referenceAudios: number;
+  hasNegativePrompt: boolean;
+  generateAudio: boolean;
+}
+
+export function shapeOf(job: VideoJob): VideoShape {
+  return {
+    durationSeconds: job.durationSeconds,
+    aspectRatio: job.aspectRatio,
+    resolution: job.resolution,
+    hasFirstFrame: job.firstFrame !== undefined,
+    hasLastFrame: job.lastFrame !== undefined,
+    referenceImages: job.referenceImages.length,
+    referenceVideos: job.referenceVideos.length,
+    referenceAudios: job.referenceAudios.length,
+    hasNegativePrompt: !!job.negativePrompt,
+    generateAudio: job.generateAudio,
+  };
 }
 
 /** A finished video, as a stream of its bytes (never a local path). */
@@ -116,6 +146,11 @@ export type VideoStatus =
 export interface VideoProvider {
   /** Default delay between polls of a running job. */
   readonly pollIntervalMs: number;
+  /**
+   * Why the upstream cannot run a request of this shape (e.g. "durations of 4, 8, 12 seconds
+   * only"), or undefined. Checked when a task is created, so nothing is charged for it.
+   */
+  check?(shape: VideoShape): string | undefined;
   /** Sends the job; returns the upstream's job id (saved before any poll). */
   submit(account: UpstreamAccount, job: VideoJob, signal: AbortSignal): Promise<string>;
   /** One status call. */

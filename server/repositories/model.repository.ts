@@ -15,6 +15,8 @@ export interface VideoCatalogRow {
   capabilities: VideoCapabilities;
   /** Some enabled member of the group can run it (configuration only). */
   reachable: boolean;
+  /** Provider kinds of the members that can run it here. */
+  providers: string[];
   prices: { resolution: string; mode: BillingMode; unitPrice: number }[];
 }
 
@@ -94,6 +96,7 @@ export class ModelRepository {
     const result = await sql<VideoCatalogRow>`
       select m.id, m.display_name as "displayName", m.capabilities,
              bool_or(${this.runnable(sql`'video'`)}) as reachable,
+             coalesce(array_agg(distinct g.provider) filter (where ${this.runnable(sql`'video'`)}), '{}') as providers,
              coalesce((select json_agg(json_build_object('resolution', p.resolution, 'mode', p.mode, 'unitPrice', p.unit_price) order by p.resolution)
                        from model_prices p where p.model_id = m.id and p.quality = ''), '[]'::json) as prices
       from catalog_models m

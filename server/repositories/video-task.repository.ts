@@ -40,6 +40,14 @@ export class VideoTaskRepository {
   }
 
   /** Saves the upstream job id before any polling, so a retried step resumes instead of resubmitting. */
+  /**
+   * Records that a submit is about to be sent to `memberId` (before the upstream call); false when
+   * the fence no longer holds.
+   */
+  async markSubmitting(fence: Fence, memberId: string): Promise<boolean> {
+    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()` }, this.db)) !== undefined;
+  }
+
   async setUpstreamJob(fence: Fence, memberId: string, upstreamJobId: string): Promise<boolean> {
     return (await this.leases.update(fence, { memberId, upstreamJobId }, this.db)) !== undefined;
   }

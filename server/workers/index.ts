@@ -1,30 +1,43 @@
-/** The workers of a process: one task engine per task runner, woken by the task notifier. */
+/**
+ * The workers of a process: one task engine per task runner, woken by the task notifier, which
+ * hears about new tasks from this process and (with a database URL) from every other instance
+ * through PostgreSQL LISTEN/NOTIFY.
+ *
+ * Video engines run up to UPSTREAM_CONCURRENCY short steps at once (each at most one upstream
+ * call), however many jobs are in flight upstream; image engines run WORKER_CONCURRENCY
+ * background image tasks at once. WORKER_CONCURRENCY=0 runs no workers at all.
+ */
 import type { Runtime } from '../context.ts';
 import type { LeasedRow, TaskRunner } from '../services/tasks/task-runner.ts';
 import { TaskEngine } from './task-engine.ts';
+import { listenForTasks, type TaskListener } from './task-listener.ts';
 
 export interface Workers {
   start(): void;
   stop(): Promise<void>;
 }
 
-export function createWorkers(runtime: Runtime): Workers {
-  const { config, log, notifier, runners } = runtime;
-  const engineOf = <Row extends LeasedRow>(runner: TaskRunner<Row>) =>
+export function createWorkers(runtime: Runtime, opts: { databaseUrl?: string } = {}): Workers {
+  const { config, log, notifier, runners, metrics } = runtime;
+  const engineOf = <Row extends LeasedRow>(runner: TaskRunner<Row>, concurrency: number) =>
     new TaskEngine(runner, log.child({ component: `${runner.name}-task-engine` }), {
       leaseMs: config.taskLeaseMs,
       pollMs: config.taskPollMs,
-      concurrency: config.workerConcurrency,
+      concurrency: config.workerConcurrency === 0 ? 0 : concurrency,
+      onStep: (outcome) => metrics.taskSteps.inc({ kind: runner.name, outcome }),
     });
-  const engines = { video: engineOf(runners.video), image: engineOf(runners.image) };
+  const engines = { video: engineOf(runners.video, config.upstreamConcurrency), image: engineOf(runners.image, config.workerConcurrency) };
   let unsubscribe: (() => void) | undefined;
+  let listener: TaskListener | undefined;
   return {
     start() {
       unsubscribe = notifier.subscribe((kind) => engines[kind].wake());
       for (const engine of Object.values(engines)) engine.start();
+      if (opts.databaseUrl && config.workerConcurrency > 0) listener = listenForTasks(opts.databaseUrl, notifier, log.child({ component: 'task-listener' }));
     },
     async stop() {
       unsubscribe?.();
+      await listener?.stop();
       await Promise.all(Object.values(engines).map((e) => e.stop()));
     },
   };

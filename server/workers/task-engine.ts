@@ -20,7 +20,12 @@ export interface TaskEngineOptions {
   /** Steps this engine runs at once. */
   concurrency: number;
   random?: () => number;
+  /** Called once per step with what came of it (metrics). */
+  onStep?: (outcome: StepOutcome) => void;
 }
+
+/** done: settled; next: rescheduled; retry: transient failure, retried later; gave_up: failed after the last retry; lost: lease lost. */
+export type StepOutcome = 'done' | 'next' | 'retry' | 'gave_up' | 'lost';
 
 export class TaskEngine<Row extends LeasedRow> {
   readonly workerId = `w_${process.pid}_${randomBytes(4).toString('hex')}`;
@@ -71,7 +76,8 @@ export class TaskEngine<Row extends LeasedRow> {
       for (const task of claimed) {
         const run = this.run(task).finally(() => {
           this.running.delete(task.id);
-          this.wake();
+          // Refill in batches (one claim for many free slots), or at once when the engine ran dry.
+          if (this.running.size <= concurrency / 2) this.wake();
         });
         this.running.set(task.id, run);
       }
@@ -92,18 +98,24 @@ export class TaskEngine<Row extends LeasedRow> {
     const fence = fenceOf(task);
     const log = this.log.child({ taskId: task.id, attempt: task.attempt });
     const lease = keepLease(this.runner.leases, fence, this.workerId, this.options.leaseMs, log, this.stopping.signal);
+    const outcome = (o: StepOutcome) => this.options.onStep?.(o);
     try {
       const result = await this.runner.step(task, lease.signal, log);
       if (!result.done) await this.runner.leases.reschedule(fence, result.nextInMs);
+      outcome(result.done ? 'done' : 'next');
     } catch (err) {
       if (lease.signal.aborted || err instanceof LeaseLost) {
+        outcome('lost');
         log.info({ reason: String(lease.signal.reason ?? err) }, 'task step stopped; it resumes after its lease expires');
         return;
       }
-      const delay = retryDelay(this.runner.retry, task.retries, this.options.random);
+      const delay = retryDelay(this.runner.retry, task.retries, this.options.random, err);
       try {
-        if (delay === undefined) await this.runner.giveUp(task, err, log);
-        else {
+        if (delay === undefined) {
+          outcome('gave_up');
+          await this.runner.giveUp(task, err, log);
+        } else {
+          outcome('retry');
           log.warn({ err, retries: task.retries + 1, retryInMs: delay }, `${this.runner.name} task step failed; retrying`);
           await this.runner.leases.reschedule(fence, delay, { failed: true });
         }

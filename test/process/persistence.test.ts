@@ -145,4 +145,18 @@ describe('--role api and --role worker', () => {
     await expectExactlyOnce(ids, c.accountId, 40_000);
     await Promise.all([api.kill('SIGTERM'), worker.kill('SIGTERM')]);
   }, 120_000);
+
+  it('a worker on another process starts a new task at once (LISTEN/NOTIFY), not at its periodic claim', async () => {
+    const c = await createCustomer(t.db, { balance: 100 });
+    const api = await start({}, ['--role', 'api']);
+    // A periodic claim once a minute: only a notification can start the task within seconds.
+    const worker = await start({ TASK_POLL_MS: '60000' }, ['--role', 'worker']);
+    await new Promise((r) => setTimeout(r, 1500)); // the listener connects and the start-up claim has passed
+    const started = Date.now();
+    const ids = await createTasks(api.url, c.key, 1);
+    const rows = await waitAll(ids, 20_000);
+    expect(rows[0]!.status).toBe('completed');
+    expect(Date.now() - started).toBeLessThan(10_000);
+    await Promise.all([api.kill('SIGTERM'), worker.kill('SIGTERM')]);
+  }, 120_000);
 });

@@ -2,30 +2,37 @@
  * Runs video tasks as a sequence of short steps (design §6), each claimed under a lease and fenced
  * by attempt; no step sleeps:
  *
- *   submit    pick a member, send the job, save the upstream job id and member (the commit point:
- *             a retried step polls that job instead of submitting again), schedule the first poll
+ *   submit    pick a member, mark the submit as started, send the job (with the task id as the
+ *             upstream's idempotency key where it takes one), save the upstream job id and member
+ *             (the commit point: a retried step polls that job instead of submitting again),
+ *             schedule the first poll. A crash between sending and saving is seen by the next
+ *             attempt (submit_started_at set, no job id): it resubmits with the same idempotency
+ *             key and logs a warning — on an upstream without idempotency keys the first job may
+ *             still run there (the client is charged once either way).
  *   poll      one status call on the member that accepted the job; running: reschedule at the
  *             provider's interval (or its Retry-After), with jitter; failed: fail and release
  *   finalize  (right after a poll that saw success) stream the output into the media store under
  *             a byte limit, then complete the task and capture the hold in one transaction
  *
- * A task past its deadline fails and is refunded at its next step.
+ * Transient failures (connection errors, timeouts, 5xx, 429) are retried with backoff (or the
+ * upstream's Retry-After) until the task's deadline; a task past its deadline fails and is refunded
+ * at its next step.
  */
 import { taskErrorCodeOf } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import type { Pool } from '../../pool/pool.ts';
 import { ProviderError, asProviderError } from '../../providers/provider-error.ts';
 import type { ProviderRegistry } from '../../providers/registry.ts';
-import type { UpstreamAccount, VideoJob, VideoProvider } from '../../providers/types.ts';
+import type { UpstreamAccount, VideoContent, VideoJob, VideoProvider, VideoStatus } from '../../providers/types.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import { MediaTooLarge } from '../../storage/media-store.ts';
 import type { FileService } from '../file.service.ts';
-import { jitter, type RetryPolicy } from '../tasks/retry-policy.ts';
+import { spread, type RetryPolicy } from '../tasks/retry-policy.ts';
 import type { Settlement } from '../tasks/settlement.ts';
 import { DONE, LeaseLost, later, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
 
-export const VIDEO_RETRY: RetryPolicy = { maxRetries: 5, baseDelayMs: 1000, maxDelayMs: 60_000 };
+export const VIDEO_RETRY: RetryPolicy = { maxRetries: Number.POSITIVE_INFINITY, baseDelayMs: 1000, maxDelayMs: 60_000 };
 
 export interface VideoRunnerDeps {
   tasks: VideoTaskRepository;
@@ -62,8 +69,13 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       await this.deps.settlement.failVideo(fence, 'no_reachable_member', 'The backend member running this task was removed; the credits were refunded.');
       return DONE;
     }
-    const status = await provider.poll(account, task.upstreamJobId, await this.jobOf(task, false), signal);
-    if (status.state === 'running') return later(jitter(status.retryAfterMs ?? provider.pollIntervalMs));
+    let status: VideoStatus;
+    try {
+      status = await provider.poll(account, task.upstreamJobId, await this.jobOf(task, false), signal);
+    } catch (err) {
+      return this.failOrRetry(task, err, 'The video provider status check failed.');
+    }
+    if (status.state === 'running') return later(status.retryAfterMs ?? spread(provider.pollIntervalMs));
     if (status.state === 'failed') return this.fail(task, status.error);
     return this.finalize(task, account, provider, status.output, signal, log);
   }
@@ -74,27 +86,36 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
   }
 
   private async submit(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
-    const account = await this.deps.pool.pick(task.groupId, task.model, 'video');
+    // A resubmit goes to the member that may already have the job, so its idempotency key can match.
+    const earlier = task.submitStartedAt && task.memberId ? await this.deps.pool.account(task.memberId) : undefined;
+    const account = earlier ?? (await this.deps.pool.pick(task.groupId, task.model, 'video'));
     const provider = account && this.deps.providers.video(account.provider);
     if (!account || !provider) {
       await this.deps.settlement.failVideo(fenceOf(task), 'no_reachable_member', `No enabled backend member can run model '${task.model}'; the credits were refunded.`);
       return DONE;
     }
+    if (task.submitStartedAt && !task.upstreamJobId) {
+      log.warn({ memberId: task.memberId, submitStartedAt: task.submitStartedAt }, 'resubmitting: an earlier submit of this task may have reached the upstream before its job id was saved; the same idempotency key is sent');
+    }
+    if (!(await this.deps.tasks.markSubmitting(fenceOf(task), account.memberId))) throw new LeaseLost('lease lost before submit');
     let jobId: string;
     try {
       jobId = await provider.submit(account, await this.jobOf(task, true), signal);
     } catch (err) {
-      const error = asProviderError(err, 'The video provider failed to accept the job.');
-      if (error.transient || error.kind === 'auth' || error.kind === 'quota_exhausted') throw error;
-      return this.fail(task, error);
+      return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
     }
     if (!(await this.deps.tasks.setUpstreamJob(fenceOf(task), account.memberId, jobId))) throw new LeaseLost('lease lost before the job id was saved');
     log.info({ memberId: account.memberId, upstreamJobId: jobId }, 'video job submitted');
-    return later(provider.pollIntervalMs);
+    return later(spread(provider.pollIntervalMs, 0.5));
   }
 
   private async finalize(task: VideoTaskRow, account: UpstreamAccount, provider: VideoProvider, output: Readonly<Record<string, string>>, signal: AbortSignal, log: Logger): Promise<StepResult> {
-    const content = await provider.download(account, task.upstreamJobId!, output, await this.jobOf(task, true), signal);
+    let content: VideoContent;
+    try {
+      content = await provider.download(account, task.upstreamJobId!, output, await this.jobOf(task, true), signal);
+    } catch (err) {
+      return this.failOrRetry(task, err, 'The video download failed.');
+    }
     let file;
     try {
       file = await this.deps.files.save({ accountId: task.accountId, purpose: 'video_output', contentType: content.contentType, taskId: task.id }, content.stream, {
@@ -111,6 +132,18 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       await this.deps.files.discard(file);
     }
     return DONE;
+  }
+
+  /**
+   * After a failed upstream call: transient errors (and credential or quota trouble, which an
+   * operator can fix) are thrown for the engine to retry until the deadline; a rejection fails the
+   * task and releases its hold.
+   */
+  private failOrRetry(task: VideoTaskRow, err: unknown, fallback: string): Promise<StepResult> {
+    if (err instanceof Error && err.name === 'AbortError') throw err;
+    const error = asProviderError(err, fallback);
+    if (error.transient || error.kind === 'auth' || error.kind === 'quota_exhausted') throw error;
+    return this.fail(task, error);
   }
 
   /** Fails the task with the upstream's (sanitized) reason as its error.message. */

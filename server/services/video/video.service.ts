@@ -13,6 +13,8 @@ import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { ModelRepository, VideoCatalogRow } from '../../repositories/model.repository.ts';
 import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
+import type { ProviderRegistry } from '../../providers/registry.ts';
+import type { VideoShape } from '../../providers/types.ts';
 import type { AuthContext } from '../auth.service.ts';
 import type { FileService } from '../file.service.ts';
 import { newId } from '../../lib/ids.ts';
@@ -20,7 +22,7 @@ import { inspectImage } from '../../lib/image-inspect.ts';
 import type { QuoteTokens } from '../quote-token.ts';
 import type { TaskNotifier } from '../tasks/task-notifier.ts';
 import { toBillingRow, toCapability, toVideoTask, toVideoTaskCreated, quoteFor } from './video-mappers.ts';
-import { checkAgainstModel, checkCallbackUrl, decodeMediaInputs, isCompositeModelId, normalizeVideoRequest, requestFingerprint } from './video-request.ts';
+import { checkAgainstModel, checkCallbackUrl, decodeMediaInputs, isCompositeModelId, normalizeVideoRequest, requestFingerprint, type NormalizedVideoRequest } from './video-request.ts';
 
 type Schemas = components['schemas'];
 
@@ -42,6 +44,8 @@ export interface VideoServiceDeps {
   log: Logger;
   options: VideoServiceOptions;
   notifier: TaskNotifier;
+  /** Which upstreams can express a request (checked at creation, before any charge). */
+  providers: ProviderRegistry;
 }
 
 function isUniqueViolation(err: unknown, constraint: string): boolean {
@@ -77,6 +81,7 @@ export class VideoService {
 
     const model = await this.resolveModel(auth, req.model);
     const checked = checkAgainstModel(req, model.capabilities);
+    this.checkUpstreamCanExpress(model, req, checked.generateAudio);
     const price = model.prices.find((p) => p.resolution === req.resolution);
     if (!price) throw new ApiError(503, 'no_reachable_member', `Model '${model.id}' has no price for resolution '${req.resolution}'; ask the operator to set one.`);
     this.checkQuote(auth, model.id, price, req.quoteToken);
@@ -195,6 +200,25 @@ export class VideoService {
   }
 
   /** The model as the key sees it: visible, reachable, never parsed from a composite id. */
+  /** Refuses (before any charge) a request that no upstream serving the model can express. */
+  private checkUpstreamCanExpress(model: VideoCatalogRow, req: NormalizedVideoRequest, generateAudio: boolean): void {
+    const shape: VideoShape = {
+      durationSeconds: req.durationSeconds,
+      aspectRatio: req.aspectRatio,
+      resolution: req.resolution,
+      hasFirstFrame: req.firstFrame !== undefined,
+      hasLastFrame: req.lastFrame !== undefined,
+      referenceImages: req.referenceImages.length,
+      referenceVideos: req.referenceVideos.length,
+      referenceAudios: req.referenceAudios.length,
+      hasNegativePrompt: !!req.negativePrompt,
+      generateAudio,
+    };
+    const reasons = model.providers.map((kind) => this.deps.providers.video(kind)?.check?.(shape));
+    if (reasons.length === 0 || reasons.some((r) => r === undefined)) return;
+    throw badRequest('unsupported_by_upstream', `Model '${model.id}' runs on an upstream that accepts ${reasons[0]}; change the request.`);
+  }
+
   private async resolveModel(auth: AuthContext, modelId: string): Promise<VideoCatalogRow> {
     const [model] = await this.deps.models.listVideoCatalog(auth.groupId, modelId);
     if (model) {
