@@ -2395,8 +2395,10 @@ export interface components {
             }[];
             /** @description Present when `failed`. */
             error?: {
-                /** @description The reason of the failure. */
+                /** @description The reason of the failure (for an upstream failure, the upstream's reason, sanitized: never its URLs, headers or credentials). */
                 message: string;
+                /** @description A stable reason code (`null` on tasks that failed before codes were recorded): `content_policy_violation` (the upstream refused the prompt, an input or its output), `upstream_rejected` (the upstream refused the request as invalid), `upstream_error` (the upstream job failed, its content expired, or it kept failing), `timeout` (the task outlived its maximum lifetime), `no_reachable_member` (no backend member could run it). Every failed task's credits are released. */
+                code?: string | null;
             };
         };
         /**

@@ -9,13 +9,14 @@ import { startAppServer, type AppServer } from './bench/app-server.ts';
 import { startBaselineServer } from './bench/baseline-server.ts';
 import { openBenchDatabase, seedCustomer, type Customer } from './bench/database.ts';
 import { runBigBodies } from './bench/big-bodies.ts';
+import { runInflight } from './bench/inflight.ts';
 import { compareHolds } from './bench/hold.ts';
 import { runLoad, type LoadSpec } from './bench/load.ts';
 import { formatQueryCounts, installQueryCounter, queryCounts, resetQueryCounts } from './bench/query-counter.ts';
 import { SUMMARY_HEADER, summaryRow, table, type Summary } from './bench/stats.ts';
 import { createDatabase } from '../server/db/database.ts';
 
-const SCENARIOS = ['poll', 'models', 'credits', 'create', 'hold', 'baseline', 'bodies'] as const;
+const SCENARIOS = ['poll', 'models', 'credits', 'create', 'hold', 'baseline', 'bodies', 'inflight'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 const DESCRIPTIONS: Record<Scenario, string> = {
   poll: 'GET /v1/videos/{id} of an existing task',
@@ -24,23 +25,27 @@ const DESCRIPTIONS: Record<Scenario, string> = {
   create: 'POST /v1/videos/generations, unique client_request_id, one hot key',
   hold: 'credit hold + task insert on one hot key: one statement vs BEGIN..COMMIT (repository level)',
   baseline: 'bare node:http + pg.Pool doing the poll\'s SELECT, for the framework share',
+  inflight: 'N video tasks on one server process against a fake OpenAI /v1/videos upstream: jobs in flight, detection delay, SQL per poll step, RSS, CPU',
   bodies: 'six concurrent 60 MiB POST /v1/videos/generations bodies on a server process: its peak RSS growth vs writing the bytes to disk',
 };
 /** Upper bound on measured operations per scenario (each run is also bounded by --duration). */
 const MAX_OPS = 1_000_000;
 
 const USAGE = `Usage: npm run bench -- [scenario ...] [--duration <s>] [--connections <n>] [--warmup <s>]
-  scenarios: ${SCENARIOS.join(', ')} (default: all)
+  scenarios: ${SCENARIOS.join(', ')} (default: all but the long bodies and inflight)
 ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
   --duration     measured seconds per scenario (default 5)
   --connections  concurrent requests / operations in flight (default 32)
   --warmup       unmeasured seconds before each scenario (default 1)
+  --tasks        inflight: video tasks to create (default 10000)
+  --delay        inflight: seconds from submit until the fake upstream's job is done (default 60)
+  --poll-interval  inflight: VIDEO_POLL_INTERVAL_MS of the server, in seconds (default 5)
   env DATABASE_URL: run in a scratch database mediagate_bench_<random> on that server (dropped
   afterwards); unset: a temporary embedded PostgreSQL.`;
 
 class UsageError extends Error {}
 
-function parseCli(argv: string[]): { scenarios: Scenario[]; durationMs: number; warmupMs: number; connections: number; help: boolean } {
+function parseCli(argv: string[]): { scenarios: Scenario[]; durationMs: number; warmupMs: number; connections: number; tasks: number; delayMs: number; pollMs: number; help: boolean } {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
@@ -48,6 +53,9 @@ function parseCli(argv: string[]): { scenarios: Scenario[]; durationMs: number; 
       duration: { type: 'string', default: '5' },
       connections: { type: 'string', default: '32' },
       warmup: { type: 'string', default: '1' },
+      tasks: { type: 'string', default: '10000' },
+      delay: { type: 'string', default: '60' },
+      'poll-interval': { type: 'string', default: '5' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -60,10 +68,13 @@ function parseCli(argv: string[]): { scenarios: Scenario[]; durationMs: number; 
     if (!(SCENARIOS as readonly string[]).includes(p)) throw new UsageError(`unknown scenario '${p}'`);
   }
   return {
-    scenarios: positionals.length ? SCENARIOS.filter((s) => positionals.includes(s)) : [...SCENARIOS],
+    scenarios: positionals.length ? SCENARIOS.filter((s) => positionals.includes(s)) : SCENARIOS.filter((s) => s !== 'bodies' && s !== 'inflight'),
     durationMs: number('duration', values.duration, 0.5, 600) * 1000,
     warmupMs: number('warmup', values.warmup, 0, 60) * 1000,
     connections: Math.round(number('connections', values.connections, 1, 1000)),
+    tasks: Math.round(number('tasks', values.tasks, 1, 1_000_000)),
+    delayMs: number('delay', values.delay, 0, 3600) * 1000,
+    pollMs: number('poll-interval', values['poll-interval'], 0.1, 600) * 1000,
     help: values.help,
   };
 }
@@ -107,7 +118,7 @@ async function main(): Promise<number> {
     cleanups.push(() => setupDb.destroy());
     const customer = await seedCustomer(setupDb);
 
-    const needsApp = scenarios.some((s) => s !== 'hold' && s !== 'bodies');
+    const needsApp = scenarios.some((s) => s !== 'hold' && s !== 'bodies' && s !== 'inflight');
     const app = needsApp ? await startAppServer(database.url) : undefined;
     if (app) cleanups.push(() => app.close());
     const taskId = app ? await createTask(app, customer) : undefined;
@@ -128,6 +139,17 @@ async function main(): Promise<number> {
 
     for (const scenario of scenarios) {
       console.log(`\n== ${scenario}: ${DESCRIPTIONS[scenario]}`);
+      if (scenario === 'inflight') {
+        const r = await runInflight(database.url, { tasks: cli.tasks, delayMs: cli.delayMs, pollMs: cli.pollMs, connections }, (line) => console.log(line));
+        console.log(`  ${r.tasks} tasks, upstream done ${cli.delayMs / 1000} s after submit, polled every ${cli.pollMs / 1000} s`);
+        console.log(`  creation: ${r.createPerSecond.toFixed(0)} tasks/s; peak jobs in flight: ${r.peakInFlight}; all done in ${r.wallSeconds.toFixed(1)} s; failed: ${r.failed}`);
+        console.log(`  detection delay (upstream done -> completed): p50 ${(r.detection.p50 / 1000).toFixed(2)} s, p99 ${(r.detection.p99 / 1000).toFixed(2)} s, max ${(r.detection.max / 1000).toFixed(2)} s (target p99 <= ${(cli.pollMs / 1000 + 1).toFixed(1)} s)`);
+        console.log(`  SQL per poll step: ${r.sqlPerPollStep?.toFixed(2) ?? 'n/a (no poll-only window: raise --delay)'} (target <= 2)`);
+        console.log(`  server: RSS idle ${r.idleRssMiB.toFixed(0)} MiB, peak ${r.peakRssMiB.toFixed(0)} MiB (target <= 300); CPU ${r.cpuSeconds.toFixed(1)} s over ${r.wallSeconds.toFixed(1)} s`);
+        console.log(`  baseline: a direct status call to the fake upstream takes ${r.baselineDirectPollMs.toFixed(2)} ms`);
+        if (r.failed > 0) failed = true;
+        continue;
+      }
       if (scenario === 'bodies') {
         const bodies = await runBigBodies(database.url, customer, [{ label: '6 x 60 MiB', concurrency: 6, bytes: 60 * 1024 * 1024 }], process.env.BENCH_SERVER_ENV ? JSON.parse(process.env.BENCH_SERVER_ENV) : {});
         for (const b of bodies) {

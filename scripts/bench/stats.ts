@@ -13,7 +13,7 @@ export interface Summary {
 }
 
 /** Nearest-rank percentile of sorted values (ms). */
-function percentile(sorted: Float64Array, p: number): number {
+export function percentile(sorted: ArrayLike<number>, p: number): number {
   if (sorted.length === 0) return 0;
   const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
   return sorted[rank]!;

@@ -83,7 +83,7 @@ export function toVideoTask(row: VideoTaskRow, videoUrl: string | undefined): Sc
     task.video_url = videoUrl;
     task.data = [{ url: videoUrl }];
   }
-  if (row.status === 'failed') task.error = { message: row.errorMessage ?? 'The task failed.' };
+  if (row.status === 'failed') task.error = { message: row.errorMessage ?? 'The task failed.', code: row.errorCode };
   return task;
 }
 

@@ -1,0 +1,145 @@
+/**
+ * The `openai` video adapter through the public API against a fake OpenAI `/v1/videos` upstream:
+ * the wire format it sends, the task's steps (submit, poll, finalize) and what each kind of
+ * upstream failure does to the task and its credits.
+ */
+import sharp from 'sharp';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startOpenAIVideosFake, type OpenAIVideosFake } from '../fakes/openai-video-upstream.ts';
+import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
+import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { holdOf, waitVideoFinished } from '../support/tasks.ts';
+import { SORA_2, addUpstreamMember } from '../support/upstreams.ts';
+
+let server: TestServer;
+let fake: OpenAIVideosFake;
+let seq = 0;
+
+beforeAll(async () => {
+  fake = await startOpenAIVideosFake({ jobDurationMs: 300, durationFor: (p) => (p.includes('never') ? 'never' : undefined) });
+  server = await startTestServer({ workers: true, env: { VIDEO_POLL_INTERVAL_MS: '100', TASK_LEASE_MS: '3000' } });
+  await seedCatalog(server.db, [SORA_2, { ...SORA_2, id: 'sora-any-length', capabilities: { ...SORA_2.capabilities, durations: [4, 6, 8] } }]);
+});
+afterAll(async () => {
+  await server?.close();
+  await fake?.close();
+});
+
+async function customer(balance = 10) {
+  const account = await createAccount(server.db, { balance });
+  const group = await createGroup(server.db);
+  await addUpstreamMember(server.db, server.secretKey, { groupId: group.id, provider: 'openai', baseUrl: `${fake.url}/v1`, credentials: { api_key: 'sk-test' }, models: [SORA_2.id, 'sora-any-length'] });
+  const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+  return { accountId: account.id, key: key.key };
+}
+
+async function create(key: string, overrides: Record<string, unknown> = {}) {
+  const res = await fetch(`${server.directUrl}/v1/videos/generations`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ client_request_id: `oa-${Date.now()}-${++seq}`, prompt: 'a paper boat on a river', model: 'sora-2', seconds: 4, aspectRatio: '16:9', resolution: '720p', ...overrides }),
+  });
+  return { status: res.status, body: (await res.json()) as { id: string; error?: { code: string; message: string } } };
+}
+
+const jobOf = async (taskId: string) => {
+  const row = await server.db.selectFrom('videoTasks').select(['upstreamJobId', 'memberId', 'attempt', 'retries']).where('id', '=', taskId).executeTakeFirstOrThrow();
+  return { row, job: row.upstreamJobId ? fake.jobs.get(row.upstreamJobId) : undefined };
+};
+
+describe('openai videos: the wire format and the happy path', () => {
+  it('submits multipart with string seconds, size and the first frame resized to it, polls, streams the content and captures once', async () => {
+    const c = await customer();
+    const frame = await sharp({ create: { width: 64, height: 48, channels: 3, background: '#204080' } }).png().toBuffer();
+    const created = await create(c.key, { seconds: 8, aspectRatio: '9:16', firstFrame: `data:image/png;base64,${frame.toString('base64')}` });
+    expect(created.status).toBe(202);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('completed');
+    expect(task.billing).toMatchObject({ quotedCredits: 0.8, actualCredits: 0.8 });
+
+    const { job } = await jobOf(created.body.id);
+    expect(job).toMatchObject({ model: 'sora-2', seconds: '8', size: '720x1280', idempotencyKey: created.body.id, inputReference: { mimeType: 'image/png' }, downloads: 1 });
+    const submit = fake.requests.find((r) => r.method === 'POST' && r.headers['idempotency-key'] === created.body.id)!;
+    expect(submit.headers['content-type']).toMatch(/^multipart\/form-data; boundary=/);
+    expect(submit.headers.authorization).toBe('Bearer sk-test');
+
+    const url = new URL(task.video_url!);
+    const download = await fetch(`${server.directUrl}${url.pathname}${url.search}`);
+    const bytes = Buffer.from(await download.arrayBuffer());
+    expect([download.status, download.headers.get('content-type'), bytes.length]).toEqual([200, 'video/mp4', 64 * 1024]);
+    expect(bytes.subarray(4, 8).toString('latin1')).toBe('ftyp');
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'captured', captured: 800_000 });
+  });
+
+  it('refuses at creation, before any charge, what the upstream cannot express', async () => {
+    const c = await customer();
+    const res = await create(c.key, { model: 'sora-any-length', seconds: 6 });
+    expect([res.status, res.body.error?.code]).toEqual([400, 'unsupported_by_upstream']);
+    expect(res.body.error?.message).toContain('4, 8, 12 seconds');
+    const holds = await server.db.selectFrom('creditHolds').select('id').where('accountId', '=', c.accountId).execute();
+    expect(holds).toEqual([]);
+  });
+});
+
+describe('openai videos: upstream failures', () => {
+  it('retries 5xx and 429 (honouring retry-after) and still submits one job', async () => {
+    const c = await customer();
+    fake.faults.push('create', { status: 500, body: { error: { message: 'The server had an error', type: 'server_error', param: null, code: null } } });
+    fake.rateLimitNext('create', 1);
+    const started = Date.now();
+    const created = await create(c.key);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('completed');
+    // The 429 asked for 1 s: the retry waited for it.
+    expect(Date.now() - started).toBeGreaterThan(1000);
+    const jobs = [...fake.jobs.values()].filter((j) => j.idempotencyKey === created.body.id);
+    expect(jobs).toHaveLength(1);
+    expect(server.logs.some((l) => l.includes(created.body.id) && l.includes('task step failed; retrying'))).toBe(true);
+  });
+
+  it('a job the upstream reports failed (moderation) fails the task with a policy code and its reason, and releases the hold', async () => {
+    const c = await customer();
+    const created = await create(c.key, { prompt: 'please fail-me' });
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('failed');
+    expect(task.error).toMatchObject({ code: 'content_policy_violation', message: 'Your request was blocked by our moderation system.' });
+    expect(task.billing).toMatchObject({ actualCredits: 0 });
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+  });
+
+  it('an upstream rejection of the request fails the task with upstream_rejected and no charge', async () => {
+    const c = await customer();
+    fake.faults.push('create', { status: 400, body: { error: { message: "Invalid value: 'sora-2'. Your organization cannot use this model.", type: 'invalid_request_error', param: 'model', code: 'invalid_value' } } });
+    const created = await create(c.key);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.error).toMatchObject({ code: 'upstream_rejected' });
+    expect(task.error!.message).toContain('Your organization cannot use this model');
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+  });
+
+  it('expired content fails the task and refunds it', async () => {
+    const c = await customer();
+    fake.faults.push('content', { status: 404, body: { error: { message: 'The content of this video has expired.', type: 'invalid_request_error', param: null, code: null } } });
+    const created = await create(c.key);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('failed');
+    expect(task.error!.message).toMatch(/expired/);
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+  });
+
+  it('a crash after the submit and before the job id is saved resubmits with the same idempotency key, says so, and completes once', async () => {
+    const c = await customer();
+    // The submit's answer never arrives (the connection drops): the gateway cannot tell whether
+    // the upstream created the job, exactly as after a crash between sending and saving.
+    fake.faults.push('create', { destroy: true });
+    const before = fake.jobs.size;
+    const created = await create(c.key);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('completed');
+    expect(fake.requests.filter((r) => r.method === 'POST' && r.headers['idempotency-key'] === created.body.id)).toHaveLength(2);
+    expect(fake.jobs.size - before).toBe(1);
+    expect(server.logs.some((l) => l.includes(created.body.id) && l.includes('resubmitting'))).toBe(true);
+    const entries = await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', created.body.id).orderBy('id').execute();
+    expect(entries.map((e) => e.kind)).toEqual(['hold', 'capture']);
+  });
+});
