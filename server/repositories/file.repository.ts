@@ -29,6 +29,15 @@ export class FileRepository {
       .executeTakeFirst();
   }
 
+  listForTask(taskId: string, purpose: string): Promise<FileRow[]> {
+    return this.db
+      .selectFrom('files')
+      .select(['id', 'accountId', 'purpose', 'contentType', 'bytes', 'storageKey', 'width', 'height', 'taskId'])
+      .where('taskId', '=', taskId)
+      .where('purpose', '=', purpose)
+      .execute();
+  }
+
   async delete(id: string): Promise<void> {
     await this.db.deleteFrom('files').where('id', '=', id).execute();
   }

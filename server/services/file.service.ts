@@ -94,6 +94,16 @@ export class FileService {
     await this.store.delete(file.storageKey);
   }
 
+  /**
+   * Removes the `purpose` files of a task that an earlier attempt stored and never published (it
+   * died between storing its output and completing the task).
+   */
+  async discardLeftovers(taskId: string, purpose: string): Promise<number> {
+    const leftovers = await this.files.listForTask(taskId, purpose);
+    for (const file of leftovers) await this.discard(file);
+    return leftovers.length;
+  }
+
   find(id: string): Promise<FileRow | undefined> {
     return this.files.find(id);
   }

@@ -119,7 +119,7 @@ describe('with upstream failures', () => {
     const created = await create(server, c.key, { seconds: 4, resolution: '720p' });
     const { task } = await waitFinished(server, c.key, created.id);
     expect(task.status).toBe('failed');
-    expect(task.error).toEqual({ message: 'The upstream rejected the prompt.' });
+    expect(task.error).toEqual({ message: 'The upstream rejected the prompt.', code: 'upstream_error' });
     expect(task).not.toHaveProperty('video_url');
     expect(task.billing).toMatchObject({ quotedCredits: 0.48, actualCredits: 0 });
     expect(await holdOf(server, created.id)).toEqual({ status: 'released', amount: 480_000, captured: 0 });

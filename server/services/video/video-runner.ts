@@ -116,6 +116,9 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     } catch (err) {
       return this.failOrRetry(task, err, 'The video download failed.');
     }
+    // An earlier attempt may have stored the output and died before completing the task.
+    const leftovers = await this.deps.files.discardLeftovers(task.id, 'video_output');
+    if (leftovers > 0) log.info({ leftovers }, 'discarded the output an earlier attempt stored but never completed');
     let file;
     try {
       file = await this.deps.files.save({ accountId: task.accountId, purpose: 'video_output', contentType: content.contentType, taskId: task.id }, content.stream, {
