@@ -103,7 +103,7 @@ export interface paths {
          *     - `401 invalid_api_key`; `402 key_quota_exceeded` or `insufficient_balance` (nothing created
          *       or held); `403 api_key_inactive` or `account_suspended`.
          *     - `404 model_not_found` (unknown model, or not available to the key).
-         *     - `413 body_too_large`; `415 unsupported_media_type`; `429 rate_limited` (with `Retry-After`).
+         *     - `413 body_too_large`; `415 unsupported_media_type`; `429 rate_limited` (the upstream accounts are cooling down after a 429) or `upstream_busy` (every upstream account is at its concurrency limit: the request waited up to `IMAGE_CAPACITY_WAIT_MS`, 3 s by default, for a slot), both with `Retry-After` and nothing charged.
          *     - `500 internal_error`; `502 upstream_error` (the upstream failed; the task is `failed` and its
          *       credits released); `503 no_reachable_member` or `capability_disabled`.
          */
@@ -160,11 +160,11 @@ export interface paths {
          *       (`aspectRatio` ≠ `aspect_ratio`), `unsupported_resolution`, `quality_not_supported`,
          *       `background_not_supported`, `transparent_background_requires_png_or_webp`,
          *       `output_compression_requires_jpeg_or_webp`, `invalid_size`, `size_conflict`,
-         *       `size_not_accepted` (operator setting `IMAGE_SIZE_PARAM=reject`), `too_many_images` (multipart: more than 16 files), `image_not_found` (JSON: an `images`/`mask` id that is not a file of this account), `invalid_image` (an input is not a decodable image), `invalid_data_url`, `mask_size_mismatch`.
+         *       `size_not_accepted` (operator setting `IMAGE_SIZE_PARAM=reject`), `too_many_images` (more than 16 files, or more input images than the model takes, a mask counting as one: 3 for Gemini 2.5 Flash Image, 14 for Gemini 3 Pro Image; refused before any upstream call), `image_not_found` (JSON: an `images`/`mask` id that is not a file of this account), `invalid_image` (an input is not a decodable image), `invalid_data_url`, `mask_size_mismatch`.
          *     - `401 invalid_api_key`; `402 key_quota_exceeded` or `insufficient_balance` (nothing created
          *       or held); `403 api_key_inactive` or `account_suspended`.
          *     - `404 model_not_found` (unknown model, or not available to the key).
-         *     - `413 body_too_large` (the request) or `media_too_large` (one image or the mask over the per-file byte limit; limits are enforced while the body is read); `415 unsupported_media_type`; `429 rate_limited` (with `Retry-After`).
+         *     - `413 body_too_large` (the request) or `media_too_large` (one image or the mask over the per-file byte limit; limits are enforced while the body is read); `415 unsupported_media_type`; `429 rate_limited` (the upstream accounts are cooling down after a 429) or `upstream_busy` (every upstream account is at its concurrency limit: the request waited up to `IMAGE_CAPACITY_WAIT_MS`, 3 s by default, for a slot), both with `Retry-After` and nothing charged.
          *     - `500 internal_error`; `502 upstream_error` (the upstream failed; the task is `failed` and its
          *       credits released); `503 no_reachable_member` or `capability_disabled`.
          */
@@ -286,6 +286,16 @@ export interface paths {
          *     and `callback_url`; only `quote_token` may differ. A different request under a used
          *     `client_request_id` is `409 idempotency_conflict` (as Stripe does) and changes nothing.
          *
+         *     **Upstream execution.** The task is sent to one upstream account of the key's group. Transient
+         *     upstream failures (connection errors, timeouts, 5xx, 429) are retried, honouring
+         *     `Retry-After`, until the maximum task lifetime; an upstream rejection (invalid request, content
+         *     policy, failed job) fails the task with a stable `error.code` and the upstream's reason in
+         *     `error.message`, and releases the hold. Saving the upstream job id is the commit point: if the
+         *     gateway stops between sending the job and saving its id, the job is sent again to the same
+         *     upstream account with the same `Idempotency-Key` (the task id), so an upstream that honours the
+         *     header runs it once; an upstream that ignores it may run it twice, but the task is still
+         *     completed and charged once.
+         *
          *     **URLs.** `callback_url`, `reference_videos` and `reference_audios` must be `https://host/…`
          *     with a public host: no user info, no port 0, no `localhost`, `.local`, `.internal` or
          *     single-label names, and no loopback, private, link-local, CGNAT, unique-local, multicast or
@@ -299,12 +309,14 @@ export interface paths {
          *     **Errors.**
          *     - `400`: `invalid_request` (schema; `param` names the field), `invalid_json`, `alias_conflict`,
          *       `composite_model_id` (a real model id plus a duration, ratio or resolution suffix),
-         *       `unsupported_duration`, `unsupported_aspect_ratio`, `unsupported_resolution`,
-         *       `audio_not_supported`, `frames_not_supported`, `last_frame_not_supported`,
+         *       `unsupported_duration` (also a duration outside a matching `durationConstraints` rule), `unsupported_aspect_ratio`, `unsupported_resolution`,
+         *       `audio_not_supported`, `audio_always_on`, `frames_not_supported`, `last_frame_not_supported`,
          *       `last_frame_requires_first_frame`, `frames_with_reference_images`,
          *       `too_many_reference_images`, `invalid_data_url`, `invalid_image`, `invalid_media_url`,
          *       `invalid_callback_url`, `quote_invalid` (malformed token), `quote_mismatch` (token of another
-         *       key, model or resolution), `nul_character`, `invalid_content_encoding`.
+         *       key, model or resolution), `nul_character`, `invalid_content_encoding`,
+         *       `unsupported_by_upstream` (no upstream account of the key's group can express this
+         *       combination of duration, aspect ratio, resolution and inputs; nothing is created or held).
          *     - `401 invalid_api_key`; `402 key_quota_exceeded` or `insufficient_balance` (nothing created or
          *       held); `403 api_key_inactive` or `account_suspended`.
          *     - `404 model_not_found` (unknown model, or not visible to the key).
@@ -1215,7 +1227,7 @@ export interface components {
          *       `alias_conflict` (two alias names of one field disagree, e.g. `aspectRatio` and `aspect_ratio`),
          *       `composite_model_id` (a video model id with a duration, ratio or resolution suffix),
          *       `unsupported_duration`, `unsupported_aspect_ratio`, `unsupported_resolution`,
-         *       `audio_not_supported`, `frames_not_supported`, `last_frame_not_supported`,
+         *       `audio_not_supported`, `audio_always_on` (the model always generates audio; `generate_audio` false cannot be honoured), `frames_not_supported`, `last_frame_not_supported`,
          *       `last_frame_requires_first_frame`, `frames_with_reference_images`, `too_many_reference_images`,
          *       `invalid_data_url`, `invalid_media_url`, `invalid_callback_url`, `quote_invalid` (malformed
          *       token), `quote_mismatch` (token of another key, model or resolution), `quality_not_supported`,
@@ -1249,7 +1261,10 @@ export interface components {
          *       `too_many_media_inputs` (over `maxMediaInputCount`).
          *     - **415** `unsupported_media_type`.
          *     - **429** `rate_limited` (with `Retry-After`): the upstream accounts that can serve the request
-         *       are rate-limited right now; retry after the given number of seconds.
+         *       are rate-limited (cooling down) right now; retry after the given number of seconds.
+         *       `upstream_busy` (with `Retry-After`): every upstream account that can serve the request is at
+         *       its concurrency limit (a synchronous image request waited a few seconds for one); nothing was
+         *       charged.
          *     - **500** `internal_error` (no details; quote the request id).
          *     - **501** `not_implemented`.
          *     - **502** `upstream_error` (the upstream failed or timed out).
@@ -1260,7 +1275,7 @@ export interface components {
          *       `server_busy` (too many large request bodies at once; with `Retry-After`).
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "unsupported_by_upstream" | "body_too_large" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready" | "server_busy";
+        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "unsupported_by_upstream" | "body_too_large" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready" | "server_busy";
         /**
          * VideoBillingRow
          * @description The current price of one model at one output resolution, with a quote token (one row per resolution
@@ -1441,6 +1456,13 @@ export interface components {
          *     Omitted means `auto`: the upstream decides (variant B's default `1024x1024` is not applied); the
          *     local provider then renders the model's first resolution at `1:1`, and an edit keeps the size of
          *     its first input image (billed by its pixel count as above).
+         *     **Models with an upstream's own pixel table.** The Gemini image models (Nano Banana:
+         *     `gemini-2.5-flash-image`, `gemini-3-pro-image-preview`, `gemini-3.1-flash-image-preview`) do not
+         *     use table 2.8 but Google's official pixel table (ai.google.dev image generation), because that is
+         *     what the upstream renders: for example 1K `1:1` is `1024x1024`, 1K `16:9` is `1376x768` (3 Pro) or
+         *     `1344x768` (2.5 Flash), 2K and 4K are 2x and 4x the 3 Pro 1K row (4K `16:9` is `5504x3072`). Such
+         *     a model's table values are accepted as `size` and billed at their tier; the model's catalog entry
+         *     says which table it uses (`size_table` in the admin API).
          *     A `size` that disagrees with a given `aspectRatio`/`aspect_ratio` or `resolution` is
          *     `400 size_conflict`. When the operator sets `IMAGE_SIZE_PARAM=reject` (variant A), any `size` is
          *     `400 size_not_accepted`; use `aspectRatio` + `resolution` instead.
@@ -1510,7 +1532,7 @@ export interface components {
              */
             n?: number;
             /**
-             * @description Streaming only (OpenAI-compatible): number of partial images streamed per image before its completed event; `0` sends only the completed events. Ignored without streaming.
+             * @description Streaming only (OpenAI-compatible): number of partial images streamed per image before its completed event; `0` sends only the completed events. Ignored without streaming. Upstreams without partial images (the Gemini image models) send none whatever this says: their streams carry the completed events only.
              * @default 0
              */
             partial_images?: number;
@@ -1902,7 +1924,7 @@ export interface components {
              */
             n?: number;
             /**
-             * @description Streaming only (OpenAI-compatible): number of partial images streamed per image before its completed event; `0` sends only the completed events. Ignored without streaming.
+             * @description Streaming only (OpenAI-compatible): number of partial images streamed per image before its completed event; `0` sends only the completed events. Ignored without streaming. Upstreams without partial images (the Gemini image models) send none whatever this says: their streams carry the completed events only.
              * @default 0
              */
             partial_images?: number;
@@ -1977,7 +1999,7 @@ export interface components {
              */
             n?: number;
             /**
-             * @description Streaming only (OpenAI-compatible): number of partial images streamed per image before its completed event; `0` sends only the completed events. Ignored without streaming.
+             * @description Streaming only (OpenAI-compatible): number of partial images streamed per image before its completed event; `0` sends only the completed events. Ignored without streaming. Upstreams without partial images (the Gemini image models) send none whatever this says: their streams carry the completed events only.
              * @default 0
              */
             partial_images?: number;
@@ -1998,6 +2020,23 @@ export interface components {
             displayName: string;
             /** @description Allowed durations in seconds. */
             durations: number[];
+            /**
+             * @description Durations allowed only in some combinations, on top of `durations`: when a request matches a
+             *     rule's `when` (any of its resolutions, a `lastFrame`, or `referenceImages`), its duration must
+             *     be one of the rule's `durations`, else `400 unsupported_duration` before anything is charged.
+             *     Example (Veo 3.1): 8 s only with `1080p` or `4k`, with a last frame, or with reference images.
+             *     Empty for most models.
+             */
+            durationConstraints: {
+                when: {
+                    resolutions?: string[];
+                    /** @constant */
+                    lastFrame?: true;
+                    /** @constant */
+                    referenceImages?: true;
+                };
+                durations: number[];
+            }[];
             /** @description Allowed aspect ratios, such as `16:9`. */
             aspectRatios: string[];
             /** @description Allowed output resolutions, lowercase (such as `720p`). */
@@ -2023,6 +2062,8 @@ export interface components {
                 supported: boolean;
                 /** @description The value used when `generate_audio` is omitted. */
                 defaultEnabled: boolean;
+                /** @description The model always generates audio (Veo 3 on the Gemini API); `generate_audio` `false` is `400 audio_always_on`. */
+                alwaysOn: boolean;
             };
             /** @description One current quote per output resolution. */
             billing: components["schemas"]["VideoBillingRow"][];
@@ -2737,11 +2778,62 @@ export interface components {
          */
         AdminMemberModels: string[];
         /**
+         * AdminMemberModelMap
+         * @description The upstream's model id for a catalog model this member serves, where the two differ: an operator
+         *     sells `image-pro` while the upstream calls it `gpt-image-1.5`. Every key must be one of the
+         *     member's `models` (else `400 invalid_request`, `param` `model_map`); a model missing from the map
+         *     is sent upstream under its catalog id. Replaced as a whole on update.
+         * @example {
+         *       "image-pro": "gpt-image-1.5"
+         *     }
+         */
+        AdminMemberModelMap: {
+            [key: string]: string;
+        };
+        /**
+         * AdminMemberHealth
+         * @description What the pool knows about this member right now, shared by every instance. A member answering
+         *     `429` cools down for its `Retry-After` (else 1 s, doubling up to 60 s); an exhausted quota cools
+         *     it down for its `Retry-After` (else 5 minutes); three 5xx answers, timeouts or connection errors
+         *     in a row open its circuit for 30 s (doubling with every further failure, up to 5 minutes); a
+         *     `401`/`403` answer takes it out (`credentials_rejected`) until an admin updates it. Any admin
+         *     update of the member clears the cooldown and the rejection. Jobs already accepted by a member
+         *     are always polled there, cooling down or not.
+         */
+        AdminMemberHealth: {
+            /** @description Work running on this member across all instances (video jobs from submit to a terminal state; image tasks during their upstream call). It is what `concurrency_limit` bounds. */
+            in_flight: number;
+            /**
+             * Format: date-time
+             * @description No new work goes to the member before this time (null or past - none).
+             */
+            cooldown_until: string | null;
+            /** @enum {string|null} */
+            cooldown_reason: "rate_limited" | "quota_exhausted" | "circuit_open" | null;
+            /** @description The upstream refused the member's credentials; it takes no new work until an admin updates it. */
+            credentials_rejected: boolean;
+            /** @description The last failure, as the upstream explained it (sanitized - no URLs, headers or keys). */
+            last_error: string | null;
+            /** Format: date-time */
+            last_error_at: string | null;
+            /** Format: date-time */
+            last_success_at: string | null;
+            /** @description Upstream calls since `since` (the window restarts every hour). Successes are written about once a second. */
+            recent: {
+                /** Format: date-time */
+                since: string | null;
+                successes: number;
+                failures: number;
+            };
+        };
+        /**
          * AdminGroupMember
          * @description An upstream provider account in a backend group. Routing: among the enabled members of the key's
-         *     group that list the model, the highest `priority` is tried first; among equal priorities one is
-         *     chosen at random in proportion to `weight`. A member at its `concurrency_limit` or failing to
-         *     accept the job is skipped for the next candidate. Credentials are never returned.
+         *     group that list the model, the highest `priority` tier is tried first; inside a tier members are
+         *     tried in a random order drawn in proportion to `weight`. A member cooling down (see `health`) or
+         *     at its `concurrency_limit` is skipped; a member that fails before accepting the work (connection
+         *     error, timeout, 5xx, 429, refused credentials, exhausted quota) hands it to the next one, at most
+         *     three members per attempt, and is never billed twice. Credentials are never returned.
          * @example {
          *       "id": "mem_01HZX5N3P5Q7R9S1T3V5W7X9YZ",
          *       "group_id": "grp_01HZX2A1B3C5D7E9F0G2H4J6KM",
@@ -2750,12 +2842,30 @@ export interface components {
          *       "base_url": null,
          *       "enabled": true,
          *       "models": [
-         *         "gpt-image-1"
+         *         "gpt-image-1",
+         *         "image-pro"
          *       ],
+         *       "model_map": {
+         *         "image-pro": "gpt-image-1.5"
+         *       },
          *       "priority": 10,
          *       "weight": 1,
          *       "concurrency_limit": 8,
          *       "has_credentials": true,
+         *       "health": {
+         *         "in_flight": 3,
+         *         "cooldown_until": null,
+         *         "cooldown_reason": null,
+         *         "credentials_rejected": false,
+         *         "last_error": null,
+         *         "last_error_at": null,
+         *         "last_success_at": "2026-01-15T10:05:00Z",
+         *         "recent": {
+         *           "since": "2026-01-15T10:00:00Z",
+         *           "successes": 42,
+         *           "failures": 0
+         *         }
+         *       },
          *       "created_at": "2026-01-15T10:01:00Z",
          *       "updated_at": "2026-01-15T10:01:00Z"
          *     }
@@ -2775,14 +2885,16 @@ export interface components {
             /** @description A disabled member receives no new jobs; its running tasks finish. */
             enabled: boolean;
             models: components["schemas"]["AdminMemberModels"];
+            model_map: components["schemas"]["AdminMemberModelMap"];
             /** @description Higher is tried first. */
             priority: number;
             /** @description Relative share among enabled members of equal priority. */
             weight: number;
-            /** @description Maximum jobs running at once on this member; `null` is unlimited. */
+            /** @description Maximum work running at once on this member across all instances (`health.in_flight`); `null` is unlimited. A video task waits queued for a free slot; a synchronous image request waits up to `IMAGE_CAPACITY_WAIT_MS` and then gets `429 upstream_busy`. */
             concurrency_limit: number | null;
             /** @description Whether credentials are stored. */
             has_credentials: boolean;
+            health: components["schemas"]["AdminMemberHealth"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -2836,6 +2948,7 @@ export interface components {
             /** @default true */
             enabled?: boolean;
             models: components["schemas"]["AdminMemberModels"];
+            model_map?: components["schemas"]["AdminMemberModelMap"];
             /**
              * @description Higher is tried first.
              * @default 0
@@ -2867,6 +2980,7 @@ export interface components {
             credentials?: components["schemas"]["AdminMemberCredentials"];
             enabled?: boolean;
             models?: components["schemas"]["AdminMemberModels"];
+            model_map?: components["schemas"]["AdminMemberModelMap"];
             priority?: number;
             weight?: number;
             /** @description `null` is unlimited. */
@@ -2915,6 +3029,18 @@ export interface components {
             supports_transparent_background: boolean;
             /** @description Most images one request may ask for. */
             max_n: number;
+            /**
+             * @description Where `resolution` + `aspectRatio` get their pixel size. `reference` is the product's size
+             *     table (see `ImageSize`). The Gemini image models use Google's official pixel table instead
+             *     (ai.google.dev image-generation, e.g. 1K 1:1 = 1024x1024, 1K 16:9 = 1376x768 for 3 Pro and
+             *     1344x768 for 2.5 Flash), so the size a client is told and billed for is the size the
+             *     upstream really renders.
+             * @default reference
+             * @enum {string}
+             */
+            size_table?: "reference" | "gemini-2.5-flash-image" | "gemini-3-pro-image";
+            /** @description Most input images of an edit, a mask counting as one (upstreams without a mask parameter receive it as an image); more is `400 too_many_images` before any upstream call. `null` - only the server's limit of 16 images. Gemini 2.5 Flash Image takes 3, Gemini 3 Pro Image 14. */
+            max_input_images?: number | null;
         };
         /**
          * AdminVideoModelCapabilities
@@ -2965,7 +3091,26 @@ export interface components {
                 supported: boolean;
                 /** @description Used when a request omits `generate_audio`; `true` requires `supported`. */
                 default_enabled: boolean;
+                /**
+                 * @description The model always generates audio (Veo 3); requires `default_enabled`. Requests with `generate_audio` `false` are refused (`400 audio_always_on`).
+                 * @default false
+                 */
+                always_on?: boolean;
             };
+            /**
+             * @description Durations allowed only in some combinations, published as `durationConstraints` of
+             *     `GET /v1/videos/capabilities` and enforced at creation: a request with one of `resolutions`,
+             *     a last frame (`last_frame`) or reference images (`reference_images`) must have one of
+             *     `durations`. Each rule needs at least one condition; its durations and resolutions must be
+             *     the model's own. Example (Veo 3.1): `[{resolutions: [1080p, 4k], durations: [8]},
+             *     {last_frame: true, durations: [8]}, {reference_images: true, durations: [8]}]`.
+             */
+            duration_constraints?: {
+                resolutions?: string[];
+                last_frame?: boolean;
+                reference_images?: boolean;
+                durations: number[];
+            }[];
         };
         /**
          * AdminPriceRow
@@ -3769,7 +3914,7 @@ export interface operations {
              *     **Event stream framing.** Each frame is an `event: <type>` line and one `data: <json>` line
              *     (the payload is an `ImageStreamEvent` whose `type` equals the event name), followed by a
              *     blank line, flushed as it happens. Per image, up to `partial_images` `image_generation.partial_image`
-             *     frames are followed by one `image_generation.completed` frame; frames of different images (`n` > 1)
+             *     frames are followed by one `image_generation.completed` frame (models whose upstream has no partial images, such as the Gemini image models, send the completed frames only); frames of different images (`n` > 1)
              *     may interleave and carry `image_index`. After the last completed frame the stream ends; there
              *     is no `[DONE]` sentinel. If the generation fails after the stream began, an `event: error`
              *     frame (`ImageStreamErrorEvent`) is sent and the stream ends. A client disconnect stops the
@@ -4050,6 +4195,19 @@ export interface operations {
                      *             "720p",
                      *             "1080p"
                      *           ],
+                     *           "durationConstraints": [
+                     *             {
+                     *               "when": {
+                     *                 "resolutions": [
+                     *                   "1080p"
+                     *                 ]
+                     *               },
+                     *               "durations": [
+                     *                 8,
+                     *                 12
+                     *               ]
+                     *             }
+                     *           ],
                      *           "input": {
                      *             "frames": "first-and-optional-last",
                      *             "referenceImages": {
@@ -4060,7 +4218,8 @@ export interface operations {
                      *           },
                      *           "audio": {
                      *             "supported": true,
-                     *             "defaultEnabled": false
+                     *             "defaultEnabled": false,
+                     *             "alwaysOn": false
                      *           },
                      *           "billing": [
                      *             {
@@ -5215,6 +5374,21 @@ export interface operations {
                      *           "weight": 1,
                      *           "concurrency_limit": 8,
                      *           "has_credentials": true,
+                     *           "model_map": {},
+                     *           "health": {
+                     *             "in_flight": 0,
+                     *             "cooldown_until": null,
+                     *             "cooldown_reason": null,
+                     *             "credentials_rejected": false,
+                     *             "last_error": null,
+                     *             "last_error_at": null,
+                     *             "last_success_at": null,
+                     *             "recent": {
+                     *               "since": null,
+                     *               "successes": 0,
+                     *               "failures": 0
+                     *             }
+                     *           },
                      *           "created_at": "2026-01-15T10:01:00Z",
                      *           "updated_at": "2026-01-15T10:01:00Z"
                      *         },
@@ -5233,6 +5407,21 @@ export interface operations {
                      *           "weight": 1,
                      *           "concurrency_limit": null,
                      *           "has_credentials": false,
+                     *           "model_map": {},
+                     *           "health": {
+                     *             "in_flight": 0,
+                     *             "cooldown_until": null,
+                     *             "cooldown_reason": null,
+                     *             "credentials_rejected": false,
+                     *             "last_error": null,
+                     *             "last_error_at": null,
+                     *             "last_success_at": null,
+                     *             "recent": {
+                     *               "since": null,
+                     *               "successes": 0,
+                     *               "failures": 0
+                     *             }
+                     *           },
                      *           "created_at": "2026-01-15T09:58:00Z",
                      *           "updated_at": "2026-01-15T09:58:00Z"
                      *         }
@@ -5303,6 +5492,21 @@ export interface operations {
                      *       "weight": 1,
                      *       "concurrency_limit": 8,
                      *       "has_credentials": true,
+                     *       "model_map": {},
+                     *       "health": {
+                     *         "in_flight": 0,
+                     *         "cooldown_until": null,
+                     *         "cooldown_reason": null,
+                     *         "credentials_rejected": false,
+                     *         "last_error": null,
+                     *         "last_error_at": null,
+                     *         "last_success_at": null,
+                     *         "recent": {
+                     *           "since": null,
+                     *           "successes": 0,
+                     *           "failures": 0
+                     *         }
+                     *       },
                      *       "created_at": "2026-01-15T10:01:00Z",
                      *       "updated_at": "2026-01-15T10:01:00Z"
                      *     }
@@ -5371,6 +5575,21 @@ export interface operations {
                      *       "weight": 1,
                      *       "concurrency_limit": 16,
                      *       "has_credentials": true,
+                     *       "model_map": {},
+                     *       "health": {
+                     *         "in_flight": 0,
+                     *         "cooldown_until": null,
+                     *         "cooldown_reason": null,
+                     *         "credentials_rejected": false,
+                     *         "last_error": null,
+                     *         "last_error_at": null,
+                     *         "last_success_at": null,
+                     *         "recent": {
+                     *           "since": null,
+                     *           "successes": 0,
+                     *           "failures": 0
+                     *         }
+                     *       },
                      *       "created_at": "2026-01-15T10:01:00Z",
                      *       "updated_at": "2026-01-16T10:15:00Z"
                      *     }

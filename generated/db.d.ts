@@ -108,6 +108,7 @@ export interface GroupMembers {
   enabled: Generated<boolean>;
   groupId: string;
   id: string;
+  modelMap: Generated<Json>;
   models: Generated<string[]>;
   name: string;
   priority: Generated<number>;
@@ -160,6 +161,22 @@ export interface LedgerEntries {
   kind: string;
   reason: string | null;
   taskId: string | null;
+}
+
+export interface MemberHealth {
+  consecutiveFailures: Generated<number>;
+  cooldownReason: string | null;
+  cooldownUntil: Timestamp | null;
+  credentialsRejectedAt: Timestamp | null;
+  failures: Generated<number>;
+  lastError: string | null;
+  lastErrorAt: Timestamp | null;
+  lastSuccessAt: Timestamp | null;
+  memberId: string;
+  rateLimitStrikes: Generated<number>;
+  successes: Generated<number>;
+  updatedAt: Generated<Timestamp>;
+  windowStartedAt: Generated<Timestamp>;
 }
 
 export interface ModelPrices {
@@ -225,6 +242,7 @@ export interface DB {
   groupMembers: GroupMembers;
   imageTasks: ImageTasks;
   ledgerEntries: LedgerEntries;
+  memberHealth: MemberHealth;
   modelPrices: ModelPrices;
   videoTasks: VideoTasks;
 }

@@ -40,9 +40,9 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
   groups update <group id|name> [--name NAME] [--description TEXT|none]
 
   members add --group <id|name> --name NAME --provider local|openai|gemini|ark|kling --models a,b
-              [--credential key=value ...] [--base-url URL] [--priority N] [--weight N]
-              [--concurrency-limit N|none] [--enabled true|false]
-  members list --group <id|name>
+              [--model-map catalog-id=upstream-id,...|none] [--credential key=value ...] [--base-url URL]
+              [--priority N] [--weight N] [--concurrency-limit N|none] [--enabled true|false]
+  members list --group <id|name>       (with health: in flight, cooldown, rejected credentials, recent ok/fail)
   members update <member id|name> --group <id|name> [same flags as add, except --provider]
 
   models list [--kind image|video]

@@ -10,13 +10,14 @@ import { startBaselineServer } from './bench/baseline-server.ts';
 import { openBenchDatabase, seedCustomer, type Customer } from './bench/database.ts';
 import { runBigBodies } from './bench/big-bodies.ts';
 import { runInflight } from './bench/inflight.ts';
+import { runProxy } from './bench/proxy.ts';
 import { compareHolds } from './bench/hold.ts';
 import { runLoad, type LoadSpec } from './bench/load.ts';
 import { formatQueryCounts, installQueryCounter, queryCounts, resetQueryCounts } from './bench/query-counter.ts';
 import { SUMMARY_HEADER, summaryRow, table, type Summary } from './bench/stats.ts';
 import { createDatabase } from '../server/db/database.ts';
 
-const SCENARIOS = ['poll', 'models', 'credits', 'create', 'hold', 'baseline', 'bodies', 'inflight'] as const;
+const SCENARIOS = ['poll', 'models', 'credits', 'create', 'hold', 'baseline', 'bodies', 'inflight', 'proxy'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 const DESCRIPTIONS: Record<Scenario, string> = {
   poll: 'GET /v1/videos/{id} of an existing task',
@@ -27,12 +28,15 @@ const DESCRIPTIONS: Record<Scenario, string> = {
   baseline: 'bare node:http + pg.Pool doing the poll\'s SELECT, for the framework share',
   inflight: 'N video tasks on one server process against a fake OpenAI /v1/videos upstream: jobs in flight, detection delay, SQL per poll step, RSS, CPU',
   bodies: 'six concurrent 60 MiB POST /v1/videos/generations bodies on a server process: its peak RSS growth vs writing the bytes to disk',
+  proxy: 'synchronous POST /v1/images/generations through a server process vs straight to the fake OpenAI Images upstream, at concurrency 1 and --connections: added latency, throughput ratio, time to the first partial image, peak RSS with n=4 4K PNG results',
 };
+/** Scenarios that run only when named (long, or a server process of their own). */
+const ON_DEMAND: readonly Scenario[] = ['bodies', 'inflight', 'proxy'];
 /** Upper bound on measured operations per scenario (each run is also bounded by --duration). */
 const MAX_OPS = 1_000_000;
 
 const USAGE = `Usage: npm run bench -- [scenario ...] [--duration <s>] [--connections <n>] [--warmup <s>]
-  scenarios: ${SCENARIOS.join(', ')} (default: all but the long bodies and inflight)
+  scenarios: ${SCENARIOS.join(', ')} (default: all but ${ON_DEMAND.join(', ')})
 ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
   --duration     measured seconds per scenario (default 5)
   --connections  concurrent requests / operations in flight (default 32)
@@ -40,22 +44,50 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
   --tasks        inflight: video tasks to create (default 10000)
   --delay        inflight: seconds from submit until the fake upstream's job is done (default 60)
   --poll-interval  inflight: VIDEO_POLL_INTERVAL_MS of the server, in seconds (default 5)
+  --partials     proxy: partial_images of the streaming pair, 1-3 (default 2)
+  --rss-rounds   proxy: n=4 4K requests each connection sends in the memory run (default 3)
+  --keys         proxy: API keys, one account each, the connections take turns on (default 1: one
+                 hot key, whose rows every hold and settlement locks)
+  --cpu-prof     proxy: directory for a V8 CPU profile of the server process (written when it exits)
+  proxy: --duration is per side and concurrency level, in two ABBA halves (default 10), --connections
+  the high level (the low one is 1) and the memory run's concurrency, --warmup per side before the
+  first window.
+  env BENCH_SERVER_ENV: a JSON object of extra environment for the server process (bodies, proxy).
   env DATABASE_URL: run in a scratch database mediagate_bench_<random> on that server (dropped
   afterwards); unset: a temporary embedded PostgreSQL.`;
 
 class UsageError extends Error {}
 
-function parseCli(argv: string[]): { scenarios: Scenario[]; durationMs: number; warmupMs: number; connections: number; tasks: number; delayMs: number; pollMs: number; help: boolean } {
+function parseCli(argv: string[]): {
+  scenarios: Scenario[];
+  durationMs: number;
+  proxyDurationMs: number;
+  warmupMs: number;
+  connections: number;
+  tasks: number;
+  delayMs: number;
+  pollMs: number;
+  partials: number;
+  rssRounds: number;
+  keys: number;
+  cpuProfDir: string | undefined;
+  help: boolean;
+} {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
     options: {
-      duration: { type: 'string', default: '5' },
+      // No default here: proxy has its own (see proxyDurationMs).
+      duration: { type: 'string' },
       connections: { type: 'string', default: '32' },
       warmup: { type: 'string', default: '1' },
       tasks: { type: 'string', default: '10000' },
       delay: { type: 'string', default: '60' },
       'poll-interval': { type: 'string', default: '5' },
+      partials: { type: 'string', default: '2' },
+      'rss-rounds': { type: 'string', default: '3' },
+      'cpu-prof': { type: 'string' },
+      keys: { type: 'string', default: '1' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -68,13 +100,18 @@ function parseCli(argv: string[]): { scenarios: Scenario[]; durationMs: number; 
     if (!(SCENARIOS as readonly string[]).includes(p)) throw new UsageError(`unknown scenario '${p}'`);
   }
   return {
-    scenarios: positionals.length ? SCENARIOS.filter((s) => positionals.includes(s)) : SCENARIOS.filter((s) => s !== 'bodies' && s !== 'inflight'),
-    durationMs: number('duration', values.duration, 0.5, 600) * 1000,
+    scenarios: positionals.length ? SCENARIOS.filter((s) => positionals.includes(s)) : SCENARIOS.filter((s) => !ON_DEMAND.includes(s)),
+    durationMs: number('duration', values.duration ?? '5', 0.5, 600) * 1000,
+    proxyDurationMs: number('duration', values.duration ?? '10', 0.5, 600) * 1000,
     warmupMs: number('warmup', values.warmup, 0, 60) * 1000,
     connections: Math.round(number('connections', values.connections, 1, 1000)),
     tasks: Math.round(number('tasks', values.tasks, 1, 1_000_000)),
     delayMs: number('delay', values.delay, 0, 3600) * 1000,
     pollMs: number('poll-interval', values['poll-interval'], 0.1, 600) * 1000,
+    partials: Math.round(number('partials', values.partials, 1, 3)),
+    rssRounds: Math.round(number('rss-rounds', values['rss-rounds'], 1, 1000)),
+    keys: Math.round(number('keys', values.keys, 1, 1000)),
+    cpuProfDir: values['cpu-prof'],
     help: values.help,
   };
 }
@@ -99,7 +136,8 @@ async function main(): Promise<number> {
   }
   const { scenarios, durationMs, warmupMs, connections } = cli;
   console.log(`Node ${process.version} on ${process.platform}/${process.arch}, ${availableParallelism()} cores (${cpus()[0]?.model.trim() ?? 'unknown CPU'})`);
-  console.log(`scenarios: ${scenarios.join(', ')}; ${durationMs / 1000} s measured after ${warmupMs / 1000} s warm-up each, ${connections} connections`);
+  const proxyNote = scenarios.includes('proxy') ? ` (proxy: ${cli.proxyDurationMs / 1000} s per side and level)` : '';
+  console.log(`scenarios: ${scenarios.join(', ')}; ${durationMs / 1000} s measured${proxyNote} after ${warmupMs / 1000} s warm-up each, ${connections} connections`);
 
   installQueryCounter();
   const database = await openBenchDatabase(process.env.DATABASE_URL || undefined);
@@ -118,7 +156,7 @@ async function main(): Promise<number> {
     cleanups.push(() => setupDb.destroy());
     const customer = await seedCustomer(setupDb);
 
-    const needsApp = scenarios.some((s) => s !== 'hold' && s !== 'bodies' && s !== 'inflight');
+    const needsApp = scenarios.some((s) => s !== 'hold' && !ON_DEMAND.includes(s));
     const app = needsApp ? await startAppServer(database.url) : undefined;
     if (app) cleanups.push(() => app.close());
     const taskId = app ? await createTask(app, customer) : undefined;
@@ -148,6 +186,12 @@ async function main(): Promise<number> {
         console.log(`  server: RSS idle ${r.idleRssMiB.toFixed(0)} MiB, peak ${r.peakRssMiB.toFixed(0)} MiB (target <= 300); CPU ${r.cpuSeconds.toFixed(1)} s over ${r.wallSeconds.toFixed(1)} s`);
         console.log(`  baseline: a direct status call to the fake upstream takes ${r.baselineDirectPollMs.toFixed(2)} ms`);
         if (r.failed > 0) failed = true;
+        continue;
+      }
+      if (scenario === 'proxy') {
+        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections, partials: cli.partials, rssRounds: cli.rssRounds, keys: cli.keys, cpuProfDir: cli.cpuProfDir, ...serverEnv() }, (line) => console.log(line));
+        rows.push(...r.rows);
+        if (r.failed) failed = true;
         continue;
       }
       if (scenario === 'bodies') {
@@ -218,7 +262,7 @@ async function main(): Promise<number> {
     await cleanup();
   }
 
-  console.log(`\n== summary (${durationMs / 1000} s per scenario, ${connections} connections, ${availableParallelism()} cores, Node ${process.version})`);
+  console.log(`\n== summary (${durationMs / 1000} s per scenario${proxyNote}, ${connections} connections, ${availableParallelism()} cores, Node ${process.version})`);
   console.log(
     table(
       [...SUMMARY_HEADER, 'SQL/op'],
@@ -232,6 +276,11 @@ async function main(): Promise<number> {
   }
   if (failed) console.error('\nsome requests or operations failed (see above)');
   return failed ? 1 : 0;
+}
+
+/** BENCH_SERVER_ENV: extra environment (JSON object) for the server processes of bodies and proxy. */
+function serverEnv(): { serverEnv?: Record<string, string> } {
+  return process.env.BENCH_SERVER_ENV ? { serverEnv: JSON.parse(process.env.BENCH_SERVER_ENV) as Record<string, string> } : {};
 }
 
 function indent(text: string): string {

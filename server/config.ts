@@ -50,6 +50,8 @@ export interface Config {
   /** Where the filesystem media store keeps files (shared storage when running several instances). */
   mediaDir: string;
   taskLeaseMs: number;
+  /** How long a synchronous image request waits for a free upstream member (all at their limit or cooling down) before 429. */
+  imageCapacityWaitMs: number;
   taskPollMs: number;
   taskMaxLifetimeSeconds: number;
   /** Image tasks run at once per process (`0`: no task workers at all). */
@@ -149,6 +151,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     trustProxy: bool(env, 'TRUST_PROXY', false),
     mediaDir: resolve(nonEmpty(env, 'MEDIA_DIR') ?? resolve(nonEmpty(env, 'MEDIAGATE_DATA_DIR') ?? '.mediagate', 'media')),
     taskLeaseMs: int(env, 'TASK_LEASE_MS', 30_000, 500, 3_600_000),
+    imageCapacityWaitMs: int(env, 'IMAGE_CAPACITY_WAIT_MS', 3000, 0, 60_000),
     taskPollMs: int(env, 'TASK_POLL_MS', 500, 10, 60_000),
     taskMaxLifetimeSeconds: int(env, 'TASK_MAX_LIFETIME_SECONDS', 3600, 1, 7 * 86_400),
     workerConcurrency: int(env, 'WORKER_CONCURRENCY', 2, 0, 256),

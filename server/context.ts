@@ -14,6 +14,7 @@ import { createTransactor } from './db/transaction.ts';
 import { deriveKey } from './lib/signing.ts';
 import type { Logger } from './logger.ts';
 import type { Metrics } from './metrics.ts';
+import { MemberHealth } from './pool/member-health.ts';
 import { Pool } from './pool/pool.ts';
 import { createProviderRegistry, type ProviderAdapters, type ProviderKind, type ProviderRegistry } from './providers/registry.ts';
 import { ApiKeyRepository } from './repositories/api-key.repository.ts';
@@ -23,6 +24,7 @@ import { HealthRepository } from './repositories/health.repository.ts';
 import { ImageTaskRepository } from './repositories/image-task.repository.ts';
 import { LedgerRepository } from './repositories/ledger.repository.ts';
 import { ModelRepository } from './repositories/model.repository.ts';
+import { MemberHealthRepository } from './repositories/member-health.repository.ts';
 import { RoutingRepository } from './repositories/routing.repository.ts';
 import { VideoTaskRepository } from './repositories/video-task.repository.ts';
 import { createAdminServices, type AdminServices } from './services/admin/index.ts';
@@ -106,7 +108,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     routing: new RoutingRepository(db),
     files: new FileRepository(db),
   };
-  const pool = new Pool(repositories.routing, providers, secretKey);
+  const pool = new Pool(repositories.routing, providers, tx, new MemberHealth(new MemberHealthRepository(db), metrics, log.child({ component: 'pool' })), secretKey);
   const notifier = new TaskNotifier();
   const settlement = new Settlement({ tx, log, ledger: repositories.ledger, videoTasks: repositories.videoTasks, imageTasks: repositories.imageTasks });
   const files = new FileService(repositories.files, overrides.mediaStore ?? new FilesystemMediaStore(config.mediaDir), deriveKey(secretKey, 'file-url'), deps.publicBaseUrl, config.fileUrlTtlSeconds);
@@ -147,7 +149,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       notifier,
       log,
       instanceId: `api_${process.pid}_${randomBytes(4).toString('hex')}`,
-      options: { sizeParam: config.imageSizeParam, leaseMs: config.taskLeaseMs, maxEditImages: config.maxEditImages },
+      options: { sizeParam: config.imageSizeParam, leaseMs: config.taskLeaseMs, maxEditImages: config.maxEditImages, capacityWaitMs: config.imageCapacityWaitMs },
     }),
   };
   return Object.freeze({ config, log, metrics, services: Object.freeze(services), repositories, providers, pool, settlement, runners, notifier });

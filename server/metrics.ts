@@ -1,5 +1,5 @@
 /** Prometheus metrics: one registry per app instance (no global singleton). */
-import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 export interface Metrics {
   registry: Registry;
@@ -9,6 +9,11 @@ export interface Metrics {
   taskSteps: Counter<'kind' | 'outcome'>;
   /** SQL statements this process sent (all pools that were given `countQuery`). */
   dbQueries: Counter;
+  /** Upstream calls by provider, member (id) and outcome (`ok` or the ProviderError kind). */
+  upstreamRequests: Counter<'provider' | 'member' | 'outcome'>;
+  upstreamDuration: Histogram<'provider' | 'member'>;
+  /** Upstream calls this process has open right now. */
+  upstreamInFlight: Gauge<'provider' | 'member'>;
 }
 
 export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics {
@@ -34,5 +39,24 @@ export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics 
     registers: [registry],
   });
   const dbQueries = new Counter({ name: 'mediagate_db_queries_total', help: 'SQL statements sent to PostgreSQL by this process.', registers: [registry] });
-  return { registry, httpRequests, httpDuration, taskSteps, dbQueries };
+  const upstreamRequests = new Counter({
+    name: 'mediagate_upstream_requests_total',
+    help: 'Upstream calls by provider, member id and outcome: ok, or the error class (retryable, rate_limited, quota_exhausted, auth, policy, invalid_request, failed).',
+    labelNames: ['provider', 'member', 'outcome'] as const,
+    registers: [registry],
+  });
+  const upstreamDuration = new Histogram({
+    name: 'mediagate_upstream_request_duration_seconds',
+    help: 'Upstream call latency by provider and member id (a streamed call: until its last event).',
+    labelNames: ['provider', 'member'] as const,
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
+    registers: [registry],
+  });
+  const upstreamInFlight = new Gauge({
+    name: 'mediagate_upstream_in_flight',
+    help: 'Upstream calls this process has open, by provider and member id (the pool counts jobs in flight across instances in PostgreSQL).',
+    labelNames: ['provider', 'member'] as const,
+    registers: [registry],
+  });
+  return { registry, httpRequests, httpDuration, taskSteps, dbQueries, upstreamRequests, upstreamDuration, upstreamInFlight };
 }

@@ -21,6 +21,7 @@ const OPTIONS = {
   description: { type: 'string' },
   provider: { type: 'string' },
   models: { type: 'string' },
+  'model-map': { type: 'string' },
   credential: { type: 'string', multiple: true },
   'base-url': { type: 'string' },
   priority: { type: 'string' },
@@ -111,6 +112,19 @@ export function credentials(pairs: string[] | undefined): Record<string, string>
     const eq = pair.indexOf('=');
     if (eq <= 0 || eq === pair.length - 1) throw new UsageError(`--credential must look like name=value (e.g. api_key=sk-...)`);
     out[pair.slice(0, eq)] = pair.slice(eq + 1);
+  }
+  return out;
+}
+
+/** `--model-map image-pro=gpt-image-1.5,other=x` -> { 'image-pro': 'gpt-image-1.5', other: 'x' }; `none` clears it. */
+export function modelMap(value: string | undefined): Record<string, string> | undefined {
+  if (value === undefined) return undefined;
+  if (value === 'none') return {};
+  const out: Record<string, string> = {};
+  for (const pair of list(value)!) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0 || eq === pair.length - 1) throw new UsageError('--model-map must look like catalog-model=upstream-model[,…] (e.g. image-pro=gpt-image-1.5), or none');
+    out[pair.slice(0, eq).trim()] = pair.slice(eq + 1).trim();
   }
   return out;
 }

@@ -1,11 +1,21 @@
 // `members add|list|update`: the upstream accounts of a group; credentials are stored encrypted
 // and never printed (the API objects only say has_credentials).
 import { ApiError } from '../../server/errors.ts';
-import { bool, credentials, defined, int, list, nullable, oneOf, optInt, required, UsageError } from './args.ts';
+import { bool, credentials, defined, int, list, modelMap, nullable, oneOf, optInt, required, UsageError } from './args.ts';
 import type { Commands } from './command.ts';
 import { one, table, type Row } from './output.ts';
 
-const MEMBER_COLUMNS = ['id', 'name', 'provider', 'enabled', 'priority', 'weight', 'concurrency_limit', 'has_credentials', 'models'];
+const MEMBER_COLUMNS = ['id', 'name', 'provider', 'enabled', 'priority', 'weight', 'concurrency_limit', 'in_flight', 'state', 'ok/fail', 'last_error', 'models'];
+
+type Member = Awaited<ReturnType<import('../../server/services/admin/group-admin.service.ts').GroupAdminService['listMembers']>>['data'][number];
+
+/** A member as a table row: its configuration and, flattened, its health. */
+function memberRow(m: Member): Row {
+  const h = m.health;
+  const state = h.credentials_rejected ? 'credentials rejected' : h.cooldown_until ? `${h.cooldown_reason} until ${h.cooldown_until}` : m.enabled ? 'ok' : 'disabled';
+  const models = m.models.map((id) => (m.model_map[id] ? `${id}=${m.model_map[id]}` : id)).join(',');
+  return { ...m, in_flight: h.in_flight, state, 'ok/fail': `${h.recent.successes}/${h.recent.failures}`, last_error: h.last_error, models } as unknown as Row;
+}
 
 export const memberCommands: Commands = {
   add: async ({ admin, flags, groupId }) => {
@@ -16,6 +26,7 @@ export const memberCommands: Commands = {
         name: required(flags.name, 'name'),
         provider: oneOf(required(flags.provider, 'provider'), 'provider', ['local', 'openai', 'gemini', 'ark', 'kling'] as const)!,
         models: list(required(flags.models, 'models'))!,
+        model_map: modelMap(flags['model-map']),
         credentials: credentials(flags.credential),
         base_url: flags['base-url'],
         priority: optInt(flags.priority, 'priority'),
@@ -29,7 +40,7 @@ export const memberCommands: Commands = {
 
   list: async ({ admin, flags, groupId }) => {
     const members = await admin.groups.listMembers(await groupId(required(flags.group, 'group')));
-    return { json: members, text: table(members.data as unknown as Row[], MEMBER_COLUMNS) };
+    return { json: members, text: table(members.data.map(memberRow), MEMBER_COLUMNS) };
   },
 
   // Members are addressed by id or name within their group, hence the required --group.
@@ -47,6 +58,7 @@ export const memberCommands: Commands = {
         defined({
           name: flags.name,
           models: list(flags.models),
+          model_map: modelMap(flags['model-map']),
           credentials: credentials(flags.credential),
           base_url: nullable(flags['base-url'], (v) => v),
           priority: optInt(flags.priority, 'priority'),

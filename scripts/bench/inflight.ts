@@ -1,6 +1,6 @@
 /**
  * Thousands of upstream video jobs in flight on one server process (the task engine's scale
- * figure). A fake OpenAI-compatible `/v1/videos` upstream (test/fakes/openai-videos.ts) runs in
+ * figure). A fake OpenAI-compatible `/v1/videos` upstream (test/fakes/openai-video-upstream.ts) runs in
  * this process and completes each job `delayMs` after its submit; the server runs as a child
  * process with one `openai` member pointing at it. The bench creates `tasks` video tasks through
  * the API and reports:

@@ -3,6 +3,9 @@
  */
 export type FramesMode = 'none' | 'first-only' | 'first-and-optional-last';
 
+/** Pixel tables an image model can use (`size-tables.ts`): the product's reference table, or an upstream's official one. */
+export type SizeTableName = 'reference' | 'gemini-2.5-flash-image' | 'gemini-3-pro-image';
+
 export interface ImageCapabilities {
   resolutions: string[];
   aspectRatios: string[];
@@ -10,6 +13,22 @@ export interface ImageCapabilities {
   supportsQuality: boolean;
   supportsTransparentBackground: boolean;
   maxN: number;
+  /** Where `resolution` + `aspectRatio` get their pixels (default: the reference table 2.8). */
+  sizeTable?: SizeTableName;
+  /** Most input images of an edit, a mask counting as one; default: only the server's limit (16 images). */
+  maxInputImages?: number;
+}
+
+/**
+ * A duration rule that applies only in some combinations: when the request has one of
+ * `resolutions`, a last frame (`lastFrame`) or reference images (`referenceImages`), its duration
+ * must be one of `durations` (Veo: 8 s with 1080p/4k, a last frame or reference images).
+ */
+export interface DurationConstraint {
+  resolutions?: string[];
+  lastFrame?: boolean;
+  referenceImages?: boolean;
+  durations: number[];
 }
 
 export interface VideoCapabilities {
@@ -18,7 +37,20 @@ export interface VideoCapabilities {
   resolutions: string[];
   frames: FramesMode;
   referenceImages: { maxCount: number; configurable: boolean };
-  audio: { supported: boolean; defaultEnabled: boolean };
+  /** `alwaysOn`: the model always generates audio (Veo 3); `generate_audio: false` is refused. */
+  audio: { supported: boolean; defaultEnabled: boolean; alwaysOn?: boolean };
+  durationConstraints?: DurationConstraint[];
+}
+
+/** The constraints a request of this shape falls under (each names its condition, for messages). */
+export function durationConstraintsFor(caps: VideoCapabilities, req: { resolution: string; hasLastFrame: boolean; referenceImages: number }): { rule: string; durations: number[] }[] {
+  const out: { rule: string; durations: number[] }[] = [];
+  for (const c of caps.durationConstraints ?? []) {
+    if (c.resolutions?.includes(req.resolution)) out.push({ rule: `resolution ${req.resolution}`, durations: c.durations });
+    if (c.lastFrame && req.hasLastFrame) out.push({ rule: 'a last frame', durations: c.durations });
+    if (c.referenceImages && req.referenceImages > 0) out.push({ rule: 'reference images', durations: c.durations });
+  }
+  return out;
 }
 
 export type BillingMode = 'per_second' | 'per_item';

@@ -1,17 +1,73 @@
 /**
- * The account pool (design §8): which upstream account (group member) serves a request, and that
- * account with its credentials decrypted, as adapters receive it. Jobs already accepted upstream
- * always go back to the member that accepted them (`account(memberId)`, cached for a few seconds:
- * a changed or deleted member is seen by running jobs within ACCOUNT_CACHE_MS).
+ * The account pool (design §8): which upstream account (group member) runs a piece of work, and the
+ * one place that moves work to the next member when an account fails before accepting it.
+ *
+ * `route` orders the enabled members of the key's group that serve the model: the highest priority
+ * tier first, a weighted random order inside each tier (`orderMembers`). It skips members that are
+ * cooling down (shared member health) or at their `concurrency_limit` (in-flight work counted in
+ * PostgreSQL, so the limit holds across instances), takes a slot on the first one left (the caller
+ * writes the member on its task row inside the slot lock), and runs the work there. A failure
+ * before the upstream accepted the work (connection error, timeout, 5xx, 429, rejected credentials,
+ * exhausted quota) gives the slot back and moves on, at most MAX_ATTEMPTS members per call; the
+ * work decides with `canFailover` whether it still can (a stream that reached the client cannot).
+ * With no member free, `route` throws `NoCapacity` (after waiting up to `waitMs` for one).
+ *
+ * Jobs already accepted upstream always go back to the member that accepted them
+ * (`account(memberId)`, cached for a few seconds: a changed or deleted member is seen by running
+ * jobs within ACCOUNT_CACHE_MS).
  */
+import type { Executor } from '../db/database.ts';
+import type { Transactor } from '../db/transaction.ts';
 import { decryptSecret } from '../lib/secret-box.ts';
+import type { Logger } from '../logger.ts';
+import { ProviderError } from '../providers/provider-error.ts';
 import type { ProviderRegistry } from '../providers/registry.ts';
 import type { UpstreamAccount } from '../providers/types.ts';
-import type { MemberCandidate, RoutingRepository } from '../repositories/routing.repository.ts';
-import { pickMember } from './member-selection.ts';
+import type { MemberCandidate, RoutableMember, RoutingRepository } from '../repositories/routing.repository.ts';
+import type { MemberHealth } from './member-health.ts';
+import { orderMembers } from './member-selection.ts';
 
 /** How long a member's decrypted account is reused by `account()` (poll steps of thousands of jobs). */
 export const ACCOUNT_CACHE_MS = 5000;
+/** Members one piece of work is tried on before its error is final for this call. */
+export const MAX_ATTEMPTS = 3;
+/** Suggested wait when every member is at its concurrency limit. */
+export const FULL_RETRY_MS = 1000;
+
+/** No member could take the work now: all at their limit (`full`), cooling down, or none at all. */
+export class NoCapacity extends Error {
+  constructor(
+    readonly reason: 'none' | 'full' | 'cooling',
+    readonly retryAfterMs: number,
+  ) {
+    super(reason === 'none' ? 'no member serves this model' : `every member is ${reason === 'full' ? 'at its concurrency limit' : 'cooling down'}`);
+    this.name = 'NoCapacity';
+  }
+}
+
+/** Errors that say nothing about the request, only about the account: another member may succeed. */
+export function isFailover(err: ProviderError): boolean {
+  return err.transient || err.kind === 'auth' || err.kind === 'quota_exhausted';
+}
+
+export interface RouteRequest {
+  groupId: string;
+  model: string;
+  capability: 'image' | 'video';
+  /**
+   * Writes the member on the task row (fenced by its attempt), inside the slot lock of members with
+   * a limit; throws (the caller's LeaseLost) when the fence no longer holds.
+   */
+  take(memberId: string, db: Executor | undefined): Promise<void>;
+  /** Clears the member from the task row after a failed attempt. */
+  release(): Promise<void>;
+  /** Whether a failure may still move to the next member (default: yes). */
+  canFailover?(err: ProviderError): boolean;
+  /** Wait up to this long for a member to be free before throwing NoCapacity (default 0). */
+  waitMs?: number;
+  signal?: AbortSignal;
+  log: Logger;
+}
 
 export class Pool {
   private readonly accounts = new Map<string, { account: UpstreamAccount | undefined; until: number }>();
@@ -19,15 +75,73 @@ export class Pool {
   constructor(
     private readonly routing: RoutingRepository,
     private readonly providers: ProviderRegistry,
+    private readonly tx: Transactor,
+    readonly health: MemberHealth,
     private readonly secretKey: Buffer,
     private readonly random: () => number = Math.random,
   ) {}
 
-  /** A member of the group that can run `model` for `capability` here, or undefined. */
-  async pick(groupId: string, model: string, capability: 'image' | 'video'): Promise<UpstreamAccount | undefined> {
-    const candidates = await this.routing.candidates(groupId, model, this.providers.kindsFor(capability), this.providers.credentialFreeKinds());
-    const member = pickMember(candidates, this.random);
-    return member && this.toAccount(member);
+  /** Runs `work` on a member chosen and failed over as described above; returns its result. */
+  async route<T>(req: RouteRequest, work: (account: UpstreamAccount) => Promise<T>): Promise<T> {
+    const deadline = Date.now() + (req.waitMs ?? 0);
+    for (;;) {
+      try {
+        return await this.routeOnce(req, work);
+      } catch (err) {
+        if (!(err instanceof NoCapacity) || err.reason === 'none') throw err;
+        const left = deadline - Date.now();
+        if (left <= 0 || req.signal?.aborted) throw err;
+        await new Promise((r) => setTimeout(r, Math.min(left, 100 + this.random() * 150)));
+      }
+    }
+  }
+
+  private async routeOnce<T>(req: RouteRequest, work: (account: UpstreamAccount) => Promise<T>): Promise<T> {
+    const members = await this.routing.candidates(req.groupId, req.model, this.providers.kindsFor(req.capability), this.providers.credentialFreeKinds());
+    if (members.length === 0) throw new NoCapacity('none', 0);
+    let attempts = 0;
+    let full = false;
+    let cooldownMs = Number.POSITIVE_INFINITY;
+    let lastError: ProviderError | undefined;
+    for (const member of orderMembers(members, this.random)) {
+      if (attempts >= MAX_ATTEMPTS) break;
+      if (member.cooldownMs > 0) {
+        cooldownMs = Math.min(cooldownMs, member.cooldownMs);
+        continue;
+      }
+      const taken = await this.takeSlot(member, req);
+      if (taken === 'full') {
+        full = true;
+        continue;
+      }
+      attempts++;
+      const account = this.toAccount(member);
+      try {
+        return await this.health.observe(account, () => work(account));
+      } catch (err) {
+        if (!(err instanceof ProviderError) || !isFailover(err) || !(req.canFailover?.(err) ?? true)) throw err;
+        await req.release();
+        lastError = err;
+        req.log.warn({ memberId: member.id, kind: err.kind, err: err.message }, 'upstream member failed before accepting the work; trying the next member');
+      }
+    }
+    if (lastError) throw lastError;
+    throw full ? new NoCapacity('full', Math.min(FULL_RETRY_MS, cooldownMs)) : new NoCapacity('cooling', cooldownMs);
+  }
+
+  /** Takes a slot on the member: at once without a limit, else under the member's slot lock. */
+  private async takeSlot(member: RoutableMember, req: RouteRequest): Promise<'taken' | 'full'> {
+    const limit = member.concurrencyLimit;
+    if (limit === null) {
+      await req.take(member.id, undefined);
+      return 'taken';
+    }
+    if (member.inFlight >= limit) return 'full';
+    return this.tx.run(async (trx) => {
+      if ((await this.routing.lockSlots(trx, member.id)) >= limit) return 'full';
+      await req.take(member.id, trx);
+      return 'taken';
+    });
   }
 
   /** The account of a member that already holds a job (sticky), or undefined when it was deleted. */
@@ -44,6 +158,11 @@ export class Pool {
 
   private toAccount(member: MemberCandidate): UpstreamAccount {
     const credentials = member.credentialsCiphertext ? (JSON.parse(decryptSecret(this.secretKey, member.credentialsCiphertext)) as Record<string, string>) : {};
-    return { memberId: member.id, provider: member.provider as UpstreamAccount['provider'], baseUrl: member.baseUrl, credentials };
+    return { memberId: member.id, provider: member.provider as UpstreamAccount['provider'], baseUrl: member.baseUrl, credentials, modelMap: member.modelMap ?? {}, concurrencyLimit: member.concurrencyLimit };
   }
+}
+
+/** The upstream's id for a catalog model on this account (the member's model map, else the same id). */
+export function upstreamModelOf(account: UpstreamAccount, model: string): string {
+  return account.modelMap[model] ?? model;
 }

@@ -5,8 +5,11 @@
  * Adding a provider: see docs/ARCHITECTURE.md, "How to add a provider".
  */
 import { join } from 'node:path';
+import { GeminiImageProvider } from './gemini/gemini-image.provider.ts';
+import { GeminiVideoProvider } from './gemini/gemini-video.provider.ts';
 import { LocalImageProvider } from './local/local-image.provider.ts';
 import { LocalVideoProvider } from './local/local-video.provider.ts';
+import { OpenAIImageProvider } from './openai/openai-image.provider.ts';
 import { OpenAIVideoProvider } from './openai/openai-video.provider.ts';
 import type { ImageProvider, VideoProvider } from './types.ts';
 
@@ -73,7 +76,8 @@ export interface ProviderOptions {
 export function createProviderRegistry(options: ProviderOptions, overrides: Partial<Record<ProviderKind, ProviderAdapters>> = {}): ProviderRegistry {
   const builtIn: Partial<Record<ProviderKind, ProviderAdapters>> = {
     local: { image: new LocalImageProvider(), video: new LocalVideoProvider(join(options.mediaDir, 'tmp'), options.localRenderDelayMs) },
-    openai: { video: new OpenAIVideoProvider(options.videoPollIntervalMs) },
+    openai: { video: new OpenAIVideoProvider(options.videoPollIntervalMs), image: new OpenAIImageProvider() },
+    gemini: { image: new GeminiImageProvider(), video: new GeminiVideoProvider(options.videoPollIntervalMs) },
   };
   const merged = { ...builtIn };
   for (const [kind, adapters] of Object.entries(overrides) as [ProviderKind, ProviderAdapters][]) merged[kind] = { ...builtIn[kind], ...adapters };

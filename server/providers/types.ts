@@ -17,6 +17,10 @@ export interface UpstreamAccount {
   baseUrl: string | null;
   /** Decrypted credentials by name (`api_key`, `access_key`, …); empty for `local`. */
   credentials: Readonly<Record<string, string>>;
+  /** Catalog model id -> the upstream's model id, where they differ (jobs already carry the upstream's id). */
+  modelMap: Readonly<Record<string, string>>;
+  /** The member's concurrency limit (null: none): an adapter that splits one job into parallel calls stays under it. */
+  concurrencyLimit?: number | null;
 }
 
 export type ImageFormat = 'png' | 'jpeg' | 'webp';

@@ -1,9 +1,22 @@
 /** All Kysely code for backend groups and their members. Returns rows or undefined. */
 import { sql, type Kysely, type Selectable } from 'kysely';
 import type { BackendGroups, DB, GroupMembers } from '../../generated/db.d.ts';
+import { inFlightOf } from './routing.repository.ts';
 
 export type GroupRow = Selectable<BackendGroups> & { memberCount: number };
-export type MemberRow = Omit<Selectable<GroupMembers>, 'credentialsCiphertext'> & { hasCredentials: boolean };
+export interface MemberHealthView {
+  inFlight: number;
+  cooldownUntil: Date | null;
+  cooldownReason: string | null;
+  credentialsRejectedAt: Date | null;
+  lastError: string | null;
+  lastErrorAt: Date | null;
+  lastSuccessAt: Date | null;
+  windowStartedAt: Date | null;
+  successes: number | null;
+  failures: number | null;
+}
+export type MemberRow = Omit<Selectable<GroupMembers>, 'credentialsCiphertext' | 'modelMap'> & { hasCredentials: boolean; modelMap: Record<string, string>; health: MemberHealthView };
 
 const GROUP_COLUMNS = ['g.id', 'g.name', 'g.description', 'g.createdAt', 'g.updatedAt'] as const;
 const MEMBER_COLUMNS = [
@@ -14,6 +27,7 @@ const MEMBER_COLUMNS = [
   'baseUrl',
   'enabled',
   'models',
+  'modelMap',
   'priority',
   'weight',
   'concurrencyLimit',
@@ -21,7 +35,6 @@ const MEMBER_COLUMNS = [
   'updatedAt',
 ] as const;
 // The ciphertext never leaves the repository: callers only learn whether there is one.
-const hasCredentials = sql<boolean>`credentials_ciphertext is not null`.as('hasCredentials');
 
 export interface MemberValues {
   name: string;
@@ -30,6 +43,7 @@ export interface MemberValues {
   credentialsCiphertext: Buffer | null;
   enabled: boolean;
   models: string[];
+  modelMap: Record<string, string>;
   priority: number;
   weight: number;
   concurrencyLimit: number | null;
@@ -83,52 +97,82 @@ export class GroupRepository {
     return row && this.findById(row.id);
   }
 
+  /** Members with their health (member_health and the work in flight on them), one query. */
+  private selectMembers() {
+    return this.db
+      .selectFrom('groupMembers as m')
+      .leftJoin('memberHealth as h', 'h.memberId', 'm.id')
+      .select(MEMBER_COLUMNS.map((c) => `m.${c}` as const))
+      .select([
+        sql<boolean>`m.credentials_ciphertext is not null`.as('hasCredentials'),
+        sql<number>`${inFlightOf(sql.ref('m.id'))}`.as('inFlight'),
+        'h.cooldownUntil',
+        'h.cooldownReason',
+        'h.credentialsRejectedAt',
+        'h.lastError',
+        'h.lastErrorAt',
+        'h.lastSuccessAt',
+        'h.windowStartedAt',
+        'h.successes',
+        'h.failures',
+      ]);
+  }
+
+  private toMemberRow(r: Awaited<ReturnType<ReturnType<GroupRepository['selectMembers']>['executeTakeFirstOrThrow']>>): MemberRow {
+    const { inFlight, cooldownUntil, cooldownReason, credentialsRejectedAt, lastError, lastErrorAt, lastSuccessAt, windowStartedAt, successes, failures, ...member } = r;
+    return {
+      ...member,
+      modelMap: member.modelMap as Record<string, string>,
+      health: { inFlight, cooldownUntil, cooldownReason, credentialsRejectedAt, lastError, lastErrorAt, lastSuccessAt, windowStartedAt, successes, failures },
+    };
+  }
+
   /** Inserts a member; undefined when the group already has a member of that name. */
-  insertMember(values: MemberValues & { id: string; groupId: string }): Promise<MemberRow | undefined> {
-    return this.db
+  async insertMember(values: MemberValues & { id: string; groupId: string }): Promise<MemberRow | undefined> {
+    const row = await this.db
       .insertInto('groupMembers')
-      .values(values)
+      .values({ ...values, modelMap: JSON.stringify(values.modelMap) })
       .onConflict((oc) => oc.constraint('group_members_group_name_key').doNothing())
-      .returning([...MEMBER_COLUMNS, hasCredentials])
+      .returning('id')
       .executeTakeFirst();
+    return row && this.findMember(values.groupId, row.id);
   }
 
-  findMember(groupId: string, memberId: string): Promise<MemberRow | undefined> {
-    return this.db
-      .selectFrom('groupMembers')
-      .select([...MEMBER_COLUMNS, hasCredentials])
-      .where('groupId', '=', groupId)
-      .where('id', '=', memberId)
-      .executeTakeFirst();
+  async findMember(groupId: string, memberId: string): Promise<MemberRow | undefined> {
+    const row = await this.selectMembers().where('m.groupId', '=', groupId).where('m.id', '=', memberId).executeTakeFirst();
+    return row && this.toMemberRow(row);
   }
 
-  findMemberByName(groupId: string, name: string): Promise<MemberRow | undefined> {
-    return this.db
-      .selectFrom('groupMembers')
-      .select([...MEMBER_COLUMNS, hasCredentials])
-      .where('groupId', '=', groupId)
-      .where('name', '=', name)
-      .executeTakeFirst();
+  async findMemberByName(groupId: string, name: string): Promise<MemberRow | undefined> {
+    const row = await this.selectMembers().where('m.groupId', '=', groupId).where('m.name', '=', name).executeTakeFirst();
+    return row && this.toMemberRow(row);
   }
 
   /** Every member, by descending priority, then name. */
-  listMembers(groupId: string): Promise<MemberRow[]> {
-    return this.db
-      .selectFrom('groupMembers')
-      .select([...MEMBER_COLUMNS, hasCredentials])
-      .where('groupId', '=', groupId)
-      .orderBy('priority', 'desc')
-      .orderBy('name')
-      .execute();
+  async listMembers(groupId: string): Promise<MemberRow[]> {
+    const rows = await this.selectMembers().where('m.groupId', '=', groupId).orderBy('m.priority', 'desc').orderBy('m.name').execute();
+    return rows.map((r) => this.toMemberRow(r));
   }
 
-  updateMember(groupId: string, memberId: string, patch: Partial<Omit<MemberValues, 'provider'>>): Promise<MemberRow | undefined> {
-    return this.db
+  /**
+   * Changes a member. Whatever the pool had learned that keeps it from new work (a cooldown, an
+   * open circuit, refused credentials) is forgotten: the operator acted.
+   */
+  async updateMember(groupId: string, memberId: string, patch: Partial<Omit<MemberValues, 'provider'>>): Promise<MemberRow | undefined> {
+    const { modelMap, ...rest } = patch;
+    const row = await this.db
       .updateTable('groupMembers')
-      .set(patch)
+      .set({ ...rest, ...(modelMap !== undefined && { modelMap: JSON.stringify(modelMap) }) })
       .where('groupId', '=', groupId)
       .where('id', '=', memberId)
-      .returning([...MEMBER_COLUMNS, hasCredentials])
+      .returning('id')
       .executeTakeFirst();
+    if (!row) return undefined;
+    await this.db
+      .updateTable('memberHealth')
+      .set({ credentialsRejectedAt: null, cooldownUntil: null, cooldownReason: null, consecutiveFailures: 0, rateLimitStrikes: 0, updatedAt: sql`now()` })
+      .where('memberId', '=', memberId)
+      .execute();
+    return this.findMember(groupId, memberId);
   }
 }

@@ -27,6 +27,14 @@ export class ImageTaskRepository {
     return this.db.selectFrom('imageTasks').selectAll().where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
   }
 
+  /**
+   * Names the member running the task's upstream call (its slot while the task is processing), or
+   * clears it after a failed attempt. Runs inside the pool's slot lock when the member has a limit.
+   */
+  async assignMember(fence: Fence, memberId: string | null, db: Executor = this.db): Promise<boolean> {
+    return (await this.leases.update(fence, { memberId }, db)) !== undefined;
+  }
+
   markCompleted(
     fence: Fence,
     result: { fileIds: string[]; delivered: number; actualCredits: number | RawBuilder<number>; revisedPrompt: string | null },

@@ -1,41 +1,97 @@
-/** Which group members can serve a model (design §8), with the encrypted credentials the pool decrypts. */
+/**
+ * Which group members can serve a model (design §8), with what the pool needs to route among them
+ * in one query: the encrypted credentials it decrypts, the model map, the member's shared health
+ * (cooldown, rejected credentials) and, for members with a concurrency limit, their work in flight.
+ *
+ * In-flight work is counted from the task rows themselves (video tasks naming the member from
+ * submit to a terminal state, image tasks while their upstream call runs), so it holds across
+ * instances and a crashed process never leaks a slot.
+ */
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
+import type { Executor } from '../db/database.ts';
 
 export interface MemberCandidate {
   id: string;
+  name: string;
   provider: string;
   baseUrl: string | null;
   credentialsCiphertext: Buffer | null;
   priority: number;
   weight: number;
   concurrencyLimit: number | null;
+  /** Catalog model id -> upstream model id. */
+  modelMap: Record<string, string>;
 }
 
-const COLUMNS = ['id', 'provider', 'baseUrl', 'credentialsCiphertext', 'priority', 'weight', 'concurrencyLimit'] as const;
+export interface RoutableMember extends MemberCandidate {
+  /** Milliseconds until the member's cooldown ends (0: not cooling down). */
+  cooldownMs: number;
+  /** Work in flight on the member (counted only for members with a concurrency limit). */
+  inFlight: number;
+}
+
+/** A member's in-flight work: the active task rows naming it, of both kinds. */
+export function inFlightOf(memberId: ReturnType<typeof sql.ref> | string) {
+  const id = typeof memberId === 'string' ? sql`${memberId}` : memberId;
+  return sql<number>`(
+    (select count(*) from video_tasks v where v.member_id = ${id} and v.status in ('queued', 'in_progress'))
+    + (select count(*) from image_tasks i where i.member_id = ${id} and i.status = 'processing'))::int`;
+}
 
 export class RoutingRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
   /**
-   * Enabled members of the group that list the model and can run here: their provider is one of
-   * `kinds`, and they have credentials unless their provider needs none.
+   * Enabled members of the group that list the model and can run here (their provider is one of
+   * `kinds`, and they have credentials unless their provider needs none), leaving out members
+   * whose credentials the upstream rejected. Highest priority first.
    */
-  candidates(groupId: string, model: string, kinds: readonly string[], credentialFree: readonly string[]): Promise<MemberCandidate[]> {
-    return this.db
-      .selectFrom('groupMembers')
-      .select(COLUMNS)
-      .where('groupId', '=', groupId)
-      .where('enabled', '=', true)
-      .where(sql<boolean>`${model} = any(models)`)
-      .where('provider', 'in', kinds.length > 0 ? [...kinds] : [''])
-      .where((eb) => eb.or([eb('provider', 'in', credentialFree.length > 0 ? [...credentialFree] : ['']), eb('credentialsCiphertext', 'is not', null)]))
-      .orderBy('priority', 'desc')
-      .orderBy('id')
+  async candidates(groupId: string, model: string, kinds: readonly string[], credentialFree: readonly string[]): Promise<RoutableMember[]> {
+    const rows = await this.db
+      .selectFrom('groupMembers as m')
+      .leftJoin('memberHealth as h', 'h.memberId', 'm.id')
+      .select([
+        'm.id',
+        'm.name',
+        'm.provider',
+        'm.baseUrl',
+        'm.credentialsCiphertext',
+        'm.priority',
+        'm.weight',
+        'm.concurrencyLimit',
+        'm.modelMap',
+        sql<number>`greatest(0, coalesce(ceil(extract(epoch from h.cooldown_until - now()) * 1000), 0))::int`.as('cooldownMs'),
+        sql<number>`case when m.concurrency_limit is null then 0 else ${inFlightOf(sql.ref('m.id'))} end`.as('inFlight'),
+      ])
+      .where('m.groupId', '=', groupId)
+      .where('m.enabled', '=', true)
+      .where(sql<boolean>`${model} = any(m.models)`)
+      .where('m.provider', 'in', kinds.length > 0 ? [...kinds] : [''])
+      .where((eb) => eb.or([eb('m.provider', 'in', credentialFree.length > 0 ? [...credentialFree] : ['']), eb('m.credentialsCiphertext', 'is not', null)]))
+      .where('h.credentialsRejectedAt', 'is', null)
+      .orderBy('m.priority', 'desc')
+      .orderBy('m.id')
       .execute();
+    return rows.map((r) => ({ ...r, modelMap: r.modelMap as Record<string, string> }));
   }
 
   find(id: string): Promise<MemberCandidate | undefined> {
-    return this.db.selectFrom('groupMembers').select(COLUMNS).where('id', '=', id).executeTakeFirst();
+    return this.db
+      .selectFrom('groupMembers')
+      .select(['id', 'name', 'provider', 'baseUrl', 'credentialsCiphertext', 'priority', 'weight', 'concurrencyLimit', 'modelMap'])
+      .where('id', '=', id)
+      .executeTakeFirst() as Promise<MemberCandidate | undefined>;
+  }
+
+  /**
+   * Inside a transaction: serializes slot takers of one member (an advisory lock, so admin edits
+   * and foreign keys are not blocked) and returns its in-flight work as now committed. Lock order:
+   * member slot, then the task row.
+   */
+  async lockSlots(trx: Executor, memberId: string): Promise<number> {
+    await sql`select pg_advisory_xact_lock(hashtextextended(${`member-slots:${memberId}`}, 0))`.execute(trx);
+    const { rows } = await sql<{ n: number }>`select ${inFlightOf(memberId)} as n`.execute(trx);
+    return rows[0]!.n;
   }
 }

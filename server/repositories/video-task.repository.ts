@@ -44,8 +44,14 @@ export class VideoTaskRepository {
    * Records that a submit is about to be sent to `memberId` (before the upstream call); false when
    * the fence no longer holds.
    */
-  async markSubmitting(fence: Fence, memberId: string): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()` }, this.db)) !== undefined;
+  /** Names the member about to receive the job (its slot, from now to a terminal state) and marks the submit as started. */
+  async markSubmitting(fence: Fence, memberId: string, db: Executor = this.db): Promise<boolean> {
+    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()` }, db)) !== undefined;
+  }
+
+  /** The submit failed with an answer (the upstream did not take the job): the member's slot is free again. */
+  async clearSubmitting(fence: Fence): Promise<boolean> {
+    return (await this.leases.update(fence, { memberId: null, submitStartedAt: null }, this.db)) !== undefined;
   }
 
   async setUpstreamJob(fence: Fence, memberId: string, upstreamJobId: string): Promise<boolean> {

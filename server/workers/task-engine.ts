@@ -32,7 +32,13 @@ export class TaskEngine<Row extends LeasedRow> {
   private readonly running = new Map<string, Promise<void>>();
   private readonly stopping = new AbortController();
   private wakeUp: (() => void) | undefined;
+  /** Re-arms the wait when a step reschedules a row sooner than the wait would end. */
+  private rearm: (() => void) | undefined;
   private woken = false;
+  /** When the rows this engine rescheduled become due, so a drained engine claims them on time. */
+  private readonly due = new DueTimes();
+  /** The last claim found fewer due rows than it asked for: nothing more is due right now. */
+  private drained = false;
   private loopDone: Promise<void> | undefined;
 
   constructor(
@@ -73,25 +79,44 @@ export class TaskEngine<Row extends LeasedRow> {
           this.log.error({ err, kind: this.runner.name }, 'task engine: claim failed');
         }
       }
+      if (free > 0) this.drained = claimed.length < free;
+      this.due.dropUntil(Date.now());
       for (const task of claimed) {
         const run = this.run(task).finally(() => {
           this.running.delete(task.id);
-          // Refill in batches (one claim for many free slots), or at once when the engine ran dry.
-          if (this.running.size <= concurrency / 2) this.wake();
+          // Refill in batches (one claim for many free slots) while rows are due; once a claim came
+          // back short, the next periodic claim or a notification picks up what becomes due.
+          if (!this.drained && this.running.size <= concurrency / 2) this.wake();
         });
         this.running.set(task.id, run);
       }
-      // Claim again at once after a full batch; otherwise wait for a wake-up or the next period.
+      // Claim again at once after a full batch; otherwise wait for a wake-up, the moment a step this
+      // engine rescheduled becomes due, or the next period (which also finds rows of crashed workers).
       if (this.woken || (claimed.length === free && free > 0)) continue;
       await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, pollMs);
+        let timer: NodeJS.Timeout | undefined;
+        this.rearm = () => {
+          clearTimeout(timer);
+          // A little after the earliest due time, so that steps due together are claimed together.
+          const untilDue = this.due.earliest() - Date.now() + DUE_SLACK_MS;
+          timer = setTimeout(resolve, Math.max(0, Math.min(pollMs, untilDue)));
+        };
+        this.rearm();
         this.wakeUp = () => {
           clearTimeout(timer);
           resolve();
         };
       });
       this.wakeUp = undefined;
+      this.rearm = undefined;
     }
+  }
+
+  private dueIn(ms: number): void {
+    const at = Date.now() + Math.max(0, ms);
+    const sooner = at < this.due.earliest();
+    this.due.add(at);
+    if (sooner) this.rearm?.();
   }
 
   private async run(task: Row): Promise<void> {
@@ -101,7 +126,10 @@ export class TaskEngine<Row extends LeasedRow> {
     const outcome = (o: StepOutcome) => this.options.onStep?.(o);
     try {
       const result = await this.runner.step(task, lease.signal, log);
-      if (!result.done) await this.runner.leases.reschedule(fence, result.nextInMs);
+      if (!result.done) {
+        await this.runner.leases.reschedule(fence, result.nextInMs);
+        this.dueIn(result.nextInMs);
+      }
       outcome(result.done ? 'done' : 'next');
     } catch (err) {
       if (lease.signal.aborted || err instanceof LeaseLost) {
@@ -118,12 +146,57 @@ export class TaskEngine<Row extends LeasedRow> {
           outcome('retry');
           log.warn({ err, retries: task.retries + 1, retryInMs: delay }, `${this.runner.name} task step failed; retrying`);
           await this.runner.leases.reschedule(fence, delay, { failed: true });
+          this.dueIn(delay);
         }
       } catch (e) {
         log.error({ err: e }, 'task error handling failed');
       }
     } finally {
       lease.release();
+    }
+  }
+}
+
+const DUE_SLACK_MS = 25;
+
+/** A min-heap of due times (ms since the epoch). */
+class DueTimes {
+  private readonly heap: number[] = [];
+
+  earliest(): number {
+    return this.heap[0] ?? Infinity;
+  }
+
+  add(at: number): void {
+    const h = this.heap;
+    h.push(at);
+    for (let i = h.length - 1; i > 0; ) {
+      const parent = (i - 1) >> 1;
+      if (h[parent]! <= h[i]!) break;
+      [h[parent], h[i]] = [h[i]!, h[parent]!];
+      i = parent;
+    }
+  }
+
+  /** Forgets the times up to `now`: the claim that just ran has taken those rows. */
+  dropUntil(now: number): void {
+    while (this.heap.length > 0 && this.heap[0]! <= now) this.pop();
+  }
+
+  private pop(): void {
+    const h = this.heap;
+    const last = h.pop()!;
+    if (h.length === 0) return;
+    h[0] = last;
+    for (let i = 0; ; ) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      if (l < h.length && h[l]! < h[m]!) m = l;
+      if (r < h.length && h[r]! < h[m]!) m = r;
+      if (m === i) break;
+      [h[m], h[i]] = [h[i]!, h[m]!];
+      i = m;
     }
   }
 }

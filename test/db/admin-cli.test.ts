@@ -127,6 +127,16 @@ describe('admin CLI', { timeout: 90_000 }, () => {
     const row = await t.db.selectFrom('groupMembers').select('credentialsCiphertext').where('name', '=', 'openai-main').executeTakeFirstOrThrow();
     expect(JSON.parse(decryptSecret(secretKey, row.credentialsCiphertext!))).toEqual({ api_key: secret });
 
+    const mapped = await admin('members', 'update', 'openai-main', '--group', 'default', '--model-map', 'local-image-pro=gpt-image-1.5');
+    expect(mapped.code).toBe(0);
+    expect(mapped.stdout).toContain('"local-image-pro":"gpt-image-1.5"');
+    const listed = await admin('members', 'list', '--group', 'default');
+    expect(listed.stdout).toMatch(/in_flight\s+state\s+ok\/fail/);
+    expect(listed.stdout).toMatch(/openai-main .* 0\s+ok\s+0\/0 .*local-image-pro=gpt-image-1\.5/);
+    const stray = await admin('members', 'update', 'openai-main', '--group', 'default', '--model-map', 'local-video-1=sora-2');
+    expect(stray.code).toBe(1);
+    expect(stray.stderr).toContain('model_map');
+
     const price = await json<{ pricing: { resolution: string; unit_price: number }[] }>('models', 'set-price', 'local-video-lite', '--resolution', '360p', '--price', '0.03');
     expect(price.pricing).toEqual([{ resolution: '360p', quality: null, mode: 'per_second', unit_price: 0.03 }]);
     const limit = await admin('models', 'set-reference-limit', 'local-video-lite', '--count', '1');

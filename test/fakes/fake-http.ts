@@ -27,7 +27,8 @@ export interface Fault {
   status?: number;
   body?: unknown;
   headers?: Record<string, string>;
-  /** Wait this long before answering (timeouts, slow upstreams). */
+  /** Wait this long before answering (timeouts, slow upstreams). A fault with only a delay answers
+   * normally after it (a slow but successful request). */
   delayMs?: number;
   /** Drop the connection without answering (connection reset). */
   destroy?: boolean;
@@ -73,10 +74,11 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
   res.end(text);
 }
 
-/** Answers with an injected fault; resolves true when one was applied. */
+/** Answers with an injected fault; resolves true when it answered (false: no fault, or only a delay). */
 export async function applyFault(res: ServerResponse, fault: Fault | undefined): Promise<boolean> {
   if (!fault) return false;
   if (fault.delayMs) await new Promise((r) => setTimeout(r, fault.delayMs));
+  if (fault.status === undefined && fault.body === undefined && !fault.destroy) return false;
   if (fault.destroy) {
     res.socket?.destroy();
     return true;
@@ -88,8 +90,14 @@ export async function applyFault(res: ServerResponse, fault: Fault | undefined):
 /**
  * Starts a fake on 127.0.0.1 with a random port. `handle` gets each request with its body already
  * read and recorded; errors thrown by it become a 500 so a broken fake fails loudly.
+ * `options.record` (default true): false keeps `requests` empty (benchmarks with thousands of
+ * requests); `handle` still gets the `RecordedRequest` of the request at hand.
  */
-export async function startFakeServer(handle: (req: IncomingMessage, res: ServerResponse, recorded: RecordedRequest, fake: FakeServer) => Promise<void> | void): Promise<FakeServer> {
+export async function startFakeServer(
+  handle: (req: IncomingMessage, res: ServerResponse, recorded: RecordedRequest, fake: FakeServer) => Promise<void> | void,
+  options: { record?: boolean } = {},
+): Promise<FakeServer> {
+  const record = options.record ?? true;
   const requests: RecordedRequest[] = [];
   const faults = new FaultQueue();
   const fake = { requests, faults } as FakeServer;
@@ -105,7 +113,7 @@ export async function startFakeServer(handle: (req: IncomingMessage, res: Server
           // invalid JSON stays unparsed; the fake answers it as the upstream would
         }
       }
-      requests.push(recorded);
+      if (record) requests.push(recorded);
       await handle(req, res, recorded, fake);
     })().catch((err: unknown) => {
       if (!res.headersSent) sendJson(res, 500, { fakeError: String(err) });

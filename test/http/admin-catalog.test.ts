@@ -63,7 +63,8 @@ describe('catalog models', () => {
         resolutions: ['360p', '480p', '720p'],
         frames: 'first-and-optional-last',
         reference_images: { max_count: 10, configurable: true },
-        audio: { supported: true, default_enabled: false },
+        audio: { supported: true, default_enabled: false, always_on: false },
+        duration_constraints: [],
       },
       pricing: [
         { resolution: '360p', quality: null, mode: 'per_second', unit_price: 0.05 },
@@ -80,7 +81,7 @@ describe('catalog models', () => {
     const { data, response } = await server.admin().POST('/admin/v1/models', { body: imageModel('gpt-image-1') });
     expect(response.status).toBe(201);
     const { enabled: _enabled, ...body } = imageModel('gpt-image-1');
-    expect(data).toEqual({ ...body, enabled: true, video: null });
+    expect(data).toEqual({ ...body, image: { ...body.image, size_table: 'reference', max_input_images: null }, enabled: true, video: null });
     expect(await pricesOf('gpt-image-1')).toEqual([
       { resolution: '1K', quality: 'high', mode: 'per_item', unitPrice: 167_000 },
       { resolution: '1K', quality: 'low', mode: 'per_item', unitPrice: 11_000 },

@@ -102,10 +102,21 @@ describe('group members', () => {
       base_url: null,
       enabled: true,
       models: ['local-image-1'],
+      model_map: {},
       priority: 10,
       weight: 1,
       concurrency_limit: 8,
       has_credentials: true,
+      health: {
+        in_flight: 0,
+        cooldown_until: null,
+        cooldown_reason: null,
+        credentials_rejected: false,
+        last_error: null,
+        last_error_at: null,
+        last_success_at: null,
+        recent: { since: null, successes: 0, failures: 0 },
+      },
       created_at: expect.any(String),
       updated_at: expect.any(String),
     });
@@ -226,5 +237,33 @@ describe('group members', () => {
     }
     const { data } = await server.admin().GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: group.id } } });
     expect(data!.data.map((m) => m.name)).toEqual(['z', 'a', 'b', 'c']);
+  });
+});
+
+describe('member model maps', () => {
+  it('maps catalog models to upstream ids, refuses keys the member does not serve, and drops mappings of models removed from the list', async () => {
+    const group = await newGroup('mapped');
+    const created = await server.admin().POST('/admin/v1/groups/{group_id}/members', {
+      params: { path: { group_id: group.id } },
+      body: { name: 'mapped', provider: 'openai', credentials: { api_key: SECRET }, models: ['local-image-1', 'local-video-1'], model_map: { 'local-image-1': 'gpt-image-1.5' } },
+    });
+    expect(created.response.status).toBe(201);
+    expect(created.data!.model_map).toEqual({ 'local-image-1': 'gpt-image-1.5' });
+    expect((await memberRow(created.data!.id)).modelMap).toEqual({ 'local-image-1': 'gpt-image-1.5' });
+
+    const stray = await server.admin().POST('/admin/v1/groups/{group_id}/members', {
+      params: { path: { group_id: group.id } },
+      body: { name: 'stray', provider: 'openai', credentials: { api_key: SECRET }, models: ['local-image-1'], model_map: { 'local-video-1': 'sora-2' } },
+    });
+    expect(stray.response.status).toBe(400);
+    expect(stray.error).toMatchObject({ error: { code: 'invalid_request', param: 'model_map' } });
+
+    const patch = (body: Record<string, unknown>) =>
+      server.admin().PATCH('/admin/v1/groups/{group_id}/members/{member_id}', { params: { path: { group_id: group.id, member_id: created.data!.id } }, body });
+    expect((await patch({ model_map: { 'local-video-1': 'sora-2-pro' } })).data!.model_map).toEqual({ 'local-video-1': 'sora-2-pro' });
+    expect((await patch({ models: ['local-image-1'] })).data!.model_map).toEqual({});
+    const bad = await patch({ model_map: { 'local-video-1': 'x' } });
+    expect(bad.response.status).toBe(400);
+    expect(bad.error).toMatchObject({ error: { param: 'model_map' } });
   });
 });

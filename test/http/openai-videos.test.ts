@@ -16,7 +16,7 @@ let fake: OpenAIVideosFake;
 let seq = 0;
 
 beforeAll(async () => {
-  fake = await startOpenAIVideosFake({ jobDurationMs: 300, durationFor: (p) => (p.includes('never') ? 'never' : undefined) });
+  fake = await startOpenAIVideosFake({ apiKeys: ['sk-test', 'sk-second'], jobDurationMs: 300, durationFor: (p) => (p.includes('never') ? 'never' : undefined) });
   server = await startTestServer({ workers: true, env: { VIDEO_POLL_INTERVAL_MS: '100', TASK_LEASE_MS: '3000' } });
   await seedCatalog(server.db, [SORA_2, { ...SORA_2, id: 'sora-any-length', capabilities: { ...SORA_2.capabilities, durations: [4, 6, 8] } }]);
 });
@@ -127,10 +127,59 @@ describe('openai videos: upstream failures', () => {
     expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
   });
 
-  it('a crash after the submit and before the job id is saved resubmits with the same idempotency key, says so, and completes once', async () => {
+  it('a worker that loses its lease mid-download stops; the next claim downloads again and completes once with one stored output', async () => {
     const c = await customer();
-    // The submit's answer never arrives (the connection drops): the gateway cannot tell whether
-    // the upstream created the job, exactly as after a crash between sending and saving.
+    const downloadsBefore = fake.counts.content;
+    fake.faults.push('content', { delayMs: 2_500 }); // a slow (but successful) download
+    const created = await create(c.key);
+    await expect.poll(() => fake.counts.content, { timeout: 10_000, interval: 20 }).toBeGreaterThan(downloadsBefore);
+    // Another worker takes the row over (as after this worker's lease expired): the attempt moves
+    // on, so this worker's heartbeat fails and its step must stop without writing anything.
+    await server.db
+      .updateTable('videoTasks')
+      .set((eb) => ({ attempt: eb('attempt', '+', 1), leaseOwner: 'another-worker', leaseExpiresAt: new Date(Date.now() + 1_500) }))
+      .where('id', '=', created.body.id)
+      .execute();
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('completed');
+    expect(fake.counts.content - downloadsBefore).toBe(2);
+    expect(server.logs.some((l) => l.includes(created.body.id) && l.includes('it resumes after its lease expires'))).toBe(true);
+    const entries = await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', created.body.id).orderBy('id').execute();
+    expect(entries.map((e) => e.kind)).toEqual(['hold', 'capture']);
+    const outputs = await server.db.selectFrom('files').select('id').where('taskId', '=', created.body.id).where('purpose', '=', 'video_output').execute();
+    expect(outputs).toHaveLength(1);
+  });
+
+  it('a crash after the submit and before the job id is saved resubmits to the same member with the same idempotency key, says so, and completes once', async () => {
+    const c = await customer();
+    // The submit reaches the upstream and its answer is slow; meanwhile the worker loses the task
+    // (as when its process dies): the step stops without saving a job id.
+    fake.faults.push('create', { delayMs: 2_000 });
+    const before = fake.jobs.size;
+    const created = await create(c.key);
+    await expect.poll(() => fake.requests.filter((r) => r.method === 'POST' && r.headers['idempotency-key'] === created.body.id).length, { timeout: 10_000, interval: 20 }).toBe(1);
+    const { row } = await jobOf(created.body.id);
+    await server.db
+      .updateTable('videoTasks')
+      .set((eb) => ({ attempt: eb('attempt', '+', 1), leaseOwner: 'a-dead-worker', leaseExpiresAt: new Date(Date.now() + 1_000) }))
+      .where('id', '=', created.body.id)
+      .execute();
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('completed');
+    expect(fake.requests.filter((r) => r.method === 'POST' && r.headers['idempotency-key'] === created.body.id)).toHaveLength(2);
+    expect(server.logs.some((l) => l.includes(created.body.id) && l.includes('resubmitting'))).toBe(true);
+    expect((await jobOf(created.body.id)).row.memberId).toBe(row.memberId);
+    // This upstream does not honour Idempotency-Key (the API does not document it for videos): the
+    // first submit's job runs there too, as the contract says; the task follows one job only.
+    await expect.poll(() => fake.jobs.size - before, { timeout: 5_000 }).toBe(2);
+    const followed = (await jobOf(created.body.id)).row.upstreamJobId;
+    expect([...fake.jobs.values()].filter((j) => j.idempotencyKey === created.body.id).map((j) => j.id)).toContain(followed);
+    const entries = await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', created.body.id).orderBy('id').execute();
+    expect(entries.map((e) => e.kind)).toEqual(['hold', 'capture']);
+  });
+
+  it('a submit whose connection drops is sent again with the same idempotency key and runs once', async () => {
+    const c = await customer();
     fake.faults.push('create', { destroy: true });
     const before = fake.jobs.size;
     const created = await create(c.key);
@@ -138,8 +187,62 @@ describe('openai videos: upstream failures', () => {
     expect(task.status).toBe('completed');
     expect(fake.requests.filter((r) => r.method === 'POST' && r.headers['idempotency-key'] === created.body.id)).toHaveLength(2);
     expect(fake.jobs.size - before).toBe(1);
-    expect(server.logs.some((l) => l.includes(created.body.id) && l.includes('resubmitting'))).toBe(true);
-    const entries = await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', created.body.id).orderBy('id').execute();
-    expect(entries.map((e) => e.kind)).toEqual(['hold', 'capture']);
+  });
+});
+
+describe('openai videos through the pool', () => {
+  async function twoMembers(o: { concurrencyLimit?: number } = {}) {
+    const account = await createAccount(server.db, { balance: 10 });
+    const group = await createGroup(server.db);
+    const ids: string[] = [];
+    for (const [i, key] of ['sk-test', 'sk-second'].entries()) {
+      const member = await addUpstreamMember(server.db, server.secretKey, {
+        groupId: group.id,
+        provider: 'openai',
+        baseUrl: `${fake.url}/v1`,
+        credentials: { api_key: key },
+        models: [SORA_2.id],
+        // Equal priority and weight: both members take jobs.
+        concurrencyLimit: o.concurrencyLimit ?? null,
+        name: `m${i}`,
+      });
+      ids.push(member.id);
+    }
+    const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+    return { key: key.key, ids };
+  }
+  const keyOf = (r: { headers: Record<string, unknown> }) => String(r.headers.authorization).replace('Bearer ', '');
+
+  it('polls and downloads every job on the member that accepted it', async () => {
+    const c = await twoMembers();
+    const created = await Promise.all(Array.from({ length: 8 }, () => create(c.key)));
+    for (const t of created) expect((await waitVideoFinished(server, c.key, t.body.id)).task.status).toBe('completed');
+    const accepted = new Set<string>();
+    for (const t of created) {
+      const { job } = await jobOf(t.body.id);
+      const submitKey = keyOf(fake.requests.find((r) => r.method === 'POST' && r.headers['idempotency-key'] === t.body.id)!);
+      accepted.add(submitKey);
+      const followUps = fake.requests.filter((r) => r.method === 'GET' && r.path.startsWith(`/v1/videos/${job!.id}`));
+      expect(followUps.length).toBeGreaterThanOrEqual(2); // at least one poll and the download
+      expect(new Set(followUps.map(keyOf))).toEqual(new Set([submitKey]));
+    }
+    expect(accepted.size).toBe(2); // both members took jobs (8 draws at 50/50: 1 in 128 to miss)
+  });
+
+  it('keeps a video task queued while every member is at its concurrency limit, and never exceeds it', async () => {
+    const c = await twoMembers({ concurrencyLimit: 1 });
+    const created = await Promise.all(Array.from({ length: 4 }, () => create(c.key)));
+    // Two run (one per member); the other two wait queued, with no retry counted.
+    await expect.poll(async () => (await server.db.selectFrom('videoTasks').select('id').where('id', 'in', created.map((t) => t.body.id)).where('upstreamJobId', 'is not', null).execute()).length, { timeout: 5_000 }).toBeGreaterThanOrEqual(2);
+    for (const t of created) expect((await waitVideoFinished(server, c.key, t.body.id)).task.status).toBe('completed');
+    const jobs = await Promise.all(created.map(async (t) => ({ ...(await jobOf(t.body.id)), id: t.body.id })));
+    expect(jobs.every((j) => j.row.retries === 0)).toBe(true);
+    // Per member, each job was submitted only after the previous one finished upstream.
+    for (const memberId of c.ids) {
+      const mine = jobs.filter((j) => j.row.memberId === memberId).map((j) => j.job!).sort((a, b) => a.createdAt - b.createdAt);
+      for (let i = 1; i < mine.length; i++) expect(mine[i]!.createdAt).toBeGreaterThanOrEqual(mine[i - 1]!.doneAt!);
+    }
+    const entries = await server.db.selectFrom('ledgerEntries').select(['taskId', 'kind']).where('taskId', 'in', created.map((t) => t.body.id)).execute();
+    expect(entries.filter((e) => e.kind === 'capture')).toHaveLength(4);
   });
 });

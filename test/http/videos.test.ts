@@ -56,7 +56,8 @@ describe('GET /v1/videos/capabilities (§2.7)', () => {
     expect(v1.billing[2]).toMatchObject({ kind: 'current_quote', mode: 'per_second', unit: 'second', unitPrice: 0.12, creditsPerSecond: 0.12 });
     expect(v1.billing[2]!.quoteToken).toMatch(/^q1\./);
     const audio = data!.items[1]!;
-    expect(audio.audio).toEqual({ supported: true, defaultEnabled: true });
+    expect(audio.audio).toEqual({ supported: true, defaultEnabled: true, alwaysOn: false });
+    expect(audio.durationConstraints).toEqual([]);
     expect(audio.billing[0]).toEqual({ kind: 'current_quote', resolution: '480p', mode: 'per_item', unit: 'item', unitPrice: 1, quoteToken: expect.any(String) });
     expect(JSON.stringify(data)).not.toMatch(/mem_|credential/);
   });

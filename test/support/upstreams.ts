@@ -25,11 +25,31 @@ export const SORA_2: CatalogModelDefinition = {
   prices: [{ resolution: '720p', quality: '', mode: 'per_second', unitPrice: Math.round(0.1 * MICRO) }],
 };
 
+/** `image-pro` as sold by an operator whose OpenAI-compatible upstream calls it `gpt-image-1.5`: 1K only (1024x1024, 1536x1024, 1024x1536). */
+export const IMAGE_PRO: CatalogModelDefinition = {
+  id: 'image-pro',
+  kind: 'image',
+  displayName: 'Image Pro (OpenAI-compatible upstream)',
+  capabilities: { resolutions: ['1K'], aspectRatios: ['1:1', '3:2', '2:3'], outputFormats: ['png', 'jpeg', 'webp'], supportsQuality: false, supportsTransparentBackground: false, maxN: 4 },
+  prices: [{ resolution: '1K', quality: '', mode: 'per_item', unitPrice: Math.round(0.04 * MICRO) }],
+};
+
 /** An upstream member of `provider` with an encrypted `credentials` object, serving `models`. */
 export async function addUpstreamMember(
   db: Kysely<DB>,
   secretKey: Buffer,
-  o: { groupId: string; provider: 'openai' | 'gemini'; baseUrl: string; credentials: Record<string, string>; models: string[]; name?: string },
+  o: {
+    groupId: string;
+    provider: 'openai' | 'gemini';
+    baseUrl: string;
+    credentials: Record<string, string>;
+    models: string[];
+    name?: string;
+    modelMap?: Record<string, string>;
+    priority?: number;
+    weight?: number;
+    concurrencyLimit?: number | null;
+  },
 ): Promise<{ id: string }> {
   const id = newId('mem');
   await db
@@ -41,9 +61,70 @@ export async function addUpstreamMember(
       provider: o.provider,
       baseUrl: o.baseUrl,
       models: o.models,
+      modelMap: JSON.stringify(o.modelMap ?? {}),
+      priority: o.priority ?? 0,
+      weight: o.weight ?? 1,
+      concurrencyLimit: o.concurrencyLimit ?? null,
       enabled: true,
       credentialsCiphertext: encryptSecret(secretKey, JSON.stringify(o.credentials)),
     })
     .execute();
   return { id };
 }
+
+/** Nano Banana as an operator sells it: Google's official 1K sizes, at most 3 input images. */
+export const NANO_BANANA: CatalogModelDefinition = {
+  id: 'gemini-2.5-flash-image',
+  kind: 'image',
+  displayName: 'Nano Banana (Gemini 2.5 Flash Image)',
+  capabilities: {
+    resolutions: ['1K'],
+    aspectRatios: ['1:1', '2:3', '3:2', '3:4', '4:3', '9:16', '16:9', '21:9'],
+    outputFormats: ['png', 'jpeg', 'webp'],
+    supportsQuality: false,
+    supportsTransparentBackground: false,
+    maxN: 4,
+    sizeTable: 'gemini-2.5-flash-image',
+    maxInputImages: 3,
+  },
+  prices: [{ resolution: '1K', quality: '', mode: 'per_item', unitPrice: Math.round(0.039 * MICRO) }],
+};
+
+/** Nano Banana Pro: 1K/2K/4K on Google's official table, at most 14 input images. */
+export const NANO_BANANA_PRO: CatalogModelDefinition = {
+  id: 'gemini-3-pro-image-preview',
+  kind: 'image',
+  displayName: 'Nano Banana Pro (Gemini 3 Pro Image)',
+  capabilities: {
+    resolutions: ['1K', '2K', '4K'],
+    aspectRatios: ['1:1', '2:3', '3:2', '3:4', '4:3', '9:16', '16:9', '21:9'],
+    outputFormats: ['png', 'jpeg', 'webp'],
+    supportsQuality: false,
+    supportsTransparentBackground: false,
+    maxN: 4,
+    sizeTable: 'gemini-3-pro-image',
+    maxInputImages: 14,
+  },
+  prices: ['1K', '2K', '4K'].map((resolution, i) => ({ resolution, quality: '', mode: 'per_item' as const, unitPrice: Math.round([0.134, 0.134, 0.24][i]! * MICRO) })),
+};
+
+/** Veo 3.1: 4/6/8 s, but 8 s only with 1080p/4k, a last frame or reference images; audio always on. */
+export const VEO_31: CatalogModelDefinition = {
+  id: 'veo-3.1-generate-preview',
+  kind: 'video',
+  displayName: 'Veo 3.1',
+  capabilities: {
+    durations: [4, 6, 8],
+    aspectRatios: ['16:9', '9:16'],
+    resolutions: ['720p', '1080p', '4k'],
+    frames: 'first-and-optional-last',
+    referenceImages: { maxCount: 3, configurable: false },
+    audio: { supported: true, defaultEnabled: true, alwaysOn: true },
+    durationConstraints: [
+      { resolutions: ['1080p', '4k'], durations: [8] },
+      { lastFrame: true, durations: [8] },
+      { referenceImages: true, durations: [8] },
+    ],
+  },
+  prices: ['720p', '1080p', '4k'].map((resolution, i) => ({ resolution, quality: '', mode: 'per_second' as const, unitPrice: Math.round([0.4, 0.4, 0.6][i]! * MICRO) })),
+};

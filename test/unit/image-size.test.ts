@@ -212,3 +212,24 @@ describe('resolveImageSize', () => {
     expectError(() => resolve({ size: '1920x1088', resolution: '1K' }), 'size_conflict', 'size');
   });
 });
+
+describe('model size tables (Gemini: Google official pixel table, upstream-apis.md §3.4)', () => {
+  const gemini3: ImageCapabilities = { ...caps, aspectRatios: ['1:1', '16:9', '9:16', '3:2', '21:9'], sizeTable: 'gemini-3-pro-image' };
+  const flash: ImageCapabilities = { ...caps, resolutions: ['1K'], aspectRatios: ['1:1', '16:9', '3:2'], sizeTable: 'gemini-2.5-flash-image' };
+
+  it('uses the official sizes, not the reference table', () => {
+    expect(resolve({ caps: gemini3 })).toMatchObject({ width: 1024, height: 1024, resolution: '1K', aspectRatio: '1:1' });
+    expect(resolve({ aspectRatio: '16:9', caps: gemini3 })).toMatchObject({ width: 1376, height: 768 });
+    expect(resolve({ aspectRatio: '16:9', resolution: '2K', caps: gemini3 })).toMatchObject({ width: 2752, height: 1536 });
+    expect(resolve({ aspectRatio: '16:9', resolution: '4K', caps: gemini3 })).toMatchObject({ width: 5504, height: 3072 });
+    expect(resolve({ aspectRatio: '21:9', caps: gemini3 })).toMatchObject({ width: 1584, height: 672 });
+    expect(resolve({ aspectRatio: '16:9', caps: flash })).toMatchObject({ width: 1344, height: 768 });
+    expect(resolve({ aspectRatio: '3:2', caps: flash })).toMatchObject({ width: 1248, height: 832 });
+  });
+
+  it('reads a size of the model table as that tier and ratio', () => {
+    expect(resolve({ size: '1376x768', caps: gemini3 })).toMatchObject({ resolution: '1K', aspectRatio: '16:9', custom: false });
+    expect(resolve({ size: '2752x1536', caps: gemini3 })).toMatchObject({ resolution: '2K', aspectRatio: '16:9', custom: false });
+    expectError(() => resolve({ size: '1376x768', aspectRatio: '9:16', caps: gemini3 }), 'size_conflict', 'size');
+  });
+});

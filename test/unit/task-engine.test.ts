@@ -126,4 +126,18 @@ describe('TaskEngine', () => {
     expect(calls.filter((c) => c.startsWith('reschedule'))).toEqual([]);
     expect(gaveUp).toEqual([]);
   });
+
+  it('claims a step it rescheduled when it becomes due, not at the next period', async () => {
+    const rows = [row('p')];
+    const stepAt: number[] = [];
+    const { runner: r } = runner(rows, async () => {
+      stepAt.push(Date.now());
+      return stepAt.length < 3 ? later(100) : DONE;
+    });
+    // A one-minute period: only the engine's own due times can run the later steps within seconds.
+    engine = new TaskEngine(r, log, { leaseMs: 1000, pollMs: 60_000, concurrency: 4 });
+    engine.start();
+    await until(() => stepAt.length === 3, 2000);
+    expect(stepAt[1]! - stepAt[0]!).toBeGreaterThanOrEqual(100);
+  });
 });

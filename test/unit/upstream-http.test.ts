@@ -28,8 +28,8 @@ describe('sanitizeMessage', () => {
 
 describe('upstreamUrl', () => {
   it("joins the member's base URL or the provider default with the path", () => {
-    expect(upstreamUrl({ memberId: 'm', provider: 'openai', baseUrl: 'http://127.0.0.1:9/v1/', credentials: {} }, '/videos')).toBe('http://127.0.0.1:9/v1/videos');
-    expect(upstreamUrl({ memberId: 'm', provider: 'openai', baseUrl: null, credentials: {} }, 'videos')).toBe('https://api.openai.com/v1/videos');
+    expect(upstreamUrl({ memberId: 'm', provider: 'openai', baseUrl: 'http://127.0.0.1:9/v1/', credentials: {}, modelMap: {} }, '/videos')).toBe('http://127.0.0.1:9/v1/videos');
+    expect(upstreamUrl({ memberId: 'm', provider: 'openai', baseUrl: null, credentials: {}, modelMap: {} }, 'videos')).toBe('https://api.openai.com/v1/videos');
   });
 });
 

@@ -9,6 +9,7 @@ import * as m20261122120000 from './20261122120000-image-tasks.ts';
 import * as m20261122231937 from './20261122231937-leased-tasks.ts';
 import * as m20261122234433 from './20261122234433-request-fingerprints.ts';
 import * as m20261123020000 from './20261123020000-task-wakeups.ts';
+import * as m20261123100000 from './20261123100000-member-pool.ts';
 
 export const migrations: Record<string, Migration> = {
   '20261122100000-accounts-keys-groups': m20261122100000,
@@ -19,4 +20,5 @@ export const migrations: Record<string, Migration> = {
   '20261122231937-leased-tasks': m20261122231937,
   '20261122234433-request-fingerprints': m20261122234433,
   '20261123020000-task-wakeups': m20261123020000,
+  '20261123100000-member-pool': m20261123100000,
 };

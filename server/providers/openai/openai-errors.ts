@@ -15,19 +15,39 @@ interface OpenAIErrorBody {
 
 /** Classifies an OpenAI(-compatible) error answer: what the gateway does next depends on its kind. */
 export async function openaiError(res: Response, what: string): Promise<ProviderError> {
-  const body = (await readJson(res)) as OpenAIErrorBody | undefined;
-  const envelope = typeof body?.error === 'object' && body.error !== null ? body.error : undefined;
+  return openaiErrorOf(await readJson(res), what, { status: res.status, headers: res.headers });
+}
+
+/**
+ * The same classification for an error body however it arrived: an HTTP answer (`status`, `headers`)
+ * or a stream frame (`event: error`, or a data JSON with `error`, §1.4), which has no status of its
+ * own. Without a status the code and type decide; what they do not explain counts as retryable (a
+ * stream that broke off after the upstream accepted the request is the upstream's failure).
+ */
+export function openaiErrorOf(body: unknown, what: string, answer: { status?: number; headers?: Headers } = {}): ProviderError {
+  const parsed = (typeof body === 'object' && body !== null ? body : undefined) as OpenAIErrorBody | undefined;
+  const envelope = typeof parsed?.error === 'object' && parsed.error !== null ? parsed.error : undefined;
   const code = typeof envelope?.code === 'string' ? envelope.code : undefined;
   const type = typeof envelope?.type === 'string' ? envelope.type : undefined;
-  const rawMessage = envelope?.message ?? (typeof body?.error === 'string' ? body.error : body?.message);
-  let kind: ProviderErrorKind = kindOfStatus(res.status);
+  const rawMessage = envelope?.message ?? (typeof parsed?.error === 'string' ? parsed.error : parsed?.message);
+  const { status, headers } = answer;
+  let kind: ProviderErrorKind = status === undefined ? kindOfCode(code, type) : kindOfStatus(status);
   if (code === 'insufficient_quota' || type === 'insufficient_quota') kind = 'quota_exhausted';
   else if ((code && POLICY_CODES.has(code)) || type === 'image_generation_user_error') kind = 'policy';
-  else if (res.headers.get('x-should-retry') === 'false' && kind === 'retryable') kind = 'invalid_request';
+  else if (headers?.get('x-should-retry') === 'false' && kind === 'retryable') kind = 'invalid_request';
+  const http = status === undefined ? '' : ` (HTTP ${status})`;
   // Never pass on what an auth failure said: it quotes part of the key.
   const message =
     kind === 'auth'
-      ? `the upstream refused the account's credentials (HTTP ${res.status})`
-      : sanitizeMessage(rawMessage, `the upstream ${what} failed with HTTP ${res.status}`);
-  return new ProviderError(kind, message, { retryAfterMs: retryAfterMs(res.headers), upstreamStatus: res.status, upstreamCode: code });
+      ? `the upstream refused the account's credentials${http}`
+      : sanitizeMessage(rawMessage, status === undefined ? `the upstream ${what} failed` : `the upstream ${what} failed with HTTP ${status}`);
+  return new ProviderError(kind, message, { retryAfterMs: headers ? retryAfterMs(headers) : undefined, upstreamStatus: status, upstreamCode: code });
+}
+
+/** The kind an error code or type means when no HTTP status says more (a stream error frame). */
+function kindOfCode(code: string | undefined, type: string | undefined): ProviderErrorKind {
+  if (code === 'invalid_api_key' || type === 'authentication_error' || type === 'permission_error') return 'auth';
+  if (code === 'rate_limit_exceeded' || type === 'requests' || type === 'tokens') return 'rate_limited';
+  if (type === 'invalid_request_error') return 'invalid_request';
+  return 'retryable';
 }

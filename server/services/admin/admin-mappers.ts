@@ -87,10 +87,21 @@ export function toAdminGroupMember(row: MemberRow): AdminGroupMember {
     base_url: row.baseUrl,
     enabled: row.enabled,
     models: row.models,
+    model_map: row.modelMap,
     priority: row.priority,
     weight: row.weight,
     concurrency_limit: row.concurrencyLimit,
     has_credentials: row.hasCredentials,
+    health: {
+      in_flight: row.health.inFlight,
+      cooldown_until: row.health.cooldownUntil && row.health.cooldownUntil > new Date() ? iso(row.health.cooldownUntil) : null,
+      cooldown_reason: row.health.cooldownUntil && row.health.cooldownUntil > new Date() ? (row.health.cooldownReason as AdminGroupMember['health']['cooldown_reason']) : null,
+      credentials_rejected: row.health.credentialsRejectedAt !== null,
+      last_error: row.health.lastError,
+      last_error_at: row.health.lastErrorAt && iso(row.health.lastErrorAt),
+      last_success_at: row.health.lastSuccessAt && iso(row.health.lastSuccessAt),
+      recent: { since: row.health.windowStartedAt && iso(row.health.windowStartedAt), successes: row.health.successes ?? 0, failures: row.health.failures ?? 0 },
+    },
     created_at: iso(row.createdAt),
     updated_at: iso(row.updatedAt),
   };
@@ -104,6 +115,8 @@ export function toAdminImageCapabilities(c: ImageCapabilities): AdminImageModelC
     supports_quality: c.supportsQuality,
     supports_transparent_background: c.supportsTransparentBackground,
     max_n: c.maxN,
+    size_table: c.sizeTable ?? 'reference',
+    max_input_images: c.maxInputImages ?? null,
   };
 }
 
@@ -114,7 +127,13 @@ export function toAdminVideoCapabilities(c: VideoCapabilities): AdminVideoModelC
     resolutions: c.resolutions,
     frames: c.frames,
     reference_images: { max_count: c.referenceImages.maxCount, configurable: c.referenceImages.configurable },
-    audio: { supported: c.audio.supported, default_enabled: c.audio.defaultEnabled },
+    audio: { supported: c.audio.supported, default_enabled: c.audio.defaultEnabled, always_on: c.audio.alwaysOn ?? false },
+    duration_constraints: (c.durationConstraints ?? []).map((d) => ({
+      ...(d.resolutions && { resolutions: d.resolutions }),
+      ...(d.lastFrame && { last_frame: true }),
+      ...(d.referenceImages && { reference_images: true }),
+      durations: d.durations,
+    })),
   };
 }
 
@@ -127,6 +146,8 @@ export function fromAdminImageCapabilities(c: AdminImageModelCapabilities): Imag
     supportsQuality: c.supports_quality,
     supportsTransparentBackground: c.supports_transparent_background,
     maxN: c.max_n,
+    ...(c.size_table && c.size_table !== 'reference' && { sizeTable: c.size_table }),
+    ...(typeof c.max_input_images === 'number' && { maxInputImages: c.max_input_images }),
   };
 }
 
@@ -137,7 +158,15 @@ export function fromAdminVideoCapabilities(c: AdminVideoModelCapabilities): Vide
     resolutions: c.resolutions,
     frames: c.frames,
     referenceImages: { maxCount: c.reference_images.max_count, configurable: c.reference_images.configurable },
-    audio: { supported: c.audio.supported, defaultEnabled: c.audio.default_enabled },
+    audio: { supported: c.audio.supported, defaultEnabled: c.audio.default_enabled, ...(c.audio.always_on && { alwaysOn: true }) },
+    ...(c.duration_constraints?.length && {
+      durationConstraints: c.duration_constraints.map((d) => ({
+        ...(d.resolutions?.length && { resolutions: d.resolutions }),
+        ...(d.last_frame && { lastFrame: true }),
+        ...(d.reference_images && { referenceImages: true }),
+        durations: d.durations,
+      })),
+    }),
   };
 }
 

@@ -68,6 +68,16 @@ function capabilitiesFor(input: CatalogModelCreateInput): ImageCapabilities | Vi
   if (input.video.audio.default_enabled && !input.video.audio.supported) {
     throw badRequest('invalid_request', "'audio.default_enabled' requires 'audio.supported'.", 'video.audio.default_enabled');
   }
+  if (input.video.audio.always_on && !input.video.audio.default_enabled) {
+    throw badRequest('invalid_request', "'audio.always_on' requires 'audio.default_enabled'.", 'video.audio.always_on');
+  }
+  for (const c of input.video.duration_constraints ?? []) {
+    const stray = [...c.durations.filter((d) => !input.video!.durations.includes(d)), ...(c.resolutions ?? []).filter((r) => !input.video!.resolutions.includes(r))];
+    if (stray.length > 0) throw badRequest('invalid_request', `'duration_constraints' name durations or resolutions the model does not offer: ${stray.join(', ')}.`, 'video.duration_constraints');
+    if (!c.resolutions?.length && !c.last_frame && !c.reference_images) {
+      throw badRequest('invalid_request', "Each duration constraint needs a condition: 'resolutions', 'last_frame' or 'reference_images'.", 'video.duration_constraints');
+    }
+  }
   return fromAdminVideoCapabilities(input.video);
 }
 

@@ -38,6 +38,13 @@ function checkCredentials(provider: ProviderKind, credentials: Credentials): voi
   }
 }
 
+/** Every key of the model map must be a model the member serves (else the mapping could never apply). */
+function checkModelMap(models: readonly string[], modelMap: Record<string, string> | undefined): void {
+  if (modelMap === undefined) return;
+  const stray = Object.keys(modelMap).filter((id) => !models.includes(id));
+  if (stray.length > 0) throw badRequest('invalid_request', `'model_map' names models the member does not serve: ${stray.join(', ')}; add them to 'models' first.`, 'model_map');
+}
+
 export class GroupAdminService {
   constructor(
     private readonly groups: GroupRepository,
@@ -97,6 +104,7 @@ export class GroupAdminService {
     } else checkCredentials(input.provider, input.credentials);
     checkBaseUrl(input.base_url);
     await this.requireModels(input.models);
+    checkModelMap(input.models, input.model_map);
     const values: MemberValues = {
       name: input.name,
       provider: input.provider,
@@ -104,6 +112,7 @@ export class GroupAdminService {
       credentialsCiphertext: input.credentials === undefined ? null : this.encrypt(input.credentials),
       enabled: input.enabled ?? true,
       models: input.models,
+      modelMap: input.model_map ?? {},
       priority: input.priority ?? 0,
       weight: input.weight ?? 1,
       concurrencyLimit: input.concurrency_limit ?? null,
@@ -125,6 +134,11 @@ export class GroupAdminService {
     else if (input.credentials !== undefined) checkCredentials(provider, input.credentials);
     checkBaseUrl(input.base_url);
     if (input.models !== undefined) await this.requireModels(input.models);
+    // A new model list drops mappings of models no longer served; a new map must fit the list.
+    const models = input.models ?? member.models;
+    checkModelMap(models, input.model_map);
+    const modelMap =
+      input.model_map ?? (input.models === undefined ? undefined : Object.fromEntries(Object.entries(member.modelMap).filter(([id]) => models.includes(id))));
     if (input.name !== undefined) {
       const holder = await this.groups.findMemberByName(groupId, input.name);
       if (holder && holder.id !== memberId) throw conflict('conflict', `The group already has a member named '${input.name}'.`, {}, 'name');
@@ -135,6 +149,7 @@ export class GroupAdminService {
       credentialsCiphertext: input.credentials === undefined ? undefined : this.encrypt(input.credentials),
       enabled: input.enabled,
       models: input.models,
+      modelMap,
       priority: input.priority,
       weight: input.weight,
       concurrencyLimit: input.concurrency_limit,

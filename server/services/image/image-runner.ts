@@ -10,7 +10,7 @@
  */
 import { ApiError, apiErrorOf, taskErrorCodeOf } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
-import type { Pool } from '../../pool/pool.ts';
+import { NoCapacity, upstreamModelOf, type Pool } from '../../pool/pool.ts';
 import { asProviderError } from '../../providers/provider-error.ts';
 import type { ProviderRegistry } from '../../providers/registry.ts';
 import type { ImageEvents, ImageParams } from '../../providers/types.ts';
@@ -20,7 +20,7 @@ import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { FileService } from '../file.service.ts';
 import type { RetryPolicy } from '../tasks/retry-policy.ts';
 import type { Settlement } from '../tasks/settlement.ts';
-import { DONE, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
+import { DONE, LeaseLost, later, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
 
 export const IMAGE_RETRY: RetryPolicy = { maxRetries: 2, baseDelayMs: 2000, maxDelayMs: 10_000 };
 
@@ -42,6 +42,25 @@ export interface ExecuteResult {
   revisedPrompt?: string;
   /** Set when the provider failed after some images were delivered (streams report it as `event: error`). */
   error?: ApiError;
+}
+
+export interface ExecuteOptions {
+  /** A JSON response: nothing reaches the client until it is written, so an abort delivers nothing. */
+  deliveredOnlyIfAllSent?: boolean;
+  /** How long to wait for a free upstream member before answering 429 (synchronous requests). */
+  capacityWaitMs?: number;
+  /** Throw NoCapacity instead of failing the task when every member is busy (background tasks). */
+  requeueWhenBusy?: boolean;
+}
+
+/** What a client is told when no member can take its image now. */
+function noCapacityError(err: NoCapacity, model: string): ApiError {
+  if (err.reason === 'none') return new ApiError(503, 'no_reachable_member', `No enabled backend member can run model '${model}' here.`);
+  const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
+  const headers = { 'Retry-After': String(seconds) };
+  return err.reason === 'full'
+    ? new ApiError(429, 'upstream_busy', `Every upstream account that serves model '${model}' is at its concurrency limit; retry in ${seconds} s.`, null, {}, headers)
+    : new ApiError(429, 'rate_limited', `The upstream accounts that serve model '${model}' are rate-limited; retry in ${seconds} s.`, null, {}, headers);
 }
 
 const MIME: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
@@ -77,8 +96,10 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       return DONE;
     }
     try {
-      await this.execute(task, NULL_SINK, signal, log);
+      await this.execute(task, NULL_SINK, signal, log, { requeueWhenBusy: true });
     } catch (err) {
+      // Every member is busy: the task waits its turn (no retry counted, nothing charged).
+      if (err instanceof NoCapacity) return later(Math.max(250, Math.min(err.retryAfterMs, 60_000)));
       // execute() settled the task (failed, or needs_attention) before raising an ApiError.
       if (!(err instanceof ApiError)) throw err;
     }
@@ -95,27 +116,27 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
    * client went away). With `deliveredOnlyIfAllSent` (a JSON response: nothing reaches the client
    * until it is written) an aborted request delivers nothing. Fenced by the task's attempt.
    */
-  async execute(task: ImageTaskRow, sink: ImageSink, signal: AbortSignal, log: Logger, opts: { deliveredOnlyIfAllSent?: boolean } = {}): Promise<ExecuteResult> {
+  async execute(task: ImageTaskRow, sink: ImageSink, signal: AbortSignal, log: Logger, opts: ExecuteOptions = {}): Promise<ExecuteResult> {
     const fence = fenceOf(task);
     const params = task.params as unknown as ImageParams;
-    const account = task.memberId ? await this.deps.pool.account(task.memberId) : await this.deps.pool.pick(task.groupId, task.model, 'image');
-    const provider = account && this.deps.providers.image(account.provider);
-    if (!account || !provider) {
-      await this.deps.settlement.failImage(fence, 'no_reachable_member', `No backend member can run model '${task.model}'; the credits were released.`);
-      throw new ApiError(503, 'no_reachable_member', `No enabled backend member can run model '${task.model}' here.`);
-    }
     const inputs = await Promise.all(task.inputFileIds.map((id) => this.deps.files.readAll(id)));
     const mask = task.maskFileId ? await this.deps.files.readAll(task.maskFileId) : undefined;
     const job = { operation: task.operation as ImageOperation, model: task.model, prompt: task.prompt, n: task.n, params, inputs, ...(mask && { mask }) };
+    /** Something reached the sink (a partial or an image): from then on there is no failover. */
+    let reachedSink = false;
 
     const files: FileRow[] = [];
     const images: Buffer[] = [];
     // Set inside the event callbacks; an object so TypeScript does not narrow it to null.
     const upstream: { revisedPrompt: string | null } = { revisedPrompt: null };
     const events: ImageEvents = {
-      partial: (imageIndex, partialIndex, image) => sink.partial(imageIndex, partialIndex, image),
+      partial: (imageIndex, partialIndex, image) => {
+        reachedSink = true;
+        return sink.partial(imageIndex, partialIndex, image);
+      },
       image: async (imageIndex, generated) => {
         if (signal.aborted) throw new NotDelivered();
+        reachedSink = true;
         upstream.revisedPrompt ??= generated.revisedPrompt ?? null;
         let file: FileRow;
         try {
@@ -140,8 +161,29 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
 
     let failure: ApiError | undefined;
     try {
-      await provider.generate(account, job, signal, events);
+      await this.deps.pool.route(
+        {
+          groupId: task.groupId,
+          model: task.model,
+          capability: 'image',
+          take: async (memberId, db) => {
+            if (!(await this.deps.tasks.assignMember(fence, memberId, db))) throw new LeaseLost('lease lost before the upstream call');
+          },
+          release: async () => void (await this.deps.tasks.assignMember(fence, null)),
+          canFailover: () => !reachedSink,
+          waitMs: opts.capacityWaitMs ?? 0,
+          signal,
+          log,
+        },
+        (account) => this.deps.providers.image(account.provider)!.generate(account, { ...job, model: upstreamModelOf(account, task.model) }, signal, events),
+      );
     } catch (err) {
+      if (err instanceof NoCapacity) {
+        if (opts.requeueWhenBusy && err.reason !== 'none') throw err;
+        const api = noCapacityError(err, task.model);
+        await this.deps.settlement.failImage(fence, api.code, api.message);
+        throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, null, {}, api.headers);
+      }
       if (err instanceof NotStored) {
         log.error({ err: err.cause, stored: files.length }, 'image produced but not stored: task needs attention');
         await this.deps.settlement.imageNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', { fileIds: files.map((f) => f.id) });

@@ -4,7 +4,7 @@
  *
  * Pure: no I/O. Every rejection is a `400` {@link ApiError} of the contract (`ImageSize.yaml`).
  */
-import type { ImageCapabilities } from '../../catalog/capabilities.ts';
+import type { ImageCapabilities, SizeTableName } from '../../catalog/capabilities.ts';
 import { badRequest } from '../../errors.ts';
 
 export type TableResolution = '1K' | '2K' | '4K';
@@ -31,6 +31,35 @@ export const SIZE_TABLE: Readonly<Record<TableResolution, Readonly<Record<TableA
   '1K': tableRow('1248x1248 1248x832 832x1248 1248x704 704x1248 1248x944 944x1248 1248x528'),
   '2K': tableRow('2048x2048 2048x1360 1360x2048 2048x1152 1152x2048 2048x1536 1536x2048 2048x880'),
   '4K': tableRow('2880x2880 3520x2352 2352x3520 3840x2160 2160x3840 3312x2496 2496x3312 3840x1648'),
+};
+
+/** `W:H` -> pixels, parsed from `'1:1=1024x1024 2:3=832x1248 …'`. */
+function ratioRow(cells: string): Readonly<Record<string, Readonly<PixelSize>>> {
+  return Object.fromEntries(
+    cells.split(' ').map((cell) => {
+      const [ratio, size] = cell.split('=') as [string, string];
+      const [width, height] = size.split('x').map(Number) as [number, number];
+      return [ratio, { width, height }];
+    }),
+  );
+}
+
+const GEMINI_3_PRO_1K = ratioRow('1:1=1024x1024 2:3=848x1264 3:2=1264x848 3:4=896x1200 4:3=1200x896 4:5=928x1152 5:4=1152x928 9:16=768x1376 16:9=1376x768 21:9=1584x672');
+const scaled = (row: Readonly<Record<string, PixelSize>>, k: number) =>
+  Object.fromEntries(Object.entries(row).map(([ratio, { width, height }]) => [ratio, { width: width * k, height: height * k }]));
+
+/**
+ * Every pixel table an image model can use (`ImageCapabilities.sizeTable`): the product's reference
+ * table 2.8, and Google's official tables for the Gemini image models (upstream-apis.md §3.4: what
+ * the upstream really renders, so a client is told and billed for the true size). Gemini 3 Pro's 2K
+ * and 4K rows are exactly 2x and 4x its 1K row in the official table; 2.5 Flash renders 1K only.
+ */
+export const SIZE_TABLES: Readonly<Record<SizeTableName, Readonly<Record<string, Readonly<Record<string, Readonly<PixelSize>>>>>>> = {
+  reference: SIZE_TABLE,
+  'gemini-2.5-flash-image': {
+    '1K': ratioRow('1:1=1024x1024 2:3=832x1248 3:2=1248x832 3:4=864x1184 4:3=1184x864 4:5=896x1152 5:4=1152x896 9:16=768x1344 16:9=1344x768 21:9=1536x672'),
+  },
+  'gemini-3-pro-image': { '1K': GEMINI_3_PRO_1K, '2K': scaled(GEMINI_3_PRO_1K, 2), '4K': scaled(GEMINI_3_PRO_1K, 4) },
 };
 
 /** Limits of a custom `WIDTHxHEIGHT` (§8 of the specification, `ImageSize.yaml`). */
@@ -140,6 +169,17 @@ export function parseSize(size: string): ParsedSize {
   return { kind: 'custom', width, height };
 }
 
+/** A `size` that is a value of the model's own (non-reference) pixel table. */
+function modelTableSize(size: string, table: SizeTableName | undefined): ParsedSize | undefined {
+  if (!table || table === 'reference') return undefined;
+  for (const [resolution, row] of Object.entries(SIZE_TABLES[table])) {
+    for (const [aspectRatio, px] of Object.entries(row)) {
+      if (`${px.width}x${px.height}` === size) return { kind: 'table', resolution: resolution as TableResolution, aspectRatio: aspectRatio as TableAspectRatio, width: px.width, height: px.height };
+    }
+  }
+  return undefined;
+}
+
 function parseRatio(ratio: string): number | undefined {
   const m = RATIO_PATTERN.exec(ratio);
   return m ? Number(m[1]) / Number(m[2]) : undefined;
@@ -149,8 +189,8 @@ function parseRatio(ratio: string): number | undefined {
  * Pixel size of a tier and ratio: the table 2.8 value, or (for a ratio outside the table offered by
  * a model) one derived from the tier's square area, edges multiples of 16 and at most 3840 px.
  */
-function tableSize(resolution: string, aspectRatio: string): PixelSize {
-  const row = (SIZE_TABLE as Record<string, Record<string, PixelSize> | undefined>)[resolution];
+function tableSize(resolution: string, aspectRatio: string, table: SizeTableName = 'reference'): PixelSize {
+  const row = (SIZE_TABLES[table] as Record<string, Record<string, PixelSize> | undefined>)[resolution];
   if (!row) throw badRequest('unsupported_resolution', `Resolution '${resolution}' has no pixel size.`, 'resolution');
   const exact = row[aspectRatio];
   if (exact) return { width: exact.width, height: exact.height };
@@ -213,7 +253,7 @@ export function resolveImageSize(input: ResolveImageSizeInput): ResolvedImageSiz
     );
   }
 
-  const parsed: ParsedSize = size === undefined ? { kind: 'auto' } : parseSize(size);
+  const parsed: ParsedSize = size === undefined ? { kind: 'auto' } : (modelTableSize(size, caps.sizeTable) ?? parseSize(size));
   if (parsed.kind === 'table') {
     if (aspectRatio !== undefined && aspectRatio !== parsed.aspectRatio) {
       throw badRequest('size_conflict', `Size '${size}' is ${parsed.aspectRatio}, not aspect ratio '${aspectRatio}'.`, 'size');
@@ -253,6 +293,6 @@ export function resolveImageSize(input: ResolveImageSizeInput): ResolvedImageSiz
   if (res === undefined || ratio === undefined) {
     throw badRequest('unsupported_resolution', 'This model offers no resolution.', 'resolution');
   }
-  const px = tableSize(res, ratio);
+  const px = tableSize(res, ratio, caps.sizeTable);
   return { width: px.width, height: px.height, resolution: res, aspectRatio: ratio, custom: false };
 }

@@ -50,7 +50,8 @@ export interface ImageServiceDeps {
   log: Logger;
   /** Lease owner of the synchronous tasks this process's requests run. */
   instanceId: string;
-  options: { sizeParam: 'accept' | 'reject'; leaseMs: number; maxEditImages: number };
+  /** capacityWaitMs: how long a synchronous request waits for a free upstream member before 429. */
+  options: { sizeParam: 'accept' | 'reject'; leaseMs: number; maxEditImages: number; capacityWaitMs: number };
 }
 
 /** Scales a size down (keeping its ratio, even edges) into the custom-size limits: edges ≤ 3840, pixels ≤ 8,294,400. */
@@ -78,6 +79,12 @@ export class ImageService {
       const images = edit?.images ?? [];
       if (images.length === 0) throw badRequest('invalid_request', 'An edit needs at least one input image.', 'image');
       if (images.length > this.deps.options.maxEditImages) throw badRequest('too_many_images', `At most ${this.deps.options.maxEditImages} input images are accepted; got ${images.length}.`, 'image');
+      // A model's own limit counts the mask too: upstreams without a mask parameter take it as one more image.
+      const modelLimit = model.capabilities.maxInputImages;
+      const sent = images.length + (edit?.mask ? 1 : 0);
+      if (modelLimit !== undefined && sent > modelLimit) {
+        throw badRequest('too_many_images', `Model '${fields.model}' accepts at most ${modelLimit} input images (a mask counts as one); got ${sent}.`, 'image');
+      }
       for (const input of images) inputs.push(await this.loadInput(auth, input));
       if (edit?.mask) {
         const m = await this.loadInput(auth, edit.mask);
@@ -188,7 +195,7 @@ export class ImageService {
   async runSync(task: ImageTaskRow, sink: ImageSink, signal: AbortSignal, log: Logger, opts: { deliveredOnlyIfAllSent?: boolean } = {}): Promise<ExecuteResult> {
     const lease = keepLease(this.deps.tasks.leases, fenceOf(task), this.deps.instanceId, this.deps.options.leaseMs, log, signal);
     try {
-      return await this.deps.runner.execute(task, sink, lease.signal, log, opts);
+      return await this.deps.runner.execute(task, sink, lease.signal, log, { ...opts, capacityWaitMs: this.deps.options.capacityWaitMs });
     } finally {
       lease.release();
     }

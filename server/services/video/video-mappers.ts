@@ -116,7 +116,11 @@ export function toCapability(row: VideoCatalogRow, billing: Schemas['VideoBillin
       referenceImages: { maxCount: caps.referenceImages.maxCount, configurable: caps.referenceImages.configurable },
       framesAndReferencesMutuallyExclusive: true,
     },
-    audio: { supported: caps.audio.supported, defaultEnabled: caps.audio.defaultEnabled },
+    audio: { supported: caps.audio.supported, defaultEnabled: caps.audio.defaultEnabled, alwaysOn: caps.audio.alwaysOn ?? false },
+    durationConstraints: (caps.durationConstraints ?? []).map((d) => ({
+      when: { ...(d.resolutions && { resolutions: d.resolutions }), ...(d.lastFrame && { lastFrame: true }), ...(d.referenceImages && { referenceImages: true }) },
+      durations: d.durations,
+    })),
     billing,
     configuredReachable: row.reachable,
   };

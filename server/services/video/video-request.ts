@@ -5,7 +5,7 @@
  * Pure: the caller passes the model's capabilities.
  */
 import type { components } from '../../../generated/api.d.ts';
-import type { VideoCapabilities } from '../../catalog/capabilities.ts';
+import { durationConstraintsFor, type VideoCapabilities } from '../../catalog/capabilities.ts';
 import { ApiError, badRequest, tooLarge } from '../../errors.ts';
 import { createHash, type Hash } from 'node:crypto';
 import { decodeImageDataUrl } from '../../lib/data-url.ts';
@@ -123,6 +123,14 @@ export function checkAgainstModel(req: NormalizedVideoRequest, caps: VideoCapabi
   }
   if (req.generateAudio === true && !caps.audio.supported) {
     throw badRequest('audio_not_supported', `Model '${req.model}' cannot generate audio; omit generate_audio or send false.`, 'generate_audio');
+  }
+  if (req.generateAudio === false && caps.audio.alwaysOn) {
+    throw badRequest('audio_always_on', `Model '${req.model}' always generates audio; omit generate_audio or send true.`, 'generate_audio');
+  }
+  for (const { rule, durations } of durationConstraintsFor(caps, { resolution: req.resolution, hasLastFrame: req.lastFrame !== undefined, referenceImages: req.referenceImages.length })) {
+    if (!durations.includes(req.durationSeconds)) {
+      throw badRequest('unsupported_duration', `Model '${req.model}' allows only ${durations.join(', ')} s with ${rule}; got ${req.durationSeconds} s.`, 'seconds');
+    }
   }
   const hasFrames = req.firstFrame !== undefined || req.lastFrame !== undefined;
   if (req.lastFrame !== undefined && req.firstFrame === undefined) {

@@ -2,10 +2,12 @@
  * Runs video tasks as a sequence of short steps (design §6), each claimed under a lease and fenced
  * by attempt; no step sleeps:
  *
- *   submit    pick a member, mark the submit as started, send the job (with the task id as the
- *             upstream's idempotency key where it takes one), save the upstream job id and member
- *             (the commit point: a retried step polls that job instead of submitting again),
- *             schedule the first poll. A crash between sending and saving is seen by the next
+ *   submit    the pool picks a member with a free slot (mark the submit as started, naming the
+ *             member: its slot from now to a terminal state), send the job (with the task id as the
+ *             upstream's idempotency key where it takes one), failing over to the next member when
+ *             one cannot take it; save the upstream job id and member (the commit point: a retried
+ *             step polls that job instead of submitting again), schedule the first poll. With every
+ *             member full or cooling down the task stays queued. A crash between sending and saving is seen by the next
  *             attempt (submit_started_at set, no job id): it resubmits with the same idempotency
  *             key and logs a warning — on an upstream without idempotency keys the first job may
  *             still run there (the client is charged once either way).
@@ -20,7 +22,7 @@
  */
 import { taskErrorCodeOf } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
-import type { Pool } from '../../pool/pool.ts';
+import { NoCapacity, upstreamModelOf, type Pool } from '../../pool/pool.ts';
 import { ProviderError, asProviderError } from '../../providers/provider-error.ts';
 import type { ProviderRegistry } from '../../providers/registry.ts';
 import type { UpstreamAccount, VideoContent, VideoJob, VideoProvider, VideoStatus } from '../../providers/types.ts';
@@ -71,7 +73,8 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     }
     let status: VideoStatus;
     try {
-      status = await provider.poll(account, task.upstreamJobId, await this.jobOf(task, false), signal);
+      const job = await this.jobOf(task, account, false);
+      status = await this.deps.pool.health.observe(account, () => provider.poll(account, task.upstreamJobId!, job, signal));
     } catch (err) {
       return this.failOrRetry(task, err, 'The video provider status check failed.');
     }
@@ -85,34 +88,88 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     await this.deps.settlement.failVideo(fenceOf(task), 'upstream_error', 'Video generation failed repeatedly; the credits were refunded.');
   }
 
+  /**
+   * Sends the job to a member the pool picks (failing over to the next one when a member cannot
+   * take it), then saves the job id: the commit point. With every member busy the task stays
+   * queued (no retry counted, nothing charged) and looks again shortly.
+   */
   private async submit(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
-    // A resubmit goes to the member that may already have the job, so its idempotency key can match.
-    const earlier = task.submitStartedAt && task.memberId ? await this.deps.pool.account(task.memberId) : undefined;
-    const account = earlier ?? (await this.deps.pool.pick(task.groupId, task.model, 'video'));
-    const provider = account && this.deps.providers.video(account.provider);
-    if (!account || !provider) {
-      await this.deps.settlement.failVideo(fenceOf(task), 'no_reachable_member', `No enabled backend member can run model '${task.model}'; the credits were refunded.`);
-      return DONE;
-    }
-    if (task.submitStartedAt && !task.upstreamJobId) {
-      log.warn({ memberId: task.memberId, submitStartedAt: task.submitStartedAt }, 'resubmitting: an earlier submit of this task may have reached the upstream before its job id was saved; the same idempotency key is sent');
-    }
-    if (!(await this.deps.tasks.markSubmitting(fenceOf(task), account.memberId))) throw new LeaseLost('lease lost before submit');
-    let jobId: string;
+    const fence = fenceOf(task);
+    if (task.submitStartedAt && task.memberId) return this.resubmit(task, signal, log);
+    let submitted: { account: UpstreamAccount; jobId: string };
     try {
-      jobId = await provider.submit(account, await this.jobOf(task, true), signal);
+      const job = await this.jobOf(task, undefined, true);
+      submitted = await this.deps.pool.route(
+        {
+          groupId: task.groupId,
+          model: task.model,
+          capability: 'video',
+          take: async (memberId, db) => {
+            if (!(await this.deps.tasks.markSubmitting(fence, memberId, db))) throw new LeaseLost('lease lost before submit');
+          },
+          release: async () => void (await this.deps.tasks.clearSubmitting(fence)),
+          signal,
+          log,
+        },
+        async (account) => ({ account, jobId: await this.videoProvider(account).submit(account, { ...job, model: upstreamModelOf(account, task.model) }, signal) }),
+      );
     } catch (err) {
+      if (err instanceof NoCapacity) {
+        if (err.reason === 'none') {
+          await this.deps.settlement.failVideo(fence, 'no_reachable_member', `No enabled backend member can run model '${task.model}'; the credits were refunded.`);
+          return DONE;
+        }
+        log.debug({ reason: err.reason, retryInMs: err.retryAfterMs }, 'no upstream member free; the task stays queued');
+        return later(Math.max(250, spread(Math.min(err.retryAfterMs, 60_000) + 1000)));
+      }
+      // The last member's answer came back (it did not take the job): its slot is free again.
+      if (err instanceof ProviderError) await this.deps.tasks.clearSubmitting(fence);
       return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
     }
+    return this.saveJob(task, submitted.account, submitted.jobId, log);
+  }
+
+  /**
+   * An earlier attempt marked the submit as started and never saved a job id (its process died in
+   * between): the job goes to the same member with the same idempotency key, so an upstream that
+   * honours it runs the job once; the warning says what happened.
+   */
+  private async resubmit(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
+    const fence = fenceOf(task);
+    const account = await this.deps.pool.account(task.memberId!);
+    if (!account || !this.deps.providers.video(account.provider)) {
+      await this.deps.tasks.clearSubmitting(fence);
+      return later(0);
+    }
+    log.warn({ memberId: task.memberId, submitStartedAt: task.submitStartedAt }, 'resubmitting: an earlier submit of this task may have reached the upstream before its job id was saved; the same idempotency key is sent');
+    let jobId: string;
+    try {
+      const job = await this.jobOf(task, account, true);
+      jobId = await this.deps.pool.health.observe(account, () => this.videoProvider(account).submit(account, job, signal));
+    } catch (err) {
+      if (err instanceof ProviderError) await this.deps.tasks.clearSubmitting(fence);
+      return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
+    }
+    return this.saveJob(task, account, jobId, log);
+  }
+
+  private async saveJob(task: VideoTaskRow, account: UpstreamAccount, jobId: string, log: Logger): Promise<StepResult> {
     if (!(await this.deps.tasks.setUpstreamJob(fenceOf(task), account.memberId, jobId))) throw new LeaseLost('lease lost before the job id was saved');
     log.info({ memberId: account.memberId, upstreamJobId: jobId }, 'video job submitted');
-    return later(spread(provider.pollIntervalMs, 0.5));
+    return later(spread(this.videoProvider(account).pollIntervalMs, 0.5));
+  }
+
+  private videoProvider(account: UpstreamAccount): VideoProvider {
+    const provider = this.deps.providers.video(account.provider);
+    if (!provider) throw new Error(`no video adapter for provider '${account.provider}'`);
+    return provider;
   }
 
   private async finalize(task: VideoTaskRow, account: UpstreamAccount, provider: VideoProvider, output: Readonly<Record<string, string>>, signal: AbortSignal, log: Logger): Promise<StepResult> {
     let content: VideoContent;
     try {
-      content = await provider.download(account, task.upstreamJobId!, output, await this.jobOf(task, true), signal);
+      const job = await this.jobOf(task, account, true);
+      content = await this.deps.pool.health.observe(account, () => provider.download(account, task.upstreamJobId!, output, job, signal));
     } catch (err) {
       return this.failOrRetry(task, err, 'The video download failed.');
     }
@@ -155,12 +212,12 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     return DONE;
   }
 
-  /** The job as adapters see it; media inputs only when the step sends or renders them. */
-  private async jobOf(task: VideoTaskRow, withMedia: boolean): Promise<VideoJob> {
+  /** The job as adapters see it, with the account's model id (none yet: the catalog's); media inputs only when the step sends them. */
+  private async jobOf(task: VideoTaskRow, account: UpstreamAccount | undefined, withMedia: boolean): Promise<VideoJob> {
     const inputs = withMedia ? await Promise.all(task.inputFileIds.map((id) => this.deps.files.readAll(id))) : [];
     const job: VideoJob = {
       taskId: task.id,
-      model: task.model,
+      model: account ? upstreamModelOf(account, task.model) : task.model,
       prompt: task.prompt,
       negativePrompt: task.negativePrompt,
       durationSeconds: task.durationSeconds,

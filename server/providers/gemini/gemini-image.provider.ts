@@ -1,0 +1,147 @@
+/**
+ * Gemini image models ("Nano Banana": gemini-2.5-flash-image, gemini-3-pro-image-preview,
+ * gemini-3.1-flash-image-preview) on the Gemini API, after upstream-apis.md §3:
+ *
+ *   POST {base}/models/{model}:generateContent   header x-goog-api-key
+ *   {"contents":[{"role":"user","parts":[{"text"},{"inlineData":{"mimeType","data"}}…]}],
+ *    "generationConfig":{"responseModalities":["TEXT","IMAGE"],"imageConfig":{"aspectRatio","imageSize"}}}
+ *
+ * - One call renders one image: `n > 1` runs parallel calls, at most the member's concurrency
+ *   limit at a time, and hands the images over in order.
+ * - `aspectRatio` is the request's when Gemini knows it, else the nearest one Gemini knows;
+ *   `imageSize` is the tier in uppercase (`2K`), left out for 1K (the default, and the only size
+ *   gemini-2.5-flash-image accepts). The catalog gives these models Google's official pixel table,
+ *   so the upstream's image normally has exactly the promised size.
+ * - Edits send the input images as inline parts. Gemini has no mask parameter: a mask goes as one
+ *   more inline image with an instruction to change only its transparent area.
+ * - The answer's `thought: true` parts (3 Pro's interim images) are skipped; the image is the last
+ *   non-thought inline image. `promptFeedback.blockReason` and a blocking `finishReason` (at HTTP
+ *   200) are content-policy errors; an answer with no image is an upstream failure. Neither is
+ *   charged (the runner settles).
+ * - Output is PNG; another format or compression is done here (sharp), as is any size difference.
+ * - Gemini has no partial images: a streaming client gets the completed images only.
+ */
+import { Semaphore } from '../../lib/semaphore.ts';
+import { MIME, fitImage, readBounded, sniff } from '../image-output.ts';
+import { ProviderError } from '../provider-error.ts';
+import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
+import { upstreamFetch, upstreamUrl } from '../upstream-http.ts';
+import { googleError, googleErrorOf } from './gemini-errors.ts';
+
+export const GEMINI_IMAGE_TIMEOUT_MS = 300_000;
+const MAX_RESPONSE_BYTES = 256 * 1024 * 1024;
+
+/** The aspect ratios `imageConfig.aspectRatio` takes (§3.2; 3.1 Flash adds the extreme ones). */
+const RATIOS = ['1:1', '2:3', '3:2', '3:4', '4:3', '4:5', '5:4', '9:16', '16:9', '21:9'];
+const EXTRA_RATIOS_31 = ['1:4', '4:1', '1:8', '8:1'];
+
+/** finishReason values that mean the output was blocked (§3.3). */
+const BLOCKED = new Set(['SAFETY', 'PROHIBITED_CONTENT', 'IMAGE_SAFETY', 'IMAGE_PROHIBITED_CONTENT', 'IMAGE_RECITATION', 'RECITATION', 'BLOCKLIST', 'SPII']);
+
+const MASK_INSTRUCTION =
+  'The last image is a mask for the first image: change only the area where the mask is transparent and keep everything else exactly as it is.';
+
+export function geminiAspectRatio(model: string, aspectRatio: string, width: number, height: number): string {
+  const known = model.startsWith('gemini-3.1') ? [...RATIOS, ...EXTRA_RATIOS_31] : RATIOS;
+  if (known.includes(aspectRatio)) return aspectRatio;
+  const target = Math.log(width / height);
+  let best = '1:1';
+  for (const r of known) {
+    const [w, h] = r.split(':').map(Number) as [number, number];
+    if (Math.abs(Math.log(w / h) - target) < Math.abs(Math.log(Number(best.split(':')[0]) / Number(best.split(':')[1])) - target)) best = r;
+  }
+  return best;
+}
+
+interface Part {
+  text?: unknown;
+  thought?: unknown;
+  inlineData?: { mimeType?: unknown; data?: unknown };
+  inline_data?: { mime_type?: unknown; data?: unknown };
+}
+interface GenerateContentResponse {
+  error?: Parameters<typeof googleErrorOf>[0];
+  promptFeedback?: { blockReason?: unknown; blockReasonMessage?: unknown };
+  candidates?: { content?: { parts?: Part[] }; finishReason?: unknown; finishMessage?: unknown }[];
+}
+
+export class GeminiImageProvider implements ImageProvider {
+  constructor(private readonly timeoutMs = GEMINI_IMAGE_TIMEOUT_MS) {}
+
+  async generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void> {
+    const body = JSON.stringify(requestBody(job));
+    // Up to the member's concurrency limit of calls at once; a failure or a client that went away
+    // stops the others.
+    const slots = new Semaphore(Math.max(1, Math.min(job.n, account.concurrencyLimit ?? job.n)));
+    const stop = new AbortController();
+    const callSignal = AbortSignal.any([signal, stop.signal]);
+    const calls = Array.from({ length: job.n }, async () => {
+      const release = await slots.acquire(callSignal);
+      try {
+        return await this.once(account, job, body, callSignal);
+      } finally {
+        release();
+      }
+    });
+    for (const call of calls) call.catch(() => undefined); // each is awaited below, in order
+    try {
+      for (const [i, call] of calls.entries()) await events.image(i, { image: await fitImage(await call, job.params) });
+    } finally {
+      stop.abort();
+    }
+  }
+
+  /** One generateContent call: the final image of the answer. */
+  private async once(account: UpstreamAccount, job: ImageJob, body: string, signal: AbortSignal): Promise<Buffer> {
+    const what = 'image generation';
+    const res = await upstreamFetch(
+      upstreamUrl(account, `/models/${encodeURIComponent(job.model)}:generateContent`),
+      { method: 'POST', headers: { 'content-type': 'application/json', 'x-goog-api-key': account.credentials.api_key ?? '' }, body, timeoutMs: this.timeoutMs },
+      signal,
+      what,
+    );
+    if (!res.ok) throw await googleError(res, what);
+    let answer: GenerateContentResponse;
+    try {
+      answer = JSON.parse((await readBounded(res, MAX_RESPONSE_BYTES, signal, what)).toString('utf8')) as GenerateContentResponse;
+    } catch (err) {
+      if (err instanceof ProviderError || signal.aborted) throw err;
+      throw new ProviderError('retryable', 'the upstream answered something that is not JSON', { cause: err });
+    }
+    return imageOf(answer);
+  }
+}
+
+function requestBody(job: ImageJob): unknown {
+  const p = job.params;
+  const parts: unknown[] = [{ text: job.mask ? `${job.prompt}\n\n${MASK_INSTRUCTION}` : job.prompt }];
+  for (const input of [...job.inputs, ...(job.mask ? [job.mask] : [])]) {
+    parts.push({ inlineData: { mimeType: MIME[sniff(input) ?? 'png'], data: input.toString('base64') } });
+  }
+  const imageConfig: Record<string, string> = { aspectRatio: geminiAspectRatio(job.model, p.aspectRatio, p.width, p.height) };
+  if (p.resolution !== '1K' && /^[124]K$/i.test(p.resolution)) imageConfig.imageSize = p.resolution.toUpperCase();
+  return { contents: [{ role: 'user', parts }], generationConfig: { responseModalities: ['TEXT', 'IMAGE'], imageConfig } };
+}
+
+/** The answer's final image, or the reason there is none (§3.3). */
+export function imageOf(answer: GenerateContentResponse): Buffer {
+  if (answer.error) throw googleErrorOf(answer.error, 'image generation');
+  const blockReason = answer.promptFeedback?.blockReason;
+  if (typeof blockReason === 'string' && blockReason !== 'BLOCK_REASON_UNSPECIFIED') {
+    throw new ProviderError('policy', `the prompt was blocked (${blockReason})`, { upstreamCode: blockReason });
+  }
+  const candidate = answer.candidates?.[0];
+  const finish = typeof candidate?.finishReason === 'string' ? candidate.finishReason : undefined;
+  const images = (candidate?.content?.parts ?? [])
+    .filter((part) => part.thought !== true)
+    .map((part) => {
+      const data = part.inlineData?.data ?? part.inline_data?.data;
+      const mime = part.inlineData?.mimeType ?? part.inline_data?.mime_type;
+      return typeof data === 'string' && (typeof mime !== 'string' || mime.startsWith('image/')) ? data : undefined;
+    })
+    .filter((d): d is string => d !== undefined);
+  if (finish && BLOCKED.has(finish)) throw new ProviderError('policy', `the image was blocked (${finish})`, { upstreamCode: finish });
+  const last = images.at(-1);
+  if (!last) throw new ProviderError('failed', `the upstream returned no image${finish ? ` (finishReason ${finish})` : ''}`, { upstreamCode: finish });
+  return Buffer.from(last, 'base64');
+}

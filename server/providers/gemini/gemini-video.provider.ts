@@ -1,0 +1,152 @@
+/**
+ * Provider kind `gemini`, videos: Veo on the Gemini API (upstream-apis.md §4), a long-running
+ * operation.
+ *
+ *   submit    POST {base}/models/{model}:predictLongRunning, header x-goog-api-key, with the SDK's
+ *             wire shapes: images as {bytesBase64Encoded, mimeType} (the REST doc's inlineData is
+ *             refused live, §4 DISAGREE 1), first frame `image`, `lastFrame`, up to 3
+ *             `referenceImages` of type ASSET; parameters aspectRatio, resolution, a NUMERIC
+ *             durationSeconds, negativePrompt. Never `generateAudio` (Veo 3 always has audio; the
+ *             Gemini API rejects the field) nor any Vertex-only parameter. Returns the operation
+ *             `name`.
+ *   poll      GET {base}/{name}: done false → running; `error` (a google.rpc.Status with a gRPC
+ *             code) → failed; `raiMediaFilteredCount` without samples → failed under the content
+ *             policy (refunded); a sample's `video.uri` → succeeded. `generatedVideos` (what some
+ *             relays return) is read as well as the wire's `generatedSamples`.
+ *   download  GET {uri} with the key, following redirects by hand so the key goes only to the
+ *             upstream's own origin, never to the storage host it redirects to; streamed.
+ *
+ * The Veo constraints (8 s with 1080p/4k, a last frame or reference images; audio always on) live in
+ * the catalog entry (`durationConstraints`, `audio.alwaysOn`), so creation refuses what Veo cannot
+ * run; `check` refuses what no Veo model can express (reference videos/audios, other ratios).
+ */
+import { ProviderError } from '../provider-error.ts';
+import { MIME, sniff } from '../image-output.ts';
+import { shapeOf, type UpstreamAccount, type VideoContent, type VideoJob, type VideoOutputRef, type VideoProvider, type VideoShape, type VideoStatus } from '../types.ts';
+import { bodyStream, readJson, sanitizeMessage, upstreamFetch, upstreamUrl } from '../upstream-http.ts';
+import { googleError } from './gemini-errors.ts';
+
+/** Veo jobs take 11 s to 6 min (§4.2); the docs poll every 10 s. */
+export const VEO_POLL_MS = 10_000;
+const RATIOS = ['16:9', '9:16'];
+const RESOLUTIONS = ['720p', '1080p', '4k'];
+const MAX_REFERENCE_IMAGES = 3;
+const MAX_REDIRECTS = 5;
+
+/** gRPC codes (google.rpc.Code) of an operation error that mean the request itself was refused. */
+const GRPC_INVALID = new Set([3, 9, 11]); // INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE
+
+interface Operation {
+  name?: unknown;
+  done?: unknown;
+  error?: { code?: unknown; message?: unknown };
+  response?: {
+    generateVideoResponse?: VideoResponse;
+    generatedVideos?: Sample[];
+    generatedSamples?: Sample[];
+  } & VideoResponse;
+}
+interface VideoResponse {
+  generatedSamples?: Sample[];
+  generatedVideos?: Sample[];
+  raiMediaFilteredCount?: unknown;
+  raiMediaFilteredReasons?: unknown;
+}
+interface Sample {
+  video?: { uri?: unknown };
+}
+
+export class GeminiVideoProvider implements VideoProvider {
+  constructor(readonly pollIntervalMs = VEO_POLL_MS) {}
+
+  check(shape: VideoShape): string | undefined {
+    if (!RATIOS.includes(shape.aspectRatio)) return `aspect ratios ${RATIOS.join(' and ')} only`;
+    if (!RESOLUTIONS.includes(shape.resolution)) return `resolutions ${RESOLUTIONS.join(', ')} only`;
+    if (shape.referenceVideos > 0 || shape.referenceAudios > 0) return 'no reference videos or audios';
+    if (shape.referenceImages > MAX_REFERENCE_IMAGES) return `at most ${MAX_REFERENCE_IMAGES} reference images`;
+    if (shape.hasLastFrame && !shape.hasFirstFrame) return 'a last frame only together with a first frame';
+    return undefined;
+  }
+
+  async submit(account: UpstreamAccount, job: VideoJob, signal: AbortSignal): Promise<string> {
+    const unsupported = this.check(shapeOf(job));
+    if (unsupported) throw new ProviderError('invalid_request', `Veo accepts ${unsupported}`);
+    const instance: Record<string, unknown> = { prompt: job.prompt };
+    if (job.firstFrame) instance.image = image(job.firstFrame);
+    if (job.lastFrame) instance.lastFrame = image(job.lastFrame);
+    if (job.referenceImages.length > 0) instance.referenceImages = job.referenceImages.map((data) => ({ image: image(data), referenceType: 'ASSET' }));
+    const parameters: Record<string, unknown> = { aspectRatio: job.aspectRatio, resolution: job.resolution, durationSeconds: job.durationSeconds };
+    if (job.negativePrompt) parameters.negativePrompt = job.negativePrompt;
+    const res = await upstreamFetch(
+      upstreamUrl(account, `/models/${encodeURIComponent(job.model)}:predictLongRunning`),
+      { method: 'POST', headers: { ...auth(account), 'content-type': 'application/json' }, body: JSON.stringify({ instances: [instance], parameters }) },
+      signal,
+      'video submit',
+    );
+    if (!res.ok) throw await googleError(res, 'video submit');
+    const operation = (await readJson(res)) as Operation | undefined;
+    if (typeof operation?.name !== 'string' || operation.name === '') throw new ProviderError('retryable', 'the upstream accepted the video job without returning its operation name');
+    return operation.name;
+  }
+
+  async poll(account: UpstreamAccount, operationName: string, _job: VideoJob, signal: AbortSignal): Promise<VideoStatus> {
+    // The name is opaque (`models/veo…/operations/abc`): appended to the base as it is.
+    const res = await upstreamFetch(upstreamUrl(account, `/${operationName.replace(/^\/+/, '')}`), { headers: auth(account) }, signal, 'video status');
+    if (res.status === 404) {
+      await res.body?.cancel();
+      return { state: 'failed', error: new ProviderError('failed', 'the upstream no longer knows this video operation', { upstreamStatus: 404 }) };
+    }
+    if (!res.ok) throw await googleError(res, 'video status');
+    const op = (await readJson(res)) as Operation | undefined;
+    if (op === undefined) throw new ProviderError('retryable', 'the upstream answered a video status that is not JSON');
+    if (op.done !== true) return { state: 'running' };
+    if (op.error) {
+      const code = typeof op.error.code === 'number' ? op.error.code : undefined;
+      const message = sanitizeMessage(op.error.message, 'the upstream reported the video job as failed');
+      return { state: 'failed', error: new ProviderError(code !== undefined && GRPC_INVALID.has(code) ? 'invalid_request' : 'failed', message, { upstreamCode: code === undefined ? undefined : `grpc:${code}` }) };
+    }
+    const response = op.response?.generateVideoResponse ?? op.response ?? {};
+    const uri = [...(response.generatedSamples ?? []), ...(response.generatedVideos ?? [])].map((s) => s.video?.uri).find((u): u is string => typeof u === 'string' && u !== '');
+    if (uri) return { state: 'succeeded', output: { uri } };
+    const filtered = Number(response.raiMediaFilteredCount ?? 0);
+    if (filtered > 0) {
+      const reasons = Array.isArray(response.raiMediaFilteredReasons) ? response.raiMediaFilteredReasons.filter((r): r is string => typeof r === 'string') : [];
+      return { state: 'failed', error: new ProviderError('policy', sanitizeMessage(reasons[0], 'the video was filtered under the upstream content policy'), { upstreamCode: 'raiMediaFiltered' }) };
+    }
+    return { state: 'failed', error: new ProviderError('failed', 'the upstream finished the video job without a video') };
+  }
+
+  async download(account: UpstreamAccount, _operationName: string, output: VideoOutputRef, _job: VideoJob, signal: AbortSignal): Promise<VideoContent> {
+    const uri = output.uri;
+    if (!uri) throw new ProviderError('failed', 'the upstream gave no video address');
+    const keyOrigin = new URL(upstreamUrl(account, '/')).origin;
+    let url = uri;
+    for (let hop = 0; ; hop++) {
+      const sameOrigin = new URL(url).origin === keyOrigin;
+      const res = await upstreamFetch(url, { headers: sameOrigin ? auth(account) : {}, redirect: 'manual' }, signal, 'video download');
+      const location = res.headers.get('location');
+      if (res.status >= 300 && res.status < 400 && location) {
+        await res.body?.cancel();
+        if (hop >= MAX_REDIRECTS) throw new ProviderError('retryable', 'the upstream video download redirected too many times');
+        url = new URL(location, url).toString();
+        continue;
+      }
+      if (res.status === 404) {
+        await res.body?.cancel();
+        throw new ProviderError('failed', 'the upstream no longer has this video (files are kept about two days)', { upstreamStatus: 404 });
+      }
+      if (!res.ok) throw await googleError(res, 'video download');
+      const length = Number(res.headers.get('content-length'));
+      return { stream: bodyStream(res), contentType: res.headers.get('content-type')?.split(';')[0] || 'video/mp4', bytes: Number.isFinite(length) && length > 0 ? length : undefined };
+    }
+  }
+}
+
+function image(data: Buffer): { bytesBase64Encoded: string; mimeType: string } {
+  return { bytesBase64Encoded: data.toString('base64'), mimeType: MIME[sniff(data) ?? 'png'] };
+}
+
+function auth(account: UpstreamAccount): Record<string, string> {
+  return { 'x-goog-api-key': account.credentials.api_key ?? '' };
+}
+

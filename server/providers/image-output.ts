@@ -1,0 +1,84 @@
+/**
+ * What every image adapter does with upstream bytes, in one place: recognise a format by its magic
+ * bytes, read a bounded answer body, and hand the client exactly the pixels and format it asked for
+ * (resize and re-encode with sharp only when the upstream's image differs; otherwise pass its bytes
+ * through untouched).
+ */
+import sharp, { type Metadata, type Sharp } from 'sharp';
+import { ProviderError } from './provider-error.ts';
+import type { ImageFormat, ImageParams } from './types.ts';
+
+export const MIME: Record<ImageFormat, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
+
+/** The format by magic bytes: the upstream goes by the part's Content-Type, so it must be right. */
+export function sniff(data: Buffer): ImageFormat | undefined {
+  if (data.length >= 8 && data.readUInt32BE(0) === 0x89504e47 && data.readUInt32BE(4) === 0x0d0a1a0a) return 'png';
+  if (data.length >= 3 && data[0] === 0xff && data[1] === 0xd8 && data[2] === 0xff) return 'jpeg';
+  if (data.length >= 12 && data.toString('latin1', 0, 4) === 'RIFF' && data.toString('latin1', 8, 12) === 'WEBP') return 'webp';
+  return undefined;
+}
+
+/** An error while the body was being read: the caller's abort stays an abort, the rest is retryable. */
+export function bodyError(err: unknown, signal: AbortSignal, what: string): unknown {
+  if (signal.aborted) return signal.reason ?? err;
+  if (err instanceof ProviderError) return err;
+  const timedOut = err instanceof Error && err.name === 'TimeoutError';
+  return new ProviderError('retryable', `the upstream ${what} ${timedOut ? 'timed out' : 'broke off before its answer was complete'}`, { cause: err });
+}
+
+/** The whole body, refused past `max` bytes (and then not read further). */
+export async function readBounded(res: Response, max: number, signal: AbortSignal, what: string): Promise<Buffer> {
+  if (!res.body) return Buffer.alloc(0);
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      total += value.byteLength;
+      if (total > max) throw new ProviderError('failed', `the upstream ${what} answered more than ${Math.round(max / 1024 / 1024)} MiB`);
+      chunks.push(value);
+    }
+  } catch (err) {
+    void reader.cancel().catch(() => undefined);
+    throw bodyError(err, signal, what);
+  }
+  return Buffer.concat(chunks);
+}
+
+/**
+ * The image exactly as the client asked for it: resized (cover, centred) when the pixel size
+ * differs, re-encoded when the size or the format differs, else the upstream's bytes untouched.
+ */
+export async function fitImage(data: Buffer, params: ImageParams): Promise<Buffer> {
+  let meta: Metadata;
+  try {
+    meta = await sharp(data).metadata();
+  } catch (err) {
+    throw new ProviderError('retryable', 'the upstream answered an image that could not be decoded', { cause: err });
+  }
+  const sameSize = meta.width === params.width && meta.height === params.height;
+  if (sameSize && meta.format === params.outputFormat) return data;
+  try {
+    let img = sharp(data);
+    if (!sameSize) img = img.resize(params.width, params.height, { fit: 'cover', position: 'centre' });
+    return await encode(img, params.outputFormat, params.outputCompression);
+  } catch (err) {
+    throw new ProviderError('retryable', 'the upstream answered an image that could not be decoded', { cause: err });
+  }
+}
+
+/** Compression 0 (none) – 100 (maximum), as in the contract; the same mapping as the local renderer. */
+export function encode(img: Sharp, format: ImageFormat, compression: number | undefined): Promise<Buffer> {
+  const quality = compression === undefined ? 85 : Math.max(1, Math.min(100, Math.round(100 - compression)));
+  switch (format) {
+    case 'png':
+      return img.png().toBuffer();
+    case 'jpeg':
+      // JPEG has no alpha: transparent pixels become white, not whatever colour they hid.
+      return img.flatten({ background: '#ffffff' }).jpeg({ quality }).toBuffer();
+    case 'webp':
+      return img.webp({ quality }).toBuffer();
+  }
+}

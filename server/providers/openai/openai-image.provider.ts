@@ -1,0 +1,337 @@
+/**
+ * Provider kind `openai`, images: the OpenAI Images wire format (upstream-apis.md §1), as served by
+ * OpenAI and by OpenAI-compatible gateways at a member's `base_url`.
+ *
+ *   generation  POST {base}/images/generations, JSON
+ *   edit        POST {base}/images/edits, multipart: one input → part `image`, several → parts
+ *               `image[]` (§1.2: dall-e-2 refuses `image[]` for one file), optional `mask` (PNG);
+ *               every other value a string
+ *
+ * Model families, by the upstream model id: `dall-e-2*`, `dall-e-3*`, and everything else treated
+ * as a GPT image model (gateways serve them under other names). GPT image models get
+ * `output_format`, `output_compression` (jpeg/webp), `background` and low|medium|high|auto
+ * `quality`, never `response_format` (they refuse it and always answer `b64_json`); dall-e models
+ * get `response_format: b64_json`, dall-e-3 `quality` standard|hd, dall-e-2 no quality. A `url`
+ * answer is fetched anyway (gateways send one), without the member's key.
+ *
+ * `size` is the nearest one the model accepts (`upstreamImageSize`); the answer is then resized
+ * (cover, centred) and/or re-encoded when its pixel size or format differs from what the client
+ * asked for, and passed through byte for byte when it already matches.
+ *
+ * Streaming (§1.4): with `partial_images` > 0 on a GPT image model, `stream: true`; the SSE body is
+ * parsed as it arrives and each partial is relayed at once, UNMODIFIED: partials are previews, in
+ * the upstream's own size and format. Since the interleaving of per-image events with n>1 is not
+ * documented, n images stream as n sequential n=1 calls. Without streaming, GPT image models and
+ * dall-e-2 take up to 10 images per call, dall-e-3 one.
+ */
+import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import sharp from 'sharp';
+import { MIME, bodyError, fitImage, readBounded, sniff } from '../image-output.ts';
+import { ProviderError } from '../provider-error.ts';
+import type { ImageEvents, ImageFormat, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
+import { upstreamFetch, upstreamUrl } from '../upstream-http.ts';
+import { openaiError, openaiErrorOf } from './openai-errors.ts';
+
+/** How long one call (its whole answer, stream included) may take: high-quality images take minutes. */
+export const OPENAI_IMAGE_TIMEOUT_MS = 300_000;
+
+/** `n` is 1–10 per call (§1.1). */
+const MAX_N_PER_CALL = 10;
+/** Ten 4K images in base64 stay well under this; past it the answer is refused, not buffered. */
+const MAX_RESPONSE_BYTES = 512 * 1024 * 1024;
+/** One streamed event (a base64 image) and one image fetched from a `url` answer. */
+const MAX_EVENT_CHARS = 128 * 1024 * 1024;
+const MAX_URL_IMAGE_BYTES = 64 * 1024 * 1024;
+
+const GPT_SIZES = ['1024x1024', '1536x1024', '1024x1536'];
+const DALLE3_SIZES = ['1024x1024', '1792x1024', '1024x1792'];
+const DALLE2_SIDES = [256, 512, 1024];
+
+type Family = 'gpt' | 'dall-e-2' | 'dall-e-3';
+
+function familyOf(model: string): Family {
+  if (model.startsWith('dall-e-3')) return 'dall-e-3';
+  if (model.startsWith('dall-e-2')) return 'dall-e-2';
+  return 'gpt';
+}
+
+/**
+ * The `size` to ask `model` for, to deliver `width`x`height`: the standard size of the nearest
+ * aspect ratio (dall-e-2: the smallest square at least as large), or for `gpt-image-2*` the exact
+ * size when the upstream accepts it.
+ */
+export function upstreamImageSize(model: string, width: number, height: number): string {
+  const family = familyOf(model);
+  if (family === 'dall-e-2') {
+    const side = DALLE2_SIDES.find((s) => s >= Math.max(width, height)) ?? DALLE2_SIDES.at(-1)!;
+    return `${side}x${side}`;
+  }
+  if (family === 'dall-e-3') return nearestAspect(DALLE3_SIZES, width, height);
+  if (model.startsWith('gpt-image-2') && flexSizeAccepted(width, height)) return `${width}x${height}`;
+  return nearestAspect(GPT_SIZES, width, height);
+}
+
+/**
+ * gpt-image-2 sizes (§1.1): both edges divisible by 16, ratio 1:3..3:1, at most 3840x2160 (either
+ * way round). The pixel-count floor of 655,360 is not in §1.1 but reported live (Azure docs, issue
+ * threads quoted by the fake); below it the nearest standard size is asked for and downscaled.
+ */
+function flexSizeAccepted(width: number, height: number): boolean {
+  const long = Math.max(width, height);
+  const short = Math.min(width, height);
+  return width % 16 === 0 && height % 16 === 0 && short > 0 && long / short <= 3 && long <= 3840 && short <= 2160 && width * height >= 655_360;
+}
+
+/** The size whose aspect ratio is nearest (on a log scale, so 2:1 and 1:2 are equally far from 1:1); ties go to the first. */
+function nearestAspect(sizes: string[], width: number, height: number): string {
+  const target = Math.log(width / height);
+  let best = sizes[0]!;
+  let bestDistance = Infinity;
+  for (const size of sizes) {
+    const [w, h] = size.split('x').map(Number) as [number, number];
+    const distance = Math.abs(Math.log(w / h) - target);
+    if (distance < bestDistance - 1e-9) [best, bestDistance] = [size, distance];
+  }
+  return best;
+}
+
+/** One input file of an edit, ready for the multipart body. */
+interface Upload {
+  blob: Blob;
+  filename: string;
+}
+
+/** One image of an answer, before post-processing. */
+interface RawImage {
+  data: Buffer;
+  revisedPrompt?: string;
+}
+
+/** The `openai` image adapter; keeps no per-account state. `timeoutMs` bounds each call, its answer included. */
+export class OpenAIImageProvider implements ImageProvider {
+  constructor(private readonly timeoutMs = OPENAI_IMAGE_TIMEOUT_MS) {}
+
+  async generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void> {
+    const family = familyOf(job.model);
+    const stream = family === 'gpt' && job.params.partialImages > 0;
+    const perCall = stream || family === 'dall-e-3' ? 1 : MAX_N_PER_CALL;
+    const what = job.operation === 'edit' ? 'image edit' : 'image generation';
+    const uploads = job.operation === 'edit' ? await editUploads(job, family) : undefined;
+
+    let index = 0;
+    while (index < job.n) {
+      signal.throwIfAborted();
+      const n = Math.min(perCall, job.n - index);
+      const fields = requestFields(job, family, n, stream);
+      const init = uploads
+        ? { method: 'POST', headers: auth(account), body: multipart(fields, uploads) }
+        : { method: 'POST', headers: { ...auth(account), 'Content-Type': 'application/json' }, body: JSON.stringify(fields) };
+      const res = await upstreamFetch(
+        upstreamUrl(account, job.operation === 'edit' ? '/images/edits' : '/images/generations'),
+        { ...init, timeoutMs: this.timeoutMs },
+        signal,
+        what,
+      );
+      if (!res.ok) throw await openaiError(res, what);
+
+      // A gateway that ignores `stream` answers JSON: read it as such.
+      if (stream && /text\/event-stream/i.test(res.headers.get('content-type') ?? '')) {
+        const image = await readStream(res, index, signal, events, what);
+        await events.image(index, { image: await fitImage(image, job.params) });
+        index++;
+        continue;
+      }
+
+      const images = (await readImages(res, signal, what)).slice(0, n);
+      // A short answer is not an error as long as it holds an image: the loop asks for the rest.
+      if (images.length === 0) throw new ProviderError('retryable', `the upstream ${what} answered no image`);
+      for (const raw of images) {
+        const data = await fitImage(raw.data, job.params);
+        await events.image(index, { image: data, ...(raw.revisedPrompt !== undefined && { revisedPrompt: raw.revisedPrompt }) });
+        index++;
+      }
+    }
+  }
+}
+
+function auth(account: UpstreamAccount): Record<string, string> {
+  return { Authorization: `Bearer ${account.credentials.api_key ?? ''}` };
+}
+
+/** The request's parameters (§1.1, §1.2), by model family. */
+function requestFields(job: ImageJob, family: Family, n: number, stream: boolean): Record<string, string | number | boolean> {
+  const p = job.params;
+  const fields: Record<string, string | number | boolean> = { model: job.model, prompt: job.prompt, n, size: upstreamImageSize(job.model, p.width, p.height) };
+  if (family === 'gpt') {
+    fields.quality = p.quality;
+    fields.background = p.background;
+    fields.output_format = p.outputFormat;
+    if (p.outputCompression !== undefined && p.outputFormat !== 'png') fields.output_compression = p.outputCompression;
+    if (stream) {
+      fields.stream = true;
+      fields.partial_images = p.partialImages;
+    }
+  } else {
+    if (family === 'dall-e-3') fields.quality = p.quality === 'high' ? 'hd' : 'standard';
+    fields.response_format = 'b64_json';
+  }
+  return fields;
+}
+
+function multipart(fields: Record<string, string | number | boolean>, uploads: { images: Upload[]; mask?: Upload }): FormData {
+  const form = new FormData();
+  for (const [name, value] of Object.entries(fields)) form.append(name, String(value));
+  const field = uploads.images.length === 1 ? 'image' : 'image[]';
+  for (const image of uploads.images) form.append(field, image.blob, image.filename);
+  if (uploads.mask) form.append('mask', uploads.mask.blob, uploads.mask.filename);
+  return form;
+}
+
+const EXTENSION: Record<ImageFormat, string> = { png: 'png', jpeg: 'jpg', webp: 'webp' };
+
+/**
+ * The edit's files. Inputs the upstream cannot take (a GIF; anything but PNG for dall-e-2, §1.2) and
+ * a mask that is not a PNG are converted to PNG; the rest go as they are.
+ */
+async function editUploads(job: ImageJob, family: Family): Promise<{ images: Upload[]; mask?: Upload }> {
+  if (job.inputs.length === 0) throw new ProviderError('invalid_request', 'an image edit needs at least one input image');
+  const images = await Promise.all(job.inputs.map((data, i) => upload(data, `image-${i + 1}`, family === 'dall-e-2')));
+  const mask = job.mask && (await upload(job.mask, 'mask', true));
+  return { images, ...(mask && { mask }) };
+}
+
+async function upload(data: Buffer, name: string, pngOnly: boolean): Promise<Upload> {
+  let format = sniff(data);
+  if (format === undefined || (pngOnly && format !== 'png')) {
+    try {
+      data = await sharp(data).png().toBuffer();
+    } catch (err) {
+      throw new ProviderError('invalid_request', `the input '${name}' is not an image the upstream can take`, { cause: err });
+    }
+    format = 'png';
+  }
+  return { blob: new Blob([data], { type: MIME[format] }), filename: `${name}.${EXTENSION[format]}` };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Answers
+
+interface ImagesResponse {
+  error?: unknown;
+  data?: { b64_json?: unknown; url?: unknown; revised_prompt?: unknown }[];
+}
+
+/** The images of a non-streaming answer (§1.3): `b64_json`, or a `url` (dall-e, gateways) fetched here. */
+async function readImages(res: Response, signal: AbortSignal, what: string): Promise<RawImage[]> {
+  const text = (await readBounded(res, MAX_RESPONSE_BYTES, signal, what)).toString('utf8');
+  let body: ImagesResponse;
+  try {
+    body = JSON.parse(text) as ImagesResponse;
+  } catch {
+    throw new ProviderError('retryable', `the upstream ${what} answered something other than JSON`);
+  }
+  // Some gateways answer an error envelope with status 200: its code and type decide.
+  if (body?.error !== undefined && body.error !== null) throw openaiErrorOf(body, what);
+  if (!Array.isArray(body?.data)) throw new ProviderError('retryable', `the upstream ${what} answered without a data list`);
+  const images: RawImage[] = [];
+  for (const item of body.data) {
+    let data: Buffer;
+    if (typeof item?.b64_json === 'string' && item.b64_json !== '') data = Buffer.from(item.b64_json, 'base64');
+    else if (typeof item?.url === 'string' && item.url !== '') data = await fetchImageUrl(item.url, signal);
+    else throw new ProviderError('retryable', `the upstream ${what} answered an image without data`);
+    images.push({ data, ...(typeof item.revised_prompt === 'string' && { revisedPrompt: item.revised_prompt }) });
+  }
+  return images;
+}
+
+/**
+ * An image behind a `url` answer. OpenAI's are signed storage URLs; the member's key is not sent
+ * (the host is not the API). The URL comes from the operator's upstream, so private addresses are
+ * allowed (an on-premises gateway); only http(s) and data: URLs are.
+ */
+async function fetchImageUrl(url: string, signal: AbortSignal): Promise<Buffer> {
+  const dataUrl = /^data:image\/[\w.+-]+;base64,/i.exec(url.slice(0, 64));
+  if (dataUrl) return Buffer.from(url.slice(dataUrl[0].length), 'base64');
+  if (!/^https?:\/\//i.test(url)) throw new ProviderError('retryable', 'the upstream answered an image URL that cannot be fetched');
+  const res = await upstreamFetch(url, { headers: { Accept: 'image/*' } }, signal, 'image download');
+  if (!res.ok) {
+    await res.body?.cancel().catch(() => undefined);
+    throw new ProviderError('retryable', `the upstream image download failed with HTTP ${res.status}`, { upstreamStatus: res.status });
+  }
+  return readBounded(res, MAX_URL_IMAGE_BYTES, signal, 'image download');
+}
+
+type StreamEvent = { kind: 'partial'; index: number | undefined; b64: string } | { kind: 'completed'; b64: string } | { kind: 'other' };
+
+/**
+ * Reads one streamed image (n=1) as the frames arrive, relays its partials and returns the final
+ * image (not yet post-processed). Stops reading at the completed frame.
+ */
+async function readStream(res: Response, imageIndex: number, signal: AbortSignal, events: ImageEvents, what: string): Promise<Buffer> {
+  if (!res.body) throw new ProviderError('retryable', 'the upstream stream ended before the image was complete');
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  const frames: EventSourceMessage[] = [];
+  let overflow = false;
+  const parser = createParser({
+    onEvent: (frame) => frames.push(frame),
+    onError: (err) => {
+      if (err.type === 'max-buffer-size-exceeded') overflow = true;
+    },
+    maxBufferSize: MAX_EVENT_CHARS,
+  });
+  let partials = 0;
+  try {
+    for (;;) {
+      const chunk = await reader.read().catch((err: unknown) => {
+        throw bodyError(err, signal, what);
+      });
+      // At the end, a blank line dispatches a last frame the upstream did not terminate.
+      parser.feed(chunk.done ? `${decoder.decode()}\n\n` : decoder.decode(chunk.value, { stream: true }));
+      if (overflow) throw new ProviderError('failed', `the upstream ${what} streamed an event larger than ${MAX_EVENT_CHARS / 1024 / 1024} MiB`);
+      for (const frame of frames.splice(0)) {
+        const event = streamEvent(frame, what);
+        if (event.kind === 'completed') return Buffer.from(event.b64, 'base64');
+        if (event.kind === 'partial') {
+          // Indexes come from the upstream when it sends them; counted here otherwise.
+          const partialIndex = event.index ?? partials;
+          partials++;
+          await events.partial(imageIndex, partialIndex, Buffer.from(event.b64, 'base64'));
+        }
+      }
+      if (chunk.done) throw new ProviderError('retryable', 'the upstream stream ended before the image was complete');
+    }
+  } finally {
+    // Stops the upstream's answer when we leave early (completed, error, client gone, abort).
+    void reader.cancel().catch(() => undefined);
+  }
+}
+
+/** One SSE frame (§1.4): the `event:` line may be missing (the payload's `type` says it), `[DONE]` ends. */
+function streamEvent(frame: EventSourceMessage, what: string): StreamEvent {
+  if (frame.data.trim() === '[DONE]') return { kind: 'other' };
+  let payload: unknown;
+  try {
+    payload = JSON.parse(frame.data);
+  } catch {
+    throw new ProviderError('retryable', `the upstream ${what} streamed an unreadable event`);
+  }
+  const body = (typeof payload === 'object' && payload !== null ? payload : {}) as { type?: unknown; error?: unknown; b64_json?: unknown; partial_image_index?: unknown };
+  if (frame.event === 'error' || (body.error !== undefined && body.error !== null)) {
+    // The SDK's rule (§1.4): an `error` event, or any data carrying `error`; the frame may hold the bare error object.
+    throw openaiErrorOf(body.error !== undefined ? body : { error: body }, what);
+  }
+  const type = typeof body.type === 'string' ? body.type : (frame.event ?? '');
+  if (type.endsWith('.partial_image') && typeof body.b64_json === 'string') {
+    return { kind: 'partial', index: typeof body.partial_image_index === 'number' ? body.partial_image_index : undefined, b64: body.b64_json };
+  }
+  if (type.endsWith('.completed')) {
+    if (typeof body.b64_json !== 'string' || body.b64_json === '') throw new ProviderError('retryable', `the upstream ${what} completed without the image`);
+    return { kind: 'completed', b64: body.b64_json };
+  }
+  return { kind: 'other' };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Post-processing
+

@@ -1,0 +1,300 @@
+/**
+ * The account pool through the public API, against the fake OpenAI Images upstream (each member
+ * has its own key, so the fake's per-key log says which member served a call): model maps,
+ * failover without double charge, 429 cooldown, circuit, rejected credentials disabling a member
+ * until an admin changes it, concurrency limits (wait, then 429 upstream_busy), health in the admin
+ * API and per-member metrics.
+ */
+import sharp from 'sharp';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startOpenAIImagesFake, type OpenAIImagesFake } from '../fakes/openai-images.ts';
+import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
+import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { IMAGE_PRO, addUpstreamMember } from '../support/upstreams.ts';
+
+const KEYS = ['sk-a', 'sk-b', 'sk-c', 'sk-d'];
+let server: TestServer;
+let fake: OpenAIImagesFake;
+
+beforeAll(async () => {
+  fake = await startOpenAIImagesFake({ apiKeys: KEYS, record: true });
+  server = await startTestServer({ env: { IMAGE_CAPACITY_WAIT_MS: '1500', METRICS_TOKEN: 'metrics-token-0123456789' } });
+  await seedCatalog(server.db, [IMAGE_PRO]);
+});
+afterAll(async () => {
+  await server?.close();
+  await fake?.close();
+});
+beforeEach(() => {
+  fake.holdMs = 0;
+  fake.faults.clear();
+});
+
+type MemberSpec = { name: string; key: string; priority?: number; weight?: number; concurrencyLimit?: number };
+
+/** A customer whose group has the given members, all serving image-pro as gpt-image-1.5. */
+async function customer(members: MemberSpec[]) {
+  const account = await createAccount(server.db, { balance: 100 });
+  const group = await createGroup(server.db);
+  const ids: Record<string, string> = {};
+  for (const m of members) {
+    ids[m.name] = (
+      await addUpstreamMember(server.db, server.secretKey, {
+        groupId: group.id,
+        name: m.name,
+        provider: 'openai',
+        baseUrl: `${fake.url}/v1`,
+        credentials: { api_key: m.key },
+        models: [IMAGE_PRO.id],
+        modelMap: { [IMAGE_PRO.id]: 'gpt-image-1.5' },
+        priority: m.priority ?? 0,
+        weight: m.weight ?? 1,
+        concurrencyLimit: m.concurrencyLimit ?? null,
+      })
+    ).id;
+  }
+  const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+  return { accountId: account.id, groupId: group.id, key: key.key, ids };
+}
+
+async function generate(key: string, prompt = 'a lighthouse at dusk') {
+  const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: IMAGE_PRO.id, prompt, size: '1024x1024' }),
+  });
+  const body = (await res.json()) as { data?: unknown[]; error?: { code: string; message: string } };
+  return { status: res.status, body, taskId: res.headers.get('x-task-id'), retryAfter: res.headers.get('retry-after') };
+}
+
+const callsSince = (n: number) => fake.calls.slice(n);
+const keysOf = (calls: { apiKey: string }[]) => calls.map((c) => c.apiKey);
+
+async function ledgerKinds(taskId: string) {
+  return (await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', taskId).orderBy('id').execute()).map((e) => e.kind);
+}
+
+async function membersOf(groupId: string) {
+  const { data } = await server.admin().GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: groupId } } });
+  return Object.fromEntries(data!.data.map((m) => [m.name, m]));
+}
+
+describe('pool routing', () => {
+  it('sends the member model id upstream and keeps to the highest priority tier', async () => {
+    const c = await customer([
+      { name: 'top', key: 'sk-a', priority: 10 },
+      { name: 'spare', key: 'sk-b', priority: 0 },
+    ]);
+    const before = fake.calls.length;
+    for (let i = 0; i < 5; i++) expect((await generate(c.key)).status).toBe(200);
+    const calls = callsSince(before);
+    expect(keysOf(calls)).toEqual(['sk-a', 'sk-a', 'sk-a', 'sk-a', 'sk-a']);
+    expect(calls.every((call) => call.model === 'gpt-image-1.5')).toBe(true);
+  });
+
+  it('fails over to the next member on a 5xx, charges once, and records the failure on the member', async () => {
+    const c = await customer([
+      { name: 'top', key: 'sk-a', priority: 10 },
+      { name: 'spare', key: 'sk-b', priority: 0 },
+    ]);
+    const before = fake.calls.length;
+    fake.serverErrorNext('generations', 500);
+    const r = await generate(c.key);
+    expect(r.status).toBe(200);
+    expect(keysOf(callsSince(before))).toEqual(['sk-a', 'sk-b']);
+    expect(await ledgerKinds(r.taskId!)).toEqual(['hold', 'capture']);
+    const task = await server.db.selectFrom('imageTasks').select(['memberId', 'actualCredits', 'quotedCredits']).where('id', '=', r.taskId!).executeTakeFirstOrThrow();
+    expect(task.memberId).toBe(c.ids.spare);
+    expect(task.actualCredits).toBe(task.quotedCredits);
+    const members = await membersOf(c.groupId);
+    expect(members.top!.health.recent.failures).toBe(1);
+    expect(members.top!.health.last_error).toBeTruthy();
+    expect(members.top!.health.cooldown_until).toBeNull(); // one 5xx does not open the circuit
+  });
+
+  it('cools a member down for its Retry-After after a 429: nothing goes there until it ends', async () => {
+    const c = await customer([
+      { name: 'top', key: 'sk-a', priority: 10 },
+      { name: 'spare', key: 'sk-b', priority: 0 },
+    ]);
+    const before = fake.calls.length;
+    fake.rateLimitNext('generations', 2);
+    expect((await generate(c.key)).status).toBe(200);
+    for (let i = 0; i < 3; i++) expect((await generate(c.key)).status).toBe(200);
+    expect(keysOf(callsSince(before))).toEqual(['sk-a', 'sk-b', 'sk-b', 'sk-b', 'sk-b']);
+    const members = await membersOf(c.groupId);
+    expect(members.top!.health).toMatchObject({ cooldown_reason: 'rate_limited' });
+    expect(Date.parse(members.top!.health.cooldown_until!) - Date.now()).toBeGreaterThan(500);
+    await new Promise((r) => setTimeout(r, Date.parse(members.top!.health.cooldown_until!) - Date.now() + 100));
+    const after = fake.calls.length;
+    expect((await generate(c.key)).status).toBe(200);
+    expect(keysOf(callsSince(after))).toEqual(['sk-a']);
+  });
+
+  it('answers 429 rate_limited with Retry-After when every member is cooling down, and charges nothing', async () => {
+    const c = await customer([{ name: 'only', key: 'sk-a' }]);
+    fake.rateLimitNext('generations', 30);
+    const first = await generate(c.key);
+    expect(first.status).toBe(429);
+    expect(first.body.error!.code).toBe('rate_limited');
+    const before = fake.calls.length;
+    const second = await generate(c.key);
+    expect(second.status).toBe(429);
+    expect(second.body.error!.code).toBe('rate_limited');
+    expect(Number(second.retryAfter)).toBeGreaterThan(20);
+    expect(fake.calls.length).toBe(before); // the cooling member was not called
+    for (const r of [first, second]) expect(await ledgerKinds(r.taskId!)).toEqual(['hold', 'release']);
+  });
+
+  it('takes a member whose credentials are refused out of rotation until an admin updates it', async () => {
+    const c = await customer([
+      { name: 'revoked', key: 'sk-revoked', priority: 10 },
+      { name: 'spare', key: 'sk-b', priority: 0 },
+    ]);
+    // A refused key never becomes a call in the fake's log: read the raw requests.
+    const keysSent = (from: number) => fake.requests.slice(from).map((r) => String(r.headers.authorization).replace('Bearer ', ''));
+    const before = fake.requests.length;
+    const r = await generate(c.key);
+    expect(r.status).toBe(200);
+    expect(await ledgerKinds(r.taskId!)).toEqual(['hold', 'capture']);
+    for (let i = 0; i < 3; i++) expect((await generate(c.key)).status).toBe(200);
+    expect(keysSent(before)).toEqual(['sk-revoked', 'sk-b', 'sk-b', 'sk-b', 'sk-b']);
+    expect(server.logs.some((l) => l.includes('credentials rejected'))).toBe(true);
+    expect(server.logs.join('\n')).not.toContain('sk-revoked');
+    const members = await membersOf(c.groupId);
+    expect(members.revoked!.health.credentials_rejected).toBe(true);
+
+    // The operator rotates the key: the member is back.
+    const patched = await server.admin().PATCH('/admin/v1/groups/{group_id}/members/{member_id}', {
+      params: { path: { group_id: c.groupId, member_id: c.ids.revoked! } },
+      body: { credentials: { api_key: 'sk-c' } },
+    });
+    expect(patched.data!.health.credentials_rejected).toBe(false);
+    const after = fake.calls.length;
+    expect((await generate(c.key)).status).toBe(200);
+    expect(keysOf(callsSince(after))).toEqual(['sk-c']);
+  });
+
+  it('opens the circuit of a member after three 5xx in a row', async () => {
+    const c = await customer([
+      { name: 'flaky', key: 'sk-a', priority: 10 },
+      { name: 'spare', key: 'sk-b', priority: 0 },
+    ]);
+    for (let i = 0; i < 3; i++) {
+      fake.serverErrorNext('generations', 503); // the top member's call; the spare then succeeds
+      expect((await generate(c.key)).status).toBe(200);
+    }
+    const before = fake.calls.length;
+    expect((await generate(c.key)).status).toBe(200);
+    expect(keysOf(callsSince(before))).toEqual(['sk-b']);
+    expect((await membersOf(c.groupId)).flaky!.health).toMatchObject({ cooldown_reason: 'circuit_open', recent: { failures: 3 } });
+  });
+
+  it('never runs more than concurrency_limit calls on a member; requests wait for a slot, then get 429 upstream_busy', async () => {
+    const c = await customer([{ name: 'small', key: 'sk-d', concurrencyLimit: 2 }]);
+    fake.resetInFlightStats();
+    fake.holdMs = 300;
+    const results = await Promise.all(Array.from({ length: 6 }, (_, i) => generate(c.key, `concurrent ${i}`)));
+    expect(results.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    expect(fake.maxInFlightByKey['sk-d']).toBe(2);
+
+    // Slots held longer than the wait: the excess gets 429 with Retry-After, and is not charged.
+    fake.resetInFlightStats();
+    fake.holdMs = 2500;
+    const busy = await Promise.all(Array.from({ length: 4 }, (_, i) => generate(c.key, `busy ${i}`)));
+    expect(fake.maxInFlightByKey['sk-d']).toBe(2);
+    expect(busy.map((r) => r.status).sort()).toEqual([200, 200, 429, 429]);
+    for (const r of busy.filter((b) => b.status === 429)) {
+      expect(r.body.error!.code).toBe('upstream_busy');
+      expect(Number(r.retryAfter)).toBeGreaterThanOrEqual(1);
+      expect(await ledgerKinds(r.taskId!)).toEqual(['hold', 'release']);
+    }
+    expect((await membersOf(c.groupId)).small!.health.in_flight).toBe(0);
+  });
+
+  it('counts upstream calls per member and outcome in /metrics', async () => {
+    const c = await customer([{ name: 'metered', key: 'sk-a' }]);
+    fake.serverErrorNext('generations', 500);
+    await generate(c.key);
+    await generate(c.key);
+    const text = await (await fetch(`${server.directUrl}/metrics`, { headers: { Authorization: 'Bearer metrics-token-0123456789' } })).text();
+    const line = (outcome: string) => text.split('\n').find((l) => l.startsWith(`mediagate_upstream_requests_total{provider="openai",member="${c.ids.metered}",outcome="${outcome}"}`));
+    expect(line('ok')).toMatch(/ 1$/);
+    expect(line('retryable')).toMatch(/ 1$/);
+    expect(text).toContain(`mediagate_upstream_request_duration_seconds_count{provider="openai",member="${c.ids.metered}"} 2`);
+  });
+});
+
+describe('pool routing of streams', () => {
+  async function stream(key: string) {
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: IMAGE_PRO.id, prompt: 'a streamed lighthouse', size: '1024x1024', stream: true, partial_images: 2 }),
+    });
+    const text = await res.text();
+    const events = [...text.matchAll(/^event: (.+)$/gm)].map((m) => m[1]);
+    return { status: res.status, events, taskId: res.headers.get('x-task-id') };
+  }
+
+  it('fails over before anything reached the client', async () => {
+    const c = await customer([
+      { name: 'top', key: 'sk-a', priority: 10 },
+      { name: 'spare', key: 'sk-b', priority: 0 },
+    ]);
+    const before = fake.calls.length;
+    fake.serverErrorNext('generations', 502);
+    const r = await stream(c.key);
+    expect(r.status).toBe(200);
+    expect(r.events).toEqual(['image_generation.partial_image', 'image_generation.partial_image', 'image_generation.completed']);
+    expect(keysOf(callsSince(before))).toEqual(['sk-a', 'sk-b']);
+    expect(await ledgerKinds(r.taskId!)).toEqual(['hold', 'capture']);
+  });
+
+  it('never fails over once a partial image reached the client: the stream ends with an error and nothing undelivered is charged', async () => {
+    const c = await customer([
+      { name: 'top', key: 'sk-a', priority: 10 },
+      { name: 'spare', key: 'sk-b', priority: 0 },
+    ]);
+    const before = fake.calls.length;
+    fake.streamErrorNext('generations', 1, { message: 'The server had an error while processing your request.', type: 'server_error', param: null, code: null });
+    const r = await stream(c.key);
+    expect(r.events).toEqual(['image_generation.partial_image', 'error']);
+    expect(keysOf(callsSince(before))).toEqual(['sk-a']);
+    expect(await ledgerKinds(r.taskId!)).toEqual(['hold', 'release']);
+  });
+});
+
+describe('the OpenAI Images adapter through the API', () => {
+  it('refuses a moderated prompt with content_policy_violation and the upstream reason, charging nothing', async () => {
+    const c = await customer([{ name: 'only', key: 'sk-a' }]);
+    const r = await generate(c.key, 'please moderate-me');
+    expect(r.status).toBe(400);
+    expect(r.body.error!.code).toBe('content_policy_violation');
+    expect(r.body.error!.message).toMatch(/safety system/);
+    expect(await ledgerKinds(r.taskId!)).toEqual(['hold', 'release']);
+    // A refusal is about the request, not the account: no failover, no cooldown.
+    expect((await membersOf(c.groupId)).only!.health).toMatchObject({ cooldown_until: null, credentials_rejected: false });
+  });
+
+  it('sends an edit with several images and a mask as multipart image[] parts and returns the requested size', async () => {
+    const c = await customer([{ name: 'only', key: 'sk-a' }]);
+    const png = (color: string) => sharp({ create: { width: 1024, height: 1024, channels: 4, background: color } }).png().toBuffer();
+    const form = new FormData();
+    form.append('model', IMAGE_PRO.id);
+    form.append('prompt', 'put them together');
+    form.append('size', '1024x1024');
+    for (const color of ['#ff0000', '#00ff00']) form.append('image[]', new Blob([await png(color)], { type: 'image/png' }), 'in.png');
+    form.append('mask', new Blob([await png('#00000000')], { type: 'image/png' }), 'mask.png');
+    const before = fake.calls.length;
+    const res = await fetch(`${server.directUrl}/v1/images/edits`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}` }, body: form });
+    const body = (await res.json()) as { data: { b64_json: string }[] };
+    expect(res.status).toBe(200);
+    const [call] = callsSince(before);
+    expect(call).toMatchObject({ route: 'edits', model: 'gpt-image-1.5', apiKey: 'sk-a' });
+    expect(call!.images.map((i) => i.field)).toEqual(['image[]', 'image[]']);
+    expect(call!.mask).toBeDefined();
+    const meta = await sharp(Buffer.from(body.data[0]!.b64_json, 'base64')).metadata();
+    expect([meta.width, meta.height, meta.format]).toEqual([1024, 1024, 'png']);
+  });
+});
