@@ -1,0 +1,340 @@
+/**
+ * The `gemini` adapters through the public API against the fake Gemini API (test/fakes/gemini.ts):
+ * Nano Banana images (official sizes, imageConfig, thought parts, edits within the input limit,
+ * HTTP-200 blocks, n > 1 bounded by the member's concurrency, completed-only streams, re-encoding)
+ * and Veo (the SDK's wire shapes, operations, filtered and failed results, the 302 download, the
+ * catalog's duration constraints), and the pool around them: RetryInfo 429s fail over to the second
+ * member and cool the first down, per-day quotas for an hour.
+ */
+import sharp from 'sharp';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startGeminiFake, type GeminiFake } from '../fakes/gemini.ts';
+import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
+import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { holdOf, waitVideoFinished } from '../support/tasks.ts';
+import { NANO_BANANA, NANO_BANANA_PRO, VEO_31, addUpstreamMember } from '../support/upstreams.ts';
+
+let server: TestServer;
+let fake: GeminiFake;
+let seq = 0;
+
+beforeAll(async () => {
+  fake = await startGeminiFake({ apiKeys: ['gm-a', 'gm-b'] });
+  server = await startTestServer({ workers: true, env: { VIDEO_POLL_INTERVAL_MS: '100', TASK_LEASE_MS: '3000' } });
+  await seedCatalog(server.db, [NANO_BANANA, NANO_BANANA_PRO, VEO_31]);
+});
+afterAll(async () => {
+  await server?.close();
+  await fake?.close();
+});
+beforeEach(() => {
+  fake.faults.clear();
+  fake.holdMs = 0;
+});
+
+type MemberSpec = { name: string; key: string; priority?: number; concurrencyLimit?: number };
+
+/** A customer whose group has Gemini members (the first one preferred unless priorities say otherwise). */
+async function customer(members: MemberSpec[] = [{ name: 'a', key: 'gm-a' }], balance = 100) {
+  const account = await createAccount(server.db, { balance });
+  const group = await createGroup(server.db);
+  const ids: Record<string, string> = {};
+  for (const m of members) {
+    ids[m.name] = (
+      await addUpstreamMember(server.db, server.secretKey, {
+        groupId: group.id,
+        name: m.name,
+        provider: 'gemini',
+        baseUrl: `${fake.url}/v1beta`,
+        credentials: { api_key: m.key },
+        models: [NANO_BANANA.id, NANO_BANANA_PRO.id, VEO_31.id],
+        priority: m.priority ?? 0,
+        concurrencyLimit: m.concurrencyLimit ?? null,
+      })
+    ).id;
+  }
+  const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+  return { accountId: account.id, groupId: group.id, key: key.key, ids };
+}
+
+/** Two members, `a` tried first (higher priority), `b` the spare. */
+const twoMembers = () => customer([
+  { name: 'a', key: 'gm-a', priority: 10 },
+  { name: 'b', key: 'gm-b', priority: 0 },
+]);
+
+type Json = Record<string, any>;
+
+async function post(key: string, path: string, body: unknown) {
+  const res = await fetch(`${server.directUrl}${path}`, { method: 'POST', headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+  const text = await res.text();
+  let json: Json = {};
+  try {
+    json = JSON.parse(text) as Json;
+  } catch {
+    // an event stream
+  }
+  return { status: res.status, body: json, text, taskId: res.headers.get('x-task-id'), retryAfter: res.headers.get('retry-after') };
+}
+
+const imageMeta = async (b64: string) => sharp(Buffer.from(b64, 'base64')).metadata();
+const png = (w: number, h: number, alpha = 1) => sharp({ create: { width: w, height: h, channels: 4, background: { r: 200, g: 40, b: 40, alpha } } }).png().toBuffer();
+const dataUrl = (b: Buffer) => `data:image/png;base64,${b.toString('base64')}`;
+
+async function balanceOf(accountId: string) {
+  const row = await server.db.selectFrom('accounts').select('balance').where('id', '=', accountId).executeTakeFirstOrThrow();
+  return Number(row.balance);
+}
+
+async function healthOf(groupId: string) {
+  const { data } = await server.admin().GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: groupId } } });
+  return Object.fromEntries(data!.data.map((m) => [m.name, m.health]));
+}
+
+function parseSse(text: string) {
+  return text
+    .split('\n\n')
+    .filter((f) => f.trim())
+    .map((frame) => ({ event: /^event: (.+)$/m.exec(frame)?.[1] ?? '', data: JSON.parse(/^data: (.+)$/m.exec(frame)?.[1] ?? '{}') as Json }));
+}
+
+describe('gemini images', () => {
+  it('sends generateContent with the key and imageConfig, and returns Google\'s official 1K size', async () => {
+    const c = await customer();
+    const before = fake.calls.length;
+    const res = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'a nano banana dish' });
+    expect(res.status).toBe(200);
+    const call = fake.calls[before]!;
+    expect(call).toMatchObject({ model: 'gemini-2.5-flash-image', apiKey: 'gm-a', prompt: 'a nano banana dish', imageConfig: { aspectRatio: '1:1' }, responseModalities: ['TEXT', 'IMAGE'] });
+    // 1K is the default: no imageSize (2.5 Flash refuses any other).
+    expect(call.imageConfig).not.toHaveProperty('imageSize');
+    expect(await imageMeta(res.body.data[0].b64_json)).toMatchObject({ width: 1024, height: 1024, format: 'png' });
+    expect(res.body.size).toBe('1024x1024');
+
+    // A size from Google's table selects its ratio.
+    const wide = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'wide', size: '1344x768' });
+    expect(wide.status).toBe(200);
+    expect(fake.calls.at(-1)!.imageConfig).toEqual({ aspectRatio: '16:9' });
+    expect(await imageMeta(wide.body.data[0].b64_json)).toMatchObject({ width: 1344, height: 768 });
+  });
+
+  it('asks 3 Pro for an uppercase imageSize and skips its thought images', async () => {
+    const c = await customer();
+    const res = await post(c.key, '/v1/images/generations', { model: NANO_BANANA_PRO.id, prompt: 'a castle', aspectRatio: '16:9', resolution: '2K' });
+    expect(res.status).toBe(200);
+    expect(fake.calls.at(-1)!.imageConfig).toEqual({ aspectRatio: '16:9', imageSize: '2K' });
+    // The answer had two quarter-size thought images before the final one: the final one is returned.
+    expect(await imageMeta(res.body.data[0].b64_json)).toMatchObject({ width: 2752, height: 1536 });
+    const hold = await holdOf(server.db, res.taskId!);
+    expect(hold).toMatchObject({ status: 'captured', captured: Math.round(0.134 * 1_000_000) });
+  });
+
+  it('re-encodes to the output format Gemini cannot produce', async () => {
+    const c = await customer();
+    const res = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'jpeg please', output_format: 'jpeg', output_compression: 60 });
+    expect(res.status).toBe(200);
+    expect(fake.calls.at(-1)!.imageConfig).not.toHaveProperty('outputMimeType');
+    expect(await imageMeta(res.body.data[0].b64_json)).toMatchObject({ format: 'jpeg', width: 1024, height: 1024 });
+  });
+
+  it('edits with the input images and the mask as inline parts, within the model\'s input limit', async () => {
+    const c = await customer();
+    const input = await png(640, 360);
+    const mask = await png(640, 360, 0);
+    const before = fake.counts.generate;
+    const ok = await post(c.key, '/v1/images/edits', { model: NANO_BANANA.id, prompt: 'add a hat', images: [dataUrl(input), dataUrl(input)], mask: dataUrl(mask) });
+    expect(ok.status).toBe(200);
+    const call = fake.calls.at(-1)!;
+    // Two images and the mask: three inline parts, 2.5 Flash's limit.
+    expect(call.images.map((i) => `${i.width}x${i.height}`)).toEqual(['640x360', '640x360', '640x360']);
+    expect(call.prompt).toContain('mask');
+
+    // Three images and a mask are four: refused before any upstream call, nothing held.
+    const balance = await balanceOf(c.accountId);
+    const tooMany = await post(c.key, '/v1/images/edits', { model: NANO_BANANA.id, prompt: 'add a hat', images: [dataUrl(input), dataUrl(input), dataUrl(input)], mask: dataUrl(mask) });
+    expect([tooMany.status, tooMany.body.error?.code]).toEqual([400, 'too_many_images']);
+    expect(tooMany.body.error.message).toContain('3');
+    expect(fake.counts.generate).toBe(before + 1);
+    expect(await balanceOf(c.accountId)).toBe(balance);
+    // 3 Pro takes 14.
+    const pro = await post(c.key, '/v1/images/edits', { model: NANO_BANANA_PRO.id, prompt: 'add a hat', images: [dataUrl(input), dataUrl(input), dataUrl(input)], mask: dataUrl(mask) });
+    expect(pro.status).toBe(200);
+    expect(fake.calls.at(-1)!.images).toHaveLength(4);
+  });
+
+  it('turns HTTP-200 blocks into content_policy_violation and "no image" into upstream_error, charging nothing', async () => {
+    const c = await customer();
+    const balance = await balanceOf(c.accountId);
+    const prompt = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'block-prompt please' });
+    expect(prompt.body.error?.code).toBe('content_policy_violation');
+    expect(prompt.body.error.message).toContain('SAFETY');
+    const image = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'block-image please' });
+    expect(image.body.error?.code).toBe('content_policy_violation');
+    expect(image.body.error.message).toContain('IMAGE_SAFETY');
+    const text = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'text-only please' });
+    expect([text.status, text.body.error?.code]).toEqual([502, 'upstream_error']);
+    for (const r of [prompt, image, text]) expect(await holdOf(server.db, r.taskId!)).toMatchObject({ status: 'released', captured: 0 });
+    expect(await balanceOf(c.accountId)).toBe(balance);
+    // A content block is about the prompt, not the member: it does not cool down.
+    expect((await healthOf(c.groupId)).a).toMatchObject({ cooldown_until: null });
+  });
+
+  it('runs n > 1 as parallel calls, never more than the member\'s concurrency limit at once', async () => {
+    const c = await customer([{ name: 'a', key: 'gm-a', concurrencyLimit: 2 }]);
+    fake.holdMs = 150;
+    fake.maxInFlight = 0;
+    const res = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'three bananas', n: 3 });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toHaveLength(3);
+    expect(fake.maxInFlight).toBe(2);
+    expect(await holdOf(server.db, res.taskId!)).toMatchObject({ status: 'captured', captured: 3 * Math.round(0.039 * 1_000_000) });
+  });
+
+  it('streams completed events only: Gemini has no partial images', async () => {
+    const c = await customer();
+    const res = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'streamed', stream: true, partial_images: 2, n: 2 });
+    expect(res.status).toBe(200);
+    const events = parseSse(res.text);
+    expect(events.map((e) => `${e.event}:${e.data.image_index}`).sort()).toEqual(['image_generation.completed:0', 'image_generation.completed:1']);
+    expect(await imageMeta(events[0]!.data.b64_json)).toMatchObject({ width: 1024, height: 1024 });
+  });
+});
+
+describe('gemini rate limits and the pool', () => {
+  it('fails a 429 RetryInfo over to the second member, once charged, and cools the first for the retryDelay', async () => {
+    const c = await twoMembers();
+    fake.rateLimitNext('generate', 30);
+    const before = fake.calls.length;
+    const res = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'failover' });
+    expect(res.status).toBe(200);
+    // The 429 came before the fake logs a call: the only logged call is b's.
+    expect(fake.calls.slice(before).map((x) => x.apiKey)).toEqual(['gm-b']);
+    expect(await holdOf(server.db, res.taskId!)).toMatchObject({ status: 'captured', captured: Math.round(0.039 * 1_000_000) });
+    const health = await healthOf(c.groupId);
+    expect(health.a!.cooldown_reason).toBe('rate_limited');
+    const left = Date.parse(health.a!.cooldown_until!) - Date.now();
+    expect(left).toBeGreaterThan(25_000);
+    expect(left).toBeLessThanOrEqual(30_000);
+    // While a cools down, b takes everything.
+    const next = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'while cooling' });
+    expect([next.status, fake.calls.at(-1)!.apiKey]).toEqual([200, 'gm-b']);
+  });
+
+  it('cools a member whose daily quota is used up for at least an hour', async () => {
+    const c = await twoMembers();
+    fake.rateLimitNext('generate', 20, { perDay: true });
+    const res = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'daily' });
+    expect(res.status).toBe(200);
+    const health = await healthOf(c.groupId);
+    expect(health.a!.cooldown_reason).toBe('quota_exhausted');
+    expect(Date.parse(health.a!.cooldown_until!) - Date.now()).toBeGreaterThan(59 * 60_000);
+  });
+
+  it('fails a Veo submit over to the second member on a RetryInfo 429', async () => {
+    const c = await twoMembers();
+    fake.rateLimitNext('submit', 40);
+    const created = await createVideo(c.key);
+    expect(created.status).toBe(202);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('completed');
+    const op = await operationOf(created.body.id);
+    expect(op.apiKey).toBe('gm-b');
+    expect((await healthOf(c.groupId)).a!.cooldown_reason).toBe('rate_limited');
+  });
+});
+
+async function createVideo(key: string, overrides: Record<string, unknown> = {}) {
+  return post(key, '/v1/videos/generations', { client_request_id: `veo-${Date.now()}-${++seq}`, prompt: 'a paper boat on a river', model: VEO_31.id, seconds: 4, aspectRatio: '16:9', resolution: '720p', ...overrides });
+}
+
+async function operationOf(taskId: string) {
+  const row = await server.db.selectFrom('videoTasks').select(['upstreamJobId']).where('id', '=', taskId).executeTakeFirstOrThrow();
+  const op = fake.operations.get(row.upstreamJobId!);
+  if (!op) throw new Error(`no operation ${row.upstreamJobId}`);
+  return op;
+}
+
+describe('veo', () => {
+  it('submits the SDK wire shape (numeric duration, no generateAudio), polls the operation and downloads through the 302', async () => {
+    const c = await customer();
+    const created = await createVideo(c.key, { negativePrompt: 'rain' });
+    expect(created.status).toBe(202);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('completed');
+    const op = await operationOf(created.body.id);
+    expect(op).toMatchObject({ model: 'veo-3.1-generate-preview', apiKey: 'gm-a', prompt: 'a paper boat on a river', durationSeconds: 4, downloads: 1, storageDownloads: 1, storageSawKey: false });
+    expect(op.parameters).toEqual({ aspectRatio: '16:9', resolution: '720p', durationSeconds: 4, negativePrompt: 'rain' });
+    expect(op.polls).toBeGreaterThanOrEqual(2);
+    const url = new URL(task.video_url!);
+    const bytes = Buffer.from(await (await fetch(`${server.directUrl}${url.pathname}${url.search}`)).arrayBuffer());
+    expect([bytes.length, bytes.subarray(4, 8).toString('latin1')]).toEqual([48 * 1024, 'ftyp']);
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'captured', captured: 4 * Math.round(0.4 * 1_000_000) });
+  });
+
+  it('sends first and last frames and reference images as bytesBase64Encoded with referenceType ASSET', async () => {
+    const c = await customer();
+    const frame = dataUrl(await png(128, 72));
+    const frames = await createVideo(c.key, { seconds: 8, firstFrame: frame, lastFrame: frame });
+    expect(frames.status).toBe(202);
+    expect((await waitVideoFinished(server, c.key, frames.body.id)).task.status).toBe('completed');
+    const a = await operationOf(frames.body.id);
+    expect([a.image?.shape, a.lastFrame?.shape, a.image?.width, a.durationSeconds]).toEqual(['bytesBase64Encoded', 'bytesBase64Encoded', 128, 8]);
+
+    const refs = await createVideo(c.key, { seconds: 8, referenceImages: [frame, frame, frame] });
+    expect(refs.status).toBe(202);
+    expect((await waitVideoFinished(server, c.key, refs.body.id)).task.status).toBe('completed');
+    const b = await operationOf(refs.body.id);
+    expect(b.referenceImages.map((r) => [r.shape, r.referenceType])).toEqual(Array(3).fill(['bytesBase64Encoded', 'ASSET']));
+  });
+
+  it('refuses at creation, before any charge or upstream call, what Veo cannot run', async () => {
+    const c = await customer();
+    const submits = fake.counts.submit;
+    const frame = dataUrl(await png(64, 36));
+    const cases: [Record<string, unknown>, string][] = [
+      [{ resolution: '1080p', seconds: 4 }, 'unsupported_duration'],
+      [{ firstFrame: frame, lastFrame: frame, seconds: 6 }, 'unsupported_duration'],
+      [{ referenceImages: [frame], seconds: 4 }, 'unsupported_duration'],
+      [{ generate_audio: false }, 'audio_always_on'],
+    ];
+    for (const [overrides, code] of cases) {
+      const res = await createVideo(c.key, overrides);
+      expect([res.status, res.body.error?.code], JSON.stringify(overrides).slice(0, 60)).toEqual([400, code]);
+    }
+    expect(fake.counts.submit).toBe(submits);
+    expect(await server.db.selectFrom('creditHolds').select('id').where('accountId', '=', c.accountId).execute()).toEqual([]);
+  });
+
+  it('publishes the constraints in /v1/videos/capabilities', async () => {
+    const c = await customer();
+    const { data } = await server.client(c.key).GET('/v1/videos/capabilities');
+    const veo = data!.items.find((m) => m.model === VEO_31.id)!;
+    expect(veo.audio).toMatchObject({ alwaysOn: true });
+    expect(veo.durationConstraints).toEqual([
+      { when: { resolutions: ['1080p', '4k'] }, durations: [8] },
+      { when: { lastFrame: true }, durations: [8] },
+      { when: { referenceImages: true }, durations: [8] },
+    ]);
+  });
+
+  it('fails a filtered video with content_policy_violation and refunds it', async () => {
+    const c = await customer();
+    const created = await createVideo(c.key, { prompt: 'veo-filter this' });
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('failed');
+    expect(task.error).toMatchObject({ code: 'content_policy_violation' });
+    expect(task.error!.message).toContain('You have not been charged');
+    expect(task.billing).toMatchObject({ actualCredits: 0 });
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+  });
+
+  it('fails a video whose operation ended in an error, and refunds it', async () => {
+    const c = await customer();
+    const created = await createVideo(c.key, { prompt: 'veo-fail this' });
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('failed');
+    expect(task.error).toMatchObject({ code: 'upstream_error' });
+    expect(task.error!.message).toContain('internal error');
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+  });
+});
