@@ -503,6 +503,58 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks/secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the webhook signing secret
+         * @description Returns the account's webhook signing secret, creating it on first use. Any active key of the
+         *     account can read it. Use it to verify the `videoTaskFinished` webhooks sent to your
+         *     `callback_url`s (see the webhook's description, and `verifyWebhook` in the TypeScript client).
+         *
+         *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`;
+         *     `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with `Retry-After`); `500 internal_error`.
+         */
+        get: operations["getWebhookSecret"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/secret/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate the webhook signing secret
+         * @description Makes a new secret current and returns it. The previous secret keeps signing for an overlap
+         *     window (`WEBHOOK_SECRET_OVERLAP_SECONDS`, 24 hours by default; `previous_secret_expires_at`):
+         *     during it every webhook carries two signatures, one per secret, so a receiver still holding the
+         *     old secret keeps accepting deliveries while you deploy the new one. Rotating again within the
+         *     window drops the oldest secret at once. No request body.
+         *
+         *     Errors: `400 invalid_request` (a body or query parameter); `401 invalid_api_key`;
+         *     `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with `Retry-After`); `500 internal_error`.
+         */
+        post: operations["rotateWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -1142,6 +1194,70 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/v1/tasks/{task_id}/webhook": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Image task id (`img_…`) or video task id (`vid_…`) of any account.
+                 * @example img_01HZX7R2S4T6V8W0X2Y4Z6A8BC
+                 */
+                task_id: components["parameters"]["AdminTaskId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a video task's webhook delivery
+         * @description The `videoTaskFinished` webhook of a video task with every attempt (time, status code or error
+         *     class, latency, next retry). `delivery` is null while the task runs or when it has no
+         *     `callback_url`. An unknown id (or an image task) is `404 task_not_found`.
+         *
+         *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
+         *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
+         */
+        get: operations["getTaskWebhook"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/tasks/{task_id}/webhook/redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Image task id (`img_…`) or video task id (`vid_…`) of any account.
+                 * @example img_01HZX7R2S4T6V8W0X2Y4Z6A8BC
+                 */
+                task_id: components["parameters"]["AdminTaskId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a video task's webhook again
+         * @description Sends the task's webhook again at once, with the same `webhook-id` and body (receivers that
+         *     dedupe on `webhook-id` ignore it if they had it): a delivered, gone or failed delivery becomes
+         *     `pending` with a fresh retry schedule; a pending one waiting for its next retry is sent now.
+         *     `409 no_webhook` when the task has none (no `callback_url`, or not finished);
+         *     `409 webhook_in_progress` while an attempt is being sent. No request body.
+         *
+         *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
+         *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
+         */
+        post: operations["redeliverTaskWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface webhooks {
     videoTaskFinished: {
@@ -1156,17 +1272,33 @@ export interface webhooks {
         /**
          * Video task finished (webhook sent to callback_url)
          * @description Sent by Mediagate to the `callback_url` of a video task when the task completes or fails. The
-         *     body is the task's lookup object (`VideoTask`, as `GET /v1/videos/{id}` returns it).
+         *     body is the task's lookup object (`VideoTask`) as `GET /v1/videos/{id}` returned it at the moment
+         *     the task finished; it is the same, byte for byte, on every attempt. Its `video_url` stays valid
+         *     for at least the whole retry schedule plus a day; `GET /v1/videos/{id}` gives a fresh one.
          *
          *     **Signing (Standard Webhooks).** Headers `webhook-id` (unique per event, the same on every
-         *     retry), `webhook-timestamp` (Unix seconds of the attempt) and `webhook-signature`
+         *     attempt), `webhook-timestamp` (Unix seconds of this attempt) and `webhook-signature`
          *     (`v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}">`, keyed with the
-         *     operator's webhook secret). Verify the signature over the raw body, reject old timestamps, and
-         *     dedupe on `webhook-id`: a delivery may arrive more than once.
+         *     account's secret from `GET /v1/webhooks/secret`). For a while after a rotation
+         *     (`POST /v1/webhooks/secret/rotate`) the header carries two space-separated signatures, one per
+         *     secret; accept the delivery when one matches. Verify over the raw body, reject timestamps more
+         *     than 5 minutes off (the `standardwebhooks` libraries, and `verifyWebhook` in the TypeScript
+         *     client, do all of this).
          *
-         *     **Delivery.** Any `2xx` acknowledges. Any other status, a connection error or a timeout is
-         *     retried with exponential backoff for up to 24 hours, then given up (the task itself is
-         *     unaffected; poll `GET /v1/videos/{id}`).
+         *     **Delivery: at least once.** Any `2xx` acknowledges (the response body is ignored; only its
+         *     first 4 KiB are read). `410 Gone` stops the deliveries of this event. Any other status, a
+         *     redirect (never followed), a connection error or a timeout (`WEBHOOK_TIMEOUT_MS`, 10 s) is
+         *     retried after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h (each up to 10 % later; operators can
+         *     change the schedule with `WEBHOOK_RETRY_SCHEDULE_MS`), eight attempts over about 27.5 hours,
+         *     then given up; the task itself is unaffected. A crash between an answer and its record repeats
+         *     the attempt: dedupe on `webhook-id`. Operators see every attempt and can send a delivery again
+         *     (`GET /admin/v1/tasks/{task_id}/webhook`).
+         *
+         *     **Targets.** Only `https`. The host is resolved at every attempt and the request goes to the
+         *     address that was checked; a host that resolves to a loopback, private, link-local, CGNAT,
+         *     unique-local, multicast, reserved or cloud-metadata address is refused (the delivery fails at
+         *     once) unless the operator set `ALLOW_PRIVATE_TARGETS` for on-premises receivers. Proxy
+         *     environment variables never apply.
          */
         post: operations["videoTaskFinished"];
         delete?: never;
@@ -1255,7 +1387,8 @@ export interface components {
          *     - **409** `quote_stale` (the price changed), `quote_expired` (both carry `currentQuote`),
          *       `conflict` (admin: a unique name or id is taken), `task_not_settleable` (admin: the task is
          *       not `needs_attention`), `idempotency_conflict` (a `client_request_id` reused for a different
-         *       request).
+         *       request), `no_webhook` / `webhook_in_progress` (admin redelivery: the task has no webhook, or
+         *       one is being sent).
          *     - **413** `body_too_large`, `media_too_large` (one media input over its byte limit),
          *       `media_total_too_large` (all media inputs over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`).
@@ -1275,7 +1408,7 @@ export interface components {
          *       `server_busy` (too many large request bodies at once; with `Retry-After`).
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "unsupported_by_upstream" | "body_too_large" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready" | "server_busy";
+        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "unsupported_by_upstream" | "body_too_large" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready" | "server_busy";
         /**
          * VideoBillingRow
          * @description The current price of one model at one output resolution, with a quote token (one row per resolution
@@ -2443,6 +2576,30 @@ export interface components {
             };
         };
         /**
+         * WebhookSecret
+         * @description The account's webhook signing secret (Standard Webhooks). Every `videoTaskFinished` webhook of
+         *     the account's tasks is signed with it: `webhook-signature` carries `v1,<base64 HMAC-SHA256>` of
+         *     `{webhook-id}.{webhook-timestamp}.{body}` keyed with the base64-decoded part after `whsec_`
+         *     (the `standardwebhooks` packages do this for you). Keys of the same account share the secret.
+         */
+        WebhookSecret: {
+            /** @constant */
+            object: "webhook_secret";
+            /** @description The current secret (`whsec_` + base64 of 32 random bytes). */
+            secret: string;
+            /**
+             * Format: date-time
+             * @description When this secret became current (created on first use, or by the last rotation).
+             */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description After a rotation, until this time webhooks carry a second signature made with the previous
+             *     secret, so receivers can switch without rejecting a delivery. `null`: no previous secret in use.
+             */
+            previous_secret_expires_at: string | null;
+        };
+        /**
          * HealthStatus
          * @description Liveness answer of `GET /healthz`.
          */
@@ -3415,6 +3572,57 @@ export interface components {
             outcome: "completed" | "refunded";
             /** @description Why; stored with the ledger entry. */
             reason: string;
+        };
+        /**
+         * AdminWebhookDelivery
+         * @description The `videoTaskFinished` webhook of a task: written with the task's final state (the outbox), sent
+         *     by any instance's workers, retried on the published schedule.
+         */
+        AdminWebhookDelivery: {
+            /** @description The `webhook-id` header of every attempt. */
+            webhook_id: string;
+            /** @enum {string} */
+            event_type: "video.completed" | "video.failed";
+            /** @description The task's `callback_url`. */
+            url: string;
+            /**
+             * @description `pending` - to be sent (again) at `next_attempt_at`; `delivered` - a `2xx` answer; `gone` - the
+             *     receiver answered `410` (not sent again); `failed` - the retry schedule ran out, or the target
+             *     was refused (a non-public address, an invalid URL).
+             * @enum {string}
+             */
+            status: "pending" | "delivered" | "gone" | "failed";
+            /** Format: date-time */
+            next_attempt_at: string | null;
+            /** Format: date-time */
+            delivered_at: string | null;
+            /**
+             * Format: date-time
+             * @description When the task finished and the webhook was queued.
+             */
+            created_at: string;
+            /** @description Every attempt, oldest first. */
+            attempts: {
+                /** Format: date-time */
+                attempted_at: string;
+                /** @description The receiver's HTTP status; null when no answer came (see `error_class`). */
+                status_code: number | null;
+                /** @enum {string|null} */
+                error_class: "timeout" | "connect_failed" | "tls_error" | "dns_failure" | "blocked_address" | "invalid_url" | "protocol_error" | "aborted" | null;
+                error: string | null;
+                latency_ms: number;
+                /**
+                 * Format: date-time
+                 * @description When the next attempt was scheduled after this one; null when this one ended the delivery.
+                 */
+                next_retry_at: string | null;
+            }[];
+        };
+        /** AdminTaskWebhook */
+        AdminTaskWebhook: {
+            task_id: string;
+            /** @description Null when the task has no `callback_url` or has not finished yet. */
+            delivery: components["schemas"]["AdminWebhookDelivery"] | null;
         };
     };
     responses: {
@@ -4536,6 +4744,78 @@ export interface operations {
                 };
             };
             500: components["responses"]["InternalError"];
+        };
+    };
+    getWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The secret. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "object": "webhook_secret",
+                     *       "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw4ZRD7Vh3gB0=",
+                     *       "created_at": "2026-01-01T09:00:00Z",
+                     *       "previous_secret_expires_at": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    rotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The new secret. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "object": "webhook_secret",
+                     *       "secret": "whsec_3q2+7wJ1d0Lz4kR8Xc5VbN6mA9sD2fG1hJ4kL7zX0cQ=",
+                     *       "created_at": "2026-03-01T12:00:00Z",
+                     *       "previous_secret_expires_at": "2026-03-02T12:00:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getHealth: {
@@ -6181,6 +6461,131 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    getTaskWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Image task id (`img_…`) or video task id (`vid_…`) of any account.
+                 * @example img_01HZX7R2S4T6V8W0X2Y4Z6A8BC
+                 */
+                task_id: components["parameters"]["AdminTaskId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The delivery. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "task_id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
+                     *       "delivery": {
+                     *         "webhook_id": "msg_4Fq9x7QaZ2mN8rT5vW1k",
+                     *         "event_type": "video.completed",
+                     *         "url": "https://hooks.example.com/mediagate",
+                     *         "status": "delivered",
+                     *         "next_attempt_at": null,
+                     *         "delivered_at": "2026-01-16T10:00:07Z",
+                     *         "created_at": "2026-01-16T10:00:01Z",
+                     *         "attempts": [
+                     *           {
+                     *             "attempted_at": "2026-01-16T10:00:01Z",
+                     *             "status_code": 503,
+                     *             "error_class": null,
+                     *             "error": "the receiver answered HTTP 503",
+                     *             "latency_ms": 84,
+                     *             "next_retry_at": "2026-01-16T10:00:06Z"
+                     *           },
+                     *           {
+                     *             "attempted_at": "2026-01-16T10:00:07Z",
+                     *             "status_code": 200,
+                     *             "error_class": null,
+                     *             "error": null,
+                     *             "latency_ms": 61,
+                     *             "next_retry_at": null
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AdminTaskWebhook"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    redeliverTaskWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Image task id (`img_…`) or video task id (`vid_…`) of any account.
+                 * @example img_01HZX7R2S4T6V8W0X2Y4Z6A8BC
+                 */
+                task_id: components["parameters"]["AdminTaskId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The delivery, pending again. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "task_id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
+                     *       "delivery": {
+                     *         "webhook_id": "msg_4Fq9x7QaZ2mN8rT5vW1k",
+                     *         "event_type": "video.completed",
+                     *         "url": "https://hooks.example.com/mediagate",
+                     *         "status": "pending",
+                     *         "next_attempt_at": "2026-01-17T08:00:00Z",
+                     *         "delivered_at": "2026-01-16T10:00:07Z",
+                     *         "created_at": "2026-01-16T10:00:01Z",
+                     *         "attempts": [
+                     *           {
+                     *             "attempted_at": "2026-01-16T10:00:01Z",
+                     *             "status_code": 503,
+                     *             "error_class": null,
+                     *             "error": "the receiver answered HTTP 503",
+                     *             "latency_ms": 84,
+                     *             "next_retry_at": "2026-01-16T10:00:06Z"
+                     *           },
+                     *           {
+                     *             "attempted_at": "2026-01-16T10:00:07Z",
+                     *             "status_code": 200,
+                     *             "error_class": null,
+                     *             "error": null,
+                     *             "latency_ms": 61,
+                     *             "next_retry_at": null
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AdminTaskWebhook"];
+                };
+            };
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];

@@ -231,6 +231,46 @@ export interface VideoTasks {
   upstreamJobId: string | null;
 }
 
+export interface WebhookAttempts {
+  attemptedAt: Generated<Timestamp>;
+  deliveryId: string;
+  error: string | null;
+  errorClass: string | null;
+  id: Generated<number>;
+  latencyMs: number;
+  nextRetryAt: Timestamp | null;
+  statusCode: number | null;
+}
+
+export interface WebhookDeliveries {
+  accountId: string;
+  attempt: Generated<number>;
+  createdAt: Generated<Timestamp>;
+  deliveredAt: Timestamp | null;
+  eventType: string;
+  id: string;
+  lastError: string | null;
+  lastStatusCode: number | null;
+  leaseExpiresAt: Timestamp | null;
+  leaseOwner: string | null;
+  nextRunAt: Generated<Timestamp>;
+  payload: string;
+  retries: Generated<number>;
+  status: Generated<string>;
+  taskId: string;
+  updatedAt: Generated<Timestamp>;
+  url: string;
+}
+
+export interface WebhookSecrets {
+  accountId: string;
+  createdAt: Generated<Timestamp>;
+  previousCiphertext: Buffer | null;
+  previousExpiresAt: Timestamp | null;
+  rotatedAt: Generated<Timestamp>;
+  secretCiphertext: Buffer;
+}
+
 export interface DB {
   accounts: Accounts;
   apiKeys: ApiKeys;
@@ -245,4 +285,7 @@ export interface DB {
   memberHealth: MemberHealth;
   modelPrices: ModelPrices;
   videoTasks: VideoTasks;
+  webhookAttempts: WebhookAttempts;
+  webhookDeliveries: WebhookDeliveries;
+  webhookSecrets: WebhookSecrets;
 }

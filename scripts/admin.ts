@@ -20,6 +20,7 @@ import { memberCommands } from './admin/members.ts';
 import { modelCommands } from './admin/models.ts';
 import type { Output } from './admin/output.ts';
 import { switchCommands } from './admin/switches.ts';
+import { webhookCommands } from './admin/webhooks.ts';
 
 const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...] [--json]
 
@@ -55,6 +56,9 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
   switches list
   switches set <image_generation|image_edit|video_generation> on|off
 
+  webhooks show <video task id>        (the callback_url delivery: status, next attempt, every attempt)
+  webhooks redeliver <video task id>   (send it again now, same webhook-id and body)
+
 Amounts are credits (decimals, at most 6 fractional digits). --json prints the API objects as JSON.
 Database: DATABASE_URL, else the embedded database in $MEDIAGATE_DATA_DIR (default ./.mediagate).
 Credentials are encrypted with MEDIAGATE_SECRET_KEY (embedded mode: the data dir's secret.key).`;
@@ -66,6 +70,7 @@ const RESOURCES: Record<string, Commands> = {
   members: memberCommands,
   models: modelCommands,
   switches: switchCommands,
+  webhooks: webhookCommands,
 };
 
 // Keyed `resource verb` (a Map, so that no verb can reach Object.prototype).

@@ -68,6 +68,27 @@ export interface Config {
   localRenderDelayMs: number;
   /** Express `trust proxy` setting: true behind one reverse proxy that sets X-Forwarded-For. */
   trustProxy: boolean;
+  /** Webhook deliveries sent at once per process. */
+  webhookConcurrency: number;
+  /** Time limit of one webhook delivery attempt (resolve, connect, send, response). */
+  webhookTimeoutMs: number;
+  /** Delays between a failed webhook attempt and the next (the published schedule). */
+  webhookRetryScheduleMs: number[];
+  /** How long the previous webhook secret keeps signing after a rotation. */
+  webhookSecretOverlapSeconds: number;
+}
+
+/** 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: eight attempts over about 27.5 hours. */
+export const DEFAULT_WEBHOOK_RETRY_SCHEDULE_MS = [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000];
+
+function msList(env: Env, name: string, fallback: number[]): number[] {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === '') return fallback;
+  const parts = raw.split(',').map((p) => p.trim());
+  if (parts.length > 20 || parts.some((p) => !/^\d+$/.test(p) || Number(p) > 7 * 86_400_000)) {
+    throw new ConfigError(`${name} must be a comma-separated list of at most 20 delays in milliseconds (each at most 7 days), got '${raw}'`);
+  }
+  return parts.map(Number);
 }
 
 export class ConfigError extends Error {}
@@ -161,5 +182,9 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     maxEditImages: 16,
     maxEditFileBytes: int(env, 'EDIT_MAX_FILE_BYTES', 50 * 1024 * 1024, 1024),
     maxEditBodyBytes: int(env, 'EDIT_MAX_BODY_BYTES', 200 * 1024 * 1024, 1024),
+    webhookConcurrency: int(env, 'WEBHOOK_CONCURRENCY', 16, 1, 1024),
+    webhookTimeoutMs: int(env, 'WEBHOOK_TIMEOUT_MS', 10_000, 100, 120_000),
+    webhookRetryScheduleMs: msList(env, 'WEBHOOK_RETRY_SCHEDULE_MS', DEFAULT_WEBHOOK_RETRY_SCHEDULE_MS),
+    webhookSecretOverlapSeconds: int(env, 'WEBHOOK_SECRET_OVERLAP_SECONDS', 86_400, 0, 30 * 86_400),
   };
 }

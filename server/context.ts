@@ -27,6 +27,7 @@ import { ModelRepository } from './repositories/model.repository.ts';
 import { MemberHealthRepository } from './repositories/member-health.repository.ts';
 import { RoutingRepository } from './repositories/routing.repository.ts';
 import { VideoTaskRepository } from './repositories/video-task.repository.ts';
+import { WebhookRepository } from './repositories/webhook.repository.ts';
 import { createAdminServices, type AdminServices } from './services/admin/index.ts';
 import { AuthService } from './services/auth.service.ts';
 import { CreditService } from './services/credit.service.ts';
@@ -40,6 +41,9 @@ import { Settlement } from './services/tasks/settlement.ts';
 import { TaskNotifier } from './services/tasks/task-notifier.ts';
 import { VideoRunner } from './services/video/video-runner.ts';
 import { VideoService } from './services/video/video.service.ts';
+import { WebhookOutbox } from './services/webhooks/webhook-outbox.ts';
+import { WebhookRunner, type WebhookRunnerDeps } from './services/webhooks/webhook-runner.ts';
+import { WebhookSecrets } from './services/webhooks/webhook-secrets.ts';
 import { FilesystemMediaStore, type MediaStore } from './storage/media-store.ts';
 
 export interface Services {
@@ -50,6 +54,7 @@ export interface Services {
   videos: VideoService;
   images: ImageService;
   readiness: ReadinessService;
+  webhookSecrets: WebhookSecrets;
   admin: AdminServices;
 }
 
@@ -68,6 +73,7 @@ export interface Repositories {
   imageTasks: ImageTaskRepository;
   routing: RoutingRepository;
   files: FileRepository;
+  webhooks: WebhookRepository;
 }
 
 /** Everything a process runs on: the handlers' context plus what the task engines need. */
@@ -76,7 +82,7 @@ export interface Runtime extends AppContext {
   readonly providers: ProviderRegistry;
   readonly pool: Pool;
   readonly settlement: Settlement;
-  readonly runners: { readonly video: VideoRunner; readonly image: ImageRunner };
+  readonly runners: { readonly video: VideoRunner; readonly image: ImageRunner; readonly webhook: WebhookRunner };
   readonly notifier: TaskNotifier;
 }
 
@@ -94,6 +100,8 @@ export interface RuntimeDeps {
 export interface RuntimeOverrides {
   mediaStore?: MediaStore;
   providers?: Partial<Record<ProviderKind, ProviderAdapters>>;
+  /** Webhook sending seams: a DNS resolver, extra trusted CAs (tests' loopback receivers). */
+  webhookFetch?: WebhookRunnerDeps['fetchOptions'];
 }
 
 export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {}): Runtime {
@@ -107,14 +115,28 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     imageTasks: new ImageTaskRepository(db),
     routing: new RoutingRepository(db),
     files: new FileRepository(db),
+    webhooks: new WebhookRepository(db),
   };
   const pool = new Pool(repositories.routing, providers, tx, new MemberHealth(new MemberHealthRepository(db), metrics, log.child({ component: 'pool' })), secretKey);
   const notifier = new TaskNotifier();
-  const settlement = new Settlement({ tx, log, ledger: repositories.ledger, videoTasks: repositories.videoTasks, imageTasks: repositories.imageTasks });
   const files = new FileService(repositories.files, overrides.mediaStore ?? new FilesystemMediaStore(config.mediaDir), deriveKey(secretKey, 'file-url'), deps.publicBaseUrl, config.fileUrlTtlSeconds);
+  // Links in webhook bodies outlive the whole retry schedule by a day.
+  const webhookUrlTtlSeconds = Math.ceil(config.webhookRetryScheduleMs.reduce((a, b) => a + b, 0) / 1000) + 86_400;
+  const outbox = new WebhookOutbox(repositories.webhooks, files, webhookUrlTtlSeconds);
+  const settlement = new Settlement({ tx, log, ledger: repositories.ledger, videoTasks: repositories.videoTasks, imageTasks: repositories.imageTasks, outbox });
+  const webhookSecrets = new WebhookSecrets(repositories.webhooks, secretKey, config.webhookSecretOverlapSeconds);
   const runners = {
     video: new VideoRunner({ tasks: repositories.videoTasks, pool, providers, files, settlement, maxOutputBytes: config.maxVideoOutputBytes }),
     image: new ImageRunner({ tasks: repositories.imageTasks, pool, providers, files, settlement }),
+    webhook: new WebhookRunner({
+      repo: repositories.webhooks,
+      secrets: webhookSecrets,
+      metrics,
+      scheduleMs: config.webhookRetryScheduleMs,
+      timeoutMs: config.webhookTimeoutMs,
+      allowPrivate: config.allowPrivateTargets,
+      fetchOptions: overrides.webhookFetch,
+    }),
   };
   const auth = new AuthService(new ApiKeyRepository(db), log, config.keyCacheTtlMs);
   const services: Services = {
@@ -123,7 +145,8 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     credits: new CreditService(new CreditRepository(db)),
     files,
     readiness: new ReadinessService(new HealthRepository(db), log),
-    admin: createAdminServices({ db, log, secretKey, auth }),
+    webhookSecrets,
+    admin: createAdminServices({ db, log, secretKey, auth, settlement }),
     videos: new VideoService({
       tasks: repositories.videoTasks,
       models: repositories.models,

@@ -14,6 +14,9 @@ export interface Metrics {
   upstreamDuration: Histogram<'provider' | 'member'>;
   /** Upstream calls this process has open right now. */
   upstreamInFlight: Gauge<'provider' | 'member'>;
+  /** Webhook delivery attempts by outcome: delivered, gone (410), http_error, or the network error class. */
+  webhookAttempts: Counter<'outcome'>;
+  webhookDuration: Histogram;
 }
 
 export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics {
@@ -58,5 +61,17 @@ export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics 
     labelNames: ['provider', 'member'] as const,
     registers: [registry],
   });
-  return { registry, httpRequests, httpDuration, taskSteps, dbQueries, upstreamRequests, upstreamDuration, upstreamInFlight };
+  const webhookAttempts = new Counter({
+    name: 'mediagate_webhook_attempts_total',
+    help: 'Webhook delivery attempts by outcome: delivered (2xx), gone (410), http_error (another status), or the network error class (timeout, connect_failed, tls_error, dns_failure, blocked_address, invalid_url, protocol_error).',
+    labelNames: ['outcome'] as const,
+    registers: [registry],
+  });
+  const webhookDuration = new Histogram({
+    name: 'mediagate_webhook_attempt_duration_seconds',
+    help: 'Webhook delivery attempt latency (resolve, connect, send, response).',
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [registry],
+  });
+  return { registry, httpRequests, httpDuration, taskSteps, dbQueries, upstreamRequests, upstreamDuration, upstreamInFlight, webhookAttempts, webhookDuration };
 }

@@ -21,6 +21,7 @@ export type { ImageStreamOptions } from './image-stream.ts';
 export { MediagateError, isMediagateError, type MediagateErrorInit } from './mediagate-error.ts';
 export type * from './types.ts';
 export { VideoWaitTimeoutError, type WaitForVideoOptions } from './wait-for-video.ts';
+export { verifyWebhook, WebhookVerificationError, type WebhookHeaders } from './verify-webhook.ts';
 
 /** Options of `createMediagateClient`. */
 export interface MediagateClientOptions {

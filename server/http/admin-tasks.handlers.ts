@@ -1,15 +1,22 @@
-/** Admin: read any task (image or video) and settle needs_attention image tasks. */
+/** Admin: read any task (image or video), settle needs_attention image tasks, see and resend a video task's webhook. */
 import type { AppContext } from '../context.ts';
 import { sendJson, type HandlerMap } from './types.ts';
 
-export function adminTasksHandlers(ctx: AppContext): Pick<HandlerMap, 'getTask' | 'settleImageTask'> {
+export function adminTasksHandlers(ctx: AppContext): Pick<HandlerMap, 'getTask' | 'settleImageTask' | 'getTaskWebhook' | 'redeliverTaskWebhook'> {
   const tasks = ctx.services.admin.tasks;
+  const webhooks = ctx.services.admin.webhooks;
   return {
     async getTask(req, res) {
       sendJson(res, 'getTask', 200, await tasks.get(req.params.task_id));
     },
     async settleImageTask(req, res) {
       sendJson(res, 'settleImageTask', 200, await tasks.settleImageTask(req.params.task_id, req.body.outcome, req.body.reason));
+    },
+    async getTaskWebhook(req, res) {
+      sendJson(res, 'getTaskWebhook', 200, await webhooks.forTask(req.params.task_id));
+    },
+    async redeliverTaskWebhook(req, res) {
+      sendJson(res, 'redeliverTaskWebhook', 200, await webhooks.redeliver(req.params.task_id));
     },
   };
 }

@@ -12,6 +12,7 @@ import { filesHandlers } from './files.handlers.ts';
 import { imagesHandlers } from './images.handlers.ts';
 import { operationsHandlers } from './operations.handlers.ts';
 import { videosHandlers } from './videos.handlers.ts';
+import { webhooksHandlers } from './webhooks.handlers.ts';
 import type { HandlerMap } from './types.ts';
 
 export function createHandlers(ctx: AppContext): HandlerMap {
@@ -22,6 +23,7 @@ export function createHandlers(ctx: AppContext): HandlerMap {
     ...imagesHandlers(ctx),
     ...videosHandlers(ctx),
     ...filesHandlers(ctx),
+    ...webhooksHandlers(ctx),
     ...adminAccountsHandlers(ctx),
     ...adminApiKeysHandlers(ctx),
     ...adminGroupsHandlers(ctx),

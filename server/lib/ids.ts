@@ -16,6 +16,7 @@ export type IdPrefix =
   | 'quote'
   | 'req'
   | 'wh'
+  | 'msg'
   | 'evt';
 
 const ID_RANDOM_CHARS = 20; // 20 base62 chars ≈ 119 bits: collisions are not a concern.

@@ -18,7 +18,7 @@ export interface Fence {
   attempt: number;
 }
 
-export type LeasedTableName = 'videoTasks' | 'imageTasks';
+export type LeasedTableName = 'videoTasks' | 'imageTasks' | 'webhookDeliveries';
 
 export interface LeasedTableSpec<Name extends LeasedTableName> {
   /** Kysely (camelCase) table name and its SQL name. */

@@ -62,9 +62,9 @@ export class FileService {
     return row;
   }
 
-  /** A fresh signed URL, valid for FILE_URL_TTL_SECONDS. */
-  signedUrl(fileId: string): string {
-    const expires = Math.floor(this.now() / 1000) + this.ttlSeconds;
+  /** A fresh signed URL, valid for FILE_URL_TTL_SECONDS (or at least `minTtlSeconds`). */
+  signedUrl(fileId: string, minTtlSeconds = 0): string {
+    const expires = Math.floor(this.now() / 1000) + Math.max(this.ttlSeconds, minTtlSeconds);
     const signature = hmac(this.urlKey, `${fileId}.${expires}`).toString('base64url');
     return `${this.publicBaseUrl}/v1/files/${fileId}?expires=${expires}&signature=${signature}`;
   }

@@ -5,7 +5,8 @@
  *
  * Video engines run up to UPSTREAM_CONCURRENCY short steps at once (each at most one upstream
  * call), however many jobs are in flight upstream; image engines run WORKER_CONCURRENCY
- * background image tasks at once. WORKER_CONCURRENCY=0 runs no workers at all.
+ * background image tasks at once, and the webhook engine WEBHOOK_CONCURRENCY deliveries.
+ * WORKER_CONCURRENCY=0 runs no workers at all.
  */
 import type { Runtime } from '../context.ts';
 import type { LeasedRow, TaskRunner } from '../services/tasks/task-runner.ts';
@@ -26,7 +27,11 @@ export function createWorkers(runtime: Runtime, opts: { databaseUrl?: string } =
       concurrency: config.workerConcurrency === 0 ? 0 : concurrency,
       onStep: (outcome) => metrics.taskSteps.inc({ kind: runner.name, outcome }),
     });
-  const engines = { video: engineOf(runners.video, config.upstreamConcurrency), image: engineOf(runners.image, config.workerConcurrency) };
+  const engines = {
+    video: engineOf(runners.video, config.upstreamConcurrency),
+    image: engineOf(runners.image, config.workerConcurrency),
+    webhook: engineOf(runners.webhook, config.webhookConcurrency),
+  };
   let unsubscribe: (() => void) | undefined;
   let listener: TaskListener | undefined;
   return {

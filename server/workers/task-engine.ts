@@ -127,10 +127,10 @@ export class TaskEngine<Row extends LeasedRow> {
     try {
       const result = await this.runner.step(task, lease.signal, log);
       if (!result.done) {
-        await this.runner.leases.reschedule(fence, result.nextInMs);
+        await this.runner.leases.reschedule(fence, result.nextInMs, { failed: result.failed });
         this.dueIn(result.nextInMs);
       }
-      outcome(result.done ? 'done' : 'next');
+      outcome(result.done ? 'done' : result.failed ? 'retry' : 'next');
     } catch (err) {
       if (lease.signal.aborted || err instanceof LeaseLost) {
         outcome('lost');

@@ -10,7 +10,7 @@ import type { Logger } from '../logger.ts';
 import type { TaskKindName, TaskNotifier } from '../services/tasks/task-notifier.ts';
 
 export const TASK_CHANNEL = 'mediagate_tasks';
-const KINDS: readonly TaskKindName[] = ['video', 'image'];
+const KINDS: readonly TaskKindName[] = ['video', 'image', 'webhook'];
 
 export interface TaskListener {
   stop(): Promise<void>;

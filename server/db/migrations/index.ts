@@ -10,6 +10,7 @@ import * as m20261122231937 from './20261122231937-leased-tasks.ts';
 import * as m20261122234433 from './20261122234433-request-fingerprints.ts';
 import * as m20261123020000 from './20261123020000-task-wakeups.ts';
 import * as m20261123100000 from './20261123100000-member-pool.ts';
+import * as m20261124100000 from './20261124100000-webhooks.ts';
 
 export const migrations: Record<string, Migration> = {
   '20261122100000-accounts-keys-groups': m20261122100000,
@@ -21,4 +22,5 @@ export const migrations: Record<string, Migration> = {
   '20261122234433-request-fingerprints': m20261122234433,
   '20261123020000-task-wakeups': m20261123020000,
   '20261123100000-member-pool': m20261123100000,
+  '20261124100000-webhooks': m20261124100000,
 };

@@ -11,14 +11,16 @@ import type { Logger } from '../../logger.ts';
 import { ImageTaskRepository } from '../../repositories/image-task.repository.ts';
 import { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import { VideoTaskRepository } from '../../repositories/video-task.repository.ts';
+import { WebhookRepository } from '../../repositories/webhook.repository.ts';
 import type { AuthService } from '../auth.service.ts';
-import { Settlement } from '../tasks/settlement.ts';
+import type { Settlement } from '../tasks/settlement.ts';
 import { TaskAdminService } from './task-admin.service.ts';
 import { AccountAdminService } from './account-admin.service.ts';
 import { ApiKeyAdminService } from './api-key-admin.service.ts';
 import { CatalogAdminService } from './catalog-admin.service.ts';
 import { CapabilitySwitchService } from './capability-switch.service.ts';
 import { GroupAdminService } from './group-admin.service.ts';
+import { WebhookAdminService } from './webhook-admin.service.ts';
 
 export interface AdminServices {
   accounts: AccountAdminService;
@@ -27,17 +29,21 @@ export interface AdminServices {
   catalog: CatalogAdminService;
   switches: CapabilitySwitchService;
   tasks: TaskAdminService;
+  webhooks: WebhookAdminService;
 }
 
 /**
  * `auth` only needs `invalidate()`: key and account changes must drop cached key lookups.
  * `secretKey` may be a loader, so that the CLI needs MEDIAGATE_SECRET_KEY only to store credentials.
+ * `settlement` is the runtime's (the one place tasks are settled); the CLI has none and cannot
+ * settle tasks.
  */
 export function createAdminServices(deps: {
   db: Kysely<DB>;
   log: Logger;
   secretKey: Buffer | (() => Buffer);
   auth: Pick<AuthService, 'invalidate'>;
+  settlement?: Settlement;
 }): AdminServices {
   const { db, log, secretKey } = deps;
   const tx = createTransactor(db, log);
@@ -53,6 +59,7 @@ export function createAdminServices(deps: {
     groups: new GroupAdminService(groups, catalog, typeof secretKey === 'function' ? secretKey : () => secretKey),
     catalog: new CatalogAdminService(catalog, tx),
     switches: new CapabilitySwitchService(new CapabilitySwitchRepository(deps.db)),
-    tasks: new TaskAdminService({ imageTasks, videoTasks, ledger, settlement: new Settlement({ tx, log, ledger, videoTasks, imageTasks }) }),
+    tasks: new TaskAdminService({ imageTasks, videoTasks, ledger, settlement: deps.settlement }),
+    webhooks: new WebhookAdminService({ webhooks: new WebhookRepository(db), videoTasks }),
   };
 }

@@ -11,7 +11,7 @@ type AdminTask = components['schemas']['AdminTask'];
 
 export class TaskAdminService {
   constructor(
-    private readonly deps: { imageTasks: ImageTaskRepository; videoTasks: VideoTaskRepository; ledger: LedgerRepository; settlement: Settlement },
+    private readonly deps: { imageTasks: ImageTaskRepository; videoTasks: VideoTaskRepository; ledger: LedgerRepository; settlement: Settlement | undefined },
   ) {}
 
   async get(id: string): Promise<AdminTask> {
@@ -26,6 +26,7 @@ export class TaskAdminService {
   async settleImageTask(id: string, outcome: 'completed' | 'refunded', reason: string): Promise<AdminTask> {
     const row = await this.deps.imageTasks.find(id);
     if (!row) throw notFound('task_not_found', `No task '${id}'.`);
+    if (!this.deps.settlement) throw new Error('settling a task needs the server runtime');
     const settled = await this.deps.settlement.settleImageByOperator(row, outcome, reason);
     if (!settled) throw new ApiError(409, 'task_not_settleable', `Task '${id}' is ${row.status}; only a needs_attention image task can be settled.`);
     return this.toAdminTask('image', settled);

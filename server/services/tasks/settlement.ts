@@ -7,6 +7,7 @@
  *
  *   video  completed        capture the quote            (completeVideo)
  *          failed           release everything           (failVideo)
+ *          (both)           queue the callback_url webhook in the same transaction (the outbox)
  *   image  completed        capture delivered × price    (completeImage)
  *          failed           release everything           (failImage)
  *          needs_attention  keep the hold for an operator (imageNeedsAttention)
@@ -20,12 +21,14 @@ import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image
 import type { Fence } from '../../repositories/leased-tasks.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
+import type { WebhookOutbox } from '../webhooks/webhook-outbox.ts';
 
 export interface SettlementDeps {
   tx: Transactor;
   ledger: LedgerRepository;
   videoTasks: VideoTaskRepository;
   imageTasks: ImageTaskRepository;
+  outbox: WebhookOutbox;
   log: Logger;
 }
 
@@ -36,7 +39,10 @@ export class Settlement {
   async completeVideo(fence: Fence, outputFileId: string): Promise<VideoTaskRow | undefined> {
     const row = await this.deps.tx.run(async (trx) => {
       const done = await this.deps.videoTasks.markCompleted(fence, outputFileId, sql<number>`coalesce(quoted_credits, 0)`, trx);
-      if (done) await this.settleHold(trx, done.id, done.quotedCredits ?? 0, done.actualCredits);
+      if (done) {
+        await this.settleHold(trx, done.id, done.quotedCredits ?? 0, done.actualCredits);
+        await this.deps.outbox.videoFinished(done, trx);
+      }
       return done;
     });
     if (row) this.deps.log.info({ taskId: row.id, fileId: outputFileId, capturedMicroCredits: row.actualCredits }, 'video task completed');
@@ -47,7 +53,10 @@ export class Settlement {
   async failVideo(fence: Fence, code: string, message: string): Promise<VideoTaskRow | undefined> {
     const row = await this.deps.tx.run(async (trx) => {
       const failed = await this.deps.videoTasks.markFailed(fence, code, message, trx);
-      if (failed) await this.settleHold(trx, failed.id, failed.quotedCredits ?? 0, 0);
+      if (failed) {
+        await this.settleHold(trx, failed.id, failed.quotedCredits ?? 0, 0);
+        await this.deps.outbox.videoFinished(failed, trx);
+      }
       return failed;
     });
     if (row) this.deps.log.info({ taskId: row.id, code, message }, 'video task failed; credits released');

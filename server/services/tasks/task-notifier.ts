@@ -1,8 +1,8 @@
 /**
  * Tells the task engines that work became due (a task was created), so that they claim it now
- * instead of at their next periodic claim. Built once; engines subscribe when they start.
+ * instead of at their next periodic claim (webhook deliveries count as a kind of task). Built once; engines subscribe when they start.
  */
-export type TaskKindName = 'video' | 'image';
+export type TaskKindName = 'video' | 'image' | 'webhook';
 
 export class TaskNotifier {
   private readonly listeners = new Set<(kind: TaskKindName) => void>();

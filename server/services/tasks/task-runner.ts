@@ -7,11 +7,16 @@ import type { Logger } from '../../logger.ts';
 import type { Fence, LeasedTableName, LeasedTasks } from '../../repositories/leased-tasks.ts';
 import type { RetryPolicy } from './retry-policy.ts';
 
-/** A step either finished the task (it was settled, or its fence was lost) or asks to run again later. */
-export type StepResult = { done: true } | { done: false; nextInMs: number };
+/**
+ * A step either finished the task (it was settled, or its fence was lost) or asks to run again
+ * later: its next step (`later`), or — `failed` — a retry after a failed try the step recorded
+ * itself (`retryIn`, with a delay from the kind's retry policy), which counts toward `retries`.
+ */
+export type StepResult = { done: true } | { done: false; nextInMs: number; failed?: boolean };
 
 export const DONE: StepResult = { done: true };
 export const later = (nextInMs: number): StepResult => ({ done: false, nextInMs });
+export const retryIn = (nextInMs: number): StepResult => ({ done: false, nextInMs, failed: true });
 
 export interface LeasedRow extends Fence {
   retries: number;

@@ -1,0 +1,28 @@
+/** The account's webhook signing secret: read (created on first use) and rotate. */
+import type { AppContext } from '../context.ts';
+import type { WebhookSecretView } from '../services/webhooks/webhook-secrets.ts';
+import { authOf, noStore } from './auth.ts';
+import { sendJson, type HandlerMap } from './types.ts';
+
+const toSecret = (v: WebhookSecretView) => ({
+  object: 'webhook_secret' as const,
+  secret: v.secret,
+  created_at: v.createdAt.toISOString(),
+  previous_secret_expires_at: v.previousExpiresAt ? v.previousExpiresAt.toISOString() : null,
+});
+
+export function webhooksHandlers(ctx: AppContext): Pick<HandlerMap, 'getWebhookSecret' | 'rotateWebhookSecret'> {
+  const secrets = ctx.services.webhookSecrets;
+  return {
+    async getWebhookSecret(req, res) {
+      noStore(res);
+      sendJson(res, 'getWebhookSecret', 200, toSecret(await secrets.get(authOf(req).accountId)));
+    },
+    async rotateWebhookSecret(req, res) {
+      noStore(res);
+      const rotated = await secrets.rotate(authOf(req).accountId);
+      ctx.log.info({ accountId: authOf(req).accountId }, 'webhook secret rotated');
+      sendJson(res, 'rotateWebhookSecret', 200, toSecret(rotated));
+    },
+  };
+}

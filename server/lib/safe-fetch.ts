@@ -1,0 +1,183 @@
+/**
+ * Requests to URLs a client gave us (webhook receivers; media input URLs), safe against SSRF at
+ * send time, not only when the URL was accepted:
+ *
+ *   1. the URL passes the one outbound-URL guard (`parseOutboundUrl`: https, a real host, a usable
+ *      port, not an internal name or a non-public IP literal);
+ *   2. the host is resolved once and EVERY address checked (`isPublicAddress`): one private address
+ *      among public ones refuses the request;
+ *   3. the connection goes to the checked addresses (a `lookup` that answers from them), so DNS
+ *      rebinding between check and connect is impossible; TLS still verifies the host name;
+ *   4. no proxy (a fresh agent, never the environment's), no redirect followed (a 3xx is an answer),
+ *      one time limit over the whole exchange, and the answer's body read up to a byte limit.
+ *
+ * `allowPrivate` (the operator's ALLOW_PRIVATE_TARGETS, for on-premises receivers) lifts the
+ * address rules, never the others. Every failure is a `SafeFetchError` with a stable class.
+ */
+import { lookup as dnsLookup } from 'node:dns/promises';
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import https from 'node:https';
+import type { LookupFunction } from 'node:net';
+import ipaddr from 'ipaddr.js';
+import { isPublicAddress, OutboundUrlError, parseOutboundUrl, type OutboundUrl } from './outbound-url.ts';
+
+export interface ResolvedAddress {
+  address: string;
+  family: 4 | 6;
+}
+
+export type Resolver = (host: string) => Promise<ResolvedAddress[]>;
+
+/** Why no answer came: the classes operators see on an attempt (and metrics count). */
+export type SafeFetchErrorClass = 'timeout' | 'connect_failed' | 'tls_error' | 'dns_failure' | 'blocked_address' | 'invalid_url' | 'protocol_error';
+
+export class SafeFetchError extends Error {
+  constructor(
+    readonly errorClass: SafeFetchErrorClass,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'SafeFetchError';
+  }
+}
+
+export interface SafeFetchOptions {
+  method?: string;
+  headers?: Record<string, string>;
+  body?: string | Buffer;
+  /** One limit over resolve, connect, send and the whole answer. */
+  timeoutMs: number;
+  allowPrivate?: boolean;
+  /** The caller's abort (lease lost, shutdown): rethrown as its own reason, not a SafeFetchError. */
+  signal?: AbortSignal;
+  /** Test seam: the resolver (default: the system's, every address). */
+  resolve?: Resolver;
+  /** Test seam: extra trusted CAs (default: Node's, plus NODE_EXTRA_CA_CERTS). */
+  ca?: string | string[];
+}
+
+export interface SafeResponse {
+  status: number;
+  headers: IncomingHttpHeaders;
+  /** At most `maxResponseBytes` of the answer's body. */
+  body: Buffer;
+  /** The answer had more than `maxResponseBytes` (the rest was not read). */
+  truncated: boolean;
+}
+
+const systemResolver: Resolver = async (host) => (await dnsLookup(host, { all: true, order: 'verbatim' })) as ResolvedAddress[];
+
+/**
+ * Checks the URL and resolves its host to addresses that may be connected to; throws
+ * `invalid_url`, `blocked_address` or `dns_failure`.
+ */
+export async function resolveTarget(raw: string, opts: { allowPrivate?: boolean; resolve?: Resolver } = {}): Promise<{ target: OutboundUrl; addresses: ResolvedAddress[] }> {
+  let target: OutboundUrl;
+  try {
+    target = parseOutboundUrl(raw, { allowPrivate: opts.allowPrivate });
+  } catch (err) {
+    if (!(err instanceof OutboundUrlError)) throw err;
+    const blocked = err.problem === 'internal_name' || err.problem === 'non_public_address';
+    throw new SafeFetchError(blocked ? 'blocked_address' : 'invalid_url', `refused target: ${err.message}`);
+  }
+  if (target.address) return { target, addresses: [{ address: target.address, family: target.address.includes(':') ? 6 : 4 }] };
+
+  let addresses: ResolvedAddress[];
+  try {
+    addresses = await (opts.resolve ?? systemResolver)(target.host);
+  } catch (err) {
+    throw new SafeFetchError('dns_failure', `'${target.host}' could not be resolved (${(err as { code?: string }).code ?? 'lookup failed'})`, { cause: err });
+  }
+  if (addresses.length === 0) throw new SafeFetchError('dns_failure', `'${target.host}' has no address`);
+  if (!opts.allowPrivate) {
+    const refused = addresses.filter((a) => !isPublicAddress(a.address));
+    if (refused.length > 0) {
+      const list = refused.map((a) => `${a.address} (${ipaddr.isValid(a.address) ? ipaddr.process(a.address).range() : 'invalid'})`).join(', ');
+      throw new SafeFetchError('blocked_address', `refused target: '${target.host}' resolves to ${list}, not a public address`);
+    }
+  }
+  return { target, addresses };
+}
+
+/**
+ * Opens a request to a checked URL and returns the answer's head with its body unread (a stream the
+ * caller must consume or destroy). Redirects are answers like any other.
+ */
+export async function safeRequest(raw: string, opts: SafeFetchOptions): Promise<{ res: IncomingMessage; signal: AbortSignal }> {
+  const timeout = AbortSignal.timeout(opts.timeoutMs);
+  const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
+  const fail = (err: unknown): never => {
+    if (opts.signal?.aborted) throw opts.signal.reason ?? err;
+    if (timeout.aborted) throw new SafeFetchError('timeout', `no complete answer within ${opts.timeoutMs} ms`, { cause: err });
+    throw err instanceof SafeFetchError ? err : classify(err);
+  };
+  try {
+    const { target, addresses } = await resolveTarget(raw, opts);
+    signal.throwIfAborted();
+    // Answers from the checked addresses only: no second lookup that DNS could answer differently.
+    const lookup: LookupFunction = (_host, options, callback) => {
+      if (options.all) return (callback as (err: null, all: ResolvedAddress[]) => void)(null, addresses);
+      callback(null, addresses[0]!.address, addresses[0]!.family);
+    };
+    const res = await new Promise<IncomingMessage>((resolve, reject) => {
+      const req = https.request(
+        {
+          method: opts.method ?? 'GET',
+          host: target.host,
+          port: target.port,
+          path: `${target.url.pathname}${target.url.search}`,
+          headers: opts.body === undefined ? opts.headers : { ...opts.headers, 'content-length': String(Buffer.byteLength(opts.body)) },
+          lookup,
+          servername: target.address ? undefined : target.host,
+          agent: false, // never a proxy, never a pooled connection to somewhere else
+          ca: opts.ca,
+          signal,
+        },
+        resolve,
+      );
+      req.on('error', reject);
+      req.end(opts.body);
+    });
+    return { res, signal };
+  } catch (err) {
+    return fail(err);
+  }
+}
+
+/** `safeRequest`, then at most `maxResponseBytes` of the body read (the rest dropped unread). */
+export async function safeFetch(raw: string, opts: SafeFetchOptions & { maxResponseBytes: number }): Promise<SafeResponse> {
+  const { res, signal } = await safeRequest(raw, opts);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let truncated = false;
+  try {
+    for await (const chunk of res as AsyncIterable<Buffer>) {
+      const room = opts.maxResponseBytes - size;
+      if (chunk.length >= room) {
+        if (room > 0) chunks.push(chunk.subarray(0, room));
+        size = opts.maxResponseBytes;
+        truncated = chunk.length > room;
+        if (truncated) break;
+        continue;
+      }
+      chunks.push(chunk);
+      size += chunk.length;
+    }
+  } catch (err) {
+    if (opts.signal?.aborted) throw opts.signal.reason ?? err;
+    // The status line arrived: a body cut short (or too slow) does not change the answer.
+    if (!signal.aborted && !(err instanceof Error && /aborted|ECONNRESET/i.test(err.message))) throw classify(err);
+  } finally {
+    res.destroy();
+  }
+  return { status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks), truncated };
+}
+
+function classify(err: unknown): SafeFetchError {
+  const code = String((err as { code?: unknown }).code ?? '');
+  const message = err instanceof Error ? err.message : String(err);
+  if (code.startsWith('HPE_')) return new SafeFetchError('protocol_error', `the receiver's answer is not valid HTTP (${code})`, { cause: err });
+  if (/CERT|SSL|TLS|SELF_SIGNED|UNABLE_TO_(GET|VERIFY)/.test(code)) return new SafeFetchError('tls_error', `TLS failed: ${message}`, { cause: err });
+  return new SafeFetchError('connect_failed', `the connection failed: ${code || message}`, { cause: err });
+}

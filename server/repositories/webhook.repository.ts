@@ -1,0 +1,134 @@
+/**
+ * Webhook secrets, the delivery outbox and its attempts (see the webhooks migration). Deliveries
+ * are leased rows: the shared LeasedTasks helper claims and reschedules them; the writes here that
+ * end an attempt are fenced by the claimed attempt like every other leased write.
+ */
+import { sql, type Kysely, type Selectable } from 'kysely';
+import type { DB, WebhookAttempts, WebhookDeliveries, WebhookSecrets } from '../../generated/db.d.ts';
+import type { Executor } from '../db/database.ts';
+import { LeasedTasks, type Fence } from './leased-tasks.ts';
+
+export type WebhookDeliveryRow = Selectable<WebhookDeliveries>;
+export type WebhookAttemptRow = Selectable<WebhookAttempts>;
+export type WebhookSecretRow = Selectable<WebhookSecrets>;
+export type WebhookEventType = 'video.completed' | 'video.failed';
+/** pending: to be sent (again); delivered: a 2xx; gone: the receiver answered 410; failed: the schedule ran out. */
+export type WebhookDeliveryStatus = 'pending' | 'delivered' | 'gone' | 'failed';
+
+export interface AttemptRecord {
+  statusCode: number | null;
+  errorClass: string | null;
+  error: string | null;
+  latencyMs: number;
+  nextRetryAt: Date | null;
+}
+
+export class WebhookRepository {
+  readonly leases: LeasedTasks<'webhookDeliveries'>;
+
+  constructor(private readonly db: Kysely<DB>) {
+    this.leases = new LeasedTasks(db, { table: 'webhookDeliveries', sqlTable: 'webhook_deliveries', active: ['pending'] });
+  }
+
+  // --- secrets
+
+  findSecret(accountId: string): Promise<WebhookSecretRow | undefined> {
+    return this.db.selectFrom('webhookSecrets').selectAll().where('accountId', '=', accountId).executeTakeFirst();
+  }
+
+  /** Stores a first secret unless one exists; returns the account's secret either way. */
+  async createSecret(accountId: string, ciphertext: Buffer): Promise<WebhookSecretRow> {
+    await this.db.insertInto('webhookSecrets').values({ accountId, secretCiphertext: ciphertext }).onConflict((oc) => oc.column('accountId').doNothing()).execute();
+    return this.db.selectFrom('webhookSecrets').selectAll().where('accountId', '=', accountId).executeTakeFirstOrThrow();
+  }
+
+  /** Makes `ciphertext` the current secret; the old one keeps signing for `overlapSeconds`. */
+  async rotateSecret(accountId: string, ciphertext: Buffer, overlapSeconds: number): Promise<WebhookSecretRow> {
+    return this.db
+      .insertInto('webhookSecrets')
+      .values({ accountId, secretCiphertext: ciphertext })
+      .onConflict((oc) =>
+        oc.column('accountId').doUpdateSet({
+          previousCiphertext: sql`webhook_secrets.secret_ciphertext`,
+          previousExpiresAt: sql`now() + ${overlapSeconds} * interval '1 second'`,
+          secretCiphertext: ciphertext,
+          rotatedAt: sql`now()`,
+        }),
+      )
+      .returningAll()
+      .executeTakeFirstOrThrow();
+  }
+
+  // --- deliveries
+
+  /** The outbox write, inside the transaction that finished the task. */
+  async enqueue(row: { id: string; accountId: string; taskId: string; eventType: WebhookEventType; url: string; payload: string }, trx: Executor): Promise<void> {
+    await trx.insertInto('webhookDeliveries').values(row).onConflict((oc) => oc.column('taskId').doNothing()).execute();
+  }
+
+  find(id: string): Promise<WebhookDeliveryRow | undefined> {
+    return this.db.selectFrom('webhookDeliveries').selectAll().where('id', '=', id).executeTakeFirst();
+  }
+
+  findForTask(taskId: string): Promise<WebhookDeliveryRow | undefined> {
+    return this.db.selectFrom('webhookDeliveries').selectAll().where('taskId', '=', taskId).executeTakeFirst();
+  }
+
+  attemptsOf(deliveryId: string): Promise<WebhookAttemptRow[]> {
+    return this.db.selectFrom('webhookAttempts').selectAll().where('deliveryId', '=', deliveryId).orderBy('id').execute();
+  }
+
+  /**
+   * Records an attempt and, when it ended the delivery (`final`), its final status — one fenced
+   * transaction, so a worker that lost its lease records nothing. False: the fence no longer holds.
+   */
+  async recordAttempt(fence: Fence, attempt: AttemptRecord, final: { status: Exclude<WebhookDeliveryStatus, 'pending'> } | undefined): Promise<boolean> {
+    return this.db.transaction().execute(async (trx) => {
+      const updated = await this.leases.update(
+        fence,
+        {
+          lastStatusCode: attempt.statusCode,
+          lastError: attempt.error,
+          updatedAt: sql`now()`,
+          ...(final && { status: final.status, leaseOwner: null, leaseExpiresAt: null, ...(final.status === 'delivered' && { deliveredAt: sql`now()` }) }),
+        },
+        trx,
+      );
+      if (!updated) return false;
+      await trx.insertInto('webhookAttempts').values({ deliveryId: fence.id, ...attempt }).execute();
+      return true;
+    });
+  }
+
+  /** Gives up a delivery the engine could not run (not an attempt: nothing was sent). */
+  async markFailed(fence: Fence, error: string): Promise<boolean> {
+    return (await this.leases.update(fence, { status: 'failed', lastError: error, leaseOwner: null, leaseExpiresAt: null, updatedAt: sql`now()` }, this.db)) !== undefined;
+  }
+
+  /**
+   * Sends a delivery again now (an operator's redelivery), with the same id and body: a finished one
+   * becomes pending with a fresh retry schedule; a pending one waiting for its next retry becomes
+   * due at once. One being sent right now (leased) is left to its worker. Wakes every instance's
+   * workers. Undefined: the task has no delivery, or it is being sent.
+   */
+  async redeliver(taskId: string): Promise<WebhookDeliveryRow | undefined> {
+    return this.db.transaction().execute(async (trx) => {
+      const row = await trx
+        .updateTable('webhookDeliveries')
+        .set({
+          status: 'pending',
+          nextRunAt: sql`now()`,
+          retries: sql`case when status = 'pending' then retries else 0 end`,
+          leaseOwner: null,
+          leaseExpiresAt: null,
+          updatedAt: sql`now()`,
+        })
+        .where('taskId', '=', taskId)
+        .where((eb) => eb.or([eb('status', '!=', 'pending'), eb('leaseOwner', 'is', null), eb('leaseExpiresAt', '<', sql<Date>`now()`)]))
+        .returningAll()
+        .executeTakeFirst();
+      if (row) await sql`select pg_notify('mediagate_tasks', 'webhook')`.execute(trx);
+      return row;
+    });
+  }
+}

@@ -1,0 +1,52 @@
+/** Admin: a video task's webhook delivery with its attempts, and redelivery. */
+import type { components } from '../../../generated/api.d.ts';
+import { ApiError, notFound } from '../../errors.ts';
+import type { VideoTaskRepository } from '../../repositories/video-task.repository.ts';
+import type { WebhookAttemptRow, WebhookDeliveryRow, WebhookRepository } from '../../repositories/webhook.repository.ts';
+
+type AdminWebhookDelivery = components['schemas']['AdminWebhookDelivery'];
+
+export class WebhookAdminService {
+  constructor(private readonly deps: { webhooks: WebhookRepository; videoTasks: VideoTaskRepository }) {}
+
+  /** The task's delivery (null: the task has no callback_url, or has not finished yet). */
+  async forTask(taskId: string): Promise<{ task_id: string; delivery: AdminWebhookDelivery | null }> {
+    await this.taskOrThrow(taskId);
+    const delivery = await this.deps.webhooks.findForTask(taskId);
+    return { task_id: taskId, delivery: delivery ? toAdmin(delivery, await this.deps.webhooks.attemptsOf(delivery.id)) : null };
+  }
+
+  /** Sends the task's webhook again now, with the same webhook-id and body. */
+  async redeliver(taskId: string): Promise<{ task_id: string; delivery: AdminWebhookDelivery | null }> {
+    await this.taskOrThrow(taskId);
+    const existing = await this.deps.webhooks.findForTask(taskId);
+    if (!existing) throw new ApiError(409, 'no_webhook', `Task '${taskId}' has no webhook delivery (no callback_url, or the task has not finished).`);
+    const row = await this.deps.webhooks.redeliver(taskId);
+    if (!row) throw new ApiError(409, 'webhook_in_progress', `The webhook of task '${taskId}' is being sent right now; look again in a moment.`);
+    return { task_id: taskId, delivery: toAdmin(row, await this.deps.webhooks.attemptsOf(row.id)) };
+  }
+
+  private async taskOrThrow(taskId: string): Promise<void> {
+    if (!(await this.deps.videoTasks.find(taskId))) throw notFound('task_not_found', `No video task '${taskId}'.`);
+  }
+}
+
+function toAdmin(d: WebhookDeliveryRow, attempts: WebhookAttemptRow[]): AdminWebhookDelivery {
+  return {
+    webhook_id: d.id,
+    event_type: d.eventType as AdminWebhookDelivery['event_type'],
+    url: d.url,
+    status: d.status as AdminWebhookDelivery['status'],
+    next_attempt_at: d.status === 'pending' ? d.nextRunAt.toISOString() : null,
+    delivered_at: d.deliveredAt ? d.deliveredAt.toISOString() : null,
+    created_at: d.createdAt.toISOString(),
+    attempts: attempts.map((a) => ({
+      attempted_at: a.attemptedAt.toISOString(),
+      status_code: a.statusCode,
+      error_class: a.errorClass as AdminWebhookDelivery['attempts'][number]['error_class'],
+      error: a.error,
+      latency_ms: a.latencyMs,
+      next_retry_at: a.nextRetryAt ? a.nextRetryAt.toISOString() : null,
+    })),
+  };
+}

@@ -1,0 +1,330 @@
+/**
+ * Video completion webhooks through the public API (product spec §6.2): a receiver on loopback
+ * over real TLS (the tests allow private targets and trust the test CA), signatures verified with
+ * the `standardwebhooks` package itself, the outbox body equal to the task lookup, the retry
+ * schedule, 410, refused targets at send time, secret rotation with two signatures, the admin view
+ * and redelivery.
+ */
+import { execFile } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { Webhook } from 'standardwebhooks';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { verifyWebhook } from '../../clients/typescript/index.ts';
+import type { ResolvedAddress } from '../../server/lib/safe-fetch.ts';
+import { ProviderError } from '../../server/providers/provider-error.ts';
+import type { VideoProvider } from '../../server/providers/types.ts';
+import { instantVideoProvider } from '../fakes/providers.ts';
+import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { waitVideoFinished } from '../support/tasks.ts';
+import { TEST_CA, startHttpsReceiver } from '../support/tls.ts';
+
+/** A receiver whose answers the tests script: a status per incoming request (then 200). */
+let answers: number[] = [];
+let receiver: Awaited<ReturnType<typeof startHttpsReceiver>>;
+let server: TestServer;
+/** Names the injected resolver knows (everything else fails to resolve). */
+const dns: Record<string, ResolvedAddress[]> = { 'receiver.test': [{ address: '127.0.0.1', family: 4 }] };
+const lookups: string[] = [];
+const resolve = async (host: string) => {
+  lookups.push(host);
+  const found = dns[host];
+  if (!found) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
+  return found;
+};
+
+/** Finishes every job at its first poll; a prompt with "fail-me" fails. */
+function videoProvider(): VideoProvider {
+  const mp4 = Buffer.concat([Buffer.from([0, 0, 0, 24]), Buffer.from('ftypisom'), Buffer.alloc(2048, 1)]);
+  const instant = instantVideoProvider(mp4);
+  return {
+    ...instant,
+    poll: async (account, id, job, signal) =>
+      job.prompt.includes('fail-me') ? { state: 'failed', error: new ProviderError('failed', 'The upstream rejected the prompt.') } : instant.poll(account, id, job, signal),
+  };
+}
+
+beforeAll(async () => {
+  receiver = await startHttpsReceiver((_req, res) => {
+    res.writeHead(answers.shift() ?? 200, { 'content-type': 'text/plain' });
+    res.end('ok');
+  });
+  server = await startTestServer({
+    workers: true,
+    env: { ALLOW_PRIVATE_TARGETS: '1', WEBHOOK_RETRY_SCHEDULE_MS: '150,300,450', WEBHOOK_TIMEOUT_MS: '2000' },
+    overrides: { webhookFetch: { resolve, ca: TEST_CA }, providers: { local: { video: videoProvider() } } },
+  });
+  await seedCatalog(server.db);
+});
+afterAll(async () => {
+  await server?.close();
+  await receiver?.close();
+});
+beforeEach(() => {
+  answers = [];
+});
+
+const hookUrl = (path = '/hook') => `https://receiver.test:${receiver.port}${path}`;
+
+async function createVideo(key: string, overrides: Record<string, unknown> = {}) {
+  const res = await fetch(`${server.directUrl}/v1/videos/generations`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ client_request_id: randomUUID(), prompt: 'a lighthouse', model: 'local-video-lite', seconds: 2, aspectRatio: '16:9', resolution: '360p', callback_url: hookUrl(), ...overrides }),
+  });
+  expect(res.status).toBe(202);
+  return ((await res.json()) as { id: string }).id;
+}
+
+/** `npm run admin -- …` on the test server's database. */
+function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', 'scripts/admin.ts', ...args],
+      { cwd: fileURLToPath(new URL('../..', import.meta.url)), env: { ...process.env, DATABASE_URL: server.config.databaseUrl, MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex') }, timeout: 60_000 },
+      (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+/** The requests the receiver got for a path. */
+const received = (path = '/hook') => receiver.requests.filter((r) => r.path === path);
+
+async function until<T>(what: () => Promise<T | undefined> | T | undefined, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await what();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+async function deliveryOf(taskId: string) {
+  const { data, response } = await server.admin().GET('/admin/v1/tasks/{task_id}/webhook', { params: { path: { task_id: taskId } } });
+  expect(response.status).toBe(200);
+  return data!.delivery;
+}
+
+const finished = async (taskId: string) => until(async () => {
+  const d = await deliveryOf(taskId);
+  return d && d.status !== 'pending' ? d : undefined;
+});
+
+async function secretOf(key: string) {
+  const { data } = await server.client(key).GET('/v1/webhooks/secret');
+  return data!;
+}
+
+describe('video webhooks', () => {
+  it('delivers the task lookup once, signed per Standard Webhooks, after the task completes', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const before = received().length;
+    const id = await createVideo(c.key);
+    const { task } = await waitVideoFinished(server, c.key, id);
+    const delivery = await finished(id);
+    expect(delivery).toMatchObject({ status: 'delivered', event_type: 'video.completed', url: hookUrl(), next_attempt_at: null });
+    expect(delivery.attempts).toEqual([expect.objectContaining({ status_code: 200, error_class: null, next_retry_at: null })]);
+    const [req] = received().slice(before);
+    expect(received().length).toBe(before + 1);
+    expect(req!.method).toBe('POST');
+    expect(req!.headers['content-type']).toBe('application/json');
+    expect(req!.headers['webhook-id']).toBe(delivery.webhook_id);
+
+    // The standardwebhooks package verifies it with the account's secret; another secret does not.
+    const { secret } = await secretOf(c.key);
+    const body = req!.body.toString('utf8');
+    const headers = { 'webhook-id': String(req!.headers['webhook-id']), 'webhook-timestamp': String(req!.headers['webhook-timestamp']), 'webhook-signature': String(req!.headers['webhook-signature']) };
+    const payload = new Webhook(secret).verify(body, headers) as Record<string, unknown>;
+    expect(() => new Webhook(`whsec_${Buffer.alloc(32, 7).toString('base64')}`).verify(body, headers)).toThrow();
+    // The client helper agrees.
+    expect(verifyWebhook(req!.body, req!.headers as Record<string, string>, secret).id).toBe(id);
+
+    // The body is the lookup object (its video_url is signed for longer: compare it apart).
+    const { video_url: hookVideoUrl, data: _d, ...rest } = payload as { video_url: string; data: unknown };
+    const { video_url: lookupVideoUrl, data: _l, ...lookup } = task as unknown as { video_url: string; data: unknown };
+    expect(rest).toEqual(lookup);
+    expect(new URL(hookVideoUrl).pathname).toBe(new URL(lookupVideoUrl).pathname);
+    const video = await fetch(`${server.directUrl}${new URL(hookVideoUrl).pathname}${new URL(hookVideoUrl).search}`);
+    expect(video.status).toBe(200);
+    await video.arrayBuffer();
+  });
+
+  it('sends a failed task with its error, and nothing for a task without callback_url', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const id = await createVideo(c.key, { prompt: 'please fail-me' });
+    const { task } = await waitVideoFinished(server, c.key, id);
+    expect(task.status).toBe('failed');
+    const delivery = await finished(id);
+    expect(delivery.event_type).toBe('video.failed');
+    const req = received().find((r) => r.headers['webhook-id'] === delivery.webhook_id)!;
+    expect(JSON.parse(req.body.toString())).toMatchObject({ id, status: 'failed', error: { message: 'The upstream rejected the prompt.' } });
+    const plain = await createVideo(c.key, { callback_url: undefined });
+    await waitVideoFinished(server, c.key, plain);
+    expect(await deliveryOf(plain)).toBeNull();
+  });
+
+  it('retries on the schedule with the same webhook-id until the receiver accepts', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    answers = [503, 500];
+    const path = '/retry';
+    const id = await createVideo(c.key, { callback_url: hookUrl(path) });
+    const delivery = await finished(id);
+    expect(delivery.status).toBe('delivered');
+    expect(delivery.attempts.map((a) => a.status_code)).toEqual([503, 500, 200]);
+    expect(delivery.attempts.map((a) => a.next_retry_at === null)).toEqual([false, false, true]);
+    const got = received(path);
+    expect(new Set(got.map((r) => r.headers['webhook-id']))).toEqual(new Set([delivery.webhook_id]));
+    // The schedule says 150 ms, then 300 ms (plus up to 10 %).
+    const gaps = got.slice(1).map((r, i) => r.receivedAt - got[i]!.receivedAt);
+    expect(gaps[0]).toBeGreaterThanOrEqual(140);
+    expect(gaps[1]).toBeGreaterThanOrEqual(290);
+    // Timestamps are per attempt; each attempt's signature verifies on its own.
+    const { secret } = await secretOf(c.key);
+    for (const r of got) new Webhook(secret).verify(r.body.toString(), r.headers as Record<string, string>);
+  });
+
+  it('gives up after the last retry, and stops at once on 410 Gone', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    answers = [500, 502, 503, 504];
+    const failing = await createVideo(c.key, { callback_url: hookUrl('/down') });
+    const failed = await finished(failing);
+    expect(failed.status).toBe('failed');
+    expect(failed.attempts.map((a) => a.status_code)).toEqual([500, 502, 503, 504]);
+    expect(failed.attempts.at(-1)!.next_retry_at).toBeNull();
+
+    answers = [410];
+    const gone = await createVideo(c.key, { callback_url: hookUrl('/gone') });
+    const stopped = await finished(gone);
+    expect(stopped.status).toBe('gone');
+    await new Promise((r) => setTimeout(r, 600));
+    expect(received('/gone')).toHaveLength(1);
+  });
+
+  it('counts attempts by outcome in the metrics', async () => {
+    const text = await server.ctx.metrics.registry.getSingleMetricAsString('mediagate_webhook_attempts_total');
+    expect(text).toMatch(/outcome="delivered"} [1-9]/);
+    expect(text).toMatch(/outcome="http_error"} [1-9]/);
+    expect(text).toMatch(/outcome="gone"} 1/);
+  });
+
+  it('refuses at send time a target that does not resolve, and follows no redirect', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const lost = await createVideo(c.key, { callback_url: 'https://nowhere.test/hook' });
+    const d = await until(async () => {
+      const x = await deliveryOf(lost);
+      return x && x.attempts.length > 0 ? x : undefined;
+    });
+    expect(d.attempts[0]).toMatchObject({ status_code: null, error_class: 'dns_failure' });
+
+    answers = [302];
+    const redirected = await createVideo(c.key, { callback_url: hookUrl('/moved') });
+    const r = await until(async () => {
+      const x = await deliveryOf(redirected);
+      return x && x.attempts.length > 0 ? x : undefined;
+    });
+    expect(r.attempts[0]!.status_code).toBe(302);
+    expect(r.status).toBe('pending');
+  });
+
+  it('signs with both secrets during a rotation overlap', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const old = await secretOf(c.key);
+    expect(await secretOf(c.key)).toEqual(old); // stable until rotated
+    const { data: rotated } = await server.client(c.key).POST('/v1/webhooks/secret/rotate');
+    expect(rotated!.secret).not.toBe(old.secret);
+    expect(Date.parse(rotated!.previous_secret_expires_at!) - Date.now()).toBeGreaterThan(86_000_000);
+    const id = await createVideo(c.key, { callback_url: hookUrl('/rotated') });
+    const delivery = await finished(id);
+    const req = received('/rotated').find((r) => r.headers['webhook-id'] === delivery.webhook_id)!;
+    const signatures = String(req.headers['webhook-signature']).split(' ');
+    expect(signatures).toHaveLength(2);
+    for (const secret of [old.secret, rotated!.secret]) new Webhook(secret).verify(req.body.toString(), req.headers as Record<string, string>);
+    // Another account has its own secret.
+    const other = await createCustomer(server.db, { balance: 1 });
+    expect((await secretOf(other.key)).secret).not.toBe(rotated!.secret);
+  });
+
+  it('lets an operator send a delivered webhook again, same id and body', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const id = await createVideo(c.key, { callback_url: hookUrl('/again') });
+    const first = await finished(id);
+    const { data, response } = await server.admin().POST('/admin/v1/tasks/{task_id}/webhook/redeliver', { params: { path: { task_id: id } } });
+    expect(response.status).toBe(200);
+    expect(data!.delivery!.status).toBe('pending');
+    await until(() => (received('/again').length === 2 ? true : undefined));
+    const [a, b] = received('/again');
+    expect(b!.headers['webhook-id']).toBe(first.webhook_id);
+    expect(b!.body.equals(a!.body)).toBe(true);
+    const plain = await createVideo(c.key, { callback_url: undefined });
+    await waitVideoFinished(server, c.key, plain);
+    const none = await server.admin().POST('/admin/v1/tasks/{task_id}/webhook/redeliver', { params: { path: { task_id: plain } } });
+    expect([none.response.status, none.error?.error.code]).toEqual([409, 'no_webhook']);
+    const unknown = await server.admin().GET('/admin/v1/tasks/{task_id}/webhook', { params: { path: { task_id: 'vid_unknown' } } });
+    expect(unknown.response.status).toBe(404);
+
+    // The CLI shows the same delivery with both attempts, and redelivers.
+    const shown = await cli('webhooks', 'show', id, '--json');
+    expect(shown.code).toBe(0);
+    const view = JSON.parse(shown.stdout) as { delivery: { webhook_id: string; attempts: unknown[] } };
+    expect(view.delivery.webhook_id).toBe(first.webhook_id);
+    expect(view.delivery.attempts).toHaveLength(2);
+    const again = await cli('webhooks', 'redeliver', id, '--json');
+    expect([again.code, (JSON.parse(again.stdout) as { delivery: { status: string } }).delivery.status]).toEqual([0, 'pending']);
+    await until(() => (received('/again').length === 3 ? true : undefined));
+    const none2 = await cli('webhooks', 'redeliver', plain);
+    expect(none2.code).not.toBe(0);
+    expect(none2.stderr).toContain('no_webhook');
+  });
+});
+
+describe('video webhooks without private targets', () => {
+  let strict: TestServer;
+  beforeAll(async () => {
+    strict = await startTestServer({
+      workers: true,
+      env: { WEBHOOK_RETRY_SCHEDULE_MS: '100' },
+      // A public-looking name whose DNS answer is loopback (rebinding), and one with a private address among public ones.
+      overrides: {
+        webhookFetch: {
+          ca: TEST_CA,
+          resolve: async (host) =>
+            host === 'rebind.example'
+              ? [{ address: '127.0.0.1', family: 4 }]
+              : [
+                  { address: '93.184.215.14', family: 4 },
+                  { address: '10.1.2.3', family: 4 },
+                ],
+        },
+        providers: { local: { video: videoProvider() } },
+      },
+    });
+    await seedCatalog(strict.db);
+  });
+  afterAll(async () => strict?.close());
+
+  it('refuses at send time a host that resolves to a private address, before connecting', async () => {
+    const c = await createCustomer(strict.db, { balance: 10 });
+    const before = receiver.requests.length;
+    for (const host of ['rebind.example', 'mixed.example']) {
+      const res = await fetch(`${strict.directUrl}/v1/videos/generations`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ client_request_id: randomUUID(), prompt: 'x', model: 'local-video-lite', seconds: 2, aspectRatio: '16:9', resolution: '360p', callback_url: `https://${host}:${receiver.port}/hook` }),
+      });
+      expect(res.status).toBe(202);
+      const { id } = (await res.json()) as { id: string };
+      const delivery = await until(async () => {
+        const { data } = await strict.admin().GET('/admin/v1/tasks/{task_id}/webhook', { params: { path: { task_id: id } } });
+        return data?.delivery && data.delivery.status !== 'pending' ? data.delivery : undefined;
+      });
+      // Refused targets fail at once: no retry can make them public.
+      expect(delivery.status).toBe('failed');
+      expect(delivery.attempts).toEqual([expect.objectContaining({ status_code: null, error_class: 'blocked_address', next_retry_at: null })]);
+      expect(delivery.attempts[0]!.error).toMatch(/127\.0\.0\.1|10\.1\.2\.3/);
+    }
+    expect(receiver.requests.length).toBe(before);
+  });
+});

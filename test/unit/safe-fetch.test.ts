@@ -1,0 +1,155 @@
+/**
+ * The send-time SSRF guard (`lib/safe-fetch.ts`): every resolved address is classified, one
+ * non-public address refuses the whole target, the connection goes to the checked address only,
+ * proxies never apply, and each failure has its stable class.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { resolveTarget, safeFetch, SafeFetchError, type ResolvedAddress } from '../../server/lib/safe-fetch.ts';
+import { startHttpsReceiver, TEST_CA, type HttpsReceiver } from '../support/tls.ts';
+
+const answering = (...addresses: string[]) => async (): Promise<ResolvedAddress[]> => addresses.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
+
+async function classOf(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+    return 'ok';
+  } catch (err) {
+    if (err instanceof SafeFetchError) return err.errorClass;
+    throw err;
+  }
+}
+
+describe('resolveTarget', () => {
+  it.each([
+    ['loopback', '127.0.0.1'],
+    ['loopback v6', '::1'],
+    ['private 10/8', '10.0.0.5'],
+    ['private 172.16/12', '172.20.1.1'],
+    ['private 192.168/16', '192.168.1.1'],
+    ['link-local / cloud metadata', '169.254.169.254'],
+    ['CGNAT (also Alibaba metadata)', '100.100.100.200'],
+    ['unique-local v6 (AWS metadata v6)', 'fd00:ec2::254'],
+    ['link-local v6', 'fe80::1'],
+    ['IPv4-mapped IPv6 of a private address', '::ffff:10.0.0.1'],
+    ['IPv4-mapped IPv6 of loopback', '::ffff:127.0.0.1'],
+    ['multicast', '224.0.0.1'],
+    ['reserved', '240.0.0.1'],
+    ['unspecified', '0.0.0.0'],
+    ['broadcast', '255.255.255.255'],
+  ])('refuses a name that resolves to a %s address (%s)', async (_what, address) => {
+    await expect(classOf(resolveTarget('https://hooks.example.com/x', { resolve: answering(address) }))).resolves.toBe('blocked_address');
+  });
+
+  it('refuses a name when one of its addresses is private, even among public ones', async () => {
+    const err = await resolveTarget('https://hooks.example.com/x', { resolve: answering('93.184.215.14', '2606:2800:21f:cb07:6820:80da:af6b:8b2c', '192.168.0.7') }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(SafeFetchError);
+    expect((err as SafeFetchError).message).toContain('192.168.0.7 (private)');
+  });
+
+  it('accepts public addresses, v4 and v6, and keeps every one to connect to', async () => {
+    const { target, addresses } = await resolveTarget('https://Hooks.Example.com./x', { resolve: answering('93.184.215.14', '2606:2800:21f:cb07:6820:80da:af6b:8b2c') });
+    expect(target.host).toBe('hooks.example.com');
+    expect(addresses.map((a) => a.address)).toEqual(['93.184.215.14', '2606:2800:21f:cb07:6820:80da:af6b:8b2c']);
+  });
+
+  it('classifies URLs the guard refuses before any lookup', async () => {
+    let lookups = 0;
+    const resolve = async () => {
+      lookups++;
+      return [{ address: '93.184.215.14', family: 4 as const }];
+    };
+    for (const [url, cls] of [
+      ['http://hooks.example.com/', 'invalid_url'],
+      ['https:///path', 'invalid_url'],
+      ['https://hooks.example.com:0/', 'invalid_url'],
+      ['https://user:pw@hooks.example.com/', 'invalid_url'],
+      ['https://localhost./', 'blocked_address'],
+      ['https://metadata.google.internal./computeMetadata/v1/', 'blocked_address'],
+      ['https://[::ffff:169.254.169.254]/', 'blocked_address'],
+      ['https://0x7f.1/', 'blocked_address'],
+    ] as const) {
+      await expect(classOf(resolveTarget(url, { resolve })), url).resolves.toBe(cls);
+    }
+    expect(lookups).toBe(0);
+  });
+
+  it('reports a name that does not resolve as dns_failure', async () => {
+    const resolve = async () => Promise.reject(Object.assign(new Error('getaddrinfo ENOTFOUND'), { code: 'ENOTFOUND' }));
+    await expect(classOf(resolveTarget('https://nowhere.example.com/', { resolve }))).resolves.toBe('dns_failure');
+    await expect(classOf(resolveTarget('https://empty.example.com/', { resolve: answering() }))).resolves.toBe('dns_failure');
+  });
+
+  it('lets an operator allow private targets (on-premises receivers), never http', async () => {
+    await expect(classOf(resolveTarget('https://hooks.corp.example/', { allowPrivate: true, resolve: answering('10.0.0.5') }))).resolves.toBe('ok');
+    await expect(classOf(resolveTarget('http://10.0.0.5/', { allowPrivate: true }))).resolves.toBe('invalid_url');
+  });
+});
+
+describe('safeFetch', () => {
+  let receiver: HttpsReceiver;
+  let slow = false;
+  beforeAll(async () => {
+    receiver = await startHttpsReceiver((req, res) => {
+      if (req.path === '/slow') return void setTimeout(() => res.end('late'), 2_000);
+      if (req.path === '/big') return void res.end(Buffer.alloc(100_000, 120));
+      if (req.path === '/redirect') {
+        res.writeHead(307, { location: 'https://127.0.0.1/elsewhere' });
+        return void res.end();
+      }
+      res.writeHead(slow ? 500 : 200);
+      res.end('ok');
+    });
+  });
+  afterAll(() => receiver?.close());
+  const base = { timeoutMs: 1_000, maxResponseBytes: 4096, allowPrivate: true, ca: TEST_CA };
+
+  it('connects to the address the resolver gave, not to a second lookup, and verifies TLS for the name', async () => {
+    let lookups = 0;
+    const resolve = async (host: string) => {
+      lookups++;
+      expect(host).toBe('receiver.test');
+      return [{ address: '127.0.0.1', family: 4 as const }];
+    };
+    const res = await safeFetch(`https://receiver.test:${receiver.port}/hook`, { ...base, method: 'POST', body: '{"a":1}', headers: { 'content-type': 'application/json' }, resolve });
+    expect([res.status, res.body.toString()]).toEqual([200, 'ok']);
+    expect(lookups).toBe(1);
+    expect(receiver.requests.at(-1)).toMatchObject({ method: 'POST', path: '/hook' });
+    expect(receiver.requests.at(-1)!.headers.host).toBe(`receiver.test:${receiver.port}`);
+    expect(receiver.requests.at(-1)!.body.toString()).toBe('{"a":1}');
+  });
+
+  it('ignores proxy environment variables', async () => {
+    const saved = { HTTPS_PROXY: process.env.HTTPS_PROXY, https_proxy: process.env.https_proxy };
+    process.env.HTTPS_PROXY = process.env.https_proxy = 'http://127.0.0.1:9'; // nothing listens there
+    try {
+      expect((await safeFetch(`${receiver.url}/`, base)).status).toBe(200);
+    } finally {
+      for (const [k, v] of Object.entries(saved)) v === undefined ? delete process.env[k] : (process.env[k] = v);
+    }
+  });
+
+  it('returns a redirect as an answer and never follows it', async () => {
+    const before = receiver.requests.length;
+    const res = await safeFetch(`${receiver.url}/redirect`, base);
+    expect(res.status).toBe(307);
+    expect(receiver.requests.length).toBe(before + 1);
+  });
+
+  it('reads at most maxResponseBytes of the answer', async () => {
+    const res = await safeFetch(`${receiver.url}/big`, base);
+    expect([res.status, res.body.length, res.truncated]).toEqual([200, 4096, true]);
+  });
+
+  it('classifies a timeout, a refused connection and an untrusted certificate', async () => {
+    await expect(classOf(safeFetch(`${receiver.url}/slow`, { ...base, timeoutMs: 200 }))).resolves.toBe('timeout');
+    await expect(classOf(safeFetch('https://127.0.0.1:9/', base))).resolves.toBe('connect_failed');
+    await expect(classOf(safeFetch(`${receiver.url}/`, { ...base, ca: undefined }))).resolves.toBe('tls_error');
+  });
+
+  it('rethrows the caller abort as it is, not as a delivery error', async () => {
+    const controller = new AbortController();
+    const pending = safeFetch(`${receiver.url}/slow`, { ...base, timeoutMs: 5_000, signal: controller.signal });
+    setTimeout(() => controller.abort(new Error('lease lost')), 50);
+    await expect(pending).rejects.toThrow('lease lost');
+  });
+});
