@@ -130,6 +130,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     image: new ImageRunner({ tasks: repositories.imageTasks, pool, providers, files, settlement }),
     webhook: new WebhookRunner({
       repo: repositories.webhooks,
+      tx,
       secrets: webhookSecrets,
       metrics,
       scheduleMs: config.webhookRetryScheduleMs,

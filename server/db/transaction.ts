@@ -8,6 +8,7 @@
  */
 import type { Kysely, Transaction } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
+import type { Executor } from './database.ts';
 
 const RETRYABLE = new Set(['40001', '40P01']); // serialization_failure, deadlock_detected
 const MAX_ATTEMPTS = 3;
@@ -29,11 +30,16 @@ export async function inTransaction<T>(db: Kysely<DB>, log: TransactionLogger, f
   }
 }
 
-/** `inTransaction` bound to a database and logger: what services hold instead of the database. */
+/**
+ * `inTransaction` bound to a database and logger: what services hold instead of the database.
+ * `single` is the executor for a statement that needs no transaction but goes to a repository
+ * method that can also join one (so the method can take a required executor).
+ */
 export interface Transactor {
   run<T>(fn: (trx: Transaction<DB>) => Promise<T>): Promise<T>;
+  readonly single: Executor;
 }
 
 export function createTransactor(db: Kysely<DB>, log: TransactionLogger): Transactor {
-  return { run: (fn) => inTransaction(db, log, fn) };
+  return { run: (fn) => inTransaction(db, log, fn), single: db };
 }

@@ -55,10 +55,11 @@ export interface RouteRequest {
   model: string;
   capability: 'image' | 'video';
   /**
-   * Writes the member on the task row (fenced by its attempt), inside the slot lock of members with
-   * a limit; throws (the caller's LeaseLost) when the fence no longer holds.
+   * Writes the member on the task row (fenced by its attempt) with `db`: the slot lock's transaction
+   * for members with a limit, a single statement otherwise; throws (the caller's LeaseLost) when
+   * the fence no longer holds.
    */
-  take(memberId: string, db: Executor | undefined): Promise<void>;
+  take(memberId: string, db: Executor): Promise<void>;
   /** Clears the member from the task row after a failed attempt. */
   release(): Promise<void>;
   /** Whether a failure may still move to the next member (default: yes). */
@@ -133,7 +134,7 @@ export class Pool {
   private async takeSlot(member: RoutableMember, req: RouteRequest): Promise<'taken' | 'full'> {
     const limit = member.concurrencyLimit;
     if (limit === null) {
-      await req.take(member.id, undefined);
+      await req.take(member.id, this.tx.single);
       return 'taken';
     }
     if (member.inFlight >= limit) return 'full';

@@ -110,7 +110,17 @@ export interface VideoShape {
   generateAudio: boolean;
 }
 
-export function shapeOf(job: VideoJob): VideoShape {
+/** The fields a shape is read from: a job, or a creation request before any input is stored. */
+export type VideoShapeSource = Pick<VideoJob, 'durationSeconds' | 'aspectRatio' | 'resolution' | 'generateAudio'> & {
+  firstFrame?: unknown;
+  lastFrame?: unknown;
+  referenceImages: readonly unknown[];
+  referenceVideos: readonly unknown[];
+  referenceAudios: readonly unknown[];
+  negativePrompt?: string | null;
+};
+
+export function shapeOf(job: VideoShapeSource): VideoShape {
   return {
     durationSeconds: job.durationSeconds,
     aspectRatio: job.aspectRatio,

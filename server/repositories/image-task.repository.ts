@@ -31,8 +31,14 @@ export class ImageTaskRepository {
    * Names the member running the task's upstream call (its slot while the task is processing), or
    * clears it after a failed attempt. Runs inside the pool's slot lock when the member has a limit.
    */
-  async assignMember(fence: Fence, memberId: string | null, db: Executor = this.db): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId }, db)) !== undefined;
+  /** Writes the member whose slot the task took (inside the pool's slot transaction). */
+  async assignMember(fence: Fence, memberId: string, trx: Executor): Promise<boolean> {
+    return (await this.leases.update(fence, { memberId }, trx)) !== undefined;
+  }
+
+  /** The upstream call ended: the member's slot is free again. */
+  async releaseMember(fence: Fence): Promise<boolean> {
+    return (await this.leases.update(fence, { memberId: null }, this.db)) !== undefined;
   }
 
   markCompleted(

@@ -39,14 +39,9 @@ export class VideoTaskRepository {
     return this.db.selectFrom('videoTasks').selectAll().where('accountId', '=', accountId).where('clientRequestId', '=', clientRequestId).executeTakeFirst();
   }
 
-  /** Saves the upstream job id before any polling, so a retried step resumes instead of resubmitting. */
-  /**
-   * Records that a submit is about to be sent to `memberId` (before the upstream call); false when
-   * the fence no longer holds.
-   */
   /** Names the member about to receive the job (its slot, from now to a terminal state) and marks the submit as started. */
-  async markSubmitting(fence: Fence, memberId: string, db: Executor = this.db): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()` }, db)) !== undefined;
+  async markSubmitting(fence: Fence, memberId: string, trx: Executor): Promise<boolean> {
+    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()` }, trx)) !== undefined;
   }
 
   /** The submit failed with an answer (the upstream did not take the job): the member's slot is free again. */
@@ -54,6 +49,7 @@ export class VideoTaskRepository {
     return (await this.leases.update(fence, { memberId: null, submitStartedAt: null }, this.db)) !== undefined;
   }
 
+  /** Saves the upstream job id before any polling (the commit point), so a retried step resumes instead of resubmitting. */
   async setUpstreamJob(fence: Fence, memberId: string, upstreamJobId: string): Promise<boolean> {
     return (await this.leases.update(fence, { memberId, upstreamJobId }, this.db)) !== undefined;
   }

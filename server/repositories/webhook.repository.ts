@@ -79,25 +79,23 @@ export class WebhookRepository {
   }
 
   /**
-   * Records an attempt and, when it ended the delivery (`final`), its final status — one fenced
-   * transaction, so a worker that lost its lease records nothing. False: the fence no longer holds.
+   * Records an attempt and, when it ended the delivery (`final`), its final status; inside one
+   * transaction, fenced, so a worker that lost its lease records nothing. False: the fence no longer holds.
    */
-  async recordAttempt(fence: Fence, attempt: AttemptRecord, final: { status: Exclude<WebhookDeliveryStatus, 'pending'> } | undefined): Promise<boolean> {
-    return this.db.transaction().execute(async (trx) => {
-      const updated = await this.leases.update(
-        fence,
-        {
-          lastStatusCode: attempt.statusCode,
-          lastError: attempt.error,
-          updatedAt: sql`now()`,
-          ...(final && { status: final.status, leaseOwner: null, leaseExpiresAt: null, ...(final.status === 'delivered' && { deliveredAt: sql`now()` }) }),
-        },
-        trx,
-      );
-      if (!updated) return false;
-      await trx.insertInto('webhookAttempts').values({ deliveryId: fence.id, ...attempt }).execute();
-      return true;
-    });
+  async recordAttempt(fence: Fence, attempt: AttemptRecord, final: { status: Exclude<WebhookDeliveryStatus, 'pending'> } | undefined, trx: Executor): Promise<boolean> {
+    const updated = await this.leases.update(
+      fence,
+      {
+        lastStatusCode: attempt.statusCode,
+        lastError: attempt.error,
+        updatedAt: sql`now()`,
+        ...(final && { status: final.status, leaseOwner: null, leaseExpiresAt: null, ...(final.status === 'delivered' && { deliveredAt: sql`now()` }) }),
+      },
+      trx,
+    );
+    if (!updated) return false;
+    await trx.insertInto('webhookAttempts').values({ deliveryId: fence.id, ...attempt }).execute();
+    return true;
   }
 
   /** Gives up a delivery the engine could not run (not an attempt: nothing was sent). */
@@ -109,26 +107,25 @@ export class WebhookRepository {
    * Sends a delivery again now (an operator's redelivery), with the same id and body: a finished one
    * becomes pending with a fresh retry schedule; a pending one waiting for its next retry becomes
    * due at once. One being sent right now (leased) is left to its worker. Wakes every instance's
-   * workers. Undefined: the task has no delivery, or it is being sent.
+   * workers (the notification is sent when the transaction commits). Undefined: the task has no
+   * delivery, or it is being sent.
    */
-  async redeliver(taskId: string): Promise<WebhookDeliveryRow | undefined> {
-    return this.db.transaction().execute(async (trx) => {
-      const row = await trx
-        .updateTable('webhookDeliveries')
-        .set({
-          status: 'pending',
-          nextRunAt: sql`now()`,
-          retries: sql`case when status = 'pending' then retries else 0 end`,
-          leaseOwner: null,
-          leaseExpiresAt: null,
-          updatedAt: sql`now()`,
-        })
-        .where('taskId', '=', taskId)
-        .where((eb) => eb.or([eb('status', '!=', 'pending'), eb('leaseOwner', 'is', null), eb('leaseExpiresAt', '<', sql<Date>`now()`)]))
-        .returningAll()
-        .executeTakeFirst();
-      if (row) await sql`select pg_notify('mediagate_tasks', 'webhook')`.execute(trx);
-      return row;
-    });
+  async redeliver(taskId: string, trx: Executor): Promise<WebhookDeliveryRow | undefined> {
+    const row = await trx
+      .updateTable('webhookDeliveries')
+      .set({
+        status: 'pending',
+        nextRunAt: sql`now()`,
+        retries: sql`case when status = 'pending' then retries else 0 end`,
+        leaseOwner: null,
+        leaseExpiresAt: null,
+        updatedAt: sql`now()`,
+      })
+      .where('taskId', '=', taskId)
+      .where((eb) => eb.or([eb('status', '!=', 'pending'), eb('leaseOwner', 'is', null), eb('leaseExpiresAt', '<', sql<Date>`now()`)]))
+      .returningAll()
+      .executeTakeFirst();
+    if (row) await sql`select pg_notify('mediagate_tasks', 'webhook')`.execute(trx);
+    return row;
   }
 }

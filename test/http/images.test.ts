@@ -6,6 +6,7 @@
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { holdOf } from '../support/tasks.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 
 let server: TestServer;
@@ -35,7 +36,7 @@ async function meta(b64: string) {
 }
 
 async function ledgerOf(taskId: string) {
-  const hold = await server.db.selectFrom('creditHolds').select(['amount', 'status', 'captured']).where('taskId', '=', taskId).executeTakeFirst();
+  const hold = await holdOf(server.db, taskId);
   const task = await server.db.selectFrom('imageTasks').select(['status', 'delivered', 'actualCredits', 'quotedCredits']).where('id', '=', taskId).executeTakeFirst();
   return { hold, task };
 }

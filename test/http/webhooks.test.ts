@@ -17,7 +17,7 @@ import type { VideoProvider } from '../../server/providers/types.ts';
 import { instantVideoProvider } from '../fakes/providers.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
-import { waitVideoFinished } from '../support/tasks.ts';
+import { until, waitVideoFinished } from '../support/tasks.ts';
 import { TEST_CA, startHttpsReceiver } from '../support/tls.ts';
 
 /** A receiver whose answers the tests script: a status per incoming request (then 200). */
@@ -91,16 +91,6 @@ function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr:
 
 /** The requests the receiver got for a path. */
 const received = (path = '/hook') => receiver.requests.filter((r) => r.path === path);
-
-async function until<T>(what: () => Promise<T | undefined> | T | undefined, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await what();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 async function deliveryOf(taskId: string) {
   const { data, response } = await server.admin().GET('/admin/v1/tasks/{task_id}/webhook', { params: { path: { task_id: taskId } } });

@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { waitVideoTasksFinished } from '../support/tasks.ts';
 import { spawnServer, type ServerProcess } from '../support/server-process.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 
@@ -55,16 +56,6 @@ async function createTasks(url: string, key: string, n: number): Promise<string[
   return ids;
 }
 
-async function waitAll(ids: string[], timeoutMs: number) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const rows = await t.db.selectFrom('videoTasks').select(['id', 'status', 'attempt']).where('id', 'in', ids).execute();
-    if (rows.every((r) => r.status === 'completed' || r.status === 'failed')) return rows;
-    if (Date.now() > deadline) throw new Error(`unfinished: ${JSON.stringify(rows.filter((r) => r.status !== 'completed'))}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 async function expectExactlyOnce(ids: string[], accountId: string, price: number) {
   for (const id of ids) {
     const entries = await t.db.selectFrom('ledgerEntries').select(['kind', 'amount']).where('taskId', '=', id).orderBy('id').execute();
@@ -99,7 +90,7 @@ describe('a server process killed with SIGKILL while tasks run', () => {
     expect(unfinished.length).toBeGreaterThan(0);
 
     const second = await start({ LOCAL_RENDER_DELAY_MS: '0' });
-    const rows = await waitAll(ids, 60_000);
+    const rows = await waitVideoTasksFinished(t.db, ids, 60_000);
     expect(rows.every((r) => r.status === 'completed')).toBe(true);
     // At least one task was resumed by a later attempt after its lease expired.
     expect(Math.max(...rows.map((r) => r.attempt))).toBeGreaterThan(1);
@@ -117,7 +108,7 @@ describe('two server processes on one database', () => {
     const onB = await fetch(`${b.url}/v1/videos/${ids[0]}`, { headers: { Authorization: `Bearer ${c.key}` } });
     expect(onB.status).toBe(200);
     expect(((await onB.json()) as { id: string }).id).toBe(ids[0]);
-    const rows = await waitAll(ids, 60_000);
+    const rows = await waitVideoTasksFinished(t.db, ids, 60_000);
     expect(rows.every((r) => r.status === 'completed')).toBe(true);
     await expectExactlyOnce(ids, c.accountId, 40_000);
     // Both instances read the same finished task.
@@ -140,7 +131,7 @@ describe('--role api and --role worker', () => {
     const queued = await t.db.selectFrom('videoTasks').select('status').where('id', 'in', ids).execute();
     expect(queued.map((r) => r.status)).toEqual(['queued', 'queued', 'queued']);
     const worker = await start({}, ['--role', 'worker']);
-    const rows = await waitAll(ids, 60_000);
+    const rows = await waitVideoTasksFinished(t.db, ids, 60_000);
     expect(rows.every((r) => r.status === 'completed')).toBe(true);
     await expectExactlyOnce(ids, c.accountId, 40_000);
     await Promise.all([api.kill('SIGTERM'), worker.kill('SIGTERM')]);
@@ -154,7 +145,7 @@ describe('--role api and --role worker', () => {
     await new Promise((r) => setTimeout(r, 1500)); // the listener connects and the start-up claim has passed
     const started = Date.now();
     const ids = await createTasks(api.url, c.key, 1);
-    const rows = await waitAll(ids, 20_000);
+    const rows = await waitVideoTasksFinished(t.db, ids, 20_000);
     expect(rows[0]!.status).toBe('completed');
     expect(Date.now() - started).toBeLessThan(10_000);
     await Promise.all([api.kill('SIGTERM'), worker.kill('SIGTERM')]);

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startOpenAIVideosFake, type OpenAIVideosFake } from '../fakes/openai-video-upstream.ts';
 import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
+import { waitVideoTasksFinished } from '../support/tasks.ts';
 import { spawnServer, type ServerProcess } from '../support/server-process.ts';
 import { SORA_2, addUpstreamMember } from '../support/upstreams.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
@@ -72,16 +73,6 @@ async function createTasks(urls: string[], key: string, n: number): Promise<stri
   return ids;
 }
 
-async function waitAll(ids: string[], timeoutMs: number) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const rows = await t.db.selectFrom('videoTasks').select(['id', 'status', 'upstreamJobId', 'attempt']).where('id', 'in', ids).execute();
-    if (rows.every((r) => r.status === 'completed' || r.status === 'failed')) return rows;
-    if (Date.now() > deadline) throw new Error(`${rows.filter((r) => r.status !== 'completed').length} tasks unfinished`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
-
 /** Every task: completed, one hold and one capture, one output file. */
 async function expectCompletedOnce(ids: string[]) {
   const rows = await t.db.selectFrom('videoTasks').select(['id', 'status']).where('id', 'in', ids).execute();
@@ -116,7 +107,7 @@ describe('two server processes sharing 1,000 upstream jobs', () => {
     const c = await customer();
     const [a, b] = await Promise.all([start({ TASK_LEASE_MS: '15000' }), start({ TASK_LEASE_MS: '15000' })]);
     const ids = await createTasks([a.url, b.url], c.key, 1000);
-    const rows = await waitAll(ids, 120_000);
+    const rows = await waitVideoTasksFinished(t.db, ids, 120_000);
     await expectCompletedOnce(ids);
     const jobs = jobsOf(ids);
     expect(jobs).toHaveLength(1000);
@@ -147,7 +138,7 @@ describe('SIGKILL with 500 jobs in flight', () => {
     expect(inFlight.length).toBeGreaterThan(250);
 
     const second = await start();
-    await waitAll(ids, 120_000);
+    await waitVideoTasksFinished(t.db, ids, 120_000);
     await expectCompletedOnce(ids);
     // A submit can only repeat when the kill landed between sending and saving; it says so.
     const jobs = jobsOf(ids);

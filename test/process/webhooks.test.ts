@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { until } from '../support/tasks.ts';
 import { spawnServer, type ServerProcess } from '../support/server-process.ts';
 import { TEST_CA, startHttpsReceiver } from '../support/tls.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
@@ -76,14 +77,6 @@ async function createTasks(url: string, key: string, n: number, path: string): P
     ids.push(((await res.json()) as { id: string }).id);
   }
   return ids;
-}
-
-async function until(predicate: () => Promise<boolean> | boolean, timeoutMs: number, what: string) {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await predicate())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 describe('webhooks across processes', () => {

@@ -1,6 +1,6 @@
 /**
- * Task helpers several test files share: a task's credit hold, an account's credit state, and
- * waiting for a task (through the API or in the database) to reach a state.
+ * Task helpers several test files share: a task's credit hold, an account's credit state,
+ * waiting for a task (through the API or in the database) to reach a state, and `until`.
  */
 import type { Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
@@ -40,5 +40,30 @@ export async function waitVideoFinished(server: TestServer, key: string, id: str
     if (data!.status === 'completed' || data!.status === 'failed') return { task: data!, seen };
     if (Date.now() > deadline) throw new Error(`task ${id} still ${data!.status}`);
     await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/**
+ * Polls `what` until it returns a value other than undefined or false, and returns it; throws
+ * naming `description` after `timeoutMs`.
+ */
+export async function until<T>(what: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 15_000, description = 'the condition'): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await what();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/** Waits until every video task of `ids` is completed or failed (in the database); returns their rows. */
+export async function waitVideoTasksFinished(db: Kysely<DB>, ids: string[], timeoutMs: number) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const rows = await db.selectFrom('videoTasks').select(['id', 'status', 'attempt', 'upstreamJobId']).where('id', 'in', ids).execute();
+    if (rows.every((r) => r.status === 'completed' || r.status === 'failed')) return rows;
+    if (Date.now() > deadline) throw new Error(`${rows.filter((r) => r.status !== 'completed' && r.status !== 'failed').length} of ${ids.length} tasks unfinished`);
+    await new Promise((r) => setTimeout(r, 100));
   }
 }

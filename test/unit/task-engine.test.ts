@@ -1,14 +1,16 @@
 /**
  * The task engine loop with a strict in-memory runner: claims in batches, reschedules a step that
  * asks for it, retries a failed step after the policy's delay (injected random), gives up after
- * the last retry, and does nothing more when the lease is lost.
+ * the last retry, does nothing more when the lease is lost, and runs a rescheduled step when it is
+ * due (on vitest's fake clock).
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createLogger } from '../../server/logger.ts';
 import type { Fence, LeasedTasks } from '../../server/repositories/leased-tasks.ts';
 import { retryDelay, type RetryPolicy } from '../../server/services/tasks/retry-policy.ts';
 import { DONE, LeaseLost, later, type LeasedRow, type StepResult, type TaskRunner } from '../../server/services/tasks/task-runner.ts';
 import { TaskEngine } from '../../server/workers/task-engine.ts';
+import { until } from '../support/tasks.ts';
 
 const log = createLogger('silent');
 const policy: RetryPolicy = { maxRetries: 2, baseDelayMs: 1000, maxDelayMs: 8000 };
@@ -48,14 +50,6 @@ function memoryLeases(rows: Row[]) {
 
 let engine: TaskEngine<Row> | undefined;
 afterEach(async () => engine?.stop());
-
-async function until(predicate: () => boolean, ms = 3000) {
-  const deadline = Date.now() + ms;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error('condition not reached');
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
 
 function runner(rows: Row[], step: (task: Row) => Promise<StepResult>) {
   const { leases, calls } = memoryLeases(rows);
@@ -127,17 +121,35 @@ describe('TaskEngine', () => {
     expect(gaveUp).toEqual([]);
   });
 
-  it('claims a step it rescheduled when it becomes due, not at the next period', async () => {
-    const rows = [row('p')];
-    const stepAt: number[] = [];
-    const { runner: r } = runner(rows, async () => {
-      stepAt.push(Date.now());
-      return stepAt.length < 3 ? later(100) : DONE;
-    });
-    // A one-minute period: only the engine's own due times can run the later steps within seconds.
-    engine = new TaskEngine(r, log, { leaseMs: 1000, pollMs: 60_000, concurrency: 4 });
-    engine.start();
-    await until(() => stepAt.length === 3, 2000);
-    expect(stepAt[1]! - stepAt[0]!).toBeGreaterThanOrEqual(100);
+  it('claims a step it rescheduled when it becomes due, not at the next period (on a fake clock)', async () => {
+    vi.useFakeTimers({ toFake: ['Date', 'setTimeout', 'clearTimeout', 'setInterval', 'clearInterval'] });
+    try {
+      const rows = [row('p')];
+      const stepAt: number[] = [];
+      const { runner: r } = runner(rows, async () => {
+        stepAt.push(Date.now());
+        return stepAt.length < 3 ? later(100) : DONE;
+      });
+      // A one-minute period: only the engine's own due times can run the later steps within seconds.
+      engine = new TaskEngine(r, log, { leaseMs: 1000, pollMs: 60_000, concurrency: 4 });
+      engine.start();
+      await vi.advanceTimersByTimeAsync(0);
+      expect(stepAt).toHaveLength(1);
+      await vi.advanceTimersByTimeAsync(99);
+      expect(stepAt).toHaveLength(1); // not due yet
+      await vi.advanceTimersByTimeAsync(100);
+      expect(stepAt).toHaveLength(2);
+      await vi.advanceTimersByTimeAsync(200);
+      expect(stepAt).toHaveLength(3);
+      // Each later step ran when it became due (plus the engine's small slack), never a period later.
+      for (const gap of [stepAt[1]! - stepAt[0]!, stepAt[2]! - stepAt[1]!]) {
+        expect(gap).toBeGreaterThanOrEqual(100);
+        expect(gap).toBeLessThan(200);
+      }
+      await engine.stop();
+      engine = undefined;
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

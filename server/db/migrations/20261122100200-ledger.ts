@@ -45,7 +45,7 @@ const statements = [
    )`,
   `create index credit_holds_account_id_idx on credit_holds (account_id)`,
   `create index credit_holds_api_key_id_idx on credit_holds (api_key_id)`,
-  // Sweepers look for old unsettled holds.
+  // Operators look for old unsettled holds (every task has a deadline that settles its hold).
   `create index credit_holds_held_created_at_idx on credit_holds (created_at) where status = 'held'`,
 
   // A hold is settled once: after that it is frozen, and its identity never changes.

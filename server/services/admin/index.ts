@@ -60,6 +60,6 @@ export function createAdminServices(deps: {
     catalog: new CatalogAdminService(catalog, tx),
     switches: new CapabilitySwitchService(new CapabilitySwitchRepository(deps.db)),
     tasks: new TaskAdminService({ imageTasks, videoTasks, ledger, settlement: deps.settlement }),
-    webhooks: new WebhookAdminService({ webhooks: new WebhookRepository(db), videoTasks }),
+    webhooks: new WebhookAdminService({ webhooks: new WebhookRepository(db), videoTasks, tx }),
   };
 }

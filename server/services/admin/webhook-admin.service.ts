@@ -1,5 +1,6 @@
 /** Admin: a video task's webhook delivery with its attempts, and redelivery. */
 import type { components } from '../../../generated/api.d.ts';
+import type { Transactor } from '../../db/transaction.ts';
 import { ApiError, notFound } from '../../errors.ts';
 import type { VideoTaskRepository } from '../../repositories/video-task.repository.ts';
 import type { WebhookAttemptRow, WebhookDeliveryRow, WebhookRepository } from '../../repositories/webhook.repository.ts';
@@ -7,7 +8,7 @@ import type { WebhookAttemptRow, WebhookDeliveryRow, WebhookRepository } from '.
 type AdminWebhookDelivery = components['schemas']['AdminWebhookDelivery'];
 
 export class WebhookAdminService {
-  constructor(private readonly deps: { webhooks: WebhookRepository; videoTasks: VideoTaskRepository }) {}
+  constructor(private readonly deps: { webhooks: WebhookRepository; videoTasks: VideoTaskRepository; tx: Transactor }) {}
 
   /** The task's delivery (null: the task has no callback_url, or has not finished yet). */
   async forTask(taskId: string): Promise<{ task_id: string; delivery: AdminWebhookDelivery | null }> {
@@ -21,7 +22,7 @@ export class WebhookAdminService {
     await this.taskOrThrow(taskId);
     const existing = await this.deps.webhooks.findForTask(taskId);
     if (!existing) throw new ApiError(409, 'no_webhook', `Task '${taskId}' has no webhook delivery (no callback_url, or the task has not finished).`);
-    const row = await this.deps.webhooks.redeliver(taskId);
+    const row = await this.deps.tx.run((trx) => this.deps.webhooks.redeliver(taskId, trx));
     if (!row) throw new ApiError(409, 'webhook_in_progress', `The webhook of task '${taskId}' is being sent right now; look again in a moment.`);
     return { task_id: taskId, delivery: toAdmin(row, await this.deps.webhooks.attemptsOf(row.id)) };
   }

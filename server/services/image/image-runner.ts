@@ -169,7 +169,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           take: async (memberId, db) => {
             if (!(await this.deps.tasks.assignMember(fence, memberId, db))) throw new LeaseLost('lease lost before the upstream call');
           },
-          release: async () => void (await this.deps.tasks.assignMember(fence, null)),
+          release: async () => void (await this.deps.tasks.releaseMember(fence)),
           canFailover: () => !reachedSink,
           waitMs: opts.capacityWaitMs ?? 0,
           signal,

@@ -14,7 +14,7 @@ import type { ModelRepository, VideoCatalogRow } from '../../repositories/model.
 import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ProviderRegistry } from '../../providers/registry.ts';
-import type { VideoShape } from '../../providers/types.ts';
+import { shapeOf } from '../../providers/types.ts';
 import type { AuthContext } from '../auth.service.ts';
 import type { FileService } from '../file.service.ts';
 import { newId } from '../../lib/ids.ts';
@@ -199,26 +199,15 @@ export class VideoService {
     return row.status === 'completed' && row.outputFileId ? this.deps.files.signedUrl(row.outputFileId) : undefined;
   }
 
-  /** The model as the key sees it: visible, reachable, never parsed from a composite id. */
   /** Refuses (before any charge) a request that no upstream serving the model can express. */
   private checkUpstreamCanExpress(model: VideoCatalogRow, req: NormalizedVideoRequest, generateAudio: boolean): void {
-    const shape: VideoShape = {
-      durationSeconds: req.durationSeconds,
-      aspectRatio: req.aspectRatio,
-      resolution: req.resolution,
-      hasFirstFrame: req.firstFrame !== undefined,
-      hasLastFrame: req.lastFrame !== undefined,
-      referenceImages: req.referenceImages.length,
-      referenceVideos: req.referenceVideos.length,
-      referenceAudios: req.referenceAudios.length,
-      hasNegativePrompt: !!req.negativePrompt,
-      generateAudio,
-    };
+    const shape = shapeOf({ ...req, generateAudio });
     const reasons = model.providers.map((kind) => this.deps.providers.video(kind)?.check?.(shape));
     if (reasons.length === 0 || reasons.some((r) => r === undefined)) return;
     throw badRequest('unsupported_by_upstream', `Model '${model.id}' runs on an upstream that accepts ${reasons[0]}; change the request.`);
   }
 
+  /** The model as the key sees it: visible, reachable, never parsed from a composite id. */
   private async resolveModel(auth: AuthContext, modelId: string): Promise<VideoCatalogRow> {
     const [model] = await this.deps.models.listVideoCatalog(auth.groupId, modelId);
     if (model) {

@@ -17,6 +17,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { Webhook } from 'standardwebhooks';
+import type { Transactor } from '../../db/transaction.ts';
 import { SafeFetchError, safeFetch, type SafeFetchOptions } from '../../lib/safe-fetch.ts';
 import type { Logger } from '../../logger.ts';
 import type { Metrics } from '../../metrics.ts';
@@ -33,6 +34,7 @@ const FINAL_ERRORS = new Set(['blocked_address', 'invalid_url']);
 
 export interface WebhookRunnerDeps {
   repo: WebhookRepository;
+  tx: Transactor;
   secrets: WebhookSecrets;
   metrics: Metrics;
   scheduleMs: readonly number[];
@@ -98,7 +100,8 @@ export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
     const delay = delivered || gone || refused ? undefined : retryDelay(this.retry, delivery.retries);
     const final = delivered ? 'delivered' : gone ? 'gone' : delay === undefined ? 'failed' : undefined;
     const nextRetryAt = delay === undefined ? null : new Date(Date.now() + delay);
-    if (!(await repo.recordAttempt(fenceOf(delivery), { statusCode, errorClass, error, latencyMs, nextRetryAt }, final ? { status: final } : undefined))) {
+    const attempt = { statusCode, errorClass, error, latencyMs, nextRetryAt };
+    if (!(await this.deps.tx.run((trx) => repo.recordAttempt(fenceOf(delivery), attempt, final ? { status: final } : undefined, trx)))) {
       throw new LeaseLost('the delivery was taken over by another worker');
     }
 
