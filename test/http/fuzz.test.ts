@@ -42,8 +42,9 @@ const VALID: Record<string, () => Json> = {
   '/v1/videos/generations': () => ({ client_request_id: 'fuzz', prompt: 'a fox', model: 'local-video-1', seconds: 4, aspectRatio: '16:9', resolution: '720p', firstFrame: PNG_16 }),
   '/api/v1/videos/generations': () => ({ client_request_id: 'fuzz', prompt: 'a fox', model: 'local-video-1', duration: 4, aspect_ratio: '16:9', resolution: '720p', referenceImages: [PNG_16] }),
   '/v1/videos': () => ({ prompt: 'x' }),
+  '/v1/webhooks/secret/rotate': () => ({}),
 };
-const GETS = ['/v1/models', '/v1/credits', '/v1/videos/capabilities', '/healthz', '/readyz', '/v1/images/{id}', '/v1/videos/{id}', '/v1/files/{id}'];
+const GETS = ['/v1/models', '/v1/credits', '/v1/videos/capabilities', '/healthz', '/readyz', '/metrics', '/v1/webhooks/secret', '/v1/images/{id}', '/v1/videos/{id}', '/v1/files/{id}'];
 
 export function generate(random: () => number): FuzzRequest {
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
