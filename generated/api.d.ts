@@ -472,6 +472,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Upload a reusable media input
+         * @description Uploads an image once so that later requests can name it by id instead of sending its bytes
+         *     again: a video frame or reference image (`POST /v1/videos/generations`), an image or mask of an
+         *     edit (`POST /v1/images/edits`, JSON). The body is `multipart/form-data` with the file part `file`
+         *     and the field `purpose: input` (OpenAI's field names, so OpenAI SDKs' `files.create` works); the
+         *     file is streamed into storage as it arrives, never held in memory, and checked to be a complete
+         *     image. The file belongs to the key's account: other accounts' requests naming it get
+         *     `404 file_not_found`. It is deleted after `expires_after[seconds]` (7 days by default, 30 at
+         *     most); a task that uses it keeps it at least until the task can no longer run.
+         *
+         *     Errors: `400 invalid_request` (no `file` part, two files, an unknown field; `param` names it),
+         *     `invalid_image` (not a complete PNG, JPEG, WebP or GIF image), `invalid_expires_after`;
+         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `408 body_timeout` (the
+         *     body stalled or took too long); `413 media_too_large` (over `UPLOAD_MAX_BYTES`, refused as soon
+         *     as the limit is passed); `415 unsupported_media_type` (not `multipart/form-data`, or a content
+         *     encoding); `500 internal_error`.
+         */
+        post: operations["createFile"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/files/{file_id}": {
         parameters: {
             query?: never;
@@ -1367,7 +1401,10 @@ export interface components {
          *       `output_compression_requires_jpeg_or_webp`, `invalid_size`, `size_conflict` (`size` disagrees
          *       with aspectRatio/resolution), `size_not_accepted` (the operator set `IMAGE_SIZE_PARAM=reject`),
          *       `invalid_image` (not decodable), `mask_size_mismatch`, `too_many_images`, `image_not_found`
-         *       (an `images` id that is not a file of this account), `invalid_cursor` (admin),
+         *       (no longer returned: a media input naming no file of the account is `404 file_not_found`),
+         *       `media_url_unavailable` (an https media input could not be fetched: a network error, a
+         *       timeout, a status other than 200, too many redirects), `invalid_file_purpose` (an upload's
+         *       `purpose`), `invalid_expires_after` (an upload's `expires_after[seconds]`), `invalid_cursor` (admin),
          *       `nul_character` (a string contains U+0000; `param` names it), `invalid_content_encoding` (a
          *       gzip, deflate or br body that does not decode),
          *       `content_policy_violation` (the upstream refused the prompt or its output under its content
@@ -1380,10 +1417,13 @@ export interface components {
          *     - **402** `key_quota_exceeded`, `insufficient_balance`.
          *     - **403** `api_key_inactive`, `account_suspended`.
          *     - **404** `not_found` (unknown route), `model_not_found`, `task_not_found` (unknown or another
-         *       account's task), `file_not_found` (unknown file, bad signature or expired URL),
+         *       account's task), `file_not_found` (unknown file, bad signature or expired URL; a media input
+         *       naming a file id that is not a file of this account, or has expired),
          *       `video_creation_endpoint_moved` (`POST /v1/videos`: use `POST /v1/videos/generations`),
          *       `account_not_found`, `api_key_not_found`, `group_not_found`, `member_not_found` (admin).
          *     - **405** `method_not_allowed`.
+         *     - **408** `body_timeout` (the request body did not arrive in time: no bytes for
+         *       `BODY_IDLE_TIMEOUT_MS`, or not complete within `BODY_TIMEOUT_MS`).
          *     - **409** `quote_stale` (the price changed), `quote_expired` (both carry `currentQuote`),
          *       `conflict` (admin: a unique name or id is taken), `task_not_settleable` (admin: the task is
          *       not `needs_attention`), `idempotency_conflict` (a `client_request_id` reused for a different
@@ -1408,7 +1448,7 @@ export interface components {
          *       `server_busy` (too many large request bodies at once; with `Retry-After`).
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "unsupported_by_upstream" | "body_too_large" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready" | "server_busy";
+        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "unsupported_by_upstream" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready" | "server_busy";
         /**
          * VideoBillingRow
          * @description The current price of one model at one output resolution, with a quote token (one row per resolution
@@ -1593,9 +1633,13 @@ export interface components {
          *     `gemini-2.5-flash-image`, `gemini-3-pro-image-preview`, `gemini-3.1-flash-image-preview`) do not
          *     use table 2.8 but Google's official pixel table (ai.google.dev image generation), because that is
          *     what the upstream renders: for example 1K `1:1` is `1024x1024`, 1K `16:9` is `1376x768` (3 Pro) or
-         *     `1344x768` (2.5 Flash), 2K and 4K are 2x and 4x the 3 Pro 1K row (4K `16:9` is `5504x3072`). Such
-         *     a model's table values are accepted as `size` and billed at their tier; the model's catalog entry
-         *     says which table it uses (`size_table` in the admin API).
+         *     `1344x768` (2.5 Flash), 2K and 4K are 2x and 4x the 3 Pro 1K row (4K `16:9` is `5504x3072`).
+         *     `gemini-3.1-flash-image-preview` also takes `1:4`, `4:1`, `1:8` and `8:1` (1K `1:4` is
+         *     `512x2064`, `1:8` is `352x2928`) and a `512` resolution tier, half the 1K row (`16:9` is
+         *     `688x384`). Such a model's table values are accepted as `size` and billed at their tier; a ratio
+         *     or tier its table does not list is `400 unsupported_aspect_ratio` / `unsupported_resolution`
+         *     before anything is charged. The model's catalog entry says which table it uses (`size_table` in
+         *     the admin API).
          *     A `size` that disagrees with a given `aspectRatio`/`aspect_ratio` or `resolution` is
          *     `400 size_conflict`. When the operator sets `IMAGE_SIZE_PARAM=reject` (variant A), any `size` is
          *     `400 size_not_accepted`; use `aspectRatio` + `resolution` instead.
@@ -2576,6 +2620,62 @@ export interface components {
             };
         };
         /**
+         * FileUploadRequest
+         * @description Multipart body of `POST /v1/files` (the field names of OpenAI's file upload). The file part
+         *     `file` is required (`400 invalid_request`, `param: file`); it is streamed into storage as it
+         *     arrives, up to `UPLOAD_MAX_BYTES` (512 MiB by default; beyond: `413 media_too_large`), and must be
+         *     a complete PNG, JPEG, WebP or GIF image (`400 invalid_image`). Unknown fields are rejected
+         *     (`400 invalid_request`).
+         */
+        FileUploadRequest: {
+            /**
+             * Format: binary
+             * @description The image file.
+             */
+            file?: string;
+            /**
+             * @description `input`: a media input of later generations (frames, reference images, edit images and masks).
+             * @enum {string}
+             */
+            purpose: "input";
+            /**
+             * @description What `expires_after[seconds]` counts from (only `created_at`).
+             * @enum {string}
+             */
+            "expires_after[anchor]"?: "created_at";
+            /** @description Seconds from creation until the file is deleted, 3600 (1 hour) to 2592000 (30 days); default 604800 (7 days). Out of range is `400 invalid_expires_after`. */
+            "expires_after[seconds]"?: string;
+        };
+        /**
+         * File
+         * @description A file uploaded with `POST /v1/files`: an image to use, by its `id`, as a media input of later
+         *     requests (video `firstFrame`/`lastFrame`/`referenceImages`, image edit `images`/`mask`) without
+         *     sending its bytes again. Only the account that uploaded it can use it; after `expires_at` it is
+         *     deleted and requests naming it get `404 file_not_found`. A task that uses a file keeps it at least
+         *     until the task can no longer run.
+         */
+        File: {
+            id: string;
+            /** @constant */
+            object: "file";
+            /** @enum {string} */
+            purpose: "input";
+            /** @description The file name the upload was sent with (may be empty). */
+            filename: string;
+            bytes: number;
+            /**
+             * @description The image format, as decoded (not as declared by the upload).
+             * @enum {string}
+             */
+            content_type: "image/png" | "image/jpeg" | "image/webp" | "image/gif";
+            width: number;
+            height: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            expires_at: string;
+        };
+        /**
          * WebhookSecret
          * @description The account's webhook signing secret (Standard Webhooks). Every `videoTaskFinished` webhook of
          *     the account's tasks is signed with it: `webhook-signature` carries `v1,<base64 HMAC-SHA256>` of
@@ -3175,8 +3275,8 @@ export interface components {
          *     }
          */
         AdminImageModelCapabilities: {
-            /** @description Resolution tiers (see the image size table). A request without `resolution` is billed at the first one. */
-            resolutions: ("1K" | "2K" | "4K")[];
+            /** @description Resolution tiers (see the image size table). A request without `resolution` is billed at the first one. `512` exists only in the `gemini-3.1-flash-image` pixel table. */
+            resolutions: ("512" | "1K" | "2K" | "4K")[];
             /** @description Width:height ratios such as `1:1` or `16:9`. */
             aspect_ratios: string[];
             output_formats: ("png" | "jpeg" | "webp")[];
@@ -3191,12 +3291,22 @@ export interface components {
              *     table (see `ImageSize`). The Gemini image models use Google's official pixel table instead
              *     (ai.google.dev image-generation, e.g. 1K 1:1 = 1024x1024, 1K 16:9 = 1376x768 for 3 Pro and
              *     1344x768 for 2.5 Flash), so the size a client is told and billed for is the size the
-             *     upstream really renders.
+             *     upstream really renders:
+             *     - `gemini-2.5-flash-image`: 1K only; `1:1`, `2:3`, `3:2`, `3:4`, `4:3`, `4:5`, `5:4`, `9:16`,
+             *       `16:9`, `21:9`.
+             *     - `gemini-3-pro-image`: 1K, 2K, 4K (2x and 4x the 1K row); the same ten ratios.
+             *     - `gemini-3.1-flash-image` (`gemini-3.1-flash-image-preview`): the 3 Pro table plus `1:4`,
+             *       `4:1`, `1:8`, `8:1` (1K `1:4` = 512x2064, `1:8` = 352x2928) and a `512` tier, half the 1K
+             *       row (1:1 = 512x512, 16:9 = 688x384).
+             *
+             *     With a Gemini table, a `resolution` or `aspectRatio` the table does not list is
+             *     `400 unsupported_resolution` / `400 unsupported_aspect_ratio` even when the model's
+             *     `resolutions` / `aspect_ratios` name it: the upstream would refuse it.
              * @default reference
              * @enum {string}
              */
-            size_table?: "reference" | "gemini-2.5-flash-image" | "gemini-3-pro-image";
-            /** @description Most input images of an edit, a mask counting as one (upstreams without a mask parameter receive it as an image); more is `400 too_many_images` before any upstream call. `null` - only the server's limit of 16 images. Gemini 2.5 Flash Image takes 3, Gemini 3 Pro Image 14. */
+            size_table?: "reference" | "gemini-2.5-flash-image" | "gemini-3-pro-image" | "gemini-3.1-flash-image";
+            /** @description Most input images of an edit, a mask counting as one (upstreams without a mask parameter receive it as an image); more is `400 too_many_images` before any upstream call. `null` - only the server's limit of 16 images. Gemini 2.5 Flash Image takes 3, Gemini 3 Pro Image and 3.1 Flash Image 14. */
             max_input_images?: number | null;
         };
         /**
@@ -3876,6 +3986,26 @@ export interface components {
                  *         "unitPrice": 0.12,
                  *         "creditsPerSecond": 0.12,
                  *         "quoteToken": "q1.eyJrIjoia2V5XzAxIn0.c2lnbmF0dXJl"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description The request body did not arrive in time (`body_timeout`): no byte for `BODY_IDLE_TIMEOUT_MS` (30 s by default), or not complete within `BODY_TIMEOUT_MS` (15 minutes). */
+        RequestTimeout: {
+            headers: {
+                "X-Request-Id": components["headers"]["XRequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": {
+                 *         "message": "No part of the request body arrived for 30000 ms.",
+                 *         "type": "invalid_request_error",
+                 *         "code": "body_timeout",
+                 *         "param": null
                  *       }
                  *     }
                  */
@@ -4673,6 +4803,61 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createFile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "file": "<PNG file bytes>",
+                 *       "purpose": "input",
+                 *       "expires_after[anchor]": "created_at",
+                 *       "expires_after[seconds]": "86400"
+                 *     }
+                 */
+                "multipart/form-data": components["schemas"]["FileUploadRequest"];
+            };
+        };
+        responses: {
+            /** @description The stored file. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "file_01JTXK4D2M8Q6N3V5B7C9E1F2G",
+                     *       "object": "file",
+                     *       "purpose": "input",
+                     *       "filename": "first-frame.png",
+                     *       "bytes": 1482113,
+                     *       "content_type": "image/png",
+                     *       "width": 1280,
+                     *       "height": 720,
+                     *       "created_at": "2026-03-01T12:00:00Z",
+                     *       "expires_at": "2026-03-02T12:00:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["File"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
         };
     };
     getFile: {

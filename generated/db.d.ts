@@ -92,6 +92,8 @@ export interface Files {
   bytes: number;
   contentType: string;
   createdAt: Generated<Timestamp>;
+  expiresAt: Timestamp | null;
+  filename: string | null;
   height: number | null;
   id: string;
   purpose: string;
@@ -134,6 +136,7 @@ export interface ImageTasks {
   leaseOwner: string | null;
   maskFileId: string | null;
   memberId: string | null;
+  memberSlots: Generated<number>;
   model: string;
   n: number;
   nextRunAt: Generated<Timestamp>;

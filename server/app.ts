@@ -1,7 +1,8 @@
 /**
  * createApp(ctx): the Express app built from the bundled contract. Order of the pipeline:
  * request id -> access log + metrics (on finish) -> admin/metrics gates -> credentials (before any
- * body is read) -> large-body slots -> body parsers -> NUL guard -> openapi validator (route match,
+ * body is read) -> streamed media bodies and uploads -> multipart edits (under a large-body byte
+ * budget) -> JSON parser -> NUL guard -> openapi validator (route match,
  * security, request validation, response validation) -> handlers mounted from the spec -> one
  * error middleware for everything.
  */
@@ -15,7 +16,10 @@ import { errorMiddleware, rememberAuthError } from './http/error-middleware.ts';
 import type { HandlerMap } from './http/types.ts';
 import { hasAuth, setAuth } from './http/auth.ts';
 import { imageEditMultipart } from './http/multipart.ts';
-import { largeBodySlots, readLargeJson, rejectEncodedMultipart, rejectNulCharacters } from './http/request-guards.ts';
+import { EDIT_MEDIA_FIELDS, MAX_REFERENCE_CHARS, VIDEO_MEDIA_FIELDS, mediaJsonBody } from './http/media-body.ts';
+import type { MediaJsonFields } from './http/media-json-scanner.ts';
+import { fileUploadMultipart } from './http/file-upload.ts';
+import { largeBodySlots, rejectEncodedMultipart, rejectNulCharacters } from './http/request-guards.ts';
 import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -106,15 +110,30 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
     }
   });
 
-  app.use(largeBodySlots({ largeBodyBytes: ctx.config.largeBodyBytes, budgetBytes: ctx.config.largeBodyBudgetBytes, waitMs: ctx.config.largeBodyWaitMs }));
+  // Bodies with media inputs are streamed: data URLs go to the media store while they arrive.
+  const { config } = ctx;
+  const mediaBody = (fields: MediaJsonFields, limits: { maxMediaBytes: number; maxItemBytes: number; maxMediaCount: number }) =>
+    mediaJsonBody(ctx.services.files, ctx.log, {
+      fields,
+      limits: { ...limits, maxOtherBytes: config.jsonBodyLimitBytes, maxReferenceChars: MAX_REFERENCE_CHARS },
+      idleTimeoutMs: config.bodyIdleTimeoutMs,
+      timeoutMs: config.bodyTimeoutMs,
+    });
+  app.post(
+    ['/v1/videos/generations', '/api/v1/videos/generations'],
+    mediaBody(VIDEO_MEDIA_FIELDS, { maxMediaBytes: config.maxMediaInputBytes, maxItemBytes: config.maxMediaInputBytes, maxMediaCount: config.maxMediaInputCount }),
+  );
+  app.post('/v1/images/edits', mediaBody(EDIT_MEDIA_FIELDS, { maxMediaBytes: config.maxEditBodyBytes, maxItemBytes: config.maxEditFileBytes, maxMediaCount: config.maxEditImages + 1 }));
+  app.post('/v1/files', fileUploadMultipart(ctx.services.files, { maxFileBytes: config.uploadMaxBytes, idleTimeoutMs: config.bodyIdleTimeoutMs, timeoutMs: config.bodyTimeoutMs }));
   app.use(rejectEncodedMultipart);
-  app.use(readLargeJson({ largeBodyBytes: ctx.config.largeBodyBytes, limitBytes: ctx.config.jsonBodyLimitBytes }));
-  app.use(express.json({ limit: ctx.config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));
-  // Multipart edits are parsed here, with limits, instead of by the validator's unbounded multer.
+  // Multipart edits are parsed here, with limits, instead of by the validator's unbounded multer;
+  // they are held in memory, so a byte budget bounds how many are read at once.
   app.post(
     '/v1/images/edits',
-    imageEditMultipart({ maxFiles: ctx.config.maxEditImages, maxFileBytes: ctx.config.maxEditFileBytes, maxTotalBytes: ctx.config.maxEditBodyBytes }),
+    largeBodySlots({ largeBodyBytes: config.largeBodyBytes, budgetBytes: config.largeBodyBudgetBytes, waitMs: config.largeBodyWaitMs }),
+    imageEditMultipart({ maxFiles: config.maxEditImages, maxFileBytes: config.maxEditFileBytes, maxTotalBytes: config.maxEditBodyBytes }),
   );
+  app.use(express.json({ limit: config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));
   app.use(rejectNulCharacters);
 
   app.use(

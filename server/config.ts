@@ -76,6 +76,17 @@ export interface Config {
   webhookRetryScheduleMs: number[];
   /** How long the previous webhook secret keeps signing after a rotation. */
   webhookSecretOverlapSeconds: number;
+  /** A request body with no byte for this long is cut off (408 body_timeout). */
+  bodyIdleTimeoutMs: number;
+  /** A request body not complete within this is cut off (408 body_timeout). */
+  bodyTimeoutMs: number;
+  /** Time limit of fetching one https media input. */
+  mediaUrlTimeoutMs: number;
+  /** Largest file of POST /v1/files. */
+  uploadMaxBytes: number;
+  /** Expiry of an upload when its request names none, and the longest allowed. */
+  uploadDefaultExpirySeconds: number;
+  uploadMaxExpirySeconds: number;
 }
 
 /** 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: eight attempts over about 27.5 hours. */
@@ -154,7 +165,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     publicBaseUrl,
     dbPoolMax: int(env, 'DB_POOL_MAX', 10, 1, 1000),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
-    jsonBodyLimitBytes: int(env, 'JSON_BODY_LIMIT_BYTES', 64 * 1024 * 1024, 1024),
+    jsonBodyLimitBytes: int(env, 'JSON_BODY_LIMIT_BYTES', 1024 * 1024, 1024),
     keyCacheTtlMs: int(env, 'KEY_CACHE_TTL_MS', 5_000, 0, 5_000),
     quoteTtlSeconds: int(env, 'QUOTE_TTL_SECONDS', 900, 1, 86_400),
     fileUrlTtlSeconds: int(env, 'FILE_URL_TTL_SECONDS', 3600, 1, 7 * 86_400),
@@ -186,5 +197,11 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     webhookTimeoutMs: int(env, 'WEBHOOK_TIMEOUT_MS', 10_000, 100, 120_000),
     webhookRetryScheduleMs: msList(env, 'WEBHOOK_RETRY_SCHEDULE_MS', DEFAULT_WEBHOOK_RETRY_SCHEDULE_MS),
     webhookSecretOverlapSeconds: int(env, 'WEBHOOK_SECRET_OVERLAP_SECONDS', 86_400, 0, 30 * 86_400),
+    bodyIdleTimeoutMs: int(env, 'BODY_IDLE_TIMEOUT_MS', 30_000, 100, 600_000),
+    bodyTimeoutMs: int(env, 'BODY_TIMEOUT_MS', 900_000, 1000, 3_600_000),
+    mediaUrlTimeoutMs: int(env, 'MEDIA_URL_TIMEOUT_MS', 30_000, 100, 600_000),
+    uploadMaxBytes: int(env, 'UPLOAD_MAX_BYTES', 536_870_912, 1024),
+    uploadDefaultExpirySeconds: 7 * 86_400,
+    uploadMaxExpirySeconds: 30 * 86_400,
   };
 }

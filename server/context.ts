@@ -44,6 +44,7 @@ import { VideoService } from './services/video/video.service.ts';
 import { WebhookOutbox } from './services/webhooks/webhook-outbox.ts';
 import { WebhookRunner, type WebhookRunnerDeps } from './services/webhooks/webhook-runner.ts';
 import { WebhookSecrets } from './services/webhooks/webhook-secrets.ts';
+import { MediaInputs } from './services/media/media-inputs.ts';
 import { FilesystemMediaStore, type MediaStore } from './storage/media-store.ts';
 
 export interface Services {
@@ -100,8 +101,8 @@ export interface RuntimeDeps {
 export interface RuntimeOverrides {
   mediaStore?: MediaStore;
   providers?: Partial<Record<ProviderKind, ProviderAdapters>>;
-  /** Webhook sending seams: a DNS resolver, extra trusted CAs (tests' loopback receivers). */
-  webhookFetch?: WebhookRunnerDeps['fetchOptions'];
+  /** Seams of every request to a client's URL (webhooks, media URL inputs): a DNS resolver, extra trusted CAs (tests' loopback servers). */
+  outboundFetch?: WebhookRunnerDeps['fetchOptions'];
 }
 
 export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {}): Runtime {
@@ -119,7 +120,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
   };
   const pool = new Pool(repositories.routing, providers, tx, new MemberHealth(new MemberHealthRepository(db), metrics, log.child({ component: 'pool' })), secretKey);
   const notifier = new TaskNotifier();
-  const files = new FileService(repositories.files, overrides.mediaStore ?? new FilesystemMediaStore(config.mediaDir), deriveKey(secretKey, 'file-url'), deps.publicBaseUrl, config.fileUrlTtlSeconds);
+  const files = new FileService(repositories.files, overrides.mediaStore ?? new FilesystemMediaStore(config.mediaDir), tx, deriveKey(secretKey, 'file-url'), deps.publicBaseUrl, config.fileUrlTtlSeconds);
   // Links in webhook bodies outlive the whole retry schedule by a day.
   const webhookUrlTtlSeconds = Math.ceil(config.webhookRetryScheduleMs.reduce((a, b) => a + b, 0) / 1000) + 86_400;
   const outbox = new WebhookOutbox(repositories.webhooks, files, webhookUrlTtlSeconds);
@@ -136,9 +137,10 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       scheduleMs: config.webhookRetryScheduleMs,
       timeoutMs: config.webhookTimeoutMs,
       allowPrivate: config.allowPrivateTargets,
-      fetchOptions: overrides.webhookFetch,
+      fetchOptions: overrides.outboundFetch,
     }),
   };
+  const media = new MediaInputs(files, { urlTimeoutMs: config.mediaUrlTimeoutMs, allowPrivate: config.allowPrivateTargets, fetch: overrides.outboundFetch });
   const auth = new AuthService(new ApiKeyRepository(db), log, config.keyCacheTtlMs);
   const services: Services = {
     auth,
@@ -153,6 +155,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       models: repositories.models,
       ledger: repositories.ledger,
       files,
+      media,
       quotes: new QuoteTokens(deriveKey(secretKey, 'quote-token'), config.quoteTtlSeconds),
       log,
       notifier,
@@ -169,11 +172,20 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       models: repositories.models,
       ledger: repositories.ledger,
       files,
+      media,
       runner: runners.image,
       notifier,
       log,
       instanceId: `api_${process.pid}_${randomBytes(4).toString('hex')}`,
-      options: { sizeParam: config.imageSizeParam, leaseMs: config.taskLeaseMs, maxEditImages: config.maxEditImages, capacityWaitMs: config.imageCapacityWaitMs },
+      options: {
+        sizeParam: config.imageSizeParam,
+        leaseMs: config.taskLeaseMs,
+        maxEditImages: config.maxEditImages,
+        capacityWaitMs: config.imageCapacityWaitMs,
+        maxEditFileBytes: config.maxEditFileBytes,
+        maxEditBodyBytes: config.maxEditBodyBytes,
+        inputPinSeconds: config.taskMaxLifetimeSeconds + 86_400,
+      },
     }),
   };
   return Object.freeze({ config, log, metrics, services: Object.freeze(services), repositories, providers, pool, settlement, runners, notifier });

@@ -3,8 +3,8 @@
  */
 export type FramesMode = 'none' | 'first-only' | 'first-and-optional-last';
 
-/** Pixel tables an image model can use (`size-tables.ts`): the product's reference table, or an upstream's official one. */
-export type SizeTableName = 'reference' | 'gemini-2.5-flash-image' | 'gemini-3-pro-image';
+/** Pixel tables an image model can use (`SIZE_TABLES` in image-size.ts): the product's reference table, or an upstream's official one. */
+export type SizeTableName = 'reference' | 'gemini-2.5-flash-image' | 'gemini-3-pro-image' | 'gemini-3.1-flash-image';
 
 export interface ImageCapabilities {
   resolutions: string[];

@@ -6,12 +6,12 @@
 import type { Request, Response } from 'express';
 import type { AppContext } from '../context.ts';
 import { ApiError } from '../errors.ts';
-import { decodeImageDataUrl } from '../lib/data-url.ts';
 import type { AuthContext } from '../services/auth.service.ts';
 import type { ImageRequestFields } from '../services/image/image-request.ts';
 import { NULL_SINK, type ImageOperation } from '../services/image/image-runner.ts';
 import type { EditInput, PreparedImageRequest } from '../services/image/image.service.ts';
 import { authOf } from './auth.ts';
+import { stagingOf } from './media-body.ts';
 import { uploadedFiles } from './multipart.ts';
 import { openImageStream } from './image-stream.ts';
 import { sendJson, type HandlerMap } from './types.ts';
@@ -76,24 +76,20 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       const auth = authOf(req);
       const body = req.body as ImageRequestFields & { images?: string[]; mask?: string };
       const uploads = uploadedFiles(req);
-      let edit: { images: EditInput[]; mask?: EditInput };
+      const staging = stagingOf(req, ctx.services.files);
+      let edit: { images: EditInput[]; mask?: EditInput; staging: typeof staging };
       if (uploads.images.length > 0 || uploads.mask) {
         edit = {
           images: uploads.images.map((f) => ({ data: f.buffer, mimeType: f.mimeType, param: f.fieldname })),
           ...(uploads.mask && { mask: { data: uploads.mask.buffer, mimeType: uploads.mask.mimeType, param: 'mask' } }),
+          staging,
         };
       } else {
-        const reference = (value: string, param: string): EditInput => {
-          if (!value.startsWith('data:')) return { fileId: value, param };
-          const decoded = decodeImageDataUrl(value, param);
-          if (decoded.data.length > ctx.config.maxEditFileBytes) {
-            throw new ApiError(413, 'media_too_large', `'${param}' is larger than ${ctx.config.maxEditFileBytes} bytes.`, param);
-          }
-          return { ...decoded, param };
-        };
+        // Data URLs were staged while the body was read; file ids and URLs are resolved by the service.
         edit = {
-          images: (body.images ?? []).map((v, i) => reference(v, `images[${i}]`)),
-          ...(body.mask !== undefined && { mask: reference(body.mask, 'mask') }),
+          images: (body.images ?? []).map((value, i) => ({ value, param: `images[${i}]` })),
+          ...(body.mask !== undefined && { mask: { value: body.mask, param: 'mask' } }),
+          staging,
         };
       }
       const prepared = await images.prepare(auth, 'edit', body, edit);

@@ -10,10 +10,10 @@
  * A rejected body is not read any further: the error response is sent with `Connection: close`
  * while the rest of the upload is discarded unread for a short linger, then the socket is closed.
  */
-import type { Socket } from 'node:net';
 import busboy from 'busboy';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { ApiError } from '../errors.ts';
+import { lingerAfterResponse } from './request-guards.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -52,8 +52,6 @@ export interface UploadedFiles {
   mask: UploadedImage | undefined;
 }
 
-/** How long a rejected upload is still read (and discarded) after the error response, in ms. */
-const LINGER_MS = 2_000;
 /** Header pairs per part (busboy 1.6 caps them itself at 2000 and 16 KiB per part header). */
 const HEADER_PAIRS = 16;
 
@@ -103,32 +101,6 @@ const bodyTooLarge = (cfg: MultipartLimits) =>
   new ApiError(413, 'body_too_large', `The request body exceeds the limit of ${cfg.maxTotalBytes} bytes.`);
 
 const invalid = (message: string, param: string | null) => new ApiError(400, 'invalid_request', message, param);
-
-/**
- * After the error response of a body that was not read to its end: keep discarding what the client
- * still sends for a while before closing. Node would destroy the socket as soon as the
- * `Connection: close` response is flushed; unread bytes arriving after that make the kernel answer
- * with a reset, which can discard the response before the client has read it.
- */
-function lingerAfterResponse(req: Request, res: Response): void {
-  res.once('finish', () => {
-    if (req.complete) return;
-    const socket: Socket = req.socket;
-    if (socket.destroyed) return;
-    // `socket.destroySoon()` (from Node's resOnFinish, which ran before this listener) queued
-    // `this.once('finish', this.destroy)`; replace it with a bounded linger.
-    socket.removeListener('finish', socket.destroy);
-    const close = () => {
-      clearTimeout(timer);
-      if (!socket.destroyed) socket.destroy();
-    };
-    const timer = setTimeout(close, LINGER_MS);
-    timer.unref();
-    req.once('end', close);
-    req.once('close', close);
-    socket.once('close', () => clearTimeout(timer));
-  });
-}
 
 /**
  * Parses a multipart/form-data body for `POST /v1/images/edits`; calls `next()` untouched for any

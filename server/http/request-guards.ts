@@ -1,8 +1,10 @@
 /**
- * Guards every request passes before the contract validator: a bound on how many large bodies are
- * read and handled at once, no content encoding on multipart bodies (we do not decode them), and
- * no NUL character in any string (PostgreSQL text cannot hold one, and no field needs it).
+ * Guards requests pass before the contract validator: a bound on how many large bodies held in
+ * memory (multipart edits) are read and handled at once, no content encoding on multipart bodies
+ * (we do not decode them), no NUL character in any string (PostgreSQL text cannot hold one, and no
+ * field needs it), and the linger after answering a body that was not read to its end.
  */
+import type { Socket } from 'node:net';
 import type { NextFunction, Request, Response } from 'express';
 import { ApiError } from '../errors.ts';
 import { Semaphore } from '../lib/semaphore.ts';
@@ -92,47 +94,32 @@ export function rejectNulCharacters(req: Request, _res: Response, next: NextFunc
   next(new ApiError(400, 'nul_character', `'${param}' contains a NUL character (U+0000), which no field accepts.`, param));
 }
 
+/** How long a rejected upload is still read (and discarded) after the error response, in ms. */
+const LINGER_MS = 2_000;
+
 /**
- * Large JSON bodies of known length are read into one buffer of exactly that size and parsed once
- * (express.json would keep the chunk list and a concatenated copy, and its body read and text
- * alive until the request ends). Everything else falls through to express.json.
+ * After the error response of a body that was not read to its end: keep discarding what the client
+ * still sends for a while before closing. Node would destroy the socket as soon as the
+ * `Connection: close` response is flushed; unread bytes arriving after that make the kernel answer
+ * with a reset, which can discard the response before the client has read it.
  */
-export function readLargeJson(opts: { largeBodyBytes: number; limitBytes: number }) {
-  return (req: Request, _res: Response, next: NextFunction): void => {
-    const length = Number(req.headers['content-length']);
-    const encoding = String(req.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
-    if (!(length > opts.largeBodyBytes) || encoding !== 'identity' || !req.is(['application/json', 'application/*+json'])) return next();
-    if (length > opts.limitBytes) {
-      next(new ApiError(413, 'body_too_large', `The request body exceeds the limit of ${opts.limitBytes} bytes.`));
-      return;
-    }
-    let body: Buffer | undefined = Buffer.allocUnsafe(length);
-    let received = 0;
-    const fail = (err: ApiError) => {
-      req.removeAllListeners('data');
-      body = undefined;
-      next(err);
+export function lingerAfterResponse(req: Request, res: Response): void {
+  res.once('finish', () => {
+    if (req.complete) return;
+    const socket: Socket = req.socket;
+    if (socket.destroyed) return;
+    // `socket.destroySoon()` (from Node's resOnFinish, which ran before this listener) queued
+    // `this.once('finish', this.destroy)`; replace it with a bounded linger.
+    socket.removeListener('finish', socket.destroy);
+    const close = () => {
+      clearTimeout(timer);
+      if (!socket.destroyed) socket.destroy();
     };
-    req.on('data', (chunk: Buffer) => {
-      if (!body) return;
-      if (received + chunk.length > length) return fail(new ApiError(400, 'invalid_request', 'The request body is longer than its Content-Length.'));
-      chunk.copy(body, received);
-      received += chunk.length;
-    });
-    req.once('error', () => body && fail(new ApiError(400, 'invalid_request', 'The request body could not be read.')));
-    req.once('end', () => {
-      if (!body) return;
-      if (received !== length) return fail(new ApiError(400, 'invalid_request', 'The request body is shorter than its Content-Length.'));
-      let text: string | undefined = body.toString('utf8');
-      body = undefined;
-      try {
-        req.body = JSON.parse(text);
-      } catch {
-        text = undefined;
-        return next(new ApiError(400, 'invalid_json', 'The request body is not valid JSON.'));
-      }
-      text = undefined;
-      next();
-    });
-  };
+    const timer = setTimeout(close, LINGER_MS);
+    timer.unref();
+    req.once('end', close);
+    req.once('close', close);
+    socket.once('close', () => clearTimeout(timer));
+  });
 }
+

@@ -1,11 +1,12 @@
 import type { AppContext } from '../context.ts';
 import { ApiError } from '../errors.ts';
 import { authOf, noStore } from './auth.ts';
+import { stagingOf } from './media-body.ts';
 import { sendJson, type HandlerMap, type OperationHandler } from './types.ts';
 
 export function videosHandlers(ctx: AppContext): Pick<HandlerMap, 'getVideoCapabilities' | 'createVideo' | 'createVideoApiV1' | 'createVideoLegacyPath' | 'getVideo'> {
   const create: OperationHandler<'createVideo'> = async (req, res) => {
-    const task = await ctx.services.videos.create(authOf(req), req.body);
+    const task = await ctx.services.videos.create(authOf(req), req.body, stagingOf(req, ctx.services.files));
     noStore(res);
     // 202 both for a new task and for an idempotent retry (product spec §4.6 rule 3).
     sendJson(res, 'createVideo', 202, task);

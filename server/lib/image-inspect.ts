@@ -17,16 +17,18 @@ export interface InspectedImage {
   hasAlpha: boolean;
 }
 
-export async function inspectImage(data: Buffer, param: string): Promise<InspectedImage> {
+/** `source`: the bytes, or the path of a file holding them (read by libvips as it decodes). */
+export async function inspectImage(source: Buffer | string, param: string): Promise<InspectedImage> {
   const invalid = (why: string) => badRequest('invalid_image', `'${param}' ${why}.`, param);
-  if (data.length === 0) throw invalid('is empty');
+  if (Buffer.isBuffer(source) && source.length === 0) throw invalid('is empty');
   let meta: Metadata;
   try {
-    const image = sharp(data, { failOn: 'truncated' });
+    const image = sharp(source, { failOn: 'truncated', sequentialRead: true });
     meta = await image.metadata();
     // The header can be intact while the pixels are cut off: decode everything once.
     await image.stats();
-  } catch {
+  } catch (err) {
+    if (typeof source === 'string' && /Input file is missing|ENOENT/.test(String(err))) throw err;
     throw invalid('is not a complete image in a format we can decode (PNG, JPEG, WebP, GIF)');
   }
   if (!meta.width || !meta.height || !meta.format) throw invalid('is not a decodable image');

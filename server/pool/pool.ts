@@ -5,8 +5,10 @@
  * `route` orders the enabled members of the key's group that serve the model: the highest priority
  * tier first, a weighted random order inside each tier (`orderMembers`). It skips members that are
  * cooling down (shared member health) or at their `concurrency_limit` (in-flight work counted in
- * PostgreSQL, so the limit holds across instances), takes a slot on the first one left (the caller
- * writes the member on its task row inside the slot lock), and runs the work there. A failure
+ * PostgreSQL, so the limit holds across instances), takes slots on the first one left (the caller
+ * writes the member and the slots on its task row inside the slot lock), and runs the work there.
+ * The limit counts upstream calls: work that would run several calls at once (`slots`) takes as
+ * many slots as it wants and the member has free, at least one, and is told how many. A failure
  * before the upstream accepted the work (connection error, timeout, 5xx, 429, rejected credentials,
  * exhausted quota) gives the slot back and moves on, at most MAX_ATTEMPTS members per call; the
  * work decides with `canFailover` whether it still can (a stream that reached the client cannot).
@@ -21,7 +23,7 @@ import type { Transactor } from '../db/transaction.ts';
 import { decryptSecret } from '../lib/secret-box.ts';
 import type { Logger } from '../logger.ts';
 import { ProviderError } from '../providers/provider-error.ts';
-import type { ProviderRegistry } from '../providers/registry.ts';
+import type { ProviderKind, ProviderRegistry } from '../providers/registry.ts';
 import type { UpstreamAccount } from '../providers/types.ts';
 import type { MemberCandidate, RoutableMember, RoutingRepository } from '../repositories/routing.repository.ts';
 import type { MemberHealth } from './member-health.ts';
@@ -55,11 +57,16 @@ export interface RouteRequest {
   model: string;
   capability: 'image' | 'video';
   /**
-   * Writes the member on the task row (fenced by its attempt) with `db`: the slot lock's transaction
-   * for members with a limit, a single statement otherwise; throws (the caller's LeaseLost) when
-   * the fence no longer holds.
+   * How many slots the work would like on a member of this provider: the upstream calls it would
+   * run there at once (default 1). It gets between 1 and that many, as many as the member has free.
    */
-  take(memberId: string, db: Executor): Promise<void>;
+  slots?(provider: ProviderKind): number;
+  /**
+   * Writes the member and the slots taken on the task row (fenced by its attempt) with `db`: the
+   * slot lock's transaction for members with a limit, a single statement otherwise; throws (the
+   * caller's LeaseLost) when the fence no longer holds.
+   */
+  take(memberId: string, db: Executor, slots: number): Promise<void>;
   /** Clears the member from the task row after a failed attempt. */
   release(): Promise<void>;
   /** Whether a failure may still move to the next member (default: yes). */
@@ -82,8 +89,11 @@ export class Pool {
     private readonly random: () => number = Math.random,
   ) {}
 
-  /** Runs `work` on a member chosen and failed over as described above; returns its result. */
-  async route<T>(req: RouteRequest, work: (account: UpstreamAccount) => Promise<T>): Promise<T> {
+  /**
+   * Runs `work` on a member chosen and failed over as described above, with the slots it took
+   * there (at most that many upstream calls at once); returns its result.
+   */
+  async route<T>(req: RouteRequest, work: (account: UpstreamAccount, slots: number) => Promise<T>): Promise<T> {
     const deadline = Date.now() + (req.waitMs ?? 0);
     for (;;) {
       try {
@@ -97,7 +107,7 @@ export class Pool {
     }
   }
 
-  private async routeOnce<T>(req: RouteRequest, work: (account: UpstreamAccount) => Promise<T>): Promise<T> {
+  private async routeOnce<T>(req: RouteRequest, work: (account: UpstreamAccount, slots: number) => Promise<T>): Promise<T> {
     const members = await this.routing.candidates(req.groupId, req.model, this.providers.kindsFor(req.capability), this.providers.credentialFreeKinds());
     if (members.length === 0) throw new NoCapacity('none', 0);
     let attempts = 0;
@@ -110,15 +120,15 @@ export class Pool {
         cooldownMs = Math.min(cooldownMs, member.cooldownMs);
         continue;
       }
-      const taken = await this.takeSlot(member, req);
-      if (taken === 'full') {
+      const slots = await this.takeSlots(member, req);
+      if (slots === 'full') {
         full = true;
         continue;
       }
       attempts++;
       const account = this.toAccount(member);
       try {
-        return await this.health.observe(account, () => work(account));
+        return await this.health.observe(account, () => work(account, slots));
       } catch (err) {
         if (!(err instanceof ProviderError) || !isFailover(err) || !(req.canFailover?.(err) ?? true)) throw err;
         await req.release();
@@ -130,18 +140,24 @@ export class Pool {
     throw full ? new NoCapacity('full', Math.min(FULL_RETRY_MS, cooldownMs)) : new NoCapacity('cooling', cooldownMs);
   }
 
-  /** Takes a slot on the member: at once without a limit, else under the member's slot lock. */
-  private async takeSlot(member: RoutableMember, req: RouteRequest): Promise<'taken' | 'full'> {
+  /**
+   * Takes the slots the work wants on the member, or as many as are free (at least one): at once
+   * without a limit, else under the member's slot lock. Returns how many, or 'full' when none is free.
+   */
+  private async takeSlots(member: RoutableMember, req: RouteRequest): Promise<number | 'full'> {
+    const wanted = Math.max(1, Math.floor(req.slots?.(member.provider as ProviderKind) ?? 1));
     const limit = member.concurrencyLimit;
     if (limit === null) {
-      await req.take(member.id, this.tx.single);
-      return 'taken';
+      await req.take(member.id, this.tx.single, wanted);
+      return wanted;
     }
     if (member.inFlight >= limit) return 'full';
     return this.tx.run(async (trx) => {
-      if ((await this.routing.lockSlots(trx, member.id)) >= limit) return 'full';
-      await req.take(member.id, trx);
-      return 'taken';
+      const free = limit - (await this.routing.lockSlots(trx, member.id));
+      if (free <= 0) return 'full';
+      const slots = Math.min(wanted, free);
+      await req.take(member.id, trx, slots);
+      return slots;
     });
   }
 
@@ -159,7 +175,7 @@ export class Pool {
 
   private toAccount(member: MemberCandidate): UpstreamAccount {
     const credentials = member.credentialsCiphertext ? (JSON.parse(decryptSecret(this.secretKey, member.credentialsCiphertext)) as Record<string, string>) : {};
-    return { memberId: member.id, provider: member.provider as UpstreamAccount['provider'], baseUrl: member.baseUrl, credentials, modelMap: member.modelMap ?? {}, concurrencyLimit: member.concurrencyLimit };
+    return { memberId: member.id, provider: member.provider as UpstreamAccount['provider'], baseUrl: member.baseUrl, credentials, modelMap: member.modelMap ?? {} };
   }
 }
 

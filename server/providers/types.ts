@@ -19,8 +19,6 @@ export interface UpstreamAccount {
   credentials: Readonly<Record<string, string>>;
   /** Catalog model id -> the upstream's model id, where they differ (jobs already carry the upstream's id). */
   modelMap: Readonly<Record<string, string>>;
-  /** The member's concurrency limit (null: none): an adapter that splits one job into parallel calls stays under it. */
-  concurrencyLimit?: number | null;
 }
 
 export type ImageFormat = 'png' | 'jpeg' | 'webp';
@@ -56,6 +54,11 @@ export interface ImageJob {
   /** Edit inputs (decoded image files) and the optional mask. */
   inputs: Buffer[];
   mask?: Buffer;
+  /**
+   * The member slots the pool took for this job: the adapter runs at most this many upstream calls
+   * at once (absent: 1). Between 1 and the adapter's `parallelCalls`, as many as the member had free.
+   */
+  slots?: number;
 }
 
 export interface GeneratedImage {
@@ -73,6 +76,11 @@ export interface ImageEvents {
 }
 
 export interface ImageProvider {
+  /**
+   * How many upstream calls the adapter would like to run at once for `job` (absent: 1, one call at
+   * a time). Each takes one of the member's concurrency slots; `job.slots` says how many it got.
+   */
+  parallelCalls?(job: ImageJob): number;
   /** Produces the job's `n` images, reporting partials and finished images through `events`. */
   generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void>;
 }

@@ -1,6 +1,7 @@
 /** Rows of stored media files. */
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
+import type { Executor } from '../db/database.ts';
 
 export interface FileRow {
   id: string;
@@ -12,7 +13,13 @@ export interface FileRow {
   width: number | null;
   height: number | null;
   taskId: string | null;
+  /** When the sweeper removes it; null: kept (outputs, and inputs of a task). */
+  expiresAt: Date | null;
+  /** The name an upload was sent with. */
+  filename: string | null;
 }
+
+const COLUMNS = ['id', 'accountId', 'purpose', 'contentType', 'bytes', 'storageKey', 'width', 'height', 'taskId', 'expiresAt', 'filename'] as const;
 
 export class FileRepository {
   constructor(private readonly db: Kysely<DB>) {}
@@ -22,20 +29,57 @@ export class FileRepository {
   }
 
   find(id: string): Promise<FileRow | undefined> {
+    return this.db.selectFrom('files').select(COLUMNS).where('id', '=', id).executeTakeFirst();
+  }
+
+  /** A file of the account that has not expired. */
+  findForAccount(id: string, accountId: string): Promise<FileRow | undefined> {
     return this.db
       .selectFrom('files')
-      .select(['id', 'accountId', 'purpose', 'contentType', 'bytes', 'storageKey', 'width', 'height', 'taskId'])
+      .select(COLUMNS)
       .where('id', '=', id)
+      .where('accountId', '=', accountId)
+      .where((eb) => eb.or([eb('expiresAt', 'is', null), eb('expiresAt', '>', sql<Date>`now()`)]))
       .executeTakeFirst();
   }
 
   listForTask(taskId: string, purpose: string): Promise<FileRow[]> {
-    return this.db
-      .selectFrom('files')
-      .select(['id', 'accountId', 'purpose', 'contentType', 'bytes', 'storageKey', 'width', 'height', 'taskId'])
-      .where('taskId', '=', taskId)
-      .where('purpose', '=', purpose)
+    return this.db.selectFrom('files').select(COLUMNS).where('taskId', '=', taskId).where('purpose', '=', purpose).execute();
+  }
+
+  /** Records an upload's image facts and expiry; returns its creation time. */
+  async confirmUpload(id: string, o: { contentType: string; width: number; height: number; expiresAt: Date }): Promise<Date> {
+    const row = await this.db.updateTable('files').set(o).where('id', '=', id).returning('createdAt').executeTakeFirstOrThrow();
+    return row.createdAt;
+  }
+
+  async describeImage(id: string, contentType: string, width: number, height: number): Promise<void> {
+    await this.db.updateTable('files').set({ contentType, width, height }).where('id', '=', id).execute();
+  }
+
+  /** Removes the rows of inputs among `ids` that no task adopted; returns their storage keys. */
+  async deleteUnadopted(ids: readonly string[]): Promise<string[]> {
+    if (ids.length === 0) return [];
+    const rows = await this.db
+      .deleteFrom('files')
+      .where('id', 'in', [...ids])
+      .where('purpose', '=', 'input')
+      .where('taskId', 'is', null)
+      .returning('storageKey')
       .execute();
+    return rows.map((r) => r.storageKey);
+  }
+
+  /**
+   * Inside a transaction: locks up to `limit` expired files that no other sweeper holds, and
+   * deletes their rows (they disappear when the transaction commits).
+   */
+  async takeExpired(limit: number, trx: Executor): Promise<{ id: string; storageKey: string }[]> {
+    const { rows } = await sql<{ id: string; storageKey: string }>`
+      delete from files where id in (
+        select id from files where expires_at < now() order by expires_at limit ${limit} for update skip locked
+      ) returning id, storage_key as "storageKey"`.execute(trx);
+    return rows;
   }
 
   async delete(id: string): Promise<void> {

@@ -28,17 +28,16 @@ export class ImageTaskRepository {
   }
 
   /**
-   * Names the member running the task's upstream call (its slot while the task is processing), or
-   * clears it after a failed attempt. Runs inside the pool's slot lock when the member has a limit.
+   * Names the member running the task's upstream calls and the slots they hold there while the task
+   * is processing. Runs inside the pool's slot lock when the member has a limit.
    */
-  /** Writes the member whose slot the task took (inside the pool's slot transaction). */
-  async assignMember(fence: Fence, memberId: string, trx: Executor): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId }, trx)) !== undefined;
+  async assignMember(fence: Fence, memberId: string, slots: number, trx: Executor): Promise<boolean> {
+    return (await this.leases.update(fence, { memberId, memberSlots: slots }, trx)) !== undefined;
   }
 
-  /** The upstream call ended: the member's slot is free again. */
+  /** The upstream calls failed: the member's slots are free again. */
   async releaseMember(fence: Fence): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId: null }, this.db)) !== undefined;
+    return (await this.leases.update(fence, { memberId: null, memberSlots: 1 }, this.db)) !== undefined;
   }
 
   markCompleted(

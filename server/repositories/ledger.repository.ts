@@ -9,7 +9,8 @@
  * requests of one account and key can wait for each other but never deadlock):
  *   task row → credit_holds row → api_keys row → accounts row.
  * The hold statement locks the key, then the account, then inserts the hold and the task (new rows
- * wait on nothing); settlement (services/tasks/settlement.ts) updates the task first, then settles
+ * wait on nothing), then adopts the task's input files (file rows of that same account, so they
+ * are only ever locked by a statement already holding the account row); settlement (services/tasks/settlement.ts) updates the task first, then settles
  * the hold here: hold, key, account. Admin grants and debits touch the account row alone.
  */
 import { sql, type Insertable, type Kysely, type RawBuilder } from 'kysely';
@@ -27,6 +28,16 @@ export interface HoldRequest {
 
 /** The task row inserted together with the hold. */
 export type TaskInsert = { table: 'videoTasks'; row: Insertable<VideoTasks> } | { table: 'imageTasks'; row: Insertable<ImageTasks> };
+
+/**
+ * The input files the task uses, adopted when (and only when) the task is inserted: inputs staged
+ * by the request get the task's id and lose their expiry; other files of the account (uploads)
+ * keep at least `pinSeconds` more, so they outlive the task.
+ */
+export interface InputAdoption {
+  fileIds: readonly string[];
+  pinSeconds: number;
+}
 
 export type HoldOutcome = 'ok' | 'key_quota_exceeded' | 'insufficient_balance';
 
@@ -52,12 +63,25 @@ export class LedgerRepository {
    * failure nothing at all was written. A unique violation on the task (an idempotent retry racing
    * this one) propagates as the pg error (23505) with nothing written.
    */
-  async holdAndInsertTask(hold: HoldRequest, task: TaskInsert): Promise<HoldOutcome> {
+  async holdAndInsertTask(hold: HoldRequest, task: TaskInsert, inputs: InputAdoption = { fileIds: [], pinSeconds: 0 }): Promise<HoldOutcome> {
     const table = sql.table(snake(task.table));
     const { columns, values } = columnList(task.row as Record<string, unknown>);
+    const adopt =
+      inputs.fileIds.length === 0
+        ? sql``
+        : sql`, f as (
+            update files set
+              task_id = case when purpose = 'input' and task_id is null then ${hold.taskId} else task_id end,
+              expires_at = case
+                when purpose = 'input' and task_id is null then null
+                when expires_at is null then null
+                else greatest(expires_at, now() + ${inputs.pinSeconds} * interval '1 second') end
+            where id = any(${[...inputs.fileIds]}::text[]) and account_id = ${hold.accountId} and exists (select 1 from t)
+            returning id
+          )`;
     if (hold.amount === 0) {
       // A free generation needs no reservation.
-      await sql`insert into ${table} (${columns}) values (${values})`.execute(this.db);
+      await sql`with t as (insert into ${table} (${columns}) values (${values}) returning id) ${adopt} select 1`.execute(this.db);
       return 'ok';
     }
     try {
@@ -83,7 +107,7 @@ export class LedgerRepository {
           insert into ${table} (${columns})
           select ${values} where exists (select 1 from h)
           returning id
-        )
+        ) ${adopt}
         select case
           when not exists (select 1 from k) then 'key_quota_exceeded'
           when not exists (select 1 from a) then mg_abort('insufficient_balance')

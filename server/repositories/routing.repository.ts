@@ -4,8 +4,8 @@
  * (cooldown, rejected credentials) and, for members with a concurrency limit, their work in flight.
  *
  * In-flight work is counted from the task rows themselves (video tasks naming the member from
- * submit to a terminal state, image tasks while their upstream call runs), so it holds across
- * instances and a crashed process never leaks a slot.
+ * submit to a terminal state, one slot each; image tasks while their upstream calls run, with the
+ * slots each took), so it holds across instances and a crashed process never leaks a slot.
  */
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
@@ -27,16 +27,16 @@ export interface MemberCandidate {
 export interface RoutableMember extends MemberCandidate {
   /** Milliseconds until the member's cooldown ends (0: not cooling down). */
   cooldownMs: number;
-  /** Work in flight on the member (counted only for members with a concurrency limit). */
+  /** Slots in use on the member (counted only for members with a concurrency limit). */
   inFlight: number;
 }
 
-/** A member's in-flight work: the active task rows naming it, of both kinds. */
+/** A member's slots in use: the active task rows naming it (one per video task, `member_slots` per image task). */
 export function inFlightOf(memberId: ReturnType<typeof sql.ref> | string) {
   const id = typeof memberId === 'string' ? sql`${memberId}` : memberId;
   return sql<number>`(
     (select count(*) from video_tasks v where v.member_id = ${id} and v.status in ('queued', 'in_progress'))
-    + (select count(*) from image_tasks i where i.member_id = ${id} and i.status = 'processing'))::int`;
+    + (select coalesce(sum(i.member_slots), 0) from image_tasks i where i.member_id = ${id} and i.status = 'processing'))::int`;
 }
 
 export class RoutingRepository {
@@ -86,7 +86,7 @@ export class RoutingRepository {
 
   /**
    * Inside a transaction: serializes slot takers of one member (an advisory lock, so admin edits
-   * and foreign keys are not blocked) and returns its in-flight work as now committed. Lock order:
+   * and foreign keys are not blocked) and returns its slots in use as now committed. Lock order:
    * member slot, then the task row.
    */
   async lockSlots(trx: Executor, memberId: string): Promise<number> {

@@ -6,8 +6,10 @@ import type { Readable } from 'node:stream';
 import { ApiError } from '../errors.ts';
 import type { FileRepository, FileRow } from '../repositories/file.repository.ts';
 import type { MediaStore } from '../storage/media-store.ts';
+import type { Transactor } from '../db/transaction.ts';
 import { newId } from '../lib/ids.ts';
 import { hmac, signatureMatches } from '../lib/signing.ts';
+import { inspectImage } from '../lib/image-inspect.ts';
 
 const EXTENSIONS: Record<string, string> = {
   'image/png': 'png',
@@ -19,17 +21,21 @@ const EXTENSIONS: Record<string, string> = {
 
 export interface StoreFileInput {
   accountId: string;
-  purpose: 'image_output' | 'video_output' | 'input';
+  purpose: 'image_output' | 'video_output' | 'input' | 'upload';
   contentType: string;
   taskId?: string;
   width?: number;
   height?: number;
+  /** When the sweeper may remove it (inputs not yet adopted by a task, uploads). */
+  expiresAt?: Date;
+  filename?: string;
 }
 
 export class FileService {
   constructor(
     private readonly files: FileRepository,
     private readonly store: MediaStore,
+    private readonly tx: Transactor,
     private readonly urlKey: Buffer,
     /** PUBLIC_BASE_URL, or the address the server listens on (known before the context is built). */
     private readonly publicBaseUrl: string,
@@ -52,6 +58,8 @@ export class FileService {
       width: input.width ?? null,
       height: input.height ?? null,
       taskId: input.taskId ?? null,
+      expiresAt: input.expiresAt ?? null,
+      filename: input.filename ?? null,
     };
     try {
       await this.files.insert(row);
@@ -106,5 +114,56 @@ export class FileService {
 
   find(id: string): Promise<FileRow | undefined> {
     return this.files.find(id);
+  }
+
+  /** A file of the account that has not expired (any purpose: an upload, an input, an output). */
+  findForAccount(id: string, accountId: string): Promise<FileRow | undefined> {
+    return this.files.findForAccount(id, accountId);
+  }
+
+  /** The stored bytes as a stream. */
+  read(file: FileRow): Readable {
+    return this.store.read(file.storageKey);
+  }
+
+  /** Where an image decoder can read the file directly (filesystem store), else undefined. */
+  localPath(file: FileRow): string | undefined {
+    return this.store.localPath?.(file.storageKey);
+  }
+
+  /**
+   * Makes an uploaded file (POST /v1/files) usable: it must be a complete image (400
+   * invalid_image); its real type and size are recorded and it expires `expiresInSeconds` from now.
+   */
+  async confirmUpload(file: FileRow, expiresInSeconds: number): Promise<FileRow & { createdAt: Date }> {
+    const image = await inspectImage(this.localPath(file) ?? (await this.readAll(file.id)), 'file');
+    const expiresAt = new Date(this.now() + expiresInSeconds * 1000);
+    const createdAt = await this.files.confirmUpload(file.id, { contentType: image.mimeType, width: image.width, height: image.height, expiresAt });
+    return { ...file, contentType: image.mimeType, width: image.width, height: image.height, expiresAt, createdAt };
+  }
+
+  /** Records what inspection found an input to be (its real type and size). */
+  describeImage(id: string, image: { mimeType: string; width: number; height: number }): Promise<void> {
+    return this.files.describeImage(id, image.mimeType, image.width, image.height);
+  }
+
+  /**
+   * Removes up to `limit` expired files (uploads past their expiry, inputs of requests that died
+   * before cleaning up), rows and bytes together; any instance may run it at once. Returns how many.
+   */
+  async sweepExpired(limit = 100): Promise<number> {
+    return this.tx.run(async (trx) => {
+      const expired = await this.files.takeExpired(limit, trx);
+      // A failed delete rolls the rows back: the next sweep tries again.
+      for (const file of expired) await this.store.delete(file.storageKey);
+      return expired.length;
+    });
+  }
+
+  /** Removes the inputs among `ids` that no task adopted (a request that created no task). */
+  async discardUnadopted(ids: readonly string[]): Promise<number> {
+    const keys = await this.files.deleteUnadopted(ids);
+    for (const key of keys) await this.store.delete(key);
+    return keys.length;
   }
 }

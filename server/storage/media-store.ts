@@ -20,6 +20,8 @@ export interface MediaStore {
   read(key: string): Readable;
   size(key: string): Promise<number | undefined>;
   delete(key: string): Promise<void>;
+  /** A path on this machine where the bytes can be read directly, when the store has one. */
+  localPath?(key: string): string;
 }
 
 /** A stream passed the byte limit it was stored under. */
@@ -81,5 +83,9 @@ export class FilesystemMediaStore implements MediaStore {
 
   async delete(key: string): Promise<void> {
     await rm(this.path(key), { force: true });
+  }
+
+  localPath(key: string): string {
+    return this.path(key);
   }
 }

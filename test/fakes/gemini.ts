@@ -6,22 +6,30 @@
  *   POST {base}/models/{model}:generateContent              image models (§3.2 → §3.3)
  *   POST {base}/models/{model}:streamGenerateContent?alt=sse the same as SSE: bare `data:` frames,
  *                                                            no `event:` names, no `[DONE]`, whole
- *                                                            `inlineData` images (no partials)
+ *                                                            `inlineData` images (no partials);
+ *                                                            frames end in `\n\n` or `\r\n\r\n`
+ *                                                            (`sseFraming`, default alternating per
+ *                                                            stream: the SDK splits on both, §3.1)
  *   POST {base}/models/{veo}:predictLongRunning              Veo submit (§4.1) → `{name}`
  *   GET  {base}/models/{veo}/operations/{id}                 the operation (§4.2)
  *   GET  {base}/files/{id}:download?alt=media                302 to a storage origin (another
  *                                                            listener: a different host:port)
  *   GET  {storage}/veo/{id}.mp4?sig=…                        the MP4 bytes
  *
- * Auth: `x-goog-api-key` or `?key=`. An unknown key answers as Google does, 400 INVALID_ARGUMENT
- * "API key not valid" with ErrorInfo reason `API_KEY_INVALID`; no key at all is 403
- * PERMISSION_DENIED. Errors are google.rpc.Status JSON (`{"error":{code,message,status,details}}`).
+ * Auth: `x-goog-api-key` or `?key=`. §3.6's auth statuses are 401 UNAUTHENTICATED and 403
+ * PERMISSION_DENIED; `refuseKey(key, 401 | 403)` makes a known key answer one of them (a key that
+ * lost access; the 403 text quotes the key, as Google's does). An unknown key answers 400
+ * INVALID_ARGUMENT "API key not valid" with ErrorInfo reason `API_KEY_INVALID` (ASSUMPTION: Google's
+ * observed answer, not in §3.6; `unknownKeyStatus: 401` answers it UNAUTHENTICATED instead); no
+ * key at all is 403 PERMISSION_DENIED (ASSUMPTION: the text).
+ * Errors are google.rpc.Status JSON (`{"error":{code,message,status,details}}`).
  * Rate limits (`rateLimitNext`) are 429 RESOURCE_EXHAUSTED with QuotaFailure (`quotaId`
  * …PerMinute… or …PerDay…) and `RetryInfo.retryDelay` in the body and **no Retry-After header**.
  *
  * Images: requests are proto3 JSON, camelCase or snake_case (`inlineData` / `inline_data`).
- * `imageConfig.aspectRatio` must be one the model knows, `imageSize` uppercase `1K|2K|4K` (lowercase
- * is refused; gemini-2.5-flash-image takes 1K only); the Vertex-only fields `outputMimeType`,
+ * `imageConfig.aspectRatio` must be one the model knows, `imageSize` one of `512|1K|2K|4K` the model
+ * takes (lowercase is refused; gemini-2.5-flash-image takes no `imageSize` at all, §3.2; `512` is
+ * 3.1 Flash only, §3.1); the Vertex-only fields `outputMimeType`,
  * `outputCompressionQuality`, `personGeneration`, … are refused as unknown names. Input images are
  * limited per model (2.5 Flash 3, 3 Pro 14). The answer is a real PNG of Google's official size
  * for the ratio and size (§3.4); without an aspect ratio it follows the first input image's ratio,
@@ -29,7 +37,9 @@
  * `thought: true` (smaller, a different colour, no signature); every final image carries a
  * `thoughtSignature`. Prompt outcomes (`outcome(prompt)`; default by keyword): `block-prompt` →
  * `promptFeedback.blockReason: SAFETY` and no candidates; `block-image` → finishReason
- * `IMAGE_SAFETY` without an image; `text-only` → finishReason `STOP` with text only; all at HTTP 200.
+ * `IMAGE_SAFETY` without an image; `text-only` → finishReason `STOP` with text only; `no-image` →
+ * finishReason `NO_IMAGE` (§3.3, §8) with no content; all at HTTP 200. A stream can fail after its
+ * 200 (`streamErrorNext`): a frame `{"error":{code,message,status}}` (§3.1), then the end.
  *
  * Veo: both image shapes are accepted (`{bytesBase64Encoded, mimeType}` as the SDK sends, and the
  * REST doc's `{inlineData:{mimeType,data}}`), `durationSeconds` as a number or a string, and
@@ -62,7 +72,9 @@ export interface GoogleStatusBody {
   details?: Record<string, unknown>[];
 }
 
-export type ImageOutcome = 'ok' | 'block-prompt' | 'block-image' | 'text-only';
+export type ImageOutcome = 'ok' | 'block-prompt' | 'block-image' | 'text-only' | 'no-image';
+/** How SSE frames end (§3.1: `\n\n`; the SDK also splits on `\r\n\r\n`); `alternate` switches per stream. */
+export type SseFraming = 'lf' | 'crlf' | 'alternate';
 export type VeoOutcome = 'ok' | 'filtered' | 'error';
 
 export interface GeminiImageCall {
@@ -77,6 +89,9 @@ export interface GeminiImageCall {
   /** The pixel size of the final image, when one was returned. */
   size?: string;
   outcome?: ImageOutcome;
+  /** Streams: how the frames ended, and whether an error frame broke the stream off. */
+  framing?: 'lf' | 'crlf';
+  streamError?: GoogleStatusBody;
   status: number;
   startedAt: number;
   finishedAt?: number;
@@ -126,6 +141,10 @@ export interface GeminiFakeOptions {
   holdMs?: number;
   /** Size of the video bytes (default 48 KiB). */
   videoBytes?: number;
+  /** Frame endings of streams (default `alternate`; mutable as `fake.sseFraming`). */
+  sseFraming?: SseFraming;
+  /** How an unknown key is refused (default 400 API_KEY_INVALID; mutable as `fake.unknownKeyStatus`). */
+  unknownKeyStatus?: 400 | 401;
 }
 
 export interface GeminiFake extends FakeServer {
@@ -136,6 +155,12 @@ export interface GeminiFake extends FakeServer {
   inFlight: number;
   maxInFlight: number;
   holdMs: number;
+  sseFraming: SseFraming;
+  unknownKeyStatus: 400 | 401;
+  /** A known key answered with 401 UNAUTHENTICATED or 403 PERMISSION_DENIED from now on; `undefined` accepts it again. */
+  refuseKey(key: string, status: 401 | 403 | undefined): void;
+  /** The next streamed image answer sends `afterFrames` frames, then an `error` frame (default 500 INTERNAL), and ends. */
+  streamErrorNext(afterFrames?: number, error?: GoogleStatusBody): void;
   /** The next `times` requests of `route` get 429 RESOURCE_EXHAUSTED with RetryInfo (no Retry-After). */
   rateLimitNext(route: GeminiRoute, retryDelaySeconds: number, opts?: { perDay?: boolean; times?: number }): void;
   /** The next `times` requests of `route` get `status` (default 503 UNAVAILABLE, no RetryInfo). */
@@ -156,12 +181,19 @@ const PRO_3_1K: Record<string, string> = {
   // gemini-3.1-flash-image-preview only [3P-LIVE]:
   '1:4': '512x2064', '4:1': '2064x512', '1:8': '352x2928', '8:1': '2928x352',
 };
-/** 2K and 4K are 2x and 4x the 1K grid (the official 3 Pro table and the 3.1 Flash live figures). */
-const SCALE: Record<string, number> = { '1K': 1, '2K': 2, '4K': 4 };
+/**
+ * 2K and 4K are 2x and 4x the 1K grid (the official 3 Pro table and the 3.1 Flash live figures).
+ * ASSUMPTION: 3.1 Flash's `512` (§3.1, no pixels in §3.4) is the 1K grid halved (16:9 = 688x384).
+ */
+const SCALE: Record<string, number> = { '512': 0.5, '1K': 1, '2K': 2, '4K': 4 };
+const IMAGE_SIZES = ['512', '1K', '2K', '4K'];
 
 interface ImageModel {
   ratios: string[];
+  /** `imageSize` values the model takes; empty: it refuses the field (2.5 Flash, §3.2). */
   sizes: string[];
+  /** Output tokens per image by size ([DOC] §3.4; 3.1 Flash: Vertex model page, 747/1120/1680/2520). */
+  tokens: Record<string, number>;
   maxInputImages: number;
   thinking: boolean;
   sizeOf(ratio: string, imageSize: string): string;
@@ -172,10 +204,17 @@ const scaled = (ratio: string, imageSize: string) => {
   return `${w * SCALE[imageSize]!}x${h * SCALE[imageSize]!}`;
 };
 
-const FLASH_25_MODEL: ImageModel = { ratios: RATIOS, sizes: ['1K'], maxInputImages: 3, thinking: false, sizeOf: (r) => FLASH_25[r]! };
-const PRO_3_MODEL: ImageModel = { ratios: RATIOS, sizes: ['1K', '2K', '4K'], maxInputImages: 14, thinking: true, sizeOf: scaled };
+const FLASH_25_MODEL: ImageModel = { ratios: RATIOS, sizes: [], tokens: { '1K': 1290 }, maxInputImages: 3, thinking: false, sizeOf: (r) => FLASH_25[r]! };
+const PRO_3_MODEL: ImageModel = { ratios: RATIOS, sizes: ['1K', '2K', '4K'], tokens: { '1K': 1120, '2K': 1120, '4K': 2000 }, maxInputImages: 14, thinking: true, sizeOf: scaled };
 // ASSUMPTION: 3.1 Flash takes the same 14 input images as 3 Pro and does not think aloud.
-const FLASH_31_MODEL: ImageModel = { ratios: [...RATIOS, '1:4', '4:1', '1:8', '8:1'], sizes: ['1K', '2K', '4K'], maxInputImages: 14, thinking: false, sizeOf: scaled };
+const FLASH_31_MODEL: ImageModel = {
+  ratios: [...RATIOS, '1:4', '4:1', '1:8', '8:1'],
+  sizes: IMAGE_SIZES,
+  tokens: { '512': 747, '1K': 1120, '2K': 1680, '4K': 2520 },
+  maxInputImages: 14,
+  thinking: false,
+  sizeOf: scaled,
+};
 
 const IMAGE_MODELS: Record<string, ImageModel> = {
   'gemini-2.5-flash-image': FLASH_25_MODEL,
@@ -230,6 +269,15 @@ const unknownName = (name: string, at: string) => invalid(`Invalid JSON payload 
 const KEY_INVALID = googleStatus(400, 'API key not valid. Please pass a valid API key.', [
   { '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'API_KEY_INVALID', domain: 'googleapis.com', metadata: { service: 'generativelanguage.googleapis.com' } },
 ]);
+/** §3.6's 401. ASSUMPTION: the text and reason (Google's answer to credentials it does not take). */
+const KEY_UNAUTHENTICATED = googleStatus(401, 'Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.', [
+  { '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'CREDENTIALS_MISSING', domain: 'googleapis.com', metadata: { service: 'generativelanguage.googleapis.com' } },
+]);
+/** §3.6's 403 for a key that lost access. ASSUMPTION: the text and reason; like Google's, it quotes the key. */
+const keyDenied = (key: string) =>
+  googleStatus(403, `Permission denied: Consumer 'api_key:${key}' has been suspended.`, [
+    { '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'CONSUMER_SUSPENDED', domain: 'googleapis.com', metadata: { consumer: `projects/${key.length}`, service: 'generativelanguage.googleapis.com' } },
+  ]);
 // ASSUMPTION: the text of the no-key answer (Google's usual wording for keyless calls).
 const KEY_MISSING = googleStatus(403, 'Method doesn\'t allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.');
 
@@ -312,6 +360,7 @@ function nearestRatio(width: number, height: number, ratios: string[]): string {
 }
 
 function defaultImageOutcome(prompt: string): ImageOutcome {
+  if (prompt.includes('no-image')) return 'no-image';
   if (prompt.includes('block-prompt')) return 'block-prompt';
   if (prompt.includes('block-image')) return 'block-image';
   if (prompt.includes('text-only')) return 'text-only';
@@ -362,11 +411,18 @@ export async function startGeminiFake(options: GeminiFakeOptions = {}): Promise<
 
   const answerError = (res: ServerResponse, e: GoogleStatusBody, headers: Record<string, string> = {}) => sendJson(res, e.code, { error: e }, headers);
 
+  const refused = new Map<string, 401 | 403>();
   const authenticate = (req: IncomingMessage, recorded: RecordedRequest): string | GoogleStatusBody => {
     const key = (req.headers['x-goog-api-key'] as string | undefined) ?? recorded.query.get('key') ?? undefined;
     if (key === undefined || key === '') return KEY_MISSING;
-    return keys.has(key) ? key : KEY_INVALID;
+    if (!keys.has(key)) return fake.unknownKeyStatus === 401 ? KEY_UNAUTHENTICATED : KEY_INVALID;
+    const refusal = refused.get(key);
+    if (refusal === 401) return KEY_UNAUTHENTICATED;
+    if (refusal === 403) return keyDenied(key);
+    return key;
   };
+  const streamErrors: { afterFrames: number; error: GoogleStatusBody }[] = [];
+  let streams = 0;
 
   let fake!: GeminiFake;
   const server = await startFakeServer(async (req, res, recorded, self) => {
@@ -439,9 +495,11 @@ export async function startGeminiFake(options: GeminiFakeOptions = {}): Promise<
     }
     const imageSizeRaw = field(imageConfig, 'imageSize');
     if (imageSizeRaw !== undefined) {
-      // §3.2: uppercase K required; lowercase rejected. 2.5 Flash: 1K only. ASSUMPTION: the texts.
-      if (typeof imageSizeRaw !== 'string' || !['1K', '2K', '4K', '512'].includes(imageSizeRaw)) {
-        throw badRequestField('generation_config.image_config.image_size', `Invalid image size: ${String(imageSizeRaw)}. Supported values are 1K, 2K, 4K.`);
+      // §3.2: uppercase K required; lowercase rejected. 2.5 Flash takes no imageSize, not even 1K;
+      // `512` is 3.1 Flash's (§3.1). ASSUMPTION: the texts.
+      if (spec.sizes.length === 0) throw badRequestField('generation_config.image_config.image_size', `imageSize is not supported for ${model}.`);
+      if (typeof imageSizeRaw !== 'string' || !IMAGE_SIZES.includes(imageSizeRaw)) {
+        throw badRequestField('generation_config.image_config.image_size', `Invalid image size: ${String(imageSizeRaw)}. Supported values are ${IMAGE_SIZES.join(', ')}.`);
       }
       if (!spec.sizes.includes(imageSizeRaw)) throw badRequestField('generation_config.image_config.image_size', `Image size ${imageSizeRaw} is not supported for ${model}.`);
     }
@@ -488,6 +546,9 @@ export async function startGeminiFake(options: GeminiFakeOptions = {}): Promise<
         frames.push(envelope({ promptFeedback: { blockReason: 'SAFETY' }, usageMetadata: usage(0) }));
       } else if (outcome === 'block-image') {
         frames.push(envelope({ candidates: [{ content: { role: 'model', parts: [] }, finishReason: 'IMAGE_SAFETY', index: 0 }], usageMetadata: usage(0) }));
+      } else if (outcome === 'no-image') {
+        // ASSUMPTION: like the other finish-time outcomes, the candidate carries no content.
+        frames.push(envelope({ candidates: [{ finishReason: 'NO_IMAGE', index: 0 }], usageMetadata: usage(0) }));
       } else if (outcome === 'text-only') {
         frames.push(envelope({ candidates: [{ content: { role: 'model', parts: [{ text: 'I can describe that scene, but I will not draw it.' }] }, finishReason: 'STOP', index: 0 }], usageMetadata: usage(24) }));
       } else {
@@ -499,7 +560,7 @@ export async function startGeminiFake(options: GeminiFakeOptions = {}): Promise<
         const final = await renderPng(w, h, prompt, false);
         parts.push({ inlineData: { mimeType: 'image/png', data: final.toString('base64') }, thoughtSignature: randomBytes(24).toString('base64') });
         call.size = `${w}x${h}`;
-        const tokens = imageSize === '4K' ? 2000 : spec.thinking || imageSize !== '1K' ? 1120 : 1290;
+        const tokens = spec.tokens[imageSize] ?? 1290;
         if (stream) {
           // Each part in its own frame; the last carries finishReason and usage.
           for (const [i, part] of parts.entries()) {
@@ -512,8 +573,20 @@ export async function startGeminiFake(options: GeminiFakeOptions = {}): Promise<
       }
       call.status = 200;
       if (!stream) return sendJson(res, 200, frames[0]);
+      const framing = fake.sseFraming === 'alternate' ? (streams++ % 2 === 0 ? 'lf' : 'crlf') : fake.sseFraming;
+      const eol = framing === 'lf' ? '\n' : '\r\n';
+      call.framing = framing;
+      const broken = streamErrors.shift();
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-      for (const frame of frames) res.write(`data: ${JSON.stringify(frame)}\r\n\r\n`);
+      for (const [i, frame] of frames.entries()) {
+        if (broken && i === broken.afterFrames) break;
+        res.write(`data: ${JSON.stringify(frame)}${eol}${eol}`);
+      }
+      if (broken) {
+        // §3.1: a chunk that is a JSON object with `error` (the SDK raises it as an API error).
+        call.streamError = broken.error;
+        res.write(`data: ${JSON.stringify({ error: broken.error })}${eol}${eol}`);
+      }
       res.end();
     } finally {
       fake.inFlight--;
@@ -650,6 +723,15 @@ export async function startGeminiFake(options: GeminiFakeOptions = {}): Promise<
     inFlight: 0,
     maxInFlight: 0,
     holdMs: options.holdMs ?? 0,
+    sseFraming: options.sseFraming ?? 'alternate',
+    unknownKeyStatus: options.unknownKeyStatus ?? 400,
+    refuseKey(key: string, status: 401 | 403 | undefined) {
+      if (status === undefined) refused.delete(key);
+      else refused.set(key, status);
+    },
+    streamErrorNext(afterFrames = 1, error: GoogleStatusBody = googleStatus(500, SERVER_ERRORS[500]!)) {
+      streamErrors.push({ afterFrames, error });
+    },
     rateLimitNext(route: GeminiRoute, retryDelaySeconds: number, opts: { perDay?: boolean; times?: number } = {}) {
       const fault: Fault = { status: 429, body: { error: rateLimitBody(retryDelaySeconds, opts.perDay ?? false) } };
       server.faults.push(route, fault, opts.times ?? 1);

@@ -18,8 +18,9 @@
  * Errors always use `{"error":{"message","type","param","code"}}` (§1.5) and every answer has
  * `x-request-id`. Bad key: 401 `invalid_api_key`. Moderation: 400 `moderation_blocked` with type
  * `image_generation_user_error` and param `""` (§1.5). Rate limits through helpers (§1.5): 429
- * `rate_limit_exceeded` (type `requests`) with `retry-after` + `x-ratelimit-*`, or 429
- * `insufficient_quota`.
+ * `rate_limit_exceeded` (type `requests`) with `retry-after` and the six `x-ratelimit-*` headers
+ * (requests and tokens), optionally `retry-after-ms` and `x-should-retry` (both read by the SDK),
+ * or 429 `insufficient_quota`.
  *
  * Options (all optional):
  * - `apiKeys` (default `['sk-test']`): accepted `Authorization: Bearer <key>` keys.
@@ -33,6 +34,9 @@
  * - `streamEventDelayMs` (default 0): pause between stream frames.
  * - `streamError: { afterEvents, error? }`: every stream emits an `event: error` frame after
  *   `afterEvents` frames and ends (per-request: `fake.streamErrorNext`).
+ * - `completedAfterPartials` (default none): each image's `*.completed` frame is sent after this
+ *   many of its partials, the remaining partials after it (§1.1: "final may arrive before all
+ *   partials"); mutable as `fake.completedAfterPartials`.
  * - `record` (default true): false keeps no request/call log (benchmarks).
  *
  * Helpers: `faults.push('generations' | 'edits', fault)` (status/body/delay/reset, checked after
@@ -129,7 +133,16 @@ export interface OpenAIImagesFakeOptions {
   streamDone?: boolean;
   streamEventDelayMs?: number;
   streamError?: StreamErrorSpec;
+  completedAfterPartials?: number;
   record?: boolean;
+}
+
+/** Extra signals of an error answer that the OpenAI SDK reads (§1.5). */
+export interface RetrySignals {
+  /** `retry-after-ms`: the SDK prefers it to `retry-after`. */
+  retryAfterMs?: number;
+  /** `x-should-retry: true|false`: overrides the SDK's own retry decision. */
+  shouldRetry?: boolean;
 }
 
 export interface OpenAIImagesFake extends FakeServer {
@@ -150,12 +163,14 @@ export interface OpenAIImagesFake extends FakeServer {
   resume(): void;
   /** End streams with `data: [DONE]` (mutable). */
   streamDone: boolean;
-  /** The next `times` requests of `route` get a 429 `rate_limit_exceeded` with `retry-after`. */
-  rateLimitNext(route: ImagesRoute, retryAfterSeconds: number, times?: number): void;
+  /** Send each `*.completed` frame after this many partials (mutable; undefined: after all). */
+  completedAfterPartials: number | undefined;
+  /** The next `times` requests of `route` get a 429 `rate_limit_exceeded` with `retry-after` and `x-ratelimit-*`. */
+  rateLimitNext(route: ImagesRoute, retryAfterSeconds: number, times?: number, signals?: RetrySignals): void;
   /** The next `times` requests of `route` get a 429 `insufficient_quota`. */
   quotaExhaustedNext(route: ImagesRoute, times?: number): void;
   /** The next `times` requests of `route` get a `status` (default 500) `server_error` envelope. */
-  serverErrorNext(route: ImagesRoute, status?: number, times?: number): void;
+  serverErrorNext(route: ImagesRoute, status?: number, times?: number, signals?: RetrySignals): void;
   /** The next streamed answer of `route` breaks after `afterEvents` frames (error frame or reset). */
   streamErrorNext(route: ImagesRoute, afterEvents?: number, error?: OpenAIErrorBody | 'reset'): void;
 }
@@ -336,9 +351,10 @@ function parseParams(route: ImagesRoute, raw: Record<string, unknown>, multipart
     else throw invalidValue('size', size, [...STANDARD_SIZES, 'auto']);
   }
 
-  // ASSUMPTION: the SDK's edits `quality` union also lists `standard`; it is taken as dall-e's value only.
-  const qualities = gpt ? ['auto', 'low', 'medium', 'high'] : model === 'dall-e-3' ? ['auto', 'standard', 'hd'] : ['auto', 'standard'];
-  const quality = p.quality === undefined ? 'auto' : oneOf('quality', p.quality, qualities);
+  // §1.1: GPT image auto|low|medium|high, dall-e-3 hd|standard, dall-e-2 standard; §1.2 adds
+  // `standard` to every model on edits.
+  const qualities = gpt ? ['auto', 'low', 'medium', 'high', ...(route === 'edits' ? ['standard'] : [])] : model === 'dall-e-3' ? ['standard', 'hd'] : ['standard'];
+  const quality = p.quality === undefined ? (gpt ? 'auto' : 'standard') : oneOf('quality', p.quality, qualities);
 
   const outputFormat = (p.output_format === undefined ? 'png' : oneOf('output_format', p.output_format, ['png', 'jpeg', 'webp'])) as Parsed['outputFormat'];
   const background = p.background === undefined ? 'auto' : oneOf('background', p.background, ['transparent', 'opaque', 'auto']);
@@ -562,6 +578,13 @@ async function checkEditFiles(form: ParsedForm, model: string, images: ReceivedI
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+function retryHeaders(signals: RetrySignals): Record<string, string> {
+  return {
+    ...(signals.retryAfterMs !== undefined && { 'retry-after-ms': String(signals.retryAfterMs) }),
+    ...(signals.shouldRetry !== undefined && { 'x-should-retry': String(signals.shouldRetry) }),
+  };
+}
+
 function colorSeed(prompt: string): number {
   return createHash('sha1').update(prompt).digest()[0]!;
 }
@@ -727,8 +750,8 @@ export async function startOpenAIImagesFake(options: OpenAIImagesFakeOptions = {
       if (res.destroyed) return;
 
       const size = resolveSize(p.size, call.images[0]);
-      // ASSUMPTION: `auto` quality resolves to `high`, `auto` background to `opaque`.
-      const quality = p.quality === 'auto' ? 'high' : p.quality;
+      // ASSUMPTION: `auto` (and on edits `standard`) quality resolves to `high`, `auto` background to `opaque`.
+      const quality = p.quality === 'auto' || p.quality === 'standard' ? 'high' : p.quality;
       const background = p.background === 'auto' ? 'opaque' : p.background;
       const transparent = background === 'transparent';
       const { width, height } = dims(size);
@@ -807,8 +830,25 @@ export async function startOpenAIImagesFake(options: OpenAIImagesFakeOptions = {
       // whole request (identical objects — do not sum them). Streamed usage has the SDK event shape
       // (no output_tokens_details). Partials are images of the final size and format.
       const { output_tokens_details: _unused, ...streamUsage } = usage;
+      const completedAfter = Math.min(fake.completedAfterPartials ?? p.partialImages, p.partialImages);
       for (let i = 0; i < p.n; i++) {
+        const completed = async (): Promise<boolean> => {
+          if (await broken()) return false;
+          write(`${prefix}.completed`, {
+            type: `${prefix}.completed`,
+            b64_json: finals[i]!.toString('base64'),
+            created_at: Math.floor(Date.now() / 1000),
+            size,
+            quality,
+            background,
+            output_format: p.outputFormat,
+            usage: streamUsage,
+          });
+          call.streamEvents++;
+          return true;
+        };
         for (let k = 0; k < p.partialImages; k++) {
+          if (k === completedAfter && !(await completed())) return;
           if (await broken()) return;
           const partial = await renderImage({ width, height, format: p.outputFormat, compression: p.compression, transparent, color: seed + i, stage: k + 1, of: p.partialImages });
           if (res.destroyed) return;
@@ -826,18 +866,7 @@ export async function startOpenAIImagesFake(options: OpenAIImagesFakeOptions = {
           call.streamEvents++;
           await gap();
         }
-        if (await broken()) return;
-        write(`${prefix}.completed`, {
-          type: `${prefix}.completed`,
-          b64_json: finals[i]!.toString('base64'),
-          created_at: Math.floor(Date.now() / 1000),
-          size,
-          quality,
-          background,
-          output_format: p.outputFormat,
-          usage: streamUsage,
-        });
-        call.streamEvents++;
+        if (completedAfter === p.partialImages && !(await completed())) return;
         if (i < p.n - 1) await gap();
       }
       if (await broken()) return;
@@ -863,6 +892,7 @@ export async function startOpenAIImagesFake(options: OpenAIImagesFakeOptions = {
     maxInFlightByKey: {} as Record<string, number>,
     holdMs: options.holdMs ?? 0,
     streamDone: options.streamDone ?? false,
+    completedAfterPartials: options.completedAfterPartials,
     resetInFlightStats() {
       fake.maxInFlight = fake.inFlight;
       for (const key of Object.keys(fake.maxInFlightByKey)) fake.maxInFlightByKey[key] = fake.inFlightByKey[key] ?? 0;
@@ -878,8 +908,9 @@ export async function startOpenAIImagesFake(options: OpenAIImagesFakeOptions = {
       gate = undefined;
       g?.release();
     },
-    rateLimitNext(route: ImagesRoute, retryAfterSeconds: number, times = 1) {
-      // §1.5: code rate_limit_exceeded, type `requests` [UNVERIFIED in the reference]; headers per §1.5.
+    rateLimitNext(route: ImagesRoute, retryAfterSeconds: number, times = 1, signals: RetrySignals = {}) {
+      // §1.5: code rate_limit_exceeded, type `requests` [UNVERIFIED in the reference]; headers per
+      // §1.5: the request and token limits (ASSUMPTION: the token figures; resets are durations).
       push(
         route,
         {
@@ -889,6 +920,10 @@ export async function startOpenAIImagesFake(options: OpenAIImagesFakeOptions = {
             'x-ratelimit-limit-requests': '50',
             'x-ratelimit-remaining-requests': '0',
             'x-ratelimit-reset-requests': `${retryAfterSeconds}s`,
+            'x-ratelimit-limit-tokens': '100000',
+            'x-ratelimit-remaining-tokens': '95840',
+            'x-ratelimit-reset-tokens': '2m29.76s',
+            ...retryHeaders(signals),
           },
           body: envelope(
             `Rate limit reached for images per min (RPM): Limit 50, Used 50, Requested 1. Please try again in ${retryAfterSeconds}s. Visit https://platform.openai.com/account/rate-limits to learn more.`,
@@ -915,8 +950,8 @@ export async function startOpenAIImagesFake(options: OpenAIImagesFakeOptions = {
         times,
       );
     },
-    serverErrorNext(route: ImagesRoute, status = 500, times = 1) {
-      push(route, { status, body: { error: SERVER_ERROR } }, times);
+    serverErrorNext(route: ImagesRoute, status = 500, times = 1, signals: RetrySignals = {}) {
+      push(route, { status, body: { error: SERVER_ERROR }, headers: retryHeaders(signals) }, times);
     },
     streamErrorNext(route: ImagesRoute, afterEvents = 1, error?: OpenAIErrorBody | 'reset') {
       streamErrors[route].push({ afterEvents, error });

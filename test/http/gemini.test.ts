@@ -243,6 +243,213 @@ describe('gemini rate limits and the pool', () => {
   });
 });
 
+describe('gemini 3.1 Flash size table (upstream-apis.md §3.1, §3.4)', () => {
+  const NB2 = 'nano-banana-2';
+  const PRO_WIDE = 'nano-banana-pro-misconfigured';
+  let nb2: Awaited<ReturnType<typeof customer>> | undefined;
+
+  /** The 3.1 Flash model created through the admin API (its size_table and `512` tier are contract values), and a customer of it. */
+  async function nanoBanana2() {
+    if (nb2) return nb2;
+    const created = await server.admin().POST('/admin/v1/models', {
+      body: {
+        id: NB2,
+        kind: 'image',
+        display_name: 'Nano Banana 2 (Gemini 3.1 Flash Image)',
+        image: {
+          resolutions: ['1K', '512', '2K', '4K'],
+          aspect_ratios: ['1:1', '16:9', '9:16', '1:4', '4:1', '1:8', '8:1'],
+          output_formats: ['png', 'jpeg', 'webp'],
+          supports_quality: false,
+          supports_transparent_background: false,
+          max_n: 4,
+          size_table: 'gemini-3.1-flash-image',
+          max_input_images: 14,
+        },
+        pricing: ['1K', '512', '2K', '4K'].map((resolution, i) => ({ resolution, quality: null, mode: 'per_item' as const, unit_price: [0.067, 0.045, 0.101, 0.151][i]! })),
+      },
+    });
+    expect(created.response.status).toBe(201);
+    expect(created.data!.image).toMatchObject({ size_table: 'gemini-3.1-flash-image', resolutions: ['1K', '512', '2K', '4K'] });
+    const account = await createAccount(server.db, { balance: 100 });
+    const group = await createGroup(server.db);
+    await addUpstreamMember(server.db, server.secretKey, {
+      groupId: group.id,
+      name: 'a',
+      provider: 'gemini',
+      baseUrl: `${fake.url}/v1beta`,
+      credentials: { api_key: 'gm-a' },
+      models: [NB2, PRO_WIDE],
+      modelMap: { [NB2]: 'gemini-3.1-flash-image-preview', [PRO_WIDE]: 'gemini-3-pro-image-preview' },
+    });
+    const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+    nb2 = { accountId: account.id, groupId: group.id, key: key.key, ids: {} };
+    return nb2;
+  }
+
+  it('renders the extreme ratios at Google\'s sizes and asks for the 512 tier as imageSize "512", billed at its own price', async () => {
+    const c = await nanoBanana2();
+    const tall = await post(c.key, '/v1/images/generations', { model: NB2, prompt: 'a very tall banana', aspectRatio: '1:8', resolution: '2K' });
+    expect(tall.status).toBe(200);
+    expect(fake.calls.at(-1)!).toMatchObject({ model: 'gemini-3.1-flash-image-preview', imageConfig: { aspectRatio: '1:8', imageSize: '2K' } });
+    expect(tall.body.size).toBe('704x5856');
+    expect(await imageMeta(tall.body.data[0].b64_json)).toMatchObject({ width: 704, height: 5856 });
+    expect(await holdOf(server.db, tall.taskId!)).toMatchObject({ status: 'captured', captured: 101_000 });
+
+    const small = await post(c.key, '/v1/images/generations', { model: NB2, prompt: 'a small banana', aspect_ratio: '16:9', resolution: '512' });
+    expect(small.status).toBe(200);
+    expect(fake.calls.at(-1)!.imageConfig).toEqual({ aspectRatio: '16:9', imageSize: '512' });
+    expect(await imageMeta(small.body.data[0].b64_json)).toMatchObject({ width: 688, height: 384 });
+    expect(await holdOf(server.db, small.taskId!)).toMatchObject({ status: 'captured', captured: 45_000 });
+
+    // A size of the 3.1 table selects its tier and ratio: 2064x512 is 1K 4:1 (1K: no imageSize).
+    const wide = await post(c.key, '/v1/images/generations', { model: NB2, prompt: 'a wide banana', size: '2064x512' });
+    expect(wide.status).toBe(200);
+    expect(fake.calls.at(-1)!.imageConfig).toEqual({ aspectRatio: '4:1' });
+    expect(await imageMeta(wide.body.data[0].b64_json)).toMatchObject({ width: 2064, height: 512 });
+    expect(await holdOf(server.db, wide.taskId!)).toMatchObject({ status: 'captured', captured: 67_000 });
+  });
+
+  it('refuses, before any charge or upstream call, a ratio or tier the model\'s Google table does not list', async () => {
+    const c = await nanoBanana2();
+    // An operator who gave a 3 Pro model 3.1 Flash's extras: its table still has no 1:4 and no 512.
+    const created = await server.admin().POST('/admin/v1/models', {
+      body: {
+        id: PRO_WIDE,
+        kind: 'image',
+        display_name: 'Nano Banana Pro, misconfigured',
+        image: { resolutions: ['1K', '512'], aspect_ratios: ['1:1', '1:4'], output_formats: ['png'], supports_quality: false, supports_transparent_background: false, max_n: 1, size_table: 'gemini-3-pro-image' },
+        pricing: [
+          { resolution: '1K', quality: null, mode: 'per_item', unit_price: 0.134 },
+          { resolution: '512', quality: null, mode: 'per_item', unit_price: 0.1 },
+        ],
+      },
+    });
+    expect(created.response.status).toBe(201);
+    const generates = fake.counts.generate;
+    const balance = await balanceOf(c.accountId);
+    const cases: [Record<string, unknown>, string, string][] = [
+      [{ model: PRO_WIDE, aspectRatio: '1:4' }, 'unsupported_aspect_ratio', 'aspectRatio'],
+      [{ model: PRO_WIDE, resolution: '512' }, 'unsupported_resolution', 'resolution'],
+      [{ model: NB2, aspectRatio: '21:9' }, 'unsupported_aspect_ratio', 'aspectRatio'],
+      [{ model: NB2, resolution: '8K' }, 'unsupported_resolution', 'resolution'],
+      [{ model: NANO_BANANA.id, aspectRatio: '1:4' }, 'unsupported_aspect_ratio', 'aspectRatio'],
+      [{ model: NANO_BANANA.id, resolution: '512' }, 'unsupported_resolution', 'resolution'],
+    ];
+    const other = await customer();
+    for (const [body, code, param] of cases) {
+      const key = body.model === NANO_BANANA.id ? other.key : c.key;
+      const res = await post(key, '/v1/images/generations', { prompt: 'refused', ...body });
+      expect([res.status, res.body.error?.code, res.body.error?.param], JSON.stringify(body)).toEqual([400, code, param]);
+    }
+    expect(fake.counts.generate).toBe(generates);
+    expect(await balanceOf(c.accountId)).toBe(balance);
+    expect(await server.db.selectFrom('creditHolds').select('id').where('accountId', '=', other.accountId).execute()).toEqual([]);
+  });
+});
+
+describe('gemini fake fidelity: streams, NO_IMAGE, imageSize, refused keys', () => {
+  it('reads the stream with \\n\\n and with \\r\\n\\r\\n frame endings (§3.1)', async () => {
+    const c = await customer();
+    try {
+      for (const framing of ['lf', 'crlf'] as const) {
+        fake.sseFraming = framing;
+        const res = await post(c.key, '/v1/images/generations', { model: NANO_BANANA_PRO.id, prompt: `framed ${framing}`, aspectRatio: '16:9' });
+        expect(res.status, framing).toBe(200);
+        expect(fake.calls.at(-1)!).toMatchObject({ stream: true, framing });
+        // Three frames before the last (text, two thoughts): the final image is the one returned.
+        expect(await imageMeta(res.body.data[0].b64_json)).toMatchObject({ width: 1376, height: 768 });
+      }
+    } finally {
+      fake.sseFraming = 'alternate';
+    }
+  });
+
+  it('turns an error frame after the 200 into a classified upstream error: 502 and nothing charged, or a failover on a 429', async () => {
+    const c = await customer();
+    const balance = await balanceOf(c.accountId);
+    fake.streamErrorNext(1);
+    const res = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'breaks off' });
+    expect([res.status, res.body.error?.code]).toEqual([502, 'upstream_error']);
+    expect(res.body.error.message).toContain('internal error');
+    expect(fake.calls.at(-1)!.streamError).toMatchObject({ status: 'INTERNAL' });
+    expect(await holdOf(server.db, res.taskId!)).toMatchObject({ status: 'released', captured: 0 });
+    expect(await balanceOf(c.accountId)).toBe(balance);
+
+    // A RESOURCE_EXHAUSTED frame is a rate limit: the spare member serves, charged once.
+    const two = await twoMembers();
+    fake.streamErrorNext(0, { code: 429, message: 'Resource has been exhausted (e.g. check quota).', status: 'RESOURCE_EXHAUSTED' });
+    const before = fake.calls.length;
+    const failover = await post(two.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'limited mid-stream' });
+    expect(failover.status).toBe(200);
+    expect(fake.calls.slice(before).map((x) => x.apiKey)).toEqual(['gm-a', 'gm-b']);
+    expect(await holdOf(server.db, failover.taskId!)).toMatchObject({ status: 'captured', captured: Math.round(0.039 * 1_000_000) });
+    expect((await healthOf(two.groupId)).a!.cooldown_reason).toBe('rate_limited');
+  });
+
+  it('turns finishReason NO_IMAGE into upstream_error "no image returned", charging nothing', async () => {
+    const c = await customer();
+    const balance = await balanceOf(c.accountId);
+    const res = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: 'no-image please' });
+    expect([res.status, res.body.error?.code]).toEqual([502, 'upstream_error']);
+    expect(res.body.error.message).toContain('no image returned');
+    expect(res.body.error.message).toContain('NO_IMAGE');
+    expect(fake.calls.at(-1)!.outcome).toBe('no-image');
+    expect(await holdOf(server.db, res.taskId!)).toMatchObject({ status: 'released', captured: 0 });
+    expect(await balanceOf(c.accountId)).toBe(balance);
+    // The model's answer, not the member's fault: no cooldown.
+    expect((await healthOf(c.groupId)).a).toMatchObject({ cooldown_until: null, credentials_rejected: false });
+  });
+
+  it('never sends imageSize to gemini-2.5-flash-image, even for a tier it lacks (it renders 1K, resized here)', async () => {
+    const account = await createAccount(server.db, { balance: 100 });
+    const group = await createGroup(server.db);
+    // An operator mapped the 3 Pro catalog model onto 2.5 Flash.
+    await addUpstreamMember(server.db, server.secretKey, {
+      groupId: group.id,
+      provider: 'gemini',
+      baseUrl: `${fake.url}/v1beta`,
+      credentials: { api_key: 'gm-a' },
+      models: [NANO_BANANA_PRO.id],
+      modelMap: { [NANO_BANANA_PRO.id]: 'gemini-2.5-flash-image' },
+    });
+    const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+    const res = await post(key.key, '/v1/images/generations', { model: NANO_BANANA_PRO.id, prompt: 'big banana', aspectRatio: '16:9', resolution: '2K' });
+    expect(res.status).toBe(200);
+    expect(fake.calls.at(-1)!).toMatchObject({ model: 'gemini-2.5-flash-image', imageConfig: { aspectRatio: '16:9' }, size: '1344x768' });
+    expect(fake.calls.at(-1)!.imageConfig).not.toHaveProperty('imageSize');
+    expect(await imageMeta(res.body.data[0].b64_json)).toMatchObject({ width: 2752, height: 1536 });
+  });
+
+  it('marks a member whose key Google refuses (401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 400 API_KEY_INVALID) as having rejected credentials', async () => {
+    try {
+      for (const refusal of [401, 403, 400] as const) {
+        const c = await customer([
+          { name: 'a', key: refusal === 400 ? 'gm-unknown' : 'gm-a', priority: 10 },
+          { name: 'b', key: 'gm-b', priority: 0 },
+        ]);
+        if (refusal !== 400) fake.refuseKey('gm-a', refusal);
+        const before = fake.requests.length;
+        const first = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: `refused ${refusal}` });
+        expect(first.status, String(refusal)).toBe(200);
+        const second = await post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: `refused ${refusal} again` });
+        expect(second.status).toBe(200);
+        // The refused key was tried once; then only the spare.
+        const keysSent = fake.requests.slice(before).map((r) => String(r.headers['x-goog-api-key']));
+        expect(keysSent, String(refusal)).toEqual([refusal === 400 ? 'gm-unknown' : 'gm-a', 'gm-b', 'gm-b']);
+        const health = await healthOf(c.groupId);
+        expect([health.a!.credentials_rejected, health.b!.credentials_rejected], String(refusal)).toEqual([true, false]);
+        expect(await holdOf(server.db, first.taskId!)).toMatchObject({ status: 'captured', captured: Math.round(0.039 * 1_000_000) });
+        fake.refuseKey('gm-a', undefined);
+      }
+      // The 403 text quotes the key: it never reaches the logs.
+      expect(server.logs.join('\n')).not.toContain('api_key:gm-a');
+    } finally {
+      fake.refuseKey('gm-a', undefined);
+    }
+  });
+});
+
 async function createVideo(key: string, overrides: Record<string, unknown> = {}) {
   return post(key, '/v1/videos/generations', { client_request_id: `veo-${Date.now()}-${++seq}`, prompt: 'a paper boat on a river', model: VEO_31.id, seconds: 4, aspectRatio: '16:9', resolution: '720p', ...overrides });
 }
@@ -336,5 +543,25 @@ describe('veo', () => {
     expect(task.error).toMatchObject({ code: 'upstream_error' });
     expect(task.error!.message).toContain('internal error');
     expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+  });
+});
+
+describe('gemini images and member slots', () => {
+  it('counts each parallel call against the member\'s limit: two n=2 requests on a limit of 2 run one after the other, each charged n × price', async () => {
+    const c = await customer([{ name: 'a', key: 'gm-a', concurrencyLimit: 2 }]);
+    fake.holdMs = 300;
+    fake.maxInFlight = 0;
+    const results = await Promise.all([1, 2].map((i) => post(c.key, '/v1/images/generations', { model: NANO_BANANA.id, prompt: `two bananas ${i}`, n: 2 })));
+    expect(results.map((r) => [r.status, r.body.data?.length])).toEqual([
+      [200, 2],
+      [200, 2],
+    ]);
+    // Four calls in all, never more than two at once: the second request waited for the first's slots.
+    expect(fake.maxInFlight).toBe(2);
+    for (const r of results) {
+      expect(await holdOf(server.db, r.taskId!)).toMatchObject({ status: 'captured', captured: 2 * Math.round(0.039 * 1_000_000) });
+      const row = await server.db.selectFrom('imageTasks').select(['memberId', 'memberSlots']).where('id', '=', r.taskId!).executeTakeFirstOrThrow();
+      expect(row).toEqual({ memberId: c.ids.a, memberSlots: 2 });
+    }
   });
 });

@@ -2,7 +2,7 @@
  * Regression tests for the hardening findings, each through HTTP: malformed input never gets a
  * 5xx (NUL characters, undecodable content encodings, bad images), the outbound-URL guard
  * normalizes hosts, a reused client_request_id of another request is a conflict, and large bodies
- * wait for a slot instead of piling up in memory.
+ * held in memory (multipart edits) wait for a slot instead of piling up.
  */
 import { request } from 'node:http';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
@@ -10,7 +10,7 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
-import { accountState } from '../support/tasks.ts';
+import { accountState, until } from '../support/tasks.ts';
 
 type Json = Record<string, any>;
 let server: TestServer;
@@ -163,9 +163,9 @@ describe('bad images are 400 invalid_image before any provider call, and nothing
     expect([edit.status, edit.body.error?.code, edit.body.error?.param]).toEqual([400, 'invalid_image', 'images[0]']);
     const frame = await postJson('/v1/videos/generations', videoBody({ firstFrame: dataUrl(png64), lastFrame: dataUrl(tiny) }));
     expect([frame.status, frame.body.error?.code, frame.body.error?.param]).toEqual([400, 'invalid_image', 'lastFrame']);
-    // The valid first frame was not stored for a task that does not exist.
-    const inputs = await server.db.selectFrom('files').select('id').where('accountId', '=', customer.accountId).where('purpose', '=', 'input').execute();
-    expect(inputs).toEqual([]);
+    // The valid first frame, stored while the body was read, is removed once the request is over.
+    const inputsLeft = () => server.db.selectFrom('files').select('id').where('accountId', '=', customer.accountId).where('purpose', '=', 'input').where('taskId', 'is', null).execute();
+    await until(async () => (await inputsLeft()).length === 0, 3000, 'the staged inputs to be removed');
   });
 
   it('a small but valid image (16×16) is edited', async () => {
@@ -240,14 +240,26 @@ describe('idempotency: a reused client_request_id', () => {
 });
 
 describe('large bodies wait for a slot', () => {
-  /** Starts a large JSON POST that sends only its first bytes and then stalls, holding the one slot. */
+  /** A multipart edit of `bytes` (multipart edits are held in memory, so they take the large-body budget). */
+  function multipartEdit(bytes: number): { payload: Buffer; contentType: string } {
+    const boundary = 'mg-hardening-boundary';
+    const head = Buffer.from(
+      `--${boundary}\r\nContent-Disposition: form-data; name="prompt"\r\n\r\nx\r\n` +
+        `--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nlocal-image-1\r\n` +
+        `--${boundary}\r\nContent-Disposition: form-data; name="image"; filename="a.png"\r\nContent-Type: image/png\r\n\r\n`,
+    );
+    const tail = Buffer.from(`\r\n--${boundary}--\r\n`);
+    return { payload: Buffer.concat([head, Buffer.alloc(bytes, 7), tail]), contentType: `multipart/form-data; boundary=${boundary}` };
+  }
+
+  /** Starts a large multipart edit that sends only its first bytes and then stalls, holding the one slot. */
   function stalledLargeBody(): { done: Promise<number>; finish: () => void } {
-    const url = new URL(`${server.directUrl}/v1/videos/generations`);
-    const payload = Buffer.from(JSON.stringify(videoBody({ negative_prompt: 'x'.repeat(250_000).slice(0, 8000), pad: 'y'.repeat(250_000) })));
+    const url = new URL(`${server.directUrl}/v1/images/edits`);
+    const { payload, contentType } = multipartEdit(250_000);
     let finish: () => void = () => undefined;
     const done = new Promise<number>((resolve, reject) => {
       const req = request(
-        { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', 'Content-Length': payload.length } },
+        { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { Authorization: `Bearer ${key}`, 'Content-Type': contentType, 'Content-Length': payload.length } },
         (res) => {
           res.resume();
           resolve(res.statusCode ?? 0);
@@ -260,20 +272,24 @@ describe('large bodies wait for a slot', () => {
     return { done, finish: () => finish() };
   }
 
-  it('a second large body gets 503 server_busy with Retry-After while small requests pass', async () => {
+  it('a second large multipart body gets 503 server_busy with Retry-After while small requests pass', async () => {
     const first = stalledLargeBody();
     await new Promise((r) => setTimeout(r, 100));
     const small = await send('/v1/credits', { method: 'GET' });
     expect(small.status).toBe(200);
-    const second = await postJson('/v1/videos/generations', videoBody({ pad: 'z'.repeat(300_000) }));
+    const big = multipartEdit(300_000);
+    const second = await send('/v1/images/edits', { body: big.payload, headers: { 'Content-Type': big.contentType } });
     expect(second.status).toBe(503);
     expect(second.body.error.code).toBe('server_busy');
     expect(second.headers.get('retry-after')).toBe('1');
+    // Streamed bodies (video creation) never wait: their memory does not grow with their size.
+    const video = await postJson('/v1/videos/generations', videoBody({ pad: 'z'.repeat(300_000) }));
+    expect([video.status, video.body.error?.code]).toEqual([400, 'invalid_request']);
     first.finish();
-    // The stalled body is read once finished (400: `pad` is not a field), and the slot is free again.
+    // The stalled body is read once finished (400: its image is not an image), and the slot is free again.
     expect(await first.done).toBe(400);
-    const third = await postJson('/v1/videos/generations', videoBody({ pad: 'z'.repeat(300_000) }));
-    expect([third.status, third.body.error?.code]).toEqual([400, 'invalid_request']);
+    const third = await send('/v1/images/edits', { body: big.payload, headers: { 'Content-Type': big.contentType } });
+    expect([third.status, third.body.error?.code]).toEqual([400, 'invalid_image']);
   });
 
   it('a large body that is not JSON is 400 invalid_json', async () => {

@@ -386,9 +386,9 @@ describe('POST /v1/images/edits', () => {
     expect(byId.status).toBe(200);
     expect(await meta(byId.body.data[0].b64_json)).toMatchObject({ width: 320, height: 240 });
     const foreign = await post(other.key, '/v1/images/edits', { prompt: 'x', model: 'local-image-1', images: [fileId] });
-    expect([foreign.status, foreign.body.error.code]).toEqual([400, 'image_not_found']);
-    const bad = await post(c.key, '/v1/images/edits', { prompt: 'x', model: 'local-image-1', images: ['https://example.com/x.png'] });
-    expect(bad.status).toBe(400);
+    expect([foreign.status, foreign.body.error.code, foreign.body.error.param]).toEqual([404, 'file_not_found', 'images[0]']);
+    const bad = await post(c.key, '/v1/images/edits', { prompt: 'x', model: 'local-image-1', images: ['ftp://example.com/x.png'] });
+    expect([bad.status, bad.body.error.code]).toEqual([400, 'invalid_data_url']);
   });
 
   it('streams image_edit events', async () => {

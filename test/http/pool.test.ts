@@ -2,11 +2,14 @@
  * The account pool through the public API, against the fake OpenAI Images upstream (each member
  * has its own key, so the fake's per-key log says which member served a call): model maps,
  * failover without double charge, 429 cooldown, circuit, rejected credentials disabling a member
- * until an admin changes it, concurrency limits (wait, then 429 upstream_busy), health in the admin
- * API and per-member metrics.
+ * until an admin changes it, concurrency limits (wait, then 429 upstream_busy), the slots each image
+ * task holds (summed as the member's in-flight work), health in the admin API and per-member metrics.
  */
 import sharp from 'sharp';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { newId } from '../../server/lib/ids.ts';
+import { NoCapacity } from '../../server/pool/pool.ts';
+import type { Fence } from '../../server/repositories/leased-tasks.ts';
 import { startOpenAIImagesFake, type OpenAIImagesFake } from '../fakes/openai-images.ts';
 import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
@@ -54,7 +57,7 @@ async function customer(members: MemberSpec[]) {
     ).id;
   }
   const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
-  return { accountId: account.id, groupId: group.id, key: key.key, ids };
+  return { accountId: account.id, groupId: group.id, key: key.key, keyId: key.id, ids };
 }
 
 async function generate(key: string, prompt = 'a lighthouse at dusk') {
@@ -222,6 +225,67 @@ describe('pool routing', () => {
     expect(line('ok')).toMatch(/ 1$/);
     expect(line('retryable')).toMatch(/ 1$/);
     expect(text).toContain(`mediagate_upstream_request_duration_seconds_count{provider="openai",member="${c.ids.metered}"} 2`);
+  });
+});
+
+describe('member slots', () => {
+  type Customer = Awaited<ReturnType<typeof customer>>;
+
+  /** A processing image task of the customer, as a request running it would hold it. */
+  async function processingTask(c: Customer, n: number): Promise<Fence> {
+    const id = newId('img');
+    await server.db
+      .insertInto('imageTasks')
+      .values({ id, accountId: c.accountId, apiKeyId: c.keyId, groupId: c.groupId, operation: 'generation', model: IMAGE_PRO.id, prompt: 'slots', params: JSON.stringify({}), n, unitPrice: 0, quotedCredits: 0, attempt: 1 })
+      .execute();
+    return { id, attempt: 1 };
+  }
+
+  /** Routes a task that wants `wanted` parallel calls the way the image runner does; resolves to the slots it got. */
+  function route(c: Customer, fence: Fence, wanted: number) {
+    const { pool, repositories, log } = server.ctx;
+    return pool.route(
+      {
+        groupId: c.groupId,
+        model: IMAGE_PRO.id,
+        capability: 'image',
+        slots: () => wanted,
+        take: async (memberId, db, slots) => void expect(await repositories.imageTasks.assignMember(fence, memberId, slots, db)).toBe(true),
+        release: async () => void (await repositories.imageTasks.releaseMember(fence)),
+        log,
+      },
+      async (_account, slots) => slots,
+    );
+  }
+
+  const inFlight = async (c: Customer) => (await server.ctx.repositories.routing.candidates(c.groupId, IMAGE_PRO.id, ['openai'], []))[0]!.inFlight;
+  const slotsOf = (fence: Fence) => server.db.selectFrom('imageTasks').select(['memberId', 'memberSlots']).where('id', '=', fence.id).executeTakeFirstOrThrow();
+
+  it('records the slots each image task took (as many as it wants and are free) and counts their sum as the member\'s in-flight work', async () => {
+    const c = await customer([{ name: 'small', key: 'sk-d', concurrencyLimit: 3 }]);
+    const [a, b, late] = [await processingTask(c, 2), await processingTask(c, 2), await processingTask(c, 1)];
+
+    expect(await route(c, a, 2)).toBe(2);
+    expect(await slotsOf(a)).toEqual({ memberId: c.ids.small, memberSlots: 2 });
+    expect(await inFlight(c)).toBe(2);
+    // One slot left: the next task gets it and runs its calls one at a time.
+    expect(await route(c, b, 2)).toBe(1);
+    expect(await slotsOf(b)).toEqual({ memberId: c.ids.small, memberSlots: 1 });
+    expect(await inFlight(c)).toBe(3);
+    expect((await membersOf(c.groupId)).small!.health.in_flight).toBe(3);
+    // None left: the existing 'full' handling.
+    await expect(route(c, late, 1)).rejects.toSatisfy((err) => err instanceof NoCapacity && err.reason === 'full');
+    expect(await slotsOf(late)).toEqual({ memberId: null, memberSlots: 1 });
+
+    // A released task gives all its slots back.
+    await server.ctx.repositories.imageTasks.releaseMember(a);
+    expect(await slotsOf(a)).toEqual({ memberId: null, memberSlots: 1 });
+    expect(await inFlight(c)).toBe(1);
+    expect(await route(c, late, 1)).toBe(1);
+    expect(await inFlight(c)).toBe(2);
+
+    // The database holds the invariant too.
+    await expect(server.db.updateTable('imageTasks').set({ memberSlots: 0 }).where('id', '=', b.id).execute()).rejects.toThrow(/image_tasks_member_slots_check/);
   });
 });
 

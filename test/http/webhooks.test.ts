@@ -53,7 +53,7 @@ beforeAll(async () => {
   server = await startTestServer({
     workers: true,
     env: { ALLOW_PRIVATE_TARGETS: '1', WEBHOOK_RETRY_SCHEDULE_MS: '150,300,450', WEBHOOK_TIMEOUT_MS: '2000' },
-    overrides: { webhookFetch: { resolve, ca: TEST_CA }, providers: { local: { video: videoProvider() } } },
+    overrides: { outboundFetch: { resolve, ca: TEST_CA }, providers: { local: { video: videoProvider() } } },
   });
   await seedCatalog(server.db);
 });
@@ -278,7 +278,7 @@ describe('video webhooks without private targets', () => {
       env: { WEBHOOK_RETRY_SCHEDULE_MS: '100' },
       // A public-looking name whose DNS answer is loopback (rebinding), and one with a private address among public ones.
       overrides: {
-        webhookFetch: {
+        outboundFetch: {
           ca: TEST_CA,
           resolve: async (host) =>
             host === 'rebind.example'

@@ -49,6 +49,32 @@ describe('Gemini fake: images', () => {
     expect(query.status).toBe(200);
   });
 
+  it('refuses a known key with §3.6\'s 401 UNAUTHENTICATED or 403 PERMISSION_DENIED when told to', async () => {
+    const other = await startGeminiFake({ apiKeys: ['gm-one', 'gm-two'] });
+    try {
+      const call = (key: string) => fetch(`${other.url}/v1beta/models/gemini-2.5-flash-image:generateContent`, { method: 'POST', headers: { 'x-goog-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify(ask('x')) });
+      other.refuseKey('gm-one', 401);
+      other.refuseKey('gm-two', 403);
+      const unauthenticated = await call('gm-one');
+      expect(unauthenticated.status).toBe(401);
+      expect(((await unauthenticated.json()) as any).error).toMatchObject({ code: 401, status: 'UNAUTHENTICATED' });
+      const denied = await call('gm-two');
+      expect(denied.status).toBe(403);
+      const deniedBody = (await denied.json()) as any;
+      expect(deniedBody.error).toMatchObject({ code: 403, status: 'PERMISSION_DENIED' });
+      // Google's text quotes the key: an adapter must never pass it on.
+      expect(deniedBody.error.message).toContain('gm-two');
+      expect(other.calls).toHaveLength(0);
+      other.refuseKey('gm-one', undefined);
+      expect((await call('gm-one')).status).toBe(200);
+      // An unknown key answered as UNAUTHENTICATED instead of API_KEY_INVALID.
+      other.unknownKeyStatus = 401;
+      expect(((await (await call('gm-nope')).json()) as any).error.status).toBe('UNAUTHENTICATED');
+    } finally {
+      await other.close();
+    }
+  });
+
   it('renders the official pixel table: 1:1 is 1024x1024, 3 Pro 2K 16:9 is 2752x1536', async () => {
     const flash = (await (await generate('gemini-2.5-flash-image', ask('a banana'))).json()) as any;
     const parts = flash.candidates[0].content.parts;
@@ -65,6 +91,32 @@ describe('Gemini fake: images', () => {
     expect(proParts.filter((p: any) => p.thought === true)).toHaveLength(2);
     expect(proParts.filter((p: any) => p.thought === true).every((p: any) => p.thoughtSignature === undefined)).toBe(true);
     expect(await sizeOf(proParts.at(-1).inlineData.data)).toBe('2752x1536');
+  });
+
+  it('takes no imageSize at all on 2.5 Flash, not even 1K (§3.2)', async () => {
+    const res = await generate('gemini-2.5-flash-image', ask('x', { imageSize: '1K' }));
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as any;
+    expect(body.error.status).toBe('INVALID_ARGUMENT');
+    expect(body.error.details[0].fieldViolations[0].field).toBe('generation_config.image_config.image_size');
+    expect((await generate('gemini-2.5-flash-image', ask('x', { aspectRatio: '16:9' }))).status).toBe(200);
+  });
+
+  it('renders 3.1 Flash\'s extreme ratios and its 512 size (half the 1K grid); 512 is 3.1 Flash only', async () => {
+    const size = async (imageConfig: Record<string, unknown>) => {
+      const res = await generate('gemini-3.1-flash-image-preview', ask('wide', imageConfig));
+      expect(res.status, JSON.stringify(imageConfig)).toBe(200);
+      return sizeOf(((await res.json()) as any).candidates[0].content.parts.at(-1).inlineData.data);
+    };
+    expect(await size({ aspectRatio: '1:4' })).toBe('512x2064');
+    expect(await size({ aspectRatio: '8:1', imageSize: '2K' })).toBe('5856x704');
+    expect(await size({ aspectRatio: '16:9', imageSize: '512' })).toBe('688x384');
+    expect(await size({ aspectRatio: '1:1', imageSize: '512' })).toBe('512x512');
+    const tokens = (((await (await generate('gemini-3.1-flash-image-preview', ask('t', { imageSize: '512' }))).json()) as any).usageMetadata.candidatesTokenCount);
+    expect(tokens).toBe(747);
+    expect((await generate('gemini-3-pro-image-preview', ask('x', { imageSize: '512' }))).status).toBe(400);
+    expect((await generate('gemini-3-pro-image-preview', ask('x', { aspectRatio: '1:8' }))).status).toBe(400);
+    expect((await generate('gemini-3.1-flash-image-preview', ask('x', { imageSize: '0.5K' }))).status).toBe(400);
   });
 
   it('refuses lowercase sizes, 2K on 2.5 Flash, unknown ratios and Vertex-only fields', async () => {
@@ -96,18 +148,66 @@ describe('Gemini fake: images', () => {
     expect(image.candidates[0].content.parts).toEqual([]);
     const text = (await (await generate('gemini-2.5-flash-image', ask('text-only'))).json()) as any;
     expect(text.candidates[0].content.parts.every((p: any) => p.inlineData === undefined)).toBe(true);
+    const none = await generate('gemini-2.5-flash-image', ask('no-image'));
+    expect(none.status).toBe(200);
+    const noneBody = (await none.json()) as any;
+    expect(noneBody.candidates).toEqual([{ finishReason: 'NO_IMAGE', index: 0 }]);
+    expect(fake.calls.at(-1)!.outcome).toBe('no-image');
   });
 
   it('streams bare data: frames with whole images, no event names and no [DONE]', async () => {
-    const res = await generate('gemini-3-pro-image-preview', ask('stream me'), { stream: true });
-    expect(res.headers.get('content-type')).toBe('text/event-stream');
-    const text = await res.text();
-    expect(text).not.toContain('event:');
-    expect(text).not.toContain('[DONE]');
-    const frames = text.split(/\r\n\r\n/).filter(Boolean).map((f) => JSON.parse(f.replace(/^data: /, '')));
-    expect(frames).toHaveLength(4); // text, two thoughts, the final image
-    expect(frames.at(-1).candidates[0].finishReason).toBe('STOP');
-    expect(await sizeOf(frames.at(-1).candidates[0].content.parts[0].inlineData.data)).toBe('1024x1024');
+    fake.sseFraming = 'crlf';
+    try {
+      const res = await generate('gemini-3-pro-image-preview', ask('stream me'), { stream: true });
+      expect(res.headers.get('content-type')).toBe('text/event-stream');
+      const text = await res.text();
+      expect(text).not.toContain('event:');
+      expect(text).not.toContain('[DONE]');
+      const frames = text.split(/\r\n\r\n/).filter(Boolean).map((f) => JSON.parse(f.replace(/^data: /, '')));
+      expect(frames).toHaveLength(4); // text, two thoughts, the final image
+      expect(frames.at(-1).candidates[0].finishReason).toBe('STOP');
+      expect(await sizeOf(frames.at(-1).candidates[0].content.parts[0].inlineData.data)).toBe('1024x1024');
+    } finally {
+      fake.sseFraming = 'alternate';
+    }
+  });
+
+  it('ends SSE frames with \\n\\n or \\r\\n\\r\\n, alternating per stream by default (§3.1: the SDK splits on both)', async () => {
+    const texts: string[] = [];
+    for (let i = 0; i < 2; i++) texts.push(await (await generate('gemini-2.5-flash-image', ask('framing'), { stream: true })).text());
+    expect(fake.calls.slice(-2).map((c) => c.framing).sort()).toEqual(['crlf', 'lf']);
+    const lf = texts[fake.calls.at(-2)!.framing === 'lf' ? 0 : 1]!;
+    const crlf = texts[fake.calls.at(-2)!.framing === 'lf' ? 1 : 0]!;
+    expect(lf).not.toContain('\r');
+    expect(lf.split('\n\n').filter(Boolean)).toHaveLength(2); // the text, then the image with finishReason
+    expect(crlf.split('\r\n\r\n').filter(Boolean)).toHaveLength(2);
+    expect(crlf.replace(/\r\n/g, '')).not.toMatch(/[\r\n]/);
+    fake.sseFraming = 'lf';
+    try {
+      await (await generate('gemini-2.5-flash-image', ask('framing'), { stream: true })).text();
+      await (await generate('gemini-2.5-flash-image', ask('framing'), { stream: true })).text();
+      expect(fake.calls.slice(-2).map((c) => c.framing)).toEqual(['lf', 'lf']);
+    } finally {
+      fake.sseFraming = 'alternate';
+    }
+  });
+
+  it('breaks a stream off with an error frame after its 200 when told to (§3.1)', async () => {
+    fake.streamErrorNext(1);
+    const res = await generate('gemini-3-pro-image-preview', ask('breaks'), { stream: true });
+    expect(res.status).toBe(200);
+    const frames = (await res.text()).split(/\r?\n\r?\n/).filter(Boolean).map((f) => JSON.parse(f.replace(/^data: /, '')));
+    expect(frames).toHaveLength(2);
+    expect(frames[0].candidates[0].content.parts[0].text).toBeTypeOf('string');
+    expect(frames[1]).toEqual({ error: { code: 500, message: expect.any(String), status: 'INTERNAL' } });
+    expect(fake.calls.at(-1)!.streamError).toMatchObject({ status: 'INTERNAL' });
+    // Only the next stream: a plain call is not affected, the one after streams whole.
+    fake.streamErrorNext(0, { code: 429, message: 'Resource has been exhausted (e.g. check quota).', status: 'RESOURCE_EXHAUSTED' });
+    expect((await generate('gemini-2.5-flash-image', ask('plain'))).status).toBe(200);
+    const first = (await (await generate('gemini-2.5-flash-image', ask('stream'), { stream: true })).text()).split(/\r?\n\r?\n/).filter(Boolean);
+    expect(first.map((f) => JSON.parse(f.replace(/^data: /, '')))).toEqual([{ error: { code: 429, message: expect.any(String), status: 'RESOURCE_EXHAUSTED' } }]);
+    const whole = (await (await generate('gemini-2.5-flash-image', ask('stream'), { stream: true })).text()).split(/\r?\n\r?\n/).filter(Boolean);
+    expect(whole).toHaveLength(2);
   });
 
   it('rate-limits with RetryInfo in the body and no Retry-After header; per-day quotas say PerDay', async () => {

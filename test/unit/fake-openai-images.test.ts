@@ -157,6 +157,24 @@ describe('POST /v1/images/generations', () => {
     expect((await errorOf(notJson)).message).toMatch(/^We could not parse the JSON body of your request/);
   });
 
+  it('takes the qualities §1.1 lists per model: dall-e-3 hd|standard, dall-e-2 standard, never auto', async () => {
+    for (const [body, status] of [
+      [{ model: 'dall-e-3', prompt: 'x', quality: 'hd', response_format: 'b64_json' }, 200],
+      [{ model: 'dall-e-3', prompt: 'x', quality: 'standard', response_format: 'b64_json' }, 200],
+      [{ model: 'dall-e-3', prompt: 'x', quality: 'auto' }, 400],
+      [{ model: 'dall-e-2', prompt: 'x', quality: 'standard', size: '256x256', response_format: 'b64_json' }, 200],
+      [{ model: 'dall-e-2', prompt: 'x', quality: 'auto', size: '256x256' }, 400],
+      [{ model: 'dall-e-2', prompt: 'x', quality: 'hd', size: '256x256' }, 400],
+      [{ model: 'gpt-image-1', prompt: 'x', quality: 'standard' }, 400], // generations: no `standard` for GPT image models
+    ] as const) {
+      const res = await post('generations', body);
+      expect(res.status, JSON.stringify(body)).toBe(status);
+      if (status === 400) expect(await errorOf(res)).toMatchObject({ param: 'quality', code: 'invalid_value' });
+    }
+    const auto = await errorOf(await post('generations', { model: 'dall-e-3', prompt: 'x', quality: 'auto' }));
+    expect(auto.message).toBe("Invalid value: 'auto'. Supported values are: 'standard' and 'hd'.");
+  });
+
   it('serves dall-e answers without the GPT-only fields', async () => {
     const res = await post('generations', { model: 'dall-e-3', prompt: 'a cat', response_format: 'b64_json', size: '1792x1024' });
     expect(res.status).toBe(200);
@@ -209,6 +227,19 @@ describe('POST /v1/images/edits', () => {
     const recorded = fake.requests.at(-1)!;
     expect(recorded.form?.files.map((f) => f.field)).toEqual(['image[]', 'image[]', 'mask']);
     expect(recorded.form?.fields.prompt).toEqual(['put them together']);
+  });
+
+  it('accepts quality `standard` on edits of GPT image models (§1.2)', async () => {
+    const form = new FormData();
+    form.append('model', 'gpt-image-1.5');
+    form.append('prompt', 'standard edit');
+    form.append('quality', 'standard');
+    form.append('image', new Blob([await png(64, 64)], { type: 'image/png' }), 'x.png');
+    const res = await post('edits', form);
+    expect(res.status).toBe(200);
+    // ASSUMPTION of the fake: it resolves like `auto`.
+    expect(((await res.json()) as { quality: string }).quality).toBe('high');
+    expect(fake.calls.at(-1)!.params.quality).toBe('standard');
   });
 
   it('accepts a single `image` part', async () => {
@@ -306,6 +337,24 @@ describe('streaming (§1.4)', () => {
     expect(list.map((f) => f.event)).toEqual(['image_edit.partial_image', 'image_edit.completed', 'image_edit.partial_image', 'image_edit.completed']);
   });
 
+  it('can send the completed frame before all partials (§1.1: "final may arrive before all partials")', async () => {
+    fake.completedAfterPartials = 1;
+    try {
+      const res = await post('generations', { model: 'gpt-image-1', prompt: 'early', stream: true, partial_images: 3, n: 2 });
+      const list = frames(await res.text());
+      const P = 'image_generation.partial_image';
+      const C = 'image_generation.completed';
+      expect(list.map((f) => f.event)).toEqual([P, C, P, P, P, C, P, P]);
+      expect(list.filter((f) => f.event === P).map((f) => (JSON.parse(f.data) as { partial_image_index: number }).partial_image_index)).toEqual([0, 1, 2, 0, 1, 2]);
+      expect(fake.calls.at(-1)).toMatchObject({ outcome: 'ok', streamEvents: 8 });
+      fake.completedAfterPartials = 0;
+      const first = frames(await (await post('generations', { model: 'gpt-image-1', prompt: 'early', stream: true, partial_images: 1 })).text());
+      expect(first.map((f) => f.event)).toEqual([C, P]);
+    } finally {
+      fake.completedAfterPartials = undefined;
+    }
+  });
+
   it('emits an event: error frame mid-stream when told to', async () => {
     fake.streamErrorNext('generations', 1, { message: 'Generated image was blocked.', type: 'image_generation_user_error', param: null, code: 'moderation_blocked' });
     const res = await post('generations', { model: 'gpt-image-1', prompt: 'breaks', stream: true, partial_images: 3 });
@@ -384,9 +433,31 @@ describe('errors, rate limits and faults (§1.5)', () => {
     expect(res.headers.get('x-ratelimit-limit-requests')).toMatch(/^\d+$/);
     expect(res.headers.get('x-ratelimit-remaining-requests')).toBe('0');
     expect(res.headers.get('x-ratelimit-reset-requests')).toBe('7s');
+    // §1.5 lists the token limits next to the request limits.
+    expect(res.headers.get('x-ratelimit-limit-tokens')).toMatch(/^\d+$/);
+    expect(res.headers.get('x-ratelimit-remaining-tokens')).toMatch(/^\d+$/);
+    expect(res.headers.get('x-ratelimit-reset-tokens')).toMatch(/^(\d+m)?\d+(\.\d+)?s$/);
+    expect(res.headers.get('retry-after-ms')).toBeNull();
+    expect(res.headers.get('x-should-retry')).toBeNull();
     expect(res.headers.get('x-request-id')).toBeTruthy();
     expect(await errorOf(res)).toMatchObject({ type: 'requests', code: 'rate_limit_exceeded', param: null });
     expect((await post('generations', { model: 'gpt-image-1', prompt: 'x' })).status).toBe(200);
+  });
+
+  it('adds retry-after-ms and x-should-retry when asked (both read by the SDK, §1.5)', async () => {
+    fake.rateLimitNext('generations', 7, 1, { retryAfterMs: 1500, shouldRetry: true });
+    const limited = await post('generations', { model: 'gpt-image-1', prompt: 'x' });
+    expect([limited.status, limited.headers.get('retry-after'), limited.headers.get('retry-after-ms'), limited.headers.get('x-should-retry')]).toEqual([429, '7', '1500', 'true']);
+    fake.serverErrorNext('generations', 503, 1, { shouldRetry: false });
+    const final = await post('generations', { model: 'gpt-image-1', prompt: 'x' });
+    expect([final.status, final.headers.get('x-should-retry')]).toEqual([503, 'false']);
+    expect(await errorOf(final)).toMatchObject({ type: 'server_error' });
+    // The SDK gives up at once on x-should-retry: false, even for a 503.
+    const client = new OpenAI({ apiKey: KEY, baseURL: `${fake.url}/v1`, maxRetries: 2 });
+    fake.serverErrorNext('generations', 503, 1, { shouldRetry: false });
+    const before = fake.counts.generations;
+    await expect(client.images.generate({ model: 'gpt-image-1', prompt: 'x' })).rejects.toThrow();
+    expect(fake.counts.generations).toBe(before + 1);
   });
 
   it('quotaExhaustedNext gives a 429 insufficient_quota, per route', async () => {

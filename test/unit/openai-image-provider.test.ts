@@ -400,6 +400,21 @@ describe('streaming', () => {
     ]);
   });
 
+  it('takes the completed frame when it comes before all partials (§1.1), and relays only the partials before it', async () => {
+    try {
+      fake.completedAfterPartials = 1;
+      const rec = await run(job({ n: 2 }, { partialImages: 3, width: 1024, height: 1024 }));
+      expect(rec.log).toEqual(['partial 0/0', 'image 0', 'partial 1/0', 'image 1']);
+      expect(await meta(rec.images[1]!.image)).toEqual({ format: 'png', width: 1024, height: 1024 });
+      expect(fake.calls.map((c) => c.params.n)).toEqual([1, 1]);
+      fake.completedAfterPartials = 0;
+      const first = await run(job({}, { partialImages: 2 }));
+      expect(first.log).toEqual(['image 0']);
+    } finally {
+      fake.completedAfterPartials = undefined;
+    }
+  });
+
   it('reads frames without `event:` lines and a last frame without its blank line', async () => {
     const image = (await png(1024, 1024)).toString('base64');
     const sse = await startServer((_req, res) => {
@@ -485,6 +500,27 @@ describe('errors', () => {
     fake.holdMs = 1000;
     const err = await failure(new OpenAIImageProvider(150).generate(account(), job(), new AbortController().signal, recorder().events));
     expect([err.kind, err.message]).toEqual(['retryable', 'the upstream image generation timed out']);
+  });
+
+  it('reads retry-after-ms before retry-after, and x-should-retry over the status, as the SDK does', async () => {
+    fake.rateLimitNext('generations', 7, 1, { retryAfterMs: 1500 });
+    const limited = await failure(run(job()));
+    expect([limited.kind, limited.retryAfterMs]).toEqual(['rate_limited', 1500]);
+    expect(fake.calls.at(-1)!.outcome).toBe('fault');
+
+    // x-should-retry: false makes a 5xx final: no retry, no failover.
+    fake.serverErrorNext('generations', 503, 1, { shouldRetry: false });
+    const final = await failure(run(job()));
+    expect([final.kind, final.transient, final.upstreamStatus]).toEqual(['invalid_request', false, 503]);
+    fake.serverErrorNext('generations', 503, 1, { shouldRetry: true });
+    expect((await failure(run(job()))).kind).toBe('retryable');
+
+    // x-should-retry: true makes a refusal transient; it never turns a key or policy refusal into one.
+    fake.faults.push('generations', { status: 400, headers: { 'x-should-retry': 'true' }, body: { error: { message: 'Please retry.', type: 'invalid_request_error', param: null, code: null } } });
+    const retry = await failure(run(job()));
+    expect([retry.kind, retry.transient]).toEqual(['retryable', true]);
+    fake.faults.push('generations', { status: 401, headers: { 'x-should-retry': 'true' }, body: { error: { message: 'Incorrect API key provided.', type: 'invalid_request_error', param: null, code: 'invalid_api_key' } } });
+    expect((await failure(run(job()))).kind).toBe('auth');
   });
 
   it('an error envelope answered with status 200 (some gateways) → classified by its code and type', async () => {

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import type { VideoCapabilities } from '../../server/catalog/capabilities.ts';
 import { ApiError } from '../../server/errors.ts';
-import { checkAgainstModel, decodeMediaInputs, isCompositeModelId, normalizeVideoRequest } from '../../server/services/video/video-request.ts';
+import { checkAgainstModel, isCompositeModelId, mediaInputsOf, normalizeVideoRequest, withMediaIdentities } from '../../server/services/video/video-request.ts';
 
 const caps: VideoCapabilities = {
   durations: [4, 8],
@@ -74,12 +74,26 @@ describe('isCompositeModelId', () => {
   });
 });
 
-describe('decodeMediaInputs', () => {
-  it('enforces the media count and byte limits', () => {
-    const req = normalizeVideoRequest({ ...base, referenceImages: [PNG_1X1, PNG_1X1] } as never);
-    expect(decodeMediaInputs(req, { maxCount: 2, maxBytes: 1000 })).toHaveLength(2);
-    expect(codeOf(() => decodeMediaInputs(req, { maxCount: 1, maxBytes: 1000 }))).toBe('too_many_media_inputs');
-    expect(codeOf(() => decodeMediaInputs(req, { maxCount: 2, maxBytes: 100 }))).toBe('media_total_too_large');
-    expect(codeOf(() => decodeMediaInputs(normalizeVideoRequest({ ...base, firstFrame: 'data:image/png;base64,@@@@' } as never), { maxCount: 2, maxBytes: 1000 }))).toBe('invalid_data_url');
+describe('mediaInputsOf', () => {
+  it('lists the image inputs in task order and counts every media input, reference videos and audios too', () => {
+    const req = normalizeVideoRequest({ ...base, referenceImages: ['file_a', 'sha256:b'], reference_videos: ['https://example.com/v.mp4'] } as never);
+    expect(mediaInputsOf(req, { maxCount: 3 })).toEqual([
+      { value: 'file_a', param: 'referenceImages[0]', role: 'reference_image' },
+      { value: 'sha256:b', param: 'referenceImages[1]', role: 'reference_image' },
+    ]);
+    expect(codeOf(() => mediaInputsOf(req, { maxCount: 2 }))).toBe('too_many_media_inputs');
+    const framed = normalizeVideoRequest({ ...base, first_frame: 'x', lastFrame: 'y' } as never);
+    expect(mediaInputsOf(framed, { maxCount: 2 }).map((i) => [i.param, i.role])).toEqual([
+      ['firstFrame', 'first_frame'],
+      ['lastFrame', 'last_frame'],
+    ]);
+    expect(codeOf(() => mediaInputsOf(normalizeVideoRequest({ ...base, reference_audios: ['http://example.com/a.mp3'] } as never), { maxCount: 5 }))).toBe('invalid_media_url');
+  });
+
+  it('makes aliases carrying the same staged image agree, by identity', () => {
+    const identity = (v: string) => (v.startsWith('tok') ? 'sha256:same' : v);
+    const req = normalizeVideoRequest(withMediaIdentities({ ...base, firstFrame: 'tok1', first_frame: 'tok2' } as never, identity));
+    expect(req.firstFrame).toBe('sha256:same');
+    expect(codeOf(() => normalizeVideoRequest(withMediaIdentities({ ...base, firstFrame: 'tok1', first_frame: 'file_x' } as never, identity)))).toBe('alias_conflict');
   });
 });

@@ -11,6 +11,8 @@ import * as m20261122234433 from './20261122234433-request-fingerprints.ts';
 import * as m20261123020000 from './20261123020000-task-wakeups.ts';
 import * as m20261123100000 from './20261123100000-member-pool.ts';
 import * as m20261124100000 from './20261124100000-webhooks.ts';
+import * as m20261125100000 from './20261125100000-member-slots.ts';
+import * as m20261125110000 from './20261125110000-file-uploads.ts';
 
 export const migrations: Record<string, Migration> = {
   '20261122100000-accounts-keys-groups': m20261122100000,
@@ -23,4 +25,6 @@ export const migrations: Record<string, Migration> = {
   '20261123020000-task-wakeups': m20261123020000,
   '20261123100000-member-pool': m20261123100000,
   '20261124100000-webhooks': m20261124100000,
+  '20261125100000-member-slots': m20261125100000,
+  '20261125110000-file-uploads': m20261125110000,
 };

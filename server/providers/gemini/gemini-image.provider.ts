@@ -2,16 +2,16 @@
  * Gemini image models ("Nano Banana": gemini-2.5-flash-image, gemini-3-pro-image-preview,
  * gemini-3.1-flash-image-preview) on the Gemini API, after upstream-apis.md §3:
  *
- *   POST {base}/models/{model}:generateContent   header x-goog-api-key
+ *   POST {base}/models/{model}:streamGenerateContent?alt=sse   header x-goog-api-key
  *   {"contents":[{"role":"user","parts":[{"text"},{"inlineData":{"mimeType","data"}}…]}],
  *    "generationConfig":{"responseModalities":["TEXT","IMAGE"],"imageConfig":{"aspectRatio","imageSize"}}}
  *
- * - One call renders one image: `n > 1` runs parallel calls, at most the member's concurrency
- *   limit at a time, and hands the images over in order.
+ * - One call renders one image: `n > 1` asks for n parallel calls, runs at most the member slots
+ *   the pool took for the job (`job.slots`) at a time, and hands the images over in order.
  * - `aspectRatio` is the request's when Gemini knows it, else the nearest one Gemini knows;
- *   `imageSize` is the tier in uppercase (`2K`), left out for 1K (the default, and the only size
- *   gemini-2.5-flash-image accepts). The catalog gives these models Google's official pixel table,
- *   so the upstream's image normally has exactly the promised size.
+ *   `imageSize` is the tier (`2K`, `4K`, `512` on 3.1 Flash), left out for 1K (the default) and
+ *   always for gemini-2.5-flash-image (no imageSize at all). The catalog gives these models
+ *   Google's official pixel table, so the upstream's image normally has exactly the promised size.
  * - Edits send the input images as inline parts. Gemini has no mask parameter: a mask goes as one
  *   more inline image with an instruction to change only its transparent area.
  * - The answer's `thought: true` parts (3 Pro's interim images) are skipped; the image is the last
@@ -21,8 +21,9 @@
  * - Output is PNG; another format or compression is done here (sharp), as is any size difference.
  * - Gemini has no partial images: a streaming client gets the completed images only.
  */
+import { createParser } from 'eventsource-parser';
 import { Semaphore } from '../../lib/semaphore.ts';
-import { MIME, fitImage, readBounded, sniff } from '../image-output.ts';
+import { MIME, bodyError, fitImage, readBounded, sniff } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
 import { upstreamFetch, upstreamUrl } from '../upstream-http.ts';
@@ -68,11 +69,16 @@ interface GenerateContentResponse {
 export class GeminiImageProvider implements ImageProvider {
   constructor(private readonly timeoutMs = GEMINI_IMAGE_TIMEOUT_MS) {}
 
+  /** One call per image, all at once when the member has the slots. */
+  parallelCalls(job: ImageJob): number {
+    return job.n;
+  }
+
   async generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void> {
     const body = JSON.stringify(requestBody(job));
-    // Up to the member's concurrency limit of calls at once; a failure or a client that went away
-    // stops the others.
-    const slots = new Semaphore(Math.max(1, Math.min(job.n, account.concurrencyLimit ?? job.n)));
+    // As many calls at once as the member slots the job holds; a failure or a client that went
+    // away stops the others.
+    const slots = new Semaphore(Math.max(1, Math.min(job.n, job.slots ?? 1)));
     const stop = new AbortController();
     const callSignal = AbortSignal.any([signal, stop.signal]);
     const calls = Array.from({ length: job.n }, async () => {
@@ -91,24 +97,21 @@ export class GeminiImageProvider implements ImageProvider {
     }
   }
 
-  /** One generateContent call: the final image of the answer. */
+  /**
+   * One streamGenerateContent call (`alt=sse`, §3.1): the final image of the answer. The stream is
+   * where Google reports a failure after its 200 (a frame with `error`), and it keeps bytes flowing
+   * while a thinking model works. See {@link readAnswer}.
+   */
   private async once(account: UpstreamAccount, job: ImageJob, body: string, signal: AbortSignal): Promise<Buffer> {
     const what = 'image generation';
     const res = await upstreamFetch(
-      upstreamUrl(account, `/models/${encodeURIComponent(job.model)}:generateContent`),
+      upstreamUrl(account, `/models/${encodeURIComponent(job.model)}:streamGenerateContent?alt=sse`),
       { method: 'POST', headers: { 'content-type': 'application/json', 'x-goog-api-key': account.credentials.api_key ?? '' }, body, timeoutMs: this.timeoutMs },
       signal,
       what,
     );
     if (!res.ok) throw await googleError(res, what);
-    let answer: GenerateContentResponse;
-    try {
-      answer = JSON.parse((await readBounded(res, MAX_RESPONSE_BYTES, signal, what)).toString('utf8')) as GenerateContentResponse;
-    } catch (err) {
-      if (err instanceof ProviderError || signal.aborted) throw err;
-      throw new ProviderError('retryable', 'the upstream answered something that is not JSON', { cause: err });
-    }
-    return imageOf(answer);
+    return imageOf(await readAnswer(res, signal, what));
   }
 }
 
@@ -119,8 +122,97 @@ function requestBody(job: ImageJob): unknown {
     parts.push({ inlineData: { mimeType: MIME[sniff(input) ?? 'png'], data: input.toString('base64') } });
   }
   const imageConfig: Record<string, string> = { aspectRatio: geminiAspectRatio(job.model, p.aspectRatio, p.width, p.height) };
-  if (p.resolution !== '1K' && /^[124]K$/i.test(p.resolution)) imageConfig.imageSize = p.resolution.toUpperCase();
+  const imageSize = geminiImageSize(job.model, p.resolution);
+  if (imageSize) imageConfig.imageSize = imageSize;
   return { contents: [{ role: 'user', parts }], generationConfig: { responseModalities: ['TEXT', 'IMAGE'], imageConfig } };
+}
+
+/**
+ * `imageConfig.imageSize` for a tier (§3.2): `2K` / `4K` in uppercase, `512` on 3.1 Flash; nothing
+ * for 1K (the default), and nothing ever for gemini-2.5-flash-image, which takes no imageSize (it
+ * renders 1K; a tier it lacks is resized here, like a ratio it lacks).
+ */
+export function geminiImageSize(model: string, resolution: string): string | undefined {
+  if (model.startsWith('gemini-2.5-flash-image')) return undefined;
+  const tier = resolution.toUpperCase();
+  if (tier === '2K' || tier === '4K') return tier;
+  if (tier === '512' && model.startsWith('gemini-3.1')) return '512';
+  return undefined;
+}
+
+/** A JSON answer or frame: one GenerateContentResponse, or (a stream read without SSE) a list of them. */
+function parseAnswer(text: string): GenerateContentResponse[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw new ProviderError('retryable', 'the upstream answered something that is not JSON', { cause: err });
+  }
+  const list = Array.isArray(parsed) ? parsed : [parsed];
+  return list.filter((x): x is GenerateContentResponse => typeof x === 'object' && x !== null);
+}
+
+/**
+ * The whole answer of a call as one GenerateContentResponse. An SSE stream (§3.1: bare `data:`
+ * frames, no `event:` names, no `[DONE]`, blank lines in LF or CRLF form, all read by
+ * eventsource-parser) is merged: parts joined in order, the last `finishReason`, any
+ * `promptFeedback`. A frame holding `error` is the upstream's failure (the SDK raises it as an API
+ * error) and is classified at once; a stream that ends with no outcome at all broke off
+ * (retryable). An upstream that answers plain JSON instead (a relay that ignores `alt=sse`) is read
+ * as it is. Bounded like any answer.
+ */
+async function readAnswer(res: Response, signal: AbortSignal, what: string): Promise<GenerateContentResponse> {
+  if (!/text\/event-stream/i.test(res.headers.get('content-type') ?? '')) {
+    return mergeAnswers(parseAnswer((await readBounded(res, MAX_RESPONSE_BYTES, signal, what)).toString('utf8')), what, false);
+  }
+  if (!res.body) throw new ProviderError('retryable', `the upstream ${what} stream ended before the answer was complete`);
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  const frames: GenerateContentResponse[] = [];
+  let overflow = false;
+  const parser = createParser({
+    onEvent: (frame) => {
+      // Google sends no `[DONE]`; a relay might.
+      if (frame.data.trim() !== '[DONE]') frames.push(...parseAnswer(frame.data));
+    },
+    onError: (err) => {
+      if (err.type === 'max-buffer-size-exceeded') overflow = true;
+    },
+    maxBufferSize: MAX_RESPONSE_BYTES,
+  });
+  let total = 0;
+  try {
+    for (;;) {
+      const chunk = await reader.read().catch((err: unknown) => {
+        throw bodyError(err, signal, what);
+      });
+      if (!chunk.done) total += chunk.value.byteLength;
+      if (overflow || total > MAX_RESPONSE_BYTES) throw new ProviderError('failed', `the upstream ${what} answered more than ${MAX_RESPONSE_BYTES / 1024 / 1024} MiB`);
+      // At the end, a blank line dispatches a last frame the upstream did not terminate.
+      parser.feed(chunk.done ? `${decoder.decode()}\n\n` : decoder.decode(chunk.value, { stream: true }));
+      const failed = frames.find((f) => f.error);
+      if (failed) throw googleErrorOf(failed.error, what);
+      if (chunk.done) return mergeAnswers(frames, what, true);
+    }
+  } finally {
+    void reader.cancel().catch(() => undefined);
+  }
+}
+
+function mergeAnswers(frames: GenerateContentResponse[], what: string, stream: boolean): GenerateContentResponse {
+  const failed = frames.find((f) => f.error);
+  if (failed) throw googleErrorOf(failed.error, what);
+  const promptFeedback = frames.findLast((f) => f.promptFeedback)?.promptFeedback;
+  const candidates = frames.map((f) => f.candidates?.[0]).filter((c) => c !== undefined);
+  const finishReason = candidates.findLast((c) => c.finishReason !== undefined)?.finishReason;
+  const parts = candidates.flatMap((c) => c.content?.parts ?? []);
+  if (stream && !promptFeedback && finishReason === undefined && parts.length === 0) {
+    throw new ProviderError('retryable', `the upstream ${what} stream ended before the answer was complete`);
+  }
+  return {
+    ...(promptFeedback && { promptFeedback }),
+    ...(candidates.length > 0 && { candidates: [{ content: { parts }, ...(finishReason !== undefined && { finishReason }) }] }),
+  };
 }
 
 /** The answer's final image, or the reason there is none (§3.3). */
@@ -142,6 +234,6 @@ export function imageOf(answer: GenerateContentResponse): Buffer {
     .filter((d): d is string => d !== undefined);
   if (finish && BLOCKED.has(finish)) throw new ProviderError('policy', `the image was blocked (${finish})`, { upstreamCode: finish });
   const last = images.at(-1);
-  if (!last) throw new ProviderError('failed', `the upstream returned no image${finish ? ` (finishReason ${finish})` : ''}`, { upstreamCode: finish });
+  if (!last) throw new ProviderError('failed', `no image returned by the upstream${finish ? ` (finishReason ${finish})` : ''}`, { upstreamCode: finish });
   return Buffer.from(last, 'base64');
 }

@@ -34,7 +34,10 @@ export function openaiErrorOf(body: unknown, what: string, answer: { status?: nu
   let kind: ProviderErrorKind = status === undefined ? kindOfCode(code, type) : kindOfStatus(status);
   if (code === 'insufficient_quota' || type === 'insufficient_quota') kind = 'quota_exhausted';
   else if ((code && POLICY_CODES.has(code)) || type === 'image_generation_user_error') kind = 'policy';
+  // `x-should-retry` overrides the status, as in the SDK (§1.5): false makes a 5xx final, true
+  // makes a refusal worth another try (another member, or later).
   else if (headers?.get('x-should-retry') === 'false' && kind === 'retryable') kind = 'invalid_request';
+  else if (headers?.get('x-should-retry') === 'true' && kind === 'invalid_request') kind = 'retryable';
   const http = status === undefined ? '' : ` (HTTP ${status})`;
   // Never pass on what an auth failure said: it quotes part of the key.
   const message =

@@ -166,8 +166,10 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           groupId: task.groupId,
           model: task.model,
           capability: 'image',
-          take: async (memberId, db) => {
-            if (!(await this.deps.tasks.assignMember(fence, memberId, db))) throw new LeaseLost('lease lost before the upstream call');
+          // An adapter that splits the job into parallel calls takes a member slot for each.
+          slots: (provider) => this.deps.providers.image(provider)?.parallelCalls?.(job) ?? 1,
+          take: async (memberId, db, slots) => {
+            if (!(await this.deps.tasks.assignMember(fence, memberId, slots, db))) throw new LeaseLost('lease lost before the upstream call');
           },
           release: async () => void (await this.deps.tasks.releaseMember(fence)),
           canFailover: () => !reachedSink,
@@ -175,7 +177,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           signal,
           log,
         },
-        (account) => this.deps.providers.image(account.provider)!.generate(account, { ...job, model: upstreamModelOf(account, task.model) }, signal, events),
+        (account, slots) => this.deps.providers.image(account.provider)!.generate(account, { ...job, model: upstreamModelOf(account, task.model), slots }, signal, events),
       );
     } catch (err) {
       if (err instanceof NoCapacity) {

@@ -45,6 +45,8 @@ function ratioRow(cells: string): Readonly<Record<string, Readonly<PixelSize>>> 
 }
 
 const GEMINI_3_PRO_1K = ratioRow('1:1=1024x1024 2:3=848x1264 3:2=1264x848 3:4=896x1200 4:3=1200x896 4:5=928x1152 5:4=1152x928 9:16=768x1376 16:9=1376x768 21:9=1584x672');
+/** gemini-3.1-flash-image-preview: the 3 Pro grid plus its four extreme ratios (§3.4, 1K). */
+const GEMINI_31_FLASH_1K = { ...GEMINI_3_PRO_1K, ...ratioRow('1:4=512x2064 4:1=2064x512 1:8=352x2928 8:1=2928x352') };
 const scaled = (row: Readonly<Record<string, PixelSize>>, k: number) =>
   Object.fromEntries(Object.entries(row).map(([ratio, { width, height }]) => [ratio, { width: width * k, height: height * k }]));
 
@@ -53,6 +55,10 @@ const scaled = (row: Readonly<Record<string, PixelSize>>, k: number) =>
  * table 2.8, and Google's official tables for the Gemini image models (upstream-apis.md §3.4: what
  * the upstream really renders, so a client is told and billed for the true size). Gemini 3 Pro's 2K
  * and 4K rows are exactly 2x and 4x its 1K row in the official table; 2.5 Flash renders 1K only.
+ * 3.1 Flash adds `1:4`, `4:1`, `1:8`, `8:1` (2K and 4K again 2x and 4x, §3.4) and a `512` tier
+ * (§3.1; the Gemini API's `imageSize` takes `512`, `1K`, `2K`, `4K`). §3.4 has no `512` pixels:
+ * ASSUMPTION, the 1K row halved (16:9 = 688x384), as 2K and 4K are exact multiples of it.
+ * A Gemini table is the whole of what the model takes: a ratio or tier outside it is refused.
  */
 export const SIZE_TABLES: Readonly<Record<SizeTableName, Readonly<Record<string, Readonly<Record<string, Readonly<PixelSize>>>>>>> = {
   reference: SIZE_TABLE,
@@ -60,6 +66,12 @@ export const SIZE_TABLES: Readonly<Record<SizeTableName, Readonly<Record<string,
     '1K': ratioRow('1:1=1024x1024 2:3=832x1248 3:2=1248x832 3:4=864x1184 4:3=1184x864 4:5=896x1152 5:4=1152x896 9:16=768x1344 16:9=1344x768 21:9=1536x672'),
   },
   'gemini-3-pro-image': { '1K': GEMINI_3_PRO_1K, '2K': scaled(GEMINI_3_PRO_1K, 2), '4K': scaled(GEMINI_3_PRO_1K, 4) },
+  'gemini-3.1-flash-image': {
+    '512': scaled(GEMINI_31_FLASH_1K, 0.5),
+    '1K': GEMINI_31_FLASH_1K,
+    '2K': scaled(GEMINI_31_FLASH_1K, 2),
+    '4K': scaled(GEMINI_31_FLASH_1K, 4),
+  },
 };
 
 /** Limits of a custom `WIDTHxHEIGHT` (§8 of the specification, `ImageSize.yaml`). */
@@ -83,7 +95,8 @@ export const CUSTOM_TIER_MAX_PIXELS: readonly (readonly [TableResolution, number
 
 export type ParsedSize =
   | { kind: 'auto' }
-  | { kind: 'table'; resolution: TableResolution; aspectRatio: TableAspectRatio; width: number; height: number }
+  /** A value of table 2.8 (`TableResolution`/`TableAspectRatio`) or of the model's own table (any tier, e.g. `512`). */
+  | { kind: 'table'; resolution: string; aspectRatio: string; width: number; height: number }
   | { kind: 'custom'; width: number; height: number };
 
 export interface ResolvedImageSize {
@@ -174,7 +187,7 @@ function modelTableSize(size: string, table: SizeTableName | undefined): ParsedS
   if (!table || table === 'reference') return undefined;
   for (const [resolution, row] of Object.entries(SIZE_TABLES[table])) {
     for (const [aspectRatio, px] of Object.entries(row)) {
-      if (`${px.width}x${px.height}` === size) return { kind: 'table', resolution: resolution as TableResolution, aspectRatio: aspectRatio as TableAspectRatio, width: px.width, height: px.height };
+      if (`${px.width}x${px.height}` === size) return { kind: 'table', resolution, aspectRatio, width: px.width, height: px.height };
     }
   }
   return undefined;
@@ -186,14 +199,27 @@ function parseRatio(ratio: string): number | undefined {
 }
 
 /**
- * Pixel size of a tier and ratio: the table 2.8 value, or (for a ratio outside the table offered by
- * a model) one derived from the tier's square area, edges multiples of 16 and at most 3840 px.
+ * Pixel size of a tier and ratio: the table value, or (for a ratio outside table 2.8 offered by a
+ * model on the reference table) one derived from the tier's square area, edges multiples of 16 and
+ * at most 3840 px. An upstream's own table (Gemini) lists everything that model takes: a tier or
+ * ratio outside it is refused, before anything is held or sent.
  */
 function tableSize(resolution: string, aspectRatio: string, table: SizeTableName = 'reference'): PixelSize {
-  const row = (SIZE_TABLES[table] as Record<string, Record<string, PixelSize> | undefined>)[resolution];
-  if (!row) throw badRequest('unsupported_resolution', `Resolution '${resolution}' has no pixel size.`, 'resolution');
+  const tiers = SIZE_TABLES[table] as Record<string, Record<string, PixelSize> | undefined>;
+  const row = tiers[resolution];
+  if (!row) {
+    const offered = table === 'reference' ? '' : ` (the ${table} pixel table has: ${Object.keys(tiers).join(', ')})`;
+    throw badRequest('unsupported_resolution', `Resolution '${resolution}' has no pixel size${offered}.`, 'resolution');
+  }
   const exact = row[aspectRatio];
   if (exact) return { width: exact.width, height: exact.height };
+  if (table !== 'reference') {
+    throw badRequest(
+      'unsupported_aspect_ratio',
+      `Aspect ratio '${aspectRatio}' is not supported by this model (the ${table} pixel table has: ${Object.keys(row).join(', ')}).`,
+      'aspectRatio',
+    );
+  }
   const r = parseRatio(aspectRatio);
   const square = row['1:1'];
   if (r === undefined || !square) {

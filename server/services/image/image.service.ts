@@ -20,14 +20,19 @@ import type { AuthContext } from '../auth.service.ts';
 import type { FileService } from '../file.service.ts';
 import { keepLease } from '../tasks/lease.ts';
 import type { TaskNotifier } from '../tasks/task-notifier.ts';
+import type { InputStaging } from '../media/input-staging.ts';
+import type { MediaInputs } from '../media/media-inputs.ts';
 import type { ExecuteResult, ImageOperation, ImageRunner, ImageSink } from './image-runner.ts';
 import { normalizeImageRequest, type ImageRequestFields } from './image-request.ts';
 import { CUSTOM_SIZE_LIMITS, customSizeTier, ratioOf } from './image-size.ts';
 
 type Schemas = components['schemas'];
 
-/** An input image of an edit: bytes to store, or a file this account already has. */
-export type EditInput = { data: Buffer; mimeType: string; param: string } | { fileId: string; param: string };
+/**
+ * An input image of an edit: uploaded bytes (multipart), or a media value of a JSON edit (a data
+ * URL the body reader staged, a file id of this account or an https URL; see MediaInputs).
+ */
+export type EditInput = { data: Buffer; mimeType: string; param: string } | { value: string; param: string };
 
 export interface PreparedImageRequest {
   operation: ImageOperation;
@@ -45,13 +50,24 @@ export interface ImageServiceDeps {
   models: ModelRepository;
   ledger: LedgerRepository;
   files: FileService;
+  media: MediaInputs;
   runner: ImageRunner;
   notifier: TaskNotifier;
   log: Logger;
   /** Lease owner of the synchronous tasks this process's requests run. */
   instanceId: string;
   /** capacityWaitMs: how long a synchronous request waits for a free upstream member before 429. */
-  options: { sizeParam: 'accept' | 'reject'; leaseMs: number; maxEditImages: number; capacityWaitMs: number };
+  options: {
+    sizeParam: 'accept' | 'reject';
+    leaseMs: number;
+    maxEditImages: number;
+    capacityWaitMs: number;
+    /** JSON edits: byte limits of one input and of all together (data URLs and fetched URLs). */
+    maxEditFileBytes: number;
+    maxEditBodyBytes: number;
+    /** How long a file a task uses stays at least (uploads outlive the tasks using them). */
+    inputPinSeconds: number;
+  };
 }
 
 /** Scales a size down (keeping its ratio, even edges) into the custom-size limits: edges ≤ 3840, pixels ≤ 8,294,400. */
@@ -65,8 +81,13 @@ export function fitWithinLimits(width: number, height: number): { width: number;
 export class ImageService {
   constructor(private readonly deps: ImageServiceDeps) {}
 
-  /** Validates and prices a request; nothing is written. */
-  async prepare(auth: AuthContext, operation: ImageOperation, fields: ImageRequestFields, edit?: { images: EditInput[]; mask?: EditInput }): Promise<PreparedImageRequest> {
+  /** Validates and prices a request; nothing is written but URL inputs staged in `staging`. */
+  async prepare(
+    auth: AuthContext,
+    operation: ImageOperation,
+    fields: ImageRequestFields,
+    edit?: { images: EditInput[]; mask?: EditInput; staging: InputStaging },
+  ): Promise<PreparedImageRequest> {
     const switchName = operation === 'generation' ? 'image_generation' : 'image_edit';
     const model = await this.deps.models.findImageModel(auth.groupId, fields.model, switchName);
     if (!model) throw new ApiError(404, 'model_not_found', `Image model '${fields.model}' does not exist or is not available to this key.`, 'model');
@@ -85,9 +106,11 @@ export class ImageService {
       if (modelLimit !== undefined && sent > modelLimit) {
         throw badRequest('too_many_images', `Model '${fields.model}' accepts at most ${modelLimit} input images (a mask counts as one); got ${sent}.`, 'image');
       }
-      for (const input of images) inputs.push(await this.loadInput(auth, input));
+      const loaded = await this.loadInputs(edit!.staging, edit?.mask ? [...images, edit.mask] : images);
+      inputs.push(...loaded.slice(0, images.length));
       if (edit?.mask) {
-        const m = await this.loadInput(auth, edit.mask);
+        const m = loaded.at(-1)!;
+        if (!m.hasAlpha) throw badRequest('invalid_image', 'The mask needs an alpha channel: its transparent area marks the region to edit.', 'mask');
         const first = inputs[0]!;
         if (m.width !== first.width || m.height !== first.height) {
           throw badRequest('mask_size_mismatch', `The mask is ${m.width}x${m.height} but the first image is ${first.width}x${first.height}; they must match.`, 'mask');
@@ -113,19 +136,23 @@ export class ImageService {
     return { operation, model: model.id, prompt: fields.prompt, n: priced.n, unitPrice: priced.unitPrice, params: priced.params, inputs, mask };
   }
 
-  private async loadInput(auth: AuthContext, input: EditInput) {
-    let data: Buffer;
-    let fileId: string | undefined;
-    if ('fileId' in input) {
-      const file = await this.deps.files.find(input.fileId);
-      if (!file || file.accountId !== auth.accountId) throw badRequest('image_not_found', `'${input.param}' names no file of this account.`, input.param);
-      data = await this.deps.files.readAll(file.id);
-      fileId = file.id;
-    } else data = input.data;
-    const meta = await inspectImage(data, input.param);
-    if (input.param === 'mask' && !meta.hasAlpha) throw badRequest('invalid_image', 'The mask needs an alpha channel: its transparent area marks the region to edit.', 'mask');
-    const { mimeType, width, height } = meta;
-    return fileId ? { fileId, mimeType, width, height } : { data, mimeType, width, height };
+  /** Each input checked as an image, with its bytes (for the upstream) and, when stored already, its file. */
+  private async loadInputs(staging: InputStaging, inputs: EditInput[]) {
+    const refs = inputs.filter((i): i is Extract<EditInput, { value: string }> => 'value' in i);
+    const { maxEditFileBytes, maxEditBodyBytes } = this.deps.options;
+    const resolved = await this.deps.media.resolveAll(staging, refs, { maxBytes: maxEditBodyBytes, maxItemBytes: maxEditFileBytes });
+    const byParam = new Map(resolved.map((r) => [r.param, r]));
+    const loaded = [];
+    for (const input of inputs) {
+      if ('value' in input) {
+        const { file, image } = byParam.get(input.param)!;
+        loaded.push({ fileId: file.id, data: await this.deps.files.readAll(file.id), mimeType: image.mimeType, width: image.width, height: image.height, hasAlpha: image.hasAlpha });
+      } else {
+        const image = await inspectImage(input.data, input.param);
+        loaded.push({ data: input.data, mimeType: image.mimeType, width: image.width, height: image.height, hasAlpha: image.hasAlpha });
+      }
+    }
+    return loaded;
   }
 
   /**
@@ -147,6 +174,8 @@ export class ImageService {
     const inputFileIds: string[] = [];
     for (const input of req.inputs) inputFileIds.push(await store(input));
     const maskFileId = req.mask ? await store(req.mask) : null;
+    // Inputs the request stored before (JSON edits) or files it names are adopted with the task.
+    const adopted = [...req.inputs, ...(req.mask ? [req.mask] : [])].flatMap((i) => (i.fileId ? [i.fileId] : []));
 
     const quoted = req.unitPrice * req.n;
     const outcome = await this.deps.ledger
@@ -174,6 +203,7 @@ export class ImageService {
             leaseExpiresAt: mode.async ? null : new Date(Date.now() + this.deps.options.leaseMs),
           },
         },
+        { fileIds: adopted, pinSeconds: this.deps.options.inputPinSeconds },
       )
       .catch(async (err: unknown) => {
         for (const file of saved) await this.deps.files.discard(file);

@@ -8,21 +8,13 @@ import type { components } from '../../../generated/api.d.ts';
 import { durationConstraintsFor, type VideoCapabilities } from '../../catalog/capabilities.ts';
 import { ApiError, badRequest, tooLarge } from '../../errors.ts';
 import { createHash, type Hash } from 'node:crypto';
-import { decodeImageDataUrl } from '../../lib/data-url.ts';
 import { OutboundUrlError, parseOutboundUrl } from '../../lib/outbound-url.ts';
 
 type VideoCreateRequest = components['schemas']['VideoCreateRequest'];
 
 export type InputMode = 'text' | 'first_frame' | 'first_and_last_frame' | 'reference_images';
 
-/** A decoded data URL. */
-export interface MediaInput {
-  role: 'first_frame' | 'last_frame' | 'reference_image';
-  /** The request field it came from, for error messages. */
-  param: string;
-  mimeType: string;
-  data: Buffer;
-}
+export type MediaRole = 'first_frame' | 'last_frame' | 'reference_image';
 
 export interface NormalizedVideoRequest {
   clientRequestId: string;
@@ -158,8 +150,28 @@ export function checkAgainstModel(req: NormalizedVideoRequest, caps: VideoCapabi
   return { generateAudio: req.generateAudio ?? caps.audio.defaultEnabled, inputMode, inputCount };
 }
 
-/** Decodes the image inputs and enforces the media count and byte limits. */
-export function decodeMediaInputs(req: NormalizedVideoRequest, limits: { maxCount: number; maxBytes: number; allowPrivate?: boolean }): MediaInput[] {
+/** The frame and reference-image fields of a creation request, aliases included. */
+const MEDIA_FIELDS = ['firstFrame', 'first_frame', 'lastFrame', 'last_frame'] as const;
+const MEDIA_ARRAY_FIELDS = ['referenceImages', 'reference_images'] as const;
+
+/**
+ * The body with every frame and reference image replaced by its identity (`identity`: a staged
+ * data URL's content hash; file ids and URLs stay), so that aliases carrying the same image agree
+ * and an identical retry has the same fingerprint whatever its encoding.
+ */
+export function withMediaIdentities(body: VideoCreateRequest, identity: (value: string) => string): VideoCreateRequest {
+  const b = { ...body } as Record<string, unknown>;
+  for (const name of MEDIA_FIELDS) if (typeof b[name] === 'string') b[name] = identity(b[name] as string);
+  for (const name of MEDIA_ARRAY_FIELDS) if (Array.isArray(b[name])) b[name] = (b[name] as unknown[]).map((v) => (typeof v === 'string' ? identity(v) : v));
+  return b as VideoCreateRequest;
+}
+
+/**
+ * The image inputs of a request in task order (first frame, last frame, reference images), after
+ * the media count limit (every media input counts, reference videos and audios too) and the URL
+ * rules of reference videos and audios (passed to upstreams as they are).
+ */
+export function mediaInputsOf(req: NormalizedVideoRequest, limits: { maxCount: number; allowPrivate?: boolean }): { value: string; param: string; role: MediaRole }[] {
   const count = (req.firstFrame ? 1 : 0) + (req.lastFrame ? 1 : 0) + req.referenceImages.length + req.referenceVideos.length + req.referenceAudios.length;
   if (count > limits.maxCount) {
     throw tooLarge('too_many_media_inputs', `At most ${limits.maxCount} media inputs are accepted per request; got ${count}.`);
@@ -177,17 +189,10 @@ export function decodeMediaInputs(req: NormalizedVideoRequest, limits: { maxCoun
       }
     });
   }
-  const inputs: MediaInput[] = [];
-  let total = 0;
-  const add = (value: string, role: MediaInput['role'], param: string) => {
-    const decoded = decodeImageDataUrl(value, param);
-    total += decoded.data.length;
-    if (total > limits.maxBytes) throw tooLarge('media_total_too_large', `Media inputs exceed ${limits.maxBytes} bytes in total.`, param);
-    inputs.push({ role, param, ...decoded });
-  };
-  if (req.firstFrame !== undefined) add(req.firstFrame, 'first_frame', 'firstFrame');
-  if (req.lastFrame !== undefined) add(req.lastFrame, 'last_frame', 'lastFrame');
-  req.referenceImages.forEach((v, i) => add(v, 'reference_image', `referenceImages[${i}]`));
+  const inputs: { value: string; param: string; role: MediaRole }[] = [];
+  if (req.firstFrame !== undefined) inputs.push({ value: req.firstFrame, param: 'firstFrame', role: 'first_frame' });
+  if (req.lastFrame !== undefined) inputs.push({ value: req.lastFrame, param: 'lastFrame', role: 'last_frame' });
+  req.referenceImages.forEach((value, i) => inputs.push({ value, param: `referenceImages[${i}]`, role: 'reference_image' }));
   return inputs;
 }
 
@@ -208,7 +213,8 @@ export function checkCallbackUrl(url: string | undefined, allowPrivate = false):
 
 /**
  * What makes two creation requests "the same request" for idempotency: every field of the
- * normalized request (aliases resolved, media as sent) except client_request_id and quote_token.
+ * normalized request (aliases resolved, media by identity: content hash, file id or URL) except
+ * client_request_id and quote_token.
  */
 export function requestFingerprint(req: NormalizedVideoRequest): string {
   const { clientRequestId: _id, quoteToken: _quote, ...shaping } = req;

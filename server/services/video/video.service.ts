@@ -12,17 +12,17 @@ import type { Logger } from '../../logger.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { ModelRepository, VideoCatalogRow } from '../../repositories/model.repository.ts';
 import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
-import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ProviderRegistry } from '../../providers/registry.ts';
 import { shapeOf } from '../../providers/types.ts';
 import type { AuthContext } from '../auth.service.ts';
 import type { FileService } from '../file.service.ts';
 import { newId } from '../../lib/ids.ts';
-import { inspectImage } from '../../lib/image-inspect.ts';
 import type { QuoteTokens } from '../quote-token.ts';
 import type { TaskNotifier } from '../tasks/task-notifier.ts';
 import { toBillingRow, toCapability, toVideoTask, toVideoTaskCreated, quoteFor } from './video-mappers.ts';
-import { checkAgainstModel, checkCallbackUrl, decodeMediaInputs, isCompositeModelId, normalizeVideoRequest, requestFingerprint, type NormalizedVideoRequest } from './video-request.ts';
+import { checkAgainstModel, checkCallbackUrl, isCompositeModelId, mediaInputsOf, normalizeVideoRequest, requestFingerprint, withMediaIdentities, type NormalizedVideoRequest } from './video-request.ts';
+import type { InputStaging } from '../media/input-staging.ts';
+import type { MediaInputs } from '../media/media-inputs.ts';
 
 type Schemas = components['schemas'];
 
@@ -40,6 +40,7 @@ export interface VideoServiceDeps {
   models: ModelRepository;
   ledger: LedgerRepository;
   files: FileService;
+  media: MediaInputs;
   quotes: QuoteTokens;
   log: Logger;
   options: VideoServiceOptions;
@@ -68,9 +69,12 @@ export class VideoService {
     };
   }
 
-  /** Creates the task, or returns the original one for an idempotent retry. */
-  async create(auth: AuthContext, body: Schemas['VideoCreateRequest']): Promise<Schemas['VideoTaskCreated']> {
-    const req = normalizeVideoRequest(body);
+  /**
+   * Creates the task, or returns the original one for an idempotent retry. `staging` holds the data
+   * URLs the body reader already stored; inputs named by file id or URL are resolved here.
+   */
+  async create(auth: AuthContext, body: Schemas['VideoCreateRequest'], staging: InputStaging): Promise<Schemas['VideoTaskCreated']> {
+    const req = normalizeVideoRequest(withMediaIdentities(body, (v) => staging.identity(v)));
     checkCallbackUrl(req.callbackUrl, this.deps.options.allowPrivateTargets);
     const fingerprint = requestFingerprint(req);
 
@@ -86,22 +90,12 @@ export class VideoService {
     if (!price) throw new ApiError(503, 'no_reachable_member', `Model '${model.id}' has no price for resolution '${req.resolution}'; ask the operator to set one.`);
     this.checkQuote(auth, model.id, price, req.quoteToken);
 
+    // Every input is resolved and checked before anything is charged; files the task does not end
+    // up adopting are removed when the request is over.
     const { maxMediaInputCount: maxCount, maxMediaInputBytes: maxBytes, allowPrivateTargets: allowPrivate } = this.deps.options;
-    const inputs = decodeMediaInputs(req, { maxCount, maxBytes, allowPrivate });
-    // Every input is checked before any is stored: a bad one leaves nothing behind.
-    const inspected = await Promise.all(inputs.map((input) => inspectImage(input.data, input.param)));
+    const inputs = await this.deps.media.resolveAll(staging, mediaInputsOf(req, { maxCount, allowPrivate }), { maxBytes, maxItemBytes: maxBytes });
+    const inputFileIds = inputs.map((i) => i.file.id);
     const taskId = newId('vid');
-    const inputFiles: FileRow[] = [];
-    try {
-      for (const [i, input] of inputs.entries()) {
-        const { width, height, mimeType } = inspected[i]!;
-        inputFiles.push(await this.deps.files.save({ accountId: auth.accountId, purpose: 'input', contentType: mimeType, taskId, width, height }, input.data));
-      }
-    } catch (err) {
-      await this.discard(inputFiles);
-      throw err;
-    }
-    const inputFileIds = inputFiles.map((f) => f.id);
 
     const quoted = quoteFor(price.mode, price.unitPrice, req.durationSeconds);
     const row: Insertable<VideoTasks> = {
@@ -134,9 +128,9 @@ export class VideoService {
       outcome = await this.deps.ledger.holdAndInsertTask(
         { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted },
         { table: 'videoTasks', row },
+        { fileIds: inputFileIds, pinSeconds: this.deps.options.maxLifetimeSeconds + 86_400 },
       );
     } catch (err) {
-      await this.discard(inputFiles);
       if (isUniqueViolation(err, 'video_tasks_client_request_id_key')) {
         // A concurrent identical request won the race; nothing of ours was written.
         const winner = await this.deps.tasks.findByClientRequestId(auth.accountId, req.clientRequestId);
@@ -144,7 +138,6 @@ export class VideoService {
       }
       throw err;
     }
-    if (outcome !== 'ok') await this.discard(inputFiles);
     if (outcome === 'key_quota_exceeded') {
       throw paymentRequired('key_quota_exceeded', `This API key's credit limit cannot cover this video (${quoted / 1e6} credits).`);
     }
@@ -188,11 +181,6 @@ export class VideoService {
       );
     }
     return toVideoTaskCreated(existing);
-  }
-
-  /** Inputs stored for a task that was not created. */
-  private async discard(files: FileRow[]): Promise<void> {
-    for (const file of files) await this.deps.files.discard(file).catch((err: unknown) => this.deps.log.warn({ err, fileId: file.id }, 'could not remove an unused input file'));
   }
 
   private videoUrl(row: VideoTaskRow): string | undefined {

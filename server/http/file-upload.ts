@@ -1,0 +1,133 @@
+/**
+ * multipart/form-data parser of `POST /v1/files`: the one file part is streamed into the media
+ * store as it arrives (never held in memory) under the upload byte limit, and the text fields go
+ * to `req.body` for the contract validator. The stored file is provisional (it expires within the
+ * hour) until the handler confirms it; if validation or anything else fails, or the client goes
+ * away, it is removed when the response is over.
+ */
+import busboy from 'busboy';
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { ApiError, badRequest } from '../errors.ts';
+import type { FileRow } from '../repositories/file.repository.ts';
+import type { FileService } from '../services/file.service.ts';
+import { MediaTooLarge } from '../storage/media-store.ts';
+import { authOf } from './auth.ts';
+import { lingerAfterResponse } from './request-guards.ts';
+
+export interface UploadLimits {
+  maxFileBytes: number;
+  idleTimeoutMs: number;
+  timeoutMs: number;
+}
+
+const MAX_FIELDS = 8;
+const MAX_FIELD_BYTES = 1024;
+
+const UPLOAD = Symbol('mediagate.upload');
+type WithUpload = Request & { [UPLOAD]?: { file: FileRow; confirmed: boolean } };
+
+/** The file `fileUploadMultipart` stored for this request; the handler confirms it. */
+export function uploadOf(req: Request): { file: FileRow; confirm(): void } | undefined {
+  const upload = (req as WithUpload)[UPLOAD];
+  return upload && { file: upload.file, confirm: () => void (upload.confirmed = true) };
+}
+
+export function fileUploadMultipart(files: FileService, limits: UploadLimits): RequestHandler {
+  return (req: Request, res: Response, next: NextFunction): void => {
+    if (!/^\s*multipart\/form-data\s*(;|$)/i.test(String(req.headers['content-type'] ?? ''))) return next();
+    const accountId = authOf(req).accountId;
+    const body: Record<string, string> = {};
+    let saving: Promise<FileRow | undefined> | undefined;
+    let settled = false;
+    const timers: NodeJS.Timeout[] = [];
+
+    res.once('close', () => {
+      void saving?.then(async (file) => {
+        const upload = (req as WithUpload)[UPLOAD];
+        if (file && !upload?.confirmed) await files.discard(file).catch(() => undefined);
+      });
+    });
+
+    let bb: busboy.Busboy;
+    const finish = (err?: ApiError) => {
+      if (settled) return;
+      settled = true;
+      for (const t of timers) clearTimeout(t);
+      req.unpipe(bb);
+      if (err) {
+        if (!req.complete && !req.destroyed) {
+          res.setHeader('Connection', 'close');
+          lingerAfterResponse(req, res);
+          req.resume();
+        }
+        next(err);
+        return;
+      }
+      void saving!.then(
+        (file) => {
+          (req as WithUpload)[UPLOAD] = { file: file!, confirmed: false };
+          req.body = body;
+          next();
+        },
+        (e: unknown) => next(e),
+      );
+    };
+
+    try {
+      bb = busboy({
+        headers: req.headers,
+        defCharset: 'utf8',
+        limits: { files: 2, fileSize: limits.maxFileBytes + 1, fields: MAX_FIELDS, fieldSize: MAX_FIELD_BYTES + 1, parts: MAX_FIELDS + 2, headerPairs: 16 },
+      });
+    } catch (err) {
+      finish(badRequest('invalid_request', `Invalid multipart/form-data request: ${(err as Error).message}.`));
+      return;
+    }
+    bb.on('file', (name, stream, info) => {
+      stream.on('error', () => undefined);
+      if (settled || saving || name !== 'file') {
+        stream.resume();
+        finish(badRequest('invalid_request', name === 'file' ? "Send one 'file' part only." : `Unexpected file field '${name}'; send the file as 'file'.`, name));
+        return;
+      }
+      stream.on('limit', () => stream.destroy(new MediaTooLarge(limits.maxFileBytes)));
+      const filename = (info.filename ?? '').slice(0, 255);
+      saving = files.save({ accountId, purpose: 'upload', contentType: 'application/octet-stream', filename, expiresAt: new Date(Date.now() + 3_600_000) }, stream, { maxBytes: limits.maxFileBytes }).then(
+        (file) => file,
+        (err: unknown) => {
+          finish(err instanceof MediaTooLarge ? new ApiError(413, 'media_too_large', `The file exceeds the limit of ${limits.maxFileBytes} bytes.`, 'file') : badRequest('invalid_request', 'The file could not be stored.', 'file'));
+          return undefined;
+        },
+      );
+    });
+    bb.on('field', (name, value, info) => {
+      if (settled) return;
+      if (name === 'file') return finish(badRequest('invalid_request', "'file' must be a file part (with a filename), not a text field.", 'file'));
+      if (info.valueTruncated) return finish(badRequest('invalid_request', `The field '${name}' exceeds ${MAX_FIELD_BYTES} bytes.`, name));
+      if (Object.hasOwn(body, name)) return finish(badRequest('invalid_request', `The field '${name}' is sent more than once.`, name));
+      Object.defineProperty(body, name, { value, enumerable: true, writable: true, configurable: true });
+    });
+    bb.on('fieldsLimit', () => finish(badRequest('invalid_request', `Too many form fields: at most ${MAX_FIELDS}.`)));
+    bb.on('partsLimit', () => finish(badRequest('invalid_request', 'Too many parts in the multipart body.')));
+    bb.on('error', (err: Error) => finish(badRequest('invalid_request', `Invalid multipart/form-data body: ${err.message}.`)));
+    bb.on('close', () => {
+      if (settled) return;
+      if (!saving) return finish(badRequest('invalid_request', "The request has no 'file' part.", 'file'));
+      finish();
+    });
+
+    let idle: NodeJS.Timeout;
+    const arm = () => {
+      clearTimeout(idle);
+      idle = setTimeout(() => finish(new ApiError(408, 'body_timeout', `No part of the request body arrived for ${limits.idleTimeoutMs} ms.`)), limits.idleTimeoutMs);
+      timers.push(idle);
+    };
+    arm();
+    timers.push(setTimeout(() => finish(new ApiError(408, 'body_timeout', `The request body was not complete within ${limits.timeoutMs} ms.`)), limits.timeoutMs));
+    req.on('data', arm);
+    req.once('close', () => {
+      if (!req.complete) finish(badRequest('invalid_request', 'The client went away before the request body was complete.'));
+    });
+    req.pipe(bb);
+  };
+}

@@ -1,0 +1,157 @@
+/**
+ * JSON bodies with media inputs (`POST /v1/videos/generations` on both paths, JSON
+ * `POST /v1/images/edits`), read as a stream (design §9): the media-json scanner decodes each data
+ * URL as it arrives into the request's `InputStaging` (the media store), and `req.body` becomes the
+ * small JSON that remains, validated against the contract as every other body. Limits hold while
+ * reading; the first one passed answers at once (413, 400) without reading the rest; a body that
+ * stalls or drips is cut off (408 `body_timeout`). When the response is over, every staged input
+ * that no task adopted is removed — also when the client went away mid-body.
+ *
+ * Runs after authentication (the staged files belong to the key's account) and before the other
+ * body parsers, which then see a parsed body and skip it.
+ */
+import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
+import type { Readable } from 'node:stream';
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import type { Logger } from '../logger.ts';
+import { ApiError, badRequest } from '../errors.ts';
+import type { FileService } from '../services/file.service.ts';
+import { InputStaging } from '../services/media/input-staging.ts';
+import { authOf } from './auth.ts';
+import { MediaJsonScanner, type MediaJsonFields, type MediaJsonLimits } from './media-json-scanner.ts';
+import { lingerAfterResponse } from './request-guards.ts';
+
+/** The media fields of a video creation: frames (aliases included) and reference images. */
+export const VIDEO_MEDIA_FIELDS: MediaJsonFields = {
+  mediaKeys: new Set(['firstFrame', 'first_frame', 'lastFrame', 'last_frame']),
+  mediaArrayKeys: new Set(['referenceImages', 'reference_images']),
+};
+
+/** The media fields of a JSON image edit. */
+export const EDIT_MEDIA_FIELDS: MediaJsonFields = { mediaKeys: new Set(['mask']), mediaArrayKeys: new Set(['images']) };
+
+/** Longest media string that is not a data URL (a file id or an https URL). */
+export const MAX_REFERENCE_CHARS = 4096;
+
+export interface MediaBodyOptions {
+  fields: MediaJsonFields;
+  limits: MediaJsonLimits;
+  /** No byte for this long: 408. */
+  idleTimeoutMs: number;
+  /** The whole body not read within this: 408. */
+  timeoutMs: number;
+}
+
+const STAGING = Symbol('mediagate.inputStaging');
+type WithStaging = Request & { [STAGING]?: InputStaging };
+
+/** The inputs a media body staged (an empty staging for a body read otherwise, e.g. multipart). */
+export function stagingOf(req: Request, files: FileService): InputStaging {
+  const r = req as WithStaging;
+  return (r[STAGING] ??= new InputStaging(files, authOf(req).accountId));
+}
+
+function isJson(req: Request): boolean {
+  return /^\s*application\/(?:[\w.+-]+\+)?json\s*(;|$)/i.test(String(req.headers['content-type'] ?? ''));
+}
+
+/** The body as its Content-Encoding says (gzip, deflate, br or none); anything else is 415. */
+function decodedBody(req: Request): Readable {
+  const encoding = String(req.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
+  switch (encoding) {
+    case 'identity':
+      return req;
+    case 'gzip':
+    case 'x-gzip':
+      return req.pipe(createGunzip());
+    case 'deflate':
+      return req.pipe(createInflate());
+    case 'br':
+      return req.pipe(createBrotliDecompress());
+    default:
+      throw new ApiError(415, 'unsupported_media_type', `Unsupported Content-Encoding '${encoding}'; send the body uncompressed, or as gzip, deflate or br.`);
+  }
+}
+
+export function mediaJsonBody(files: FileService, log: Logger, options: MediaBodyOptions): RequestHandler {
+  return (req: Request, res: Response, next: NextFunction): void => {
+    if (!isJson(req)) return next();
+    const staging = stagingOf(req, files);
+    res.once('close', () => {
+      staging.discardUnadopted().then(
+        (n) => n > 0 && log.debug({ discarded: n }, 'removed media inputs no task adopted'),
+        (err: unknown) => log.warn({ err }, 'could not remove media inputs no task adopted; the sweeper removes them when they expire'),
+      );
+    });
+    const scanner = new MediaJsonScanner(options.fields, options.limits, (param, mimeType) => staging.open(param, mimeType));
+
+    let settled = false;
+    let source: Readable;
+    const timers: NodeJS.Timeout[] = [];
+    const finish = (err: unknown, body?: unknown) => {
+      if (settled) return;
+      settled = true;
+      for (const t of timers) clearTimeout(t);
+      source?.removeAllListeners('data');
+      if (err === undefined) {
+        req.body = body;
+        (req as Request & { _body?: boolean })._body = true; // body-parser: already parsed
+        next();
+        return;
+      }
+      scanner.abort(err instanceof Error ? err : new Error(String(err)));
+      // Stop reading: answer now, discard (never buffer) what still arrives, then close.
+      if (!req.complete && !req.destroyed) {
+        res.setHeader('Connection', 'close');
+        lingerAfterResponse(req, res);
+        if (source !== req) req.unpipe();
+        req.resume();
+      }
+      next(err);
+    };
+
+    try {
+      source = decodedBody(req);
+    } catch (err) {
+      finish(err);
+      return;
+    }
+    const timeout = (message: string) => finish(new ApiError(408, 'body_timeout', message));
+    let idle = setTimeout(() => timeout(`No part of the request body arrived for ${options.idleTimeoutMs} ms.`), options.idleTimeoutMs);
+    timers.push(idle, setTimeout(() => timeout(`The request body was not complete within ${options.timeoutMs} ms.`), options.timeoutMs));
+
+    let pushing: Promise<void> = Promise.resolve();
+    source.on('data', (chunk: Buffer) => {
+      clearTimeout(idle);
+      idle = setTimeout(() => timeout(`No part of the request body arrived for ${options.idleTimeoutMs} ms.`), options.idleTimeoutMs);
+      timers.push(idle);
+      source.pause();
+      pushing = scanner.push(chunk).then(
+        () => void (settled || source.resume()),
+        (err: unknown) => finish(err),
+      );
+    });
+    source.once('end', () => {
+      void pushing.then(() => {
+        if (settled) return;
+        let body: unknown = {};
+        try {
+          const rest = scanner.end();
+          if (rest.length > 0) body = JSON.parse(rest.toString('utf8'));
+        } catch (err) {
+          finish(err instanceof ApiError ? err : badRequest('invalid_json', 'The request body is not valid JSON.'));
+          return;
+        }
+        finish(undefined, body);
+      });
+    });
+    source.once('error', (err: Error) => {
+      // Errors of the request itself come as its 'close' below; a decoder's are the encoding's.
+      if (source !== req) finish(badRequest('invalid_content_encoding', `The request body does not decode as its Content-Encoding '${String(req.headers['content-encoding'])}' says.`));
+      else finish(badRequest('invalid_request', `The request body could not be read: ${err.message}.`));
+    });
+    req.once('close', () => {
+      if (!req.complete) finish(badRequest('invalid_request', 'The client went away before the request body was complete.'));
+    });
+  };
+}

@@ -1,0 +1,417 @@
+/**
+ * A streaming reader for JSON bodies that carry large media strings (video frames and references,
+ * JSON image edits): the body is scanned as it arrives, and every base64 data URL in a media field
+ * is decoded on the fly and handed to a sink (the media store) instead of being kept: the JSON
+ * that remains — a few KiB — has each such string replaced by a short token, and is parsed and
+ * validated against the contract as usual. Memory per request stays a few chunks, whatever the
+ * size of the media.
+ *
+ * Media fields are top-level members named in `mediaKeys` (a string) or `mediaArrayKeys` (an array
+ * of strings). A media string that is not a data URL (a file id, an https URL) stays in the JSON
+ * as it is, up to `maxReferenceChars`. Limits are enforced while reading: total decoded media
+ * bytes, bytes per input, number of media strings and the size of the rest of the JSON; the first
+ * one passed throws at once.
+ *
+ * The scanner tracks only what it needs (strings, nesting, the current top-level key); the JSON
+ * that remains is parsed in full afterwards, so malformed input is still reported by JSON.parse.
+ * Escapes inside data URLs are honoured (`\/`, as PHP's json_encode writes, and `\uXXXX`).
+ */
+import { ApiError, badRequest, tooLarge } from '../errors.ts';
+
+export interface MediaSink {
+  /** Writes decoded bytes; a returned promise is awaited before reading on (backpressure). */
+  write(chunk: Buffer): void | Promise<void>;
+  /** All bytes were written: returns the token that replaces the string in the JSON. */
+  end(): Promise<string>;
+  /** The string will not complete (a limit or a syntax error): drop what was written. */
+  abort(err: Error): void;
+}
+
+export interface MediaJsonLimits {
+  /** Decoded bytes of all data URLs together. */
+  maxMediaBytes: number;
+  /** Decoded bytes of one data URL. */
+  maxItemBytes: number;
+  /** Media strings of any kind (data URLs, file ids, URLs). */
+  maxMediaCount: number;
+  /** Bytes of the JSON that remains. */
+  maxOtherBytes: number;
+  /** Characters of a media string that is not a data URL. */
+  maxReferenceChars: number;
+}
+
+export interface MediaJsonFields {
+  mediaKeys: ReadonlySet<string>;
+  mediaArrayKeys: ReadonlySet<string>;
+}
+
+/** `open` starts a sink for a data URL of `mimeType` found at `param` (`firstFrame`, `images[2]`). */
+export type OpenSink = (param: string, mimeType: string) => MediaSink;
+
+const DATA_URL_PREFIX = /^data:(image\/(?:png|jpeg|jpg|webp|gif));base64,/i;
+/** Longest prefix `data:image/jpeg;base64,` plus room for case variants. */
+const MAX_PREFIX = 40;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const SCRATCH_BYTES = 256 * 1024;
+const SIMPLE_ESCAPES: Record<number, string> = { 0x22: '"', 0x5c: '\\', 0x2f: '/', 0x62: '\b', 0x66: '\f', 0x6e: '\n', 0x72: '\r', 0x74: '\t' };
+const MAX_KEY_BYTES = 256;
+
+type Container = { kind: 'object'; key: string | undefined; expectKey: boolean } | { kind: 'array'; index: number };
+
+type StringMode =
+  | { kind: 'none' }
+  /** A string copied to the output as it is (keys are also captured, up to MAX_KEY_BYTES). */
+  | { kind: 'plain'; isKey: boolean; escape: boolean; key: number[] | undefined }
+  /** A media string whose first characters (UTF-8 bytes, unescaped) decide what it is. */
+  | { kind: 'media'; param: string; bytes: number[]; escape: EscapeState }
+  /** The base64 body of a data URL being decoded into a sink. */
+  | { kind: 'data'; param: string; sink: MediaSink; escape: EscapeState; carry: string; padded: boolean; bytes: number }
+  /** A media string that is a reference (file id, URL): kept (UTF-8 bytes, unescaped). */
+  | { kind: 'reference'; param: string; bytes: number[]; escape: EscapeState };
+
+type MediaMode = Extract<StringMode, { kind: 'media' | 'data' | 'reference' }>;
+
+/** Where an escape sequence inside a media string stands: none, after `\`, or inside `\uXXXX`. */
+type EscapeState = { at: 'none' } | { at: 'backslash' } | { at: 'unicode'; hex: string };
+
+export class MediaJsonScanner {
+  private readonly stack: Container[] = [];
+  private mode: StringMode = { kind: 'none' };
+  private out: Buffer = Buffer.allocUnsafe(4096);
+  private outLength = 0;
+  private mediaBytes = 0;
+  private mediaCount = 0;
+  private readonly scratch = Buffer.allocUnsafe(SCRATCH_BYTES);
+  private scratchLength = 0;
+  private openSink: MediaSink | undefined;
+
+  constructor(
+    private readonly fields: MediaJsonFields,
+    private readonly limits: MediaJsonLimits,
+    private readonly open: OpenSink,
+  ) {}
+
+  /** Reads one chunk of the body. */
+  async push(chunk: Buffer): Promise<void> {
+    let pos = 0;
+    while (pos < chunk.length) {
+      const mode = this.mode;
+      if (mode.kind === 'none') pos = this.structural(chunk, pos);
+      else if (mode.kind === 'plain') pos = this.plain(mode, chunk, pos);
+      else pos = await this.media(chunk, pos);
+    }
+    await this.flushData();
+  }
+
+  /** The body ended: the JSON that remains (media replaced by tokens). */
+  end(): Buffer {
+    if (this.mode.kind !== 'none') throw badRequest('invalid_json', 'The request body is not valid JSON (it ends inside a string).');
+    return this.out.subarray(0, this.outLength);
+  }
+
+  /** Drops an unfinished sink (the body failed or was cut off). */
+  abort(err: Error): void {
+    this.openSink?.abort(err);
+    this.openSink = undefined;
+  }
+
+  get mediaBytesRead(): number {
+    return this.mediaBytes;
+  }
+
+  // --- outside strings
+
+  private structural(chunk: Buffer, start: number): number {
+    for (let pos = start; pos < chunk.length; pos++) {
+      const c = chunk[pos]!;
+      const top = this.stack.at(-1);
+      switch (c) {
+        case QUOTE: {
+          this.emit(chunk, start, pos);
+          return this.openString(pos + 1, top);
+        }
+        case 0x7b /* { */:
+          this.stack.push({ kind: 'object', key: undefined, expectKey: true });
+          break;
+        case 0x5b /* [ */:
+          this.stack.push({ kind: 'array', index: 0 });
+          break;
+        case 0x7d /* } */:
+        case 0x5d /* ] */:
+          this.stack.pop();
+          break;
+        case 0x2c /* , */:
+          if (top?.kind === 'object') top.expectKey = true;
+          else if (top?.kind === 'array') top.index++;
+          break;
+        case 0x3a /* : */:
+          if (top?.kind === 'object') top.expectKey = false;
+          break;
+      }
+    }
+    this.emit(chunk, start, chunk.length);
+    return chunk.length;
+  }
+
+  /** After an opening quote at `pos - 1`: decides what the string is. */
+  private openString(pos: number, top: Container | undefined): number {
+    if (top?.kind === 'object' && top.expectKey) {
+      this.emitByte(QUOTE);
+      this.mode = { kind: 'plain', isKey: true, escape: false, key: [] };
+      return pos;
+    }
+    const param = this.mediaParam(top);
+    if (param === undefined) {
+      this.emitByte(QUOTE);
+      this.mode = { kind: 'plain', isKey: false, escape: false, key: undefined };
+      return pos;
+    }
+    this.mediaCount++;
+    if (this.mediaCount > this.limits.maxMediaCount) {
+      throw tooLarge('too_many_media_inputs', `At most ${this.limits.maxMediaCount} media inputs are accepted per request.`, param);
+    }
+    this.mode = { kind: 'media', param, bytes: [], escape: { at: 'none' } };
+    return pos;
+  }
+
+  /** The media parameter name of a value string in `top`, or undefined when it is not one. */
+  private mediaParam(top: Container | undefined): string | undefined {
+    const depth = this.stack.length;
+    if (depth === 1 && top?.kind === 'object' && top.key !== undefined && this.fields.mediaKeys.has(top.key)) return top.key;
+    if (depth === 2 && top?.kind === 'array') {
+      const parent = this.stack[0]!;
+      if (parent.kind === 'object' && parent.key !== undefined && this.fields.mediaArrayKeys.has(parent.key)) return `${parent.key}[${top.index}]`;
+    }
+    return undefined;
+  }
+
+  // --- strings copied as they are
+
+  private plain(mode: Extract<StringMode, { kind: 'plain' }>, chunk: Buffer, start: number): number {
+    let pos = start;
+    while (pos < chunk.length) {
+      if (mode.escape) {
+        mode.escape = false;
+        mode.key?.push(chunk[pos]!);
+        pos++;
+        continue;
+      }
+      const quote = chunk.indexOf(QUOTE, pos);
+      const backslash = chunk.indexOf(BACKSLASH, pos);
+      const stop = quote === -1 ? backslash : backslash === -1 ? quote : Math.min(quote, backslash);
+      const end = stop === -1 ? chunk.length : stop;
+      if (mode.key && mode.key.length <= MAX_KEY_BYTES) for (let i = pos; i < end && mode.key.length <= MAX_KEY_BYTES; i++) mode.key.push(chunk[i]!);
+      if (stop === -1) {
+        this.emit(chunk, start, chunk.length);
+        return chunk.length;
+      }
+      if (stop === backslash) {
+        mode.key?.push(BACKSLASH);
+        mode.escape = true;
+        pos = stop + 1;
+        continue;
+      }
+      // The closing quote.
+      this.emit(chunk, start, stop + 1);
+      if (mode.isKey) this.setKey(mode.key!);
+      this.mode = { kind: 'none' };
+      return stop + 1;
+    }
+    this.emit(chunk, start, chunk.length);
+    return chunk.length;
+  }
+
+  private setKey(raw: number[]): void {
+    const top = this.stack.at(-1);
+    if (top?.kind !== 'object') return;
+    if (raw.length > MAX_KEY_BYTES) {
+      top.key = undefined;
+      return;
+    }
+    const text = Buffer.from(raw).toString('utf8');
+    try {
+      top.key = text.includes('\\') ? (JSON.parse(`"${text}"`) as string) : text;
+    } catch {
+      top.key = undefined; // the final JSON.parse reports it
+    }
+  }
+
+  // --- media strings
+
+  /** Reads a media string (unescaping it) until its closing quote or the chunk's end. */
+  private async media(chunk: Buffer, start: number): Promise<number> {
+    let pos = start;
+    while (pos < chunk.length) {
+      const mode = this.mode as MediaMode;
+      if (mode.escape.at !== 'none') {
+        const char = this.escapeStep(mode, chunk[pos]!);
+        pos++;
+        if (char !== undefined) await this.take(Buffer.from(char, 'utf8'));
+        continue;
+      }
+      // The run up to the next quote or backslash is taken as it is.
+      const quote = chunk.indexOf(QUOTE, pos);
+      const backslash = chunk.indexOf(BACKSLASH, pos);
+      const stop = quote === -1 ? backslash : backslash === -1 ? quote : Math.min(quote, backslash);
+      const end = stop === -1 ? chunk.length : stop;
+      if (end > pos) await this.take(chunk.subarray(pos, end));
+      if (stop === -1) return chunk.length;
+      pos = stop + 1;
+      if (stop === backslash) (this.mode as MediaMode).escape = { at: 'backslash' };
+      else {
+        await this.closeMedia();
+        return pos;
+      }
+    }
+    return chunk.length;
+  }
+
+  /** One byte of an escape sequence; returns the character once the sequence is complete. */
+  private escapeStep(mode: MediaMode, c: number): string | undefined {
+    const state = mode.escape;
+    if (state.at === 'backslash') {
+      if (c === 0x75 /* u */) {
+        mode.escape = { at: 'unicode', hex: '' };
+        return undefined;
+      }
+      mode.escape = { at: 'none' };
+      const char = SIMPLE_ESCAPES[c];
+      if (char === undefined) throw badRequest('invalid_json', 'The request body is not valid JSON (a bad escape sequence in a string).');
+      return char;
+    }
+    if (state.at === 'unicode') {
+      state.hex += String.fromCharCode(c);
+      if (state.hex.length < 4) return undefined;
+      mode.escape = { at: 'none' };
+      if (!/^[0-9a-fA-F]{4}$/.test(state.hex)) throw badRequest('invalid_json', 'The request body is not valid JSON (a bad \\u escape in a string).');
+      return String.fromCharCode(Number.parseInt(state.hex, 16));
+    }
+    return undefined;
+  }
+
+  /** Unescaped bytes of the media string, in order. */
+  private async take(bytes: Buffer): Promise<void> {
+    let mode = this.mode as MediaMode;
+    let rest = bytes;
+    if (mode.kind === 'media') {
+      // Still deciding: a data URL starts `data:` and has its `;base64,` within MAX_PREFIX bytes.
+      const comma = rest.indexOf(0x2c);
+      const upto = comma === -1 ? rest.length : comma + 1;
+      for (let i = 0; i < upto; i++) mode.bytes.push(rest[i]!);
+      rest = rest.subarray(upto);
+      const head = Buffer.from(mode.bytes).toString('latin1');
+      if (!'data:'.startsWith(head.slice(0, 5).toLowerCase())) {
+        this.mode = mode = { kind: 'reference', param: mode.param, bytes: mode.bytes, escape: mode.escape };
+      } else if (comma === -1) {
+        if (head.length > MAX_PREFIX) throw this.notADataUrl(mode.param);
+        return;
+      } else {
+        const match = DATA_URL_PREFIX.exec(head);
+        if (!match || match[0].length !== head.length) throw this.notADataUrl(mode.param);
+        const sink = this.open(mode.param, match[1]!.toLowerCase().replace('jpg', 'jpeg'));
+        this.openSink = sink;
+        this.mode = mode = { kind: 'data', param: mode.param, sink, escape: mode.escape, carry: '', padded: false, bytes: 0 };
+      }
+    }
+    if (mode.kind === 'reference') {
+      for (const b of rest) mode.bytes.push(b);
+      if (mode.bytes.length > this.limits.maxReferenceChars) {
+        throw badRequest('invalid_data_url', `'${mode.param}' must be a base64 image data URL, a file id or an https URL (it is longer than ${this.limits.maxReferenceChars} bytes).`, mode.param);
+      }
+      return;
+    }
+    let pos = 0;
+    while (pos < rest.length) {
+      const n = Math.min(rest.length - pos, SCRATCH_BYTES - this.scratchLength);
+      rest.copy(this.scratch, this.scratchLength, pos, pos + n);
+      this.scratchLength += n;
+      pos += n;
+      if (this.scratchLength === SCRATCH_BYTES) await this.flushData();
+    }
+  }
+
+  /** Decodes the base64 characters gathered so far (whole quads; the rest carries over). */
+  private async flushData(final = false): Promise<void> {
+    const mode = this.mode;
+    if (mode.kind !== 'data' || (this.scratchLength === 0 && !final)) return;
+    const fresh = this.scratch.toString('latin1', 0, this.scratchLength);
+    this.scratchLength = 0;
+    // '=' only pads the very end: after the first one, nothing but '=' may follow.
+    const pad = fresh.indexOf('=');
+    if (mode.padded && fresh.length > 0 && !/^=*$/.test(fresh)) throw this.invalidBase64(mode.param);
+    if (!mode.padded && pad !== -1 && !/^=*$/.test(fresh.slice(pad))) throw this.invalidBase64(mode.param);
+    if (pad !== -1) mode.padded = true;
+    const text = mode.carry + fresh;
+    const usable = final ? text.length : text.length - (text.length % 4);
+    if (usable % 4 !== 0) throw this.invalidBase64(mode.param);
+    mode.carry = text.slice(usable);
+    if (usable === 0) return;
+    const quads = text.slice(0, usable);
+    const padding = quads.endsWith('==') ? 2 : quads.endsWith('=') ? 1 : 0;
+    const data = Buffer.from(quads, 'base64');
+    // Buffer.from skips characters outside the alphabet: a clean body decodes to exactly 3/4 of it.
+    if (quads.endsWith('===') || data.length !== (usable / 4) * 3 - padding) throw this.invalidBase64(mode.param);
+    mode.bytes += data.length;
+    this.mediaBytes += data.length;
+    if (this.mediaBytes > this.limits.maxMediaBytes) {
+      throw tooLarge('media_total_too_large', `Media inputs exceed ${this.limits.maxMediaBytes} bytes in total.`, mode.param);
+    }
+    if (mode.bytes > this.limits.maxItemBytes) throw tooLarge('media_too_large', `'${mode.param}' is larger than ${this.limits.maxItemBytes} bytes.`, mode.param);
+    await mode.sink.write(data);
+  }
+
+  private async closeMedia(): Promise<void> {
+    const mode = this.mode as MediaMode;
+    if (mode.kind === 'data') {
+      await this.flushData(true);
+      if (mode.bytes === 0) throw badRequest('invalid_data_url', `'${mode.param}' is empty.`, mode.param);
+      this.openSink = undefined;
+      this.mode = { kind: 'none' };
+      this.emitString(await mode.sink.end());
+      return;
+    }
+    const value = Buffer.from(mode.bytes).toString('utf8');
+    if (mode.kind === 'media' && value.toLowerCase().startsWith('data:')) throw this.notADataUrl(mode.param);
+    this.mode = { kind: 'none' };
+    this.emitString(value);
+  }
+
+  private notADataUrl(param: string): ApiError {
+    return badRequest('invalid_data_url', `'${param}' must be a base64 image data URL (data:image/png;base64,...), a file id or an https URL.`, param);
+  }
+
+  private invalidBase64(param: string): ApiError {
+    return badRequest('invalid_data_url', `'${param}' is not valid base64.`, param);
+  }
+
+  // --- output
+
+  private emitString(value: string): void {
+    const json = Buffer.from(JSON.stringify(value), 'utf8');
+    this.emit(json, 0, json.length);
+  }
+
+  private emitByte(c: number): void {
+    this.reserve(1);
+    this.out[this.outLength++] = c;
+  }
+
+  private emit(chunk: Buffer, start: number, end: number): void {
+    if (end <= start) return;
+    this.reserve(end - start);
+    chunk.copy(this.out, this.outLength, start, end);
+    this.outLength += end - start;
+  }
+
+  private reserve(n: number): void {
+    const needed = this.outLength + n;
+    if (needed > this.limits.maxOtherBytes) {
+      throw tooLarge('body_too_large', `The request body, media inputs aside, exceeds the limit of ${this.limits.maxOtherBytes} bytes.`);
+    }
+    if (needed <= this.out.length) return;
+    const grown = Buffer.allocUnsafe(Math.min(this.limits.maxOtherBytes, Math.max(needed, this.out.length * 2)));
+    this.out.copy(grown, 0, 0, this.outLength);
+    this.out = grown;
+  }
+}

@@ -1,0 +1,179 @@
+/**
+ * The streaming media JSON reader on its own: every split of a body into chunks gives the same
+ * decoded media and the same remaining JSON; escapes, references, nesting and limits.
+ */
+import { randomBytes } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { ApiError } from '../../server/errors.ts';
+import { MediaJsonScanner, type MediaJsonLimits, type MediaSink } from '../../server/http/media-json-scanner.ts';
+
+const FIELDS = { mediaKeys: new Set(['firstFrame', 'mask']), mediaArrayKeys: new Set(['referenceImages', 'images']) };
+const LIMITS: MediaJsonLimits = { maxMediaBytes: 1 << 20, maxItemBytes: 1 << 20, maxMediaCount: 8, maxOtherBytes: 64 * 1024, maxReferenceChars: 2048 };
+
+interface Opened {
+  param: string;
+  mimeType: string;
+  chunks: Buffer[];
+  ended: boolean;
+  aborted: boolean;
+}
+
+/** Scans `body` split into chunks of the given sizes (cycled); returns the rest JSON and the sinks. */
+async function scan(body: string | Buffer, sizes: number[] = [65536], limits: Partial<MediaJsonLimits> = {}) {
+  const opened: Opened[] = [];
+  const scanner = new MediaJsonScanner(FIELDS, { ...LIMITS, ...limits }, (param, mimeType) => {
+    const o: Opened = { param, mimeType, chunks: [], ended: false, aborted: false };
+    opened.push(o);
+    const sink: MediaSink = {
+      write: (c) => void o.chunks.push(Buffer.from(c)),
+      end: async () => {
+        o.ended = true;
+        return `tok:${opened.indexOf(o)}`;
+      },
+      abort: () => {
+        o.aborted = true;
+      },
+    };
+    return sink;
+  });
+  const bytes = Buffer.isBuffer(body) ? body : Buffer.from(body, 'utf8');
+  let pos = 0;
+  let i = 0;
+  try {
+    while (pos < bytes.length) {
+      const n = sizes[i++ % sizes.length]!;
+      await scanner.push(bytes.subarray(pos, pos + n));
+      pos += n;
+    }
+    return { json: JSON.parse(scanner.end().toString('utf8')) as Record<string, unknown>, opened, bytes: scanner.mediaBytesRead };
+  } catch (err) {
+    scanner.abort(err as Error);
+    throw Object.assign(err as Error, { opened });
+  }
+}
+
+const dataUrl = (data: Buffer, mime = 'image/png') => `data:${mime};base64,${data.toString('base64')}`;
+
+async function apiError(promise: Promise<unknown>): Promise<{ status: number; code: string; param: string | null; opened: Opened[] }> {
+  try {
+    await promise;
+  } catch (err) {
+    if (err instanceof ApiError) return { status: err.status, code: err.code, param: err.param, opened: (err as unknown as { opened: Opened[] }).opened };
+    throw err;
+  }
+  throw new Error('expected an ApiError');
+}
+
+describe('MediaJsonScanner', () => {
+  const a = randomBytes(70_000);
+  const b = randomBytes(1234);
+  const body = JSON.stringify({
+    prompt: 'a "quoted" \\ prompt with firstFrame inside',
+    firstFrame: dataUrl(a),
+    nested: { firstFrame: 'data:image/png;base64,AAAA', list: ['images'] },
+    referenceImages: [dataUrl(b, 'image/jpeg'), 'file_abc123', 'https://example.com/x.png'],
+    seconds: 4,
+  });
+
+  it.each([[[65536]], [[1]], [[7, 3, 1, 2000]], [[3]], [[body.length]]])('decodes media and keeps the rest for chunk sizes %j', async (sizes) => {
+    const { json, opened, bytes } = await scan(body, sizes);
+    expect(opened.map((o) => [o.param, o.mimeType, o.ended])).toEqual([
+      ['firstFrame', 'image/png', true],
+      ['referenceImages[0]', 'image/jpeg', true],
+    ]);
+    expect(Buffer.concat(opened[0]!.chunks).equals(a)).toBe(true);
+    expect(Buffer.concat(opened[1]!.chunks).equals(b)).toBe(true);
+    expect(bytes).toBe(a.length + b.length);
+    expect(json).toEqual({
+      prompt: 'a "quoted" \\ prompt with firstFrame inside',
+      firstFrame: 'tok:0',
+      nested: { firstFrame: 'data:image/png;base64,AAAA', list: ['images'] },
+      referenceImages: ['tok:1', 'file_abc123', 'https://example.com/x.png'],
+      seconds: 4,
+    });
+  });
+
+  it('honours escaped slashes and \\u escapes inside a data URL (as PHP writes them), in any split', async () => {
+    const data = Buffer.from(Array.from({ length: 3000 }, (_, i) => (i * 37) % 256)); // plenty of '/' in base64
+    const escaped = `{"firstFrame":"${dataUrl(data).replaceAll('/', '\\/').replace('data', '\\u0064ata')}"}`;
+    for (const sizes of [[1], [5, 11], [65536]]) {
+      const { json, opened } = await scan(escaped, sizes);
+      expect(json.firstFrame).toBe('tok:0');
+      expect(Buffer.concat(opened[0]!.chunks).equals(data)).toBe(true);
+    }
+  });
+
+  it('keeps escaped and non-ASCII characters of references and of other strings', async () => {
+    const { json } = await scan(JSON.stringify({ mask: 'https://exämple.com/ü?x=\u2603', images: ['file_\u00e9'], prompt: 'snow ☃ "man"' }), [2]);
+    expect(json).toEqual({ mask: 'https://exämple.com/ü?x=\u2603', images: ['file_\u00e9'], prompt: 'snow ☃ "man"' });
+  });
+
+  it('treats a key escaped in the body as the same key', async () => {
+    const { opened } = await scan(`{"first\\u0046rame":"${dataUrl(b)}"}`);
+    expect(opened.map((o) => o.param)).toEqual(['firstFrame']);
+  });
+
+  it.each([
+    ['a bad character', `data:image/png;base64,AAA!AAAA`],
+    ['padding in the middle', `data:image/png;base64,AA==AAAA`],
+    ['a truncated quad', `data:image/png;base64,AAAAA`],
+    ['three padding characters', `data:image/png;base64,A===`],
+    ['a newline escape', `data:image/png;base64,AAAA\\nAAAA`],
+  ])('refuses %s with 400 invalid_data_url', async (_what, value) => {
+    const err = await apiError(scan(`{"firstFrame":"${value}"}`, [3]));
+    expect([err.status, err.code, err.param]).toEqual([400, 'invalid_data_url', 'firstFrame']);
+  });
+
+  it('refuses invalid base64 in the middle of a large data URL as soon as it is read, and aborts the sink', async () => {
+    const good = randomBytes(600_000).toString('base64');
+    const bad = `${good.slice(0, 400_000)}!${good.slice(400_001)}`;
+    const err = await apiError(scan(`{"firstFrame":"data:image/png;base64,${bad}"}`, [65536]));
+    expect([err.status, err.code]).toEqual([400, 'invalid_data_url']);
+    expect(err.opened[0]!.aborted).toBe(true);
+    expect(err.opened[0]!.ended).toBe(false);
+  });
+
+  it.each([
+    ['another scheme', 'data:text/plain;base64,AAAA'],
+    ['no base64 marker', 'data:image/png,AAAA'],
+    ['an empty body', 'data:image/png;base64,'],
+    ['a bare data: prefix', 'data:'],
+  ])('refuses a data URL with %s', async (_what, value) => {
+    const err = await apiError(scan(JSON.stringify({ images: [value] })));
+    expect([err.status, err.code, err.param]).toEqual([400, 'invalid_data_url', 'images[0]']);
+  });
+
+  it('enforces the byte limits exactly: at the limit passes, one byte over fails while reading', async () => {
+    const data = randomBytes(3000);
+    await expect(scan(JSON.stringify({ firstFrame: dataUrl(data) }), [100], { maxMediaBytes: 3000 })).resolves.toBeDefined();
+    const total = await apiError(scan(JSON.stringify({ firstFrame: dataUrl(data) }), [100], { maxMediaBytes: 2999 }));
+    expect([total.status, total.code]).toEqual([413, 'media_total_too_large']);
+    const item = await apiError(scan(JSON.stringify({ images: [dataUrl(data)] }), [100], { maxItemBytes: 2999 }));
+    expect([item.status, item.code, item.param]).toEqual([413, 'media_too_large', 'images[0]']);
+  });
+
+  it('counts every media string, data URLs and references alike, against the count limit', async () => {
+    const four = JSON.stringify({ firstFrame: dataUrl(b), referenceImages: ['file_a', 'https://x.example/a.png', dataUrl(b)] });
+    await expect(scan(four, [9], { maxMediaCount: 4 })).resolves.toBeDefined();
+    const err = await apiError(scan(four, [9], { maxMediaCount: 3 }));
+    expect([err.status, err.code, err.param]).toEqual([413, 'too_many_media_inputs', 'referenceImages[2]']);
+  });
+
+  it('bounds the rest of the JSON and the length of references', async () => {
+    const rest = await apiError(scan(JSON.stringify({ prompt: 'x'.repeat(70_000) }), [1000]));
+    expect([rest.status, rest.code]).toEqual([413, 'body_too_large']);
+    const ref = await apiError(scan(JSON.stringify({ mask: `https://example.com/${'a'.repeat(3000)}` })));
+    expect([ref.status, ref.code]).toEqual([400, 'invalid_data_url']);
+  });
+
+  it('leaves media strings of other positions and a body that is not an object alone', async () => {
+    const { json, opened } = await scan(JSON.stringify([{ firstFrame: dataUrl(b) }]), [5]);
+    expect(opened).toHaveLength(0);
+    expect(json).toEqual([{ firstFrame: dataUrl(b) }]);
+  });
+
+  it('reports a body that ends inside a string', async () => {
+    const err = await apiError(scan(`{"firstFrame":"data:image/png;base64,AAAA`));
+    expect([err.status, err.code]).toEqual([400, 'invalid_json']);
+  });
+});
