@@ -127,7 +127,9 @@ export interface paths {
          * Edit images from a prompt
          * @description Edits input images following a prompt. Send `multipart/form-data` (files `image`, `image[]` or
          *     `image_*`, OpenAI-compatible direct upload, up to 16 files in total) or `application/json` (the
-         *     input images in `images` as base64 data URLs or ids of this account's files). An optional `mask`
+         *     input images in `images` as base64 data URLs, ids of this account's files, e.g. from
+         *     `POST /v1/files`, or https URLs; a JSON body is read as a stream, data URLs decoded into
+         *     storage as they arrive). An optional `mask`
          *     marks the region to edit with its transparent area and must match the first image's dimensions.
          *     Other parameters are those of `POST /v1/images/generations`.
          *
@@ -160,11 +162,13 @@ export interface paths {
          *       (`aspectRatio` ≠ `aspect_ratio`), `unsupported_resolution`, `quality_not_supported`,
          *       `background_not_supported`, `transparent_background_requires_png_or_webp`,
          *       `output_compression_requires_jpeg_or_webp`, `invalid_size`, `size_conflict`,
-         *       `size_not_accepted` (operator setting `IMAGE_SIZE_PARAM=reject`), `too_many_images` (more than 16 files, or more input images than the model takes, a mask counting as one: 3 for Gemini 2.5 Flash Image, 14 for Gemini 3 Pro Image; refused before any upstream call), `image_not_found` (JSON: an `images`/`mask` id that is not a file of this account), `invalid_image` (an input is not a decodable image), `invalid_data_url`, `mask_size_mismatch`.
+         *       `size_not_accepted` (operator setting `IMAGE_SIZE_PARAM=reject`), `too_many_images` (more than 16 files, or more input images than the model takes, a mask counting as one: 3 for Gemini 2.5 Flash Image, 14 for Gemini 3 Pro Image; refused before any upstream call), `invalid_image` (an input is not a decodable image), `invalid_data_url`, `invalid_media_url` / `media_url_unavailable` (an https input refused, or not fetched), `mask_size_mismatch`.
          *     - `401 invalid_api_key`; `402 key_quota_exceeded` or `insufficient_balance` (nothing created
          *       or held); `403 api_key_inactive` or `account_suspended`.
-         *     - `404 model_not_found` (unknown model, or not available to the key).
-         *     - `413 body_too_large` (the request) or `media_too_large` (one image or the mask over the per-file byte limit; limits are enforced while the body is read); `415 unsupported_media_type`; `429 rate_limited` (the upstream accounts are cooling down after a 429) or `upstream_busy` (every upstream account is at its concurrency limit: the request waited up to `IMAGE_CAPACITY_WAIT_MS`, 3 s by default, for a slot), both with `Retry-After` and nothing charged.
+         *     - `404 model_not_found` (unknown model, or not available to the key), `file_not_found` (JSON:
+         *       an `images`/`mask` id that is not a file of this account, or has expired).
+         *     - `408 body_timeout` (JSON: the body stalled or took too long).
+         *     - `413 body_too_large` (the request) or `media_too_large` (one image or the mask over the per-file byte limit) or `media_total_too_large` (JSON: all inputs over `EDIT_MAX_BODY_BYTES`); limits are enforced while the body is read; `415 unsupported_media_type`; `429 rate_limited` (the upstream accounts are cooling down after a 429) or `upstream_busy` (every upstream account is at its concurrency limit: the request waited up to `IMAGE_CAPACITY_WAIT_MS`, 3 s by default, for a slot), both with `Retry-After` and nothing charged.
          *     - `500 internal_error`; `502 upstream_error` (the upstream failed; the task is `failed` and its
          *       credits released); `503 no_reachable_member` or `capability_disabled`.
          */
@@ -269,8 +273,19 @@ export interface paths {
          *     `generate_audio`/`generateAudio`, `firstFrame`/`first_frame`, `lastFrame`/`last_frame`,
          *     `referenceImages`/`reference_images`, `callback_url`/`callbackUrl`) must agree when both are
          *     given. Media inputs (frames, reference images, reference video and audio URLs) count toward
-         *     `maxMediaInputCount`; inline image bytes toward `maxMediaInputBytes`. Media fields carry no
-         *     schema length or pattern: their limits are byte limits enforced while the body is read.
+         *     `maxMediaInputCount`; the bytes of frames and reference images toward `maxMediaInputBytes`.
+         *
+         *     **Media inputs** (frames, reference images): each is a base64 image data URL, the id of a file
+         *     of this account (`POST /v1/files` uploads an image once for many requests; an unknown, expired
+         *     or foreign id is `404 file_not_found`), or an https URL fetched at creation under the same
+         *     SSRF rules as `callback_url` (checked again at every redirect, at most 3), within
+         *     `MEDIA_URL_TIMEOUT_MS`. The body is read as a stream: data URLs are decoded into storage as
+         *     they arrive, so the advertised `maxMediaInputBytes` (512 MiB) and `maxMediaInputCount` (256)
+         *     are true whatever the body's size, and each limit answers `413` as soon as it is passed,
+         *     without reading the rest. A body that stalls for `BODY_IDLE_TIMEOUT_MS` (30 s) or is not
+         *     complete within `BODY_TIMEOUT_MS` (15 min) is `408 body_timeout`. Inputs of a request that
+         *     creates no task (rejected, replayed, or abandoned by its client) are removed when the request
+         *     ends. Media fields carry no schema length or pattern.
          *
          *     **Price.** The price is that of the model and resolution row: `per_second` = `unitPrice` ×
          *     duration, `per_item` = `unitPrice` once. With `quote_token` the quoted price is used if it is
@@ -282,7 +297,8 @@ export interface paths {
          *     returns `202` with the original task and its original billing, even after a price change, and
          *     no second hold is placed. "The same request" means every field that shapes the task is equal
          *     after aliases are resolved: prompt, negative prompt, model, duration, aspect ratio,
-         *     resolution, audio, frames and reference images (as sent), reference video and audio URLs,
+         *     resolution, audio, frames and reference images (the image bytes for data URLs, however they
+         *     are encoded; the id or URL otherwise), reference video and audio URLs,
          *     and `callback_url`; only `quote_token` may differ. A different request under a used
          *     `client_request_id` is `409 idempotency_conflict` (as Stripe does) and changes nothing.
          *
@@ -313,20 +329,24 @@ export interface paths {
          *       `audio_not_supported`, `audio_always_on`, `frames_not_supported`, `last_frame_not_supported`,
          *       `last_frame_requires_first_frame`, `frames_with_reference_images`,
          *       `too_many_reference_images`, `invalid_data_url`, `invalid_image`, `invalid_media_url`,
+         *       `media_url_unavailable`,
          *       `invalid_callback_url`, `quote_invalid` (malformed token), `quote_mismatch` (token of another
          *       key, model or resolution), `nul_character`, `invalid_content_encoding`,
          *       `unsupported_by_upstream` (no upstream account of the key's group can express this
          *       combination of duration, aspect ratio, resolution and inputs; nothing is created or held).
          *     - `401 invalid_api_key`; `402 key_quota_exceeded` or `insufficient_balance` (nothing created or
          *       held); `403 api_key_inactive` or `account_suspended`.
-         *     - `404 model_not_found` (unknown model, or not visible to the key).
+         *     - `404 model_not_found` (unknown model, or not visible to the key), `file_not_found` (a media
+         *       input names a file that is not this account's, or has expired).
+         *     - `408 body_timeout`.
          *     - `409 quote_stale` (the price changed) or `quote_expired`: the body carries `currentQuote`;
          *       nothing was created or held; confirm the price and retry with `currentQuote.quoteToken`.
          *       `409 idempotency_conflict`: the `client_request_id` belongs to a different request.
-         *     - `413 body_too_large`, `media_total_too_large` (over `maxMediaInputBytes`),
+         *     - `413 body_too_large` (the JSON besides media inputs over `JSON_BODY_LIMIT_BYTES`),
+         *       `media_total_too_large` (over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`); `415 unsupported_media_type`;
          *       `429 rate_limited` (with `Retry-After`).
-         *     - `500 internal_error`; `503 no_reachable_member`, `capability_disabled` or `server_busy`.
+         *     - `500 internal_error`; `503 no_reachable_member` or `capability_disabled`.
          */
         post: operations["createVideo"];
         delete?: never;
@@ -359,8 +379,19 @@ export interface paths {
          *     `generate_audio`/`generateAudio`, `firstFrame`/`first_frame`, `lastFrame`/`last_frame`,
          *     `referenceImages`/`reference_images`, `callback_url`/`callbackUrl`) must agree when both are
          *     given. Media inputs (frames, reference images, reference video and audio URLs) count toward
-         *     `maxMediaInputCount`; inline image bytes toward `maxMediaInputBytes`. Media fields carry no
-         *     schema length or pattern: their limits are byte limits enforced while the body is read.
+         *     `maxMediaInputCount`; the bytes of frames and reference images toward `maxMediaInputBytes`.
+         *
+         *     **Media inputs** (frames, reference images): each is a base64 image data URL, the id of a file
+         *     of this account (`POST /v1/files` uploads an image once for many requests; an unknown, expired
+         *     or foreign id is `404 file_not_found`), or an https URL fetched at creation under the same
+         *     SSRF rules as `callback_url` (checked again at every redirect, at most 3), within
+         *     `MEDIA_URL_TIMEOUT_MS`. The body is read as a stream: data URLs are decoded into storage as
+         *     they arrive, so the advertised `maxMediaInputBytes` (512 MiB) and `maxMediaInputCount` (256)
+         *     are true whatever the body's size, and each limit answers `413` as soon as it is passed,
+         *     without reading the rest. A body that stalls for `BODY_IDLE_TIMEOUT_MS` (30 s) or is not
+         *     complete within `BODY_TIMEOUT_MS` (15 min) is `408 body_timeout`. Inputs of a request that
+         *     creates no task (rejected, replayed, or abandoned by its client) are removed when the request
+         *     ends. Media fields carry no schema length or pattern.
          *
          *     **Price.** The price is that of the model and resolution row: `per_second` = `unitPrice` ×
          *     duration, `per_item` = `unitPrice` once. With `quote_token` the quoted price is used if it is
@@ -372,7 +403,8 @@ export interface paths {
          *     returns `202` with the original task and its original billing, even after a price change, and
          *     no second hold is placed. "The same request" means every field that shapes the task is equal
          *     after aliases are resolved: prompt, negative prompt, model, duration, aspect ratio,
-         *     resolution, audio, frames and reference images (as sent), reference video and audio URLs,
+         *     resolution, audio, frames and reference images (the image bytes for data URLs, however they
+         *     are encoded; the id or URL otherwise), reference video and audio URLs,
          *     and `callback_url`; only `quote_token` may differ. A different request under a used
          *     `client_request_id` is `409 idempotency_conflict` (as Stripe does) and changes nothing.
          *
@@ -393,18 +425,22 @@ export interface paths {
          *       `audio_not_supported`, `frames_not_supported`, `last_frame_not_supported`,
          *       `last_frame_requires_first_frame`, `frames_with_reference_images`,
          *       `too_many_reference_images`, `invalid_data_url`, `invalid_image`, `invalid_media_url`,
+         *       `media_url_unavailable`,
          *       `invalid_callback_url`, `quote_invalid` (malformed token), `quote_mismatch` (token of another
          *       key, model or resolution), `nul_character`, `invalid_content_encoding`.
          *     - `401 invalid_api_key`; `402 key_quota_exceeded` or `insufficient_balance` (nothing created or
          *       held); `403 api_key_inactive` or `account_suspended`.
-         *     - `404 model_not_found` (unknown model, or not visible to the key).
+         *     - `404 model_not_found` (unknown model, or not visible to the key), `file_not_found` (a media
+         *       input names a file that is not this account's, or has expired).
+         *     - `408 body_timeout`.
          *     - `409 quote_stale` (the price changed) or `quote_expired`: the body carries `currentQuote`;
          *       nothing was created or held; confirm the price and retry with `currentQuote.quoteToken`.
          *       `409 idempotency_conflict`: the `client_request_id` belongs to a different request.
-         *     - `413 body_too_large`, `media_total_too_large` (over `maxMediaInputBytes`),
+         *     - `413 body_too_large` (the JSON besides media inputs over `JSON_BODY_LIMIT_BYTES`),
+         *       `media_total_too_large` (over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`); `415 unsupported_media_type`;
          *       `429 rate_limited` (with `Retry-After`).
-         *     - `500 internal_error`; `503 no_reachable_member`, `capability_disabled` or `server_busy`.
+         *     - `500 internal_error`; `503 no_reachable_member` or `capability_disabled`.
          */
         post: operations["createVideoApiV1"];
         delete?: never;
@@ -2127,9 +2163,9 @@ export interface components {
         ImageEditRequest: {
             /** @description The edit instruction, 1 to 32,000 characters. */
             prompt: string;
-            /** @description The input images, 1 to 16, in order (more fails schema validation: `400 invalid_request`, `param: images`). Each item is either a base64 image data URL (`data:image/png;base64,…`) or the id (`file_…`) of a file this account created (for example the result of an earlier generation); an id that is not a file of this account is `400 image_not_found`. */
+            /** @description The input images, 1 to 16, in order (more fails schema validation: `400 invalid_request`, `param: images`). Each item is a base64 image data URL (`data:image/png;base64,…`, decoded into storage while the body is read), the id (`file_…`) of a file of this account (an upload from `POST /v1/files`, or an earlier input or result; unknown, expired or another account's: `404 file_not_found`), or an https URL (fetched SSRF-safely: `400 invalid_media_url` for a private target, `400 media_url_unavailable` when it cannot be fetched). */
             images: string[];
-            /** @description Mask image as a base64 image data URL or a file id of this account. Its transparent area marks the region to edit; its dimensions must match the first input image (`400 mask_size_mismatch`). Its limits are byte limits enforced while the body is read: over the per-input limit is `413 media_too_large`, a whole request over the request body limit is `413 body_too_large`; a body that is not a decodable image is `400 invalid_image`. */
+            /** @description Mask image as a base64 image data URL, a file id of this account or an https URL. Its transparent area marks the region to edit; its dimensions must match the first input image (`400 mask_size_mismatch`). Its limits are byte limits enforced while the body is read: over the per-input limit is `413 media_too_large`; an image that does not decode completely is `400 invalid_image`. */
             mask?: string;
             /** @description An image model id available to the key (see `GET /v1/models`). Unknown or not available to the key → `404 model_not_found`. */
             model: string;
@@ -2326,13 +2362,13 @@ export interface components {
             generate_audio?: boolean;
             /** @description Alias of `generate_audio`; when both are given they must be equal (`400 alias_conflict`). */
             generateAudio?: boolean;
-            /** @description First frame as a base64 image data URL (`data:image/png;base64,…`). On a model whose `input.frames` is `none` it is `400 frames_not_supported`; together with reference images `400 frames_with_reference_images`. Its limits are byte limits enforced while the body is read (`413 media_total_too_large` over `maxMediaInputBytes`, `413 body_too_large` over the server's body limit), not schema limits; a string that is not a base64 image data URL is `400 invalid_data_url`, undecodable image data is `400 invalid_image`. */
+            /** @description First frame. On a model whose `input.frames` is `none` it is `400 frames_not_supported`; together with reference images `400 frames_with_reference_images`. One media input: a base64 image data URL (decoded into storage while the body is read, never held whole), the id of a file of this account (`file_…`, e.g. from `POST /v1/files`; unknown, expired or another account's: `404 file_not_found`), or an https URL (fetched at creation, SSRF-safe: a private target, also after a redirect, is `400 invalid_media_url`; one that cannot be fetched within `MEDIA_URL_TIMEOUT_MS` is `400 media_url_unavailable`). Limits hold while the body is read, not as schema limits: `413 media_total_too_large` past `maxMediaInputBytes` (all inputs together), `413 too_many_media_inputs` past `maxMediaInputCount`; any other string is `400 invalid_data_url`, an image that does not decode completely `400 invalid_image`. */
             firstFrame?: string;
-            /** @description Alias of `firstFrame`; when both are given they must be equal (`400 alias_conflict`). Its limits are byte limits enforced while the body is read (`413 media_total_too_large` over `maxMediaInputBytes`, `413 body_too_large` over the server's body limit), not schema limits; a string that is not a base64 image data URL is `400 invalid_data_url`, undecodable image data is `400 invalid_image`. */
+            /** @description Alias of `firstFrame`; when both are given they must be equal (`400 alias_conflict`). One media input: a base64 image data URL (decoded into storage while the body is read, never held whole), the id of a file of this account (`file_…`, e.g. from `POST /v1/files`; unknown, expired or another account's: `404 file_not_found`), or an https URL (fetched at creation, SSRF-safe: a private target, also after a redirect, is `400 invalid_media_url`; one that cannot be fetched within `MEDIA_URL_TIMEOUT_MS` is `400 media_url_unavailable`). Limits hold while the body is read, not as schema limits: `413 media_total_too_large` past `maxMediaInputBytes` (all inputs together), `413 too_many_media_inputs` past `maxMediaInputCount`; any other string is `400 invalid_data_url`, an image that does not decode completely `400 invalid_image`. */
             first_frame?: string;
-            /** @description Last frame as a base64 image data URL. Requires `firstFrame` (`400 last_frame_requires_first_frame`); on a `first-only` model it is `400 last_frame_not_supported` (`frames_not_supported` on a `none` model). Its limits are byte limits enforced while the body is read (`413 media_total_too_large` over `maxMediaInputBytes`, `413 body_too_large` over the server's body limit), not schema limits; a string that is not a base64 image data URL is `400 invalid_data_url`, undecodable image data is `400 invalid_image`. */
+            /** @description Last frame. Requires `firstFrame` (`400 last_frame_requires_first_frame`); on a `first-only` model it is `400 last_frame_not_supported` (`frames_not_supported` on a `none` model). One media input: a base64 image data URL (decoded into storage while the body is read, never held whole), the id of a file of this account (`file_…`, e.g. from `POST /v1/files`; unknown, expired or another account's: `404 file_not_found`), or an https URL (fetched at creation, SSRF-safe: a private target, also after a redirect, is `400 invalid_media_url`; one that cannot be fetched within `MEDIA_URL_TIMEOUT_MS` is `400 media_url_unavailable`). Limits hold while the body is read, not as schema limits: `413 media_total_too_large` past `maxMediaInputBytes` (all inputs together), `413 too_many_media_inputs` past `maxMediaInputCount`; any other string is `400 invalid_data_url`, an image that does not decode completely `400 invalid_image`. */
             lastFrame?: string;
-            /** @description Alias of `lastFrame`; when both are given they must be equal (`400 alias_conflict`). Its limits are byte limits enforced while the body is read (`413 media_total_too_large` over `maxMediaInputBytes`, `413 body_too_large` over the server's body limit), not schema limits; a string that is not a base64 image data URL is `400 invalid_data_url`, undecodable image data is `400 invalid_image`. */
+            /** @description Alias of `lastFrame`; when both are given they must be equal (`400 alias_conflict`). One media input: a base64 image data URL (decoded into storage while the body is read, never held whole), the id of a file of this account (`file_…`, e.g. from `POST /v1/files`; unknown, expired or another account's: `404 file_not_found`), or an https URL (fetched at creation, SSRF-safe: a private target, also after a redirect, is `400 invalid_media_url`; one that cannot be fetched within `MEDIA_URL_TIMEOUT_MS` is `400 media_url_unavailable`). Limits hold while the body is read, not as schema limits: `413 media_total_too_large` past `maxMediaInputBytes` (all inputs together), `413 too_many_media_inputs` past `maxMediaInputCount`; any other string is `400 invalid_data_url`, an image that does not decode completely `400 invalid_image`. */
             last_frame?: string;
             /** @description Ordered reference images; omitted means none (an empty list). More than the model's `input.referenceImages.maxCount` is `400 too_many_reference_images`; together with `firstFrame`/`lastFrame` it is `400 frames_with_reference_images` (for every model). */
             referenceImages?: string[];
@@ -3958,6 +3994,26 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
+        /** @description The request body did not arrive in time (`body_timeout`): no byte for `BODY_IDLE_TIMEOUT_MS` (30 s by default), or not complete within `BODY_TIMEOUT_MS` (15 minutes). */
+        RequestTimeout: {
+            headers: {
+                "X-Request-Id": components["headers"]["XRequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": {
+                 *         "message": "No part of the request body arrived for 30000 ms.",
+                 *         "type": "invalid_request_error",
+                 *         "code": "body_timeout",
+                 *         "param": null
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
         /**
          * @description Conflict. On video creation: the supplied quote token is stale (`quote_stale`: the price changed)
          *     or expired (`quote_expired`); the body carries `currentQuote`, nothing was created or held, and the
@@ -3986,26 +4042,6 @@ export interface components {
                  *         "unitPrice": 0.12,
                  *         "creditsPerSecond": 0.12,
                  *         "quoteToken": "q1.eyJrIjoia2V5XzAxIn0.c2lnbmF0dXJl"
-                 *       }
-                 *     }
-                 */
-                "application/json": components["schemas"]["ErrorResponse"];
-            };
-        };
-        /** @description The request body did not arrive in time (`body_timeout`): no byte for `BODY_IDLE_TIMEOUT_MS` (30 s by default), or not complete within `BODY_TIMEOUT_MS` (15 minutes). */
-        RequestTimeout: {
-            headers: {
-                "X-Request-Id": components["headers"]["XRequestId"];
-                [name: string]: unknown;
-            };
-            content: {
-                /**
-                 * @example {
-                 *       "error": {
-                 *         "message": "No part of the request body arrived for 30000 ms.",
-                 *         "type": "invalid_request_error",
-                 *         "code": "body_timeout",
-                 *         "param": null
                  *       }
                  *     }
                  */
@@ -4453,6 +4489,7 @@ export interface operations {
             402: components["responses"]["PaymentRequired"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
@@ -4663,6 +4700,7 @@ export interface operations {
             402: components["responses"]["PaymentRequired"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -4727,6 +4765,7 @@ export interface operations {
             402: components["responses"]["PaymentRequired"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];

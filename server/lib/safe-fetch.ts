@@ -55,6 +55,8 @@ export interface SafeFetchOptions {
   resolve?: Resolver;
   /** Test seam: extra trusted CAs (default: Node's, plus NODE_EXTRA_CA_CERTS). */
   ca?: string | string[];
+  /** Test seam: addresses that count as public (a loopback server playing a public host). */
+  treatAsPublic?: readonly string[];
 }
 
 export interface SafeResponse {
@@ -72,10 +74,21 @@ const systemResolver: Resolver = async (host) => (await dnsLookup(host, { all: t
  * Checks the URL and resolves its host to addresses that may be connected to; throws
  * `invalid_url`, `blocked_address` or `dns_failure`.
  */
-export async function resolveTarget(raw: string, opts: { allowPrivate?: boolean; resolve?: Resolver } = {}): Promise<{ target: OutboundUrl; addresses: ResolvedAddress[] }> {
+export async function resolveTarget(
+  raw: string,
+  opts: { allowPrivate?: boolean; resolve?: Resolver; treatAsPublic?: readonly string[] } = {},
+): Promise<{ target: OutboundUrl; addresses: ResolvedAddress[] }> {
+  const isPublic = (address: string) => isPublicAddress(address) || (opts.treatAsPublic?.includes(address) ?? false);
   let target: OutboundUrl;
   try {
-    target = parseOutboundUrl(raw, { allowPrivate: opts.allowPrivate });
+    try {
+      target = parseOutboundUrl(raw, { allowPrivate: opts.allowPrivate });
+    } catch (err) {
+      // An IP literal the test seam counts as public passes; every other rule still holds.
+      const literal = parseOutboundUrl(raw, { allowPrivate: true });
+      if (!(err instanceof OutboundUrlError && err.problem === 'non_public_address' && literal.address && isPublic(literal.address))) throw err;
+      target = literal;
+    }
   } catch (err) {
     if (!(err instanceof OutboundUrlError)) throw err;
     const blocked = err.problem === 'internal_name' || err.problem === 'non_public_address';
@@ -91,7 +104,7 @@ export async function resolveTarget(raw: string, opts: { allowPrivate?: boolean;
   }
   if (addresses.length === 0) throw new SafeFetchError('dns_failure', `'${target.host}' has no address`);
   if (!opts.allowPrivate) {
-    const refused = addresses.filter((a) => !isPublicAddress(a.address));
+    const refused = addresses.filter((a) => !isPublic(a.address));
     if (refused.length > 0) {
       const list = refused.map((a) => `${a.address} (${ipaddr.isValid(a.address) ? ipaddr.process(a.address).range() : 'invalid'})`).join(', ');
       throw new SafeFetchError('blocked_address', `refused target: '${target.host}' resolves to ${list}, not a public address`);

@@ -70,6 +70,9 @@ export class InputStaging {
   /** A sink that stores the bytes written to it as an input file. */
   open(param: string, contentType: string): InputSink {
     const pass = new PassThrough({ highWaterMark: 1 << 20 });
+    // An abort before the store attached its pipeline must not be an unhandled 'error' event;
+    // the store's outcome is observed through `saving`.
+    pass.on('error', () => undefined);
     const hash = createHash('sha256');
     const saving = this.track(this.files.save({ accountId: this.accountId, purpose: 'input', contentType, expiresAt: this.expiry() }, pass));
     saving.catch(() => undefined); // observed by write/end

@@ -30,8 +30,8 @@ export interface MediaInputOptions {
   urlTimeoutMs: number;
   /** URL inputs may be on private networks (the operator's ALLOW_PRIVATE_TARGETS). */
   allowPrivate: boolean;
-  /** Test seams of the URL fetch: the resolver and extra trusted CAs. */
-  fetch?: Pick<SafeFetchOptions, 'resolve' | 'ca'>;
+  /** Test seams of the URL fetch: the resolver, extra trusted CAs, addresses that count as public. */
+  fetch?: Pick<SafeFetchOptions, 'resolve' | 'ca' | 'treatAsPublic'>;
 }
 
 /** A resolved input: its file and what inspection found (PNG/JPEG/WebP/GIF, size). */
@@ -75,7 +75,7 @@ export class MediaInputs {
     }
     if (/^https:\/\//i.test(value)) {
       const left = limits.maxBytes - staging.bytes;
-      const room = left < limits.maxItemBytes ? { bytes: Math.max(0, left), code: 'media_total_too_large' as const } : { bytes: limits.maxItemBytes, code: 'media_too_large' as const };
+      const room = left <= limits.maxItemBytes ? { bytes: Math.max(0, left), code: 'media_total_too_large' as const } : { bytes: limits.maxItemBytes, code: 'media_too_large' as const };
       return (await this.fetchInto(staging, value, param, room)).file;
     }
     throw badRequest('invalid_data_url', `'${param}' must be a base64 image data URL (data:image/png;base64,...), a file id (file_...) or an https URL.`, param);

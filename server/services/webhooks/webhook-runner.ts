@@ -41,7 +41,7 @@ export interface WebhookRunnerDeps {
   timeoutMs: number;
   allowPrivate: boolean;
   /** Test seams: the resolver and extra trusted CAs of safeFetch. */
-  fetchOptions?: Pick<SafeFetchOptions, 'resolve' | 'ca'>;
+  fetchOptions?: Pick<SafeFetchOptions, 'resolve' | 'ca' | 'treatAsPublic'>;
 }
 
 export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
