@@ -17,7 +17,7 @@ import { formatQueryCounts, installQueryCounter, queryCounts, resetQueryCounts }
 import { SUMMARY_HEADER, summaryRow, table, type Summary } from './bench/stats.ts';
 import { createDatabase } from '../server/db/database.ts';
 
-const SCENARIOS = ['poll', 'models', 'credits', 'create', 'hold', 'baseline', 'bodies', 'inflight', 'proxy'] as const;
+const SCENARIOS = ['poll', 'models', 'credits', 'create', 'hold', 'baseline', 'bigbody', 'inflight', 'proxy'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 const DESCRIPTIONS: Record<Scenario, string> = {
   poll: 'GET /v1/videos/{id} of an existing task',
@@ -27,11 +27,11 @@ const DESCRIPTIONS: Record<Scenario, string> = {
   hold: 'credit hold + task insert on one hot key: one statement vs BEGIN..COMMIT (repository level)',
   baseline: 'bare node:http + pg.Pool doing the poll\'s SELECT, for the framework share',
   inflight: 'N video tasks on one server process against a fake OpenAI /v1/videos upstream: jobs in flight, detection delay, SQL per poll step, RSS, CPU',
-  bodies: 'six concurrent 60 MiB POST /v1/videos/generations bodies on a server process: its peak RSS growth vs writing the bytes to disk',
+  bigbody: 'POST /v1/videos/generations with 512 MiB of reference images, 4 concurrent 128 MiB ones and 6 concurrent 60 MiB ones on a server process: peak RSS growth and wall time vs writing the bytes to disk; time to refuse a body one byte over the limit',
   proxy: 'synchronous POST /v1/images/generations through a server process vs straight to the fake OpenAI Images upstream, at concurrency 1 and --connections: added latency, throughput ratio, time to the first partial image, peak RSS with n=4 4K PNG results',
 };
 /** Scenarios that run only when named (long, or a server process of their own). */
-const ON_DEMAND: readonly Scenario[] = ['bodies', 'inflight', 'proxy'];
+const ON_DEMAND: readonly Scenario[] = ['bigbody', 'inflight', 'proxy'];
 /** Upper bound on measured operations per scenario (each run is also bounded by --duration). */
 const MAX_OPS = 1_000_000;
 
@@ -52,7 +52,7 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
   proxy: --duration is per side and concurrency level, in two ABBA halves (default 10), --connections
   the high level (the low one is 1) and the memory run's concurrency, --warmup per side before the
   first window.
-  env BENCH_SERVER_ENV: a JSON object of extra environment for the server process (bodies, proxy).
+  env BENCH_SERVER_ENV: a JSON object of extra environment for the server process (bigbody, proxy).
   env DATABASE_URL: run in a scratch database mediagate_bench_<random> on that server (dropped
   afterwards); unset: a temporary embedded PostgreSQL.`;
 
@@ -194,15 +194,32 @@ async function main(): Promise<number> {
         if (r.failed) failed = true;
         continue;
       }
-      if (scenario === 'bodies') {
-        const bodies = await runBigBodies(database.url, customer, [{ label: '6 x 60 MiB', concurrency: 6, bytes: 60 * 1024 * 1024 }], process.env.BENCH_SERVER_ENV ? JSON.parse(process.env.BENCH_SERVER_ENV) : {});
-        for (const b of bodies) {
+      if (scenario === 'bigbody') {
+        const { results, rejection } = await runBigBodies(
+          database.url,
+          setupDb,
+          customer,
+          [
+            { label: '1 x 512 MiB', concurrency: 1, mediaBytes: 512 * 1024 * 1024 },
+            { label: '4 x 128 MiB', concurrency: 4, mediaBytes: 128 * 1024 * 1024 },
+            { label: '6 x 60 MiB', concurrency: 6, mediaBytes: 60 * 1024 * 1024 },
+          ],
+          process.env.BENCH_SERVER_ENV ? JSON.parse(process.env.BENCH_SERVER_ENV) : {},
+          (line) => console.log(line),
+        );
+        for (const b of results) {
           console.log(
-            `  ${b.label}: server RSS idle ${b.idleRssMiB.toFixed(0)} MiB, peak growth ${b.peakGrowthMiB.toFixed(0)} MiB; ` +
-              `wall ${b.wallMs.toFixed(0)} ms vs ${b.diskMs.toFixed(0)} ms writing the same bytes to disk; statuses ${JSON.stringify(b.statuses)}`,
+            `  ${b.label}: body ${(b.bodyBytes / 1048576).toFixed(0)} MiB; server RSS idle ${b.idleRssMiB.toFixed(0)} MiB, peak growth ${b.peakGrowthMiB.toFixed(0)} MiB; ` +
+              `wall ${b.wallMs.toFixed(0)} ms vs ${b.diskSyncMs.toFixed(0)} ms writing the same bytes to disk (${b.diskCacheMs.toFixed(0)} ms without fsync): ` +
+              `${(b.wallMs / b.diskSyncMs).toFixed(2)}x; statuses ${JSON.stringify(b.statuses)}`,
           );
           if (Object.keys(b.statuses).some((s) => s !== '202')) failed = true;
         }
+        console.log(
+          `  one byte over ${rejection.limitBytes} bytes of media: ${rejection.status} ${rejection.code} ${rejection.afterCrossingMs.toFixed(1)} ms after the crossing chunk was written ` +
+            `(${rejection.writtenMiB.toFixed(0)} of ${rejection.bodyMiB.toFixed(0)} MiB sent)`,
+        );
+        if (rejection.status !== 413) failed = true;
         continue;
       }
       if (scenario === 'hold') {
