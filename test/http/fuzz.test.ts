@@ -43,6 +43,7 @@ const VALID: Record<string, () => Json> = {
   '/api/v1/videos/generations': () => ({ client_request_id: 'fuzz', prompt: 'a fox', model: 'local-video-1', duration: 4, aspect_ratio: '16:9', resolution: '720p', referenceImages: [PNG_16] }),
   '/v1/videos': () => ({ prompt: 'x' }),
   '/v1/webhooks/secret/rotate': () => ({}),
+  '/v1/files': () => ({ purpose: 'input', 'expires_after[seconds]': '3600' }),
 };
 const GETS = ['/v1/models', '/v1/credits', '/v1/videos/capabilities', '/healthz', '/readyz', '/metrics', '/v1/webhooks/secret', '/v1/images/{id}', '/v1/videos/{id}', '/v1/files/{id}'];
 
@@ -84,7 +85,7 @@ export function generate(random: () => number): FuzzRequest {
   }
   const path = pick(Object.keys(VALID));
   let headers: Record<string, string> = { 'Content-Type': 'application/json' };
-  if (chance(0.1)) headers = { 'Content-Type': pick(['text/plain', 'application/xml', 'multipart/form-data; boundary=x', 'application/json; charset=latin1', '']) };
+  if (chance(0.1)) headers = { 'Content-Type': pick(['text/plain', 'application/xml', 'multipart/form-data; boundary=x', 'multipart/form-data', 'application/json; charset=latin1', '']) };
   if (chance(0.05)) headers['Content-Encoding'] = pick(['gzip', 'br', 'deflate', 'zstd', 'identity']);
   if (chance(0.05)) headers.Accept = 'text/event-stream';
   if (chance(0.05)) headers.Prefer = 'respond-async';
