@@ -85,13 +85,17 @@ describe('openai videos: upstream failures', () => {
   it('retries 5xx and 429 (honouring retry-after) and still submits one job', async () => {
     const c = await customer();
     fake.faults.push('create', { status: 500, body: { error: { message: 'The server had an error', type: 'server_error', param: null, code: null } } });
-    fake.rateLimitNext('create', 1);
-    const started = Date.now();
+    fake.rateLimitNext('create', 3);
     const created = await create(c.key);
-    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id, 60_000);
     expect(task.status).toBe('completed');
-    // The 429 asked for 1 s: the retry waited for it.
-    expect(Date.now() - started).toBeGreaterThan(1000);
+    // Three submits: the 500, the 429, the one accepted. After the 500 the backoff waited 0.5–1 s;
+    // after the 429 the retry waited for its retry-after (3 s), longer than any backoff of a second
+    // failure (1–2 s) would have.
+    const creates = fake.requests.filter((r) => r.method === 'POST' && r.path.endsWith('/videos') && r.headers['idempotency-key'] === created.body.id);
+    expect(creates).toHaveLength(3);
+    expect(creates[2]!.receivedAt - creates[1]!.receivedAt).toBeGreaterThanOrEqual(2900);
+    expect(creates[1]!.receivedAt - creates[0]!.receivedAt).toBeLessThan(2500);
     const jobs = [...fake.jobs.values()].filter((j) => j.idempotencyKey === created.body.id);
     expect(jobs).toHaveLength(1);
     expect(server.logs.some((l) => l.includes(created.body.id) && l.includes('task step failed; retrying'))).toBe(true);

@@ -21,7 +21,8 @@ const running: ServerProcess[] = [];
 beforeAll(async () => {
   t = await createTestDatabase();
   await seedCatalog(t.db, [SORA_2]);
-  fake = await startOpenAIVideosFake({ jobDurationMs: 2500, contentBytes: 2048 });
+  // Jobs take 2.5 s upstream; "long" ones 20 s (the SIGKILL test needs all of them still running).
+  fake = await startOpenAIVideosFake({ jobDurationMs: 2500, contentBytes: 2048, durationFor: (prompt) => (prompt.startsWith('long ') ? 20_000 : undefined) });
 });
 afterAll(async () => {
   await Promise.all(running.map((p) => p.kill('SIGKILL')));
@@ -54,7 +55,7 @@ async function customer() {
   return { accountId: account.id, key: key.key };
 }
 
-async function createTasks(urls: string[], key: string, n: number): Promise<string[]> {
+async function createTasks(urls: string[], key: string, n: number, prompt = 'clip'): Promise<string[]> {
   const ids: string[] = [];
   let next = 0;
   const worker = async (w: number) => {
@@ -63,7 +64,7 @@ async function createTasks(urls: string[], key: string, n: number): Promise<stri
       const res = await fetch(`${urls[(w + i) % urls.length]}/v1/videos/generations`, {
         method: 'POST',
         headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
-        body: JSON.stringify({ client_request_id: `ue-${randomBytes(6).toString('hex')}`, prompt: `clip ${i}`, model: SORA_2.id, seconds: 4, aspectRatio: '16:9', resolution: '720p' }),
+        body: JSON.stringify({ client_request_id: `ue-${randomBytes(6).toString('hex')}`, prompt: `${prompt} ${i}`, model: SORA_2.id, seconds: 4, aspectRatio: '16:9', resolution: '720p' }),
       });
       expect(res.status).toBe(202);
       ids.push(((await res.json()) as { id: string }).id);
@@ -124,18 +125,18 @@ describe('SIGKILL with 500 jobs in flight', () => {
   it('restarts, and every task completes exactly once with one capture', async () => {
     const c = await customer();
     const first = await start();
-    const ids = await createTasks([first.url], c.key, 500);
-    // Kill once most jobs are running upstream and none has been finalized yet.
-    const deadline = Date.now() + 30_000;
+    const ids = await createTasks([first.url], c.key, 500, 'long');
+    // Kill once every job runs upstream (each takes 20 s there) and none has finished.
+    const deadline = Date.now() + 60_000;
     for (;;) {
       const submitted = await t.db.selectFrom('videoTasks').select('id').where('id', 'in', ids).where('upstreamJobId', 'is not', null).execute();
-      if (submitted.length >= 300) break;
+      if (submitted.length === ids.length) break;
       if (Date.now() > deadline) throw new Error(`only ${submitted.length} submitted`);
       await new Promise((r) => setTimeout(r, 50));
     }
     expect((await first.kill('SIGKILL')).signal).toBe('SIGKILL');
-    const inFlight = await t.db.selectFrom('videoTasks').select('id').where('id', 'in', ids).where('status', 'in', ['queued', 'in_progress']).execute();
-    expect(inFlight.length).toBeGreaterThan(250);
+    const inFlight = await t.db.selectFrom('videoTasks').select('id').where('id', 'in', ids).where('status', 'in', ['queued', 'in_progress']).where('upstreamJobId', 'is not', null).execute();
+    expect(inFlight).toHaveLength(500);
 
     const second = await start();
     await waitVideoTasksFinished(t.db, ids, 120_000);
