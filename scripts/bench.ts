@@ -11,6 +11,7 @@ import { openBenchDatabase, seedCustomer, type Customer } from './bench/database
 import { runBigBodies } from './bench/big-bodies.ts';
 import { runInflight } from './bench/inflight.ts';
 import { runProxy } from './bench/proxy.ts';
+import { buildServer } from './bench/server-command.ts';
 import { compareHolds } from './bench/hold.ts';
 import { runLoad, type LoadSpec } from './bench/load.ts';
 import { formatQueryCounts, installQueryCounter, queryCounts, resetQueryCounts } from './bench/query-counter.ts';
@@ -48,7 +49,9 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
   --rss-rounds   proxy: n=4 4K requests each connection sends in the memory run (default 3)
   --keys         proxy: API keys, one account each, the connections take turns on (default 1: one
                  hot key, whose rows every hold and settlement locks)
-  --cpu-prof     proxy: directory for a V8 CPU profile of the server process (written when it exits)
+  --cpu-prof     inflight, proxy: directory for a V8 CPU profile of the server process (written when it exits)
+  --built        bigbody, inflight, proxy: run the server as production does, from the tsc build
+                 (\`npm run build\` first, then node dist/server/main.js), not through tsx
   proxy: --duration is per side and concurrency level, in two ABBA halves (default 10), --connections
   the high level (the low one is 1) and the memory run's concurrency, --warmup per side before the
   first window.
@@ -71,6 +74,7 @@ function parseCli(argv: string[]): {
   rssRounds: number;
   keys: number;
   cpuProfDir: string | undefined;
+  built: boolean;
   help: boolean;
 } {
   const { values, positionals } = parseArgs({
@@ -88,6 +92,7 @@ function parseCli(argv: string[]): {
       'rss-rounds': { type: 'string', default: '3' },
       'cpu-prof': { type: 'string' },
       keys: { type: 'string', default: '1' },
+      built: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -112,6 +117,7 @@ function parseCli(argv: string[]): {
     rssRounds: Math.round(number('rss-rounds', values['rss-rounds'], 1, 1000)),
     keys: Math.round(number('keys', values.keys, 1, 1000)),
     cpuProfDir: values['cpu-prof'],
+    built: values.built,
     help: values.help,
   };
 }
@@ -139,6 +145,10 @@ async function main(): Promise<number> {
   const proxyNote = scenarios.includes('proxy') ? ` (proxy: ${cli.proxyDurationMs / 1000} s per side and level)` : '';
   console.log(`scenarios: ${scenarios.join(', ')}; ${durationMs / 1000} s measured${proxyNote} after ${warmupMs / 1000} s warm-up each, ${connections} connections`);
 
+  if (cli.built) {
+    console.log('building the server (npm run build) ...');
+    buildServer();
+  }
   installQueryCounter();
   const database = await openBenchDatabase(process.env.DATABASE_URL || undefined);
   const cleanups: (() => Promise<void>)[] = [() => database.destroy()];
@@ -178,7 +188,7 @@ async function main(): Promise<number> {
     for (const scenario of scenarios) {
       console.log(`\n== ${scenario}: ${DESCRIPTIONS[scenario]}`);
       if (scenario === 'inflight') {
-        const r = await runInflight(database.url, { tasks: cli.tasks, delayMs: cli.delayMs, pollMs: cli.pollMs, connections }, (line) => console.log(line));
+        const r = await runInflight(database.url, { tasks: cli.tasks, delayMs: cli.delayMs, pollMs: cli.pollMs, connections, cpuProfDir: cli.cpuProfDir, built: cli.built }, (line) => console.log(line));
         console.log(`  ${r.tasks} tasks, upstream done ${cli.delayMs / 1000} s after submit, polled every ${cli.pollMs / 1000} s`);
         console.log(`  creation: ${r.createPerSecond.toFixed(0)} tasks/s; peak jobs in flight: ${r.peakInFlight}; all done in ${r.wallSeconds.toFixed(1)} s; failed: ${r.failed}`);
         console.log(`  detection delay (upstream done -> completed): p50 ${(r.detection.p50 / 1000).toFixed(2)} s, p99 ${(r.detection.p99 / 1000).toFixed(2)} s, max ${(r.detection.max / 1000).toFixed(2)} s (target p99 <= ${(cli.pollMs / 1000 + 1).toFixed(1)} s)`);
@@ -189,7 +199,7 @@ async function main(): Promise<number> {
         continue;
       }
       if (scenario === 'proxy') {
-        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections, partials: cli.partials, rssRounds: cli.rssRounds, keys: cli.keys, cpuProfDir: cli.cpuProfDir, ...serverEnv() }, (line) => console.log(line));
+        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections, partials: cli.partials, rssRounds: cli.rssRounds, keys: cli.keys, cpuProfDir: cli.cpuProfDir, built: cli.built, ...serverEnv() }, (line) => console.log(line));
         rows.push(...r.rows);
         if (r.failed) failed = true;
         continue;
@@ -206,6 +216,7 @@ async function main(): Promise<number> {
           ],
           process.env.BENCH_SERVER_ENV ? JSON.parse(process.env.BENCH_SERVER_ENV) : {},
           (line) => console.log(line),
+          cli.built,
         );
         for (const b of results) {
           console.log(

@@ -18,6 +18,7 @@ import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import { spawnServer, type ServerProcess } from '../../test/support/server-process.ts';
 import type { Customer } from './database.ts';
+import { serverCommand } from './server-command.ts';
 
 export interface BigBodyCase {
   label: string;
@@ -158,6 +159,7 @@ export async function runBigBodies(
   cases: BigBodyCase[],
   env: Record<string, string> = {},
   log: (line: string) => void = () => undefined,
+  built = false,
 ): Promise<{ results: BigBodyResult[]; rejection: RejectionResult }> {
   const limit = 512 * MiB;
   // The local model takes up to 256 reference images here (an operator can set this limit).
@@ -175,6 +177,7 @@ export async function runBigBodies(
       MAX_MEDIA_INPUT_BYTES: String(limit),
       ...env,
     },
+    command: serverCommand({ built }),
   });
   const pid = server.child.pid!;
   const port = Number(new URL(server.url).port);

@@ -20,6 +20,7 @@ import { startOpenAIVideosFake } from '../../test/fakes/openai-video-upstream.ts
 import { seedCatalog, createAccount, createGroup, createApiKey } from '../../test/support/factories.ts';
 import { spawnServer } from '../../test/support/server-process.ts';
 import { SORA_2, addUpstreamMember } from '../../test/support/upstreams.ts';
+import { serverCommand } from './server-command.ts';
 import { percentile } from './stats.ts';
 
 export interface InflightOptions {
@@ -27,6 +28,10 @@ export interface InflightOptions {
   delayMs: number;
   pollMs: number;
   connections: number;
+  /** Write a V8 CPU profile of the server process here (when it exits). */
+  cpuProfDir?: string;
+  /** Run the tsc build (`node dist/server/main.js`) instead of tsx. */
+  built?: boolean;
 }
 
 export interface InflightResult {
@@ -64,6 +69,9 @@ async function metric(url: string, token: string, name: string): Promise<number>
 export async function runInflight(databaseUrl: string, opts: InflightOptions, log: (line: string) => void): Promise<InflightResult> {
   const MiB = 1024 * 1024;
   const fake = await startOpenAIVideosFake({ jobDurationMs: opts.delayMs, record: false, contentBytes: 4096 });
+  // Keep connections alive as a real API does (the fake's 1 s suits tests; with undici's 2 s
+  // threshold it would make every poll a new TCP connection).
+  fake.server.keepAliveTimeout = 30_000;
   const secret = randomBytes(32);
   const db = createDatabase(databaseUrl, { max: 4, applicationName: 'mediagate-bench-inflight' });
   const metricsToken = randomBytes(16).toString('hex');
@@ -85,7 +93,9 @@ export async function runInflight(databaseUrl: string, opts: InflightOptions, lo
         VIDEO_POLL_INTERVAL_MS: String(opts.pollMs),
         TASK_MAX_LIFETIME_SECONDS: String(Math.ceil((opts.delayMs * 4) / 1000) + 3600),
         DB_POOL_MAX: '10',
+        ...(process.env.BENCH_SERVER_ENV ? (JSON.parse(process.env.BENCH_SERVER_ENV) as Record<string, string>) : {}),
       },
+      command: serverCommand(opts),
     });
     const pid = server.child.pid!;
     const idle = procStats(pid);

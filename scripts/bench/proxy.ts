@@ -34,6 +34,7 @@ import type { CatalogModelDefinition } from '../../server/catalog/capabilities.t
 import { createDatabase } from '../../server/db/database.ts';
 import { MICRO } from '../../server/lib/money.ts';
 import { createAccount, createApiKey, createGroup, seedCatalog } from '../../test/support/factories.ts';
+import { serverCommand } from './server-command.ts';
 import { spawnServer } from '../../test/support/server-process.ts';
 import { addUpstreamMember } from '../../test/support/upstreams.ts';
 import { summarize, table, type Summary } from './stats.ts';
@@ -51,6 +52,8 @@ export interface ProxyOptions {
   rssRounds: number;
   /** API keys (one account each) the connections take turns on; 1: every request on one key. */
   keys: number;
+  /** Run the tsc build (`node dist/server/main.js`) instead of tsx. */
+  built?: boolean;
   /** Extra environment of the server process (experiments: DB_POOL_MAX, UV_THREADPOOL_SIZE, …). */
   serverEnv?: Record<string, string>;
   /** Write a V8 CPU profile of the server into this directory (on its exit). */
@@ -391,7 +394,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         LOG_LEVEL: 'warn',
         ...opts.serverEnv,
       },
-      ...(opts.cpuProfDir && { command: [process.execPath, '--cpu-prof', `--cpu-prof-dir=${opts.cpuProfDir}`, '--import', 'tsx', 'server/main.ts'] as [string, ...string[]] }),
+      command: serverCommand(opts),
     });
     const pid = server.child.pid!;
     try {

@@ -32,6 +32,9 @@ export interface LeasedTableSpec<Name extends LeasedTableName> {
 
 export const fenceOf = (row: { id: string; attempt: number }): Fence => ({ id: row.id, attempt: row.attempt });
 
+/** Most rows one reschedule statement updates. */
+const RESCHEDULE_BATCH = 500;
+
 export class LeasedTasks<Name extends LeasedTableName> {
   constructor(
     private readonly db: Kysely<DB>,
@@ -84,20 +87,40 @@ export class LeasedTasks<Name extends LeasedTableName> {
   /**
    * Releases the lease and makes the row due again in `delayMs`: the next step of a running task,
    * or (with `failed`) a retry after a transient failure, which counts toward the retry policy.
+   * False when the fence no longer holds. Reschedules requested in the same turn of the event loop
+   * go out as one statement (thousands of polling jobs reschedule a step each; one UPDATE for many
+   * rows saves a round trip and a statement per step).
    */
-  async reschedule(fence: Fence, delayMs: number, opts: { failed?: boolean } = {}): Promise<boolean> {
-    const r = await this.updateRows()
-      .set({
-        nextRunAt: sql`now() + ${Math.max(0, Math.round(delayMs))} * interval '1 millisecond'`,
-        leaseOwner: null,
-        leaseExpiresAt: null,
-        ...(opts.failed ? { retries: sql`retries + 1` } : { retries: 0 }),
-      })
-      .where('id', '=', fence.id)
-      .where('attempt', '=', fence.attempt)
-      .where('status', 'in', this.spec.active)
-      .executeTakeFirst();
-    return r.numUpdatedRows === 1n;
+  reschedule(fence: Fence, delayMs: number, opts: { failed?: boolean } = {}): Promise<boolean> {
+    return new Promise((resolve, reject) => {
+      this.pendingReschedules.push({ fence, delayMs: Math.max(0, Math.round(delayMs)), failed: opts.failed ?? false, resolve, reject });
+      if (this.pendingReschedules.length === 1) setImmediate(() => void this.flushReschedules());
+    });
+  }
+
+  private pendingReschedules: { fence: Fence; delayMs: number; failed: boolean; resolve: (ok: boolean) => void; reject: (err: unknown) => void }[] = [];
+
+  private async flushReschedules(): Promise<void> {
+    const batch = this.pendingReschedules.splice(0, RESCHEDULE_BATCH);
+    if (this.pendingReschedules.length > 0) setImmediate(() => void this.flushReschedules());
+    const table = sql.table(this.spec.sqlTable);
+    const rows = sql.join(batch.map((b) => sql`(${b.fence.id}, ${b.fence.attempt}::int, ${b.delayMs}::int, ${b.failed}::boolean)`));
+    try {
+      // Each row is leased by its one worker, so a batch never contends with another for a row.
+      const result = await sql<{ id: string }>`
+        update ${table} t
+        set next_run_at = now() + v.delay_ms * interval '1 millisecond',
+            lease_owner = null,
+            lease_expires_at = null,
+            retries = case when v.failed then t.retries + 1 else 0 end
+        from (values ${rows}) as v(id, attempt, delay_ms, failed)
+        where t.id = v.id and t.attempt = v.attempt and t.status in (${this.activeStatuses()})
+        returning t.id`.execute(this.db);
+      const updated = new Set(result.rows.map((r) => r.id));
+      for (const b of batch) b.resolve(updated.has(b.fence.id));
+    } catch (err) {
+      for (const b of batch) b.reject(err);
+    }
   }
 
   /**

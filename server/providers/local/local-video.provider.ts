@@ -10,7 +10,13 @@ import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Semaphore } from '../../lib/semaphore.ts';
 import type { UpstreamAccount, VideoContent, VideoJob, VideoProvider, VideoStatus } from '../types.ts';
-import { renderVideo, videoSize } from './video/render-video.ts';
+import { videoSize } from './video/video-size.ts';
+
+/**
+ * The renderer (and FFmpeg, through node-av: about 40 MiB of resident libraries) is loaded on the
+ * first render, so processes that never render a local video do not carry it.
+ */
+const loadRenderer = () => import('./video/render-video.ts');
 
 /** Renders at once per process: each one keeps a core busy. */
 export const LOCAL_RENDER_CONCURRENCY = 2;
@@ -46,6 +52,7 @@ export class LocalVideoProvider implements VideoProvider {
     const { width, height } = videoSize(job.resolution, job.aspectRatio);
     const release = await this.renders.acquire(signal);
     try {
+      const { renderVideo } = await loadRenderer();
       await renderVideo({
         prompt: job.prompt,
         durationSeconds: job.durationSeconds,
