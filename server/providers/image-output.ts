@@ -1,9 +1,10 @@
 /**
  * What every image adapter does with upstream bytes, in one place: recognise a format by its magic
- * bytes, read a bounded answer body, and hand the client exactly the pixels and format it asked for
+ * bytes, read a bounded answer body or event stream, and hand the client exactly the pixels and format it asked for
  * (resize and re-encode with sharp only when the upstream's image differs; otherwise pass its bytes
  * through untouched).
  */
+import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import sharp, { type Metadata, type Sharp } from 'sharp';
 import { ProviderError } from './provider-error.ts';
 import type { ImageFormat, ImageParams } from './types.ts';
@@ -24,6 +25,44 @@ export function bodyError(err: unknown, signal: AbortSignal, what: string): unkn
   if (err instanceof ProviderError) return err;
   const timedOut = err instanceof Error && err.name === 'TimeoutError';
   return new ProviderError('retryable', `the upstream ${what} ${timedOut ? 'timed out' : 'broke off before its answer was complete'}`, { cause: err });
+}
+
+/**
+ * The SSE frames of an answer as they arrive (eventsource-parser: `event:` lines optional, blank
+ * lines in LF or CRLF form), bounded: a frame over `maxFrameChars`, or over `maxBytes` in all, is a
+ * `failed` ProviderError. A last frame the upstream did not terminate is still dispatched. Leaving
+ * the loop early (an answer found, an error, an abort) cancels the rest of the upstream's answer.
+ */
+export async function* sseFrames(res: Response, signal: AbortSignal, what: string, limits: { maxFrameChars: number; maxBytes?: number }): AsyncGenerator<EventSourceMessage> {
+  if (!res.body) throw new ProviderError('retryable', `the upstream ${what} stream ended before its answer was complete`);
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  const frames: EventSourceMessage[] = [];
+  let overflow = false;
+  const parser = createParser({
+    onEvent: (frame) => frames.push(frame),
+    onError: (err) => {
+      if (err.type === 'max-buffer-size-exceeded') overflow = true;
+    },
+    maxBufferSize: limits.maxFrameChars,
+  });
+  const mib = (n: number) => Math.round(n / 1024 / 1024);
+  let total = 0;
+  try {
+    for (;;) {
+      const chunk = await reader.read().catch((err: unknown) => {
+        throw bodyError(err, signal, what);
+      });
+      if (!chunk.done) total += chunk.value.byteLength;
+      if (total > (limits.maxBytes ?? Infinity)) throw new ProviderError('failed', `the upstream ${what} answered more than ${mib(limits.maxBytes!)} MiB`);
+      parser.feed(chunk.done ? `${decoder.decode()}\n\n` : decoder.decode(chunk.value, { stream: true }));
+      if (overflow) throw new ProviderError('failed', `the upstream ${what} streamed an event larger than ${mib(limits.maxFrameChars)} MiB`);
+      yield* frames.splice(0);
+      if (chunk.done) return;
+    }
+  } finally {
+    void reader.cancel().catch(() => undefined);
+  }
 }
 
 /** The whole body, refused past `max` bytes (and then not read further). */

@@ -21,9 +21,8 @@
  * - Output is PNG; another format or compression is done here (sharp), as is any size difference.
  * - Gemini has no partial images: a streaming client gets the completed images only.
  */
-import { createParser } from 'eventsource-parser';
 import { Semaphore } from '../../lib/semaphore.ts';
-import { MIME, bodyError, fitImage, readBounded, sniff } from '../image-output.ts';
+import { MIME, fitImage, readBounded, sniff, sseFrames } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
 import { upstreamFetch, upstreamUrl } from '../upstream-http.ts';
@@ -165,38 +164,16 @@ async function readAnswer(res: Response, signal: AbortSignal, what: string): Pro
   if (!/text\/event-stream/i.test(res.headers.get('content-type') ?? '')) {
     return mergeAnswers(parseAnswer((await readBounded(res, MAX_RESPONSE_BYTES, signal, what)).toString('utf8')), what, false);
   }
-  if (!res.body) throw new ProviderError('retryable', `the upstream ${what} stream ended before the answer was complete`);
-  const reader = res.body.getReader();
-  const decoder = new TextDecoder();
-  const frames: GenerateContentResponse[] = [];
-  let overflow = false;
-  const parser = createParser({
-    onEvent: (frame) => {
-      // Google sends no `[DONE]`; a relay might.
-      if (frame.data.trim() !== '[DONE]') frames.push(...parseAnswer(frame.data));
-    },
-    onError: (err) => {
-      if (err.type === 'max-buffer-size-exceeded') overflow = true;
-    },
-    maxBufferSize: MAX_RESPONSE_BYTES,
-  });
-  let total = 0;
-  try {
-    for (;;) {
-      const chunk = await reader.read().catch((err: unknown) => {
-        throw bodyError(err, signal, what);
-      });
-      if (!chunk.done) total += chunk.value.byteLength;
-      if (overflow || total > MAX_RESPONSE_BYTES) throw new ProviderError('failed', `the upstream ${what} answered more than ${MAX_RESPONSE_BYTES / 1024 / 1024} MiB`);
-      // At the end, a blank line dispatches a last frame the upstream did not terminate.
-      parser.feed(chunk.done ? `${decoder.decode()}\n\n` : decoder.decode(chunk.value, { stream: true }));
-      const failed = frames.find((f) => f.error);
-      if (failed) throw googleErrorOf(failed.error, what);
-      if (chunk.done) return mergeAnswers(frames, what, true);
+  const answers: GenerateContentResponse[] = [];
+  for await (const frame of sseFrames(res, signal, what, { maxFrameChars: MAX_RESPONSE_BYTES, maxBytes: MAX_RESPONSE_BYTES })) {
+    // Google sends no `[DONE]`; a relay might.
+    if (frame.data.trim() === '[DONE]') continue;
+    for (const answer of parseAnswer(frame.data)) {
+      if (answer.error) throw googleErrorOf(answer.error, what);
+      answers.push(answer);
     }
-  } finally {
-    void reader.cancel().catch(() => undefined);
   }
+  return mergeAnswers(answers, what, true);
 }
 
 function mergeAnswers(frames: GenerateContentResponse[], what: string, stream: boolean): GenerateContentResponse {

@@ -24,9 +24,9 @@
  * documented, n images stream as n sequential n=1 calls. Without streaming, GPT image models and
  * dall-e-2 take up to 10 images per call, dall-e-3 one.
  */
-import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import type { EventSourceMessage } from 'eventsource-parser';
 import sharp from 'sharp';
-import { MIME, bodyError, fitImage, readBounded, sniff } from '../image-output.ts';
+import { MIME, fitImage, readBounded, sniff, sseFrames } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { ImageEvents, ImageFormat, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
 import { upstreamFetch, upstreamUrl } from '../upstream-http.ts';
@@ -268,43 +268,18 @@ type StreamEvent = { kind: 'partial'; index: number | undefined; b64: string } |
  * image (not yet post-processed). Stops reading at the completed frame.
  */
 async function readStream(res: Response, imageIndex: number, signal: AbortSignal, events: ImageEvents, what: string): Promise<Buffer> {
-  if (!res.body) throw new ProviderError('retryable', 'the upstream stream ended before the image was complete');
-  const reader = res.body.getReader();
-  const decoder = new TextDecoder();
-  const frames: EventSourceMessage[] = [];
-  let overflow = false;
-  const parser = createParser({
-    onEvent: (frame) => frames.push(frame),
-    onError: (err) => {
-      if (err.type === 'max-buffer-size-exceeded') overflow = true;
-    },
-    maxBufferSize: MAX_EVENT_CHARS,
-  });
   let partials = 0;
-  try {
-    for (;;) {
-      const chunk = await reader.read().catch((err: unknown) => {
-        throw bodyError(err, signal, what);
-      });
-      // At the end, a blank line dispatches a last frame the upstream did not terminate.
-      parser.feed(chunk.done ? `${decoder.decode()}\n\n` : decoder.decode(chunk.value, { stream: true }));
-      if (overflow) throw new ProviderError('failed', `the upstream ${what} streamed an event larger than ${MAX_EVENT_CHARS / 1024 / 1024} MiB`);
-      for (const frame of frames.splice(0)) {
-        const event = streamEvent(frame, what);
-        if (event.kind === 'completed') return Buffer.from(event.b64, 'base64');
-        if (event.kind === 'partial') {
-          // Indexes come from the upstream when it sends them; counted here otherwise.
-          const partialIndex = event.index ?? partials;
-          partials++;
-          await events.partial(imageIndex, partialIndex, Buffer.from(event.b64, 'base64'));
-        }
-      }
-      if (chunk.done) throw new ProviderError('retryable', 'the upstream stream ended before the image was complete');
+  for await (const frame of sseFrames(res, signal, what, { maxFrameChars: MAX_EVENT_CHARS })) {
+    const event = streamEvent(frame, what);
+    if (event.kind === 'completed') return Buffer.from(event.b64, 'base64');
+    if (event.kind === 'partial') {
+      // Indexes come from the upstream when it sends them; counted here otherwise.
+      const partialIndex = event.index ?? partials;
+      partials++;
+      await events.partial(imageIndex, partialIndex, Buffer.from(event.b64, 'base64'));
     }
-  } finally {
-    // Stops the upstream's answer when we leave early (completed, error, client gone, abort).
-    void reader.cancel().catch(() => undefined);
   }
+  throw new ProviderError('retryable', 'the upstream stream ended before the image was complete');
 }
 
 /** One SSE frame (§1.4): the `event:` line may be missing (the payload's `type` says it), `[DONE]` ends. */
