@@ -21,8 +21,10 @@ const running: ServerProcess[] = [];
 beforeAll(async () => {
   t = await createTestDatabase();
   await seedCatalog(t.db, [SORA_2]);
-  // Jobs take 2.5 s upstream; "long" ones 20 s (the SIGKILL test needs all of them still running).
-  fake = await startOpenAIVideosFake({ jobDurationMs: 2500, contentBytes: 2048, durationFor: (prompt) => (prompt.startsWith('long ') ? 20_000 : undefined) });
+  // Jobs take 2.5 s upstream; "shared" ones 8 s (many must overlap however slowly a loaded machine
+  // creates them); "long" ones 20 s (the SIGKILL test needs all of them still running).
+  const durations: Record<string, number> = { shared: 8000, long: 20_000 };
+  fake = await startOpenAIVideosFake({ jobDurationMs: 2500, contentBytes: 2048, durationFor: (prompt) => durations[prompt.split(' ')[0]!] });
 });
 afterAll(async () => {
   await Promise.all(running.map((p) => p.kill('SIGKILL')));
@@ -107,7 +109,7 @@ describe('two server processes sharing 1,000 upstream jobs', () => {
   it('keep them all in flight at once and do each submit and each download once', async () => {
     const c = await customer();
     const [a, b] = await Promise.all([start({ TASK_LEASE_MS: '15000' }), start({ TASK_LEASE_MS: '15000' })]);
-    const ids = await createTasks([a.url, b.url], c.key, 1000);
+    const ids = await createTasks([a.url, b.url], c.key, 1000, 'shared');
     const rows = await waitVideoTasksFinished(t.db, ids, 120_000);
     await expectCompletedOnce(ids);
     const jobs = jobsOf(ids);
