@@ -45,6 +45,9 @@ export function byteLimit(maxBytes: number): Transform {
 }
 
 export class FilesystemMediaStore implements MediaStore {
+  /** Directories known to exist: a put into one of them needs no mkdir. */
+  private readonly dirs = new Set<string>();
+
   constructor(private readonly root: string) {}
 
   private path(key: string): string {
@@ -55,18 +58,31 @@ export class FilesystemMediaStore implements MediaStore {
 
   async put(key: string, data: Buffer | Readable, opts: { maxBytes?: number } = {}): Promise<{ bytes: number }> {
     const path = this.path(key);
-    await mkdir(dirname(path), { recursive: true });
+    const dir = dirname(path);
+    if (!this.dirs.has(dir)) {
+      await mkdir(dir, { recursive: true });
+      this.dirs.add(dir);
+    }
     const tmp = `${path}.${randomBytes(6).toString('hex')}.tmp`;
     const source = Buffer.isBuffer(data) ? Readable.from([data]) : data;
+    let bytes = 0;
+    const counter = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        bytes += chunk.length;
+        done(null, chunk);
+      },
+    });
     try {
-      if (opts.maxBytes !== undefined) await pipeline(source, byteLimit(opts.maxBytes), createWriteStream(tmp));
-      else await pipeline(source, createWriteStream(tmp));
+      if (opts.maxBytes !== undefined) await pipeline(source, byteLimit(opts.maxBytes), counter, createWriteStream(tmp));
+      else await pipeline(source, counter, createWriteStream(tmp));
       await rename(tmp, path);
     } catch (err) {
       await rm(tmp, { force: true });
+      // The directory may have been removed meanwhile (an operator cleaning up): check it again next time.
+      this.dirs.delete(dir);
       throw err;
     }
-    return { bytes: (await stat(path)).size };
+    return { bytes };
   }
 
   read(key: string): Readable {
