@@ -3335,9 +3335,11 @@ export interface components {
              *       `4:1`, `1:8`, `8:1` (1K `1:4` = 512x2064, `1:8` = 352x2928) and a `512` tier, half the 1K
              *       row (1:1 = 512x512, 16:9 = 688x384).
              *
-             *     With a Gemini table, a `resolution` or `aspectRatio` the table does not list is
-             *     `400 unsupported_resolution` / `400 unsupported_aspect_ratio` even when the model's
-             *     `resolutions` / `aspect_ratios` name it: the upstream would refuse it.
+             *     With a Gemini table, creating a model whose `resolutions` or `aspect_ratios` the table does
+             *     not hold at every offered tier is `400 invalid_request` (`param` `image.resolutions` /
+             *     `image.aspect_ratios`); and a request for a `resolution` or `aspectRatio` the table does not
+             *     list is `400 unsupported_resolution` / `400 unsupported_aspect_ratio`: the upstream would
+             *     refuse it.
              * @default reference
              * @enum {string}
              */

@@ -313,19 +313,29 @@ describe('gemini 3.1 Flash size table (upstream-apis.md §3.1, §3.4)', () => {
   it('refuses, before any charge or upstream call, a ratio or tier the model\'s Google table does not list', async () => {
     const c = await nanoBanana2();
     // An operator who gave a 3 Pro model 3.1 Flash's extras: its table still has no 1:4 and no 512.
-    const created = await server.admin().POST('/admin/v1/models', {
-      body: {
+    // The admin API refuses such a model...
+    const image = { resolutions: ['1K', '512'], aspect_ratios: ['1:1', '1:4'], output_formats: ['png'], supports_quality: false, supports_transparent_background: false, max_n: 1, size_table: 'gemini-3-pro-image' };
+    const pricing = [
+      { resolution: '1K', quality: null, mode: 'per_item', unit_price: 0.134 },
+      { resolution: '512', quality: null, mode: 'per_item', unit_price: 0.1 },
+    ];
+    const refused = await server.admin().POST('/admin/v1/models', { body: { id: PRO_WIDE, kind: 'image', display_name: 'Nano Banana Pro, misconfigured', image, pricing } as never });
+    expect([refused.response.status, refused.error?.error.param]).toEqual([400, 'image.resolutions']);
+    const ratioOnly = await server.admin().POST('/admin/v1/models', { body: { id: PRO_WIDE, kind: 'image', display_name: 'x', image: { ...image, resolutions: ['1K'] }, pricing: [pricing[0]] } as never });
+    expect([ratioOnly.response.status, ratioOnly.error?.error.param]).toEqual([400, 'image.aspect_ratios']);
+    // ...and a catalog written otherwise (older data, a direct insert) is still refused per request.
+    await seedCatalog(server.db, [
+      {
         id: PRO_WIDE,
         kind: 'image',
-        display_name: 'Nano Banana Pro, misconfigured',
-        image: { resolutions: ['1K', '512'], aspect_ratios: ['1:1', '1:4'], output_formats: ['png'], supports_quality: false, supports_transparent_background: false, max_n: 1, size_table: 'gemini-3-pro-image' },
-        pricing: [
-          { resolution: '1K', quality: null, mode: 'per_item', unit_price: 0.134 },
-          { resolution: '512', quality: null, mode: 'per_item', unit_price: 0.1 },
+        displayName: 'Nano Banana Pro, misconfigured',
+        capabilities: { resolutions: ['1K', '512'], aspectRatios: ['1:1', '1:4'], outputFormats: ['png'], supportsQuality: false, supportsTransparentBackground: false, maxN: 1, sizeTable: 'gemini-3-pro-image' },
+        prices: [
+          { resolution: '1K', quality: '', mode: 'per_item', unitPrice: 134_000 },
+          { resolution: '512', quality: '', mode: 'per_item', unitPrice: 100_000 },
         ],
       },
-    });
-    expect(created.response.status).toBe(201);
+    ]);
     const generates = fake.counts.generate;
     const balance = await balanceOf(c.accountId);
     const cases: [Record<string, unknown>, string, string][] = [

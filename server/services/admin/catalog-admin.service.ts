@@ -5,6 +5,7 @@
 import type { components } from '../../../generated/api.d.ts';
 import type { ImageCapabilities, VideoCapabilities } from '../../catalog/capabilities.ts';
 import { ApiError, badRequest, conflict } from '../../errors.ts';
+import { SIZE_TABLES } from '../image/image-size.ts';
 import type { Transactor } from '../../db/transaction.ts';
 import type { CatalogRepository, PriceValues } from '../../repositories/catalog.repository.ts';
 import { fromCredits } from '../../lib/money.ts';
@@ -62,7 +63,16 @@ function capabilitiesFor(input: CatalogModelCreateInput): ImageCapabilities | Vi
   }
   if (input.kind === 'image') {
     if (!input.image) throw badRequest('invalid_request', "An image model needs 'image' capabilities.", 'image');
-    return fromAdminImageCapabilities(input.image);
+    const caps = fromAdminImageCapabilities(input.image);
+    // A Gemini size table is all the model takes: a tier or ratio outside it could never be served.
+    if (caps.sizeTable) {
+      const table = SIZE_TABLES[caps.sizeTable] as Record<string, Record<string, unknown> | undefined>;
+      const tiers = caps.resolutions.filter((r) => !table[r]);
+      if (tiers.length > 0) throw badRequest('invalid_request', `Size table '${caps.sizeTable}' has no ${tiers.join(', ')} tier; it has ${Object.keys(table).join(', ')}.`, 'image.resolutions');
+      const ratios = caps.aspectRatios.filter((a) => caps.resolutions.some((r) => !table[r]![a]));
+      if (ratios.length > 0) throw badRequest('invalid_request', `Size table '${caps.sizeTable}' has no ${ratios.join(', ')} size at every tier the model offers.`, 'image.aspect_ratios');
+    }
+    return caps;
   }
   if (!input.video) throw badRequest('invalid_request', "A video model needs 'video' capabilities.", 'video');
   if (input.video.audio.default_enabled && !input.video.audio.supported) {
