@@ -99,8 +99,12 @@ export class InputStaging {
       },
     });
     stream.on('error', (err) => hashing.destroy(err));
-    const file = await this.track(this.files.save({ accountId: this.accountId, purpose: 'input', contentType, expiresAt: this.expiry() }, stream.pipe(hashing), { maxBytes }));
-    return this.staged.get(this.add(file, hash.digest('hex'), param))!;
+    try {
+      const file = await this.track(this.files.save({ accountId: this.accountId, purpose: 'input', contentType, expiresAt: this.expiry() }, stream.pipe(hashing), { maxBytes }));
+      return this.staged.get(this.add(file, hash.digest('hex'), param))!;
+    } finally {
+      stream.destroy(); // over the limit or failed: stop reading the source (its connection) too
+    }
   }
 
   /** Removes every staged file no task adopted; call once the request is over. */
