@@ -8,9 +8,7 @@
 import busboy from 'busboy';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { ApiError, badRequest } from '../errors.ts';
-import type { FileRow } from '../repositories/file.repository.ts';
-import type { FileService } from '../services/file.service.ts';
-import { MediaTooLarge } from '../storage/media-store.ts';
+import { MediaTooLarge, type FileRow, type FileService } from '../services/file.service.ts';
 import { authOf } from './auth.ts';
 import { lingerAfterResponse } from './request-guards.ts';
 

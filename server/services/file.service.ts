@@ -11,6 +11,8 @@ import { newId } from '../lib/ids.ts';
 import { hmac, signatureMatches } from '../lib/signing.ts';
 import { inspectImage } from '../lib/image-inspect.ts';
 
+export { MediaTooLarge } from '../storage/media-store.ts';
+
 const EXTENSIONS: Record<string, string> = {
   'image/png': 'png',
   'image/jpeg': 'jpg',
@@ -18,6 +20,9 @@ const EXTENSIONS: Record<string, string> = {
   'image/gif': 'gif',
   'video/mp4': 'mp4',
 };
+
+/** A stored file's row (re-exported for the HTTP layer, which sees services only). */
+export type { FileRow };
 
 export interface StoreFileInput {
   accountId: string;
