@@ -35,22 +35,28 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
     if (!/^\s*multipart\/form-data\s*(;|$)/i.test(String(req.headers['content-type'] ?? ''))) return next();
     const accountId = authOf(req).accountId;
     const body: Record<string, string> = {};
-    let saving: Promise<FileRow | undefined> | undefined;
+    let saving: Promise<FileRow> | undefined;
     let settled = false;
-    const timers: NodeJS.Timeout[] = [];
+    let idle: NodeJS.Timeout | undefined;
+    let total: NodeJS.Timeout | undefined;
+    const tooLarge = () => new ApiError(413, 'media_too_large', `The file exceeds the limit of ${limits.maxFileBytes} bytes.`, 'file');
 
     res.once('close', () => {
-      void saving?.then(async (file) => {
-        const upload = (req as WithUpload)[UPLOAD];
-        if (file && !upload?.confirmed) await files.discard(file).catch(() => undefined);
-      });
+      void saving?.then(
+        async (file) => {
+          const upload = (req as WithUpload)[UPLOAD];
+          if (!upload?.confirmed) await files.discard(file).catch(() => undefined);
+        },
+        () => undefined, // nothing was kept
+      );
     });
 
     let bb: busboy.Busboy;
     const finish = (err?: ApiError) => {
       if (settled) return;
       settled = true;
-      for (const t of timers) clearTimeout(t);
+      clearTimeout(idle);
+      clearTimeout(total);
       req.unpipe(bb);
       if (err) {
         if (!req.complete && !req.destroyed) {
@@ -61,13 +67,13 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
         next(err);
         return;
       }
-      void saving!.then(
+      saving!.then(
         (file) => {
-          (req as WithUpload)[UPLOAD] = { file: file!, confirmed: false };
+          (req as WithUpload)[UPLOAD] = { file, confirmed: false };
           req.body = body;
           next();
         },
-        (e: unknown) => next(e),
+        (e: unknown) => next(e instanceof MediaTooLarge ? tooLarge() : badRequest('invalid_request', 'The file could not be stored.', 'file')),
       );
     };
 
@@ -88,15 +94,14 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
         finish(badRequest('invalid_request', name === 'file' ? "Send one 'file' part only." : `Unexpected file field '${name}'; send the file as 'file'.`, name));
         return;
       }
-      stream.on('limit', () => stream.destroy(new MediaTooLarge(limits.maxFileBytes)));
+      // Over the limit: answer 413 now, without reading the rest (the store drops what it wrote).
+      stream.on('limit', () => {
+        finish(tooLarge());
+        stream.destroy(new MediaTooLarge(limits.maxFileBytes));
+      });
       const filename = (info.filename ?? '').slice(0, 255);
-      saving = files.save({ accountId, purpose: 'upload', contentType: 'application/octet-stream', filename, expiresAt: new Date(Date.now() + 3_600_000) }, stream, { maxBytes: limits.maxFileBytes }).then(
-        (file) => file,
-        (err: unknown) => {
-          finish(err instanceof MediaTooLarge ? new ApiError(413, 'media_too_large', `The file exceeds the limit of ${limits.maxFileBytes} bytes.`, 'file') : badRequest('invalid_request', 'The file could not be stored.', 'file'));
-          return undefined;
-        },
-      );
+      saving = files.save({ accountId, purpose: 'upload', contentType: 'application/octet-stream', filename, expiresAt: new Date(Date.now() + 3_600_000) }, stream, { maxBytes: limits.maxFileBytes });
+      saving.catch(() => undefined); // observed by finish() or the close hook
     });
     bb.on('field', (name, value, info) => {
       if (settled) return;
@@ -114,14 +119,12 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
       finish();
     });
 
-    let idle: NodeJS.Timeout;
     const arm = () => {
       clearTimeout(idle);
       idle = setTimeout(() => finish(new ApiError(408, 'body_timeout', `No part of the request body arrived for ${limits.idleTimeoutMs} ms.`)), limits.idleTimeoutMs);
-      timers.push(idle);
     };
     arm();
-    timers.push(setTimeout(() => finish(new ApiError(408, 'body_timeout', `The request body was not complete within ${limits.timeoutMs} ms.`)), limits.timeoutMs));
+    total = setTimeout(() => finish(new ApiError(408, 'body_timeout', `The request body was not complete within ${limits.timeoutMs} ms.`)), limits.timeoutMs);
     req.on('data', arm);
     req.once('close', () => {
       if (!req.complete) finish(badRequest('invalid_request', 'The client went away before the request body was complete.'));

@@ -87,11 +87,13 @@ export function mediaJsonBody(files: FileService, log: Logger, options: MediaBod
 
     let settled = false;
     let source: Readable;
-    const timers: NodeJS.Timeout[] = [];
+    let idle: NodeJS.Timeout | undefined;
+    let total: NodeJS.Timeout | undefined;
     const finish = (err: unknown, body?: unknown) => {
       if (settled) return;
       settled = true;
-      for (const t of timers) clearTimeout(t);
+      clearTimeout(idle);
+      clearTimeout(total);
       source?.removeAllListeners('data');
       if (err === undefined) {
         req.body = body;
@@ -117,14 +119,16 @@ export function mediaJsonBody(files: FileService, log: Logger, options: MediaBod
       return;
     }
     const timeout = (message: string) => finish(new ApiError(408, 'body_timeout', message));
-    let idle = setTimeout(() => timeout(`No part of the request body arrived for ${options.idleTimeoutMs} ms.`), options.idleTimeoutMs);
-    timers.push(idle, setTimeout(() => timeout(`The request body was not complete within ${options.timeoutMs} ms.`), options.timeoutMs));
+    const armIdle = () => {
+      clearTimeout(idle);
+      idle = setTimeout(() => timeout(`No part of the request body arrived for ${options.idleTimeoutMs} ms.`), options.idleTimeoutMs);
+    };
+    armIdle();
+    total = setTimeout(() => timeout(`The request body was not complete within ${options.timeoutMs} ms.`), options.timeoutMs);
 
     let pushing: Promise<void> = Promise.resolve();
     source.on('data', (chunk: Buffer) => {
-      clearTimeout(idle);
-      idle = setTimeout(() => timeout(`No part of the request body arrived for ${options.idleTimeoutMs} ms.`), options.idleTimeoutMs);
-      timers.push(idle);
+      armIdle();
       source.pause();
       pushing = scanner.push(chunk).then(
         () => void (settled || source.resume()),
