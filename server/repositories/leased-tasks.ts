@@ -34,6 +34,8 @@ export const fenceOf = (row: { id: string; attempt: number }): Fence => ({ id: r
 
 /** Most rows one reschedule statement updates. */
 const RESCHEDULE_BATCH = 500;
+/** How long a reschedule waits for others to share its statement (the engine does not wait for it). */
+const RESCHEDULE_WINDOW_MS = 20;
 
 export class LeasedTasks<Name extends LeasedTableName> {
   constructor(
@@ -87,22 +89,26 @@ export class LeasedTasks<Name extends LeasedTableName> {
   /**
    * Releases the lease and makes the row due again in `delayMs`: the next step of a running task,
    * or (with `failed`) a retry after a transient failure, which counts toward the retry policy.
-   * False when the fence no longer holds. Reschedules requested in the same turn of the event loop
-   * go out as one statement (thousands of polling jobs reschedule a step each; one UPDATE for many
-   * rows saves a round trip and a statement per step).
+   * False when the fence no longer holds. Reschedules requested within RESCHEDULE_WINDOW_MS of
+   * each other go out as one statement (thousands of polling jobs reschedule a step each; one
+   * UPDATE for many rows saves a round trip and a statement per step).
    */
   reschedule(fence: Fence, delayMs: number, opts: { failed?: boolean } = {}): Promise<boolean> {
     return new Promise((resolve, reject) => {
       this.pendingReschedules.push({ fence, delayMs: Math.max(0, Math.round(delayMs)), failed: opts.failed ?? false, resolve, reject });
-      if (this.pendingReschedules.length === 1) setImmediate(() => void this.flushReschedules());
+      if (this.pendingReschedules.length === 1) this.flushTimer = setTimeout(() => void this.flushReschedules(), RESCHEDULE_WINDOW_MS);
+      else if (this.pendingReschedules.length === RESCHEDULE_BATCH) {
+        clearTimeout(this.flushTimer);
+        void this.flushReschedules();
+      }
     });
   }
 
+  private flushTimer: NodeJS.Timeout | undefined;
   private pendingReschedules: { fence: Fence; delayMs: number; failed: boolean; resolve: (ok: boolean) => void; reject: (err: unknown) => void }[] = [];
 
   private async flushReschedules(): Promise<void> {
     const batch = this.pendingReschedules.splice(0, RESCHEDULE_BATCH);
-    if (this.pendingReschedules.length > 0) setImmediate(() => void this.flushReschedules());
     const table = sql.table(this.spec.sqlTable);
     const rows = sql.join(batch.map((b) => sql`(${b.fence.id}, ${b.fence.attempt}::int, ${b.delayMs}::int, ${b.failed}::boolean)`));
     try {

@@ -8,7 +8,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from '../logger.ts';
-import { fenceOf } from '../repositories/leased-tasks.ts';
+import { fenceOf, type Fence } from '../repositories/leased-tasks.ts';
 import { keepLease } from '../services/tasks/lease.ts';
 import { retryDelay } from '../services/tasks/retry-policy.ts';
 import { LeaseLost, type LeasedRow, type TaskRunner } from '../services/tasks/task-runner.ts';
@@ -30,6 +30,8 @@ export type StepOutcome = 'done' | 'next' | 'retry' | 'gave_up' | 'lost';
 export class TaskEngine<Row extends LeasedRow> {
   readonly workerId = `w_${process.pid}_${randomBytes(4).toString('hex')}`;
   private readonly running = new Map<string, Promise<void>>();
+  /** Reschedules handed to the repository and not yet written. */
+  private readonly landing = new Set<Promise<void>>();
   private readonly stopping = new AbortController();
   private wakeUp: (() => void) | undefined;
   /** Re-arms the wait when a step reschedules a row sooner than the wait would end. */
@@ -64,6 +66,7 @@ export class TaskEngine<Row extends LeasedRow> {
     this.wake();
     await this.loopDone;
     await Promise.allSettled(this.running.values());
+    await Promise.allSettled(this.landing);
   }
 
   private async loop(): Promise<void> {
@@ -112,6 +115,26 @@ export class TaskEngine<Row extends LeasedRow> {
     }
   }
 
+  /**
+   * Hands a row back for its next step in `delayMs`. The slot frees at once: the reschedule goes
+   * out with the others of the same few milliseconds in one statement, and until it lands the row
+   * stays leased to this worker, so no claim takes it. Should it never land (a database error, a
+   * crash), the row is claimed again when its lease expires.
+   */
+  private handBack(fence: Fence, delayMs: number, failed: boolean, log: Logger): void {
+    const landed: Promise<void> = this.runner.leases
+      .reschedule(fence, delayMs, { failed })
+      .then(
+        (ok) => {
+          if (ok) this.dueIn(delayMs);
+          else log.info('task was taken over before its next step was scheduled');
+        },
+        (err: unknown) => log.error({ err }, 'rescheduling a task failed; it resumes when its lease expires'),
+      )
+      .finally(() => this.landing.delete(landed));
+    this.landing.add(landed);
+  }
+
   private dueIn(ms: number): void {
     const at = Date.now() + Math.max(0, ms);
     const sooner = at < this.due.earliest();
@@ -126,10 +149,7 @@ export class TaskEngine<Row extends LeasedRow> {
     const outcome = (o: StepOutcome) => this.options.onStep?.(o);
     try {
       const result = await this.runner.step(task, lease.signal, log);
-      if (!result.done) {
-        await this.runner.leases.reschedule(fence, result.nextInMs, { failed: result.failed });
-        this.dueIn(result.nextInMs);
-      }
+      if (!result.done) this.handBack(fence, result.nextInMs, result.failed ?? false, log);
       outcome(result.done ? 'done' : result.failed ? 'retry' : 'next');
     } catch (err) {
       if (lease.signal.aborted || err instanceof LeaseLost) {
@@ -145,8 +165,7 @@ export class TaskEngine<Row extends LeasedRow> {
         } else {
           outcome('retry');
           log.warn({ err, retries: task.retries + 1, retryInMs: delay }, `${this.runner.name} task step failed; retrying`);
-          await this.runner.leases.reschedule(fence, delay, { failed: true });
-          this.dueIn(delay);
+          this.handBack(fence, delay, true, log);
         }
       } catch (e) {
         log.error({ err: e }, 'task error handling failed');
