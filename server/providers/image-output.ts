@@ -8,6 +8,7 @@ import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import sharp, { type Metadata, type Sharp } from 'sharp';
 import { ProviderError } from './provider-error.ts';
 import type { ImageFormat, ImageParams } from './types.ts';
+import { isTimeout, type UpstreamResponse } from './upstream-http.ts';
 
 export const MIME: Record<ImageFormat, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
 
@@ -23,19 +24,16 @@ export function sniff(data: Buffer): ImageFormat | undefined {
 export function bodyError(err: unknown, signal: AbortSignal, what: string): unknown {
   if (signal.aborted) return signal.reason ?? err;
   if (err instanceof ProviderError) return err;
-  const timedOut = err instanceof Error && err.name === 'TimeoutError';
-  return new ProviderError('retryable', `the upstream ${what} ${timedOut ? 'timed out' : 'broke off before its answer was complete'}`, { cause: err });
+  return new ProviderError('retryable', `the upstream ${what} ${isTimeout(err) ? 'timed out' : 'broke off before its answer was complete'}`, { cause: err });
 }
 
 /**
  * The SSE frames of an answer as they arrive (eventsource-parser: `event:` lines optional, blank
  * lines in LF or CRLF form), bounded: a frame over `maxFrameChars`, or over `maxBytes` in all, is a
  * `failed` ProviderError. A last frame the upstream did not terminate is still dispatched. Leaving
- * the loop early (an answer found, an error, an abort) cancels the rest of the upstream's answer.
+ * the loop early (an answer found, an error, an abort) drops the rest of the upstream's answer.
  */
-export async function* sseFrames(res: Response, signal: AbortSignal, what: string, limits: { maxFrameChars: number; maxBytes?: number }): AsyncGenerator<EventSourceMessage> {
-  if (!res.body) throw new ProviderError('retryable', `the upstream ${what} stream ended before its answer was complete`);
-  const reader = res.body.getReader();
+export async function* sseFrames(res: UpstreamResponse, signal: AbortSignal, what: string, limits: { maxFrameChars: number; maxBytes?: number }): AsyncGenerator<EventSourceMessage> {
   const decoder = new TextDecoder();
   const frames: EventSourceMessage[] = [];
   let overflow = false;
@@ -47,10 +45,11 @@ export async function* sseFrames(res: Response, signal: AbortSignal, what: strin
     maxBufferSize: limits.maxFrameChars,
   });
   const mib = (n: number) => Math.round(n / 1024 / 1024);
+  const chunks = res.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
   let total = 0;
   try {
     for (;;) {
-      const chunk = await reader.read().catch((err: unknown) => {
+      const chunk = await chunks.next().catch((err: unknown) => {
         throw bodyError(err, signal, what);
       });
       if (!chunk.done) total += chunk.value.byteLength;
@@ -61,26 +60,22 @@ export async function* sseFrames(res: Response, signal: AbortSignal, what: strin
       if (chunk.done) return;
     }
   } finally {
-    void reader.cancel().catch(() => undefined);
+    if (!res.body.readableEnded) res.body.destroy();
   }
 }
 
 /** The whole body, refused past `max` bytes (and then not read further). */
-export async function readBounded(res: Response, max: number, signal: AbortSignal, what: string): Promise<Buffer> {
-  if (!res.body) return Buffer.alloc(0);
-  const reader = res.body.getReader();
-  const chunks: Uint8Array[] = [];
+export async function readBounded(res: UpstreamResponse, max: number, signal: AbortSignal, what: string): Promise<Buffer> {
+  const chunks: Buffer[] = [];
   let total = 0;
   try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      total += value.byteLength;
+    for await (const chunk of res.body as AsyncIterable<Buffer>) {
+      total += chunk.byteLength;
       if (total > max) throw new ProviderError('failed', `the upstream ${what} answered more than ${Math.round(max / 1024 / 1024)} MiB`);
-      chunks.push(value);
+      chunks.push(chunk);
     }
   } catch (err) {
-    void reader.cancel().catch(() => undefined);
+    res.body.destroy();
     throw bodyError(err, signal, what);
   }
   return Buffer.concat(chunks);

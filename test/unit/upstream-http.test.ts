@@ -1,9 +1,13 @@
-import { describe, expect, it } from 'vitest';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Readable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ProviderError } from '../../server/providers/provider-error.ts';
 import { openaiError } from '../../server/providers/openai/openai-errors.ts';
-import { retryAfterMs, sanitizeMessage, upstreamUrl } from '../../server/providers/upstream-http.ts';
+import { readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, UpstreamResponse } from '../../server/providers/upstream-http.ts';
 
 const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
-  new Response(typeof body === 'string' ? body : JSON.stringify(body), { status, headers: { 'content-type': 'application/json', ...headers } });
+  new UpstreamResponse(status, { 'content-type': 'application/json', ...headers }, Readable.from([Buffer.from(typeof body === 'string' ? body : JSON.stringify(body))]));
 
 describe('retryAfterMs', () => {
   it('reads retry-after-ms, retry-after seconds and HTTP dates, capped at an hour', () => {
@@ -52,5 +56,85 @@ describe('openaiError', () => {
     expect([server.kind, server.message]).toEqual(['retryable', 'the upstream video submit failed with HTTP 503']);
     const gateway = await openaiError(json(400, { error: 'model not found' }), 'call');
     expect([gateway.kind, gateway.message]).toEqual(['invalid_request', 'model not found']);
+  });
+});
+
+describe('upstreamFetch', () => {
+  let base = '';
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks).toString('latin1');
+      if (req.url === '/echo') {
+        res.setHeader('content-type', 'application/json');
+        res.setHeader('x-multi', ['a', 'b']);
+        res.end(JSON.stringify({ method: req.method, contentType: req.headers['content-type'], authorization: req.headers.authorization, body }));
+      } else if (req.url === '/moved') {
+        res.writeHead(302, { location: '/echo' }).end('moved');
+      } else if (req.url === '/slow') {
+        setTimeout(() => res.end('late'), 500);
+      } else if (req.url === '/drip') {
+        // Four parts 150 ms apart: 450 ms in all, never a pause of 300 ms.
+        let n = 0;
+        const next = () => (n < 4 ? res.write('abcd'[n++]!, () => setTimeout(next, 150)) : res.end());
+        next();
+      } else res.writeHead(404).end('no');
+    });
+  });
+  beforeAll(async () => {
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  const signal = new AbortController().signal;
+
+  it('sends JSON and FormData bodies and reads status, headers and body', async () => {
+    const res = await upstreamFetch(`${base}/echo`, { method: 'POST', headers: { Authorization: 'Bearer k', 'content-type': 'application/json' }, body: '{"a":1}' }, signal, 'call');
+    expect([res.status, res.ok, res.headers.get('Content-Type'), res.headers.get('x-multi'), res.headers.get('absent')]).toEqual([200, true, 'application/json', 'a, b', null]);
+    expect(await readJson(res)).toEqual({ method: 'POST', contentType: 'application/json', authorization: 'Bearer k', body: '{"a":1}' });
+
+    const form = new FormData();
+    form.set('seconds', '4');
+    form.set('input_reference', new Blob([Buffer.from('PNGDATA')], { type: 'image/png' }), 'first_frame.png');
+    const sent = (await readJson(await upstreamFetch(`${base}/echo`, { method: 'POST', body: form }, signal, 'call'))) as { contentType: string; body: string };
+    const boundary = /^multipart\/form-data; boundary=(.+)$/.exec(sent.contentType)?.[1];
+    expect(boundary).toBeTruthy();
+    expect(sent.body).toContain('name="seconds"\r\n\r\n4\r\n');
+    expect(sent.body).toContain('name="input_reference"; filename="first_frame.png"\r\nContent-Type: image/png\r\n\r\nPNGDATA\r\n');
+  });
+
+  it('follows redirects unless asked not to', async () => {
+    const followed = await upstreamFetch(`${base}/moved`, {}, signal, 'call');
+    expect([followed.status, ((await readJson(followed)) as { method: string }).method]).toEqual([200, 'GET']);
+    const manual = await upstreamFetch(`${base}/moved`, { redirect: 'manual' }, signal, 'call');
+    expect([manual.status, manual.headers.get('location')]).toEqual([302, '/echo']);
+    manual.discard();
+  });
+
+  it('bounds the whole call, its body included, unless the body is handed on as a stream', async () => {
+    const res = await upstreamFetch(`${base}/drip`, { timeoutMs: 300 }, signal, 'call');
+    const err = await res.text().catch((e: unknown) => e);
+    expect((err as Error).name).toBe('TimeoutError');
+    const handed = await upstreamFetch(`${base}/drip`, { timeoutMs: 300 }, signal, 'call');
+    expect((await new Promise<Buffer[]>((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      handed.stream().on('data', (c: Buffer) => chunks.push(c)).on('end', () => resolve(chunks)).on('error', reject);
+    })).map(String).join('')).toBe('abcd');
+  });
+
+  it('turns a timeout or an unreachable upstream into a retryable ProviderError, and keeps an abort an abort', async () => {
+    const late = await upstreamFetch(`${base}/slow`, { timeoutMs: 100 }, signal, 'video status').catch((e: unknown) => e);
+    expect(late).toBeInstanceOf(ProviderError);
+    expect([(late as ProviderError).kind, (late as ProviderError).message]).toEqual(['retryable', 'the upstream video status timed out']);
+    const closed = await upstreamFetch('http://127.0.0.1:1/x', {}, signal, 'video submit').catch((e: unknown) => e);
+    expect([(closed as ProviderError).kind, (closed as ProviderError).message]).toEqual(['retryable', 'the upstream video submit could not be reached']);
+    const stop = new AbortController();
+    const aborted = upstreamFetch(`${base}/slow`, {}, stop.signal, 'call').catch((e: unknown) => e);
+    stop.abort(new Error('lease lost'));
+    expect(((await aborted) as Error).message).toBe('lease lost');
   });
 });

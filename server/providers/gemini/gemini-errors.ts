@@ -12,7 +12,7 @@
  * 400 INVALID_ARGUMENT with reason API_KEY_INVALID: that is a credential error, not a bad request.
  */
 import { ProviderError, type ProviderErrorKind } from '../provider-error.ts';
-import { kindOfStatus, readJson, retryAfterMs, sanitizeMessage } from '../upstream-http.ts';
+import { kindOfStatus, readJson, retryAfterMs, sanitizeMessage, type UpstreamHeaders, type UpstreamResponse } from '../upstream-http.ts';
 
 /** Least cooldown of a member whose daily quota is used up. */
 export const DAILY_QUOTA_COOLDOWN_MS = 60 * 60_000;
@@ -38,7 +38,7 @@ export function durationMs(value: unknown): number | undefined {
 }
 
 /** Classifies a Google error status; `httpStatus` when it came as an HTTP answer. */
-export function googleErrorOf(error: GoogleStatus | undefined, what: string, httpStatus?: number, headers?: Headers): ProviderError {
+export function googleErrorOf(error: GoogleStatus | undefined, what: string, httpStatus?: number, headers?: UpstreamHeaders): ProviderError {
   const status = typeof error?.status === 'string' ? error.status : undefined;
   const details = Array.isArray(error?.details) ? error.details : [];
   const typeOf = (d: GoogleDetail) => (typeof d['@type'] === 'string' ? d['@type'] : '');
@@ -64,7 +64,7 @@ export function googleErrorOf(error: GoogleStatus | undefined, what: string, htt
 }
 
 /** Classifies an error answer of a Gemini API call. */
-export async function googleError(res: Response, what: string): Promise<ProviderError> {
+export async function googleError(res: UpstreamResponse, what: string): Promise<ProviderError> {
   const body = (await readJson(res)) as { error?: GoogleStatus } | undefined;
   return googleErrorOf(body?.error, what, res.status, res.headers);
 }

@@ -25,7 +25,7 @@ import { Semaphore } from '../../lib/semaphore.ts';
 import { MIME, fitImage, readBounded, sniff, sseFrames } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
-import { upstreamFetch, upstreamUrl } from '../upstream-http.ts';
+import { upstreamFetch, upstreamUrl, type UpstreamResponse } from '../upstream-http.ts';
 import { googleError, googleErrorOf } from './gemini-errors.ts';
 
 export const GEMINI_IMAGE_TIMEOUT_MS = 300_000;
@@ -160,7 +160,7 @@ function parseAnswer(text: string): GenerateContentResponse[] {
  * (retryable). An upstream that answers plain JSON instead (a relay that ignores `alt=sse`) is read
  * as it is. Bounded like any answer.
  */
-async function readAnswer(res: Response, signal: AbortSignal, what: string): Promise<GenerateContentResponse> {
+async function readAnswer(res: UpstreamResponse, signal: AbortSignal, what: string): Promise<GenerateContentResponse> {
   if (!/text\/event-stream/i.test(res.headers.get('content-type') ?? '')) {
     return mergeAnswers(parseAnswer((await readBounded(res, MAX_RESPONSE_BYTES, signal, what)).toString('utf8')), what, false);
   }

@@ -93,7 +93,7 @@ export class GeminiVideoProvider implements VideoProvider {
     // The name is opaque (`models/veo…/operations/abc`): appended to the base as it is.
     const res = await upstreamFetch(upstreamUrl(account, `/${operationName.replace(/^\/+/, '')}`), { headers: auth(account) }, signal, 'video status');
     if (res.status === 404) {
-      await res.body?.cancel();
+      res.discard();
       return { state: 'failed', error: new ProviderError('failed', 'the upstream no longer knows this video operation', { upstreamStatus: 404 }) };
     }
     if (!res.ok) throw await googleError(res, 'video status');
@@ -126,13 +126,13 @@ export class GeminiVideoProvider implements VideoProvider {
       const res = await upstreamFetch(url, { headers: sameOrigin ? auth(account) : {}, redirect: 'manual' }, signal, 'video download');
       const location = res.headers.get('location');
       if (res.status >= 300 && res.status < 400 && location) {
-        await res.body?.cancel();
+        res.discard();
         if (hop >= MAX_REDIRECTS) throw new ProviderError('retryable', 'the upstream video download redirected too many times');
         url = new URL(location, url).toString();
         continue;
       }
       if (res.status === 404) {
-        await res.body?.cancel();
+        res.discard();
         throw new ProviderError('failed', 'the upstream no longer has this video (files are kept about two days)', { upstreamStatus: 404 });
       }
       if (!res.ok) throw await googleError(res, 'video download');

@@ -4,7 +4,7 @@
  * OpenAI-compatible gateway (which may answer with a bare string `error` or `message`, or HTML).
  */
 import { ProviderError, type ProviderErrorKind } from '../provider-error.ts';
-import { kindOfStatus, readJson, retryAfterMs, sanitizeMessage } from '../upstream-http.ts';
+import { kindOfStatus, readJson, retryAfterMs, sanitizeMessage, type UpstreamHeaders, type UpstreamResponse } from '../upstream-http.ts';
 
 const POLICY_CODES = new Set(['moderation_blocked', 'content_policy_violation', 'content_filter', 'safety_violation']);
 
@@ -14,7 +14,7 @@ interface OpenAIErrorBody {
 }
 
 /** Classifies an OpenAI(-compatible) error answer: what the gateway does next depends on its kind. */
-export async function openaiError(res: Response, what: string): Promise<ProviderError> {
+export async function openaiError(res: UpstreamResponse, what: string): Promise<ProviderError> {
   return openaiErrorOf(await readJson(res), what, { status: res.status, headers: res.headers });
 }
 
@@ -24,7 +24,7 @@ export async function openaiError(res: Response, what: string): Promise<Provider
  * own. Without a status the code and type decide; what they do not explain counts as retryable (a
  * stream that broke off after the upstream accepted the request is the upstream's failure).
  */
-export function openaiErrorOf(body: unknown, what: string, answer: { status?: number; headers?: Headers } = {}): ProviderError {
+export function openaiErrorOf(body: unknown, what: string, answer: { status?: number; headers?: UpstreamHeaders } = {}): ProviderError {
   const parsed = (typeof body === 'object' && body !== null ? body : undefined) as OpenAIErrorBody | undefined;
   const envelope = typeof parsed?.error === 'object' && parsed.error !== null ? parsed.error : undefined;
   const code = typeof envelope?.code === 'string' ? envelope.code : undefined;

@@ -29,7 +29,7 @@ import sharp from 'sharp';
 import { MIME, fitImage, readBounded, sniff, sseFrames } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { ImageEvents, ImageFormat, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
-import { upstreamFetch, upstreamUrl } from '../upstream-http.ts';
+import { upstreamFetch, upstreamUrl, type UpstreamResponse } from '../upstream-http.ts';
 import { openaiError, openaiErrorOf } from './openai-errors.ts';
 
 /** How long one call (its whole answer, stream included) may take: high-quality images take minutes. */
@@ -222,7 +222,7 @@ interface ImagesResponse {
 }
 
 /** The images of a non-streaming answer (§1.3): `b64_json`, or a `url` (dall-e, gateways) fetched here. */
-async function readImages(res: Response, signal: AbortSignal, what: string): Promise<RawImage[]> {
+async function readImages(res: UpstreamResponse, signal: AbortSignal, what: string): Promise<RawImage[]> {
   const text = (await readBounded(res, MAX_RESPONSE_BYTES, signal, what)).toString('utf8');
   let body: ImagesResponse;
   try {
@@ -255,7 +255,7 @@ async function fetchImageUrl(url: string, signal: AbortSignal): Promise<Buffer> 
   if (!/^https?:\/\//i.test(url)) throw new ProviderError('retryable', 'the upstream answered an image URL that cannot be fetched');
   const res = await upstreamFetch(url, { headers: { Accept: 'image/*' } }, signal, 'image download');
   if (!res.ok) {
-    await res.body?.cancel().catch(() => undefined);
+    res.discard();
     throw new ProviderError('retryable', `the upstream image download failed with HTTP ${res.status}`, { upstreamStatus: res.status });
   }
   return readBounded(res, MAX_URL_IMAGE_BYTES, signal, 'image download');
@@ -267,7 +267,7 @@ type StreamEvent = { kind: 'partial'; index: number | undefined; b64: string } |
  * Reads one streamed image (n=1) as the frames arrive, relays its partials and returns the final
  * image (not yet post-processed). Stops reading at the completed frame.
  */
-async function readStream(res: Response, imageIndex: number, signal: AbortSignal, events: ImageEvents, what: string): Promise<Buffer> {
+async function readStream(res: UpstreamResponse, imageIndex: number, signal: AbortSignal, events: ImageEvents, what: string): Promise<Buffer> {
   let partials = 0;
   for await (const frame of sseFrames(res, signal, what, { maxFrameChars: MAX_EVENT_CHARS })) {
     const event = streamEvent(frame, what);

@@ -80,7 +80,10 @@ export class OpenAIVideoProvider implements VideoProvider {
 
   async poll(account: UpstreamAccount, jobId: string, _job: VideoJob, signal: AbortSignal): Promise<VideoStatus> {
     const res = await upstreamFetch(upstreamUrl(account, `/videos/${encodeURIComponent(jobId)}`), { headers: auth(account) }, signal, 'video status');
-    if (res.status === 404) return { state: 'failed', error: new ProviderError('failed', 'the upstream no longer knows this video job', { upstreamStatus: 404 }) };
+    if (res.status === 404) {
+      res.discard();
+      return { state: 'failed', error: new ProviderError('failed', 'the upstream no longer knows this video job', { upstreamStatus: 404 }) };
+    }
     if (!res.ok) throw await openaiError(res, 'video status');
     const video = (await readJson(res)) as OpenAIVideo | undefined;
     switch (video?.status) {
@@ -108,7 +111,7 @@ export class OpenAIVideoProvider implements VideoProvider {
       'video download',
     );
     if (res.status === 404) {
-      await res.body?.cancel();
+      res.discard();
       throw new ProviderError('failed', 'the upstream no longer has this video (its content expired)', { upstreamStatus: 404 });
     }
     if (!res.ok) throw await openaiError(res, 'video download');
