@@ -192,6 +192,7 @@ async function main(): Promise<number> {
         console.log(`  ${r.tasks} tasks, upstream done ${cli.delayMs / 1000} s after submit, polled every ${cli.pollMs / 1000} s`);
         console.log(`  creation: ${r.createPerSecond.toFixed(0)} tasks/s; peak jobs in flight: ${r.peakInFlight}; all done in ${r.wallSeconds.toFixed(1)} s; failed: ${r.failed}`);
         console.log(`  detection delay (upstream done -> completed): p50 ${(r.detection.p50 / 1000).toFixed(2)} s, p99 ${(r.detection.p99 / 1000).toFixed(2)} s, max ${(r.detection.max / 1000).toFixed(2)} s (target p99 <= ${(cli.pollMs / 1000 + 1).toFixed(1)} s)`);
+        console.log(`  claim lag (oldest due step not yet claimed, sampled every 250 ms): p50 ${(r.claimLag.p50 / 1000).toFixed(2)} s, p99 ${(r.claimLag.p99 / 1000).toFixed(2)} s, max ${(r.claimLag.max / 1000).toFixed(2)} s`);
         console.log(`  SQL per poll step: ${r.sqlPerPollStep?.toFixed(2) ?? 'n/a (no poll-only window: raise --delay)'} (target <= 2)`);
         console.log(`  server: RSS idle ${r.idleRssMiB.toFixed(0)} MiB, peak ${r.peakRssMiB.toFixed(0)} MiB (target <= 300); CPU ${r.cpuSeconds.toFixed(1)} s over ${r.wallSeconds.toFixed(1)} s`);
         console.log(`  baseline: a direct status call to the fake upstream takes ${r.baselineDirectPollMs.toFixed(2)} ms`);

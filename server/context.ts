@@ -123,7 +123,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
   const files = new FileService(repositories.files, overrides.mediaStore ?? new FilesystemMediaStore(config.mediaDir), tx, deriveKey(secretKey, 'file-url'), deps.publicBaseUrl, config.fileUrlTtlSeconds);
   // Links in webhook bodies outlive the whole retry schedule by a day.
   const webhookUrlTtlSeconds = Math.ceil(config.webhookRetryScheduleMs.reduce((a, b) => a + b, 0) / 1000) + 86_400;
-  const outbox = new WebhookOutbox(repositories.webhooks, files, webhookUrlTtlSeconds);
+  const outbox = new WebhookOutbox(files, webhookUrlTtlSeconds);
   const settlement = new Settlement({ tx, log, ledger: repositories.ledger, videoTasks: repositories.videoTasks, imageTasks: repositories.imageTasks, outbox });
   const webhookSecrets = new WebhookSecrets(repositories.webhooks, secretKey, config.webhookSecretOverlapSeconds);
   const runners = {

@@ -15,6 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { sql } from 'kysely';
 import { createDatabase } from '../../server/db/database.ts';
 import { startOpenAIVideosFake } from '../../test/fakes/openai-video-upstream.ts';
 import { seedCatalog, createAccount, createGroup, createApiKey } from '../../test/support/factories.ts';
@@ -39,6 +40,8 @@ export interface InflightResult {
   createPerSecond: number;
   peakInFlight: number;
   detection: { p50: number; p99: number; max: number };
+  /** The oldest due, unclaimed step, sampled every 250 ms (ms). */
+  claimLag: { p50: number; p99: number; max: number };
   sqlPerPollStep: number | undefined;
   peakRssMiB: number;
   idleRssMiB: number;
@@ -120,6 +123,9 @@ export async function runInflight(databaseUrl: string, opts: InflightOptions, lo
         }
       };
       let peakInFlight = 0;
+      const claimLags: number[] = [];
+      const timeline: string[] = [];
+      let lastCpu = { cpu: idle.cpu, at: performance.now() };
       let peakRss = idle.rss;
       let sampling = true;
       const sampler = (async () => {
@@ -132,6 +138,20 @@ export async function runInflight(databaseUrl: string, opts: InflightOptions, lo
             .executeTakeFirstOrThrow();
           peakInFlight = Math.max(peakInFlight, Number(row.n));
           peakRss = Math.max(peakRss, procStats(pid).rss);
+          // How far behind the engine is: the oldest step that is due and not claimed yet.
+          const due = await sql<{ lag: number | null }>`
+            select extract(epoch from now() - min(next_run_at)) * 1000 as lag from video_tasks
+            where status in ('queued', 'in_progress') and next_run_at <= now() and (lease_expires_at is null or lease_expires_at < now())`.execute(db);
+          claimLags.push(Number(due.rows[0]?.lag ?? 0));
+          if (process.env.BENCH_TIMELINE) {
+            const now = performance.now();
+            const cpu = procStats(pid).cpu;
+            const waits = await sql<{ locked: number; idle_tx: number }>`
+              select count(*) filter (where wait_event_type = 'Lock')::int as locked, count(*) filter (where state = 'idle in transaction')::int as idle_tx
+              from pg_stat_activity where datname = current_database() and application_name like 'mediagate-%' and application_name <> 'mediagate-bench-inflight'`.execute(db);
+            timeline.push(`${((now - started) / 1000).toFixed(1)}:${(Number(due.rows[0]?.lag ?? 0) / 1000).toFixed(1)}:${Math.round(((cpu - lastCpu.cpu) / ((now - lastCpu.at) / 1000)) * 100)}%:L${waits.rows[0]?.locked}:T${waits.rows[0]?.idle_tx}`);
+            lastCpu = { cpu, at: now };
+          }
           await new Promise((r) => setTimeout(r, 250));
         }
       })();
@@ -181,11 +201,14 @@ export async function runInflight(databaseUrl: string, opts: InflightOptions, lo
         delays.push(r.completedAt.getTime() - (job.createdAt + opts.delayMs));
       }
       delays.sort((a, b) => a - b);
+      claimLags.sort((a, b) => a - b);
+      if (process.env.BENCH_TIMELINE) log(`  timeline (s since start: claim lag s): ${timeline.join(' ')}`);
       return {
         tasks: opts.tasks,
         createPerSecond: (opts.tasks - failed) / createSeconds,
         peakInFlight,
         detection: { p50: percentile(delays, 50), p99: percentile(delays, 99), max: delays.at(-1) ?? NaN },
+        claimLag: { p50: percentile(claimLags, 50), p99: percentile(claimLags, 99), max: claimLags.at(-1) ?? NaN },
         sqlPerPollStep,
         peakRssMiB: Math.max(peakRss, end.hwm) / MiB,
         idleRssMiB: idle.rss / MiB,

@@ -136,9 +136,19 @@ export class LedgerRepository {
   }
 
   private async settleWhere(which: RawBuilder<unknown>, capture: number, db: Executor): Promise<boolean> {
-    // The main SELECT reads the CTEs in lock order (h, k, a): PostgreSQL runs them as they are read.
-    const result = await sql<{ settled: boolean }>`
-      with h as (
+    const settle = this.settlement(which, capture);
+    const result = await sql<{ settled: boolean }>`with ${settle.ctes} select ${settle.settled} as settled`.execute(db);
+    return result.rows[0]?.settled === true;
+  }
+
+  /**
+   * The settlement as common table expressions (h, k, a, lc, lr) of the hold `which` selects: for
+   * a statement of its own, or one that also finishes the task (see VideoTaskRepository.finish).
+   * `settled` is true when the hold, the key and the account were all updated; reading it reads the
+   * CTEs in lock order (h, k, a), and PostgreSQL runs them as they are read.
+   */
+  settlement(which: RawBuilder<unknown>, capture: number): { ctes: RawBuilder<unknown>; settled: RawBuilder<boolean> } {
+    const ctes = sql`h as (
         update credit_holds
         set status = case when ${capture}::bigint > 0 then 'captured' else 'released' end,
             captured = ${capture}, settled_at = now()
@@ -160,9 +170,8 @@ export class LedgerRepository {
         insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id)
         select account_id, api_key_id, id, 'release', amount - captured, task_id from h where amount > captured
         returning id
-      )
-      select exists (select 1 from h) and exists (select 1 from k) and exists (select 1 from a) as settled`.execute(db);
-    return result.rows[0]?.settled === true;
+      )`;
+    return { ctes, settled: sql<boolean>`(exists (select 1 from h) and exists (select 1 from k) and exists (select 1 from a))` };
   }
 
   findHoldByTask(taskId: string) {

@@ -1,19 +1,28 @@
 /**
  * All Kysely code for video tasks. Leasing (claim, heartbeat, reschedule, fenced updates) is the
- * shared LeasedTasks helper; terminal transitions run inside the settlement transaction, so they
- * take a required executor.
+ * shared LeasedTasks helper; the terminal transition (`finish`) is one statement that also settles
+ * the hold and queues the webhook.
  */
 import { sql, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
 import { LeasedTasks, type Fence } from './leased-tasks.ts';
+import type { VideoDelivery } from './webhook.repository.ts';
 
 export type VideoTaskRow = Selectable<VideoTasks>;
 
 /** Statuses of a video task still being worked on. */
 export const ACTIVE_VIDEO_STATUSES = ['queued', 'in_progress'] as const;
 
-const finished = { completedAt: sql<Date>`now()`, leaseOwner: null, leaseExpiresAt: null };
+/** What finishing a video task writes (VideoTaskRepository.finish). */
+export interface FinishedFields {
+  status: 'completed' | 'failed';
+  outputFileId: string | null;
+  actualCredits: number;
+  errorCode: string | null;
+  errorMessage: string | null;
+  completedAt: Date;
+}
 
 export class VideoTaskRepository {
   readonly leases: LeasedTasks<'videoTasks'>;
@@ -54,11 +63,40 @@ export class VideoTaskRepository {
     return (await this.leases.update(fence, { memberId, upstreamJobId }, this.db)) !== undefined;
   }
 
-  markCompleted(fence: Fence, outputFileId: string, actualCredits: number | RawBuilder<number>, trx: Executor): Promise<VideoTaskRow | undefined> {
-    return this.leases.update(fence, { status: 'completed', outputFileId, actualCredits, ...finished }, trx);
-  }
-
-  markFailed(fence: Fence, code: string, message: string, trx: Executor): Promise<VideoTaskRow | undefined> {
-    return this.leases.update(fence, { status: 'failed', errorCode: code, errorMessage: message, actualCredits: 0, ...finished }, trx);
+  /**
+   * Moves the task (while the fence holds) to its terminal state `end` in one statement, together
+   * with the settlement of its hold (`settle`: the ledger's CTEs for the hold the given condition
+   * selects, here the hold of the updated row) and, when it has one, the delivery of its webhook (the outbox). One statement and no
+   * transaction around it: the account's row is locked only while the statement runs, not across
+   * client round trips, so the completions of one busy account do not queue behind each other. A
+   * task with a price whose hold did not settle aborts the whole statement (a bug: nothing changes).
+   * Returns the finished row, or undefined when the fence no longer holds.
+   */
+  async finish(fence: Fence, end: FinishedFields, settle: (hold: RawBuilder<unknown>) => { ctes: RawBuilder<unknown>; settled: RawBuilder<boolean> }, delivery: VideoDelivery | undefined): Promise<VideoTaskRow | undefined> {
+    const active = sql.join(ACTIVE_VIDEO_STATUSES.map((s) => sql.lit(s)));
+    const settlement = settle(sql`task_id = (select id from t)`);
+    const result = await sql<VideoTaskRow & { holdGuard: unknown; deliveries: unknown }>`
+      with t as (
+        update video_tasks
+        set status = ${end.status}, output_file_id = ${end.outputFileId}, actual_credits = ${end.actualCredits},
+            error_code = ${end.errorCode}, error_message = ${end.errorMessage}, completed_at = ${end.completedAt},
+            lease_owner = null, lease_expires_at = null
+        where id = ${fence.id} and attempt = ${fence.attempt} and status in (${active})
+        returning *
+      ), ${settlement.ctes}, w as (
+        insert into webhook_deliveries (id, account_id, task_id, event_type, url, payload)
+        select ${delivery?.id ?? null}, t.account_id, t.id, ${delivery?.eventType ?? null}, t.callback_url, ${delivery?.payload ?? null}
+        from t where ${delivery !== undefined} and t.callback_url is not null
+        on conflict (task_id) do nothing
+        returning id
+      )
+      select t.*,
+        case when coalesce(t.quoted_credits, 0) > 0 and not ${settlement.settled} then mg_abort('the hold of task ' || t.id || ' is missing or was already settled') end as hold_guard,
+        (select count(*) from w) as deliveries
+      from t`.execute(this.db);
+    const row = result.rows[0];
+    if (!row) return undefined;
+    const { holdGuard: _guard, deliveries: _deliveries, ...task } = row;
+    return task;
   }
 }

@@ -12,6 +12,14 @@ export type WebhookDeliveryRow = Selectable<WebhookDeliveries>;
 export type WebhookAttemptRow = Selectable<WebhookAttempts>;
 export type WebhookSecretRow = Selectable<WebhookSecrets>;
 export type WebhookEventType = 'video.completed' | 'video.failed';
+
+/** A webhook delivery as the outbox prepares it; the task's finishing statement inserts it (VideoTaskRepository.finish). */
+export interface VideoDelivery {
+  id: string;
+  eventType: WebhookEventType;
+  /** The frozen body. */
+  payload: string;
+}
 /** pending: to be sent (again); delivered: a 2xx; gone: the receiver answered 410; failed: the schedule ran out. */
 export type WebhookDeliveryStatus = 'pending' | 'delivered' | 'gone' | 'failed';
 
@@ -62,10 +70,6 @@ export class WebhookRepository {
   // --- deliveries
 
   /** The outbox write, inside the transaction that finished the task. */
-  async enqueue(row: { id: string; accountId: string; taskId: string; eventType: WebhookEventType; url: string; payload: string }, trx: Executor): Promise<void> {
-    await trx.insertInto('webhookDeliveries').values(row).onConflict((oc) => oc.column('taskId').doNothing()).execute();
-  }
-
   find(id: string): Promise<WebhookDeliveryRow | undefined> {
     return this.db.selectFrom('webhookDeliveries').selectAll().where('id', '=', id).executeTakeFirst();
   }

@@ -82,8 +82,11 @@ export class TaskEngine<Row extends LeasedRow> {
           this.log.error({ err, kind: this.runner.name }, 'task engine: claim failed');
         }
       }
-      if (free > 0) this.drained = claimed.length < free;
-      this.due.dropUntil(Date.now());
+      if (free > 0) {
+        this.drained = claimed.length < free;
+        // The claim took every row due by now (or a full batch, and the loop claims again at once).
+        this.due.dropUntil(Date.now());
+      }
       for (const task of claimed) {
         const run = this.run(task).finally(() => {
           this.running.delete(task.id);

@@ -178,11 +178,26 @@ describe('leases and fencing', () => {
     // worker-a's writes are fenced off.
     expect(await leases.heartbeat({ id: created.id, attempt: 1 }, 'worker-a', 60_000)).toBe(false);
     expect(await tasks.setUpstreamJob({ id: created.id, attempt: 1 }, 'mem_x', 'job-a')).toBe(false);
-    expect((await server.ctx.settlement.failVideo({ id: created.id, attempt: 1 }, 'upstream_error', 'late')) !== undefined).toBe(false);
+    expect((await server.ctx.settlement.failVideo(first!, 'upstream_error', 'late')) !== undefined).toBe(false);
     expect(await leases.heartbeat({ id: created.id, attempt: 2 }, 'worker-b', 60_000)).toBe(true);
     expect(await tasks.setUpstreamJob({ id: created.id, attempt: 2 }, 'mem_x', 'job-b')).toBe(true);
     const row = await tasks.find(created.id);
     expect(row).toMatchObject({ status: 'in_progress', attempt: 2, upstreamJobId: 'job-b' });
+  });
+
+  it('finishing a task whose hold was already settled changes nothing: the one statement aborts', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const created = await create(server, c.key);
+    const [claimed] = await server.ctx.repositories.videoTasks.leases.claimDue('worker-a', 10, 60_000);
+    expect(claimed!.id).toBe(created.id);
+    // Something settled the hold behind the task's back (a bug): the release gave the credits back.
+    expect(await server.ctx.repositories.ledger.settleForTask(created.id, 0, server.db)).toBe(true);
+    const balance = async () => (await server.db.selectFrom('accounts').select('balance').where('id', '=', c.accountId).executeTakeFirstOrThrow()).balance;
+    const before = await balance();
+    await expect(server.ctx.settlement.failVideo(claimed!, 'upstream_error', 'late')).rejects.toThrow(/hold of task .* is missing or was already settled/);
+    expect(await server.ctx.repositories.videoTasks.find(created.id)).toMatchObject({ status: 'in_progress', attempt: 1, completedAt: null });
+    expect(await balance()).toBe(before);
+    expect(await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', created.id).execute()).toEqual([{ kind: 'hold' }, { kind: 'release' }]);
   });
 
   it('finished tasks stay finished and the billing snapshot is immutable', async () => {

@@ -1,13 +1,15 @@
 /**
  * Settlement: the one place where tasks reach their terminal states and their credit holds are
- * settled (design §5, §6). Each transition is ONE transaction: the fenced task update first, then
- * the hold (ledger.repository.ts documents the lock order: task → hold → key → account), so a
- * worker whose lease was taken over changes nothing, and a hold is captured or released exactly
- * once together with the state its task ends in.
+ * settled (design §5, §6). Each transition is atomic: the fenced task update first, then the hold
+ * (ledger.repository.ts documents the lock order: task → hold → key → account), so a worker whose
+ * lease was taken over changes nothing, and a hold is captured or released exactly once together
+ * with the state its task ends in. Video tasks finish in ONE statement (thousands a minute on one
+ * account: its row stays locked only while the statement runs); image transitions are one
+ * transaction each.
  *
  *   video  completed        capture the quote            (completeVideo)
  *          failed           release everything           (failVideo)
- *          (both)           queue the callback_url webhook in the same transaction (the outbox)
+ *          (both)           queue the callback_url webhook in the same statement (the outbox)
  *   image  completed        capture delivered × price    (completeImage)
  *          failed           release everything           (failImage)
  *          needs_attention  keep the hold for an operator (imageNeedsAttention)
@@ -18,9 +20,9 @@ import type { DB } from '../../../generated/db.d.ts';
 import type { Transactor } from '../../db/transaction.ts';
 import type { Logger } from '../../logger.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
-import type { Fence } from '../../repositories/leased-tasks.ts';
+import { fenceOf, type Fence } from '../../repositories/leased-tasks.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
-import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
+import type { FinishedFields, VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import type { WebhookOutbox } from '../webhooks/webhook-outbox.ts';
 
 export interface SettlementDeps {
@@ -36,31 +38,28 @@ export class Settlement {
   constructor(private readonly deps: SettlementDeps) {}
 
   /** Completes a video task with its stored output and captures the quote. Undefined: the fence no longer holds. */
-  async completeVideo(fence: Fence, outputFileId: string): Promise<VideoTaskRow | undefined> {
-    const row = await this.deps.tx.run(async (trx) => {
-      const done = await this.deps.videoTasks.markCompleted(fence, outputFileId, sql<number>`coalesce(quoted_credits, 0)`, trx);
-      if (done) {
-        await this.settleHold(trx, done.id, done.quotedCredits ?? 0, done.actualCredits);
-        await this.deps.outbox.videoFinished(done, trx);
-      }
-      return done;
-    });
+  async completeVideo(task: VideoTaskRow, outputFileId: string): Promise<VideoTaskRow | undefined> {
+    const row = await this.finishVideo(task, { status: 'completed', outputFileId, actualCredits: task.quotedCredits ?? 0, errorCode: null, errorMessage: null });
     if (row) this.deps.log.info({ taskId: row.id, fileId: outputFileId, capturedMicroCredits: row.actualCredits }, 'video task completed');
     return row;
   }
 
   /** Fails a video task and releases its hold. */
-  async failVideo(fence: Fence, code: string, message: string): Promise<VideoTaskRow | undefined> {
-    const row = await this.deps.tx.run(async (trx) => {
-      const failed = await this.deps.videoTasks.markFailed(fence, code, message, trx);
-      if (failed) {
-        await this.settleHold(trx, failed.id, failed.quotedCredits ?? 0, 0);
-        await this.deps.outbox.videoFinished(failed, trx);
-      }
-      return failed;
-    });
+  async failVideo(task: VideoTaskRow, code: string, message: string): Promise<VideoTaskRow | undefined> {
+    const row = await this.finishVideo(task, { status: 'failed', outputFileId: null, actualCredits: 0, errorCode: code, errorMessage: message });
     if (row) this.deps.log.info({ taskId: row.id, code, message }, 'video task failed; credits released');
     return row;
+  }
+
+  /**
+   * The task's terminal state, the settlement of its hold and its webhook in one statement
+   * (VideoTaskRepository.finish). The webhook body is the row as that statement leaves it: the
+   * claimed row with the fields the statement sets (billing fields never change after creation).
+   */
+  private finishVideo(task: VideoTaskRow, end: Omit<FinishedFields, 'completedAt'>): Promise<VideoTaskRow | undefined> {
+    const fields: FinishedFields = { ...end, completedAt: new Date() };
+    const after: VideoTaskRow = { ...task, ...fields, leaseOwner: null, leaseExpiresAt: null };
+    return this.deps.videoTasks.finish(fenceOf(task), fields, (hold) => this.deps.ledger.settlement(hold, end.actualCredits), this.deps.outbox.deliveryFor(after));
   }
 
   /** Completes an image task with the images it delivered; captures delivered × unit price, releases the rest. */

@@ -58,9 +58,8 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
   }
 
   async step(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
-    const fence = fenceOf(task);
     if (task.deadlineAt.getTime() <= Date.now()) {
-      await this.deps.settlement.failVideo(fence, 'timeout', 'The task exceeded its maximum lifetime and was refunded.');
+      await this.deps.settlement.failVideo(task, 'timeout', 'The task exceeded its maximum lifetime and was refunded.');
       return DONE;
     }
     if (!task.upstreamJobId) return this.submit(task, signal, log);
@@ -68,7 +67,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     const account = task.memberId ? await this.deps.pool.account(task.memberId) : undefined;
     const provider = account && this.deps.providers.video(account.provider);
     if (!account || !provider) {
-      await this.deps.settlement.failVideo(fence, 'no_reachable_member', 'The backend member running this task was removed; the credits were refunded.');
+      await this.deps.settlement.failVideo(task, 'no_reachable_member', 'The backend member running this task was removed; the credits were refunded.');
       return DONE;
     }
     let status: VideoStatus;
@@ -85,7 +84,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
 
   async giveUp(task: VideoTaskRow, err: unknown, log: Logger): Promise<void> {
     log.error({ err }, 'video task failed after its last retry');
-    await this.deps.settlement.failVideo(fenceOf(task), 'upstream_error', 'Video generation failed repeatedly; the credits were refunded.');
+    await this.deps.settlement.failVideo(task, 'upstream_error', 'Video generation failed repeatedly; the credits were refunded.');
   }
 
   /**
@@ -116,7 +115,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     } catch (err) {
       if (err instanceof NoCapacity) {
         if (err.reason === 'none') {
-          await this.deps.settlement.failVideo(fence, 'no_reachable_member', `No enabled backend member can run model '${task.model}'; the credits were refunded.`);
+          await this.deps.settlement.failVideo(task, 'no_reachable_member', `No enabled backend member can run model '${task.model}'; the credits were refunded.`);
           return DONE;
         }
         log.debug({ reason: err.reason, retryInMs: err.retryAfterMs }, 'no upstream member free; the task stays queued');
@@ -186,7 +185,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       if (err instanceof MediaTooLarge) return this.fail(task, new ProviderError('failed', `the video is larger than the ${this.deps.maxOutputBytes}-byte limit of this gateway`));
       throw err;
     }
-    const done = await this.deps.settlement.completeVideo(fenceOf(task), file.id);
+    const done = await this.deps.settlement.completeVideo(task, file.id);
     if (!done) {
       log.warn('task was taken over before it completed here; discarding this output');
       await this.deps.files.discard(file);
@@ -208,7 +207,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
 
   /** Fails the task with the upstream's (sanitized) reason as its error.message. */
   private async fail(task: VideoTaskRow, error: ProviderError): Promise<StepResult> {
-    await this.deps.settlement.failVideo(fenceOf(task), taskErrorCodeOf(error), error.message);
+    await this.deps.settlement.failVideo(task, taskErrorCodeOf(error), error.message);
     return DONE;
   }
 
