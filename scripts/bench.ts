@@ -55,7 +55,9 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
   proxy: --duration is per side and concurrency level, in two ABBA halves (default 10), --connections
   the high level (the low one is 1) and the memory run's concurrency, --warmup per side before the
   first window.
-  env BENCH_SERVER_ENV: a JSON object of extra environment for the server process (bigbody, proxy).
+  env BENCH_SERVER_ENV: a JSON object of extra environment for the server process (bigbody, inflight, proxy).
+  env BENCH_TIMELINE=1: inflight also prints, every 250 ms, the claim lag, the server's CPU and the
+  server's backends waiting on a lock.
   env DATABASE_URL: run in a scratch database mediagate_bench_<random> on that server (dropped
   afterwards); unset: a temporary embedded PostgreSQL.`;
 

@@ -58,7 +58,11 @@ export interface Config {
   workerConcurrency: number;
   /** Poll interval of upstream video jobs (unset: each adapter's default, 10 s for OpenAI). */
   videoPollIntervalMs: number | undefined;
-  /** Video task steps (each at most one upstream call) run at once per process, however many jobs are in flight. */
+  /**
+   * Video task steps (each at most one upstream call) run at once per process, however many jobs
+   * are in flight. Polls needed per second × upstream latency must fit (Little's law): 10,000 jobs
+   * polled every 10 s at 100–250 ms an answer keep 100–250 calls busy.
+   */
   upstreamConcurrency: number;
   /** Image edits: input files per request, bytes per file and per request body (multipart). */
   maxEditImages: number;
@@ -187,7 +191,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     taskPollMs: int(env, 'TASK_POLL_MS', 500, 10, 60_000),
     taskMaxLifetimeSeconds: int(env, 'TASK_MAX_LIFETIME_SECONDS', 3600, 1, 7 * 86_400),
     workerConcurrency: int(env, 'WORKER_CONCURRENCY', 2, 0, 256),
-    upstreamConcurrency: int(env, 'UPSTREAM_CONCURRENCY', 64, 1, 4096),
+    upstreamConcurrency: int(env, 'UPSTREAM_CONCURRENCY', 256, 1, 4096),
     videoPollIntervalMs: nonEmpty(env, 'VIDEO_POLL_INTERVAL_MS') === undefined ? undefined : int(env, 'VIDEO_POLL_INTERVAL_MS', 10_000, 100, 600_000),
     localRenderDelayMs: int(env, 'LOCAL_RENDER_DELAY_MS', 0, 0, 600_000),
     maxEditImages: 16,

@@ -7,6 +7,7 @@
  *   - creation rate (202s per second),
  *   - peak jobs in flight (submitted upstream, not yet finished here),
  *   - detection delay: upstream done → task `completed`, p50 / p99 / max,
+ *   - claim lag: the oldest due step no worker has claimed yet, sampled every 250 ms,
  *   - SQL statements per poll step (server metrics, in a window where only polls run),
  *   - the server's peak RSS and CPU time,
  * each next to a baseline from the same run: a direct status call to the fake upstream.
@@ -146,10 +147,10 @@ export async function runInflight(databaseUrl: string, opts: InflightOptions, lo
           if (process.env.BENCH_TIMELINE) {
             const now = performance.now();
             const cpu = procStats(pid).cpu;
-            const waits = await sql<{ locked: number; idle_tx: number }>`
-              select count(*) filter (where wait_event_type = 'Lock')::int as locked, count(*) filter (where state = 'idle in transaction')::int as idle_tx
+            const waits = await sql<{ locked: number }>`
+              select count(*) filter (where wait_event_type = 'Lock')::int as locked
               from pg_stat_activity where datname = current_database() and application_name like 'mediagate-%' and application_name <> 'mediagate-bench-inflight'`.execute(db);
-            timeline.push(`${((now - started) / 1000).toFixed(1)}:${(Number(due.rows[0]?.lag ?? 0) / 1000).toFixed(1)}:${Math.round(((cpu - lastCpu.cpu) / ((now - lastCpu.at) / 1000)) * 100)}%:L${waits.rows[0]?.locked}:T${waits.rows[0]?.idle_tx}`);
+            timeline.push(`${((now - started) / 1000).toFixed(1)}:${(Number(due.rows[0]?.lag ?? 0) / 1000).toFixed(1)}:${Math.round(((cpu - lastCpu.cpu) / ((now - lastCpu.at) / 1000)) * 100)}%:L${waits.rows[0]?.locked}`);
             lastCpu = { cpu, at: now };
           }
           await new Promise((r) => setTimeout(r, 250));
@@ -202,7 +203,7 @@ export async function runInflight(databaseUrl: string, opts: InflightOptions, lo
       }
       delays.sort((a, b) => a - b);
       claimLags.sort((a, b) => a - b);
-      if (process.env.BENCH_TIMELINE) log(`  timeline (s since start: claim lag s): ${timeline.join(' ')}`);
+      if (process.env.BENCH_TIMELINE) log(`  timeline (s since start:claim lag s:server CPU:backends waiting on a lock): ${timeline.join(' ')}`);
       return {
         tasks: opts.tasks,
         createPerSecond: (opts.tasks - failed) / createSeconds,

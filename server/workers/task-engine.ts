@@ -90,9 +90,9 @@ export class TaskEngine<Row extends LeasedRow> {
       for (const task of claimed) {
         const run = this.run(task).finally(() => {
           this.running.delete(task.id);
-          // Refill in batches (one claim for many free slots) while rows are due; once a claim came
-          // back short, the next periodic claim or a notification picks up what becomes due.
-          if (!this.drained && this.running.size <= concurrency / 2) this.wake();
+          // Refill in batches (one claim for a quarter of the slots) while rows are due; once a claim
+          // came back short, the next periodic claim or a notification picks up what becomes due.
+          if (!this.drained && this.running.size <= concurrency - Math.max(1, concurrency >> 2)) this.wake();
         });
         this.running.set(task.id, run);
       }
