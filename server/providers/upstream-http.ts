@@ -13,7 +13,7 @@ import type { Readable } from 'node:stream';
 import { Agent, interceptors, request, type Dispatcher } from 'undici';
 import { ProviderError, type ProviderErrorKind } from './provider-error.ts';
 import { PROVIDERS, type ProviderKind } from './registry.ts';
-import type { UpstreamAccount } from './types.ts';
+import type { UpstreamAccount, VideoContent } from './types.ts';
 
 /** Default time an upstream call may wait for its answer's headers, and for each part of its body. */
 export const UPSTREAM_TIMEOUT_MS = 60_000;
@@ -140,9 +140,10 @@ export function isTimeout(err: unknown): boolean {
   return (err instanceof Error && err.name === 'TimeoutError') || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT';
 }
 
-/** The response body handed on as a Node stream (for streaming into the media store). */
-export function bodyStream(res: UpstreamResponse): Readable {
-  return res.stream();
+/** A download answer as video content: its body handed on as a stream into the media store. */
+export function contentOf(res: UpstreamResponse, defaultType: string): VideoContent {
+  const length = Number(res.headers.get('content-length'));
+  return { stream: res.stream(), contentType: res.headers.get('content-type')?.split(';')[0] || defaultType, bytes: Number.isFinite(length) && length > 0 ? length : undefined };
 }
 
 /**

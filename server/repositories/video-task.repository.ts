@@ -66,8 +66,8 @@ export class VideoTaskRepository {
   /**
    * Moves the task (while the fence holds) to its terminal state `end` in one statement, together
    * with the settlement of its hold (`settle`: the ledger's CTEs for the hold the given condition
-   * selects, here the hold of the updated row) and, when it has one, the delivery of its webhook (the outbox). One statement and no
-   * transaction around it: the account's row is locked only while the statement runs, not across
+   * selects, here the hold of the updated row) and, when it has one, the delivery of its webhook
+   * (the outbox). One statement and no transaction around it: the account's row is locked only while the statement runs, not across
    * client round trips, so the completions of one busy account do not queue behind each other. A
    * task with a price whose hold did not settle aborts the whole statement (a bug: nothing changes).
    * Returns the finished row, or undefined when the fence no longer holds.
@@ -75,7 +75,7 @@ export class VideoTaskRepository {
   async finish(fence: Fence, end: FinishedFields, settle: (hold: RawBuilder<unknown>) => { ctes: RawBuilder<unknown>; settled: RawBuilder<boolean> }, delivery: VideoDelivery | undefined): Promise<VideoTaskRow | undefined> {
     const active = sql.join(ACTIVE_VIDEO_STATUSES.map((s) => sql.lit(s)));
     const settlement = settle(sql`task_id = (select id from t)`);
-    const result = await sql<VideoTaskRow & { holdGuard: unknown; deliveries: unknown }>`
+    const result = await sql<VideoTaskRow & { holdGuard: unknown }>`
       with t as (
         update video_tasks
         set status = ${end.status}, output_file_id = ${end.outputFileId}, actual_credits = ${end.actualCredits},
@@ -88,15 +88,13 @@ export class VideoTaskRepository {
         select ${delivery?.id ?? null}, t.account_id, t.id, ${delivery?.eventType ?? null}, t.callback_url, ${delivery?.payload ?? null}
         from t where ${delivery !== undefined} and t.callback_url is not null
         on conflict (task_id) do nothing
-        returning id
       )
       select t.*,
-        case when coalesce(t.quoted_credits, 0) > 0 and not ${settlement.settled} then mg_abort('the hold of task ' || t.id || ' is missing or was already settled') end as hold_guard,
-        (select count(*) from w) as deliveries
+        case when coalesce(t.quoted_credits, 0) > 0 and not ${settlement.settled} then mg_abort('the hold of task ' || t.id || ' is missing or was already settled') end as hold_guard
       from t`.execute(this.db);
     const row = result.rows[0];
     if (!row) return undefined;
-    const { holdGuard: _guard, deliveries: _deliveries, ...task } = row;
+    const { holdGuard: _guard, ...task } = row;
     return task;
   }
 }

@@ -23,7 +23,7 @@
 import { ProviderError } from '../provider-error.ts';
 import { MIME, sniff } from '../image-output.ts';
 import { shapeOf, type UpstreamAccount, type VideoContent, type VideoJob, type VideoOutputRef, type VideoProvider, type VideoShape, type VideoStatus } from '../types.ts';
-import { bodyStream, readJson, sanitizeMessage, upstreamFetch, upstreamUrl } from '../upstream-http.ts';
+import { contentOf, readJson, sanitizeMessage, upstreamFetch, upstreamUrl } from '../upstream-http.ts';
 import { googleError } from './gemini-errors.ts';
 
 /** Veo jobs take 11 s to 6 min (§4.2); the docs poll every 10 s. */
@@ -136,8 +136,7 @@ export class GeminiVideoProvider implements VideoProvider {
         throw new ProviderError('failed', 'the upstream no longer has this video (files are kept about two days)', { upstreamStatus: 404 });
       }
       if (!res.ok) throw await googleError(res, 'video download');
-      const length = Number(res.headers.get('content-length'));
-      return { stream: bodyStream(res), contentType: res.headers.get('content-type')?.split(';')[0] || 'video/mp4', bytes: Number.isFinite(length) && length > 0 ? length : undefined };
+      return contentOf(res, 'video/mp4');
     }
   }
 }

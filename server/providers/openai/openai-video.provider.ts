@@ -18,7 +18,7 @@
 import sharp from 'sharp';
 import { ProviderError } from '../provider-error.ts';
 import { shapeOf, type UpstreamAccount, type VideoContent, type VideoJob, type VideoProvider, type VideoShape, type VideoStatus } from '../types.ts';
-import { bodyStream, readJson, sanitizeMessage, upstreamFetch, upstreamUrl } from '../upstream-http.ts';
+import { contentOf, readJson, sanitizeMessage, upstreamFetch, upstreamUrl } from '../upstream-http.ts';
 import { openaiError } from './openai-errors.ts';
 
 /** The guide suggests polling every 10–20 s. */
@@ -115,8 +115,7 @@ export class OpenAIVideoProvider implements VideoProvider {
       throw new ProviderError('failed', 'the upstream no longer has this video (its content expired)', { upstreamStatus: 404 });
     }
     if (!res.ok) throw await openaiError(res, 'video download');
-    const length = Number(res.headers.get('content-length'));
-    return { stream: bodyStream(res), contentType: res.headers.get('content-type')?.split(';')[0] || 'video/mp4', bytes: Number.isFinite(length) && length > 0 ? length : undefined };
+    return contentOf(res, 'video/mp4');
   }
 }
 
