@@ -119,7 +119,7 @@ async function runFor(db: Kysely<DB>, variant: HoldVariant, customer: Customer, 
       const { hold, task } = holdFor(customer, String(++sequence));
       const t0 = performance.now();
       try {
-        const outcome = variant === 'transaction' ? await holdInTransaction(db, hold, task) : await ledger.holdAndInsertTask(hold, task);
+        const outcome = variant === 'transaction' ? await holdInTransaction(db, hold, task) : (await ledger.holdAndInsertTask(hold, task)).outcome;
         if (outcome !== 'ok') throw new Error(`hold outcome ${outcome}`);
         last = performance.now();
         tally.latencies.push(last - t0);

@@ -57,6 +57,7 @@ export function openImageStream(
   };
 
   return {
+    publishesFiles: params.responseFormat === 'url',
     partial: (imageIndex, partialIndex, image) =>
       write(`${prefix}.partial_image`, {
         type: `${prefix}.partial_image`,

@@ -1,5 +1,5 @@
 /** Rows of stored media files. */
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type RawBuilder } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
 
@@ -26,6 +26,34 @@ export class FileRepository {
 
   async insert(row: FileRow): Promise<void> {
     await this.db.insertInto('files').values(row).execute();
+  }
+
+  /**
+   * The rows as a write of a statement that finishes their task (`name as (…)`, see
+   * LeasedTasks.finish): inserted only when the task row `t` was finished, else nothing is written.
+   */
+  insertWithTask(name: string, rows: readonly FileRow[]): RawBuilder<unknown> {
+    const json = JSON.stringify(
+      rows.map((r) => ({
+        id: r.id,
+        account_id: r.accountId,
+        purpose: r.purpose,
+        content_type: r.contentType,
+        bytes: r.bytes,
+        storage_key: r.storageKey,
+        width: r.width,
+        height: r.height,
+        task_id: r.taskId,
+        expires_at: r.expiresAt,
+        filename: r.filename,
+      })),
+    );
+    return sql`${sql.id(name)} as (
+      insert into files (id, account_id, purpose, content_type, bytes, storage_key, width, height, task_id, expires_at, filename)
+      select id, account_id, purpose, content_type, bytes, storage_key, width, height, task_id, expires_at, filename
+      from jsonb_populate_recordset(null::files, ${json}::jsonb)
+      where exists (select 1 from t)
+    )`;
   }
 
   find(id: string): Promise<FileRow | undefined> {

@@ -1,22 +1,25 @@
 /**
  * All Kysely code for image tasks. Like video tasks, leasing is the shared LeasedTasks helper and
  * every write of a worker (or of the request that runs a synchronous task) is fenced by the attempt
- * it holds; terminal transitions run inside the settlement transaction.
+ * it holds; a terminal transition is one statement that also settles the hold (and writes the rows of
+ * the files it delivered), built by Settlement.
  */
 import { sql, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, ImageTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
-import { LeasedTasks, type Fence } from './leased-tasks.ts';
+import { FileRepository, type FileRow } from './file.repository.ts';
+import { LeasedTasks, type Fence, type HoldSettlement } from './leased-tasks.ts';
 
 export type ImageTaskRow = Selectable<ImageTasks>;
-
-const finished = { completedAt: sql<Date>`now()`, leaseOwner: null, leaseExpiresAt: null };
 
 export class ImageTaskRepository {
   readonly leases: LeasedTasks<'imageTasks'>;
 
+  private readonly files: FileRepository;
+
   constructor(private readonly db: Kysely<DB>) {
     this.leases = new LeasedTasks(db, { table: 'imageTasks', sqlTable: 'image_tasks', active: ['processing'] });
+    this.files = new FileRepository(db);
   }
 
   find(id: string): Promise<ImageTaskRow | undefined> {
@@ -40,29 +43,42 @@ export class ImageTaskRepository {
     return (await this.leases.update(fence, { memberId: null, memberSlots: 1 }, this.db)) !== undefined;
   }
 
-  markCompleted(
+  /**
+   * Completed with the delivered images (`unrecorded`: rows of those files not written yet, inserted
+   * by the same statement) and `actualCredits` captured from the hold; see LeasedTasks.finish.
+   */
+  complete(
     fence: Fence,
-    result: { fileIds: string[]; delivered: number; actualCredits: number | RawBuilder<number>; revisedPrompt: string | null },
-    trx: Executor,
+    result: { fileIds: string[]; actualCredits: number; revisedPrompt: string | null; unrecorded: readonly FileRow[] },
+    settle: HoldSettlement,
   ): Promise<ImageTaskRow | undefined> {
-    return this.leases.update(
-      fence,
-      { status: 'completed', resultFileIds: result.fileIds, delivered: result.delivered, actualCredits: result.actualCredits, revisedPrompt: result.revisedPrompt, ...finished },
-      trx,
-    );
+    return this.leases.finish(fence, {
+      set: sql`status = 'completed', result_file_ids = ${result.fileIds}, delivered = ${result.fileIds.length}, actual_credits = ${result.actualCredits},
+               revised_prompt = ${result.revisedPrompt}, completed_at = now()`,
+      settle,
+      also: this.fileRows(result.unrecorded),
+    });
   }
 
-  markFailed(fence: Fence, code: string, message: string, trx: Executor): Promise<ImageTaskRow | undefined> {
-    return this.leases.update(fence, { status: 'failed', errorCode: code, errorMessage: message, actualCredits: 0, delivered: 0, ...finished }, trx);
+  /** Failed: nothing delivered, the hold released in the same statement. */
+  fail(fence: Fence, code: string, message: string, settle: HoldSettlement): Promise<ImageTaskRow | undefined> {
+    return this.leases.finish(fence, {
+      set: sql`status = 'failed', error_code = ${code}, error_message = ${message}, actual_credits = 0, delivered = 0, completed_at = now()`,
+      settle,
+    });
   }
 
   /** The outcome is unknown: keep the hold, stop every worker, wait for an operator. */
-  markNeedsAttention(fence: Fence, message: string, stored: { fileIds: string[]; delivered: number }, trx: Executor): Promise<ImageTaskRow | undefined> {
-    return this.leases.update(
-      fence,
-      { status: 'needs_attention', errorCode: 'outcome_unknown', errorMessage: message, resultFileIds: stored.fileIds, delivered: stored.delivered, leaseOwner: null, leaseExpiresAt: null },
-      trx,
-    );
+  needsAttention(fence: Fence, message: string, stored: { fileIds: string[]; unrecorded: readonly FileRow[] }): Promise<ImageTaskRow | undefined> {
+    return this.leases.finish(fence, {
+      set: sql`status = 'needs_attention', error_code = 'outcome_unknown', error_message = ${message},
+               result_file_ids = ${stored.fileIds}, delivered = ${stored.fileIds.length}`,
+      also: this.fileRows(stored.unrecorded),
+    });
+  }
+
+  private fileRows(rows: readonly FileRow[]): RawBuilder<unknown>[] {
+    return rows.length > 0 ? [this.files.insertWithTask('f', rows)] : [];
   }
 
   /** An operator's settlement of a needs_attention task (not fenced: no worker runs it). */

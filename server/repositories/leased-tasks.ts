@@ -32,6 +32,19 @@ export interface LeasedTableSpec<Name extends LeasedTableName> {
 
 export const fenceOf = (row: { id: string; attempt: number }): Fence => ({ id: row.id, attempt: row.attempt });
 
+/** The ledger's settlement of one hold as CTEs (LedgerRepository.settlement), for the hold `which` selects. */
+export type HoldSettlement = (which: RawBuilder<unknown>) => { ctes: RawBuilder<unknown>; settled: RawBuilder<boolean> };
+
+/** How a task row ends (LeasedTasks.finish). */
+export interface Finish {
+  /** The assignments of the terminal state (the lease is cleared as well). */
+  set: RawBuilder<unknown>;
+  /** Settles the task's hold in the same statement; a task with a price whose hold does not settle aborts it all. */
+  settle?: HoldSettlement;
+  /** More writes of the same statement (`name as (…)`), which see the finished row as `t`. */
+  also?: RawBuilder<unknown>[];
+}
+
 /** Most rows one reschedule statement updates. */
 const RESCHEDULE_BATCH = 500;
 /** How long a reschedule waits for others to share its statement (the engine does not wait for it). */
@@ -127,6 +140,35 @@ export class LeasedTasks<Name extends LeasedTableName> {
     } catch (err) {
       for (const b of batch) b.reject(err);
     }
+  }
+
+  /**
+   * Moves the row, while the fence holds, to a terminal state in ONE statement together with the
+   * settlement of its hold and the writes that go with it (a webhook delivery, the rows of the files
+   * it produced). One statement and no transaction around it: the account's row is locked only
+   * while the statement runs, not across client round trips, so the tasks of one busy account do not
+   * queue behind each other's commits. A task with a price whose hold did not settle aborts the
+   * whole statement (a bug: nothing changes). Returns the finished row, or undefined when the fence
+   * no longer holds.
+   */
+  async finish(fence: Fence, end: Finish): Promise<Selectable<DB[Name]> | undefined> {
+    const table = sql.table(this.spec.sqlTable);
+    const settlement = end.settle?.(sql`task_id = (select id from t)`);
+    const ctes = [...(settlement ? [settlement.ctes] : []), ...(end.also ?? [])];
+    const guard = settlement
+      ? sql`case when coalesce(t.quoted_credits, 0) > 0 and not ${settlement.settled} then mg_abort('the hold of task ' || t.id || ' is missing or was already settled') end`
+      : sql`null`;
+    const result = await sql<Selectable<DB[Name]> & { holdGuard: unknown }>`
+      with t as (
+        update ${table} set ${end.set}, lease_owner = null, lease_expires_at = null
+        where id = ${fence.id} and attempt = ${fence.attempt} and status in (${this.activeStatuses()})
+        returning *
+      )${ctes.length > 0 ? sql`, ${sql.join(ctes)}` : sql``}
+      select t.*, ${guard} as hold_guard from t`.execute(this.db);
+    const row = result.rows[0];
+    if (!row) return undefined;
+    const { holdGuard: _guard, ...task } = row;
+    return task as unknown as Selectable<DB[Name]>;
   }
 
   /**

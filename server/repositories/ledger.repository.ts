@@ -13,7 +13,7 @@
  * are only ever locked by a statement already holding the account row); settlement (services/tasks/settlement.ts) updates the task first, then settles
  * the hold here: hold, key, account. Admin grants and debits touch the account row alone.
  */
-import { sql, type Insertable, type Kysely, type RawBuilder } from 'kysely';
+import { sql, type Insertable, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, ImageTasks, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
 
@@ -41,6 +41,12 @@ export interface InputAdoption {
 
 export type HoldOutcome = 'ok' | 'key_quota_exceeded' | 'insufficient_balance';
 
+/** What the hold statement did, and with `ok` the task row as inserted (no second read). */
+export interface HoldResult<T extends TaskInsert> {
+  outcome: HoldOutcome;
+  task?: Selectable<DB[T['table']]>;
+}
+
 /** SQLSTATE raised by mg_abort() (see the tasks migration). */
 const ABORT_SQLSTATE = 'MG001';
 
@@ -59,11 +65,16 @@ export class LedgerRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
   /**
-   * Places the hold and inserts the task in one statement. Returns which gate failed, if any; on
-   * failure nothing at all was written. A unique violation on the task (an idempotent retry racing
-   * this one) propagates as the pg error (23505) with nothing written.
+   * Places the hold and inserts the task in one statement. Returns which gate failed, if any (on
+   * failure nothing at all was written), and the inserted task row. A unique violation on the task
+   * (an idempotent retry racing this one) propagates as the pg error (23505) with nothing written.
    */
-  async holdAndInsertTask(hold: HoldRequest, task: TaskInsert, inputs: InputAdoption = { fileIds: [], pinSeconds: 0 }): Promise<HoldOutcome> {
+  async holdAndInsertTask<T extends TaskInsert>(hold: HoldRequest, task: T, inputs: InputAdoption = { fileIds: [], pinSeconds: 0 }): Promise<HoldResult<T>> {
+    type Row = Selectable<DB[T['table']]> & { outcome: HoldOutcome };
+    const result = (rows: Row[]): HoldResult<T> => {
+      const { outcome, ...row } = rows[0]!;
+      return outcome === 'ok' ? { outcome, task: row as unknown as Selectable<DB[T['table']]> } : { outcome };
+    };
     const table = sql.table(snake(task.table));
     const { columns, values } = columnList(task.row as Record<string, unknown>);
     const adopt =
@@ -81,11 +92,11 @@ export class LedgerRepository {
           )`;
     if (hold.amount === 0) {
       // A free generation needs no reservation.
-      await sql`with t as (insert into ${table} (${columns}) values (${values}) returning id) ${adopt} select 1`.execute(this.db);
-      return 'ok';
+      const inserted = await sql<Row>`with t as (insert into ${table} (${columns}) values (${values}) returning *) ${adopt} select 'ok' as outcome, t.* from t`.execute(this.db);
+      return result(inserted.rows);
     }
     try {
-      const result = await sql<{ outcome: HoldOutcome }>`
+      const held = await sql<Row>`
         with k as (
           update api_keys set credits_used = credits_used + ${hold.amount}
           where id = ${hold.apiKeyId} and (credit_limit is null or credits_used + ${hold.amount} <= credit_limit)
@@ -106,17 +117,19 @@ export class LedgerRepository {
         ), t as (
           insert into ${table} (${columns})
           select ${values} where exists (select 1 from h)
-          returning id
+          returning *
         ) ${adopt}
-        select case
-          when not exists (select 1 from k) then 'key_quota_exceeded'
-          when not exists (select 1 from a) then mg_abort('insufficient_balance')
-          when not exists (select 1 from t) then mg_abort('task_not_inserted')
-          else 'ok'
-        end as outcome`.execute(this.db);
-      return result.rows[0]!.outcome;
+        select o.outcome, t.* from (
+          select case
+            when not exists (select 1 from k) then 'key_quota_exceeded'
+            when not exists (select 1 from a) then mg_abort('insufficient_balance')
+            when not exists (select 1 from t) then mg_abort('task_not_inserted')
+            else 'ok'
+          end as outcome
+        ) o left join t on true`.execute(this.db);
+      return result(held.rows);
     } catch (err) {
-      if ((err as { code?: string }).code === ABORT_SQLSTATE && (err as Error).message === 'insufficient_balance') return 'insufficient_balance';
+      if ((err as { code?: string }).code === ABORT_SQLSTATE && (err as Error).message === 'insufficient_balance') return { outcome: 'insufficient_balance' };
       throw err;
     }
   }

@@ -6,7 +6,7 @@
 import { sql, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
-import { LeasedTasks, type Fence } from './leased-tasks.ts';
+import { LeasedTasks, type Fence, type HoldSettlement } from './leased-tasks.ts';
 import type { VideoDelivery } from './webhook.repository.ts';
 
 export type VideoTaskRow = Selectable<VideoTasks>;
@@ -65,36 +65,25 @@ export class VideoTaskRepository {
 
   /**
    * Moves the task (while the fence holds) to its terminal state `end` in one statement, together
-   * with the settlement of its hold (`settle`: the ledger's CTEs for the hold the given condition
-   * selects, here the hold of the updated row) and, when it has one, the delivery of its webhook
-   * (the outbox). One statement and no transaction around it: the account's row is locked only while the statement runs, not across
-   * client round trips, so the completions of one busy account do not queue behind each other. A
-   * task with a price whose hold did not settle aborts the whole statement (a bug: nothing changes).
-   * Returns the finished row, or undefined when the fence no longer holds.
+   * with the settlement of its hold and, when it has one, the delivery of its webhook (the outbox);
+   * see LeasedTasks.finish. Returns the finished row, or undefined when the fence no longer holds.
    */
-  async finish(fence: Fence, end: FinishedFields, settle: (hold: RawBuilder<unknown>) => { ctes: RawBuilder<unknown>; settled: RawBuilder<boolean> }, delivery: VideoDelivery | undefined): Promise<VideoTaskRow | undefined> {
-    const active = sql.join(ACTIVE_VIDEO_STATUSES.map((s) => sql.lit(s)));
-    const settlement = settle(sql`task_id = (select id from t)`);
-    const result = await sql<VideoTaskRow & { holdGuard: unknown }>`
-      with t as (
-        update video_tasks
-        set status = ${end.status}, output_file_id = ${end.outputFileId}, actual_credits = ${end.actualCredits},
-            error_code = ${end.errorCode}, error_message = ${end.errorMessage}, completed_at = ${end.completedAt},
-            lease_owner = null, lease_expires_at = null
-        where id = ${fence.id} and attempt = ${fence.attempt} and status in (${active})
-        returning *
-      ), ${settlement.ctes}, w as (
-        insert into webhook_deliveries (id, account_id, task_id, event_type, url, payload)
-        select ${delivery?.id ?? null}, t.account_id, t.id, ${delivery?.eventType ?? null}, t.callback_url, ${delivery?.payload ?? null}
-        from t where ${delivery !== undefined} and t.callback_url is not null
-        on conflict (task_id) do nothing
-      )
-      select t.*,
-        case when coalesce(t.quoted_credits, 0) > 0 and not ${settlement.settled} then mg_abort('the hold of task ' || t.id || ' is missing or was already settled') end as hold_guard
-      from t`.execute(this.db);
-    const row = result.rows[0];
-    if (!row) return undefined;
-    const { holdGuard: _guard, ...task } = row;
-    return task;
+  finish(fence: Fence, end: FinishedFields, settle: HoldSettlement, delivery: VideoDelivery | undefined): Promise<VideoTaskRow | undefined> {
+    return this.leases.finish(fence, {
+      set: sql`status = ${end.status}, output_file_id = ${end.outputFileId}, actual_credits = ${end.actualCredits},
+               error_code = ${end.errorCode}, error_message = ${end.errorMessage}, completed_at = ${end.completedAt}`,
+      settle,
+      also:
+        delivery === undefined
+          ? []
+          : [
+              sql`w as (
+                insert into webhook_deliveries (id, account_id, task_id, event_type, url, payload)
+                select ${delivery.id}, t.account_id, t.id, ${delivery.eventType}, t.callback_url, ${delivery.payload}
+                from t where t.callback_url is not null
+                on conflict (task_id) do nothing
+              )`,
+            ],
+    });
   }
 }

@@ -50,10 +50,25 @@ export class FileService {
 
   /** Stores bytes or a stream (under `maxBytes` when given: MediaTooLarge beyond) and records the file row. */
   async save(input: StoreFileInput, data: Buffer | Readable, opts: { maxBytes?: number } = {}): Promise<FileRow> {
+    const row = await this.put(input, data, opts);
+    try {
+      await this.files.insert(row);
+    } catch (err) {
+      await this.store.delete(row.storageKey);
+      throw err;
+    }
+    return row;
+  }
+
+  /**
+   * Stores the bytes only: the returned row is not written yet. Its task writes it when it finishes
+   * (ImageTaskRepository.complete); `discardUnrecorded` removes the bytes when it does not.
+   */
+  async put(input: StoreFileInput, data: Buffer | Readable, opts: { maxBytes?: number } = {}): Promise<FileRow> {
     const id = newId('file');
     const storageKey = `${input.purpose}/${id.slice(5, 7)}/${id}.${EXTENSIONS[input.contentType] ?? 'bin'}`;
     const { bytes } = await this.store.put(storageKey, data, opts);
-    const row: FileRow = {
+    return {
       id,
       accountId: input.accountId,
       purpose: input.purpose,
@@ -66,13 +81,11 @@ export class FileService {
       expiresAt: input.expiresAt ?? null,
       filename: input.filename ?? null,
     };
-    try {
-      await this.files.insert(row);
-    } catch (err) {
-      await this.store.delete(storageKey);
-      throw err;
-    }
-    return row;
+  }
+
+  /** Writes the row of a file `put` stored. */
+  record(row: FileRow): Promise<void> {
+    return this.files.insert(row);
   }
 
   /** A fresh signed URL, valid for FILE_URL_TTL_SECONDS (or at least `minTtlSeconds`). */
@@ -105,6 +118,11 @@ export class FileService {
   async discard(file: FileRow): Promise<void> {
     await this.files.delete(file.id);
     await this.store.delete(file.storageKey);
+  }
+
+  /** Removes the bytes of a file whose row was never written (`put` without `record`). */
+  discardUnrecorded(file: FileRow): Promise<void> {
+    return this.store.delete(file.storageKey);
   }
 
   /**

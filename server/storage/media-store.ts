@@ -5,9 +5,9 @@
  * under its root. An S3-compatible store implements the same interface.
  */
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, resolve, sep } from 'node:path';
-import { Readable, Transform } from 'node:stream';
+import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { randomBytes } from 'node:crypto';
 
@@ -64,7 +64,7 @@ export class FilesystemMediaStore implements MediaStore {
       this.dirs.add(dir);
     }
     const tmp = `${path}.${randomBytes(6).toString('hex')}.tmp`;
-    const source = Buffer.isBuffer(data) ? Readable.from([data]) : data;
+    if (Buffer.isBuffer(data)) return this.putBuffer(path, tmp, dir, data, opts.maxBytes);
     let bytes = 0;
     const counter = new Transform({
       transform(chunk: Buffer, _enc, done) {
@@ -73,8 +73,8 @@ export class FilesystemMediaStore implements MediaStore {
       },
     });
     try {
-      if (opts.maxBytes !== undefined) await pipeline(source, byteLimit(opts.maxBytes), counter, createWriteStream(tmp));
-      else await pipeline(source, counter, createWriteStream(tmp));
+      if (opts.maxBytes !== undefined) await pipeline(data, byteLimit(opts.maxBytes), counter, createWriteStream(tmp));
+      else await pipeline(data, counter, createWriteStream(tmp));
       await rename(tmp, path);
     } catch (err) {
       await rm(tmp, { force: true });
@@ -83,6 +83,20 @@ export class FilesystemMediaStore implements MediaStore {
       throw err;
     }
     return { bytes };
+  }
+
+  /** Bytes already in memory (generated images): one write, no stream machinery. */
+  private async putBuffer(path: string, tmp: string, dir: string, data: Buffer, maxBytes: number | undefined): Promise<{ bytes: number }> {
+    if (maxBytes !== undefined && data.length > maxBytes) throw new MediaTooLarge(maxBytes);
+    try {
+      await writeFile(tmp, data, { flag: 'wx' });
+      await rename(tmp, path);
+    } catch (err) {
+      await rm(tmp, { force: true });
+      this.dirs.delete(dir);
+      throw err;
+    }
+    return { bytes: data.length };
   }
 
   read(key: string): Readable {

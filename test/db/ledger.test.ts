@@ -45,10 +45,11 @@ function videoRow(taskId: string, accountId: string, apiKeyId: string, groupId: 
 async function hold(accountId: string, apiKeyId: string, groupId: string, credits: number): Promise<HoldOutcome> {
   const taskId = newId('vid');
   const amount = credits * MICRO;
-  return ledger.holdAndInsertTask(
+  const { outcome } = await ledger.holdAndInsertTask(
     { holdId: newId('hold'), accountId, apiKeyId, taskId, amount },
     { table: 'videoTasks', row: videoRow(taskId, accountId, apiKeyId, groupId, amount) },
   );
+  return outcome;
 }
 
 async function setup(balance: number, limits: (number | null)[]) {

@@ -28,6 +28,12 @@ export type ImageOperation = 'generation' | 'edit';
 
 /** Where finished images go. `image` resolves once the client has the image (stream) or at once. */
 export interface ImageSink {
+  /**
+   * The sink hands out links to stored files while the task runs (a stream with URLs): each file's
+   * row is written before the sink sees it. Otherwise the rows are written when the task completes,
+   * by the statement that settles it.
+   */
+  readonly publishesFiles?: boolean;
   partial(imageIndex: number, partialIndex: number, image: Buffer): Promise<void>;
   image(imageIndex: number, image: Buffer, file: FileRow): Promise<void>;
 }
@@ -126,6 +132,9 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     let reachedSink = false;
 
     const files: FileRow[] = [];
+    /** Files whose rows are written by the statement that finishes the task (all of them unless the sink publishes files). */
+    const unrecorded: FileRow[] = [];
+    const discard = (file: FileRow) => (sink.publishesFiles ? this.deps.files.discard(file) : this.deps.files.discardUnrecorded(file));
     const images: Buffer[] = [];
     // Set inside the event callbacks; an object so TypeScript does not narrow it to null.
     const upstream: { revisedPrompt: string | null } = { revisedPrompt: null };
@@ -140,10 +149,8 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         upstream.revisedPrompt ??= generated.revisedPrompt ?? null;
         let file: FileRow;
         try {
-          file = await this.deps.files.save(
-            { accountId: task.accountId, purpose: 'image_output', contentType: MIME[params.outputFormat]!, taskId: task.id, width: params.width, height: params.height },
-            generated.image,
-          );
+          const meta = { accountId: task.accountId, purpose: 'image_output' as const, contentType: MIME[params.outputFormat]!, taskId: task.id, width: params.width, height: params.height };
+          file = sink.publishesFiles ? await this.deps.files.save(meta, generated.image) : await this.deps.files.put(meta, generated.image);
         } catch (err) {
           throw new NotStored('the image could not be stored', { cause: err });
         }
@@ -151,10 +158,11 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           await sink.image(imageIndex, generated.image, file);
         } catch {
           // The client went away while this image was being delivered: it is not counted.
-          await this.deps.files.discard(file);
+          await discard(file);
           throw new NotDelivered();
         }
         files.push(file);
+        if (!sink.publishesFiles) unrecorded.push(file);
         images.push(generated.image);
       },
     };
@@ -188,7 +196,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       }
       if (err instanceof NotStored) {
         log.error({ err: err.cause, stored: files.length }, 'image produced but not stored: task needs attention');
-        await this.deps.settlement.imageNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', { fileIds: files.map((f) => f.id) });
+        await this.deps.settlement.imageNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', { files, unrecorded });
         throw new ApiError(502, 'upstream_error', `The image was generated but could not be stored; task ${task.id} needs attention and its credits stay held until an operator settles it.`);
       }
       if (!(err instanceof NotDelivered) && !signal.aborted) {
@@ -204,16 +212,21 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     }
 
     if (opts.deliveredOnlyIfAllSent && signal.aborted) {
-      for (const file of files) await this.deps.files.discard(file);
+      for (const file of files) await discard(file);
       files.length = 0;
+      unrecorded.length = 0;
     }
     if (files.length === 0) {
       await this.deps.settlement.failImage(fence, 'client_disconnected', 'The client disconnected before any image was delivered; the credits were released.');
       return { status: 'failed', files, images };
     }
     const { revisedPrompt } = upstream;
-    const done = await this.deps.settlement.completeImage(fence, { fileIds: files.map((f) => f.id), revisedPrompt });
-    if (!done) throw new ApiError(500, 'internal_error', `Task ${task.id} was taken over by another worker.`);
+    const done = await this.deps.settlement.completeImage(task, { files, unrecorded, revisedPrompt });
+    if (!done) {
+      // Taken over by another worker: the files this attempt stored are not its to publish.
+      for (const file of unrecorded) await this.deps.files.discardUnrecorded(file);
+      throw new ApiError(500, 'internal_error', `Task ${task.id} was taken over by another worker.`);
+    }
     return { status: 'completed', files, images, ...(revisedPrompt !== null && { revisedPrompt }), ...(failure && { error: failure }) };
   }
 }

@@ -178,7 +178,7 @@ export class ImageService {
     const adopted = [...req.inputs, ...(req.mask ? [req.mask] : [])].flatMap((i) => (i.fileId ? [i.fileId] : []));
 
     const quoted = req.unitPrice * req.n;
-    const outcome = await this.deps.ledger
+    const { outcome, task } = await this.deps.ledger
       .holdAndInsertTask(
         { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted },
         {
@@ -215,7 +215,7 @@ export class ImageService {
     if (outcome === 'insufficient_balance') throw paymentRequired('insufficient_balance', `The account balance cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     this.deps.log.info({ taskId, model: req.model, n: req.n, quotedMicroCredits: quoted, async: mode.async }, 'image task created');
     if (mode.async) this.deps.notifier.notify('image');
-    return (await this.deps.tasks.find(taskId))!;
+    return task!;
   }
 
   /**

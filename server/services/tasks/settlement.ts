@@ -1,11 +1,11 @@
 /**
  * Settlement: the one place where tasks reach their terminal states and their credit holds are
- * settled (design §5, §6). Each transition is atomic: the fenced task update first, then the hold
- * (ledger.repository.ts documents the lock order: task → hold → key → account), so a worker whose
- * lease was taken over changes nothing, and a hold is captured or released exactly once together
- * with the state its task ends in. Video tasks finish in ONE statement (thousands a minute on one
- * account: its row stays locked only while the statement runs); image transitions are one
- * transaction each.
+ * settled (design §5, §6). Each transition is ONE statement (LeasedTasks.finish): the fenced task
+ * update first, then the hold (ledger.repository.ts documents the lock order: task → hold → key →
+ * account), so a worker whose lease was taken over changes nothing, a hold is captured or released
+ * exactly once together with the state its task ends in, and one account's row stays locked only
+ * while the statement runs (thousands of tasks a minute on one account do not queue behind each
+ * other's commits). Only the operator's settlement of a needs_attention task is a transaction.
  *
  *   video  completed        capture the quote            (completeVideo)
  *          failed           release everything           (failVideo)
@@ -19,6 +19,7 @@ import { sql, type Transaction } from 'kysely';
 import type { DB } from '../../../generated/db.d.ts';
 import type { Transactor } from '../../db/transaction.ts';
 import type { Logger } from '../../logger.ts';
+import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
 import { fenceOf, type Fence } from '../../repositories/leased-tasks.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
@@ -62,31 +63,30 @@ export class Settlement {
     return this.deps.videoTasks.finish(fenceOf(task), fields, (hold) => this.deps.ledger.settlement(hold, end.actualCredits), this.deps.outbox.deliveryFor(after));
   }
 
-  /** Completes an image task with the images it delivered; captures delivered × unit price, releases the rest. */
-  async completeImage(fence: Fence, result: { fileIds: string[]; revisedPrompt: string | null }): Promise<ImageTaskRow | undefined> {
-    const delivered = result.fileIds.length;
-    const row = await this.deps.tx.run(async (trx) => {
-      const done = await this.deps.imageTasks.markCompleted(fence, { ...result, delivered, actualCredits: sql<number>`${delivered} * unit_price` }, trx);
-      if (done) await this.settleHold(trx, done.id, done.quotedCredits, done.actualCredits);
-      return done;
-    });
-    if (row) this.deps.log.info({ taskId: row.id, delivered, n: row.n, capturedMicroCredits: row.actualCredits }, 'image task completed');
+  /**
+   * Completes an image task with the images it delivered (`unrecorded`: the rows of those files not
+   * written yet); captures delivered × unit price, releases the rest. One statement.
+   */
+  async completeImage(task: ImageTaskRow, result: { files: readonly FileRow[]; unrecorded: readonly FileRow[]; revisedPrompt: string | null }): Promise<ImageTaskRow | undefined> {
+    const fileIds = result.files.map((f) => f.id);
+    const capture = fileIds.length * task.unitPrice;
+    const row = await this.deps.imageTasks.complete(fenceOf(task), { fileIds, actualCredits: capture, revisedPrompt: result.revisedPrompt, unrecorded: result.unrecorded }, (hold) =>
+      this.deps.ledger.settlement(hold, capture),
+    );
+    if (row) this.deps.log.info({ taskId: row.id, delivered: fileIds.length, n: row.n, capturedMicroCredits: capture }, 'image task completed');
     return row;
   }
 
+  /** Fails an image task and releases its hold. One statement. */
   async failImage(fence: Fence, code: string, message: string): Promise<ImageTaskRow | undefined> {
-    const row = await this.deps.tx.run(async (trx) => {
-      const failed = await this.deps.imageTasks.markFailed(fence, code, message, trx);
-      if (failed) await this.settleHold(trx, failed.id, failed.quotedCredits, 0);
-      return failed;
-    });
+    const row = await this.deps.imageTasks.fail(fence, code, message, (hold) => this.deps.ledger.settlement(hold, 0));
     if (row) this.deps.log.info({ taskId: row.id, code }, 'image task failed; credits released');
     return row;
   }
 
   /** The outcome is unknown (images produced but not stored): the hold stays until an operator settles. */
-  async imageNeedsAttention(fence: Fence, message: string, stored: { fileIds: string[] }): Promise<ImageTaskRow | undefined> {
-    const row = await this.deps.tx.run((trx) => this.deps.imageTasks.markNeedsAttention(fence, message, { fileIds: stored.fileIds, delivered: stored.fileIds.length }, trx));
+  async imageNeedsAttention(fence: Fence, message: string, stored: { files: readonly FileRow[]; unrecorded: readonly FileRow[] }): Promise<ImageTaskRow | undefined> {
+    const row = await this.deps.imageTasks.needsAttention(fence, message, { fileIds: stored.files.map((f) => f.id), unrecorded: stored.unrecorded });
     if (row) this.deps.log.error({ taskId: row.id, delivered: row.delivered }, 'image task needs attention: its credits stay held until an operator settles it');
     return row;
   }

@@ -125,11 +125,11 @@ export class VideoService {
     };
     let outcome;
     try {
-      outcome = await this.deps.ledger.holdAndInsertTask(
+      ({ outcome } = await this.deps.ledger.holdAndInsertTask(
         { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted },
         { table: 'videoTasks', row },
         { fileIds: inputFileIds, pinSeconds: this.deps.options.maxLifetimeSeconds + 86_400 },
-      );
+      ));
     } catch (err) {
       if (isUniqueViolation(err, 'video_tasks_client_request_id_key')) {
         // A concurrent identical request won the race; nothing of ours was written.
