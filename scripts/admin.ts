@@ -119,13 +119,12 @@ async function main(argv: string[]): Promise<void> {
   const db = createDatabase(databaseUrl ?? embedded!.url, { max: 2, applicationName: 'mediagate-admin-cli' });
   try {
     await migrateToLatest(db, quiet);
+    // Running servers see the change within their cache TTLs (KEY_CACHE_TTL_MS, MODEL_CACHE_TTL_MS: at most 5 s).
     const admin = createAdminServices({
       db,
       log: createLogger('warn', process.stderr),
       // Loaded only when credentials are stored; with DATABASE_URL it must come from the environment.
       secretKey: () => loadSecretKey({ envValue: process.env.MEDIAGATE_SECRET_KEY, dataDir: databaseUrl ? undefined : dataDir }),
-      // Other processes' key caches expire on their own within KEY_CACHE_TTL_MS (at most 5 s).
-      auth: { invalidate: () => {} },
     });
     const output = await run(admin, resource, verb, args, flags);
     console.log(flags.json ? JSON.stringify(output.json, null, 2) : output.text);

@@ -100,10 +100,14 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
       },
     );
   });
-  app.use('/admin', (req, _res, next) => {
+  app.use('/admin', (req, res, next) => {
     if (!BODY_METHODS.has(req.method)) return next();
     try {
       checkAdminToken(req);
+      // An admin change reaches this instance's caches of keys and models at once (others within their TTL).
+      res.once('finish', () => {
+        if (res.statusCode < 400) ctx.services.invalidateCaches();
+      });
       next();
     } catch (err) {
       next(err);

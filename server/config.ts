@@ -27,6 +27,8 @@ export interface Config {
   shutdownGraceMs: number;
   jsonBodyLimitBytes: number;
   keyCacheTtlMs: number;
+  /** How long an image model's lookup (catalog, prices, switch, reachability per group) is reused. */
+  modelCacheTtlMs: number;
   quoteTtlSeconds: number;
   fileUrlTtlSeconds: number;
   maxMediaInputCount: number;
@@ -171,6 +173,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
     jsonBodyLimitBytes: int(env, 'JSON_BODY_LIMIT_BYTES', 1024 * 1024, 1024),
     keyCacheTtlMs: int(env, 'KEY_CACHE_TTL_MS', 5_000, 0, 5_000),
+    modelCacheTtlMs: int(env, 'MODEL_CACHE_TTL_MS', 2_000, 0, 5_000),
     quoteTtlSeconds: int(env, 'QUOTE_TTL_SECONDS', 900, 1, 86_400),
     fileUrlTtlSeconds: int(env, 'FILE_URL_TTL_SECONDS', 3600, 1, 7 * 86_400),
     maxMediaInputCount: int(env, 'MAX_MEDIA_INPUT_COUNT', 256, 1),

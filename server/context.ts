@@ -57,6 +57,8 @@ export interface Services {
   readiness: ReadinessService;
   webhookSecrets: WebhookSecrets;
   admin: AdminServices;
+  /** Drops the cached API keys and image models (after an admin change on this instance). */
+  invalidateCaches(): void;
 }
 
 /** What HTTP handlers see. */
@@ -149,7 +151,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     files,
     readiness: new ReadinessService(new HealthRepository(db), log),
     webhookSecrets,
-    admin: createAdminServices({ db, log, secretKey, auth, settlement }),
+    admin: createAdminServices({ db, log, secretKey, settlement }),
     videos: new VideoService({
       tasks: repositories.videoTasks,
       models: repositories.models,
@@ -185,8 +187,13 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
         maxEditFileBytes: config.maxEditFileBytes,
         maxEditBodyBytes: config.maxEditBodyBytes,
         inputPinSeconds: config.taskMaxLifetimeSeconds + 86_400,
+        modelCacheTtlMs: config.modelCacheTtlMs,
       },
     }),
+    invalidateCaches() {
+      auth.invalidate();
+      services.images.invalidateCaches();
+    },
   };
   return Object.freeze({ config, log, metrics, services: Object.freeze(services), repositories, providers, pool, settlement, runners, notifier });
 }

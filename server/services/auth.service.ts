@@ -7,6 +7,7 @@ import type { Logger } from '../logger.ts';
 import { ApiError, invalidApiKey } from '../errors.ts';
 import type { ApiKeyRepository, KeyAuthRow } from '../repositories/api-key.repository.ts';
 import { hashApiKey, looksLikeApiKey } from '../lib/api-key-material.ts';
+import { TtlCache } from '../lib/ttl-cache.ts';
 
 export interface AuthContext {
   apiKeyId: string;
@@ -15,19 +16,20 @@ export interface AuthContext {
 }
 
 const LAST_USED_INTERVAL_MS = 60_000;
-const MAX_CACHE_ENTRIES = 10_000;
 
 export class AuthService {
   /** Lookups by key hash, including in-flight ones, so concurrent misses share one query. */
-  private readonly cache = new Map<string, { row: Promise<KeyAuthRow | undefined>; expiresAt: number }>();
+  private readonly cache: TtlCache<KeyAuthRow | undefined>;
   private readonly lastTouched = new Map<string, number>();
 
   constructor(
     private readonly keys: ApiKeyRepository,
     private readonly log: Logger,
-    private readonly cacheTtlMs: number,
+    cacheTtlMs: number,
     private readonly now: () => number = Date.now,
-  ) {}
+  ) {
+    this.cache = new TtlCache(cacheTtlMs, 10_000, now);
+  }
 
   async authenticate(authorization: string | undefined): Promise<AuthContext> {
     const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
@@ -47,17 +49,7 @@ export class AuthService {
   }
 
   private lookup(hash: Buffer): Promise<KeyAuthRow | undefined> {
-    if (this.cacheTtlMs <= 0) return this.keys.findAuthByHash(hash);
-    const cacheKey = hash.toString('base64');
-    const now = this.now();
-    const hit = this.cache.get(cacheKey);
-    if (hit && hit.expiresAt > now) return hit.row;
-    const row = this.keys.findAuthByHash(hash);
-    if (this.cache.size >= MAX_CACHE_ENTRIES) this.cache.delete(this.cache.keys().next().value as string);
-    this.cache.set(cacheKey, { row, expiresAt: now + this.cacheTtlMs });
-    // A failed lookup (database down) is not cached.
-    row.catch(() => this.cache.delete(cacheKey));
-    return row;
+    return this.cache.get(hash.toString('base64'), () => this.keys.findAuthByHash(hash));
   }
 
   private touch(keyId: string): void {

@@ -67,6 +67,20 @@ describe('capability switches', () => {
     }
   });
 
+  it('image_generation off answers 503 at once, though the model was just looked up (and cached) for that key', async () => {
+    const customer = await createCustomer(server.db, { balance: 10 });
+    const generate = () => server.client(customer.key).POST('/v1/images/generations', { body: { model: 'local-image-1', prompt: 'a kite' } });
+    expect((await generate()).response.status).toBe(200);
+    await setSwitch('image_generation', false);
+    try {
+      const off = await generate();
+      expect([off.response.status, off.error?.error.code]).toEqual([503, 'capability_disabled']);
+    } finally {
+      await setSwitch('image_generation', true);
+    }
+    expect((await generate()).response.status).toBe(200);
+  });
+
   it('answers 400 invalid_request for an unknown switch name', async () => {
     const res = await fetch(`${server.directUrl}/admin/v1/capability-switches/teleportation`, {
       method: 'PUT',

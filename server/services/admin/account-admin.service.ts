@@ -3,7 +3,6 @@ import type { components } from '../../../generated/api.d.ts';
 import { ApiError, badRequest, conflict, paymentRequired } from '../../errors.ts';
 import type { Transactor } from '../../db/transaction.ts';
 import type { AccountRepository } from '../../repositories/account.repository.ts';
-import type { AuthService } from '../auth.service.ts';
 import { newId } from '../../lib/ids.ts';
 import { fromCredits } from '../../lib/money.ts';
 import { toAdminAccount, toAdminLedgerEntry, type AdminAccount } from './admin-mappers.ts';
@@ -29,7 +28,6 @@ export class AccountAdminService {
   constructor(
     private readonly accounts: AccountRepository,
     private readonly tx: Transactor,
-    private readonly auth: Pick<AuthService, 'invalidate'>,
   ) {}
 
   async create(input: AccountCreateInput): Promise<AdminAccount> {
@@ -73,8 +71,6 @@ export class AccountAdminService {
     }
     const row = await this.accounts.update(id, { name: input.name, status: input.status });
     if (!row) throw accountNotFound();
-    // A status change must reach the auth cache of this instance now (others within its TTL).
-    this.auth.invalidate();
     return toAdminAccount(row);
   }
 

@@ -5,7 +5,6 @@ import type { AccountRepository } from '../../repositories/account.repository.ts
 import type { ApiKeyAdminRepository } from '../../repositories/api-key-admin.repository.ts';
 import type { GroupRepository } from '../../repositories/group.repository.ts';
 import { generateApiKey } from '../../lib/api-key-material.ts';
-import type { AuthService } from '../auth.service.ts';
 import { newId } from '../../lib/ids.ts';
 import { accountNotFound, microCredits } from './account-admin.service.ts';
 import { toAdminApiKey, type AdminApiKey } from './admin-mappers.ts';
@@ -33,7 +32,6 @@ export class ApiKeyAdminService {
     private readonly keys: ApiKeyAdminRepository,
     private readonly accounts: AccountRepository,
     private readonly groups: GroupRepository,
-    private readonly auth: Pick<AuthService, 'invalidate'>,
   ) {}
 
   /** Issues a key. The result is the only place the full key ever appears. */
@@ -52,8 +50,6 @@ export class ApiKeyAdminService {
       lastFour: material.lastFour,
       creditLimit: limit,
     });
-    // The cache may remember this hash as unknown (e.g. a client retried before the key existed).
-    this.auth.invalidate();
     return { ...toAdminApiKey(row), key: material.key };
   }
 
@@ -85,8 +81,6 @@ export class ApiKeyAdminService {
     }
     const row = await this.keys.update(id, patch);
     if (!row) throw apiKeyNotFound();
-    // Deactivation and group moves must reach this instance's auth cache now.
-    this.auth.invalidate();
     return toAdminApiKey(row);
   }
 

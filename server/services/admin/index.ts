@@ -12,7 +12,6 @@ import { ImageTaskRepository } from '../../repositories/image-task.repository.ts
 import { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import { VideoTaskRepository } from '../../repositories/video-task.repository.ts';
 import { WebhookRepository } from '../../repositories/webhook.repository.ts';
-import type { AuthService } from '../auth.service.ts';
 import type { Settlement } from '../tasks/settlement.ts';
 import { TaskAdminService } from './task-admin.service.ts';
 import { AccountAdminService } from './account-admin.service.ts';
@@ -33,7 +32,6 @@ export interface AdminServices {
 }
 
 /**
- * `auth` only needs `invalidate()`: key and account changes must drop cached key lookups.
  * `secretKey` may be a loader, so that the CLI needs MEDIAGATE_SECRET_KEY only to store credentials.
  * `settlement` is the runtime's (the one place tasks are settled); the CLI has none and cannot
  * settle tasks.
@@ -42,7 +40,6 @@ export function createAdminServices(deps: {
   db: Kysely<DB>;
   log: Logger;
   secretKey: Buffer | (() => Buffer);
-  auth: Pick<AuthService, 'invalidate'>;
   settlement?: Settlement;
 }): AdminServices {
   const { db, log, secretKey } = deps;
@@ -54,8 +51,8 @@ export function createAdminServices(deps: {
   const videoTasks = new VideoTaskRepository(db);
   const imageTasks = new ImageTaskRepository(db);
   return {
-    accounts: new AccountAdminService(accounts, tx, deps.auth),
-    apiKeys: new ApiKeyAdminService(new ApiKeyAdminRepository(deps.db), accounts, groups, deps.auth),
+    accounts: new AccountAdminService(accounts, tx),
+    apiKeys: new ApiKeyAdminService(new ApiKeyAdminRepository(deps.db), accounts, groups),
     groups: new GroupAdminService(groups, catalog, typeof secretKey === 'function' ? secretKey : () => secretKey),
     catalog: new CatalogAdminService(catalog, tx),
     switches: new CapabilitySwitchService(new CapabilitySwitchRepository(deps.db)),

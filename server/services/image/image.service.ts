@@ -15,7 +15,8 @@ import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
-import type { ModelRepository } from '../../repositories/model.repository.ts';
+import type { ImageCatalogRow, ModelRepository } from '../../repositories/model.repository.ts';
+import { TtlCache } from '../../lib/ttl-cache.ts';
 import type { AuthContext } from '../auth.service.ts';
 import type { FileService } from '../file.service.ts';
 import { keepLease } from '../tasks/lease.ts';
@@ -67,6 +68,8 @@ export interface ImageServiceDeps {
     maxEditBodyBytes: number;
     /** How long a file a task uses stays at least (uploads outlive the tasks using them). */
     inputPinSeconds: number;
+    /** How long a model lookup is reused (0: read every time). */
+    modelCacheTtlMs?: number;
   };
 }
 
@@ -79,7 +82,17 @@ export function fitWithinLimits(width: number, height: number): { width: number;
 }
 
 export class ImageService {
-  constructor(private readonly deps: ImageServiceDeps) {}
+  /** Model lookups per group, model and switch: configuration, read on every request otherwise. */
+  private readonly modelCache: TtlCache<ImageCatalogRow | undefined>;
+
+  constructor(private readonly deps: ImageServiceDeps) {
+    this.modelCache = new TtlCache(deps.options.modelCacheTtlMs ?? 0);
+  }
+
+  /** Forgets cached model lookups (an admin changed the catalog, a switch or a group). */
+  invalidateCaches(): void {
+    this.modelCache.clear();
+  }
 
   /** Validates and prices a request; nothing is written but URL inputs staged in `staging`. */
   async prepare(
@@ -89,7 +102,7 @@ export class ImageService {
     edit?: { images: EditInput[]; mask?: EditInput; staging: InputStaging },
   ): Promise<PreparedImageRequest> {
     const switchName = operation === 'generation' ? 'image_generation' : 'image_edit';
-    const model = await this.deps.models.findImageModel(auth.groupId, fields.model, switchName);
+    const model = await this.modelCache.get(`${auth.groupId}\n${fields.model}\n${switchName}`, () => this.deps.models.findImageModel(auth.groupId, fields.model, switchName));
     if (!model) throw new ApiError(404, 'model_not_found', `Image model '${fields.model}' does not exist or is not available to this key.`, 'model');
     if (!model.switchedOn) throw unavailable('capability_disabled', `Image ${operation === 'generation' ? 'generation' : 'editing'} is switched off by the operator.`);
     if (!model.reachable) throw unavailable('no_reachable_member', `No enabled backend member serves model '${fields.model}' for this key.`);

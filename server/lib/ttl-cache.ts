@@ -1,0 +1,34 @@
+/**
+ * An in-process cache of configuration read on the hot path (API keys, image models): each entry
+ * lives `ttlMs`; concurrent misses of one key share one load; a failed load is not kept. `clear()`
+ * makes this instance see an admin change at once; other instances see it within `ttlMs`.
+ */
+export class TtlCache<V> {
+  private readonly entries = new Map<string, { value: Promise<V>; expiresAt: number }>();
+
+  constructor(
+    private readonly ttlMs: number,
+    private readonly maxEntries = 10_000,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  get(key: string, load: () => Promise<V>): Promise<V> {
+    if (this.ttlMs <= 0) return load();
+    const now = this.now();
+    const hit = this.entries.get(key);
+    if (hit && hit.expiresAt > now) return hit.value;
+    const value = load();
+    // The oldest entry makes room (a Map iterates in insertion order).
+    if (!hit && this.entries.size >= this.maxEntries) this.entries.delete(this.entries.keys().next().value as string);
+    const entry = { value, expiresAt: now + this.ttlMs };
+    this.entries.set(key, entry);
+    value.catch(() => {
+      if (this.entries.get(key) === entry) this.entries.delete(key);
+    });
+    return value;
+  }
+
+  clear(): void {
+    this.entries.clear();
+  }
+}
