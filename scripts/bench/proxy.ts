@@ -10,6 +10,11 @@
  *               difference ("added"), req/s both ways and their ratio;
  *   streaming   `stream: true, partial_images: P` at concurrency 1: time to the first complete
  *               partial-image frame, and to the end of the stream, both ways;
+ *   floor       the same n=1 request at concurrency 1 through two framework-free reference relays
+ *               (relay-server.ts, each its own process, like the server): a bare node:http relay, and
+ *               a "durable" one that does only the writes a billing gateway cannot skip (one
+ *               committed INSERT before the call, the image written to disk, one committed UPDATE
+ *               after it): what any Node gateway adds on this machine, next to what Mediagate adds;
  *   memory      `connections` concurrent n=4 3840x2160 PNG generations (upstream `gpt-image-2`,
  *               which renders that size itself, so Mediagate passes the bytes through without
  *               re-encoding): the server's idle RSS and peak RSS (VmHWM, reset before the run)
@@ -27,6 +32,7 @@ import { Agent, request } from 'node:http';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { spawn } from 'node:child_process';
 import { Worker } from 'node:worker_threads';
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
@@ -35,7 +41,8 @@ import { createDatabase } from '../../server/db/database.ts';
 import { MICRO } from '../../server/lib/money.ts';
 import { createAccount, createApiKey, createGroup, seedCatalog } from '../../test/support/factories.ts';
 import { serverCommand } from './server-command.ts';
-import { spawnServer } from '../../test/support/server-process.ts';
+import { repoRoot, spawnServer } from '../../test/support/server-process.ts';
+import type { RelayMode } from './relay-server.ts';
 import { addUpstreamMember } from '../../test/support/upstreams.ts';
 import { summarize, table, type Summary } from './stats.ts';
 
@@ -397,6 +404,10 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       command: serverCommand(opts),
     });
     const pid = server.child.pid!;
+    const relays = [
+      { label: 'bare node:http relay', ...(await startRelay(opts, `${fake.url}/v1`, 'relay')) },
+      { label: 'durable relay', ...(await startRelay(opts, `${fake.url}/v1`, 'durable', databaseUrl)) },
+    ];
     try {
       await new Promise((r) => setTimeout(r, 500));
       const startRss = procStatus(pid).rss;
@@ -418,7 +429,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       log(`  images: 1024x1024 PNG ${(smoke.smallBytes / 1024).toFixed(1)} KiB; 3840x2160 PNG ${(smoke.bigBytes / 1024).toFixed(1)} KiB each (flat test images, far smaller than real ones); ` + `bytes through Mediagate identical to direct: ${smoke.identical ? 'yes' : 'NO'}`);
       if (!smoke.identical) failed = true;
 
-      const measure = async (side: 'direct' | 'gateway', t: Target, concurrency: number, durationMs: number): Promise<Side> => {
+      const measure = async (side: 'direct' | 'gateway' | 'reference', t: Target, concurrency: number, durationMs: number): Promise<Side> => {
         let fakeElu0 = fake.worker.performance.eventLoopUtilization();
         let loadElu0 = performance.eventLoopUtilization();
         let before: { cpu: number; mainCpu: number; sql: number; pg: Map<number, number> } | undefined;
@@ -445,12 +456,12 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         }
         return { window, cost };
       };
-      /** ABBA: direct, Mediagate, Mediagate, direct; each half `durationMs / 2`. */
-      const pair = async (d: Target, g: Target, concurrency: number): Promise<Pair> => {
+      /** ABBA: direct, Mediagate (or a reference relay), the same again, direct; each half `durationMs / 2`. */
+      const pair = async (d: Target, g: Target, concurrency: number, side: 'gateway' | 'reference' = 'gateway'): Promise<Pair> => {
         const half = opts.durationMs / 2;
         const a1 = await measure('direct', d, concurrency, half);
-        const b1 = await measure('gateway', g, concurrency, half);
-        const b2 = await measure('gateway', g, concurrency, half);
+        const b1 = await measure(side, g, concurrency, half);
+        const b2 = await measure(side, g, concurrency, half);
         const a2 = await measure('direct', d, concurrency, half);
         return { direct: merge(a1, a2), gateway: merge(b1, b2) };
       };
@@ -477,6 +488,15 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         log(`\n  n=1 1024x1024 PNG, concurrency ${concurrency} (ABBA, ${opts.durationMs / 2000} s per half):`);
         log(indent(pairTable(p, false), 4));
         for (const line of costLines(p, idleSqlPerSecond)) log(`    ${line}`);
+      }
+
+      // The floor on this machine: framework-free relays (relay-server.ts), each against direct.
+      const floor: { label: string; pair: Pair }[] = [];
+      for (const relay of relays) {
+        const p = await pair(direct.image, { ...direct.image, url: new URL('/v1/images/generations', relay.url) }, 1, 'reference');
+        floor.push({ label: relay.label, pair: p });
+        log(`\n  reference: ${relay.label}, n=1 1024x1024 PNG, concurrency 1 (ABBA, ${opts.durationMs / 2000} s per half):`);
+        log(indent(pairTable(p, false, relay.label), 4));
       }
 
       const streamPair = await pair(direct.stream, gateway.stream, 1);
@@ -524,6 +544,10 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       const figures: (string | number)[][] = [
         ['c=1 latency p50', `${s1.g.p50.toFixed(2)} ms vs ${s1.d.p50.toFixed(2)} ms`, `+${(s1.g.p50 - s1.d.p50).toFixed(2)} ms`, '<= 1 ms', verdict(s1.g.p50 - s1.d.p50 <= 1)],
         ['c=1 latency p99', `${s1.g.p99.toFixed(2)} ms vs ${s1.d.p99.toFixed(2)} ms`, `+${(s1.g.p99 - s1.d.p99).toFixed(2)} ms`, '<= 3 ms', verdict(s1.g.p99 - s1.d.p99 <= 3)],
+        ...floor.map((f) => {
+          const r = { d: stat(f.pair.direct.window), g: stat(f.pair.gateway.window) };
+          return [`c=1 p50 / p99, ${f.label}`, `${r.g.p50.toFixed(2)} / ${r.g.p99.toFixed(2)} ms vs ${r.d.p50.toFixed(2)} / ${r.d.p99.toFixed(2)} ms`, `+${(r.g.p50 - r.d.p50).toFixed(2)} / +${(r.g.p99 - r.d.p99).toFixed(2)} ms`, 'floor', ''];
+        }),
         ['c=1 throughput', `${s1.g.perSecond.toFixed(0)} vs ${s1.d.perSecond.toFixed(0)} req/s`, `${(s1.g.perSecond / s1.d.perSecond).toFixed(2)}x`, '', ''],
         [`c=${opts.connections} latency p50`, `${sN.g.p50.toFixed(2)} ms vs ${sN.d.p50.toFixed(2)} ms`, `+${(sN.g.p50 - sN.d.p50).toFixed(2)} ms`, '', ''],
         [`c=${opts.connections} latency p99`, `${sN.g.p99.toFixed(2)} ms vs ${sN.d.p99.toFixed(2)} ms`, `+${(sN.g.p99 - sN.d.p99).toFixed(2)} ms`, '', ''],
@@ -539,7 +563,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         rows.push({ scenario: `proxy ${label} direct`, summary: summarize(ok(p.direct.window).map((s) => s.ms), p.direct.window.seconds, errors(p.direct.window)) });
         rows.push({ scenario: `proxy ${label} Mediagate`, summary: summarize(ok(p.gateway.window).map((s) => s.ms), p.gateway.window.seconds, errors(p.gateway.window)) });
       }
-      for (const w of [...latency.flatMap((l) => [l.pair.direct.window, l.pair.gateway.window]), streamPair.direct.window, streamPair.gateway.window, big, bigDirect]) {
+      for (const w of [...latency.flatMap((l) => [l.pair.direct.window, l.pair.gateway.window]), ...floor.flatMap((f) => [f.pair.direct.window, f.pair.gateway.window]), streamPair.direct.window, streamPair.gateway.window, big, bigDirect]) {
         const first = w.samples.find((s) => s.error);
         if (first) {
           failed = true;
@@ -548,6 +572,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       }
     } finally {
       await server.kill('SIGTERM');
+      for (const relay of relays) await relay.stop();
     }
   } finally {
     await db.destroy();
@@ -558,6 +583,30 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
 }
 
 // ---------------------------------------------------------------------------------------------
+
+/** Starts a reference relay (relay-server.ts) as its own process, from the build with `--built`. */
+async function startRelay(opts: ProxyOptions, upstream: string, mode: RelayMode, databaseUrl?: string): Promise<{ url: string; stop(): Promise<void> }> {
+  const entry = opts.built ? ['dist/scripts/bench/relay-server.js'] : ['--import', 'tsx', 'scripts/bench/relay-server.ts'];
+  const child = spawn(process.execPath, [...entry, upstream, mode, ...(databaseUrl ? [databaseUrl] : [])], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'inherit'] });
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString('utf8');
+      const line = out.split('\n')[0]!;
+      if (out.includes('\n')) resolve(line.trim());
+    });
+    child.once('exit', (code) => reject(new Error(`relay-server (${mode}) exited with ${code}`)));
+  });
+  return {
+    url,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
+  };
+}
 
 async function smokeCheck(
   direct: { image: Target; big: Target; stream: Target },
@@ -631,7 +680,7 @@ function stat(w: Window) {
   };
 }
 
-function pairTable(p: Pair, streaming: boolean): string {
+function pairTable(p: Pair, streaming: boolean, label = 'through Mediagate'): string {
   const d = stat(p.direct.window);
   const g = stat(p.gateway.window);
   const header = ['', 'req', 'req/s', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', ...(streaming ? ['1st partial p50', '1st partial p99'] : []), 'KiB/answer', 'errors'];
@@ -649,7 +698,7 @@ function pairTable(p: Pair, streaming: boolean): string {
   ];
   const signed = (v: number) => `${v >= 0 ? '+' : ''}${v.toFixed(2)}`;
   const added = ['added', '', `${(g.perSecond / d.perSecond).toFixed(2)}x`, signed(g.p50 - d.p50), signed(g.p90 - d.p90), signed(g.p99 - d.p99), signed(g.max - d.max), ...(streaming ? [signed(g.firstP50 - d.firstP50), signed(g.firstP99 - d.firstP99)] : []), '', ''];
-  return table(header, [row('direct (fake)', d), row('through Mediagate', g), added]);
+  return table(header, [row('direct (fake)', d), row(label, g), added]);
 }
 
 /** Where the work of a pair went: the server's CPU and SQL per request, and who else was busy. */
