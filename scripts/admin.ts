@@ -119,7 +119,6 @@ async function main(argv: string[]): Promise<void> {
   const db = createDatabase(databaseUrl ?? embedded!.url, { max: 2, applicationName: 'mediagate-admin-cli' });
   try {
     await migrateToLatest(db, quiet);
-    // Running servers see the change within their cache TTLs (KEY_CACHE_TTL_MS, MODEL_CACHE_TTL_MS: at most 5 s).
     const admin = createAdminServices({
       db,
       log: createLogger('warn', process.stderr),

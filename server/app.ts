@@ -104,7 +104,8 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
     if (!BODY_METHODS.has(req.method)) return next();
     try {
       checkAdminToken(req);
-      // An admin change reaches this instance's caches of keys and models at once (others within their TTL).
+      // An admin change reaches this instance's caches of keys, models and pool candidates before
+      // its next request; the others' when the database's notification arrives (db/cluster-listener.ts).
       res.once('finish', () => {
         if (res.statusCode < 400) ctx.services.invalidateCaches();
       });

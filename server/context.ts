@@ -57,7 +57,10 @@ export interface Services {
   readiness: ReadinessService;
   webhookSecrets: WebhookSecrets;
   admin: AdminServices;
-  /** Drops the cached API keys and image models (after an admin change on this instance). */
+  /**
+   * Drops this instance's cached API keys, image models and pool candidates: after an admin change
+   * through this instance, and whenever the cluster listener hears of a change anywhere.
+   */
   invalidateCaches(): void;
 }
 
@@ -193,6 +196,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     invalidateCaches() {
       auth.invalidate();
       services.images.invalidateCaches();
+      pool.invalidate();
     },
   };
   return Object.freeze({ config, log, metrics, services: Object.freeze(services), repositories, providers, pool, settlement, runners, notifier });

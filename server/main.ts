@@ -1,6 +1,6 @@
 /**
  * Composition root: config -> database (external or embedded) -> migrations -> demo data -> HTTP
- * listener -> runtime (services, runners) -> app and workers. `npm start` runs this;
+ * listener -> runtime (services, runners) -> app, workers and the cluster listener. `npm start` runs this;
  * `--role api|worker` splits the roles.
  */
 import { createServer, type Server } from 'node:http';
@@ -17,6 +17,7 @@ import { loadSecretKey } from './lib/secret-box.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { createMetrics } from './metrics.ts';
 import { createWorkers } from './workers/index.ts';
+import { listenToCluster } from './db/cluster-listener.ts';
 
 export interface RunningServer {
   runtime: Runtime;
@@ -76,8 +77,13 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     const runtime = createRuntime({ config, db, log, metrics, secretKey, publicBaseUrl: config.publicBaseUrl ?? url ?? `http://localhost:${config.port}` });
     server?.on('request', createApp(runtime, createHandlers(runtime)));
 
-    const workers = config.role !== 'api' ? createWorkers(runtime, { databaseUrl }) : undefined;
+    const workers = config.role !== 'api' ? createWorkers(runtime) : undefined;
     workers?.start();
+    const listener = listenToCluster(
+      databaseUrl,
+      { task: (kind) => runtime.notifier.notify(kind), configChanged: () => runtime.services.invalidateCaches() },
+      log.child({ component: 'cluster-listener' }),
+    );
 
     const stop = async () => {
       if (server) {
@@ -90,6 +96,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       }
       // Running steps stop here and resume on any instance once their lease expires.
       await workers?.stop();
+      await listener.stop();
       await db.destroy();
       if (stopEmbedded) await stopEmbedded();
     };

@@ -14,6 +14,13 @@
  * work decides with `canFailover` whether it still can (a stream that reached the client cannot).
  * With no member free, `route` throws `NoCapacity` (after waiting up to `waitMs` for one).
  *
+ * The candidates of a group and model (configuration and shared health, one query) are reused for
+ * CANDIDATE_CACHE_MS: a failure this instance sees, and any admin change through it, drops them at
+ * once, so only what other instances learned (a cooldown, rejected credentials) reaches this one up
+ * to CANDIDATE_CACHE_MS late (it then meets the failure itself, at most once per member, and fails
+ * over). Concurrency limits are never cached: a member with a limit is always checked under its
+ * slot lock.
+ *
  * Jobs already accepted upstream always go back to the member that accepted them
  * (`account(memberId)`, cached for a few seconds: a changed or deleted member is seen by running
  * jobs within ACCOUNT_CACHE_MS).
@@ -21,6 +28,7 @@
 import type { Executor } from '../db/database.ts';
 import type { Transactor } from '../db/transaction.ts';
 import { decryptSecret } from '../lib/secret-box.ts';
+import { TtlCache } from '../lib/ttl-cache.ts';
 import type { Logger } from '../logger.ts';
 import { ProviderError } from '../providers/provider-error.ts';
 import type { ProviderKind, ProviderRegistry } from '../providers/registry.ts';
@@ -31,6 +39,8 @@ import { orderMembers } from './member-selection.ts';
 
 /** How long a member's decrypted account is reused by `account()` (poll steps of thousands of jobs). */
 export const ACCOUNT_CACHE_MS = 5000;
+/** How long the candidates of a group and model are reused (see above). */
+export const CANDIDATE_CACHE_MS = 1000;
 /** Members one piece of work is tried on before its error is final for this call. */
 export const MAX_ATTEMPTS = 3;
 /** Suggested wait when every member is at its concurrency limit. */
@@ -77,8 +87,15 @@ export interface RouteRequest {
   log: Logger;
 }
 
+/** A candidate as cached: its cooldown as a deadline on this process's clock, its account decrypted once. */
+interface CachedCandidate extends RoutableMember {
+  cooldownUntil: number;
+  account: UpstreamAccount;
+}
+
 export class Pool {
   private readonly accounts = new Map<string, { account: UpstreamAccount | undefined; until: number }>();
+  private readonly candidates = new TtlCache<CachedCandidate[]>(CANDIDATE_CACHE_MS);
 
   constructor(
     private readonly routing: RoutingRepository,
@@ -107,17 +124,32 @@ export class Pool {
     }
   }
 
+  /** Forgets the cached candidates (a member failed here, or an admin changed a group). */
+  invalidate(): void {
+    this.candidates.clear();
+  }
+
+  private loadCandidates(req: RouteRequest): Promise<CachedCandidate[]> {
+    return this.candidates.get(`${req.capability}\n${req.groupId}\n${req.model}`, async () => {
+      const now = Date.now();
+      const members = await this.routing.candidates(req.groupId, req.model, this.providers.kindsFor(req.capability), this.providers.credentialFreeKinds());
+      return members.map((m) => ({ ...m, cooldownUntil: now + m.cooldownMs, account: this.toAccount(m) }));
+    });
+  }
+
   private async routeOnce<T>(req: RouteRequest, work: (account: UpstreamAccount, slots: number) => Promise<T>): Promise<T> {
-    const members = await this.routing.candidates(req.groupId, req.model, this.providers.kindsFor(req.capability), this.providers.credentialFreeKinds());
+    const members = await this.loadCandidates(req);
     if (members.length === 0) throw new NoCapacity('none', 0);
+    const now = Date.now();
     let attempts = 0;
     let full = false;
     let cooldownMs = Number.POSITIVE_INFINITY;
     let lastError: ProviderError | undefined;
     for (const member of orderMembers(members, this.random)) {
       if (attempts >= MAX_ATTEMPTS) break;
-      if (member.cooldownMs > 0) {
-        cooldownMs = Math.min(cooldownMs, member.cooldownMs);
+      const coolingMs = member.cooldownUntil - now;
+      if (coolingMs > 0) {
+        cooldownMs = Math.min(cooldownMs, coolingMs);
         continue;
       }
       const slots = await this.takeSlots(member, req);
@@ -126,10 +158,12 @@ export class Pool {
         continue;
       }
       attempts++;
-      const account = this.toAccount(member);
+      const { account } = member;
       try {
         return await this.health.observe(account, () => work(account, slots));
       } catch (err) {
+        // What the member's failure taught (recorded by observe) applies to the next request at once.
+        if (err instanceof ProviderError && isFailover(err)) this.invalidate();
         if (!(err instanceof ProviderError) || !isFailover(err) || !(req.canFailover?.(err) ?? true)) throw err;
         await req.release();
         lastError = err;
@@ -151,7 +185,6 @@ export class Pool {
       await req.take(member.id, this.tx.single, wanted);
       return wanted;
     }
-    if (member.inFlight >= limit) return 'full';
     return this.tx.run(async (trx) => {
       const free = limit - (await this.routing.lockSlots(trx, member.id));
       if (free <= 0) return 'full';

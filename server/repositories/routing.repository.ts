@@ -1,7 +1,7 @@
 /**
  * Which group members can serve a model (design §8), with what the pool needs to route among them
- * in one query: the encrypted credentials it decrypts, the model map, the member's shared health
- * (cooldown, rejected credentials) and, for members with a concurrency limit, their work in flight.
+ * in one query: the encrypted credentials it decrypts, the model map and the member's shared health
+ * (cooldown, rejected credentials). Work in flight is counted under a member's slot lock (lockSlots).
  *
  * In-flight work is counted from the task rows themselves (video tasks naming the member from
  * submit to a terminal state, one slot each; image tasks while their upstream calls run, with the
@@ -27,8 +27,6 @@ export interface MemberCandidate {
 export interface RoutableMember extends MemberCandidate {
   /** Milliseconds until the member's cooldown ends (0: not cooling down). */
   cooldownMs: number;
-  /** Slots in use on the member (counted only for members with a concurrency limit). */
-  inFlight: number;
 }
 
 /** A member's slots in use: the active task rows naming it (one per video task, `member_slots` per image task). */
@@ -62,7 +60,6 @@ export class RoutingRepository {
         'm.concurrencyLimit',
         'm.modelMap',
         sql<number>`greatest(0, coalesce(ceil(extract(epoch from h.cooldown_until - now()) * 1000), 0))::int`.as('cooldownMs'),
-        sql<number>`case when m.concurrency_limit is null then 0 else ${inFlightOf(sql.ref('m.id'))} end`.as('inFlight'),
       ])
       .where('m.groupId', '=', groupId)
       .where('m.enabled', '=', true)

@@ -1,7 +1,7 @@
 /**
  * The workers of a process: one task engine per task runner, woken by the task notifier, which
- * hears about new tasks from this process and (with a database URL) from every other instance
- * through PostgreSQL LISTEN/NOTIFY.
+ * hears about new tasks from this process and (through the cluster listener, db/cluster-listener.ts)
+ * from every other instance.
  *
  * Video engines run up to UPSTREAM_CONCURRENCY short steps at once (each at most one upstream
  * call), however many jobs are in flight upstream; image engines run WORKER_CONCURRENCY
@@ -12,7 +12,6 @@
 import type { Runtime } from '../context.ts';
 import type { LeasedRow, TaskRunner } from '../services/tasks/task-runner.ts';
 import { TaskEngine } from './task-engine.ts';
-import { listenForTasks, type TaskListener } from './task-listener.ts';
 
 const FILE_SWEEP_MS = 60_000;
 const FILE_SWEEP_BATCH = 100;
@@ -22,7 +21,7 @@ export interface Workers {
   stop(): Promise<void>;
 }
 
-export function createWorkers(runtime: Runtime, opts: { databaseUrl?: string } = {}): Workers {
+export function createWorkers(runtime: Runtime): Workers {
   const { config, log, notifier, runners, metrics } = runtime;
   const engineOf = <Row extends LeasedRow>(runner: TaskRunner<Row>, concurrency: number) =>
     new TaskEngine(runner, log.child({ component: `${runner.name}-task-engine` }), {
@@ -37,7 +36,6 @@ export function createWorkers(runtime: Runtime, opts: { databaseUrl?: string } =
     webhook: engineOf(runners.webhook, config.webhookConcurrency),
   };
   let unsubscribe: (() => void) | undefined;
-  let listener: TaskListener | undefined;
   let sweeper: NodeJS.Timeout | undefined;
   let sweeping: Promise<void> = Promise.resolve();
   const sweep = () => {
@@ -60,13 +58,11 @@ export function createWorkers(runtime: Runtime, opts: { databaseUrl?: string } =
         sweeper = setInterval(sweep, FILE_SWEEP_MS);
         sweeper.unref();
       }
-      if (opts.databaseUrl && config.workerConcurrency > 0) listener = listenForTasks(opts.databaseUrl, notifier, log.child({ component: 'task-listener' }));
     },
     async stop() {
       clearInterval(sweeper);
       await sweeping;
       unsubscribe?.();
-      await listener?.stop();
       await Promise.all(Object.values(engines).map((e) => e.stop()));
     },
   };

@@ -258,7 +258,8 @@ describe('member slots', () => {
     );
   }
 
-  const inFlight = async (c: Customer) => (await server.ctx.repositories.routing.candidates(c.groupId, IMAGE_PRO.id, ['openai'], []))[0]!.inFlight;
+  /** The member's slots in use as its slot lock counts them. */
+  const inFlight = (c: Customer) => server.db.transaction().execute((trx) => server.ctx.repositories.routing.lockSlots(trx, c.ids.small!));
   const slotsOf = (fence: Fence) => server.db.selectFrom('imageTasks').select(['memberId', 'memberSlots']).where('id', '=', fence.id).executeTakeFirstOrThrow();
 
   it('records the slots each image task took (as many as it wants and are free) and counts their sum as the member\'s in-flight work', async () => {

@@ -81,7 +81,7 @@ async function customer(members: MemberSpec[]) {
     ).id;
   }
   const key = await createApiKey(t.db, { accountId: account.id, groupId: group.id });
-  return { key: key.key, accountId: account.id, groupId: group.id, ids };
+  return { key: key.key, keyId: key.id, accountId: account.id, groupId: group.id, ids };
 }
 
 /** One generation of `n` images on `server`. */
@@ -233,6 +233,32 @@ describe('pool routing across two instances', () => {
     const res = await fetch(`${servers[1]!.url}/admin/v1/groups/${c.groupId}/members`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
     const { data } = (await res.json()) as { data: { name: string; health: { credentials_rejected: boolean } }[] };
     expect(Object.fromEntries(data.map((m) => [m.name, m.health.credentials_rejected]))).toEqual({ 'sk-revoked': true, 'sk-backup': false });
+  }, 60_000);
+
+  it('drops both instances\' cached members and keys as soon as anyone changes them (SQL included), long before the caches expire', async () => {
+    const c = await customer([
+      { key: 'sk-heavy', priority: 10 },
+      { key: 'sk-spare', priority: 0 },
+    ]);
+    const servedBy = async (server: ServerProcess) => {
+      const before = fake.calls.length;
+      const r = await generate(c.key, server);
+      return r.status === 200 ? fake.calls.slice(before).find((call) => call.outcome === 'ok')?.apiKey : r.status;
+    };
+    // Both instances have the key, the model and the candidates cached.
+    for (const server of servers) expect(await servedBy(server)).toBe('sk-heavy');
+
+    // An operator takes the top member out with SQL, no admin API involved: the database tells both instances.
+    await t.db.updateTable('groupMembers').set({ enabled: false }).where('id', '=', c.ids['sk-heavy']!).execute();
+    let started = Date.now();
+    await until(async () => (await servedBy(servers[0]!)) === 'sk-spare' && (await servedBy(servers[1]!)) === 'sk-spare', 5_000, 'both instances to route to the spare');
+    expect(Date.now() - started).toBeLessThan(500);
+
+    // The key is deactivated the same way: 403 from both, while the key cache (KEY_CACHE_TTL_MS, 5 s) would still say active.
+    await t.db.updateTable('apiKeys').set({ isActive: false }).where('id', '=', c.keyId).execute();
+    started = Date.now();
+    await until(async () => (await servedBy(servers[0]!)) === 403 && (await servedBy(servers[1]!)) === 403, 5_000, 'both instances to refuse the key');
+    expect(Date.now() - started).toBeLessThan(1_000);
   }, 60_000);
 
   // Ends instance 1: keep this test last.

@@ -13,6 +13,7 @@ import * as m20261123100000 from './20261123100000-member-pool.ts';
 import * as m20261124100000 from './20261124100000-webhooks.ts';
 import * as m20261125100000 from './20261125100000-member-slots.ts';
 import * as m20261125110000 from './20261125110000-file-uploads.ts';
+import * as m20261126100000 from './20261126100000-config-notify.ts';
 
 export const migrations: Record<string, Migration> = {
   '20261122100000-accounts-keys-groups': m20261122100000,
@@ -27,4 +28,5 @@ export const migrations: Record<string, Migration> = {
   '20261124100000-webhooks': m20261124100000,
   '20261125100000-member-slots': m20261125100000,
   '20261125110000-file-uploads': m20261125110000,
+  '20261126100000-config-notify': m20261126100000,
 };

@@ -1,0 +1,84 @@
+/**
+ * What one instance tells the others (design §6, §8), over a dedicated PostgreSQL connection that
+ * LISTENs on two channels:
+ *
+ *   mediagate_tasks    a task no process holds yet was inserted (a trigger sends its kind, see the
+ *                      task-wakeups migration): this process's engines claim it at once;
+ *   mediagate_config   what the caches of keys, models and pool candidates hold changed, by
+ *                      whoever (the admin API or CLI, SQL, another instance recording a
+ *                      member's cooldown; triggers, see the config-notify migration): this
+ *                      process drops those caches at once instead of at their TTL.
+ *
+ * When the connection drops it reconnects with backoff and, once back, acts on both channels once
+ * (a notification may have been missed); the engines' periodic claim and the caches' TTLs cover
+ * the gap either way.
+ */
+import pg from 'pg';
+import type { Logger } from '../logger.ts';
+import type { TaskKindName } from '../services/tasks/task-notifier.ts';
+
+export const TASK_CHANNEL = 'mediagate_tasks';
+export const CONFIG_CHANNEL = 'mediagate_config';
+const KINDS: readonly TaskKindName[] = ['video', 'image', 'webhook'];
+
+export interface ClusterListener {
+  stop(): Promise<void>;
+}
+
+export interface ClusterEvents {
+  task(kind: TaskKindName): void;
+  configChanged(): void;
+}
+
+export function listenToCluster(databaseUrl: string, on: ClusterEvents, log: Logger): ClusterListener {
+  let client: pg.Client | undefined;
+  let stopped = false;
+  let retryMs = 500;
+  let timer: NodeJS.Timeout | undefined;
+
+  const connect = async () => {
+    const c = new pg.Client({ connectionString: databaseUrl, application_name: 'mediagate-listener' });
+    client = c;
+    c.on('notification', (msg) => {
+      if (msg.channel === CONFIG_CHANNEL) on.configChanged();
+      else if (KINDS.includes(msg.payload as TaskKindName)) on.task(msg.payload as TaskKindName);
+    });
+    c.on('error', (err) => {
+      if (!stopped) log.warn({ err }, 'cluster listener connection failed; until it reconnects, new tasks are found by the periodic claim and other instances\' changes within the cache TTLs');
+    });
+    c.on('end', () => {
+      if (client !== c) return;
+      client = undefined;
+      schedule();
+    });
+    try {
+      await c.connect();
+      await c.query(`listen ${TASK_CHANNEL}; listen ${CONFIG_CHANNEL}`);
+      retryMs = 500;
+      for (const kind of KINDS) on.task(kind);
+      on.configChanged();
+    } catch (err) {
+      if (!stopped) log.warn({ err, retryInMs: retryMs }, 'cluster listener could not connect');
+      if (client === c) client = undefined;
+      schedule();
+      await c.end().catch(() => undefined);
+    }
+  };
+  const schedule = () => {
+    if (stopped || timer) return;
+    timer = setTimeout(() => {
+      timer = undefined;
+      void connect();
+    }, retryMs);
+    retryMs = Math.min(retryMs * 2, 30_000);
+  };
+
+  void connect();
+  return {
+    async stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      await client?.end().catch(() => undefined);
+    },
+  };
+}
