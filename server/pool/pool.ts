@@ -83,6 +83,11 @@ export interface RouteRequest {
   canFailover?(err: ProviderError): boolean;
   /** Wait up to this long for a member to be free before throwing NoCapacity (default 0). */
   waitMs?: number;
+  /**
+   * A member already named on the work's row with its slots (`preselect`): tried first, without
+   * taking slots again (unless it is cooling down by now; the next member's `take` replaces it).
+   */
+  first?: Preselected;
   signal?: AbortSignal;
   log: Logger;
 }
@@ -92,6 +97,14 @@ interface CachedCandidate extends RoutableMember {
   cooldownUntil: number;
   account: UpstreamAccount;
 }
+
+/** A member named for a piece of work before it is routed (`Pool.preselect`). */
+export interface Preselected {
+  memberId: string;
+  slots: number;
+}
+
+type CandidateQuery = Pick<RouteRequest, 'groupId' | 'model' | 'capability' | 'slots'>;
 
 export class Pool {
   private readonly accounts = new Map<string, { account: UpstreamAccount | undefined; until: number }>();
@@ -112,9 +125,9 @@ export class Pool {
    */
   async route<T>(req: RouteRequest, work: (account: UpstreamAccount, slots: number) => Promise<T>): Promise<T> {
     const deadline = Date.now() + (req.waitMs ?? 0);
-    for (;;) {
+    for (let first = req.first; ; first = undefined) {
       try {
-        return await this.routeOnce(req, work);
+        return await this.routeOnce(req, first, work);
       } catch (err) {
         if (!(err instanceof NoCapacity) || err.reason === 'none') throw err;
         const left = deadline - Date.now();
@@ -129,7 +142,24 @@ export class Pool {
     this.candidates.clear();
   }
 
-  private loadCandidates(req: RouteRequest): Promise<CachedCandidate[]> {
+  /**
+   * The member new work goes to first, when the work can name it on its own row as that row is
+   * written (one statement fewer than `take` after it): the head of the routing order among the
+   * members not cooling down, if it has no concurrency limit (a limit is counted under its slot
+   * lock, by `route`). The work passes it to `route` as `first`.
+   */
+  async preselect(req: CandidateQuery): Promise<Preselected | undefined> {
+    const members = await this.loadCandidates(req);
+    const now = Date.now();
+    const head = orderMembers(
+      members.filter((m) => m.cooldownUntil <= now),
+      this.random,
+    )[0];
+    if (!head || head.concurrencyLimit !== null) return undefined;
+    return { memberId: head.id, slots: wantedSlots(head, req) };
+  }
+
+  private loadCandidates(req: CandidateQuery): Promise<CachedCandidate[]> {
     return this.candidates.get(`${req.capability}\n${req.groupId}\n${req.model}`, async () => {
       const now = Date.now();
       const members = await this.routing.candidates(req.groupId, req.model, this.providers.kindsFor(req.capability), this.providers.credentialFreeKinds());
@@ -137,22 +167,25 @@ export class Pool {
     });
   }
 
-  private async routeOnce<T>(req: RouteRequest, work: (account: UpstreamAccount, slots: number) => Promise<T>): Promise<T> {
+  private async routeOnce<T>(req: RouteRequest, first: Preselected | undefined, work: (account: UpstreamAccount, slots: number) => Promise<T>): Promise<T> {
     const members = await this.loadCandidates(req);
     if (members.length === 0) throw new NoCapacity('none', 0);
     const now = Date.now();
+    let order = orderMembers(members, this.random);
+    const named = first && order.find((m) => m.id === first.memberId);
+    if (named) order = [named, ...order.filter((m) => m !== named)];
     let attempts = 0;
     let full = false;
     let cooldownMs = Number.POSITIVE_INFINITY;
     let lastError: ProviderError | undefined;
-    for (const member of orderMembers(members, this.random)) {
+    for (const member of order) {
       if (attempts >= MAX_ATTEMPTS) break;
       const coolingMs = member.cooldownUntil - now;
       if (coolingMs > 0) {
         cooldownMs = Math.min(cooldownMs, coolingMs);
         continue;
       }
-      const slots = await this.takeSlots(member, req);
+      const slots = member === named ? first!.slots : await this.takeSlots(member, req);
       if (slots === 'full') {
         full = true;
         continue;
@@ -179,7 +212,7 @@ export class Pool {
    * without a limit, else under the member's slot lock. Returns how many, or 'full' when none is free.
    */
   private async takeSlots(member: RoutableMember, req: RouteRequest): Promise<number | 'full'> {
-    const wanted = Math.max(1, Math.floor(req.slots?.(member.provider as ProviderKind) ?? 1));
+    const wanted = wantedSlots(member, req);
     const limit = member.concurrencyLimit;
     if (limit === null) {
       await req.take(member.id, this.tx.single, wanted);
@@ -210,6 +243,11 @@ export class Pool {
     const credentials = member.credentialsCiphertext ? (JSON.parse(decryptSecret(this.secretKey, member.credentialsCiphertext)) as Record<string, string>) : {};
     return { memberId: member.id, provider: member.provider as UpstreamAccount['provider'], baseUrl: member.baseUrl, credentials, modelMap: member.modelMap ?? {} };
   }
+}
+
+/** The slots the work would like on the member: its upstream calls at once (at least 1). */
+function wantedSlots(member: RoutableMember, req: Pick<RouteRequest, 'slots'>): number {
+  return Math.max(1, Math.floor(req.slots?.(member.provider as ProviderKind) ?? 1));
 }
 
 /** The upstream's id for a catalog model on this account (the member's model map, else the same id). */

@@ -9,8 +9,10 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { newId } from '../../server/lib/ids.ts';
 import { NoCapacity } from '../../server/pool/pool.ts';
+import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { Fence } from '../../server/repositories/leased-tasks.ts';
 import { startOpenAIImagesFake, type OpenAIImagesFake } from '../fakes/openai-images.ts';
+import { until } from '../support/tasks.ts';
 import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { IMAGE_PRO, addUpstreamMember } from '../support/upstreams.ts';
@@ -93,6 +95,22 @@ describe('pool routing', () => {
     const calls = callsSince(before);
     expect(keysOf(calls)).toEqual(['sk-a', 'sk-a', 'sk-a', 'sk-a', 'sk-a']);
     expect(calls.every((call) => call.model === 'gpt-image-1.5')).toBe(true);
+  });
+
+  it('names the member on the task row from the start, so the admin view counts the call in flight while the upstream works', async () => {
+    const c = await customer([{ name: 'only', key: 'sk-a' }]);
+    expect((await generate(c.key)).status).toBe(200); // candidates cached: the member is chosen before the task row is written
+    fake.pause();
+    const pending = generate(c.key);
+    try {
+      await until(async () => (await membersOf(c.groupId)).only!.health.in_flight === 1, 5_000, 'the call to be counted in flight');
+      const running = await server.db.selectFrom('imageTasks').select(['memberId', 'memberSlots']).where('groupId', '=', c.groupId).where('status', '=', 'processing').execute();
+      expect(running).toEqual([{ memberId: c.ids.only, memberSlots: 1 }]);
+    } finally {
+      fake.resume();
+    }
+    expect((await pending).status).toBe(200);
+    expect((await membersOf(c.groupId)).only!.health.in_flight).toBe(0);
   });
 
   it('fails over to the next member on a 5xx, charges once, and records the failure on the member', async () => {
@@ -225,6 +243,41 @@ describe('pool routing', () => {
     expect(line('ok')).toMatch(/ 1$/);
     expect(line('retryable')).toMatch(/ 1$/);
     expect(text).toContain(`mediagate_upstream_request_duration_seconds_count{provider="openai",member="${c.ids.metered}"} 2`);
+  });
+});
+
+describe('a member preselected for the task row', () => {
+  it('is the head of the routing order, and only when it has no concurrency limit', async () => {
+    const c = await customer([
+      { name: 'top', key: 'sk-a', priority: 10 },
+      { name: 'spare', key: 'sk-b', priority: 0 },
+    ]);
+    expect(await server.ctx.pool.preselect({ groupId: c.groupId, model: IMAGE_PRO.id, capability: 'image', slots: () => 2 })).toEqual({ memberId: c.ids.top, slots: 2 });
+    const limited = await customer([{ name: 'small', key: 'sk-c', concurrencyLimit: 5 }]);
+    expect(await server.ctx.pool.preselect({ groupId: limited.groupId, model: IMAGE_PRO.id, capability: 'image' })).toBeUndefined();
+  });
+
+  it('runs the work without taking its slots again; a failover takes the next member as usual', async () => {
+    const c = await customer([
+      { name: 'top', key: 'sk-a', priority: 10 },
+      { name: 'spare', key: 'sk-b', priority: 0 },
+    ]);
+    const { pool, log } = server.ctx;
+    const first = await pool.preselect({ groupId: c.groupId, model: IMAGE_PRO.id, capability: 'image' });
+    const taken: string[] = [];
+    const route = (work: (memberId: string) => Promise<string>) =>
+      pool.route(
+        { groupId: c.groupId, model: IMAGE_PRO.id, capability: 'image', first, take: async (memberId) => void taken.push(memberId), release: async () => undefined, log },
+        (account) => work(account.memberId),
+      );
+    expect(await route(async (id) => id)).toBe(c.ids.top);
+    expect(taken).toEqual([]);
+    const failing = async (id: string) => {
+      if (id === c.ids.top) throw new ProviderError('retryable', 'upstream 502');
+      return id;
+    };
+    expect(await route(failing)).toBe(c.ids.spare);
+    expect(taken).toEqual([c.ids.spare]);
   });
 });
 

@@ -10,10 +10,10 @@
  */
 import { ApiError, apiErrorOf, taskErrorCodeOf } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
-import { NoCapacity, upstreamModelOf, type Pool } from '../../pool/pool.ts';
+import { NoCapacity, upstreamModelOf, type Pool, type Preselected } from '../../pool/pool.ts';
 import { asProviderError } from '../../providers/provider-error.ts';
-import type { ProviderRegistry } from '../../providers/registry.ts';
-import type { ImageEvents, ImageParams } from '../../providers/types.ts';
+import type { ProviderKind, ProviderRegistry } from '../../providers/registry.ts';
+import type { ImageEvents, ImageJob, ImageParams } from '../../providers/types.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
@@ -91,6 +91,20 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
 
   constructor(private readonly deps: ImageRunnerDeps) {
     this.leases = deps.tasks.leases;
+  }
+
+  /**
+   * The member a synchronous task's first upstream call goes to, named on the task row as it is
+   * inserted (Pool.preselect), or undefined: the member is taken after the insert.
+   */
+  firstMember(task: { groupId: string; model: string; operation: ImageOperation; prompt: string; n: number; params: ImageParams }): Promise<Preselected | undefined> {
+    const job: ImageJob = { ...task, inputs: [] };
+    return this.deps.pool.preselect({ groupId: task.groupId, model: task.model, capability: 'image', slots: (provider) => this.slotsFor(provider, job) });
+  }
+
+  /** Upstream calls the provider's adapter would run at once for the job (one member slot each). */
+  private slotsFor(provider: ProviderKind, job: ImageJob): number {
+    return this.deps.providers.image(provider)?.parallelCalls?.(job) ?? 1;
   }
 
   async step(task: ImageTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
@@ -175,7 +189,9 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           model: task.model,
           capability: 'image',
           // An adapter that splits the job into parallel calls takes a member slot for each.
-          slots: (provider) => this.deps.providers.image(provider)?.parallelCalls?.(job) ?? 1,
+          slots: (provider) => this.slotsFor(provider, job),
+          // A synchronous task was inserted naming its first member (firstMember).
+          ...(!task.runAsync && task.memberId !== null && { first: { memberId: task.memberId, slots: task.memberSlots } }),
           take: async (memberId, db, slots) => {
             if (!(await this.deps.tasks.assignMember(fence, memberId, slots, db))) throw new LeaseLost('lease lost before the upstream call');
           },

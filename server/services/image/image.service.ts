@@ -191,6 +191,8 @@ export class ImageService {
     const adopted = [...req.inputs, ...(req.mask ? [req.mask] : [])].flatMap((i) => (i.fileId ? [i.fileId] : []));
 
     const quoted = req.unitPrice * req.n;
+    // A synchronous task names its first member as it is inserted (one statement fewer on the way to the upstream).
+    const first = mode.async ? undefined : await this.deps.runner.firstMember({ groupId: auth.groupId, model: req.model, operation: req.operation, prompt: req.prompt, n: req.n, params: req.params });
     const { outcome, task } = await this.deps.ledger
       .holdAndInsertTask(
         { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted },
@@ -214,6 +216,8 @@ export class ImageService {
             attempt: mode.async ? 0 : 1,
             leaseOwner: mode.async ? null : this.deps.instanceId,
             leaseExpiresAt: mode.async ? null : new Date(Date.now() + this.deps.options.leaseMs),
+            memberId: first?.memberId ?? null,
+            memberSlots: first?.slots ?? 1,
           },
         },
         { fileIds: adopted, pinSeconds: this.deps.options.inputPinSeconds },
