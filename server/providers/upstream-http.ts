@@ -18,6 +18,8 @@ import type { UpstreamAccount, VideoContent } from './types.ts';
 /** Default time an upstream call may wait for its answer's headers, and for each part of its body. */
 export const UPSTREAM_TIMEOUT_MS = 60_000;
 const MAX_REDIRECTS = 5;
+/** Most bytes `UpstreamResponse.text()` keeps (status, job and error answers are a few KiB). */
+export const MAX_TEXT_BYTES = 4 * 1024 * 1024;
 
 const direct = new Agent({ connect: { timeout: 10_000 } });
 const following = direct.compose(interceptors.redirect({ maxRedirections: MAX_REDIRECTS }));
@@ -63,9 +65,21 @@ export class UpstreamResponse {
     };
   }
 
-  async text(): Promise<string> {
+  /**
+   * The whole body as text: a status, a job or an error answer, never media. A body over
+   * `maxBytes` (default MAX_TEXT_BYTES) is not kept: the call fails as retryable.
+   */
+  async text(maxBytes = MAX_TEXT_BYTES): Promise<string> {
     const chunks: Buffer[] = [];
-    for await (const chunk of this.body) chunks.push(chunk as Buffer);
+    let total = 0;
+    for await (const chunk of this.body) {
+      total += (chunk as Buffer).byteLength;
+      if (total > maxBytes) {
+        this.body.destroy();
+        throw new ProviderError('retryable', `the upstream answered more than ${maxBytes >= 1 << 20 ? `${maxBytes / (1 << 20)} MiB` : `${maxBytes} bytes`} where a short JSON answer was expected`);
+      }
+      chunks.push(chunk as Buffer);
+    }
     return Buffer.concat(chunks).toString('utf8');
   }
 

@@ -37,6 +37,16 @@ describe('upstreamUrl', () => {
   });
 });
 
+describe('UpstreamResponse.text', () => {
+  it('reads a short answer whole and refuses one past its byte cap as retryable', async () => {
+    const chunked = (sizes: number[]) => new UpstreamResponse(200, {}, Readable.from(sizes.map((n) => Buffer.alloc(n, 0x61))));
+    expect(await chunked([3, 4]).text(7)).toBe('aaaaaaa');
+    const err = await chunked([4, 4]).text(7).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ProviderError);
+    expect([(err as ProviderError).kind, (err as ProviderError).message]).toEqual(['retryable', 'the upstream answered more than 7 bytes where a short JSON answer was expected']);
+  });
+});
+
 describe('openaiError', () => {
   const envelope = (code: string | null, type: string, message = 'upstream says no') => ({ error: { message, type, param: null, code } });
 
