@@ -1,10 +1,12 @@
-// Usage: tsx scripts/generate-db-types.ts   (writes generated/db.d.ts; `npm run generate` also calls it)
+// Usage: tsx scripts/generate-db-types.ts   (writes generated/db.d.ts and generated/db-columns.ts;
+// `npm run generate` also calls it)
 // Migrates an empty database (a scratch database on TEST_DATABASE_URL's server, else a throwaway
-// embedded PostgreSQL) and turns it into Kysely table types with kysely-codegen.
+// embedded PostgreSQL) and turns it into Kysely table types with kysely-codegen, and into the
+// column lists of every table (for statements that must name their result columns: db/prepared.ts).
 import { writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { Kysely, PostgresDialect } from 'kysely';
+import { Kysely, PostgresDialect, sql } from 'kysely';
 import { type GenerateOptions, generate, PostgresDialect as CodegenPostgresDialect } from 'kysely-codegen';
 import pg from 'pg';
 import type { DbLogger } from '../server/db/database.ts';
@@ -34,8 +36,24 @@ async function withEmptyDatabase<T>(fn: (url: string) => Promise<T>): Promise<T>
   }
 }
 
-/** The text of generated/db.d.ts; the same on every run for the same migrations. */
-export async function generateDbTypes(): Promise<string> {
+/** generated/db-columns.ts: each table's columns in the order PostgreSQL keeps them. */
+async function columnLists(db: Kysely<any>): Promise<string> {
+  const { rows } = await sql<{ table: string; column: string }>`
+    select table_name as "table", column_name as "column" from information_schema.columns
+    where table_schema = 'public' and table_name not like 'kysely_migration%'
+    order by table_name, ordinal_position`.execute(db);
+  const tables = new Map<string, string[]>();
+  for (const { table, column } of rows) tables.set(table, [...(tables.get(table) ?? []), column]);
+  const body = [...tables].map(([table, columns]) => `  ${table}: [${columns.map((c) => `'${c}'`).join(', ')}],`).join('\n');
+  return (
+    BANNER +
+    '\n/** Each table\'s columns (snake_case, as SQL names them) in the order PostgreSQL keeps them. */\n' +
+    `export const dbColumns = {\n${body}\n} as const;\n`
+  );
+}
+
+/** The texts of generated/db.d.ts and generated/db-columns.ts; the same on every run for the same migrations. */
+export async function generateDbTypes(): Promise<{ types: string; columns: string }> {
   return withEmptyDatabase(async (url) => {
     // No CamelCasePlugin here: codegen introspects snake_case names and camel-cases them itself.
     const pool = new pg.Pool({ connectionString: url, max: 2 });
@@ -54,7 +72,7 @@ export async function generateDbTypes(): Promise<string> {
         outFile: null,
         typeOnlyImports: true,
       });
-      return BANNER + text;
+      return { types: BANNER + text, columns: await columnLists(db) };
     } finally {
       await db.destroy();
     }
@@ -62,11 +80,12 @@ export async function generateDbTypes(): Promise<string> {
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const outFile = join(dirname(fileURLToPath(import.meta.url)), '..', 'generated', 'db.d.ts');
+  const dir = join(dirname(fileURLToPath(import.meta.url)), '..', 'generated');
   generateDbTypes()
-    .then((text) => {
-      writeFileSync(outFile, text);
-      console.log(`wrote ${outFile}`);
+    .then(({ types, columns }) => {
+      writeFileSync(join(dir, 'db.d.ts'), types);
+      writeFileSync(join(dir, 'db-columns.ts'), columns);
+      console.log(`wrote ${join(dir, 'db.d.ts')} and ${join(dir, 'db-columns.ts')}`);
     })
     .catch((err: unknown) => {
       console.error(err);

@@ -1,7 +1,8 @@
 /**
  * Regenerates everything under generated/ from its sources:
  *   openapi/**            -> generated/openapi.json (redocly bundle) and generated/api.d.ts (openapi-typescript)
- *   server/db/migrations  -> generated/db.d.ts (kysely-codegen over a freshly migrated database)
+ *   server/db/migrations  -> generated/db.d.ts (kysely-codegen over a freshly migrated database) and
+ *                            generated/db-columns.ts (each table's columns, from the same database)
  *
  * Usage: tsx scripts/generate.ts [--check] [--only openapi|db]
  *   --check  write nothing; exit 1 when a committed file differs from what would be generated.
@@ -58,7 +59,9 @@ if (only !== 'db') {
   outputs.set('generated/api.d.ts', await apiTypes(bundled));
 }
 if (only !== 'openapi') {
-  outputs.set('generated/db.d.ts', await generateDbTypes());
+  const { types, columns } = await generateDbTypes();
+  outputs.set('generated/db.d.ts', types);
+  outputs.set('generated/db-columns.ts', columns);
 }
 
 let drift = 0;

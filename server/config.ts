@@ -24,6 +24,8 @@ export interface Config {
   /** Base URL of signed file URLs; unset: the address the server actually listens on. */
   publicBaseUrl: string | undefined;
   dbPoolMax: number;
+  /** Hot-path statements go to PostgreSQL as named prepared statements (db/prepared.ts). */
+  dbPreparedStatements: boolean;
   shutdownGraceMs: number;
   jsonBodyLimitBytes: number;
   keyCacheTtlMs: number;
@@ -170,6 +172,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     validateResponses: bool(env, 'VALIDATE_RESPONSES', false),
     publicBaseUrl,
     dbPoolMax: int(env, 'DB_POOL_MAX', 10, 1, 1000),
+    dbPreparedStatements: bool(env, 'DB_PREPARED_STATEMENTS', true),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
     jsonBodyLimitBytes: int(env, 'JSON_BODY_LIMIT_BYTES', 1024 * 1024, 1024),
     keyCacheTtlMs: int(env, 'KEY_CACHE_TTL_MS', 5_000, 0, 5_000),

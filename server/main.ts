@@ -44,7 +44,12 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
   }
 
   const metrics = createMetrics();
-  const db = createDatabase(databaseUrl, { max: config.dbPoolMax, applicationName: `mediagate-${config.role}`, onQuery: () => metrics.dbQueries.inc() });
+  const db = createDatabase(databaseUrl, {
+    max: config.dbPoolMax,
+    applicationName: `mediagate-${config.role}`,
+    onQuery: () => metrics.dbQueries.inc(),
+    preparedStatements: config.dbPreparedStatements,
+  });
   let server: Server | undefined;
   try {
     await migrateToLatest(db, log);

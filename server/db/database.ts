@@ -1,6 +1,7 @@
 import { CamelCasePlugin, Kysely, PostgresDialect, type Transaction } from 'kysely';
 import pg from 'pg';
 import type { DB } from '../../generated/db.d.ts';
+import { preparingClient } from './prepared.ts';
 
 /**
  * What a repository method runs on. Methods that must be part of a caller's transaction take a
@@ -58,6 +59,8 @@ export interface CreateDatabaseOptions {
   onPoolError?: (err: Error) => void;
   /** Called for every statement Kysely runs (a metrics counter). */
   onQuery?: () => void;
+  /** Run statements marked with `prepared()` as named prepared statements (default true; see prepared.ts). */
+  preparedStatements?: boolean;
 }
 
 /** A Kysely instance over its own pg.Pool; callers own it and call `destroy()` when done. */
@@ -70,6 +73,7 @@ export function createDatabase(url: string, opts: CreateDatabaseOptions = {}): K
   });
   // Without a listener an idle connection error would crash the process.
   pool.on('error', (err) => opts.onPoolError?.(err));
+  if (opts.preparedStatements !== false) pool.on('connect', preparingClient);
   const onQuery = opts.onQuery;
   return new Kysely<DB>({ dialect: new PostgresDialect({ pool }), plugins: [new CamelCasePlugin()], log: onQuery ? () => onQuery() : undefined });
 }

@@ -16,6 +16,7 @@
 import { sql, type Insertable, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, ImageTasks, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
+import { columnsOf, runPrepared } from '../db/prepared.ts';
 
 export interface HoldRequest {
   holdId: string;
@@ -65,8 +66,8 @@ export class LedgerRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
   /**
-   * Places the hold and inserts the task in one statement. Returns which gate failed, if any (on
-   * failure nothing at all was written), and the inserted task row. A unique violation on the task
+   * Places the hold and inserts the task in one statement (a prepared statement: db/prepared.ts).
+   * Returns which gate failed, if any (on failure nothing at all was written), and the inserted task row. A unique violation on the task
    * (an idempotent retry racing this one) propagates as the pg error (23505) with nothing written.
    */
   async holdAndInsertTask<T extends TaskInsert>(hold: HoldRequest, task: T, inputs: InputAdoption = { fileIds: [], pinSeconds: 0 }): Promise<HoldResult<T>> {
@@ -75,7 +76,8 @@ export class LedgerRepository {
       const { outcome, ...row } = rows[0]!;
       return outcome === 'ok' ? { outcome, task: row as unknown as Selectable<DB[T['table']]> } : { outcome };
     };
-    const table = sql.table(snake(task.table));
+    const sqlTable = snake(task.table) as 'video_tasks' | 'image_tasks';
+    const table = sql.table(sqlTable);
     const { columns, values } = columnList(task.row as Record<string, unknown>);
     const adopt =
       inputs.fileIds.length === 0
@@ -92,11 +94,10 @@ export class LedgerRepository {
           )`;
     if (hold.amount === 0) {
       // A free generation needs no reservation.
-      const inserted = await sql<Row>`with t as (insert into ${table} (${columns}) values (${values}) returning *) ${adopt} select 'ok' as outcome, t.* from t`.execute(this.db);
-      return result(inserted.rows);
+      return result(await runPrepared(sql<Row>`with t as (insert into ${table} (${columns}) values (${values}) returning ${columnsOf(sqlTable)}) ${adopt} select 'ok' as outcome, t.* from t`, this.db));
     }
     try {
-      const held = await sql<Row>`
+      const held = await runPrepared(sql<Row>`
         with k as (
           update api_keys set credits_used = credits_used + ${hold.amount}
           where id = ${hold.apiKeyId} and (credit_limit is null or credits_used + ${hold.amount} <= credit_limit)
@@ -117,7 +118,7 @@ export class LedgerRepository {
         ), t as (
           insert into ${table} (${columns})
           select ${values} where exists (select 1 from h)
-          returning *
+          returning ${columnsOf(sqlTable)}
         ) ${adopt}
         select o.outcome, t.* from (
           select case
@@ -126,8 +127,8 @@ export class LedgerRepository {
             when not exists (select 1 from t) then mg_abort('task_not_inserted')
             else 'ok'
           end as outcome
-        ) o left join t on true`.execute(this.db);
-      return result(held.rows);
+        ) o left join t on true`, this.db);
+      return result(held);
     } catch (err) {
       if ((err as { code?: string }).code === ABORT_SQLSTATE && (err as Error).message === 'insufficient_balance') return { outcome: 'insufficient_balance' };
       throw err;

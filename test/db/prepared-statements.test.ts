@@ -1,0 +1,134 @@
+/**
+ * Hot-path statements as named prepared statements (server/db/prepared.ts): each connection parses
+ * a marked statement once, variants get their own names, rows come back camelCased as through the
+ * CamelCasePlugin, and a column added by a later migration (a rolling deploy) does not break the
+ * statements older instances prepared.
+ */
+import { CamelCasePlugin, sql, type Kysely } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DB } from '../../generated/db.d.ts';
+import { dbColumns } from '../../generated/db-columns.ts';
+import { createDatabase } from '../../server/db/database.ts';
+import { runPrepared } from '../../server/db/prepared.ts';
+import { newId } from '../../server/lib/ids.ts';
+import { LedgerRepository } from '../../server/repositories/ledger.repository.ts';
+import { ImageTaskRepository } from '../../server/repositories/image-task.repository.ts';
+import { createAccount, createApiKey, createGroup } from '../support/factories.ts';
+import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
+
+let t: TestDatabase;
+/** One connection, so that what it prepared can be read back from pg_prepared_statements. */
+let one: Kysely<DB>;
+
+beforeAll(async () => {
+  t = await createTestDatabase({ max: 2 });
+  one = createDatabase(t.url, { max: 1 });
+});
+afterAll(async () => {
+  await one?.destroy();
+  await t?.destroy();
+});
+
+const preparedNames = async (db: Kysely<DB>) =>
+  (await sql<{ name: string }>`select name from pg_prepared_statements where name like 'mg\\_%' order by name`.execute(db)).rows.map((r) => r.name);
+
+async function imageTask(db: Kysely<DB>) {
+  const group = await createGroup(db);
+  const account = await createAccount(db, { balance: 100 });
+  const key = await createApiKey(db, { accountId: account.id, groupId: group.id });
+  const taskId = newId('img');
+  const row = {
+    id: taskId,
+    accountId: account.id,
+    apiKeyId: key.id,
+    groupId: group.id,
+    operation: 'generation',
+    model: 'm',
+    prompt: 'p',
+    params: JSON.stringify({ width: 64 }),
+    inputFileIds: [],
+    maskFileId: null,
+    n: 1,
+    unitPrice: 1000,
+    quotedCredits: 1000,
+    runAsync: false,
+    attempt: 1,
+    leaseOwner: 'test',
+    leaseExpiresAt: new Date(Date.now() + 60_000),
+    memberId: null,
+    memberSlots: 1,
+  };
+  return { account, key, taskId, row };
+}
+
+describe('prepared statements', () => {
+  it('the hold and the settlement are parsed once per connection, under one name per variant', async () => {
+    const ledger = new LedgerRepository(one);
+    const tasks = new ImageTaskRepository(one);
+    const before = await preparedNames(one);
+    for (let i = 0; i < 3; i++) {
+      const { account, key, taskId, row } = await imageTask(one);
+      const held = await ledger.holdAndInsertTask({ holdId: newId('hold'), accountId: account.id, apiKeyId: key.id, taskId, amount: 1000 }, { table: 'imageTasks', row });
+      expect(held.outcome).toBe('ok');
+      // Rows come back as the rest of the code reads them.
+      expect(held.task).toMatchObject({ id: taskId, accountId: account.id, quotedCredits: 1000, inputFileIds: [], status: 'processing' });
+      const done = await tasks.complete({ id: taskId, attempt: 1 }, { fileIds: [], actualCredits: 1000, revisedPrompt: null, unrecorded: [] }, (h) => ledger.settlement(h, 1000));
+      expect(done).toMatchObject({ id: taskId, status: 'completed', actualCredits: 1000, leaseOwner: null });
+    }
+    const added = (await preparedNames(one)).filter((n) => !before.includes(n));
+    // Three requests, two statements: two names, each prepared once on this connection.
+    expect(added).toHaveLength(2);
+
+    // A free task is another variant of the insert (no hold): a third name.
+    const free = await imageTask(one);
+    await ledger.holdAndInsertTask({ holdId: newId('hold'), accountId: free.account.id, apiKeyId: free.key.id, taskId: free.taskId, amount: 0 }, { table: 'imageTasks', row: { ...free.row, unitPrice: 0, quotedCredits: 0 } });
+    expect((await preparedNames(one)).filter((n) => !before.includes(n))).toHaveLength(3);
+  });
+
+  it('with preparedStatements: false the same statements run unnamed', async () => {
+    const plain = createDatabase(t.url, { max: 1, preparedStatements: false });
+    try {
+      const ledger = new LedgerRepository(plain);
+      const { account, key, taskId, row } = await imageTask(plain);
+      expect((await ledger.holdAndInsertTask({ holdId: newId('hold'), accountId: account.id, apiKeyId: key.id, taskId, amount: 1000 }, { table: 'imageTasks', row })).outcome).toBe('ok');
+      expect(await preparedNames(plain)).toEqual([]);
+    } finally {
+      await plain.destroy();
+    }
+  });
+
+  it('maps every column name as the CamelCasePlugin does', async () => {
+    const plugin = new (class extends CamelCasePlugin {
+      camel(name: string) {
+        return this.camelCase(name);
+      }
+    })();
+    const all = [...new Set(Object.values(dbColumns).flat())];
+    const rows = await runPrepared<Record<string, number>>(sql`select ${sql.join(all.map((c, i) => sql`${sql.lit(i)}::int as ${sql.id(c)}`))}`, one);
+    expect(rows[0]).toEqual(Object.fromEntries(all.map((c, i) => [plugin.camel(c), i])));
+  });
+
+  it('survives columns added while the statements are prepared (a rolling deploy); `returning *` would not', async () => {
+    const scratch = await createTestDatabase({ max: 1 });
+    const db = createDatabase(scratch.url, { max: 1 });
+    try {
+      const ledger = new LedgerRepository(db);
+      const tasks = new ImageTaskRepository(db);
+      const cycle = async () => {
+        const { account, key, taskId, row } = await imageTask(db);
+        expect((await ledger.holdAndInsertTask({ holdId: newId('hold'), accountId: account.id, apiKeyId: key.id, taskId, amount: 1000 }, { table: 'imageTasks', row })).task?.id).toBe(taskId);
+        expect((await tasks.complete({ id: taskId, attempt: 1 }, { fileIds: [], actualCredits: 1000, revisedPrompt: null, unrecorded: [] }, (h) => ledger.settlement(h, 1000)))?.status).toBe('completed');
+      };
+      await cycle();
+      // The failure mode this guards against, shown on a statement of its own.
+      const star = () => runPrepared(sql`update image_tasks set prompt = prompt where id = ${'none'} returning *`, db);
+      await star();
+      for (const table of ['image_tasks', 'credit_holds', 'ledger_entries', 'accounts', 'api_keys']) await sql`alter table ${sql.table(table)} add column deploy_probe text`.execute(db);
+      await cycle();
+      await expect(star()).rejects.toThrow(/cached plan must not change result type/);
+    } finally {
+      await db.destroy();
+      await scratch.destroy();
+    }
+  });
+});
