@@ -5,7 +5,7 @@
  * through untouched).
  */
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import sharp, { type Metadata, type Sharp } from 'sharp';
+import sharp, { type Sharp } from 'sharp';
 import { ProviderError } from './provider-error.ts';
 import type { ImageFormat, ImageParams } from './types.ts';
 import { isTimeout, type UpstreamResponse } from './upstream-http.ts';
@@ -82,15 +82,66 @@ export async function readBounded(res: UpstreamResponse, max: number, signal: Ab
 }
 
 /**
+ * The format and pixel size an image's header declares (PNG IHDR, JPEG SOFn, WebP VP8/VP8L/VP8X),
+ * read in place: no decoding, no trip to sharp's threads. Undefined when the header is not one of
+ * these or is cut short.
+ */
+export function headerSize(data: Buffer): { format: ImageFormat; width: number; height: number } | undefined {
+  const format = sniff(data);
+  if (format === 'png') {
+    // Signature (8), then the IHDR chunk: length (4), type (4), width (4), height (4).
+    if (data.length < 24 || data.toString('latin1', 12, 16) !== 'IHDR') return undefined;
+    return { format, width: data.readUInt32BE(16), height: data.readUInt32BE(20) };
+  }
+  if (format === 'jpeg') {
+    // Segments from offset 2: 0xFF, marker, 2-byte length (which counts itself); a SOFn segment
+    // (C0–CF but C4 DHT, C8 JPG, CC DAC) holds precision (1), height (2), width (2).
+    let at = 2;
+    while (at + 9 < data.length) {
+      if (data[at] !== 0xff) return undefined;
+      const marker = data[at + 1]!;
+      if (marker === 0xff) {
+        at++; // fill byte
+        continue;
+      }
+      if (marker === 0xd8 || marker === 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {
+        at += 2; // markers without a length
+        continue;
+      }
+      if (marker >= 0xc0 && marker <= 0xcf && marker !== 0xc4 && marker !== 0xc8 && marker !== 0xcc) {
+        return { format, width: data.readUInt16BE(at + 7), height: data.readUInt16BE(at + 5) };
+      }
+      if (marker === 0xd9 || marker === 0xda) return undefined; // end, or scan data before any frame header
+      at += 2 + data.readUInt16BE(at + 2);
+    }
+    return undefined;
+  }
+  if (format === 'webp') {
+    if (data.length < 30) return undefined;
+    const chunk = data.toString('latin1', 12, 16);
+    if (chunk === 'VP8 ') return { format, width: data.readUInt16LE(26) & 0x3fff, height: data.readUInt16LE(28) & 0x3fff };
+    if (chunk === 'VP8L') {
+      const bits = data.readUInt32LE(21);
+      return { format, width: (bits & 0x3fff) + 1, height: ((bits >>> 14) & 0x3fff) + 1 };
+    }
+    if (chunk === 'VP8X') return { format, width: data.readUIntLE(24, 3) + 1, height: data.readUIntLE(27, 3) + 1 };
+  }
+  return undefined;
+}
+
+/**
  * The image exactly as the client asked for it: resized (cover, centred) when the pixel size
  * differs, re-encoded when the size or the format differs, else the upstream's bytes untouched.
+ * Whether they match is read from the header (headerSize); sharp reads it only when that fails.
  */
 export async function fitImage(data: Buffer, params: ImageParams): Promise<Buffer> {
-  let meta: Metadata;
-  try {
-    meta = await sharp(data).metadata();
-  } catch (err) {
-    throw new ProviderError('retryable', 'the upstream answered an image that could not be decoded', { cause: err });
+  let meta: { format?: string; width?: number; height?: number } | undefined = headerSize(data);
+  if (!meta) {
+    try {
+      meta = await sharp(data).metadata();
+    } catch (err) {
+      throw new ProviderError('retryable', 'the upstream answered an image that could not be decoded', { cause: err });
+    }
   }
   const sameSize = meta.width === params.width && meta.height === params.height;
   if (sameSize && meta.format === params.outputFormat) return data;
