@@ -17,7 +17,7 @@ import type { HandlerMap } from './http/types.ts';
 import { hasAuth, setAuth } from './http/auth.ts';
 import { imageEditMultipart } from './http/multipart.ts';
 import { EDIT_MEDIA_FIELDS, MAX_REFERENCE_CHARS, VIDEO_MEDIA_FIELDS, mediaJsonBody } from './http/media-body.ts';
-import type { MediaJsonFields } from './http/media-json-scanner.ts';
+import type { MediaJsonFields } from './lib/media-json-scanner.ts';
 import { fileUploadMultipart } from './http/file-upload.ts';
 import { largeBodySlots, rejectEncodedMultipart, rejectNulCharacters } from './http/request-guards.ts';
 import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';

@@ -18,7 +18,7 @@ import { ApiError, badRequest } from '../errors.ts';
 import type { FileService } from '../services/file.service.ts';
 import { InputStaging } from '../services/media/input-staging.ts';
 import { authOf } from './auth.ts';
-import { MediaJsonScanner, type MediaJsonFields, type MediaJsonLimits } from './media-json-scanner.ts';
+import { MediaJsonScanner, type MediaJsonFields, type MediaJsonLimits } from '../lib/media-json-scanner.ts';
 import { lingerAfterResponse } from './request-guards.ts';
 
 /** The media fields of a video creation: frames (aliases included) and reference images. */

@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../../server/errors.ts';
-import { MediaJsonScanner, type MediaJsonLimits, type MediaSink } from '../../server/http/media-json-scanner.ts';
+import { MediaJsonScanner, type MediaJsonFields, type MediaJsonLimits, type MediaSink } from '../../server/lib/media-json-scanner.ts';
 
 const FIELDS = { mediaKeys: new Set(['firstFrame', 'mask']), mediaArrayKeys: new Set(['referenceImages', 'images']) };
 const LIMITS: MediaJsonLimits = { maxMediaBytes: 1 << 20, maxItemBytes: 1 << 20, maxMediaCount: 8, maxOtherBytes: 64 * 1024, maxReferenceChars: 2048 };
@@ -19,9 +19,9 @@ interface Opened {
 }
 
 /** Scans `body` split into chunks of the given sizes (cycled); returns the rest JSON and the sinks. */
-async function scan(body: string | Buffer, sizes: number[] = [65536], limits: Partial<MediaJsonLimits> = {}) {
+async function scan(body: string | Buffer, sizes: number[] = [65536], limits: Partial<MediaJsonLimits> = {}, fields: MediaJsonFields = FIELDS) {
   const opened: Opened[] = [];
-  const scanner = new MediaJsonScanner(FIELDS, { ...LIMITS, ...limits }, (param, mimeType) => {
+  const scanner = new MediaJsonScanner(fields, { ...LIMITS, ...limits }, (param, mimeType) => {
     const o: Opened = { param, mimeType, chunks: [], ended: false, aborted: false };
     opened.push(o);
     const sink: MediaSink = {
@@ -175,5 +175,45 @@ describe('MediaJsonScanner', () => {
   it('reports a body that ends inside a string', async () => {
     const err = await apiError(scan(`{"firstFrame":"data:image/png;base64,AAAA`));
     expect([err.status, err.code]).toEqual([400, 'invalid_json']);
+  });
+
+  describe('bare base64 members of objects in a top-level array (upstream answers: data[].b64_json)', () => {
+    const B64 = { base64Paths: new Set(['data[].b64_json']) };
+    const answer = JSON.stringify({
+      created: 1,
+      data: [{ b64_json: a.toString('base64'), revised_prompt: 'a "b64_json" prompt' }, { url: 'https://x.example/1.png' }, { b64_json: b.toString('base64') }],
+      b64_json: 'not in data',
+      usage: { data: [{ b64_json: 'nested too deep' }] },
+    });
+
+    it.each([[[65536]], [[1]], [[5, 11, 4096]]])('decodes them and keeps the rest for chunk sizes %j', async (sizes) => {
+      const { json, opened, bytes } = await scan(answer, sizes, { maxMediaBytes: 1 << 20 }, B64);
+      expect(opened.map((o) => [o.param, o.mimeType, o.ended])).toEqual([
+        ['data[0].b64_json', '', true],
+        ['data[2].b64_json', '', true],
+      ]);
+      expect(Buffer.concat(opened[0]!.chunks).equals(a)).toBe(true);
+      expect(Buffer.concat(opened[1]!.chunks).equals(b)).toBe(true);
+      expect(bytes).toBe(a.length + b.length);
+      expect(json).toEqual({
+        created: 1,
+        data: [{ b64_json: 'tok:0', revised_prompt: 'a "b64_json" prompt' }, { url: 'https://x.example/1.png' }, { b64_json: 'tok:1' }],
+        b64_json: 'not in data',
+        usage: { data: [{ b64_json: 'nested too deep' }] },
+      });
+    });
+
+    it('honours escaped slashes, refuses what is not base64, and keeps an empty string', async () => {
+      const slashy = Buffer.from([0xff, 0xff, 0xfe, 0xff, 0xef, 0xff]); // base64 "///+/+//"
+      const escaped = JSON.stringify({ data: [{ b64_json: slashy.toString('base64') }] }).replaceAll('/', '\\/');
+      const { opened } = await scan(escaped, [3], {}, B64);
+      expect(Buffer.concat(opened[0]!.chunks).equals(slashy)).toBe(true);
+      const bad = await apiError(scan(JSON.stringify({ data: [{ b64_json: 'not base64!' }] }), [4], {}, B64));
+      expect([bad.code, bad.param]).toEqual(['invalid_data_url', 'data[0].b64_json']);
+      // An empty one stays empty (the answer may carry a `url` instead); its sink is dropped.
+      const empty = await scan(JSON.stringify({ data: [{ b64_json: '', url: 'https://x.example/1.png' }] }), [4], {}, B64);
+      expect(empty.json).toEqual({ data: [{ b64_json: '', url: 'https://x.example/1.png' }] });
+      expect(empty.opened.map((o) => [o.ended, o.aborted])).toEqual([[false, true]]);
+    });
   });
 });

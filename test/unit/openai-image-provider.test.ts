@@ -303,6 +303,64 @@ describe('generations', () => {
   });
 });
 
+describe('reading an answer (its images decoded as they arrive)', () => {
+  it("decodes base64 a gateway wrote with escaped slashes (PHP's json_encode), in any chunking", async () => {
+    const image = await png(1024, 1024);
+    const body = JSON.stringify({ created: 1, data: [{ b64_json: image.toString('base64') }] }).replaceAll('/', '\\/');
+    const server = await startServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      // Dribbled in small pieces, some splitting an escape.
+      const bytes = Buffer.from(body);
+      let at = 0;
+      const next = () => {
+        if (at >= bytes.length) return void res.end();
+        res.write(bytes.subarray(at, (at += 997)));
+        setImmediate(next);
+      };
+      next();
+    });
+    try {
+      const rec = await run(job(), account(server));
+      expect(rec.images[0]!.image.equals(image)).toBe(true);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('takes the url of an item whose b64_json is empty; fails retryable on base64 that is not base64', async () => {
+    const image = await png(1024, 1024);
+    const files = await startServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'image/png' });
+      res.end(image);
+    });
+    try {
+      fake.faults.push('generations', { status: 200, body: { created: 1, data: [{ b64_json: '', url: `${files.url}/a.png` }] } });
+      expect((await run(job())).images[0]!.image.equals(image)).toBe(true);
+      fake.faults.push('generations', { status: 200, body: { created: 1, data: [{ b64_json: 'this is not base64!' }] } });
+      const err = await failure(run(job()));
+      expect([err.kind, err.message]).toEqual(['retryable', 'the upstream image generation answered an image that is not valid base64']);
+    } finally {
+      await files.close();
+    }
+  });
+
+  it('refuses an answer with more than 1 MiB besides its images, and one that is not JSON', async () => {
+    fake.faults.push('generations', { status: 200, body: { created: 1, data: [{ b64_json: (await png(64, 64)).toString('base64'), revised_prompt: 'x'.repeat(1.1 * 1024 * 1024) }] } });
+    const big = await failure(run(job()));
+    expect([big.kind, big.message]).toEqual(['failed', 'the upstream image generation answered more than 1 MiB besides its images']);
+    const server = await startServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' });
+      res.end('<html>{"data": [oops</html>');
+    });
+    try {
+      const html = await failure(run(job(), account(server)));
+      expect([html.kind, html.message]).toEqual(['retryable', 'the upstream image generation answered something other than JSON']);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe('edits', () => {
   it('sends one input as part `image` and the mask as `mask`, every value a string', async () => {
     const input = await png(512, 512);

@@ -26,7 +26,9 @@
  */
 import type { EventSourceMessage } from 'eventsource-parser';
 import sharp from 'sharp';
-import { MIME, fitImage, readBounded, sniff, sseFrames } from '../image-output.ts';
+import { ApiError } from '../../errors.ts';
+import { MediaJsonScanner } from '../../lib/media-json-scanner.ts';
+import { MIME, bodyError, fitImage, readBounded, sniff, sseFrames } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { ImageEvents, ImageFormat, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
 import { upstreamFetch, upstreamUrl, type UpstreamResponse } from '../upstream-http.ts';
@@ -221,9 +223,54 @@ interface ImagesResponse {
   data?: { b64_json?: unknown; url?: unknown; revised_prompt?: unknown }[];
 }
 
-/** The images of a non-streaming answer (§1.3): `b64_json`, or a `url` (dall-e, gateways) fetched here. */
+/** Where the images of an answer are (§1.3). */
+const IMAGE_FIELDS = { base64Paths: new Set(['data[].b64_json']) };
+/** Everything of an answer but its images: usage, sizes, revised prompts, an error. */
+const MAX_ANSWER_REST_BYTES = 1024 * 1024;
+
+/**
+ * The images of a non-streaming answer (§1.3): `b64_json`, or a `url` (dall-e, gateways) fetched
+ * here. The answer is scanned as it arrives and each base64 image decoded into its own buffer
+ * (MediaJsonScanner): no text of the whole answer, no base64 strings, only the images' bytes.
+ */
 async function readImages(res: UpstreamResponse, signal: AbortSignal, what: string): Promise<RawImage[]> {
-  const text = (await readBounded(res, MAX_RESPONSE_BYTES, signal, what)).toString('utf8');
+  const decoded = new Map<string, Buffer>();
+  const scanner = new MediaJsonScanner(
+    IMAGE_FIELDS,
+    { maxMediaBytes: MAX_RESPONSE_BYTES, maxItemBytes: MAX_RESPONSE_BYTES, maxMediaCount: MAX_N_PER_CALL * 4, maxOtherBytes: MAX_ANSWER_REST_BYTES, maxReferenceChars: 0 },
+    (param) => {
+      const chunks: Buffer[] = [];
+      return {
+        write: (chunk) => void chunks.push(chunk),
+        end: async () => {
+          decoded.set(param, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
+          return param;
+        },
+        abort: () => void (chunks.length = 0),
+      };
+    },
+  );
+  let text: string;
+  let total = 0;
+  try {
+    for await (const chunk of res.body as AsyncIterable<Buffer>) {
+      total += chunk.byteLength;
+      if (total > MAX_RESPONSE_BYTES) throw new ProviderError('failed', `the upstream ${what} answered more than ${Math.round(MAX_RESPONSE_BYTES / 1024 / 1024)} MiB`);
+      await scanner.push(chunk);
+    }
+    text = scanner.end().toString('utf8');
+  } catch (err) {
+    res.body.destroy();
+    scanner.abort(err as Error);
+    // The scanner speaks to clients (400/413): here it is the upstream's answer that is wrong.
+    if (err instanceof ApiError) {
+      if (err.code === 'body_too_large') throw new ProviderError('failed', `the upstream ${what} answered more than ${MAX_ANSWER_REST_BYTES / 1024 / 1024} MiB besides its images`);
+      if (err.status === 413) throw new ProviderError('failed', `the upstream ${what} answered more images than were asked for`);
+      if (err.code === 'invalid_data_url') throw new ProviderError('retryable', `the upstream ${what} answered an image that is not valid base64`);
+      throw new ProviderError('retryable', `the upstream ${what} answered something other than JSON`);
+    }
+    throw bodyError(err, signal, what);
+  }
   let body: ImagesResponse;
   try {
     body = JSON.parse(text) as ImagesResponse;
@@ -236,7 +283,7 @@ async function readImages(res: UpstreamResponse, signal: AbortSignal, what: stri
   const images: RawImage[] = [];
   for (const item of body.data) {
     let data: Buffer;
-    if (typeof item?.b64_json === 'string' && item.b64_json !== '') data = Buffer.from(item.b64_json, 'base64');
+    if (typeof item?.b64_json === 'string' && decoded.has(item.b64_json)) data = decoded.get(item.b64_json)!;
     else if (typeof item?.url === 'string' && item.url !== '') data = await fetchImageUrl(item.url, signal);
     else throw new ProviderError('retryable', `the upstream ${what} answered an image without data`);
     images.push({ data, ...(typeof item.revised_prompt === 'string' && { revisedPrompt: item.revised_prompt }) });

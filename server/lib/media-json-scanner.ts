@@ -1,16 +1,19 @@
 /**
- * A streaming reader for JSON bodies that carry large media strings (video frames and references,
- * JSON image edits): the body is scanned as it arrives, and every base64 data URL in a media field
- * is decoded on the fly and handed to a sink (the media store) instead of being kept: the JSON
- * that remains — a few KiB — has each such string replaced by a short token, and is parsed and
- * validated against the contract as usual. Memory per request stays a few chunks, whatever the
- * size of the media.
+ * A streaming reader for JSON that carries large media strings: request bodies (video frames and
+ * references, JSON image edits) and upstream answers (the `data[].b64_json` images of an OpenAI
+ * Images answer). The JSON is scanned as it arrives, and every media string is decoded on the fly
+ * and handed to a sink (the media store, or the adapter's buffer) instead of being kept: the JSON
+ * that remains — a few KiB — has each such string replaced by a short token, and is parsed (and a
+ * request body validated against the contract) as usual. Memory stays a few chunks beyond the
+ * decoded media, whatever its size.
  *
- * Media fields are top-level members named in `mediaKeys` (a string) or `mediaArrayKeys` (an array
- * of strings). A media string that is not a data URL (a file id, an https URL) stays in the JSON
- * as it is, up to `maxReferenceChars`. Limits are enforced while reading: total decoded media
- * bytes, bytes per input, number of media strings and the size of the rest of the JSON; the first
- * one passed throws at once.
+ * Media fields of a request body are top-level members named in `mediaKeys` (a string) or
+ * `mediaArrayKeys` (an array of strings); their strings are data URLs, or references (a file id, an
+ * https URL) that stay in the JSON as they are, up to `maxReferenceChars`. `base64Paths` names
+ * members of the objects in a top-level array (`data[].b64_json`) whose strings are bare base64.
+ * Limits are enforced while reading: total decoded media bytes, bytes per input, number of media
+ * strings and the size of the rest of the JSON; the first one passed throws at once. Errors are
+ * ApiErrors for a client's body; a caller reading an upstream turns them into its own.
  *
  * The scanner tracks only what it needs (strings, nesting, the current top-level key); the JSON
  * that remains is parsed in full afterwards, so malformed input is still reported by JSON.parse.
@@ -41,11 +44,16 @@ export interface MediaJsonLimits {
 }
 
 export interface MediaJsonFields {
-  mediaKeys: ReadonlySet<string>;
-  mediaArrayKeys: ReadonlySet<string>;
+  mediaKeys?: ReadonlySet<string>;
+  mediaArrayKeys?: ReadonlySet<string>;
+  /** `array[].member` paths whose strings are bare base64 (no data URL prefix, never a reference). */
+  base64Paths?: ReadonlySet<string>;
 }
 
-/** `open` starts a sink for a data URL of `mimeType` found at `param` (`firstFrame`, `images[2]`). */
+/**
+ * `open` starts a sink for a data URL of `mimeType` found at `param` (`firstFrame`, `images[2]`),
+ * or for a bare base64 string (`data[0].b64_json`; `mimeType` empty: the bytes tell).
+ */
 export type OpenSink = (param: string, mimeType: string) => MediaSink;
 
 const DATA_URL_PREFIX = /^data:(image\/(?:png|jpeg|jpg|webp|gif));base64,/i;
@@ -65,8 +73,8 @@ type StringMode =
   | { kind: 'plain'; isKey: boolean; escape: boolean; key: number[] | undefined }
   /** A media string whose first characters (UTF-8 bytes, unescaped) decide what it is. */
   | { kind: 'media'; param: string; bytes: number[]; escape: EscapeState }
-  /** The base64 body of a data URL being decoded into a sink. */
-  | { kind: 'data'; param: string; sink: MediaSink; escape: EscapeState; carry: string; padded: boolean; bytes: number }
+  /** The base64 body of a data URL (or a bare base64 string) being decoded into a sink. */
+  | { kind: 'data'; param: string; sink: MediaSink; escape: EscapeState; carry: string; padded: boolean; bytes: number; bare: boolean }
   /** A media string that is a reference (file id, URL): kept (UTF-8 bytes, unescaped). */
   | { kind: 'reference'; param: string; bytes: number[]; escape: EscapeState };
 
@@ -161,27 +169,36 @@ export class MediaJsonScanner {
       this.mode = { kind: 'plain', isKey: true, escape: false, key: [] };
       return pos;
     }
-    const param = this.mediaParam(top);
-    if (param === undefined) {
+    const media = this.mediaParam(top);
+    if (media === undefined) {
       this.emitByte(QUOTE);
       this.mode = { kind: 'plain', isKey: false, escape: false, key: undefined };
       return pos;
     }
+    const { param, base64 } = media;
     this.mediaCount++;
     if (this.mediaCount > this.limits.maxMediaCount) {
       throw tooLarge('too_many_media_inputs', `At most ${this.limits.maxMediaCount} media inputs are accepted per request.`, param);
     }
-    this.mode = { kind: 'media', param, bytes: [], escape: { at: 'none' } };
+    if (base64) {
+      const sink = this.open(param, '');
+      this.openSink = sink;
+      this.mode = { kind: 'data', param, sink, escape: { at: 'none' }, carry: '', padded: false, bytes: 0, bare: true };
+    } else this.mode = { kind: 'media', param, bytes: [], escape: { at: 'none' } };
     return pos;
   }
 
-  /** The media parameter name of a value string in `top`, or undefined when it is not one. */
-  private mediaParam(top: Container | undefined): string | undefined {
+  /** The media parameter name of a value string in `top` (and whether it is bare base64), or undefined when it is not one. */
+  private mediaParam(top: Container | undefined): { param: string; base64: boolean } | undefined {
     const depth = this.stack.length;
-    if (depth === 1 && top?.kind === 'object' && top.key !== undefined && this.fields.mediaKeys.has(top.key)) return top.key;
-    if (depth === 2 && top?.kind === 'array') {
-      const parent = this.stack[0]!;
-      if (parent.kind === 'object' && parent.key !== undefined && this.fields.mediaArrayKeys.has(parent.key)) return `${parent.key}[${top.index}]`;
+    const root = this.stack[0];
+    const rootKey = root?.kind === 'object' ? root.key : undefined;
+    if (rootKey === undefined) return undefined;
+    if (depth === 1 && this.fields.mediaKeys?.has(rootKey)) return { param: rootKey, base64: false };
+    if (depth === 2 && top?.kind === 'array' && this.fields.mediaArrayKeys?.has(rootKey)) return { param: `${rootKey}[${top.index}]`, base64: false };
+    if (depth === 3 && top?.kind === 'object' && top.key !== undefined && this.fields.base64Paths?.has(`${rootKey}[].${top.key}`)) {
+      const array = this.stack[1]!;
+      if (array.kind === 'array') return { param: `${rootKey}[${array.index}].${top.key}`, base64: true };
     }
     return undefined;
   }
@@ -311,7 +328,7 @@ export class MediaJsonScanner {
         if (!match || match[0].length !== head.length) throw this.notADataUrl(mode.param);
         const sink = this.open(mode.param, match[1]!.toLowerCase().replace('jpg', 'jpeg'));
         this.openSink = sink;
-        this.mode = mode = { kind: 'data', param: mode.param, sink, escape: mode.escape, carry: '', padded: false, bytes: 0 };
+        this.mode = mode = { kind: 'data', param: mode.param, sink, escape: mode.escape, carry: '', padded: false, bytes: 0, bare: false };
       }
     }
     if (mode.kind === 'reference') {
@@ -365,9 +382,15 @@ export class MediaJsonScanner {
     const mode = this.mode as MediaMode;
     if (mode.kind === 'data') {
       await this.flushData(true);
-      if (mode.bytes === 0) throw badRequest('invalid_data_url', `'${mode.param}' is empty.`, mode.param);
       this.openSink = undefined;
       this.mode = { kind: 'none' };
+      if (mode.bytes === 0) {
+        // An empty data URL is a mistake; an empty bare string is as good as absent (an answer with a `url` instead).
+        if (!mode.bare) throw badRequest('invalid_data_url', `'${mode.param}' is empty.`, mode.param);
+        mode.sink.abort(new Error('empty'));
+        this.emitString('');
+        return;
+      }
       this.emitString(await mode.sink.end());
       return;
     }
