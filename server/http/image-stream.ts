@@ -7,6 +7,7 @@
 import type { Response } from 'express';
 import type { components } from '../../generated/api.d.ts';
 import type { ApiError } from '../errors.ts';
+import { Base64Bytes, jsonParts, writeJsonParts } from '../lib/base64-json.ts';
 import type { ImageOperation, ImageSink } from '../services/image/image-runner.ts';
 import type { PreparedImageRequest } from '../services/image/image.service.ts';
 
@@ -32,15 +33,8 @@ export function openImageStream(
   res.setHeader('X-Accel-Buffering', 'no');
   res.flushHeaders();
 
-  /** Writes one frame; resolves once handed to the socket, rejects when the client is gone. */
-  const write = (event: string, data: unknown) =>
-    new Promise<void>((resolve, reject) => {
-      if (res.destroyed || res.writableEnded) {
-        reject(new Error('client disconnected'));
-        return;
-      }
-      res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`, (err) => (err ? reject(err) : resolve()));
-    });
+  /** Writes one frame (images as base64 slices: lib/base64-json.ts); resolves once handed to the socket, rejects when the client is gone. */
+  const write = (event: string, data: unknown) => writeJsonParts(res, jsonParts(data), `event: ${event}\ndata: `, '\n\n');
 
   const now = () => Math.floor(Date.now() / 1000);
   const requested = {
@@ -61,7 +55,7 @@ export function openImageStream(
     partial: (imageIndex, partialIndex, image) =>
       write(`${prefix}.partial_image`, {
         type: `${prefix}.partial_image`,
-        b64_json: image.toString('base64'),
+        b64_json: new Base64Bytes(image),
         partial_image_index: partialIndex,
         image_index: imageIndex,
         created_at: now(),
@@ -70,7 +64,7 @@ export function openImageStream(
     image: (imageIndex, image, file) =>
       write(`${prefix}.completed`, {
         type: `${prefix}.completed`,
-        ...(params.responseFormat === 'url' ? { url: opts.signedUrl(file.id) } : { b64_json: image.toString('base64') }),
+        ...(params.responseFormat === 'url' ? { url: opts.signedUrl(file.id) } : { b64_json: new Base64Bytes(image) }),
         image_index: imageIndex,
         created_at: now(),
         ...resolved,

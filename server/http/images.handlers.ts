@@ -14,7 +14,7 @@ import { authOf } from './auth.ts';
 import { stagingOf } from './media-body.ts';
 import { uploadedFiles } from './multipart.ts';
 import { openImageStream } from './image-stream.ts';
-import { sendJson, type HandlerMap } from './types.ts';
+import { sendJsonWithImages, type HandlerMap } from './types.ts';
 
 function wantsStream(req: Request, body: { stream?: boolean }): boolean {
   return body.stream === true || /\btext\/event-stream\b/.test(req.headers.accept ?? '');
@@ -40,9 +40,10 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     const async = wantsAsync(req) && !stream;
     const task = await images.start(auth, prepared, { async });
     res.setHeader('X-Task-Id', task.id);
+    const operationId = operation === 'generation' ? 'createImage' : 'editImage';
     if (async) {
       res.setHeader('Location', `/v1/images/${task.id}`);
-      res.status(202).json(await images.toImageTask(task));
+      await sendJsonWithImages(res, operationId, 202, await images.toImageTask(task));
       return;
     }
     const log = ctx.log.child({ taskId: task.id });
@@ -61,7 +62,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     }
     const result = await images.runSync(task, NULL_SINK, signal, log, { deliveredOnlyIfAllSent: true });
     if (signal.aborted) return;
-    res.status(200).json(images.toImageResult(task, result));
+    await sendJsonWithImages(res, operationId, 200, images.toImageResult(task, result));
   }
 
   return {
@@ -97,7 +98,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     },
 
     async getImageTask(req, res) {
-      sendJson(res, 'getImageTask', 200, await images.get(authOf(req), req.params.task_id));
+      await sendJsonWithImages(res, 'getImageTask', 200, await images.get(authOf(req), req.params.task_id));
     },
   };
 }

@@ -4,6 +4,7 @@
  */
 import type { NextFunction, Request, Response } from 'express';
 import type { components, operations } from '../../generated/api.d.ts';
+import { jsonParts, jsonPartsLength, writeJsonParts, type WithBase64 } from '../lib/base64-json.ts';
 
 export type OperationId = keyof operations;
 export type Schemas = components['schemas'];
@@ -45,4 +46,28 @@ export function sendJson<K extends OperationId, S extends keyof ResponsesOf<K> &
 ): void {
   for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
   res.status(status).json(body);
+}
+
+/**
+ * sendJson for a body that carries images (`b64_json` as Base64Bytes): the JSON is written with
+ * each image's base64 produced slice by slice (lib/base64-json.ts), never as one string. Resolves
+ * once the body is written, or when the client went away meanwhile.
+ */
+export async function sendJsonWithImages<K extends OperationId, S extends keyof ResponsesOf<K> & number>(
+  res: Response,
+  _operation: K,
+  status: S,
+  body: WithBase64<ResponseBody<K, S>>,
+): Promise<void> {
+  const parts = jsonParts(body);
+  res.status(status);
+  res.setHeader('Content-Type', 'application/json; charset=utf-8');
+  res.setHeader('Content-Length', String(jsonPartsLength(parts)));
+  try {
+    await writeJsonParts(res, parts);
+  } catch (err) {
+    if (res.destroyed) return;
+    throw err;
+  }
+  res.end();
 }

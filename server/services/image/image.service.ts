@@ -7,6 +7,7 @@
 import type { components } from '../../../generated/api.d.ts';
 import { ApiError, badRequest, notFound, paymentRequired, unavailable } from '../../errors.ts';
 import { newId } from '../../lib/ids.ts';
+import { Base64Bytes, type WithBase64 } from '../../lib/base64-json.ts';
 import { inspectImage } from '../../lib/image-inspect.ts';
 import { toCredits } from '../../lib/money.ts';
 import type { Logger } from '../../logger.ts';
@@ -249,14 +250,14 @@ export class ImageService {
   }
 
   /** GET /v1/images/{task_id}: the owner's task only. */
-  async get(auth: AuthContext, id: string): Promise<Schemas['ImageTask']> {
+  async get(auth: AuthContext, id: string): Promise<WithBase64<Schemas['ImageTask']>> {
     const row = await this.deps.tasks.findForAccount(id, auth.accountId);
     if (!row) throw notFound('task_not_found', `No image task '${id}' exists for this account.`);
     return this.toImageTask(row);
   }
 
-  async toImageTask(row: ImageTaskRow): Promise<Schemas['ImageTask']> {
-    const task: Schemas['ImageTask'] = {
+  async toImageTask(row: ImageTaskRow): Promise<WithBase64<Schemas['ImageTask']>> {
+    const task: WithBase64<Schemas['ImageTask']> = {
       id: row.id,
       object: 'image.task',
       status: row.status as Schemas['ImageTask']['status'],
@@ -274,24 +275,24 @@ export class ImageService {
   }
 
   /** `data[]` of a task's stored results in its response format. */
-  async resultData(row: ImageTaskRow): Promise<Schemas['ImageData'][]> {
+  async resultData(row: ImageTaskRow): Promise<WithBase64<Schemas['ImageData']>[]> {
     const params = row.params as unknown as ImageParams;
     return Promise.all(
       row.resultFileIds.map(async (id) => {
-        const item: Schemas['ImageData'] = params.responseFormat === 'url' ? { url: this.deps.files.signedUrl(id) } : { b64_json: (await this.deps.files.readAll(id)).toString('base64') };
+        const item: WithBase64<Schemas['ImageData']> = params.responseFormat === 'url' ? { url: this.deps.files.signedUrl(id) } : { b64_json: new Base64Bytes(await this.deps.files.readAll(id)) };
         if (row.revisedPrompt) item.revised_prompt = row.revisedPrompt;
         return item;
       }),
     );
   }
 
-  /** The synchronous JSON response (product spec §2.3) from what execute() delivered. */
-  toImageResult(task: ImageTaskRow, result: ExecuteResult): Schemas['ImageResult'] {
+  /** The synchronous JSON response (product spec §2.3) from what execute() delivered; images as bytes (lib/base64-json.ts). */
+  toImageResult(task: ImageTaskRow, result: ExecuteResult): WithBase64<Schemas['ImageResult']> {
     const params = task.params as unknown as ImageParams;
     return {
       created: Math.floor(task.createdAt.getTime() / 1000),
       data: result.files.map((file, i) => ({
-        ...(params.responseFormat === 'url' ? { url: this.deps.files.signedUrl(file.id) } : { b64_json: result.images[i]!.toString('base64') }),
+        ...(params.responseFormat === 'url' ? { url: this.deps.files.signedUrl(file.id) } : { b64_json: new Base64Bytes(result.images[i]!) }),
         ...(result.revisedPrompt && { revised_prompt: result.revisedPrompt }),
       })),
       output_format: params.outputFormat,

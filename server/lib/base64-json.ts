@@ -1,0 +1,107 @@
+/**
+ * JSON that carries images as base64 (`b64_json`), written without building the base64 strings.
+ * A body holds `Base64Bytes` where the contract has a base64 string; `jsonParts` cuts the body's
+ * JSON text around them, and `writeJsonParts` writes the text and each image's base64 in slices,
+ * waiting for the socket to drain. Memory per image: its bytes and one slice — instead of its
+ * base64 string, the JSON string holding it and the buffer that string is copied into (about four
+ * times the image, per response in flight).
+ */
+import { randomBytes } from 'node:crypto';
+import type { Writable } from 'node:stream';
+
+/** Bytes written into JSON as a base64 string. */
+export class Base64Bytes {
+  constructor(readonly bytes: Buffer) {}
+}
+
+/** `T` with its `b64_json` strings as Base64Bytes (a response body of the contract, images unencoded). */
+export type WithBase64<T> = T extends readonly (infer U)[]
+  ? WithBase64<U>[]
+  : T extends object
+    ? { [K in keyof T]: K extends 'b64_json' ? Base64Bytes | Exclude<T[K], string> : WithBase64<T[K]> }
+    : T;
+
+/** A JSON text cut around its images: text[0], media[0], text[1], …, text[n] (media as base64 strings). */
+export interface JsonParts {
+  text: string[];
+  media: Buffer[];
+}
+
+/** Unique per process: a marker no string of a body can contain by chance. */
+const MARK = `\u0000mg-b64-${randomBytes(8).toString('hex')}-`;
+
+export function jsonParts(value: unknown): JsonParts {
+  const media: Buffer[] = [];
+  const json = JSON.stringify(value, (_key, v: unknown) => {
+    if (!(v instanceof Base64Bytes)) return v;
+    media.push(v.bytes);
+    return `${MARK}${media.length - 1}`;
+  });
+  const text: string[] = [];
+  let from = 0;
+  for (let i = 0; i < media.length; i++) {
+    // The marker's NUL is written as \u0000 in the JSON; the quotes around it stay.
+    const marker = JSON.stringify(`${MARK}${i}`).slice(1, -1);
+    const at = json.indexOf(`${marker}"`, from);
+    text.push(json.slice(from, at));
+    from = at + marker.length;
+  }
+  text.push(json.slice(from));
+  return { text, media };
+}
+
+/** Bytes of the parts as written (the base64 of each image included). */
+export function jsonPartsLength(parts: JsonParts): number {
+  let n = 0;
+  for (const t of parts.text) n += Buffer.byteLength(t);
+  for (const m of parts.media) n += 4 * Math.ceil(m.length / 3);
+  return n;
+}
+
+/** Raw bytes per base64 slice (a multiple of 3: slices join without padding). */
+const SLICE = 3 * 64 * 1024;
+
+/**
+ * Writes the parts to `out` (not ending it) with backpressure; resolves once the last byte is
+ * handed to the socket, rejects when `out` closes first (the client went away).
+ */
+export async function writeJsonParts(out: Writable, parts: JsonParts, before = '', after = ''): Promise<void> {
+  const last = parts.text.length - 1;
+  for (let i = 0; i <= last; i++) {
+    const text = `${i === 0 ? before : ''}${parts.text[i]}${i === last ? after : ''}`;
+    if (i === last) return finalWrite(out, text);
+    await write(out, text);
+    const bytes = parts.media[i]!;
+    for (let at = 0; at < bytes.length; at += SLICE) await write(out, bytes.toString('base64', at, Math.min(bytes.length, at + SLICE)));
+  }
+}
+
+function gone(): Error {
+  return new Error('the client went away');
+}
+
+/** One write; waits for 'drain' when the buffer is full. */
+function write(out: Writable, chunk: string): Promise<void> {
+  if (out.destroyed || out.writableEnded) return Promise.reject(gone());
+  if (out.write(chunk)) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const settle = (err?: Error) => {
+      out.off('drain', onDrain);
+      out.off('close', onClose);
+      if (err) reject(err);
+      else resolve();
+    };
+    const onDrain = () => settle();
+    const onClose = () => settle(gone());
+    out.on('drain', onDrain);
+    out.on('close', onClose);
+  });
+}
+
+/** The last write, resolved by its callback (the bytes reached the socket). */
+function finalWrite(out: Writable, chunk: string): Promise<void> {
+  if (out.destroyed || out.writableEnded) return Promise.reject(gone());
+  return new Promise((resolve, reject) => {
+    out.write(chunk, (err) => (err ? reject(err) : resolve()));
+  });
+}

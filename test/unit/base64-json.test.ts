@@ -1,0 +1,74 @@
+import { randomBytes } from 'node:crypto';
+import { Writable } from 'node:stream';
+import { describe, expect, it } from 'vitest';
+import { Base64Bytes, jsonParts, jsonPartsLength, writeJsonParts } from '../../server/lib/base64-json.ts';
+
+/** A writable that keeps what it gets, accepting `highWaterMark` bytes before asking for a drain, slowly. */
+function sink(highWaterMark = 16 * 1024, delayMs = 0) {
+  const chunks: Buffer[] = [];
+  let drains = 0;
+  const out = new Writable({
+    highWaterMark,
+    write(chunk: Buffer, _enc, done) {
+      chunks.push(chunk);
+      if (delayMs > 0) setTimeout(done, delayMs);
+      else setImmediate(done);
+    },
+  });
+  out.on('drain', () => drains++);
+  return { out, text: () => Buffer.concat(chunks).toString('utf8'), drains: () => drains };
+}
+
+/** The body as the plain JSON it stands for (every Base64Bytes as its base64 string). */
+function plain(value: unknown): string {
+  return JSON.stringify(value, (_k, v: unknown) => (v instanceof Base64Bytes ? v.bytes.toString('base64') : v));
+}
+
+describe('base64 JSON (images written without their base64 strings)', () => {
+  const big = randomBytes(3 * 64 * 1024 * 2 + 7); // over two slices, not a multiple of 3
+  const body = {
+    created: 1,
+    data: [
+      { b64_json: new Base64Bytes(big), revised_prompt: 'a "quoted" prompt with \u0000mg-b64- inside and ünïcödé' },
+      { b64_json: new Base64Bytes(Buffer.alloc(0)) },
+      { b64_json: new Base64Bytes(randomBytes(1)) },
+      { url: 'https://example.com/x.png' },
+    ],
+    ...Object.fromEntries(Array.from({ length: 12 }, (_, i) => [`k${i}`, new Base64Bytes(randomBytes(i))])),
+    size: '1024x1024',
+  };
+
+  it('writes exactly the JSON the body stands for, and says its length', async () => {
+    const parts = jsonParts(body);
+    expect(parts.media).toHaveLength(15);
+    const s = sink();
+    await writeJsonParts(s.out, parts);
+    expect(s.text()).toBe(plain(body));
+    expect(jsonPartsLength(parts)).toBe(Buffer.byteLength(plain(body)));
+    expect(JSON.parse(s.text()).data[0].b64_json).toBe(big.toString('base64'));
+  });
+
+  it('frames a body between a prefix and a suffix (SSE) and handles a body without images', async () => {
+    const s = sink();
+    await writeJsonParts(s.out, jsonParts({ type: 'x', b64_json: new Base64Bytes(big) }), 'event: x\ndata: ', '\n\n');
+    await writeJsonParts(s.out, jsonParts({ type: 'error' }), 'event: error\ndata: ', '\n\n');
+    expect(s.text()).toBe(`event: x\ndata: ${plain({ type: 'x', b64_json: new Base64Bytes(big) })}\n\nevent: error\ndata: {"type":"error"}\n\n`);
+  });
+
+  it('waits for the writable to drain instead of queueing the whole image', async () => {
+    const s = sink(8 * 1024, 1);
+    const writing = writeJsonParts(s.out, jsonParts({ b64_json: new Base64Bytes(big) }));
+    // Queued at most one slice past the high-water mark at any time.
+    expect(s.out.writableLength).toBeLessThanOrEqual(8 * 1024 + 4 * 64 * 1024 + 64);
+    await writing;
+    expect(s.drains()).toBeGreaterThan(0);
+    expect(JSON.parse(s.text()).b64_json).toBe(big.toString('base64'));
+  });
+
+  it('rejects when the writable goes away mid-body', async () => {
+    const s = sink(1024, 5);
+    const writing = writeJsonParts(s.out, jsonParts({ b64_json: new Base64Bytes(randomBytes(4 * 1024 * 1024)) }));
+    setTimeout(() => s.out.destroy(), 10);
+    await expect(writing).rejects.toThrow();
+  });
+});
