@@ -46,6 +46,7 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
   --delay        inflight: seconds from submit until the fake upstream's job is done (default 60)
   --poll-interval  inflight: VIDEO_POLL_INTERVAL_MS of the server, in seconds (default 5)
   --partials     proxy: partial_images of the streaming pair, 1-3 (default 2)
+  --rss-connections  proxy: concurrent n=4 4K requests of the memory run (default 8)
   --rss-rounds   proxy: n=4 4K requests each connection sends in the memory run (default 3)
   --keys         proxy: API keys, one account each, the connections take turns on (default 1: one
                  hot key, whose rows every hold and settlement locks)
@@ -74,6 +75,7 @@ function parseCli(argv: string[]): {
   pollMs: number;
   partials: number;
   rssRounds: number;
+  rssConnections: number;
   keys: number;
   cpuProfDir: string | undefined;
   built: boolean;
@@ -92,6 +94,7 @@ function parseCli(argv: string[]): {
       'poll-interval': { type: 'string', default: '5' },
       partials: { type: 'string', default: '2' },
       'rss-rounds': { type: 'string', default: '3' },
+      'rss-connections': { type: 'string', default: '8' },
       'cpu-prof': { type: 'string' },
       keys: { type: 'string', default: '1' },
       built: { type: 'boolean', default: false },
@@ -117,6 +120,7 @@ function parseCli(argv: string[]): {
     pollMs: number('poll-interval', values['poll-interval'], 0.1, 600) * 1000,
     partials: Math.round(number('partials', values.partials, 1, 3)),
     rssRounds: Math.round(number('rss-rounds', values['rss-rounds'], 1, 1000)),
+    rssConnections: Math.round(number('rss-connections', values['rss-connections'], 1, 256)),
     keys: Math.round(number('keys', values.keys, 1, 1000)),
     cpuProfDir: values['cpu-prof'],
     built: values.built,
@@ -202,7 +206,7 @@ async function main(): Promise<number> {
         continue;
       }
       if (scenario === 'proxy') {
-        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections, partials: cli.partials, rssRounds: cli.rssRounds, keys: cli.keys, cpuProfDir: cli.cpuProfDir, built: cli.built, ...serverEnv() }, (line) => console.log(line));
+        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections, partials: cli.partials, rssRounds: cli.rssRounds, rssConnections: cli.rssConnections, keys: cli.keys, cpuProfDir: cli.cpuProfDir, built: cli.built, ...serverEnv() }, (line) => console.log(line));
         rows.push(...r.rows);
         if (r.failed) failed = true;
         continue;

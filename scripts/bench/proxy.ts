@@ -15,10 +15,11 @@
  *               a "durable" one that does only the writes a billing gateway cannot skip (one
  *               committed INSERT before the call, the image written to disk, one committed UPDATE
  *               after it): what any Node gateway adds on this machine, next to what Mediagate adds;
- *   memory      `connections` concurrent n=4 3840x2160 PNG generations (upstream `gpt-image-2`,
+ *   memory      `rssConnections` concurrent n=4 3840x2160 PNG generations (upstream `gpt-image-2`,
  *               which renders that size itself, so Mediagate passes the bytes through without
- *               re-encoding): the server's idle RSS and peak RSS (VmHWM, reset before the run)
- *               against the bytes of the images in flight.
+ *               re-encoding) from a second fake whose images weigh what photos do (its `noise`
+ *               texture: about 17 MiB a PNG, 23 MiB in base64): the server's idle RSS and peak RSS
+ *               (VmHWM, reset before the run) against the bytes of the images in flight.
  *
  * Each pair of windows runs in ABBA order (direct, Mediagate, Mediagate, direct; each half
  * `durationMs / 2`) so drift on a shared machine hits both sides alike. Every request of a pair has
@@ -55,7 +56,8 @@ export interface ProxyOptions {
   connections: number;
   /** `partial_images` of the streaming pair (1..3). */
   partials: number;
-  /** Memory run: requests each of the `connections` connections sends, one after the other. */
+  /** Memory run: concurrent connections, and requests each sends one after the other. */
+  rssConnections: number;
   rssRounds: number;
   /** API keys (one account each) the connections take turns on; 1: every request on one key. */
   keys: number;
@@ -83,7 +85,7 @@ const prices = [
 ];
 /** Sold as `bench-image`, served upstream as `gpt-image-1` (1K: asks 1024x1024, passes it through). */
 const BENCH_IMAGE: CatalogModelDefinition = { id: 'bench-image', kind: 'image', displayName: 'Bench image (OpenAI upstream gpt-image-1)', capabilities: caps, prices };
-/** Sold as `bench-image-4k`, served upstream as `gpt-image-2` (asks 3840x2160 itself: no resize, no re-encode). */
+/** Sold as `bench-image-4k`, served upstream as `gpt-image-2` (asks 3840x2160 itself: no resize, no re-encode) by the second, `noise` fake. */
 const BENCH_IMAGE_4K: CatalogModelDefinition = { id: 'bench-image-4k', kind: 'image', displayName: 'Bench image 4K (OpenAI upstream gpt-image-2)', capabilities: caps, prices };
 
 // ---------------------------------------------------------------------------------------------
@@ -366,6 +368,7 @@ interface Pair {
 
 export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (line: string) => void): Promise<ProxyResult> {
   const fake = await startFakeWorker({ record: false, holdMs: 0, streamEventDelayMs: 0 });
+  const heavy = await startFakeWorker({ record: false, texture: 'noise' });
   const secret = randomBytes(32);
   const metricsToken = randomBytes(16).toString('hex');
   const dataDir = join(tmpdir(), `mediagate-bench-proxy-${process.pid}`);
@@ -380,8 +383,16 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       provider: 'openai',
       baseUrl: `${fake.url}/v1`,
       credentials: { api_key: 'sk-test' },
-      models: [BENCH_IMAGE.id, BENCH_IMAGE_4K.id],
-      modelMap: { [BENCH_IMAGE.id]: 'gpt-image-1', [BENCH_IMAGE_4K.id]: 'gpt-image-2' },
+      models: [BENCH_IMAGE.id],
+      modelMap: { [BENCH_IMAGE.id]: 'gpt-image-1' },
+    });
+    await addUpstreamMember(db, secret, {
+      groupId: group.id,
+      provider: 'openai',
+      baseUrl: `${heavy.url}/v1`,
+      credentials: { api_key: 'sk-test' },
+      models: [BENCH_IMAGE_4K.id],
+      modelMap: { [BENCH_IMAGE_4K.id]: 'gpt-image-2' },
     });
     // One account per key: with one key, every request updates the same key and account rows.
     const keys: string[] = [];
@@ -415,7 +426,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       const direct = {
         image: target(fake.url, ['sk-test'], { model: 'gpt-image-1', prompt: PROMPT, size: '1024x1024', n: 1, output_format: 'png' }),
         stream: target(fake.url, ['sk-test'], { model: 'gpt-image-1', prompt: STREAM_PROMPT, size: '1024x1024', n: 1, output_format: 'png', stream: true, partial_images: opts.partials }),
-        big: target(fake.url, ['sk-test'], { model: 'gpt-image-2', prompt: PROMPT, size: '3840x2160', n: 4, output_format: 'png' }),
+        big: target(heavy.url, ['sk-test'], { model: 'gpt-image-2', prompt: PROMPT, size: '3840x2160', n: 4, output_format: 'png' }),
       };
       const gateway = {
         image: target(server.url, keys, { model: BENCH_IMAGE.id, prompt: PROMPT, size: '1024x1024', n: 1, output_format: 'png' }),
@@ -504,7 +515,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       log(indent(pairTable(streamPair, true), 4));
       for (const line of costLines(streamPair, idleSqlPerSecond)) log(`    ${line}`);
 
-      // Memory: C concurrent n=4 3840x2160 PNG generations.
+      // Memory: C concurrent n=4 3840x2160 PNG generations (photo-weight images).
       const bigWarm = new Agent({ keepAlive: true, maxSockets: 1 });
       for (let i = 0; i < 2; i++) await send(bigWarm, gateway.big, i);
       bigWarm.destroy();
@@ -513,11 +524,11 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       resetPeak(pid);
       let sampledPeak = idle.rss;
       const sampler = setInterval(() => (sampledPeak = Math.max(sampledPeak, procStatus(pid).rss)), 20);
-      const big = await runRounds(gateway.big, opts.connections, opts.rssRounds);
+      const big = await runRounds(gateway.big, opts.rssConnections, opts.rssRounds);
       clearInterval(sampler);
       const peak = Math.max(procStatus(pid).hwm, sampledPeak);
-      const bigDirect = await runRounds(direct.big, opts.connections, opts.rssRounds);
-      const inFlightBytes = opts.connections * 4 * smoke.bigBytes;
+      const bigDirect = await runRounds(direct.big, opts.rssConnections, opts.rssRounds);
+      const inFlightBytes = opts.rssConnections * 4 * smoke.bigBytes;
       const growth = peak - idle.rss;
 
       // ---- report
@@ -529,13 +540,13 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       const sg = stat(streamPair.gateway.window);
       const bd = stat(bigDirect);
       const bg = stat(big);
-      log(`\n  memory: ${opts.connections} connections x ${opts.rssRounds} requests of n=4 3840x2160 PNG (${fmtMiB(4 * smoke.bigBytes)} MiB of images per request):`);
+      log(`\n  memory: ${opts.rssConnections} connections x ${opts.rssRounds} requests of n=4 3840x2160 PNG (${fmtMiB(4 * smoke.bigBytes)} MiB of images per request):`);
       log(indent(table(['', 'req', 'req/s', 'p50 ms', 'p99 ms', 'errors'], [
         ['direct (fake)', bd.count, bd.perSecond.toFixed(1), bd.p50.toFixed(1), bd.p99.toFixed(1), bd.errors],
         ['through Mediagate', bg.count, bg.perSecond.toFixed(1), bg.p50.toFixed(1), bg.p99.toFixed(1), bg.errors],
       ]), 4));
       log(`    server RSS: ${fmtMiB(startRss)} MiB after start, ${fmtMiB(idle.rss)} MiB idle before the run, peak ${fmtMiB(peak)} MiB: growth ${fmtMiB(growth)} MiB`);
-      log(`    images in flight: ${opts.connections} x 4 x ${(smoke.bigBytes / 1024).toFixed(0)} KiB = ${fmtMiB(inFlightBytes)} MiB; growth / in flight = ${(growth / inFlightBytes).toFixed(2)}x (target <= 2x)`);
+      log(`    images in flight: ${opts.rssConnections} x 4 x ${fmtMiB(smoke.bigBytes)} MiB = ${fmtMiB(inFlightBytes)} MiB; growth / in flight = ${(growth / inFlightBytes).toFixed(2)}x (target <= 2x)`);
       if (inFlightBytes < 64 * MiB) {
         log('    note: images this small weigh less than the V8 young generation (up to tens of MiB), so when the server collects decides most of the growth; the ratio moves between runs');
       }
@@ -577,6 +588,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
   } finally {
     await db.destroy();
     await fake.close();
+    await heavy.close();
     rmSync(dataDir, { recursive: true, force: true });
   }
   return { failed, rows };

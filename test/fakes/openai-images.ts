@@ -38,6 +38,7 @@
  *   many of its partials, the remaining partials after it (§1.1: "final may arrive before all
  *   partials"); mutable as `fake.completedAfterPartials`.
  * - `record` (default true): false keeps no request/call log (benchmarks).
+ * - `texture` (default `flat`): `noise` renders images that weigh what photos do (memory benchmarks).
  *
  * Helpers: `faults.push('generations' | 'edits', fault)` (status/body/delay/reset, checked after
  * auth, before validation), `rateLimitNext`, `quotaExhaustedNext`, `serverErrorNext`,
@@ -135,6 +136,8 @@ export interface OpenAIImagesFakeOptions {
   streamError?: StreamErrorSpec;
   completedAfterPartials?: number;
   record?: boolean;
+  /** `noise`: images with photo-like weight instead of flat colours (see RenderSpec.texture). */
+  texture?: 'flat' | 'noise';
 }
 
 /** Extra signals of an error answer that the OpenAI SDK reads (§1.5). */
@@ -408,6 +411,27 @@ interface RenderSpec {
   /** 0: the final image; k (1..3) of `of`: partial k−1. */
   stage: number;
   of: number;
+  /**
+   * `flat` (default): solid colours, which compress to almost nothing (a 3840x2160 PNG is 170 KiB).
+   * `noise`: every channel of every pixel jitters by up to ±24 levels (a seeded generator), so the
+   * images weigh what real ones do (a 3840x2160 PNG about 16 MB): for memory benchmarks.
+   */
+  texture: 'flat' | 'noise';
+}
+
+/** Raw RGB(A) pixels of `background` with seeded per-channel noise of ±24. */
+function noisyPixels(width: number, height: number, channels: 3 | 4, background: { r: number; g: number; b: number; alpha?: number }, seed: number): Buffer {
+  const pixels = Buffer.allocUnsafe(width * height * channels);
+  let x = (seed * 2654435761) >>> 0 || 1;
+  const base = [background.r, background.g, background.b, Math.round((background.alpha ?? 1) * 255)];
+  for (let i = 0; i < pixels.length; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    const c = i % channels;
+    pixels[i] = c === 3 ? base[3]! : Math.max(0, Math.min(255, base[c]! + ((x >>> 0) % 49) - 24));
+  }
+  return pixels;
 }
 
 const renderCache = new Map<string, Promise<Buffer>>();
@@ -422,7 +446,12 @@ function renderImage(spec: RenderSpec): Promise<Buffer> {
   const bw = Math.max(1, Math.round(spec.width * fraction));
   const bh = Math.max(1, Math.round(spec.height * fraction));
   const background = spec.transparent ? { r, g, b, alpha: 0 } : spec.stage === 0 ? { r, g, b } : { r: 230, g: 230, b: 230 };
-  let img = sharp({ create: { width: spec.width, height: spec.height, channels: spec.transparent ? 4 : 3, background } }).composite([
+  const channels = spec.transparent ? 4 : 3;
+  const base =
+    spec.texture === 'noise'
+      ? sharp(noisyPixels(spec.width, spec.height, channels, background, spec.color * 31 + spec.stage), { raw: { width: spec.width, height: spec.height, channels } })
+      : sharp({ create: { width: spec.width, height: spec.height, channels, background } });
+  let img = base.composite([
     {
       input: { create: { width: bw, height: bh, channels: 4, background: spec.transparent ? { r, g, b, alpha: 1 } : { r: 255 - r, g: 255 - g, b: 255 - b, alpha: 1 } } },
       left: Math.floor((spec.width - bw) / 2),
@@ -595,6 +624,7 @@ export async function startOpenAIImagesFake(options: OpenAIImagesFakeOptions = {
   const extraModels = new Set(options.models ?? []);
   const moderate = options.moderate ?? ((prompt: string) => prompt.includes('moderate-me'));
   const record = options.record !== false;
+  const texture = options.texture ?? 'flat';
   const counts: Record<ImagesRoute, number> = { generations: 0, edits: 0 };
   const calls: ImageCall[] = [];
   const streamErrors: Record<ImagesRoute, StreamErrorSpec[]> = { generations: [], edits: [] };
@@ -757,7 +787,7 @@ export async function startOpenAIImagesFake(options: OpenAIImagesFakeOptions = {
       const { width, height } = dims(size);
       const seed = colorSeed(p.prompt);
       const finals = await Promise.all(
-        Array.from({ length: p.n }, (_, i) => renderImage({ width, height, format: p.gpt ? p.outputFormat : 'png', compression: p.gpt ? p.compression : 100, transparent, color: seed + i, stage: 0, of: 0 })),
+        Array.from({ length: p.n }, (_, i) => renderImage({ width, height, format: p.gpt ? p.outputFormat : 'png', compression: p.gpt ? p.compression : 100, transparent, color: seed + i, stage: 0, of: 0, texture })),
       );
       const created = Math.floor(Date.now() / 1000);
 
@@ -850,7 +880,7 @@ export async function startOpenAIImagesFake(options: OpenAIImagesFakeOptions = {
         for (let k = 0; k < p.partialImages; k++) {
           if (k === completedAfter && !(await completed())) return;
           if (await broken()) return;
-          const partial = await renderImage({ width, height, format: p.outputFormat, compression: p.compression, transparent, color: seed + i, stage: k + 1, of: p.partialImages });
+          const partial = await renderImage({ width, height, format: p.outputFormat, compression: p.compression, transparent, color: seed + i, stage: k + 1, of: p.partialImages, texture });
           if (res.destroyed) return;
           // Partial frames carry the requested settings (may be `auto`), §1.4 notes.
           write(`${prefix}.partial_image`, {
