@@ -437,7 +437,10 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       // Smoke: both sides answer, with the same image bytes (Mediagate passes them through).
       const smoke = await smokeCheck(direct, gateway);
       log(`  fake OpenAI Images upstream in a worker thread (keep-alive ${FAKE_KEEPALIVE_MS / 1000} s); ${opts.keys} API key(s), one account each; server pid ${pid} (${opts.cpuProfDir ? `CPU profile into ${opts.cpuProfDir}` : 'no profiler'}${opts.serverEnv ? `, env ${JSON.stringify(opts.serverEnv)}` : ''})`);
-      log(`  images: 1024x1024 PNG ${(smoke.smallBytes / 1024).toFixed(1)} KiB; 3840x2160 PNG ${(smoke.bigBytes / 1024).toFixed(1)} KiB each (flat test images, far smaller than real ones); ` + `bytes through Mediagate identical to direct: ${smoke.identical ? 'yes' : 'NO'}`);
+      log(
+        `  images: 1024x1024 PNG ${(smoke.smallBytes / 1024).toFixed(1)} KiB (flat colours: the latency runs measure Mediagate, not base64); ` +
+          `3840x2160 PNG ${fmtMiB(smoke.bigBytes)} MiB each (noise texture: what photos weigh); bytes through Mediagate identical to direct: ${smoke.identical ? 'yes' : 'NO'}`,
+      );
       if (!smoke.identical) failed = true;
 
       const measure = async (side: 'direct' | 'gateway' | 'reference', t: Target, concurrency: number, durationMs: number): Promise<Side> => {
