@@ -23,12 +23,11 @@ import { lingerAfterResponse } from './request-guards.ts';
 
 /** The media fields of a video creation: frames (aliases included) and reference images. */
 export const VIDEO_MEDIA_FIELDS: MediaJsonFields = {
-  mediaKeys: new Set(['firstFrame', 'first_frame', 'lastFrame', 'last_frame']),
-  mediaArrayKeys: new Set(['referenceImages', 'reference_images']),
+  dataUrlPaths: new Set(['firstFrame', 'first_frame', 'lastFrame', 'last_frame', 'referenceImages[]', 'reference_images[]']),
 };
 
 /** The media fields of a JSON image edit. */
-export const EDIT_MEDIA_FIELDS: MediaJsonFields = { mediaKeys: new Set(['mask']), mediaArrayKeys: new Set(['images']) };
+export const EDIT_MEDIA_FIELDS: MediaJsonFields = { dataUrlPaths: new Set(['mask', 'images[]']) };
 
 /** Longest media string that is not a data URL (a file id or an https URL). */
 export const MAX_REFERENCE_CHARS = 4096;

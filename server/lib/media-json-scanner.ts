@@ -7,10 +7,12 @@
  * request body validated against the contract) as usual. Memory stays a few chunks beyond the
  * decoded media, whatever its size.
  *
- * Media fields of a request body are top-level members named in `mediaKeys` (a string) or
- * `mediaArrayKeys` (an array of strings); their strings are data URLs, or references (a file id, an
- * https URL) that stay in the JSON as they are, up to `maxReferenceChars`. `base64Paths` names
- * members of the objects in a top-level array (`data[].b64_json`) whose strings are bare base64.
+ * Media strings are found by their path: member names joined by `.`, `[]` for the elements of an
+ * array (`firstFrame`, `referenceImages[]`, `data[].b64_json`,
+ * `candidates[].content.parts[].inlineData.data`; `[]…` when the JSON is an array). Strings at
+ * `dataUrlPaths` (request bodies) are data URLs, or references (a file id, an https URL) that stay
+ * in the JSON as they are, up to `maxReferenceChars`; strings at `base64Paths` (upstream answers)
+ * are bare base64. A media string is named by its path with the indexes (`referenceImages[2]`).
  * Limits are enforced while reading: total decoded media bytes, bytes per input, number of media
  * strings and the size of the rest of the JSON; the first one passed throws at once. Errors are
  * ApiErrors for a client's body; a caller reading an upstream turns them into its own.
@@ -44,11 +46,14 @@ export interface MediaJsonLimits {
 }
 
 export interface MediaJsonFields {
-  mediaKeys?: ReadonlySet<string>;
-  mediaArrayKeys?: ReadonlySet<string>;
-  /** `array[].member` paths whose strings are bare base64 (no data URL prefix, never a reference). */
+  /** Paths whose strings are data URLs or references. */
+  dataUrlPaths?: ReadonlySet<string>;
+  /** Paths whose strings are bare base64 (no data URL prefix, never a reference). */
   base64Paths?: ReadonlySet<string>;
 }
+
+/** Deepest path looked at: media is never nested deeper, and junk nesting costs nothing. */
+const MAX_PATH_DEPTH = 12;
 
 /**
  * `open` starts a sink for a data URL of `mimeType` found at `param` (`firstFrame`, `images[2]`),
@@ -169,7 +174,7 @@ export class MediaJsonScanner {
       this.mode = { kind: 'plain', isKey: true, escape: false, key: [] };
       return pos;
     }
-    const media = this.mediaParam(top);
+    const media = this.mediaParam();
     if (media === undefined) {
       this.emitByte(QUOTE);
       this.mode = { kind: 'plain', isKey: false, escape: false, key: undefined };
@@ -188,18 +193,24 @@ export class MediaJsonScanner {
     return pos;
   }
 
-  /** The media parameter name of a value string in `top` (and whether it is bare base64), or undefined when it is not one. */
-  private mediaParam(top: Container | undefined): { param: string; base64: boolean } | undefined {
-    const depth = this.stack.length;
-    const root = this.stack[0];
-    const rootKey = root?.kind === 'object' ? root.key : undefined;
-    if (rootKey === undefined) return undefined;
-    if (depth === 1 && this.fields.mediaKeys?.has(rootKey)) return { param: rootKey, base64: false };
-    if (depth === 2 && top?.kind === 'array' && this.fields.mediaArrayKeys?.has(rootKey)) return { param: `${rootKey}[${top.index}]`, base64: false };
-    if (depth === 3 && top?.kind === 'object' && top.key !== undefined && this.fields.base64Paths?.has(`${rootKey}[].${top.key}`)) {
-      const array = this.stack[1]!;
-      if (array.kind === 'array') return { param: `${rootKey}[${array.index}].${top.key}`, base64: true };
+  /** The media parameter name of a value string (and whether it is bare base64), or undefined when it is not one. */
+  private mediaParam(): { param: string; base64: boolean } | undefined {
+    if (this.stack.length > MAX_PATH_DEPTH) return undefined;
+    let path = '';
+    let param = '';
+    for (const c of this.stack) {
+      if (c.kind === 'array') {
+        path += '[]';
+        param += `[${c.index}]`;
+      } else {
+        if (c.key === undefined) return undefined;
+        const name = path === '' ? c.key : `.${c.key}`;
+        path += name;
+        param += name;
+      }
     }
+    if (this.fields.dataUrlPaths?.has(path)) return { param, base64: false };
+    if (this.fields.base64Paths?.has(path)) return { param, base64: true };
     return undefined;
   }
 

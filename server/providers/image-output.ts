@@ -4,8 +4,9 @@
  * (resize and re-encode with sharp only when the upstream's image differs; otherwise pass its bytes
  * through untouched).
  */
-import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import sharp, { type Sharp } from 'sharp';
+import { ApiError } from '../errors.ts';
+import { MediaJsonScanner, type MediaJsonFields } from '../lib/media-json-scanner.ts';
 import { ProviderError } from './provider-error.ts';
 import type { ImageFormat, ImageParams } from './types.ts';
 import { isTimeout, type UpstreamResponse } from './upstream-http.ts';
@@ -27,38 +28,204 @@ export function bodyError(err: unknown, signal: AbortSignal, what: string): unkn
   return new ProviderError('retryable', `the upstream ${what} ${isTimeout(err) ? 'timed out' : 'broke off before its answer was complete'}`, { cause: err });
 }
 
-/**
- * The SSE frames of an answer as they arrive (eventsource-parser: `event:` lines optional, blank
- * lines in LF or CRLF form), bounded: a frame over `maxFrameChars`, or over `maxBytes` in all, is a
- * `failed` ProviderError. A last frame the upstream did not terminate is still dispatched. Leaving
- * the loop early (an answer found, an error, an abort) drops the rest of the upstream's answer.
- */
-export async function* sseFrames(res: UpstreamResponse, signal: AbortSignal, what: string, limits: { maxFrameChars: number; maxBytes?: number }): AsyncGenerator<EventSourceMessage> {
-  const decoder = new TextDecoder();
-  const frames: EventSourceMessage[] = [];
-  let overflow = false;
-  const parser = createParser({
-    onEvent: (frame) => frames.push(frame),
-    onError: (err) => {
-      if (err.type === 'max-buffer-size-exceeded') overflow = true;
-    },
-    maxBufferSize: limits.maxFrameChars,
+/** Limits of an answer read with its media decoded (readMediaJson, sseMediaFrames). */
+export interface MediaAnswerLimits {
+  /** Bytes of the whole answer, as received. */
+  maxBytes: number;
+  /** Decoded media bytes of the answer (readMediaJson) or of one frame (sseMediaFrames). */
+  maxMediaBytes: number;
+  /** Bytes of the JSON besides its media (of the answer, or of one frame). */
+  maxOtherBytes: number;
+}
+
+/** JSON of an answer with its media strings decoded: `text` has a token where each one was, `media` its bytes by token. */
+export interface MediaJson {
+  text: string;
+  media: Map<string, Buffer>;
+}
+
+/** An SSE frame: its `event:` field, its data (`data:` lines joined by LF) as MediaJson (tokens unique across the stream). */
+export interface MediaFrame extends MediaJson {
+  event?: string;
+}
+
+/** Numbers the media of one answer: tokens stay unique across the frames of a stream. */
+interface TokenCounter {
+  next: number;
+}
+
+/** A fresh scanner whose sinks collect each media string into one buffer in `media`, under a token unique within the answer. */
+function mediaScanner(fields: MediaJsonFields, limits: MediaAnswerLimits, media: Map<string, Buffer>, tokens: TokenCounter): MediaJsonScanner {
+  return new MediaJsonScanner(fields, { maxMediaBytes: limits.maxMediaBytes, maxItemBytes: limits.maxMediaBytes, maxMediaCount: 1024, maxOtherBytes: limits.maxOtherBytes, maxReferenceChars: 0 }, () => {
+    const chunks: Buffer[] = [];
+    return {
+      write: (chunk) => void chunks.push(chunk),
+      end: async () => {
+        const token = `mg-media:${tokens.next++}`;
+        media.set(token, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
+        return token;
+      },
+      abort: () => void (chunks.length = 0),
+    };
   });
-  const mib = (n: number) => Math.round(n / 1024 / 1024);
-  const chunks = res.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+}
+
+/** A scanner's complaint (it speaks to clients: 400/413) as what it means for an upstream answer. */
+function answerError(err: unknown, limits: MediaAnswerLimits, signal: AbortSignal, what: string): unknown {
+  if (!(err instanceof ApiError)) return bodyError(err, signal, what);
+  const size = (n: number) => (n % (1024 * 1024) === 0 ? `${n / 1024 / 1024} MiB` : `${n} bytes`);
+  if (err.code === 'body_too_large') return new ProviderError('failed', `the upstream ${what} answered more than ${size(limits.maxOtherBytes)} besides its images`);
+  if (err.status === 413) return new ProviderError('failed', `the upstream ${what} answered more than ${size(limits.maxMediaBytes)} of images`);
+  if (err.code === 'invalid_data_url') return new ProviderError('retryable', `the upstream ${what} answered an image that is not valid base64`);
+  return new ProviderError('retryable', `the upstream ${what} answered something other than JSON`);
+}
+
+/**
+ * A whole JSON answer, its media strings at `fields` decoded as the answer arrives
+ * (MediaJsonScanner): no text of the answer, no base64 string, only the media's bytes and the few
+ * KiB around them. Bounded by `limits`; the caller parses `text`.
+ */
+export async function readMediaJson(res: UpstreamResponse, fields: MediaJsonFields, limits: MediaAnswerLimits, signal: AbortSignal, what: string): Promise<MediaJson> {
+  const media = new Map<string, Buffer>();
+  const scanner = mediaScanner(fields, limits, media, { next: 0 });
   let total = 0;
   try {
-    for (;;) {
-      const chunk = await chunks.next().catch((err: unknown) => {
-        throw bodyError(err, signal, what);
-      });
-      if (!chunk.done) total += chunk.value.byteLength;
-      if (total > (limits.maxBytes ?? Infinity)) throw new ProviderError('failed', `the upstream ${what} answered more than ${mib(limits.maxBytes!)} MiB`);
-      parser.feed(chunk.done ? `${decoder.decode()}\n\n` : decoder.decode(chunk.value, { stream: true }));
-      if (overflow) throw new ProviderError('failed', `the upstream ${what} streamed an event larger than ${mib(limits.maxFrameChars)} MiB`);
-      yield* frames.splice(0);
-      if (chunk.done) return;
+    for await (const chunk of res.body as AsyncIterable<Buffer>) {
+      total += chunk.byteLength;
+      if (total > limits.maxBytes) throw new ProviderError('failed', `the upstream ${what} answered more than ${Math.round(limits.maxBytes / 1024 / 1024)} MiB`);
+      await scanner.push(chunk);
     }
+    return { text: scanner.end().toString('utf8'), media };
+  } catch (err) {
+    res.body.destroy();
+    scanner.abort(err as Error);
+    throw answerError(err, limits, signal, what);
+  }
+}
+
+const LF = 0x0a;
+const CR = 0x0d;
+/** Longest field name (`event`, `data`, `id`, `retry`) and `event:` value kept; longer ones are skipped. */
+const MAX_FIELD_BYTES = 256;
+
+/**
+ * The SSE frames of an answer as they arrive, each frame's JSON with its media strings at `fields`
+ * decoded while it arrives: a frame holding a 20 MiB image never exists as text. SSE as served by
+ * OpenAI and Google: `event:` lines optional, lines ending in LF, CRLF or CR, `data:` lines of a
+ * frame joined by LF, comments and other fields skipped, a leading BOM ignored, a last frame the
+ * upstream did not end with a blank line still dispatched. Bounded: more than `maxBytes` in all, or
+ * a frame over the media or other-bytes limit, is a `failed` ProviderError. Leaving the loop early
+ * (an answer found, an error, an abort) drops the rest of the upstream's answer.
+ */
+export async function* sseMediaFrames(res: UpstreamResponse, fields: MediaJsonFields, limits: MediaAnswerLimits, signal: AbortSignal, what: string): AsyncGenerator<MediaFrame> {
+  let scanner: MediaJsonScanner | undefined;
+  let media = new Map<string, Buffer>();
+  const tokens: TokenCounter = { next: 0 };
+  let dataLines = 0;
+  let event: string | undefined;
+  /** The line being read: its field name until the colon, then what its value goes to. */
+  type Line = { at: 'name'; name: number[] } | { at: 'value'; field: 'data' | 'event' | 'other'; value: number[]; first: boolean };
+  let line = { at: 'name', name: [] } as Line;
+  let skipLF = false;
+  let started = false;
+  let total = 0;
+  const frames: MediaFrame[] = [];
+
+  const endLine = async () => {
+    const l = line;
+    line = { at: 'name', name: [] };
+    if (l.at === 'value') {
+      if (l.field === 'event') event = Buffer.from(l.value).toString('utf8');
+      return;
+    }
+    if (l.name.length > 0) {
+      // A field without a colon has an empty value.
+      const field = fieldOf(l.name);
+      if (field === 'data') await dataLine();
+      else if (field === 'event') event = '';
+      return;
+    }
+    // A blank line ends the frame (one whose data is empty is not dispatched, as the SSE standard says).
+    const text = dataLines > 0 ? scanner!.end().toString('utf8') : '';
+    if (text !== '') frames.push({ ...(event !== undefined && { event }), text, media });
+    scanner = undefined;
+    media = new Map();
+    dataLines = 0;
+    event = undefined;
+  };
+  const dataLine = async () => {
+    scanner ??= mediaScanner(fields, limits, media, tokens);
+    if (dataLines++ > 0) await scanner.push(Buffer.from('\n'));
+  };
+  const fieldOf = (name: number[]): 'data' | 'event' | 'other' => {
+    const text = Buffer.from(name).toString('latin1');
+    return text === 'data' ? 'data' : text === 'event' ? 'event' : 'other';
+  };
+
+  /** Reads one chunk; the complete frames wait in `frames`. */
+  const feed = async (chunk: Buffer) => {
+    let pos = 0;
+    if (!started && chunk.length > 0) {
+      started = true;
+      if (chunk.length >= 3 && chunk[0] === 0xef && chunk[1] === 0xbb && chunk[2] === 0xbf) pos = 3;
+    }
+    while (pos < chunk.length) {
+      if (skipLF) {
+        skipLF = false;
+        if (chunk[pos] === LF) {
+          pos++;
+          continue;
+        }
+      }
+      const lf = chunk.indexOf(LF, pos);
+      const cr = chunk.indexOf(CR, pos);
+      const eol = lf === -1 ? cr : cr === -1 ? lf : Math.min(lf, cr);
+      const end = eol === -1 ? chunk.length : eol;
+      if (line.at === 'name') {
+        const colon = chunk.indexOf(0x3a, pos);
+        const nameEnd = colon !== -1 && colon < end ? colon : end;
+        for (let i = pos; i < nameEnd && line.name.length <= MAX_FIELD_BYTES; i++) line.name.push(chunk[i]!);
+        if (nameEnd < end) {
+          // The colon: the value follows (a line starting with a colon is a comment).
+          const field = line.name.length === 0 ? 'other' : fieldOf(line.name);
+          line = { at: 'value', field, value: [], first: true };
+          if (field === 'data') await dataLine();
+          pos = nameEnd + 1;
+          continue;
+        }
+        pos = end;
+      } else {
+        let from = pos;
+        if (line.first && from < end) {
+          line.first = false;
+          if (chunk[from] === 0x20) from++; // one space after the colon is not part of the value
+        }
+        if (line.field === 'data' && from < end) await scanner!.push(chunk.subarray(from, end));
+        else if (line.field === 'event') for (let i = from; i < end && line.value.length <= MAX_FIELD_BYTES; i++) line.value.push(chunk[i]!);
+        pos = end;
+      }
+      if (eol !== -1) {
+        await endLine();
+        skipLF = chunk[eol] === CR;
+        pos = eol + 1;
+      }
+    }
+  };
+
+  try {
+    for await (const chunk of res.body as AsyncIterable<Buffer>) {
+      total += chunk.byteLength;
+      if (total > limits.maxBytes) throw new ProviderError('failed', `the upstream ${what} answered more than ${Math.round(limits.maxBytes / 1024 / 1024)} MiB`);
+      await feed(chunk);
+      yield* frames.splice(0);
+    }
+    // The upstream may end without the last blank line: end the line, then the frame.
+    if (line.at === 'value' || line.name.length > 0) await endLine();
+    await endLine();
+    yield* frames.splice(0);
+  } catch (err) {
+    scanner?.abort(err as Error);
+    throw answerError(err, limits, signal, what);
   } finally {
     if (!res.body.readableEnded) res.body.destroy();
   }

@@ -1,7 +1,11 @@
+import { randomBytes } from 'node:crypto';
+import { Readable } from 'node:stream';
 import sharp from 'sharp';
 import { describe, expect, it } from 'vitest';
-import { fitImage, headerSize } from '../../server/providers/image-output.ts';
+import { fitImage, headerSize, readMediaJson, sseMediaFrames, type MediaAnswerLimits, type MediaFrame } from '../../server/providers/image-output.ts';
+import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { ImageParams } from '../../server/providers/types.ts';
+import { UpstreamResponse } from '../../server/providers/upstream-http.ts';
 
 /** A small image with some detail (a flat one compresses to almost nothing). */
 async function encoded(width: number, height: number, format: 'png' | 'jpeg' | 'webp', options: Record<string, unknown> = {}): Promise<Buffer> {
@@ -70,5 +74,73 @@ describe('fitImage', () => {
     const out = await fitImage(gif, params(32, 32, 'png'));
     expect(headerSize(out)).toEqual({ format: 'png', width: 32, height: 32 });
     await expect(fitImage(Buffer.from('not an image at all'), params(32, 32, 'png'))).rejects.toMatchObject({ kind: 'retryable' });
+  });
+});
+
+/** An answer whose body arrives as `text` cut into pieces of the given sizes (cycled). */
+function answer(text: string | Buffer, sizes: number[]): UpstreamResponse {
+  const bytes = Buffer.isBuffer(text) ? text : Buffer.from(text, 'utf8');
+  const chunks: Buffer[] = [];
+  for (let at = 0, i = 0; at < bytes.length; i++) {
+    const n = sizes[i % sizes.length]!;
+    chunks.push(bytes.subarray(at, at + n));
+    at += n;
+  }
+  return new UpstreamResponse(200, {}, Readable.from(chunks, { objectMode: false }));
+}
+
+const LIMITS: MediaAnswerLimits = { maxBytes: 64 * 1024 * 1024, maxMediaBytes: 16 * 1024 * 1024, maxOtherBytes: 64 * 1024 };
+const IMAGE = { base64Paths: new Set(['b64_json']) };
+const signal = new AbortController().signal;
+
+async function frames(text: string | Buffer, sizes: number[], limits = LIMITS): Promise<(MediaFrame & { json: unknown })[]> {
+  const out: (MediaFrame & { json: unknown })[] = [];
+  for await (const f of sseMediaFrames(answer(text, sizes), IMAGE, limits, signal, 'image generation')) {
+    out.push({ ...f, json: f.text.trim() === '[DONE]' ? '[DONE]' : JSON.parse(f.text) });
+  }
+  return out;
+}
+
+describe('sseMediaFrames (SSE with the images decoded while they arrive)', () => {
+  const a = randomBytes(200_001);
+  const b = randomBytes(3);
+  const stream =
+    '\ufeff: a comment first\n' +
+    `event: image_generation.partial_image\ndata: {"type":"image_generation.partial_image","b64_json":"${a.toString('base64')}","partial_image_index":0}\n\n` +
+    'retry: 1000\r\nid: 7\r\n' +
+    `data: {"type":"image_generation.completed",\r\ndata: "b64_json":"${b.toString('base64')}"}\r\n\r\n` +
+    'data\n\n' + // a data field without a colon: an empty frame, not dispatched
+    'event: done\rdata: [DONE]'; // CR line ends, and no blank line at the end
+
+  it.each([[[1 << 20]], [[1]], [[2]], [[7, 1, 3]], [[4096]]])('reads every frame, however the stream is cut (%j)', async (sizes) => {
+    const got = await frames(stream, sizes);
+    expect(got.map((f) => [f.event, f.json])).toEqual([
+      ['image_generation.partial_image', { type: 'image_generation.partial_image', b64_json: 'mg-media:0', partial_image_index: 0 }],
+      [undefined, { type: 'image_generation.completed', b64_json: 'mg-media:1' }],
+      ['done', '[DONE]'],
+    ]);
+    expect(got[0]!.media.get('mg-media:0')!.equals(a)).toBe(true);
+    expect(got[1]!.media.get('mg-media:1')!.equals(b)).toBe(true);
+  });
+
+  it('fails a frame over the limits, and a stream over its byte limit, as failed', async () => {
+    const err = await frames(stream, [4096], { ...LIMITS, maxMediaBytes: 100_000 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ProviderError);
+    expect([(err as ProviderError).kind, (err as ProviderError).message]).toEqual(['failed', 'the upstream image generation answered more than 100000 bytes of images']);
+    const big = await frames(stream, [4096], { ...LIMITS, maxBytes: 1000 }).catch((e: unknown) => e);
+    expect((big as ProviderError).kind).toBe('failed');
+    const bad = await frames('data: {"b64_json":"not base64!"}\n\n', [5]).catch((e: unknown) => e);
+    expect([(bad as ProviderError).kind, (bad as ProviderError).message]).toEqual(['retryable', 'the upstream image generation answered an image that is not valid base64']);
+  });
+});
+
+describe('readMediaJson (a whole answer with its images decoded while it arrives)', () => {
+  it('decodes the images at the given paths, in a list of answers too', async () => {
+    const img = randomBytes(70_000);
+    const body = JSON.stringify([{ candidates: [{ content: { parts: [{ text: 'hi' }, { inlineData: { mimeType: 'image/png', data: img.toString('base64') } }] } }] }]);
+    const fields = { base64Paths: new Set(['[].candidates[].content.parts[].inlineData.data']) };
+    const { text, media } = await readMediaJson(answer(body, [333]), fields, LIMITS, signal, 'image generation');
+    expect(JSON.parse(text)).toEqual([{ candidates: [{ content: { parts: [{ text: 'hi' }, { inlineData: { mimeType: 'image/png', data: 'mg-media:0' } }] } }] }]);
+    expect(media.get('mg-media:0')!.equals(img)).toBe(true);
   });
 });

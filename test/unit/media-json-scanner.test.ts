@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { ApiError } from '../../server/errors.ts';
 import { MediaJsonScanner, type MediaJsonFields, type MediaJsonLimits, type MediaSink } from '../../server/lib/media-json-scanner.ts';
 
-const FIELDS = { mediaKeys: new Set(['firstFrame', 'mask']), mediaArrayKeys: new Set(['referenceImages', 'images']) };
+const FIELDS = { dataUrlPaths: new Set(['firstFrame', 'mask', 'referenceImages[]', 'images[]']) };
 const LIMITS: MediaJsonLimits = { maxMediaBytes: 1 << 20, maxItemBytes: 1 << 20, maxMediaCount: 8, maxOtherBytes: 64 * 1024, maxReferenceChars: 2048 };
 
 interface Opened {

@@ -22,7 +22,7 @@
  * - Gemini has no partial images: a streaming client gets the completed images only.
  */
 import { Semaphore } from '../../lib/semaphore.ts';
-import { MIME, fitImage, readBounded, sniff, sseFrames } from '../image-output.ts';
+import { MIME, fitImage, readMediaJson, sniff, sseMediaFrames, type MediaAnswerLimits } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
 import { upstreamFetch, upstreamUrl, type UpstreamResponse } from '../upstream-http.ts';
@@ -30,6 +30,10 @@ import { googleError, googleErrorOf } from './gemini-errors.ts';
 
 export const GEMINI_IMAGE_TIMEOUT_MS = 300_000;
 const MAX_RESPONSE_BYTES = 256 * 1024 * 1024;
+/** The images of an answer (§3.3: `inlineData`, or `inline_data` as some relays write it), also in a list of answers. */
+const PART_DATA = ['candidates[].content.parts[].inlineData.data', 'candidates[].content.parts[].inline_data.data'];
+const ANSWER_IMAGES = { base64Paths: new Set([...PART_DATA, ...PART_DATA.map((p) => `[].${p}`)]) };
+const LIMITS: MediaAnswerLimits = { maxBytes: MAX_RESPONSE_BYTES, maxMediaBytes: MAX_RESPONSE_BYTES, maxOtherBytes: 4 * 1024 * 1024 };
 
 /** The aspect ratios `imageConfig.aspectRatio` takes (§3.2; 3.1 Flash adds the extreme ones). */
 const RATIOS = ['1:1', '2:3', '3:2', '3:4', '4:3', '4:5', '5:4', '9:16', '16:9', '21:9'];
@@ -110,7 +114,8 @@ export class GeminiImageProvider implements ImageProvider {
       what,
     );
     if (!res.ok) throw await googleError(res, what);
-    return imageOf(await readAnswer(res, signal, what));
+    const { answer, media } = await readAnswer(res, signal, what);
+    return imageOf(answer, media);
   }
 }
 
@@ -152,28 +157,31 @@ function parseAnswer(text: string): GenerateContentResponse[] {
 }
 
 /**
- * The whole answer of a call as one GenerateContentResponse. An SSE stream (§3.1: bare `data:`
- * frames, no `event:` names, no `[DONE]`, blank lines in LF or CRLF form, all read by
- * eventsource-parser) is merged: parts joined in order, the last `finishReason`, any
- * `promptFeedback`. A frame holding `error` is the upstream's failure (the SDK raises it as an API
- * error) and is classified at once; a stream that ends with no outcome at all broke off
- * (retryable). An upstream that answers plain JSON instead (a relay that ignores `alt=sse`) is read
- * as it is. Bounded like any answer.
+ * The whole answer of a call as one GenerateContentResponse, its images decoded while they arrive
+ * (`media`, by the token that stands for each in the answer: sseMediaFrames, readMediaJson). An
+ * SSE stream (§3.1: bare `data:` frames, no `event:` names, no `[DONE]`, blank lines in LF or CRLF
+ * form) is merged: parts joined in order, the last `finishReason`, any `promptFeedback`. A frame
+ * holding `error` is the upstream's failure (the SDK raises it as an API error) and is classified at
+ * once; a stream that ends with no outcome at all broke off (retryable). An upstream that answers
+ * plain JSON instead (a relay that ignores `alt=sse`) is read as it is. Bounded like any answer.
  */
-async function readAnswer(res: UpstreamResponse, signal: AbortSignal, what: string): Promise<GenerateContentResponse> {
+async function readAnswer(res: UpstreamResponse, signal: AbortSignal, what: string): Promise<{ answer: GenerateContentResponse; media: Map<string, Buffer> }> {
   if (!/text\/event-stream/i.test(res.headers.get('content-type') ?? '')) {
-    return mergeAnswers(parseAnswer((await readBounded(res, MAX_RESPONSE_BYTES, signal, what)).toString('utf8')), what, false);
+    const { text, media } = await readMediaJson(res, ANSWER_IMAGES, LIMITS, signal, what);
+    return { answer: mergeAnswers(parseAnswer(text), what, false), media };
   }
   const answers: GenerateContentResponse[] = [];
-  for await (const frame of sseFrames(res, signal, what, { maxFrameChars: MAX_RESPONSE_BYTES, maxBytes: MAX_RESPONSE_BYTES })) {
+  const media = new Map<string, Buffer>();
+  for await (const frame of sseMediaFrames(res, ANSWER_IMAGES, LIMITS, signal, what)) {
     // Google sends no `[DONE]`; a relay might.
-    if (frame.data.trim() === '[DONE]') continue;
-    for (const answer of parseAnswer(frame.data)) {
+    if (frame.text.trim() === '[DONE]') continue;
+    for (const [token, bytes] of frame.media) media.set(token, bytes);
+    for (const answer of parseAnswer(frame.text)) {
       if (answer.error) throw googleErrorOf(answer.error, what);
       answers.push(answer);
     }
   }
-  return mergeAnswers(answers, what, true);
+  return { answer: mergeAnswers(answers, what, true), media };
 }
 
 function mergeAnswers(frames: GenerateContentResponse[], what: string, stream: boolean): GenerateContentResponse {
@@ -192,8 +200,8 @@ function mergeAnswers(frames: GenerateContentResponse[], what: string, stream: b
   };
 }
 
-/** The answer's final image, or the reason there is none (§3.3). */
-export function imageOf(answer: GenerateContentResponse): Buffer {
+/** The answer's final image (its bytes in `media` under the token the answer holds), or the reason there is none (§3.3). */
+function imageOf(answer: GenerateContentResponse, media: Map<string, Buffer>): Buffer {
   if (answer.error) throw googleErrorOf(answer.error, 'image generation');
   const blockReason = answer.promptFeedback?.blockReason;
   if (typeof blockReason === 'string' && blockReason !== 'BLOCK_REASON_UNSPECIFIED') {
@@ -212,5 +220,6 @@ export function imageOf(answer: GenerateContentResponse): Buffer {
   if (finish && BLOCKED.has(finish)) throw new ProviderError('policy', `the image was blocked (${finish})`, { upstreamCode: finish });
   const last = images.at(-1);
   if (!last) throw new ProviderError('failed', `no image returned by the upstream${finish ? ` (finishReason ${finish})` : ''}`, { upstreamCode: finish });
-  return Buffer.from(last, 'base64');
+  // An image at a path the scanner does not know stayed base64.
+  return media.get(last) ?? Buffer.from(last, 'base64');
 }

@@ -24,11 +24,8 @@
  * documented, n images stream as n sequential n=1 calls. Without streaming, GPT image models and
  * dall-e-2 take up to 10 images per call, dall-e-3 one.
  */
-import type { EventSourceMessage } from 'eventsource-parser';
 import sharp from 'sharp';
-import { ApiError } from '../../errors.ts';
-import { MediaJsonScanner } from '../../lib/media-json-scanner.ts';
-import { MIME, bodyError, fitImage, readBounded, sniff, sseFrames } from '../image-output.ts';
+import { MIME, fitImage, readBounded, readMediaJson, sniff, sseMediaFrames, type MediaFrame } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { ImageEvents, ImageFormat, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
 import { upstreamFetch, upstreamUrl, type UpstreamResponse } from '../upstream-http.ts';
@@ -41,8 +38,8 @@ export const OPENAI_IMAGE_TIMEOUT_MS = 300_000;
 const MAX_N_PER_CALL = 10;
 /** Ten 4K images in base64 stay well under this; past it the answer is refused, not buffered. */
 const MAX_RESPONSE_BYTES = 512 * 1024 * 1024;
-/** One streamed event (a base64 image) and one image fetched from a `url` answer. */
-const MAX_EVENT_CHARS = 128 * 1024 * 1024;
+/** The image of one streamed event, and one image fetched from a `url` answer. */
+const MAX_EVENT_BYTES = 96 * 1024 * 1024;
 const MAX_URL_IMAGE_BYTES = 64 * 1024 * 1024;
 
 const GPT_SIZES = ['1024x1024', '1536x1024', '1024x1536'];
@@ -223,54 +220,19 @@ interface ImagesResponse {
   data?: { b64_json?: unknown; url?: unknown; revised_prompt?: unknown }[];
 }
 
-/** Where the images of an answer are (§1.3). */
-const IMAGE_FIELDS = { base64Paths: new Set(['data[].b64_json']) };
-/** Everything of an answer but its images: usage, sizes, revised prompts, an error. */
+/** Where the images of an answer are (§1.3), and of a streamed frame (§1.4). */
+const ANSWER_IMAGES = { base64Paths: new Set(['data[].b64_json']) };
+const FRAME_IMAGE = { base64Paths: new Set(['b64_json']) };
+/** Everything of an answer or frame but its images: usage, sizes, revised prompts, an error. */
 const MAX_ANSWER_REST_BYTES = 1024 * 1024;
 
 /**
  * The images of a non-streaming answer (§1.3): `b64_json`, or a `url` (dall-e, gateways) fetched
- * here. The answer is scanned as it arrives and each base64 image decoded into its own buffer
- * (MediaJsonScanner): no text of the whole answer, no base64 strings, only the images' bytes.
+ * here. Each base64 image is decoded while the answer arrives (readMediaJson): no text of the whole
+ * answer, no base64 strings, only the images' bytes.
  */
 async function readImages(res: UpstreamResponse, signal: AbortSignal, what: string): Promise<RawImage[]> {
-  const decoded = new Map<string, Buffer>();
-  const scanner = new MediaJsonScanner(
-    IMAGE_FIELDS,
-    { maxMediaBytes: MAX_RESPONSE_BYTES, maxItemBytes: MAX_RESPONSE_BYTES, maxMediaCount: MAX_N_PER_CALL * 4, maxOtherBytes: MAX_ANSWER_REST_BYTES, maxReferenceChars: 0 },
-    (param) => {
-      const chunks: Buffer[] = [];
-      return {
-        write: (chunk) => void chunks.push(chunk),
-        end: async () => {
-          decoded.set(param, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
-          return param;
-        },
-        abort: () => void (chunks.length = 0),
-      };
-    },
-  );
-  let text: string;
-  let total = 0;
-  try {
-    for await (const chunk of res.body as AsyncIterable<Buffer>) {
-      total += chunk.byteLength;
-      if (total > MAX_RESPONSE_BYTES) throw new ProviderError('failed', `the upstream ${what} answered more than ${Math.round(MAX_RESPONSE_BYTES / 1024 / 1024)} MiB`);
-      await scanner.push(chunk);
-    }
-    text = scanner.end().toString('utf8');
-  } catch (err) {
-    res.body.destroy();
-    scanner.abort(err as Error);
-    // The scanner speaks to clients (400/413): here it is the upstream's answer that is wrong.
-    if (err instanceof ApiError) {
-      if (err.code === 'body_too_large') throw new ProviderError('failed', `the upstream ${what} answered more than ${MAX_ANSWER_REST_BYTES / 1024 / 1024} MiB besides its images`);
-      if (err.status === 413) throw new ProviderError('failed', `the upstream ${what} answered more images than were asked for`);
-      if (err.code === 'invalid_data_url') throw new ProviderError('retryable', `the upstream ${what} answered an image that is not valid base64`);
-      throw new ProviderError('retryable', `the upstream ${what} answered something other than JSON`);
-    }
-    throw bodyError(err, signal, what);
-  }
+  const { text, media } = await readMediaJson(res, ANSWER_IMAGES, { maxBytes: MAX_RESPONSE_BYTES, maxMediaBytes: MAX_RESPONSE_BYTES, maxOtherBytes: MAX_ANSWER_REST_BYTES }, signal, what);
   let body: ImagesResponse;
   try {
     body = JSON.parse(text) as ImagesResponse;
@@ -283,7 +245,7 @@ async function readImages(res: UpstreamResponse, signal: AbortSignal, what: stri
   const images: RawImage[] = [];
   for (const item of body.data) {
     let data: Buffer;
-    if (typeof item?.b64_json === 'string' && decoded.has(item.b64_json)) data = decoded.get(item.b64_json)!;
+    if (typeof item?.b64_json === 'string' && media.has(item.b64_json)) data = media.get(item.b64_json)!;
     else if (typeof item?.url === 'string' && item.url !== '') data = await fetchImageUrl(item.url, signal);
     else throw new ProviderError('retryable', `the upstream ${what} answered an image without data`);
     images.push({ data, ...(typeof item.revised_prompt === 'string' && { revisedPrompt: item.revised_prompt }) });
@@ -308,7 +270,7 @@ async function fetchImageUrl(url: string, signal: AbortSignal): Promise<Buffer> 
   return readBounded(res, MAX_URL_IMAGE_BYTES, signal, 'image download');
 }
 
-type StreamEvent = { kind: 'partial'; index: number | undefined; b64: string } | { kind: 'completed'; b64: string } | { kind: 'other' };
+type StreamEvent = { kind: 'partial'; index: number | undefined; image: Buffer } | { kind: 'completed'; image: Buffer } | { kind: 'other' };
 
 /**
  * Reads one streamed image (n=1) as the frames arrive, relays its partials and returns the final
@@ -316,25 +278,26 @@ type StreamEvent = { kind: 'partial'; index: number | undefined; b64: string } |
  */
 async function readStream(res: UpstreamResponse, imageIndex: number, signal: AbortSignal, events: ImageEvents, what: string): Promise<Buffer> {
   let partials = 0;
-  for await (const frame of sseFrames(res, signal, what, { maxFrameChars: MAX_EVENT_CHARS })) {
+  const limits = { maxBytes: MAX_RESPONSE_BYTES, maxMediaBytes: MAX_EVENT_BYTES, maxOtherBytes: MAX_ANSWER_REST_BYTES };
+  for await (const frame of sseMediaFrames(res, FRAME_IMAGE, limits, signal, what)) {
     const event = streamEvent(frame, what);
-    if (event.kind === 'completed') return Buffer.from(event.b64, 'base64');
+    if (event.kind === 'completed') return event.image;
     if (event.kind === 'partial') {
       // Indexes come from the upstream when it sends them; counted here otherwise.
       const partialIndex = event.index ?? partials;
       partials++;
-      await events.partial(imageIndex, partialIndex, Buffer.from(event.b64, 'base64'));
+      await events.partial(imageIndex, partialIndex, event.image);
     }
   }
   throw new ProviderError('retryable', 'the upstream stream ended before the image was complete');
 }
 
 /** One SSE frame (§1.4): the `event:` line may be missing (the payload's `type` says it), `[DONE]` ends. */
-function streamEvent(frame: EventSourceMessage, what: string): StreamEvent {
-  if (frame.data.trim() === '[DONE]') return { kind: 'other' };
+function streamEvent(frame: MediaFrame, what: string): StreamEvent {
+  if (frame.text.trim() === '[DONE]') return { kind: 'other' };
   let payload: unknown;
   try {
-    payload = JSON.parse(frame.data);
+    payload = JSON.parse(frame.text);
   } catch {
     throw new ProviderError('retryable', `the upstream ${what} streamed an unreadable event`);
   }
@@ -344,12 +307,13 @@ function streamEvent(frame: EventSourceMessage, what: string): StreamEvent {
     throw openaiErrorOf(body.error !== undefined ? body : { error: body }, what);
   }
   const type = typeof body.type === 'string' ? body.type : (frame.event ?? '');
-  if (type.endsWith('.partial_image') && typeof body.b64_json === 'string') {
-    return { kind: 'partial', index: typeof body.partial_image_index === 'number' ? body.partial_image_index : undefined, b64: body.b64_json };
+  const image = typeof body.b64_json === 'string' ? frame.media.get(body.b64_json) : undefined;
+  if (type.endsWith('.partial_image') && image) {
+    return { kind: 'partial', index: typeof body.partial_image_index === 'number' ? body.partial_image_index : undefined, image };
   }
   if (type.endsWith('.completed')) {
-    if (typeof body.b64_json !== 'string' || body.b64_json === '') throw new ProviderError('retryable', `the upstream ${what} completed without the image`);
-    return { kind: 'completed', b64: body.b64_json };
+    if (!image) throw new ProviderError('retryable', `the upstream ${what} completed without the image`);
+    return { kind: 'completed', image };
   }
   return { kind: 'other' };
 }
