@@ -11,7 +11,7 @@ import type { FileRow } from '../../server/repositories/file.repository.ts';
 import { ImageTaskRepository } from '../../server/repositories/image-task.repository.ts';
 import { fenceOf } from '../../server/repositories/leased-tasks.ts';
 import { LedgerRepository } from '../../server/repositories/ledger.repository.ts';
-import { createAccount, createApiKey, createGroup } from '../support/factories.ts';
+import { imageTaskToHold } from '../support/factories.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 
 let t: TestDatabase;
@@ -27,37 +27,9 @@ afterAll(async () => t?.destroy());
 
 /** A synchronous image task of n images at 2 credits each, held on a fresh account of 100 credits. */
 async function startTask(n: number) {
-  const account = await createAccount(t.db, { balance: 100 });
-  const group = await createGroup(t.db);
-  const key = await createApiKey(t.db, { accountId: account.id, groupId: group.id });
-  const taskId = newId('img');
-  const unitPrice = 2 * MICRO;
-  const result = await ledger.holdAndInsertTask(
-    { holdId: newId('hold'), accountId: account.id, apiKeyId: key.id, taskId, amount: n * unitPrice },
-    {
-      table: 'imageTasks',
-      row: {
-        id: taskId,
-        accountId: account.id,
-        apiKeyId: key.id,
-        groupId: group.id,
-        operation: 'generation',
-        model: 'm',
-        prompt: 'p',
-        params: JSON.stringify({ outputFormat: 'png' }),
-        inputFileIds: [],
-        maskFileId: null,
-        n,
-        unitPrice,
-        quotedCredits: n * unitPrice,
-        runAsync: false,
-        attempt: 1,
-        leaseOwner: 'me',
-        leaseExpiresAt: new Date(Date.now() + 60_000),
-      },
-    },
-  );
-  return { accountId: account.id, apiKeyId: key.id, taskId, unitPrice, result };
+  const { accountId, apiKeyId, taskId, row, hold } = await imageTaskToHold(t.db, { n, unitPrice: 2 * MICRO, leaseOwner: 'me' });
+  const result = await ledger.holdAndInsertTask(hold, { table: 'imageTasks', row });
+  return { accountId, apiKeyId, taskId, unitPrice: 2 * MICRO, result };
 }
 
 function outputFile(accountId: string, taskId: string): FileRow {

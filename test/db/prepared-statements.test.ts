@@ -10,10 +10,9 @@ import type { DB } from '../../generated/db.d.ts';
 import { dbColumns } from '../../generated/db-columns.ts';
 import { createDatabase } from '../../server/db/database.ts';
 import { runPrepared } from '../../server/db/prepared.ts';
-import { newId } from '../../server/lib/ids.ts';
 import { LedgerRepository } from '../../server/repositories/ledger.repository.ts';
 import { ImageTaskRepository } from '../../server/repositories/image-task.repository.ts';
-import { createAccount, createApiKey, createGroup } from '../support/factories.ts';
+import { imageTaskToHold } from '../support/factories.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 
 let t: TestDatabase;
@@ -32,46 +31,17 @@ afterAll(async () => {
 const preparedNames = async (db: Kysely<DB>) =>
   (await sql<{ name: string }>`select name from pg_prepared_statements where name like 'mg\\_%' order by name`.execute(db)).rows.map((r) => r.name);
 
-async function imageTask(db: Kysely<DB>) {
-  const group = await createGroup(db);
-  const account = await createAccount(db, { balance: 100 });
-  const key = await createApiKey(db, { accountId: account.id, groupId: group.id });
-  const taskId = newId('img');
-  const row = {
-    id: taskId,
-    accountId: account.id,
-    apiKeyId: key.id,
-    groupId: group.id,
-    operation: 'generation',
-    model: 'm',
-    prompt: 'p',
-    params: JSON.stringify({ width: 64 }),
-    inputFileIds: [],
-    maskFileId: null,
-    n: 1,
-    unitPrice: 1000,
-    quotedCredits: 1000,
-    runAsync: false,
-    attempt: 1,
-    leaseOwner: 'test',
-    leaseExpiresAt: new Date(Date.now() + 60_000),
-    memberId: null,
-    memberSlots: 1,
-  };
-  return { account, key, taskId, row };
-}
-
 describe('prepared statements', () => {
   it('the hold and the settlement are parsed once per connection, under one name per variant', async () => {
     const ledger = new LedgerRepository(one);
     const tasks = new ImageTaskRepository(one);
     const before = await preparedNames(one);
     for (let i = 0; i < 3; i++) {
-      const { account, key, taskId, row } = await imageTask(one);
-      const held = await ledger.holdAndInsertTask({ holdId: newId('hold'), accountId: account.id, apiKeyId: key.id, taskId, amount: 1000 }, { table: 'imageTasks', row });
+      const { accountId, taskId, row, hold } = await imageTaskToHold(one, { unitPrice: 1000 });
+      const held = await ledger.holdAndInsertTask(hold, { table: 'imageTasks', row });
       expect(held.outcome).toBe('ok');
       // Rows come back as the rest of the code reads them.
-      expect(held.task).toMatchObject({ id: taskId, accountId: account.id, quotedCredits: 1000, inputFileIds: [], status: 'processing' });
+      expect(held.task).toMatchObject({ id: taskId, accountId, quotedCredits: 1000, inputFileIds: [], status: 'processing' });
       const done = await tasks.complete({ id: taskId, attempt: 1 }, { fileIds: [], actualCredits: 1000, revisedPrompt: null, unrecorded: [] }, (h) => ledger.settlement(h, 1000));
       expect(done).toMatchObject({ id: taskId, status: 'completed', actualCredits: 1000, leaseOwner: null });
     }
@@ -80,8 +50,8 @@ describe('prepared statements', () => {
     expect(added).toHaveLength(2);
 
     // A free task is another variant of the insert (no hold): a third name.
-    const free = await imageTask(one);
-    await ledger.holdAndInsertTask({ holdId: newId('hold'), accountId: free.account.id, apiKeyId: free.key.id, taskId: free.taskId, amount: 0 }, { table: 'imageTasks', row: { ...free.row, unitPrice: 0, quotedCredits: 0 } });
+    const free = await imageTaskToHold(one, { unitPrice: 0 });
+    await ledger.holdAndInsertTask(free.hold, { table: 'imageTasks', row: free.row });
     expect((await preparedNames(one)).filter((n) => !before.includes(n))).toHaveLength(3);
   });
 
@@ -89,8 +59,8 @@ describe('prepared statements', () => {
     const plain = createDatabase(t.url, { max: 1, preparedStatements: false });
     try {
       const ledger = new LedgerRepository(plain);
-      const { account, key, taskId, row } = await imageTask(plain);
-      expect((await ledger.holdAndInsertTask({ holdId: newId('hold'), accountId: account.id, apiKeyId: key.id, taskId, amount: 1000 }, { table: 'imageTasks', row })).outcome).toBe('ok');
+      const { row, hold } = await imageTaskToHold(plain);
+      expect((await ledger.holdAndInsertTask(hold, { table: 'imageTasks', row })).outcome).toBe('ok');
       expect(await preparedNames(plain)).toEqual([]);
     } finally {
       await plain.destroy();
@@ -115,8 +85,8 @@ describe('prepared statements', () => {
       const ledger = new LedgerRepository(db);
       const tasks = new ImageTaskRepository(db);
       const cycle = async () => {
-        const { account, key, taskId, row } = await imageTask(db);
-        expect((await ledger.holdAndInsertTask({ holdId: newId('hold'), accountId: account.id, apiKeyId: key.id, taskId, amount: 1000 }, { table: 'imageTasks', row })).task?.id).toBe(taskId);
+        const { taskId, row, hold } = await imageTaskToHold(db, { unitPrice: 1000 });
+        expect((await ledger.holdAndInsertTask(hold, { table: 'imageTasks', row })).task?.id).toBe(taskId);
         expect((await tasks.complete({ id: taskId, attempt: 1 }, { fileIds: [], actualCredits: 1000, revisedPrompt: null, unrecorded: [] }, (h) => ledger.settlement(h, 1000)))?.status).toBe('completed');
       };
       await cycle();

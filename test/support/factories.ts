@@ -2,8 +2,8 @@
  * Factories with defaults and overrides (no fixtures). They write straight to the database, the way
  * the services would, so tests can set up any state in one call.
  */
-import type { Kysely } from 'kysely';
-import type { DB } from '../../generated/db.d.ts';
+import type { Insertable, Kysely } from 'kysely';
+import type { DB, ImageTasks } from '../../generated/db.d.ts';
 import type { CatalogModelDefinition } from '../../server/catalog/capabilities.ts';
 import { upsertCatalog } from '../../server/db/seed-demo.ts';
 import { LOCAL_MODELS } from '../../server/catalog/local-catalog.ts';
@@ -99,4 +99,37 @@ export async function createCustomer(
   await createMember(db, group.id, { models: o.models });
   const key = await createApiKey(db, { ...o, accountId: account.id, groupId: group.id });
   return { accountId: account.id, groupId: group.id, apiKeyId: key.id, key: key.key };
+}
+
+/**
+ * A synchronous image task of `n` images at `unitPrice` micro-credits, as the image service inserts
+ * it with its hold (leased by `leaseOwner`, attempt 1), for a fresh account of `balance` credits.
+ */
+export async function imageTaskToHold(db: Kysely<DB>, o: { n?: number; unitPrice?: number; balance?: number; leaseOwner?: string } = {}) {
+  const group = await createGroup(db);
+  const account = await createAccount(db, { balance: o.balance ?? 100 });
+  const key = await createApiKey(db, { accountId: account.id, groupId: group.id });
+  const n = o.n ?? 1;
+  const unitPrice = o.unitPrice ?? MICRO;
+  const taskId = newId('img');
+  const row: Insertable<ImageTasks> = {
+    id: taskId,
+    accountId: account.id,
+    apiKeyId: key.id,
+    groupId: group.id,
+    operation: 'generation',
+    model: 'm',
+    prompt: 'p',
+    params: JSON.stringify({ outputFormat: 'png' }),
+    inputFileIds: [],
+    maskFileId: null,
+    n,
+    unitPrice,
+    quotedCredits: n * unitPrice,
+    runAsync: false,
+    attempt: 1,
+    leaseOwner: o.leaseOwner ?? 'test',
+    leaseExpiresAt: new Date(Date.now() + 60_000),
+  };
+  return { accountId: account.id, apiKeyId: key.id, taskId, row, hold: { holdId: newId('hold'), accountId: account.id, apiKeyId: key.id, taskId, amount: n * unitPrice } };
 }
