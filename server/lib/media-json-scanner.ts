@@ -88,6 +88,13 @@ type MediaMode = Extract<StringMode, { kind: 'media' | 'data' | 'reference' }>;
 /** Where an escape sequence inside a media string stands: none, after `\`, or inside `\uXXXX`. */
 type EscapeState = { at: 'none' } | { at: 'backslash' } | { at: 'unicode'; hex: string };
 
+/** Where `a` or `b` first occurs in `buf` from `from` on, or -1: a run scanned at native speed. */
+export function indexOfEither(buf: Buffer, a: number, b: number, from: number): number {
+  const i = buf.indexOf(a, from);
+  const j = buf.indexOf(b, from);
+  return i === -1 ? j : j === -1 ? i : Math.min(i, j);
+}
+
 export class MediaJsonScanner {
   private readonly stack: Container[] = [];
   private mode: StringMode = { kind: 'none' };
@@ -225,16 +232,14 @@ export class MediaJsonScanner {
         pos++;
         continue;
       }
-      const quote = chunk.indexOf(QUOTE, pos);
-      const backslash = chunk.indexOf(BACKSLASH, pos);
-      const stop = quote === -1 ? backslash : backslash === -1 ? quote : Math.min(quote, backslash);
+      const stop = indexOfEither(chunk, QUOTE, BACKSLASH, pos);
       const end = stop === -1 ? chunk.length : stop;
       if (mode.key && mode.key.length <= MAX_KEY_BYTES) for (let i = pos; i < end && mode.key.length <= MAX_KEY_BYTES; i++) mode.key.push(chunk[i]!);
       if (stop === -1) {
         this.emit(chunk, start, chunk.length);
         return chunk.length;
       }
-      if (stop === backslash) {
+      if (chunk[stop] === BACKSLASH) {
         mode.key?.push(BACKSLASH);
         mode.escape = true;
         pos = stop + 1;
@@ -279,14 +284,12 @@ export class MediaJsonScanner {
         continue;
       }
       // The run up to the next quote or backslash is taken as it is.
-      const quote = chunk.indexOf(QUOTE, pos);
-      const backslash = chunk.indexOf(BACKSLASH, pos);
-      const stop = quote === -1 ? backslash : backslash === -1 ? quote : Math.min(quote, backslash);
+      const stop = indexOfEither(chunk, QUOTE, BACKSLASH, pos);
       const end = stop === -1 ? chunk.length : stop;
       if (end > pos) await this.take(chunk.subarray(pos, end));
       if (stop === -1) return chunk.length;
       pos = stop + 1;
-      if (stop === backslash) (this.mode as MediaMode).escape = { at: 'backslash' };
+      if (chunk[stop] === BACKSLASH) (this.mode as MediaMode).escape = { at: 'backslash' };
       else {
         await this.closeMedia();
         return pos;

@@ -6,7 +6,7 @@
  */
 import sharp, { type Sharp } from 'sharp';
 import { ApiError } from '../errors.ts';
-import { MediaJsonScanner, type MediaJsonFields } from '../lib/media-json-scanner.ts';
+import { MediaJsonScanner, indexOfEither, type MediaJsonFields } from '../lib/media-json-scanner.ts';
 import { ProviderError } from './provider-error.ts';
 import type { ImageFormat, ImageParams } from './types.ts';
 import { isTimeout, type UpstreamResponse } from './upstream-http.ts';
@@ -177,9 +177,7 @@ export async function* sseMediaFrames(res: UpstreamResponse, fields: MediaJsonFi
           continue;
         }
       }
-      const lf = chunk.indexOf(LF, pos);
-      const cr = chunk.indexOf(CR, pos);
-      const eol = lf === -1 ? cr : cr === -1 ? lf : Math.min(lf, cr);
+      const eol = indexOfEither(chunk, LF, CR, pos);
       const end = eol === -1 ? chunk.length : eol;
       if (line.at === 'name') {
         const colon = chunk.indexOf(0x3a, pos);
