@@ -10,7 +10,7 @@
  *               difference ("added"), req/s both ways and their ratio;
  *   streaming   `stream: true, partial_images: P` at concurrency 1: time to the first complete
  *               partial-image frame, and to the end of the stream, both ways;
- *   floor       the same n=1 request at concurrency 1 through two framework-free reference relays
+ *   floor       the same n=1 request (and the streaming one) at concurrency 1 through two framework-free reference relays
  *               (relay-server.ts, each its own process, like the server): a bare node:http relay, and
  *               a "durable" one that does only the writes a billing gateway cannot skip (one
  *               committed INSERT before the call, the image written to disk, one committed UPDATE
@@ -517,6 +517,10 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       log(`\n  streaming, partial_images ${opts.partials}, n=1 1024x1024 PNG, concurrency 1 (ABBA, ${opts.durationMs / 2000} s per half):`);
       log(indent(pairTable(streamPair, true), 4));
       for (const line of costLines(streamPair, idleSqlPerSecond)) log(`    ${line}`);
+      const durable = relays.find((r) => r.label === 'durable relay')!;
+      const streamFloor = await pair(direct.stream, { ...direct.stream, url: new URL('/v1/images/generations', durable.url) }, 1, 'reference');
+      log(`\n  reference: durable relay, streaming (one committed INSERT before the call), concurrency 1 (ABBA, ${opts.durationMs / 2000} s per half):`);
+      log(indent(pairTable(streamFloor, true, 'durable relay'), 4));
 
       // Memory: C concurrent n=4 3840x2160 PNG generations (photo-weight images).
       const bigWarm = new Agent({ keepAlive: true, maxSockets: 1 });
@@ -567,6 +571,10 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         [`c=${opts.connections} latency p99`, `${sN.g.p99.toFixed(2)} ms vs ${sN.d.p99.toFixed(2)} ms`, `+${(sN.g.p99 - sN.d.p99).toFixed(2)} ms`, '', ''],
         [`c=${opts.connections} throughput`, `${sN.g.perSecond.toFixed(0)} vs ${sN.d.perSecond.toFixed(0)} req/s`, `${(sN.g.perSecond / sN.d.perSecond).toFixed(2)}x`, '', ''],
         ['first partial p50', `${sg.firstP50.toFixed(2)} ms vs ${sd.firstP50.toFixed(2)} ms`, `+${(sg.firstP50 - sd.firstP50).toFixed(2)} ms`, '<= 2 ms', verdict(sg.firstP50 - sd.firstP50 <= 2)],
+        (() => {
+          const r = { d: stat(streamFloor.direct.window), g: stat(streamFloor.gateway.window) };
+          return ['first partial p50, durable relay', `${r.g.firstP50.toFixed(2)} ms vs ${r.d.firstP50.toFixed(2)} ms`, `+${(r.g.firstP50 - r.d.firstP50).toFixed(2)} ms`, 'floor', ''];
+        })(),
         ['first partial p99', `${sg.firstP99.toFixed(2)} ms vs ${sd.firstP99.toFixed(2)} ms`, `+${(sg.firstP99 - sd.firstP99).toFixed(2)} ms`, '', ''],
         ['RSS growth, n=4 4K PNG', `${fmtMiB(growth)} MiB vs ${fmtMiB(inFlightBytes)} MiB in flight`, `${(growth / inFlightBytes).toFixed(2)}x`, '<= 2x', verdict(growth <= 2 * inFlightBytes)],
       ];
@@ -577,7 +585,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         rows.push({ scenario: `proxy ${label} direct`, summary: summarize(ok(p.direct.window).map((s) => s.ms), p.direct.window.seconds, errors(p.direct.window)) });
         rows.push({ scenario: `proxy ${label} Mediagate`, summary: summarize(ok(p.gateway.window).map((s) => s.ms), p.gateway.window.seconds, errors(p.gateway.window)) });
       }
-      for (const w of [...latency.flatMap((l) => [l.pair.direct.window, l.pair.gateway.window]), ...floor.flatMap((f) => [f.pair.direct.window, f.pair.gateway.window]), streamPair.direct.window, streamPair.gateway.window, big, bigDirect]) {
+      for (const w of [...latency.flatMap((l) => [l.pair.direct.window, l.pair.gateway.window]), ...floor.flatMap((f) => [f.pair.direct.window, f.pair.gateway.window]), streamPair.direct.window, streamPair.gateway.window, streamFloor.direct.window, streamFloor.gateway.window, big, bigDirect]) {
         const first = w.samples.find((s) => s.error);
         if (first) {
           failed = true;

@@ -9,8 +9,10 @@
  *   durable   the least a gateway that bills and keeps the image does: parse the request, one
  *             committed INSERT (the hold and the task), the upstream call, parse the answer,
  *             decode the image and write it to disk (one write and a rename), one committed UPDATE
- *             (the settlement), and the answer encoded again. No auth, validation, routing or
- *             ledger: a floor, not a gateway.
+ *             (the settlement), and the answer encoded again. A `stream: true` request: the
+ *             committed INSERT, then the upstream's event stream relayed as it arrives, then the
+ *             committed UPDATE (the floor of the time to the first partial image). No auth,
+ *             validation, routing or ledger: a floor, not a gateway.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
@@ -58,10 +60,17 @@ async function main(): Promise<void> {
       res.end();
       return;
     }
-    const input = JSON.parse(body.toString('utf8')) as { n?: number };
+    const input = JSON.parse(body.toString('utf8')) as { n?: number; stream?: boolean };
     const id = randomBytes(12).toString('hex');
     await pool!.query(`insert into ${TABLE} (id, account_id, amount, status) values ($1, 'acct', $2, 'processing')`, [id, input.n ?? 1]);
     const up = await call(body, req.headers);
+    if (input.stream === true) {
+      res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type'] ?? 'text/event-stream') });
+      for await (const chunk of up.body) res.write(chunk);
+      await pool!.query(`update ${TABLE} set status = 'completed' where id = $1`, [id]);
+      res.end();
+      return;
+    }
     const answer = JSON.parse(await up.body.text()) as { created: number; data: { b64_json: string }[] };
     const images = answer.data.map((d) => Buffer.from(d.b64_json, 'base64'));
     const files = [];
