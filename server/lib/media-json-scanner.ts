@@ -66,7 +66,8 @@ const DATA_URL_PREFIX = /^data:(image\/(?:png|jpeg|jpg|webp|gif));base64,/i;
 const MAX_PREFIX = 40;
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
-const SCRATCH_BYTES = 256 * 1024;
+/** Base64 characters gathered before they are decoded (taken when the first media string starts). */
+const SCRATCH_BYTES = 64 * 1024;
 const SIMPLE_ESCAPES: Record<number, string> = { 0x22: '"', 0x5c: '\\', 0x2f: '/', 0x62: '\b', 0x66: '\f', 0x6e: '\n', 0x72: '\r', 0x74: '\t' };
 const MAX_KEY_BYTES = 256;
 
@@ -98,11 +99,11 @@ export function indexOfEither(buf: Buffer, a: number, b: number, from: number): 
 export class MediaJsonScanner {
   private readonly stack: Container[] = [];
   private mode: StringMode = { kind: 'none' };
-  private out: Buffer = Buffer.allocUnsafe(4096);
+  private out: Buffer = Buffer.allocUnsafe(2048);
   private outLength = 0;
   private mediaBytes = 0;
   private mediaCount = 0;
-  private readonly scratch = Buffer.allocUnsafe(SCRATCH_BYTES);
+  private scratchBuffer: Buffer | undefined;
   private scratchLength = 0;
   private openSink: MediaSink | undefined;
 
@@ -111,6 +112,25 @@ export class MediaJsonScanner {
     private readonly limits: MediaJsonLimits,
     private readonly open: OpenSink,
   ) {}
+
+  /** Fresh big buffers per document would make the garbage collector run often: taken once, kept. */
+  private get scratch(): Buffer {
+    return (this.scratchBuffer ??= Buffer.allocUnsafe(SCRATCH_BYTES));
+  }
+
+  /**
+   * Starts a new document with the same fields, limits and buffers (the frames of one event
+   * stream). Call after `end()`.
+   */
+  reset(): void {
+    this.stack.length = 0;
+    this.mode = { kind: 'none' };
+    this.outLength = 0;
+    this.mediaBytes = 0;
+    this.mediaCount = 0;
+    this.scratchLength = 0;
+    this.openSink = undefined;
+  }
 
   /** Reads one chunk of the body. */
   async push(chunk: Buffer): Promise<void> {

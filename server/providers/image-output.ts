@@ -54,15 +54,15 @@ interface TokenCounter {
   next: number;
 }
 
-/** A fresh scanner whose sinks collect each media string into one buffer in `media`, under a token unique within the answer. */
-function mediaScanner(fields: MediaJsonFields, limits: MediaAnswerLimits, media: Map<string, Buffer>, tokens: TokenCounter): MediaJsonScanner {
+/** A scanner whose sinks collect each media string into one buffer, kept under a token unique within the answer. */
+function mediaScanner(fields: MediaJsonFields, limits: MediaAnswerLimits, keep: (token: string, bytes: Buffer) => void, tokens: TokenCounter): MediaJsonScanner {
   return new MediaJsonScanner(fields, { maxMediaBytes: limits.maxMediaBytes, maxItemBytes: limits.maxMediaBytes, maxMediaCount: 1024, maxOtherBytes: limits.maxOtherBytes, maxReferenceChars: 0 }, () => {
     const chunks: Buffer[] = [];
     return {
       write: (chunk) => void chunks.push(chunk),
       end: async () => {
         const token = `mg-media:${tokens.next++}`;
-        media.set(token, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
+        keep(token, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
         return token;
       },
       abort: () => void (chunks.length = 0),
@@ -87,7 +87,7 @@ function answerError(err: unknown, limits: MediaAnswerLimits, signal: AbortSigna
  */
 export async function readMediaJson(res: UpstreamResponse, fields: MediaJsonFields, limits: MediaAnswerLimits, signal: AbortSignal, what: string): Promise<MediaJson> {
   const media = new Map<string, Buffer>();
-  const scanner = mediaScanner(fields, limits, media, { next: 0 });
+  const scanner = mediaScanner(fields, limits, (token, bytes) => media.set(token, bytes), { next: 0 });
   let total = 0;
   try {
     for await (const chunk of res.body as AsyncIterable<Buffer>) {
@@ -118,9 +118,10 @@ const MAX_FIELD_BYTES = 256;
  * (an answer found, an error, an abort) drops the rest of the upstream's answer.
  */
 export async function* sseMediaFrames(res: UpstreamResponse, fields: MediaJsonFields, limits: MediaAnswerLimits, signal: AbortSignal, what: string): AsyncGenerator<MediaFrame> {
-  let scanner: MediaJsonScanner | undefined;
   let media = new Map<string, Buffer>();
   const tokens: TokenCounter = { next: 0 };
+  // One scanner for every frame (reset between them); its sinks put each frame's media in `media`.
+  const scanner = mediaScanner(fields, limits, (token, bytes) => media.set(token, bytes), tokens);
   let dataLines = 0;
   let event: string | undefined;
   /** The line being read: its field name until the colon, then what its value goes to. */
@@ -146,15 +147,14 @@ export async function* sseMediaFrames(res: UpstreamResponse, fields: MediaJsonFi
       return;
     }
     // A blank line ends the frame (one whose data is empty is not dispatched, as the SSE standard says).
-    const text = dataLines > 0 ? scanner!.end().toString('utf8') : '';
+    const text = dataLines > 0 ? scanner.end().toString('utf8') : '';
     if (text !== '') frames.push({ ...(event !== undefined && { event }), text, media });
-    scanner = undefined;
+    scanner.reset();
     media = new Map();
     dataLines = 0;
     event = undefined;
   };
   const dataLine = async () => {
-    scanner ??= mediaScanner(fields, limits, media, tokens);
     if (dataLines++ > 0) await scanner.push(Buffer.from('\n'));
   };
   const fieldOf = (name: number[]): 'data' | 'event' | 'other' => {
@@ -198,7 +198,7 @@ export async function* sseMediaFrames(res: UpstreamResponse, fields: MediaJsonFi
           line.first = false;
           if (chunk[from] === 0x20) from++; // one space after the colon is not part of the value
         }
-        if (line.field === 'data' && from < end) await scanner!.push(chunk.subarray(from, end));
+        if (line.field === 'data' && from < end) await scanner.push(chunk.subarray(from, end));
         else if (line.field === 'event') for (let i = from; i < end && line.value.length <= MAX_FIELD_BYTES; i++) line.value.push(chunk[i]!);
         pos = end;
       }
@@ -222,7 +222,7 @@ export async function* sseMediaFrames(res: UpstreamResponse, fields: MediaJsonFi
     await endLine();
     yield* frames.splice(0);
   } catch (err) {
-    scanner?.abort(err as Error);
+    scanner.abort(err as Error);
     throw answerError(err, limits, signal, what);
   } finally {
     if (!res.body.readableEnded) res.body.destroy();
