@@ -4,10 +4,10 @@
  * for the hold and the settlement that took 0.6–0.8 ms each here, more than running them. Sent
  * with a name, each pooled connection parses a statement once and then only binds and runs it.
  *
- * `runPrepared(query, db)` runs a raw query marked as such. The pool's clients (`preparingClient`, installed by
- * createDatabase) send marked text as a named statement whose name is a hash of the text, so each
- * variant of a statement (another column set, another CTE) gets its own name, and the number of
- * names per connection is the number of variants in the code.
+ * `runPrepared(query, db)` runs a raw query with a mark in front of its text. The pool's clients
+ * (`preparingClient`, installed by createDatabase) send marked text as a named statement whose name
+ * is a hash of the text, so each variant of a statement (another column set, another CTE) gets its
+ * own name, and the number of names per connection is the number of variants in the code.
  *
  * Rules for a marked statement:
  * - its result columns are listed (never `*` or `t.*` over `returning *`): PostgreSQL refuses to
