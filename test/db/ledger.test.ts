@@ -5,10 +5,10 @@
  */
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LedgerRepository, type HoldOutcome } from '../../server/repositories/ledger.repository.ts';
+import { LedgerRepository, type HoldCommit, type HoldOutcome } from '../../server/repositories/ledger.repository.ts';
 import { newId } from '../../server/lib/ids.ts';
 import { MICRO } from '../../server/lib/money.ts';
-import { createAccount, createApiKey, createGroup } from '../support/factories.ts';
+import { createAccount, createApiKey, createGroup, imageTaskToHold } from '../support/factories.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 
 let t: TestDatabase;
@@ -42,12 +42,14 @@ function videoRow(taskId: string, accountId: string, apiKeyId: string, groupId: 
   };
 }
 
-async function hold(accountId: string, apiKeyId: string, groupId: string, credits: number): Promise<HoldOutcome> {
+async function hold(accountId: string, apiKeyId: string, groupId: string, credits: number, commit?: HoldCommit): Promise<HoldOutcome> {
   const taskId = newId('vid');
   const amount = credits * MICRO;
   const { outcome } = await ledger.holdAndInsertTask(
     { holdId: newId('hold'), accountId, apiKeyId, taskId, amount },
     { table: 'videoTasks', row: videoRow(taskId, accountId, apiKeyId, groupId, amount) },
+    undefined,
+    commit,
   );
   return outcome;
 }
@@ -157,6 +159,37 @@ describe('settlement', () => {
     await ledger.holdAndInsertTask({ holdId, accountId, apiKeyId: keys[0]!.id, taskId, amount: MICRO }, { table: 'videoTasks', row: videoRow(taskId, accountId, keys[0]!.id, groupId, MICRO) });
     expect(await ledger.settle(holdId, 2 * MICRO, t.db)).toBe(false);
     expect(await ledger.settle(holdId, MICRO, t.db)).toBe(true);
+    await expectLedgerConsistent(accountId);
+  });
+});
+
+describe('how a hold commits (HoldCommit)', () => {
+  const syncCommitIn = async (commit: HoldCommit | undefined, amount: number) =>
+    t.db.transaction().execute(async (trx) => {
+      const { row, hold } = await imageTaskToHold(trx, { unitPrice: amount });
+      const held = await new LedgerRepository(trx).holdAndInsertTask(hold, { table: 'imageTasks', row }, undefined, commit);
+      expect(held.outcome).toBe('ok');
+      // What the commit of this transaction will read.
+      return (await sql<{ s: string }>`select current_setting('synchronous_commit') as s`.execute(trx)).rows[0]!.s;
+    });
+
+  it('an unflushed hold turns synchronous_commit off for its own transaction only; a flushed one (the default) leaves it on', async () => {
+    const session = (await sql<{ s: string }>`select current_setting('synchronous_commit') as s`.execute(t.db)).rows[0]!.s;
+    expect(session).not.toBe('off');
+    expect(await syncCommitIn('unflushed', MICRO)).toBe('off');
+    expect(await syncCommitIn('unflushed', 0)).toBe('off'); // the free variant too
+    expect(await syncCommitIn(undefined, MICRO)).toBe(session);
+    expect(await syncCommitIn('flushed', 0)).toBe(session);
+    // set_config(…, true) ended with its transaction: every pooled connection is back to the server's setting.
+    const after = await Promise.all(Array.from({ length: 8 }, () => sql<{ s: string }>`select current_setting('synchronous_commit') as s`.execute(t.db)));
+    expect(after.map((r) => r.rows[0]!.s)).toEqual(Array(8).fill(session));
+  });
+
+  it('an unflushed hold guards the balance like a flushed one: 100 concurrent holds on 30 credits, exactly 30 accepted', async () => {
+    const { accountId, groupId, keys } = await setup(30, [null]);
+    const outcomes = await Promise.all(Array.from({ length: 100 }, () => hold(accountId, keys[0]!.id, groupId, 1, 'unflushed')));
+    expect(outcomes.filter((o) => o === 'ok')).toHaveLength(30);
+    expect(outcomes.filter((o) => o === 'insufficient_balance')).toHaveLength(70);
     await expectLedgerConsistent(accountId);
   });
 });

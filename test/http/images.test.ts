@@ -4,7 +4,10 @@
  * hold/capture/release, image tasks, async, streaming and its disconnects.
  */
 import sharp from 'sharp';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { LedgerRepository } from '../../server/repositories/ledger.repository.ts';
+
+const holdAndInsertTask = LedgerRepository.prototype.holdAndInsertTask;
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { holdOf } from '../support/tasks.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
@@ -253,6 +256,30 @@ describe('image tasks (§2.4)', () => {
     expect(task.data).toHaveLength(2);
     expect(await meta(task.data[0].b64_json)).toMatchObject({ width: 1248, height: 1248 });
     expect((await ledgerOf(id)).hold).toEqual({ amount: 2_000_000, status: 'captured', captured: 2_000_000 });
+  });
+});
+
+describe('how the hold commits (HoldCommit)', () => {
+  it('a synchronous or streamed image holds without waiting for the disk flush; a respond-async one, which the client polls, waits for it', async () => {
+    const commits = new Map<string, unknown>();
+    const spy = vi.spyOn(LedgerRepository.prototype, 'holdAndInsertTask').mockImplementation(async function (this: LedgerRepository, ...args) {
+      commits.set(args[0].taskId, args[3]);
+      return holdAndInsertTask.apply(this, args);
+    });
+    try {
+      const c = await createCustomer(server.db, { balance: 10 });
+      const sync = await generate(c.key, {});
+      const streamed = await generate(c.key, { stream: true, partial_images: 1 });
+      const queued = await generate(c.key, {}, { Prefer: 'respond-async' });
+      expect([sync.status, streamed.status, queued.status]).toEqual([200, 200, 202]);
+      expect(commits.get(sync.headers.get('x-task-id')!)).toBe('unflushed');
+      expect(commits.get(streamed.headers.get('x-task-id')!)).toBe('unflushed');
+      expect(commits.get(queued.headers.get('x-task-id')!)).toBe('flushed');
+      // The sync answer came after its settlement: its task and capture are there to read.
+      expect((await ledgerOf(sync.headers.get('x-task-id')!)).hold).toMatchObject({ status: 'captured' });
+    } finally {
+      spy.mockRestore();
+    }
   });
 });
 

@@ -222,6 +222,8 @@ export class ImageService {
           },
         },
         { fileIds: adopted, pinSeconds: this.deps.options.inputPinSeconds },
+        // A synchronous image's answer follows its settlement's flushed commit: its hold need not wait for the disk (HoldCommit).
+        mode.async ? 'flushed' : 'unflushed',
       )
       .catch(async (err: unknown) => {
         for (const file of saved) await this.deps.files.discard(file);
