@@ -9,6 +9,7 @@
 import { randomBytes, timingSafeEqual, createHash } from 'node:crypto';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import * as OpenApiValidator from 'express-openapi-validator';
+import { cacheValidatorRouteMatchers } from './http/validator-route-cache.ts';
 import type { AppContext } from './context.ts';
 import { ApiError } from './errors.ts';
 import { accessLog } from './http/access-log.ts';
@@ -141,6 +142,7 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   app.use(express.json({ limit: config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));
   app.use(rejectNulCharacters);
 
+  cacheValidatorRouteMatchers();
   app.use(
     OpenApiValidator.middleware({
       apiSpec: spec as never,
