@@ -16,7 +16,7 @@
 import { sql, type Insertable, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, ImageTasks, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
-import { columnsOf, runPrepared } from '../db/prepared.ts';
+import { columnsOf, identifierList, runPrepared } from '../db/prepared.ts';
 
 export interface HoldRequest {
   holdId: string;
@@ -68,14 +68,20 @@ const ABORT_SQLSTATE = 'MG001';
 
 const snake = (name: string) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
-/** Column and value lists of a typed row, for the raw INSERT … SELECT of the hold statement. */
+/** Column and value lists of a typed row, for the raw INSERT … SELECT of the hold statement (the column list is built once per set of fields). */
 function columnList(row: Record<string, unknown>): { columns: RawBuilder<unknown>; values: RawBuilder<unknown> } {
   const names = Object.keys(row).filter((n) => row[n] !== undefined);
-  return {
-    columns: sql.join(names.map((n) => sql.ref(snake(n)))),
-    values: sql.join(names.map((n) => sql`${row[n]}`)),
-  };
+  const key = names.join();
+  let columns = columnLists.get(key);
+  if (!columns) {
+    columns = identifierList(names.map(snake));
+    columnLists.set(key, columns);
+  }
+  return { columns, values: sql.join(names.map((n) => row[n])) };
 }
+
+/** Column lists by field set: bounded by the task rows the code builds (a few). */
+const columnLists = new Map<string, RawBuilder<unknown>>();
 
 export class LedgerRepository {
   constructor(private readonly db: Kysely<DB>) {}
