@@ -6,7 +6,8 @@
  * security, request validation, response validation) -> handlers mounted from the spec -> one
  * error middleware for everything.
  */
-import { randomBytes, timingSafeEqual, createHash } from 'node:crypto';
+import { timingSafeEqual, createHash } from 'node:crypto';
+import { randomHex } from './lib/ids.ts';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import * as OpenApiValidator from 'express-openapi-validator';
 import { cacheValidatorRouteMatchers } from './http/validator-route-cache.ts';
@@ -33,7 +34,7 @@ export function toExpressPath(path: string): string {
 
 function requestIdMiddleware(req: Request, res: Response, next: NextFunction): void {
   const given = req.headers['x-request-id'];
-  const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : `req_${randomBytes(12).toString('hex')}`;
+  const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : `req_${randomHex(12)}`;
   (req as Request & { id: string }).id = id;
   res.setHeader('X-Request-Id', id);
   next();

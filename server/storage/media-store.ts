@@ -9,7 +9,7 @@ import { mkdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, resolve, sep } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { randomBytes } from 'node:crypto';
+import { randomHex } from '../lib/ids.ts';
 
 export interface MediaStore {
   /**
@@ -63,7 +63,7 @@ export class FilesystemMediaStore implements MediaStore {
       await mkdir(dir, { recursive: true });
       this.dirs.add(dir);
     }
-    const tmp = `${path}.${randomBytes(6).toString('hex')}.tmp`;
+    const tmp = `${path}.${randomHex(6)}.tmp`;
     if (Buffer.isBuffer(data)) return this.putBuffer(path, tmp, dir, data, opts.maxBytes);
     let bytes = 0;
     const counter = new Transform({

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { generateApiKey, hashApiKey, looksLikeApiKey } from '../../server/lib/api-key-material.ts';
-import { newId, randomBase62 } from '../../server/lib/ids.ts';
+import { BASE62_ALPHABET, newId, randomBase62, randomHex } from '../../server/lib/ids.ts';
 
 describe('generateApiKey', () => {
   it('returns mg_ + 33 base62 characters (192 random bits)', () => {
@@ -43,5 +43,19 @@ describe('newId', () => {
     expect(newId('acct')).toMatch(/^acct_[0-9A-Za-z]{20}$/);
     expect(newId('hold')).toMatch(/^hold_[0-9A-Za-z]{20}$/);
     expect(randomBase62(100)).toMatch(/^[0-9A-Za-z]{100}$/);
+  });
+
+  it('draws uniformly from the pool across its refills, and never repeats', () => {
+    // 10,000 ids × 20 characters cross the 4 KiB pool's refill about 50 times.
+    const ids = Array.from({ length: 10_000 }, () => newId('img'));
+    expect(new Set(ids).size).toBe(ids.length);
+    const counts = new Map<string, number>();
+    for (const id of ids) for (const c of id.slice(4)) counts.set(c, (counts.get(c) ?? 0) + 1);
+    expect(counts.size).toBe(62);
+    // 200,000 characters: about 3,226 each; a biased modulo would put the first 8 characters 25% higher.
+    for (const c of BASE62_ALPHABET) expect(Math.abs(counts.get(c)! - 200_000 / 62)).toBeLessThan(400);
+    const hex = Array.from({ length: 2_000 }, () => randomHex(12));
+    expect(hex.every((h) => /^[0-9a-f]{24}$/.test(h))).toBe(true);
+    expect(new Set(hex).size).toBe(hex.length);
   });
 });
