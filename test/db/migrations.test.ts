@@ -7,6 +7,7 @@ import { migrations } from '../../server/db/migrations/index.ts';
 import { createScratchDatabase, dropScratchDatabase, scratchDatabaseName, withDatabaseName } from '../../server/db/scratch-database.ts';
 import { generateApiKey } from '../../server/lib/api-key-material.ts';
 import { newId } from '../../server/lib/ids.ts';
+import { imageTaskToHold } from '../support/factories.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 
 let t: TestDatabase;
@@ -99,6 +100,21 @@ describe('schema constraints', () => {
     await expect(
       t.db.insertInto('creditHolds').values({ id: newId('hold'), accountId: other, apiKeyId: key.id, taskId: newId('vid'), amount: 1 }).execute(),
     ).rejects.toMatchObject({ code: '23503', constraint: 'credit_holds_api_key_fk' });
+  });
+
+  it('a hold or a task on an account that does not exist is still rejected: by the composite key foreign key alone', async () => {
+    const owner = await insertAccount({ balance: 10 });
+    const key = await insertKey(owner);
+    const ghost = newId('acct');
+    await expect(
+      t.db.insertInto('creditHolds').values({ id: newId('hold'), accountId: ghost, apiKeyId: key.id, taskId: newId('vid'), amount: 1 }).execute(),
+    ).rejects.toMatchObject({ code: '23503', constraint: 'credit_holds_api_key_fk' });
+    const { row } = await imageTaskToHold(t.db);
+    await expect(t.db.insertInto('imageTasks').values({ ...row, accountId: ghost }).execute()).rejects.toMatchObject({ code: '23503', constraint: 'image_tasks_api_key_fk' });
+    // The checks these tables no longer repeat.
+    const fks = await sql<{ conname: string }>`
+      select conname from pg_constraint where contype = 'f' and conrelid in ('credit_holds'::regclass, 'image_tasks'::regclass, 'video_tasks'::regclass) order by conname`.execute(t.db);
+    expect(fks.rows.map((r) => r.conname).filter((n) => n.includes('account'))).toEqual([]);
   });
 
   it('seeds the three capability switches, enabled', async () => {
