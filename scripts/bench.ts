@@ -247,12 +247,14 @@ async function main(): Promise<number> {
         const result = await compareHolds(holdDb, holdCustomer, connections, durationMs, warmupMs, MAX_OPS);
         const one = result['single statement'];
         const tx = result.transaction;
+        const unflushed = result['single statement, unflushed'];
         console.log(`  ${connections} concurrent callers over a pool of 10 connections, ${durationMs / 1000} s each (ABBA halves)`);
-        console.log(indent(table(SUMMARY_HEADER, [summaryRow('single statement', one.summary), summaryRow('BEGIN..COMMIT', tx.summary)])));
+        console.log(indent(table(SUMMARY_HEADER, [summaryRow('single statement', one.summary), summaryRow('BEGIN..COMMIT', tx.summary), summaryRow('single, unflushed', unflushed.summary)])));
         console.log(`  ratio: single statement ${(one.summary.perSecond / Math.max(tx.summary.perSecond, 1e-9)).toFixed(2)}x the transaction's ops/s`);
         console.log(formatQueryCounts(one.queries, one.summary.count).replace('SQL:', 'SQL (single statement):'));
         console.log(formatQueryCounts(tx.queries, tx.summary.count).replace('SQL:', 'SQL (transaction):'));
-        for (const [label, r] of [['single statement', one], ['transaction', tx]] as const) {
+        console.log(`  unflushed (a synchronous image's hold): p50 ${unflushed.summary.p50.toFixed(2)} ms vs ${one.summary.p50.toFixed(2)} ms flushed, ${(unflushed.summary.perSecond / Math.max(one.summary.perSecond, 1e-9)).toFixed(2)}x the ops/s`);
+        for (const [label, r] of [['single statement', one], ['transaction', tx], ['single statement, unflushed', unflushed]] as const) {
           if (r.summary.errors > 0) {
             failed = true;
             console.log(`  ${label}: ${r.summary.errors} errors, first: ${r.firstError}`);
@@ -260,6 +262,7 @@ async function main(): Promise<number> {
         }
         rows.push({ scenario: 'hold (1 statement)', summary: one.summary, sqlPerOp: one.queries.total / Math.max(one.summary.count, 1) });
         rows.push({ scenario: 'hold (BEGIN..COMMIT)', summary: tx.summary, sqlPerOp: tx.queries.total / Math.max(tx.summary.count, 1) });
+        rows.push({ scenario: 'hold (1, unflushed)', summary: unflushed.summary, sqlPerOp: unflushed.queries.total / Math.max(unflushed.summary.count, 1) });
         continue;
       }
 

@@ -1,8 +1,9 @@
 /**
  * Repository-level credit hold on one hot key: LedgerRepository.holdAndInsertTask (one statement)
  * against the same writes as a BEGIN / UPDATE api_keys / UPDATE accounts / INSERT credit_holds /
- * INSERT ledger_entries / INSERT video_tasks / COMMIT transaction. Same pool, same concurrency,
- * same rows; run in ABBA order so neither variant profits from a smaller table.
+ * INSERT ledger_entries / INSERT video_tasks / COMMIT transaction, and the one statement committed
+ * without waiting for the WAL flush (HoldCommit 'unflushed', a synchronous image's hold). Same
+ * pool, same concurrency, same rows; run in ABCCBA order so no variant profits from a smaller table.
  */
 import { performance } from 'node:perf_hooks';
 import { sql, type Kysely } from 'kysely';
@@ -92,7 +93,7 @@ export async function holdInTransaction(db: Kysely<DB>, hold: HoldRequest, task:
   }
 }
 
-export type HoldVariant = 'single statement' | 'transaction';
+export type HoldVariant = 'single statement' | 'transaction' | 'single statement, unflushed';
 
 export interface HoldResult {
   summary: Summary;
@@ -119,7 +120,10 @@ async function runFor(db: Kysely<DB>, variant: HoldVariant, customer: Customer, 
       const { hold, task } = holdFor(customer, String(++sequence));
       const t0 = performance.now();
       try {
-        const outcome = variant === 'transaction' ? await holdInTransaction(db, hold, task) : (await ledger.holdAndInsertTask(hold, task)).outcome;
+        const outcome =
+          variant === 'transaction'
+            ? await holdInTransaction(db, hold, task)
+            : (await ledger.holdAndInsertTask(hold, task, undefined, variant === 'single statement' ? 'flushed' : 'unflushed')).outcome;
         if (outcome !== 'ok') throw new Error(`hold outcome ${outcome}`);
         last = performance.now();
         tally.latencies.push(last - t0);
@@ -135,16 +139,18 @@ async function runFor(db: Kysely<DB>, variant: HoldVariant, customer: Customer, 
   for (const [text, n] of queryCounts().statements) tally.queries.set(text, (tally.queries.get(text) ?? 0) + n);
 }
 
-/** Each variant runs for `durationMs` in total, as two halves in ABBA order, after a short warm-up of each. */
+/** Each variant runs for `durationMs` in total, as two halves in ABCCBA order, after a short warm-up of each. */
 export async function compareHolds(db: Kysely<DB>, customer: Customer, concurrency: number, durationMs: number, warmupMs: number, maxOps: number): Promise<Record<HoldVariant, HoldResult>> {
   const tallies: Record<HoldVariant, Tally> = {
     'single statement': { latencies: [], errors: 0, seconds: 0, queries: new Map() },
     transaction: { latencies: [], errors: 0, seconds: 0, queries: new Map() },
+    'single statement, unflushed': { latencies: [], errors: 0, seconds: 0, queries: new Map() },
   };
-  for (const variant of ['single statement', 'transaction'] as const) {
+  const variants = ['single statement', 'transaction', 'single statement, unflushed'] as const;
+  for (const variant of variants) {
     await runFor(db, variant, customer, concurrency, warmupMs / 2, maxOps, { latencies: [], errors: 0, seconds: 0, queries: new Map() });
   }
-  for (const variant of ['single statement', 'transaction', 'transaction', 'single statement'] as const) {
+  for (const variant of [...variants, ...[...variants].reverse()]) {
     await runFor(db, variant, customer, concurrency, durationMs / 2, maxOps, tallies[variant]);
   }
   const result = (t: Tally): HoldResult => {
@@ -155,5 +161,9 @@ export async function compareHolds(db: Kysely<DB>, customer: Customer, concurren
       firstError: t.firstError,
     };
   };
-  return { 'single statement': result(tallies['single statement']), transaction: result(tallies.transaction) };
+  return {
+    'single statement': result(tallies['single statement']),
+    transaction: result(tallies.transaction),
+    'single statement, unflushed': result(tallies['single statement, unflushed']),
+  };
 }

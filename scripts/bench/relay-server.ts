@@ -9,10 +9,12 @@
  *   durable   the least a gateway that bills and keeps the image does: parse the request, one
  *             committed INSERT (the hold and the task), the upstream call, parse the answer,
  *             decode the image and write it to disk (one write and a rename), one committed UPDATE
- *             (the settlement), and the answer encoded again. A `stream: true` request: the
- *             committed INSERT, then the upstream's event stream relayed as it arrives, then the
- *             committed UPDATE (the floor of the time to the first partial image). No auth,
- *             validation, routing or ledger: a floor, not a gateway.
+ *             (the settlement), and the answer encoded again. The INSERT commits as Mediagate's
+ *             hold of a synchronous image does, without waiting for the WAL flush (HoldCommit in
+ *             ledger.repository.ts); the UPDATE waits for it. A `stream: true` request: the
+ *             INSERT, then the upstream's event stream relayed as it arrives, then the committed
+ *             UPDATE (the floor of the time to the first partial image). No auth, validation,
+ *             routing or ledger: a floor, not a gateway.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
@@ -62,7 +64,11 @@ async function main(): Promise<void> {
     }
     const input = JSON.parse(body.toString('utf8')) as { n?: number; stream?: boolean };
     const id = randomBytes(12).toString('hex');
-    await pool!.query(`insert into ${TABLE} (id, account_id, amount, status) values ($1, 'acct', $2, 'processing')`, [id, input.n ?? 1]);
+    await pool!.query(
+      `with t as (insert into ${TABLE} (id, account_id, amount, status) values ($1, 'acct', $2, 'processing') returning id)
+       select set_config('synchronous_commit', 'off', true) from t`,
+      [id, input.n ?? 1],
+    );
     const up = await call(body, req.headers);
     if (input.stream === true) {
       res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type'] ?? 'text/event-stream') });
