@@ -49,9 +49,11 @@ export interface InputAdoption {
  * saves a disk flush (0.3–1 ms here) on the way to the upstream. Should PostgreSQL itself crash in
  * that window, the hold, its ledger row and the task are forgotten together (never in part), as if
  * the request had not been made. Any later flushed commit (the settlement) flushes it too.
- * Only for a task its client cannot hold on to before its settlement: a synchronous image, whose
- * answer comes after the settlement's flushed commit, and whose request fails when its task is
- * gone. Never for a task the client is given to poll (videos, `respond-async` images).
+ * Only for a task that lives and dies with its request: a synchronous image. Should PostgreSQL
+ * crash before its settlement, that request ends uncharged whether its hold was flushed or not (a
+ * flushed hold is released when the task's lease runs out; an unflushed one is gone), and its JSON
+ * answer is only written after the settlement. Never for a task the client is given to poll
+ * (videos, `respond-async` images).
  */
 export type HoldCommit = 'flushed' | 'unflushed';
 
