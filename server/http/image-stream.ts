@@ -31,12 +31,7 @@ export function openImageStream(
   res.setHeader('Cache-Control', 'no-cache');
   res.setHeader('Connection', 'keep-alive');
   res.setHeader('X-Accel-Buffering', 'no');
-  // The headers go out once the code that follows (routing, the upstream call's request) has run
-  // its synchronous part: the upstream call starts first and the client has its 200 and X-Task-Id
-  // a moment later, long before any event. A write before then sends them itself.
-  setImmediate(() => {
-    if (!res.headersSent && !res.destroyed) res.flushHeaders();
-  });
+  res.flushHeaders();
 
   /** Writes one frame (images as base64 slices: lib/base64-json.ts); resolves once handed to the socket, rejects when the client is gone. */
   const write = (event: string, data: unknown) => writeJsonParts(res, jsonParts(data), `event: ${event}\ndata: `, '\n\n');
