@@ -63,16 +63,53 @@ const SLICE = 3 * 64 * 1024;
 
 /**
  * Writes the parts to `out` (not ending it) with backpressure; resolves once the last byte is
- * handed to the socket, rejects when `out` closes first (the client went away).
+ * handed to the socket, rejects when `out` closes first (the client went away). The writes are
+ * corked: a body or an event of up to CORKED_BYTES reaches the socket as ONE write (one system
+ * call, one wake-up of the reader) instead of one per text part and base64 slice; a larger one is
+ * flushed every CORKED_BYTES, waiting for the client whenever the writable asks to.
  */
 export async function writeJsonParts(out: Writable, parts: JsonParts, before = '', after = ''): Promise<void> {
   const last = parts.text.length - 1;
-  for (let i = 0; i <= last; i++) {
-    const text = `${i === 0 ? before : ''}${parts.text[i]}${i === last ? after : ''}`;
-    if (i === last) return finalWrite(out, text);
-    await write(out, text);
-    const bytes = parts.media[i]!;
-    for (let at = 0; at < bytes.length; at += SLICE) await write(out, bytes.toString('base64', at, Math.min(bytes.length, at + SLICE)));
+  out.cork();
+  let corked = true;
+  try {
+    for (let i = 0; i <= last; i++) {
+      const text = `${i === 0 ? before : ''}${parts.text[i]}${i === last ? after : ''}`;
+      if (i === last) {
+        const done = finalWrite(out, text);
+        out.uncork();
+        corked = false;
+        return await done;
+      }
+      await corkedWrite(out, text);
+      const bytes = parts.media[i]!;
+      for (let at = 0; at < bytes.length; at += SLICE) await corkedWrite(out, bytes.toString('base64', at, Math.min(bytes.length, at + SLICE)));
+    }
+  } finally {
+    if (corked) out.uncork();
+  }
+}
+
+/**
+ * Bytes a frame may hold back while corked. A 1024x1024 image (its base64 included) is one write;
+ * a larger one goes out in writes of about this size, each waiting for the client to take the last.
+ */
+export const CORKED_BYTES = 256 * 1024;
+
+/**
+ * One write while corked: once more than CORKED_BYTES wait in the buffer, flushes them (uncork)
+ * and, when the writable asks for it, waits for 'drain' before corking again (a corked writable
+ * never drains).
+ */
+async function corkedWrite(out: Writable, chunk: string): Promise<void> {
+  if (out.destroyed || out.writableEnded) throw gone();
+  out.write(chunk);
+  if (out.writableLength <= CORKED_BYTES) return;
+  out.uncork();
+  try {
+    if (out.writableNeedDrain) await drained(out);
+  } finally {
+    out.cork();
   }
 }
 
@@ -80,10 +117,8 @@ function gone(): Error {
   return new Error('the client went away');
 }
 
-/** One write; waits for 'drain' when the buffer is full. */
-function write(out: Writable, chunk: string): Promise<void> {
-  if (out.destroyed || out.writableEnded) return Promise.reject(gone());
-  if (out.write(chunk)) return Promise.resolve();
+/** Resolves on 'drain', rejects when `out` closes first. */
+function drained(out: Writable): Promise<void> {
   return new Promise((resolve, reject) => {
     const settle = (err?: Error) => {
       out.off('drain', onDrain);

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { Base64Bytes, jsonParts, jsonPartsLength, writeJsonParts } from '../../server/lib/base64-json.ts';
+import { Base64Bytes, CORKED_BYTES, jsonParts, jsonPartsLength, writeJsonParts } from '../../server/lib/base64-json.ts';
 
 /** A writable that keeps what it gets, accepting `highWaterMark` bytes before asking for a drain, slowly. */
 function sink(highWaterMark = 16 * 1024, delayMs = 0) {
@@ -58,11 +58,37 @@ describe('base64 JSON (images written without their base64 strings)', () => {
   it('waits for the writable to drain instead of queueing the whole image', async () => {
     const s = sink(8 * 1024, 1);
     const writing = writeJsonParts(s.out, jsonParts({ b64_json: new Base64Bytes(big) }));
-    // Queued at most one slice past the high-water mark at any time.
-    expect(s.out.writableLength).toBeLessThanOrEqual(8 * 1024 + 4 * 64 * 1024 + 64);
+    // Queued at most one slice past what a frame may hold back while corked, at any time.
+    let most = 0;
+    const sampler = setInterval(() => (most = Math.max(most, s.out.writableLength)), 0);
+    most = s.out.writableLength;
     await writing;
+    clearInterval(sampler);
+    expect(most).toBeGreaterThan(0);
+    expect(most).toBeLessThanOrEqual(CORKED_BYTES + 4 * 64 * 1024 + 64);
     expect(s.drains()).toBeGreaterThan(0);
     expect(JSON.parse(s.text()).b64_json).toBe(big.toString('base64'));
+  });
+
+  it('a body or event of up to CORKED_BYTES reaches the writable as one write; a larger one in several', async () => {
+    const writes: number[] = [];
+    const out = new Writable({
+      writev(chunks, done) {
+        writes.push(chunks.length);
+        setImmediate(done);
+      },
+      write(_chunk, _enc, done) {
+        writes.push(1);
+        setImmediate(done);
+      },
+    });
+    // An SSE frame: prefix + JSON text, one image's base64, the rest of the JSON + the blank line.
+    await writeJsonParts(out, jsonParts({ type: 'x', b64_json: new Base64Bytes(randomBytes(100 * 1024)), n: 1 }), 'event: x\ndata: ', '\n\n');
+    expect(writes).toEqual([3]);
+    writes.length = 0;
+    await writeJsonParts(out, jsonParts({ b64_json: new Base64Bytes(randomBytes(1024 * 1024)) }));
+    expect(writes.length).toBeGreaterThan(1);
+    expect(out.writableCorked).toBe(0);
   });
 
   it('rejects when the writable goes away mid-body', async () => {
