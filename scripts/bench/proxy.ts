@@ -13,8 +13,9 @@
  *   floor       the same n=1 request (and the streaming one) at concurrency 1 through two framework-free reference relays
  *               (relay-server.ts, each its own process, like the server): a bare node:http relay, and
  *               a "durable" one that does only the writes a billing gateway cannot skip (one
- *               committed INSERT before the call (not waiting for the WAL flush, as Mediagate's hold), the image written to disk, one committed UPDATE
- *               after it): what any Node gateway adds on this machine, next to what Mediagate adds;
+ *               INSERT before the call, committed without waiting for the WAL flush as Mediagate's
+ *               hold is, the image written to disk, one committed UPDATE after it): what any Node
+ *               gateway adds on this machine, next to what Mediagate adds;
  *   memory      `rssConnections` concurrent n=4 3840x2160 PNG generations (upstream `gpt-image-2`,
  *               which renders that size itself, so Mediagate passes the bytes through without
  *               re-encoding) from a second fake whose images weigh what photos do (its `noise`

@@ -17,32 +17,33 @@ type PathToRegexp = (path: unknown, options?: Record<string, unknown>) => Compil
 /** Patterns come from the contract (a few dozen); the bound only keeps an unexpected caller from growing it. */
 const MAX_PATTERNS = 1024;
 
-let installed: { cache: Map<string, Compiled> } | undefined;
+/** The compiled patterns, once installed. */
+let cache: Map<string, Compiled> | undefined;
 
 /** Installs the cache (once per process); returns the module it patched, for tests. */
 export function cacheValidatorRouteMatchers(): { pathToRegexp: PathToRegexp } {
   const requireFromValidator = createRequire(createRequire(import.meta.url).resolve('express-openapi-validator'));
   const module = requireFromValidator('path-to-regexp') as { pathToRegexp: PathToRegexp };
-  if (installed) return module;
+  if (cache) return module;
   const compile = module.pathToRegexp;
-  const cache = new Map<string, Compiled>();
+  const compiled = new Map<string, Compiled>();
   module.pathToRegexp = (path, options) => {
     const key = keyOf(path, options);
     if (key === undefined) return compile(path, options);
-    let compiled = cache.get(key);
-    if (!compiled) {
-      compiled = compile(path, options);
-      if (cache.size < MAX_PATTERNS) cache.set(key, compiled);
+    let matcher = compiled.get(key);
+    if (!matcher) {
+      matcher = compile(path, options);
+      if (compiled.size < MAX_PATTERNS) compiled.set(key, matcher);
     }
-    return compiled;
+    return matcher;
   };
-  installed = { cache };
+  cache = compiled;
   return module;
 }
 
 /** How many patterns the cache holds (for tests: the validator's lookups went through it). */
 export function cachedPatterns(): number {
-  return installed?.cache.size ?? 0;
+  return cache?.size ?? 0;
 }
 
 /** The cache key of a string pattern compiled with no options but `sensitive` and `strict` (what the validator passes); otherwise none. */

@@ -222,7 +222,7 @@ export class ImageService {
           },
         },
         { fileIds: adopted, pinSeconds: this.deps.options.inputPinSeconds },
-        // A synchronous image's answer follows its settlement's flushed commit: its hold need not wait for the disk (HoldCommit).
+        // A synchronous image lives and dies with its request: its hold need not wait for the disk (HoldCommit).
         mode.async ? 'flushed' : 'unflushed',
       )
       .catch(async (err: unknown) => {
