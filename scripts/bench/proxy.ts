@@ -10,12 +10,14 @@
  *               difference ("added"), req/s both ways and their ratio;
  *   streaming   `stream: true, partial_images: P` at concurrency 1: time to the first complete
  *               partial-image frame, and to the end of the stream, both ways;
- *   floor       the same n=1 request (and the streaming one) at concurrency 1 through two framework-free reference relays
- *               (relay-server.ts, each its own process, like the server): a bare node:http relay, and
- *               a "durable" one that does only the writes a billing gateway cannot skip (one
- *               INSERT before the call, committed without waiting for the WAL flush as Mediagate's
- *               hold is, the image written to disk, one committed UPDATE after it): what any Node
- *               gateway adds on this machine, next to what Mediagate adds;
+ *   floor       the same n=1 request (and the streaming one) at concurrency 1 through three
+ *               framework-free reference relays (relay-server.ts, each its own process, like the
+ *               server): a bare node:http relay; a "hold-only" one that commits one INSERT before
+ *               the call (as Mediagate's hold of a synchronous image commits) and relays the answer,
+ *               the least any gateway adds that holds credit in PostgreSQL before calling the
+ *               upstream; and a "durable" one that does only the writes a billing gateway cannot
+ *               skip (that INSERT, the image written to disk, one committed UPDATE after it): what
+ *               any Node gateway adds on this machine, next to what Mediagate adds;
  *   memory      `rssConnections` concurrent n=4 3840x2160 PNG generations (upstream `gpt-image-2`,
  *               which renders that size itself, so Mediagate passes the bytes through without
  *               re-encoding) from a second fake whose images weigh what photos do (its `noise`
@@ -418,6 +420,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
     const pid = server.child.pid!;
     const relays = [
       { label: 'bare node:http relay', ...(await startRelay(opts, `${fake.url}/v1`, 'relay')) },
+      { label: 'hold-only relay', ...(await startRelay(opts, `${fake.url}/v1`, 'hold', databaseUrl)) },
       { label: 'durable relay', ...(await startRelay(opts, `${fake.url}/v1`, 'durable', databaseUrl)) },
     ];
     try {

@@ -6,6 +6,10 @@
  *
  *   relay     bare node:http in, undici out on one keep-alive pool, the upstream's answer streamed
  *             back unchanged (one extra hop, nothing else);
+ *   hold      the relay with one INSERT before the upstream call, committed as Mediagate's hold of
+ *             a synchronous image is (without waiting for the WAL flush): the least any gateway
+ *             adds that places its credit hold in PostgreSQL before it calls the upstream (design
+ *             §5), with nothing recorded or stored after the call;
  *   durable   the least a gateway that bills and keeps the image does: parse the request, one
  *             committed INSERT (the hold and the task), the upstream call, parse the answer,
  *             decode the image and write it to disk (one write and a rename), one committed UPDATE
@@ -26,7 +30,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { Agent, request } from 'undici';
 
-export type RelayMode = 'relay' | 'durable';
+export type RelayMode = 'relay' | 'hold' | 'durable';
 
 const TABLE = 'bench_relay_tasks';
 
@@ -40,7 +44,7 @@ async function main(): Promise<void> {
   const [upstream, mode, databaseUrl] = process.argv.slice(2) as [string, RelayMode, string | undefined];
   const agent = new Agent({ keepAliveTimeout: 30_000 });
   const dir = join(tmpdir(), `mediagate-bench-relay-${process.pid}`);
-  const pool = mode === 'durable' ? new pg.Pool({ connectionString: databaseUrl, max: 10, application_name: 'mediagate-bench-relay' }) : undefined;
+  const pool = mode !== 'relay' ? new pg.Pool({ connectionString: databaseUrl, max: 10, application_name: 'mediagate-bench-relay' }) : undefined;
   if (pool) {
     mkdirSync(dir, { recursive: true });
     await pool.query(`create table if not exists ${TABLE} (id text primary key, account_id text not null, amount bigint not null, status text not null, file text)`);
@@ -55,10 +59,12 @@ async function main(): Promise<void> {
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const body = await readBody(req);
-    if (mode === 'relay') {
-      const up = await call(body, req.headers);
-      res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type'] ?? 'application/json') });
+    const relay = async (up: Awaited<ReturnType<typeof call>>, fallbackType: string) => {
+      res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type'] ?? fallbackType) });
       for await (const chunk of up.body) res.write(chunk);
+    };
+    if (mode === 'relay') {
+      await relay(await call(body, req.headers), 'application/json');
       res.end();
       return;
     }
@@ -70,9 +76,13 @@ async function main(): Promise<void> {
       [id, input.n ?? 1],
     );
     const up = await call(body, req.headers);
+    if (mode === 'hold') {
+      await relay(up, 'application/json');
+      res.end();
+      return;
+    }
     if (input.stream === true) {
-      res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type'] ?? 'text/event-stream') });
-      for await (const chunk of up.body) res.write(chunk);
+      await relay(up, 'text/event-stream');
       await pool!.query(`update ${TABLE} set status = 'completed' where id = $1`, [id]);
       res.end();
       return;
