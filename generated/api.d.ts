@@ -2004,7 +2004,10 @@ export interface components {
          *
          *     States:
          *     - `processing`: running; `completed`, `completed_at` and `data` are absent.
-         *     - `completed`: the results are in `data` (`url` and/or `b64_json`, per `response_format`).
+         *     - `completed`: the results are in `data` (`url` and/or `b64_json`, per `response_format`). A
+         *       synchronous `b64_json` answer carries the images itself and their copies are stored as the task
+         *       completes: should a copy fail to be written, that image was still delivered and charged, and
+         *       `data` leaves it out.
          *     - `failed`: `error.message` gives the reason; the task's held credits were released.
          *     - `needs_attention`: the upstream outcome is unknown (for example the upstream accepted the job
          *       but its result could not be stored). The task's credits stay held until an operator settles it

@@ -60,6 +60,20 @@ export class ImageTaskRepository {
     });
   }
 
+  /**
+   * Forgets result files of a completed task whose bytes could not be stored after the answer
+   * delivered them (ImageRunner, storeWhileSettling): their rows go and `data` lists the others.
+   * What was delivered and charged (`delivered`, `actual_credits`) stays.
+   */
+  async dropResultFiles(taskId: string, fileIds: readonly string[]): Promise<void> {
+    const ids = [...fileIds];
+    await sql`
+      with f as (delete from files where id = any(${ids}::text[]) and task_id = ${taskId} returning id)
+      update image_tasks set result_file_ids = array(
+        select u.id from unnest(result_file_ids) with ordinality u(id, i) where u.id <> all(${ids}::text[]) order by u.i)
+      where id = ${taskId}`.execute(this.db);
+  }
+
   /** Failed: nothing delivered, the hold released in the same statement. */
   fail(fence: Fence, code: string, message: string, settle: HoldSettlement): Promise<ImageTaskRow | undefined> {
     return this.leases.finish(fence, {

@@ -36,6 +36,24 @@ export interface StoreFileInput {
   filename?: string;
 }
 
+/** The row of a new file, its bytes not stored yet (`bytes` 0). */
+function unstoredRow(input: StoreFileInput): FileRow {
+  const id = newId('file');
+  return {
+    id,
+    accountId: input.accountId,
+    purpose: input.purpose,
+    contentType: input.contentType,
+    bytes: 0,
+    storageKey: `${input.purpose}/${id.slice(5, 7)}/${id}.${EXTENSIONS[input.contentType] ?? 'bin'}`,
+    width: input.width ?? null,
+    height: input.height ?? null,
+    taskId: input.taskId ?? null,
+    expiresAt: input.expiresAt ?? null,
+    filename: input.filename ?? null,
+  };
+}
+
 export class FileService {
   constructor(
     private readonly files: FileRepository,
@@ -65,22 +83,20 @@ export class FileService {
    * (ImageTaskRepository.complete); `discardUnrecorded` removes the bytes when it does not.
    */
   async put(input: StoreFileInput, data: Buffer | Readable, opts: { maxBytes?: number } = {}): Promise<FileRow> {
-    const id = newId('file');
-    const storageKey = `${input.purpose}/${id.slice(5, 7)}/${id}.${EXTENSIONS[input.contentType] ?? 'bin'}`;
-    const { bytes } = await this.store.put(storageKey, data, opts);
-    return {
-      id,
-      accountId: input.accountId,
-      purpose: input.purpose,
-      contentType: input.contentType,
-      bytes,
-      storageKey,
-      width: input.width ?? null,
-      height: input.height ?? null,
-      taskId: input.taskId ?? null,
-      expiresAt: input.expiresAt ?? null,
-      filename: input.filename ?? null,
-    };
+    const row = unstoredRow(input);
+    row.bytes = (await this.store.put(row.storageKey, data, opts)).bytes;
+    return row;
+  }
+
+  /**
+   * `put` of bytes in memory whose row is ready at once while the bytes are still being written
+   * (`stored` settles when they are, or rejects): for an answer that carries the bytes itself, whose
+   * storing may overlap the statement that records the row.
+   */
+  putInBackground(input: StoreFileInput, data: Buffer): { file: FileRow; stored: Promise<void> } {
+    const file = unstoredRow(input);
+    file.bytes = data.length;
+    return { file, stored: this.store.put(file.storageKey, data).then(() => undefined) };
   }
 
   /** Writes the row of a file `put` stored. */

@@ -29,3 +29,32 @@ export class BrokenOutputStore implements MediaStore {
     return this.inner.delete(key);
   }
 }
+
+/** A media store whose writes of image outputs wait until the test opens the gate (`open()`). */
+export class GatedOutputStore implements MediaStore {
+  private opened!: () => void;
+  private readonly gate = new Promise<void>((resolve) => (this.opened = resolve));
+  /** Writes of image outputs waiting at the gate. */
+  waiting = 0;
+  constructor(private readonly inner: MediaStore) {}
+  open() {
+    this.opened();
+  }
+  async put(key: string, data: Buffer | Readable, opts?: { maxBytes?: number }) {
+    if (key.startsWith('image_output/')) {
+      this.waiting++;
+      await this.gate;
+      this.waiting--;
+    }
+    return this.inner.put(key, data, opts);
+  }
+  read(key: string) {
+    return this.inner.read(key);
+  }
+  size(key: string) {
+    return this.inner.size(key);
+  }
+  delete(key: string) {
+    return this.inner.delete(key);
+  }
+}

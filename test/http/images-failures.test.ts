@@ -2,12 +2,13 @@
  * Image failure paths: a client that disconnects mid-stream stops the work and is charged only for
  * delivered images; a provider failure after the stream began is an `event: error`; an image that
  * was produced but could not be stored leaves the task `needs_attention` with its credits held until
- * an operator settles it; upload limits answer 413 with clear codes.
+ * an operator settles it, unless the answer carried its bytes (`b64_json`), which are stored while the
+ * task settles; upload limits answer 413 with clear codes.
  */
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
-import { BrokenOutputStore } from '../fakes/media-stores.ts';
+import { BrokenOutputStore, GatedOutputStore } from '../fakes/media-stores.ts';
 import { flakyImageProvider } from '../fakes/providers.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
@@ -200,7 +201,8 @@ describe('needs_attention', () => {
       const res = await fetch(`${server.directUrl}/v1/images/generations`, {
         method: 'POST',
         headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
-        body: JSON.stringify({ prompt: 'x', model: 'local-image-1' }),
+        // Links to stored copies: an image whose copy could not be written cannot be delivered.
+        body: JSON.stringify({ prompt: 'x', model: 'local-image-1', response_format: 'url' }),
       });
       expect(res.status).toBe(502);
       const body = (await res.json()) as Json;
@@ -253,7 +255,7 @@ describe('needs_attention after some images were stored', () => {
     const res = await fetch(`${server.directUrl}/v1/images/generations`, {
       method: 'POST',
       headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n: 3 }),
+      body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n: 3, response_format: 'url' }),
     });
     expect(res.status).toBe(502);
     const id = res.headers.get('x-task-id')!;
@@ -263,6 +265,73 @@ describe('needs_attention after some images were stored', () => {
     const settled = await server.admin().POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: id } }, body: { outcome: 'refunded', reason: 'two images lost' } });
     expect(settled.data).toMatchObject({ status: 'failed', held_credits: 3, captured_credits: 1, released_credits: 2 });
     expect(await holdOf(server, id)).toEqual({ amount: 3_000_000, status: 'captured', captured: 1_000_000 });
+  });
+});
+
+describe('a JSON answer that carries the images (b64_json)', () => {
+  const gated = new GatedOutputStore(new FilesystemMediaStore(`/tmp/mg-gated-${process.pid}`));
+  const broken = new BrokenOutputStore(new FilesystemMediaStore(`/tmp/mg-broken3-${process.pid}`), 1);
+  let gatedServer: TestServer;
+  let brokenServer: TestServer;
+  beforeAll(async () => {
+    gatedServer = await startTestServer({ overrides: { mediaStore: gated } });
+    brokenServer = await startTestServer({ overrides: { mediaStore: broken } });
+    await seedCatalog(gatedServer.db);
+    await seedCatalog(brokenServer.db);
+  });
+  afterAll(async () => {
+    await gatedServer?.close();
+    await brokenServer?.close();
+  });
+  const generate = (server: TestServer, key: string, n: number) =>
+    fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n }),
+    });
+
+  it('settles the task while its images are still being stored, and answers once both are done', async () => {
+    const c = await createCustomer(gatedServer.db, { balance: 10 });
+    let answered = false;
+    const pending = generate(gatedServer, c.key, 2).then((res) => {
+      answered = true;
+      return res;
+    });
+    // Both writes wait at the gate; the settlement has already completed the task and captured.
+    let row: { status: string; delivered: number } | undefined;
+    for (let i = 0; i < 300 && row?.status !== 'completed'; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      row = await gatedServer.db.selectFrom('imageTasks').select(['id', 'status', 'delivered']).where('accountId', '=', c.accountId).executeTakeFirst();
+    }
+    expect(row).toMatchObject({ status: 'completed', delivered: 2 });
+    expect(gated.waiting).toBe(2);
+    expect(answered).toBe(false);
+    gated.open();
+    const res = await pending;
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as Json;
+    expect(body.data).toHaveLength(2);
+    const task = await gatedServer.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: res.headers.get('x-task-id')! } } });
+    expect(task.data?.data?.map((d) => Buffer.from(d.b64_json!, 'base64').equals(Buffer.from(body.data[0].b64_json, 'base64')) || Buffer.from(d.b64_json!, 'base64').equals(Buffer.from(body.data[1].b64_json, 'base64')))).toEqual([true, true]);
+  });
+
+  it('still delivers and charges an image whose stored copy could not be written, and leaves it out of the task', async () => {
+    const c = await createCustomer(brokenServer.db, { balance: 10 });
+    const res = await generate(brokenServer, c.key, 3);
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as Json;
+    expect(body.data).toHaveLength(3);
+    for (const item of body.data) expect(Buffer.from(item.b64_json, 'base64').subarray(1, 4).toString()).toBe('PNG');
+    const id = res.headers.get('x-task-id')!;
+    expect(await holdOf(brokenServer, id)).toEqual({ amount: 3_000_000, status: 'captured', captured: 3_000_000 });
+    const row = await brokenServer.db.selectFrom('imageTasks').select(['status', 'delivered', 'actualCredits', 'resultFileIds']).where('id', '=', id).executeTakeFirstOrThrow();
+    expect(row).toMatchObject({ status: 'completed', delivered: 3, actualCredits: 3_000_000 });
+    expect(row.resultFileIds).toHaveLength(1);
+    const files = await brokenServer.db.selectFrom('files').select('id').where('taskId', '=', id).where('purpose', '=', 'image_output').execute();
+    expect(files.map((f) => f.id)).toEqual(row.resultFileIds);
+    const task = await brokenServer.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: id } } });
+    expect(task.data).toMatchObject({ status: 'completed' });
+    expect(task.data?.data).toHaveLength(1);
   });
 });
 

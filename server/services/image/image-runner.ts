@@ -7,6 +7,11 @@
  * it to a sink (the JSON response, the event stream, or nothing), then settles: completed with
  * exactly the delivered images captured and the rest released. An image that was produced but
  * could not be stored leaves the task `needs_attention` with its credits held for an operator.
+ *
+ * The one exception is an answer that carries the images' bytes (a synchronous JSON response with
+ * `b64_json`): it does not need their stored copies, so each is written while the settlement runs
+ * (the two overlap instead of taking turns before the answer). Should a copy fail to be written,
+ * the client still gets the image and pays for it, and the task's `data` leaves it out.
  */
 import { ApiError, apiErrorOf, taskErrorCodeOf } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
@@ -17,7 +22,7 @@ import type { ImageEvents, ImageJob, ImageParams } from '../../providers/types.t
 import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
-import type { FileService } from '../file.service.ts';
+import type { FileService, StoreFileInput } from '../file.service.ts';
 import type { RetryPolicy } from '../tasks/retry-policy.ts';
 import type { Settlement } from '../tasks/settlement.ts';
 import { DONE, LeaseLost, later, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
@@ -51,7 +56,11 @@ export interface ExecuteResult {
 }
 
 export interface ExecuteOptions {
-  /** A JSON response: nothing reaches the client until it is written, so an abort delivers nothing. */
+  /**
+   * A JSON response: nothing reaches the client until it is written, so an abort delivers nothing.
+   * With `b64_json` the answer carries the images' bytes, not links to their stored copies, so each
+   * image is stored while the task settles instead of before (storeWhileSettling).
+   */
   deliveredOnlyIfAllSent?: boolean;
   /** How long to wait for a free upstream member before answering 429 (synchronous requests). */
   capacityWaitMs?: number;
@@ -150,6 +159,21 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     const unrecorded: FileRow[] = [];
     const discard = (file: FileRow) => (sink.publishesFiles ? this.deps.files.discard(file) : this.deps.files.discardUnrecorded(file));
     const images: Buffer[] = [];
+    // The answer carries the bytes (see the class comment): files are written while the task settles.
+    const storeWhileSettling = opts.deliveredOnlyIfAllSent === true && !sink.publishesFiles && params.responseFormat !== 'url';
+    /** Writes of storeWhileSettling still running (they never reject), and the files they failed to write. */
+    const storing: Promise<void>[] = [];
+    const lost: FileRow[] = [];
+    const storeLater = (meta: StoreFileInput, image: Buffer): FileRow => {
+      const { file, stored } = this.deps.files.putInBackground(meta, image);
+      storing.push(
+        stored.catch((err: unknown) => {
+          lost.push(file);
+          log.error({ err, fileId: file.id }, 'image delivered in the answer but its stored copy could not be written');
+        }),
+      );
+      return file;
+    };
     // Set inside the event callbacks; an object so TypeScript does not narrow it to null.
     const upstream: { revisedPrompt: string | null } = { revisedPrompt: null };
     const events: ImageEvents = {
@@ -164,7 +188,8 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         let file: FileRow;
         try {
           const meta = { accountId: task.accountId, purpose: 'image_output' as const, contentType: MIME[params.outputFormat]!, taskId: task.id, width: params.width, height: params.height };
-          file = sink.publishesFiles ? await this.deps.files.save(meta, generated.image) : await this.deps.files.put(meta, generated.image);
+          if (sink.publishesFiles) file = await this.deps.files.save(meta, generated.image);
+          else file = storeWhileSettling ? storeLater(meta, generated.image) : await this.deps.files.put(meta, generated.image);
         } catch (err) {
           throw new NotStored('the image could not be stored', { cause: err });
         }
@@ -228,6 +253,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     }
 
     if (opts.deliveredOnlyIfAllSent && signal.aborted) {
+      await Promise.all(storing);
       for (const file of files) await discard(file);
       files.length = 0;
       unrecorded.length = 0;
@@ -237,12 +263,13 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       return { status: 'failed', files, images };
     }
     const { revisedPrompt } = upstream;
-    const done = await this.deps.settlement.completeImage(task, { files, unrecorded, revisedPrompt });
+    const [done] = await Promise.all([this.deps.settlement.completeImage(task, { files, unrecorded, revisedPrompt }), Promise.all(storing)]);
     if (!done) {
       // Taken over by another worker: the files this attempt stored are not its to publish.
       for (const file of unrecorded) await this.deps.files.discardUnrecorded(file);
       throw new ApiError(500, 'internal_error', `Task ${task.id} was taken over by another worker.`);
     }
+    if (lost.length > 0) await this.deps.tasks.dropResultFiles(task.id, lost.map((f) => f.id));
     return { status: 'completed', files, images, ...(revisedPrompt !== null && { revisedPrompt }), ...(failure && { error: failure }) };
   }
 }
