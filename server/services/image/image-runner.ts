@@ -141,6 +141,20 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
   }
 
   /**
+   * Drops from a completed task the files whose copies could not be written (storeWhileSettling):
+   * the answer still carries their images, so a failure here is logged, never the request's.
+   */
+  private async forgetLost(task: ImageTaskRow, lost: FileRow[], log: Logger): Promise<void> {
+    try {
+      await this.deps.tasks.dropResultFiles(task.id, lost.map((f) => f.id));
+      // A write reported as failed may still have left bytes behind.
+      for (const file of lost) await this.deps.files.discardUnrecorded(file);
+    } catch (err) {
+      log.error({ err, fileIds: lost.map((f) => f.id) }, 'could not drop the result files whose copies were not written');
+    }
+  }
+
+  /**
    * Produces the task's images into `sink`, then settles. Stops early when `signal` aborts (the
    * client went away). With `deliveredOnlyIfAllSent` (a JSON response: nothing reaches the client
    * until it is written) an aborted request delivers nothing. Fenced by the task's attempt.
@@ -263,13 +277,16 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       return { status: 'failed', files, images };
     }
     const { revisedPrompt } = upstream;
+    // With storeWhileSettling the answer waits for both: a client that leaves meanwhile is charged,
+    // as one that leaves during the settlement always was (the filesystem store's write takes about
+    // as long as the settlement's commit).
     const [done] = await Promise.all([this.deps.settlement.completeImage(task, { files, unrecorded, revisedPrompt }), Promise.all(storing)]);
     if (!done) {
       // Taken over by another worker: the files this attempt stored are not its to publish.
       for (const file of unrecorded) await this.deps.files.discardUnrecorded(file);
       throw new ApiError(500, 'internal_error', `Task ${task.id} was taken over by another worker.`);
     }
-    if (lost.length > 0) await this.deps.tasks.dropResultFiles(task.id, lost.map((f) => f.id));
+    if (lost.length > 0) await this.forgetLost(task, lost, log);
     return { status: 'completed', files, images, ...(revisedPrompt !== null && { revisedPrompt }), ...(failure && { error: failure }) };
   }
 }
