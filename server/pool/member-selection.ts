@@ -34,3 +34,19 @@ export function orderMembers<M extends SelectableMember>(candidates: readonly M[
 export function pickMember<M extends SelectableMember>(candidates: readonly M[], random: () => number = Math.random): M | undefined {
   return orderMembers(candidates, random)[0];
 }
+
+/**
+ * `candidates` in an order drawn before (`drawn`, member ids in that order), so that one draw decides
+ * a piece of work however often it is routed. Priority tiers still come first (a member whose
+ * priority changed meanwhile moves with it); members the draw did not know (added since) follow the
+ * known ones of their tier in a weighted order of their own.
+ */
+export function followOrder<M extends SelectableMember>(candidates: readonly M[], drawn: readonly string[], random: () => number = Math.random): M[] {
+  const rank = new Map(drawn.map((id, i) => [id, i]));
+  const unknown = orderMembers(
+    candidates.filter((c) => !rank.has(c.id)),
+    random,
+  );
+  unknown.forEach((c, i) => rank.set(c.id, drawn.length + i));
+  return [...candidates].sort((a, b) => b.priority - a.priority || rank.get(a.id)! - rank.get(b.id)!);
+}

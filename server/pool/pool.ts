@@ -3,7 +3,10 @@
  * one place that moves work to the next member when an account fails before accepting it.
  *
  * `route` orders the enabled members of the key's group that serve the model: the highest priority
- * tier first, a weighted random order inside each tier (`orderMembers`). It skips members that are
+ * tier first, a weighted random order inside each tier (`orderMembers`), drawn once per piece of
+ * work (by `preselect` when the work names its first member on its row, else by `route` itself) and
+ * followed for all of it, waits for capacity included: drawing again whenever the head could not be
+ * named or taken would favour the members that can (issue 26, item 1). It skips members that are
  * cooling down (shared member health) or at their `concurrency_limit` (in-flight work counted in
  * PostgreSQL, so the limit holds across instances), takes slots on the first one left (the caller
  * writes the member and the slots on its task row inside the slot lock), and runs the work there.
@@ -35,7 +38,7 @@ import type { ProviderKind, ProviderRegistry } from '../providers/registry.ts';
 import type { UpstreamAccount } from '../providers/types.ts';
 import type { MemberCandidate, RoutableMember, RoutingRepository } from '../repositories/routing.repository.ts';
 import type { MemberHealth } from './member-health.ts';
-import { orderMembers } from './member-selection.ts';
+import { followOrder, orderMembers } from './member-selection.ts';
 
 /** How long a member's decrypted account is reused by `account()` (poll steps of thousands of jobs). */
 export const ACCOUNT_CACHE_MS = 5000;
@@ -84,6 +87,11 @@ export interface RouteRequest {
   /** Wait up to this long for a member to be free before throwing NoCapacity (default 0). */
   waitMs?: number;
   /**
+   * The routing order drawn for this work before (`Preselection.order`): followed instead of a new
+   * draw, whatever its head turns out to be (limited, full or cooling).
+   */
+  order?: readonly string[];
+  /**
    * A member already named on the work's row with its slots (`preselect`): tried first, without
    * taking slots again (unless it is cooling down by now; the next member's `take` replaces it).
    */
@@ -102,6 +110,14 @@ interface CachedCandidate extends RoutableMember {
 export interface Preselected {
   memberId: string;
   slots: number;
+}
+
+/** The routing order drawn for a piece of work before its row is written (`Pool.preselect`). */
+export interface Preselection {
+  /** Member ids in the drawn order: passed to `route` as `order`, so the one draw decides the work. */
+  order: string[];
+  /** Its head, when the work can name it on its row as the row is written (no concurrency limit). */
+  first?: Preselected;
 }
 
 type CandidateQuery = Pick<RouteRequest, 'groupId' | 'model' | 'capability' | 'slots'>;
@@ -125,9 +141,14 @@ export class Pool {
    */
   async route<T>(req: RouteRequest, work: (account: UpstreamAccount, slots: number) => Promise<T>): Promise<T> {
     const deadline = Date.now() + (req.waitMs ?? 0);
+    let drawn = req.order;
     for (let first = req.first; ; first = undefined) {
       try {
-        return await this.routeOnce(req, first, work);
+        const members = await this.loadCandidates(req);
+        if (members.length === 0) throw new NoCapacity('none', 0);
+        const order = drawn ? followOrder(members, drawn, this.random) : orderMembers(members, this.random);
+        drawn = order.map((m) => m.id);
+        return await this.routeOnce(req, order, first, work);
       } catch (err) {
         if (!(err instanceof NoCapacity) || err.reason === 'none') throw err;
         const left = deadline - Date.now();
@@ -143,20 +164,22 @@ export class Pool {
   }
 
   /**
-   * The member new work goes to first, when the work can name it on its own row as that row is
-   * written (one statement fewer than `take` after it): the head of the routing order among the
-   * members not cooling down, if it has no concurrency limit (a limit is counted under its slot
-   * lock, by `route`). The work passes it to `route` as `first`.
+   * Draws the routing order of new work before its row is written. The work passes the order to
+   * `route` (`order`), which follows it instead of drawing again, and names `first` (the head among
+   * the members not cooling down, when it has no concurrency limit) on its row as the row is written:
+   * one statement fewer than `take` after it. A head with a limit is not named: its slots are
+   * counted under its slot lock, by `route`, which still tries it first.
    */
-  async preselect(req: CandidateQuery): Promise<Preselected | undefined> {
+  async preselect(req: CandidateQuery): Promise<Preselection> {
     const members = await this.loadCandidates(req);
     const now = Date.now();
-    const head = orderMembers(
-      members.filter((m) => m.cooldownUntil <= now),
-      this.random,
-    )[0];
-    if (!head || head.concurrencyLimit !== null) return undefined;
-    return { memberId: head.id, slots: wantedSlots(head, req) };
+    // The whole order is drawn (cooling members included, as route draws it): its first member not
+    // cooling down is distributed as the head of a draw among those members alone.
+    const order = orderMembers(members, this.random);
+    const head = order.find((m) => m.cooldownUntil <= now);
+    const ids = order.map((m) => m.id);
+    if (!head || head.concurrencyLimit !== null) return { order: ids };
+    return { order: ids, first: { memberId: head.id, slots: wantedSlots(head, req) } };
   }
 
   private loadCandidates(req: CandidateQuery): Promise<CachedCandidate[]> {
@@ -167,18 +190,17 @@ export class Pool {
     });
   }
 
-  private async routeOnce<T>(req: RouteRequest, first: Preselected | undefined, work: (account: UpstreamAccount, slots: number) => Promise<T>): Promise<T> {
-    const members = await this.loadCandidates(req);
-    if (members.length === 0) throw new NoCapacity('none', 0);
+  /** Tries the members in `order` (see the class comment); throws NoCapacity when none could take the work. */
+  private async routeOnce<T>(req: RouteRequest, order: CachedCandidate[], first: Preselected | undefined, work: (account: UpstreamAccount, slots: number) => Promise<T>): Promise<T> {
     const now = Date.now();
-    let order = orderMembers(members, this.random);
     const named = first && order.find((m) => m.id === first.memberId);
-    if (named) order = [named, ...order.filter((m) => m !== named)];
+    // The named member goes first: the members ahead of it in the drawn order were cooling down when it was named.
+    const tried = named ? [named, ...order.filter((m) => m !== named)] : order;
     let attempts = 0;
     let full = false;
     let cooldownMs = Number.POSITIVE_INFINITY;
     let lastError: ProviderError | undefined;
-    for (const member of order) {
+    for (const member of tried) {
       if (attempts >= MAX_ATTEMPTS) break;
       const coolingMs = member.cooldownUntil - now;
       if (coolingMs > 0) {

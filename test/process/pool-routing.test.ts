@@ -1,7 +1,8 @@
 /**
  * The account pool across two real server processes sharing one database, against the fake
  * OpenAI Images and /v1/videos upstreams (one key per member; the fakes' own per-key logs are the
- * witness): weights inside the top priority tier over 1,000 requests, the lower tier untouched while
+ * witness): weights inside the top priority tier over 1,000 requests (also with a concurrency limit
+ * on the lighter member), the lower tier untouched while
  * the top one is healthy and taking over when it cools down, a concurrency limit that holds across
  * both instances, failover without double charge, rejected credentials that one instance saw
  * keeping the member away from both, and video jobs polled only on the member that accepted them
@@ -164,6 +165,21 @@ describe('pool routing across two instances', () => {
     const failover = await generateMany(key, 10, 1);
     expect(failover.every((s) => s === 200)).toBe(true);
     expect(got('sk-spare')).toBeGreaterThanOrEqual(9);
+  }, 180_000);
+
+  it('keeps the 3:1 split over 1,000 requests when the lighter member has a concurrency limit', async () => {
+    const { key } = await customer([
+      { key: 'sk-heavy', priority: 10, weight: 3 },
+      { key: 'sk-light', priority: 10, weight: 1, concurrencyLimit: 2 },
+    ]);
+    const before = servedByKey();
+    // Two at a time over both instances: the limited member always has a free slot, so only the
+    // draw decides (a head with a limit used to be drawn again, giving it about 6%).
+    const statuses = await generateMany(key, 1000, 2);
+    expect(statuses.filter((s) => s === 200)).toHaveLength(1000);
+    const got = (k: string) => (servedByKey()[k] ?? 0) - (before[k] ?? 0);
+    expect(Math.abs(got('sk-heavy') / 1000 - 0.75)).toBeLessThanOrEqual(0.05);
+    expect(Math.abs(got('sk-light') / 1000 - 0.25)).toBeLessThanOrEqual(0.05);
   }, 180_000);
 
   it('holds a member to its concurrency limit across both instances', async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { pickMember } from '../../server/pool/member-selection.ts';
+import { followOrder, pickMember } from '../../server/pool/member-selection.ts';
 
 const member = (id: string, priority: number, weight: number) => ({ id, priority, weight });
 
@@ -30,5 +30,20 @@ describe('pickMember', () => {
     const counts = { a: 0, b: 0 };
     for (let i = 0; i < 4000; i++) counts[pickMember(candidates, () => i / 4000)!.id as 'a' | 'b']++;
     expect(counts).toEqual({ a: 1000, b: 3000 });
+  });
+});
+
+describe('followOrder', () => {
+  const ids = (members: { id: string }[]) => members.map((m) => m.id);
+
+  it('keeps an order drawn before, whatever the weights would draw now', () => {
+    const candidates = [member('heavy', 5, 3), member('light', 5, 1), member('spare', 0, 1)];
+    // This random would put heavy first in a new draw: the drawn order wins.
+    expect(ids(followOrder(candidates, ['light', 'heavy', 'spare'], sequence(0)))).toEqual(['light', 'heavy', 'spare']);
+  });
+
+  it('keeps priority tiers first and places members the draw did not know after the known ones of their tier', () => {
+    const candidates = [member('b', 5, 1), member('new', 5, 100), member('a', 5, 1), member('promoted', 9, 1)];
+    expect(ids(followOrder(candidates, ['a', 'promoted', 'b', 'gone'], sequence(0)))).toEqual(['promoted', 'a', 'b', 'new']);
   });
 });

@@ -15,7 +15,7 @@
  */
 import { ApiError, apiErrorOf, taskErrorCodeOf } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
-import { NoCapacity, upstreamModelOf, type Pool, type Preselected } from '../../pool/pool.ts';
+import { NoCapacity, upstreamModelOf, type Pool, type Preselection } from '../../pool/pool.ts';
 import { asProviderError } from '../../providers/provider-error.ts';
 import type { ProviderKind, ProviderRegistry } from '../../providers/registry.ts';
 import type { ImageEvents, ImageJob, ImageParams } from '../../providers/types.ts';
@@ -66,6 +66,8 @@ export interface ExecuteOptions {
   capacityWaitMs?: number;
   /** Throw NoCapacity instead of failing the task when every member is busy (background tasks). */
   requeueWhenBusy?: boolean;
+  /** The routing order drawn as the task was inserted (`preselect`): the pool follows it. */
+  routeOrder?: readonly string[];
 }
 
 /** What a client is told when no member can take its image now. */
@@ -103,10 +105,11 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
   }
 
   /**
-   * The member a synchronous task's first upstream call goes to, named on the task row as it is
-   * inserted (Pool.preselect), or undefined: the member is taken after the insert.
+   * The routing order of a synchronous task, drawn before its row is inserted (Pool.preselect): its
+   * `first` member is named on the row as it is inserted (else the member is taken after the
+   * insert), and `execute` follows its `order` (`ExecuteOptions.routeOrder`).
    */
-  firstMember(task: { groupId: string; model: string; operation: ImageOperation; prompt: string; n: number; params: ImageParams }): Promise<Preselected | undefined> {
+  preselect(task: { groupId: string; model: string; operation: ImageOperation; prompt: string; n: number; params: ImageParams }): Promise<Preselection> {
     const job: ImageJob = { ...task, inputs: [] };
     return this.deps.pool.preselect({ groupId: task.groupId, model: task.model, capability: 'image', slots: (provider) => this.slotsFor(provider, job) });
   }
@@ -229,7 +232,8 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           capability: 'image',
           // An adapter that splits the job into parallel calls takes a member slot for each.
           slots: (provider) => this.slotsFor(provider, job),
-          // A synchronous task was inserted naming its first member (firstMember).
+          // A synchronous task was inserted with its routing order drawn, naming its first member (preselect).
+          ...(opts.routeOrder && { order: opts.routeOrder }),
           ...(!task.runAsync && task.memberId !== null && { first: { memberId: task.memberId, slots: task.memberSlots } }),
           take: async (memberId, db, slots) => {
             if (!(await this.deps.tasks.assignMember(fence, memberId, slots, db))) throw new LeaseLost('lease lost before the upstream call');

@@ -47,6 +47,12 @@ export interface PreparedImageRequest {
   mask: { fileId?: string; data?: Buffer; mimeType: string } | undefined;
 }
 
+/**
+ * A task as `start` inserted it, with the routing order drawn for it when it is synchronous: `runSync`
+ * routes it in that order, so the one draw that named its first member decides it.
+ */
+export type StartedImageTask = ImageTaskRow & { readonly routeOrder?: readonly string[] };
+
 export interface ImageServiceDeps {
   tasks: ImageTaskRepository;
   models: ModelRepository;
@@ -173,7 +179,7 @@ export class ImageService {
    * Stores the inputs, holds n × price and inserts the task in one statement. A synchronous task
    * starts with this process holding its lease; an async one is left to the task engines.
    */
-  async start(auth: AuthContext, req: PreparedImageRequest, mode: { async: boolean }): Promise<ImageTaskRow> {
+  async start(auth: AuthContext, req: PreparedImageRequest, mode: { async: boolean }): Promise<StartedImageTask> {
     const taskId = newId('img');
     const saved: FileRow[] = [];
     const store = async (input: { fileId?: string; data?: Buffer; mimeType: string; width?: number; height?: number }) => {
@@ -192,8 +198,10 @@ export class ImageService {
     const adopted = [...req.inputs, ...(req.mask ? [req.mask] : [])].flatMap((i) => (i.fileId ? [i.fileId] : []));
 
     const quoted = req.unitPrice * req.n;
-    // A synchronous task names its first member as it is inserted (one statement fewer on the way to the upstream).
-    const first = mode.async ? undefined : await this.deps.runner.firstMember({ groupId: auth.groupId, model: req.model, operation: req.operation, prompt: req.prompt, n: req.n, params: req.params });
+    // A synchronous task's routing order is drawn now: it names its first member as it is inserted
+    // (one statement fewer on the way to the upstream), and runSync follows the same order.
+    const route = mode.async ? undefined : await this.deps.runner.preselect({ groupId: auth.groupId, model: req.model, operation: req.operation, prompt: req.prompt, n: req.n, params: req.params });
+    const first = route?.first;
     const { outcome, task } = await this.deps.ledger
       .holdAndInsertTask(
         { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted },
@@ -235,17 +243,17 @@ export class ImageService {
     if (outcome === 'insufficient_balance') throw paymentRequired('insufficient_balance', `The account balance cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     this.deps.log.info({ taskId, model: req.model, n: req.n, quotedMicroCredits: quoted, async: mode.async }, 'image task created');
     if (mode.async) this.deps.notifier.notify('image');
-    return task!;
+    return route ? { ...task!, routeOrder: route.order } : task!;
   }
 
   /**
    * Runs a synchronous task inside its request, keeping the task's lease while it renders; `signal`
    * aborts when the client goes away.
    */
-  async runSync(task: ImageTaskRow, sink: ImageSink, signal: AbortSignal, log: Logger, opts: { deliveredOnlyIfAllSent?: boolean } = {}): Promise<ExecuteResult> {
+  async runSync(task: StartedImageTask, sink: ImageSink, signal: AbortSignal, log: Logger, opts: { deliveredOnlyIfAllSent?: boolean } = {}): Promise<ExecuteResult> {
     const lease = keepLease(this.deps.tasks.leases, fenceOf(task), this.deps.instanceId, this.deps.options.leaseMs, log, signal);
     try {
-      return await this.deps.runner.execute(task, sink, lease.signal, log, { ...opts, capacityWaitMs: this.deps.options.capacityWaitMs });
+      return await this.deps.runner.execute(task, sink, lease.signal, log, { ...opts, capacityWaitMs: this.deps.options.capacityWaitMs, ...(task.routeOrder && { routeOrder: task.routeOrder }) });
     } finally {
       lease.release();
     }
