@@ -49,6 +49,8 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     applicationName: `mediagate-${config.role}`,
     onQuery: () => metrics.dbQueries.inc(),
     preparedStatements: config.dbPreparedStatements,
+    // The statement that used the connection fails and is answered or retried; this is the one line that says why.
+    onConnectionError: (err) => log.warn({ err: err.message, code: (err as { code?: string }).code }, 'database connection lost'),
   });
   let server: Server | undefined;
   try {

@@ -30,10 +30,15 @@ export interface ClusterEvents {
   configChanged(): void;
 }
 
+/** Waits between reconnection attempts: 500 ms, doubling up to 5 s. */
+const RECONNECT = { baseMs: 500, maxMs: 5000 };
+
 export function listenToCluster(databaseUrl: string, on: ClusterEvents, log: Logger): ClusterListener {
   let client: pg.Client | undefined;
   let stopped = false;
-  let retryMs = 500;
+  let retryMs = RECONNECT.baseMs;
+  /** Connection attempts that failed since the listener last listened (one warning per outage). */
+  let failures = 0;
   let timer: NodeJS.Timeout | undefined;
 
   const connect = async () => {
@@ -44,7 +49,7 @@ export function listenToCluster(databaseUrl: string, on: ClusterEvents, log: Log
       else if (KINDS.includes(msg.payload as TaskKindName)) on.task(msg.payload as TaskKindName);
     });
     c.on('error', (err) => {
-      if (!stopped) log.warn({ err }, 'cluster listener connection failed; until it reconnects, new tasks are found by the periodic claim and other instances\' changes within the cache TTLs');
+      if (!stopped && client === c) log.warn({ err: err.message }, "cluster listener connection lost; until it reconnects, new tasks are found by the periodic claim and other instances' changes within the cache TTLs");
     });
     c.on('end', () => {
       if (client !== c) return;
@@ -54,12 +59,15 @@ export function listenToCluster(databaseUrl: string, on: ClusterEvents, log: Log
     try {
       await c.connect();
       await c.query(`listen ${TASK_CHANNEL}; listen ${CONFIG_CHANNEL}`);
-      retryMs = 500;
+      if (failures > 0) log.info({ failedAttempts: failures }, 'cluster listener reconnected');
+      failures = 0;
+      retryMs = RECONNECT.baseMs;
       for (const kind of KINDS) on.task(kind);
       on.configChanged();
     } catch (err) {
-      if (!stopped) log.warn({ err, retryInMs: retryMs }, 'cluster listener could not connect');
       if (client === c) client = undefined;
+      if (stopped) return;
+      if (failures++ === 0) log.warn({ err: (err as Error).message, retryInMs: retryMs }, 'cluster listener could not connect; retrying with backoff');
       schedule();
       await c.end().catch(() => undefined);
     }
@@ -70,7 +78,7 @@ export function listenToCluster(databaseUrl: string, on: ClusterEvents, log: Log
       timer = undefined;
       void connect();
     }, retryMs);
-    retryMs = Math.min(retryMs * 2, 30_000);
+    retryMs = Math.min(retryMs * 2, RECONNECT.maxMs);
   };
 
   void connect();
@@ -78,7 +86,9 @@ export function listenToCluster(databaseUrl: string, on: ClusterEvents, log: Log
     async stop() {
       stopped = true;
       if (timer) clearTimeout(timer);
-      await client?.end().catch(() => undefined);
+      const c = client;
+      client = undefined;
+      await c?.end().catch(() => undefined);
     },
   };
 }

@@ -55,12 +55,37 @@ export interface CreateDatabaseOptions {
   max?: number;
   /** Shown in pg_stat_activity; helps tell API instances, workers and scripts apart. */
   applicationName?: string;
-  /** Errors of idle pooled connections (server restart, network); pg drops the client itself. */
-  onPoolError?: (err: Error) => void;
+  /**
+   * Errors of pooled connections, idle or checked out (the server restarted or crashed, the
+   * network dropped): pg drops such a client itself; this only hears about it.
+   */
+  onConnectionError?: (err: Error) => void;
+  /** How long getting a connection may take (connect, or wait for a free one) before it fails (default 10 s). */
+  connectTimeoutMs?: number;
   /** Called for every statement Kysely runs (a metrics counter). */
   onQuery?: () => void;
   /** Run statements marked with `prepared()` as named prepared statements (default true; see prepared.ts). */
   preparedStatements?: boolean;
+}
+
+/** SQLSTATE classes and codes that mean the session or the server is gone, not that the statement was wrong. */
+const CONNECTION_LOST = /^(08|57P0[1-4])/; // connection_exception; admin_shutdown, crash_shutdown, cannot_connect_now, database_dropped
+const SOCKET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+/** node-postgres' own messages for a connection that broke or could not be made (pg and pg-pool 8.x). */
+const PG_CONNECTION_MESSAGES = /^(Connection terminated|Client has encountered a connection error and is not queryable|Client was closed and is not queryable|timeout exceeded when trying to connect)/;
+
+/**
+ * Whether `err` says the database cannot be reached right now (down, restarting, crashed, the
+ * network), as opposed to an error of the statement: a request that meets it is answered with a
+ * retryable 503, and a task step that meets it is simply resumed later (the database is not the
+ * task's fault). A FATAL error always ends the session, so it counts too.
+ */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  if (typeof err !== 'object' || err === null) return false;
+  const e = err as { code?: unknown; severity?: unknown; syscall?: unknown; message?: unknown };
+  if (typeof e.severity === 'string') return e.severity === 'FATAL' || e.severity === 'PANIC' || (typeof e.code === 'string' && CONNECTION_LOST.test(e.code));
+  if (typeof e.code === 'string' && typeof e.syscall === 'string') return SOCKET_ERRORS.has(e.code);
+  return typeof e.message === 'string' && PG_CONNECTION_MESSAGES.test(e.message);
 }
 
 /** A Kysely instance over its own pg.Pool; callers own it and call `destroy()` when done. */
@@ -70,10 +95,19 @@ export function createDatabase(url: string, opts: CreateDatabaseOptions = {}): K
     max: opts.max ?? 10,
     application_name: opts.applicationName ?? 'mediagate',
     types: typeParsers,
+    connectionTimeoutMillis: opts.connectTimeoutMs ?? 10_000,
   });
-  // Without a listener an idle connection error would crash the process.
-  pool.on('error', (err) => opts.onPoolError?.(err));
-  if (opts.preparedStatements !== false) pool.on('connect', preparingClient);
+  // An 'error' event without a listener kills the process. pg-pool listens on idle clients only
+  // (and re-emits on the pool); a client checked out by a transaction or a running statement
+  // emits on itself when its server goes away (`Client._handleErrorEvent`), so every client gets
+  // a listener of its own for its whole life. The statement in flight fails with the error
+  // anyway, and the pool drops the broken client when it is released.
+  const onError = (err: Error) => opts.onConnectionError?.(err);
+  pool.on('error', () => undefined); // the client's own listener below has reported it
+  pool.on('connect', (client) => {
+    client.on('error', onError);
+    if (opts.preparedStatements !== false) preparingClient(client);
+  });
   const onQuery = opts.onQuery;
   return new Kysely<DB>({ dialect: new PostgresDialect({ pool }), plugins: [new CamelCasePlugin()], log: onQuery ? () => onQuery() : undefined });
 }

@@ -13,7 +13,7 @@ export class ReadinessService {
     try {
       await this.health.ping();
     } catch (err) {
-      this.log.warn({ err }, 'readiness check: database unreachable');
+      this.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'readiness check: database unreachable');
       throw new ApiError(503, 'not_ready', 'The database is unreachable.');
     }
   }

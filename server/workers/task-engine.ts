@@ -7,6 +7,7 @@
  * A crashed worker's rows are claimed again once their lease expires, so nothing is lost.
  */
 import { randomBytes } from 'node:crypto';
+import { isDatabaseUnavailable } from '../db/database.ts';
 import type { Logger } from '../logger.ts';
 import { fenceOf, type Fence } from '../repositories/leased-tasks.ts';
 import { keepLease } from '../services/tasks/lease.ts';
@@ -42,6 +43,8 @@ export class TaskEngine<Row extends LeasedRow> {
   /** The last claim found fewer due rows than it asked for: nothing more is due right now. */
   private drained = false;
   private loopDone: Promise<void> | undefined;
+  /** Claims that failed in a row (the database is away): the next one waits longer, up to CLAIM_BACKOFF.maxMs. */
+  private claimFailures = 0;
 
   constructor(
     private readonly runner: TaskRunner<Row>,
@@ -78,8 +81,12 @@ export class TaskEngine<Row extends LeasedRow> {
       if (free > 0) {
         try {
           claimed = (await this.runner.leases.claimDue(this.workerId, free, leaseMs)) as unknown as Row[];
+          if (this.claimFailures > 0) this.log.info({ failedClaims: this.claimFailures }, 'task engine: claiming works again');
+          this.claimFailures = 0;
         } catch (err) {
-          this.log.error({ err, kind: this.runner.name }, 'task engine: claim failed');
+          this.claimFailures++;
+          await this.claimFailed(err);
+          continue;
         }
       }
       if (free > 0) {
@@ -119,6 +126,29 @@ export class TaskEngine<Row extends LeasedRow> {
   }
 
   /**
+   * After a failed claim: one line for the first failure of a row of them (the database is away,
+   * or something is wrong with it), then a wait that doubles with every further failure, so an
+   * outage costs a few attempts a minute, and the first claim after it succeeds within seconds.
+   */
+  private async claimFailed(err: unknown): Promise<void> {
+    const waitMs = Math.min(CLAIM_BACKOFF.maxMs, CLAIM_BACKOFF.baseMs * 2 ** (this.claimFailures - 1));
+    if (this.claimFailures === 1) {
+      if (isDatabaseUnavailable(err)) this.log.warn({ kind: this.runner.name, err: (err as Error).message, retryInMs: waitMs }, 'task engine: the database is unavailable; claiming again with backoff');
+      else this.log.error({ err, kind: this.runner.name, retryInMs: waitMs }, 'task engine: claim failed; claiming again with backoff');
+    }
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, waitMs);
+      this.wakeUp = () => {
+        // Only a stop cuts the wait short: a wake-up meanwhile would claim against the same failure.
+        if (!this.stopping.signal.aborted) return;
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+    this.wakeUp = undefined;
+  }
+
+  /**
    * Hands a row back for its next step in `delayMs`. The slot frees at once: the reschedule goes
    * out with the others of the same few milliseconds in one statement, and until it lands the row
    * stays leased to this worker, so no claim takes it. Should it never land (a database error, a
@@ -132,7 +162,10 @@ export class TaskEngine<Row extends LeasedRow> {
           if (ok) this.dueIn(delayMs);
           else log.info('task was taken over before its next step was scheduled');
         },
-        (err: unknown) => log.error({ err }, 'rescheduling a task failed; it resumes when its lease expires'),
+        (err: unknown) =>
+          isDatabaseUnavailable(err)
+            ? log.warn({ err: (err as Error).message }, 'rescheduling a task failed: the database is unavailable; it resumes when its lease expires')
+            : log.error({ err }, 'rescheduling a task failed; it resumes when its lease expires'),
       )
       .finally(() => this.landing.delete(landed));
     this.landing.add(landed);
@@ -160,6 +193,12 @@ export class TaskEngine<Row extends LeasedRow> {
         log.info({ reason: String(lease.signal.reason ?? err) }, 'task step stopped; it resumes after its lease expires');
         return;
       }
+      // Not the task's failure: it keeps its retries and resumes on any instance once its lease runs out.
+      if (isDatabaseUnavailable(err)) {
+        outcome('lost');
+        log.warn({ err: (err as Error).message }, 'task step stopped: the database is unavailable; it resumes after its lease expires');
+        return;
+      }
       const delay = retryDelay(this.runner.retry, task.retries, this.options.random, err);
       try {
         if (delay === undefined) {
@@ -180,6 +219,8 @@ export class TaskEngine<Row extends LeasedRow> {
 }
 
 const DUE_SLACK_MS = 25;
+/** Waits between failed claims: 200 ms, doubling up to 5 s. */
+const CLAIM_BACKOFF = { baseMs: 200, maxMs: 5000 };
 
 /** A min-heap of due times (ms since the epoch). */
 class DueTimes {

@@ -152,4 +152,50 @@ describe('TaskEngine', () => {
       vi.useRealTimers();
     }
   });
+
+  it('backs off while claims fail because the database is away, and claims again once it is back (on a fake clock)', async () => {
+    vi.useFakeTimers({ toFake: ['Date', 'setTimeout', 'clearTimeout', 'setInterval', 'clearInterval'] });
+    try {
+      const rows = [row('d')];
+      const { runner: r } = runner(rows, async () => DONE);
+      const claims: number[] = [];
+      let databaseAway = true;
+      const claimDue = r.leases.claimDue.bind(r.leases);
+      r.leases.claimDue = (async (...args: Parameters<typeof claimDue>) => {
+        claims.push(Date.now());
+        if (databaseAway) throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED', syscall: 'connect' });
+        return claimDue(...args);
+      }) as typeof claimDue;
+      // A 10 ms period: without the backoff it would claim 100 times a second against the outage.
+      engine = new TaskEngine(r, log, { leaseMs: 1000, pollMs: 10, concurrency: 1 });
+      engine.start();
+      await vi.advanceTimersByTimeAsync(12_000);
+      // At 0, then after 200, 400, 800, 1600, 3200 ms, then every 5 s: 7 claims in 12 s.
+      expect(claims.length).toBe(7);
+      expect(claims.slice(1).map((t, i) => t - claims[i]!)).toEqual([200, 400, 800, 1600, 3200, 5000]);
+      databaseAway = false;
+      await vi.advanceTimersByTimeAsync(5000);
+      expect(rows[0]!.attempt).toBe(1); // claimed and run once the database is back
+      await engine.stop();
+      engine = undefined;
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('leaves a step that met an unreachable database to its lease: no retry counted, never given up', async () => {
+    const rows = [row('z')];
+    let steps = 0;
+    const { runner: r, calls, gaveUp } = runner(rows, async () => {
+      steps++;
+      throw Object.assign(new Error('terminating connection due to unexpected postmaster exit'), { code: '57P01', severity: 'FATAL' });
+    });
+    engine = new TaskEngine(r, log, { leaseMs: 1000, pollMs: 10, concurrency: 1 });
+    engine.start();
+    await until(() => steps === 1);
+    await new Promise((res) => setTimeout(res, 50));
+    expect(calls.filter((c) => c.startsWith('reschedule'))).toEqual([]);
+    expect(gaveUp).toEqual([]);
+    expect(rows[0]!.retries).toBe(0);
+  });
 });

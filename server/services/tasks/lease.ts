@@ -24,7 +24,7 @@ export function keepLease(leases: LeasedTasks<LeasedTableName>, fence: Fence, ow
       .then((ok) => {
         if (!ok) work.abort(new LeaseLost('lease lost'));
       })
-      .catch((err: unknown) => log.warn({ err }, 'lease heartbeat failed'));
+      .catch((err: unknown) => log.warn({ err: err instanceof Error ? err.message : String(err) }, 'lease heartbeat failed'));
   }, Math.max(100, Math.floor(leaseMs / 3)));
   return {
     signal: work.signal,
