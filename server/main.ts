@@ -44,13 +44,18 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
   }
 
   const metrics = createMetrics();
+  let dbClosed = false;
   const db = createDatabase(databaseUrl, {
     max: config.dbPoolMax,
     applicationName: `mediagate-${config.role}`,
     onQuery: () => metrics.dbQueries.inc(),
     preparedStatements: config.dbPreparedStatements,
-    // The statement that used the connection fails and is answered or retried; this is the one line that says why.
-    onConnectionError: (err) => log.warn({ err: err.message, code: (err as { code?: string }).code }, 'database connection lost'),
+    // The statement that used the connection fails and is answered or retried; this is the one line
+    // that says why. Not after the pool was closed: pg-pool forgets a client before its server has
+    // seen it go, so a PostgreSQL stopped right after may still say goodbye to it (57P01).
+    onConnectionError: (err) => {
+      if (!dbClosed) log.warn({ err: err.message, code: (err as { code?: string }).code }, 'database connection lost');
+    },
   });
   let server: Server | undefined;
   try {
@@ -105,6 +110,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       await workers?.stop();
       await listener.stop();
       await db.destroy();
+      dbClosed = true;
       if (stopEmbedded) await stopEmbedded();
     };
     return { runtime, url, stop };

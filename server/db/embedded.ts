@@ -240,11 +240,18 @@ function runToCompletion(command: string, args: string[], layout: EmbeddedLayout
   });
 }
 
-function spawnChild(command: string, args: string[], layout: EmbeddedLayout): ChildProcess {
+/**
+ * `ownGroup`: the child gets a process group (and session) of its own, so that a terminal's Ctrl-C,
+ * which signals the server's whole group, does not reach it: the postmaster must outlive the
+ * server's drain, and the server stops it afterwards (or, should the server die, on its exit or at
+ * the next start: recoverLeftovers).
+ */
+function spawnChild(command: string, args: string[], layout: EmbeddedLayout, ownGroup = false): ChildProcess {
   return spawn(command, args, {
     cwd: '/',
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, LC_ALL: 'C', LC_MESSAGES: 'C' },
+    detached: ownGroup,
     ...(layout.runAs && { uid: layout.runAs.uid, gid: layout.runAs.gid }),
   });
 }
@@ -358,6 +365,7 @@ function launch(layout: EmbeddedLayout, port: number): Promise<{ child: ChildPro
       // lock files are shared between instances.
       ['-D', layout.clusterDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
       layout,
+      true,
     );
     const output = () => lines.join('');
     let settled = false;
