@@ -106,6 +106,13 @@ export interface paths {
          *     - `413 body_too_large`; `415 unsupported_media_type`; `429 rate_limited` (the upstream accounts are cooling down after a 429) or `upstream_busy` (every upstream account is at its concurrency limit: the request waited up to `IMAGE_CAPACITY_WAIT_MS`, 3 s by default, for a slot), both with `Retry-After` and nothing charged.
          *     - `500 internal_error`; `502 upstream_error` (the upstream failed; the task is `failed` and its
          *       credits released); `503 no_reachable_member` or `capability_disabled`.
+         *     - `503 storage_unavailable` or `507 storage_full` (with `Retry-After`): the gateway's media
+         *       storage cannot be written or is full, the gateway's own fault. Answered at once; the task is
+         *       `failed` with that `error.code` and its credits released (in an event stream, images already
+         *       delivered stay charged and the failure is its `event: error`); nothing is left
+         *       `needs_attention`. A `b64_json` JSON answer carries its images itself: should their stored
+         *       copies fail, the answer is still sent and charged, and `GET /v1/images/{task_id}` lists only
+         *       the copies that were stored.
          */
         post: operations["createImage"];
         delete?: never;
@@ -171,6 +178,13 @@ export interface paths {
          *     - `413 body_too_large` (the request) or `media_too_large` (one image or the mask over the per-file byte limit) or `media_total_too_large` (JSON: all inputs over `EDIT_MAX_BODY_BYTES`); limits are enforced while the body is read; `415 unsupported_media_type`; `429 rate_limited` (the upstream accounts are cooling down after a 429) or `upstream_busy` (every upstream account is at its concurrency limit: the request waited up to `IMAGE_CAPACITY_WAIT_MS`, 3 s by default, for a slot), both with `Retry-After` and nothing charged.
          *     - `500 internal_error`; `502 upstream_error` (the upstream failed; the task is `failed` and its
          *       credits released); `503 no_reachable_member` or `capability_disabled`.
+         *     - `503 storage_unavailable` or `507 storage_full` (with `Retry-After`): the gateway's media
+         *       storage cannot be written or is full, the gateway's own fault. Answered at once; the task is
+         *       `failed` with that `error.code` and its credits released (in an event stream, images already
+         *       delivered stay charged and the failure is its `event: error`); nothing is left
+         *       `needs_attention`. A `b64_json` JSON answer carries its images itself: should their stored
+         *       copies fail, the answer is still sent and charged, and `GET /v1/images/{task_id}` lists only
+         *       the copies that were stored.
          */
         post: operations["editImage"];
         delete?: never;
@@ -311,6 +325,10 @@ export interface paths {
          *     upstream account with the same `Idempotency-Key` (the task id), so an upstream that honours the
          *     header runs it once; an upstream that ignores it may run it twice, but the task is still
          *     completed and charged once.
+         *     A finished video is stored by the gateway; if its media storage is full or cannot be written
+         *     at that moment (the gateway's fault, not the upstream's), the task stays `in_progress` with its
+         *     hold kept and the download is retried with backoff until the video is stored (then completed
+         *     and charged once) or the maximum task lifetime ends (then refunded).
          *
          *     **URLs.** `callback_url`, `reference_videos` and `reference_audios` must be `https://host/…`
          *     with a public host: no user info, no port 0, no `localhost`, `.local`, `.internal` or
@@ -347,6 +365,10 @@ export interface paths {
          *       `too_many_media_inputs` (over `maxMediaInputCount`); `415 unsupported_media_type`;
          *       `429 rate_limited` (with `Retry-After`).
          *     - `500 internal_error`; `503 no_reachable_member` or `capability_disabled`.
+         *     - `503 storage_unavailable` or `507 storage_full` (with `Retry-After`): the gateway's media
+         *       storage cannot be written or is full, the gateway's own fault; answered as soon as storing a
+         *       media input fails, the rest of the body unread; nothing is created or held, and no input is
+         *       kept.
          */
         post: operations["createVideo"];
         delete?: never;
@@ -441,6 +463,10 @@ export interface paths {
          *       `too_many_media_inputs` (over `maxMediaInputCount`); `415 unsupported_media_type`;
          *       `429 rate_limited` (with `Retry-After`).
          *     - `500 internal_error`; `503 no_reachable_member` or `capability_disabled`.
+         *     - `503 storage_unavailable` or `507 storage_full` (with `Retry-After`): the gateway's media
+         *       storage cannot be written or is full, the gateway's own fault; answered as soon as storing a
+         *       media input fails, the rest of the body unread; nothing is created or held, and no input is
+         *       kept.
          */
         post: operations["createVideoApiV1"];
         delete?: never;
@@ -533,7 +559,7 @@ export interface paths {
          *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `408 body_timeout` (the
          *     body stalled or took too long); `413 media_too_large` (over `UPLOAD_MAX_BYTES`, refused as soon
          *     as the limit is passed); `415 unsupported_media_type` (not `multipart/form-data`, or a content
-         *     encoding); `500 internal_error`.
+         *     encoding); `500 internal_error`; `503 storage_unavailable` and `507 storage_full` (the gateway's media storage cannot be written, or is full: its own fault, answered as soon as a write fails, with `Retry-After`; the body is not read further, and no file and no row are kept).
          */
         post: operations["createFile"];
         delete?: never;
@@ -1481,10 +1507,17 @@ export interface components {
          *       `upstream_unavailable` (the upstream account cannot take work: its credentials were refused
          *       or its quota is used up; the operator has to act),
          *       `capability_disabled` (the operator switched this kind of generation off), `not_ready`,
-         *       `server_busy` (too many large request bodies at once; with `Retry-After`).
+         *       `server_busy` (too many large request bodies at once; with `Retry-After`),
+         *       `storage_unavailable` (with `Retry-After`: the gateway's media storage cannot be written right
+         *       now, e.g. an I/O error or a read-only volume; otherwise as `storage_full` below).
+         *     - **507** `storage_full` (with `Retry-After`: the gateway's media storage, or its quota, is full;
+         *       the gateway's fault, not the request's: the request is refused as soon as a write fails,
+         *       nothing is charged or held and nothing of it is kept — except that an image stream that
+         *       already delivered some images charges those, as its `event: error` says; retry the request as
+         *       it was once space is freed, which needs no restart).
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "unsupported_by_upstream" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready" | "server_busy";
+        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "unsupported_by_upstream" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready" | "server_busy" | "storage_unavailable" | "storage_full";
         /**
          * VideoBillingRow
          * @description The current price of one model at one output resolution, with a quote token (one row per resolution
@@ -2008,9 +2041,12 @@ export interface components {
          *       synchronous `b64_json` answer carries the images itself and their copies are stored as the task
          *       completes: should a copy fail to be written, that image was still delivered and charged, and
          *       `data` leaves it out.
-         *     - `failed`: `error.message` gives the reason; the task's held credits were released.
-         *     - `needs_attention`: the upstream outcome is unknown (for example the upstream accepted the job
-         *       but its result could not be stored). The task's credits stay held until an operator settles it
+         *     - `failed`: `error.message` gives the reason; the task's held credits were released. When the
+         *       gateway's media storage was full or could not be written, `error.code` is `storage_full` or
+         *       `storage_unavailable`.
+         *     - `needs_attention`: the outcome is unknown (for example the upstream produced an image and an
+         *       unexpected error kept the gateway from recording it; a full or failing media storage is not
+         *       such a case: it fails the task). The task's credits stay held until an operator settles it
          *       through the admin API as completed or refunded.
          *
          *     Transitions: `processing` → `completed` | `failed` | `needs_attention`; `needs_attention` →
@@ -3878,7 +3914,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), the upstream account cannot take work (`upstream_unavailable`), the database is unreachable or overloaded (`not_ready`; retry), or too many large bodies are being processed (`server_busy`; retry after `Retry-After`). */
+        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), the upstream account cannot take work (`upstream_unavailable`), the database is unreachable or overloaded (`not_ready`; retry), too many large bodies are being processed (`server_busy`; retry after `Retry-After`), or the gateway's media storage cannot be written (`storage_unavailable`; the gateway's fault: nothing was charged or held; retry after `Retry-After`). */
         ServiceUnavailable: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -3993,6 +4029,28 @@ export interface components {
                  *         "type": "server_error",
                  *         "code": "upstream_error",
                  *         "param": null
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description The gateway's media storage is full (`storage_full`): the gateway's own fault, not the request's. The request was refused as soon as a write failed; nothing was charged or held and nothing of it was kept. Retry after `Retry-After` seconds; space freed by the operator is used at once. */
+        InsufficientStorage: {
+            headers: {
+                "X-Request-Id": components["headers"]["XRequestId"];
+                "Retry-After": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": {
+                 *         "message": "The gateway's media storage is full, so the request could not be carried out (not a fault of the request); retry in 60 s. The operator has been notified in the logs.",
+                 *         "type": "server_error",
+                 *         "code": "storage_full",
+                 *         "param": null,
+                 *         "request_id": "req_4f0c2a9b1d3e5f7a8c6b4d2e"
                  *       }
                  *     }
                  */
@@ -4371,6 +4429,7 @@ export interface operations {
             500: components["responses"]["InternalError"];
             502: components["responses"]["BadGateway"];
             503: components["responses"]["ServiceUnavailable"];
+            507: components["responses"]["InsufficientStorage"];
         };
     };
     editImage: {
@@ -4501,6 +4560,7 @@ export interface operations {
             500: components["responses"]["InternalError"];
             502: components["responses"]["BadGateway"];
             503: components["responses"]["ServiceUnavailable"];
+            507: components["responses"]["InsufficientStorage"];
         };
     };
     getImageTask: {
@@ -4712,6 +4772,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+            507: components["responses"]["InsufficientStorage"];
         };
     };
     createVideoApiV1: {
@@ -4777,6 +4838,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+            507: components["responses"]["InsufficientStorage"];
         };
     };
     createVideoLegacyPath: {
@@ -4902,6 +4964,8 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+            507: components["responses"]["InsufficientStorage"];
         };
     };
     getFile: {
@@ -4973,6 +5037,7 @@ export interface operations {
                 };
             };
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getWebhookSecret: {
@@ -5213,6 +5278,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createAccount: {
@@ -5261,6 +5327,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getAccount: {
@@ -5304,6 +5371,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     updateAccount: {
@@ -5357,6 +5425,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     adjustAccountCredits: {
@@ -5420,6 +5489,7 @@ export interface operations {
             402: components["responses"]["PaymentRequired"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listApiKeys: {
@@ -5484,6 +5554,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createApiKey: {
@@ -5539,6 +5610,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getApiKey: {
@@ -5587,6 +5659,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     updateApiKey: {
@@ -5644,6 +5717,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listGroups: {
@@ -5704,6 +5778,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createGroup: {
@@ -5750,6 +5825,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getGroup: {
@@ -5791,6 +5867,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     updateGroup: {
@@ -5842,6 +5919,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listGroupMembers: {
@@ -5944,6 +6022,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createGroupMember: {
@@ -6028,6 +6107,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     updateGroupMember: {
@@ -6111,6 +6191,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listCatalogModels: {
@@ -6193,6 +6274,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createCatalogModel: {
@@ -6315,6 +6397,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getCatalogModel: {
@@ -6388,6 +6471,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     updateCatalogModel: {
@@ -6489,6 +6573,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listCapabilitySwitches: {
@@ -6534,6 +6619,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     setCapabilitySwitch: {
@@ -6581,6 +6667,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getTask: {
@@ -6631,6 +6718,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     settleImageTask: {
@@ -6694,6 +6782,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getTaskWebhook: {
@@ -6756,6 +6845,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     redeliverTaskWebhook: {
@@ -6819,6 +6909,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     videoTaskFinished: {

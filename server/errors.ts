@@ -4,6 +4,7 @@
  */
 import type { components } from '../generated/api.d.ts';
 import type { ProviderError } from './providers/provider-error.ts';
+import type { StorageError } from './storage/storage-error.ts';
 
 export type ErrorCode = components['schemas']['ErrorCode'];
 export type ErrorBody = components['schemas']['ErrorResponse'];
@@ -89,4 +90,20 @@ export function apiErrorOf(err: ProviderError): ApiError {
 /** The stable `error.code` of a task that failed because of `err`. */
 export function taskErrorCodeOf(err: ProviderError): ErrorCode {
   return apiErrorOf(err).code;
+}
+
+/** Seconds a client is told to wait after a storage failure: space is freed by an operator, an I/O fault may pass sooner. */
+export const STORAGE_RETRY_AFTER_SECONDS = { full: 60, unavailable: 30 } as const;
+
+/**
+ * The one mapping of a media store failure (storage/storage-error.ts) to the API error a client
+ * sees: the gateway's own fault, never the request's nor the upstream's. The message says nothing
+ * of paths or system details; the log line has them.
+ */
+export function apiErrorOfStorage(err: StorageError): ApiError {
+  const seconds = STORAGE_RETRY_AFTER_SECONDS[err.condition];
+  const headers = { 'Retry-After': String(seconds) };
+  return err.condition === 'full'
+    ? new ApiError(507, 'storage_full', `The gateway's media storage is full, so the request could not be carried out (not a fault of the request); retry in ${seconds} s. The operator has been notified in the logs.`, null, {}, headers)
+    : new ApiError(503, 'storage_unavailable', `The gateway's media storage cannot be written right now, so the request could not be carried out (not a fault of the request); retry in ${seconds} s. The operator has been notified in the logs.`, null, {}, headers);
 }

@@ -4,7 +4,8 @@
  */
 import type { ErrorRequestHandler, Request } from 'express';
 import type { Logger } from '../logger.ts';
-import { ApiError, type ErrorCode } from '../errors.ts';
+import { ApiError, apiErrorOfStorage, type ErrorCode } from '../errors.ts';
+import { StorageError } from '../services/file.service.ts';
 
 const AUTH_ERROR = Symbol('mediagate.authError');
 
@@ -106,12 +107,14 @@ export function errorMiddleware(log: Logger): ErrorRequestHandler {
     let apiError: ApiError | undefined;
     const remembered = (req as Request & { [AUTH_ERROR]?: ApiError })[AUTH_ERROR];
     if (err instanceof ApiError) apiError = err;
+    else if (err instanceof StorageError) apiError = apiErrorOfStorage(err);
     else if (remembered && isValidatorError(err) && (err.status === 401 || err.status === 403)) apiError = remembered;
     else if (isValidatorError(err)) apiError = fromValidator(err, req);
     else apiError = fromBodyParser(err as never, req) ?? fromDatabase(err as never);
 
     if (!apiError || apiError.status >= 500) {
-      const level = apiError ? 'warn' : 'error';
+      // A full or failing media store needs the operator: an error, not a warning.
+      const level = apiError && !(err instanceof StorageError) ? 'warn' : 'error';
       log[level]({ err, requestId, path: req.path }, 'request failed');
     }
     if (!apiError) apiError = new ApiError(500, 'internal_error', `Internal error. Quote request id '${requestId}' when reporting it.`);

@@ -3,12 +3,13 @@
  * store as it arrives (never held in memory) under the upload byte limit, and the text fields go
  * to `req.body` for the contract validator. The stored file is provisional (it expires within the
  * hour) until the handler confirms it; if validation or anything else fails, or the client goes
- * away, it is removed when the response is over.
+ * away, it is removed when the response is over. A write the store cannot do (full, failing) ends
+ * the request at once with that storage error (507/503): the rest of the body is not read.
  */
 import busboy from 'busboy';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { ApiError, badRequest } from '../errors.ts';
-import { MediaTooLarge, type FileRow, type FileService } from '../services/file.service.ts';
+import { MediaTooLarge, StorageError, type FileRow, type FileService } from '../services/file.service.ts';
 import { authOf } from './auth.ts';
 import { lingerAfterResponse } from './request-guards.ts';
 
@@ -52,7 +53,7 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
     });
 
     let bb: busboy.Busboy;
-    const finish = (err?: ApiError) => {
+    const finish = (err?: ApiError | StorageError) => {
       if (settled) return;
       settled = true;
       clearTimeout(idle);
@@ -73,7 +74,8 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
           req.body = body;
           next();
         },
-        (e: unknown) => next(e instanceof MediaTooLarge ? tooLarge() : badRequest('invalid_request', 'The file could not be stored.', 'file')),
+        // Past the limit is the client's; the store's own failures (StorageError) and the rest are not.
+        (e: unknown) => next(e instanceof MediaTooLarge ? tooLarge() : e),
       );
     };
 
@@ -101,7 +103,9 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
       });
       const filename = (info.filename ?? '').slice(0, 255);
       saving = files.save({ accountId, purpose: 'upload', contentType: 'application/octet-stream', filename, expiresAt: new Date(Date.now() + 3_600_000) }, stream, { maxBytes: limits.maxFileBytes });
-      saving.catch(() => undefined); // observed by finish() or the close hook
+      // The store failed (full, I/O): answer now instead of waiting for a body it no longer reads.
+      // Any other outcome is observed by finish() or the close hook.
+      saving.catch((err: unknown) => err instanceof StorageError && finish(err));
     });
     bb.on('field', (name, value, info) => {
       if (settled) return;

@@ -3,8 +3,9 @@
  * `POST /v1/images/edits`), read as a stream (design §9): the media-json scanner decodes each data
  * URL as it arrives into the request's `InputStaging` (the media store), and `req.body` becomes the
  * small JSON that remains, validated against the contract as every other body. Limits hold while
- * reading; the first one passed answers at once (413, 400) without reading the rest; a body that
- * stalls or drips is cut off (408 `body_timeout`). When the response is over, every staged input
+ * reading; the first one passed answers at once (413, 400) without reading the rest, and so does
+ * a media store that cannot take an input (507 `storage_full`, 503 `storage_unavailable`); a body
+ * that stalls or drips is cut off (408 `body_timeout`). When the response is over, every staged input
  * that no task adopted is removed — also when the client went away mid-body.
  *
  * Runs after authentication (the staged files belong to the key's account) and before the other
@@ -82,7 +83,8 @@ export function mediaJsonBody(files: FileService, log: Logger, options: MediaBod
         (err: unknown) => log.warn({ err }, 'could not remove media inputs no task adopted; the sweeper removes them when they expire'),
       );
     });
-    const scanner = new MediaJsonScanner(options.fields, options.limits, (param, mimeType) => staging.open(param, mimeType));
+    // A store that cannot take an input (full, failing) ends the request at once: 507/503.
+    const scanner = new MediaJsonScanner(options.fields, options.limits, (param, mimeType) => staging.open(param, mimeType, (err) => finish(err)));
 
     let settled = false;
     let source: Readable;

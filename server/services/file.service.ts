@@ -11,7 +11,7 @@ import { newId } from '../lib/ids.ts';
 import { hmac, signatureMatches } from '../lib/signing.ts';
 import { inspectImage } from '../lib/image-inspect.ts';
 
-export { MediaTooLarge } from '../storage/media-store.ts';
+export { MediaTooLarge, StorageError } from '../storage/media-store.ts';
 
 const EXTENSIONS: Record<string, string> = {
   'image/png': 'png',

@@ -3,18 +3,26 @@
  * upstream URLs expire or need credentials. Everything is streamed in and out; `put` enforces a
  * byte limit while it writes. The filesystem store is the default; every key is a relative path
  * under its root. An S3-compatible store implements the same interface.
+ *
+ * A write or a removal that fails on the store's side rejects with a StorageError (storage-error.ts:
+ * `StorageFull`, `StorageUnavailable`), never with the error of the data being written (a client
+ * that went away, an upstream download that broke), so callers can tell whose fault it was.
  */
-import { createReadStream, createWriteStream } from 'node:fs';
+import { close, createReadStream, createWriteStream, open, write, writev } from 'node:fs';
 import { mkdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, resolve, sep } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { randomHex } from '../lib/ids.ts';
+import { asStorageError } from './storage-error.ts';
+
+export { StorageError, StorageFull, StorageUnavailable } from './storage-error.ts';
 
 export interface MediaStore {
   /**
    * Writes bytes (or a stream) under `key` atomically: readers never see a partial file. With
-   * `maxBytes`, a stream that grows past it fails with MediaTooLarge and nothing is kept.
+   * `maxBytes`, a stream that grows past it fails with MediaTooLarge and nothing is kept; a write
+   * the store cannot do fails with a StorageError and nothing is kept either.
    */
   put(key: string, data: Buffer | Readable, opts?: { maxBytes?: number }): Promise<{ bytes: number }>;
   read(key: string): Readable;
@@ -44,6 +52,20 @@ export function byteLimit(maxBytes: number): Transform {
   });
 }
 
+/**
+ * The fs calls of a write stream, their failures turned into storage errors where they happen: a
+ * pipeline that rejects then says by its error alone whether the store or the data failed.
+ */
+function storageFs(key: string) {
+  type Callback = (err: unknown, ...rest: unknown[]) => void;
+  const classified = (call: (...args: never[]) => void) => (...args: unknown[]) => {
+    const done = args.pop() as Callback;
+    const classify: Callback = (err, ...rest) => done(err ? asStorageError(err, key) : err, ...rest);
+    (call as (...args: unknown[]) => void)(...args, classify);
+  };
+  return { open: classified(open), write: classified(write), writev: classified(writev), close: classified(close) };
+}
+
 export class FilesystemMediaStore implements MediaStore {
   /** Directories known to exist: a put into one of them needs no mkdir. */
   private readonly dirs = new Set<string>();
@@ -60,11 +82,13 @@ export class FilesystemMediaStore implements MediaStore {
     const path = this.path(key);
     const dir = dirname(path);
     if (!this.dirs.has(dir)) {
-      await mkdir(dir, { recursive: true });
+      await mkdir(dir, { recursive: true }).catch((err: unknown) => {
+        throw asStorageError(err, key);
+      });
       this.dirs.add(dir);
     }
     const tmp = `${path}.${randomHex(6)}.tmp`;
-    if (Buffer.isBuffer(data)) return this.putBuffer(path, tmp, dir, data, opts.maxBytes);
+    if (Buffer.isBuffer(data)) return this.putBuffer(key, path, tmp, dir, data, opts.maxBytes);
     let bytes = 0;
     const counter = new Transform({
       transform(chunk: Buffer, _enc, done) {
@@ -72,31 +96,41 @@ export class FilesystemMediaStore implements MediaStore {
         done(null, chunk);
       },
     });
+    const file = createWriteStream(tmp, { fs: storageFs(key) });
     try {
-      if (opts.maxBytes !== undefined) await pipeline(data, byteLimit(opts.maxBytes), counter, createWriteStream(tmp));
-      else await pipeline(data, counter, createWriteStream(tmp));
-      await rename(tmp, path);
+      if (opts.maxBytes !== undefined) await pipeline(data, byteLimit(opts.maxBytes), counter, file);
+      else await pipeline(data, counter, file);
+      await rename(tmp, path).catch((err: unknown) => {
+        throw asStorageError(err, key);
+      });
     } catch (err) {
-      await rm(tmp, { force: true });
-      // The directory may have been removed meanwhile (an operator cleaning up): check it again next time.
-      this.dirs.delete(dir);
+      await this.dropTemporary(tmp, dir);
       throw err;
     }
     return { bytes };
   }
 
   /** Bytes already in memory (generated images): one write, no stream machinery. */
-  private async putBuffer(path: string, tmp: string, dir: string, data: Buffer, maxBytes: number | undefined): Promise<{ bytes: number }> {
+  private async putBuffer(key: string, path: string, tmp: string, dir: string, data: Buffer, maxBytes: number | undefined): Promise<{ bytes: number }> {
     if (maxBytes !== undefined && data.length > maxBytes) throw new MediaTooLarge(maxBytes);
     try {
       await writeFile(tmp, data, { flag: 'wx' });
       await rename(tmp, path);
     } catch (err) {
-      await rm(tmp, { force: true });
-      this.dirs.delete(dir);
-      throw err;
+      await this.dropTemporary(tmp, dir);
+      throw asStorageError(err, key);
     }
     return { bytes: data.length };
+  }
+
+  /**
+   * After a failed write: removes what it wrote (a removal that fails too must not hide why the
+   * write failed), and forgets the directory, which may have been removed meanwhile (an operator
+   * cleaning up): it is checked again next time.
+   */
+  private async dropTemporary(tmp: string, dir: string): Promise<void> {
+    await rm(tmp, { force: true }).catch(() => undefined);
+    this.dirs.delete(dir);
   }
 
   read(key: string): Readable {
@@ -112,7 +146,9 @@ export class FilesystemMediaStore implements MediaStore {
   }
 
   async delete(key: string): Promise<void> {
-    await rm(this.path(key), { force: true });
+    await rm(this.path(key), { force: true }).catch((err: unknown) => {
+      throw asStorageError(err, key);
+    });
   }
 
   localPath(key: string): string {

@@ -1,14 +1,25 @@
-/** Fake media stores for failure injection: each wraps a real store and changes how image outputs are written. */
+/** Fake media stores for failure injection: each wraps a real store and changes how some writes go. */
 import type { Readable } from 'node:stream';
+import { asStorageError } from '../../server/storage/storage-error.ts';
 import type { MediaStore } from '../../server/storage/media-store.ts';
+
+/** A system error as Node reports one (`ENOSPC`, `EIO`, …). */
+export function systemError(code: string, syscall = 'write'): NodeJS.ErrnoException {
+  return Object.assign(new Error(`${code}: simulated failure, ${syscall}`), { code, syscall });
+}
+
+/** The storage error the filesystem store raises for the system error `code` on `key` (StorageFull for ENOSPC). */
+export function storageError(code: string, key = 'image_output/xx/file_x.png'): Error {
+  return asStorageError(systemError(code), key) as Error;
+}
 
 /** A store that passes every call to `inner` except the writes of image outputs (`putOutput`). */
 abstract class OutputWrappingStore implements MediaStore {
   constructor(private readonly inner: MediaStore) {}
-  protected abstract putOutput(write: () => Promise<{ bytes: number }>): Promise<{ bytes: number }>;
+  protected abstract putOutput(write: () => Promise<{ bytes: number }>, key: string): Promise<{ bytes: number }>;
   put(key: string, data: Buffer | Readable, opts?: { maxBytes?: number }) {
     const write = () => this.inner.put(key, data, opts);
-    return key.startsWith('image_output/') ? this.putOutput(write) : write();
+    return key.startsWith('image_output/') ? this.putOutput(write, key) : write();
   }
   read(key: string) {
     return this.inner.read(key);
@@ -22,8 +33,10 @@ abstract class OutputWrappingStore implements MediaStore {
 }
 
 /**
- * A media store whose writes of image outputs fail (the disk is full, the bucket is gone, …) after
- * `okOutputs` successful ones, up to the `recoversAt`-th write (0-based; by default never again).
+ * A media store whose writes of image outputs fail after `okOutputs` successful ones, up to the
+ * `recoversAt`-th write (0-based; by default never again), with `error(key)`: by default an error
+ * the store did not classify (not a storage condition: the outcome is unknown); `storageError`
+ * for a full or failing disk.
  */
 export class BrokenOutputStore extends OutputWrappingStore {
   private outputs = 0;
@@ -31,15 +44,16 @@ export class BrokenOutputStore extends OutputWrappingStore {
     inner: MediaStore,
     private readonly okOutputs = 0,
     private readonly recoversAt = Number.POSITIVE_INFINITY,
+    private readonly error: (key: string) => Error = () => new Error('the write was lost'),
   ) {
     super(inner);
   }
   reset() {
     this.outputs = 0;
   }
-  protected putOutput(write: () => Promise<{ bytes: number }>) {
+  protected putOutput(write: () => Promise<{ bytes: number }>, key: string) {
     const index = this.outputs++;
-    return index >= this.okOutputs && index < this.recoversAt ? Promise.reject(new Error('ENOSPC: no space left on device')) : write();
+    return index >= this.okOutputs && index < this.recoversAt ? Promise.reject(this.error(key)) : write();
   }
 }
 
@@ -57,5 +71,39 @@ export class GatedOutputStore extends OutputWrappingStore {
     await this.gate;
     this.waiting--;
     return write();
+  }
+}
+
+/**
+ * A media store whose every write fails with the storage error of the system error `code`
+ * (`ENOSPC`: StorageFull; `EIO`, `EROFS`: StorageUnavailable) while `failing` is set, as the
+ * filesystem store does: a stream written to it is destroyed with that error, nothing is kept.
+ * Reads and removals pass to `inner`. `failedWrites` counts the refused writes.
+ */
+export class FailingWritesStore implements MediaStore {
+  failing = true;
+  failedWrites = 0;
+  constructor(
+    private readonly inner: MediaStore,
+    public code = 'ENOSPC',
+  ) {}
+  put(key: string, data: Buffer | Readable, opts?: { maxBytes?: number }) {
+    if (!this.failing) return this.inner.put(key, data, opts);
+    this.failedWrites++;
+    const err = storageError(this.code, key);
+    if (!Buffer.isBuffer(data)) {
+      data.on('error', () => undefined);
+      data.destroy(err);
+    }
+    return Promise.reject(err);
+  }
+  read(key: string) {
+    return this.inner.read(key);
+  }
+  size(key: string) {
+    return this.inner.size(key);
+  }
+  delete(key: string) {
+    return this.inner.delete(key);
   }
 }

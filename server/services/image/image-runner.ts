@@ -5,15 +5,19 @@
  *
  * `execute` picks the member, asks the provider for the task's images, stores each one and hands
  * it to a sink (the JSON response, the event stream, or nothing), then settles: completed with
- * exactly the delivered images captured and the rest released. An image that was produced but
- * could not be stored leaves the task `needs_attention` with its credits held for an operator.
+ * exactly the delivered images captured and the rest released. When the media store is full or
+ * failing (a StorageError: the gateway's own fault), the images not delivered are released at once
+ * and the client gets 507/503 (a stream that delivered some keeps them charged and gets its error
+ * event): the task fails, or completes with what was delivered. An image that was produced but
+ * could not be recorded for another reason leaves the task `needs_attention` with its credits held
+ * for an operator.
  *
  * The one exception is an answer that carries the images' bytes (a synchronous JSON response with
  * `b64_json`): it does not need their stored copies, so each is written while the settlement runs
  * (the two overlap instead of taking turns before the answer). Should a copy fail to be written,
  * the client still gets the image and pays for it, and the task's `data` leaves it out.
  */
-import { ApiError, apiErrorOf, taskErrorCodeOf } from '../../errors.ts';
+import { ApiError, apiErrorOf, apiErrorOfStorage, taskErrorCodeOf } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import { NoCapacity, upstreamModelOf, type Pool, type Preselection } from '../../pool/pool.ts';
 import { asProviderError } from '../../providers/provider-error.ts';
@@ -22,7 +26,7 @@ import type { ImageEvents, ImageJob, ImageParams } from '../../providers/types.t
 import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
-import type { FileService, StoreFileInput } from '../file.service.ts';
+import { StorageError, type FileService, type StoreFileInput } from '../file.service.ts';
 import type { RetryPolicy } from '../tasks/retry-policy.ts';
 import type { Settlement } from '../tasks/settlement.ts';
 import { DONE, LeaseLost, later, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
@@ -208,6 +212,8 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           if (sink.publishesFiles) file = await this.deps.files.save(meta, generated.image);
           else file = storeWhileSettling ? storeLater(meta, generated.image) : await this.deps.files.put(meta, generated.image);
         } catch (err) {
+          // A full or failing store is known and the gateway's own: not an unknown outcome.
+          if (err instanceof StorageError) throw err;
           throw new NotStored('the image could not be stored', { cause: err });
         }
         try {
@@ -253,12 +259,23 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         await this.deps.settlement.failImage(fence, api.code, api.message);
         throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, null, {}, api.headers);
       }
-      if (err instanceof NotStored) {
+      if (err instanceof StorageError) {
+        const api = apiErrorOfStorage(err);
+        const what = err.condition === 'full' ? 'is full' : 'cannot be written';
+        log.error({ err, delivered: files.length, n: task.n }, `an image could not be stored: the media store ${what}; the images not delivered are released`);
+        // Nothing reached the client yet (or, in a JSON answer, nothing will): the task fails, every credit released.
+        if (files.length === 0 || opts.deliveredOnlyIfAllSent) {
+          await Promise.all(storing);
+          for (const file of files) await discard(file);
+          await this.deps.settlement.failImage(fence, api.code, `The gateway's media storage ${what}, so the images could not be stored; the credits were released.`);
+          throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, null, {}, api.headers);
+        }
+        failure = new ApiError(api.status, api.code, `The gateway's media storage ${what}: ${files.length} of ${task.n} images were delivered and only those are charged.`, null, {}, api.headers);
+      } else if (err instanceof NotStored) {
         log.error({ err: err.cause, stored: files.length }, 'image produced but not stored: task needs attention');
         await this.deps.settlement.imageNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', { files, unrecorded });
         throw new ApiError(502, 'upstream_error', `The image was generated but could not be stored; task ${task.id} needs attention and its credits stay held until an operator settles it.`);
-      }
-      if (!(err instanceof NotDelivered) && !signal.aborted) {
+      } else if (!(err instanceof NotDelivered) && !signal.aborted) {
         const error = asProviderError(err, 'The image provider failed to generate the image; the credits were released.');
         log.warn({ err, delivered: files.length }, 'image provider failed');
         if (files.length === 0) {

@@ -192,8 +192,15 @@ export class ImageService {
       return file.id;
     };
     const inputFileIds: string[] = [];
-    for (const input of req.inputs) inputFileIds.push(await store(input));
-    const maskFileId = req.mask ? await store(req.mask) : null;
+    let maskFileId: string | null;
+    try {
+      for (const input of req.inputs) inputFileIds.push(await store(input));
+      maskFileId = req.mask ? await store(req.mask) : null;
+    } catch (err) {
+      // A store that fails part-way (full, failing: 507/503) keeps nothing of this request.
+      for (const file of saved) await this.deps.files.discard(file).catch(() => undefined);
+      throw err;
+    }
     // Inputs the request stored before (JSON edits) or files it names are adopted with the task.
     const adopted = [...req.inputs, ...(req.mask ? [req.mask] : [])].flatMap((i) => (i.fileId ? [i.fileId] : []));
 

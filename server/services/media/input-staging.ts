@@ -14,7 +14,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { PassThrough, Transform, type Readable } from 'node:stream';
 import type { FileRow } from '../../repositories/file.repository.ts';
-import type { FileService } from '../file.service.ts';
+import { StorageError, type FileService } from '../file.service.ts';
 
 /** How long an input no task adopted is kept (a request that died before cleaning up). */
 export const STAGED_INPUT_TTL_MS = 3_600_000;
@@ -67,19 +67,31 @@ export class InputStaging {
     return total;
   }
 
-  /** A sink that stores the bytes written to it as an input file. */
-  open(param: string, contentType: string): InputSink {
+  /**
+   * A sink that stores the bytes written to it as an input file. `onStoreFailure` hears at once
+   * when the store cannot take them (full, failing: a StorageError), so that the body reader can
+   * answer without waiting for more of the body to write.
+   */
+  open(param: string, contentType: string, onStoreFailure?: (err: StorageError) => void): InputSink {
     const pass = new PassThrough({ highWaterMark: 1 << 20 });
     // An abort before the store attached its pipeline must not be an unhandled 'error' event;
     // the store's outcome is observed through `saving`.
     pass.on('error', () => undefined);
     const hash = createHash('sha256');
     const saving = this.track(this.files.save({ accountId: this.accountId, purpose: 'input', contentType, expiresAt: this.expiry() }, pass));
-    saving.catch(() => undefined); // observed by write/end
+    // Observed by write/end. Once the store failed (full, I/O: a StorageError), the next write
+    // reports it, so the body reader stops at once instead of filling the buffer first.
+    let failed: { err: unknown } | undefined;
+    saving.catch((err: unknown) => {
+      failed = { err };
+      if (err instanceof StorageError) onStoreFailure?.(err);
+    });
     return {
       write: (chunk) => {
+        if (failed) return Promise.reject(failed.err);
         hash.update(chunk);
-        if (!pass.write(chunk)) return Promise.race([once(pass, 'drain'), saving]).then(() => undefined);
+        // Waiting ends with the store's own outcome when it fails (not the buffer's 'destroyed' error).
+        if (!pass.write(chunk)) return Promise.race([once(pass, 'drain'), saving]).then(() => undefined, () => saving.then(() => undefined));
       },
       end: async () => {
         pass.end();

@@ -17,7 +17,7 @@ import { ApiError, badRequest, tooLarge } from '../../errors.ts';
 import { inspectImage, type InspectedImage } from '../../lib/image-inspect.ts';
 import { SafeFetchError, safeRequest, type SafeFetchOptions } from '../../lib/safe-fetch.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
-import { MediaTooLarge } from '../../storage/media-store.ts';
+import { MediaTooLarge, StorageError } from '../../storage/media-store.ts';
 import type { FileService } from '../file.service.ts';
 import type { InputStaging } from './input-staging.ts';
 
@@ -98,6 +98,8 @@ export class MediaInputs {
     const deadline = AbortSignal.timeout(this.options.urlTimeoutMs);
     const fail = (err: unknown): never => {
       if (err instanceof ApiError) throw err;
+      // The gateway's own storage failed while the bytes arrived: not the URL's fault (507/503).
+      if (err instanceof StorageError) throw err;
       if (err instanceof MediaTooLarge) throw this.tooLarge(param, room);
       if (err instanceof SafeFetchError) {
         if (err.errorClass === 'blocked_address' || err.errorClass === 'invalid_url') throw badRequest('invalid_media_url', `'${param}' cannot be fetched: ${err.message}.`, param);

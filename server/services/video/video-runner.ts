@@ -28,7 +28,7 @@ import type { ProviderRegistry } from '../../providers/registry.ts';
 import type { UpstreamAccount, VideoContent, VideoJob, VideoProvider, VideoStatus } from '../../providers/types.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
-import { MediaTooLarge } from '../../storage/media-store.ts';
+import { MediaTooLarge, StorageError } from '../../storage/media-store.ts';
 import type { FileService } from '../file.service.ts';
 import { spread, type RetryPolicy } from '../tasks/retry-policy.ts';
 import type { Settlement } from '../tasks/settlement.ts';
@@ -183,6 +183,9 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     } catch (err) {
       content.stream.destroy();
       if (err instanceof MediaTooLarge) return this.fail(task, new ProviderError('failed', `the video is larger than the ${this.deps.maxOutputBytes}-byte limit of this gateway`));
+      // The gateway's own storage is full or failing: not the upstream's fault, no reason to fail
+      // the task. The engine retries the step with backoff (hold kept) until the video is stored.
+      if (err instanceof StorageError) log.error({ err }, 'the video output could not be stored (media store full or failing); the step is retried');
       throw err;
     }
     const done = await this.deps.settlement.completeVideo(task, file.id);
