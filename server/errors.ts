@@ -58,6 +58,15 @@ export const paymentRequired = (code: 'key_quota_exceeded' | 'insufficient_balan
 export const tooLarge = (code: ErrorCode, message: string, param: string | null = null) => new ApiError(413, code, message, param);
 export const unavailable = (code: ErrorCode, message: string) => new ApiError(503, code, message);
 
+/** Seconds a client is told to wait before retrying while the database is away. */
+export const DATABASE_RETRY_AFTER_SECONDS = 2;
+
+/** The database cannot be reached right now (down, restarting, crashed): retryable, never the client's fault. */
+export const databaseUnavailable = () =>
+  new ApiError(503, 'database_unavailable', `The database is unavailable right now; retry in ${DATABASE_RETRY_AFTER_SECONDS} s.`, null, {}, {
+    'Retry-After': String(DATABASE_RETRY_AFTER_SECONDS),
+  });
+
 /** The one 401 body for a missing, malformed or unknown key: callers learn nothing about which. */
 export const invalidApiKey = () =>
   new ApiError(401, 'invalid_api_key', "Missing or invalid API key. Send 'Authorization: Bearer <API_KEY>'.", null, {}, {

@@ -4,14 +4,20 @@
  */
 import type { ErrorRequestHandler, Request } from 'express';
 import type { Logger } from '../logger.ts';
-import { ApiError, apiErrorOfStorage, type ErrorCode } from '../errors.ts';
+import { isDatabaseUnavailable } from '../db/database.ts';
+import { ApiError, apiErrorOfStorage, databaseUnavailable, type ErrorCode } from '../errors.ts';
 import { StorageError } from '../services/file.service.ts';
 
 const AUTH_ERROR = Symbol('mediagate.authError');
 
-/** Lets the security handler keep its precise ApiError (the validator only keeps status and message). */
+/**
+ * Lets the security handler keep its precise ApiError (the validator only keeps status and message,
+ * and turns anything a security handler throws into a 401): a key that could not be checked
+ * because the database is away is a 503, not an invalid key.
+ */
 export function rememberAuthError(req: Request, err: unknown): void {
-  if (err instanceof ApiError) (req as Request & { [AUTH_ERROR]?: ApiError })[AUTH_ERROR] = err;
+  const apiError = err instanceof ApiError ? err : isDatabaseUnavailable(err) ? databaseUnavailable() : undefined;
+  if (apiError) (req as Request & { [AUTH_ERROR]?: ApiError })[AUTH_ERROR] = apiError;
 }
 
 interface ValidatorError {
@@ -96,13 +102,23 @@ const SQLSTATE: Record<string, [number, ErrorCode, string]> = {
 };
 
 function fromDatabase(err: { code?: string; severity?: string }): ApiError | undefined {
-  if (typeof err.code !== 'string' || typeof err.severity !== 'string') return undefined;
-  const mapped = SQLSTATE[err.code] ?? (err.code.startsWith('08') ? [503, 'not_ready', 'The database is unreachable; retry.'] as const : undefined);
-  return mapped ? new ApiError(mapped[0], mapped[1], mapped[2]) : undefined;
+  const mapped = typeof err.code === 'string' && typeof err.severity === 'string' ? SQLSTATE[err.code] : undefined;
+  if (mapped) return new ApiError(mapped[0], mapped[1], mapped[2]);
+  return isDatabaseUnavailable(err) ? databaseUnavailable() : undefined;
+}
+
+/** What a known error says, without its stack. */
+function errorLine(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' ? `${code}: ${err.message}` : err.message;
 }
 
 export function errorMiddleware(log: Logger): ErrorRequestHandler {
   return (err, req, res, next) => {
+    // The client went away while a response was streamed to it (a download): not a failure; the
+    // access log says what happened.
+    if (res.headersSent && res.destroyed && (err as { code?: unknown }).code === 'ERR_STREAM_PREMATURE_CLOSE') return;
     const requestId = (req as Request & { id?: string }).id ?? '';
     let apiError: ApiError | undefined;
     const remembered = (req as Request & { [AUTH_ERROR]?: ApiError })[AUTH_ERROR];
@@ -113,9 +129,10 @@ export function errorMiddleware(log: Logger): ErrorRequestHandler {
     else apiError = fromBodyParser(err as never, req) ?? fromDatabase(err as never);
 
     if (!apiError || apiError.status >= 500) {
+      // An unknown error keeps its stack; a known one (the database away, an upstream failing) is one line.
       // A full or failing media store needs the operator: an error, not a warning.
-      const level = apiError && !(err instanceof StorageError) ? 'warn' : 'error';
-      log[level]({ err, requestId, path: req.path }, 'request failed');
+      if (apiError) log[err instanceof StorageError ? 'error' : 'warn']({ requestId, path: req.path, code: apiError.code, err: errorLine(err) }, 'request failed');
+      else log.error({ err, requestId, path: req.path }, 'request failed');
     }
     if (!apiError) apiError = new ApiError(500, 'internal_error', `Internal error. Quote request id '${requestId}' when reporting it.`);
 

@@ -29,6 +29,16 @@ beforeAll(async () => {
   app.get('/pg/:code', (req) => {
     throw pgError(req.params.code);
   });
+  // What node-postgres throws when the database goes away (see isDatabaseUnavailable).
+  const unreachable: Record<string, () => Error> = {
+    fatal: () => Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01', severity: 'FATAL' }),
+    refused: () => Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED', syscall: 'connect', errno: -111 }),
+    terminated: () => new Error('Connection terminated unexpectedly'),
+    pooltimeout: () => new Error('timeout exceeded when trying to connect'),
+  };
+  app.get('/db-away/:kind', (req) => {
+    throw unreachable[req.params.kind]!();
+  });
   app.use(errorMiddleware(log));
   server = app.listen(0, '127.0.0.1');
   await new Promise((r) => server.once('listening', r));
@@ -63,13 +73,30 @@ describe('the error middleware', () => {
     ['23503', 400, 'invalid_request'],
     ['23514', 400, 'invalid_request'],
     ['40001', 503, 'not_ready'],
-    ['08006', 503, 'not_ready'],
+    ['08006', 503, 'database_unavailable'],
+    ['57P03', 503, 'database_unavailable'],
     ['XX000', 500, 'internal_error'],
   ])('maps SQLSTATE %s to %i %s', async (code, status, errorCode) => {
     const res = await get(`/pg/${code}`);
     expect(res.status).toBe(status);
     expect(res.body.error.code).toBe(errorCode);
     expect(JSON.stringify(res.body)).not.toContain('pg says');
+  });
+});
+
+describe('a database that cannot be reached', () => {
+  it.each(['fatal', 'refused', 'terminated', 'pooltimeout'])('answers %s with a retryable 503 database_unavailable and logs one line without a stack', async (kind) => {
+    const before = logs.length;
+    const res = await fetch(`${url}/db-away/${kind}`);
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).toBe('2');
+    expect(await res.json()).toEqual({
+      error: { message: 'The database is unavailable right now; retry in 2 s.', type: 'server_error', code: 'database_unavailable', param: null, request_id: 'req_test123' },
+    });
+    const lines = logs.slice(before).map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ level: 40, msg: 'request failed', code: 'database_unavailable' });
+    expect(JSON.stringify(lines[0])).not.toContain('stack');
   });
 });
 
