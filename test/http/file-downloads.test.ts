@@ -1,0 +1,89 @@
+/**
+ * Downloads of stored files and the log they leave (issue 26, item 5): every finished response gets
+ * one access-log line, a client that closes its connection the moment it has every byte is not an
+ * error, and a client that goes away in the middle is logged as what it is (info, with the bytes
+ * sent), never as a failed request.
+ */
+import { connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { startTestServer, type TestServer } from '../support/http-harness.ts';
+
+let server: TestServer;
+let fileUrl: URL;
+let expected: Buffer;
+
+beforeAll(async () => {
+  server = await startTestServer();
+  await seedCatalog(server.db);
+  const c = await createCustomer(server.db);
+  const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: 'local-image-1', prompt: 'a harbour at night', resolution: '2K', aspectRatio: '1:1', output_format: 'png', response_format: 'url' }),
+  });
+  expect(res.status).toBe(200);
+  fileUrl = new URL(((await res.json()) as { data: { url: string }[] }).data[0]!.url);
+  expected = Buffer.from(await (await fetch(fileUrl)).arrayBuffer());
+  expect(expected.length).toBeGreaterThan(256 * 1024);
+});
+afterAll(async () => server?.close());
+
+/**
+ * GET over a raw socket that is destroyed as soon as `stopAfter` body bytes arrived (default: the
+ * whole body, as a client that trusts Content-Length does), with a request id to find its log lines.
+ */
+function download(requestId: string, stopAfter?: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(fileUrl.port), fileUrl.hostname);
+    let head: Buffer | undefined;
+    let length = Number.POSITIVE_INFINITY;
+    const chunks: Buffer[] = [];
+    let got = 0;
+    let raw = Buffer.alloc(0);
+    socket.on('connect', () => socket.write(`GET ${fileUrl.pathname}${fileUrl.search} HTTP/1.1\r\nHost: ${fileUrl.host}\r\nX-Request-Id: ${requestId}\r\n\r\n`));
+    socket.on('data', (d: Buffer) => {
+      if (!head) {
+        raw = Buffer.concat([raw, d]);
+        const end = raw.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        head = raw.subarray(0, end);
+        length = Number(/content-length: (\d+)/i.exec(head.toString())?.[1]);
+        d = raw.subarray(end + 4);
+      }
+      chunks.push(d);
+      got += d.length;
+      if (got >= Math.min(length, stopAfter ?? Number.POSITIVE_INFINITY)) {
+        socket.destroy();
+        resolve(Buffer.concat(chunks));
+      }
+    });
+    socket.on('error', reject);
+  });
+}
+
+const linesOf = (requestId: string) => server.logs.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.reqId === requestId || l.requestId === requestId);
+
+describe('file downloads', () => {
+  it('logs 40 back-to-back downloads by clients that close at the last byte as 40 finished requests, and nothing as failed', async () => {
+    for (let i = 0; i < 40; i++) expect((await download(`dl-${i}`)).equals(expected)).toBe(true);
+    await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 40; i++) {
+      const lines = linesOf(`dl-${i}`);
+      expect(lines).toEqual([expect.objectContaining({ msg: 'request', level: 30, status: 200, operation: 'getFile' })]);
+    }
+    expect(server.logs.filter((l) => l.includes('request failed') || l.includes('ERR_STREAM_PREMATURE_CLOSE'))).toEqual([]);
+  });
+
+  it('logs a client that goes away in the middle once, at info, with the bytes it was sent', async () => {
+    const part = await download('dl-gone', 64 * 1024);
+    expect(part.length).toBeLessThan(expected.length);
+    await new Promise((r) => setTimeout(r, 200));
+    const lines = linesOf('dl-gone');
+    expect(lines).toEqual([expect.objectContaining({ msg: 'client went away before the response ended', level: 30, status: 200, operation: 'getFile', bytesSent: expect.any(Number) })]);
+    const sent = lines[0]!.bytesSent as number;
+    expect(sent).toBeGreaterThanOrEqual(64 * 1024);
+    expect(sent).toBeLessThan(expected.length);
+    expect(server.logs.filter((l) => l.includes('request failed'))).toEqual([]);
+  });
+});
