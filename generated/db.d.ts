@@ -206,6 +206,7 @@ export interface VideoTasks {
   deadlineAt: Timestamp;
   durationSeconds: number;
   errorCode: string | null;
+  downloadRetries: Generated<number>;
   errorMessage: string | null;
   generateAudio: boolean;
   groupId: string;
@@ -233,7 +234,9 @@ export interface VideoTasks {
   updatedAt: Generated<Timestamp>;
   upstreamJobId: string | null;
 }
+  upstreamDoneAt: Timestamp | null;
 
+  upstreamOutput: Json | null;
 export interface WebhookAttempts {
   attemptedAt: Generated<Timestamp>;
   deliveryId: string;

@@ -62,6 +62,8 @@ export interface Config {
   workerConcurrency: number;
   /** Poll interval of upstream video jobs (unset: each adapter's default, 10 s for OpenAI). */
   videoPollIntervalMs: number | undefined;
+  /** Retries of a finished job's download (each after the upstream's Retry-After or a backoff) before its task fails and is refunded. */
+  videoDownloadRetries: number;
   /**
    * Video task steps (each at most one upstream call) run at once per process, however many jobs
    * are in flight. Polls needed per second × upstream latency must fit (Little's law): 10,000 jobs
@@ -199,6 +201,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     workerConcurrency: int(env, 'WORKER_CONCURRENCY', 2, 0, 256),
     upstreamConcurrency: int(env, 'UPSTREAM_CONCURRENCY', 256, 1, 4096),
     videoPollIntervalMs: nonEmpty(env, 'VIDEO_POLL_INTERVAL_MS') === undefined ? undefined : int(env, 'VIDEO_POLL_INTERVAL_MS', 10_000, 100, 600_000),
+    videoDownloadRetries: int(env, 'VIDEO_DOWNLOAD_RETRIES', 10, 0, 100), // as DOWNLOAD_RETRY in video-runner.ts
     localRenderDelayMs: int(env, 'LOCAL_RENDER_DELAY_MS', 0, 0, 600_000),
     maxEditImages: 16,
     maxEditFileBytes: int(env, 'EDIT_MAX_FILE_BYTES', 50 * 1024 * 1024, 1024),

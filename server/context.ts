@@ -39,7 +39,7 @@ import { QuoteTokens } from './services/quote-token.ts';
 import { ReadinessService } from './services/readiness.service.ts';
 import { Settlement } from './services/tasks/settlement.ts';
 import { TaskNotifier } from './services/tasks/task-notifier.ts';
-import { VideoRunner } from './services/video/video-runner.ts';
+import { DOWNLOAD_RETRY, VideoRunner } from './services/video/video-runner.ts';
 import { VideoService } from './services/video/video.service.ts';
 import { WebhookOutbox } from './services/webhooks/webhook-outbox.ts';
 import { WebhookRunner, type WebhookRunnerDeps } from './services/webhooks/webhook-runner.ts';
@@ -132,7 +132,15 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
   const settlement = new Settlement({ tx, log, ledger: repositories.ledger, videoTasks: repositories.videoTasks, imageTasks: repositories.imageTasks, outbox });
   const webhookSecrets = new WebhookSecrets(repositories.webhooks, secretKey, config.webhookSecretOverlapSeconds);
   const runners = {
-    video: new VideoRunner({ tasks: repositories.videoTasks, pool, providers, files, settlement, maxOutputBytes: config.maxVideoOutputBytes }),
+    video: new VideoRunner({
+      tasks: repositories.videoTasks,
+      pool,
+      providers,
+      files,
+      settlement,
+      maxOutputBytes: config.maxVideoOutputBytes,
+      downloadRetry: { ...DOWNLOAD_RETRY, maxRetries: config.videoDownloadRetries },
+    }),
     image: new ImageRunner({ tasks: repositories.imageTasks, pool, providers, files, settlement }),
     webhook: new WebhookRunner({
       repo: repositories.webhooks,

@@ -64,6 +64,19 @@ export class VideoTaskRepository {
   }
 
   /**
+   * Records that the upstream job is done and where its output is, so the task is never polled
+   * again. False when the fence no longer holds.
+   */
+  async recordUpstreamOutput(fence: Fence, output: Readonly<Record<string, string>>): Promise<boolean> {
+    return (await this.leases.update(fence, { upstreamOutput: JSON.stringify(output), upstreamDoneAt: sql`now()` }, this.db)) !== undefined;
+  }
+
+  /** Counts a failed download of the finished job (its own retry budget). False when the fence no longer holds. */
+  async countDownloadFailure(fence: Fence): Promise<boolean> {
+    return (await this.leases.update(fence, { downloadRetries: sql`download_retries + 1` }, this.db)) !== undefined;
+  }
+
+  /**
    * Moves the task (while the fence holds) to its terminal state `end` in one statement, together
    * with the settlement of its hold and, when it has one, the delivery of its webhook (the outbox);
    * see LeasedTasks.finish. Returns the finished row, or undefined when the fence no longer holds.

@@ -131,6 +131,55 @@ describe('openai videos: upstream failures', () => {
     expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
   });
 
+  it('never polls a job again once a poll said it finished: a download answered 429 is retried alone, after its Retry-After', async () => {
+    const c = await customer();
+    for (const _ of [1, 2, 3]) {
+      fake.rateLimitNext('content', 1);
+      fake.rateLimitNext('content', 1);
+      const created = await create(c.key);
+      const { task } = await waitVideoFinished(server, c.key, created.body.id, 30_000);
+      expect(task.status).toBe('completed');
+      const { job } = await jobOf(created.body.id);
+      const polls = fake.requests.filter((r) => r.method === 'GET' && r.path.endsWith(`/videos/${job!.id}`));
+      const downloads = fake.requests.filter((r) => r.method === 'GET' && r.path.endsWith(`/videos/${job!.id}/content`));
+      // One poll saw the job completed; none after it, whatever the downloads met.
+      expect(polls.filter((p) => p.receivedAt >= job!.doneAt!)).toHaveLength(1);
+      expect(downloads).toHaveLength(3);
+      for (let i = 1; i < downloads.length; i++) expect(downloads[i]!.receivedAt - downloads[i - 1]!.receivedAt).toBeGreaterThanOrEqual(950);
+      const row = await server.db.selectFrom('videoTasks').select(['upstreamOutput', 'upstreamDoneAt']).where('id', '=', created.body.id).executeTakeFirstOrThrow();
+      expect(row.upstreamOutput).toEqual({});
+      expect(row.upstreamDoneAt).toBeInstanceOf(Date);
+      const entries = await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', created.body.id).orderBy('id').execute();
+      expect(entries.map((e) => e.kind)).toEqual(['hold', 'capture']);
+    }
+  });
+
+  it('fails and refunds a finished job whose download keeps failing once the download retries are used up', async () => {
+    const strict = await startTestServer({ workers: true, env: { VIDEO_POLL_INTERVAL_MS: '100', VIDEO_DOWNLOAD_RETRIES: '1' } });
+    try {
+      await seedCatalog(strict.db, [SORA_2]);
+      const account = await createAccount(strict.db, { balance: 10 });
+      const group = await createGroup(strict.db);
+      await addUpstreamMember(strict.db, strict.secretKey, { groupId: group.id, provider: 'openai', baseUrl: `${fake.url}/v1`, credentials: { api_key: 'sk-test' }, models: [SORA_2.id] });
+      const key = await createApiKey(strict.db, { accountId: account.id, groupId: group.id });
+      fake.faults.push('content', { status: 503, body: { error: { message: 'The engine is currently overloaded', type: 'server_error', param: null, code: null } } }, 2);
+      const res = await fetch(`${strict.directUrl}/v1/videos/generations`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${key.key}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ client_request_id: `oa-strict-${Date.now()}`, prompt: 'a paper boat', model: 'sora-2', seconds: 4, aspectRatio: '16:9', resolution: '720p' }),
+      });
+      const id = ((await res.json()) as { id: string }).id;
+      const { task } = await waitVideoFinished(strict, key.key, id, 30_000);
+      expect(task.status).toBe('failed');
+      expect(task.error!.message).toMatch(/the video was generated, but its download failed 2 times \(last: .*overloaded/);
+      expect(await holdOf(strict.db, id)).toMatchObject({ status: 'released', captured: 0 });
+      const row = await strict.db.selectFrom('videoTasks').select('upstreamJobId').where('id', '=', id).executeTakeFirstOrThrow();
+      expect(fake.requests.filter((r) => r.path.endsWith(`/videos/${row.upstreamJobId}/content`))).toHaveLength(2);
+    } finally {
+      await strict.close();
+    }
+  });
+
   it('a worker that loses its lease mid-download stops; the next claim downloads again and completes once with one stored output', async () => {
     const c = await customer();
     const downloadsBefore = fake.counts.content;

@@ -15,6 +15,7 @@ import * as m20261125100000 from './20261125100000-member-slots.ts';
 import * as m20261125110000 from './20261125110000-file-uploads.ts';
 import * as m20261126100000 from './20261126100000-config-notify.ts';
 import * as m20261127100000 from './20261127100000-implied-account-fks.ts';
+import * as m20261129100000 from './20261129100000-video-upstream-output.ts';
 
 export const migrations: Record<string, Migration> = {
   '20261122100000-accounts-keys-groups': m20261122100000,
@@ -31,4 +32,5 @@ export const migrations: Record<string, Migration> = {
   '20261125110000-file-uploads': m20261125110000,
   '20261126100000-config-notify': m20261126100000,
   '20261127100000-implied-account-fks': m20261127100000,
+  '20261129100000-video-upstream-output': m20261129100000,
 };

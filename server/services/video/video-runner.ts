@@ -13,8 +13,10 @@
  *             still run there (the client is charged once either way).
  *   poll      one status call on the member that accepted the job; running: reschedule at the
  *             provider's interval (or its Retry-After), with jitter; failed: fail and release
- *   finalize  (right after a poll that saw success) stream the output into the media store under
- *             a byte limit, then complete the task and capture the hold in one transaction
+ *   finalize  (right after a poll that saw success, which records where the output is: the job is
+ *             never polled again) stream the output into the media store under a byte limit,
+ *             then complete the task and capture the hold in one statement; a failed download is
+ *             retried alone, with its own budget (DOWNLOAD_RETRY) and the upstream's Retry-After
  *
  * Transient failures (connection errors, timeouts, 5xx, 429) are retried with backoff (or the
  * upstream's Retry-After) until the task's deadline; a task past its deadline fails and is refunded
@@ -25,16 +27,21 @@ import type { Logger } from '../../logger.ts';
 import { NoCapacity, upstreamModelOf, type Pool } from '../../pool/pool.ts';
 import { ProviderError, asProviderError } from '../../providers/provider-error.ts';
 import type { ProviderRegistry } from '../../providers/registry.ts';
-import type { UpstreamAccount, VideoContent, VideoJob, VideoProvider, VideoStatus } from '../../providers/types.ts';
+import type { UpstreamAccount, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoStatus } from '../../providers/types.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import { MediaTooLarge, StorageError } from '../../storage/media-store.ts';
 import type { FileService } from '../file.service.ts';
-import { spread, type RetryPolicy } from '../tasks/retry-policy.ts';
+import { retryDelay, spread, type RetryPolicy } from '../tasks/retry-policy.ts';
 import type { Settlement } from '../tasks/settlement.ts';
 import { DONE, LeaseLost, later, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
 
 export const VIDEO_RETRY: RetryPolicy = { maxRetries: Number.POSITIVE_INFINITY, baseDelayMs: 1000, maxDelayMs: 60_000 };
+/**
+ * Downloads of a finished job: up to 10 retries (about 20 minutes of backoff, or the upstream's
+ * Retry-After each time), and never past the task's deadline.
+ */
+export const DOWNLOAD_RETRY: RetryPolicy = { maxRetries: 10, baseDelayMs: 2000, maxDelayMs: 5 * 60_000 };
 
 export interface VideoRunnerDeps {
   tasks: VideoTaskRepository;
@@ -45,16 +52,19 @@ export interface VideoRunnerDeps {
   /** Largest video output stored; a larger one fails the task. */
   maxOutputBytes: number;
   retry?: RetryPolicy;
+  downloadRetry?: RetryPolicy;
 }
 
 export class VideoRunner implements TaskRunner<VideoTaskRow> {
   readonly name = 'video';
   readonly leases;
   readonly retry: RetryPolicy;
+  private readonly downloadRetry: RetryPolicy;
 
   constructor(private readonly deps: VideoRunnerDeps) {
     this.leases = deps.tasks.leases;
     this.retry = deps.retry ?? VIDEO_RETRY;
+    this.downloadRetry = deps.downloadRetry ?? DOWNLOAD_RETRY;
   }
 
   async step(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
@@ -70,6 +80,8 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       await this.deps.settlement.failVideo(task, 'no_reachable_member', 'The backend member running this task was removed; the credits were refunded.');
       return DONE;
     }
+    // A poll already said the job is done: only the download is left (never poll a finished job again).
+    if (task.upstreamOutput) return this.finalize(task, account, provider, task.upstreamOutput as VideoOutputRef, signal, log);
     let status: VideoStatus;
     try {
       const job = await this.jobOf(task, account, false);
@@ -79,6 +91,8 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     }
     if (status.state === 'running') return later(status.retryAfterMs ?? spread(provider.pollIntervalMs));
     if (status.state === 'failed') return this.fail(task, status.error);
+    if (!(await this.deps.tasks.recordUpstreamOutput(fenceOf(task), status.output))) throw new LeaseLost('lease lost before the finished job was recorded');
+    log.info({ memberId: account.memberId, upstreamJobId: task.upstreamJobId }, 'video job finished upstream');
     return this.finalize(task, account, provider, status.output, signal, log);
   }
 
@@ -164,13 +178,33 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     return provider;
   }
 
-  private async finalize(task: VideoTaskRow, account: UpstreamAccount, provider: VideoProvider, output: Readonly<Record<string, string>>, signal: AbortSignal, log: Logger): Promise<StepResult> {
+  /**
+   * Downloads the output of a finished job into the media store and completes the task. A
+   * download that fails for a reason that may pass (the upstream busy or rate-limiting, a dropped
+   * connection, credentials or quota an operator can fix) is retried alone, after the upstream's
+   * Retry-After or a backoff, within DOWNLOAD_RETRY (counted in the task's `download_retries`);
+   * then, or at once for a permanent failure, the task fails and is refunded. An output the media
+   * store cannot take (the gateway's own fault) is retried by the engine and never uses that budget.
+   */
+  private async finalize(task: VideoTaskRow, account: UpstreamAccount, provider: VideoProvider, output: VideoOutputRef, signal: AbortSignal, log: Logger): Promise<StepResult> {
+    const downloadRetries = task.downloadRetries;
     let content: VideoContent;
     try {
       const job = await this.jobOf(task, account, true);
       content = await this.deps.pool.health.observe(account, () => provider.download(account, task.upstreamJobId!, output, job, signal));
     } catch (err) {
-      return this.failOrRetry(task, err, 'The video download failed.');
+      // The lease was lost or the worker is stopping: nothing to record; the next claim downloads again.
+      if (signal.aborted || (err instanceof Error && err.name === 'AbortError')) throw err;
+      const error = asProviderError(err, 'The video download failed.');
+      if (!(error.transient || error.kind === 'auth' || error.kind === 'quota_exhausted')) return this.fail(task, error);
+      const delay = retryDelay(this.downloadRetry, downloadRetries, Math.random, error);
+      if (delay === undefined) {
+        log.error({ err: error.message, downloads: downloadRetries + 1 }, 'video download failed repeatedly; the task fails');
+        return this.fail(task, new ProviderError('failed', `the video was generated, but its download failed ${downloadRetries + 1} times (last: ${error.message})`));
+      }
+      if (!(await this.deps.tasks.countDownloadFailure(fenceOf(task)))) throw new LeaseLost('lease lost before the failed download was counted');
+      log.warn({ err: error.message, kind: error.kind, retries: downloadRetries + 1, retryInMs: delay }, 'video download failed; retrying the download');
+      return later(delay);
     }
     // An earlier attempt may have stored the output and died before completing the task.
     const leftovers = await this.deps.files.discardLeftovers(task.id, 'video_output');
@@ -214,9 +248,13 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     return DONE;
   }
 
-  /** The job as adapters see it, with the account's model id (none yet: the catalog's); media inputs only when the step sends them. */
+  /**
+   * The job as adapters see it, with the account's model id (none yet: the catalog's). Media inputs
+   * only for the steps that send them (submit; download, where the local renderer paints the
+   * frame), as streams the adapter opens: no step holds them in memory.
+   */
   private async jobOf(task: VideoTaskRow, account: UpstreamAccount | undefined, withMedia: boolean): Promise<VideoJob> {
-    const inputs = withMedia ? await Promise.all(task.inputFileIds.map((id) => this.deps.files.readAll(id))) : [];
+    const inputs = withMedia ? await this.deps.files.mediaInputs(task.inputFileIds) : [];
     const job: VideoJob = {
       taskId: task.id,
       model: account ? upstreamModelOf(account, task.model) : task.model,
