@@ -1,13 +1,18 @@
 /**
- * JSON that carries images as base64 (`b64_json`), written without building the base64 strings.
- * A body holds `Base64Bytes` where the contract has a base64 string; `jsonParts` cuts the body's
- * JSON text around them, and `writeJsonParts` writes the text and each image's base64 in slices,
- * waiting for the socket to drain. Memory per image: its bytes and one slice — instead of its
- * base64 string, the JSON string holding it and the buffer that string is copied into (about four
- * times the image, per response in flight).
+ * JSON that carries media as base64, written without building the base64 strings.
+ *
+ * Responses (`b64_json`): a body holds `Base64Bytes` where the contract has a base64 string;
+ * `jsonParts` cuts the body's JSON text around them, and `writeJsonParts` writes the text and each
+ * image's base64 in slices, waiting for the socket to drain. Memory per image: its bytes and one
+ * slice — instead of its base64 string, the JSON string holding it and the buffer that string is
+ * copied into (about four times the image, per response in flight).
+ *
+ * Requests to upstreams (inline media such as Veo's `bytesBase64Encoded`): a body holds
+ * `Base64Source`s, streams of stored inputs; `jsonStream` makes the body a stream in which each
+ * one's base64 is produced while its stream is read. Memory: one chunk, whatever the inputs' size.
  */
 import { randomBytes } from 'node:crypto';
-import type { Writable } from 'node:stream';
+import { Readable, type Writable } from 'node:stream';
 
 /** Bytes written into JSON as a base64 string. */
 export class Base64Bytes {
@@ -31,10 +36,15 @@ export interface JsonParts {
 const MARK = `\u0000mg-b64-${randomBytes(8).toString('hex')}-`;
 
 export function jsonParts(value: unknown): JsonParts {
-  const media: Buffer[] = [];
+  return cutJson(value, (v): v is Base64Bytes => v instanceof Base64Bytes, (v) => v.bytes);
+}
+
+/** The JSON text of `value` cut around the values `isMedia` picks: text[0], media[0], text[1], …, text[n]. */
+function cutJson<M, T>(value: unknown, isMedia: (v: unknown) => v is M, take: (v: M) => T): { text: string[]; media: T[] } {
+  const media: T[] = [];
   const json = JSON.stringify(value, (_key, v: unknown) => {
-    if (!(v instanceof Base64Bytes)) return v;
-    media.push(v.bytes);
+    if (!isMedia(v)) return v;
+    media.push(take(v));
     return `${MARK}${media.length - 1}`;
   });
   const text: string[] = [];
@@ -48,6 +58,51 @@ export function jsonParts(value: unknown): JsonParts {
   }
   text.push(json.slice(from));
   return { text, media };
+}
+
+/** A stream of `bytes` bytes written into JSON as a base64 string while it is read (see `jsonStream`). */
+export class Base64Source {
+  constructor(
+    /** Opens the bytes (again, for every body that is written). */
+    readonly open: () => Readable,
+    /** Their exact number (the body's length is known before it is sent). */
+    readonly bytes: number,
+  ) {}
+}
+
+/**
+ * `value` as a JSON body stream, each `Base64Source` in it written as base64 while its stream is
+ * read, and the body's exact length (for Content-Length). A source that turns out longer or shorter
+ * than it said fails the stream.
+ */
+export function jsonStream(value: unknown): { body: Readable; length: number } {
+  const { text, media } = cutJson(value, (v): v is Base64Source => v instanceof Base64Source, (v) => v);
+  let length = 0;
+  for (const t of text) length += Buffer.byteLength(t);
+  for (const m of media) length += 4 * Math.ceil(m.bytes / 3);
+  async function* chunks(): AsyncGenerator<Buffer> {
+    for (let i = 0; i < text.length; i++) {
+      yield Buffer.from(text[i]!);
+      const source = media[i];
+      if (source) yield* base64Of(source);
+    }
+  }
+  return { body: Readable.from(chunks(), { objectMode: false }), length };
+}
+
+/** The base64 of a source's stream, chunk by chunk (each a multiple of 3 bytes, so they join without padding). */
+async function* base64Of(source: Base64Source): AsyncGenerator<Buffer> {
+  let carry: Buffer = Buffer.alloc(0);
+  let read = 0;
+  for await (const chunk of source.open()) {
+    const bytes = carry.length > 0 ? Buffer.concat([carry, chunk as Buffer]) : (chunk as Buffer);
+    read += (chunk as Buffer).length;
+    const whole = bytes.length - (bytes.length % 3);
+    if (whole > 0) yield Buffer.from(bytes.toString('base64', 0, whole), 'latin1');
+    carry = bytes.subarray(whole);
+  }
+  if (carry.length > 0) yield Buffer.from(carry.toString('base64'), 'latin1');
+  if (read !== source.bytes) throw new Error(`a media input had ${read} bytes where ${source.bytes} were expected`);
 }
 
 /** Bytes of the parts as written (the base64 of each image included). */

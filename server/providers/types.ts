@@ -85,6 +85,25 @@ export interface ImageProvider {
   generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void>;
 }
 
+/**
+ * A media input of a task (an image the client sent), stored by the gateway and read only by the
+ * step that sends it, as a stream: never held whole in memory by the gateway. An adapter streams
+ * it into its request body (as bytes, as base64 inside JSON: `Base64Source`, or as a multipart
+ * part), or hands the upstream a short-lived signed URL to fetch it from.
+ */
+export interface MediaInput {
+  /** `image/png`, `image/jpeg` or `image/webp` (inspected when the task was created). */
+  readonly contentType: string;
+  /** Exact size in bytes. */
+  readonly bytes: number;
+  readonly width: number | null;
+  readonly height: number | null;
+  /** A new stream of the stored bytes (each call starts from the beginning). */
+  open(): Readable;
+  /** A signed URL of the stored bytes that stays valid at least `minTtlSeconds` (for upstreams that fetch inputs). */
+  url(minTtlSeconds?: number): string;
+}
+
 export interface VideoJob {
   /** Stable across every attempt of the task: adapters send it as the upstream's idempotency key where it takes one. */
   taskId: string;
@@ -96,9 +115,9 @@ export interface VideoJob {
   aspectRatio: string;
   resolution: string;
   generateAudio: boolean;
-  firstFrame?: Buffer;
-  lastFrame?: Buffer;
-  referenceImages: Buffer[];
+  firstFrame?: MediaInput;
+  lastFrame?: MediaInput;
+  referenceImages: MediaInput[];
   /** https URLs, for providers that accept reference media. */
   referenceVideos: string[];
   referenceAudios: string[];

@@ -33,8 +33,12 @@ export function upstreamUrl(account: UpstreamAccount, path: string): string {
 export interface UpstreamRequest {
   method?: string;
   headers?: Record<string, string>;
-  /** A FormData body is sent as multipart/form-data with its boundary. */
-  body?: string | Buffer | FormData;
+  /**
+   * A FormData body is sent as multipart/form-data with its boundary; a stream (a JSON body with
+   * inputs streamed into it: `jsonStream`) as it is read, never held in memory — it cannot follow
+   * a redirect, so send it with `redirect: 'manual'` or to an URL that does not redirect.
+   */
+  body?: string | Buffer | FormData | Readable;
   /** `manual`: a redirect comes back as the answer; default `follow` (up to 5). */
   redirect?: 'follow' | 'manual';
   timeoutMs?: number;

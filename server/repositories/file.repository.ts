@@ -60,6 +60,14 @@ export class FileRepository {
     return this.db.selectFrom('files').select(COLUMNS).where('id', '=', id).executeTakeFirst();
   }
 
+  /** The rows of `ids`, in that order (a missing one is left out). */
+  async findMany(ids: readonly string[]): Promise<FileRow[]> {
+    if (ids.length === 0) return [];
+    const rows = await this.db.selectFrom('files').select(COLUMNS).where('id', 'in', ids).execute();
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    return ids.flatMap((id) => byId.get(id) ?? []);
+  }
+
   /** A file of the account that has not expired. */
   findForAccount(id: string, accountId: string): Promise<FileRow | undefined> {
     return this.db

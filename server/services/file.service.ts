@@ -6,6 +6,7 @@ import type { Readable } from 'node:stream';
 import { ApiError } from '../errors.ts';
 import type { FileRepository, FileRow } from '../repositories/file.repository.ts';
 import type { MediaStore } from '../storage/media-store.ts';
+import type { MediaInput } from '../providers/types.ts';
 import type { Transactor } from '../db/transaction.ts';
 import { newId } from '../lib/ids.ts';
 import { hmac, signatureMatches } from '../lib/signing.ts';
@@ -121,7 +122,24 @@ export class FileService {
     return { file, stream: this.store.read(file.storageKey), maxAgeSeconds: expires - nowSeconds };
   }
 
-  /** The whole file in memory (inputs of a generation: images, not videos). */
+  /**
+   * The stored inputs `ids` of a task as media inputs (one query, for their sizes and types): their
+   * bytes are read only when an adapter opens them, as streams. Throws when one is missing.
+   */
+  async mediaInputs(ids: readonly string[]): Promise<MediaInput[]> {
+    const rows = await this.files.findMany(ids);
+    if (rows.length !== ids.length) throw new Error(`input files of the task are missing: ${ids.filter((id) => !rows.some((r) => r.id === id)).join(', ')}`);
+    return rows.map((file) => ({
+      contentType: file.contentType,
+      bytes: file.bytes,
+      width: file.width,
+      height: file.height,
+      open: () => this.store.read(file.storageKey),
+      url: (minTtlSeconds = 0) => this.signedUrl(file.id, minTtlSeconds),
+    }));
+  }
+
+  /** The whole file in memory (inputs of an image edit, which are held in memory anyway). */
   async readAll(id: string): Promise<Buffer> {
     const file = await this.files.find(id);
     if (!file) throw new Error(`file ${id} is missing`);

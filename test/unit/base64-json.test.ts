@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { Writable } from 'node:stream';
+import { Readable, Writable } from 'node:stream';
+import { buffer } from 'node:stream/consumers';
 import { describe, expect, it } from 'vitest';
-import { Base64Bytes, CORKED_BYTES, jsonParts, jsonPartsLength, writeJsonParts } from '../../server/lib/base64-json.ts';
+import { Base64Bytes, Base64Source, CORKED_BYTES, jsonParts, jsonPartsLength, jsonStream, writeJsonParts } from '../../server/lib/base64-json.ts';
 
 /** A writable that keeps what it gets, accepting `highWaterMark` bytes before asking for a drain, slowly. */
 function sink(highWaterMark = 16 * 1024, delayMs = 0) {
@@ -96,5 +97,67 @@ describe('base64 JSON (images written without their base64 strings)', () => {
     const writing = writeJsonParts(s.out, jsonParts({ b64_json: new Base64Bytes(randomBytes(4 * 1024 * 1024)) }));
     setTimeout(() => s.out.destroy(), 10);
     await expect(writing).rejects.toThrow();
+  });
+});
+
+describe('jsonStream (upstream request bodies with inputs streamed into them)', () => {
+  /** A source that hands out `bytes` in chunks of `chunk` bytes (odd sizes: base64 must join across them), counting opens and the largest chunk. */
+  function source(bytes: Buffer, chunk: number) {
+    const stats = { opens: 0 };
+    const src = new Base64Source(() => {
+      stats.opens++;
+      return Readable.from((function* () {
+        for (let at = 0; at < bytes.length; at += chunk) yield bytes.subarray(at, at + chunk);
+      })());
+    }, bytes.length);
+    return { src, stats };
+  }
+
+  it('writes exactly the JSON with each source as its base64 string, says its length, and opens each source once per body', async () => {
+    const a = randomBytes(100_003);
+    const b = randomBytes(2);
+    const first = source(a, 7);
+    const second = source(b, 1);
+    const value = { instances: [{ prompt: 'q"uote', image: { bytesBase64Encoded: first.src, mimeType: 'image/png' } }], refs: [second.src], n: 1 };
+    const { body, length } = jsonStream(value);
+    const text = (await buffer(body)).toString('utf8');
+    expect(JSON.parse(text)).toEqual({ instances: [{ prompt: 'q"uote', image: { bytesBase64Encoded: a.toString('base64'), mimeType: 'image/png' } }], refs: [b.toString('base64')], n: 1 });
+    expect(Buffer.byteLength(text)).toBe(length);
+    expect([first.stats.opens, second.stats.opens]).toEqual([1, 1]);
+    // A second body (a retry on another member) reads the sources again.
+    await buffer(jsonStream(value).body);
+    expect([first.stats.opens, second.stats.opens]).toEqual([2, 2]);
+  });
+
+  it('fails the body when a source is shorter than it said', async () => {
+    const short = new Base64Source(() => Readable.from([Buffer.from('abc')]), 4);
+    await expect(buffer(jsonStream({ x: short }).body)).rejects.toThrow(/3 bytes where 4 were expected/);
+  });
+
+  it('produces the base64 while the source is read: never more than a chunk ahead of it', async () => {
+    const chunk = 64 * 1024;
+    let read = 0;
+    const total = 64 * chunk;
+    const src = new Base64Source(
+      () =>
+        new Readable({
+          read() {
+            if (read >= total) return this.push(null);
+            read += chunk;
+            this.push(Buffer.alloc(chunk, 1));
+          },
+        }),
+      total,
+    );
+    const { body } = jsonStream({ data: src });
+    let written = 0;
+    let maxAhead = 0;
+    for await (const part of body) {
+      written += (part as Buffer).length;
+      maxAhead = Math.max(maxAhead, read - (written * 3) / 4);
+    }
+    expect(written).toBeGreaterThan((total * 4) / 3);
+    // The source is read a few chunks (the streams' buffers) ahead of what was written, not whole.
+    expect(maxAhead).toBeLessThan(total / 8);
   });
 });

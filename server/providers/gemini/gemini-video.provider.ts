@@ -21,8 +21,8 @@
  * run; `check` refuses what no Veo model can express (reference videos/audios, other ratios).
  */
 import { ProviderError } from '../provider-error.ts';
-import { MIME, sniff } from '../image-output.ts';
-import { shapeOf, type UpstreamAccount, type VideoContent, type VideoJob, type VideoOutputRef, type VideoProvider, type VideoShape, type VideoStatus } from '../types.ts';
+import { Base64Source, jsonStream } from '../../lib/base64-json.ts';
+import { shapeOf, type MediaInput, type UpstreamAccount, type VideoContent, type VideoJob, type VideoOutputRef, type VideoProvider, type VideoShape, type VideoStatus } from '../types.ts';
 import { contentOf, readJson, sanitizeMessage, upstreamFetch, upstreamUrl } from '../upstream-http.ts';
 import { googleError } from './gemini-errors.ts';
 
@@ -77,9 +77,11 @@ export class GeminiVideoProvider implements VideoProvider {
     if (job.referenceImages.length > 0) instance.referenceImages = job.referenceImages.map((data) => ({ image: image(data), referenceType: 'ASSET' }));
     const parameters: Record<string, unknown> = { aspectRatio: job.aspectRatio, resolution: job.resolution, durationSeconds: job.durationSeconds };
     if (job.negativePrompt) parameters.negativePrompt = job.negativePrompt;
+    // Inputs are base64 inside the JSON: made while each stored input is read, never whole in memory.
+    const { body, length } = jsonStream({ instances: [instance], parameters });
     const res = await upstreamFetch(
       upstreamUrl(account, `/models/${encodeURIComponent(job.model)}:predictLongRunning`),
-      { method: 'POST', headers: { ...auth(account), 'content-type': 'application/json' }, body: JSON.stringify({ instances: [instance], parameters }) },
+      { method: 'POST', headers: { ...auth(account), 'content-type': 'application/json', 'content-length': String(length) }, body },
       signal,
       'video submit',
     );
@@ -141,8 +143,8 @@ export class GeminiVideoProvider implements VideoProvider {
   }
 }
 
-function image(data: Buffer): { bytesBase64Encoded: string; mimeType: string } {
-  return { bytesBase64Encoded: data.toString('base64'), mimeType: MIME[sniff(data) ?? 'png'] };
+function image(input: MediaInput): { bytesBase64Encoded: Base64Source; mimeType: string } {
+  return { bytesBase64Encoded: new Base64Source(() => input.open(), input.bytes), mimeType: input.contentType };
 }
 
 function auth(account: UpstreamAccount): Record<string, string> {

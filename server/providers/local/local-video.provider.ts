@@ -6,10 +6,11 @@
  * their own, whatever the number of jobs in flight.
  */
 import { createReadStream } from 'node:fs';
+import { buffer } from 'node:stream/consumers';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Semaphore } from '../../lib/semaphore.ts';
-import type { UpstreamAccount, VideoContent, VideoJob, VideoProvider, VideoStatus } from '../types.ts';
+import type { MediaInput, UpstreamAccount, VideoContent, VideoJob, VideoProvider, VideoStatus } from '../types.ts';
 import { videoSize } from './video/video-size.ts';
 
 /**
@@ -59,8 +60,8 @@ export class LocalVideoProvider implements VideoProvider {
         width,
         height,
         audio: job.generateAudio,
-        firstFrame: job.firstFrame ?? job.referenceImages[0],
-        lastFrame: job.lastFrame,
+        firstFrame: await bytesOf(job.firstFrame ?? job.referenceImages[0]),
+        lastFrame: await bytesOf(job.lastFrame),
         outputPath: path,
         signal,
       });
@@ -75,4 +76,9 @@ export class LocalVideoProvider implements VideoProvider {
     stream.once('close', () => void rm(path, { force: true }));
     return { stream, contentType: 'video/mp4' };
   }
+}
+
+/** The frame the renderer paints (it decodes the image whole; one input at a time, only while rendering). */
+async function bytesOf(input: MediaInput | undefined): Promise<Buffer | undefined> {
+  return input && buffer(input.open());
 }

@@ -17,7 +17,7 @@
  */
 import sharp from 'sharp';
 import { ProviderError } from '../provider-error.ts';
-import { shapeOf, type UpstreamAccount, type VideoContent, type VideoJob, type VideoProvider, type VideoShape, type VideoStatus } from '../types.ts';
+import { shapeOf, type MediaInput, type UpstreamAccount, type VideoContent, type VideoJob, type VideoProvider, type VideoShape, type VideoStatus } from '../types.ts';
 import { contentOf, readJson, sanitizeMessage, upstreamFetch, upstreamUrl } from '../upstream-http.ts';
 import { openaiError } from './openai-errors.ts';
 
@@ -62,8 +62,10 @@ export class OpenAIVideoProvider implements VideoProvider {
     form.set('seconds', String(job.durationSeconds));
     form.set('size', size);
     if (job.firstFrame) {
+      // Resized to the target size (the upstream expects it): what is sent is bounded by `size`,
+      // whatever the input's, and the input is read as a stream.
       const [width, height] = size.split('x').map(Number) as [number, number];
-      const frame = await sharp(job.firstFrame).resize(width, height, { fit: 'cover' }).png().toBuffer();
+      const frame = await resized(job.firstFrame, width, height);
       form.set('input_reference', new Blob([frame], { type: 'image/png' }), 'first_frame.png');
     }
     const res = await upstreamFetch(
@@ -117,6 +119,14 @@ export class OpenAIVideoProvider implements VideoProvider {
     if (!res.ok) throw await openaiError(res, 'video download');
     return contentOf(res, 'video/mp4');
   }
+}
+
+/** The input as a PNG of exactly width x height (cropped to fill), read from its stream. */
+function resized(input: MediaInput, width: number, height: number): Promise<Buffer> {
+  const resize = sharp().resize(width, height, { fit: 'cover' }).png();
+  const source = input.open();
+  source.once('error', (err) => resize.destroy(err));
+  return source.pipe(resize).toBuffer();
 }
 
 function auth(account: UpstreamAccount): Record<string, string> {
