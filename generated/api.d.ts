@@ -1506,7 +1506,12 @@ export interface components {
          *     - **503** `no_reachable_member` (no enabled group member serves the model),
          *       `upstream_unavailable` (the upstream account cannot take work: its credentials were refused
          *       or its quota is used up; the operator has to act),
-         *       `capability_disabled` (the operator switched this kind of generation off), `not_ready`,
+         *       `capability_disabled` (the operator switched this kind of generation off), `not_ready`
+         *       (`/readyz`, or the database refused the statement for a passing reason: retry),
+         *       `database_unavailable` (with `Retry-After`: the database cannot be reached right now, e.g.
+         *       while it restarts; any operation that reads or writes it can answer this; retry the request
+         *       as it was: an image whose answer was not sent is not charged, and a video creation retried
+         *       with its `client_request_id` returns the task if it was created),
          *       `server_busy` (too many large request bodies at once; with `Retry-After`),
          *       `storage_unavailable` (with `Retry-After`: the gateway's media storage cannot be written right
          *       now, e.g. an I/O error or a read-only volume; otherwise as `storage_full` below).
@@ -1517,7 +1522,7 @@ export interface components {
          *       it was once space is freed, which needs no restart).
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "unsupported_by_upstream" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready" | "server_busy" | "storage_unavailable" | "storage_full";
+        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "unsupported_by_upstream" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready" | "database_unavailable" | "server_busy" | "storage_unavailable" | "storage_full";
         /**
          * VideoBillingRow
          * @description The current price of one model at one output resolution, with a quote token (one row per resolution
@@ -3127,10 +3132,11 @@ export interface components {
          * @description What the pool knows about this member right now, shared by every instance. A member answering
          *     `429` cools down for its `Retry-After` (else 1 s, doubling up to 60 s); an exhausted quota cools
          *     it down for its `Retry-After` (else 5 minutes); three 5xx answers, timeouts or connection errors
-         *     in a row open its circuit for 30 s (doubling with every further failure, up to 5 minutes); a
+         *     in a row open its circuit for 30 s (doubling with every further failure, up to 5 minutes; the
+         *     calls already in flight when the member began failing count as one failure together); a
          *     `401`/`403` answer takes it out (`credentials_rejected`) until an admin updates it. Any admin
-         *     update of the member clears the cooldown and the rejection. Jobs already accepted by a member
-         *     are always polled there, cooling down or not.
+         *     update of the member clears the cooldown, the circuit and the rejection. Jobs already accepted by
+         *     a member are always polled there, cooling down or not.
          */
         AdminMemberHealth: {
             /** @description Work running on this member across all instances (video jobs from submit to a terminal state; image tasks during their upstream call). It is what `concurrency_limit` bounds. */
@@ -3142,6 +3148,15 @@ export interface components {
             cooldown_until: string | null;
             /** @enum {string|null} */
             cooldown_reason: "rate_limited" | "quota_exhausted" | "circuit_open" | null;
+            /**
+             * @description `closed`: new work goes to the member. `open`: repeated failures keep new work away until
+             *     `cooldown_until`. `half_open`: that time is over and one call at a time, across all
+             *     instances, tries the member (the probe) while other work goes elsewhere; its success closes the
+             *     circuit at once, its failure opens it again for twice as long. Any success of a call that
+             *     started after the last failure counted also closes it.
+             * @enum {string}
+             */
+            circuit: "closed" | "open" | "half_open";
             /** @description The upstream refused the member's credentials; it takes no new work until an admin updates it. */
             credentials_rejected: boolean;
             /** @description The last failure, as the upstream explained it (sanitized - no URLs, headers or keys). */
@@ -3188,6 +3203,7 @@ export interface components {
          *         "in_flight": 3,
          *         "cooldown_until": null,
          *         "cooldown_reason": null,
+         *         "circuit": "closed",
          *         "credentials_rejected": false,
          *         "last_error": null,
          *         "last_error_at": null,
@@ -3914,7 +3930,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), the upstream account cannot take work (`upstream_unavailable`), the database is unreachable or overloaded (`not_ready`; retry), too many large bodies are being processed (`server_busy`; retry after `Retry-After`), or the gateway's media storage cannot be written (`storage_unavailable`; the gateway's fault: nothing was charged or held; retry after `Retry-After`). */
+        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), the upstream account cannot take work (`upstream_unavailable`), the database cannot be reached right now (`database_unavailable`; retry after `Retry-After`) or refused the statement for a passing reason (`not_ready`; retry), too many large bodies are being processed (`server_busy`; retry after `Retry-After`), or the gateway's media storage cannot be written (`storage_unavailable`; the gateway's fault: nothing was charged or held; retry after `Retry-After`). */
         ServiceUnavailable: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -5966,6 +5982,7 @@ export interface operations {
                      *             "in_flight": 0,
                      *             "cooldown_until": null,
                      *             "cooldown_reason": null,
+                     *             "circuit": "closed",
                      *             "credentials_rejected": false,
                      *             "last_error": null,
                      *             "last_error_at": null,
@@ -5999,6 +6016,7 @@ export interface operations {
                      *             "in_flight": 0,
                      *             "cooldown_until": null,
                      *             "cooldown_reason": null,
+                     *             "circuit": "closed",
                      *             "credentials_rejected": false,
                      *             "last_error": null,
                      *             "last_error_at": null,
@@ -6085,6 +6103,7 @@ export interface operations {
                      *         "in_flight": 0,
                      *         "cooldown_until": null,
                      *         "cooldown_reason": null,
+                     *         "circuit": "closed",
                      *         "credentials_rejected": false,
                      *         "last_error": null,
                      *         "last_error_at": null,
@@ -6169,6 +6188,7 @@ export interface operations {
                      *         "in_flight": 0,
                      *         "cooldown_until": null,
                      *         "cooldown_reason": null,
+                     *         "circuit": "closed",
                      *         "credentials_rejected": false,
                      *         "last_error": null,
                      *         "last_error_at": null,

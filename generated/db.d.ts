@@ -171,11 +171,13 @@ export interface MemberHealth {
   cooldownReason: string | null;
   cooldownUntil: Timestamp | null;
   credentialsRejectedAt: Timestamp | null;
+  failureCountedAt: Timestamp | null;
   failures: Generated<number>;
   lastError: string | null;
   lastErrorAt: Timestamp | null;
   lastSuccessAt: Timestamp | null;
   memberId: string;
+  probeUntil: Timestamp | null;
   rateLimitStrikes: Generated<number>;
   successes: Generated<number>;
   updatedAt: Generated<Timestamp>;
@@ -204,9 +206,9 @@ export interface VideoTasks {
   completedAt: Timestamp | null;
   createdAt: Generated<Timestamp>;
   deadlineAt: Timestamp;
+  downloadRetries: Generated<number>;
   durationSeconds: number;
   errorCode: string | null;
-  downloadRetries: Generated<number>;
   errorMessage: string | null;
   generateAudio: boolean;
   groupId: string;
@@ -232,11 +234,11 @@ export interface VideoTasks {
   submitStartedAt: Timestamp | null;
   unitPrice: number | null;
   updatedAt: Generated<Timestamp>;
-  upstreamJobId: string | null;
-}
   upstreamDoneAt: Timestamp | null;
-
+  upstreamJobId: string | null;
   upstreamOutput: Json | null;
+}
+
 export interface WebhookAttempts {
   attemptedAt: Generated<Timestamp>;
   deliveryId: string;

@@ -12,7 +12,8 @@ type Member = Awaited<ReturnType<import('../../server/services/admin/group-admin
 /** A member as a table row: its configuration and, flattened, its health. */
 function memberRow(m: Member): Row {
   const h = m.health;
-  const state = h.credentials_rejected ? 'credentials rejected' : h.cooldown_until ? `${h.cooldown_reason} until ${h.cooldown_until}` : m.enabled ? 'ok' : 'disabled';
+  const cooling = h.cooldown_until ? `${h.cooldown_reason} until ${h.cooldown_until}` : h.circuit === 'half_open' ? 'circuit half-open (one probe at a time)' : undefined;
+  const state = h.credentials_rejected ? 'credentials rejected' : (cooling ?? (m.enabled ? 'ok' : 'disabled'));
   const models = m.models.map((id) => (m.model_map[id] ? `${id}=${m.model_map[id]}` : id)).join(',');
   return { ...m, in_flight: h.in_flight, state, 'ok/fail': `${h.recent.successes}/${h.recent.failures}`, last_error: h.last_error, models } as unknown as Row;
 }

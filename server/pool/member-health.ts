@@ -6,27 +6,45 @@
  *   429 rate limited   cooldown for the upstream's Retry-After, else 1 s, 2 s, 4 s … up to 60 s
  *   quota exhausted    cooldown for its Retry-After, else 5 minutes
  *   5xx / timeout /    after 3 in a row (across instances), the circuit opens: no new work for
- *   connection error   30 s, doubling with every further failure up to 5 minutes
+ *   connection error   30 s, doubling with every further failure up to 5 minutes (see below)
  *   401 / 403          the member is taken out until an admin changes it (credentials_rejected_at)
  *   anything else      the member answered: counts as a success (a content-policy refusal is
  *                      about the request, not the account)
  *
  * Successes are counted in memory and written once a second in one statement, so the hot path
  * adds no SQL; failures are written at once, because they change where the next request goes.
+ *
+ * The circuit (issue 26, item 7). "In a row" counts outages, not calls: a failure counts only when
+ * its call started after the last counted failure was recorded, so the twenty calls in flight when
+ * an upstream went away count once, and a five-second outage opens the circuit for 30 s, not
+ * 5 minutes. Once the cooldown is over the circuit is half-open: one call (the probe, claimed by
+ * `claimProbe` across all instances, for PROBE_LEASE_MS at most) goes through while the pool keeps
+ * everything else away. Its success is written at once, closing the circuit for every instance (the
+ * cleared cooldown sends NOTIFY mediagate_config); its failure counts and re-opens it for twice as
+ * long. Any success of a call that started after the last counted failure closes the circuit too
+ * (a sticky poll of an accepted job, say); a call that was already running then proves nothing.
  */
 import type { Logger } from '../logger.ts';
 import type { Metrics } from '../metrics.ts';
 import { ProviderError } from '../providers/provider-error.ts';
 import type { UpstreamAccount } from '../providers/types.ts';
-import type { MemberHealthRepository } from '../repositories/member-health.repository.ts';
+import type { CircuitPolicy, MemberHealthRepository, ProbeClaim, SuccessCount } from '../repositories/member-health.repository.ts';
+
+export type { ProbeClaim } from '../repositories/member-health.repository.ts';
 
 export const RATE_LIMIT_BACKOFF = { baseMs: 1000, maxMs: 60_000 };
 export const QUOTA_COOLDOWN_MS = 5 * 60_000;
-export const CIRCUIT = { threshold: 3, baseMs: 30_000, maxMs: 5 * 60_000 };
+export const CIRCUIT: CircuitPolicy = { threshold: 3, baseMs: 30_000, maxMs: 5 * 60_000 };
+/**
+ * How long a probe keeps other calls away from a half-open member at most: a probe that outlives it
+ * (a slow answer, or its process died) lets the next one through. A probe that ends without an
+ * answer about the member gives its claim back at once.
+ */
+export const PROBE_LEASE_MS = 60_000;
 const FLUSH_MS = 1000;
 
 export class MemberHealth {
-  private successes = new Map<string, number>();
+  private successes = new Map<string, SuccessCount>();
   private flushing: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
 
@@ -36,21 +54,26 @@ export class MemberHealth {
     private readonly log: Logger,
   ) {}
 
-  /** Runs one adapter call on `account`, measuring it and recording what it says about the member. */
-  async observe<T>(account: UpstreamAccount, call: () => Promise<T>): Promise<T> {
+  /**
+   * Runs one adapter call on `account`, measuring it and recording what it says about the member.
+   * `probe`: the call is the probe of a half-open circuit (`claimProbe`): its outcome is written at
+   * once, and a call that ends without one (not a ProviderError) gives the claim back.
+   */
+  async observe<T>(account: UpstreamAccount, call: () => Promise<T>, probe?: ProbeClaim): Promise<T> {
     const labels = { provider: account.provider, member: account.memberId };
     const started = process.hrtime.bigint();
+    const startedAt = performance.now();
     this.metrics.upstreamInFlight.inc(labels);
     try {
       const result = await call();
       this.metrics.upstreamRequests.inc({ ...labels, outcome: 'ok' });
-      this.succeeded(account.memberId);
+      await this.succeeded(account.memberId, startedAt, probe);
       return result;
     } catch (err) {
       if (err instanceof ProviderError) {
         this.metrics.upstreamRequests.inc({ ...labels, outcome: err.kind });
-        await this.failed(account, err);
-      }
+        await this.failed(account, err, startedAt, probe);
+      } else if (probe) await this.releaseProbe(probe);
       throw err;
     } finally {
       this.metrics.upstreamInFlight.dec(labels);
@@ -58,45 +81,89 @@ export class MemberHealth {
     }
   }
 
-  /** Records a failure by its kind (see the table above). Never throws: health is best effort. */
-  async failed(account: UpstreamAccount, err: ProviderError): Promise<void> {
+  /**
+   * Claims the probe of a member whose circuit is open and whose cooldown is over (see above):
+   * `taken` when another call of any instance holds it, `not_open` when the circuit closed meanwhile.
+   */
+  claimProbe(memberId: string): Promise<ProbeClaim | 'taken' | 'not_open'> {
+    return this.repo.claimProbe(memberId, PROBE_LEASE_MS);
+  }
+
+  /** Gives a claimed probe back without an outcome (the work never ran, or ended for its own reasons). */
+  async releaseProbe(probe: ProbeClaim): Promise<void> {
+    try {
+      await this.repo.releaseProbe(probe);
+    } catch (err) {
+      // The claim's lease ends it anyway.
+      this.log.warn({ err, memberId: probe.memberId }, 'could not give a member probe back');
+    }
+  }
+
+  /**
+   * Records a failure of a call that started at `startedAt` (`performance.now()`) by its kind (see
+   * the table above). Never throws: health is best effort.
+   */
+  async failed(account: UpstreamAccount, err: ProviderError, startedAt: number, probe?: ProbeClaim): Promise<void> {
     const memberId = account.memberId;
     const message = err.message;
     try {
       switch (err.kind) {
         case 'rate_limited': {
-          const { rateLimitStrikes } = await this.repo.strikes(memberId);
-          const ms = err.retryAfterMs ?? Math.min(RATE_LIMIT_BACKOFF.maxMs, RATE_LIMIT_BACKOFF.baseMs * 2 ** rateLimitStrikes);
-          await this.repo.recordFailure(memberId, { message, rateLimited: true, cooldown: { ms, reason: 'rate_limited' } });
+          const strikes = await this.repo.rateLimitStrikes(memberId);
+          const ms = err.retryAfterMs ?? Math.min(RATE_LIMIT_BACKOFF.maxMs, RATE_LIMIT_BACKOFF.baseMs * 2 ** strikes);
+          await this.repo.recordFailure(memberId, { message, startedAt, rateLimited: true, cooldown: { ms, reason: 'rate_limited' } });
           this.log.warn({ memberId, cooldownMs: ms }, 'upstream member rate limited; cooling down');
           return;
         }
         case 'quota_exhausted':
-          await this.repo.recordFailure(memberId, { message, cooldown: { ms: err.retryAfterMs ?? QUOTA_COOLDOWN_MS, reason: 'quota_exhausted' } });
+          await this.repo.recordFailure(memberId, { message, startedAt, cooldown: { ms: err.retryAfterMs ?? QUOTA_COOLDOWN_MS, reason: 'quota_exhausted' } });
           this.log.warn({ memberId }, 'upstream member quota exhausted; cooling down');
           return;
         case 'retryable': {
-          const { consecutiveFailures } = await this.repo.strikes(memberId);
-          const beyond = Math.max(0, consecutiveFailures + 1 - CIRCUIT.threshold);
-          const ms = Math.min(CIRCUIT.maxMs, CIRCUIT.baseMs * 2 ** beyond);
-          await this.repo.recordFailure(memberId, { message, circuit: { threshold: CIRCUIT.threshold, ms } });
-          if (consecutiveFailures + 1 >= CIRCUIT.threshold) this.log.warn({ memberId, failures: consecutiveFailures + 1, openMs: ms }, 'upstream member failing repeatedly; circuit open');
+          // The circuit's length follows the streak as the database counts it (concurrent instances included).
+          const { consecutiveFailures, counted } = await this.repo.recordFailure(memberId, { message, startedAt, circuit: CIRCUIT });
+          if (counted && consecutiveFailures >= CIRCUIT.threshold) {
+            const openMs = Math.min(CIRCUIT.maxMs, CIRCUIT.baseMs * 2 ** (consecutiveFailures - CIRCUIT.threshold));
+            this.log.warn({ memberId, failures: consecutiveFailures, openMs, probe: probe !== undefined }, 'upstream member failing repeatedly; circuit open');
+          }
           return;
         }
         case 'auth':
-          await this.repo.recordFailure(memberId, { message, rejectCredentials: true });
+          await this.repo.recordFailure(memberId, { message, startedAt, rejectCredentials: true });
           this.log.error({ memberId, provider: account.provider }, 'upstream member credentials rejected; it takes no new work until an admin updates it');
           return;
         default:
-          this.succeeded(memberId);
+          // The member answered (a refusal is about the request): for the circuit, a success.
+          await this.succeeded(memberId, startedAt, probe);
       }
     } catch (recordErr) {
       this.log.warn({ err: recordErr, memberId }, 'could not record member health');
+    } finally {
+      // Whatever the answer recorded (a re-opened or closed circuit already ended the claim; a 429,
+      // an exhausted quota or rejected credentials put their own cooldown in its place), this probe is over.
+      if (probe) await this.releaseProbe(probe);
     }
   }
 
-  private succeeded(memberId: string): void {
-    this.successes.set(memberId, (this.successes.get(memberId) ?? 0) + 1);
+  /**
+   * Counts a success of a call that started at `startedAt`, written with the next batch; a probe's
+   * is written at once (it closes the circuit for every instance). Never throws.
+   */
+  private async succeeded(memberId: string, startedAt: number, probe?: ProbeClaim): Promise<void> {
+    if (probe) {
+      try {
+        await this.repo.recordSuccesses(new Map([[memberId, { calls: 1, lastStartedAt: startedAt }]]));
+        this.log.info({ memberId }, 'upstream member answered its probe; circuit closed');
+      } catch (err) {
+        this.log.warn({ err, memberId }, 'could not record member health');
+      }
+      return;
+    }
+    const counted = this.successes.get(memberId);
+    if (counted) {
+      counted.calls++;
+      counted.lastStartedAt = Math.max(counted.lastStartedAt, startedAt);
+    } else this.successes.set(memberId, { calls: 1, lastStartedAt: startedAt });
     this.timer ??= setTimeout(() => {
       this.timer = undefined;
       void this.flush();

@@ -17,6 +17,10 @@
  * work decides with `canFailover` whether it still can (a stream that reached the client cannot).
  * With no member free, `route` throws `NoCapacity` (after waiting up to `waitMs` for one).
  *
+ * A member whose circuit is open and whose cooldown is over is half-open (member-health.ts): the
+ * work that reaches it first claims its probe (one across all instances) before taking slots, and
+ * runs as the probe; while the probe runs, every other piece of work treats the member as cooling.
+ *
  * The candidates of a group and model (configuration and shared health, one query) are reused for
  * CANDIDATE_CACHE_MS: a failure this instance sees, and any admin change through it, drops them at
  * once, so only what other instances learned (a cooldown, rejected credentials) reaches this one up
@@ -37,7 +41,7 @@ import { ProviderError } from '../providers/provider-error.ts';
 import type { ProviderKind, ProviderRegistry } from '../providers/registry.ts';
 import type { UpstreamAccount } from '../providers/types.ts';
 import type { MemberCandidate, RoutableMember, RoutingRepository } from '../repositories/routing.repository.ts';
-import type { MemberHealth } from './member-health.ts';
+import type { MemberHealth, ProbeClaim } from './member-health.ts';
 import { followOrder, orderMembers } from './member-selection.ts';
 
 /** How long a member's decrypted account is reused by `account()` (poll steps of thousands of jobs). */
@@ -178,7 +182,8 @@ export class Pool {
     const order = orderMembers(members, this.random);
     const head = order.find((m) => m.cooldownUntil <= now);
     const ids = order.map((m) => m.id);
-    if (!head || head.concurrencyLimit !== null) return { order: ids };
+    // A half-open head is not named either: route claims its probe first.
+    if (!head || head.concurrencyLimit !== null || head.circuitOpen) return { order: ids };
     return { order: ids, first: { memberId: head.id, slots: wantedSlots(head, req) } };
   }
 
@@ -207,15 +212,24 @@ export class Pool {
         cooldownMs = Math.min(cooldownMs, coolingMs);
         continue;
       }
-      const slots = member === named ? first!.slots : await this.takeSlots(member, req);
-      if (slots === 'full') {
+      const admitted = await this.admit(member, member === named ? first : undefined, req);
+      if (admitted === 'probing') {
+        // Another call (of any instance) is probing it: cooling until that ends.
+        cooldownMs = Math.min(cooldownMs, FULL_RETRY_MS);
+        continue;
+      }
+      if (admitted === 'full') {
         full = true;
         continue;
       }
+      const { slots, probe } = admitted;
       attempts++;
       const { account } = member;
       try {
-        return await this.health.observe(account, () => work(account, slots));
+        const result = await this.health.observe(account, () => work(account, slots), probe);
+        // The probe's success closed the circuit: this instance routes there at once too.
+        if (probe) this.invalidate();
+        return result;
       } catch (err) {
         // What the member's failure taught (recorded by observe) applies to the next request at once.
         if (err instanceof ProviderError && isFailover(err)) this.invalidate();
@@ -227,6 +241,33 @@ export class Pool {
     }
     if (lastError) throw lastError;
     throw full ? new NoCapacity('full', Math.min(FULL_RETRY_MS, cooldownMs)) : new NoCapacity('cooling', cooldownMs);
+  }
+
+  /**
+   * Lets the work onto `member`: claims its probe first when it is half-open, then takes its slots
+   * (or keeps those already `named` on the work's row). 'probing': another call holds the probe;
+   * 'full': no slot is free (a probe claimed is given back).
+   */
+  private async admit(member: CachedCandidate, named: Preselected | undefined, req: RouteRequest): Promise<{ slots: number; probe?: ProbeClaim } | 'probing' | 'full'> {
+    let probe: ProbeClaim | undefined;
+    if (member.circuitOpen) {
+      const claim = await this.health.claimProbe(member.id);
+      // Either way the cached view was behind (a claim's NOTIFY is on its way): it is read again next time.
+      if (claim === 'taken' || claim === 'not_open') this.invalidate();
+      if (claim === 'taken') return 'probing';
+      if (claim !== 'not_open') probe = claim;
+    }
+    if (named && !probe) return { slots: named.slots };
+    let slots: number | 'full';
+    try {
+      slots = await this.takeSlots(member, req);
+    } catch (err) {
+      if (probe) await this.health.releaseProbe(probe);
+      throw err;
+    }
+    if (slots !== 'full') return { slots, probe };
+    if (probe) await this.health.releaseProbe(probe);
+    return 'full';
   }
 
   /**

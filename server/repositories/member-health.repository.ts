@@ -2,24 +2,37 @@
  * What the pool learned about each member from its answers (table member_health), shared by every
  * instance. Each write is one upsert computed in SQL, so concurrent instances never lose an update;
  * the policy (how long a cooldown lasts) is decided by the caller, `pool/member-health.ts`.
+ *
+ * Times are compared on the database's clock only. A call's start is given as a reading of this
+ * process's monotonic clock (`performance.now()`) and turned into the database's time as "now()
+ * minus the time since", measured once the statement's connection is in hand, so neither the
+ * instances' clocks nor a wait for a pooled connection move it.
  */
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 
 export type CooldownReason = 'rate_limited' | 'quota_exhausted' | 'circuit_open';
 
-export interface MemberHealthRow {
+/** When the circuit of a member opens, and for how long (the caller's policy; applied in SQL). */
+export interface CircuitPolicy {
+  /** Counted failures in a row that open it (at least 2: a member's first failure never does). */
+  threshold: number;
+  /** How long it opens at the threshold; doubled with every counted failure beyond it, up to maxMs. */
+  baseMs: number;
+  maxMs: number;
+}
+
+/** A call let through to a member whose circuit is open (`claimProbe`): the lease it holds. */
+export interface ProbeClaim {
   memberId: string;
-  cooldownUntil: Date | null;
-  cooldownReason: string | null;
-  consecutiveFailures: number;
-  credentialsRejectedAt: Date | null;
-  lastError: string | null;
-  lastErrorAt: Date | null;
-  lastSuccessAt: Date | null;
-  windowStartedAt: Date;
-  successes: number;
-  failures: number;
+  /** The claim's lease end: another call may probe once it passes. Also identifies the claim. */
+  until: Date;
+}
+
+/** Successful calls of one member to record: how many, and when the last of them started (`performance.now()`). */
+export interface SuccessCount {
+  calls: number;
+  lastStartedAt: number;
 }
 
 /** Recent counts restart after this long. */
@@ -29,73 +42,151 @@ export class MemberHealthRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
   /**
-   * Records a failed call. `cooldown` (when set) puts the member aside for `ms` (keeping a longer
-   * cooldown already in place); `circuit` gives the failure count from which repeated failures open
-   * the circuit for `ms`; `rejectCredentials` takes the member out until an admin changes it.
-   * Returns the member's consecutive failures and rate-limit strikes after this one.
+   * Runs `write` on one connection of the pool, handing it a function that turns a call's start
+   * (`performance.now()`) into milliseconds before the database's now(), measured with the
+   * connection in hand: only the statement's own trip separates the two readings.
+   */
+  private withElapsed<T>(write: (db: Kysely<DB>, msSince: (startedAt: number) => number) => Promise<T>): Promise<T> {
+    return this.db.connection().execute((conn) => {
+      const now = performance.now();
+      return write(conn, (startedAt) => Math.max(0, now - startedAt));
+    });
+  }
+
+  /**
+   * Records a failed call that started at `startedAt` (`performance.now()`). `cooldown` (when set)
+   * puts the member aside for `ms` (keeping a longer cooldown already in place); `rejectCredentials`
+   * takes the member out until an admin changes it.
+   *
+   * `circuit` makes the failure one of a streak (5xx, timeouts, connection errors). It counts only
+   * when its call started after the last counted failure was recorded: the calls in flight when an
+   * outage began fail together and count once. A counted failure that brings the streak to the
+   * threshold, or any counted failure while the circuit is open (a failed probe), opens it for
+   * baseMs × 2^(streak − threshold), at most maxMs, and ends any probe.
+   * Returns the streak after this failure and whether this one counted.
    */
   async recordFailure(
     memberId: string,
-    f: { message: string; rateLimited?: boolean; cooldown?: { ms: number; reason: CooldownReason }; circuit?: { threshold: number; ms: number }; rejectCredentials?: boolean },
-  ): Promise<void> {
+    f: { message: string; startedAt: number; rateLimited?: boolean; cooldown?: { ms: number; reason: CooldownReason }; circuit?: CircuitPolicy; rejectCredentials?: boolean },
+  ): Promise<{ consecutiveFailures: number; counted: boolean }> {
     const cooldown = f.cooldown ? sql`now() + ${Math.round(f.cooldown.ms)} * interval '1 millisecond'` : sql`null::timestamptz`;
-    const circuitOpens = f.circuit ? sql`member_health.consecutive_failures + 1 >= ${f.circuit.threshold}` : sql`false`;
-    const circuitUntil = f.circuit ? sql`now() + ${Math.round(f.circuit.ms)} * interval '1 millisecond'` : sql`null::timestamptz`;
-    await sql`
-      insert into member_health as member_health (member_id, cooldown_until, cooldown_reason, rate_limit_strikes, consecutive_failures,
-        credentials_rejected_at, last_error, last_error_at, failures, updated_at)
-      values (${memberId}, ${cooldown}, ${f.cooldown?.reason ?? null}, ${f.rateLimited ? 1 : 0}, ${f.circuit ? 1 : 0},
-        ${f.rejectCredentials ? sql`now()` : null}, ${f.message}, now(), 1, now())
-      on conflict (member_id) do update set
-        cooldown_until = case
-          when ${circuitOpens} and (member_health.cooldown_until is null or member_health.cooldown_until < ${circuitUntil}) then ${circuitUntil}
-          when ${cooldown} is not null and (member_health.cooldown_until is null or member_health.cooldown_until < ${cooldown}) then ${cooldown}
-          else member_health.cooldown_until end,
-        cooldown_reason = case
-          when ${circuitOpens} and (member_health.cooldown_until is null or member_health.cooldown_until < ${circuitUntil}) then 'circuit_open'
-          when ${cooldown} is not null and (member_health.cooldown_until is null or member_health.cooldown_until < ${cooldown}) then ${f.cooldown?.reason ?? null}
-          else member_health.cooldown_reason end,
-        rate_limit_strikes = member_health.rate_limit_strikes + ${f.rateLimited ? 1 : 0},
-        consecutive_failures = case when ${f.circuit ? sql`true` : sql`false`} then member_health.consecutive_failures + 1 else member_health.consecutive_failures end,
-        credentials_rejected_at = coalesce(member_health.credentials_rejected_at, ${f.rejectCredentials ? sql`now()` : null}),
-        last_error = excluded.last_error,
-        last_error_at = now(),
-        window_started_at = case when member_health.window_started_at < now() - ${WINDOW} then now() else member_health.window_started_at end,
-        successes = case when member_health.window_started_at < now() - ${WINDOW} then 0 else member_health.successes end,
-        failures = case when member_health.window_started_at < now() - ${WINDOW} then 1 else member_health.failures + 1 end,
-        updated_at = now()`.execute(this.db);
+    const c = f.circuit;
+    return this.withElapsed(async (db, msSince) => {
+      const started = sql`now() - ${msSince(f.startedAt)}::float8 * interval '1 millisecond'`;
+      const counts = c ? sql`(member_health.failure_counted_at is null or ${started} > member_health.failure_counted_at)` : sql`false`;
+      const streak = sql`(member_health.consecutive_failures + 1)`;
+      const opens = c ? sql`(${counts} and (${streak} >= ${c.threshold}::int or member_health.cooldown_reason = 'circuit_open'))` : sql`false`;
+      // 2^(streak - threshold), the exponent capped so that the power stays a finite number.
+      const openMs = c ? sql`least(${c.maxMs}::float8, ${c.baseMs}::float8 * power(2::float8, least(30, greatest(0, ${streak} - ${c.threshold}::int))))` : sql`0`;
+      const circuitUntil = c ? sql`now() + ${openMs} * interval '1 millisecond'` : sql`null::timestamptz`;
+      const { rows } = await sql<{ streak: number; counted: boolean }>`
+        insert into member_health as member_health (member_id, cooldown_until, cooldown_reason, rate_limit_strikes, consecutive_failures, failure_counted_at,
+          credentials_rejected_at, last_error, last_error_at, failures, updated_at)
+        values (${memberId}, ${cooldown}, ${f.cooldown?.reason ?? null}, ${f.rateLimited ? 1 : 0}, ${c ? 1 : 0}, ${c ? sql`now()` : sql`null::timestamptz`},
+          ${f.rejectCredentials ? sql`now()` : null}, ${f.message}, now(), 1, now())
+        on conflict (member_id) do update set
+          cooldown_until = case
+            when ${opens} and (member_health.cooldown_until is null or member_health.cooldown_until < ${circuitUntil}) then ${circuitUntil}
+            when ${cooldown} is not null and (member_health.cooldown_until is null or member_health.cooldown_until < ${cooldown}) then ${cooldown}
+            else member_health.cooldown_until end,
+          cooldown_reason = case
+            when ${opens} and (member_health.cooldown_until is null or member_health.cooldown_until < ${circuitUntil}) then 'circuit_open'
+            when ${cooldown} is not null and (member_health.cooldown_until is null or member_health.cooldown_until < ${cooldown}) then ${f.cooldown?.reason ?? null}
+            else member_health.cooldown_reason end,
+          probe_until = case when ${opens} then null else member_health.probe_until end,
+          rate_limit_strikes = member_health.rate_limit_strikes + ${f.rateLimited ? 1 : 0},
+          consecutive_failures = case when ${counts} then ${streak} else member_health.consecutive_failures end,
+          failure_counted_at = case when ${counts} then now() else member_health.failure_counted_at end,
+          credentials_rejected_at = coalesce(member_health.credentials_rejected_at, ${f.rejectCredentials ? sql`now()` : null}),
+          last_error = excluded.last_error,
+          last_error_at = now(),
+          window_started_at = case when member_health.window_started_at < now() - ${WINDOW} then now() else member_health.window_started_at end,
+          successes = case when member_health.window_started_at < now() - ${WINDOW} then 0 else member_health.successes end,
+          failures = case when member_health.window_started_at < now() - ${WINDOW} then 1 else member_health.failures + 1 end,
+          updated_at = now()
+        returning consecutive_failures as streak, coalesce(failure_counted_at = now(), false) as counted`.execute(db);
+      return { consecutiveFailures: rows[0]!.streak, counted: rows[0]!.counted };
+    });
   }
 
-  /** A member's rate-limit strikes and consecutive failures so far (for the backoff of the next one). */
-  async strikes(memberId: string): Promise<{ rateLimitStrikes: number; consecutiveFailures: number }> {
-    const row = await this.db.selectFrom('memberHealth').select(['rateLimitStrikes', 'consecutiveFailures']).where('memberId', '=', memberId).executeTakeFirst();
-    return row ?? { rateLimitStrikes: 0, consecutiveFailures: 0 };
+  /** A member's rate-limit strikes so far (for the backoff of the next 429). */
+  async rateLimitStrikes(memberId: string): Promise<number> {
+    const row = await this.db.selectFrom('memberHealth').select('rateLimitStrikes').where('memberId', '=', memberId).executeTakeFirst();
+    return row?.rateLimitStrikes ?? 0;
   }
 
-  /** Records `count` successful calls: the failure streaks end. One statement for many members. */
-  async recordSuccesses(batch: ReadonlyMap<string, number>): Promise<void> {
+  /**
+   * Records successful calls, one statement for many members. The failure streak ends, unless the
+   * member's circuit is open and stays so. A success closes an open circuit (cooldown, streak and
+   * probe cleared, at once) when the last call counted started after the last counted failure was
+   * recorded (as failures count): a call that was already running then proves nothing about the
+   * member since.
+   * Cooldowns of 429s and exhausted quotas are the upstream's word and stay (a poll answered does not
+   * mean a submit would be).
+   */
+  async recordSuccesses(batch: ReadonlyMap<string, SuccessCount>): Promise<void> {
     if (batch.size === 0) return;
     const ids = [...batch.keys()];
-    const counts = ids.map((id) => batch.get(id)!);
-    await sql`
-      insert into member_health as member_health (member_id, successes, last_success_at, updated_at)
-      select s.id, s.n, now(), now() from unnest(${ids}::text[], ${counts}::int[]) as s(id, n)
-      join group_members m on m.id = s.id
-      on conflict (member_id) do update set
-        consecutive_failures = 0,
-        rate_limit_strikes = 0,
-        last_success_at = now(),
-        window_started_at = case when member_health.window_started_at < now() - ${WINDOW} then now() else member_health.window_started_at end,
-        successes = case when member_health.window_started_at < now() - ${WINDOW} then excluded.successes else member_health.successes + excluded.successes end,
-        failures = case when member_health.window_started_at < now() - ${WINDOW} then 0 else member_health.failures end,
-        updated_at = now()`.execute(this.db);
+    await this.withElapsed(async (db, msSince) => {
+      const counts = ids.map((id) => batch.get(id)!.calls);
+      const ago = ids.map((id) => msSince(batch.get(id)!.lastStartedAt));
+      const closes = sql`(member_health.cooldown_reason = 'circuit_open'
+        and (member_health.failure_counted_at is null or (select s.started from s where s.id = member_health.member_id) > member_health.failure_counted_at))`;
+      await sql`
+        with s as (
+          select u.id, u.n, now() - u.ago * interval '1 millisecond' as started
+          from unnest(${ids}::text[], ${counts}::int[], ${ago}::float8[]) as u(id, n, ago)
+        )
+        insert into member_health as member_health (member_id, successes, last_success_at, updated_at)
+        select s.id, s.n, now(), now() from s
+        join group_members m on m.id = s.id
+        on conflict (member_id) do update set
+          consecutive_failures = case when member_health.cooldown_reason = 'circuit_open' and not ${closes} then member_health.consecutive_failures else 0 end,
+          cooldown_until = case when ${closes} then null else member_health.cooldown_until end,
+          cooldown_reason = case when ${closes} then null else member_health.cooldown_reason end,
+          probe_until = case when ${closes} then null else member_health.probe_until end,
+          rate_limit_strikes = 0,
+          last_success_at = now(),
+          window_started_at = case when member_health.window_started_at < now() - ${WINDOW} then now() else member_health.window_started_at end,
+          successes = case when member_health.window_started_at < now() - ${WINDOW} then excluded.successes else member_health.successes + excluded.successes end,
+          failures = case when member_health.window_started_at < now() - ${WINDOW} then 0 else member_health.failures end,
+          updated_at = now()`.execute(db);
+    });
+  }
+
+  /**
+   * Claims the probe of a member whose circuit is open and whose cooldown is over, unless another
+   * call (of any instance) holds it: the claim lasts `leaseMs` or until the probe's outcome is
+   * recorded. Returns the claim; `taken` when the member has no probe to give now (held by another
+   * call, or the cooldown not over by the database's clock); `not_open` when its circuit is closed
+   * by now (the caller's view was behind).
+   */
+  async claimProbe(memberId: string, leaseMs: number): Promise<ProbeClaim | 'taken' | 'not_open'> {
+    // Milliseconds only, so that the claim read back into a Date still identifies it (releaseProbe).
+    // `open` is read from the statement's snapshot, before the claim: whether there was a circuit.
+    const { rows } = await sql<{ until: Date | null; open: boolean }>`
+      with claim as (
+        update member_health set probe_until = date_trunc('milliseconds', now() + ${Math.round(leaseMs)} * interval '1 millisecond'), updated_at = now()
+        where member_id = ${memberId} and cooldown_reason = 'circuit_open' and cooldown_until <= now() and (probe_until is null or probe_until <= now())
+        returning probe_until
+      )
+      select (select probe_until from claim) as until,
+        exists (select 1 from member_health where member_id = ${memberId} and cooldown_reason = 'circuit_open') as open`.execute(this.db);
+    const { until, open } = rows[0]!;
+    if (until) return { memberId, until };
+    return open ? 'taken' : 'not_open';
+  }
+
+  /** Gives a probe back without an outcome (the call never reached the upstream, or ended for its own reasons). */
+  async releaseProbe(claim: ProbeClaim): Promise<void> {
+    await this.db.updateTable('memberHealth').set({ probeUntil: null, updatedAt: sql`now()` }).where('memberId', '=', claim.memberId).where('probeUntil', '=', claim.until).execute();
   }
 
   /** An admin changed the member: whatever made the pool put it aside is forgotten. */
   async reset(memberId: string): Promise<void> {
     await this.db
       .updateTable('memberHealth')
-      .set({ credentialsRejectedAt: null, cooldownUntil: null, cooldownReason: null, consecutiveFailures: 0, rateLimitStrikes: 0, updatedAt: sql`now()` })
+      .set({ credentialsRejectedAt: null, cooldownUntil: null, cooldownReason: null, probeUntil: null, consecutiveFailures: 0, rateLimitStrikes: 0, updatedAt: sql`now()` })
       .where('memberId', '=', memberId)
       .execute();
   }

@@ -1,7 +1,8 @@
 /**
  * Which group members can serve a model (design §8), with what the pool needs to route among them
  * in one query: the encrypted credentials it decrypts, the model map and the member's shared health
- * (cooldown, rejected credentials). Work in flight is counted under a member's slot lock (lockSlots).
+ * (cooldown, open circuit and its probe, rejected credentials). Work in flight is counted under a
+ * member's slot lock (lockSlots).
  *
  * In-flight work is counted from the task rows themselves (video tasks naming the member from
  * submit to a terminal state, one slot each; image tasks while their upstream calls run, with the
@@ -25,8 +26,13 @@ export interface MemberCandidate {
 }
 
 export interface RoutableMember extends MemberCandidate {
-  /** Milliseconds until the member's cooldown ends (0: not cooling down). */
+  /**
+   * Milliseconds until the member may take work (0: now): its cooldown, and while its circuit is
+   * open, a probe another call holds.
+   */
   cooldownMs: number;
+  /** Its circuit is open: once `cooldownMs` is over, the next call must claim the probe (MemberHealth.claimProbe). */
+  circuitOpen: boolean;
 }
 
 /** A member's slots in use: the active task rows naming it (one per video task, `member_slots` per image task). */
@@ -59,7 +65,10 @@ export class RoutingRepository {
         'm.weight',
         'm.concurrencyLimit',
         'm.modelMap',
-        sql<number>`greatest(0, coalesce(ceil(extract(epoch from h.cooldown_until - now()) * 1000), 0))::int`.as('cooldownMs'),
+        // A probe's claim matters only while the circuit is open (greatest() skips a null).
+        sql<number>`greatest(0, coalesce(ceil(extract(epoch from
+          case when h.cooldown_reason = 'circuit_open' then greatest(h.cooldown_until, h.probe_until) else h.cooldown_until end - now()) * 1000), 0))::int`.as('cooldownMs'),
+        sql<boolean>`coalesce(h.cooldown_reason = 'circuit_open', false)`.as('circuitOpen'),
       ])
       .where('m.groupId', '=', groupId)
       .where('m.enabled', '=', true)

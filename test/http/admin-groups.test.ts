@@ -111,6 +111,7 @@ describe('group members', () => {
         in_flight: 0,
         cooldown_until: null,
         cooldown_reason: null,
+        circuit: 'closed',
         credentials_rejected: false,
         last_error: null,
         last_error_at: null,

@@ -2,13 +2,14 @@
  * The account pool across two real server processes sharing one database, against the fake
  * OpenAI Images and /v1/videos upstreams (one key per member; the fakes' own per-key logs are the
  * witness): weights inside the top priority tier over 1,000 requests (also with a concurrency limit
- * on the lighter member), the lower tier untouched while
- * the top one is healthy and taking over when it cools down, a concurrency limit that holds across
- * both instances, failover without double charge, rejected credentials that one instance saw
- * keeping the member away from both, and video jobs polled only on the member that accepted them
- * by an instance that did not submit them.
+ * on the lighter member), the lower tier untouched while the top one is healthy and taking over when
+ * it cools down, a concurrency limit that holds across both instances, failover without double
+ * charge, rejected credentials that one instance saw keeping the member away from both, one probe of
+ * a half-open circuit between both, and video jobs polled only on the member that accepted them by
+ * an instance that did not submit them.
  */
 import { randomBytes } from 'node:crypto';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startOpenAIImagesFake, type OpenAIImagesFake } from '../fakes/openai-images.ts';
 import { startOpenAIVideosFake, type OpenAIVideosFake } from '../fakes/openai-video-upstream.ts';
@@ -218,8 +219,13 @@ describe('pool routing across two instances', () => {
       { key: 'sk-gone', priority: 10, baseUrl: `http://127.0.0.1:${await freePort()}/v1` },
       { key: 'sk-backup', priority: 0 },
     ]);
-    const results = await Promise.all(Array.from({ length: 8 }, (_, i) => generate(c.key, servers[i % 2]!, 2)));
-    expect(results.map((r) => [r.status, r.images])).toEqual(Array(8).fill([200, 2]));
+    const concurrent = await Promise.all(Array.from({ length: 8 }, (_, i) => generate(c.key, servers[i % 2]!, 2)));
+    // Calls that fail together count as one failure of the streak (issue 26, item 7): three
+    // requests one after the other, each meeting the member (until its circuit opens), make it three.
+    const sequential = [];
+    for (let i = 0; i < 3; i++) sequential.push(await generate(c.key, servers[i % 2]!, 2));
+    const results = [...concurrent, ...sequential];
+    expect(results.map((r) => [r.status, r.images])).toEqual(Array(11).fill([200, 2]));
     await expectChargedOnce(c.accountId, results.map((r) => r.taskId), 2);
     const health = () => t.db.selectFrom('memberHealth').select(['cooldownReason', 'failures']).where('memberId', '=', c.ids['sk-gone']!).executeTakeFirstOrThrow();
     const open = await health();
@@ -228,6 +234,57 @@ describe('pool routing across two instances', () => {
     // Neither instance tries the member while its circuit is open: no new failure is recorded.
     for (const server of servers) expect((await generate(c.key, server)).status).toBe(200);
     expect((await health()).failures).toBe(open.failures);
+  }, 60_000);
+
+  it('lets exactly one probe through to a member whose circuit cooldown is over, across both instances, and its success closes the circuit for both', async () => {
+    // The probed member has an upstream of its own, so that only its calls can be held.
+    const probed = await startOpenAIImagesFake({ apiKeys: ['sk-probed'] });
+    try {
+      const c = await customer([
+        { key: 'sk-probed', priority: 10, baseUrl: `${probed.url}/v1` },
+        { key: 'sk-backup', priority: 0 },
+      ]);
+      const memberOf = async (taskId: string) => (await t.db.selectFrom('imageTasks').select('memberId').where('id', '=', taskId).executeTakeFirstOrThrow()).memberId;
+      // Its circuit opened a while ago and the cooldown just ended (the insert's NOTIFY reaches both instances).
+      await t.db
+        .insertInto('memberHealth')
+        .values({
+          memberId: c.ids['sk-probed']!,
+          cooldownUntil: sql<Date>`now() - interval '1 millisecond'`,
+          cooldownReason: 'circuit_open',
+          consecutiveFailures: 3,
+          failureCountedAt: sql<Date>`now() - interval '31 seconds'`,
+          lastErrorAt: sql<Date>`now() - interval '31 seconds'`,
+        })
+        .execute();
+
+      probed.pause();
+      const answered: string[] = [];
+      let pending: Promise<unknown>[] = [];
+      try {
+        pending = Array.from({ length: 8 }, (_, i) => generate(c.key, servers[i % 2]!).then(async (r) => answered.push(r.status === 200 ? ((await memberOf(r.taskId)) ?? '') : String(r.status))));
+        // Seven answered by the backup while the probe is held; a second call reaching the member ends the wait early.
+        await until(() => (answered.length === 7 && probed.inFlight === 1) || probed.inFlight > 1, 30_000, 'seven answers while the probe is held');
+        expect(probed.inFlight).toBe(1);
+        expect(answered).toEqual(Array(7).fill(c.ids['sk-backup']));
+      } finally {
+        probed.resume();
+        await Promise.all(pending);
+      }
+      expect(answered[7]).toBe(c.ids['sk-probed']);
+      // The probe's success closed the circuit at once, and both instances heard of it.
+      expect(await t.db.selectFrom('memberHealth').select(['cooldownReason', 'consecutiveFailures', 'probeUntil']).where('memberId', '=', c.ids['sk-probed']!).executeTakeFirstOrThrow()).toEqual({
+        cooldownReason: null,
+        consecutiveFailures: 0,
+        probeUntil: null,
+      });
+      for (const server of servers) {
+        const r = await generate(c.key, server);
+        expect([r.status, await memberOf(r.taskId)]).toEqual([200, c.ids['sk-probed']]);
+      }
+    } finally {
+      await probed.close();
+    }
   }, 60_000);
 
   it('keeps a member whose key one instance saw refused (401) away from both instances, and shows it rejected in the admin view', async () => {

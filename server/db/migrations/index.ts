@@ -16,6 +16,7 @@ import * as m20261125110000 from './20261125110000-file-uploads.ts';
 import * as m20261126100000 from './20261126100000-config-notify.ts';
 import * as m20261127100000 from './20261127100000-implied-account-fks.ts';
 import * as m20261129100000 from './20261129100000-video-upstream-output.ts';
+import * as m20261130100000 from './20261130100000-member-circuit.ts';
 
 export const migrations: Record<string, Migration> = {
   '20261122100000-accounts-keys-groups': m20261122100000,
@@ -33,4 +34,5 @@ export const migrations: Record<string, Migration> = {
   '20261126100000-config-notify': m20261126100000,
   '20261127100000-implied-account-fks': m20261127100000,
   '20261129100000-video-upstream-output': m20261129100000,
+  '20261130100000-member-circuit': m20261130100000,
 };

@@ -96,6 +96,8 @@ export function toAdminGroupMember(row: MemberRow): AdminGroupMember {
       in_flight: row.health.inFlight,
       cooldown_until: row.health.cooldownUntil && row.health.cooldownUntil > new Date() ? iso(row.health.cooldownUntil) : null,
       cooldown_reason: row.health.cooldownUntil && row.health.cooldownUntil > new Date() ? (row.health.cooldownReason as AdminGroupMember['health']['cooldown_reason']) : null,
+      // An open circuit stays open past its cooldown until a probe (or another success) closes it.
+      circuit: row.health.cooldownReason !== 'circuit_open' ? 'closed' : row.health.cooldownUntil && row.health.cooldownUntil > new Date() ? 'open' : 'half_open',
       credentials_rejected: row.health.credentialsRejectedAt !== null,
       last_error: row.health.lastError,
       last_error_at: row.health.lastErrorAt && iso(row.health.lastErrorAt),
