@@ -8,7 +8,7 @@ import { parseArgs } from 'node:util';
 import { startAppServer, type AppServer } from './bench/app-server.ts';
 import { startBaselineServer } from './bench/baseline-server.ts';
 import { openBenchDatabase, seedCustomer, type Customer } from './bench/database.ts';
-import { runBigBodies } from './bench/big-bodies.ts';
+import { runBigBodies, runBigTask } from './bench/big-bodies.ts';
 import { runInflight } from './bench/inflight.ts';
 import { runProxy } from './bench/proxy.ts';
 import { buildServer } from './bench/server-command.ts';
@@ -28,7 +28,7 @@ const DESCRIPTIONS: Record<Scenario, string> = {
   hold: 'credit hold + task insert on one hot key: one statement vs BEGIN..COMMIT (repository level)',
   baseline: 'bare node:http + pg.Pool doing the poll\'s SELECT, for the framework share',
   inflight: 'N video tasks on one server process against a fake OpenAI /v1/videos upstream: jobs in flight, detection delay, SQL per poll step, RSS, CPU',
-  bigbody: 'POST /v1/videos/generations with 512 MiB of reference images, 4 concurrent 128 MiB ones and 6 concurrent 60 MiB ones on a server process: peak RSS growth and wall time vs writing the bytes to disk; time to refuse a body one byte over the limit',
+  bigbody: 'POST /v1/videos/generations with 512 MiB of reference images, 4 concurrent 128 MiB ones and 6 concurrent 60 MiB ones on a server process: peak RSS growth and wall time vs writing the bytes to disk; time to refuse a body one byte over the limit; then a Veo task with 512 MiB of reference images run to completion against an upstream that reads the whole body: server peak RSS growth (target <= 64 MiB)',
   proxy: 'synchronous POST /v1/images/generations through a server process vs straight to the fake OpenAI Images upstream, at concurrency 1 and --connections: added latency, throughput ratio, time to the first partial image, peak RSS with n=4 4K PNG results',
 };
 /** Scenarios that run only when named (long, or a server process of their own). */
@@ -238,6 +238,13 @@ async function main(): Promise<number> {
             `(${rejection.writtenMiB.toFixed(0)} of ${rejection.bodyMiB.toFixed(0)} MiB sent)`,
         );
         if (rejection.status !== 413) failed = true;
+        const task = await runBigTask(database.url, setupDb, customer, process.env.BENCH_SERVER_ENV ? JSON.parse(process.env.BENCH_SERVER_ENV) : {}, (line) => console.log(line), cli.built);
+        console.log(
+          `  a Veo task with ${task.inputMiB.toFixed(0)} MiB of reference images (a ${task.bodyMiB.toFixed(0)} MiB body), run against an upstream that reads it all ` +
+            `(${task.upstreamBodyMiB.toFixed(0)} MiB of JSON, images of ${task.upstreamImageBytes.join(', ')} bytes): ${task.status}; server RSS idle ${task.idleRssMiB.toFixed(0)} MiB, ` +
+            `peak growth ${task.createPeakGrowthMiB.toFixed(0)} MiB while created (${task.createMs.toFixed(0)} ms); from ${task.createdRssMiB.toFixed(0)} MiB at the 202, peak growth ${task.runPeakGrowthMiB.toFixed(0)} MiB while run (${task.runMs.toFixed(0)} ms; target <= 64 MiB)`,
+        );
+        if (task.status !== 'completed' || task.runPeakGrowthMiB > 64 || task.upstreamImageBytes.join() !== [task.imageBytes, task.imageBytes, task.imageBytes].join()) failed = true;
         continue;
       }
       if (scenario === 'hold') {

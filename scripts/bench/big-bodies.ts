@@ -6,6 +6,12 @@
  * (write + fsync, and the page cache alone) in the same run, and the statuses (all 202).
  * Then the rejection time: a body whose media is one byte over the limit, sent at full speed; the
  * time from writing the chunk that crosses the limit to the 413's arrival.
+ *
+ * Then the run (`runBigTask`): a Veo task whose three reference images are 512 MiB together, run
+ * to completion by a server with workers against an upstream that reads the whole body
+ * (veo-sink.ts: the images go inline as base64, 680 MiB of JSON): the server's peak RSS growth
+ * while the task is created and while it runs (target: at most 64 MiB), against the bytes the
+ * upstream read.
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -16,9 +22,13 @@ import { join } from 'node:path';
 import sharp from 'sharp';
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
+import { createApiKey, createGroup } from '../../test/support/factories.ts';
 import { spawnServer, type ServerProcess } from '../../test/support/server-process.ts';
+import { VEO_31, addUpstreamMember } from '../../test/support/upstreams.ts';
+import { upsertCatalog } from '../../server/db/seed-demo.ts';
 import type { Customer } from './database.ts';
 import { serverCommand } from './server-command.ts';
+import { startVeoSink } from './veo-sink.ts';
 
 export interface BigBodyCase {
   label: string;
@@ -236,6 +246,108 @@ export async function runBigBodies(
     return { results, rejection };
   } finally {
     await server.kill('SIGTERM');
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+export interface BigTaskResult {
+  inputMiB: number;
+  /** Bytes of each of the three reference images. */
+  imageBytes: number;
+  bodyMiB: number;
+  idleRssMiB: number;
+  /** Peak RSS growth while the creation body was read (the task not yet run). */
+  createPeakGrowthMiB: number;
+  /** RSS when the 202 arrived (what the creation left), the start of the run. */
+  createdRssMiB: number;
+  /** Peak RSS growth from the 202 until the task completed: submit (the body streamed to the upstream), poll, download. */
+  runPeakGrowthMiB: number;
+  createMs: number;
+  runMs: number;
+  status: string;
+  /** What the upstream read: the submit body, and the decoded bytes of each inline image. */
+  upstreamBodyMiB: number;
+  upstreamImageBytes: number[];
+}
+
+/** See the header: one Veo task with 512 MiB of reference images, created and run on a server with workers. */
+export async function runBigTask(databaseUrl: string, db: Kysely<DB>, customer: Customer, env: Record<string, string> = {}, log: (line: string) => void = () => undefined, built = false): Promise<BigTaskResult> {
+  const sink = await startVeoSink();
+  const secret = randomBytes(32);
+  const dataDir = join(tmpdir(), `mediagate-bench-task-${process.pid}`);
+  await upsertCatalog(db, [VEO_31]);
+  const group = await createGroup(db);
+  await addUpstreamMember(db, secret, { groupId: group.id, provider: 'gemini', baseUrl: sink.url, credentials: { api_key: 'bench-key' }, models: [VEO_31.id] });
+  const key = await createApiKey(db, { accountId: customer.accountId, groupId: group.id });
+  const server = await spawnServer({
+    env: {
+      DATABASE_URL: databaseUrl,
+      MEDIAGATE_SECRET_KEY: secret.toString('hex'),
+      MEDIAGATE_DATA_DIR: dataDir,
+      DEMO_DATA: '0',
+      VALIDATE_RESPONSES: '0',
+      LOG_LEVEL: 'warn',
+      VIDEO_POLL_INTERVAL_MS: '200',
+      TASK_POLL_MS: '100',
+      ...env,
+    },
+    command: serverCommand({ built }),
+  });
+  const pid = server.child.pid!;
+  try {
+    // Three noise PNGs of a third of 512 MiB each (the same bytes three times: the bench holds one).
+    // (A noise PNG comes out a little larger than asked: its filter bytes and zlib's block headers.)
+    let png = await noisePng(Math.floor((512 * MiB) / 3) - MiB);
+    if (3 * png.length > 512 * MiB) png = await noisePng(Math.floor((512 * MiB) / 3) - 2 * MiB - (3 * png.length - 512 * MiB));
+    const imageBase64 = Buffer.from(png.toString('base64'));
+    const head = Buffer.from(
+      `${JSON.stringify({ client_request_id: `bench-task-${Date.now()}`, prompt: 'three very large references', model: VEO_31.id, seconds: 8, aspectRatio: '16:9', resolution: '720p' }).slice(0, -1)},"referenceImages":[`,
+    );
+    const prefix = Buffer.from('"data:image/png;base64,');
+    const parts = [head, prefix, imageBase64, Buffer.from('",'), prefix, imageBase64, Buffer.from('",'), prefix, imageBase64, Buffer.from('"]}')];
+    const length = parts.reduce((n, p) => n + p.length, 0);
+    await new Promise((r) => setTimeout(r, 1000));
+    const idle = memoryOf(pid).rss;
+    resetPeak(pid);
+    const started = performance.now();
+    const answer = await send(Number(new URL(server.url).port), key.key, parts, length);
+    const createMs = performance.now() - started;
+    const createPeak = memoryOf(pid).hwm;
+    if (answer.status !== 202) throw new Error(`the creation answered ${answer.status}: ${answer.body.slice(0, 300)}`);
+    const id = (JSON.parse(answer.body) as { id: string }).id;
+    const created = memoryOf(pid).rss;
+    resetPeak(pid);
+    const runStarted = performance.now();
+    let status = 'queued';
+    for (const deadline = Date.now() + 300_000; Date.now() < deadline; ) {
+      const row = await db.selectFrom('videoTasks').select(['status', 'errorMessage']).where('id', '=', id).executeTakeFirstOrThrow();
+      status = row.status;
+      if (status === 'completed' || status === 'failed') {
+        if (row.errorMessage) log(`  the task failed: ${row.errorMessage}`);
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const runMs = performance.now() - runStarted;
+    const runPeak = memoryOf(pid).hwm;
+    const upstream = sink.bodies.at(-1);
+    return {
+      inputMiB: (3 * png.length) / MiB,
+      imageBytes: png.length,
+      bodyMiB: length / MiB,
+      idleRssMiB: idle / MiB,
+      createPeakGrowthMiB: (createPeak - idle) / MiB,
+      createdRssMiB: created / MiB,
+      runPeakGrowthMiB: (runPeak - created) / MiB,
+      createMs,
+      runMs,
+      status,
+      upstreamBodyMiB: (upstream?.bytes ?? 0) / MiB,
+      upstreamImageBytes: upstream?.images ?? [],
+    };
+  } finally {
+    await server.kill('SIGTERM');
+    await sink.close();
     rmSync(dataDir, { recursive: true, force: true });
   }
 }
