@@ -1,6 +1,8 @@
 /**
  * Regenerates everything under generated/ from its sources:
- *   openapi/**            -> generated/openapi.json (redocly bundle) and generated/api.d.ts (openapi-typescript)
+ *   openapi/**            -> generated/openapi.json (redocly bundle) and generated/api.d.ts (openapi-typescript),
+ *                            and the same types as clients/typescript/generated/api.ts (the client package
+ *                            ships them, so it cannot reach outside its own directory for them)
  *   server/db/migrations  -> generated/db.d.ts (kysely-codegen over a freshly migrated database) and
  *                            generated/db-columns.ts (each table's columns, from the same database)
  *
@@ -8,9 +10,9 @@
  *   --check  write nothing; exit 1 when a committed file differs from what would be generated.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import openapiTS, { astToString } from 'openapi-typescript';
 import { generateDbTypes } from './generate-db-types.ts';
 
@@ -56,7 +58,10 @@ const outputs = new Map<string, string>();
 if (only !== 'db') {
   const bundled = bundleOpenApi();
   outputs.set('generated/openapi.json', bundled);
-  outputs.set('generated/api.d.ts', await apiTypes(bundled));
+  const types = await apiTypes(bundled);
+  outputs.set('generated/api.d.ts', types);
+  // A .ts file, not .d.ts: tsc emits its declarations into the package's dist/ with the rest.
+  outputs.set('clients/typescript/generated/api.ts', types);
 }
 if (only !== 'openapi') {
   const { types, columns } = await generateDbTypes();
@@ -73,6 +78,7 @@ for (const [file, text] of outputs) {
     drift++;
     console.error(`generated file out of date: ${file} (run \`npm run generate\` and commit it)`);
   } else {
+    mkdirSync(dirname(path), { recursive: true });
     writeFileSync(path, text);
     console.log(`wrote ${file}`);
   }

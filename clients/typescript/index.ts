@@ -1,5 +1,5 @@
 import createClient from 'openapi-fetch';
-import type { paths } from '../../generated/api.d.ts';
+import type { paths } from './generated/api.ts';
 import type { MediagateApi } from './api.ts';
 import { createVideo, type CreateVideoOptions } from './create-video.ts';
 import { streamImage, streamImageEdit, type ImageStreamOptions } from './image-stream.ts';

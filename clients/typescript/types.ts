@@ -1,4 +1,4 @@
-import type { components } from '../../generated/api.d.ts';
+import type { components } from './generated/api.ts';
 import type { MediagateError } from './mediagate-error.ts';
 
 type Schemas = components['schemas'];

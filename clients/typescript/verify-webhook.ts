@@ -16,12 +16,14 @@ export { WebhookVerificationError };
 /** Headers as Node (`req.headers`), fetch (`Headers`) or a plain object give them. */
 export type WebhookHeaders = Headers | Record<string, string | string[] | undefined>;
 
-export function verifyWebhook(body: string | Buffer | Uint8Array, headers: WebhookHeaders, secret: string): FinishedVideoTask {
+/** `body` is the raw request body: a string, or its bytes (a Node `Buffer` is a `Uint8Array`). */
+export function verifyWebhook(body: string | Uint8Array, headers: WebhookHeaders, secret: string): FinishedVideoTask {
   const get = (name: string): string => {
     const value = headers instanceof Headers ? headers.get(name) : (headers[name] ?? headers[name.toLowerCase()]);
     return (Array.isArray(value) ? value[0] : value) ?? '';
   };
-  const raw = typeof body === 'string' ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8');
+  // TextDecoder rather than Buffer: the package's declarations then need no Node types.
+  const raw = typeof body === 'string' ? body : new TextDecoder().decode(body);
   const task = new Webhook(secret).verify(raw, {
     'webhook-id': get('webhook-id'),
     'webhook-timestamp': get('webhook-timestamp'),
