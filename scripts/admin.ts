@@ -48,6 +48,12 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
 
   models list [--kind image|video]
   models get <model id>
+  models definitions [--provider openai|gemini|…] [--kind image|video]   (ready-made catalog models to load)
+  models definitions <definition id>   (its notes and body; --json prints the body --file takes)
+  models create --from <definition id> | --file <body.json|->
+              [--id ID] [--display-name NAME] [--enabled true|false] [--price RES[/QUALITY]=N ...] [--mode per_second|per_item]
+  models update <model id> [--display-name NAME] [--enabled true|false] [--price RES[/QUALITY]=N ...] [--mode per_second|per_item]
+              [--reference-limit N] [--file <patch.json|->]
   models set-price <model id> --resolution R [--quality low|medium|high] --price N [--mode per_second|per_item]
   models set-reference-limit <model id> --count N
   models enable <model id>
@@ -60,6 +66,8 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
   webhooks redeliver <video task id>   (send it again now, same webhook-id and body)
 
 Amounts are credits (decimals, at most 6 fractional digits). --json prints the API objects as JSON.
+Model bodies (--file, definitions) are those of POST and PATCH /admin/v1/models, checked as the admin API checks them;
+--price changes the named rows of a model's (or definition's) prices and keeps the others.
 Database: DATABASE_URL, else the embedded database in $MEDIAGATE_DATA_DIR (default ./.mediagate).
 Credentials are encrypted with MEDIAGATE_SECRET_KEY (embedded mode: the data dir's secret.key).`;
 

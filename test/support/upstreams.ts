@@ -1,12 +1,16 @@
 /**
  * Catalog entries and group members for upstream providers, shared by the adapter tests and the
  * benchmarks: a model sold under the upstream's own id and a member pointing at a fake upstream.
+ * The Gemini models are the shipped definitions; `sora-2` and `image-pro` stay as the tests made
+ * them (the shipped Sora 2 always has audio, the shipped GPT Image models have quality tiers).
  */
 import type { Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
+import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
 import type { CatalogModelDefinition } from '../../server/catalog/capabilities.ts';
 import { encryptSecret } from '../../server/lib/secret-box.ts';
-import { MICRO } from '../../server/lib/money.ts';
+import { fromCredits, MICRO } from '../../server/lib/money.ts';
+import { fromAdminImageCapabilities, fromAdminVideoCapabilities } from '../../server/services/admin/admin-mappers.ts';
 import { newId } from '../../server/lib/ids.ts';
 
 /** `sora-2` as OpenAI's /v1/videos wire format can express it: 4/8/12 s, 16:9 and 9:16, first frame. */
@@ -72,59 +76,24 @@ export async function addUpstreamMember(
   return { id };
 }
 
-/** Nano Banana as an operator sells it: Google's official 1K sizes, at most 3 input images. */
-export const NANO_BANANA: CatalogModelDefinition = {
-  id: 'gemini-2.5-flash-image',
-  kind: 'image',
-  displayName: 'Nano Banana (Gemini 2.5 Flash Image)',
-  capabilities: {
-    resolutions: ['1K'],
-    aspectRatios: ['1:1', '2:3', '3:2', '3:4', '4:3', '9:16', '16:9', '21:9'],
-    outputFormats: ['png', 'jpeg', 'webp'],
-    supportsQuality: false,
-    supportsTransparentBackground: false,
-    maxN: 4,
-    sizeTable: 'gemini-2.5-flash-image',
-    maxInputImages: 3,
-  },
-  prices: [{ resolution: '1K', quality: '', mode: 'per_item', unitPrice: Math.round(0.039 * MICRO) }],
-};
+/** A shipped catalog definition (server/catalog/definitions/) in the shape the factories seed. */
+function shipped(id: string): CatalogModelDefinition {
+  const model = findCatalogDefinition(id)?.model;
+  if (!model) throw new Error(`no shipped catalog definition '${id}'`);
+  return {
+    id: model.id,
+    kind: model.kind,
+    displayName: model.display_name,
+    capabilities: model.kind === 'image' ? fromAdminImageCapabilities(model.image!) : fromAdminVideoCapabilities(model.video!),
+    prices: model.pricing.map((p) => ({ resolution: p.resolution, quality: p.quality ?? '', mode: p.mode, unitPrice: fromCredits(p.unit_price)! })),
+  };
+}
 
-/** Nano Banana Pro: 1K/2K/4K on Google's official table, at most 14 input images. */
-export const NANO_BANANA_PRO: CatalogModelDefinition = {
-  id: 'gemini-3-pro-image-preview',
-  kind: 'image',
-  displayName: 'Nano Banana Pro (Gemini 3 Pro Image)',
-  capabilities: {
-    resolutions: ['1K', '2K', '4K'],
-    aspectRatios: ['1:1', '2:3', '3:2', '3:4', '4:3', '9:16', '16:9', '21:9'],
-    outputFormats: ['png', 'jpeg', 'webp'],
-    supportsQuality: false,
-    supportsTransparentBackground: false,
-    maxN: 4,
-    sizeTable: 'gemini-3-pro-image',
-    maxInputImages: 14,
-  },
-  prices: ['1K', '2K', '4K'].map((resolution, i) => ({ resolution, quality: '', mode: 'per_item' as const, unitPrice: Math.round([0.134, 0.134, 0.24][i]! * MICRO) })),
-};
+/** Nano Banana as shipped: Google's official 1K sizes, at most 3 input images. */
+export const NANO_BANANA = shipped('gemini/gemini-2.5-flash-image');
 
-/** Veo 3.1: 4/6/8 s, but 8 s only with 1080p/4k, a last frame or reference images; audio always on. */
-export const VEO_31: CatalogModelDefinition = {
-  id: 'veo-3.1-generate-preview',
-  kind: 'video',
-  displayName: 'Veo 3.1',
-  capabilities: {
-    durations: [4, 6, 8],
-    aspectRatios: ['16:9', '9:16'],
-    resolutions: ['720p', '1080p', '4k'],
-    frames: 'first-and-optional-last',
-    referenceImages: { maxCount: 3, configurable: false },
-    audio: { supported: true, defaultEnabled: true, alwaysOn: true },
-    durationConstraints: [
-      { resolutions: ['1080p', '4k'], durations: [8] },
-      { lastFrame: true, durations: [8] },
-      { referenceImages: true, durations: [8] },
-    ],
-  },
-  prices: ['720p', '1080p', '4k'].map((resolution, i) => ({ resolution, quality: '', mode: 'per_second' as const, unitPrice: Math.round([0.4, 0.4, 0.6][i]! * MICRO) })),
-};
+/** Nano Banana Pro as shipped: 1K/2K/4K on Google's official table, at most 14 input images. */
+export const NANO_BANANA_PRO = shipped('gemini/gemini-3-pro-image-preview');
+
+/** Veo 3.1 as shipped: 4/6/8 s, but 8 s only with 1080p/4k, a last frame or reference images; audio always on. */
+export const VEO_31 = shipped('gemini/veo-3.1-generate-preview');
