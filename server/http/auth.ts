@@ -10,13 +10,14 @@ export function setAuth(req: Request, auth: AuthContext): void {
   (req as Request & WithAuth)[AUTH] = auth;
 }
 
-export function hasAuth(req: Request): boolean {
-  return (req as Request & WithAuth)[AUTH] !== undefined;
+// Any request object: typed operation requests (numeric query parameters) included.
+export function hasAuth(req: object): boolean {
+  return (req as WithAuth)[AUTH] !== undefined;
 }
 
 /** The caller of an operation secured by `apiKey`; throws if the pipeline did not authenticate. */
-export function authOf(req: Request): AuthContext {
-  const auth = (req as Request & WithAuth)[AUTH];
+export function authOf(req: object): AuthContext {
+  const auth = (req as WithAuth)[AUTH];
   if (!auth) throw new Error('request was not authenticated; is the operation secured by apiKey?');
   return auth;
 }

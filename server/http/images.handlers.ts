@@ -1,20 +1,23 @@
 /**
- * POST /v1/images/generations, POST /v1/images/edits (JSON or multipart), GET /v1/images/{task_id}.
+ * POST /v1/images/generations, POST /v1/images/edits (JSON or multipart), GET /v1/images/{task_id},
+ * GET /v1/images (the account's tasks).
  * Every image response carries `X-Task-Id`. `Prefer: respond-async` answers 202 with the task and
  * finishes it in the background; `stream: true` or `Accept: text/event-stream` answers with events.
  */
 import type { Request, Response } from 'express';
+import { pipeline } from 'node:stream/promises';
 import type { AppContext } from '../context.ts';
 import { ApiError } from '../errors.ts';
 import type { AuthContext } from '../services/auth.service.ts';
 import type { ImageRequestFields } from '../services/image/image-request.ts';
 import { NULL_SINK, type ImageOperation } from '../services/image/image-runner.ts';
 import type { EditInput, PreparedImageRequest } from '../services/image/image.service.ts';
-import { authOf } from './auth.ts';
+import { jsonStream, type Base64Source, type WithBase64 } from '../lib/base64-json.ts';
+import { authOf, noStore } from './auth.ts';
 import { stagingOf } from './media-body.ts';
 import { uploadedFiles } from './multipart.ts';
 import { openImageStream } from './image-stream.ts';
-import { sendJsonWithImages, type HandlerMap } from './types.ts';
+import { sendJsonWithImages, type HandlerMap, type ResponseBody } from './types.ts';
 
 function wantsStream(req: Request, body: { stream?: boolean }): boolean {
   return body.stream === true || /\btext\/event-stream\b/.test(req.headers.accept ?? '');
@@ -33,7 +36,7 @@ function clientGone(res: Response): AbortSignal {
   return controller.signal;
 }
 
-export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' | 'editImage' | 'getImageTask'> {
+export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' | 'editImage' | 'getImageTask' | 'listImageTasks'> {
   const images = ctx.services.images;
 
   async function run(req: Request, res: Response, auth: AuthContext, operation: ImageOperation, prepared: PreparedImageRequest, stream: boolean): Promise<void> {
@@ -95,6 +98,17 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       }
       const prepared = await images.prepare(auth, 'edit', body, edit);
       await run(req, res, auth, 'edit', prepared, wantsStream(req, body));
+    },
+
+    async listImageTasks(req, res) {
+      const page: WithBase64<ResponseBody<'listImageTasks', 200>, Base64Source> = await images.list(authOf(req), req.query);
+      // Written as a stream: the images of b64_json tasks are read from the store as they are sent.
+      const { body, length } = jsonStream(page);
+      noStore(res);
+      res.status(200);
+      res.setHeader('Content-Type', 'application/json; charset=utf-8');
+      res.setHeader('Content-Length', String(length));
+      await pipeline(body, res);
     },
 
     async getImageTask(req, res) {

@@ -4,7 +4,7 @@ import { authOf, noStore } from './auth.ts';
 import { stagingOf } from './media-body.ts';
 import { sendJson, type HandlerMap, type OperationHandler } from './types.ts';
 
-export function videosHandlers(ctx: AppContext): Pick<HandlerMap, 'getVideoCapabilities' | 'createVideo' | 'createVideoApiV1' | 'createVideoLegacyPath' | 'getVideo'> {
+export function videosHandlers(ctx: AppContext): Pick<HandlerMap, 'getVideoCapabilities' | 'createVideo' | 'createVideoApiV1' | 'createVideoLegacyPath' | 'getVideo' | 'listVideos'> {
   const create: OperationHandler<'createVideo'> = async (req, res) => {
     const task = await ctx.services.videos.create(authOf(req), req.body, stagingOf(req, ctx.services.files));
     noStore(res);
@@ -20,6 +20,11 @@ export function videosHandlers(ctx: AppContext): Pick<HandlerMap, 'getVideoCapab
     createVideoApiV1: create as unknown as OperationHandler<'createVideoApiV1'>,
     createVideoLegacyPath() {
       throw new ApiError(404, 'video_creation_endpoint_moved', 'POST /v1/videos is not a video creation endpoint; use POST /v1/videos/generations.');
+    },
+    async listVideos(req, res) {
+      const page = await ctx.services.videos.list(authOf(req), req.query);
+      noStore(res);
+      sendJson(res, 'listVideos', 200, page);
     },
     async getVideo(req, res) {
       noStore(res);

@@ -19,11 +19,14 @@ export class Base64Bytes {
   constructor(readonly bytes: Buffer) {}
 }
 
-/** `T` with its `b64_json` strings as Base64Bytes (a response body of the contract, images unencoded). */
-export type WithBase64<T> = T extends readonly (infer U)[]
-  ? WithBase64<U>[]
+/**
+ * `T` with its `b64_json` strings as Base64Bytes (a response body of the contract, images
+ * unencoded), or as `M` (Base64Source: a body written by `jsonStream`, images read from the store).
+ */
+export type WithBase64<T, M = Base64Bytes> = T extends readonly (infer U)[]
+  ? WithBase64<U, M>[]
   : T extends object
-    ? { [K in keyof T]: K extends 'b64_json' ? Base64Bytes | Exclude<T[K], string> : WithBase64<T[K]> }
+    ? { [K in keyof T]: K extends 'b64_json' ? M | Exclude<T[K], string> : WithBase64<T[K], M> }
     : T;
 
 /** A JSON text cut around its images: text[0], media[0], text[1], …, text[n] (media as base64 strings). */

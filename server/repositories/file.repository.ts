@@ -1,7 +1,8 @@
 /** Rows of stored media files. */
-import { sql, type Kysely, type RawBuilder } from 'kysely';
+import { sql, type ExpressionBuilder, type Kysely, type RawBuilder } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
+import { afterExists, pageConditions, pageOrder, type AccountPage } from './account-pages.ts';
 
 export interface FileRow {
   id: string;
@@ -20,6 +21,36 @@ export interface FileRow {
 }
 
 const COLUMNS = ['id', 'accountId', 'purpose', 'contentType', 'bytes', 'storageKey', 'width', 'height', 'taskId', 'expiresAt', 'filename'] as const;
+
+/**
+ * The files of the Files API (GET/DELETE /v1/files…): uploads and generated outputs. Media inputs
+ * a request carried inline or by URL (`input`) are copies that belong to their task.
+ */
+export const LISTED_PURPOSES = ['upload', 'image_output', 'video_output'] as const;
+export type ListedPurpose = (typeof LISTED_PURPOSES)[number];
+
+/**
+ * What a Files API file is: a listed purpose, not expired, and not an upload whose body is still
+ * arriving (or was refused): file-upload.ts records it as application/octet-stream until
+ * `confirmUpload` has inspected it.
+ */
+function listable(eb: ExpressionBuilder<DB, 'files'>) {
+  return eb.and([
+    eb('purpose', 'in', LISTED_PURPOSES),
+    eb('contentType', '<>', 'application/octet-stream'),
+    eb.or([eb('expiresAt', 'is', null), eb('expiresAt', '>', sql<Date>`now()`)]),
+  ]);
+}
+
+/** A file of the Files API, with its creation time. */
+export type ListedFileRow = FileRow & { createdAt: Date };
+
+/** The task a file is an input of, or the output of, that has not finished yet (it still needs the file). */
+export interface FileUser {
+  kind: 'video' | 'image';
+  taskId: string;
+  role: 'input' | 'output';
+}
 
 export class FileRepository {
   constructor(private readonly db: Kysely<DB>) {}
@@ -77,6 +108,90 @@ export class FileRepository {
       .where('accountId', '=', accountId)
       .where((eb) => eb.or([eb('expiresAt', 'is', null), eb('expiresAt', '>', sql<Date>`now()`)]))
       .executeTakeFirst();
+  }
+
+  /** A file of the Files API of the account: listed purpose, not expired. */
+  findListed(id: string, accountId: string, db: Executor = this.db): Promise<ListedFileRow | undefined> {
+    return db
+      .selectFrom('files')
+      .select([...COLUMNS, 'createdAt'])
+      .where('id', '=', id)
+      .where('accountId', '=', accountId)
+      .where(listable)
+      .executeTakeFirst();
+  }
+
+  /** One keyset page (`page.limit` rows) of the account's listed files, optionally of one purpose. */
+  listForAccount(page: AccountPage, purpose?: ListedPurpose): Promise<ListedFileRow[]> {
+    return this.db
+      .selectFrom('files')
+      .select([...COLUMNS, 'createdAt'])
+      .where(pageConditions('files', page))
+      .where(listable)
+      .$if(purpose !== undefined, (q) => q.where('purpose', '=', purpose!))
+      .orderBy(pageOrder('files', page))
+      .limit(page.limit)
+      .execute();
+  }
+
+  /** Whether `id` is a file of the account, listed or not (an `after` that matched nothing). */
+  isAccountFile(id: string, accountId: string): Promise<boolean> {
+    return afterExists(this.db, 'files', id, accountId);
+  }
+
+  /**
+   * Inside a deleting transaction: locks the unfinished task a generated file belongs to, first (the
+   * house's lock order: a task before its files), and tells whether it is still running. Finished
+   * tasks are locked too, so that detaching the file waits for nothing.
+   */
+  async lockProducingTask(file: Pick<FileRow, 'purpose' | 'taskId'>, trx: Executor): Promise<FileUser | undefined> {
+    if (!file.taskId) return undefined;
+    if (file.purpose === 'video_output') {
+      const task = await trx.selectFrom('videoTasks').select('status').where('id', '=', file.taskId).forUpdate().executeTakeFirst();
+      return task && (task.status === 'queued' || task.status === 'in_progress') ? { kind: 'video', taskId: file.taskId, role: 'output' } : undefined;
+    }
+    if (file.purpose === 'image_output') {
+      const task = await trx.selectFrom('imageTasks').select('status').where('id', '=', file.taskId).forUpdate().executeTakeFirst();
+      return task?.status === 'processing' ? { kind: 'image', taskId: file.taskId, role: 'output' } : undefined;
+    }
+    return undefined;
+  }
+
+  /**
+   * Inside a deleting transaction: locks the file's row (false when it is gone). A task being created
+   * with this file adopts it in its hold statement, which locks the row too: taking the lock first
+   * makes the next statement see that task, or makes its adoption wait for the delete.
+   */
+  async lockForDelete(id: string, trx: Executor): Promise<boolean> {
+    return (await trx.selectFrom('files').select('id').where('id', '=', id).forUpdate().executeTakeFirst()) !== undefined;
+  }
+
+  /** An unfinished task of the account that uses the file as a media input (one is enough). */
+  async activeInputUser(id: string, accountId: string, trx: Executor): Promise<FileUser | undefined> {
+    const { rows } = await sql<{ kind: 'video' | 'image'; taskId: string }>`
+      (select 'video' as kind, id as "taskId" from video_tasks
+        where account_id = ${accountId} and status in ('queued', 'in_progress') and ${id} = any(input_file_ids) limit 1)
+      union all
+      (select 'image', id from image_tasks
+        where account_id = ${accountId} and status = 'processing' and (${id} = any(input_file_ids) or mask_file_id = ${id}) limit 1)
+      limit 1`.execute(trx);
+    const user = rows[0];
+    return user && { ...user, role: 'input' };
+  }
+
+  /**
+   * Deletes the file's row and, in the same statement, detaches it from the task that generated
+   * it: a video task's output_file_id is cleared, an image task's result_file_ids loses it (as
+   * ImageTaskRepository.dropResultFiles), so their lookups no longer name a file that is gone.
+   */
+  async deleteDetached(file: Pick<FileRow, 'id' | 'purpose' | 'taskId'>, trx: Executor): Promise<void> {
+    const detach =
+      file.purpose === 'video_output' && file.taskId
+        ? sql`, v as (update video_tasks set output_file_id = null where id = ${file.taskId} and output_file_id = ${file.id})`
+        : file.purpose === 'image_output' && file.taskId
+          ? sql`, i as (update image_tasks set result_file_ids = array_remove(result_file_ids, ${file.id}) where id = ${file.taskId})`
+          : sql``;
+    await sql`with d as (delete from files where id = ${file.id})${detach} select 1`.execute(trx);
   }
 
   listForTask(taskId: string, purpose: string): Promise<FileRow[]> {

@@ -7,10 +7,20 @@
 import { sql, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, ImageTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
+import { afterExists, pageConditions, pageOrder, type AccountPage } from './account-pages.ts';
 import { FileRepository, type FileRow } from './file.repository.ts';
 import { LeasedTasks, type Fence, type HoldSettlement } from './leased-tasks.ts';
 
 export type ImageTaskRow = Selectable<ImageTasks>;
+
+/** A stored result of a task, for writing it as `b64_json` from the store. */
+export interface StoredResult {
+  storageKey: string;
+  bytes: number;
+}
+
+/** A listed task; `storedResults` (in `result_file_ids` order) for a completed `b64_json` task only. */
+export type ListedImageTaskRow = ImageTaskRow & { storedResults: StoredResult[] | null };
 
 export class ImageTaskRepository {
   readonly leases: LeasedTasks<'imageTasks'>;
@@ -24,6 +34,31 @@ export class ImageTaskRepository {
 
   find(id: string): Promise<ImageTaskRow | undefined> {
     return this.db.selectFrom('imageTasks').selectAll().where('id', '=', id).executeTakeFirst();
+  }
+
+  /**
+   * One keyset page (`page.limit` rows) of the account's tasks, optionally of some statuses and
+   * one model. A completed `b64_json` task carries where its images are stored (one statement:
+   * the page's answer reads them from the store as it is written).
+   */
+  listForAccount(page: AccountPage, filter: { status?: readonly string[]; model?: string }): Promise<ListedImageTaskRow[]> {
+    let query = this.db
+      .selectFrom('imageTasks')
+      .selectAll('imageTasks')
+      .select(
+        sql<StoredResult[] | null>`case when image_tasks.status = 'completed' and image_tasks.params->>'responseFormat' = 'b64_json' then (
+          select coalesce(json_agg(json_build_object('storageKey', f.storage_key, 'bytes', f.bytes) order by u.i), '[]'::json)
+          from unnest(image_tasks.result_file_ids) with ordinality u(id, i) join files f on f.id = u.id) end`.as('storedResults'),
+      )
+      .where(pageConditions('image_tasks', page));
+    if (filter.status) query = query.where('status', 'in', filter.status);
+    if (filter.model !== undefined) query = query.where('model', '=', filter.model);
+    return query.orderBy(pageOrder('image_tasks', page)).limit(page.limit).execute();
+  }
+
+  /** Whether `id` is a task of the account (an `after` that matched nothing). */
+  isAccountTask(id: string, accountId: string): Promise<boolean> {
+    return afterExists(this.db, 'image_tasks', id, accountId);
   }
 
   findForAccount(id: string, accountId: string): Promise<ImageTaskRow | undefined> {

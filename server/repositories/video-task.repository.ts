@@ -6,6 +6,7 @@
 import { sql, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
+import { afterExists, pageConditions, pageOrder, type AccountPage } from './account-pages.ts';
 import { LeasedTasks, type Fence, type HoldSettlement } from './leased-tasks.ts';
 import type { VideoDelivery } from './webhook.repository.ts';
 
@@ -38,6 +39,19 @@ export class VideoTaskRepository {
 
   findForAccount(id: string, accountId: string): Promise<VideoTaskRow | undefined> {
     return this.db.selectFrom('videoTasks').selectAll().where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
+  }
+
+  /** One keyset page (`page.limit` rows) of the account's tasks, optionally of some statuses and one model. */
+  listForAccount(page: AccountPage, filter: { status?: readonly string[]; model?: string }): Promise<VideoTaskRow[]> {
+    let query = this.db.selectFrom('videoTasks').selectAll().where(pageConditions('video_tasks', page));
+    if (filter.status) query = query.where('status', 'in', filter.status);
+    if (filter.model !== undefined) query = query.where('model', '=', filter.model);
+    return query.orderBy(pageOrder('video_tasks', page)).limit(page.limit).execute();
+  }
+
+  /** Whether `id` is a task of the account (an `after` that matched nothing). */
+  isAccountTask(id: string, accountId: string): Promise<boolean> {
+    return afterExists(this.db, 'video_tasks', id, accountId);
   }
 
   find(id: string): Promise<VideoTaskRow | undefined> {

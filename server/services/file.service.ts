@@ -1,10 +1,14 @@
 /**
  * Stored media and their signed, expiring URLs (design §7): `GET /v1/files/{file_id}?expires=&signature=`.
  * The signature is the credential, so the URL works in a browser or a download tool without the key.
+ * The Files API (OpenAI's shape: list, retrieve, content, delete) shows a key's account its uploads
+ * and generated outputs.
  */
 import type { Readable } from 'node:stream';
+import type { components } from '../../generated/api.d.ts';
 import { ApiError } from '../errors.ts';
-import type { FileRepository, FileRow } from '../repositories/file.repository.ts';
+import type { FileRepository, FileRow, FileUser, ListedFileRow, ListedPurpose } from '../repositories/file.repository.ts';
+import { accountPage, invalidAfter, listPage, type ListPage, type ListQuery } from './account-lists.ts';
 import type { MediaStore } from '../storage/media-store.ts';
 import type { MediaInput } from '../providers/types.ts';
 import type { Transactor } from '../db/transaction.ts';
@@ -23,7 +27,40 @@ const EXTENSIONS: Record<string, string> = {
 };
 
 /** A stored file's row (re-exported for the HTTP layer, which sees services only). */
-export type { FileRow };
+export type { FileRow, ListedFileRow };
+
+/** The `purpose` of the contract's File object; an upload is stored as `upload`. */
+export type ApiFilePurpose = 'input' | 'image_output' | 'video_output';
+
+export const apiPurposeOf = (purpose: string): ApiFilePurpose => (purpose === 'upload' ? 'input' : (purpose as ApiFilePurpose));
+const storedPurposeOf = (purpose: ApiFilePurpose): ListedPurpose => (purpose === 'input' ? 'upload' : purpose);
+
+type Schemas = components['schemas'];
+
+/** The contract's File object of a Files API file (an upload, or a generated image or video). */
+export function toApiFile(file: ListedFileRow): Schemas['File'] {
+  return {
+    id: file.id,
+    object: 'file',
+    purpose: apiPurposeOf(file.purpose),
+    filename: file.filename ?? '',
+    bytes: file.bytes,
+    content_type: file.contentType as Schemas['File']['content_type'],
+    width: file.width,
+    height: file.height,
+    created_at: file.createdAt.toISOString(),
+    expires_at: file.expiresAt?.toISOString() ?? null,
+    task_id: file.taskId,
+  };
+}
+
+const fileNotFound = (id: string) => new ApiError(404, 'file_not_found', `No file '${id}' exists for this account.`);
+
+function inUse(id: string, user: FileUser): ApiError {
+  const task = `${user.kind} task '${user.taskId}'`;
+  const what = user.role === 'input' ? `is an input of ${task}` : `is the output of ${task}`;
+  return new ApiError(409, 'file_in_use', `File '${id}' ${what}, which has not finished; delete it once the task has finished.`);
+}
 
 export interface StoreFileInput {
   accountId: string;
@@ -173,13 +210,66 @@ export class FileService {
     return this.files.find(id);
   }
 
+  /**
+   * A file of the Files API of the account (an upload that has not expired, or a generated
+   * output); 404 file_not_found for anything else, whoever owns it.
+   */
+  async getOwned(id: string, accountId: string): Promise<ListedFileRow> {
+    const file = await this.files.findListed(id, accountId);
+    if (!file) throw fileNotFound(id);
+    return file;
+  }
+
+  /** `getOwned` and its bytes as a stream (404 when the bytes are gone too). */
+  async openOwned(id: string, accountId: string): Promise<{ file: ListedFileRow; stream: Readable }> {
+    const file = await this.getOwned(id, accountId);
+    if ((await this.store.size(file.storageKey)) === undefined) throw fileNotFound(id);
+    return { file, stream: this.store.read(file.storageKey) };
+  }
+
+  /** The contract's File object of a Files API file of the account (404 file_not_found otherwise). */
+  async describeOwned(id: string, accountId: string): Promise<Schemas['File']> {
+    return toApiFile(await this.getOwned(id, accountId));
+  }
+
+  /**
+   * One page of the account's Files API files. An `after` that matched nothing and names no file
+   * of the account is 400 invalid_cursor.
+   */
+  async listOwned(accountId: string, query: ListQuery & { purpose?: ApiFilePurpose }): Promise<ListPage<Schemas['File']>> {
+    const { page, size } = accountPage(accountId, query);
+    const rows = await this.files.listForAccount(page, query.purpose && storedPurposeOf(query.purpose));
+    if (rows.length === 0 && page.after !== undefined && !(await this.files.isAccountFile(page.after, accountId))) throw invalidAfter('file');
+    return listPage(rows, size, toApiFile);
+  }
+
+  /**
+   * Deletes a Files API file of the account: its row, detached from the task that generated it,
+   * and its bytes, in one transaction (a store that cannot delete them rolls the row back, as the
+   * sweeper does). A file an unfinished task still needs — as an input, or as the output it is
+   * producing — is 409 file_in_use, and nothing changes.
+   */
+  async deleteOwned(id: string, accountId: string): Promise<void> {
+    await this.tx.run(async (trx) => {
+      const file = await this.files.findListed(id, accountId, trx);
+      if (!file) throw fileNotFound(id);
+      const producing = await this.files.lockProducingTask(file, trx);
+      if (producing) throw inUse(id, producing);
+      if (!(await this.files.lockForDelete(id, trx))) throw fileNotFound(id);
+      const user = await this.files.activeInputUser(id, accountId, trx);
+      if (user) throw inUse(id, user);
+      await this.files.deleteDetached(file, trx);
+      await this.store.delete(file.storageKey);
+    });
+  }
+
   /** A file of the account that has not expired (any purpose: an upload, an input, an output). */
   findForAccount(id: string, accountId: string): Promise<FileRow | undefined> {
     return this.files.findForAccount(id, accountId);
   }
 
   /** The stored bytes as a stream. */
-  read(file: FileRow): Readable {
+  read(file: Pick<FileRow, 'storageKey'>): Readable {
     return this.store.read(file.storageKey);
   }
 

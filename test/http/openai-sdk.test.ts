@@ -1,7 +1,7 @@
 /**
- * Compatibility of the image endpoints with the official OpenAI SDK (`openai` v6): every call goes
- * through the SDK against the server itself (`directUrl`; the SDK cannot use the harness's lane
- * fetch) and must parse with the SDK's own types.
+ * Compatibility of the image, file and video endpoints with the official OpenAI SDK (`openai` v6):
+ * every call goes through the SDK against the server itself (`directUrl`; the SDK cannot use the
+ * harness's lane fetch) and must parse with the SDK's own types.
  */
 import OpenAI, { toFile } from 'openai';
 import type { ImageEditStreamEvent, ImageGenStreamEvent } from 'openai/resources/images';
@@ -189,5 +189,75 @@ describe('OpenAI SDK: errors', () => {
     const e = err as InstanceType<typeof OpenAI.APIError>;
     expect(e.status).toBe(402);
     expect(e.code).toBe('insufficient_balance');
+  });
+});
+
+describe('OpenAI SDK: files.* (issue 27, item 4)', () => {
+  it('creates, lists (auto-paginating), retrieves, downloads and deletes files unchanged', async () => {
+    const owner = await createCustomer(server.db, { balance: 100 });
+    const files = sdk(owner.key).files;
+    const bytes = await inputPng({ r: 10, g: 200, b: 30 });
+    // Mediagate's purpose is `input`; the SDK's type names OpenAI's purposes only.
+    const created = await files.create({ file: await toFile(bytes, 'frame.png', { type: 'image/png' }), purpose: 'input' as never });
+    expect(created).toMatchObject({ object: 'file', purpose: 'input', filename: 'frame.png', bytes: bytes.length });
+    const generated = await sdk(owner.key).images.generate({ model: 'local-image-1', prompt: PROMPT, response_format: 'url', n: 2 });
+    const outputIds = (generated.data ?? []).map((d) => new URL(d.url!).pathname.split('/').pop()!);
+
+    const listed: string[] = [];
+    for await (const file of files.list({ limit: 2 })) listed.push(file.id);
+    // Newest first; the two images were recorded by one statement (one instant): by id, descending.
+    expect(listed).toEqual([...[...outputIds].sort().reverse(), created.id]);
+    const first = await files.list({ limit: 2 });
+    expect([first.data.length, first.has_more, first.hasNextPage()]).toEqual([2, true, true]);
+    expect((await files.list({ purpose: 'input' })).data.map((f) => f.id)).toEqual([created.id]);
+
+    const retrieved = await files.retrieve(created.id);
+    expect(retrieved).toEqual({ ...created, task_id: null });
+    const downloaded = await files.content(created.id);
+    expect(downloaded.headers.get('content-type')).toBe('image/png');
+    expect(Buffer.from(await downloaded.arrayBuffer()).equals(bytes)).toBe(true);
+
+    expect(await files.delete(created.id)).toEqual({ id: created.id, object: 'file', deleted: true });
+    const err = await files.retrieve(created.id).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((err as InstanceType<typeof OpenAI.NotFoundError>).code).toBe('file_not_found');
+  });
+});
+
+describe('OpenAI SDK: videos.* (issue 27, item 5)', () => {
+  it('retrieves a task and lists tasks across pages; videos.create is refused (POST /v1/videos creates nothing)', async () => {
+    const owner = await createCustomer(server.db, { balance: 100 });
+    const created: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const res = await fetch(`${server.directUrl}/v1/videos/generations`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${owner.key}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ client_request_id: `sdk-${i}`, prompt: 'a fox', model: 'local-video-1', seconds: 2, aspectRatio: '16:9', resolution: '360p' }),
+      });
+      expect(res.status).toBe(202);
+      created.push(((await res.json()) as { id: string }).id);
+    }
+    const videos = sdk(owner.key).videos;
+    const one = await videos.retrieve(created[0]!);
+    expect(one).toMatchObject({ id: created[0], status: 'queued' });
+
+    const listed: string[] = [];
+    for await (const video of videos.list({ limit: 2 })) listed.push(video.id);
+    expect(listed).toEqual([...created].reverse());
+    const first = await videos.list({ limit: 2, order: 'asc' });
+    expect([first.data.map((v) => v.id), first.has_more]).toEqual([created.slice(0, 2), true]);
+    expect((await first.getNextPage()).data.map((v) => v.id)).toEqual(created.slice(2, 4));
+
+    const err = await videos.create({ prompt: 'a fox', model: 'sora-2' }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((err as InstanceType<typeof OpenAI.NotFoundError>).code).toBe('video_creation_endpoint_moved');
+    const tasks = await server.db.selectFrom('videoTasks').select('id').where('accountId', '=', owner.accountId).execute();
+    expect(tasks).toHaveLength(5);
   });
 });

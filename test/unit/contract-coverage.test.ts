@@ -121,7 +121,12 @@ const operations = [
   { method: 'post', path: '/api/v1/videos/generations', operationId: 'createVideoApiV1', request: 'VideoCreateRequest', response: ['202', 'VideoTaskCreated'] },
   { method: 'post', path: '/v1/videos', operationId: 'createVideoLegacyPath' },
   { method: 'get', path: '/v1/videos/{id}', operationId: 'getVideo', response: ['200', 'VideoTask'] },
-  { method: 'get', path: '/v1/files/{file_id}', operationId: 'getFile' },
+  { method: 'get', path: '/v1/files/{file_id}', operationId: 'getFile', response: ['200', 'File'] },
+  { method: 'get', path: '/v1/files', operationId: 'listFiles', response: ['200', 'FileList'] },
+  { method: 'get', path: '/v1/files/{file_id}/content', operationId: 'getFileContent' },
+  { method: 'delete', path: '/v1/files/{file_id}', operationId: 'deleteFile', response: ['200', 'FileDeleted'] },
+  { method: 'get', path: '/v1/videos', operationId: 'listVideos', response: ['200', 'VideoTaskList'] },
+  { method: 'get', path: '/v1/images', operationId: 'listImageTasks', response: ['200', 'ImageTaskList'] },
   { method: 'get', path: '/healthz', operationId: 'getHealth', response: ['200', 'HealthStatus'] },
   { method: 'get', path: '/readyz', operationId: 'getReadiness', response: ['200', 'ReadinessStatus'] },
   { method: 'get', path: '/metrics', operationId: 'getMetrics' },
@@ -290,10 +295,12 @@ describe('contract coverage: operations', () => {
     expect(Object.keys(op.responses ?? {})).toContain('404');
   });
 
-  it('leaves the file, health and readiness endpoints without an API key, and puts metrics behind its own token', () => {
-    for (const path of ['/v1/files/{file_id}', '/healthz', '/readyz']) {
+  it('leaves signed file downloads, health and readiness without an API key, and puts metrics behind its own token', () => {
+    for (const path of ['/healthz', '/readyz']) {
       expect(operation('get', path).security).toEqual([]);
     }
+    // A signed URL is its own credential; the same path with the key and no signature is the file object.
+    expect(operation('get', '/v1/files/{file_id}').security).toEqual([{ apiKey: [] }, {}]);
     expect(operation('get', '/metrics').security).toEqual([{ metricsToken: [] }]);
   });
 });

@@ -7,17 +7,18 @@
 import type { components } from '../../../generated/api.d.ts';
 import { ApiError, badRequest, notFound, paymentRequired, unavailable } from '../../errors.ts';
 import { newId } from '../../lib/ids.ts';
-import { Base64Bytes, type WithBase64 } from '../../lib/base64-json.ts';
+import { Base64Bytes, Base64Source, type WithBase64 } from '../../lib/base64-json.ts';
 import { inspectImage } from '../../lib/image-inspect.ts';
 import { toCredits } from '../../lib/money.ts';
 import type { Logger } from '../../logger.ts';
 import type { ImageParams } from '../../providers/types.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
-import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
+import type { ImageTaskRepository, ImageTaskRow, ListedImageTaskRow } from '../../repositories/image-task.repository.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { ImageCatalogRow, ModelRepository } from '../../repositories/model.repository.ts';
 import { TtlCache } from '../../lib/ttl-cache.ts';
+import { accountPage, invalidAfter, listPage, type ListPage, type TaskListQuery } from '../account-lists.ts';
 import type { AuthContext } from '../auth.service.ts';
 import type { FileService } from '../file.service.ts';
 import { keepLease } from '../tasks/lease.ts';
@@ -86,6 +87,24 @@ export function fitWithinLimits(width: number, height: number): { width: number;
   if (scale === 1) return { width, height };
   const even = (n: number) => Math.max(2, Math.floor((n * scale) / 2) * 2);
   return { width: even(width), height: even(height) };
+}
+
+/** The lookup shape of a task, without its results (`data`). */
+function taskShape<M>(row: ImageTaskRow): WithBase64<Schemas['ImageTask'], M> {
+  const task: WithBase64<Schemas['ImageTask'], M> = {
+    id: row.id,
+    object: 'image.task',
+    status: row.status as Schemas['ImageTask']['status'],
+    model: row.model,
+    created: Math.floor(row.createdAt.getTime() / 1000),
+    created_at: row.createdAt.toISOString(),
+  };
+  if (row.completedAt && (row.status === 'completed' || row.status === 'failed')) {
+    task.completed = Math.floor(row.completedAt.getTime() / 1000);
+    task.completed_at = row.completedAt.toISOString();
+  }
+  if (row.status === 'failed') task.error = { message: row.errorMessage ?? 'The task failed.', code: row.errorCode };
+  return task;
 }
 
 export class ImageService {
@@ -274,20 +293,33 @@ export class ImageService {
   }
 
   async toImageTask(row: ImageTaskRow): Promise<WithBase64<Schemas['ImageTask']>> {
-    const task: WithBase64<Schemas['ImageTask']> = {
-      id: row.id,
-      object: 'image.task',
-      status: row.status as Schemas['ImageTask']['status'],
-      model: row.model,
-      created: Math.floor(row.createdAt.getTime() / 1000),
-      created_at: row.createdAt.toISOString(),
-    };
-    if (row.completedAt && (row.status === 'completed' || row.status === 'failed')) {
-      task.completed = Math.floor(row.completedAt.getTime() / 1000);
-      task.completed_at = row.completedAt.toISOString();
-    }
+    const task = taskShape<Base64Bytes>(row);
     if (row.status === 'completed') task.data = await this.resultData(row);
-    if (row.status === 'failed') task.error = { message: row.errorMessage ?? 'The task failed.', code: row.errorCode };
+    return task;
+  }
+
+  /**
+   * One page of the account's tasks, each as `get` shows it (GET /v1/images). The images of
+   * `b64_json` tasks are Base64Sources, read from the store while the answer is written (a page
+   * may hold hundreds of them). An `after` that matched nothing and names no task of the account
+   * is 400 invalid_cursor.
+   */
+  async list(auth: AuthContext, query: TaskListQuery<Schemas['ImageTask']['status']>): Promise<ListPage<WithBase64<Schemas['ImageTask'], Base64Source>>> {
+    const { page, size } = accountPage(auth.accountId, query);
+    const rows = await this.deps.tasks.listForAccount(page, { status: query.status, model: query.model });
+    if (rows.length === 0 && page.after !== undefined && !(await this.deps.tasks.isAccountTask(page.after, auth.accountId))) throw invalidAfter('image task');
+    return listPage(rows, size, (row) => this.listedTask(row));
+  }
+
+  private listedTask(row: ListedImageTaskRow): WithBase64<Schemas['ImageTask'], Base64Source> {
+    const task = taskShape<Base64Source>(row);
+    if (row.status !== 'completed') return task;
+    const params = row.params as unknown as ImageParams;
+    const items: WithBase64<Schemas['ImageData'], Base64Source>[] =
+      params.responseFormat === 'url'
+        ? row.resultFileIds.map((id) => ({ url: this.deps.files.signedUrl(id) }))
+        : (row.storedResults ?? []).map((file) => ({ b64_json: new Base64Source(() => this.deps.files.read(file), file.bytes) }));
+    task.data = row.revisedPrompt ? items.map((item) => ({ ...item, revised_prompt: row.revisedPrompt! })) : items;
     return task;
   }
 

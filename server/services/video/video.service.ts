@@ -21,6 +21,7 @@ import type { QuoteTokens } from '../quote-token.ts';
 import type { TaskNotifier } from '../tasks/task-notifier.ts';
 import { toBillingRow, toCapability, toVideoTask, toVideoTaskCreated, quoteFor } from './video-mappers.ts';
 import { checkAgainstModel, checkCallbackUrl, isCompositeModelId, mediaInputsOf, normalizeVideoRequest, requestFingerprint, withMediaIdentities, type NormalizedVideoRequest } from './video-request.ts';
+import { accountPage, invalidAfter, listPage, type TaskListQuery } from '../account-lists.ts';
 import type { InputStaging } from '../media/input-staging.ts';
 import type { MediaInputs } from '../media/media-inputs.ts';
 
@@ -168,6 +169,17 @@ export class VideoService {
     // Another account's task and an unknown id are indistinguishable.
     if (!row) throw notFound('task_not_found', `No video task '${id}' exists for this account.`);
     return toVideoTask(row, this.videoUrl(row));
+  }
+
+  /**
+   * One page of the account's tasks, each as `get` shows it (GET /v1/videos). An `after` that
+   * matched nothing and names no task of the account is 400 invalid_cursor.
+   */
+  async list(auth: AuthContext, query: TaskListQuery<Schemas['VideoTask']['status']>): Promise<Schemas['VideoTaskList']> {
+    const { page, size } = accountPage(auth.accountId, query);
+    const rows = await this.deps.tasks.listForAccount(page, { status: query.status, model: query.model });
+    if (rows.length === 0 && page.after !== undefined && !(await this.deps.tasks.isAccountTask(page.after, auth.accountId))) throw invalidAfter('video task');
+    return listPage(rows, size, (row) => toVideoTask(row, this.videoUrl(row)));
   }
 
   /** The original task for a retry of the same request; 409 for a different request under its client_request_id. */

@@ -1,0 +1,57 @@
+/**
+ * Keyset pages of one account's rows (files, video tasks, image tasks), in the shape OpenAI's list
+ * endpoints page: ordered by (created_at, id), and `after` is the id of the previous page's last
+ * item, whose position the same statement looks up. Stable under concurrent inserts: a page
+ * continues strictly after that position, so no row is listed twice or skipped. Served by the
+ * (account_id, created_at, id) index of each table.
+ */
+import { sql, type RawBuilder } from 'kysely';
+import type { Executor } from '../db/database.ts';
+
+export type PagedTable = 'files' | 'video_tasks' | 'image_tasks';
+
+export interface AccountPage {
+  accountId: string;
+  /** Rows to fetch (the page size + 1 tells whether more follow). */
+  limit: number;
+  order: 'asc' | 'desc';
+  /** The id of the last item of the previous page. */
+  after?: string;
+  /**
+   * Exclusive bounds of created_at as the API shows it (RFC 3339, milliseconds), kept as text for
+   * PostgreSQL to parse: the stored microseconds must not put an item "after" its own shown time.
+   */
+  createdAfter?: string;
+  createdBefore?: string;
+}
+
+/**
+ * The WHERE conditions of a page of `table` (its account, time bounds and position), to AND with
+ * the listing's own filters. A missing `after` row matches nothing: the page is empty, and
+ * `afterExists` tells the caller whether that was the end or a cursor of nothing.
+ */
+export function pageConditions(table: PagedTable, page: AccountPage): RawBuilder<boolean> {
+  const t = sql.table(table);
+  const conditions: RawBuilder<unknown>[] = [sql`${t}.account_id = ${page.accountId}`];
+  // Millisecond bounds on the parameter side (the column stays bare, for the index): shown after
+  // `a` is at or after the next millisecond; shown before `b` is before `b` rounded up to one.
+  if (page.createdAfter !== undefined) conditions.push(sql`${t}.created_at >= date_trunc('milliseconds', ${page.createdAfter}::timestamptz) + interval '1 millisecond'`);
+  if (page.createdBefore !== undefined) conditions.push(sql`${t}.created_at < date_trunc('milliseconds', ${page.createdBefore}::timestamptz + interval '999 microseconds')`);
+  if (page.after !== undefined) {
+    const direction = page.order === 'asc' ? sql`>` : sql`<`;
+    conditions.push(sql`(${t}.created_at, ${t}.id) ${direction} (select c.created_at, c.id from ${t} c where c.id = ${page.after} and c.account_id = ${page.accountId})`);
+  }
+  return sql<boolean>`(${sql.join(conditions, sql` and `)})`;
+}
+
+/** ORDER BY of a page: creation time, then id, both in the page's direction. */
+export function pageOrder(table: PagedTable, page: AccountPage): RawBuilder<unknown> {
+  const t = sql.table(table);
+  return page.order === 'asc' ? sql`${t}.created_at asc, ${t}.id asc` : sql`${t}.created_at desc, ${t}.id desc`;
+}
+
+/** Whether `id` is a row of the account in `table` (an `after` that matched nothing). */
+export async function afterExists(db: Executor, table: PagedTable, id: string, accountId: string): Promise<boolean> {
+  const { rows } = await sql<{ found: boolean }>`select exists (select 1 from ${sql.table(table)} where id = ${id} and account_id = ${accountId}) as found`.execute(db);
+  return rows[0]?.found === true;
+}
