@@ -74,25 +74,58 @@ export const invalidApiKey = () =>
   });
 
 /**
- * The one mapping from an upstream failure to the API error a client sees (synchronous requests)
- * and to the stable code a failed task carries. The message is the upstream's sanitized reason.
+ * `text` as a sentence: first letter capitalized, ending in a full stop (unless it already ends in
+ * punctuation). Upstream reasons arrive as fragments ("the upstream … could not be reached"); every
+ * message a client or an operator reads is made of whole sentences.
  */
-export function apiErrorOf(err: ProviderError): ApiError {
+export function sentence(text: string): string {
+  const t = ended(text);
+  return t === '' ? t : `${t[0]!.toUpperCase()}${t.slice(1)}`;
+}
+
+/** `text` ending in a full stop (unless it already ends in punctuation): a clause after a colon. */
+export function ended(text: string): string {
+  const t = text.trim();
+  return t === '' || /[.!?]$/.test(t) ? t : `${t}.`;
+}
+
+/** Seconds to tell a client to wait, from milliseconds (at least 1). */
+const seconds = (ms: number | undefined) => Math.max(1, Math.ceil((ms ?? 1000) / 1000));
+
+/**
+ * Unavailable upstream capacity: every account that serves the model is rate-limited by the
+ * upstream, cooling down after failures, or at its concurrency limit. The gateway's side, not the
+ * client's: 503 with Retry-After (429 is for the client's own limits).
+ */
+export function noUpstreamCapacity(model: string | undefined, retryAfterMs: number | undefined, why: string): ApiError {
+  const s = seconds(retryAfterMs);
+  const which = model ? `model '${model}'` : 'this request';
+  return new ApiError(503, 'no_upstream_capacity', `No upstream account can take ${which} right now: ${why}; retry in ${s} s.`, null, {}, { 'Retry-After': String(s) });
+}
+
+/**
+ * The one mapping from an upstream failure to the API error a client sees (synchronous requests)
+ * and to the stable code a failed task carries. Only a refusal of the client's own input is a 4xx
+ * (with the upstream's sanitized reason); what is wrong with an upstream account (credentials,
+ * quota, configuration, capacity) or the upstream itself is a 5xx, and the operator finds the
+ * reason in the member's health and the logs.
+ */
+export function apiErrorOf(err: ProviderError, model?: string): ApiError {
   switch (err.kind) {
     case 'policy':
-      return new ApiError(400, 'content_policy_violation', `The upstream refused this request under its content policy: ${err.message}`);
+      return new ApiError(400, 'content_policy_violation', `The upstream refused this request under its content policy: ${ended(err.message)}`);
     case 'invalid_request':
-      return new ApiError(400, 'upstream_rejected', `The upstream rejected the request: ${err.message}`);
-    case 'rate_limited': {
-      const seconds = Math.max(1, Math.ceil((err.retryAfterMs ?? 1000) / 1000));
-      return new ApiError(429, 'rate_limited', `The upstream is rate-limiting requests; retry in ${seconds} s.`, null, {}, { 'Retry-After': String(seconds) });
-    }
+      return new ApiError(400, 'upstream_rejected', `The upstream rejected the request: ${ended(err.message)}`);
+    case 'rate_limited':
+      return noUpstreamCapacity(model, err.retryAfterMs, 'the upstream is rate-limiting it');
     case 'auth':
     case 'quota_exhausted':
-      return new ApiError(503, 'upstream_unavailable', 'The upstream account cannot take work right now (credentials or quota); the operator has been notified in the logs.');
+      return new ApiError(503, 'upstream_unavailable', 'The upstream account cannot take work right now (its credentials or quota); the operator has been notified.');
+    case 'misconfigured':
+      return new ApiError(502, 'upstream_error', 'The upstream account that serves this request is misconfigured; the operator has been notified.');
     case 'retryable':
     case 'failed':
-      return new ApiError(502, 'upstream_error', `The upstream failed: ${err.message}`);
+      return new ApiError(502, 'upstream_error', `The upstream failed: ${ended(err.message)}`);
   }
 }
 

@@ -8,6 +8,7 @@
  *   5xx / timeout /    after 3 in a row (across instances), the circuit opens: no new work for
  *   connection error   30 s, doubling with every further failure up to 5 minutes (see below)
  *   401 / 403          the member is taken out until an admin changes it (credentials_rejected_at)
+ *   404 / NOT_FOUND    the member is left out for that model only (member_model_faults, `faultModel`)
  *   anything else      the member answered: counts as a success (a content-policy refusal is
  *                      about the request, not the account)
  *
@@ -42,6 +43,12 @@ export const CIRCUIT: CircuitPolicy = { threshold: 3, baseMs: 30_000, maxMs: 5 *
  */
 export const PROBE_LEASE_MS = 60_000;
 const FLUSH_MS = 1000;
+/**
+ * How long a member is left out for a model the upstream said it does not know (a wrong base URL or
+ * model map): long enough not to spend a call per request on it, short enough to notice a fix made
+ * at the upstream rather than here.
+ */
+export const MISCONFIGURED_FAULT_MS = 10 * 60_000;
 
 export class MemberHealth {
   private successes = new Map<string, SuccessCount>();
@@ -128,6 +135,11 @@ export class MemberHealth {
           }
           return;
         }
+        case 'misconfigured':
+          // The member's configuration, for one model (the pool records that: faultModel); the
+          // member itself answered, so no cooldown or circuit — its other models keep working.
+          await this.repo.recordFailure(memberId, { message, startedAt });
+          return;
         case 'auth':
           await this.repo.recordFailure(memberId, { message, startedAt, rejectCredentials: true });
           this.log.error({ memberId, provider: account.provider }, 'upstream member credentials rejected; it takes no new work until an admin updates it');
@@ -142,6 +154,25 @@ export class MemberHealth {
       // Whatever the answer recorded (a re-opened or closed circuit already ended the claim; a 429,
       // an exhausted quota or rejected credentials put their own cooldown in its place), this probe is over.
       if (probe) await this.releaseProbe(probe);
+    }
+  }
+
+  /**
+   * The upstream told the member it cannot serve `model` (a 404 for the model or the API path: a
+   * wrong base URL or model map): the pool leaves the member out for that model for
+   * MISCONFIGURED_FAULT_MS (or until an operator changes the member), and member health shows why.
+   * Never throws.
+   */
+  async faultModel(account: UpstreamAccount, model: string, err: ProviderError): Promise<void> {
+    const reason = `${err.upstreamStatus ? `HTTP ${err.upstreamStatus}` : err.upstreamCode ?? 'not found'}: ${err.message}`;
+    try {
+      await this.repo.recordModelFault(account.memberId, model, { kind: 'misconfigured', reason, untilMs: MISCONFIGURED_FAULT_MS });
+      this.log.error(
+        { memberId: account.memberId, provider: account.provider, model, reason, retryInMs: MISCONFIGURED_FAULT_MS },
+        'upstream member cannot serve this model (check its base URL and model map); it takes no work for the model until an admin changes it or the fault expires',
+      );
+    } catch (recordErr) {
+      this.log.warn({ err: recordErr, memberId: account.memberId }, 'could not record a model fault of the member');
     }
   }
 

@@ -17,6 +17,11 @@ export type ProviderErrorKind =
   | 'policy'
   /** The upstream rejected the request as invalid (a parameter it does not accept). */
   | 'invalid_request'
+  /**
+   * The upstream does not know what it was asked for (HTTP 404/405, Google NOT_FOUND): a wrong base
+   * URL, API path or model id of the member, not a fault of the request. Another member may serve it.
+   */
+  | 'misconfigured'
   /** The upstream accepted the job and then reported it failed. */
   | 'failed';
 

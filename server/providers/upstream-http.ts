@@ -198,6 +198,7 @@ export function sanitizeMessage(message: unknown, fallback: string): string {
 export function kindOfStatus(status: number): ProviderErrorKind {
   if (status === 401 || status === 403) return 'auth';
   if (status === 429) return 'rate_limited';
+  if (status === 404 || status === 405) return 'misconfigured';
   if (status === 408 || status === 409 || status >= 500) return 'retryable';
   return 'invalid_request';
 }

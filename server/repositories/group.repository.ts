@@ -4,6 +4,14 @@ import type { BackendGroups, DB, GroupMembers } from '../../generated/db.d.ts';
 import { inFlightOf } from './routing.repository.ts';
 
 export type GroupRow = Selectable<BackendGroups> & { memberCount: number };
+/** A model the pool leaves a member out for (member_model_faults); times as PostgreSQL's JSON writes them. */
+export interface ModelFault {
+  model: string;
+  kind: 'misconfigured' | 'model_not_open';
+  reason: string;
+  since: string;
+  until: string | null;
+}
 export interface MemberHealthView {
   inFlight: number;
   cooldownUntil: Date | null;
@@ -15,6 +23,7 @@ export interface MemberHealthView {
   windowStartedAt: Date | null;
   successes: number | null;
   failures: number | null;
+  modelFaults: ModelFault[];
 }
 export type MemberRow = Omit<Selectable<GroupMembers>, 'credentialsCiphertext' | 'modelMap'> & { hasCredentials: boolean; modelMap: Record<string, string>; health: MemberHealthView };
 
@@ -115,15 +124,19 @@ export class GroupRepository {
         'h.windowStartedAt',
         'h.successes',
         'h.failures',
+        // Models the pool leaves the member out for (member_model_faults), newest reason each.
+        sql<ModelFault[]>`coalesce((
+          select json_agg(json_build_object('model', f.model, 'kind', f.kind, 'reason', f.reason, 'since', f.created_at, 'until', f.until) order by f.model)
+          from member_model_faults f where f.member_id = m.id and (f.until is null or f.until > now())), '[]'::json)`.as('modelFaults'),
       ]);
   }
 
   private toMemberRow(r: Awaited<ReturnType<ReturnType<GroupRepository['selectMembers']>['executeTakeFirstOrThrow']>>): MemberRow {
-    const { inFlight, cooldownUntil, cooldownReason, credentialsRejectedAt, lastError, lastErrorAt, lastSuccessAt, windowStartedAt, successes, failures, ...member } = r;
+    const { inFlight, cooldownUntil, cooldownReason, credentialsRejectedAt, lastError, lastErrorAt, lastSuccessAt, windowStartedAt, successes, failures, modelFaults, ...member } = r;
     return {
       ...member,
       modelMap: member.modelMap as Record<string, string>,
-      health: { inFlight, cooldownUntil, cooldownReason, credentialsRejectedAt, lastError, lastErrorAt, lastSuccessAt, windowStartedAt, successes, failures },
+      health: { inFlight, cooldownUntil, cooldownReason, credentialsRejectedAt, lastError, lastErrorAt, lastSuccessAt, windowStartedAt, successes, failures, modelFaults },
     };
   }
 
@@ -156,7 +169,7 @@ export class GroupRepository {
 
   /**
    * Changes a member. Whatever the pool had learned that keeps it from new work (a cooldown, an
-   * open circuit, refused credentials) is forgotten: the operator acted.
+   * open circuit, refused credentials, models it could not serve) is forgotten: the operator acted.
    */
   async updateMember(groupId: string, memberId: string, patch: Partial<Omit<MemberValues, 'provider'>>): Promise<MemberRow | undefined> {
     const { modelMap, ...rest } = patch;
@@ -170,9 +183,10 @@ export class GroupRepository {
     if (!row) return undefined;
     await this.db
       .updateTable('memberHealth')
-      .set({ credentialsRejectedAt: null, cooldownUntil: null, cooldownReason: null, consecutiveFailures: 0, rateLimitStrikes: 0, updatedAt: sql`now()` })
+      .set({ credentialsRejectedAt: null, cooldownUntil: null, cooldownReason: null, probeUntil: null, consecutiveFailures: 0, rateLimitStrikes: 0, updatedAt: sql`now()` })
       .where('memberId', '=', memberId)
       .execute();
+    await this.db.deleteFrom('memberModelFaults').where('memberId', '=', memberId).execute();
     return this.findMember(groupId, memberId);
   }
 }

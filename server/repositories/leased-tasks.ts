@@ -30,6 +30,8 @@ export interface LeasedTableSpec<Name extends LeasedTableName> {
   active: readonly string[];
   /** Extra assignments of a claim (e.g. video: `status = 'in_progress'`). */
   onClaim?: RawBuilder<unknown>;
+  /** The table has `last_error` / `last_error_at`, which a retry's reschedule writes (tasks; webhook deliveries keep their own). */
+  recordsErrors?: boolean;
 }
 
 export const fenceOf = (row: { id: string; attempt: number }): Fence => ({ id: row.id, attempt: row.attempt });
@@ -103,14 +105,15 @@ export class LeasedTasks<Name extends LeasedTableName> {
 
   /**
    * Releases the lease and makes the row due again in `delayMs`: the next step of a running task,
-   * or (with `failed`) a retry after a transient failure, which counts toward the retry policy.
+   * or (with `failed`) a retry after a transient failure, which counts toward the retry policy;
+   * `error` (sanitized) is recorded as the row's last error where the table keeps one.
    * False when the fence no longer holds. Reschedules requested within RESCHEDULE_WINDOW_MS of
    * each other go out as one statement (thousands of polling jobs reschedule a step each; one
    * UPDATE for many rows saves a round trip and a statement per step).
    */
-  reschedule(fence: Fence, delayMs: number, opts: { failed?: boolean } = {}): Promise<boolean> {
+  reschedule(fence: Fence, delayMs: number, opts: { failed?: boolean; error?: string } = {}): Promise<boolean> {
     return new Promise((resolve, reject) => {
-      this.pendingReschedules.push({ fence, delayMs: Math.max(0, Math.round(delayMs)), failed: opts.failed ?? false, resolve, reject });
+      this.pendingReschedules.push({ fence, delayMs: Math.max(0, Math.round(delayMs)), failed: opts.failed ?? false, error: opts.error ?? null, resolve, reject });
       if (this.pendingReschedules.length === 1) this.flushTimer = setTimeout(() => void this.flushReschedules(), RESCHEDULE_WINDOW_MS);
       else if (this.pendingReschedules.length === RESCHEDULE_BATCH) {
         clearTimeout(this.flushTimer);
@@ -120,12 +123,16 @@ export class LeasedTasks<Name extends LeasedTableName> {
   }
 
   private flushTimer: NodeJS.Timeout | undefined;
-  private pendingReschedules: { fence: Fence; delayMs: number; failed: boolean; resolve: (ok: boolean) => void; reject: (err: unknown) => void }[] = [];
+  private pendingReschedules: { fence: Fence; delayMs: number; failed: boolean; error: string | null; resolve: (ok: boolean) => void; reject: (err: unknown) => void }[] = [];
 
   private async flushReschedules(): Promise<void> {
     const batch = this.pendingReschedules.splice(0, RESCHEDULE_BATCH);
     const table = sql.table(this.spec.sqlTable);
-    const rows = sql.join(batch.map((b) => sql`(${b.fence.id}, ${b.fence.attempt}::int, ${b.delayMs}::int, ${b.failed}::boolean)`));
+    const rows = sql.join(batch.map((b) => sql`(${b.fence.id}, ${b.fence.attempt}::int, ${b.delayMs}::int, ${b.failed}::boolean, ${b.error}::text)`));
+    // A retried attempt leaves its reason on the row for the operator (the last one wins).
+    const errors = this.spec.recordsErrors
+      ? sql`, last_error = coalesce(v.error, t.last_error), last_error_at = case when v.error is null then t.last_error_at else now() end`
+      : sql``;
     try {
       // Each row is leased by its one worker, so a batch never contends with another for a row.
       const result = await sql<{ id: string }>`
@@ -133,8 +140,8 @@ export class LeasedTasks<Name extends LeasedTableName> {
         set next_run_at = now() + v.delay_ms * interval '1 millisecond',
             lease_owner = null,
             lease_expires_at = null,
-            retries = case when v.failed then t.retries + 1 else 0 end
-        from (values ${rows}) as v(id, attempt, delay_ms, failed)
+            retries = case when v.failed then t.retries + 1 else 0 end${errors}
+        from (values ${rows}) as v(id, attempt, delay_ms, failed, error)
         where t.id = v.id and t.attempt = v.attempt and t.status in (${this.activeStatuses()})
         returning t.id`.execute(this.db);
       const updated = new Set(result.rows.map((r) => r.id));

@@ -182,12 +182,16 @@ export class MemberHealthRepository {
     await this.db.updateTable('memberHealth').set({ probeUntil: null, updatedAt: sql`now()` }).where('memberId', '=', claim.memberId).where('probeUntil', '=', claim.until).execute();
   }
 
-  /** An admin changed the member: whatever made the pool put it aside is forgotten. */
-  async reset(memberId: string): Promise<void> {
-    await this.db
-      .updateTable('memberHealth')
-      .set({ credentialsRejectedAt: null, cooldownUntil: null, cooldownReason: null, probeUntil: null, consecutiveFailures: 0, rateLimitStrikes: 0, updatedAt: sql`now()` })
-      .where('memberId', '=', memberId)
-      .execute();
+  /**
+   * Records that the member cannot serve `model` (the upstream said so): the pool leaves the member
+   * out for that model until `untilMs` from now (null: until an operator changes the member). A
+   * fault already recorded is replaced, so the latest reason shows.
+   */
+  async recordModelFault(memberId: string, model: string, fault: { kind: 'misconfigured' | 'model_not_open'; reason: string; untilMs: number | null }): Promise<void> {
+    const until = fault.untilMs === null ? sql`null::timestamptz` : sql`now() + ${Math.round(fault.untilMs)} * interval '1 millisecond'`;
+    await sql`
+      insert into member_model_faults (member_id, model, kind, reason, until)
+      select id, ${model}, ${fault.kind}, ${fault.reason}, ${until} from group_members where id = ${memberId}
+      on conflict (member_id, model) do update set kind = excluded.kind, reason = excluded.reason, until = excluded.until, created_at = now()`.execute(this.db);
   }
 }

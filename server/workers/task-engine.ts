@@ -8,6 +8,9 @@
  */
 import { randomBytes } from 'node:crypto';
 import { isDatabaseUnavailable } from '../db/database.ts';
+import { sentence } from '../errors.ts';
+import { ProviderError } from '../providers/provider-error.ts';
+import { StorageError } from '../storage/storage-error.ts';
 import type { Logger } from '../logger.ts';
 import { fenceOf, type Fence } from '../repositories/leased-tasks.ts';
 import { keepLease } from '../services/tasks/lease.ts';
@@ -154,9 +157,9 @@ export class TaskEngine<Row extends LeasedRow> {
    * stays leased to this worker, so no claim takes it. Should it never land (a database error, a
    * crash), the row is claimed again when its lease expires.
    */
-  private handBack(fence: Fence, delayMs: number, failed: boolean, log: Logger): void {
+  private handBack(fence: Fence, delayMs: number, failed: boolean, log: Logger, error?: string): void {
     const landed: Promise<void> = this.runner.leases
-      .reschedule(fence, delayMs, { failed })
+      .reschedule(fence, delayMs, { failed, error })
       .then(
         (ok) => {
           if (ok) this.dueIn(delayMs);
@@ -185,7 +188,7 @@ export class TaskEngine<Row extends LeasedRow> {
     const outcome = (o: StepOutcome) => this.options.onStep?.(o);
     try {
       const result = await this.runner.step(task, lease.signal, log);
-      if (!result.done) this.handBack(fence, result.nextInMs, result.failed ?? false, log);
+      if (!result.done) this.handBack(fence, result.nextInMs, result.failed ?? false, log, result.error);
       outcome(result.done ? 'done' : result.failed ? 'retry' : 'next');
     } catch (err) {
       if (lease.signal.aborted || err instanceof LeaseLost) {
@@ -207,7 +210,7 @@ export class TaskEngine<Row extends LeasedRow> {
         } else {
           outcome('retry');
           log.warn({ err, retries: task.retries + 1, retryInMs: delay }, `${this.runner.name} task step failed; retrying`);
-          this.handBack(fence, delay, true, log);
+          this.handBack(fence, delay, true, log, lastErrorOf(err));
         }
       } catch (e) {
         log.error({ err: e }, 'task error handling failed');
@@ -216,6 +219,16 @@ export class TaskEngine<Row extends LeasedRow> {
       lease.release();
     }
   }
+}
+
+/**
+ * What a failed step leaves as its task's last error: an upstream's reason is sanitized already
+ * (ProviderError); anything else may hold internal details and is named only by its kind.
+ */
+function lastErrorOf(err: unknown): string {
+  if (err instanceof ProviderError) return `${sentence(err.message)} (${err.kind}${err.upstreamStatus ? `, HTTP ${err.upstreamStatus}` : ''})`;
+  if (err instanceof StorageError) return `The media store ${err.condition === 'full' ? 'is full' : 'cannot be written'}.`;
+  return 'An internal error; the server log has its details.';
 }
 
 const DUE_SLACK_MS = 25;

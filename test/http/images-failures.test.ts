@@ -204,9 +204,10 @@ describe('needs_attention', () => {
         // Links to stored copies: an image whose copy could not be written cannot be delivered.
         body: JSON.stringify({ prompt: 'x', model: 'local-image-1', response_format: 'url' }),
       });
-      expect(res.status).toBe(502);
+      // The gateway's own failure (not the upstream's): 500, with what happens to the credits.
+      expect(res.status).toBe(500);
       const body = (await res.json()) as Json;
-      expect(body.error.code).toBe('upstream_error');
+      expect(body.error.code).toBe('internal_error');
       expect(body.error.message).toMatch(/needs attention/);
       ids.push(res.headers.get('x-task-id')!);
     }
@@ -257,7 +258,7 @@ describe('needs_attention after some images were stored', () => {
       headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
       body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n: 3, response_format: 'url' }),
     });
-    expect(res.status).toBe(502);
+    expect(res.status).toBe(500);
     const id = res.headers.get('x-task-id')!;
     const row = await server.db.selectFrom('imageTasks').select(['status', 'delivered', 'resultFileIds']).where('id', '=', id).executeTakeFirstOrThrow();
     expect(row).toMatchObject({ status: 'needs_attention', delivered: 1 });

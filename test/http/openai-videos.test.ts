@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startOpenAIVideosFake, type OpenAIVideosFake } from '../fakes/openai-video-upstream.ts';
 import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
-import { holdOf, waitVideoFinished } from '../support/tasks.ts';
+import { holdOf, until, waitVideoFinished } from '../support/tasks.ts';
 import { SORA_2, addUpstreamMember } from '../support/upstreams.ts';
 
 let server: TestServer;
@@ -30,7 +30,7 @@ async function customer(balance = 10) {
   const group = await createGroup(server.db);
   await addUpstreamMember(server.db, server.secretKey, { groupId: group.id, provider: 'openai', baseUrl: `${fake.url}/v1`, credentials: { api_key: 'sk-test' }, models: [SORA_2.id, 'sora-any-length'] });
   const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
-  return { accountId: account.id, key: key.key };
+  return { accountId: account.id, groupId: group.id, key: key.key };
 }
 
 async function create(key: string, overrides: Record<string, unknown> = {}) {
@@ -111,14 +111,42 @@ describe('openai videos: upstream failures', () => {
     expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
   });
 
-  it('an upstream rejection of the request fails the task with upstream_rejected and no charge', async () => {
+  it('an upstream that refuses the model of the member (not the request) fails the task as having no member for it, refunded, with the reason in member health', async () => {
     const c = await customer();
     fake.faults.push('create', { status: 400, body: { error: { message: "Invalid value: 'sora-2'. Your organization cannot use this model.", type: 'invalid_request_error', param: 'model', code: 'invalid_value' } } });
     const created = await create(c.key);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id, 15_000);
+    expect(task.error).toMatchObject({ code: 'no_reachable_member' });
+    expect(task.error!.message).not.toContain('organization');
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+    const health = (await server.admin().GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: c.groupId } } })).data!.data[0]!.health;
+    expect(health.model_faults).toEqual([expect.objectContaining({ model: 'sora-2', kind: 'misconfigured', reason: expect.stringContaining('Your organization cannot use this model') })]);
+  });
+
+  it('an upstream refusal of the request itself fails the task with upstream_rejected and its reason, and no charge', async () => {
+    const c = await customer();
+    fake.faults.push('create', { status: 400, body: { error: { message: "Invalid value: '4'. Supported values are: '4', '8', and '12'.", type: 'invalid_request_error', param: 'seconds', code: 'invalid_value' } } });
+    const created = await create(c.key);
     const { task } = await waitVideoFinished(server, c.key, created.body.id);
     expect(task.error).toMatchObject({ code: 'upstream_rejected' });
-    expect(task.error!.message).toContain('Your organization cannot use this model');
+    expect(task.error!.message).toBe("Invalid value: '4'. Supported values are: '4', '8', and '12'.");
     expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+  });
+
+  it('records why a retried video task waits: an unreachable member leaves its reason on the task for the operator, not in the client\'s lookup', async () => {
+    const c = await customer();
+    await server.db.updateTable('groupMembers').set({ baseUrl: 'http://127.0.0.1:9/v1' }).where('groupId', '=', c.groupId).execute();
+    const created = await create(c.key);
+    const admin = await until(async () => {
+      const got = (await server.admin().GET('/admin/v1/tasks/{task_id}', { params: { path: { task_id: created.body.id } } })).data!;
+      return got.last_error ? got : undefined;
+    }, 15_000, 'a last error on the task');
+    expect(admin.last_error).toEqual({ message: 'The upstream video submit could not be reached. (retryable)', at: expect.any(String) });
+    const lookup = await fetch(`${server.directUrl}/v1/videos/${created.body.id}`, { headers: { Authorization: `Bearer ${c.key}` } });
+    const body = (await lookup.json()) as Record<string, unknown>;
+    expect(body.status).toMatch(/queued|in_progress/);
+    expect(body).not.toHaveProperty('error');
+    expect(body).not.toHaveProperty('last_error');
   });
 
   it('expired content fails the task and refunds it', async () => {
@@ -171,7 +199,7 @@ describe('openai videos: upstream failures', () => {
       const id = ((await res.json()) as { id: string }).id;
       const { task } = await waitVideoFinished(strict, key.key, id, 30_000);
       expect(task.status).toBe('failed');
-      expect(task.error!.message).toMatch(/the video was generated, but its download failed 2 times \(last: .*overloaded/);
+      expect(task.error!.message).toMatch(/^The video was generated, but its download failed 2 times \(last: .*overloaded/);
       expect(await holdOf(strict.db, id)).toMatchObject({ status: 'released', captured: 0 });
       const row = await strict.db.selectFrom('videoTasks').select('upstreamJobId').where('id', '=', id).executeTakeFirstOrThrow();
       expect(fake.requests.filter((r) => r.path.endsWith(`/videos/${row.upstreamJobId}/content`))).toHaveLength(2);

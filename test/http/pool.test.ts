@@ -2,7 +2,7 @@
  * The account pool through the public API, against the fake OpenAI Images upstream (each member
  * has its own key, so the fake's per-key log says which member served a call): model maps,
  * failover without double charge, 429 cooldown, circuit, rejected credentials disabling a member
- * until an admin changes it, concurrency limits (wait, then 429 upstream_busy), the slots each image
+ * until an admin changes it, concurrency limits (wait, then 503 no_upstream_capacity), the slots each image
  * task holds (summed as the member's in-flight work), health in the admin API and per-member metrics.
  */
 import sharp from 'sharp';
@@ -152,19 +152,82 @@ describe('pool routing', () => {
     expect(keysOf(callsSince(after))).toEqual(['sk-a']);
   });
 
-  it('answers 429 rate_limited with Retry-After when every member is cooling down, and charges nothing', async () => {
+  it('answers 503 no_upstream_capacity with Retry-After when every member is cooling down (not the client\'s 429), and charges nothing', async () => {
     const c = await customer([{ name: 'only', key: 'sk-a' }]);
     fake.rateLimitNext('generations', 30);
     const first = await generate(c.key);
-    expect(first.status).toBe(429);
-    expect(first.body.error!.code).toBe('rate_limited');
+    expect(first.status).toBe(503);
+    expect(first.body.error!.code).toBe('no_upstream_capacity');
     const before = fake.calls.length;
     const second = await generate(c.key);
-    expect(second.status).toBe(429);
-    expect(second.body.error!.code).toBe('rate_limited');
+    expect(second.status).toBe(503);
+    expect(second.body.error!.code).toBe('no_upstream_capacity');
+    expect(second.body.error!.message).toMatch(/^No upstream account can take model 'image-pro' right now: every one is cooling down after failures or rate limits; retry in \d+ s\. Task img_\w+ failed; nothing was charged\.$/);
     expect(Number(second.retryAfter)).toBeGreaterThan(20);
     expect(fake.calls.length).toBe(before); // the cooling member was not called
     for (const r of [first, second]) expect(await ledgerKinds(r.taskId!)).toEqual(['hold', 'release']);
+  });
+
+  it('blames an upstream 404 (a wrong base URL) on the member, not the client: the spare serves, and the member is left out for that model until an admin changes it', async () => {
+    const c = await customer([
+      { name: 'wrong-url', key: 'sk-a', priority: 10 },
+      { name: 'spare', key: 'sk-b', priority: 0 },
+    ]);
+    // The operator forgot the /v1 of the base URL: the upstream answers 404 for the path.
+    await server.db.updateTable('groupMembers').set({ baseUrl: fake.url }).where('id', '=', c.ids['wrong-url']!).execute();
+    const first = await generate(c.key);
+    expect(first.status).toBe(200);
+    const faults = (await membersOf(c.groupId))['wrong-url']!.health.model_faults;
+    expect(faults).toEqual([{ model: IMAGE_PRO.id, kind: 'misconfigured', reason: expect.stringMatching(/^HTTP 404: Invalid URL/), since: expect.any(String), until: expect.any(String) }]);
+    expect(server.logs.some((l) => l.includes('"level":50') && l.includes('cannot serve this model'))).toBe(true);
+    // The next requests go straight to the spare.
+    const before = fake.requests.length;
+    for (let i = 0; i < 3; i++) expect((await generate(c.key)).status).toBe(200);
+    expect(fake.requests.slice(before).map((r) => String(r.headers.authorization))).toEqual(['Bearer sk-b', 'Bearer sk-b', 'Bearer sk-b']);
+    // The operator fixes the base URL: the fault is gone and the member serves again.
+    const patched = await server.admin().PATCH('/admin/v1/groups/{group_id}/members/{member_id}', {
+      params: { path: { group_id: c.groupId, member_id: c.ids['wrong-url']! } },
+      body: { base_url: `${fake.url}/v1` },
+    });
+    expect(patched.data!.health.model_faults).toEqual([]);
+    const after = fake.calls.length;
+    expect((await generate(c.key)).status).toBe(200);
+    expect(keysOf(callsSince(after))).toEqual(['sk-a']);
+  });
+
+  it('answers 502 upstream_error, not 400, when the upstream refuses the model of a member\'s model map; the member\'s other models keep working', async () => {
+    const other = { ...IMAGE_PRO, id: 'image-pro-other' };
+    await seedCatalog(server.db, [IMAGE_PRO, other]);
+    const c = await customer([{ name: 'mapped', key: 'sk-a' }]);
+    await server.db
+      .updateTable('groupMembers')
+      .set({ models: [IMAGE_PRO.id, other.id], modelMap: JSON.stringify({ [IMAGE_PRO.id]: 'gpt-image-99', [other.id]: 'gpt-image-1.5' }) })
+      .where('id', '=', c.ids.mapped!)
+      .execute();
+    const refused = await generate(c.key);
+    expect(refused.status).toBe(502);
+    expect(refused.body.error).toMatchObject({ code: 'upstream_error', message: expect.stringMatching(/^The upstream account that serves this request is misconfigured; the operator has been notified\. Task img_\w+ failed; nothing was charged\.$/) });
+    expect(refused.body.error!.message).not.toContain('gpt-image-99');
+    expect(await ledgerKinds(refused.taskId!)).toEqual(['hold', 'release']);
+    const health = (await membersOf(c.groupId)).mapped!.health;
+    expect(health.model_faults).toEqual([expect.objectContaining({ model: IMAGE_PRO.id, kind: 'misconfigured', reason: expect.stringContaining('gpt-image-99') })]);
+    // The member is left out for that model only.
+    const again = await generate(c.key);
+    expect([again.status, again.body.error!.code]).toEqual([503, 'no_reachable_member']);
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: other.id, prompt: 'a lighthouse', size: '1024x1024' }),
+    });
+    expect(res.status).toBe(200);
+  });
+
+  it('says what happened in sentences: an upstream that cannot be reached', async () => {
+    const c = await customer([{ name: 'gone', key: 'sk-a' }]);
+    await server.db.updateTable('groupMembers').set({ baseUrl: 'http://127.0.0.1:9/v1' }).where('id', '=', c.ids.gone!).execute();
+    const r = await generate(c.key);
+    expect(r.status).toBe(502);
+    expect(r.body.error!.message).toMatch(/^The upstream failed: the upstream image generation could not be reached\. Task img_\w+ failed; nothing was charged\.$/);
   });
 
   it('takes a member whose credentials are refused out of rotation until an admin updates it', async () => {
@@ -211,7 +274,7 @@ describe('pool routing', () => {
     expect((await membersOf(c.groupId)).flaky!.health).toMatchObject({ cooldown_reason: 'circuit_open', recent: { failures: 3 } });
   });
 
-  it('never runs more than concurrency_limit calls on a member; requests wait for a slot, then get 429 upstream_busy', async () => {
+  it('never runs more than concurrency_limit calls on a member; requests wait for a slot, then get 503 no_upstream_capacity', async () => {
     const c = await customer([{ name: 'small', key: 'sk-d', concurrencyLimit: 2 }]);
     fake.resetInFlightStats();
     fake.holdMs = 300;
@@ -219,14 +282,15 @@ describe('pool routing', () => {
     expect(results.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
     expect(fake.maxInFlightByKey['sk-d']).toBe(2);
 
-    // Slots held longer than the wait: the excess gets 429 with Retry-After, and is not charged.
+    // Slots held longer than the wait: the excess gets 503 with Retry-After, and is not charged.
     fake.resetInFlightStats();
     fake.holdMs = 2500;
     const busy = await Promise.all(Array.from({ length: 4 }, (_, i) => generate(c.key, `busy ${i}`)));
     expect(fake.maxInFlightByKey['sk-d']).toBe(2);
-    expect(busy.map((r) => r.status).sort()).toEqual([200, 200, 429, 429]);
-    for (const r of busy.filter((b) => b.status === 429)) {
-      expect(r.body.error!.code).toBe('upstream_busy');
+    expect(busy.map((r) => r.status).sort()).toEqual([200, 200, 503, 503]);
+    for (const r of busy.filter((b) => b.status === 503)) {
+      expect(r.body.error!.code).toBe('no_upstream_capacity');
+      expect(r.body.error!.message).toContain('every one is at its concurrency limit');
       expect(Number(r.retryAfter)).toBeGreaterThanOrEqual(1);
       expect(await ledgerKinds(r.taskId!)).toEqual(['hold', 'release']);
     }

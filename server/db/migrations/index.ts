@@ -17,6 +17,7 @@ import * as m20261126100000 from './20261126100000-config-notify.ts';
 import * as m20261127100000 from './20261127100000-implied-account-fks.ts';
 import * as m20261129100000 from './20261129100000-video-upstream-output.ts';
 import * as m20261130100000 from './20261130100000-member-circuit.ts';
+import * as m20261201100000 from './20261201100000-upstream-errors.ts';
 import * as m20261201200000 from './20261201200000-account-listings.ts';
 
 export const migrations: Record<string, Migration> = {
@@ -36,5 +37,6 @@ export const migrations: Record<string, Migration> = {
   '20261127100000-implied-account-fks': m20261127100000,
   '20261129100000-video-upstream-output': m20261129100000,
   '20261130100000-member-circuit': m20261130100000,
+  '20261201100000-upstream-errors': m20261201100000,
   '20261201200000-account-listings': m20261201200000,
 };

@@ -54,7 +54,8 @@ export function googleErrorOf(error: GoogleStatus | undefined, what: string, htt
       kind = 'quota_exhausted';
       wait = Math.max(wait ?? 0, DAILY_QUOTA_COOLDOWN_MS);
     } else kind = 'rate_limited';
-  } else if (status === 'INVALID_ARGUMENT' || status === 'FAILED_PRECONDITION' || status === 'NOT_FOUND') kind = 'invalid_request';
+  } else if (status === 'NOT_FOUND') kind = 'misconfigured';
+  else if (status === 'INVALID_ARGUMENT' || status === 'FAILED_PRECONDITION') kind = 'invalid_request';
   else if (status === 'UNAVAILABLE' || status === 'INTERNAL' || status === 'DEADLINE_EXCEEDED') kind = 'retryable';
   const message =
     kind === 'auth'

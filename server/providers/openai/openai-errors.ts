@@ -38,6 +38,9 @@ export function openaiErrorOf(body: unknown, what: string, answer: { status?: nu
   // makes a refusal worth another try (another member, or later).
   else if (headers?.get('x-should-retry') === 'false' && kind === 'retryable') kind = 'invalid_request';
   else if (headers?.get('x-should-retry') === 'true' && kind === 'invalid_request') kind = 'retryable';
+  // The model id comes from the member's model map, not from the client: refusing it is the
+  // member's configuration (as a 404 for an unknown model or path is).
+  else if (kind === 'invalid_request' && envelope?.param === 'model') kind = 'misconfigured';
   const http = status === undefined ? '' : ` (HTTP ${status})`;
   // Never pass on what an auth failure said: it quotes part of the key.
   const message =

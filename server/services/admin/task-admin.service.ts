@@ -47,6 +47,7 @@ export class TaskAdminService {
       attempt: row.attempt,
       upstream_job_id: 'upstreamJobId' in row ? row.upstreamJobId : null,
       error: row.errorMessage && row.status !== 'completed' ? { message: row.errorMessage } : null,
+      last_error: row.lastError && row.lastErrorAt ? { message: row.lastError, at: row.lastErrorAt.toISOString() } : null,
       held_credits: toCredits(held),
       captured_credits: toCredits(captured),
       released_credits: toCredits(released),

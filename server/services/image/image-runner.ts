@@ -17,7 +17,7 @@
  * (the two overlap instead of taking turns before the answer). Should a copy fail to be written,
  * the client still gets the image and pays for it, and the task's `data` leaves it out.
  */
-import { ApiError, apiErrorOf, apiErrorOfStorage, taskErrorCodeOf } from '../../errors.ts';
+import { ApiError, apiErrorOf, apiErrorOfStorage, noUpstreamCapacity } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import { NoCapacity, upstreamModelOf, type Pool, type Preselection } from '../../pool/pool.ts';
 import { asProviderError } from '../../providers/provider-error.ts';
@@ -74,14 +74,10 @@ export interface ExecuteOptions {
   routeOrder?: readonly string[];
 }
 
-/** What a client is told when no member can take its image now. */
+/** What a client is told when no member can take its image now: the gateway's side (503), never the client's limits (429). */
 function noCapacityError(err: NoCapacity, model: string): ApiError {
   if (err.reason === 'none') return new ApiError(503, 'no_reachable_member', `No enabled backend member can run model '${model}' here.`);
-  const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
-  const headers = { 'Retry-After': String(seconds) };
-  return err.reason === 'full'
-    ? new ApiError(429, 'upstream_busy', `Every upstream account that serves model '${model}' is at its concurrency limit; retry in ${seconds} s.`, null, {}, headers)
-    : new ApiError(429, 'rate_limited', `The upstream accounts that serve model '${model}' are rate-limited; retry in ${seconds} s.`, null, {}, headers);
+  return noUpstreamCapacity(model, err.retryAfterMs, err.reason === 'full' ? 'every one is at its concurrency limit' : 'every one is cooling down after failures or rate limits');
 }
 
 const MIME: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
@@ -274,13 +270,13 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       } else if (err instanceof NotStored) {
         log.error({ err: err.cause, stored: files.length }, 'image produced but not stored: task needs attention');
         await this.deps.settlement.imageNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', { files, unrecorded });
-        throw new ApiError(502, 'upstream_error', `The image was generated but could not be stored; task ${task.id} needs attention and its credits stay held until an operator settles it.`);
+        throw new ApiError(500, 'internal_error', `The image was generated but could not be stored; task ${task.id} needs attention and its credits stay held until an operator settles it.`);
       } else if (!(err instanceof NotDelivered) && !signal.aborted) {
         const error = asProviderError(err, 'The image provider failed to generate the image; the credits were released.');
         log.warn({ err, delivered: files.length }, 'image provider failed');
         if (files.length === 0) {
-          await this.deps.settlement.failImage(fence, taskErrorCodeOf(error), error.message);
-          const api = apiErrorOf(error);
+          const api = apiErrorOf(error, task.model);
+          await this.deps.settlement.failImage(fence, api.code, api.message);
           throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, api.param, api.extra, api.headers);
         }
         failure = new ApiError(502, 'upstream_error', `The image provider failed after ${files.length} of ${task.n} images; only the delivered images are charged.`);

@@ -12,11 +12,12 @@ import type { RetryPolicy } from './retry-policy.ts';
  * later: its next step (`later`), or — `failed` — a retry after a failed try the step recorded
  * itself (`retryIn`, with a delay from the kind's retry policy), which counts toward `retries`.
  */
-export type StepResult = { done: true } | { done: false; nextInMs: number; failed?: boolean };
+export type StepResult = { done: true } | { done: false; nextInMs: number; failed?: boolean; error?: string };
 
 export const DONE: StepResult = { done: true };
-export const later = (nextInMs: number): StepResult => ({ done: false, nextInMs });
-export const retryIn = (nextInMs: number): StepResult => ({ done: false, nextInMs, failed: true });
+/** The next step in `nextInMs`; `error`: why this one could not go on (recorded as the task's last error). */
+export const later = (nextInMs: number, error?: string): StepResult => ({ done: false, nextInMs, ...(error !== undefined && { error }) });
+export const retryIn = (nextInMs: number, error?: string): StepResult => ({ done: false, nextInMs, failed: true, ...(error !== undefined && { error }) });
 
 export interface LeasedRow extends Fence {
   retries: number;

@@ -22,7 +22,7 @@
  * upstream's Retry-After) until the task's deadline; a task past its deadline fails and is refunded
  * at its next step.
  */
-import { taskErrorCodeOf } from '../../errors.ts';
+import { ended, sentence, taskErrorCodeOf } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import { NoCapacity, upstreamModelOf, type Pool } from '../../pool/pool.ts';
 import { ProviderError, asProviderError } from '../../providers/provider-error.ts';
@@ -133,7 +133,8 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
           return DONE;
         }
         log.debug({ reason: err.reason, retryInMs: err.retryAfterMs }, 'no upstream member free; the task stays queued');
-        return later(Math.max(250, spread(Math.min(err.retryAfterMs, 60_000) + 1000)));
+        const why = err.reason === 'full' ? 'every upstream member that serves the model is at its concurrency limit' : 'every upstream member that serves the model is cooling down';
+        return later(Math.max(250, spread(Math.min(err.retryAfterMs, 60_000) + 1000)), `Waiting: ${why}.`);
       }
       // The last member's answer came back (it did not take the job): its slot is free again.
       if (err instanceof ProviderError) await this.deps.tasks.clearSubmitting(fence);
@@ -196,7 +197,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       // The lease was lost or the worker is stopping: nothing to record; the next claim downloads again.
       if (signal.aborted || (err instanceof Error && err.name === 'AbortError')) throw err;
       const error = asProviderError(err, 'The video download failed.');
-      if (!(error.transient || error.kind === 'auth' || error.kind === 'quota_exhausted')) return this.fail(task, error);
+      if (!operatorCanFix(error)) return this.fail(task, error);
       const delay = retryDelay(this.downloadRetry, downloadRetries, Math.random, error);
       if (delay === undefined) {
         log.error({ err: error.message, downloads: downloadRetries + 1 }, 'video download failed repeatedly; the task fails');
@@ -204,7 +205,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       }
       if (!(await this.deps.tasks.countDownloadFailure(fenceOf(task)))) throw new LeaseLost('lease lost before the failed download was counted');
       log.warn({ err: error.message, kind: error.kind, retries: downloadRetries + 1, retryInMs: delay }, 'video download failed; retrying the download');
-      return later(delay);
+      return later(delay, `The download of the finished video failed: ${ended(error.message)} (${error.kind}${error.upstreamStatus ? `, HTTP ${error.upstreamStatus}` : ''})`);
     }
     // An earlier attempt may have stored the output and died before completing the task.
     const leftovers = await this.deps.files.discardLeftovers(task.id, 'video_output');
@@ -231,20 +232,20 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
   }
 
   /**
-   * After a failed upstream call: transient errors (and credential or quota trouble, which an
-   * operator can fix) are thrown for the engine to retry until the deadline; a rejection fails the
-   * task and releases its hold.
+   * After a failed upstream call: transient errors (and what an operator can fix: credentials,
+   * quota, a member's configuration) are thrown for the engine to retry until the deadline; a
+   * rejection fails the task and releases its hold.
    */
   private failOrRetry(task: VideoTaskRow, err: unknown, fallback: string): Promise<StepResult> {
     if (err instanceof Error && err.name === 'AbortError') throw err;
     const error = asProviderError(err, fallback);
-    if (error.transient || error.kind === 'auth' || error.kind === 'quota_exhausted') throw error;
+    if (operatorCanFix(error)) throw error;
     return this.fail(task, error);
   }
 
-  /** Fails the task with the upstream's (sanitized) reason as its error.message. */
+  /** Fails the task with the upstream's (sanitized) reason, as a sentence, as its error.message. */
   private async fail(task: VideoTaskRow, error: ProviderError): Promise<StepResult> {
-    await this.deps.settlement.failVideo(task, taskErrorCodeOf(error), error.message);
+    await this.deps.settlement.failVideo(task, taskErrorCodeOf(error), sentence(error.message));
     return DONE;
   }
 
@@ -275,4 +276,9 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     }
     return job;
   }
+}
+
+/** A failure that may pass by itself or by an operator's hand (not the job's own): worth retrying until the deadline. */
+function operatorCanFix(error: ProviderError): boolean {
+  return error.transient || error.kind === 'auth' || error.kind === 'quota_exhausted' || error.kind === 'misconfigured';
 }
