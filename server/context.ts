@@ -44,6 +44,7 @@ import { VideoService } from './services/video/video.service.ts';
 import { WebhookOutbox } from './services/webhooks/webhook-outbox.ts';
 import { WebhookRunner, type WebhookRunnerDeps } from './services/webhooks/webhook-runner.ts';
 import { WebhookSecrets } from './services/webhooks/webhook-secrets.ts';
+import { WebhookTester } from './services/webhooks/webhook-tester.ts';
 import { MediaInputs } from './services/media/media-inputs.ts';
 import { FilesystemMediaStore, type MediaStore } from './storage/media-store.ts';
 
@@ -56,6 +57,7 @@ export interface Services {
   images: ImageService;
   readiness: ReadinessService;
   webhookSecrets: WebhookSecrets;
+  webhookTester: WebhookTester;
   admin: AdminServices;
   /**
    * Drops this instance's cached API keys, image models and pool candidates: after an admin change
@@ -162,6 +164,12 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     files,
     readiness: new ReadinessService(new HealthRepository(db), log),
     webhookSecrets,
+    webhookTester: new WebhookTester({
+      secrets: webhookSecrets,
+      log,
+      publicBaseUrl: deps.publicBaseUrl,
+      send: { timeoutMs: config.webhookTimeoutMs, allowPrivate: config.allowPrivateTargets, fetchOptions: overrides.outboundFetch },
+    }),
     admin: createAdminServices({ db, log, secretKey, settlement }),
     videos: new VideoService({
       tasks: repositories.videoTasks,

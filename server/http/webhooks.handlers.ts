@@ -1,4 +1,4 @@
-/** The account's webhook signing secret: read (created on first use) and rotate. */
+/** The account's webhook signing secret (read, created on first use; rotate) and a test event to a receiver. */
 import type { AppContext } from '../context.ts';
 import type { WebhookSecretView } from '../services/webhooks/webhook-secrets.ts';
 import { authOf, noStore } from './auth.ts';
@@ -11,7 +11,7 @@ const toSecret = (v: WebhookSecretView) => ({
   previous_secret_expires_at: v.previousExpiresAt ? v.previousExpiresAt.toISOString() : null,
 });
 
-export function webhooksHandlers(ctx: AppContext): Pick<HandlerMap, 'getWebhookSecret' | 'rotateWebhookSecret'> {
+export function webhooksHandlers(ctx: AppContext): Pick<HandlerMap, 'getWebhookSecret' | 'rotateWebhookSecret' | 'testWebhook'> {
   const secrets = ctx.services.webhookSecrets;
   return {
     async getWebhookSecret(req, res) {
@@ -23,6 +23,22 @@ export function webhooksHandlers(ctx: AppContext): Pick<HandlerMap, 'getWebhookS
       const rotated = await secrets.rotate(authOf(req).accountId);
       ctx.log.info({ accountId: authOf(req).accountId }, 'webhook secret rotated');
       sendJson(res, 'rotateWebhookSecret', 200, toSecret(rotated));
+    },
+    async testWebhook(req, res) {
+      const { url, event_type: eventType = 'video.completed' } = req.body;
+      const r = await ctx.services.webhookTester.send(authOf(req).accountId, url, eventType);
+      noStore(res);
+      sendJson(res, 'testWebhook', 200, {
+        object: 'webhook_test',
+        url,
+        event_type: r.eventType,
+        webhook_id: r.webhookId,
+        task_id: r.taskId,
+        delivered: r.statusCode !== null && r.statusCode >= 200 && r.statusCode < 300,
+        status_code: r.statusCode,
+        error: r.error === null ? null : { class: r.errorClass, message: r.error },
+        latency_ms: r.latencyMs,
+      });
     },
   };
 }

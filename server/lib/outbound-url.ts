@@ -31,6 +31,8 @@ export class OutboundUrlError extends Error {
 
 export interface OutboundUrl {
   url: URL;
+  /** `https:`, or `http:` for a loopback receiver the operator allows (ALLOW_PRIVATE_TARGETS). */
+  protocol: 'https:' | 'http:';
   /** Normalized host: lower case, no trailing dot, punycode; IP literals without brackets. */
   host: string;
   port: number;
@@ -48,15 +50,24 @@ export function isPublicAddress(address: string): boolean {
   return parsed.range() === 'unicast';
 }
 
+/** Whether a normalized host is this machine: a loopback address or `localhost` (and its subdomains). */
+function isLoopbackHost(host: string): boolean {
+  if (ipaddr.isValid(host)) return ipaddr.process(host).range() === 'loopback';
+  return host === 'localhost' || host.endsWith('.localhost');
+}
+
 /**
  * Parses and checks an outbound URL: `https://` with a non-empty host, no user info, a usable port,
- * and a host that is public (`allowPrivate` lifts the last rule, for on-premises receivers).
+ * and a host that is public. `allowPrivate` (ALLOW_PRIVATE_TARGETS, for on-premises receivers and
+ * development) lifts the last rule, and also accepts plain `http://` to a loopback host — a
+ * receiver on the developer's own machine; anything else stays https-only.
  */
 export function parseOutboundUrl(raw: string, opts: { allowPrivate?: boolean } = {}): OutboundUrl {
   // The WHATWG parser forgives `https:example.com` and `https:///path`; a URL we call must be written out.
-  if (!/^https:\/\/[^/?#\\]/i.test(raw)) {
-    if (/^https:/i.test(raw)) throw new OutboundUrlError('empty_host', 'the URL must be written https://host/…, with a host');
-    throw new OutboundUrlError('not_https', 'only https URLs are accepted');
+  const http = /^http:\/\/[^/?#\\]/i.test(raw);
+  if (!/^https:\/\/[^/?#\\]/i.test(raw) && !(http && opts.allowPrivate)) {
+    if (/^https:/i.test(raw) || (opts.allowPrivate && /^http:/i.test(raw))) throw new OutboundUrlError('empty_host', 'the URL must be written https://host/…, with a host');
+    throw new OutboundUrlError('not_https', opts.allowPrivate ? 'only https URLs are accepted (and http:// to this machine, with ALLOW_PRIVATE_TARGETS)' : 'only https URLs are accepted');
   }
   let url: URL;
   try {
@@ -67,14 +78,16 @@ export function parseOutboundUrl(raw: string, opts: { allowPrivate?: boolean } =
   if (url.username !== '' || url.password !== '') throw new OutboundUrlError('credentials', 'the URL must not carry a user name or password');
   const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase().replace(/\.+$/, '');
   if (host === '') throw new OutboundUrlError('empty_host', 'the URL has no host');
-  const port = url.port === '' ? 443 : Number(url.port);
+  const protocol = http ? 'http:' : 'https:';
+  if (http && !isLoopbackHost(host)) throw new OutboundUrlError('not_https', `plain http is accepted for this machine only (localhost, 127.0.0.1, ::1), not '${host}'`);
+  const port = url.port === '' ? (http ? 80 : 443) : Number(url.port);
   if (!Number.isInteger(port) || port < 1 || port > 65535) throw new OutboundUrlError('bad_port', `port ${url.port} cannot be used`);
 
   if (ipaddr.isValid(host)) {
     if (!opts.allowPrivate && !isPublicAddress(host)) {
       throw new OutboundUrlError('non_public_address', `${host} is a ${ipaddr.process(host).range()} address, not a public one`);
     }
-    return { url, host, port, address: ipaddr.process(host).toString() };
+    return { url, protocol, host, port, address: ipaddr.process(host).toString() };
   }
   if (!opts.allowPrivate) {
     // A single label (`intranet`) is completed by the resolver's search domains: internal.
@@ -82,5 +95,5 @@ export function parseOutboundUrl(raw: string, opts: { allowPrivate?: boolean } =
       throw new OutboundUrlError('internal_name', `'${host}' is not a public host name`);
     }
   }
-  return { url, host, port };
+  return { url, protocol, host, port };
 }

@@ -2,8 +2,9 @@
  * Requests to URLs a client gave us (webhook receivers; media input URLs), safe against SSRF at
  * send time, not only when the URL was accepted:
  *
- *   1. the URL passes the one outbound-URL guard (`parseOutboundUrl`: https, a real host, a usable
- *      port, not an internal name or a non-public IP literal);
+ *   1. the URL passes the one outbound-URL guard (`parseOutboundUrl`: https — or http to this
+ *      machine when the operator allows private targets —, a real host, a usable port, not an
+ *      internal name or a non-public IP literal);
  *   2. the host is resolved once and EVERY address checked (`isPublicAddress`): one private address
  *      among public ones refuses the request;
  *   3. the connection goes to the checked addresses (a `lookup` that answers from them), so DNS
@@ -16,6 +17,7 @@
  */
 import { lookup as dnsLookup } from 'node:dns/promises';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import http from 'node:http';
 import https from 'node:https';
 import type { LookupFunction } from 'node:net';
 import ipaddr from 'ipaddr.js';
@@ -133,8 +135,10 @@ export async function safeRequest(raw: string, opts: SafeFetchOptions): Promise<
       if (options.all) return (callback as (err: null, all: ResolvedAddress[]) => void)(null, addresses);
       callback(null, addresses[0]!.address, addresses[0]!.family);
     };
+    // Plain http only ever reaches a loopback receiver the operator allowed (parseOutboundUrl).
+    const transport = target.protocol === 'http:' ? http : https;
     const res = await new Promise<IncomingMessage>((resolve, reject) => {
-      const req = https.request(
+      const req = transport.request(
         {
           method: opts.method ?? 'GET',
           host: target.host,
@@ -142,7 +146,7 @@ export async function safeRequest(raw: string, opts: SafeFetchOptions): Promise<
           path: `${target.url.pathname}${target.url.search}`,
           headers: opts.body === undefined ? opts.headers : { ...opts.headers, 'content-length': String(Buffer.byteLength(opts.body)) },
           lookup,
-          servername: target.address ? undefined : target.host,
+          ...(target.protocol === 'https:' && { servername: target.address ? undefined : target.host }),
           agent: false, // never a proxy, never a pooled connection to somewhere else
           ca: opts.ca,
           signal,

@@ -6,6 +6,8 @@
  * and redelivery.
  */
 import { execFile } from 'node:child_process';
+import { createServer as createHttpServer, type IncomingHttpHeaders, type Server as HttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { Webhook } from 'standardwebhooks';
@@ -316,5 +318,93 @@ describe('video webhooks without private targets', () => {
       expect(delivery.attempts[0]!.error).toMatch(/127\.0\.0\.1|10\.1\.2\.3/);
     }
     expect(receiver.requests.length).toBe(before);
+  });
+});
+
+describe('webhooks in development (ALLOW_PRIVATE_TARGETS=1)', () => {
+  /** A plain http receiver on this machine, as a developer runs one. */
+  let plain: HttpServer;
+  let plainStatus = 204;
+  const got: { headers: IncomingHttpHeaders; body: string }[] = [];
+  beforeAll(async () => {
+    plain = createHttpServer((req, res) => {
+      let body = '';
+      req.on('data', (d: Buffer) => (body += d.toString()));
+      req.on('end', () => {
+        got.push({ headers: req.headers, body });
+        res.writeHead(plainStatus).end();
+      });
+    });
+    await new Promise<void>((r) => plain.listen(0, '127.0.0.1', r));
+  });
+  afterAll(() => new Promise<void>((r) => plain.close(() => r())));
+  const plainUrl = () => `http://127.0.0.1:${(plain.address() as AddressInfo).port}/webhooks/mediagate`;
+  const secretOf = async (key: string) => (await server.client(key).GET('/v1/webhooks/secret')).data!.secret;
+
+  it('delivers a task\'s webhook to an http:// callback_url on this machine', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const before = got.length;
+    const id = await createVideo(c.key, { callback_url: plainUrl() });
+    await until(() => got.length > before, 10_000, 'the webhook');
+    const delivered = got[before]!;
+    const payload = new Webhook(await secretOf(c.key)).verify(delivered.body, delivered.headers as Record<string, string>) as { id: string; status: string };
+    expect(payload).toMatchObject({ id, status: 'completed' });
+  });
+
+  it('POST /v1/webhooks/test sends a signed test event at once and answers with the receiver\'s status', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const before = got.length;
+    const { data, response } = await server.client(c.key).POST('/v1/webhooks/test', { body: { url: plainUrl() } });
+    expect(response.status).toBe(200);
+    expect(data).toEqual({
+      object: 'webhook_test',
+      url: plainUrl(),
+      event_type: 'video.completed',
+      webhook_id: expect.stringMatching(/^msg_/),
+      task_id: expect.stringMatching(/^vid_test_/),
+      delivered: true,
+      status_code: 204,
+      error: null,
+      latency_ms: expect.any(Number),
+    });
+    expect(got).toHaveLength(before + 1);
+    const sent = got[before]!;
+    expect(sent.headers['webhook-id']).toBe(data!.webhook_id);
+    // Signed with the account's secret, as a real event: the standardwebhooks library accepts it.
+    const payload = new Webhook(await secretOf(c.key)).verify(sent.body, sent.headers as Record<string, string>) as Record<string, unknown>;
+    expect(payload).toMatchObject({ object: 'video.task', id: data!.task_id, status: 'completed', model: 'webhook-test', video_url: expect.any(String) });
+    // Nothing was created or charged.
+    expect(await server.db.selectFrom('videoTasks').select('id').where('accountId', '=', c.accountId).execute()).toEqual([]);
+    expect((await server.client(c.key).GET('/v1/credits')).data!.account.balance).toBe(10);
+
+    const failed = await server.client(c.key).POST('/v1/webhooks/test', { body: { url: plainUrl(), event_type: 'video.failed' } });
+    const failedBody = got.at(-1)!;
+    expect(failed.data!.event_type).toBe('video.failed');
+    expect(JSON.parse(failedBody.body)).toMatchObject({ status: 'failed', error: { message: expect.stringContaining('test event') } });
+  });
+
+  it('reports a receiver that fails or cannot be reached, without retrying', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    plainStatus = 500;
+    try {
+      const before = got.length;
+      const failing = await server.client(c.key).POST('/v1/webhooks/test', { body: { url: plainUrl() } });
+      expect(failing.data).toMatchObject({ delivered: false, status_code: 500, error: { class: null, message: 'the receiver answered HTTP 500' } });
+      await new Promise((r) => setTimeout(r, 400)); // longer than the test schedule's first retry
+      expect(got).toHaveLength(before + 1);
+    } finally {
+      plainStatus = 204;
+    }
+    const closed = await server.client(c.key).POST('/v1/webhooks/test', { body: { url: 'http://127.0.0.1:9/hook' } });
+    expect(closed.data).toMatchObject({ delivered: false, status_code: null, error: { class: 'connect_failed' } });
+  });
+
+  it('still refuses plain http to any other host, and a URL that is not one', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    for (const url of [`http://receiver.test:${receiver.port}/hook`, 'ftp://127.0.0.1/hook']) {
+      const res = await fetch(`${server.directUrl}/v1/webhooks/test`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' }, body: JSON.stringify({ url }) });
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as { error: unknown }).error).toMatchObject({ code: 'invalid_callback_url', param: 'url' });
+    }
   });
 });

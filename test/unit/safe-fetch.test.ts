@@ -79,9 +79,17 @@ describe('resolveTarget', () => {
     await expect(classOf(resolveTarget('https://empty.example.com/', { resolve: answering() }))).resolves.toBe('dns_failure');
   });
 
-  it('lets an operator allow private targets (on-premises receivers), never http', async () => {
+  it('lets an operator allow private targets (on-premises receivers), and plain http only to this machine', async () => {
     await expect(classOf(resolveTarget('https://hooks.corp.example/', { allowPrivate: true, resolve: answering('10.0.0.5') }))).resolves.toBe('ok');
     await expect(classOf(resolveTarget('http://10.0.0.5/', { allowPrivate: true }))).resolves.toBe('invalid_url');
+    await expect(classOf(resolveTarget('http://hooks.corp.example/', { allowPrivate: true, resolve: answering('127.0.0.1') }))).resolves.toBe('invalid_url');
+    for (const url of ['http://127.0.0.1:4000/hook', 'http://[::1]:4000/hook', 'http://localhost/hook', 'http://api.localhost:8080/']) {
+      await expect(classOf(resolveTarget(url, { allowPrivate: true, resolve: answering('127.0.0.1') }))).resolves.toBe('ok');
+      // Without the operator's setting it stays https-only.
+      await expect(classOf(resolveTarget(url, { resolve: answering('127.0.0.1') }))).resolves.toBe('invalid_url');
+    }
+    const { target } = await resolveTarget('http://localhost/hook', { allowPrivate: true, resolve: answering('127.0.0.1') });
+    expect([target.protocol, target.port]).toEqual(['http:', 80]);
   });
 });
 

@@ -207,7 +207,7 @@ export function checkCallbackUrl(url: string | undefined, allowPrivate = false):
     parseOutboundUrl(url, { allowPrivate });
   } catch (err) {
     if (!(err instanceof OutboundUrlError)) throw err;
-    throw new ApiError(400, 'invalid_callback_url', `callback_url must be a public https URL: ${err.message}.`, 'callback_url');
+    throw new ApiError(400, 'invalid_callback_url', `callback_url must be a public https URL${allowPrivate ? ' (or http:// to this machine)' : ''}: ${err.message}.`, 'callback_url');
   }
 }
 

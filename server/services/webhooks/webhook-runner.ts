@@ -2,12 +2,8 @@
  * Webhook deliveries as leased work for the task engine (design §6): any instance claims due
  * deliveries (FOR UPDATE SKIP LOCKED), and one step is one attempt:
  *
- *   sign     Standard Webhooks with the `standardwebhooks` package: `webhook-id` (the delivery id,
- *            the same on every attempt), `webhook-timestamp` (this attempt), `webhook-signature`
- *            (`v1,…` per signing secret: two during a rotation's overlap)
- *   send     POST the frozen body through safeFetch: https only, every resolved address checked and
- *            connected to directly, no proxies, no redirects followed, a short timeout, at most 4 KiB
- *            of the answer read and dropped
+ *   send     the frozen body, signed, with `webhook-id` the delivery id (the same on every
+ *            attempt): `sendSignedWebhook` (webhook-send.ts)
  *   record   the attempt (status code or error class, latency, next retry) and the outcome, fenced:
  *            2xx delivered · 410 gone (stop) · refused target (blocked or invalid URL) failed at once ·
  *            anything else retried on the published schedule, then failed
@@ -15,10 +11,8 @@
  * Delivery is at least once: a worker that dies after the receiver answered and before the attempt
  * was recorded leaves the row to be claimed again, and the receiver sees the same `webhook-id` twice.
  */
-import { performance } from 'node:perf_hooks';
-import { Webhook } from 'standardwebhooks';
 import type { Transactor } from '../../db/transaction.ts';
-import { SafeFetchError, safeFetch, type SafeFetchOptions } from '../../lib/safe-fetch.ts';
+import type { SafeFetchOptions } from '../../lib/safe-fetch.ts';
 import type { Logger } from '../../logger.ts';
 import type { Metrics } from '../../metrics.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
@@ -26,9 +20,8 @@ import type { WebhookDeliveryRow, WebhookRepository } from '../../repositories/w
 import { retryDelay, type RetryPolicy } from '../tasks/retry-policy.ts';
 import { DONE, LeaseLost, retryIn, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
 import type { WebhookSecrets } from './webhook-secrets.ts';
+import { sendSignedWebhook } from './webhook-send.ts';
 
-/** Bytes of a receiver's answer read (then dropped). */
-const MAX_RESPONSE_BYTES = 4096;
 /** Refused targets: retrying cannot help, the delivery fails at once. */
 const FINAL_ERRORS = new Set(['blocked_address', 'invalid_url']);
 
@@ -58,41 +51,13 @@ export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
 
   async step(delivery: WebhookDeliveryRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
     const { repo, secrets, metrics } = this.deps;
-    const at = new Date();
-    const body = delivery.payload;
-    const signature = (await secrets.signing(delivery.accountId)).map((secret) => new Webhook(secret).sign(delivery.id, at, body)).join(' ');
-    const headers = {
-      'content-type': 'application/json',
-      'user-agent': 'Mediagate-Webhooks/1',
-      'webhook-id': delivery.id,
-      'webhook-timestamp': String(Math.floor(at.getTime() / 1000)),
-      'webhook-signature': signature,
-    };
-
-    const started = performance.now();
-    let statusCode: number | null = null;
-    let errorClass: string | null = null;
-    let error: string | null = null;
-    try {
-      const res = await safeFetch(delivery.url, {
-        method: 'POST',
-        headers,
-        body,
-        timeoutMs: this.deps.timeoutMs,
-        maxResponseBytes: MAX_RESPONSE_BYTES,
-        allowPrivate: this.deps.allowPrivate,
-        signal,
-        ...this.deps.fetchOptions,
-      });
-      statusCode = res.status;
-      if (statusCode < 200 || statusCode >= 300) error = `the receiver answered HTTP ${statusCode}`;
-    } catch (err) {
-      if (signal.aborted) throw err; // lease lost or shutting down: the attempt resumes after the lease
-      if (!(err instanceof SafeFetchError)) throw err;
-      errorClass = err.errorClass;
-      error = err.message;
-    }
-    const latencyMs = Math.round(performance.now() - started);
+    const sent = await sendSignedWebhook(delivery.url, delivery.id, delivery.payload, await secrets.signing(delivery.accountId), {
+      timeoutMs: this.deps.timeoutMs,
+      allowPrivate: this.deps.allowPrivate,
+      signal, // lease lost or shutting down: rethrown, the attempt resumes after the lease
+      fetchOptions: this.deps.fetchOptions,
+    });
+    const { statusCode, errorClass, error, latencyMs } = sent;
 
     const delivered = statusCode !== null && statusCode >= 200 && statusCode < 300;
     const gone = statusCode === 410;
