@@ -132,6 +132,8 @@ export interface ImageTasks {
   groupId: string;
   id: string;
   inputFileIds: Generated<string[]>;
+  lastError: string | null;
+  lastErrorAt: Timestamp | null;
   leaseExpiresAt: Timestamp | null;
   leaseOwner: string | null;
   maskFileId: string | null;
@@ -184,6 +186,15 @@ export interface MemberHealth {
   windowStartedAt: Generated<Timestamp>;
 }
 
+export interface MemberModelFaults {
+  createdAt: Generated<Timestamp>;
+  kind: string;
+  memberId: string;
+  model: string;
+  reason: string;
+  until: Timestamp | null;
+}
+
 export interface ModelPrices {
   mode: string;
   modelId: string;
@@ -215,6 +226,8 @@ export interface VideoTasks {
   id: string;
   inputFileIds: Generated<string[]>;
   inputMode: string;
+  lastError: string | null;
+  lastErrorAt: Timestamp | null;
   leaseExpiresAt: Timestamp | null;
   leaseOwner: string | null;
   memberId: string | null;
@@ -291,6 +304,7 @@ export interface DB {
   imageTasks: ImageTasks;
   ledgerEntries: LedgerEntries;
   memberHealth: MemberHealth;
+  memberModelFaults: MemberModelFaults;
   modelPrices: ModelPrices;
   videoTasks: VideoTasks;
   webhookAttempts: WebhookAttempts;

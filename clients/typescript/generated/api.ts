@@ -103,9 +103,13 @@ export interface paths {
          *     - `401 invalid_api_key`; `402 key_quota_exceeded` or `insufficient_balance` (nothing created
          *       or held); `403 api_key_inactive` or `account_suspended`.
          *     - `404 model_not_found` (unknown model, or not available to the key).
-         *     - `413 body_too_large`; `415 unsupported_media_type`; `429 rate_limited` (the upstream accounts are cooling down after a 429) or `upstream_busy` (every upstream account is at its concurrency limit: the request waited up to `IMAGE_CAPACITY_WAIT_MS`, 3 s by default, for a slot), both with `Retry-After` and nothing charged.
-         *     - `500 internal_error`; `502 upstream_error` (the upstream failed; the task is `failed` and its
-         *       credits released); `503 no_reachable_member` or `capability_disabled`.
+         *     - `413 body_too_large`; `415 unsupported_media_type`; `429 rate_limited` (with `Retry-After`: a limit of the key or its account).
+         *     - `500 internal_error`; `502 upstream_error` (the upstream failed, or the upstream account is
+         *       misconfigured; the task is `failed` and its credits released); `503 no_reachable_member` or
+         *       `capability_disabled`; `503 upstream_unavailable` (the upstream account's credentials or quota);
+         *       `503 no_upstream_capacity` (with `Retry-After`: every upstream account that serves the model
+         *       is rate-limited, cooling down after failures, or at its concurrency limit — the request waited
+         *       up to `IMAGE_CAPACITY_WAIT_MS`, 3 s by default, for one; nothing charged).
          *     - `503 storage_unavailable` or `507 storage_full` (with `Retry-After`): the gateway's media
          *       storage cannot be written or is full, the gateway's own fault. Answered at once; the task is
          *       `failed` with that `error.code` and its credits released (in an event stream, images already
@@ -175,9 +179,13 @@ export interface paths {
          *     - `404 model_not_found` (unknown model, or not available to the key), `file_not_found` (JSON:
          *       an `images`/`mask` id that is not a file of this account, or has expired).
          *     - `408 body_timeout` (JSON: the body stalled or took too long).
-         *     - `413 body_too_large` (the request) or `media_too_large` (one image or the mask over the per-file byte limit) or `media_total_too_large` (JSON: all inputs over `EDIT_MAX_BODY_BYTES`); limits are enforced while the body is read; `415 unsupported_media_type`; `429 rate_limited` (the upstream accounts are cooling down after a 429) or `upstream_busy` (every upstream account is at its concurrency limit: the request waited up to `IMAGE_CAPACITY_WAIT_MS`, 3 s by default, for a slot), both with `Retry-After` and nothing charged.
-         *     - `500 internal_error`; `502 upstream_error` (the upstream failed; the task is `failed` and its
-         *       credits released); `503 no_reachable_member` or `capability_disabled`.
+         *     - `413 body_too_large` (the request) or `media_too_large` (one image or the mask over the per-file byte limit) or `media_total_too_large` (JSON: all inputs over `EDIT_MAX_BODY_BYTES`); limits are enforced while the body is read; `415 unsupported_media_type`; `429 rate_limited` (with `Retry-After`: a limit of the key or its account).
+         *     - `500 internal_error`; `502 upstream_error` (the upstream failed, or the upstream account is
+         *       misconfigured; the task is `failed` and its credits released); `503 no_reachable_member` or
+         *       `capability_disabled`; `503 upstream_unavailable` (the upstream account's credentials or quota);
+         *       `503 no_upstream_capacity` (with `Retry-After`: every upstream account that serves the model
+         *       is rate-limited, cooling down after failures, or at its concurrency limit — the request waited
+         *       up to `IMAGE_CAPACITY_WAIT_MS`, 3 s by default, for one; nothing charged).
          *     - `503 storage_unavailable` or `507 storage_full` (with `Retry-After`): the gateway's media
          *       storage cannot be written or is full, the gateway's own fault. Answered at once; the task is
          *       `failed` with that `error.code` and its credits released (in an event stream, images already
@@ -187,6 +195,41 @@ export interface paths {
          *       the copies that were stored.
          */
         post: operations["editImage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the account's image tasks
+         * @description Lists the image tasks of the key's account, each exactly as `GET /v1/images/{task_id}`
+         *     returns it: a completed task's `data` carries freshly signed `url`s or the images as
+         *     `b64_json`, per the request's `response_format` (a page of `b64_json` tasks is as large as
+         *     their images; the server streams it without holding it in memory, and a smaller `limit` keeps
+         *     it short). Other accounts' tasks are never listed. The envelope is OpenAI's list shape.
+         *
+         *     Newest first by default (`order=asc`: oldest first), by creation time and then `id`, `limit`
+         *     per page (1 to 200, default 50). `has_more` tells whether another page follows; pass `last_id`
+         *     as `after` for it. Pages are keyset pages: tasks created while you page never make another task
+         *     appear twice or go missing. Filters, combined: `status` (one or more states, comma-separated),
+         *     `model`, `created_after` and `created_before` (exclusive bounds).
+         *
+         *     Errors: `400 invalid_request` (a parameter out of range or malformed, an unknown parameter;
+         *     `param` names it), `invalid_cursor` (`after` names no image task of the account);
+         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with
+         *     `Retry-After`); `500 internal_error`; `503 database_unavailable`.
+         */
+        get: operations["listImageTasks"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -482,7 +525,26 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * List the account's video tasks
+         * @description Lists the video tasks of the key's account, each exactly as `GET /v1/videos/{id}` returns it
+         *     (`video_url` freshly signed), in OpenAI's list shape: the official SDKs' `client.videos.list()`
+         *     works, auto-pagination included (the items are Mediagate's `video.task` objects, not OpenAI's
+         *     `video` objects). Other accounts' tasks are never listed.
+         *
+         *     Newest first by default (`order=asc`: oldest first), by creation time and then `id`, `limit`
+         *     per page (1 to 200, default 50). `has_more` tells whether another page follows; pass `last_id`
+         *     as `after` for it. Pages are keyset pages: tasks created while you page never make another task
+         *     appear twice or go missing. Filters, combined: `status` (one or more states, comma-separated),
+         *     `model`, `created_after` and `created_before` (exclusive bounds). A task whose state changes
+         *     while you page is listed where its creation time puts it, in its state of that moment.
+         *
+         *     Errors: `400 invalid_request` (a parameter out of range or malformed, an unknown parameter;
+         *     `param` names it), `invalid_cursor` (`after` names no video task of the account);
+         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with
+         *     `Retry-After`); `500 internal_error`; `503 database_unavailable`.
+         */
+        get: operations["listVideos"];
         put?: never;
         /**
          * Former video creation path (moved)
@@ -541,7 +603,26 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * List the account's files
+         * @description Lists the files of the key's account in OpenAI's list shape (`client.files.list()` of the
+         *     official SDKs works, auto-pagination included): uploads (`purpose: input`, until they expire)
+         *     and generated media (`image_output`, `video_output`, each with its `task_id`). Media inputs a
+         *     request carried inline or by URL are copies owned by their task and are not listed. Other
+         *     accounts' files are never listed.
+         *
+         *     Newest first by default (`order=asc`: oldest first), by creation time and then `id`, `limit`
+         *     per page (1 to 200, default 50). `has_more` tells whether another page follows; pass the page's
+         *     last `id` (`last_id`) as `after` for it. Pages are keyset pages: files created or deleted while
+         *     you page never make another file appear twice or go missing. An `after` that names no file of
+         *     the account (a deleted one included) is `400 invalid_cursor`: to delete every file, list the
+         *     first page again after deleting a page rather than following `after`.
+         *
+         *     Errors: `400 invalid_request` (a parameter out of range, an unknown parameter; `param` names
+         *     it), `invalid_cursor` (`after`); `401 invalid_api_key`; `403 api_key_inactive` or
+         *     `account_suspended`; `500 internal_error`; `503 database_unavailable`.
+         */
+        get: operations["listFiles"];
         put?: never;
         /**
          * Upload a reusable media input
@@ -576,21 +657,80 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Download a generated file
-         * @description Serves a generated image or video by its signed URL, as returned in `data[].url` of image results
-         *     and `video_url` of video tasks. The URL is its own credential (no API key): `signature` is an
-         *     HMAC over the file id and `expires`, made with the server's signing secret. URLs expire after
-         *     1 hour by default (operator-configurable); reading the task again returns a freshly signed URL.
-         *     When the operator configures S3-compatible storage, result URLs are presigned URLs of that store
-         *     instead and this endpoint is not used for them.
+         * Read a file, or download it by its signed URL
+         * @description One path, two uses, told apart by the query:
          *
-         *     An unknown file, a bad signature and an expired URL all get the same `404 file_not_found` body,
-         *     so a URL reveals nothing about other files.
+         *     - **With the API key and no query** (OpenAI's `client.files.retrieve(id)`): the file object
+         *       (`application/json`, `Cache-Control: no-store`). Only the account that owns the file sees
+         *       it; an unknown id, another account's file, an expired upload or a media input copied from a
+         *       request are all `404 file_not_found`. Without `expires`/`signature`, a missing or unknown key
+         *       is `401 invalid_api_key`. The bytes are at `GET /v1/files/{file_id}/content`.
+         *     - **With `expires` and `signature`** (a signed URL: `data[].url` of image results, `video_url`
+         *       of video tasks): the bytes, with the file's media type and
+         *       `Cache-Control: private, max-age=<seconds until the URL expires>`. The URL is its own
+         *       credential (no API key; a key sent along is ignored): `signature` is an HMAC over the file
+         *       id and `expires`, made with the server's signing secret. URLs expire after 1 hour by default
+         *       (operator-configurable); reading the task again returns a freshly signed URL. Every URL ever
+         *       handed out keeps working until it expires, unless its file is deleted. An unknown or deleted
+         *       file, a bad signature and an expired URL all get the same `404 file_not_found` body, so a URL
+         *       reveals nothing about other files. When the operator configures S3-compatible storage,
+         *       result URLs are presigned URLs of that store instead.
          *
-         *     Errors: `400 invalid_request` (`expires` or `signature` missing or malformed, unknown query
-         *     parameter); `404 file_not_found`; `500 internal_error`.
+         *     Errors: `400 invalid_request` (only one of `expires` and `signature`, a malformed one, an
+         *     unknown query parameter); `401 invalid_api_key` (no signature and no valid key);
+         *     `403 api_key_inactive` or `account_suspended`; `404 file_not_found`; `500 internal_error`;
+         *     `503 database_unavailable`.
          */
         get: operations["getFile"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a file
+         * @description Deletes a file of the key's account (OpenAI's `client.files.delete(id)`): an upload or a
+         *     generated image or video. Its row and its stored bytes go at once; every signed URL of it, and
+         *     every later request naming it, then gets `404 file_not_found`. Deleting again is `404`.
+         *
+         *     The task that generated a deleted file keeps its state and billing; its lookup no longer
+         *     carries the file: a completed video task is answered without `video_url` and `data`, and an
+         *     image task leaves the image out of `data`.
+         *
+         *     A file that a task which has not finished yet still needs is not deleted: an input (upload or
+         *     earlier output) of a `queued` or `in_progress` video task or of a `processing` image task, or
+         *     the output of such a task. That is `409 file_in_use`, naming the task; nothing changes, and the
+         *     file can be deleted once the task has finished.
+         *
+         *     Errors: `400 invalid_request` (id longer than 128 characters); `401 invalid_api_key`;
+         *     `403 api_key_inactive` or `account_suspended`; `404 file_not_found` (unknown, another
+         *     account's, an expired upload, a media input copied from a request); `409 file_in_use`;
+         *     `500 internal_error`; `503 database_unavailable`, or `storage_unavailable` (the bytes could not
+         *     be removed; nothing was deleted, retry after `Retry-After`).
+         */
+        delete: operations["deleteFile"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/files/{file_id}/content": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download a file
+         * @description The bytes of a file of the key's account (OpenAI's `client.files.content(id)`), streamed, with
+         *     the file's media type and `Content-Length`: an upload, or a generated image or video. Only the
+         *     account that owns the file can download it this way; an unknown id, another account's file, an
+         *     expired upload or a media input copied from a request are all `404 file_not_found`. To hand a
+         *     download to someone without the key, use the signed URL of the task's result instead.
+         *
+         *     Errors: `400 invalid_request` (id longer than 128 characters, unknown query parameter);
+         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `404 file_not_found`;
+         *     `500 internal_error`; `503 database_unavailable`.
+         */
+        get: operations["getFileContent"];
         put?: never;
         post?: never;
         delete?: never;
@@ -645,6 +785,44 @@ export interface paths {
          *     `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with `Retry-After`); `500 internal_error`.
          */
         post: operations["rotateWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a test webhook event
+         * @description Sends one signed test event to `url` at once and answers with what the receiver did, so a
+         *     webhook receiver can be checked before a real video task ends. The event is exactly what a real
+         *     one looks like — the `video.completed` (default) or `video.failed` body of a `VideoTask`, signed
+         *     with this account's secret(s) with the Standard Webhooks headers — for a task that does not
+         *     exist (`id` `vid_test_…`, model `webhook-test`; its `video_url` names no file). Nothing is
+         *     created, charged or retried: a receiver that fails gets no second attempt.
+         *
+         *     The target rules are those of `callback_url`: a public `https` URL. When the operator allows
+         *     private targets (`ALLOW_PRIVATE_TARGETS=1`, for development and on-premises receivers), private
+         *     hosts and plain `http://` to this machine (`localhost`, `127.0.0.1`, `::1`) are accepted too.
+         *
+         *     The answer is `200` whatever the receiver answered: `delivered` is true for a `2xx`;
+         *     `status_code` is its HTTP status (`null` when none came) and `error` says why (`class` as in
+         *     the admin view of webhook attempts: `timeout`, `connect_failed`, `tls_error`, `dns_failure`,
+         *     `blocked_address`, `protocol_error`).
+         *
+         *     Errors: `400 invalid_request` (schema) or `invalid_callback_url` (`url` refused; `param` `url`);
+         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with
+         *     `Retry-After`); `500 internal_error`; `503 database_unavailable`.
+         */
+        post: operations["testWebhook"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1466,7 +1644,8 @@ export interface components {
          *       (no longer returned: a media input naming no file of the account is `404 file_not_found`),
          *       `media_url_unavailable` (an https media input could not be fetched: a network error, a
          *       timeout, a status other than 200, too many redirects), `invalid_file_purpose` (an upload's
-         *       `purpose`), `invalid_expires_after` (an upload's `expires_after[seconds]`), `invalid_cursor` (admin),
+         *       `purpose`), `invalid_expires_after` (an upload's `expires_after[seconds]`), `invalid_cursor` (admin
+         *       listings; `after` of `GET /v1/files`, `/v1/videos` and `/v1/images` naming no item of the account),
          *       `nul_character` (a string contains U+0000; `param` names it), `invalid_content_encoding` (a
          *       gzip, deflate or br body that does not decode),
          *       `content_policy_violation` (the upstream refused the prompt or its output under its content
@@ -1490,20 +1669,23 @@ export interface components {
          *       `conflict` (admin: a unique name or id is taken), `task_not_settleable` (admin: the task is
          *       not `needs_attention`), `idempotency_conflict` (a `client_request_id` reused for a different
          *       request), `no_webhook` / `webhook_in_progress` (admin redelivery: the task has no webhook, or
-         *       one is being sent).
+         *       one is being sent), `file_in_use` (`DELETE /v1/files/{file_id}`: a task that has not finished
+         *       still needs the file).
          *     - **413** `body_too_large`, `media_too_large` (one media input over its byte limit),
          *       `media_total_too_large` (all media inputs over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`).
          *     - **415** `unsupported_media_type`.
-         *     - **429** `rate_limited` (with `Retry-After`): the upstream accounts that can serve the request
-         *       are rate-limited (cooling down) right now; retry after the given number of seconds.
-         *       `upstream_busy` (with `Retry-After`): every upstream account that can serve the request is at
-         *       its concurrency limit (a synchronous image request waited a few seconds for one); nothing was
-         *       charged.
+         *     - **429** `rate_limited` (with `Retry-After`): a limit of the client's own key or account.
+         *       `upstream_busy`: no longer returned (unavailable upstream capacity is `503 no_upstream_capacity`).
          *     - **500** `internal_error` (no details; quote the request id).
          *     - **501** `not_implemented`.
-         *     - **502** `upstream_error` (the upstream failed or timed out).
+         *     - **502** `upstream_error` (the upstream failed or timed out, or the upstream account that serves
+         *       the request is misconfigured — it did not know the model or the API path; the operator sees the
+         *       reason in the member's health).
          *     - **503** `no_reachable_member` (no enabled group member serves the model),
+         *       `no_upstream_capacity` (with `Retry-After`: every upstream account that serves the model is
+         *       rate-limited by the upstream, cooling down after failures, or at its concurrency limit — a
+         *       synchronous image request waited `IMAGE_CAPACITY_WAIT_MS` for one; nothing was charged),
          *       `upstream_unavailable` (the upstream account cannot take work: its credentials were refused
          *       or its quota is used up; the operator has to act),
          *       `capability_disabled` (the operator switched this kind of generation off), `not_ready`
@@ -1522,7 +1704,7 @@ export interface components {
          *       it was once space is freed, which needs no restart).
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "unsupported_by_upstream" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "capability_disabled" | "not_ready" | "database_unavailable" | "server_busy" | "storage_unavailable" | "storage_full";
+        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "file_in_use" | "unsupported_by_upstream" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "no_upstream_capacity" | "capability_disabled" | "not_ready" | "database_unavailable" | "server_busy" | "storage_unavailable" | "storage_full";
         /**
          * VideoBillingRow
          * @description The current price of one model at one output resolution, with a quote token (one row per resolution
@@ -2265,6 +2447,22 @@ export interface components {
             user?: string;
         };
         /**
+         * ImageTaskList
+         * @description One page of the account's image tasks (OpenAI's list envelope); see `GET /v1/images`.
+         */
+        ImageTaskList: {
+            /** @constant */
+            object: "list";
+            /** @description The tasks, each as `GET /v1/images/{task_id}` returns it. */
+            data: components["schemas"]["ImageTask"][];
+            /** @description The `id` of the first task of `data`; `null` when it is empty. */
+            first_id: string | null;
+            /** @description The `id` of the last task of `data` (pass it as `after` for the next page); `null` when it is empty. */
+            last_id: string | null;
+            /** @description Whether more tasks follow this page in the requested order. */
+            has_more: boolean;
+        };
+        /**
          * VideoCapability
          * @description One video model visible to the key, with the parameters it accepts and its current prices. Select
          *     `model`, a duration, an aspect ratio and a resolution from here before creating a video; read again
@@ -2700,6 +2898,83 @@ export interface components {
             };
         };
         /**
+         * VideoTaskList
+         * @description One page of the account's video tasks (OpenAI's list envelope); see `GET /v1/videos`.
+         */
+        VideoTaskList: {
+            /** @constant */
+            object: "list";
+            /** @description The tasks, each as `GET /v1/videos/{id}` returns it. */
+            data: components["schemas"]["VideoTask"][];
+            /** @description The `id` of the first task of `data`; `null` when it is empty. */
+            first_id: string | null;
+            /** @description The `id` of the last task of `data` (pass it as `after` for the next page); `null` when it is empty. */
+            last_id: string | null;
+            /** @description Whether more tasks follow this page in the requested order. */
+            has_more: boolean;
+        };
+        /**
+         * File
+         * @description A file of the account, in the shape of OpenAI's file object (with Mediagate's fields and RFC 3339
+         *     timestamps). Two kinds are files of the Files API:
+         *     - `purpose: input`: an image uploaded with `POST /v1/files`, to use by its `id` as a media input
+         *       of later requests (video `firstFrame`/`lastFrame`/`referenceImages`, image edit
+         *       `images`/`mask`) without sending its bytes again. It is deleted after `expires_at`; a task
+         *       that uses it keeps it at least until the task can no longer run.
+         *     - `purpose: image_output` / `video_output`: an image or video generated for the account, kept
+         *       until its owner deletes it (`expires_at` is `null`); `task_id` names the task that made it.
+         *
+         *     Media inputs a request carried inline (data URLs) or by https URL are copies that belong to their
+         *     task: they are not files of the Files API. Only the account that owns a file can see, download,
+         *     use or delete it; for any other account it does not exist (`404 file_not_found`).
+         */
+        File: {
+            id: string;
+            /** @constant */
+            object: "file";
+            /**
+             * @description `input`: an upload (`POST /v1/files`); `image_output` / `video_output`: generated media.
+             * @enum {string}
+             */
+            purpose: "input" | "image_output" | "video_output";
+            /** @description The file name the upload was sent with (may be empty; empty for generated media). */
+            filename: string;
+            bytes: number;
+            /**
+             * @description The media type, as decoded for uploads (not as declared by the upload).
+             * @enum {string}
+             */
+            content_type: "image/png" | "image/jpeg" | "image/webp" | "image/gif" | "video/mp4";
+            /** @description Pixels; `null` for a video. */
+            width: number | null;
+            /** @description Pixels; `null` for a video. */
+            height: number | null;
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When an upload is deleted; `null` for generated media (kept until deleted).
+             */
+            expires_at: string | null;
+            /** @description The image (`img_…`) or video (`vid_…`) task that generated the file; `null` for an upload. */
+            task_id: string | null;
+        };
+        /**
+         * FileList
+         * @description One page of the account's files (OpenAI's list envelope); see `GET /v1/files`.
+         */
+        FileList: {
+            /** @constant */
+            object: "list";
+            data: components["schemas"]["File"][];
+            /** @description The `id` of the first item of `data`; `null` when it is empty. */
+            first_id: string | null;
+            /** @description The `id` of the last item of `data` (pass it as `after` for the next page); `null` when it is empty. */
+            last_id: string | null;
+            /** @description Whether more files follow this page in the requested order. */
+            has_more: boolean;
+        };
+        /**
          * FileUploadRequest
          * @description Multipart body of `POST /v1/files` (the field names of OpenAI's file upload). The file part
          *     `file` is required (`400 invalid_request`, `param: file`); it is streamed into storage as it
@@ -2727,33 +3002,15 @@ export interface components {
             "expires_after[seconds]"?: string;
         };
         /**
-         * File
-         * @description A file uploaded with `POST /v1/files`: an image to use, by its `id`, as a media input of later
-         *     requests (video `firstFrame`/`lastFrame`/`referenceImages`, image edit `images`/`mask`) without
-         *     sending its bytes again. Only the account that uploaded it can use it; after `expires_at` it is
-         *     deleted and requests naming it get `404 file_not_found`. A task that uses a file keeps it at least
-         *     until the task can no longer run.
+         * FileDeleted
+         * @description The answer of `DELETE /v1/files/{file_id}` (OpenAI's shape).
          */
-        File: {
+        FileDeleted: {
             id: string;
             /** @constant */
             object: "file";
-            /** @enum {string} */
-            purpose: "input";
-            /** @description The file name the upload was sent with (may be empty). */
-            filename: string;
-            bytes: number;
-            /**
-             * @description The image format, as decoded (not as declared by the upload).
-             * @enum {string}
-             */
-            content_type: "image/png" | "image/jpeg" | "image/webp" | "image/gif";
-            width: number;
-            height: number;
-            /** Format: date-time */
-            created_at: string;
-            /** Format: date-time */
-            expires_at: string;
+            /** @constant */
+            deleted: true;
         };
         /**
          * WebhookSecret
@@ -2778,6 +3035,49 @@ export interface components {
              *     secret, so receivers can switch without rejecting a delivery. `null`: no previous secret in use.
              */
             previous_secret_expires_at: string | null;
+        };
+        /**
+         * WebhookTestRequest
+         * @description Where to send a test event, and which.
+         */
+        WebhookTestRequest: {
+            /** @description The receiver, as a `callback_url` would name it. */
+            url: string;
+            /**
+             * @description The event to send (its body is the `VideoTask` of a completed or a failed task).
+             * @default video.completed
+             * @enum {string}
+             */
+            event_type?: "video.completed" | "video.failed";
+        };
+        /**
+         * WebhookTestResult
+         * @description What the receiver did with one test event (nothing is retried).
+         */
+        WebhookTestResult: {
+            /** @constant */
+            object: "webhook_test";
+            url: string;
+            /** @enum {string} */
+            event_type: "video.completed" | "video.failed";
+            /** @description The `webhook-id` header the event carried. */
+            webhook_id: string;
+            /** @description The `id` of the example task in the body (`vid_test_…`; no such task exists). */
+            task_id: string;
+            /** @description The receiver answered `2xx`. */
+            delivered: boolean;
+            /** @description The receiver's HTTP status; `null` when no answer came. */
+            status_code: number | null;
+            /** @description `null` when delivered. */
+            error: {
+                /**
+                 * @description Why no answer came; `null` when the receiver answered with a status other than `2xx`.
+                 * @enum {string|null}
+                 */
+                class: "timeout" | "connect_failed" | "tls_error" | "dns_failure" | "blocked_address" | "invalid_url" | "protocol_error" | null;
+                message: string;
+            } | null;
+            latency_ms: number;
         };
         /**
          * HealthStatus
@@ -3134,9 +3434,11 @@ export interface components {
          *     it down for its `Retry-After` (else 5 minutes); three 5xx answers, timeouts or connection errors
          *     in a row open its circuit for 30 s (doubling with every further failure, up to 5 minutes; the
          *     calls already in flight when the member began failing count as one failure together); a
-         *     `401`/`403` answer takes it out (`credentials_rejected`) until an admin updates it. Any admin
-         *     update of the member clears the cooldown, the circuit and the rejection. Jobs already accepted by
-         *     a member are always polled there, cooling down or not.
+         *     `401`/`403` answer takes it out (`credentials_rejected`) until an admin updates it; a `404` for a
+         *     model or its API path (a wrong `base_url` or `model_map`) takes it out for that model only
+         *     (`model_faults`) for 10 minutes or until an admin updates it. Any admin update of the member
+         *     clears the cooldown, the circuit, the rejection and the model faults. Jobs already accepted by a
+         *     member are always polled there, cooling down or not.
          */
         AdminMemberHealth: {
             /** @description Work running on this member across all instances (video jobs from submit to a terminal state; image tasks during their upstream call). It is what `concurrency_limit` bounds. */
@@ -3159,6 +3461,25 @@ export interface components {
             circuit: "closed" | "open" | "half_open";
             /** @description The upstream refused the member's credentials; it takes no new work until an admin updates it. */
             credentials_rejected: boolean;
+            /** @description Models the member takes no work for right now, because the upstream said it cannot serve them; other models on the member are not affected. */
+            model_faults: {
+                /** @description The catalog model id. */
+                model: string;
+                /**
+                 * @description `misconfigured`: the upstream did not know the model or the API path (HTTP 404): check `base_url` and `model_map`. `model_not_open`: the upstream account has not activated the model.
+                 * @enum {string}
+                 */
+                kind: "misconfigured" | "model_not_open";
+                /** @description What the upstream answered (sanitized). */
+                reason: string;
+                /** Format: date-time */
+                since: string;
+                /**
+                 * Format: date-time
+                 * @description When the member is tried for the model again; `null` until an admin updates the member.
+                 */
+                until: string | null;
+            }[];
             /** @description The last failure, as the upstream explained it (sanitized - no URLs, headers or keys). */
             last_error: string | null;
             /** Format: date-time */
@@ -3205,6 +3526,7 @@ export interface components {
          *         "cooldown_reason": null,
          *         "circuit": "closed",
          *         "credentials_rejected": false,
+         *         "model_faults": [],
          *         "last_error": null,
          *         "last_error_at": null,
          *         "last_success_at": "2026-01-15T10:05:00Z",
@@ -3238,7 +3560,7 @@ export interface components {
             priority: number;
             /** @description Relative share among enabled members of equal priority. */
             weight: number;
-            /** @description Maximum work running at once on this member across all instances (`health.in_flight`); `null` is unlimited. A video task waits queued for a free slot; a synchronous image request waits up to `IMAGE_CAPACITY_WAIT_MS` and then gets `429 upstream_busy`. */
+            /** @description Maximum work running at once on this member across all instances (`health.in_flight`); `null` is unlimited. A video task waits queued for a free slot; a synchronous image request waits up to `IMAGE_CAPACITY_WAIT_MS` and then gets `503 no_upstream_capacity`. */
             concurrency_limit: number | null;
             /** @description Whether credentials are stored. */
             has_credentials: boolean;
@@ -3718,6 +4040,7 @@ export interface components {
          *       "attempt": 1,
          *       "upstream_job_id": null,
          *       "error": null,
+         *       "last_error": null,
          *       "held_credits": 0.17,
          *       "captured_credits": 0,
          *       "released_credits": 0,
@@ -3745,6 +4068,13 @@ export interface components {
             /** @description The reason of a failed task; `null` otherwise. */
             error: {
                 message: string;
+            } | null;
+            /** @description The last failed attempt of a task that is retried (it may since have succeeded); `null` when no attempt failed. */
+            last_error: {
+                /** @description Why the last attempt that was retried did not go on (the upstream's sanitized reason, or what the task waits for), as the operator needs it; the client's lookup never shows it. */
+                message: string;
+                /** Format: date-time */
+                at: string;
             } | null;
             held_credits: components["schemas"]["AdminCredits"];
             captured_credits: components["schemas"]["AdminCredits"];
@@ -3889,7 +4219,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description Rate limited. Retry after the number of seconds in `Retry-After`. */
+        /** @description A limit of the calling key or its account was reached (`rate_limited`). Retry after the number of seconds in `Retry-After`. */
         TooManyRequests: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -4138,27 +4468,80 @@ export interface components {
          */
         PreferRespondAsync: string;
         /**
+         * @description The `id` of the last item of the previous page (its `last_id`); omit it for the first page. The
+         *     next page starts right after that item in the same order, whatever was created meanwhile, so no
+         *     item is listed twice or skipped. Send the same filters and `order` as on the first page. An `id`
+         *     that names no item of this listing of the key's account is `400 invalid_cursor`.
+         * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
+         */
+        ListAfter: string;
+        /**
+         * @description Maximum number of items on the page.
+         * @example 20
+         */
+        ListLimit: number;
+        /**
+         * @description `desc` (default): newest first; `asc`: oldest first. By creation time, then by `id`.
+         * @example desc
+         */
+        ListOrder: "asc" | "desc";
+        /**
+         * @description Only tasks in one of these states, comma-separated or repeated (`status=processing,needs_attention` lists the unsettled ones).
+         * @example [
+         *       "completed"
+         *     ]
+         */
+        ImageStatusFilter: ("processing" | "needs_attention" | "completed" | "failed")[];
+        /**
+         * @description Only tasks of this model id (exactly as the task shows it).
+         * @example local-video-1
+         */
+        ModelFilter: string;
+        /**
+         * @description Only items created strictly after this time (RFC 3339), compared at the millisecond precision `created_at` is shown with (an item's own `created_at` excludes it).
+         * @example 2026-01-01T00:00:00Z
+         */
+        CreatedAfter: string;
+        /**
+         * @description Only items created strictly before this time (RFC 3339), compared at the millisecond precision `created_at` is shown with (an item's own `created_at` excludes it).
+         * @example 2026-02-01T00:00:00Z
+         */
+        CreatedBefore: string;
+        /**
          * @description Image task id (`img_…`), as returned in the `X-Task-Id` header.
          * @example img_01JTXK9W3R5T7Y9U1I3O5P7A9S
          */
         ImageTaskId: string;
+        /**
+         * @description Only tasks in one of these states, comma-separated or repeated (`status=queued,in_progress` lists the unfinished ones).
+         * @example [
+         *       "queued",
+         *       "in_progress"
+         *     ]
+         */
+        VideoStatusFilter: ("queued" | "in_progress" | "completed" | "failed")[];
         /**
          * @description Video task id (`vid_…`), at most 128 characters. `task_id` and `generation_id` of the create response carry the same value.
          * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
          */
         VideoTaskId: string;
         /**
+         * @description Only files of this purpose (`input` for uploads, `image_output`, `video_output`).
+         * @example input
+         */
+        FilePurposeFilter: "input" | "image_output" | "video_output";
+        /**
          * @description File id (`file_…`).
          * @example file_01JTXK4D2M8Q6N3V5B7C9E1F2G
          */
         FileId: string;
         /**
-         * @description Expiry of the URL, Unix seconds. Part of the signed URL; do not change it.
+         * @description Expiry of a signed URL, Unix seconds. Part of the signed URL (send it with `signature`, unchanged); omit both to read the file object with the API key.
          * @example 1767229200
          */
         FileExpires: number;
         /**
-         * @description HMAC signature over the file id and `expires`. Part of the signed URL; do not change it.
+         * @description HMAC signature over the file id and `expires`. Part of the signed URL (send it with `expires`, unchanged); omit both to read the file object with the API key.
          * @example 3fa9c1d2e4b5a6978877665544332211
          */
         FileSignature: string;
@@ -4579,6 +4962,100 @@ export interface operations {
             507: components["responses"]["InsufficientStorage"];
         };
     };
+    listImageTasks: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The `id` of the last item of the previous page (its `last_id`); omit it for the first page. The
+                 *     next page starts right after that item in the same order, whatever was created meanwhile, so no
+                 *     item is listed twice or skipped. Send the same filters and `order` as on the first page. An `id`
+                 *     that names no item of this listing of the key's account is `400 invalid_cursor`.
+                 * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
+                 */
+                after?: components["parameters"]["ListAfter"];
+                /**
+                 * @description Maximum number of items on the page.
+                 * @example 20
+                 */
+                limit?: components["parameters"]["ListLimit"];
+                /**
+                 * @description `desc` (default): newest first; `asc`: oldest first. By creation time, then by `id`.
+                 * @example desc
+                 */
+                order?: components["parameters"]["ListOrder"];
+                /**
+                 * @description Only tasks in one of these states, comma-separated or repeated (`status=processing,needs_attention` lists the unsettled ones).
+                 * @example [
+                 *       "completed"
+                 *     ]
+                 */
+                status?: components["parameters"]["ImageStatusFilter"];
+                /**
+                 * @description Only tasks of this model id (exactly as the task shows it).
+                 * @example local-video-1
+                 */
+                model?: components["parameters"]["ModelFilter"];
+                /**
+                 * @description Only items created strictly after this time (RFC 3339), compared at the millisecond precision `created_at` is shown with (an item's own `created_at` excludes it).
+                 * @example 2026-01-01T00:00:00Z
+                 */
+                created_after?: components["parameters"]["CreatedAfter"];
+                /**
+                 * @description Only items created strictly before this time (RFC 3339), compared at the millisecond precision `created_at` is shown with (an item's own `created_at` excludes it).
+                 * @example 2026-02-01T00:00:00Z
+                 */
+                created_before?: components["parameters"]["CreatedBefore"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of image tasks. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "object": "list",
+                     *       "data": [
+                     *         {
+                     *           "id": "img_01JTXK9W3R5T7Y9U1I3O5P7A9S",
+                     *           "object": "image.task",
+                     *           "status": "completed",
+                     *           "model": "local-image-1",
+                     *           "created": 1767225600,
+                     *           "created_at": "2026-01-01T00:00:00Z",
+                     *           "completed": 1767225604,
+                     *           "completed_at": "2026-01-01T00:00:04Z",
+                     *           "data": [
+                     *             {
+                     *               "url": "http://localhost:8080/v1/files/file_01JTXK4D2M8Q6N3V5B7C9E1F2G?expires=1767229200&signature=3fa9c1d2e4b5a6978877665544332211"
+                     *             }
+                     *           ]
+                     *         }
+                     *       ],
+                     *       "first_id": "img_01JTXK9W3R5T7Y9U1I3O5P7A9S",
+                     *       "last_id": "img_01JTXK9W3R5T7Y9U1I3O5P7A9S",
+                     *       "has_more": true
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ImageTaskList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     getImageTask: {
         parameters: {
             query?: never;
@@ -4857,6 +5334,116 @@ export interface operations {
             507: components["responses"]["InsufficientStorage"];
         };
     };
+    listVideos: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The `id` of the last item of the previous page (its `last_id`); omit it for the first page. The
+                 *     next page starts right after that item in the same order, whatever was created meanwhile, so no
+                 *     item is listed twice or skipped. Send the same filters and `order` as on the first page. An `id`
+                 *     that names no item of this listing of the key's account is `400 invalid_cursor`.
+                 * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
+                 */
+                after?: components["parameters"]["ListAfter"];
+                /**
+                 * @description Maximum number of items on the page.
+                 * @example 20
+                 */
+                limit?: components["parameters"]["ListLimit"];
+                /**
+                 * @description `desc` (default): newest first; `asc`: oldest first. By creation time, then by `id`.
+                 * @example desc
+                 */
+                order?: components["parameters"]["ListOrder"];
+                /**
+                 * @description Only tasks in one of these states, comma-separated or repeated (`status=queued,in_progress` lists the unfinished ones).
+                 * @example [
+                 *       "queued",
+                 *       "in_progress"
+                 *     ]
+                 */
+                status?: components["parameters"]["VideoStatusFilter"];
+                /**
+                 * @description Only tasks of this model id (exactly as the task shows it).
+                 * @example local-video-1
+                 */
+                model?: components["parameters"]["ModelFilter"];
+                /**
+                 * @description Only items created strictly after this time (RFC 3339), compared at the millisecond precision `created_at` is shown with (an item's own `created_at` excludes it).
+                 * @example 2026-01-01T00:00:00Z
+                 */
+                created_after?: components["parameters"]["CreatedAfter"];
+                /**
+                 * @description Only items created strictly before this time (RFC 3339), compared at the millisecond precision `created_at` is shown with (an item's own `created_at` excludes it).
+                 * @example 2026-02-01T00:00:00Z
+                 */
+                created_before?: components["parameters"]["CreatedBefore"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of video tasks. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "object": "list",
+                     *       "data": [
+                     *         {
+                     *           "object": "video.task",
+                     *           "id": "vid_01JTXM2B4C6D8E0F2G4H6J8K0M",
+                     *           "task_id": "vid_01JTXM2B4C6D8E0F2G4H6J8K0M",
+                     *           "generation_id": "vid_01JTXM2B4C6D8E0F2G4H6J8K0M",
+                     *           "status": "in_progress",
+                     *           "model": "local-video-1",
+                     *           "duration": 8,
+                     *           "duration_seconds": 8,
+                     *           "aspectRatio": "16:9",
+                     *           "aspect_ratio": "16:9",
+                     *           "resolution": "720p",
+                     *           "generateAudio": false,
+                     *           "generate_audio": false,
+                     *           "input": {
+                     *             "mode": "text",
+                     *             "count": 0
+                     *           },
+                     *           "billing": {
+                     *             "kind": "snapshot",
+                     *             "mode": "per_second",
+                     *             "unit": "second",
+                     *             "unitPrice": 0.12,
+                     *             "creditsPerSecond": 0.12,
+                     *             "durationSeconds": 8,
+                     *             "quotedCredits": 0.96,
+                     *             "actualCredits": 0
+                     *           },
+                     *           "created_at": "2026-01-01T00:00:00Z"
+                     *         }
+                     *       ],
+                     *       "first_id": "vid_01JTXM2B4C6D8E0F2G4H6J8K0M",
+                     *       "last_id": "vid_01JTXM2B4C6D8E0F2G4H6J8K0M",
+                     *       "has_more": false
+                     *     }
+                     */
+                    "application/json": components["schemas"]["VideoTaskList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     createVideoLegacyPath: {
         parameters: {
             query?: never;
@@ -4927,6 +5514,93 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    listFiles: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The `id` of the last item of the previous page (its `last_id`); omit it for the first page. The
+                 *     next page starts right after that item in the same order, whatever was created meanwhile, so no
+                 *     item is listed twice or skipped. Send the same filters and `order` as on the first page. An `id`
+                 *     that names no item of this listing of the key's account is `400 invalid_cursor`.
+                 * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
+                 */
+                after?: components["parameters"]["ListAfter"];
+                /**
+                 * @description Maximum number of items on the page.
+                 * @example 20
+                 */
+                limit?: components["parameters"]["ListLimit"];
+                /**
+                 * @description `desc` (default): newest first; `asc`: oldest first. By creation time, then by `id`.
+                 * @example desc
+                 */
+                order?: components["parameters"]["ListOrder"];
+                /**
+                 * @description Only files of this purpose (`input` for uploads, `image_output`, `video_output`).
+                 * @example input
+                 */
+                purpose?: components["parameters"]["FilePurposeFilter"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of files. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "object": "list",
+                     *       "data": [
+                     *         {
+                     *           "id": "file_01JTXM5N7P9Q1R3S5T7V9W1X3Y",
+                     *           "object": "file",
+                     *           "purpose": "video_output",
+                     *           "filename": "",
+                     *           "bytes": 2481113,
+                     *           "content_type": "video/mp4",
+                     *           "width": null,
+                     *           "height": null,
+                     *           "created_at": "2026-03-01T12:01:30Z",
+                     *           "expires_at": null,
+                     *           "task_id": "vid_01JTXM2B4C6D8E0F2G4H6J8K0M"
+                     *         },
+                     *         {
+                     *           "id": "file_01JTXK4D2M8Q6N3V5B7C9E1F2G",
+                     *           "object": "file",
+                     *           "purpose": "input",
+                     *           "filename": "first-frame.png",
+                     *           "bytes": 1482113,
+                     *           "content_type": "image/png",
+                     *           "width": 1280,
+                     *           "height": 720,
+                     *           "created_at": "2026-03-01T12:00:00Z",
+                     *           "expires_at": "2026-03-08T12:00:00Z",
+                     *           "task_id": null
+                     *         }
+                     *       ],
+                     *       "first_id": "file_01JTXM5N7P9Q1R3S5T7V9W1X3Y",
+                     *       "last_id": "file_01JTXK4D2M8Q6N3V5B7C9E1F2G",
+                     *       "has_more": true
+                     *     }
+                     */
+                    "application/json": components["schemas"]["FileList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     createFile: {
         parameters: {
             query?: never;
@@ -4967,7 +5641,8 @@ export interface operations {
                      *       "width": 1280,
                      *       "height": 720,
                      *       "created_at": "2026-03-01T12:00:00Z",
-                     *       "expires_at": "2026-03-02T12:00:00Z"
+                     *       "expires_at": "2026-03-02T12:00:00Z",
+                     *       "task_id": null
                      *     }
                      */
                     "application/json": components["schemas"]["File"];
@@ -4986,18 +5661,158 @@ export interface operations {
     };
     getFile: {
         parameters: {
-            query: {
+            query?: {
                 /**
-                 * @description Expiry of the URL, Unix seconds. Part of the signed URL; do not change it.
+                 * @description Expiry of a signed URL, Unix seconds. Part of the signed URL (send it with `signature`, unchanged); omit both to read the file object with the API key.
                  * @example 1767229200
                  */
-                expires: components["parameters"]["FileExpires"];
+                expires?: components["parameters"]["FileExpires"];
                 /**
-                 * @description HMAC signature over the file id and `expires`. Part of the signed URL; do not change it.
+                 * @description HMAC signature over the file id and `expires`. Part of the signed URL (send it with `expires`, unchanged); omit both to read the file object with the API key.
                  * @example 3fa9c1d2e4b5a6978877665544332211
                  */
-                signature: components["parameters"]["FileSignature"];
+                signature?: components["parameters"]["FileSignature"];
             };
+            header?: never;
+            path: {
+                /**
+                 * @description File id (`file_…`).
+                 * @example file_01JTXK4D2M8Q6N3V5B7C9E1F2G
+                 */
+                file_id: components["parameters"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file object (with the API key), or the file bytes with the file's media type (signed URL). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description `no-store` for the file object; `private, max-age=<seconds until the URL expires>` for a signed download. */
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "file_01JTXK4D2M8Q6N3V5B7C9E1F2G",
+                     *       "object": "file",
+                     *       "purpose": "image_output",
+                     *       "filename": "",
+                     *       "bytes": 1482113,
+                     *       "content_type": "image/png",
+                     *       "width": 1248,
+                     *       "height": 832,
+                     *       "created_at": "2026-03-01T12:00:04Z",
+                     *       "expires_at": null,
+                     *       "task_id": "img_01JTXK9W3R5T7Y9U1I3O5P7A9S"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["File"];
+                    /** @example <PNG file bytes> */
+                    "image/png": string;
+                    /** @example <JPEG file bytes> */
+                    "image/jpeg": string;
+                    /** @example <WebP file bytes> */
+                    "image/webp": string;
+                    /** @example <GIF file bytes> */
+                    "image/gif": string;
+                    /** @example <MP4 file bytes> */
+                    "video/mp4": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description No such file of the account, or (signed URL) an unknown file, bad signature or expired URL (one identical body). */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "message": "No file at this URL, or the URL has expired.",
+                     *         "type": "not_found_error",
+                     *         "code": "file_not_found",
+                     *         "param": null
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteFile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description File id (`file_…`).
+                 * @example file_01JTXK4D2M8Q6N3V5B7C9E1F2G
+                 */
+                file_id: components["parameters"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file was deleted. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "file_01JTXK4D2M8Q6N3V5B7C9E1F2G",
+                     *       "object": "file",
+                     *       "deleted": true
+                     *     }
+                     */
+                    "application/json": components["schemas"]["FileDeleted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            /** @description A task that has not finished still needs the file (`file_in_use`); nothing was deleted. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "message": "File 'file_01JTXK4D2M8Q6N3V5B7C9E1F2G' is an input of video task 'vid_01JTXM2B4C6D8E0F2G4H6J8K0M', which has not finished; delete it once the task has finished.",
+                     *         "type": "conflict_error",
+                     *         "code": "file_in_use",
+                     *         "param": null
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getFileContent: {
+        parameters: {
+            query?: never;
             header?: never;
             path: {
                 /**
@@ -5014,10 +5829,9 @@ export interface operations {
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
-                    /** @description The file's media type (`image/png`, `image/jpeg`, `image/webp` or `video/mp4`). */
-                    "Content-Type"?: "image/png" | "image/jpeg" | "image/webp" | "video/mp4";
-                    /** @description `private, max-age=<seconds until the URL expires>`. */
-                    "Cache-Control"?: string;
+                    /** @description The file's size in bytes. */
+                    "Content-Length"?: number;
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5027,31 +5841,16 @@ export interface operations {
                     "image/jpeg": string;
                     /** @example <WebP file bytes> */
                     "image/webp": string;
+                    /** @example <GIF file bytes> */
+                    "image/gif": string;
                     /** @example <MP4 file bytes> */
                     "video/mp4": string;
                 };
             };
             400: components["responses"]["BadRequest"];
-            /** @description Unknown file, bad signature or expired URL (one identical body). */
-            404: {
-                headers: {
-                    "X-Request-Id": components["headers"]["XRequestId"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    /**
-                     * @example {
-                     *       "error": {
-                     *         "message": "File not found or the URL has expired.",
-                     *         "type": "not_found_error",
-                     *         "code": "file_not_found",
-                     *         "param": null
-                     *       }
-                     *     }
-                     */
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -5118,6 +5917,57 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["WebhookSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    testWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "url": "http://localhost:4000/webhooks/mediagate",
+                 *       "event_type": "video.completed"
+                 *     }
+                 */
+                "application/json": components["schemas"]["WebhookTestRequest"];
+            };
+        };
+        responses: {
+            /** @description What the receiver did with the test event. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "object": "webhook_test",
+                     *       "url": "http://localhost:4000/webhooks/mediagate",
+                     *       "event_type": "video.completed",
+                     *       "webhook_id": "msg_01JTXJ0A2B4C6D8E0F2G4H6J8K",
+                     *       "task_id": "vid_test_01JTXJ0A2B4C6D8E0F2G4H6J8M",
+                     *       "delivered": true,
+                     *       "status_code": 204,
+                     *       "error": null,
+                     *       "latency_ms": 12
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookTestResult"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -5984,6 +6834,7 @@ export interface operations {
                      *             "cooldown_reason": null,
                      *             "circuit": "closed",
                      *             "credentials_rejected": false,
+                     *             "model_faults": [],
                      *             "last_error": null,
                      *             "last_error_at": null,
                      *             "last_success_at": null,
@@ -6018,6 +6869,7 @@ export interface operations {
                      *             "cooldown_reason": null,
                      *             "circuit": "closed",
                      *             "credentials_rejected": false,
+                     *             "model_faults": [],
                      *             "last_error": null,
                      *             "last_error_at": null,
                      *             "last_success_at": null,
@@ -6105,6 +6957,7 @@ export interface operations {
                      *         "cooldown_reason": null,
                      *         "circuit": "closed",
                      *         "credentials_rejected": false,
+                     *         "model_faults": [],
                      *         "last_error": null,
                      *         "last_error_at": null,
                      *         "last_success_at": null,
@@ -6190,6 +7043,7 @@ export interface operations {
                      *         "cooldown_reason": null,
                      *         "circuit": "closed",
                      *         "credentials_rejected": false,
+                     *         "model_faults": [],
                      *         "last_error": null,
                      *         "last_error_at": null,
                      *         "last_success_at": null,
@@ -6723,6 +7577,7 @@ export interface operations {
                      *       "attempt": 1,
                      *       "upstream_job_id": "local-7f3a9c",
                      *       "error": null,
+                     *       "last_error": null,
                      *       "held_credits": 0.6,
                      *       "captured_credits": 0.6,
                      *       "released_credits": 0,
@@ -6786,6 +7641,7 @@ export interface operations {
                      *       "error": {
                      *         "message": "Refunded by operator: Upstream confirmed the request failed (ticket 8812)."
                      *       },
+                     *       "last_error": null,
                      *       "held_credits": 0.167,
                      *       "captured_credits": 0,
                      *       "released_credits": 0.167,
