@@ -6,6 +6,7 @@ import { adminCatalogHandlers } from './admin-catalog.handlers.ts';
 import { adminGroupsHandlers } from './admin-groups.handlers.ts';
 import { adminSwitchesHandlers } from './admin-switches.handlers.ts';
 import { creditsHandlers } from './credits.handlers.ts';
+import { docsHandlers } from './docs.handlers.ts';
 import { modelsHandlers } from './models.handlers.ts';
 import { adminTasksHandlers } from './admin-tasks.handlers.ts';
 import { filesHandlers } from './files.handlers.ts';
@@ -20,6 +21,7 @@ export function createHandlers(ctx: AppContext): HandlerMap {
     ...modelsHandlers(ctx),
     ...creditsHandlers(ctx),
     ...operationsHandlers(ctx),
+    ...docsHandlers(),
     ...imagesHandlers(ctx),
     ...videosHandlers(ctx),
     ...filesHandlers(ctx),

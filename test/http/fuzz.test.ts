@@ -45,7 +45,7 @@ const VALID: Record<string, () => Json> = {
   '/v1/webhooks/secret/rotate': () => ({}),
   '/v1/files': () => ({ purpose: 'input', 'expires_after[seconds]': '3600' }),
 };
-const GETS = ['/v1/models', '/v1/credits', '/v1/videos/capabilities', '/healthz', '/readyz', '/metrics', '/v1/webhooks/secret', '/v1/images/{id}', '/v1/videos/{id}', '/v1/files/{id}'];
+const GETS = ['/v1/models', '/v1/credits', '/v1/videos/capabilities', '/healthz', '/readyz', '/metrics', '/docs', '/openapi.json', '/v1/webhooks/secret', '/v1/images/{id}', '/v1/videos/{id}', '/v1/files/{id}'];
 
 export function generate(random: () => number): FuzzRequest {
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;

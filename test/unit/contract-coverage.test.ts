@@ -130,6 +130,8 @@ const operations = [
   { method: 'get', path: '/healthz', operationId: 'getHealth', response: ['200', 'HealthStatus'] },
   { method: 'get', path: '/readyz', operationId: 'getReadiness', response: ['200', 'ReadinessStatus'] },
   { method: 'get', path: '/metrics', operationId: 'getMetrics' },
+  { method: 'get', path: '/docs', operationId: 'getApiReference' },
+  { method: 'get', path: '/openapi.json', operationId: 'getOpenApiDocument' },
 ] as const;
 
 const imageParameters = [
@@ -302,6 +304,12 @@ describe('contract coverage: operations', () => {
     // A signed URL is its own credential; the same path with the key and no signature is the file object.
     expect(operation('get', '/v1/files/{file_id}').security).toEqual([{ apiKey: [] }, {}]);
     expect(operation('get', '/metrics').security).toEqual([{ metricsToken: [] }]);
+  });
+
+  it('leaves the rendered reference and the bundled contract without an API key', () => {
+    for (const path of ['/docs', '/openapi.json']) {
+      expect(operation('get', path).security).toEqual([]);
+    }
   });
 });
 
