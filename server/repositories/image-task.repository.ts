@@ -28,7 +28,7 @@ export class ImageTaskRepository {
   private readonly files: FileRepository;
 
   constructor(private readonly db: Kysely<DB>) {
-    this.leases = new LeasedTasks(db, { table: 'imageTasks', sqlTable: 'image_tasks', active: ['processing'] });
+    this.leases = new LeasedTasks(db, { table: 'imageTasks', sqlTable: 'image_tasks', active: ['processing'], recordsErrors: true });
     this.files = new FileRepository(db);
   }
 

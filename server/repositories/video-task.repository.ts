@@ -34,6 +34,7 @@ export class VideoTaskRepository {
       sqlTable: 'video_tasks',
       active: ACTIVE_VIDEO_STATUSES,
       onClaim: sql`status = 'in_progress', started_at = coalesce(t.started_at, now())`,
+      recordsErrors: true,
     });
   }
 
