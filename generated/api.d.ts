@@ -903,6 +903,62 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/docs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * API reference
+         * @description This reference as one self-contained HTML page: the Redoc viewer and the bundled contract
+         *     (`GET /openapi.json`) are inlined, and the page loads nothing from anywhere (its
+         *     Content-Security-Policy allows no request), so it works offline. Its links are relative
+         *     (`#/videos/getvideo`): the page works at `/docs` and `/docs/`, behind a path prefix, and saved
+         *     as a file. `npm run docs` writes the same page to `dist/docs/index.html`. No API key.
+         *
+         *     The page changes only when the server is updated: `Cache-Control: no-cache` with an `ETag`, and
+         *     `304` for a request whose `If-None-Match` holds it.
+         *
+         *     Errors: `400 invalid_request` (unknown query parameter).
+         */
+        get: operations["getApiReference"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/openapi.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * OpenAPI document
+         * @description The contract this server implements, as one bundled OpenAPI 3.1 JSON document: the very file
+         *     its request validator reads (`generated/openapi.json`), byte for byte. Code generators, API
+         *     clients and other viewers can load it from here. No API key.
+         *
+         *     It changes only when the server is updated: `Cache-Control: no-cache` with an `ETag`, and `304`
+         *     for a request whose `If-None-Match` holds it.
+         *
+         *     Errors: `400 invalid_request` (unknown query parameter).
+         */
+        get: operations["getOpenApiDocument"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/v1/accounts": {
         parameters: {
             query?: never;
@@ -4546,6 +4602,11 @@ export interface components {
          */
         FileSignature: string;
         /**
+         * @description The `ETag` of a copy the client already has; the answer is `304` without a body while it is current.
+         * @example "3tq2zqGkGkq0a6n7yS8m0lJ9b1Q5vFv1qk8Wm2c2y4E"
+         */
+        IfNoneMatch: string;
+        /**
          * @description Maximum number of items on the page.
          * @example 50
          */
@@ -4617,6 +4678,10 @@ export interface components {
         RetryAfter: number;
         /** @description The id of the image task this request created; read it later with `GET /v1/images/{task_id}`. */
         XTaskId: string;
+        /** @description Always `no-cache`. The content changes only when the server is updated, so it may be stored, but a client revalidates it (`If-None-Match`) before every use and never shows a stale copy. */
+        CacheControlNoCache: "no-cache";
+        /** @description A strong validator of this exact content. Send it back in `If-None-Match` to get `304` while it has not changed. */
+        ETag: string;
     };
     pathItems: never;
 }
@@ -6085,6 +6150,113 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+        };
+    };
+    getApiReference: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The `ETag` of a copy the client already has; the answer is `304` without a body while it is current.
+                 * @example "3tq2zqGkGkq0a6n7yS8m0lJ9b1Q5vFv1qk8Wm2c2y4E"
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The rendered reference. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoCache"];
+                    ETag: components["headers"]["ETag"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example <!DOCTYPE html>
+                     *     <html lang="en">
+                     *     <head><meta charset="utf-8"><title>Mediagate API</title></head>
+                     *     <body><div id="redoc"></div><script type="module">…</script></body>
+                     *     </html>
+                     */
+                    "text/html": string;
+                };
+            };
+            /** @description Not modified: the `If-None-Match` of the request holds the current `ETag`. No body. */
+            304: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoCache"];
+                    ETag: components["headers"]["ETag"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+        };
+    };
+    getOpenApiDocument: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The `ETag` of a copy the client already has; the answer is `304` without a body while it is current.
+                 * @example "3tq2zqGkGkq0a6n7yS8m0lJ9b1Q5vFv1qk8Wm2c2y4E"
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The bundled contract. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoCache"];
+                    ETag: components["headers"]["ETag"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "openapi": "3.1.0",
+                     *       "info": {
+                     *         "title": "Mediagate API",
+                     *         "version": "1.0.0"
+                     *       },
+                     *       "paths": {
+                     *         "/healthz": {
+                     *           "get": {
+                     *             "operationId": "getHealth"
+                     *           }
+                     *         }
+                     *       }
+                     *     }
+                     */
+                    "application/json": {
+                        openapi: string;
+                        info: Record<string, never>;
+                        paths: Record<string, never>;
+                    };
+                };
+            };
+            /** @description Not modified: the `If-None-Match` of the request holds the current `ETag`. No body. */
+            304: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoCache"];
+                    ETag: components["headers"]["ETag"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
         };
     };
     listAccounts: {
