@@ -3492,8 +3492,11 @@ export interface components {
          *     calls already in flight when the member began failing count as one failure together); a
          *     `401`/`403` answer takes it out (`credentials_rejected`) until an admin updates it; a `404` for a
          *     model or its API path (a wrong `base_url` or `model_map`) takes it out for that model only
-         *     (`model_faults`) for 10 minutes or until an admin updates it. Any admin update of the member
-         *     clears the cooldown, the circuit, the rejection and the model faults. Jobs already accepted by a
+         *     (`model_faults`) for 10 minutes or until an admin updates it, and an account that has not
+         *     activated a model (`model_not_open`) for that model until an admin updates it; an account the
+         *     upstream disabled for billing (`account_disabled`) takes it out until an admin updates it. Any
+         *     admin update of the member clears the cooldown, the circuit, the rejection, the disabled account
+         *     and the model faults. Jobs already accepted by a
          *     member are always polled there, cooling down or not.
          */
         AdminMemberHealth: {
@@ -3517,6 +3520,13 @@ export interface components {
             circuit: "closed" | "open" | "half_open";
             /** @description The upstream refused the member's credentials; it takes no new work until an admin updates it. */
             credentials_rejected: boolean;
+            /** @description The upstream account cannot take work until its owner acts on it (billing); the member takes no new work until an admin updates it. `null` otherwise. */
+            account_disabled: {
+                /** @description What the upstream said (sanitized), e.g. that the account is in arrears or its resource pack is used up. */
+                reason: string;
+                /** Format: date-time */
+                since: string;
+            } | null;
             /** @description Models the member takes no work for right now, because the upstream said it cannot serve them; other models on the member are not affected. */
             model_faults: {
                 /** @description The catalog model id. */
@@ -3582,6 +3592,7 @@ export interface components {
          *         "cooldown_reason": null,
          *         "circuit": "closed",
          *         "credentials_rejected": false,
+         *         "account_disabled": null,
          *         "model_faults": [],
          *         "last_error": null,
          *         "last_error_at": null,
@@ -7006,6 +7017,7 @@ export interface operations {
                      *             "cooldown_reason": null,
                      *             "circuit": "closed",
                      *             "credentials_rejected": false,
+                     *             "account_disabled": null,
                      *             "model_faults": [],
                      *             "last_error": null,
                      *             "last_error_at": null,
@@ -7041,6 +7053,7 @@ export interface operations {
                      *             "cooldown_reason": null,
                      *             "circuit": "closed",
                      *             "credentials_rejected": false,
+                     *             "account_disabled": null,
                      *             "model_faults": [],
                      *             "last_error": null,
                      *             "last_error_at": null,
@@ -7129,6 +7142,7 @@ export interface operations {
                      *         "cooldown_reason": null,
                      *         "circuit": "closed",
                      *         "credentials_rejected": false,
+                     *         "account_disabled": null,
                      *         "model_faults": [],
                      *         "last_error": null,
                      *         "last_error_at": null,
@@ -7215,6 +7229,7 @@ export interface operations {
                      *         "cooldown_reason": null,
                      *         "circuit": "closed",
                      *         "credentials_rejected": false,
+                     *         "account_disabled": null,
                      *         "model_faults": [],
                      *         "last_error": null,
                      *         "last_error_at": null,

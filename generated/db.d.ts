@@ -169,6 +169,8 @@ export interface LedgerEntries {
 }
 
 export interface MemberHealth {
+  accountDisabledAt: Timestamp | null;
+  accountDisabledReason: string | null;
   consecutiveFailures: Generated<number>;
   cooldownReason: string | null;
   cooldownUntil: Timestamp | null;

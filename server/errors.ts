@@ -120,8 +120,10 @@ export function apiErrorOf(err: ProviderError, model?: string): ApiError {
       return noUpstreamCapacity(model, err.retryAfterMs, 'the upstream is rate-limiting it');
     case 'auth':
     case 'quota_exhausted':
-      return new ApiError(503, 'upstream_unavailable', 'The upstream account cannot take work right now (its credentials or quota); the operator has been notified.');
+    case 'account_disabled':
+      return new ApiError(503, 'upstream_unavailable', 'The upstream account cannot take work right now (its credentials, quota or balance); the operator has been notified.');
     case 'misconfigured':
+    case 'model_not_open':
       return new ApiError(502, 'upstream_error', 'The upstream account that serves this request is misconfigured; the operator has been notified.');
     case 'retryable':
     case 'failed':

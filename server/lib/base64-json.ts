@@ -70,6 +70,8 @@ export class Base64Source {
     readonly open: () => Readable,
     /** Their exact number (the body's length is known before it is sent). */
     readonly bytes: number,
+    /** Text written before the base64 inside the same string (a data URL's `data:image/png;base64,`). */
+    readonly prefix = '',
   ) {}
 }
 
@@ -82,11 +84,11 @@ export function jsonStream(value: unknown): { body: Readable; length: number } {
   const { text, media } = cutJson(value, (v): v is Base64Source => v instanceof Base64Source, (v) => v);
   let length = 0;
   for (const t of text) length += Buffer.byteLength(t);
-  for (const m of media) length += 4 * Math.ceil(m.bytes / 3);
+  for (const m of media) length += Buffer.byteLength(m.prefix) + 4 * Math.ceil(m.bytes / 3);
   async function* chunks(): AsyncGenerator<Buffer> {
     for (let i = 0; i < text.length; i++) {
-      yield Buffer.from(text[i]!);
       const source = media[i];
+      yield Buffer.from(source?.prefix ? text[i]! + source.prefix : text[i]!);
       if (source) yield* base64Of(source);
     }
   }

@@ -8,7 +8,9 @@
  *   5xx / timeout /    after 3 in a row (across instances), the circuit opens: no new work for
  *   connection error   30 s, doubling with every further failure up to 5 minutes (see below)
  *   401 / 403          the member is taken out until an admin changes it (credentials_rejected_at)
- *   404 / NOT_FOUND    the member is left out for that model only (member_model_faults, `faultModel`)
+ *   404 / NOT_FOUND    the member is left out for that model only (member_model_faults, `faultModel`;
+ *   model not open     for 10 minutes, or until an admin changes it when the account lacks the model)
+ *   account disabled   arrears, an exhausted balance or resource pack: out until an admin changes it
  *   anything else      the member answered: counts as a success (a content-policy refusal is
  *                      about the request, not the account)
  *
@@ -136,9 +138,14 @@ export class MemberHealth {
           return;
         }
         case 'misconfigured':
+        case 'model_not_open':
           // The member's configuration, for one model (the pool records that: faultModel); the
           // member itself answered, so no cooldown or circuit — its other models keep working.
           await this.repo.recordFailure(memberId, { message, startedAt });
+          return;
+        case 'account_disabled':
+          await this.repo.recordFailure(memberId, { message, startedAt, disableAccount: message });
+          this.log.error({ memberId, provider: account.provider, reason: message }, 'upstream account cannot take work (billing: arrears, balance or resource pack); it takes no new work until an admin updates it');
           return;
         case 'auth':
           await this.repo.recordFailure(memberId, { message, startedAt, rejectCredentials: true });
@@ -164,12 +171,18 @@ export class MemberHealth {
    * Never throws.
    */
   async faultModel(account: UpstreamAccount, model: string, err: ProviderError): Promise<void> {
-    const reason = `${err.upstreamStatus ? `HTTP ${err.upstreamStatus}` : err.upstreamCode ?? 'not found'}: ${err.message}`;
+    const code = [err.upstreamStatus && `HTTP ${err.upstreamStatus}`, err.upstreamCode].filter(Boolean).join(' ') || 'not found';
+    const reason = `${code}: ${err.message}`;
+    // Not activated: only the account's owner changes that (no expiry); a 404 may be fixed upstream.
+    const notOpen = err.kind === 'model_not_open';
+    const untilMs = notOpen ? null : MISCONFIGURED_FAULT_MS;
     try {
-      await this.repo.recordModelFault(account.memberId, model, { kind: 'misconfigured', reason, untilMs: MISCONFIGURED_FAULT_MS });
+      await this.repo.recordModelFault(account.memberId, model, { kind: notOpen ? 'model_not_open' : 'misconfigured', reason, untilMs });
       this.log.error(
-        { memberId: account.memberId, provider: account.provider, model, reason, retryInMs: MISCONFIGURED_FAULT_MS },
-        'upstream member cannot serve this model (check its base URL and model map); it takes no work for the model until an admin changes it or the fault expires',
+        { memberId: account.memberId, provider: account.provider, model, reason, retryInMs: untilMs },
+        notOpen
+          ? 'upstream account has not activated this model; the member takes no work for it until an admin changes the member'
+          : 'upstream member cannot serve this model (check its base URL and model map); it takes no work for the model until an admin changes it or the fault expires',
       );
     } catch (recordErr) {
       this.log.warn({ err: recordErr, memberId: account.memberId }, 'could not record a model fault of the member');

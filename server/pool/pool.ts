@@ -66,7 +66,7 @@ export class NoCapacity extends Error {
 
 /** Errors that say nothing about the request, only about the account: another member may succeed. */
 export function isFailover(err: ProviderError): boolean {
-  return err.transient || err.kind === 'auth' || err.kind === 'quota_exhausted' || err.kind === 'misconfigured';
+  return err.transient || ['auth', 'quota_exhausted', 'misconfigured', 'model_not_open', 'account_disabled'].includes(err.kind);
 }
 
 export interface RouteRequest {
@@ -232,7 +232,7 @@ export class Pool {
         return result;
       } catch (err) {
         // What the member's failure taught (recorded by observe) applies to the next request at once.
-        if (err instanceof ProviderError && err.kind === 'misconfigured') await this.health.faultModel(account, req.model, err);
+        if (err instanceof ProviderError && (err.kind === 'misconfigured' || err.kind === 'model_not_open')) await this.health.faultModel(account, req.model, err);
         if (err instanceof ProviderError && isFailover(err)) this.invalidate();
         if (!(err instanceof ProviderError) || !isFailover(err) || !(req.canFailover?.(err) ?? true)) throw err;
         await req.release();

@@ -22,6 +22,16 @@ export type ProviderErrorKind =
    * URL, API path or model id of the member, not a fault of the request. Another member may serve it.
    */
   | 'misconfigured'
+  /**
+   * The member's account has not activated (or may not use) the model it was asked for (Ark's
+   * `ModelNotOpen`): only its owner can change that. Another member may serve the model.
+   */
+  | 'model_not_open'
+  /**
+   * The member's account cannot take any work until its owner acts on it: in arrears, its resource
+   * pack or balance used up (Kling 1101/1102, Ark `AccountOverdueError`). Not worth retrying soon.
+   */
+  | 'account_disabled'
   /** The upstream accepted the job and then reported it failed. */
   | 'failed';
 

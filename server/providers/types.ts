@@ -198,4 +198,9 @@ export interface VideoProvider {
   poll(account: UpstreamAccount, jobId: string, job: VideoJob, signal: AbortSignal): Promise<VideoStatus>;
   /** The output of a succeeded job (as its poll described it), streamed. */
   download(account: UpstreamAccount, jobId: string, output: VideoOutputRef, job: VideoJob, signal: AbortSignal): Promise<VideoContent>;
+  /**
+   * Cancels a job the gateway gave up on (its task failed by its deadline), where the upstream can:
+   * it stops spending the account's quota on a result nobody will collect. Best effort.
+   */
+  cancel?(account: UpstreamAccount, jobId: string, signal: AbortSignal): Promise<void>;
 }

@@ -17,6 +17,8 @@ export interface MemberHealthView {
   cooldownUntil: Date | null;
   cooldownReason: string | null;
   credentialsRejectedAt: Date | null;
+  accountDisabledAt: Date | null;
+  accountDisabledReason: string | null;
   lastError: string | null;
   lastErrorAt: Date | null;
   lastSuccessAt: Date | null;
@@ -118,6 +120,8 @@ export class GroupRepository {
         'h.cooldownUntil',
         'h.cooldownReason',
         'h.credentialsRejectedAt',
+        'h.accountDisabledAt',
+        'h.accountDisabledReason',
         'h.lastError',
         'h.lastErrorAt',
         'h.lastSuccessAt',
@@ -132,11 +136,11 @@ export class GroupRepository {
   }
 
   private toMemberRow(r: Awaited<ReturnType<ReturnType<GroupRepository['selectMembers']>['executeTakeFirstOrThrow']>>): MemberRow {
-    const { inFlight, cooldownUntil, cooldownReason, credentialsRejectedAt, lastError, lastErrorAt, lastSuccessAt, windowStartedAt, successes, failures, modelFaults, ...member } = r;
+    const { inFlight, cooldownUntil, cooldownReason, credentialsRejectedAt, accountDisabledAt, accountDisabledReason, lastError, lastErrorAt, lastSuccessAt, windowStartedAt, successes, failures, modelFaults, ...member } = r;
     return {
       ...member,
       modelMap: member.modelMap as Record<string, string>,
-      health: { inFlight, cooldownUntil, cooldownReason, credentialsRejectedAt, lastError, lastErrorAt, lastSuccessAt, windowStartedAt, successes, failures, modelFaults },
+      health: { inFlight, cooldownUntil, cooldownReason, credentialsRejectedAt, accountDisabledAt, accountDisabledReason, lastError, lastErrorAt, lastSuccessAt, windowStartedAt, successes, failures, modelFaults },
     };
   }
 
@@ -169,7 +173,8 @@ export class GroupRepository {
 
   /**
    * Changes a member. Whatever the pool had learned that keeps it from new work (a cooldown, an
-   * open circuit, refused credentials, models it could not serve) is forgotten: the operator acted.
+   * open circuit, refused credentials, a disabled account, models it could not serve) is forgotten:
+   * the operator acted.
    */
   async updateMember(groupId: string, memberId: string, patch: Partial<Omit<MemberValues, 'provider'>>): Promise<MemberRow | undefined> {
     const { modelMap, ...rest } = patch;
@@ -183,7 +188,7 @@ export class GroupRepository {
     if (!row) return undefined;
     await this.db
       .updateTable('memberHealth')
-      .set({ credentialsRejectedAt: null, cooldownUntil: null, cooldownReason: null, probeUntil: null, consecutiveFailures: 0, rateLimitStrikes: 0, updatedAt: sql`now()` })
+      .set({ credentialsRejectedAt: null, accountDisabledAt: null, accountDisabledReason: null, cooldownUntil: null, cooldownReason: null, probeUntil: null, consecutiveFailures: 0, rateLimitStrikes: 0, updatedAt: sql`now()` })
       .where('memberId', '=', memberId)
       .execute();
     await this.db.deleteFrom('memberModelFaults').where('memberId', '=', memberId).execute();

@@ -67,7 +67,16 @@ export class MemberHealthRepository {
    */
   async recordFailure(
     memberId: string,
-    f: { message: string; startedAt: number; rateLimited?: boolean; cooldown?: { ms: number; reason: CooldownReason }; circuit?: CircuitPolicy; rejectCredentials?: boolean },
+    f: {
+      message: string;
+      startedAt: number;
+      rateLimited?: boolean;
+      cooldown?: { ms: number; reason: CooldownReason };
+      circuit?: CircuitPolicy;
+      rejectCredentials?: boolean;
+      /** The upstream account cannot take work until its owner acts (arrears, an exhausted resource pack): why. */
+      disableAccount?: string;
+    },
   ): Promise<{ consecutiveFailures: number; counted: boolean }> {
     const cooldown = f.cooldown ? sql`now() + ${Math.round(f.cooldown.ms)} * interval '1 millisecond'` : sql`null::timestamptz`;
     const c = f.circuit;
@@ -81,9 +90,9 @@ export class MemberHealthRepository {
       const circuitUntil = c ? sql`now() + ${openMs} * interval '1 millisecond'` : sql`null::timestamptz`;
       const { rows } = await sql<{ streak: number; counted: boolean }>`
         insert into member_health as member_health (member_id, cooldown_until, cooldown_reason, rate_limit_strikes, consecutive_failures, failure_counted_at,
-          credentials_rejected_at, last_error, last_error_at, failures, updated_at)
+          credentials_rejected_at, account_disabled_at, account_disabled_reason, last_error, last_error_at, failures, updated_at)
         values (${memberId}, ${cooldown}, ${f.cooldown?.reason ?? null}, ${f.rateLimited ? 1 : 0}, ${c ? 1 : 0}, ${c ? sql`now()` : sql`null::timestamptz`},
-          ${f.rejectCredentials ? sql`now()` : null}, ${f.message}, now(), 1, now())
+          ${f.rejectCredentials ? sql`now()` : null}, ${f.disableAccount ? sql`now()` : null}, ${f.disableAccount ?? null}, ${f.message}, now(), 1, now())
         on conflict (member_id) do update set
           cooldown_until = case
             when ${opens} and (member_health.cooldown_until is null or member_health.cooldown_until < ${circuitUntil}) then ${circuitUntil}
@@ -98,6 +107,8 @@ export class MemberHealthRepository {
           consecutive_failures = case when ${counts} then ${streak} else member_health.consecutive_failures end,
           failure_counted_at = case when ${counts} then now() else member_health.failure_counted_at end,
           credentials_rejected_at = coalesce(member_health.credentials_rejected_at, ${f.rejectCredentials ? sql`now()` : null}),
+          account_disabled_at = coalesce(member_health.account_disabled_at, ${f.disableAccount ? sql`now()` : null}),
+          account_disabled_reason = coalesce(${f.disableAccount ?? null}, member_health.account_disabled_reason),
           last_error = excluded.last_error,
           last_error_at = now(),
           window_started_at = case when member_health.window_started_at < now() - ${WINDOW} then now() else member_health.window_started_at end,

@@ -49,7 +49,8 @@ export class RoutingRepository {
   /**
    * Enabled members of the group that list the model and can run here (their provider is one of
    * `kinds`, and they have credentials unless their provider needs none), leaving out members
-   * whose credentials the upstream rejected and members with a fault for this model. Highest
+   * whose credentials the upstream rejected or whose account it disabled, and members with a fault
+   * for this model. Highest
    * priority first.
    */
   async candidates(groupId: string, model: string, kinds: readonly string[], credentialFree: readonly string[]): Promise<RoutableMember[]> {
@@ -77,6 +78,7 @@ export class RoutingRepository {
       .where('m.provider', 'in', kinds.length > 0 ? [...kinds] : [''])
       .where((eb) => eb.or([eb('m.provider', 'in', credentialFree.length > 0 ? [...credentialFree] : ['']), eb('m.credentialsCiphertext', 'is not', null)]))
       .where('h.credentialsRejectedAt', 'is', null)
+      .where('h.accountDisabledAt', 'is', null)
       // Nor members the upstream told they cannot serve this model (member_model_faults).
       .where(({ not, exists, selectFrom }) =>
         not(

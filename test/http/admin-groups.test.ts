@@ -113,6 +113,7 @@ describe('group members', () => {
         cooldown_reason: null,
         circuit: 'closed',
         credentials_rejected: false,
+        account_disabled: null,
         model_faults: [],
         last_error: null,
         last_error_at: null,

@@ -13,17 +13,33 @@
  *             code) → failed; `raiMediaFilteredCount` without samples → failed under the content
  *             policy (refunded); a sample's `video.uri` → succeeded. `generatedVideos` (what some
  *             relays return) is read as well as the wire's `generatedSamples`.
- *   download  GET {uri} with the key, following redirects by hand so the key goes only to the
- *             upstream's own origin, never to the storage host it redirects to; streamed.
+ *   download  GET {uri} with the key (downloadOutput: redirects followed by hand, the key only to
+ *             the upstream's own origin, never to the storage host it redirects to); streamed.
  *
  * The Veo constraints (8 s with 1080p/4k, a last frame or reference images; audio always on) live in
  * the catalog entry (`durationConstraints`, `audio.alwaysOn`), so creation refuses what Veo cannot
  * run; `check` refuses what no Veo model can express (reference videos/audios, other ratios).
  */
-import { ProviderError } from '../provider-error.ts';
-import { Base64Source, jsonStream } from '../../lib/base64-json.ts';
-import { shapeOf, type MediaInput, type UpstreamAccount, type VideoContent, type VideoJob, type VideoOutputRef, type VideoProvider, type VideoShape, type VideoStatus } from '../types.ts';
-import { contentOf, readJson, sanitizeMessage, upstreamFetch, upstreamUrl } from '../upstream-http.ts';
+import {
+  ProviderError,
+  downloadOutput,
+  inlineBase64,
+  jsonStream,
+  readJson,
+  sanitizeMessage,
+  shapeOf,
+  upstreamFetch,
+  upstreamUrl,
+  type Base64Source,
+  type MediaInput,
+  type UpstreamAccount,
+  type VideoContent,
+  type VideoJob,
+  type VideoOutputRef,
+  type VideoProvider,
+  type VideoShape,
+  type VideoStatus,
+} from '../kit.ts';
 import { googleError } from './gemini-errors.ts';
 
 /** Veo jobs take 11 s to 6 min (§4.2); the docs poll every 10 s. */
@@ -31,7 +47,6 @@ export const VEO_POLL_MS = 10_000;
 const RATIOS = ['16:9', '9:16'];
 const RESOLUTIONS = ['720p', '1080p', '4k'];
 const MAX_REFERENCE_IMAGES = 3;
-const MAX_REDIRECTS = 5;
 
 /** gRPC codes (google.rpc.Code) of an operation error that mean the request itself was refused. */
 const GRPC_INVALID = new Set([3, 9, 11]); // INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE
@@ -119,32 +134,18 @@ export class GeminiVideoProvider implements VideoProvider {
   }
 
   async download(account: UpstreamAccount, _operationName: string, output: VideoOutputRef, _job: VideoJob, signal: AbortSignal): Promise<VideoContent> {
-    const uri = output.uri;
-    if (!uri) throw new ProviderError('failed', 'the upstream gave no video address');
-    const keyOrigin = new URL(upstreamUrl(account, '/')).origin;
-    let url = uri;
-    for (let hop = 0; ; hop++) {
-      const sameOrigin = new URL(url).origin === keyOrigin;
-      const res = await upstreamFetch(url, { headers: sameOrigin ? auth(account) : {}, redirect: 'manual' }, signal, 'video download');
-      const location = res.headers.get('location');
-      if (res.status >= 300 && res.status < 400 && location) {
-        res.discard();
-        if (hop >= MAX_REDIRECTS) throw new ProviderError('retryable', 'the upstream video download redirected too many times');
-        url = new URL(location, url).toString();
-        continue;
-      }
-      if (res.status === 404) {
-        res.discard();
-        throw new ProviderError('failed', 'the upstream no longer has this video (files are kept about two days)', { upstreamStatus: 404 });
-      }
-      if (!res.ok) throw await googleError(res, 'video download');
-      return contentOf(res, 'video/mp4');
-    }
+    if (!output.uri) throw new ProviderError('failed', 'the upstream gave no video address');
+    return downloadOutput(output.uri, signal, {
+      authHeaders: auth(account),
+      authOrigin: new URL(upstreamUrl(account, '/')).origin,
+      upstreamError: googleError,
+      expiredMessage: 'the upstream no longer has this video (files are kept about two days)',
+    });
   }
 }
 
 function image(input: MediaInput): { bytesBase64Encoded: Base64Source; mimeType: string } {
-  return { bytesBase64Encoded: new Base64Source(() => input.open(), input.bytes), mimeType: input.contentType };
+  return { bytesBase64Encoded: inlineBase64(input), mimeType: input.contentType };
 }
 
 function auth(account: UpstreamAccount): Record<string, string> {

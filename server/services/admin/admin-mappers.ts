@@ -99,6 +99,7 @@ export function toAdminGroupMember(row: MemberRow): AdminGroupMember {
       // An open circuit stays open past its cooldown until a probe (or another success) closes it.
       circuit: row.health.cooldownReason !== 'circuit_open' ? 'closed' : row.health.cooldownUntil && row.health.cooldownUntil > new Date() ? 'open' : 'half_open',
       credentials_rejected: row.health.credentialsRejectedAt !== null,
+      account_disabled: row.health.accountDisabledAt ? { reason: row.health.accountDisabledReason ?? '', since: iso(row.health.accountDisabledAt) } : null,
       model_faults: row.health.modelFaults.map((f) => ({ model: f.model, kind: f.kind, reason: f.reason, since: iso(new Date(f.since)), until: f.until && iso(new Date(f.until)) })),
       last_error: row.health.lastError,
       last_error_at: row.health.lastErrorAt && iso(row.health.lastErrorAt),

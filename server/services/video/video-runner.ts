@@ -69,7 +69,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
 
   async step(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
     if (task.deadlineAt.getTime() <= Date.now()) {
-      await this.deps.settlement.failVideo(task, 'timeout', 'The task exceeded its maximum lifetime and was refunded.');
+      if (await this.deps.settlement.failVideo(task, 'timeout', 'The task exceeded its maximum lifetime and was refunded.')) await this.cancelUpstream(task, signal, log);
       return DONE;
     }
     if (!task.upstreamJobId) return this.submit(task, signal, log);
@@ -94,6 +94,24 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     if (!(await this.deps.tasks.recordUpstreamOutput(fenceOf(task), status.output))) throw new LeaseLost('lease lost before the finished job was recorded');
     log.info({ memberId: account.memberId, upstreamJobId: task.upstreamJobId }, 'video job finished upstream');
     return this.finalize(task, account, provider, status.output, signal, log);
+  }
+
+  /**
+   * A job still running upstream when its task failed by its deadline is cancelled there, where the
+   * adapter can (it would spend the account's quota on a result nobody collects). Best effort: a
+   * failure is logged, the task is failed and refunded either way.
+   */
+  private async cancelUpstream(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<void> {
+    if (!task.upstreamJobId || task.upstreamOutput || !task.memberId) return;
+    const account = await this.deps.pool.account(task.memberId);
+    const provider = account && this.deps.providers.video(account.provider);
+    if (!account || !provider?.cancel) return;
+    try {
+      await this.deps.pool.health.observe(account, () => provider.cancel!(account, task.upstreamJobId!, signal));
+      log.info({ memberId: account.memberId, upstreamJobId: task.upstreamJobId }, 'upstream job of a task past its deadline cancelled');
+    } catch (err) {
+      log.warn({ memberId: account.memberId, upstreamJobId: task.upstreamJobId, err: err instanceof Error ? err.message : String(err) }, 'could not cancel the upstream job of a task past its deadline');
+    }
   }
 
   async giveUp(task: VideoTaskRow, err: unknown, log: Logger): Promise<void> {
@@ -280,5 +298,5 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
 
 /** A failure that may pass by itself or by an operator's hand (not the job's own): worth retrying until the deadline. */
 function operatorCanFix(error: ProviderError): boolean {
-  return error.transient || error.kind === 'auth' || error.kind === 'quota_exhausted' || error.kind === 'misconfigured';
+  return error.transient || ['auth', 'quota_exhausted', 'misconfigured', 'model_not_open', 'account_disabled'].includes(error.kind);
 }

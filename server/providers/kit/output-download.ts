@@ -1,0 +1,52 @@
+/**
+ * Downloading a finished job's output into the media store, streamed. Upstreams hand out the output
+ * as a URL — signed and expiring (Ark 24 h, Kling's CDN), or on the upstream's own origin that wants
+ * the key (Veo's files endpoint, which redirects to storage). Redirects are followed by hand so that
+ * credentials go only to `authOrigin`, never to the storage host a redirect names. A gone output
+ * (404 or 410, or 403 from a storage host) is a permanent failure; another 4xx of a storage host too.
+ */
+import { ProviderError } from '../provider-error.ts';
+import type { VideoContent } from '../types.ts';
+import { contentOf, upstreamFetch, type UpstreamResponse } from '../upstream-http.ts';
+
+const MAX_REDIRECTS = 5;
+
+export interface DownloadOptions {
+  /** Headers that carry credentials; sent only to `authOrigin`. */
+  authHeaders?: Record<string, string>;
+  /** The origin the credentials belong to (default: none, nothing is sent with credentials). */
+  authOrigin?: string;
+  /** Content type when the answer does not say (default video/mp4). */
+  defaultType?: string;
+  /** How the upstream's own error answers (from `authOrigin`) are classified. */
+  upstreamError: (res: UpstreamResponse, what: string) => Promise<ProviderError>;
+  /** Said when the link is gone (default: the upstream's output link expired). */
+  expiredMessage?: string;
+}
+
+export async function downloadOutput(url: string, signal: AbortSignal, opts: DownloadOptions): Promise<VideoContent> {
+  let current = url;
+  for (let hop = 0; ; hop++) {
+    const own = opts.authOrigin !== undefined && new URL(current).origin === opts.authOrigin;
+    const res = await upstreamFetch(current, { headers: own ? (opts.authHeaders ?? {}) : {}, redirect: 'manual' }, signal, 'video download');
+    const location = res.headers.get('location');
+    if (res.status >= 300 && res.status < 400 && location) {
+      res.discard();
+      if (hop >= MAX_REDIRECTS) throw new ProviderError('retryable', 'the upstream video download redirected too many times');
+      current = new URL(location, current).toString();
+      continue;
+    }
+    if (res.ok) return contentOf(res, opts.defaultType ?? 'video/mp4');
+    // The output is gone (expired, or a link the upstream signed no longer works): retrying cannot
+    // help. A 404 is that on any host (submit and poll already proved the member's base URL).
+    if (res.status === 404 || res.status === 410 || (!own && res.status === 403)) {
+      res.discard();
+      throw new ProviderError('failed', opts.expiredMessage ?? "the upstream's link to the video expired before it was downloaded", { upstreamStatus: res.status });
+    }
+    if (!own && res.status < 500 && res.status !== 429) {
+      res.discard();
+      throw new ProviderError('failed', `the upstream's video link answered HTTP ${res.status}`, { upstreamStatus: res.status });
+    }
+    throw await opts.upstreamError(res, 'video download');
+  }
+}
