@@ -7,6 +7,7 @@
 import { join } from 'node:path';
 import { GeminiImageProvider } from './gemini/gemini-image.provider.ts';
 import { GeminiVideoProvider } from './gemini/gemini-video.provider.ts';
+import { klingAdapters } from './kling/kling-adapters.ts';
 import { LocalImageProvider } from './local/local-image.provider.ts';
 import { LocalVideoProvider } from './local/local-video.provider.ts';
 import { OpenAIImageProvider } from './openai/openai-image.provider.ts';
@@ -78,6 +79,7 @@ export function createProviderRegistry(options: ProviderOptions, overrides: Part
     local: { image: new LocalImageProvider(), video: new LocalVideoProvider(join(options.mediaDir, 'tmp'), options.localRenderDelayMs) },
     openai: { video: new OpenAIVideoProvider(options.videoPollIntervalMs), image: new OpenAIImageProvider() },
     gemini: { image: new GeminiImageProvider(), video: new GeminiVideoProvider(options.videoPollIntervalMs) },
+    kling: klingAdapters(options.videoPollIntervalMs),
   };
   const merged = { ...builtIn };
   for (const [kind, adapters] of Object.entries(overrides) as [ProviderKind, ProviderAdapters][]) merged[kind] = { ...builtIn[kind], ...adapters };

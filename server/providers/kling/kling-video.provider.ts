@@ -1,0 +1,282 @@
+/**
+ * Provider kind `kling`, videos: Kling AI's video API (upstream-apis.md §6, §10.2), four endpoints
+ * of one family, chosen by the job's shape and model:
+ *
+ *   omni-video          the omni models (`kling-v3-omni`, `kling-video-o1`): frames as
+ *                       `image_list: [{image_url, type: first_frame|end_frame}]`, reference images
+ *                       as `image_list: [{image_url}]`, `sound on|off`, `aspect_ratio` only without a
+ *                       first frame (Kling takes the frame's); no `negative_prompt` field: Kling says
+ *                       the omni prompt carries positive and negative descriptions, so a negative
+ *                       prompt is appended to it as one ("Avoid: …")
+ *   multi-image2video   reference images (up to 4): `image_list: [{image}]`, `aspect_ratio`
+ *   image2video         a first frame `image` and an optional last frame `image_tail`; no
+ *                       `aspect_ratio` (the frame's)
+ *   text2video          the rest, with `aspect_ratio`
+ *
+ * Every body has `model_name`, `prompt`, `negative_prompt` (but omni), `duration` as a STRING,
+ * `mode` and `external_task_id` = the task id, and `sound: "on"` when audio is asked for (the
+ * catalog offers audio only on models that have it; Kling's default is off). Images go as raw
+ * base64 WITHOUT a `data:` prefix, streamed into the body (`inlineBase64`, `jsonStream`); a WebP
+ * input (Kling takes JPEG and PNG) is converted to PNG first.
+ *
+ * The mode is data, chosen by the catalog model through its upstream model id: a trailing `-std` or
+ * `-pro` (`kling-v3-pro` → `model_name: kling-v3, mode: pro`); without one no `mode` is sent (Kling's
+ * default). No Kling model name ends so, and the shipped definitions (catalog/definitions/kling/)
+ * use the convention, so the catalog id is the upstream id and a member needs no model map.
+ *
+ * The saved job id is `<endpoint>/<task_id>`: a poll goes to `GET /v1/videos/<endpoint>/<task_id>`,
+ * where the task lives, whatever the catalog or the member's model map say by then.
+ *
+ * No double submit: `external_task_id` is unique per Kling account, so a resubmit after a crash is
+ * refused (1201); a refused submit looks the task up by its external id (Kling's query takes it in
+ * the path) and, if the first submit went through, answers its task id instead of the refusal.
+ *
+ *   poll      `submitted | processing` → running, `succeed` → the first video's `url`,
+ *             `failed` → `task_status_msg` as the reason; an answer with an error code and the
+ *             failed task in `data` (risk control: 1301 at HTTP 200) fails it with the code's kind
+ *   download  the video's CDN URL, no credentials (`downloadOutput`); a link that is gone is
+ *             permanent. Kling purges outputs after 30 days; the gateway downloads at once.
+ *
+ * Kling documents no way to cancel a task: no `cancel`.
+ */
+import { Readable } from 'node:stream';
+import sharp from 'sharp';
+import { Base64Source, ProviderError, downloadOutput, inlineBase64, jsonStream, kindOfStatus, retryAfterMs, sanitizeMessage, shapeOf } from '../kit.ts';
+// Directly, not through kit.ts: it runs while the registry (which kit.ts reaches) is still loading.
+import { jobStatus } from '../kit/job-status.ts';
+import type { MediaInput, UpstreamAccount, UpstreamResponse, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoShape, VideoStatus } from '../kit.ts';
+import { KlingTokens } from './kling-auth.ts';
+import { klingCall, outcomeOf, type KlingCall } from './kling-api.ts';
+
+/** Kling jobs take minutes; its docs show no interval. */
+export const KLING_VIDEO_POLL_MS = 10_000;
+
+export type KlingVideoEndpoint = 'text2video' | 'image2video' | 'multi-image2video' | 'omni-video';
+const ENDPOINTS: readonly KlingVideoEndpoint[] = ['text2video', 'image2video', 'multi-image2video', 'omni-video'];
+
+/** What any Kling video model can be asked for (each model's own limits are its catalog entry's). */
+const RATIOS = ['16:9', '9:16', '1:1'];
+const RESOLUTIONS = ['720p', '1080p'];
+const MIN_SECONDS = 3;
+const MAX_SECONDS = 15;
+/** Omni models take up to 7 images; multi-image2video 4 (its catalog entries say so). */
+const MAX_REFERENCE_IMAGES = 7;
+
+/** Kling's input images (§6.3): JPEG or PNG, at most 10 MB, at least 300 px, ratio 1:2.5 to 2.5:1. */
+const MAX_IMAGE_BYTES = 10 * 1024 * 1024;
+const MIN_IMAGE_SIDE = 300;
+const MAX_IMAGE_RATIO = 2.5;
+
+const status = jobStatus({ running: ['submitted', 'processing'], succeeded: ['succeed'], failed: ['failed'] }, 'video');
+
+/** The task as Kling's create and query answers describe it (§6.4). */
+interface KlingTask {
+  task_id?: unknown;
+  task_status?: unknown;
+  task_status_msg?: unknown;
+  task_info?: { external_task_id?: unknown };
+  task_result?: { videos?: { id?: unknown; url?: unknown; duration?: unknown }[] };
+}
+
+/** `kling-v3-pro` → Kling's `model_name` and `mode`. */
+export function klingModel(upstreamModel: string): { name: string; mode?: 'std' | 'pro' } {
+  const m = /^(.+)-(std|pro)$/.exec(upstreamModel);
+  return m ? { name: m[1]!, mode: m[2] as 'std' | 'pro' } : { name: upstreamModel };
+}
+
+/** The omni models, by name: they take every input through one endpoint. */
+export function isOmniModel(name: string): boolean {
+  return /-omni$/.test(name) || /^kling-video-o\d/.test(name);
+}
+
+/** Where a job of this model and shape goes. */
+export function endpointOf(model: string, shape: Pick<VideoShape, 'hasFirstFrame' | 'referenceImages'>): KlingVideoEndpoint {
+  if (isOmniModel(klingModel(model).name)) return 'omni-video';
+  if (shape.referenceImages > 0) return 'multi-image2video';
+  if (shape.hasFirstFrame) return 'image2video';
+  return 'text2video';
+}
+
+export interface KlingVideoOptions {
+  pollIntervalMs?: number;
+  /** The token cache (shared with the image adapter: one token per member and process). */
+  tokens?: KlingTokens;
+}
+
+export class KlingVideoProvider implements VideoProvider {
+  readonly pollIntervalMs: number;
+  private readonly tokens: KlingTokens;
+
+  constructor(options: KlingVideoOptions = {}) {
+    this.pollIntervalMs = options.pollIntervalMs ?? KLING_VIDEO_POLL_MS;
+    this.tokens = options.tokens ?? new KlingTokens();
+  }
+
+  check(shape: VideoShape): string | undefined {
+    if (!Number.isInteger(shape.durationSeconds) || shape.durationSeconds < MIN_SECONDS || shape.durationSeconds > MAX_SECONDS) return `durations of ${MIN_SECONDS} to ${MAX_SECONDS} seconds only`;
+    if (!RATIOS.includes(shape.aspectRatio)) return `aspect ratios ${RATIOS.join(', ')} only`;
+    if (!RESOLUTIONS.includes(shape.resolution)) return `resolutions ${RESOLUTIONS.join(' and ')} only`;
+    if (shape.referenceVideos > 0 || shape.referenceAudios > 0) return 'no reference videos or audios';
+    if (shape.referenceImages > MAX_REFERENCE_IMAGES) return `at most ${MAX_REFERENCE_IMAGES} reference images`;
+    if (shape.hasLastFrame && !shape.hasFirstFrame) return 'a last frame only together with a first frame';
+    return undefined;
+  }
+
+  async submit(account: UpstreamAccount, job: VideoJob, signal: AbortSignal): Promise<string> {
+    const unsupported = this.check(shapeOf(job));
+    if (unsupported) throw new ProviderError('invalid_request', `Kling accepts ${unsupported}`);
+    const { name, mode } = klingModel(job.model);
+    // Kling 2.6 renders a first and last frame only silent (its capability map).
+    if (name === 'kling-v2-6' && job.lastFrame && job.generateAudio) throw new ProviderError('invalid_request', 'Kling 2.6 renders a first and last frame only without audio; send generate_audio false or no last frame');
+    const endpoint = endpointOf(job.model, shapeOf(job));
+    const inputs = await inputsOf(job);
+    const fields = bodyOf(endpoint, name, mode, job, inputs);
+    const call: KlingCall = { method: 'POST', path: `/v1/videos/${endpoint}`, body: () => jsonStream(fields) };
+    const answer = await klingCall<KlingTask>(this.tokens, account, call, signal, 'video submit');
+    const outcome = outcomeOf(answer, 'video submit');
+    if (!outcome.ok) {
+      // A refused resubmit of a task whose first submit went through (its external_task_id is
+      // taken): the task that exists is this task's.
+      if (outcome.error.kind === 'invalid_request') {
+        const existing = await this.findByExternalId(account, endpoint, job.taskId, signal);
+        if (existing) return `${endpoint}/${existing}`;
+      }
+      throw outcome.error;
+    }
+    const taskId = outcome.data?.task_id;
+    if (typeof taskId !== 'string' || taskId === '') throw new ProviderError('retryable', 'the upstream accepted the video task without returning its id');
+    return `${endpoint}/${taskId}`;
+  }
+
+  async poll(account: UpstreamAccount, jobId: string, _job: VideoJob, signal: AbortSignal): Promise<VideoStatus> {
+    const { endpoint, taskId } = parseJobId(jobId);
+    const answer = await klingCall<KlingTask>(this.tokens, account, { method: 'GET', path: `/v1/videos/${endpoint}/${encodeURIComponent(taskId)}` }, signal, 'video status');
+    const outcome = outcomeOf(answer, 'video status');
+    if (!outcome.ok) {
+      // The task itself failed (risk control answers its code with the task): the job is over.
+      if (outcome.data?.task_status === 'failed') return { state: 'failed', error: outcome.error };
+      // Kling does not know the task (any more): asking again cannot help.
+      if (outcome.error.upstreamCode === '1203' || (outcome.error.upstreamCode === undefined && answer.status === 404)) {
+        return { state: 'failed', error: new ProviderError('failed', 'the upstream no longer knows this video task', { upstreamStatus: answer.status, upstreamCode: outcome.error.upstreamCode }) };
+      }
+      throw outcome.error;
+    }
+    const task = outcome.data;
+    switch (status(task?.task_status)) {
+      case 'running':
+        return { state: 'running' };
+      case 'failed':
+        return { state: 'failed', error: new ProviderError('failed', sanitizeMessage(task?.task_status_msg, 'the upstream reported the video task as failed')) };
+      case 'succeeded': {
+        const url = task?.task_result?.videos?.map((v) => v.url).find((u): u is string => typeof u === 'string' && u !== '');
+        if (!url) return { state: 'failed', error: new ProviderError('failed', 'the upstream finished the video task without a video') };
+        return { state: 'succeeded', output: { url } };
+      }
+    }
+  }
+
+  async download(_account: UpstreamAccount, _jobId: string, output: VideoOutputRef, _job: VideoJob, signal: AbortSignal): Promise<VideoContent> {
+    if (!output.url) throw new ProviderError('failed', 'the upstream gave no video address');
+    // A CDN link: signed by Kling itself, it needs (and gets) no credentials.
+    return downloadOutput(output.url, signal, { upstreamError: cdnError, expiredMessage: "the upstream's link to the video expired before it was downloaded" });
+  }
+
+  /** The task id of the task created with `externalId` on `endpoint`, if there is one. */
+  private async findByExternalId(account: UpstreamAccount, endpoint: KlingVideoEndpoint, externalId: string, signal: AbortSignal): Promise<string | undefined> {
+    const answer = await klingCall<KlingTask>(this.tokens, account, { method: 'GET', path: `/v1/videos/${endpoint}/${encodeURIComponent(externalId)}` }, signal, 'video lookup');
+    const outcome = outcomeOf(answer, 'video lookup');
+    const task = outcome.data;
+    if (!outcome.ok || task?.task_info?.external_task_id !== externalId || typeof task.task_id !== 'string') return undefined;
+    return task.task_id;
+  }
+}
+
+export function parseJobId(jobId: string): { endpoint: KlingVideoEndpoint; taskId: string } {
+  const slash = jobId.indexOf('/');
+  const endpoint = jobId.slice(0, slash) as KlingVideoEndpoint;
+  if (slash < 0 || !ENDPOINTS.includes(endpoint)) throw new ProviderError('failed', `'${jobId}' is not a Kling video job id`);
+  return { endpoint, taskId: jobId.slice(slash + 1) };
+}
+
+/** A CDN's error answer (the only one downloadOutput hands back: 5xx and 429) by its status. */
+async function cdnError(res: UpstreamResponse, what: string): Promise<ProviderError> {
+  res.discard();
+  const kind = kindOfStatus(res.status);
+  const wait = kind === 'rate_limited' ? retryAfterMs(res.headers) : undefined;
+  return new ProviderError(kind, `the upstream ${what} answered HTTP ${res.status}`, { upstreamStatus: res.status, ...(wait !== undefined && { retryAfterMs: wait }) });
+}
+
+interface JobImages {
+  first?: Base64Source;
+  last?: Base64Source;
+  references: Base64Source[];
+}
+
+/** The job's images as Kling takes them: raw base64 of a JPEG or PNG within Kling's limits. */
+async function inputsOf(job: VideoJob): Promise<JobImages> {
+  const one = (input: MediaInput, what: string) => klingImage(input, what);
+  return {
+    ...(job.firstFrame && { first: await one(job.firstFrame, 'the first frame') }),
+    ...(job.lastFrame && { last: await one(job.lastFrame, 'the last frame') }),
+    references: await Promise.all(job.referenceImages.map((r, i) => one(r, `reference image ${i + 1}`))),
+  };
+}
+
+async function klingImage(input: MediaInput, what: string): Promise<Base64Source> {
+  const { width, height } = input;
+  if (width !== null && height !== null) {
+    if (Math.min(width, height) < MIN_IMAGE_SIDE) throw new ProviderError('invalid_request', `Kling needs images of at least ${MIN_IMAGE_SIDE} px a side; ${what} is ${width}x${height}`);
+    if (Math.max(width, height) / Math.min(width, height) > MAX_IMAGE_RATIO) throw new ProviderError('invalid_request', `Kling needs images between 1:2.5 and 2.5:1; ${what} is ${width}x${height}`);
+  }
+  if (input.contentType === 'image/png' || input.contentType === 'image/jpeg') {
+    if (input.bytes > MAX_IMAGE_BYTES) throw new ProviderError('invalid_request', `Kling takes images of at most 10 MB; ${what} has ${input.bytes} bytes`);
+    return inlineBase64(input);
+  }
+  // Kling takes JPEG and PNG only: anything else is converted (read as a stream).
+  const convert = sharp().png();
+  const source = input.open();
+  source.once('error', (err) => convert.destroy(err));
+  const png = await source.pipe(convert).toBuffer();
+  if (png.length > MAX_IMAGE_BYTES) throw new ProviderError('invalid_request', `Kling takes images of at most 10 MB; ${what} converted to PNG has ${png.length} bytes`);
+  return new Base64Source(() => bufferStream(png), png.length);
+}
+
+function bufferStream(data: Buffer) {
+  return Readable.from([data]);
+}
+
+/** The endpoint's JSON body (§6.2, §6.3, §10.2). */
+function bodyOf(endpoint: KlingVideoEndpoint, name: string, mode: 'std' | 'pro' | undefined, job: VideoJob, inputs: JobImages): Record<string, unknown> {
+  const body: Record<string, unknown> = { model_name: name };
+  const omni = endpoint === 'omni-video';
+  body.prompt = omni && job.negativePrompt ? `${job.prompt}\n\nAvoid: ${job.negativePrompt}` : job.prompt;
+  if (!omni && job.negativePrompt) body.negative_prompt = job.negativePrompt;
+  if (mode) body.mode = mode;
+  body.duration = String(job.durationSeconds);
+  switch (endpoint) {
+    case 'text2video':
+      body.aspect_ratio = job.aspectRatio;
+      break;
+    case 'image2video':
+      body.image = inputs.first;
+      if (inputs.last) body.image_tail = inputs.last;
+      break;
+    case 'multi-image2video':
+      body.image_list = inputs.references.map((image) => ({ image }));
+      body.aspect_ratio = job.aspectRatio;
+      break;
+    case 'omni-video': {
+      const list: Record<string, unknown>[] = [];
+      if (inputs.first) list.push({ image_url: inputs.first, type: 'first_frame' });
+      if (inputs.last) list.push({ image_url: inputs.last, type: 'end_frame' });
+      for (const image of inputs.references) list.push({ image_url: image });
+      if (list.length > 0) body.image_list = list;
+      // With a first frame Kling takes the frame's ratio and refuses one of its own.
+      if (!inputs.first) body.aspect_ratio = job.aspectRatio;
+      break;
+    }
+  }
+  if (job.generateAudio) body.sound = 'on';
+  body.external_task_id = job.taskId;
+  return body;
+}
