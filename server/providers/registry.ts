@@ -5,6 +5,8 @@
  * Adding a provider: see docs/ARCHITECTURE.md, "How to add a provider".
  */
 import { join } from 'node:path';
+import { ArkImageProvider } from './ark/ark-image.provider.ts';
+import { ArkVideoProvider } from './ark/ark-video.provider.ts';
 import { GeminiImageProvider } from './gemini/gemini-image.provider.ts';
 import { GeminiVideoProvider } from './gemini/gemini-video.provider.ts';
 import { klingAdapters } from './kling/kling-adapters.ts';
@@ -79,6 +81,7 @@ export function createProviderRegistry(options: ProviderOptions, overrides: Part
     local: { image: new LocalImageProvider(), video: new LocalVideoProvider(join(options.mediaDir, 'tmp'), options.localRenderDelayMs) },
     openai: { video: new OpenAIVideoProvider(options.videoPollIntervalMs), image: new OpenAIImageProvider() },
     gemini: { image: new GeminiImageProvider(), video: new GeminiVideoProvider(options.videoPollIntervalMs) },
+    ark: { image: new ArkImageProvider(), video: new ArkVideoProvider(options.videoPollIntervalMs) },
     kling: klingAdapters(options.videoPollIntervalMs),
   };
   const merged = { ...builtIn };

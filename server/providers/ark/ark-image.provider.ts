@@ -1,0 +1,230 @@
+/**
+ * Provider kind `ark`, images: Seedream on ModelArk (upstream-apis.md §5.1).
+ *
+ *   POST {base}/images/generations   Authorization: Bearer <api_key>, a JSON body streamed with
+ *                                     its inputs (jsonStream): model, prompt, `size` WxH (see
+ *                                     seedream-sizes.ts), `image` (an edit's inputs as lowercase
+ *                                     data URLs: one string, or a list of up to 14),
+ *                                     `response_format: b64_json` (the images come in the answer:
+ *                                     no URL to fetch before its 24 hours run out),
+ *                                     `watermark` (false unless the member's base URL says
+ *                                     `?watermark=true`), `output_format: png` on 5.0 lite when the
+ *                                     client wants PNG or WebP, and for `n`
+ *                                     `sequential_image_generation: auto` with `max_images` (inputs
+ *                                     and outputs at most 15). There is no `n`, no `quality`, no mask.
+ *
+ * - `auto` lets the model decide how many images it makes, up to `max_images`: a short answer is
+ *   not an error while it holds an image, and the rest is asked for again until `n` are delivered.
+ * - Each image is handed over as it is read (events.image), resized and re-encoded to what the
+ *   client was promised (fitImage): the runner charges exactly the delivered images. `data[]` may
+ *   hold per-image errors beside the images (a moderation refusal skips to the next image, an
+ *   internal error stops the batch): the images are delivered, then the first error is thrown, so
+ *   the task settles with what was delivered (a streaming client gets its error event), and with no
+ *   image the error decides alone (a refusal is the client's 400, an internal error fails over).
+ * - A request that asks for partial images (`partial_images` ≥ 1, streaming clients only) is
+ *   streamed from Seedream (`stream: true`): Seedream has no previews, but its stream hands over
+ *   each image as soon as it is done (`image_generation.partial_succeeded` / `partial_failed` /
+ *   `completed`, then `[DONE]`), so the client's events follow the upstream's. Otherwise one JSON
+ *   answer. An upstream that answers JSON to a stream request is read as JSON.
+ * - A mask, which Seedream has no parameter for, goes as one more input image with an instruction
+ *   to change only its transparent area (as for Gemini); the catalog counts it as an input.
+ */
+import { Readable } from 'node:stream';
+import sharp from 'sharp';
+import { MIME, fitImage, readBounded, readMediaJson, sniff, sseMediaFrames, type MediaAnswerLimits, type MediaJson } from '../image-output.ts';
+import { Base64Source, ProviderError, jsonStream, upstreamFetch, type ImageEvents, type ImageJob, type ImageProvider, type UpstreamAccount, type UpstreamResponse } from '../kit.ts';
+import { arkError, arkErrorOf, type ArkErrorBody } from './ark-errors.ts';
+import { arkAuth, arkEndpoint, arkUrl } from './ark-endpoint.ts';
+import { seedreamSize, seedreamVersion } from './seedream-sizes.ts';
+
+/** How long one call may take, its answer included: Ark's SDK waits 600 s, a batch takes minutes. */
+export const ARK_IMAGE_TIMEOUT_MS = 600_000;
+/** Input images plus images asked for, per call (§5.1). */
+const MAX_PER_CALL = 15;
+const LIMITS: MediaAnswerLimits = { maxBytes: 512 * 1024 * 1024, maxMediaBytes: 512 * 1024 * 1024, maxOtherBytes: 1024 * 1024 };
+const FRAME_LIMITS: MediaAnswerLimits = { maxBytes: 512 * 1024 * 1024, maxMediaBytes: 96 * 1024 * 1024, maxOtherBytes: 1024 * 1024 };
+const MAX_URL_IMAGE_BYTES = 64 * 1024 * 1024;
+const ANSWER_IMAGES = { base64Paths: new Set(['data[].b64_json']) };
+const FRAME_IMAGE = { base64Paths: new Set(['b64_json']) };
+
+const MASK_INSTRUCTION =
+  'The last image is a mask for the first image: change only the area where the mask is transparent and keep everything else exactly as it is.';
+
+/** One image of an answer: its bytes, or the URL it is at; or the error that came instead. */
+type Image = { bytes: Buffer } | { url: string };
+type Item = Image | { error: ArkErrorBody };
+
+/** What one call delivered, and the first per-image error (or broken stream) it met. */
+interface CallOutcome {
+  delivered: number;
+  error?: ProviderError;
+}
+
+export class ArkImageProvider implements ImageProvider {
+  constructor(private readonly timeoutMs = ARK_IMAGE_TIMEOUT_MS) {}
+
+  async generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void> {
+    const what = job.operation === 'edit' ? 'image edit' : 'image generation';
+    const version = seedreamVersion(job.model);
+    const p = job.params;
+    const inputs = await inputImages(job);
+    if (inputs.length >= MAX_PER_CALL) throw new ProviderError('invalid_request', `Seedream takes at most ${MAX_PER_CALL - 1} input images`);
+    const stream = p.partialImages > 0;
+    const fields: Record<string, unknown> = {
+      model: job.model,
+      prompt: job.mask ? `${job.prompt}\n\n${MASK_INSTRUCTION}` : job.prompt,
+      size: seedreamSize(version, p.width, p.height, p.aspectRatio),
+      response_format: 'b64_json',
+      watermark: arkEndpoint(account).watermark,
+      ...(inputs.length > 0 && { image: inputs.length === 1 ? inputs[0] : inputs }),
+      ...(version.png && (p.outputFormat === 'png' || p.outputFormat === 'webp') && { output_format: 'png' }),
+      ...(stream && { stream: true }),
+    };
+    const delivered = { count: 0 };
+    while (delivered.count < job.n) {
+      signal.throwIfAborted();
+      const wanted = Math.min(job.n - delivered.count, MAX_PER_CALL - inputs.length);
+      const sequential = wanted > 1 ? { sequential_image_generation: 'auto', sequential_image_generation_options: { max_images: wanted } } : { sequential_image_generation: 'disabled' };
+      const { body, length } = jsonStream({ ...fields, ...sequential });
+      const res = await upstreamFetch(
+        arkUrl(account, '/images/generations'),
+        { method: 'POST', headers: { ...arkAuth(account), 'content-type': 'application/json', 'content-length': String(length) }, body, redirect: 'manual', timeoutMs: this.timeoutMs },
+        signal,
+        what,
+      );
+      if (!res.ok) throw await arkError(res, what);
+      const deliver = (image: Image) => this.deliver(image, job, delivered, signal, events, what);
+      const outcome = /text\/event-stream/i.test(res.headers.get('content-type') ?? '') ? await readStream(res, deliver, signal, what) : await readAnswer(res, deliver, signal, what);
+      // Delivered images are the client's (and charged); the first per-image error ends the task there.
+      if (outcome.error) throw outcome.error;
+      if (outcome.delivered === 0) throw new ProviderError('retryable', `the upstream ${what} answered no image`);
+    }
+  }
+
+  /** Hands one image of an answer to the client, as promised (an image past `n` is dropped). */
+  private async deliver(image: Image, job: ImageJob, delivered: { count: number }, signal: AbortSignal, events: ImageEvents, what: string): Promise<void> {
+    const data = 'bytes' in image ? image.bytes : await fetchImage(image.url, signal, what);
+    if (delivered.count >= job.n) return;
+    const index = delivered.count++;
+    await events.image(index, { image: await fitImage(data, job.params) });
+  }
+}
+
+/**
+ * The edit's inputs (and the mask, as the last one) as data URLs streamed into the body. Formats
+ * Seedream takes go as they are; anything else (a format the sniffer does not know) as PNG.
+ */
+async function inputImages(job: ImageJob): Promise<Base64Source[]> {
+  const all = [...job.inputs, ...(job.mask ? [job.mask] : [])];
+  return Promise.all(
+    all.map(async (data, i) => {
+      const format = sniff(data);
+      let type = format ? MIME[format] : data.subarray(0, 4).toString('latin1') === 'GIF8' ? 'image/gif' : undefined;
+      if (!type) {
+        try {
+          data = await sharp(data).png().toBuffer();
+        } catch (err) {
+          throw new ProviderError('invalid_request', `input image ${i + 1} is not an image the upstream can take`, { cause: err });
+        }
+        type = 'image/png';
+      }
+      const bytes = data;
+      return new Base64Source(() => Readable.from([bytes]), bytes.length, `data:${type};base64,`);
+    }),
+  );
+}
+
+interface ImagesAnswer {
+  data?: unknown;
+  error?: ArkErrorBody;
+}
+
+/** A JSON answer (§5.1): `data[]` of images and per-image errors, its images decoded as they arrive. */
+async function readAnswer(res: UpstreamResponse, deliver: (image: Image) => Promise<void>, signal: AbortSignal, what: string): Promise<CallOutcome> {
+  const answer = await readMediaJson(res, ANSWER_IMAGES, LIMITS, signal, what);
+  const body = parse<ImagesAnswer>(answer.text, what);
+  if (!Array.isArray(body.data)) {
+    if (body.error) throw arkErrorOf(body.error, what);
+    throw new ProviderError('retryable', `the upstream ${what} answered without a data list`);
+  }
+  const outcome: CallOutcome = { delivered: 0 };
+  for (const raw of body.data as unknown[]) await take(itemOf(raw, answer, what), outcome, deliver, what);
+  return outcome;
+}
+
+interface StreamEvent {
+  type?: unknown;
+  error?: ArkErrorBody;
+}
+
+/**
+ * A streamed answer (§5.1): each `partial_succeeded` image is delivered as its frame arrives, each
+ * `partial_failed` remembered, `completed` (which may carry an error of its own) ends the images and
+ * `[DONE]` the stream. A frame that is an `error` event is the call's failure; a stream that ends
+ * before `completed` broke off.
+ */
+async function readStream(res: UpstreamResponse, deliver: (image: Image) => Promise<void>, signal: AbortSignal, what: string): Promise<CallOutcome> {
+  const outcome: CallOutcome = { delivered: 0 };
+  let completed = false;
+  for await (const frame of sseMediaFrames(res, FRAME_IMAGE, FRAME_LIMITS, signal, what)) {
+    if (frame.text.trim() === '[DONE]') break;
+    const event = parse<StreamEvent>(frame.text, what);
+    const type = typeof event.type === 'string' ? event.type : (frame.event ?? '');
+    if (type.endsWith('.partial_succeeded') || type.endsWith('.partial_failed')) {
+      await take(itemOf(event, frame, what), outcome, deliver, what);
+    } else if (type.endsWith('.completed')) {
+      completed = true;
+      if (event.error) outcome.error ??= arkErrorOf(event.error, what);
+    } else if (frame.event === 'error' || type === 'error' || event.error) {
+      throw arkErrorOf(event.error ?? (event as ArkErrorBody), what);
+    }
+  }
+  if (!completed) outcome.error ??= new ProviderError('retryable', `the upstream ${what} stream ended before it was complete`);
+  return outcome;
+}
+
+/** Delivers an image of the answer, or keeps the first per-image error. */
+async function take(item: Item, outcome: CallOutcome, deliver: (image: Image) => Promise<void>, what: string): Promise<void> {
+  if ('error' in item) {
+    outcome.error ??= arkErrorOf(item.error, what);
+    return;
+  }
+  await deliver(item);
+  outcome.delivered++;
+}
+
+/** One `data[]` item or stream event as an image, a URL or an error. */
+function itemOf(raw: unknown, answer: MediaJson, what: string): Item {
+  const item = (typeof raw === 'object' && raw !== null ? raw : {}) as { b64_json?: unknown; url?: unknown; error?: ArkErrorBody };
+  if (item.error) return { error: item.error };
+  if (typeof item.b64_json === 'string') {
+    // A string the scanner did not decode (a path it does not know) is still base64.
+    return { bytes: answer.media.get(item.b64_json) ?? Buffer.from(item.b64_json, 'base64') };
+  }
+  if (typeof item.url === 'string' && item.url !== '') return { url: item.url };
+  throw new ProviderError('retryable', `the upstream ${what} answered an image without data`);
+}
+
+function parse<T>(text: string, what: string): T {
+  try {
+    const value = JSON.parse(text) as unknown;
+    return (typeof value === 'object' && value !== null ? value : {}) as T;
+  } catch {
+    throw new ProviderError('retryable', `the upstream ${what} answered something other than JSON`);
+  }
+}
+
+/**
+ * An image answered as a URL (a relay that ignores `response_format`): signed object storage, so
+ * the member's key is not sent. A link that no longer works is the upstream's final word.
+ */
+async function fetchImage(url: string, signal: AbortSignal, what: string): Promise<Buffer> {
+  if (!/^https?:\/\//i.test(url)) throw new ProviderError('retryable', `the upstream ${what} answered an image URL that cannot be fetched`);
+  const res = await upstreamFetch(url, { headers: { Accept: 'image/*' } }, signal, 'image download');
+  if (!res.ok) {
+    res.discard();
+    const gone = res.status === 403 || res.status === 404 || res.status === 410;
+    throw new ProviderError(gone ? 'failed' : 'retryable', `the upstream's image link answered HTTP ${res.status}`, { upstreamStatus: res.status });
+  }
+  return readBounded(res, MAX_URL_IMAGE_BYTES, signal, 'image download');
+}

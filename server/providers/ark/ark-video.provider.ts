@@ -1,0 +1,171 @@
+/**
+ * Provider kind `ark`, videos: Seedance tasks on ModelArk (upstream-apis.md §5.2, §10.3).
+ *
+ *   submit    POST {base}/contents/generations/tasks, a JSON body streamed with its inputs: model,
+ *             `content[]` — the prompt as `{type: text}`, then the frames as `{type: image_url,
+ *             image_url: {url: <data URL>}, role: first_frame | last_frame}` or the reference images
+ *             with `role: reference_image` — and `resolution`, `ratio`, an integer `duration`,
+ *             `generate_audio` (ignored before 1.5 pro), `watermark` (false unless the member's
+ *             base URL says `?watermark=true`). No `seed` or `camera_fixed` (the contract has
+ *             neither: the upstream draws a seed, the camera moves). Ark documents no idempotency
+ *             key: a resubmit after a crash is the runner's intent marker's business. → `cgt-…`
+ *   poll      GET {base}/contents/generations/tasks/{id}: queued | running → running; succeeded →
+ *             `content.video_url`; failed (with `error {code, message}`), expired (its
+ *             `execution_expires_after` ran out in the queue), cancelled → failed
+ *   download  the `video_url` (signed object storage, another host: the key is not sent), streamed;
+ *             it lives 24 hours, and a link that is gone fails the task (refunded)
+ *   cancel    DELETE {base}/contents/generations/tasks/{id}. Ark cancels only `queued` tasks; a
+ *             `running` one cannot be stopped and runs to its end upstream (its result is never
+ *             collected): Ark's refusal is reported as a permanent failure of the cancel, which the
+ *             runner logs. A task that already ended has its record deleted; one Ark no longer knows
+ *             is nothing to cancel.
+ *
+ * What each model takes (durations, resolutions, frames, reference images, audio) is in its catalog
+ * definition, so creation refuses the rest before anything is charged; `check` refuses what no
+ * Seedance model can express. The few rules a definition cannot state (lite i2v needs an image and
+ * takes no 1080p with reference images) are checked here before the call.
+ */
+import {
+  ProviderError,
+  dataUrl,
+  downloadOutput,
+  jobStatus,
+  jsonStream,
+  kindOfCode,
+  readJson,
+  sanitizeMessage,
+  shapeOf,
+  upstreamFetch,
+  type UpstreamAccount,
+  type VideoContent,
+  type VideoJob,
+  type VideoOutputRef,
+  type VideoProvider,
+  type VideoShape,
+  type VideoStatus,
+} from '../kit.ts';
+import { ARK_CODES, arkError, type ArkErrorBody } from './ark-errors.ts';
+import { arkAuth, arkEndpoint, arkOrigin, arkUrl } from './ark-endpoint.ts';
+
+/** Seedance tasks take half a minute to several minutes. */
+export const SEEDANCE_POLL_MS = 10_000;
+const RATIOS = ['16:9', '4:3', '1:1', '3:4', '9:16', '21:9'];
+const RESOLUTIONS = ['480p', '720p', '1080p'];
+/** 1.0 starts at 2 s, 2.0 ends at 15 s. */
+const DURATIONS = { min: 2, max: 15 };
+/** 2.0 takes up to 9 reference images, 1.0 lite i2v up to 4. */
+const MAX_REFERENCE_IMAGES = 9;
+
+const status = jobStatus({ running: ['queued', 'running'], succeeded: ['succeeded'], failed: ['failed', 'expired', 'cancelled'] }, 'Seedance task');
+
+interface SeedanceTask {
+  id?: unknown;
+  status?: unknown;
+  content?: { video_url?: unknown } | null;
+  error?: ArkErrorBody | null;
+}
+
+export class ArkVideoProvider implements VideoProvider {
+  constructor(readonly pollIntervalMs = SEEDANCE_POLL_MS) {}
+
+  check(shape: VideoShape): string | undefined {
+    if (!RATIOS.includes(shape.aspectRatio)) return `aspect ratios ${RATIOS.join(', ')} only`;
+    if (!RESOLUTIONS.includes(shape.resolution)) return `resolutions ${RESOLUTIONS.join(', ')} only`;
+    if (shape.durationSeconds < DURATIONS.min || shape.durationSeconds > DURATIONS.max) return `durations of ${DURATIONS.min} to ${DURATIONS.max} seconds only`;
+    if (shape.hasNegativePrompt) return 'no negative prompt';
+    if (shape.referenceVideos > 0 || shape.referenceAudios > 0) return 'no reference videos or audios';
+    if (shape.referenceImages > MAX_REFERENCE_IMAGES) return `at most ${MAX_REFERENCE_IMAGES} reference images`;
+    if (shape.hasLastFrame && !shape.hasFirstFrame) return 'a last frame only together with a first frame';
+    if (shape.referenceImages > 0 && shape.hasFirstFrame) return 'frames or reference images, not both';
+    return undefined;
+  }
+
+  async submit(account: UpstreamAccount, job: VideoJob, signal: AbortSignal): Promise<string> {
+    const unsupported = this.check(shapeOf(job)) ?? modelRule(job);
+    if (unsupported) throw new ProviderError('invalid_request', `Seedance accepts ${unsupported}`);
+    const content: unknown[] = [{ type: 'text', text: job.prompt }];
+    const image = (input: NonNullable<VideoJob['firstFrame']>, role: string) => ({ type: 'image_url', image_url: { url: dataUrl(input) }, role });
+    if (job.firstFrame) content.push(image(job.firstFrame, 'first_frame'));
+    if (job.lastFrame) content.push(image(job.lastFrame, 'last_frame'));
+    for (const reference of job.referenceImages) content.push(image(reference, 'reference_image'));
+    const { body, length } = jsonStream({
+      model: job.model,
+      content,
+      resolution: job.resolution,
+      ratio: job.aspectRatio,
+      duration: job.durationSeconds,
+      generate_audio: job.generateAudio,
+      watermark: arkEndpoint(account).watermark,
+    });
+    const res = await upstreamFetch(
+      arkUrl(account, '/contents/generations/tasks'),
+      { method: 'POST', headers: { ...arkAuth(account), 'content-type': 'application/json', 'content-length': String(length) }, body, redirect: 'manual' },
+      signal,
+      'video submit',
+    );
+    if (!res.ok) throw await arkError(res, 'video submit');
+    const created = (await readJson(res)) as { id?: unknown } | undefined;
+    if (typeof created?.id !== 'string' || created.id === '') throw new ProviderError('retryable', 'the upstream accepted the video task without returning its id');
+    return created.id;
+  }
+
+  async poll(account: UpstreamAccount, taskId: string, _job: VideoJob, signal: AbortSignal): Promise<VideoStatus> {
+    const res = await upstreamFetch(arkUrl(account, `/contents/generations/tasks/${encodeURIComponent(taskId)}`), { headers: arkAuth(account) }, signal, 'video status');
+    if (res.status === 404) {
+      res.discard();
+      return { state: 'failed', error: new ProviderError('failed', 'the upstream no longer has this video task (records are kept 7 days)', { upstreamStatus: 404 }) };
+    }
+    if (!res.ok) throw await arkError(res, 'video status');
+    const task = (await readJson(res)) as SeedanceTask | undefined;
+    if (task === undefined) throw new ProviderError('retryable', 'the upstream answered a video status that is not JSON');
+    const state = status(task.status);
+    if (state === 'running') return { state };
+    if (state === 'failed') return { state, error: failureOf(task) };
+    const url = task.content?.video_url;
+    if (typeof url === 'string' && url !== '') return { state, output: { url } };
+    return { state: 'failed', error: new ProviderError('failed', 'the upstream finished the video task without a video (its link is kept 24 hours)') };
+  }
+
+  async download(account: UpstreamAccount, _taskId: string, output: VideoOutputRef, _job: VideoJob, signal: AbortSignal): Promise<VideoContent> {
+    if (!output.url) throw new ProviderError('failed', 'the upstream gave no video address');
+    return downloadOutput(output.url, signal, {
+      authHeaders: arkAuth(account),
+      authOrigin: arkOrigin(account),
+      upstreamError: arkError,
+      expiredMessage: "the upstream's link to the video expired before it was downloaded (Seedance keeps videos 24 hours)",
+    });
+  }
+
+  async cancel(account: UpstreamAccount, taskId: string, signal: AbortSignal): Promise<void> {
+    const res = await upstreamFetch(arkUrl(account, `/contents/generations/tasks/${encodeURIComponent(taskId)}`), { method: 'DELETE', headers: arkAuth(account) }, signal, 'video cancel');
+    if (res.ok || res.status === 404) {
+      res.discard();
+      return;
+    }
+    const err = await arkError(res, 'video cancel');
+    if (err.kind !== 'invalid_request') throw err;
+    // Refused for the task's state: it is running (Ark cancels queued tasks only) and will finish upstream.
+    throw new ProviderError('failed', `the upstream cannot cancel a running Seedance task; it runs to its end (${err.message})`, { upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode });
+  }
+}
+
+/** Why a finished task failed: its error code's kind (a refusal under the content policy, a bad input) or the upstream's failure. */
+function failureOf(task: SeedanceTask): ProviderError {
+  if (task.status === 'expired') return new ProviderError('failed', 'the upstream task expired in its queue before it ran', { upstreamCode: 'expired' });
+  if (task.status === 'cancelled') return new ProviderError('failed', 'the upstream task was cancelled', { upstreamCode: 'cancelled' });
+  const code = typeof task.error?.code === 'string' ? task.error.code : undefined;
+  const kind = kindOfCode(ARK_CODES, code);
+  const message = sanitizeMessage(task.error?.message, 'the upstream reported the video task as failed');
+  return new ProviderError(kind === 'policy' || kind === 'invalid_request' ? kind : 'failed', message, { upstreamCode: code });
+}
+
+/** Rules of one model that its catalog definition cannot state, by the upstream's id (without `doubao-`/`dreamina-`). */
+function modelRule(job: VideoJob): string | undefined {
+  const id = job.model.replace(/^(doubao|dreamina)-/, '');
+  const images = (job.firstFrame ? 1 : 0) + job.referenceImages.length;
+  if (id.startsWith('seedance-1-0-lite-i2v')) {
+    if (images === 0) return 'a first frame or reference images on its image-to-video model';
+    if (job.referenceImages.length > 0 && job.resolution === '1080p') return 'no 1080p with reference images on its lite model';
+  }
+  return undefined;
+}
