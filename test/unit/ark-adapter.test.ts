@@ -1,0 +1,99 @@
+/**
+ * The `ark` adapters' own rules that need no upstream: the size each Seedream version is asked for
+ * (every size the shipped definitions offer, the official tables, custom ratios) and Ark's error
+ * codes as kinds (upstream-apis.md §5.3, §10.3).
+ */
+import { describe, expect, it } from 'vitest';
+import { loadCatalogDefinitions } from '../../server/catalog/catalog-definitions.ts';
+import { arkErrorOf } from '../../server/providers/ark/ark-errors.ts';
+import { seedreamSize, seedreamVersion } from '../../server/providers/ark/seedream-sizes.ts';
+import { SIZE_TABLES } from '../../server/services/image/image-size.ts';
+
+const dims = (size: string) => size.split('x').map(Number) as [number, number];
+
+describe('Seedream sizes', () => {
+  const shipped = loadCatalogDefinitions().filter((d) => d.provider === 'ark' && d.model.kind === 'image');
+
+  it('ships Seedream 4.0, 4.5 and 5.0 lite', () => {
+    expect(shipped.map((d) => d.upstreamModel).sort()).toEqual(['seedream-4-0-250828', 'seedream-4-5-251128', 'seedream-5-0-260128']);
+  });
+
+  it.each(shipped.map((d) => [d.id, d] as const))('%s: every offered size is asked for as a size the version takes, in the same ratio, never smaller', (_id, def) => {
+    const version = seedreamVersion(def.upstreamModel);
+    const caps = def.model.image!;
+    for (const resolution of caps.resolutions) {
+      for (const ratio of caps.aspect_ratios) {
+        const { width, height } = SIZE_TABLES.reference[resolution]![ratio]!;
+        const [w, h] = dims(seedreamSize(version, width, height, ratio));
+        const at = `${resolution} ${ratio}: ${w}x${h}`;
+        expect(w * h, at).toBeGreaterThanOrEqual(version.minPixels);
+        expect(w * h, at).toBeLessThanOrEqual(version.maxPixels);
+        expect(w * h, at).toBeGreaterThanOrEqual(width * height);
+        // Resized to the promised size afterwards: at most a sliver is cropped.
+        expect(Math.abs(Math.log(w / h) - Math.log(width / height)), at).toBeLessThan(0.02);
+      }
+    }
+  });
+
+  it('asks for the promised size when the version takes it, else the official size of the ratio at the smallest tier large enough', () => {
+    const v40 = seedreamVersion('seedream-4-0-250828');
+    const v45 = seedreamVersion('doubao-seedream-4-5-251128');
+    const v50 = seedreamVersion('seedream-5-0-260128');
+    expect(seedreamSize(v40, 2048, 1152, '16:9')).toBe('2048x1152');
+    // 1248x528 is under 4.0's 921,600 pixels: its 1K 21:9.
+    expect(seedreamSize(v40, 1248, 528, '21:9')).toBe('1512x648');
+    // 2048x1152 is under 4.5's 3,686,400: its 2K 16:9; 4:3 is landscape (the doc's swapped rows put right).
+    expect(seedreamSize(v45, 2048, 1152, '16:9')).toBe('2848x1600');
+    expect(seedreamSize(v45, 2048, 1536, '4:3')).toBe('2304x1728');
+    expect(seedreamSize(v45, 1248, 832, '3:2')).toBe('2496x1664');
+    // Every 4K size of the table is within 5.0 lite's range: exact.
+    expect(seedreamSize(v50, 3840, 2160, '16:9')).toBe('3840x2160');
+  });
+
+  it('scales a custom ratio no table has into the version\'s range, keeping the ratio', () => {
+    const v45 = seedreamVersion('seedream-4-5-251128');
+    const [w, h] = dims(seedreamSize(v45, 1024, 640, '8:5'));
+    expect(w * h).toBeGreaterThanOrEqual(v45.minPixels);
+    expect(w / h).toBeCloseTo(1.6, 2);
+  });
+
+  it('treats an endpoint id or an unknown model as what every version takes', () => {
+    const common = seedreamVersion('ep-20260101123456-abcde');
+    expect([common.minPixels, common.maxPixels, common.png]).toEqual([3_686_400, 10_404_496, false]);
+    expect(seedreamSize(common, 2048, 1152, '16:9')).toBe('2848x1600');
+    expect(seedreamVersion('seedream-5-0-pro-260628')).toBe(common);
+  });
+});
+
+describe('Ark error codes', () => {
+  const kind = (code: string, status?: number, param = '') => arkErrorOf({ code, message: `${code} happened. Request id: 0217x`, param }, 'video submit', { ...(status !== undefined && { status }) }).kind;
+
+  it('classifies by code before status', () => {
+    expect(kind('ModelNotOpen', 404)).toBe('model_not_open');
+    expect(kind('InvalidEndpointOrModel.NotFound', 404)).toBe('misconfigured');
+    expect(kind('UnsupportedModel', 404)).toBe('misconfigured');
+    expect(kind('AccountOverdueError', 403)).toBe('account_disabled');
+    expect(kind('OperationDenied.ServiceOverdue', 403)).toBe('account_disabled');
+    expect(kind('AccessDenied', 403)).toBe('auth');
+    expect(kind('RateLimitExceeded.EndpointRPMExceeded', 429)).toBe('rate_limited');
+    expect(kind('ModelAccountIpmRateLimitExceeded', 429)).toBe('rate_limited');
+    expect(kind('ServerOverloaded', 429)).toBe('rate_limited');
+    expect(kind('QuotaExceeded', 429)).toBe('quota_exhausted');
+    expect(kind('OutputImageSensitiveContentDetected')).toBe('policy');
+    expect(kind('InputImageSensitiveContentDetected.PrivacyInformation', 400)).toBe('policy');
+    expect(kind('InvalidParameter', 400)).toBe('invalid_request');
+    expect(kind('InternalServiceError', 500)).toBe('retryable');
+    // A refused model parameter is the member's model map, not the client's request.
+    expect(kind('InvalidParameter', 400, 'model')).toBe('misconfigured');
+    // An unknown code falls back to the status; without a status it is worth another try.
+    expect(kind('SomethingNew', 403)).toBe('auth');
+    expect(kind('SomethingNew')).toBe('retryable');
+  });
+
+  it('keeps a rate limit without Retry-After without a wait (the pool\'s backoff applies), and never quotes what an auth failure said', () => {
+    const limited = arkErrorOf({ code: 'RateLimitExceeded.EndpointRPMExceeded', message: 'too fast' }, 'video submit', { status: 429, headers: { get: () => null } });
+    expect([limited.kind, limited.retryAfterMs, limited.upstreamCode]).toEqual(['rate_limited', undefined, 'RateLimitExceeded.EndpointRPMExceeded']);
+    const auth = arkErrorOf({ code: 'AuthenticationError', message: 'the API key sk-abcdef0123456789 is invalid' }, 'video submit', { status: 401 });
+    expect(auth.message).toBe("the upstream refused the account's credentials (HTTP 401 AuthenticationError)");
+  });
+});
