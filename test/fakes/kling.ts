@@ -151,6 +151,8 @@ export interface KlingFake extends FakeServer {
   errorNext(route: KlingRoute, code: number, opts?: { status?: number; message?: string }): void;
   /** The task's output links answer 403 from now on (expired). */
   expire(taskId: string): void;
+  /** The next request of `route` is carried out at once but answered `ms` later (a slow network: the caller may give up first). */
+  delayAnswerNext(route: KlingRoute, ms: number): void;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -300,6 +302,11 @@ export async function startKlingFake(options: KlingFakeOptions = {}): Promise<Kl
   const authRefusals: { code: number; at: number }[] = [];
   const counts: Record<KlingRoute, number> = { submit: 0, poll: 0, 'image-submit': 0, 'image-poll': 0, cdn: 0 };
   let seq = 0;
+  const answerDelays = new Map<KlingRoute, number[]>();
+  const answerDelay = async (route: KlingRoute) => {
+    const ms = answerDelays.get(route)?.shift();
+    if (ms) await new Promise((r) => setTimeout(r, ms));
+  };
 
   const sign = (file: string, expires: number) => createHmac('sha256', signKey).update(`${file}:${expires}`).digest('hex').slice(0, 32);
 
@@ -374,10 +381,16 @@ export async function startKlingFake(options: KlingFakeOptions = {}): Promise<Kl
       const fault = self.faults.take(route.name);
       if (await applyFault(res, fault)) return;
       switch (route.name) {
-        case 'submit':
-          return ok(res, await createVideo(recorded, accessKey, route.endpoint!));
-        case 'image-submit':
-          return ok(res, await createImages(recorded, accessKey));
+        case 'submit': {
+          const data = await createVideo(recorded, accessKey, route.endpoint!);
+          await answerDelay(route.name);
+          return ok(res, data);
+        }
+        case 'image-submit': {
+          const data = await createImages(recorded, accessKey);
+          await answerDelay(route.name);
+          return ok(res, data);
+        }
         case 'poll':
         case 'image-poll':
           return query(res, recorded, accessKey, route.endpoint ?? 'images', route.id);
@@ -640,6 +653,9 @@ export async function startKlingFake(options: KlingFakeOptions = {}): Promise<Kl
     expire(taskId: string) {
       const task = tasks.get(taskId);
       if (task) task.expired = true;
+    },
+    delayAnswerNext(route: KlingRoute, ms: number) {
+      answerDelays.set(route, [...(answerDelays.get(route) ?? []), ms]);
     },
   });
   // CDN faults go to the CDN's own queue.

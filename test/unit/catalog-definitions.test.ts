@@ -10,6 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { checkBody } from '../../scripts/admin/contract.ts';
 import { findCatalogDefinition, loadCatalogDefinitions, type CatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
 import { geminiAspectRatio } from '../../server/providers/gemini/gemini-image.provider.ts';
+import { klingImageRatio } from '../../server/providers/kling/kling-image.provider.ts';
 import { upstreamImageSize } from '../../server/providers/openai/openai-image.provider.ts';
 import { createProviderRegistry } from '../../server/providers/registry.ts';
 import type { VideoShape } from '../../server/providers/types.ts';
@@ -82,6 +83,17 @@ describe('shipped catalog definitions', () => {
       for (const ratio of caps.aspect_ratios) {
         const { width, height } = table[resolution]![ratio]!;
         expect(geminiAspectRatio(def.upstreamModel, ratio, width, height), `${resolution} ${ratio}`).toBe(ratio);
+      }
+    }
+  });
+
+  it.each(image.filter((d) => d.provider === 'kling').map((d) => [d.id, d] as const))('%s asks Kling for the very ratios it offers', (_id, def) => {
+    const caps = def.model.image!;
+    expect(caps.size_table ?? 'reference').toBe('reference');
+    for (const resolution of caps.resolutions) {
+      for (const ratio of caps.aspect_ratios) {
+        const { width, height } = SIZE_TABLES.reference[resolution]![ratio]!;
+        expect(klingImageRatio(ratio, width, height), `${resolution} ${ratio}`).toBe(ratio);
       }
     }
   });
