@@ -58,8 +58,13 @@
  * `durationFor`), then by prompt: `kling-risk` → failed under risk control, `kling-fail` →
  * failed, else `succeed` with `task_result.videos[0] {id, url, duration}` (or images for image
  * tasks, real PNGs of the asked ratio: ASSUMPTION: pixel sizes, Kling publishes none; 1k ≈ 1 MP,
- * 2k ≈ 4 MP). Callbacks are not sent (the adapter polls). Decisions the documents leave open are
- * marked `ASSUMPTION:`.
+ * 2k ≈ 4 MP). Callbacks are not sent (the adapter polls).
+ *
+ * Faults per route (`submit`, `poll`, `image-submit`, `image-poll`, `cdn`) through
+ * `faults.push(route, fault)` (checked after auth), `rateLimitNext`, `serverErrorNext`, `errorNext`;
+ * `delayAnswerNext(route, ms)` carries a create out at once and answers it late (a caller that gives
+ * up meanwhile). Logs: `tasks` (with each create body, images described), `tokens`, `authRefusals`,
+ * `counts`. Decisions the documents leave open are marked `ASSUMPTION:`.
  */
 import { createHash, createHmac, randomBytes, randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';

@@ -285,7 +285,7 @@ describe('kling wire format', () => {
 
     const refs = await provider.submit(account(), job({ model: 'kling-v3-omni-std', referenceImages: await Promise.all([frame(), frame(), frame()]) }), never);
     expect(taskOf(refs)!.imageList.map((i) => i.type)).toEqual([undefined, undefined, undefined]);
-    expect(taskOf(refs)!.aspectRatio).toBe('16:9');
+    expect(taskOf(refs)!).toMatchObject({ aspectRatio: '16:9', sound: 'off', mode: 'std' });
   });
 
   it('refuses before any call what Kling 2.6 cannot render: a last frame with audio', async () => {

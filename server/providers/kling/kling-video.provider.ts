@@ -15,7 +15,8 @@
  *
  * Every body has `model_name`, `prompt`, `negative_prompt` (but omni), `duration` as a STRING,
  * `mode` and `external_task_id` = the task id, and `sound: "on"` when audio is asked for (the
- * catalog offers audio only on models that have it; Kling's default is off). Images go as raw
+ * catalog offers audio only on models that have it; Kling's default is off; omni-video always gets
+ * `sound`, `on` or `off`). Images go as raw
  * base64 WITHOUT a `data:` prefix, streamed into the body (`inlineBase64`, `jsonStream`); a WebP
  * input (Kling takes JPEG and PNG) is converted to PNG first.
  *
@@ -276,7 +277,10 @@ function bodyOf(endpoint: KlingVideoEndpoint, name: string, mode: 'std' | 'pro' 
       break;
     }
   }
-  if (job.generateAudio) body.sound = 'on';
+  // Omni takes `sound` with every request (ComfyUI's omni requests always carry it): said either
+  // way there; elsewhere only `on`, which 2.6+ models take (Kling's default is off).
+  if (omni) body.sound = job.generateAudio ? 'on' : 'off';
+  else if (job.generateAudio) body.sound = 'on';
   body.external_task_id = job.taskId;
   return body;
 }
