@@ -29,7 +29,6 @@ import {
   ProviderError,
   dataUrl,
   downloadOutput,
-  jobStatus,
   jsonStream,
   kindOfCode,
   readJson,
@@ -44,6 +43,9 @@ import {
   type VideoShape,
   type VideoStatus,
 } from '../kit.ts';
+// Called as this module loads: imported from its own file, since kit.ts is still loading when the
+// registry (which upstream-http.ts imports) loads this adapter.
+import { jobStatus } from '../kit/job-status.ts';
 import { ARK_CODES, arkError, type ArkErrorBody } from './ark-errors.ts';
 import { arkAuth, arkEndpoint, arkOrigin, arkUrl } from './ark-endpoint.ts';
 
