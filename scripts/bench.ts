@@ -11,6 +11,7 @@ import { openBenchDatabase, seedCustomer, type Customer } from './bench/database
 import { runBigBodies, runBigTask } from './bench/big-bodies.ts';
 import { runInflight } from './bench/inflight.ts';
 import { runProxy } from './bench/proxy.ts';
+import { reportRenderSoak, runRenderSoak } from './bench/render-soak.ts';
 import { buildServer } from './bench/server-command.ts';
 import { compareHolds } from './bench/hold.ts';
 import { runLoad, type LoadSpec } from './bench/load.ts';
@@ -18,7 +19,7 @@ import { formatQueryCounts, installQueryCounter, queryCounts, resetQueryCounts }
 import { SUMMARY_HEADER, summaryRow, table, type Summary } from './bench/stats.ts';
 import { createDatabase } from '../server/db/database.ts';
 
-const SCENARIOS = ['poll', 'models', 'credits', 'create', 'hold', 'baseline', 'bigbody', 'inflight', 'proxy'] as const;
+const SCENARIOS = ['poll', 'models', 'credits', 'create', 'hold', 'baseline', 'bigbody', 'inflight', 'proxy', 'render-soak'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 const DESCRIPTIONS: Record<Scenario, string> = {
   poll: 'GET /v1/videos/{id} of an existing task',
@@ -30,9 +31,10 @@ const DESCRIPTIONS: Record<Scenario, string> = {
   inflight: 'N video tasks on one server process against a fake OpenAI /v1/videos upstream: jobs in flight, detection delay, SQL per poll step, RSS, CPU',
   bigbody: 'POST /v1/videos/generations with 512 MiB of reference images, 4 concurrent 128 MiB ones and 6 concurrent 60 MiB ones on a server process: peak RSS growth and wall time vs writing the bytes to disk; time to refuse a body one byte over the limit; then a Veo task with 512 MiB of reference images run to completion against an upstream that reads the whole body: server peak RSS growth (target <= 64 MiB)',
   proxy: 'synchronous POST /v1/images/generations through a server process vs straight to the fake OpenAI Images upstream, at concurrency 1 and --connections: added latency, throughput ratio, time to the first partial image, peak RSS with n=4 4K PNG results',
+  'render-soak': 'local videos rendered at --rate per second (a mix of the local models\' shapes, through the local provider) in a process of their own: its RSS drift after the warm-up (target within ±10%) and open descriptors',
 };
 /** Scenarios that run only when named (long, or a server process of their own). */
-const ON_DEMAND: readonly Scenario[] = ['bigbody', 'inflight', 'proxy'];
+const ON_DEMAND: readonly Scenario[] = ['bigbody', 'inflight', 'proxy', 'render-soak'];
 /** Upper bound on measured operations per scenario (each run is also bounded by --duration). */
 const MAX_OPS = 1_000_000;
 
@@ -56,6 +58,10 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
   proxy: --duration is per side and concurrency level, in two ABBA halves (default 10), --connections
   the high level (the low one is 1) and the memory run's concurrency, --warmup per side before the
   first window.
+  --rate         render-soak: renders per second asked for (default 30); those the local render
+                 concurrency cannot take at once are skipped and counted
+  render-soak: --duration is the measured part (default 60; 600 for the issue's 10-minute soak),
+  --warmup comes before it (default 60: the allocator's arenas take a few hundred clips to settle).
   env BENCH_SERVER_ENV: a JSON object of extra environment for the server process (bigbody, inflight, proxy).
   env BENCH_TIMELINE=1: inflight also prints, every 250 ms, the claim lag, the server's CPU and the
   server's backends waiting on a lock.
@@ -77,6 +83,9 @@ function parseCli(argv: string[]): {
   rssRounds: number;
   rssConnections: number;
   keys: number;
+  rate: number;
+  soakDurationMs: number;
+  soakWarmupMs: number;
   cpuProfDir: string | undefined;
   built: boolean;
   help: boolean;
@@ -88,7 +97,9 @@ function parseCli(argv: string[]): {
       // No default here: proxy has its own (see proxyDurationMs).
       duration: { type: 'string' },
       connections: { type: 'string', default: '32' },
-      warmup: { type: 'string', default: '1' },
+      // No defaults here: render-soak has its own (see soakWarmupMs).
+      warmup: { type: 'string' },
+      rate: { type: 'string', default: '30' },
       tasks: { type: 'string', default: '10000' },
       delay: { type: 'string', default: '60' },
       'poll-interval': { type: 'string', default: '5' },
@@ -113,7 +124,7 @@ function parseCli(argv: string[]): {
     scenarios: positionals.length ? SCENARIOS.filter((s) => positionals.includes(s)) : SCENARIOS.filter((s) => !ON_DEMAND.includes(s)),
     durationMs: number('duration', values.duration ?? '5', 0.5, 600) * 1000,
     proxyDurationMs: number('duration', values.duration ?? '10', 0.5, 600) * 1000,
-    warmupMs: number('warmup', values.warmup, 0, 60) * 1000,
+    warmupMs: number('warmup', values.warmup ?? '1', 0, 600) * 1000,
     connections: Math.round(number('connections', values.connections, 1, 1000)),
     tasks: Math.round(number('tasks', values.tasks, 1, 1_000_000)),
     delayMs: number('delay', values.delay, 0, 3600) * 1000,
@@ -122,6 +133,9 @@ function parseCli(argv: string[]): {
     rssRounds: Math.round(number('rss-rounds', values['rss-rounds'], 1, 1000)),
     rssConnections: Math.round(number('rss-connections', values['rss-connections'], 1, 256)),
     keys: Math.round(number('keys', values.keys, 1, 1000)),
+    rate: number('rate', values.rate, 0.1, 1000),
+    soakDurationMs: number('duration', values.duration ?? '60', 0.5, 600) * 1000,
+    soakWarmupMs: number('warmup', values.warmup ?? '60', 0, 600) * 1000,
     cpuProfDir: values['cpu-prof'],
     built: values.built,
     help: values.help,
@@ -193,6 +207,11 @@ async function main(): Promise<number> {
 
     for (const scenario of scenarios) {
       console.log(`\n== ${scenario}: ${DESCRIPTIONS[scenario]}`);
+      if (scenario === 'render-soak') {
+        const soak = { rate: cli.rate, warmupMs: cli.soakWarmupMs, durationMs: cli.soakDurationMs };
+        if (!reportRenderSoak(await runRenderSoak(soak, (line) => console.log(line)), soak, (line) => console.log(line))) failed = true;
+        continue;
+      }
       if (scenario === 'inflight') {
         const r = await runInflight(database.url, { tasks: cli.tasks, delayMs: cli.delayMs, pollMs: cli.pollMs, connections, cpuProfDir: cli.cpuProfDir, built: cli.built }, (line) => console.log(line));
         console.log(`  ${r.tasks} tasks, upstream done ${cli.delayMs / 1000} s after submit, polled every ${cli.pollMs / 1000} s`);

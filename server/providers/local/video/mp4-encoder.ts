@@ -7,6 +7,7 @@ import { Encoder, Muxer } from 'node-av/api';
 import { Codec, Frame, Log, Rational } from 'node-av/lib';
 import type { Packet } from 'node-av/lib';
 import {
+  AVFMT_FLAG_CUSTOM_IO,
   AV_CHANNEL_ORDER_NATIVE,
   AV_LOG_ERROR,
   AV_PIX_FMT_YUV420P,
@@ -57,6 +58,19 @@ export interface Mp4Writer {
   close(): Promise<void>;
 }
 
+/**
+ * Closes a muxer opened on a file path, and the file with it. node-av (6.1) flags every IO
+ * context assigned to a format context as custom IO, its own file included, so Muxer.close()
+ * would release the file with avio_context_free instead of avio_closep: the descriptor stays
+ * open and the 256 KiB write buffer and the URL context are never freed (one fd and a quarter
+ * MiB of native memory per clip). Without the flag, close() takes its avio_closep branch. The
+ * flag is only read there, after the trailer, so the bytes written do not change.
+ */
+async function closeMuxer(mux: Muxer): Promise<void> {
+  mux.getFormatContext().clearFlags(AVFMT_FLAG_CUSTOM_IO);
+  await mux.close();
+}
+
 /** Opens `path` for writing; on failure, whatever was already opened is released again. */
 export async function openMp4Writer(path: string, opts: Mp4WriterOptions): Promise<Mp4Writer> {
   const { fps, width, height, audio } = opts;
@@ -67,7 +81,7 @@ export async function openMp4Writer(path: string, opts: Mp4WriterOptions): Promi
   let aIndex: number;
 
   const close = async (): Promise<void> => {
-    if (mux) await mux.close().catch(() => undefined);
+    if (mux) await closeMuxer(mux).catch(() => undefined);
     venc?.close();
     aenc?.close();
   };
@@ -89,7 +103,10 @@ export async function openMp4Writer(path: string, opts: Mp4WriterOptions): Promi
     if (audio) {
       aenc = await Encoder.create(FF_ENCODER_AAC, { context: { bitRate: 128_000 }, options: { aac_coder: 'fast' } });
     }
-    mux = await Muxer.open(path, { format: 'mp4', options: { movflags: '+faststart' } });
+    // No write worker (node-av's default with two streams): its failed write (a full disk) is an
+    // unhandled rejection that ends the process, and it makes close() throw before releasing
+    // anything. Our writes are awaited one by one anyway, so the order of the packets is the same.
+    mux = await Muxer.open(path, { format: 'mp4', options: { movflags: '+faststart' }, useAsyncWrite: false });
     vIndex = mux.addStream(venc);
     aIndex = aenc ? mux.addStream(aenc) : -1;
   } catch (err) {
@@ -100,12 +117,11 @@ export async function openMp4Writer(path: string, opts: Mp4WriterOptions): Promi
   const openMux = mux;
 
   const write = async (packets: Packet[], index: number): Promise<void> => {
-    for (const p of packets) {
-      try {
-        await openMux.writePacket(p, index);
-      } finally {
-        p.free();
-      }
+    try {
+      for (const p of packets) await openMux.writePacket(p, index);
+    } finally {
+      // All of them, also the ones after a packet that could not be written.
+      for (const p of packets) p.free();
     }
   };
 
@@ -158,7 +174,7 @@ export async function openMp4Writer(path: string, opts: Mp4WriterOptions): Promi
         await pushAudioUntil(totalSamples);
         await write(await aenc.encodeAll(null), aIndex);
       }
-      await openMux.close();
+      await closeMuxer(openMux);
       mux = null;
     },
     close,
