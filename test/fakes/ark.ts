@@ -48,7 +48,7 @@
  * `data.type`, single-line JSON frames `image_generation.partial_succeeded` (`image_index`, `url` or
  * `b64_json`, `size`) / `partial_failed` (`error`) / `completed` (`usage`), then `data: [DONE]`;
  * headers are sent when the first image is done (§5.1 [3P-LIVE]); parameter errors are a plain 400
- * JSON before any SSE.
+ * JSON before any SSE; `streamErrorNext` breaks a stream off with an `error` event.
  *
  * Seedance (§5.2, §10.3): models 1.0 pro, 1.0 pro fast, 1.0 lite t2v / i2v, 1.5 pro, 2.0 and 2.0
  * fast, each with its durations (1.0: 2–12; 1.5 pro: 4–12 or -1; 2.0: 4–15 or -1), resolutions
@@ -193,6 +193,8 @@ export interface ArkFake extends FakeServer {
   rateLimitNext(route: ArkRoute, retryAfterSeconds?: number, times?: number): void;
   /** The next `times` requests of `route` get 500 InternalServiceError. */
   serverErrorNext(route: ArkRoute, times?: number): void;
+  /** The next streamed Seedream answer sends `afterImages` images, then an `error` event with `code`, and ends. */
+  streamErrorNext(afterImages: number, code?: string): void;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -392,6 +394,7 @@ export async function startArkFake(options: ArkFakeOptions = {}): Promise<ArkFak
   const files = new Map<string, StoredFile>();
   const imageCalls: ArkImageCall[] = [];
   const tasks = new Map<string, ArkTask>();
+  const streamErrors: { afterImages: number; code: string }[] = [];
   let fake: ArkFake;
 
   const signature = (path: string, date: string) => createHmac('sha256', signingKey).update(`${path}\n${date}`).digest('hex');
@@ -571,7 +574,16 @@ export async function startArkFake(options: ArkFakeOptions = {}): Promise<ArkFak
 
     call.status = 200;
     const frame = (type: string, data: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, model: name, created: Math.floor(Date.now() / 1000), ...data })}\n\n`;
+    const breaksOff = streamErrors.shift();
     for (let i = 0; i < count; i++) {
+      if (breaksOff?.afterImages === i) {
+        // ASSUMPTION: a failure of the whole stream is an `error` event whose data is `{"error": …}`,
+        // the shape Ark's SDK raises on (_streaming.py); the stream then ends.
+        if (!res.headersSent) res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-request-id': requestId() });
+        const status = breaksOff.code === 'InternalServiceError' ? 500 : breaksOff.code.includes('RateLimit') || breaksOff.code === 'ServerOverloaded' ? 429 : 400;
+        res.end(`event: error\ndata: ${JSON.stringify(arkErrorBody(status, breaksOff.code, `The request failed with ${breaksOff.code}.`))}\n\n`);
+        return;
+      }
       const item = await make(i);
       // Headers go out with the first image (§5.1: they arrive when it is done).
       if (!res.headersSent) res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-request-id': requestId() });
@@ -767,6 +779,9 @@ export async function startArkFake(options: ArkFakeOptions = {}): Promise<ArkFak
         ...(retryAfterSeconds !== undefined && { headers: { 'retry-after': String(retryAfterSeconds) } }),
       };
       (route === 'storage' ? storage : server).faults.push(route, fault, times);
+    },
+    streamErrorNext(afterImages: number, code = 'InternalServiceError') {
+      streamErrors.push({ afterImages, code });
     },
     serverErrorNext(route: ArkRoute, times = 1) {
       const fault: Fault = { status: 500, body: arkErrorBody(500, 'InternalServiceError', 'The service encountered an unexpected internal error.') };

@@ -235,6 +235,23 @@ describe('seedream', () => {
     expect(await holdOf(server.db, refused.taskId!)).toMatchObject({ status: 'released', captured: 0 });
   });
 
+  it('keeps the images a stream delivered before it broke off, and fails a stream refused before any image over to the spare', async () => {
+    const one = await customer();
+    fake.streamErrorNext(1);
+    const broken = await post(one.key, '/v1/images/generations', { model: SEEDREAM_40, prompt: 'two frames', n: 2, stream: true, partial_images: 1 });
+    expect(parseSse(broken.text).map((e) => e.event)).toEqual(['image_generation.completed', 'error']);
+    expect(await holdOf(server.db, broken.taskId!)).toMatchObject({ status: 'captured', captured: micro(0.03) });
+
+    const c = await twoMembers();
+    fake.streamErrorNext(0, 'ServerOverloaded');
+    const before = fake.imageCalls.length;
+    const res = await post(c.key, '/v1/images/generations', { model: SEEDREAM_40, prompt: 'overloaded', stream: true, partial_images: 1 });
+    expect(parseSse(res.text).map((e) => e.event)).toEqual(['image_generation.completed']);
+    expect(fake.imageCalls.slice(before).map((x) => x.apiKey)).toEqual(['ark-a', 'ark-b']);
+    expect((await healthOf(c.groupId)).a!.cooldown_reason).toBe('rate_limited');
+    expect(await holdOf(server.db, res.taskId!)).toMatchObject({ status: 'captured', captured: micro(0.03) });
+  });
+
   it('adds the watermark only for a member whose base URL asks for it', async () => {
     const c = await customer([{ name: 'marked', key: 'ark-a', baseUrl: `${fake.url}/api/v3?watermark=true` }]);
     expect((await post(c.key, '/v1/images/generations', { model: SEEDREAM_40, prompt: 'marked' })).status).toBe(200);

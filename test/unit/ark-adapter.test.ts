@@ -1,11 +1,17 @@
 /**
- * The `ark` adapters' own rules that need no upstream: the size each Seedream version is asked for
- * (every size the shipped definitions offer, the official tables, custom ratios) and Ark's error
- * codes as kinds (upstream-apis.md §5.3, §10.3).
+ * The `ark` adapters' own rules: the size each Seedream version is asked for (every size the shipped
+ * definitions offer, the official tables, custom ratios), Ark's error codes as kinds
+ * (upstream-apis.md §5.3, §10.3), and the Seedance task states the public API does not reach (a
+ * rule only an operator's own catalog model can meet, a cancelled or deleted task).
  */
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadCatalogDefinitions } from '../../server/catalog/catalog-definitions.ts';
 import { arkErrorOf } from '../../server/providers/ark/ark-errors.ts';
+import { ArkVideoProvider } from '../../server/providers/ark/ark-video.provider.ts';
+import { ProviderError } from '../../server/providers/provider-error.ts';
+import type { UpstreamAccount, VideoJob } from '../../server/providers/types.ts';
+import { startArkFake, type ArkFake } from '../fakes/ark.ts';
+import { noiseFrame } from '../support/video-adapter-conformance.ts';
 import { seedreamSize, seedreamVersion } from '../../server/providers/ark/seedream-sizes.ts';
 import { SIZE_TABLES } from '../../server/services/image/image-size.ts';
 
@@ -95,5 +101,54 @@ describe('Ark error codes', () => {
     expect([limited.kind, limited.retryAfterMs, limited.upstreamCode]).toEqual(['rate_limited', undefined, 'RateLimitExceeded.EndpointRPMExceeded']);
     const auth = arkErrorOf({ code: 'AuthenticationError', message: 'the API key sk-abcdef0123456789 is invalid' }, 'video submit', { status: 401 });
     expect(auth.message).toBe("the upstream refused the account's credentials (HTTP 401 AuthenticationError)");
+  });
+});
+
+describe('Seedance tasks', () => {
+  let fake: ArkFake;
+  beforeAll(async () => {
+    fake = await startArkFake({ queuedMs: 30, runningMs: 30 });
+  });
+  afterAll(async () => fake?.close());
+  const never = new AbortController().signal;
+  const provider = new ArkVideoProvider(50);
+  const account = (): UpstreamAccount => ({ memberId: 'mem_unit', provider: 'ark', baseUrl: `${fake.url}/api/v3`, credentials: { api_key: 'ark-test' }, modelMap: {} });
+  const job = (o: Partial<VideoJob> = {}): VideoJob => ({
+    taskId: 'vid_unit',
+    model: 'seedance-1-0-pro-250528',
+    prompt: 'a boat',
+    negativePrompt: null,
+    durationSeconds: 5,
+    aspectRatio: '16:9',
+    resolution: '720p',
+    generateAudio: false,
+    referenceImages: [],
+    referenceVideos: [],
+    referenceAudios: [],
+    ...o,
+  });
+
+  it('refuses 1080p with reference images on the lite i2v model (an operator\'s own catalog model may offer it) without calling Ark', async () => {
+    const tasks = fake.tasks.size;
+    const frame = await noiseFrame(640, 360);
+    const err = await provider.submit(account(), job({ model: 'doubao-seedance-1-0-lite-i2v-250428', resolution: '1080p', referenceImages: [frame] }), never).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ProviderError);
+    expect([(err as ProviderError).kind, (err as ProviderError).message]).toEqual(['invalid_request', 'Seedance accepts no 1080p with reference images on its lite model']);
+    expect(fake.tasks.size).toBe(tasks);
+  });
+
+  it('reports a task cancelled upstream, and one whose record is gone, as failed', async () => {
+    const id = await provider.submit(account(), job({ prompt: 'a queue [ark:stay-queued]' }), never);
+    await provider.cancel(account(), id, never);
+    const cancelled = await provider.poll(account(), id, job(), never);
+    expect(cancelled.state === 'failed' && [cancelled.error.kind, cancelled.error.message]).toEqual(['failed', 'the upstream task was cancelled']);
+
+    const failed = await provider.submit(account(), job({ prompt: 'x [ark:fail]' }), never);
+    await new Promise((r) => setTimeout(r, 100));
+    // DELETE of a finished task deletes its record; a cancel of a task Ark no longer knows is done.
+    await provider.cancel(account(), failed, never);
+    const gone = await provider.poll(account(), failed, job(), never);
+    expect(gone.state === 'failed' && [gone.error.kind, gone.error.upstreamStatus]).toEqual(['failed', 404]);
+    await expect(provider.cancel(account(), failed, never)).resolves.toBeUndefined();
   });
 });

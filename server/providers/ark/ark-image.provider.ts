@@ -31,7 +31,7 @@
  */
 import { Readable } from 'node:stream';
 import sharp from 'sharp';
-import { MIME, fitImage, readBounded, readMediaJson, sniff, sseMediaFrames, type MediaAnswerLimits, type MediaJson } from '../image-output.ts';
+import { MIME, fitImage, readMediaJson, sniff, sseMediaFrames, type MediaAnswerLimits, type MediaJson } from '../image-output.ts';
 import { Base64Source, ProviderError, jsonStream, upstreamFetch, type ImageEvents, type ImageJob, type ImageProvider, type UpstreamAccount, type UpstreamResponse } from '../kit.ts';
 import { arkError, arkErrorOf, type ArkErrorBody } from './ark-errors.ts';
 import { arkAuth, arkEndpoint, arkUrl } from './ark-endpoint.ts';
@@ -43,16 +43,14 @@ export const ARK_IMAGE_TIMEOUT_MS = 600_000;
 const MAX_PER_CALL = 15;
 const LIMITS: MediaAnswerLimits = { maxBytes: 512 * 1024 * 1024, maxMediaBytes: 512 * 1024 * 1024, maxOtherBytes: 1024 * 1024 };
 const FRAME_LIMITS: MediaAnswerLimits = { maxBytes: 512 * 1024 * 1024, maxMediaBytes: 96 * 1024 * 1024, maxOtherBytes: 1024 * 1024 };
-const MAX_URL_IMAGE_BYTES = 64 * 1024 * 1024;
 const ANSWER_IMAGES = { base64Paths: new Set(['data[].b64_json']) };
 const FRAME_IMAGE = { base64Paths: new Set(['b64_json']) };
 
 const MASK_INSTRUCTION =
   'The last image is a mask for the first image: change only the area where the mask is transparent and keep everything else exactly as it is.';
 
-/** One image of an answer: its bytes, or the URL it is at; or the error that came instead. */
-type Image = { bytes: Buffer } | { url: string };
-type Item = Image | { error: ArkErrorBody };
+/** One image of an answer, or the error that came instead. */
+type Item = { bytes: Buffer } | { error: ArkErrorBody };
 
 /** What one call delivered, and the first per-image error (or broken stream) it met. */
 interface CallOutcome {
@@ -93,7 +91,7 @@ export class ArkImageProvider implements ImageProvider {
         what,
       );
       if (!res.ok) throw await arkError(res, what);
-      const deliver = (image: Image) => this.deliver(image, job, delivered, signal, events, what);
+      const deliver = (image: Buffer) => this.deliver(image, job, delivered, events);
       const outcome = /text\/event-stream/i.test(res.headers.get('content-type') ?? '') ? await readStream(res, deliver, signal, what) : await readAnswer(res, deliver, signal, what);
       // Delivered images are the client's (and charged); the first per-image error ends the task there.
       if (outcome.error) throw outcome.error;
@@ -102,11 +100,10 @@ export class ArkImageProvider implements ImageProvider {
   }
 
   /** Hands one image of an answer to the client, as promised (an image past `n` is dropped). */
-  private async deliver(image: Image, job: ImageJob, delivered: { count: number }, signal: AbortSignal, events: ImageEvents, what: string): Promise<void> {
-    const data = 'bytes' in image ? image.bytes : await fetchImage(image.url, signal, what);
+  private async deliver(image: Buffer, job: ImageJob, delivered: { count: number }, events: ImageEvents): Promise<void> {
     if (delivered.count >= job.n) return;
     const index = delivered.count++;
-    await events.image(index, { image: await fitImage(data, job.params) });
+    await events.image(index, { image: await fitImage(image, job.params) });
   }
 }
 
@@ -140,7 +137,7 @@ interface ImagesAnswer {
 }
 
 /** A JSON answer (§5.1): `data[]` of images and per-image errors, its images decoded as they arrive. */
-async function readAnswer(res: UpstreamResponse, deliver: (image: Image) => Promise<void>, signal: AbortSignal, what: string): Promise<CallOutcome> {
+async function readAnswer(res: UpstreamResponse, deliver: (image: Buffer) => Promise<void>, signal: AbortSignal, what: string): Promise<CallOutcome> {
   const answer = await readMediaJson(res, ANSWER_IMAGES, LIMITS, signal, what);
   const body = parse<ImagesAnswer>(answer.text, what);
   if (!Array.isArray(body.data)) {
@@ -159,11 +156,11 @@ interface StreamEvent {
 
 /**
  * A streamed answer (§5.1): each `partial_succeeded` image is delivered as its frame arrives, each
- * `partial_failed` remembered, `completed` (which may carry an error of its own) ends the images and
- * `[DONE]` the stream. A frame that is an `error` event is the call's failure; a stream that ends
- * before `completed` broke off.
+ * `partial_failed` remembered, `completed` ends the images and `[DONE]` the stream. An `error`
+ * event (a frame whose data is `{"error": …}`, as Ark's SDK reads them) is the call's failure; a
+ * stream that ends before `completed` broke off.
  */
-async function readStream(res: UpstreamResponse, deliver: (image: Image) => Promise<void>, signal: AbortSignal, what: string): Promise<CallOutcome> {
+async function readStream(res: UpstreamResponse, deliver: (image: Buffer) => Promise<void>, signal: AbortSignal, what: string): Promise<CallOutcome> {
   const outcome: CallOutcome = { delivered: 0 };
   let completed = false;
   for await (const frame of sseMediaFrames(res, FRAME_IMAGE, FRAME_LIMITS, signal, what)) {
@@ -174,7 +171,6 @@ async function readStream(res: UpstreamResponse, deliver: (image: Image) => Prom
       await take(itemOf(event, frame, what), outcome, deliver, what);
     } else if (type.endsWith('.completed')) {
       completed = true;
-      if (event.error) outcome.error ??= arkErrorOf(event.error, what);
     } else if (frame.event === 'error' || type === 'error' || event.error) {
       throw arkErrorOf(event.error ?? (event as ArkErrorBody), what);
     }
@@ -184,25 +180,22 @@ async function readStream(res: UpstreamResponse, deliver: (image: Image) => Prom
 }
 
 /** Delivers an image of the answer, or keeps the first per-image error. */
-async function take(item: Item, outcome: CallOutcome, deliver: (image: Image) => Promise<void>, what: string): Promise<void> {
+async function take(item: Item, outcome: CallOutcome, deliver: (image: Buffer) => Promise<void>, what: string): Promise<void> {
   if ('error' in item) {
     outcome.error ??= arkErrorOf(item.error, what);
     return;
   }
-  await deliver(item);
+  await deliver(item.bytes);
   outcome.delivered++;
 }
 
-/** One `data[]` item or stream event as an image, a URL or an error. */
+/** One `data[]` item or stream event as an image or an error (b64_json was asked for: never a URL). */
 function itemOf(raw: unknown, answer: MediaJson, what: string): Item {
-  const item = (typeof raw === 'object' && raw !== null ? raw : {}) as { b64_json?: unknown; url?: unknown; error?: ArkErrorBody };
+  const item = (typeof raw === 'object' && raw !== null ? raw : {}) as { b64_json?: unknown; error?: ArkErrorBody };
   if (item.error) return { error: item.error };
-  if (typeof item.b64_json === 'string') {
-    // A string the scanner did not decode (a path it does not know) is still base64.
-    return { bytes: answer.media.get(item.b64_json) ?? Buffer.from(item.b64_json, 'base64') };
-  }
-  if (typeof item.url === 'string' && item.url !== '') return { url: item.url };
-  throw new ProviderError('retryable', `the upstream ${what} answered an image without data`);
+  const bytes = typeof item.b64_json === 'string' ? answer.media.get(item.b64_json) : undefined;
+  if (!bytes) throw new ProviderError('retryable', `the upstream ${what} answered an image without data`);
+  return { bytes };
 }
 
 function parse<T>(text: string, what: string): T {
@@ -212,19 +205,4 @@ function parse<T>(text: string, what: string): T {
   } catch {
     throw new ProviderError('retryable', `the upstream ${what} answered something other than JSON`);
   }
-}
-
-/**
- * An image answered as a URL (a relay that ignores `response_format`): signed object storage, so
- * the member's key is not sent. A link that no longer works is the upstream's final word.
- */
-async function fetchImage(url: string, signal: AbortSignal, what: string): Promise<Buffer> {
-  if (!/^https?:\/\//i.test(url)) throw new ProviderError('retryable', `the upstream ${what} answered an image URL that cannot be fetched`);
-  const res = await upstreamFetch(url, { headers: { Accept: 'image/*' } }, signal, 'image download');
-  if (!res.ok) {
-    res.discard();
-    const gone = res.status === 403 || res.status === 404 || res.status === 410;
-    throw new ProviderError(gone ? 'failed' : 'retryable', `the upstream's image link answered HTTP ${res.status}`, { upstreamStatus: res.status });
-  }
-  return readBounded(res, MAX_URL_IMAGE_BYTES, signal, 'image download');
 }
