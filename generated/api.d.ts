@@ -674,7 +674,12 @@ export interface paths {
          *       handed out keeps working until it expires, unless its file is deleted. An unknown or deleted
          *       file, a bad signature and an expired URL all get the same `404 file_not_found` body, so a URL
          *       reveals nothing about other files. When the operator configures S3-compatible storage,
-         *       result URLs are presigned URLs of that store instead.
+         *       result URLs are presigned URLs of that store instead (unless it set `MEDIA_URLS=gateway`).
+         *
+         *     A download answers one byte range (`Range`: `206` with `Content-Range`; several ranges: the
+         *     whole file; outside the file: `416 range_not_satisfiable`), sends `ETag` (the file's id: a file
+         *     never changes), `Last-Modified`, `Accept-Ranges: bytes` and `Content-Disposition`, and answers
+         *     `304` to an `If-None-Match` that names it: an MP4 seeks in a browser, a download resumes.
          *
          *     Errors: `400 invalid_request` (only one of `expires` and `signature`, a malformed one, an
          *     unknown query parameter); `401 invalid_api_key` (no signature and no valid key);
@@ -725,6 +730,11 @@ export interface paths {
          *     account that owns the file can download it this way; an unknown id, another account's file, an
          *     expired upload or a media input copied from a request are all `404 file_not_found`. To hand a
          *     download to someone without the key, use the signed URL of the task's result instead.
+         *
+         *     It answers one byte range (`Range`: `206` with `Content-Range`; several ranges: the whole file;
+         *     outside the file: `416 range_not_satisfiable`), sends `ETag` (the file's id), `Last-Modified`,
+         *     `Accept-Ranges: bytes` and `Content-Disposition`, and answers `304` to an `If-None-Match` that
+         *     names it.
          *
          *     Errors: `400 invalid_request` (id longer than 128 characters, unknown query parameter);
          *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `404 file_not_found`;
@@ -1731,6 +1741,8 @@ export interface components {
          *       `media_total_too_large` (all media inputs over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`).
          *     - **415** `unsupported_media_type`.
+         *     - **416** `range_not_satisfiable` (a file download's `Range` lies outside the file; `Content-Range`
+         *       says its size).
          *     - **429** `rate_limited` (with `Retry-After`): a limit of the client's own key or account.
          *       `upstream_busy`: no longer returned (unavailable upstream capacity is `503 no_upstream_capacity`).
          *     - **500** `internal_error` (no details; quote the request id).
@@ -1760,7 +1772,7 @@ export interface components {
          *       it was once space is freed, which needs no restart).
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "file_in_use" | "unsupported_by_upstream" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "no_upstream_capacity" | "capability_disabled" | "not_ready" | "database_unavailable" | "server_busy" | "storage_unavailable" | "storage_full";
+        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "file_in_use" | "unsupported_by_upstream" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "range_not_satisfiable" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "no_upstream_capacity" | "capability_disabled" | "not_ready" | "database_unavailable" | "server_busy" | "storage_unavailable" | "storage_full";
         /**
          * VideoBillingRow
          * @description The current price of one model at one output resolution, with a quote token (one row per resolution
@@ -4524,6 +4536,28 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
+        /** @description The `Range` lies outside the file (`range_not_satisfiable`); `Content-Range` is `bytes *\/<size>`. */
+        RangeNotSatisfiable: {
+            headers: {
+                "X-Request-Id": components["headers"]["XRequestId"];
+                /** @description `bytes *\/<size>`: the file's size. */
+                "Content-Range"?: string;
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": {
+                 *         "message": "The range asked for is outside the file's 7340032 bytes.",
+                 *         "type": "invalid_request_error",
+                 *         "code": "range_not_satisfiable",
+                 *         "param": null
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
     };
     parameters: {
         /**
@@ -4613,6 +4647,19 @@ export interface components {
          */
         FileSignature: string;
         /**
+         * @description One byte range of the file (`bytes=0-1023`, `bytes=1048576-`, `bytes=-500`): the answer is `206`
+         *     with just those bytes, which is how a browser seeks in a video and a download tool resumes.
+         *     Several ranges at once are answered with the whole file (`200`); a range outside the file is
+         *     `416 range_not_satisfiable`.
+         * @example bytes=0-1048575
+         */
+        Range: string;
+        /**
+         * @description The `ETag` of the copy a `Range` continues; another value (or a date) makes the answer the whole file.
+         * @example "file_01JTXJ0A2B4C6D8E0F2G4H6J8K"
+         */
+        IfRange: string;
+        /**
          * @description The `ETag` of a copy the client already has; the answer is `304` without a body while it is current.
          * @example "3tq2zqGkGkq0a6n7yS8m0lJ9b1Q5vFv1qk8Wm2c2y4E"
          */
@@ -4689,6 +4736,23 @@ export interface components {
         RetryAfter: number;
         /** @description The id of the image task this request created; read it later with `GET /v1/images/{task_id}`. */
         XTaskId: string;
+        /**
+         * @description When the file was stored (HTTP date). A file never changes after that.
+         * @example Wed, 25 Nov 2026 10:00:00 GMT
+         */
+        LastModified: string;
+        /** @description Always `bytes`: a download can ask for one byte range of the file. */
+        AcceptRanges: "bytes";
+        /**
+         * @description `inline; filename="<name>"`: shown in the browser, saved under the file's name (an upload's own name, else its id and extension).
+         * @example inline; filename="file_01JTXJ0A2B4C6D8E0F2G4H6J8K.mp4"
+         */
+        ContentDisposition: string;
+        /**
+         * @description The range sent and the file's size: `bytes <first>-<last>/<size>`.
+         * @example bytes 0-1048575/7340032
+         */
+        ContentRange: string;
         /** @description Always `no-cache`. The content changes only when the server is updated, so it may be stored, but a client revalidates it (`If-None-Match`) before every use and never shows a stale copy. */
         CacheControlNoCache: "no-cache";
         /** @description A strong validator of this exact content. Send it back in `If-None-Match` to get `304` while it has not changed. */
@@ -5749,7 +5813,26 @@ export interface operations {
                  */
                 signature?: components["parameters"]["FileSignature"];
             };
-            header?: never;
+            header?: {
+                /**
+                 * @description One byte range of the file (`bytes=0-1023`, `bytes=1048576-`, `bytes=-500`): the answer is `206`
+                 *     with just those bytes, which is how a browser seeks in a video and a download tool resumes.
+                 *     Several ranges at once are answered with the whole file (`200`); a range outside the file is
+                 *     `416 range_not_satisfiable`.
+                 * @example bytes=0-1048575
+                 */
+                Range?: components["parameters"]["Range"];
+                /**
+                 * @description The `ETag` of the copy a `Range` continues; another value (or a date) makes the answer the whole file.
+                 * @example "file_01JTXJ0A2B4C6D8E0F2G4H6J8K"
+                 */
+                "If-Range"?: components["parameters"]["IfRange"];
+                /**
+                 * @description The `ETag` of a copy the client already has; the answer is `304` without a body while it is current.
+                 * @example "3tq2zqGkGkq0a6n7yS8m0lJ9b1Q5vFv1qk8Wm2c2y4E"
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
             path: {
                 /**
                  * @description File id (`file_…`).
@@ -5765,6 +5848,11 @@ export interface operations {
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description Downloads only. The file's id, quoted; a file never changes, so this is a strong validator. */
+                    ETag?: string;
+                    "Last-Modified": components["headers"]["LastModified"];
+                    "Accept-Ranges": components["headers"]["AcceptRanges"];
+                    "Content-Disposition": components["headers"]["ContentDisposition"];
                     /** @description `no-store` for the file object; `private, max-age=<seconds until the URL expires>` for a signed download. */
                     "Cache-Control"?: string;
                     [name: string]: unknown;
@@ -5798,6 +5886,35 @@ export interface operations {
                     "video/mp4": string;
                 };
             };
+            /** @description One byte range of the file (a `Range` header), with `Content-Range`. */
+            206: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Content-Range": components["headers"]["ContentRange"];
+                    /** @description The file's id, quoted. */
+                    ETag?: string;
+                    "Last-Modified": components["headers"]["LastModified"];
+                    "Accept-Ranges": components["headers"]["AcceptRanges"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "image/png": string;
+                    "image/jpeg": string;
+                    "image/webp": string;
+                    "image/gif": string;
+                    "video/mp4": string;
+                };
+            };
+            /** @description The copy the client named in `If-None-Match` is current; no body. */
+            304: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description The file's id, quoted. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
@@ -5821,6 +5938,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            416: components["responses"]["RangeNotSatisfiable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -5889,7 +6007,26 @@ export interface operations {
     getFileContent: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description One byte range of the file (`bytes=0-1023`, `bytes=1048576-`, `bytes=-500`): the answer is `206`
+                 *     with just those bytes, which is how a browser seeks in a video and a download tool resumes.
+                 *     Several ranges at once are answered with the whole file (`200`); a range outside the file is
+                 *     `416 range_not_satisfiable`.
+                 * @example bytes=0-1048575
+                 */
+                Range?: components["parameters"]["Range"];
+                /**
+                 * @description The `ETag` of the copy a `Range` continues; another value (or a date) makes the answer the whole file.
+                 * @example "file_01JTXJ0A2B4C6D8E0F2G4H6J8K"
+                 */
+                "If-Range"?: components["parameters"]["IfRange"];
+                /**
+                 * @description The `ETag` of a copy the client already has; the answer is `304` without a body while it is current.
+                 * @example "3tq2zqGkGkq0a6n7yS8m0lJ9b1Q5vFv1qk8Wm2c2y4E"
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
             path: {
                 /**
                  * @description File id (`file_…`).
@@ -5905,6 +6042,11 @@ export interface operations {
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description Downloads only. The file's id, quoted; a file never changes, so this is a strong validator. */
+                    ETag?: string;
+                    "Last-Modified": components["headers"]["LastModified"];
+                    "Accept-Ranges": components["headers"]["AcceptRanges"];
+                    "Content-Disposition": components["headers"]["ContentDisposition"];
                     /** @description The file's size in bytes. */
                     "Content-Length"?: number;
                     "Cache-Control": components["headers"]["CacheControlNoStore"];
@@ -5923,10 +6065,40 @@ export interface operations {
                     "video/mp4": string;
                 };
             };
+            /** @description One byte range of the file (a `Range` header), with `Content-Range`. */
+            206: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Content-Range": components["headers"]["ContentRange"];
+                    /** @description The file's id, quoted. */
+                    ETag?: string;
+                    "Last-Modified": components["headers"]["LastModified"];
+                    "Accept-Ranges": components["headers"]["AcceptRanges"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "image/png": string;
+                    "image/jpeg": string;
+                    "image/webp": string;
+                    "image/gif": string;
+                    "video/mp4": string;
+                };
+            };
+            /** @description The copy the client named in `If-None-Match` is current; no body. */
+            304: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description The file's id, quoted. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            416: components["responses"]["RangeNotSatisfiable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

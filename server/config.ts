@@ -53,6 +53,20 @@ export interface Config {
   role: Role;
   /** Where the filesystem media store keeps files (shared storage when running several instances). */
   mediaDir: string;
+  /** Where media live: this machine's disk (`fs`, MEDIA_DIR) or S3-compatible object storage (`s3`). */
+  mediaStore: 'fs' | 's3';
+  /** The bucket and how to reach it (MEDIA_STORE=s3); credentials come from the AWS chain. */
+  s3: { bucket: string; region: string; endpoint: string | undefined; forcePathStyle: boolean; prefix: string } | undefined;
+  /**
+   * What media URLs in answers are: presigned by the store (`presigned`: S3 serves the bytes; the
+   * default with S3), or Mediagate's own signed `/v1/files/…` URLs that any instance serves from
+   * the store (`gateway`: the only kind with the filesystem store).
+   */
+  mediaUrls: 'presigned' | 'gateway';
+  /** Days an output (a generated image or video) is kept, unless its account says otherwise. */
+  outputRetentionDays: number;
+  /** Days an input (a frame, a reference, an edited image) is kept after its task ended, unless its account says otherwise. */
+  inputRetentionDays: number;
   taskLeaseMs: number;
   /** How long a synchronous image request waits for a free upstream member (all at their limit or cooling down) before 429. */
   imageCapacityWaitMs: number;
@@ -160,6 +174,13 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
   if (metricsToken !== undefined && metricsToken.length < 16) throw new ConfigError('METRICS_TOKEN must be at least 16 characters');
   const role = roleFromArgs(argv) ?? env.ROLE ?? 'all';
   if (!['all', 'api', 'worker'].includes(role)) throw new ConfigError(`--role must be api or worker, got '${role}'`);
+  const mediaStore = oneOf(env, 'MEDIA_STORE', ['fs', 's3'], 'fs');
+  const s3Bucket = nonEmpty(env, 'S3_BUCKET');
+  if (mediaStore === 's3' && !s3Bucket) throw new ConfigError('MEDIA_STORE=s3 needs S3_BUCKET (and S3_REGION; S3_ENDPOINT for servers other than AWS)');
+  const s3Endpoint = nonEmpty(env, 'S3_ENDPOINT');
+  if (s3Endpoint !== undefined && !URL.canParse(s3Endpoint)) throw new ConfigError(`S3_ENDPOINT must be an absolute URL, got '${s3Endpoint}'`);
+  const mediaUrls = oneOf(env, 'MEDIA_URLS', ['presigned', 'gateway'], mediaStore === 's3' ? 'presigned' : 'gateway');
+  if (mediaUrls === 'presigned' && mediaStore !== 's3') throw new ConfigError('MEDIA_URLS=presigned needs MEDIA_STORE=s3 (the filesystem store has nothing to presign)');
   const publicBaseUrl = nonEmpty(env, 'PUBLIC_BASE_URL')?.replace(/\/+$/, '');
   if (publicBaseUrl !== undefined && !URL.canParse(publicBaseUrl)) throw new ConfigError(`PUBLIC_BASE_URL must be an absolute URL, got '${publicBaseUrl}'`);
   return {
@@ -194,6 +215,20 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     role: role as Role,
     trustProxy: bool(env, 'TRUST_PROXY', false),
     mediaDir: resolve(nonEmpty(env, 'MEDIA_DIR') ?? resolve(nonEmpty(env, 'MEDIAGATE_DATA_DIR') ?? '.mediagate', 'media')),
+    mediaStore,
+    s3:
+      mediaStore === 's3'
+        ? {
+            bucket: s3Bucket!,
+            region: nonEmpty(env, 'S3_REGION') ?? nonEmpty(env, 'AWS_REGION') ?? 'us-east-1',
+            endpoint: s3Endpoint,
+            forcePathStyle: bool(env, 'S3_FORCE_PATH_STYLE', false),
+            prefix: nonEmpty(env, 'S3_PREFIX') ?? '',
+          }
+        : undefined,
+    mediaUrls,
+    outputRetentionDays: int(env, 'OUTPUT_RETENTION_DAYS', 30, 1, 36_500),
+    inputRetentionDays: int(env, 'INPUT_RETENTION_DAYS', 7, 1, 36_500),
     taskLeaseMs: int(env, 'TASK_LEASE_MS', 30_000, 500, 3_600_000),
     imageCapacityWaitMs: int(env, 'IMAGE_CAPACITY_WAIT_MS', 3000, 0, 60_000),
     taskPollMs: int(env, 'TASK_POLL_MS', 500, 10, 60_000),

@@ -47,6 +47,7 @@ import { WebhookSecrets } from './services/webhooks/webhook-secrets.ts';
 import { WebhookTester } from './services/webhooks/webhook-tester.ts';
 import { MediaInputs } from './services/media/media-inputs.ts';
 import { FilesystemMediaStore, type MediaStore } from './storage/media-store.ts';
+import { S3MediaStore } from './storage/s3-media-store.ts';
 
 export interface Services {
   auth: AuthService;
@@ -127,7 +128,8 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
   };
   const pool = new Pool(repositories.routing, providers, tx, new MemberHealth(new MemberHealthRepository(db), metrics, log.child({ component: 'pool' })), secretKey);
   const notifier = new TaskNotifier();
-  const files = new FileService(repositories.files, overrides.mediaStore ?? new FilesystemMediaStore(config.mediaDir), tx, deriveKey(secretKey, 'file-url'), deps.publicBaseUrl, config.fileUrlTtlSeconds);
+  const store = overrides.mediaStore ?? (config.s3 ? new S3MediaStore(config.s3) : new FilesystemMediaStore(config.mediaDir));
+  const files = new FileService(repositories.files, store, tx, deriveKey(secretKey, 'file-url'), deps.publicBaseUrl, config.fileUrlTtlSeconds, { urls: config.mediaUrls });
   // Links in webhook bodies outlive the whole retry schedule by a day.
   const webhookUrlTtlSeconds = Math.ceil(config.webhookRetryScheduleMs.reduce((a, b) => a + b, 0) / 1000) + 86_400;
   const outbox = new WebhookOutbox(files, webhookUrlTtlSeconds);

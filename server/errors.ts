@@ -22,6 +22,7 @@ const TYPE_BY_STATUS: Record<number, ErrorType> = {
   409: 'conflict_error',
   413: 'invalid_request_error',
   415: 'invalid_request_error',
+  416: 'invalid_request_error',
   429: 'rate_limit_error',
 };
 

@@ -3,24 +3,55 @@
  * GET /v1/files/{file_id} (the file object with the key; the bytes for a signed URL),
  * GET /v1/files/{file_id}/content (the bytes with the key), DELETE /v1/files/{file_id}.
  */
-import type { Response } from 'express';
-import type { Readable } from 'node:stream';
+import type { Request, Response } from 'express';
 import { pipeline } from 'node:stream/promises';
 import type { AppContext } from '../context.ts';
-import { badRequest } from '../errors.ts';
-import { toApiFile } from '../services/file.service.ts';
+import { ApiError, badRequest } from '../errors.ts';
+import { toApiFile, type OpenedFile } from '../services/file.service.ts';
 import { authOf, hasAuth, noStore } from './auth.ts';
 import { uploadOf } from './file-upload.ts';
 import type { HandlerMap } from './types.ts';
 import { sendJson } from './types.ts';
 
-/** Streams stored bytes (never buffered: videos can be large) with their type and length. */
-async function sendBytes(res: Response, file: { contentType: string; bytes: number }, stream: Readable, cacheControl: string): Promise<void> {
-  res.status(200);
-  res.setHeader('Content-Type', file.contentType);
-  res.setHeader('Content-Length', String(file.bytes));
+/**
+ * Sends a stored file, streamed (never buffered: videos can be large): whole, or the one byte
+ * range a `Range` header asks for (206; a video seeks in a browser), with the validators a cache
+ * and a download tool need — a file never changes, so its id is a strong `ETag` — and `304` for a
+ * copy the client already has. Several ranges in one request are answered with the whole file
+ * (allowed by RFC 9110), an unsatisfiable one with `416`.
+ */
+async function sendFile(req: Pick<Request, 'range' | 'headers'>, res: Response, opened: OpenedFile, cacheControl: string): Promise<void> {
+  const { file, stored, name } = opened;
+  const etag = `"${file.id}"`;
+  // If-Range: the range only applies to the copy the client names (a file never changes: its ETag).
+  const ifRange = req.headers['if-range'];
+  const ranges = ifRange === undefined || ifRange === etag ? req.range(stored.bytes, { combine: true }) : undefined;
+  if (ranges === -1) {
+    throw new ApiError(416, 'range_not_satisfiable', `The range asked for is outside the file's ${stored.bytes} bytes.`, null, {}, { 'Content-Range': `bytes */${stored.bytes}` });
+  }
   res.setHeader('Cache-Control', cacheControl);
-  await pipeline(stream, res);
+  res.setHeader('ETag', etag);
+  res.setHeader('Last-Modified', stored.modifiedAt.toUTCString());
+  res.setHeader('Accept-Ranges', 'bytes');
+  // A copy the client already has (If-None-Match naming this file's ETag, or `*`): nothing to send.
+  const ifNoneMatch = req.headers['if-none-match'];
+  if (ifNoneMatch !== undefined && ifNoneMatch.split(',').some((tag) => ['*', etag].includes(tag.trim().replace(/^W\//, '')))) {
+    res.status(304).end();
+    return;
+  }
+  res.setHeader('Content-Type', file.contentType);
+  res.setHeader('Content-Disposition', `inline; filename="${name.replace(/["\\\r\n]/g, '')}"`);
+  const range = Array.isArray(ranges) && ranges.length === 1 && ranges.type === 'bytes' ? ranges[0]! : undefined;
+  if (range) {
+    res.status(206);
+    res.setHeader('Content-Range', `bytes ${range.start}-${range.end}/${stored.bytes}`);
+    res.setHeader('Content-Length', String(range.end - range.start + 1));
+    await pipeline(opened.read(range), res);
+    return;
+  }
+  res.status(200);
+  res.setHeader('Content-Length', String(stored.bytes));
+  await pipeline(opened.read(), res);
 }
 
 export function filesHandlers(ctx: AppContext): Pick<HandlerMap, 'createFile' | 'listFiles' | 'getFile' | 'getFileContent' | 'deleteFile'> {
@@ -56,8 +87,8 @@ export function filesHandlers(ctx: AppContext): Pick<HandlerMap, 'createFile' | 
           throw badRequest('invalid_request', `A signed URL carries both 'expires' and 'signature': '${missing}' is missing. Send the URL unchanged, or neither parameter (with the API key) for the file object.`, missing);
         }
         // The signed URL is the credential: a key sent along is not needed and not looked at.
-        const { file, stream, maxAgeSeconds } = await files.open(req.params.file_id, expires, signature);
-        await sendBytes(res, file, stream, `private, max-age=${maxAgeSeconds}`);
+        const opened = await files.open(req.params.file_id, expires, signature);
+        await sendFile(req, res, opened, `private, max-age=${opened.maxAgeSeconds}`);
         return;
       }
       // The contract lets this operation through without a key (for signed URLs); without a
@@ -69,8 +100,7 @@ export function filesHandlers(ctx: AppContext): Pick<HandlerMap, 'createFile' | 
     },
 
     async getFileContent(req, res) {
-      const { file, stream } = await files.openOwned(req.params.file_id, authOf(req).accountId);
-      await sendBytes(res, file, stream, 'no-store');
+      await sendFile(req, res, await files.openOwned(req.params.file_id, authOf(req).accountId), 'no-store');
     },
 
     async deleteFile(req, res) {

@@ -22,7 +22,7 @@ const ZERO_USAGE: Schemas['ImageStreamUsage'] = { input_tokens: 0, output_tokens
 
 export function openImageStream(
   res: Response,
-  opts: { operation: ImageOperation; prepared: PreparedImageRequest; signedUrl: (fileId: string) => string },
+  opts: { operation: ImageOperation; prepared: PreparedImageRequest; fileUrl: (fileId: string) => Promise<string> },
 ): ImageStream {
   const { params } = opts.prepared;
   const prefix = opts.operation === 'generation' ? 'image_generation' : 'image_edit';
@@ -61,10 +61,10 @@ export function openImageStream(
         created_at: now(),
         ...requested,
       }),
-    image: (imageIndex, image, file) =>
+    image: async (imageIndex, image, file) =>
       write(`${prefix}.completed`, {
         type: `${prefix}.completed`,
-        ...(params.responseFormat === 'url' ? { url: opts.signedUrl(file.id) } : { b64_json: new Base64Bytes(image) }),
+        ...(params.responseFormat === 'url' ? { url: await opts.fileUrl(file.id) } : { b64_json: new Base64Bytes(image) }),
         image_index: imageIndex,
         created_at: now(),
         ...resolved,

@@ -52,7 +52,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     const log = ctx.log.child({ taskId: task.id });
     const signal = clientGone(res);
     if (stream) {
-      const sink = openImageStream(res, { operation, prepared, signedUrl: (id) => ctx.services.files.signedUrl(id) });
+      const sink = openImageStream(res, { operation, prepared, fileUrl: (id) => ctx.services.files.downloadUrl(id, 'image_output') });
       try {
         const result = await images.runSync(task, sink, signal, log);
         if (result.error) sink.error(result.error);
@@ -65,7 +65,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     }
     const result = await images.runSync(task, NULL_SINK, signal, log, { deliveredOnlyIfAllSent: true });
     if (signal.aborted) return;
-    await sendJsonWithImages(res, operationId, 200, images.toImageResult(task, result));
+    await sendJsonWithImages(res, operationId, 200, await images.toImageResult(task, result));
   }
 
   return {

@@ -100,8 +100,11 @@ export interface MediaInput {
   readonly height: number | null;
   /** A new stream of the stored bytes (each call starts from the beginning). */
   open(): Readable;
-  /** A signed URL of the stored bytes that stays valid at least `minTtlSeconds` (for upstreams that fetch inputs). */
-  url(minTtlSeconds?: number): string;
+  /**
+   * A URL of the stored bytes that stays valid at least `minTtlSeconds`, for upstreams that fetch
+   * inputs (presigned by the store where it serves files itself).
+   */
+  url(minTtlSeconds?: number): Promise<string>;
 }
 
 export interface VideoJob {

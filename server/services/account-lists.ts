@@ -48,11 +48,11 @@ export function accountPage(accountId: string, query: ListQuery): { page: Accoun
 }
 
 /** The envelope of the first `size` rows (of `size + 1` fetched), each mapped to its API object. */
-export function listPage<R extends { id: string }, T>(rows: R[], size: number, map: (row: R) => T): ListPage<T> {
+export async function listPage<R extends { id: string }, T>(rows: R[], size: number, map: (row: R) => T | Promise<T>): Promise<ListPage<T>> {
   const { page } = splitPage(rows, size);
   return {
     object: 'list',
-    data: page.map(map),
+    data: await Promise.all(page.map(map)),
     first_id: page[0]?.id ?? null,
     last_id: page.at(-1)?.id ?? null,
     has_more: rows.length > size,

@@ -9,7 +9,7 @@ import type { components } from '../../generated/api.d.ts';
 import { ApiError } from '../errors.ts';
 import type { FileRepository, FileRow, FileUser, ListedFileRow, ListedPurpose } from '../repositories/file.repository.ts';
 import { accountPage, invalidAfter, listPage, type ListPage, type ListQuery } from './account-lists.ts';
-import type { MediaStore } from '../storage/media-store.ts';
+import type { ByteRange, MediaStore, StoredObject } from '../storage/media-store.ts';
 import type { MediaInput } from '../providers/types.ts';
 import type { Transactor } from '../db/transaction.ts';
 import { newId } from '../lib/ids.ts';
@@ -74,6 +74,20 @@ export interface StoreFileInput {
   filename?: string;
 }
 
+/**
+ * Where a file's bytes live in the store: a function of its purpose and id alone, so that a URL can
+ * be presigned for a file from its id (a task row names its outputs by id) without reading its row.
+ * (Files stored before keys took this form keep their recorded `storage_key`.)
+ */
+export function storageKeyOf(purpose: StoreFileInput['purpose'], id: string): string {
+  return `${purpose}/${id.slice(5, 7)}/${id}`;
+}
+
+/** The name a file is served under (its id and extension). */
+function fileNameOf(id: string, contentType: string): string {
+  return `${id}.${EXTENSIONS[contentType] ?? 'bin'}`;
+}
+
 /** The row of a new file, its bytes not stored yet (`bytes` 0). */
 function unstoredRow(input: StoreFileInput): FileRow {
   const id = newId('file');
@@ -83,13 +97,22 @@ function unstoredRow(input: StoreFileInput): FileRow {
     purpose: input.purpose,
     contentType: input.contentType,
     bytes: 0,
-    storageKey: `${input.purpose}/${id.slice(5, 7)}/${id}.${EXTENSIONS[input.contentType] ?? 'bin'}`,
+    storageKey: storageKeyOf(input.purpose, id),
     width: input.width ?? null,
     height: input.height ?? null,
     taskId: input.taskId ?? null,
     expiresAt: input.expiresAt ?? null,
     filename: input.filename ?? null,
   };
+}
+
+/** A stored file opened for a download: its row, what the store holds, and its bytes (whole or a range) on demand. */
+export interface OpenedFile {
+  file: FileRow;
+  stored: StoredObject;
+  /** The name it is downloaded under (an upload's own name, else its id and extension). */
+  name: string;
+  read(range?: ByteRange): Readable;
 }
 
 export class FileService {
@@ -101,6 +124,7 @@ export class FileService {
     /** PUBLIC_BASE_URL, or the address the server listens on (known before the context is built). */
     private readonly publicBaseUrl: string,
     private readonly ttlSeconds: number,
+    private readonly opts: { urls: 'presigned' | 'gateway' } = { urls: 'gateway' },
     private readonly now: () => number = Date.now,
   ) {}
 
@@ -122,8 +146,13 @@ export class FileService {
    */
   async put(input: StoreFileInput, data: Buffer | Readable, opts: { maxBytes?: number } = {}): Promise<FileRow> {
     const row = unstoredRow(input);
-    row.bytes = (await this.store.put(row.storageKey, data, opts)).bytes;
+    row.bytes = (await this.store.put(row.storageKey, data, { ...opts, ...this.served(row) })).bytes;
     return row;
+  }
+
+  /** How the store serves the file by itself (a presigned URL): its type and name. */
+  private served(row: FileRow): { contentType: string; filename: string } {
+    return { contentType: row.contentType, filename: fileNameOf(row.id, row.contentType) };
   }
 
   /**
@@ -134,7 +163,7 @@ export class FileService {
   putInBackground(input: StoreFileInput, data: Buffer): { file: FileRow; stored: Promise<void> } {
     const file = unstoredRow(input);
     file.bytes = data.length;
-    return { file, stored: this.store.put(file.storageKey, data).then(() => undefined) };
+    return { file, stored: this.store.put(file.storageKey, data, this.served(file)).then(() => undefined) };
   }
 
   /** Writes the row of a file `put` stored. */
@@ -142,7 +171,22 @@ export class FileService {
     return this.files.insert(row);
   }
 
-  /** A fresh signed URL, valid for FILE_URL_TTL_SECONDS (or at least `minTtlSeconds`). */
+  /**
+   * The URL a client downloads a file from, valid for FILE_URL_TTL_SECONDS (or at least
+   * `minTtlSeconds`): presigned by the store where it serves files itself (S3 with
+   * MEDIA_URLS=presigned: the bytes never pass through Mediagate), else Mediagate's own signed URL,
+   * which any instance serves from the store.
+   */
+  async downloadUrl(fileId: string, purpose: StoreFileInput['purpose'], minTtlSeconds = 0): Promise<string> {
+    if (this.opts.urls === 'presigned' && this.store.presign) return this.store.presign(storageKeyOf(purpose, fileId), Math.max(this.ttlSeconds, minTtlSeconds));
+    return this.signedUrl(fileId, minTtlSeconds);
+  }
+
+  /**
+   * A fresh Mediagate signed URL, valid for FILE_URL_TTL_SECONDS (or at least `minTtlSeconds`),
+   * served by any instance from the store: what webhook bodies carry, whose URLs must outlive the
+   * retry schedule (longer than a presigned URL of temporary credentials lives).
+   */
   signedUrl(fileId: string, minTtlSeconds = 0): string {
     const expires = Math.floor(this.now() / 1000) + Math.max(this.ttlSeconds, minTtlSeconds);
     const signature = hmac(this.urlKey, `${fileId}.${expires}`).toString('base64url');
@@ -150,13 +194,21 @@ export class FileService {
   }
 
   /** Verifies a signed URL and opens the file; one 404 for unknown, forged and expired URLs alike. */
-  async open(fileId: string, expires: number, signature: string): Promise<{ file: FileRow; stream: Readable; maxAgeSeconds: number }> {
+  async open(fileId: string, expires: number, signature: string): Promise<OpenedFile & { maxAgeSeconds: number }> {
     const notFound = new ApiError(404, 'file_not_found', 'No file at this URL, or the URL has expired.');
     const nowSeconds = Math.floor(this.now() / 1000);
     if (!signatureMatches(hmac(this.urlKey, `${fileId}.${expires}`), signature) || expires <= nowSeconds) throw notFound;
     const file = await this.files.find(fileId);
-    if (!file || (await this.store.size(file.storageKey)) === undefined) throw notFound;
-    return { file, stream: this.store.read(file.storageKey), maxAgeSeconds: expires - nowSeconds };
+    const opened = file && (await this.opened(file));
+    if (!opened) throw notFound;
+    return { ...opened, maxAgeSeconds: expires - nowSeconds };
+  }
+
+  /** A file whose bytes are in the store, ready to be sent whole or in part; undefined when they are not. */
+  private async opened(file: FileRow): Promise<OpenedFile | undefined> {
+    const stored = await this.store.stat(file.storageKey);
+    if (!stored) return undefined;
+    return { file, stored, name: file.filename ?? fileNameOf(file.id, file.contentType), read: (range) => this.store.read(file.storageKey, range) };
   }
 
   /**
@@ -172,7 +224,7 @@ export class FileService {
       width: file.width,
       height: file.height,
       open: () => this.store.read(file.storageKey),
-      url: (minTtlSeconds = 0) => this.signedUrl(file.id, minTtlSeconds),
+      url: (minTtlSeconds = 0) => this.downloadUrl(file.id, 'input', minTtlSeconds),
     }));
   }
 
@@ -221,10 +273,10 @@ export class FileService {
   }
 
   /** `getOwned` and its bytes as a stream (404 when the bytes are gone too). */
-  async openOwned(id: string, accountId: string): Promise<{ file: ListedFileRow; stream: Readable }> {
-    const file = await this.getOwned(id, accountId);
-    if ((await this.store.size(file.storageKey)) === undefined) throw fileNotFound(id);
-    return { file, stream: this.store.read(file.storageKey) };
+  async openOwned(id: string, accountId: string): Promise<OpenedFile> {
+    const opened = await this.opened(await this.getOwned(id, accountId));
+    if (!opened) throw fileNotFound(id);
+    return opened;
   }
 
   /** The contract's File object of a Files API file of the account (404 file_not_found otherwise). */

@@ -2,15 +2,16 @@
  * Media store (design §7). Generated outputs and decoded inputs are written here, because
  * upstream URLs expire or need credentials. Everything is streamed in and out; `put` enforces a
  * byte limit while it writes. The filesystem store is the default; every key is a relative path
- * under its root. An S3-compatible store implements the same interface.
+ * under its root. The S3-compatible store (s3-media-store.ts) implements the same interface, so
+ * that any instance reads what another wrote.
  *
  * A write or a removal that fails on the store's side rejects with a StorageError (storage-error.ts:
  * `StorageFull`, `StorageUnavailable`), never with the error of the data being written (a client
  * that went away, an upstream download that broke), so callers can tell whose fault it was.
  */
 import { close, createReadStream, createWriteStream, open, write, writev } from 'node:fs';
-import { mkdir, rename, rm, stat, writeFile } from 'node:fs/promises';
-import { dirname, resolve, sep } from 'node:path';
+import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { dirname, join, resolve, sep } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { randomHex } from '../lib/ids.ts';
@@ -18,16 +19,51 @@ import { asStorageError } from './storage-error.ts';
 
 export { StorageError, StorageFull, StorageUnavailable } from './storage-error.ts';
 
+/** Bytes `start` to `end` of an object, both included (an HTTP `Range`). */
+export interface ByteRange {
+  start: number;
+  end: number;
+}
+
+/** What a store knows of a stored object. */
+export interface StoredObject {
+  key: string;
+  bytes: number;
+  modifiedAt: Date;
+}
+
+export interface PutOptions {
+  /** A stream that grows past this fails with MediaTooLarge and nothing is kept. */
+  maxBytes?: number;
+  /** Kept with the object where the store can (S3: what presigned URLs serve it as). */
+  contentType?: string;
+  /** The name it is served under (S3: `Content-Disposition: inline; filename=…` of presigned URLs). */
+  filename?: string;
+}
+
 export interface MediaStore {
   /**
-   * Writes bytes (or a stream) under `key` atomically: readers never see a partial file. With
+   * Writes bytes (or a stream) under `key` atomically: readers never see a partial object. With
    * `maxBytes`, a stream that grows past it fails with MediaTooLarge and nothing is kept; a write
    * the store cannot do fails with a StorageError and nothing is kept either.
    */
-  put(key: string, data: Buffer | Readable, opts?: { maxBytes?: number }): Promise<{ bytes: number }>;
-  read(key: string): Readable;
-  size(key: string): Promise<number | undefined>;
+  put(key: string, data: Buffer | Readable, opts?: PutOptions): Promise<{ bytes: number }>;
+  /** The bytes (or `range` of them) as a stream; a missing object fails the stream. */
+  read(key: string, range?: ByteRange): Readable;
+  /** Size and last change of the object, or undefined when there is none. */
+  stat(key: string): Promise<StoredObject | undefined>;
   delete(key: string): Promise<void>;
+  /**
+   * Up to `limit` objects whose keys sort after `after` (all when undefined), in key order: the
+   * orphan sweep walks the store in pages with it. Unfinished writes show too (the filesystem's
+   * temporary files): a sweep leaves young objects alone.
+   */
+  list(after: string | undefined, limit: number): Promise<StoredObject[]>;
+  /**
+   * A URL at which anyone can GET the object for `ttlSeconds`, signed by the store itself (S3
+   * presigned URLs), when the store serves objects directly.
+   */
+  presign?(key: string, ttlSeconds: number): Promise<string>;
   /** A path on this machine where the bytes can be read directly, when the store has one. */
   localPath?(key: string): string;
 }
@@ -78,7 +114,7 @@ export class FilesystemMediaStore implements MediaStore {
     return path;
   }
 
-  async put(key: string, data: Buffer | Readable, opts: { maxBytes?: number } = {}): Promise<{ bytes: number }> {
+  async put(key: string, data: Buffer | Readable, opts: PutOptions = {}): Promise<{ bytes: number }> {
     const path = this.path(key);
     const dir = dirname(path);
     if (!this.dirs.has(dir)) {
@@ -133,16 +169,46 @@ export class FilesystemMediaStore implements MediaStore {
     this.dirs.delete(dir);
   }
 
-  read(key: string): Readable {
-    return createReadStream(this.path(key));
+  read(key: string, range?: ByteRange): Readable {
+    return createReadStream(this.path(key), range && { start: range.start, end: range.end });
   }
 
-  async size(key: string): Promise<number | undefined> {
+  async stat(key: string): Promise<StoredObject | undefined> {
     try {
-      return (await stat(this.path(key))).size;
+      const s = await stat(this.path(key));
+      return { key, bytes: s.size, modifiedAt: s.mtime };
     } catch {
       return undefined;
     }
+  }
+
+  async list(after: string | undefined, limit: number): Promise<StoredObject[]> {
+    const found: StoredObject[] = [];
+    // Entries sorted as their keys sort (a directory as `name/`), so the walk yields keys in order
+    // and skips every directory whose keys all sort before `after`.
+    const walk = async (dir: string, prefix: string): Promise<void> => {
+      let entries;
+      try {
+        entries = await readdir(dir, { withFileTypes: true });
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+        throw asStorageError(err, prefix);
+      }
+      const sorted = entries.map((e) => ({ e, name: e.isDirectory() ? `${e.name}/` : e.name })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+      for (const { e, name } of sorted) {
+        if (found.length >= limit) return;
+        const key = `${prefix}${name}`;
+        if (e.isDirectory()) {
+          if (after !== undefined && key < after && !after.startsWith(key)) continue;
+          await walk(join(dir, e.name), key);
+        } else if (e.isFile() && (after === undefined || key > after)) {
+          const s = await stat(join(dir, e.name)).catch(() => undefined);
+          if (s) found.push({ key, bytes: s.size, modifiedAt: s.mtime });
+        }
+      }
+    };
+    await walk(resolve(this.root), '');
+    return found;
   }
 
   async delete(key: string): Promise<void> {

@@ -21,7 +21,7 @@ export abstract class StorageError extends Error {
     readonly key: string,
     cause: NodeJS.ErrnoException,
   ) {
-    super(`media store ${FULL_CODES.has(cause.code!) ? 'full' : 'unavailable'} at '${key}': ${cause.message}`, { cause });
+    super(`media store at '${key}': ${cause.message}`, { cause });
     this.code = cause.code!;
     this.syscall = cause.syscall;
     this.path = cause.path;

@@ -1,7 +1,7 @@
 /** Fake media stores for failure injection: each wraps a real store and changes how some writes go. */
 import type { Readable } from 'node:stream';
 import { asStorageError } from '../../server/storage/storage-error.ts';
-import type { MediaStore } from '../../server/storage/media-store.ts';
+import type { ByteRange, MediaStore } from '../../server/storage/media-store.ts';
 
 /** A system error as Node reports one (`ENOSPC`, `EIO`, …). */
 export function systemError(code: string, syscall = 'write'): NodeJS.ErrnoException {
@@ -21,11 +21,14 @@ abstract class OutputWrappingStore implements MediaStore {
     const write = () => this.inner.put(key, data, opts);
     return key.startsWith('image_output/') ? this.putOutput(write, key) : write();
   }
-  read(key: string) {
-    return this.inner.read(key);
+  read(key: string, range?: ByteRange) {
+    return this.inner.read(key, range);
   }
-  size(key: string) {
-    return this.inner.size(key);
+  stat(key: string) {
+    return this.inner.stat(key);
+  }
+  list(after: string | undefined, limit: number) {
+    return this.inner.list(after, limit);
   }
   delete(key: string) {
     return this.inner.delete(key);
@@ -97,11 +100,14 @@ export class FailingWritesStore implements MediaStore {
     }
     return Promise.reject(err);
   }
-  read(key: string) {
-    return this.inner.read(key);
+  read(key: string, range?: ByteRange) {
+    return this.inner.read(key, range);
   }
-  size(key: string) {
-    return this.inner.size(key);
+  stat(key: string) {
+    return this.inner.stat(key);
+  }
+  list(after: string | undefined, limit: number) {
+    return this.inner.list(after, limit);
   }
   delete(key: string) {
     return this.inner.delete(key);

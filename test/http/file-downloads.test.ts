@@ -87,3 +87,52 @@ describe('file downloads', () => {
     expect(server.logs.filter((l) => l.includes('request failed'))).toEqual([]);
   });
 });
+
+describe('ranges and validators of a download', () => {
+  /** The signed URL through the contract lane's proxy when it runs (so the answers are checked against the contract). */
+  const viaContract = () => `${server.baseUrl}${fileUrl.pathname}${fileUrl.search}`;
+
+  it('sends ETag, Last-Modified, Accept-Ranges and Content-Disposition, and 304 for a current copy', async () => {
+    const whole = await fetch(viaContract());
+    expect(whole.status).toBe(200);
+    const etag = whole.headers.get('etag')!;
+    expect(etag).toBe(`"${fileUrl.pathname.split('/').at(-1)}"`);
+    expect(whole.headers.get('accept-ranges')).toBe('bytes');
+    expect(new Date(whole.headers.get('last-modified')!).getTime()).toBeGreaterThan(0);
+    expect(whole.headers.get('content-disposition')).toMatch(/^inline; filename="file_\w+\.png"$/);
+    await whole.arrayBuffer();
+    const again = await fetch(viaContract(), { headers: { 'If-None-Match': etag } });
+    expect(again.status).toBe(304);
+    expect((await again.arrayBuffer()).byteLength).toBe(0);
+  });
+
+  it('answers one byte range with 206 and Content-Range, from the start, the middle and the end', async () => {
+    const size = expected.length;
+    for (const [header, start, end] of [
+      ['bytes=0-99', 0, 99],
+      [`bytes=1000-${size + 50}`, 1000, size - 1],
+      ['bytes=-500', size - 500, size - 1],
+    ] as const) {
+      const checked = await fetch(viaContract(), { headers: { Range: header } });
+      expect([checked.status, checked.headers.get('content-range')]).toEqual([206, `bytes ${start}-${end}/${size}`]);
+      await checked.arrayBuffer();
+      // The bytes from the server itself (the contract lane's proxy re-encodes binary bodies).
+      const res = await fetch(fileUrl, { headers: { Range: header } });
+      expect(Number(res.headers.get('content-length'))).toBe(end - start + 1);
+      expect(Buffer.from(await res.arrayBuffer()).equals(expected.subarray(start, end + 1))).toBe(true);
+    }
+  });
+
+  it('answers 416 for a range outside the file, and the whole file for several ranges or a stale If-Range', async () => {
+    const outside = await fetch(viaContract(), { headers: { Range: `bytes=${expected.length + 10}-` } });
+    expect(outside.status).toBe(416);
+    expect(outside.headers.get('content-range')).toBe(`bytes */${expected.length}`);
+    expect(((await outside.json()) as { error: { code: string } }).error.code).toBe('range_not_satisfiable');
+    const several = await fetch(fileUrl, { headers: { Range: 'bytes=0-9,100-109' } });
+    expect(several.status).toBe(200);
+    expect(Buffer.from(await several.arrayBuffer()).length).toBe(expected.length);
+    const stale = await fetch(fileUrl, { headers: { Range: 'bytes=0-9', 'If-Range': '"file_another"' } });
+    expect(stale.status).toBe(200);
+    await stale.arrayBuffer();
+  });
+});

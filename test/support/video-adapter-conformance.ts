@@ -59,7 +59,7 @@ export interface VideoConformanceTarget {
 
 /** A stored input as adapters see it, from bytes in memory (the test's own, not the gateway's store). */
 export function mediaInputOf(bytes: Buffer, contentType: string, width: number | null = null, height: number | null = null): MediaInput {
-  return { contentType, bytes: bytes.length, width, height, open: () => Readable.from([bytes]), url: () => 'http://127.0.0.1:9/unused' };
+  return { contentType, bytes: bytes.length, width, height, open: () => Readable.from([bytes]), url: async () => 'http://127.0.0.1:9/unused' };
 }
 
 /** A noise PNG of the given size (incompressible: its bytes are really sent). */

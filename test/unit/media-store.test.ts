@@ -1,41 +1,155 @@
 /**
- * The filesystem media store on real files: bytes in memory and streams are stored whole under
- * their key, nothing is kept past a byte limit, and no temporary file is left behind.
+ * One suite for every media store (issue 29): the filesystem store on real files and the S3 store
+ * on an S3-compatible server on loopback (s3rver). Bytes in memory and streams are stored whole,
+ * nothing is kept past a byte limit or after the data's own failure (no object, no multipart
+ * upload left), ranges read back exactly, listing walks keys in order, and (S3) presigned URLs
+ * serve the object with its type and name.
  */
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { afterAll, describe, expect, it } from 'vitest';
-import { FilesystemMediaStore, MediaTooLarge } from '../../server/storage/media-store.ts';
+import { buffer } from 'node:stream/consumers';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FilesystemMediaStore, MediaTooLarge, type MediaStore } from '../../server/storage/media-store.ts';
+import type { S3MediaStore } from '../../server/storage/s3-media-store.ts';
+import { startTestS3, type TestS3 } from '../support/s3-server.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'mg-store-'));
-afterAll(() => rmSync(root, { recursive: true, force: true }));
-const store = new FilesystemMediaStore(root);
-const filesIn = (dir: string) => readdirSync(join(root, dir));
+let s3: TestS3;
+let s3Store: S3MediaStore;
+beforeAll(async () => {
+  s3 = await startTestS3();
+  s3Store = s3.store('suite/');
+});
+afterAll(async () => {
+  await s3?.close();
+  rmSync(root, { recursive: true, force: true });
+});
 
-describe('FilesystemMediaStore', () => {
-  it('stores a buffer and a stream whole, leaving only the final files', async () => {
-    const bytes = Buffer.from('a'.repeat(70_000));
-    expect(await store.put('out/aa/one.png', bytes)).toEqual({ bytes: 70_000 });
-    expect(await store.put('out/aa/two.png', Readable.from([bytes.subarray(0, 100), bytes.subarray(100)]))).toEqual({ bytes: 70_000 });
-    expect(readFileSync(join(root, 'out/aa/one.png')).equals(bytes)).toBe(true);
-    expect(readFileSync(join(root, 'out/aa/two.png')).equals(bytes)).toBe(true);
-    expect(filesIn('out/aa').sort()).toEqual(['one.png', 'two.png']);
+/** A stream of `chunks` that fails after them (and `afterMs`) with `err`, as a client that goes away does. */
+function failingStream(chunks: Buffer[], err: Error, afterMs = 0): Readable {
+  let i = 0;
+  return new Readable({
+    read() {
+      if (i < chunks.length) this.push(chunks[i++]);
+      else setTimeout(() => this.destroy(err), afterMs);
+    },
+  });
+}
+
+const stores: [string, () => MediaStore][] = [
+  ['filesystem', () => new FilesystemMediaStore(root)],
+  ['S3', () => s3Store],
+];
+
+describe.each(stores)('%s media store', (name, storeOf) => {
+  const prefix = `${name}-${randomBytes(3).toString('hex')}`;
+  const keysUnder = async (p: string) => (await storeOf().list(undefined, 1000)).map((o) => o.key).filter((k) => k.startsWith(p));
+
+  it('stores a buffer and a stream whole, and reads them back with their size', async () => {
+    const store = storeOf();
+    const bytes = randomBytes(70_000);
+    expect(await store.put(`${prefix}/aa/one`, bytes, { contentType: 'image/png' })).toEqual({ bytes: 70_000 });
+    expect(await store.put(`${prefix}/aa/two`, Readable.from([bytes.subarray(0, 100), bytes.subarray(100)]))).toEqual({ bytes: 70_000 });
+    for (const key of ['one', 'two']) {
+      expect((await buffer(store.read(`${prefix}/aa/${key}`))).equals(bytes)).toBe(true);
+      expect(await store.stat(`${prefix}/aa/${key}`)).toEqual({ key: `${prefix}/aa/${key}`, bytes: 70_000, modifiedAt: expect.any(Date) });
+    }
+    expect(await keysUnder(`${prefix}/aa/`)).toEqual([`${prefix}/aa/one`, `${prefix}/aa/two`]);
   });
 
-  it('keeps nothing of a buffer or a stream over the byte limit', async () => {
-    await expect(store.put('big/bb/one.bin', Buffer.alloc(11), { maxBytes: 10 })).rejects.toBeInstanceOf(MediaTooLarge);
-    await expect(store.put('big/bb/two.bin', Readable.from([Buffer.alloc(6), Buffer.alloc(6)]), { maxBytes: 10 })).rejects.toBeInstanceOf(MediaTooLarge);
-    expect(await store.put('big/bb/three.bin', Buffer.alloc(10), { maxBytes: 10 })).toEqual({ bytes: 10 });
-    expect(filesIn('big/bb')).toEqual(['three.bin']);
+  it('keeps nothing of a buffer or a stream over the byte limit, even one sent in several parts', async () => {
+    const store = storeOf();
+    await expect(store.put(`${prefix}/big/one`, Buffer.alloc(11), { maxBytes: 10 })).rejects.toBeInstanceOf(MediaTooLarge);
+    await expect(store.put(`${prefix}/big/two`, Readable.from([Buffer.alloc(6), Buffer.alloc(6)]), { maxBytes: 10 })).rejects.toBeInstanceOf(MediaTooLarge);
+    // 20 MiB against a 17 MiB limit: S3 has uploaded parts before the limit is passed.
+    const mib = randomBytes(1024 * 1024);
+    await expect(store.put(`${prefix}/big/three`, Readable.from(Array.from({ length: 20 }, () => mib)), { maxBytes: 17 * 1024 * 1024 })).rejects.toBeInstanceOf(MediaTooLarge);
+    expect(await store.put(`${prefix}/big/four`, Buffer.alloc(10), { maxBytes: 10 })).toEqual({ bytes: 10 });
+    expect(await keysUnder(`${prefix}/big/`)).toEqual([`${prefix}/big/four`]);
+    expect(await store.stat(`${prefix}/big/three`)).toBeUndefined();
   });
 
+  it("keeps nothing when the data fails, and passes on the data's own error", async () => {
+    const store = storeOf();
+    const gone = new Error('the client went away');
+    await expect(store.put(`${prefix}/cut/one`, failingStream([randomBytes(9 * 1024 * 1024)], gone))).rejects.toBe(gone);
+    expect(await keysUnder(`${prefix}/cut/`)).toEqual([]);
+  });
+
+  it('reads a range exactly, and fails the stream of a missing object', async () => {
+    const store = storeOf();
+    const bytes = randomBytes(5000);
+    await store.put(`${prefix}/range/one`, bytes);
+    expect((await buffer(store.read(`${prefix}/range/one`, { start: 100, end: 199 }))).equals(bytes.subarray(100, 200))).toBe(true);
+    expect((await buffer(store.read(`${prefix}/range/one`, { start: 4990, end: 4999 }))).equals(bytes.subarray(4990))).toBe(true);
+    await expect(buffer(store.read(`${prefix}/range/missing`))).rejects.toThrow();
+    expect(await store.stat(`${prefix}/range/missing`)).toBeUndefined();
+  });
+
+  it('lists keys in order from after a key, in pages, and deletes', async () => {
+    const store = storeOf();
+    const keys = [`${prefix}/list/a`, `${prefix}/list/b/1`, `${prefix}/list/b/2`, `${prefix}/list/c`];
+    for (const key of [...keys].reverse()) await store.put(key, Buffer.from(key));
+    const all = await keysUnder(`${prefix}/list/`);
+    expect(all).toEqual(keys);
+    const page = (await store.list(`${prefix}/list/a`, 2)).map((o) => o.key);
+    expect(page).toEqual([`${prefix}/list/b/1`, `${prefix}/list/b/2`]);
+    await store.delete(`${prefix}/list/b/1`);
+    await store.delete(`${prefix}/list/nothing`); // deleting what is not there is no error
+    expect(await keysUnder(`${prefix}/list/`)).toEqual([`${prefix}/list/a`, `${prefix}/list/b/2`, `${prefix}/list/c`]);
+  });
+});
+
+describe('S3 media store only', () => {
+  it('aborts the multipart upload of a failed write, leaving no parts behind', async () => {
+    // s3rver cannot list multipart uploads: the commands the client sent tell instead.
+    const sent: string[] = [];
+    s3Store.client.middlewareStack.add((next, context) => async (args) => (sent.push(context.commandName!), next(args)), { step: 'initialize', name: 'recordCommands' });
+    try {
+      const gone = new Error('the upstream download broke');
+      // Two parts go up before the data fails.
+      await expect(s3Store.put('suite-mp/one', failingStream([randomBytes(9 * 1024 * 1024), randomBytes(9 * 1024 * 1024)], gone, 1000))).rejects.toBe(gone);
+    } finally {
+      s3Store.client.middlewareStack.remove('recordCommands');
+    }
+    expect(sent).toContain('CreateMultipartUploadCommand');
+    expect(sent).toContain('UploadPartCommand');
+    expect(sent).toContain('AbortMultipartUploadCommand');
+    expect(sent).not.toContain('CompleteMultipartUploadCommand');
+    expect(await s3Store.stat('suite-mp/one')).toBeUndefined();
+  });
+
+  it('presigns a GET URL that serves the object with the type and file name it was stored with, ranges too', async () => {
+    const bytes = randomBytes(3000);
+    await s3Store.put('presign/one', bytes, { contentType: 'video/mp4', filename: 'file_abc.mp4' });
+    const url = await s3Store.presign('presign/one', 600);
+    expect(url).toMatch(/X-Amz-Expires=600/);
+    expect(url).toContain('/suite/presign/one');
+    const res = await fetch(url);
+    expect([res.status, res.headers.get('content-type'), res.headers.get('content-disposition')]).toEqual([200, 'video/mp4', 'inline; filename="file_abc.mp4"']);
+    expect(Buffer.from(await res.arrayBuffer()).equals(bytes)).toBe(true);
+    const part = await fetch(url, { headers: { Range: 'bytes=10-19' } });
+    expect([part.status, part.headers.get('content-range')]).toEqual([206, 'bytes 10-19/3000']);
+  });
+
+  it('keeps keys under its prefix', async () => {
+    await s3Store.put('prefixed/one', Buffer.from('x'));
+    const other = s3.store('');
+    expect((await other.list(undefined, 1000)).map((o) => o.key)).toContain('suite/prefixed/one');
+  });
+});
+
+describe('filesystem media store only', () => {
   it('recreates a directory removed after it was first used', async () => {
+    const store = new FilesystemMediaStore(root);
     await store.put('gone/cc/one.png', Buffer.from('x'));
     rmSync(join(root, 'gone'), { recursive: true });
     await expect(store.put('gone/cc/two.png', Buffer.from('y'))).rejects.toThrow();
     await store.put('gone/cc/two.png', Buffer.from('y'));
-    expect(await store.size('gone/cc/two.png')).toBe(1);
+    expect((await store.stat('gone/cc/two.png'))?.bytes).toBe(1);
+    expect(readdirSync(join(root, 'gone/cc'))).toEqual(['two.png']);
   });
 });

@@ -20,6 +20,6 @@ export function dataUrl(input: MediaInput): Base64Source {
 }
 
 /** Long enough for an upstream's queue to fetch it (default one hour). */
-export function signedUrl(input: MediaInput, minTtlSeconds = 3600): string {
+export function signedUrl(input: MediaInput, minTtlSeconds = 3600): Promise<string> {
   return input.url(minTtlSeconds);
 }

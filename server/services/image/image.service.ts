@@ -311,13 +311,13 @@ export class ImageService {
     return listPage(rows, size, (row) => this.listedTask(row));
   }
 
-  private listedTask(row: ListedImageTaskRow): WithBase64<Schemas['ImageTask'], Base64Source> {
+  private async listedTask(row: ListedImageTaskRow): Promise<WithBase64<Schemas['ImageTask'], Base64Source>> {
     const task = taskShape<Base64Source>(row);
     if (row.status !== 'completed') return task;
     const params = row.params as unknown as ImageParams;
     const items: WithBase64<Schemas['ImageData'], Base64Source>[] =
       params.responseFormat === 'url'
-        ? row.resultFileIds.map((id) => ({ url: this.deps.files.signedUrl(id) }))
+        ? await Promise.all(row.resultFileIds.map(async (id) => ({ url: await this.deps.files.downloadUrl(id, 'image_output') })))
         : (row.storedResults ?? []).map((file) => ({ b64_json: new Base64Source(() => this.deps.files.read(file), file.bytes) }));
     task.data = row.revisedPrompt ? items.map((item) => ({ ...item, revised_prompt: row.revisedPrompt! })) : items;
     return task;
@@ -328,7 +328,8 @@ export class ImageService {
     const params = row.params as unknown as ImageParams;
     return Promise.all(
       row.resultFileIds.map(async (id) => {
-        const item: WithBase64<Schemas['ImageData']> = params.responseFormat === 'url' ? { url: this.deps.files.signedUrl(id) } : { b64_json: new Base64Bytes(await this.deps.files.readAll(id)) };
+        const item: WithBase64<Schemas['ImageData']> =
+          params.responseFormat === 'url' ? { url: await this.deps.files.downloadUrl(id, 'image_output') } : { b64_json: new Base64Bytes(await this.deps.files.readAll(id)) };
         if (row.revisedPrompt) item.revised_prompt = row.revisedPrompt;
         return item;
       }),
@@ -336,14 +337,16 @@ export class ImageService {
   }
 
   /** The synchronous JSON response (product spec §2.3) from what execute() delivered; images as bytes (lib/base64-json.ts). */
-  toImageResult(task: ImageTaskRow, result: ExecuteResult): WithBase64<Schemas['ImageResult']> {
+  async toImageResult(task: ImageTaskRow, result: ExecuteResult): Promise<WithBase64<Schemas['ImageResult']>> {
     const params = task.params as unknown as ImageParams;
     return {
       created: Math.floor(task.createdAt.getTime() / 1000),
-      data: result.files.map((file, i) => ({
-        ...(params.responseFormat === 'url' ? { url: this.deps.files.signedUrl(file.id) } : { b64_json: new Base64Bytes(result.images[i]!) }),
-        ...(result.revisedPrompt && { revised_prompt: result.revisedPrompt }),
-      })),
+      data: await Promise.all(
+        result.files.map(async (file, i) => ({
+          ...(params.responseFormat === 'url' ? { url: await this.deps.files.downloadUrl(file.id, 'image_output') } : { b64_json: new Base64Bytes(result.images[i]!) }),
+          ...(result.revisedPrompt && { revised_prompt: result.revisedPrompt }),
+        })),
+      ),
       output_format: params.outputFormat,
       size: `${params.width}x${params.height}`,
       quality: params.resolvedQuality,

@@ -168,7 +168,7 @@ export class VideoService {
     const row = await this.deps.tasks.findForAccount(id, auth.accountId);
     // Another account's task and an unknown id are indistinguishable.
     if (!row) throw notFound('task_not_found', `No video task '${id}' exists for this account.`);
-    return toVideoTask(row, this.videoUrl(row));
+    return toVideoTask(row, await this.videoUrl(row));
   }
 
   /**
@@ -179,7 +179,7 @@ export class VideoService {
     const { page, size } = accountPage(auth.accountId, query);
     const rows = await this.deps.tasks.listForAccount(page, { status: query.status, model: query.model });
     if (rows.length === 0 && page.after !== undefined && !(await this.deps.tasks.isAccountTask(page.after, auth.accountId))) throw invalidAfter('video task');
-    return listPage(rows, size, (row) => toVideoTask(row, this.videoUrl(row)));
+    return listPage(rows, size, async (row) => toVideoTask(row, await this.videoUrl(row)));
   }
 
   /** The original task for a retry of the same request; 409 for a different request under its client_request_id. */
@@ -195,8 +195,8 @@ export class VideoService {
     return toVideoTaskCreated(existing);
   }
 
-  private videoUrl(row: VideoTaskRow): string | undefined {
-    return row.status === 'completed' && row.outputFileId ? this.deps.files.signedUrl(row.outputFileId) : undefined;
+  private async videoUrl(row: VideoTaskRow): Promise<string | undefined> {
+    return row.status === 'completed' && row.outputFileId ? this.deps.files.downloadUrl(row.outputFileId, 'video_output') : undefined;
   }
 
   /** Refuses (before any charge) a request that no upstream serving the model can express. */

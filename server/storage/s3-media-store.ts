@@ -1,0 +1,195 @@
+/**
+ * The media store on S3-compatible object storage (AWS S3, Cloudflare R2, MinIO, Backblaze B2,
+ * GCS's S3 API), so that any instance serves any file (design §7). AWS SDK v3 does all the S3:
+ * `@aws-sdk/lib-storage`'s `Upload` streams a write in parts (at most PART_BYTES × PART_QUEUE in
+ * memory, whatever the object's size) and aborts the multipart upload when the write fails, so a
+ * failed or abandoned write leaves no object; `@aws-sdk/s3-request-presigner` signs GET URLs.
+ * Credentials come from the standard AWS chain (environment, profiles, instance roles) unless given.
+ *
+ * Keys are the store keys under S3_PREFIX. Errors of the store itself (unreachable, refused, a
+ * missing bucket, a full quota) are StorageErrors; an error of the data being written (a client
+ * that went away, a byte limit) is passed on as it is.
+ */
+import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
+import { Upload } from '@aws-sdk/lib-storage';
+import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
+import { PassThrough, Readable, Transform } from 'node:stream';
+import { MediaTooLarge, byteLimit, type ByteRange, type MediaStore, type PutOptions, type StoredObject } from './media-store.ts';
+import { StorageFull, StorageUnavailable, type StorageError } from './storage-error.ts';
+
+/** Size of each uploaded part (S3's least is 5 MiB), and parts in flight at once: memory per write. */
+const PART_BYTES = 8 * 1024 * 1024;
+const PART_QUEUE = 2;
+
+export interface S3StoreOptions {
+  bucket: string;
+  region: string;
+  /** Unset: AWS. */
+  endpoint?: string;
+  /** Path-style URLs (`https://host/bucket/key`), as MinIO-style servers need. */
+  forcePathStyle?: boolean;
+  /** Prepended to every key (several deployments in one bucket). */
+  prefix?: string;
+  /** Explicit credentials (tests); unset: the standard AWS chain. */
+  credentials?: S3ClientConfig['credentials'];
+}
+
+/** Error names of S3 (and compatible servers) that mean the bucket or the account is out of space. */
+const FULL = new Set(['QuotaExceeded', 'StorageQuotaExceeded', 'InsufficientStorage', 'EntityTooLarge']);
+
+export class S3MediaStore implements MediaStore {
+  readonly client: S3Client;
+  private readonly bucket: string;
+  private readonly prefix: string;
+
+  constructor(opts: S3StoreOptions) {
+    this.bucket = opts.bucket;
+    this.prefix = opts.prefix ?? '';
+    this.client = new S3Client({
+      region: opts.region,
+      ...(opts.endpoint && { endpoint: opts.endpoint }),
+      forcePathStyle: opts.forcePathStyle ?? false,
+      ...(opts.credentials && { credentials: opts.credentials }),
+    });
+  }
+
+  private objectKey(key: string): string {
+    return `${this.prefix}${key}`;
+  }
+
+  async put(key: string, data: Buffer | Readable, opts: PutOptions = {}): Promise<{ bytes: number }> {
+    if (Buffer.isBuffer(data)) {
+      if (opts.maxBytes !== undefined && data.length > opts.maxBytes) throw new MediaTooLarge(opts.maxBytes);
+      await this.upload(key, data, opts);
+      return { bytes: data.length };
+    }
+    let bytes = 0;
+    let sourceError: unknown;
+    const counter = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        bytes += chunk.length;
+        done(null, chunk);
+      },
+    });
+    const body = new PassThrough();
+    const stages: NodeJS.ReadWriteStream[] = opts.maxBytes !== undefined ? [byteLimit(opts.maxBytes), counter] : [counter];
+    // The data's own failure (the client went away, the byte limit) fails the upload, and is what
+    // the caller hears — not the SDK's wrapping of it.
+    let stream: Readable = data;
+    for (const stage of stages) {
+      stream.once('error', (err) => {
+        sourceError ??= err;
+        (stage as Transform).destroy(err);
+      });
+      stream = stream.pipe(stage) as unknown as Readable;
+    }
+    stream.once('error', (err) => {
+      sourceError ??= err;
+      body.destroy(err);
+    });
+    stream.pipe(body);
+    try {
+      await this.upload(key, body, opts);
+    } catch (err) {
+      if (sourceError !== undefined) throw sourceError;
+      throw err;
+    }
+    return { bytes };
+  }
+
+  private async upload(key: string, body: Buffer | Readable, opts: PutOptions): Promise<void> {
+    const upload = new Upload({
+      client: this.client,
+      params: {
+        Bucket: this.bucket,
+        Key: this.objectKey(key),
+        Body: body,
+        // What a presigned GET serves it as: its type, shown in the browser under its name.
+        ...(opts.contentType && { ContentType: opts.contentType }),
+        ...(opts.filename && { ContentDisposition: `inline; filename="${opts.filename.replace(/["\\\r\n]/g, '')}"` }),
+      },
+      partSize: PART_BYTES,
+      queueSize: PART_QUEUE,
+      // A failed multipart upload is aborted: no parts (and no object) are left behind.
+      leavePartsOnError: false,
+    });
+    try {
+      await upload.done();
+    } catch (err) {
+      throw storageErrorOf(err, key);
+    }
+  }
+
+  read(key: string, range?: ByteRange): Readable {
+    const out = new PassThrough();
+    this.client
+      .send(new GetObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key), ...(range && { Range: `bytes=${range.start}-${range.end}` }) }))
+      .then(
+        (res) => {
+          const body = res.Body as Readable;
+          body.once('error', (err) => out.destroy(storageErrorOf(err, key)));
+          // A reader that stops (a client that went away) ends the download from S3 too.
+          out.once('close', () => body.destroy());
+          body.pipe(out);
+        },
+        (err: unknown) => out.destroy(storageErrorOf(err, key)),
+      );
+    return out;
+  }
+
+  async stat(key: string): Promise<StoredObject | undefined> {
+    try {
+      const head = await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key) }));
+      return { key, bytes: head.ContentLength ?? 0, modifiedAt: head.LastModified ?? new Date(0) };
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw storageErrorOf(err, key);
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    try {
+      await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key) }));
+    } catch (err) {
+      if (!isNotFound(err)) throw storageErrorOf(err, key);
+    }
+  }
+
+  async list(after: string | undefined, limit: number): Promise<StoredObject[]> {
+    try {
+      // One page as S3 sends it (up to 1,000 keys), cut to `limit` here: MaxKeys with StartAfter
+      // trips some S3-compatible servers (s3rver answers 500), and a page costs one request anyway.
+      const res = await this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.prefix || undefined, ...(after !== undefined && { StartAfter: this.objectKey(after) }) }));
+      return (res.Contents ?? [])
+        .filter((o) => o.Key)
+        .slice(0, limit)
+        .map((o) => ({ key: o.Key!.slice(this.prefix.length), bytes: o.Size ?? 0, modifiedAt: o.LastModified ?? new Date(0) }));
+    } catch (err) {
+      throw storageErrorOf(err, after ?? '');
+    }
+  }
+
+  /** A GET URL of the object for `ttlSeconds` (it serves the type and name the object was stored with). */
+  presign(key: string, ttlSeconds: number): Promise<string> {
+    return getSignedUrl(this.client, new GetObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key) }), { expiresIn: ttlSeconds });
+  }
+
+  /** Closes the client's connections (shutdown, tests). */
+  close(): void {
+    this.client.destroy();
+  }
+}
+
+function isNotFound(err: unknown): boolean {
+  const e = err as { name?: string; $metadata?: { httpStatusCode?: number } };
+  return e?.name === 'NotFound' || e?.name === 'NoSuchKey' || e?.$metadata?.httpStatusCode === 404;
+}
+
+/** An S3 failure as a StorageError: full for quota answers, unavailable for everything else. */
+function storageErrorOf(err: unknown, key: string): StorageError {
+  const e = err as { name?: string; code?: string; message?: string; $metadata?: { httpStatusCode?: number } };
+  const code = e?.name && e.name !== 'Error' ? e.name : (e?.code ?? 'S3Error');
+  const status = e?.$metadata?.httpStatusCode;
+  const cause = Object.assign(new Error(`${code}${status ? ` (HTTP ${status})` : ''}: ${e?.message ?? String(err)}`), { code, syscall: 's3' }) as NodeJS.ErrnoException;
+  return FULL.has(code) ? new StorageFull(key, cause) : new StorageUnavailable(key, cause);
+}
