@@ -1,6 +1,5 @@
 /**
- * The one list of provider kinds (a unit test keeps it equal to the contract's `AdminProvider` enum
- * and to the database's check constraint) and the adapters this build has for them.
+ * The adapters this build has for each provider kind (the kinds themselves: provider-kinds.ts).
  *
  * Adding a provider: see docs/ARCHITECTURE.md, "How to add a provider".
  */
@@ -16,27 +15,8 @@ import { OpenAIImageProvider } from './openai/openai-image.provider.ts';
 import { OpenAIVideoProvider } from './openai/openai-video.provider.ts';
 import type { ImageProvider, VideoProvider } from './types.ts';
 
-export const PROVIDER_KINDS = ['local', 'openai', 'gemini', 'ark', 'kling'] as const;
-export type ProviderKind = (typeof PROVIDER_KINDS)[number];
-
-export interface ProviderDefinition {
-  /** Credential names a member must have (none: the provider runs on this machine). */
-  credentials: readonly string[];
-  /** Base URL when the member sets none. */
-  defaultBaseUrl: string | null;
-}
-
-export const PROVIDERS: Record<ProviderKind, ProviderDefinition> = {
-  local: { credentials: [], defaultBaseUrl: null },
-  openai: { credentials: ['api_key'], defaultBaseUrl: 'https://api.openai.com/v1' },
-  gemini: { credentials: ['api_key'], defaultBaseUrl: 'https://generativelanguage.googleapis.com/v1beta' },
-  ark: { credentials: ['api_key'], defaultBaseUrl: 'https://ark.ap-southeast.bytepluses.com/api/v3' },
-  kling: { credentials: ['access_key', 'secret_key'], defaultBaseUrl: 'https://api-singapore.klingai.com' },
-};
-
-export function isProviderKind(value: string): value is ProviderKind {
-  return (PROVIDER_KINDS as readonly string[]).includes(value);
-}
+export { PROVIDER_KINDS, PROVIDERS, isProviderKind, type ProviderDefinition, type ProviderKind } from './provider-kinds.ts';
+import { PROVIDER_KINDS, PROVIDERS, isProviderKind, type ProviderKind } from './provider-kinds.ts';
 
 export interface ProviderAdapters {
   image?: ImageProvider;

@@ -4,7 +4,7 @@
  */
 import type { Readable } from 'node:stream';
 import type { ProviderError } from './provider-error.ts';
-import type { ProviderKind } from './registry.ts';
+import type { ProviderKind } from './provider-kinds.ts';
 
 /**
  * The upstream account a call runs on: a group member, with its decrypted credentials. Adapters

@@ -12,7 +12,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
 import { Agent, interceptors, request, type Dispatcher } from 'undici';
 import { ProviderError, type ProviderErrorKind } from './provider-error.ts';
-import { PROVIDERS, type ProviderKind } from './registry.ts';
+import { PROVIDERS, type ProviderKind } from './provider-kinds.ts';
 import type { UpstreamAccount, VideoContent } from './types.ts';
 
 /** Default time an upstream call may wait for its answer's headers, and for each part of its body. */

@@ -152,3 +152,13 @@ describe('Seedance tasks', () => {
     await expect(provider.cancel(account(), failed, never)).resolves.toBeUndefined();
   });
 });
+
+describe('Seedance prompt flags', () => {
+  it('takes the parameter flags Seedance reads from prompt text out, so only the billed body parameters count', async () => {
+    const { withoutParameterFlags } = await import('../../server/providers/ark/ark-video.provider.ts');
+    expect(withoutParameterFlags('a fox in the snow --dur 12 --rs 1080p --rt=21:9 --wm true')).toBe('a fox in the snow');
+    expect(withoutParameterFlags('--duration 10 a fox --frames 289 --camerafixed false')).toBe('a fox');
+    // Other double dashes stay: only Seedance's flags are parameters.
+    expect(withoutParameterFlags('a sign that says --open-- and a fox')).toBe('a sign that says --open-- and a fox');
+  });
+});

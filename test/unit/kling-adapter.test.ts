@@ -5,9 +5,6 @@
  * the envelope's codes over the HTTP status, the endpoint a job's shape and model choose, the
  * model-id convention for `mode`, raw base64 images, string durations.
  */
-// The registry first, as the server loads it: kit.ts reaches the registry (upstream-http.ts), so an
-// adapter that calls a kit function while loading would otherwise meet a half-loaded kit.ts.
-import '../../server/providers/registry.ts';
 import { SignJWT } from 'jose';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

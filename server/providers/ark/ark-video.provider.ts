@@ -26,6 +26,7 @@
  * takes no 1080p with reference images) are checked here before the call.
  */
 import {
+  jobStatus,
   ProviderError,
   dataUrl,
   downloadOutput,
@@ -43,9 +44,6 @@ import {
   type VideoShape,
   type VideoStatus,
 } from '../kit.ts';
-// Called as this module loads: imported from its own file, since kit.ts is still loading when the
-// registry (which upstream-http.ts imports) loads this adapter.
-import { jobStatus } from '../kit/job-status.ts';
 import { ARK_CODES, arkError, type ArkErrorBody } from './ark-errors.ts';
 import { arkAuth, arkEndpoint, arkOrigin, arkUrl } from './ark-endpoint.ts';
 
@@ -85,7 +83,7 @@ export class ArkVideoProvider implements VideoProvider {
   async submit(account: UpstreamAccount, job: VideoJob, signal: AbortSignal): Promise<string> {
     const unsupported = this.check(shapeOf(job)) ?? modelRule(job);
     if (unsupported) throw new ProviderError('invalid_request', `Seedance accepts ${unsupported}`);
-    const content: unknown[] = [{ type: 'text', text: job.prompt }];
+    const content: unknown[] = [{ type: 'text', text: withoutParameterFlags(job.prompt) }];
     const image = (input: NonNullable<VideoJob['firstFrame']>, role: string) => ({ type: 'image_url', image_url: { url: dataUrl(input) }, role });
     if (job.firstFrame) content.push(image(job.firstFrame, 'first_frame'));
     if (job.lastFrame) content.push(image(job.lastFrame, 'last_frame'));
@@ -170,4 +168,17 @@ function modelRule(job: VideoJob): string | undefined {
     if (job.referenceImages.length > 0 && job.resolution === '1080p') return 'no 1080p with reference images on its lite model';
   }
   return undefined;
+}
+
+/**
+ * Seedance also reads parameters from flags in the prompt text (`--dur 12`, `--rs 1080p`, `--rt
+ * 16:9`, `--fps`, `--wm`, `--seed`, `--cf`, `--frames` and their long names; §5.2). Which wins over
+ * the body's fields is not documented: a client could be billed for 5 seconds and get 12. The
+ * billed parameters go in the body only, so these flags are taken out of the prompt.
+ */
+export function withoutParameterFlags(prompt: string): string {
+  return prompt
+    .replace(/(^|\s)--(?:rs|rt|dur|fps|wm|seed|cf|resolution|ratio|duration|framespersecond|watermark|camerafixed|frames)(?:\s+|=)\S+/gi, '$1')
+    .replace(/\s{2,}/g, ' ')
+    .trim();
 }

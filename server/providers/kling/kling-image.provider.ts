@@ -20,9 +20,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fitImage, readBounded } from '../image-output.ts';
-import { ProviderError, sanitizeMessage, upstreamFetch } from '../kit.ts';
-// Directly, not through kit.ts: it runs while the registry (which kit.ts reaches) is still loading.
-import { jobStatus } from '../kit/job-status.ts';
+import { ProviderError, jobStatus, sanitizeMessage, upstreamFetch } from '../kit.ts';
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../kit.ts';
 import { KlingTokens } from './kling-auth.ts';
 import { klingCall, outcomeOf } from './kling-api.ts';

@@ -42,9 +42,7 @@
  */
 import { Readable } from 'node:stream';
 import sharp from 'sharp';
-import { Base64Source, ProviderError, downloadOutput, inlineBase64, jsonStream, kindOfStatus, retryAfterMs, sanitizeMessage, shapeOf } from '../kit.ts';
-// Directly, not through kit.ts: it runs while the registry (which kit.ts reaches) is still loading.
-import { jobStatus } from '../kit/job-status.ts';
+import { Base64Source, ProviderError, downloadOutput, inlineBase64, jobStatus, jsonStream, kindOfStatus, retryAfterMs, sanitizeMessage, shapeOf } from '../kit.ts';
 import type { MediaInput, UpstreamAccount, UpstreamResponse, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoShape, VideoStatus } from '../kit.ts';
 import { KlingTokens } from './kling-auth.ts';
 import { klingCall, outcomeOf, type KlingCall } from './kling-api.ts';

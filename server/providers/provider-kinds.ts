@@ -1,0 +1,27 @@
+/**
+ * The one list of provider kinds (a unit test keeps it equal to the contract's `AdminProvider` enum
+ * and to the database's check constraint), with what a member of each needs. No adapter is
+ * imported here: the adapter toolkit (upstream-http.ts) reads the default base URLs, and the
+ * registry of adapters (registry.ts) imports the adapters, which import the toolkit.
+ */
+export const PROVIDER_KINDS = ['local', 'openai', 'gemini', 'ark', 'kling'] as const;
+export type ProviderKind = (typeof PROVIDER_KINDS)[number];
+
+export interface ProviderDefinition {
+  /** Credential names a member must have (none: the provider runs on this machine). */
+  credentials: readonly string[];
+  /** Base URL when the member sets none. */
+  defaultBaseUrl: string | null;
+}
+
+export const PROVIDERS: Record<ProviderKind, ProviderDefinition> = {
+  local: { credentials: [], defaultBaseUrl: null },
+  openai: { credentials: ['api_key'], defaultBaseUrl: 'https://api.openai.com/v1' },
+  gemini: { credentials: ['api_key'], defaultBaseUrl: 'https://generativelanguage.googleapis.com/v1beta' },
+  ark: { credentials: ['api_key'], defaultBaseUrl: 'https://ark.ap-southeast.bytepluses.com/api/v3' },
+  kling: { credentials: ['access_key', 'secret_key'], defaultBaseUrl: 'https://api-singapore.klingai.com' },
+};
+
+export function isProviderKind(value: string): value is ProviderKind {
+  return (PROVIDER_KINDS as readonly string[]).includes(value);
+}
