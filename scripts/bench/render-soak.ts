@@ -4,9 +4,9 @@
  * `rate` jobs per second (what its render concurrency cannot take is skipped and counted) for
  * `warmup` + `duration` seconds, while this process samples the worker's RSS and open file
  * descriptors every second. Reported: the worker's idle RSS (renderer loaded, nothing running:
- * the baseline), the RSS at the end of the warm-up and at the end of the run (medians of a window
- * each, so one sample taken in the middle of a 720p clip does not decide), the drift between the
- * two in % (target within ±10%), the slope over the measured part, and the descriptors.
+ * the baseline), the RSS at the start and at the end of the measured part (medians of a tenth of
+ * it each, so one sample taken in the middle of a 720p clip does not decide), the drift between
+ * the two in % (target within ±10%), the slope over the measured part, and the descriptors.
  */
 import { fork } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -22,7 +22,7 @@ export interface RenderSoakOptions {
 export interface RenderSoakResult {
   counts: SoakCounts;
   idleRssMiB: number;
-  /** Median RSS of the window that ends with the warm-up, and of the run's last window. */
+  /** Median RSS of the first and of the last tenth of the measured part. */
   startRssMiB: number;
   endRssMiB: number;
   driftPercent: number;
@@ -89,7 +89,9 @@ export async function runRenderSoak(opts: RenderSoakOptions, log: (line: string)
     }
     const idleRss = median(idle);
     const idleFds = fdsOf(pid);
-    log(`  worker idle (renderer loaded): RSS ${(idleRss / MiB).toFixed(0)} MiB, ${idleFds} open descriptors`);
+    // glibc's malloc settings change the RSS a long run settles at (its arenas keep freed memory).
+    const malloc = Object.entries(process.env).filter(([k]) => k.startsWith('MALLOC_')).map(([k, v]) => `${k}=${v}`);
+    log(`  worker idle (renderer loaded): RSS ${(idleRss / MiB).toFixed(0)} MiB, ${idleFds} open descriptors; malloc: ${malloc.join(' ') || 'glibc defaults'}`);
 
     const totalMs = opts.warmupMs + opts.durationMs;
     const done = message('done');
@@ -116,10 +118,11 @@ export async function runRenderSoak(opts: RenderSoakOptions, log: (line: string)
 
     const measured = samples.filter((s) => s.t >= opts.warmupMs);
     if (measured.length < 2) throw new Error('the soak measured fewer than 2 samples: raise --duration');
-    const window = Math.max(5_000, opts.durationMs / 20);
-    const around = (from: number, to: number) => samples.filter((s) => s.t >= from && s.t < to).map((s) => s.rss);
-    const startRss = median(around(Math.max(0, opts.warmupMs - window), opts.warmupMs + 1000));
-    const endRss = median(around(totalMs - window, totalMs));
+    // A tenth of the measured part at each end: one sample swings by ±20% with the clips in flight.
+    const window = Math.max(10_000, opts.durationMs / 10);
+    const between = (from: number, to: number) => samples.filter((s) => s.t >= from && s.t < to).map((s) => s.rss);
+    const startRss = median(between(opts.warmupMs, opts.warmupMs + window));
+    const endRss = median(between(totalMs - window, totalMs + 1000));
     return {
       counts,
       idleRssMiB: idleRss / MiB,
@@ -144,7 +147,7 @@ export function reportRenderSoak(r: RenderSoakResult, opts: RenderSoakOptions, l
   const seconds = (opts.warmupMs + opts.durationMs) / 1000;
   log(`  ${c.attempted} renders asked for (${opts.rate}/s for ${seconds} s), ${c.rendered} rendered (${(c.rendered / seconds).toFixed(1)}/s), ${c.skipped} skipped while the render slots were busy, ${c.failed} failed${c.firstError ? ` (first: ${c.firstError})` : ''}`);
   log(
-    `  worker RSS: idle ${r.idleRssMiB.toFixed(0)} MiB (baseline); after the ${opts.warmupMs / 1000} s warm-up ${r.startRssMiB.toFixed(0)} MiB, at the end ${r.endRssMiB.toFixed(0)} MiB: ` +
+    `  worker RSS: idle ${r.idleRssMiB.toFixed(0)} MiB (baseline); after the ${opts.warmupMs / 1000} s warm-up ${r.startRssMiB.toFixed(0)} MiB, at the end ${r.endRssMiB.toFixed(0)} MiB (medians of a tenth each): ` +
       `drift ${r.driftPercent >= 0 ? '+' : ''}${r.driftPercent.toFixed(1)}% (target within ±10%); max ${r.maxRssMiB.toFixed(0)} MiB; slope ${r.slopeMiBPerMinute.toFixed(2)} MiB/min over ${r.measuredSeconds.toFixed(0)} s`,
   );
   log(`  open descriptors: ${r.startFds} after the warm-up, ${r.endFds} at the end`);
