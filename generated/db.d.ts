@@ -28,7 +28,9 @@ export interface Accounts {
   balance: Generated<number>;
   createdAt: Generated<Timestamp>;
   id: string;
+  inputRetentionDays: number | null;
   name: string;
+  outputRetentionDays: number | null;
   status: Generated<string>;
   totalEarned: Generated<number>;
   totalSpent: Generated<number>;
@@ -206,6 +208,14 @@ export interface ModelPrices {
   updatedAt: Generated<Timestamp>;
 }
 
+export interface Sweepers {
+  cursor: string | null;
+  leaseUntil: Timestamp | null;
+  name: string;
+  owner: string | null;
+  updatedAt: Generated<Timestamp>;
+}
+
 export interface VideoTasks {
   accountId: string;
   actualCredits: Generated<number>;
@@ -308,6 +318,7 @@ export interface DB {
   memberHealth: MemberHealth;
   memberModelFaults: MemberModelFaults;
   modelPrices: ModelPrices;
+  sweepers: Sweepers;
   videoTasks: VideoTasks;
   webhookAttempts: WebhookAttempts;
   webhookDeliveries: WebhookDeliveries;

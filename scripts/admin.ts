@@ -28,6 +28,7 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
   accounts list [--status active|suspended] [--limit N] [--cursor C]
   accounts get <account id|name>
   accounts update <account id|name> [--name NAME] [--status active|suspended]
+                  [--output-retention-days N|default] [--input-retention-days N|default]
   accounts credit <account id|name> --amount N --reason TEXT      (negative N debits)
 
   keys create --account <id|name> --name NAME [--credit-limit N|none] [--group <id|name>]

@@ -48,6 +48,8 @@ import { WebhookTester } from './services/webhooks/webhook-tester.ts';
 import { MediaInputs } from './services/media/media-inputs.ts';
 import { FilesystemMediaStore, type MediaStore } from './storage/media-store.ts';
 import { S3MediaStore } from './storage/s3-media-store.ts';
+import { MediaSweeper } from './services/media/media-sweeper.ts';
+import { SweeperRepository } from './repositories/sweeper.repository.ts';
 
 export interface Services {
   auth: AuthService;
@@ -93,6 +95,10 @@ export interface Runtime extends AppContext {
   readonly settlement: Settlement;
   readonly runners: { readonly video: VideoRunner; readonly image: ImageRunner; readonly webhook: WebhookRunner };
   readonly notifier: TaskNotifier;
+  /** Where media bytes live (the filesystem or an S3-compatible bucket). */
+  readonly mediaStore: MediaStore;
+  /** Keeps the media store and the files table in step (expired, unlanded, orphaned media). */
+  readonly mediaSweeper: MediaSweeper;
 }
 
 export interface RuntimeDeps {
@@ -129,7 +135,10 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
   const pool = new Pool(repositories.routing, providers, tx, new MemberHealth(new MemberHealthRepository(db), metrics, log.child({ component: 'pool' })), secretKey);
   const notifier = new TaskNotifier();
   const store = overrides.mediaStore ?? (config.s3 ? new S3MediaStore(config.s3) : new FilesystemMediaStore(config.mediaDir));
-  const files = new FileService(repositories.files, store, tx, deriveKey(secretKey, 'file-url'), deps.publicBaseUrl, config.fileUrlTtlSeconds, { urls: config.mediaUrls });
+  const files = new FileService(repositories.files, store, tx, deriveKey(secretKey, 'file-url'), deps.publicBaseUrl, config.fileUrlTtlSeconds, {
+    urls: config.mediaUrls,
+    outputRetentionDays: config.outputRetentionDays,
+  });
   // Links in webhook bodies outlive the whole retry schedule by a day.
   const webhookUrlTtlSeconds = Math.ceil(config.webhookRetryScheduleMs.reduce((a, b) => a + b, 0) / 1000) + 86_400;
   const outbox = new WebhookOutbox(files, webhookUrlTtlSeconds);
@@ -188,6 +197,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
         maxMediaInputBytes: config.maxMediaInputBytes,
         allowPrivateTargets: config.allowPrivateTargets,
         maxLifetimeSeconds: config.taskMaxLifetimeSeconds,
+        inputRetentionDays: config.inputRetentionDays,
       },
     }),
     images: new ImageService({
@@ -208,6 +218,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
         maxEditFileBytes: config.maxEditFileBytes,
         maxEditBodyBytes: config.maxEditBodyBytes,
         inputPinSeconds: config.taskMaxLifetimeSeconds + 86_400,
+        inputRetentionDays: config.inputRetentionDays,
         modelCacheTtlMs: config.modelCacheTtlMs,
       },
     }),
@@ -217,5 +228,6 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       pool.invalidate();
     },
   };
-  return Object.freeze({ config, log, metrics, services: Object.freeze(services), repositories, providers, pool, settlement, runners, notifier });
+  const mediaSweeper = new MediaSweeper({ files: repositories.files, sweepers: new SweeperRepository(db), store, tx, log: log.child({ component: 'media-sweeper' }) });
+  return Object.freeze({ config, log, metrics, services: Object.freeze(services), repositories, providers, pool, settlement, runners, notifier, mediaStore: store, mediaSweeper });
 }

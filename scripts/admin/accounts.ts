@@ -1,10 +1,12 @@
 // `accounts create|list|get|update|credit`: accounts are addressed by id or by name.
-import { defined, num, oneOf, optInt, optNum, required } from './args.ts';
+import { defined, int, nullable, num, oneOf, optInt, optNum, required } from './args.ts';
 import type { Commands } from './command.ts';
 import { lines, one, page } from './output.ts';
 
 const ACCOUNT_COLUMNS = ['id', 'name', 'status', 'balance', 'total_earned', 'total_spent', 'created_at'];
 const STATUSES = ['active', 'suspended'] as const;
+
+const retention = (v: string | undefined) => (v?.trim().toLowerCase() === 'default' ? 'none' : v);
 
 export const accountCommands: Commands = {
   create: async ({ admin, flags }) =>
@@ -31,7 +33,18 @@ export const accountCommands: Commands = {
   get: async ({ admin, target }) => one(await admin.accounts.resolve(target())),
 
   update: async ({ admin, flags, target, accountId }) =>
-    one(await admin.accounts.update(await accountId(target()), defined({ name: flags.name, status: oneOf(flags.status, 'status', STATUSES) }))),
+    one(
+      await admin.accounts.update(
+        await accountId(target()),
+        defined({
+          name: flags.name,
+          status: oneOf(flags.status, 'status', STATUSES),
+          // `default` (or none) returns the account to the operator's OUTPUT_/INPUT_RETENTION_DAYS.
+          output_retention_days: nullable(retention(flags['output-retention-days']), (v) => int(v, 'output-retention-days')),
+          input_retention_days: nullable(retention(flags['input-retention-days']), (v) => int(v, 'input-retention-days')),
+        }),
+      ),
+    ),
 
   // A negative amount debits; the service refuses to go below zero.
   credit: async ({ admin, flags, target, accountId }) => {

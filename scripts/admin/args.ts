@@ -12,6 +12,8 @@ const OPTIONS = {
   name: { type: 'string' },
   status: { type: 'string' },
   'initial-credits': { type: 'string' },
+  'output-retention-days': { type: 'string' },
+  'input-retention-days': { type: 'string' },
   amount: { type: 'string' },
   reason: { type: 'string' },
   account: { type: 'string' },

@@ -19,7 +19,7 @@ export interface CreatedAtPosition {
   id: string;
 }
 
-const ACCOUNT_COLUMNS = ['id', 'name', 'status', 'balance', 'totalEarned', 'totalSpent', 'createdAt', 'updatedAt'] as const;
+const ACCOUNT_COLUMNS = ['id', 'name', 'status', 'balance', 'totalEarned', 'totalSpent', 'outputRetentionDays', 'inputRetentionDays', 'createdAt', 'updatedAt'] as const;
 
 /** `created_at` as integer epoch microseconds: JS Dates keep only milliseconds, which would skip rows on a page boundary. */
 export const createdAtMicros = (column: string) => sql<number>`(extract(epoch from ${sql.ref(column)}) * 1000000)::bigint`;
@@ -62,7 +62,7 @@ export class AccountRepository {
     return query.execute();
   }
 
-  update(id: string, patch: { name?: string; status?: string }): Promise<AccountRow | undefined> {
+  update(id: string, patch: { name?: string; status?: string; outputRetentionDays?: number | null; inputRetentionDays?: number | null }): Promise<AccountRow | undefined> {
     return this.db.updateTable('accounts').set(patch).where('id', '=', id).returning(ACCOUNT_COLUMNS).executeTakeFirst();
   }
 

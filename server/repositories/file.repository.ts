@@ -52,11 +52,56 @@ export interface FileUser {
   role: 'input' | 'output';
 }
 
+/**
+ * CTEs `d` (the files of `ids` deleted, returning id, storage_key, purpose, task_id) and the
+ * updates that detach them from the tasks that made them, for one statement.
+ */
+function deleteDetaching(ids: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`d as (delete from files f where f.id in (${ids}) returning f.id, f.storage_key, f.purpose, f.task_id),
+    dv as (update video_tasks t set output_file_id = null from d where d.purpose = 'video_output' and t.id = d.task_id and t.output_file_id = d.id),
+    di as (update image_tasks t set result_file_ids = array(select e from unnest(t.result_file_ids) e where e <> all (select id from d))
+           where t.id in (select task_id from d where purpose = 'image_output'))`;
+}
+
+/** A row as the files table names its columns (JSON for jsonb_populate_record). */
+function snakeRow(r: FileRow) {
+  return {
+    id: r.id,
+    account_id: r.accountId,
+    purpose: r.purpose,
+    content_type: r.contentType,
+    bytes: r.bytes,
+    storage_key: r.storageKey,
+    width: r.width,
+    height: r.height,
+    task_id: r.taskId,
+    expires_at: r.expiresAt,
+    filename: r.filename,
+  };
+}
+
+/**
+ * The expiry a new row gets: an output is kept for its account's own retention when the account
+ * has one (accounts.output_retention_days), else for what the row says (OUTPUT_RETENTION_DAYS from
+ * now, set by FileService); everything else as the row says.
+ */
+function expiresOf(r: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`coalesce(
+    case when ${r}.purpose in ('image_output', 'video_output') then
+      now() + (select a.output_retention_days from accounts a where a.id = ${r}.account_id) * interval '1 day' end,
+    ${r}.expires_at)`;
+}
+
 export class FileRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
-  async insert(row: FileRow): Promise<void> {
-    await this.db.insertInto('files').values(row).execute();
+  /** Writes the row; returns the expiry it got (its account's own retention may differ from the row's). */
+  async insert(row: FileRow): Promise<Date | null> {
+    const { rows } = await sql<{ expiresAt: Date | null }>`insert into files (id, account_id, purpose, content_type, bytes, storage_key, width, height, task_id, expires_at, filename)
+      select r.id, r.account_id, r.purpose, r.content_type, r.bytes, r.storage_key, r.width, r.height, r.task_id, ${expiresOf(sql`r`)}, r.filename
+      from jsonb_populate_record(null::files, ${JSON.stringify(snakeRow(row))}::jsonb) r
+      returning expires_at as "expiresAt"`.execute(this.db);
+    return rows[0]!.expiresAt;
   }
 
   /**
@@ -64,25 +109,11 @@ export class FileRepository {
    * LeasedTasks.finish): inserted only when the task row `t` was finished, else nothing is written.
    */
   insertWithTask(name: string, rows: readonly FileRow[]): RawBuilder<unknown> {
-    const json = JSON.stringify(
-      rows.map((r) => ({
-        id: r.id,
-        account_id: r.accountId,
-        purpose: r.purpose,
-        content_type: r.contentType,
-        bytes: r.bytes,
-        storage_key: r.storageKey,
-        width: r.width,
-        height: r.height,
-        task_id: r.taskId,
-        expires_at: r.expiresAt,
-        filename: r.filename,
-      })),
-    );
+    const json = JSON.stringify(rows.map(snakeRow));
     return sql`${sql.id(name)} as (
       insert into files (id, account_id, purpose, content_type, bytes, storage_key, width, height, task_id, expires_at, filename)
-      select id, account_id, purpose, content_type, bytes, storage_key, width, height, task_id, expires_at, filename
-      from jsonb_populate_recordset(null::files, ${json}::jsonb)
+      select r.id, r.account_id, r.purpose, r.content_type, r.bytes, r.storage_key, r.width, r.height, r.task_id, ${expiresOf(sql`r`)}, r.filename
+      from jsonb_populate_recordset(null::files, ${json}::jsonb) r
       where exists (select 1 from t)
     )`;
   }
@@ -222,15 +253,48 @@ export class FileRepository {
   }
 
   /**
-   * Inside a transaction: locks up to `limit` expired files that no other sweeper holds, and
-   * deletes their rows (they disappear when the transaction commits).
+   * Inside a transaction: locks up to `limit` expired files that no other sweeper holds, deletes
+   * their rows (gone when the transaction commits) and detaches them from the tasks that made them
+   * (a video loses its output, an image task the image: their lookups answer without those URLs).
    */
   async takeExpired(limit: number, trx: Executor): Promise<{ id: string; storageKey: string }[]> {
     const { rows } = await sql<{ id: string; storageKey: string }>`
-      delete from files where id in (
-        select id from files where expires_at < now() order by expires_at limit ${limit} for update skip locked
-      ) returning id, storage_key as "storageKey"`.execute(trx);
+      with x as (select id from files where expires_at < now() order by expires_at limit ${limit} for update skip locked),
+      ${deleteDetaching(sql`select id from x`)}
+      select id, storage_key as "storageKey" from d`.execute(trx);
     return rows;
+  }
+
+  /**
+   * The rows of `ids`, deleted and detached from their tasks (the bytes of these files never
+   * landed: a process died while writing them).
+   */
+  async deleteRows(ids: readonly string[], trx: Executor): Promise<void> {
+    if (ids.length === 0) return;
+    await sql`with ${deleteDetaching(sql`select unnest(${[...ids]}::text[])`)} select 1`.execute(trx);
+  }
+
+  /**
+   * Image outputs written between `from` and `to` ago, after (created_at, id) `after`, oldest
+   * first: the rows the sweeper checks for bytes that never landed (an answer whose images are
+   * stored while its task settles records the rows before the bytes are written).
+   */
+  async recentOutputs(after: { createdAt: Date; id: string } | undefined, window: { fromMs: number; toMs: number }, limit: number): Promise<{ id: string; storageKey: string; createdAt: Date }[]> {
+    let query = this.db
+      .selectFrom('files')
+      .select(['id', 'storageKey', 'createdAt'])
+      .where('purpose', '=', 'image_output')
+      .where('createdAt', '>', sql<Date>`now() - ${window.fromMs} * interval '1 millisecond'`)
+      .where('createdAt', '<', sql<Date>`now() - ${window.toMs} * interval '1 millisecond'`);
+    if (after) query = query.where(sql<boolean>`(created_at, id) > (${after.createdAt}, ${after.id})`);
+    return query.orderBy('createdAt').orderBy('id').limit(limit).execute();
+  }
+
+  /** Which of `keys` a file row names. */
+  async keysWithRows(keys: readonly string[]): Promise<Set<string>> {
+    if (keys.length === 0) return new Set();
+    const rows = await this.db.selectFrom('files').select('storageKey').where('storageKey', 'in', [...keys]).execute();
+    return new Set(rows.map((r) => r.storageKey));
   }
 
   async delete(id: string): Promise<void> {

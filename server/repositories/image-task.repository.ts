@@ -19,8 +19,13 @@ export interface StoredResult {
   bytes: number;
 }
 
+/** A task as its lookup shows it: with when its first stored image is deleted (null: none stored). */
+export type LookedUpImageTaskRow = ImageTaskRow & { mediaExpiresAt: Date | null };
+
 /** A listed task; `storedResults` (in `result_file_ids` order) for a completed `b64_json` task only. */
-export type ListedImageTaskRow = ImageTaskRow & { storedResults: StoredResult[] | null };
+export type ListedImageTaskRow = LookedUpImageTaskRow & { storedResults: StoredResult[] | null };
+
+const mediaExpiresAt = sql<Date | null>`(select min(f.expires_at) from files f where f.id = any(image_tasks.result_file_ids))`.as('mediaExpiresAt');
 
 export class ImageTaskRepository {
   readonly leases: LeasedTasks<'imageTasks'>;
@@ -45,6 +50,7 @@ export class ImageTaskRepository {
     let query = this.db
       .selectFrom('imageTasks')
       .selectAll('imageTasks')
+      .select(mediaExpiresAt)
       .select(
         sql<StoredResult[] | null>`case when image_tasks.status = 'completed' and image_tasks.params->>'responseFormat' = 'b64_json' then (
           select coalesce(json_agg(json_build_object('storageKey', f.storage_key, 'bytes', f.bytes) order by u.i), '[]'::json)
@@ -61,8 +67,8 @@ export class ImageTaskRepository {
     return afterExists(this.db, 'image_tasks', id, accountId);
   }
 
-  findForAccount(id: string, accountId: string): Promise<ImageTaskRow | undefined> {
-    return this.db.selectFrom('imageTasks').selectAll().where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
+  findForAccount(id: string, accountId: string): Promise<LookedUpImageTaskRow | undefined> {
+    return this.db.selectFrom('imageTasks').selectAll('imageTasks').select(mediaExpiresAt).where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
   }
 
   /**

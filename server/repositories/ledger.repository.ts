@@ -32,12 +32,15 @@ export type TaskInsert = { table: 'videoTasks'; row: Insertable<VideoTasks> } | 
 
 /**
  * The input files the task uses, adopted when (and only when) the task is inserted: inputs staged
- * by the request get the task's id and lose their expiry; other files of the account (uploads)
- * keep at least `pinSeconds` more, so they outlive the task.
+ * by the request get the task's id and are kept `pinSeconds` (the task's lifetime and a margin)
+ * plus their retention — the account's `input_retention_days`, else `retentionDays`
+ * (INPUT_RETENTION_DAYS); other files of the account (uploads) keep at least `pinSeconds` more,
+ * so they outlive the task.
  */
 export interface InputAdoption {
   fileIds: readonly string[];
   pinSeconds: number;
+  retentionDays: number;
 }
 
 /**
@@ -98,7 +101,7 @@ export class LedgerRepository {
   async holdAndInsertTask<T extends TaskInsert>(
     hold: HoldRequest,
     task: T,
-    inputs: InputAdoption = { fileIds: [], pinSeconds: 0 },
+    inputs: InputAdoption = { fileIds: [], pinSeconds: 0, retentionDays: 0 },
     commit: HoldCommit = 'flushed',
   ): Promise<HoldResult<T>> {
     type Row = Selectable<DB[T['table']]> & { outcome: HoldOutcome };
@@ -116,7 +119,8 @@ export class LedgerRepository {
             update files set
               task_id = case when purpose = 'input' and task_id is null then ${hold.taskId} else task_id end,
               expires_at = case
-                when purpose = 'input' and task_id is null then null
+                when purpose = 'input' and task_id is null then now() + ${inputs.pinSeconds} * interval '1 second'
+                  + coalesce((select a.input_retention_days from accounts a where a.id = ${hold.accountId}), ${inputs.retentionDays}::int) * interval '1 day'
                 when expires_at is null then null
                 else greatest(expires_at, now() + ${inputs.pinSeconds} * interval '1 second') end
             where id = any(${[...inputs.fileIds]}::text[]) and account_id = ${hold.accountId} and exists (select 1 from t)

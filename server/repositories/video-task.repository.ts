@@ -12,6 +12,11 @@ import type { VideoDelivery } from './webhook.repository.ts';
 
 export type VideoTaskRow = Selectable<VideoTasks>;
 
+/** A task as its lookups show it: with when its video is deleted (null: no stored video). */
+export type LookedUpVideoTaskRow = VideoTaskRow & { mediaExpiresAt: Date | null };
+
+const mediaExpiresAt = sql<Date | null>`(select f.expires_at from files f where f.id = video_tasks.output_file_id)`.as('mediaExpiresAt');
+
 /** Statuses of a video task still being worked on. */
 export const ACTIVE_VIDEO_STATUSES = ['queued', 'in_progress'] as const;
 
@@ -38,13 +43,13 @@ export class VideoTaskRepository {
     });
   }
 
-  findForAccount(id: string, accountId: string): Promise<VideoTaskRow | undefined> {
-    return this.db.selectFrom('videoTasks').selectAll().where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
+  findForAccount(id: string, accountId: string): Promise<LookedUpVideoTaskRow | undefined> {
+    return this.db.selectFrom('videoTasks').selectAll('videoTasks').select(mediaExpiresAt).where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
   }
 
   /** One keyset page (`page.limit` rows) of the account's tasks, optionally of some statuses and one model. */
-  listForAccount(page: AccountPage, filter: { status?: readonly string[]; model?: string }): Promise<VideoTaskRow[]> {
-    let query = this.db.selectFrom('videoTasks').selectAll().where(pageConditions('video_tasks', page));
+  listForAccount(page: AccountPage, filter: { status?: readonly string[]; model?: string }): Promise<LookedUpVideoTaskRow[]> {
+    let query = this.db.selectFrom('videoTasks').selectAll('videoTasks').select(mediaExpiresAt).where(pageConditions('video_tasks', page));
     if (filter.status) query = query.where('status', 'in', filter.status);
     if (filter.model !== undefined) query = query.where('model', '=', filter.model);
     return query.orderBy(pageOrder('video_tasks', page)).limit(page.limit).execute();

@@ -88,8 +88,14 @@ function fileNameOf(id: string, contentType: string): string {
   return `${id}.${EXTENSIONS[contentType] ?? 'bin'}`;
 }
 
-/** The row of a new file, its bytes not stored yet (`bytes` 0). */
-function unstoredRow(input: StoreFileInput): FileRow {
+/** Purposes of what the gateway generated (kept for OUTPUT_RETENTION_DAYS, or the account's own period). */
+const OUTPUTS: readonly string[] = ['image_output', 'video_output'];
+
+/**
+ * The row of a new file, its bytes not stored yet (`bytes` 0). An output expires after the default
+ * retention (`outputExpiresAt`); the insert applies its account's own period where it has one.
+ */
+function unstoredRow(input: StoreFileInput, outputExpiresAt: Date): FileRow {
   const id = newId('file');
   return {
     id,
@@ -101,7 +107,7 @@ function unstoredRow(input: StoreFileInput): FileRow {
     width: input.width ?? null,
     height: input.height ?? null,
     taskId: input.taskId ?? null,
-    expiresAt: input.expiresAt ?? null,
+    expiresAt: input.expiresAt ?? (OUTPUTS.includes(input.purpose) ? outputExpiresAt : null),
     filename: input.filename ?? null,
   };
 }
@@ -124,7 +130,7 @@ export class FileService {
     /** PUBLIC_BASE_URL, or the address the server listens on (known before the context is built). */
     private readonly publicBaseUrl: string,
     private readonly ttlSeconds: number,
-    private readonly opts: { urls: 'presigned' | 'gateway' } = { urls: 'gateway' },
+    private readonly opts: { urls: 'presigned' | 'gateway'; outputRetentionDays: number } = { urls: 'gateway', outputRetentionDays: 30 },
     private readonly now: () => number = Date.now,
   ) {}
 
@@ -132,7 +138,7 @@ export class FileService {
   async save(input: StoreFileInput, data: Buffer | Readable, opts: { maxBytes?: number } = {}): Promise<FileRow> {
     const row = await this.put(input, data, opts);
     try {
-      await this.files.insert(row);
+      row.expiresAt = await this.files.insert(row);
     } catch (err) {
       await this.store.delete(row.storageKey);
       throw err;
@@ -145,9 +151,14 @@ export class FileService {
    * (ImageTaskRepository.complete); `discardUnrecorded` removes the bytes when it does not.
    */
   async put(input: StoreFileInput, data: Buffer | Readable, opts: { maxBytes?: number } = {}): Promise<FileRow> {
-    const row = unstoredRow(input);
+    const row = unstoredRow(input, this.outputExpiry());
     row.bytes = (await this.store.put(row.storageKey, data, { ...opts, ...this.served(row) })).bytes;
     return row;
+  }
+
+  /** When an output written now expires, by default (OUTPUT_RETENTION_DAYS). */
+  private outputExpiry(): Date {
+    return new Date(this.now() + this.opts.outputRetentionDays * 86_400_000);
   }
 
   /** How the store serves the file by itself (a presigned URL): its type and name. */
@@ -161,14 +172,14 @@ export class FileService {
    * storing may overlap the statement that records the row.
    */
   putInBackground(input: StoreFileInput, data: Buffer): { file: FileRow; stored: Promise<void> } {
-    const file = unstoredRow(input);
+    const file = unstoredRow(input, this.outputExpiry());
     file.bytes = data.length;
     return { file, stored: this.store.put(file.storageKey, data, this.served(file)).then(() => undefined) };
   }
 
   /** Writes the row of a file `put` stored. */
-  record(row: FileRow): Promise<void> {
-    return this.files.insert(row);
+  async record(row: FileRow): Promise<void> {
+    row.expiresAt = await this.files.insert(row);
   }
 
   /**
@@ -344,19 +355,6 @@ export class FileService {
   /** Records what inspection found an input to be (its real type and size). */
   describeImage(id: string, image: { mimeType: string; width: number; height: number }): Promise<void> {
     return this.files.describeImage(id, image.mimeType, image.width, image.height);
-  }
-
-  /**
-   * Removes up to `limit` expired files (uploads past their expiry, inputs of requests that died
-   * before cleaning up), rows and bytes together; any instance may run it at once. Returns how many.
-   */
-  async sweepExpired(limit = 100): Promise<number> {
-    return this.tx.run(async (trx) => {
-      const expired = await this.files.takeExpired(limit, trx);
-      // A failed delete rolls the rows back: the next sweep tries again.
-      for (const file of expired) await this.store.delete(file.storageKey);
-      return expired.length;
-    });
   }
 
   /** Removes the inputs among `ids` that no task adopted (a request that created no task). */

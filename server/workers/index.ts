@@ -6,15 +6,14 @@
  * Video engines run up to UPSTREAM_CONCURRENCY short steps at once (each at most one upstream
  * call), however many jobs are in flight upstream; image engines run WORKER_CONCURRENCY
  * background image tasks at once, and the webhook engine WEBHOOK_CONCURRENCY deliveries.
- * WORKER_CONCURRENCY=0 runs no workers at all. The file sweeper removes expired files (uploads,
- * inputs of requests that died) every minute.
+ * WORKER_CONCURRENCY=0 runs no workers at all. The media sweeper (services/media/media-sweeper.ts)
+ * runs every minute, on one instance at a time.
  */
 import type { Runtime } from '../context.ts';
 import type { LeasedRow, TaskRunner } from '../services/tasks/task-runner.ts';
 import { TaskEngine } from './task-engine.ts';
 
-const FILE_SWEEP_MS = 60_000;
-const FILE_SWEEP_BATCH = 100;
+const MEDIA_SWEEP_MS = 60_000;
 
 export interface Workers {
   start(): void;
@@ -41,11 +40,9 @@ export function createWorkers(runtime: Runtime): Workers {
   const sweep = () => {
     sweeping = (async () => {
       try {
-        let removed = 0;
-        for (let n = FILE_SWEEP_BATCH; n === FILE_SWEEP_BATCH; removed += n) n = await runtime.services.files.sweepExpired(FILE_SWEEP_BATCH);
-        if (removed > 0) log.info({ removed }, 'removed expired files');
+        await runtime.mediaSweeper.run();
       } catch (err) {
-        log.warn({ err }, 'file sweep failed; retrying at the next one');
+        log.warn({ err }, 'media sweep failed; retrying at the next one');
       }
     })();
   };
@@ -55,7 +52,7 @@ export function createWorkers(runtime: Runtime): Workers {
       for (const engine of Object.values(engines)) engine.start();
       if (config.workerConcurrency > 0) {
         sweep();
-        sweeper = setInterval(sweep, FILE_SWEEP_MS);
+        sweeper = setInterval(sweep, MEDIA_SWEEP_MS);
         sweeper.unref();
       }
     },

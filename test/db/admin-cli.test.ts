@@ -96,6 +96,19 @@ describe('admin CLI', { timeout: 90_000 }, () => {
     ]);
   });
 
+  it('accounts update sets and clears an account\'s own media retention', async () => {
+    const account = await json<{ id: string }>('accounts', 'create', '--name', 'cli-retention');
+    const set = await json<{ output_retention_days: number | null; input_retention_days: number | null }>(
+      'accounts', 'update', 'cli-retention', '--output-retention-days', '90', '--input-retention-days', '2',
+    );
+    expect(set).toMatchObject({ output_retention_days: 90, input_retention_days: 2 });
+    const cleared = await json<{ output_retention_days: number | null; input_retention_days: number | null }>('accounts', 'update', account.id, '--output-retention-days', 'default');
+    expect(cleared).toMatchObject({ output_retention_days: null, input_retention_days: 2 });
+    const bad = await admin('accounts', 'update', account.id, '--output-retention-days', '0');
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain('output_retention_days');
+  });
+
   it('fails with a clear message and a non-zero exit for an unknown account', async () => {
     const run = await admin('accounts', 'credit', 'acct_doesNotExist', '--amount', '1', '--reason', 'x');
     expect(run.code).toBe(1);

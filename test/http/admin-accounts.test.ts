@@ -59,6 +59,8 @@ describe('accounts', () => {
       balance: 100.5,
       total_earned: 100.5,
       total_spent: 0,
+      output_retention_days: null,
+      input_retention_days: null,
       created_at: expect.any(String),
       updated_at: expect.any(String),
     });

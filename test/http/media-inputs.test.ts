@@ -146,13 +146,15 @@ describe('media limits while the body is read', () => {
     expect(exact.status).toBe(202);
     const over = await post(c.key, '/v1/videos/generations', video({ referenceImages: [dataUrl(imageA), dataUrl(Buffer.concat([imageB, Buffer.from([0])]))] }));
     expect([over.status, over.body.error.code, over.body.error.param]).toEqual([413, 'media_total_too_large', 'referenceImages[1]']);
-    // The accepted task adopted its inputs; the refused request left nothing.
+    // The accepted task adopted its inputs (kept for its lifetime, a day and INPUT_RETENTION_DAYS); the refused request left nothing.
     const task = await server.db.selectFrom('videoTasks').select(['id', 'inputFileIds']).where('accountId', '=', c.accountId).executeTakeFirstOrThrow();
     const inputs = await server.db.selectFrom('files').select(['taskId', 'expiresAt', 'bytes', 'contentType', 'width']).where('id', 'in', task.inputFileIds).execute();
     expect(inputs).toEqual([
-      { taskId: task.id, expiresAt: null, bytes: imageA.length, contentType: 'image/png', width: 120 },
-      { taskId: task.id, expiresAt: null, bytes: imageB.length, contentType: 'image/png', width: 120 },
+      { taskId: task.id, expiresAt: expect.any(Date), bytes: imageA.length, contentType: 'image/png', width: 120 },
+      { taskId: task.id, expiresAt: expect.any(Date), bytes: imageB.length, contentType: 'image/png', width: 120 },
     ]);
+    const kept = (server.config.taskMaxLifetimeSeconds + 86_400) * 1000 + server.config.inputRetentionDays * 86_400_000;
+    for (const input of inputs) expect(Math.abs(input.expiresAt!.getTime() - (Date.now() + kept))).toBeLessThan(60_000);
     await until(async () => (await strayInputs(c.accountId)).length === 0, 3000, 'stray inputs to be removed');
   });
 
@@ -291,7 +293,7 @@ describe('POST /v1/files: reusable inputs', () => {
     await server.db.updateTable('files').set({ expiresAt: new Date(Date.now() - 1000) }).where('id', '=', up.body.id).execute();
     const res = await post(c.key, '/v1/videos/generations', video({ firstFrame: up.body.id }));
     expect([res.status, res.body.error.code]).toEqual([404, 'file_not_found']);
-    expect(await server.ctx.services.files.sweepExpired()).toBeGreaterThanOrEqual(1);
+    expect(await server.ctx.mediaSweeper.sweepExpired()).toBeGreaterThanOrEqual(1);
     expect(await server.db.selectFrom('files').select('id').where('id', '=', up.body.id).executeTakeFirst()).toBeUndefined();
     expect(existsSync(path)).toBe(false);
   });

@@ -2352,7 +2352,12 @@ export interface components {
              * @description Completion time. Absent while `processing` or `needs_attention`.
              */
             completed_at?: string;
-            /** @description The results, present once `completed`. */
+            /**
+             * Format: date-time
+             * @description When the gateway deletes the task's stored images (see Retention above). Present on a completed task while they are kept.
+             */
+            media_expires_at?: string;
+            /** @description The results, present once `completed` (empty once the images passed their retention). */
             data?: components["schemas"]["ImageData"][];
             /** @description Present when `failed`. */
             error?: {
@@ -2852,6 +2857,11 @@ export interface components {
          *     Transitions: `queued` → `in_progress` → `completed` | `failed`; `queued` → `failed` is possible
          *     (for example when no member can run the model). A task that exceeds the maximum task lifetime
          *     (operator-configurable) fails and is refunded. `completed` and `failed` are final.
+         *
+         *     Retention: the gateway keeps a finished video for the operator's retention period (30 days unless
+         *     the operator set another, per account or for all), until `media_expires_at`. After that the task
+         *     still answers, `completed` with its billing and timestamps, without `video_url`, `data` and
+         *     `media_expires_at`: download a video you want to keep before it expires.
          * @example {
          *       "object": "video.task",
          *       "id": "vid_01JTXM2B4C6D8E0F2G4H6J8K0M",
@@ -2946,10 +2956,10 @@ export interface components {
             completed_at?: string;
             /**
              * Format: uri
-             * @description Signed, expiring URL of the video (`GET /v1/files/{file_id}`, or a presigned URL of the operator's S3-compatible store). Present when `completed`; each lookup returns a fresh URL.
+             * @description Signed, expiring URL of the video (`GET /v1/files/{file_id}`, or a presigned URL of the operator's S3-compatible store). Present when `completed` (until the video's retention ends); each lookup returns a fresh URL.
              */
             video_url?: string;
-            /** @description Present when `completed`; one item whose `url` equals `video_url`. */
+            /** @description Present with `video_url`; one item whose `url` equals `video_url`. */
             data?: {
                 /**
                  * Format: uri
@@ -2957,6 +2967,11 @@ export interface components {
                  */
                 url: string;
             }[];
+            /**
+             * Format: date-time
+             * @description When the gateway deletes the video (see Retention above). Present with `video_url`.
+             */
+            media_expires_at?: string;
             /** @description Present when `failed`. */
             error?: {
                 /** @description The reason of the failure (for an upstream failure, the upstream's reason, sanitized: never its URLs, headers or credentials). */
@@ -3186,6 +3201,8 @@ export interface components {
          *       "balance": 97.5,
          *       "total_earned": 100,
          *       "total_spent": 2.5,
+         *       "output_retention_days": null,
+         *       "input_retention_days": null,
          *       "created_at": "2026-01-15T10:00:00Z",
          *       "updated_at": "2026-01-15T10:05:12Z"
          *     }
@@ -3202,6 +3219,10 @@ export interface components {
             total_earned: components["schemas"]["AdminCredits"];
             /** @description Sum of all captured generation credits and operator debits. */
             total_spent: components["schemas"]["AdminCredits"];
+            /** @description Days this account's generated images and videos are kept before the media sweeper deletes them (their tasks then answer without URLs); `null` is the operator's default, `OUTPUT_RETENTION_DAYS` (30). Applies to outputs written from then on. */
+            output_retention_days: number | null;
+            /** @description Days this account's media inputs (frames, references, edited images) are kept after their task's lifetime; `null` is the operator's default, `INPUT_RETENTION_DAYS` (7). Applies to inputs adopted from then on. */
+            input_retention_days: number | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -3243,6 +3264,10 @@ export interface components {
             /** @description New unique account name; a taken name is `409 conflict`. */
             name?: string;
             status?: components["schemas"]["AdminAccountStatus"];
+            /** @description Days this account's generated images and videos are kept before the media sweeper deletes them (their tasks then answer without URLs); `null` is the operator's default, `OUTPUT_RETENTION_DAYS` (30). Applies to outputs written from then on. */
+            output_retention_days?: number | null;
+            /** @description Days this account's media inputs (frames, references, edited images) are kept after their task's lifetime; `null` is the operator's default, `INPUT_RETENTION_DAYS` (7). Applies to inputs adopted from then on. */
+            input_retention_days?: number | null;
         };
         /**
          * AdminCreditAdjustment
@@ -6485,6 +6510,8 @@ export interface operations {
                      *           "balance": 97.5,
                      *           "total_earned": 100,
                      *           "total_spent": 2.5,
+                     *           "output_retention_days": null,
+                     *           "input_retention_days": null,
                      *           "created_at": "2026-01-15T10:00:00Z",
                      *           "updated_at": "2026-01-15T10:05:12Z"
                      *         }
@@ -6536,6 +6563,8 @@ export interface operations {
                      *       "balance": 100,
                      *       "total_earned": 100,
                      *       "total_spent": 0,
+                     *       "output_retention_days": null,
+                     *       "input_retention_days": null,
                      *       "created_at": "2026-01-15T10:00:00Z",
                      *       "updated_at": "2026-01-15T10:00:00Z"
                      *     }
@@ -6581,6 +6610,8 @@ export interface operations {
                      *       "balance": 97.5,
                      *       "total_earned": 100,
                      *       "total_spent": 2.5,
+                     *       "output_retention_days": null,
+                     *       "input_retention_days": null,
                      *       "created_at": "2026-01-15T10:00:00Z",
                      *       "updated_at": "2026-01-15T10:05:12Z"
                      *     }
@@ -6634,6 +6665,8 @@ export interface operations {
                      *       "balance": 97.5,
                      *       "total_earned": 100,
                      *       "total_spent": 2.5,
+                     *       "output_retention_days": null,
+                     *       "input_retention_days": null,
                      *       "created_at": "2026-01-15T10:00:00Z",
                      *       "updated_at": "2026-01-16T11:20:00Z"
                      *     }
@@ -6690,6 +6723,8 @@ export interface operations {
                      *         "balance": 147.5,
                      *         "total_earned": 150,
                      *         "total_spent": 2.5,
+                     *         "output_retention_days": null,
+                     *         "input_retention_days": null,
                      *         "created_at": "2026-01-15T10:00:00Z",
                      *         "updated_at": "2026-01-16T11:30:00Z"
                      *       },

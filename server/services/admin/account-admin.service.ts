@@ -64,12 +64,17 @@ export class AccountAdminService {
   }
 
   async update(id: string, input: AccountUpdateInput): Promise<AdminAccount> {
-    if (input.name === undefined && input.status === undefined) throw badRequest('invalid_request', 'Send at least one of name and status.');
+    if (Object.values(input).every((v) => v === undefined)) throw badRequest('invalid_request', 'Send at least one of name, status, output_retention_days and input_retention_days.');
     if (input.name !== undefined) {
       const holder = await this.accounts.findByName(input.name);
       if (holder && holder.id !== id) throw conflict('conflict', `An account named '${input.name}' already exists.`, {}, 'name');
     }
-    const row = await this.accounts.update(id, { name: input.name, status: input.status });
+    const row = await this.accounts.update(id, {
+      name: input.name,
+      status: input.status,
+      outputRetentionDays: input.output_retention_days,
+      inputRetentionDays: input.input_retention_days,
+    });
     if (!row) throw accountNotFound();
     return toAdminAccount(row);
   }

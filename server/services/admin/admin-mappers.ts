@@ -31,6 +31,8 @@ export function toAdminAccount(row: AccountRow): AdminAccount {
     balance: toCredits(row.balance),
     total_earned: toCredits(row.totalEarned),
     total_spent: toCredits(row.totalSpent),
+    output_retention_days: row.outputRetentionDays,
+    input_retention_days: row.inputRetentionDays,
     created_at: iso(row.createdAt),
     updated_at: iso(row.updatedAt),
   };

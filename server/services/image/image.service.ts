@@ -76,6 +76,8 @@ export interface ImageServiceDeps {
     maxEditBodyBytes: number;
     /** How long a file a task uses stays at least (uploads outlive the tasks using them). */
     inputPinSeconds: number;
+    /** Days inputs are kept after that (INPUT_RETENTION_DAYS; an account may have its own). */
+    inputRetentionDays: number;
     /** How long a model lookup is reused (0: read every time). */
     modelCacheTtlMs?: number;
   };
@@ -90,7 +92,7 @@ export function fitWithinLimits(width: number, height: number): { width: number;
 }
 
 /** The lookup shape of a task, without its results (`data`). */
-function taskShape<M>(row: ImageTaskRow): WithBase64<Schemas['ImageTask'], M> {
+function taskShape<M>(row: ImageTaskRow & { mediaExpiresAt?: Date | null }): WithBase64<Schemas['ImageTask'], M> {
   const task: WithBase64<Schemas['ImageTask'], M> = {
     id: row.id,
     object: 'image.task',
@@ -104,7 +106,13 @@ function taskShape<M>(row: ImageTaskRow): WithBase64<Schemas['ImageTask'], M> {
     task.completed_at = row.completedAt.toISOString();
   }
   if (row.status === 'failed') task.error = { message: row.errorMessage ?? 'The task failed.', code: row.errorCode };
+  if (row.status === 'completed' && row.mediaExpiresAt && !mediaExpired(row)) task.media_expires_at = row.mediaExpiresAt.toISOString();
   return task;
+}
+
+/** Whether a completed task's stored images passed their retention (the sweeper deletes them within a minute). */
+function mediaExpired(row: { mediaExpiresAt?: Date | null }): boolean {
+  return !!row.mediaExpiresAt && row.mediaExpiresAt.getTime() <= Date.now();
 }
 
 export class ImageService {
@@ -255,7 +263,7 @@ export class ImageService {
             memberSlots: first?.slots ?? 1,
           },
         },
-        { fileIds: adopted, pinSeconds: this.deps.options.inputPinSeconds },
+        { fileIds: adopted, pinSeconds: this.deps.options.inputPinSeconds, retentionDays: this.deps.options.inputRetentionDays },
         // A synchronous image lives and dies with its request: its hold need not wait for the disk (HoldCommit).
         mode.async ? 'flushed' : 'unflushed',
       )
@@ -292,9 +300,9 @@ export class ImageService {
     return this.toImageTask(row);
   }
 
-  async toImageTask(row: ImageTaskRow): Promise<WithBase64<Schemas['ImageTask']>> {
+  async toImageTask(row: ImageTaskRow & { mediaExpiresAt?: Date | null }): Promise<WithBase64<Schemas['ImageTask']>> {
     const task = taskShape<Base64Bytes>(row);
-    if (row.status === 'completed') task.data = await this.resultData(row);
+    if (row.status === 'completed') task.data = mediaExpired(row) ? [] : await this.resultData(row);
     return task;
   }
 
@@ -314,6 +322,7 @@ export class ImageService {
   private async listedTask(row: ListedImageTaskRow): Promise<WithBase64<Schemas['ImageTask'], Base64Source>> {
     const task = taskShape<Base64Source>(row);
     if (row.status !== 'completed') return task;
+    if (mediaExpired(row)) return { ...task, data: [] };
     const params = row.params as unknown as ImageParams;
     const items: WithBase64<Schemas['ImageData'], Base64Source>[] =
       params.responseFormat === 'url'

@@ -39,8 +39,9 @@ export class Settlement {
   constructor(private readonly deps: SettlementDeps) {}
 
   /** Completes a video task with its stored output and captures the quote. Undefined: the fence no longer holds. */
-  async completeVideo(task: VideoTaskRow, outputFileId: string): Promise<VideoTaskRow | undefined> {
-    const row = await this.finishVideo(task, { status: 'completed', outputFileId, actualCredits: task.quotedCredits ?? 0, errorCode: null, errorMessage: null });
+  async completeVideo(task: VideoTaskRow, output: Pick<FileRow, 'id' | 'expiresAt'>): Promise<VideoTaskRow | undefined> {
+    const outputFileId = output.id;
+    const row = await this.finishVideo(task, { status: 'completed', outputFileId, actualCredits: task.quotedCredits ?? 0, errorCode: null, errorMessage: null }, output.expiresAt);
     if (row) this.deps.log.info({ taskId: row.id, fileId: outputFileId, capturedMicroCredits: row.actualCredits }, 'video task completed');
     return row;
   }
@@ -55,11 +56,12 @@ export class Settlement {
   /**
    * The task's terminal state, the settlement of its hold and its webhook in one statement
    * (VideoTaskRepository.finish). The webhook body is the row as that statement leaves it: the
-   * claimed row with the fields the statement sets (billing fields never change after creation).
+   * claimed row with the fields the statement sets (billing fields never change after creation)
+   * and the expiry of the stored video.
    */
-  private finishVideo(task: VideoTaskRow, end: Omit<FinishedFields, 'completedAt'>): Promise<VideoTaskRow | undefined> {
+  private finishVideo(task: VideoTaskRow, end: Omit<FinishedFields, 'completedAt'>, mediaExpiresAt: Date | null = null): Promise<VideoTaskRow | undefined> {
     const fields: FinishedFields = { ...end, completedAt: new Date() };
-    const after: VideoTaskRow = { ...task, ...fields, leaseOwner: null, leaseExpiresAt: null };
+    const after = { ...task, ...fields, leaseOwner: null, leaseExpiresAt: null, mediaExpiresAt };
     return this.deps.videoTasks.finish(fenceOf(task), fields, (hold) => this.deps.ledger.settlement(hold, end.actualCredits), this.deps.outbox.deliveryFor(after));
   }
 

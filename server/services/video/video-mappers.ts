@@ -71,7 +71,7 @@ export function toVideoTaskCreated(row: VideoCreatedFields): Schemas['VideoTaskC
 }
 
 /** The lookup shape: input mode and count only (never image contents); completion fields when finished. */
-export function toVideoTask(row: VideoTaskRow, videoUrl: string | undefined): Schemas['VideoTask'] {
+export function toVideoTask(row: VideoTaskRow & { mediaExpiresAt?: Date | null }, videoUrl: string | undefined): Schemas['VideoTask'] {
   const task: Schemas['VideoTask'] = {
     ...toVideoTaskCreated(row),
     // Every media input counts, as toward maxMediaInputCount: frames, reference images, videos and audios.
@@ -82,6 +82,7 @@ export function toVideoTask(row: VideoTaskRow, videoUrl: string | undefined): Sc
   if (row.status === 'completed' && videoUrl) {
     task.video_url = videoUrl;
     task.data = [{ url: videoUrl }];
+    if (row.mediaExpiresAt) task.media_expires_at = row.mediaExpiresAt.toISOString();
   }
   if (row.status === 'failed') task.error = { message: row.errorMessage ?? 'The task failed.', code: row.errorCode };
   return task;

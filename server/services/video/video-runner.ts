@@ -241,7 +241,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       if (err instanceof StorageError) log.error({ err }, 'the video output could not be stored (media store full or failing); the step is retried');
       throw err;
     }
-    const done = await this.deps.settlement.completeVideo(task, file.id);
+    const done = await this.deps.settlement.completeVideo(task, file);
     if (!done) {
       log.warn('task was taken over before it completed here; discarding this output');
       await this.deps.files.discard(file);

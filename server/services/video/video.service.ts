@@ -11,7 +11,7 @@ import { ApiError, badRequest, conflict, notFound, paymentRequired, unavailable 
 import type { Logger } from '../../logger.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { ModelRepository, VideoCatalogRow } from '../../repositories/model.repository.ts';
-import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
+import type { LookedUpVideoTaskRow, VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import type { ProviderRegistry } from '../../providers/registry.ts';
 import { shapeOf } from '../../providers/types.ts';
 import type { AuthContext } from '../auth.service.ts';
@@ -34,6 +34,8 @@ export interface VideoServiceOptions {
   allowPrivateTargets: boolean;
   /** A task older than this fails and is refunded. */
   maxLifetimeSeconds: number;
+  /** Days inputs are kept after the task's lifetime (INPUT_RETENTION_DAYS; an account may have its own). */
+  inputRetentionDays: number;
 }
 
 export interface VideoServiceDeps {
@@ -129,7 +131,7 @@ export class VideoService {
       ({ outcome } = await this.deps.ledger.holdAndInsertTask(
         { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted },
         { table: 'videoTasks', row },
-        { fileIds: inputFileIds, pinSeconds: this.deps.options.maxLifetimeSeconds + 86_400 },
+        { fileIds: inputFileIds, pinSeconds: this.deps.options.maxLifetimeSeconds + 86_400, retentionDays: this.deps.options.inputRetentionDays },
       ));
     } catch (err) {
       if (isUniqueViolation(err, 'video_tasks_client_request_id_key')) {
@@ -195,8 +197,10 @@ export class VideoService {
     return toVideoTaskCreated(existing);
   }
 
-  private async videoUrl(row: VideoTaskRow): Promise<string | undefined> {
-    return row.status === 'completed' && row.outputFileId ? this.deps.files.downloadUrl(row.outputFileId, 'video_output') : undefined;
+  /** A fresh URL of a completed task's video; none once the video passed its retention (the sweeper deletes it within a minute). */
+  private async videoUrl(row: LookedUpVideoTaskRow): Promise<string | undefined> {
+    if (row.status !== 'completed' || !row.outputFileId || (row.mediaExpiresAt && row.mediaExpiresAt.getTime() <= Date.now())) return undefined;
+    return this.deps.files.downloadUrl(row.outputFileId, 'video_output');
   }
 
   /** Refuses (before any charge) a request that no upstream serving the model can express. */

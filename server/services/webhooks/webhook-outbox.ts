@@ -23,7 +23,7 @@ export class WebhookOutbox {
    * callback_url. `task` is the row as the finishing statement leaves it; Settlement writes the
    * delivery in that same statement.
    */
-  deliveryFor(task: VideoTaskRow): VideoDelivery | undefined {
+  deliveryFor(task: VideoTaskRow & { mediaExpiresAt?: Date | null }): VideoDelivery | undefined {
     if (!task.callbackUrl || (task.status !== 'completed' && task.status !== 'failed')) return undefined;
     const videoUrl = task.status === 'completed' && task.outputFileId ? this.files.signedUrl(task.outputFileId, this.urlTtlSeconds) : undefined;
     return {
