@@ -3497,7 +3497,7 @@ export interface components {
          *     machine (procedural, not AI) and needs no `base_url` or credentials.
          * @enum {string}
          */
-        AdminProvider: "local" | "openai" | "gemini" | "ark" | "kling";
+        AdminProvider: "local" | "openai" | "gemini" | "ark" | "kling" | "minimax" | "dashscope" | "fal" | "replicate";
         /**
          * AdminMemberModels
          * @description The catalog model ids this member serves (an explicit list; a member serves no other model). Each must exist in the catalog, else `404 model_not_found`.

@@ -4,7 +4,7 @@
  * imported here: the adapter toolkit (upstream-http.ts) reads the default base URLs, and the
  * registry of adapters (registry.ts) imports the adapters, which import the toolkit.
  */
-export const PROVIDER_KINDS = ['local', 'openai', 'gemini', 'ark', 'kling'] as const;
+export const PROVIDER_KINDS = ['local', 'openai', 'gemini', 'ark', 'kling', 'minimax', 'dashscope', 'fal', 'replicate'] as const;
 export type ProviderKind = (typeof PROVIDER_KINDS)[number];
 
 export interface ProviderDefinition {
@@ -20,6 +20,12 @@ export const PROVIDERS: Record<ProviderKind, ProviderDefinition> = {
   gemini: { credentials: ['api_key'], defaultBaseUrl: 'https://generativelanguage.googleapis.com/v1beta' },
   ark: { credentials: ['api_key'], defaultBaseUrl: 'https://ark.ap-southeast.bytepluses.com/api/v3' },
   kling: { credentials: ['access_key', 'secret_key'], defaultBaseUrl: 'https://api-singapore.klingai.com' },
+  // Global; China: https://api.minimaxi.com.
+  minimax: { credentials: ['api_key'], defaultBaseUrl: 'https://api.minimax.io' },
+  // Singapore; Beijing: https://dashscope.aliyuncs.com, US: https://dashscope-us.aliyuncs.com (key, region and model must match).
+  dashscope: { credentials: ['api_key'], defaultBaseUrl: 'https://dashscope-intl.aliyuncs.com' },
+  fal: { credentials: ['api_key'], defaultBaseUrl: 'https://queue.fal.run' },
+  replicate: { credentials: ['api_token'], defaultBaseUrl: 'https://api.replicate.com/v1' },
 };
 
 export function isProviderKind(value: string): value is ProviderKind {

@@ -138,7 +138,7 @@ describe('the definitions loader', () => {
   });
 
   it.each([
-    ['a folder that is no provider kind', { 'minimax/x.json': body('x') }, "catalog definition 'minimax/x' (", "'minimax' is not a provider kind"],
+    ['a folder that is no provider kind', { 'midjourney/x.json': body('x') }, "catalog definition 'midjourney/x' (", "'midjourney' is not a provider kind"],
     ['a file that is not JSON', { 'openai/x.json': '{"upstream_model":' }, "catalog definition 'openai/x'", 'not valid JSON'],
     ['an unknown key', { 'openai/x.json': JSON.stringify({ upstream_model: 'x', notes: '', model: {}, price: 1 }) }, 'openai/x', 'unknown key price (a definition has upstream_model, notes, model)'],
     ['no upstream model', { 'openai/x.json': JSON.stringify({ notes: '', model: {} }) }, 'openai/x', "'upstream_model' must be a non-empty string"],

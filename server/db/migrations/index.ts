@@ -21,6 +21,7 @@ import * as m20261201100000 from './20261201100000-upstream-errors.ts';
 import * as m20261201200000 from './20261201200000-account-listings.ts';
 import * as m20261202100000 from './20261202100000-member-account-disabled.ts';
 import * as m20261203100000 from './20261203100000-media-retention.ts';
+import * as m20261204100000 from './20261204100000-provider-kinds.ts';
 
 export const migrations: Record<string, Migration> = {
   '20261122100000-accounts-keys-groups': m20261122100000,
@@ -43,4 +44,5 @@ export const migrations: Record<string, Migration> = {
   '20261201200000-account-listings': m20261201200000,
   '20261202100000-member-account-disabled': m20261202100000,
   '20261203100000-media-retention': m20261203100000,
+  '20261204100000-provider-kinds': m20261204100000,
 };
