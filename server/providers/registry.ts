@@ -11,6 +11,7 @@ import { GeminiVideoProvider } from './gemini/gemini-video.provider.ts';
 import { klingAdapters } from './kling/kling-adapters.ts';
 import { LocalImageProvider } from './local/local-image.provider.ts';
 import { LocalVideoProvider } from './local/local-video.provider.ts';
+import { MiniMaxVideoProvider } from './minimax/minimax-video.provider.ts';
 import { OpenAIImageProvider } from './openai/openai-image.provider.ts';
 import { OpenAIVideoProvider } from './openai/openai-video.provider.ts';
 import type { ImageProvider, VideoProvider } from './types.ts';
@@ -63,6 +64,7 @@ export function createProviderRegistry(options: ProviderOptions, overrides: Part
     gemini: { image: new GeminiImageProvider(), video: new GeminiVideoProvider(options.videoPollIntervalMs) },
     ark: { image: new ArkImageProvider(), video: new ArkVideoProvider(options.videoPollIntervalMs) },
     kling: klingAdapters(options.videoPollIntervalMs),
+    minimax: { video: new MiniMaxVideoProvider(options.videoPollIntervalMs) },
   };
   const merged = { ...builtIn };
   for (const [kind, adapters] of Object.entries(overrides) as [ProviderKind, ProviderAdapters][]) merged[kind] = { ...builtIn[kind], ...adapters };

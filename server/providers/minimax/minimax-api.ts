@@ -1,0 +1,112 @@
+/**
+ * MiniMax's envelope and error codes (upstream-apis.md §10.4), for the Hailuo video adapter.
+ *
+ * MiniMax answers errors with HTTP 200 and `base_resp: {status_code ≠ 0, status_msg}`: the code
+ * decides, not the HTTP status (its own clients read it so: new-api's hailuo adaptor, MiniMax-MCP,
+ * MiniMax's CLI). An answer with another status and no such code (its edge's 429, a proxy's 502
+ * page) is classified by the status, honouring `Retry-After`.
+ *
+ * The codes: MiniMax's error-code page (platform.minimax.io/docs/api-reference/errorcode: 1000,
+ * 1001, 1002, 1004, 1008, 1024), new-api's constants.go (1026, 2013, 2049), MiniMax's CLI
+ * (src/errors/api.ts: 1028/1030 a Token Plan's quota used up, 2061 a model the plan lacks),
+ * MiniMax-MCP (2038: real-name verification missing), a live answer (1033 "system error",
+ * MiniMax-AI/cli#59). A code not in the table is retried, not guessed.
+ */
+import { ProviderError, kindOfCode, kindOfStatus, readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl } from '../kit.ts';
+import type { CodeTable, ProviderErrorKind, UpstreamAccount, UpstreamRequest } from '../kit.ts';
+import type { UpstreamHeaders } from '../upstream-http.ts';
+
+export const MINIMAX_CODES: CodeTable = {
+  '1000': 'retryable',
+  '1001': 'retryable',
+  '1002': 'rate_limited',
+  '1004': 'auth',
+  // The balance is used up: nothing goes through until the account's owner tops it up.
+  '1008': 'account_disabled',
+  '1013': 'retryable',
+  '1024': 'retryable',
+  '1026': 'policy',
+  '1027': 'policy',
+  '1028': 'quota_exhausted',
+  '1030': 'quota_exhausted',
+  '1033': 'retryable',
+  '2013': 'invalid_request',
+  '2038': 'account_disabled',
+  '2049': 'auth',
+  '2061': 'model_not_open',
+};
+
+/** What the account codes mean, said to the operator in member health. */
+const ACCOUNT_REASONS: Record<string, string> = {
+  '1008': "the MiniMax account's balance is used up",
+  '2038': 'the MiniMax account has not completed real-name verification',
+};
+
+/** MiniMax's answer to a model name it does not have (2013 "invalid params, unknown model 'X'"). */
+const UNKNOWN_MODEL = /unknown model|model[^,]*not (?:exist|found|support)/i;
+
+export interface MiniMaxAnswer {
+  status: number;
+  headers: UpstreamHeaders;
+  /** Undefined when the answer is not a JSON object (a proxy's page). */
+  body: Record<string, unknown> | undefined;
+}
+
+/** The answer's `base_resp` code and message; code 0 (or none) is no error. */
+export function baseRespOf(body: Record<string, unknown> | undefined): { code: number; message: unknown } | undefined {
+  const base = body?.base_resp;
+  if (typeof base !== 'object' || base === null) return undefined;
+  const { status_code: code, status_msg: message } = base as { status_code?: unknown; status_msg?: unknown };
+  const n = typeof code === 'number' ? code : typeof code === 'string' && /^\d+$/.test(code) ? Number(code) : undefined;
+  return n === undefined || n === 0 ? undefined : { code: n, message };
+}
+
+/** A MiniMax code (of `base_resp`, or of a v2 task's `error`) as a ProviderError. */
+export function minimaxErrorOf(code: number | string, message: unknown, what: string, answer: { status?: number; headers?: UpstreamHeaders } = {}): ProviderError {
+  const tag = `MiniMax ${code}`;
+  const said = sanitizeMessage(message, `the upstream ${what} failed with code ${code}`);
+  let kind: ProviderErrorKind = kindOfCode(MINIMAX_CODES, code) ?? 'retryable';
+  // The member's model map names a model MiniMax does not have: its configuration, not the request.
+  if (kind === 'invalid_request' && UNKNOWN_MODEL.test(said)) kind = 'misconfigured';
+  let text = said;
+  if (kind === 'auth') text = `MiniMax refused the account's API key (${tag}: ${said})`;
+  else if (kind === 'account_disabled') text = `${ACCOUNT_REASONS[String(code)] ?? 'the MiniMax account cannot take work'} (${tag}: ${said})`;
+  else if (kind === 'model_not_open') text = `the MiniMax account's plan does not include this model (${tag}: ${said})`;
+  const wait = kind === 'rate_limited' && answer.headers ? retryAfterMs(answer.headers) : undefined;
+  return new ProviderError(kind, text, { upstreamStatus: answer.status, upstreamCode: String(code), ...(wait !== undefined && { retryAfterMs: wait }) });
+}
+
+/** The error an answer carries (its `base_resp` code first, then its HTTP status), or undefined. */
+export function errorOfAnswer(answer: MiniMaxAnswer, what: string): ProviderError | undefined {
+  const base = baseRespOf(answer.body);
+  if (base) return minimaxErrorOf(base.code, base.message, what, answer);
+  if (answer.status >= 200 && answer.status < 300) return undefined;
+  const kind = kindOfStatus(answer.status);
+  const wait = kind === 'rate_limited' ? retryAfterMs(answer.headers) : undefined;
+  return new ProviderError(kind, `the upstream ${what} answered HTTP ${answer.status}`, { upstreamStatus: answer.status, ...(wait !== undefined && { retryAfterMs: wait }) });
+}
+
+export function minimaxAuth(account: UpstreamAccount): Record<string, string> {
+  return { Authorization: `Bearer ${account.credentials.api_key ?? ''}` };
+}
+
+export interface MiniMaxCall {
+  method: 'GET' | 'POST';
+  path: string;
+  /** A JSON body streamed with its length (`jsonStream`). */
+  body?: { body: NonNullable<UpstreamRequest['body']>; length: number };
+}
+
+/** One call to the member's MiniMax API, its (short JSON) answer read whole. */
+export async function minimaxCall(account: UpstreamAccount, call: MiniMaxCall, signal: AbortSignal, what: string): Promise<MiniMaxAnswer> {
+  const headers: Record<string, string> = { ...minimaxAuth(account), Accept: 'application/json' };
+  if (call.body) {
+    headers['content-type'] = 'application/json';
+    headers['content-length'] = String(call.body.length);
+  }
+  // A streamed body cannot follow a redirect; MiniMax answers where it is asked.
+  const res = await upstreamFetch(upstreamUrl(account, call.path), { method: call.method, headers, body: call.body?.body, redirect: 'manual' }, signal, what);
+  const json = await readJson(res);
+  const body = typeof json === 'object' && json !== null && !Array.isArray(json) ? (json as Record<string, unknown>) : undefined;
+  return { status: res.status, headers: res.headers, body };
+}
