@@ -83,6 +83,8 @@ describe("MiniMax's codes", () => {
     expect(minimaxErrorOf(2013, 'invalid params, duration must be an integer', 'video submit').kind).toBe('invalid_request');
     expect(minimaxErrorOf(1008, 'insufficient balance', 'video submit').message).toBe("the MiniMax account's balance is used up (MiniMax 1008: insufficient balance)");
     expect(minimaxErrorOf(2061, 'x', 'video submit').message).toMatch(/plan does not include this model/);
+    expect(minimaxErrorOf(2013, 'invalid params, duration must be an integer', 'video submit').message).toBe('MiniMax rejected the request as invalid (MiniMax 2013: invalid params, duration must be an integer)');
+    expect(minimaxErrorOf(1002, 'rate limit', 'video submit').message).toBe('rate limit');
   });
 });
 
@@ -151,7 +153,7 @@ describe('polls', () => {
         const failed = job({ prompt: `x ${word} [minimax:fail]` });
         const a = await runToEnd(await provider.submit(account(), refused, never), refused);
         const b = await runToEnd(await provider.submit(account(), failed, never), failed);
-        expect(a.state === 'failed' && [a.error.kind, a.error.message, a.error.upstreamCode]).toEqual(['policy', 'output new_sensitive', '1027']);
+        expect(a.state === 'failed' && [a.error.kind, a.error.message, a.error.upstreamCode]).toEqual(['policy', 'MiniMax refused the generated video under its content policy (MiniMax 1027: output new_sensitive)', '1027']);
         expect(b.state === 'failed' && [b.error.kind, b.error.message]).toEqual(['failed', 'the upstream reported the video task as failed']);
       } finally {
         fake.failWord = 'Fail';

@@ -36,10 +36,17 @@ export const MINIMAX_CODES: CodeTable = {
   '2061': 'model_not_open',
 };
 
-/** What the account codes mean, said to the operator in member health. */
-const ACCOUNT_REASONS: Record<string, string> = {
+/**
+ * What a code means, said before MiniMax's own words: to the operator in member health (the
+ * account codes) and to the client in a failed task (a refusal of its request).
+ */
+const REASONS: Record<string, string> = {
   '1008': "the MiniMax account's balance is used up",
   '2038': 'the MiniMax account has not completed real-name verification',
+  '2061': "the MiniMax account's plan does not include this model",
+  '1026': 'MiniMax refused the prompt or an input image under its content policy',
+  '1027': 'MiniMax refused the generated video under its content policy',
+  '2013': 'MiniMax rejected the request as invalid',
 };
 
 /** MiniMax's answer to a model name it does not have (2013 "invalid params, unknown model 'X'"). */
@@ -68,10 +75,10 @@ export function minimaxErrorOf(code: number | string, message: unknown, what: st
   let kind: ProviderErrorKind = kindOfCode(MINIMAX_CODES, code) ?? 'retryable';
   // The member's model map names a model MiniMax does not have: its configuration, not the request.
   if (kind === 'invalid_request' && UNKNOWN_MODEL.test(said)) kind = 'misconfigured';
-  let text = said;
+  let text: string;
   if (kind === 'auth') text = `MiniMax refused the account's API key (${tag}: ${said})`;
-  else if (kind === 'account_disabled') text = `${ACCOUNT_REASONS[String(code)] ?? 'the MiniMax account cannot take work'} (${tag}: ${said})`;
-  else if (kind === 'model_not_open') text = `the MiniMax account's plan does not include this model (${tag}: ${said})`;
+  else if (kind === 'misconfigured') text = `MiniMax does not have the model the member asked for (${tag}: ${said})`;
+  else text = REASONS[String(code)] ? `${REASONS[String(code)]} (${tag}: ${said})` : said;
   const wait = kind === 'rate_limited' && answer.headers ? retryAfterMs(answer.headers) : undefined;
   return new ProviderError(kind, text, { upstreamStatus: answer.status, upstreamCode: String(code), ...(wait !== undefined && { retryAfterMs: wait }) });
 }
