@@ -6,7 +6,6 @@
  * refused cancel.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import '../../server/providers/registry.ts';
 import { dashscopeEndpoint, dashscopeErrorOf, dashscopeUrl } from '../../server/providers/dashscope/dashscope-api.ts';
 import { DashScopeVideoProvider, dashscopeRouting } from '../../server/providers/dashscope/dashscope-video.provider.ts';
 import { ProviderError } from '../../server/providers/provider-error.ts';
