@@ -6,6 +6,7 @@
 import { join } from 'node:path';
 import { ArkImageProvider } from './ark/ark-image.provider.ts';
 import { ArkVideoProvider } from './ark/ark-video.provider.ts';
+import { DashScopeVideoProvider } from './dashscope/dashscope-video.provider.ts';
 import { GeminiImageProvider } from './gemini/gemini-image.provider.ts';
 import { GeminiVideoProvider } from './gemini/gemini-video.provider.ts';
 import { klingAdapters } from './kling/kling-adapters.ts';
@@ -64,6 +65,7 @@ export function createProviderRegistry(options: ProviderOptions, overrides: Part
     gemini: { image: new GeminiImageProvider(), video: new GeminiVideoProvider(options.videoPollIntervalMs) },
     ark: { image: new ArkImageProvider(), video: new ArkVideoProvider(options.videoPollIntervalMs) },
     kling: klingAdapters(options.videoPollIntervalMs),
+    dashscope: { video: new DashScopeVideoProvider(options.videoPollIntervalMs) },
     minimax: { video: new MiniMaxVideoProvider(options.videoPollIntervalMs) },
   };
   const merged = { ...builtIn };
