@@ -3005,7 +3005,8 @@ export interface components {
          *       `images`/`mask`) without sending its bytes again. It is deleted after `expires_at`; a task
          *       that uses it keeps it at least until the task can no longer run.
          *     - `purpose: image_output` / `video_output`: an image or video generated for the account, kept
-         *       until its owner deletes it (`expires_at` is `null`); `task_id` names the task that made it.
+         *       until `expires_at` (the operator's retention period: 30 days unless the operator set another,
+         *       per account or for all) or until its owner deletes it; `task_id` names the task that made it.
          *
          *     Media inputs a request carried inline (data URLs) or by https URL are copies that belong to their
          *     task: they are not files of the Files API. Only the account that owns a file can see, download,
@@ -3036,7 +3037,7 @@ export interface components {
             created_at: string;
             /**
              * Format: date-time
-             * @description When an upload is deleted; `null` for generated media (kept until deleted).
+             * @description When the file is deleted — an upload at its own expiry, generated media at the end of the retention period (`null` would mean kept until deleted; the gateway sets an expiry on every file it lists).
              */
             expires_at: string | null;
             /** @description The image (`img_…`) or video (`vid_…`) task that generated the file; `null` for an upload. */

@@ -9,6 +9,7 @@ import { startAppServer, type AppServer } from './bench/app-server.ts';
 import { startBaselineServer } from './bench/baseline-server.ts';
 import { openBenchDatabase, seedCustomer, type Customer } from './bench/database.ts';
 import { runBigBodies, runBigTask } from './bench/big-bodies.ts';
+import { startTestS3 } from '../test/support/s3-server.ts';
 import { runInflight } from './bench/inflight.ts';
 import { runProxy } from './bench/proxy.ts';
 import { reportRenderSoak, runRenderSoak } from './bench/render-soak.ts';
@@ -53,6 +54,8 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
   --keys         proxy: API keys, one account each, the connections take turns on (default 1: one
                  hot key, whose rows every hold and settlement locks)
   --cpu-prof     inflight, proxy: directory for a V8 CPU profile of the server process (written when it exits)
+  --store        bigbody: where the server keeps media, fs (default) or s3 (an S3-compatible server,
+                 s3rver, on loopback in the bench process: MEDIA_STORE=s3)
   --built        bigbody, inflight, proxy: run the server as production does, from the tsc build
                  (\`npm run build\` first, then node dist/server/main.js), not through tsx
   proxy: --duration is per side and concurrency level, in two ABBA halves (default 10), --connections
@@ -88,6 +91,7 @@ function parseCli(argv: string[]): {
   soakWarmupMs: number;
   cpuProfDir: string | undefined;
   built: boolean;
+  store: 'fs' | 's3';
   help: boolean;
 } {
   const { values, positionals } = parseArgs({
@@ -109,6 +113,7 @@ function parseCli(argv: string[]): {
       'cpu-prof': { type: 'string' },
       keys: { type: 'string', default: '1' },
       built: { type: 'boolean', default: false },
+      store: { type: 'string', default: 'fs' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -117,6 +122,7 @@ function parseCli(argv: string[]): {
     if (!Number.isFinite(n) || n < min || n > max) throw new UsageError(`--${name} must be a number between ${min} and ${max}, got '${raw}'`);
     return n;
   };
+  if (values.store !== 'fs' && values.store !== 's3') throw new UsageError(`--store must be fs or s3, got '${values.store}'`);
   for (const p of positionals) {
     if (!(SCENARIOS as readonly string[]).includes(p)) throw new UsageError(`unknown scenario '${p}'`);
   }
@@ -138,6 +144,7 @@ function parseCli(argv: string[]): {
     soakWarmupMs: number('warmup', values.warmup ?? '60', 0, 600) * 1000,
     cpuProfDir: values['cpu-prof'],
     built: values.built,
+    store: values.store,
     help: values.help,
   };
 }
@@ -231,6 +238,13 @@ async function main(): Promise<number> {
         continue;
       }
       if (scenario === 'bigbody') {
+        let bigEnv: Record<string, string> = process.env.BENCH_SERVER_ENV ? JSON.parse(process.env.BENCH_SERVER_ENV) : {};
+        if (cli.store === 's3') {
+          const s3 = await startTestS3('mediagate-bench');
+          cleanups.push(() => s3.close());
+          bigEnv = { ...s3.env(), ...bigEnv };
+          console.log(`  media on S3: an s3rver bucket at ${s3.endpoint} (MEDIA_STORE=s3)`);
+        }
         const { results, rejection } = await runBigBodies(
           database.url,
           setupDb,
@@ -240,7 +254,7 @@ async function main(): Promise<number> {
             { label: '4 x 128 MiB', concurrency: 4, mediaBytes: 128 * 1024 * 1024 },
             { label: '6 x 60 MiB', concurrency: 6, mediaBytes: 60 * 1024 * 1024 },
           ],
-          process.env.BENCH_SERVER_ENV ? JSON.parse(process.env.BENCH_SERVER_ENV) : {},
+          bigEnv,
           (line) => console.log(line),
           cli.built,
         );
@@ -257,7 +271,7 @@ async function main(): Promise<number> {
             `(${rejection.writtenMiB.toFixed(0)} of ${rejection.bodyMiB.toFixed(0)} MiB sent)`,
         );
         if (rejection.status !== 413) failed = true;
-        const task = await runBigTask(database.url, setupDb, customer, process.env.BENCH_SERVER_ENV ? JSON.parse(process.env.BENCH_SERVER_ENV) : {}, (line) => console.log(line), cli.built);
+        const task = await runBigTask(database.url, setupDb, customer, bigEnv, (line) => console.log(line), cli.built);
         console.log(
           `  a Veo task with ${task.inputMiB.toFixed(0)} MiB of reference images (a ${task.bodyMiB.toFixed(0)} MiB body), run against an upstream that reads it all ` +
             `(${task.upstreamBodyMiB.toFixed(0)} MiB of JSON, images of ${task.upstreamImageBytes.join(', ')} bytes): ${task.status}; server RSS idle ${task.idleRssMiB.toFixed(0)} MiB, ` +

@@ -14,7 +14,12 @@ import type { MediaInput } from '../providers/types.ts';
 import type { Transactor } from '../db/transaction.ts';
 import { newId } from '../lib/ids.ts';
 import { hmac, signatureMatches } from '../lib/signing.ts';
-import { inspectImage } from '../lib/image-inspect.ts';
+import { inspectImage, type InspectedImage } from '../lib/image-inspect.ts';
+import { createWriteStream } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
 
 export { MediaTooLarge, StorageError } from '../storage/media-store.ts';
 
@@ -336,9 +341,22 @@ export class FileService {
     return this.store.read(file.storageKey);
   }
 
-  /** Where an image decoder can read the file directly (filesystem store), else undefined. */
-  localPath(file: FileRow): string | undefined {
-    return this.store.localPath?.(file.storageKey);
+  /**
+   * Inspects a stored image (inspectImage: a complete PNG/JPEG/WebP/GIF, its size). The decoder
+   * reads a file: the store's own (filesystem), else a temporary copy streamed from the store
+   * (S3) and removed afterwards — an input may be hundreds of MiB, never read into memory.
+   */
+  async inspectStored(file: FileRow, param: string): Promise<InspectedImage> {
+    const local = this.store.localPath?.(file.storageKey);
+    if (local) return inspectImage(local, param);
+    const dir = await mkdtemp(join(tmpdir(), 'mediagate-inspect-'));
+    try {
+      const copy = join(dir, 'image');
+      await pipeline(this.store.read(file.storageKey), createWriteStream(copy));
+      return await inspectImage(copy, param);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   }
 
   /**
@@ -346,7 +364,7 @@ export class FileService {
    * invalid_image); its real type and size are recorded and it expires `expiresInSeconds` from now.
    */
   async confirmUpload(file: FileRow, expiresInSeconds: number): Promise<FileRow & { createdAt: Date }> {
-    const image = await inspectImage(this.localPath(file) ?? (await this.readAll(file.id)), 'file');
+    const image = await this.inspectStored(file, 'file');
     const expiresAt = new Date(this.now() + expiresInSeconds * 1000);
     const createdAt = await this.files.confirmUpload(file.id, { contentType: image.mimeType, width: image.width, height: image.height, expiresAt });
     return { ...file, contentType: image.mimeType, width: image.width, height: image.height, expiresAt, createdAt };

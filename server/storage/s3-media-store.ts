@@ -50,6 +50,10 @@ export class S3MediaStore implements MediaStore {
       ...(opts.endpoint && { endpoint: opts.endpoint }),
       forcePathStyle: opts.forcePathStyle ?? false,
       ...(opts.credentials && { credentials: opts.credentials }),
+      // Checksums only where S3 requires them: several S3-compatible stores (R2, B2, older MinIO)
+      // refuse the SDK's default CRC32 trailers, and a streamed part needs none (SigV4 signs it).
+      requestChecksumCalculation: 'WHEN_REQUIRED',
+      responseChecksumValidation: 'WHEN_REQUIRED',
     });
   }
 

@@ -147,7 +147,7 @@ describe('GET /v1/files', () => {
       width: 1024,
       height: 1024,
       created_at: expect.stringMatching(/^\d{4}-/),
-      expires_at: null,
+      expires_at: expect.stringMatching(/^\d{4}-/),
       task_id: generated.taskId,
     });
     expect(res.body.data[3]).toEqual({ ...a, task_id: null });
@@ -335,7 +335,7 @@ describe('DELETE /v1/files/{file_id}', () => {
     });
     const fileId = new URL(task.video_url!).pathname.split('/').pop()!;
     const listed = await list(c.key, { purpose: 'video_output' });
-    expect(listed.body.data).toEqual([expect.objectContaining({ id: fileId, purpose: 'video_output', content_type: 'video/mp4', width: null, height: null, expires_at: null, task_id: created.body.id })]);
+    expect(listed.body.data).toEqual([expect.objectContaining({ id: fileId, purpose: 'video_output', content_type: 'video/mp4', width: null, height: null, expires_at: expect.stringMatching(/^\d{4}-/), task_id: created.body.id })]);
     expect((await remove(c.key, fileId)).status).toBe(200);
 
     const after = await server.client(c.key).GET('/v1/videos/{id}', { params: { path: { id: created.body.id } } });

@@ -14,7 +14,7 @@
  */
 import type { Readable } from 'node:stream';
 import { ApiError, badRequest, tooLarge } from '../../errors.ts';
-import { inspectImage, type InspectedImage } from '../../lib/image-inspect.ts';
+import type { InspectedImage } from '../../lib/image-inspect.ts';
 import { SafeFetchError, safeRequest, type SafeFetchOptions } from '../../lib/safe-fetch.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
 import { MediaTooLarge, StorageError } from '../../storage/media-store.ts';
@@ -83,8 +83,7 @@ export class MediaInputs {
 
   /** Inspects an input the service has not seen decoded yet; uploads and outputs were checked when stored. */
   private async inspect(file: FileRow, param: string): Promise<InspectedImage> {
-    const source = this.files.localPath(file) ?? (await this.files.readAll(file.id));
-    const image = await inspectImage(source, param);
+    const image = await this.files.inspectStored(file, param);
     if (file.contentType !== image.mimeType || file.width !== image.width || file.height !== image.height) {
       await this.files.describeImage(file.id, image);
       Object.assign(file, { contentType: image.mimeType, width: image.width, height: image.height });
