@@ -7,6 +7,8 @@ import { join } from 'node:path';
 import { ArkImageProvider } from './ark/ark-image.provider.ts';
 import { ArkVideoProvider } from './ark/ark-video.provider.ts';
 import { DashScopeVideoProvider } from './dashscope/dashscope-video.provider.ts';
+import { FalImageProvider } from './fal/fal-image.provider.ts';
+import { FalVideoProvider } from './fal/fal-video.provider.ts';
 import { GeminiImageProvider } from './gemini/gemini-image.provider.ts';
 import { GeminiVideoProvider } from './gemini/gemini-video.provider.ts';
 import { klingAdapters } from './kling/kling-adapters.ts';
@@ -15,6 +17,8 @@ import { LocalVideoProvider } from './local/local-video.provider.ts';
 import { MiniMaxVideoProvider } from './minimax/minimax-video.provider.ts';
 import { OpenAIImageProvider } from './openai/openai-image.provider.ts';
 import { OpenAIVideoProvider } from './openai/openai-video.provider.ts';
+import { ReplicateImageProvider } from './replicate/replicate-image.provider.ts';
+import { ReplicateVideoProvider } from './replicate/replicate-video.provider.ts';
 import type { ImageProvider, VideoProvider } from './types.ts';
 
 export { PROVIDER_KINDS, PROVIDERS, isProviderKind, type ProviderDefinition, type ProviderKind } from './provider-kinds.ts';
@@ -67,6 +71,8 @@ export function createProviderRegistry(options: ProviderOptions, overrides: Part
     kling: klingAdapters(options.videoPollIntervalMs),
     dashscope: { video: new DashScopeVideoProvider(options.videoPollIntervalMs) },
     minimax: { video: new MiniMaxVideoProvider(options.videoPollIntervalMs) },
+    fal: { image: new FalImageProvider(), video: new FalVideoProvider(options.videoPollIntervalMs) },
+    replicate: { image: new ReplicateImageProvider(), video: new ReplicateVideoProvider(options.videoPollIntervalMs) },
   };
   const merged = { ...builtIn };
   for (const [kind, adapters] of Object.entries(overrides) as [ProviderKind, ProviderAdapters][]) merged[kind] = { ...builtIn[kind], ...adapters };
