@@ -16,6 +16,7 @@ import { lines, table, type Output, type Row } from './output.ts';
 const MODEL_COLUMNS = ['id', 'kind', 'enabled', 'display_name', 'prices'];
 const DEFINITION_COLUMNS = ['id', 'kind', 'upstream_model', 'display_name', 'prices'];
 const QUALITIES = ['low', 'medium', 'high'] as const;
+const AGGREGATORS = ['fal', 'replicate'] as const;
 
 type Model = Awaited<ReturnType<AdminServices['catalog']['get']>>;
 type PriceRow = Pick<AdminPriceRow, 'resolution' | 'quality' | 'mode' | 'unit_price'>;
@@ -27,10 +28,11 @@ function priceSummary(pricing: readonly PriceRow[]): string {
   return pricing.map((p) => `${slot(p)} ${p.unit_price}${p.mode === 'per_second' ? '/s' : ''}`).join(', ');
 }
 
-function modelText(model: Pick<Model, 'pricing' | 'image' | 'video'> & Row): string {
-  const { pricing, image, video, ...rest } = model;
+function modelText(model: Pick<Model, 'pricing' | 'image' | 'video'> & { upstream_mappings?: Model['upstream_mappings'] } & Row): string {
+  const { pricing, image, video, upstream_mappings: mappings, ...rest } = model;
   const prices = table(pricing as unknown as Row[], ['resolution', 'quality', 'mode', 'unit_price']);
-  return `${lines({ ...rest, capabilities: image ?? video })}\npricing:\n${prices}`;
+  const mapped = Object.entries(mappings ?? {}).map(([provider, m]) => `${provider}: ${m.endpoint}\n  input:  ${m.input.replace(/\s*\n\s*/g, ' ')}\n  output: ${m.output}${m.media ? `\n  media:  ${m.media}` : ''}${m.wait ? `\n  wait:   ${m.wait}s` : ''}`);
+  return `${lines({ ...rest, capabilities: image ?? video })}\npricing:\n${prices}${mapped.length ? `\nupstream mappings:\n${mapped.join('\n')}` : ''}`;
 }
 
 const shown = (model: Model): Output => ({ json: model, text: modelText(model) });
@@ -86,7 +88,8 @@ function definition(id: string): CatalogDefinition {
 
 /** What a member needs to serve a model created from a definition (text output only). */
 function memberHint(def: CatalogDefinition, model: Model): string {
-  const map = model.id === def.upstreamModel ? '' : ` --model-map ${model.id}=${def.upstreamModel}`;
+  // An aggregator's model runs through its mapping (upstream_model is the mapping's endpoint): no model map.
+  const map = model.id === def.upstreamModel || def.model.upstream_mappings?.[def.provider as 'fal' | 'replicate'] ? '' : ` --model-map ${model.id}=${def.upstreamModel}`;
   return `\n\nserve it from a member of provider '${def.provider}': members add|update … --models ${model.id}${map}`;
 }
 
@@ -172,6 +175,16 @@ export const modelCommands: Commands = {
   },
 
   'set-reference-limit': async ({ admin, flags, target }) => save(admin, target(), { reference_image_max_count: int(required(flags.count, 'count'), 'count') }),
+
+  // An aggregator's mapping (fal, Replicate): the JSON of an AdminUpstreamMapping, checked when saved.
+  'set-mapping': async ({ admin, flags, target }) => {
+    const provider = oneOf(required(flags.provider, 'provider'), 'provider', AGGREGATORS)!;
+    return save(admin, target(), { upstream_mappings: { [provider]: bodyFromFile(required(flags.file, 'file')) } } as CatalogModelUpdateInput);
+  },
+  'remove-mapping': async ({ admin, flags, target }) => {
+    const provider = oneOf(required(flags.provider, 'provider'), 'provider', AGGREGATORS)!;
+    return save(admin, target(), { upstream_mappings: { [provider]: null } });
+  },
 
   enable: setEnabled,
   disable: setEnabled,

@@ -40,6 +40,7 @@ import type { Logger } from '../logger.ts';
 import { ProviderError } from '../providers/provider-error.ts';
 import type { ProviderKind, ProviderRegistry } from '../providers/registry.ts';
 import type { UpstreamAccount } from '../providers/types.ts';
+import type { UpstreamMapping } from '../providers/kit/mapping.ts';
 import type { MemberCandidate, RoutableMember, RoutingRepository } from '../repositories/routing.repository.ts';
 import type { MemberHealth, ProbeClaim } from './member-health.ts';
 import { followOrder, orderMembers } from './member-selection.ts';
@@ -48,6 +49,9 @@ import { followOrder, orderMembers } from './member-selection.ts';
 export const ACCOUNT_CACHE_MS = 5000;
 /** How long the candidates of a group and model are reused (see above). */
 export const CANDIDATE_CACHE_MS = 1000;
+
+/** Providers whose members run a catalog model through its operator-written mapping. */
+const AGGREGATORS: ReadonlySet<string> = new Set(['fal', 'replicate']);
 /** Members one piece of work is tried on before its error is final for this call. */
 export const MAX_ATTEMPTS = 3;
 /** Suggested wait when every member is at its concurrency limit. */
@@ -129,6 +133,7 @@ type CandidateQuery = Pick<RouteRequest, 'groupId' | 'model' | 'capability' | 's
 export class Pool {
   private readonly accounts = new Map<string, { account: UpstreamAccount | undefined; until: number }>();
   private readonly candidates = new TtlCache<CachedCandidate[]>(CANDIDATE_CACHE_MS);
+  private readonly mappings = new TtlCache<Record<string, unknown>>(CANDIDATE_CACHE_MS);
 
   constructor(
     private readonly routing: RoutingRepository,
@@ -165,6 +170,19 @@ export class Pool {
   /** Forgets the cached candidates (a member failed here, or an admin changed a group). */
   invalidate(): void {
     this.candidates.clear();
+    this.mappings.clear();
+  }
+
+  /**
+   * How an aggregator member (fal, Replicate) runs a catalog model: the model's mapping for the
+   * member's provider (cached like the candidates), or undefined — for every other provider, and
+   * for a model that has no mapping for this one (its adapter then refuses the job as the member's
+   * misconfiguration).
+   */
+  async mappingFor(account: UpstreamAccount, model: string): Promise<UpstreamMapping | undefined> {
+    if (!AGGREGATORS.has(account.provider)) return undefined;
+    const mappings = await this.mappings.get(model, () => this.routing.upstreamMappings(model));
+    return mappings[account.provider] as UpstreamMapping | undefined;
   }
 
   /**

@@ -10,6 +10,8 @@
  *                 the upstream's origin, an expired link a permanent failure      kit/output-download.ts
  *   inputs        MediaInputs as inline base64, data URLs or signed URLs, inside
  *                 a JSON body streamed with exact length                          kit/media-encoding.ts, lib/base64-json.ts
+ *   mappings      aggregators: an operator's JSONata mapping from the normalized
+ *                 request to the upstream's input, and to the output URLs        kit/mapping.ts
  *
  * Every adapter also runs the conformance kit against its fake upstream
  * (test/support/video-adapter-conformance.ts).
@@ -21,5 +23,6 @@ export { jobStatus, type JobState, type StatusVocabulary } from './kit/job-statu
 export { downloadOutput, type DownloadOptions } from './kit/output-download.ts';
 export { dataUrl, inlineBase64, signedUrl } from './kit/media-encoding.ts';
 export { Base64Source, jsonStream } from '../lib/base64-json.ts';
+export { MappingError, imageContext, mappedInput, mappedOutputs, videoContext, type UpstreamMapping } from './kit/mapping.ts';
 export { shapeOf } from './types.ts';
 export type { ImageEvents, ImageJob, ImageProvider, MediaInput, UpstreamAccount, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoShape, VideoStatus } from './types.ts';

@@ -5,6 +5,7 @@
 import type { Readable } from 'node:stream';
 import type { ProviderError } from './provider-error.ts';
 import type { ProviderKind } from './provider-kinds.ts';
+import type { UpstreamMapping } from './kit/mapping.ts';
 
 /**
  * The upstream account a call runs on: a group member, with its decrypted credentials. Adapters
@@ -54,6 +55,10 @@ export interface ImageJob {
   /** Edit inputs (decoded image files) and the optional mask. */
   inputs: Buffer[];
   mask?: Buffer;
+  /** The same stored files as MediaInputs (inputs, then the mask), for upstreams that fetch them by URL. */
+  inputFiles?: MediaInput[];
+  /** The catalog model's mapping for this member's provider (aggregators: fal, Replicate). */
+  mapping?: UpstreamMapping;
   /**
    * The member slots the pool took for this job: the adapter runs at most this many upstream calls
    * at once (absent: 1). Between 1 and the adapter's `parallelCalls`, as many as the member had free.
@@ -124,6 +129,8 @@ export interface VideoJob {
   /** https URLs, for providers that accept reference media. */
   referenceVideos: string[];
   referenceAudios: string[];
+  /** The catalog model's mapping for this member's provider (aggregators: fal, Replicate). */
+  mapping?: UpstreamMapping;
 }
 
 /** What decides whether an upstream's wire format can express a video request at all. */

@@ -7,7 +7,7 @@ export type CatalogModelRow = Omit<Selectable<CatalogModels>, 'createdAt' | 'upd
 export type PriceRowRecord = Pick<Selectable<ModelPrices>, 'modelId' | 'resolution' | 'quality' | 'mode' | 'unitPrice'>;
 export type CatalogModelWithPrices = CatalogModelRow & { prices: PriceRowRecord[] };
 
-const MODEL_COLUMNS = ['id', 'kind', 'displayName', 'enabled', 'capabilities'] as const;
+const MODEL_COLUMNS = ['id', 'kind', 'displayName', 'enabled', 'capabilities', 'upstreamMappings'] as const;
 const PRICE_COLUMNS = ['modelId', 'resolution', 'quality', 'mode', 'unitPrice'] as const;
 
 export interface PriceValues {
@@ -22,10 +22,10 @@ export class CatalogRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
   /** Inserts a model; undefined when the id is taken. */
-  insertModel(values: { id: string; kind: string; displayName: string; enabled: boolean; capabilities: unknown }, trx: Executor): Promise<CatalogModelRow | undefined> {
+  insertModel(values: { id: string; kind: string; displayName: string; enabled: boolean; capabilities: unknown; upstreamMappings: unknown }, trx: Executor): Promise<CatalogModelRow | undefined> {
     return trx
       .insertInto('catalogModels')
-      .values({ ...values, capabilities: JSON.stringify(values.capabilities) })
+      .values({ ...values, capabilities: JSON.stringify(values.capabilities), upstreamMappings: JSON.stringify(values.upstreamMappings) })
       .onConflict((oc) => oc.column('id').doNothing())
       .returning(MODEL_COLUMNS)
       .executeTakeFirst();
@@ -71,10 +71,11 @@ export class CatalogRepository {
     return models.map((m) => ({ ...m, prices: prices.filter((p) => p.modelId === m.id) }));
   }
 
-  updateModel(id: string, patch: { displayName?: string; enabled?: boolean; capabilities?: unknown }, trx: Executor): Promise<CatalogModelRow | undefined> {
-    const { capabilities, ...rest } = patch;
+  updateModel(id: string, patch: { displayName?: string; enabled?: boolean; capabilities?: unknown; upstreamMappings?: unknown }, trx: Executor): Promise<CatalogModelRow | undefined> {
+    const { capabilities, upstreamMappings, ...rest } = patch;
     const values = Object.fromEntries(Object.entries(rest).filter(([, v]) => v !== undefined));
     if (capabilities !== undefined) values.capabilities = JSON.stringify(capabilities);
+    if (upstreamMappings !== undefined) values.upstreamMappings = JSON.stringify(upstreamMappings);
     // Nothing to set (e.g. only the prices change): an empty SET is a syntax error.
     if (Object.keys(values).length === 0) return this.findModelForUpdate(id, trx);
     return trx

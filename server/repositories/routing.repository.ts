@@ -97,6 +97,12 @@ export class RoutingRepository {
     return rows.map((r) => ({ ...r, modelMap: r.modelMap as Record<string, string> }));
   }
 
+  /** The aggregator mappings of a catalog model (catalog_models.upstream_mappings; `{}` when none or no model). */
+  async upstreamMappings(modelId: string): Promise<Record<string, unknown>> {
+    const row = await this.db.selectFrom('catalogModels').select('upstreamMappings').where('id', '=', modelId).executeTakeFirst();
+    return (row?.upstreamMappings as Record<string, unknown> | undefined) ?? {};
+  }
+
   find(id: string): Promise<MemberCandidate | undefined> {
     return this.db
       .selectFrom('groupMembers')

@@ -9,6 +9,7 @@ import { SIZE_TABLES } from '../image/image-size.ts';
 import type { Transactor } from '../../db/transaction.ts';
 import type { CatalogRepository, PriceValues } from '../../repositories/catalog.repository.ts';
 import { fromCredits } from '../../lib/money.ts';
+import { MappingError, checkMapping, type MappingKind, type UpstreamMappings } from '../../providers/kit/mapping.ts';
 import {
   fromAdminImageCapabilities,
   fromAdminVideoCapabilities,
@@ -91,6 +92,28 @@ function capabilitiesFor(input: CatalogModelCreateInput): ImageCapabilities | Vi
   return fromAdminVideoCapabilities(input.video);
 }
 
+/**
+ * Checks every mapping of `mappings` (400 invalid_mapping naming the bad part) and returns them as
+ * stored; `null` entries (an update removing a provider's mapping) are passed through.
+ */
+async function checkedMappings<M extends Partial<Record<MappingKind, unknown>>>(modelKind: 'image' | 'video', mappings: M): Promise<M> {
+  const saved: Record<string, unknown> = {};
+  for (const [provider, mapping] of Object.entries(mappings)) {
+    saved[provider] = mapping;
+    if (mapping === null || mapping === undefined) continue;
+    // Saved as shown: the default media form written out, whichever path (create or update) set it.
+    saved[provider] = { ...(mapping as object), media: (mapping as { media?: string }).media ?? 'url' };
+    try {
+      await checkMapping(provider as MappingKind, modelKind, mapping as UpstreamMappings[MappingKind] & object);
+    } catch (err) {
+      if (!(err instanceof MappingError)) throw err;
+      const param = `upstream_mappings.${provider}.${err.path}`;
+      throw badRequest('invalid_mapping', `'${param}' ${err.message}`, param);
+    }
+  }
+  return saved as M;
+}
+
 export class CatalogAdminService {
   constructor(
     private readonly catalog: CatalogRepository,
@@ -110,8 +133,9 @@ export class CatalogAdminService {
   async create(input: CatalogModelCreateInput): Promise<AdminCatalogModel> {
     const capabilities = capabilitiesFor(input);
     const prices = validatePricing(input.kind, capabilities, input.pricing);
+    const upstreamMappings = await checkedMappings(input.kind, input.upstream_mappings ?? {});
     await this.tx.run(async (trx) => {
-      const row = await this.catalog.insertModel({ id: input.id, kind: input.kind, displayName: input.display_name, enabled: input.enabled ?? true, capabilities }, trx);
+      const row = await this.catalog.insertModel({ id: input.id, kind: input.kind, displayName: input.display_name, enabled: input.enabled ?? true, capabilities, upstreamMappings }, trx);
       if (!row) throw conflict('conflict', `A catalog model with id '${input.id}' already exists.`, {}, 'id');
       await this.catalog.replacePrices(input.id, prices, trx);
     });
@@ -138,9 +162,19 @@ export class CatalogAdminService {
         capabilities = { ...video, referenceImages: { ...video.referenceImages, maxCount: input.reference_image_max_count } };
       }
       const prices = input.pricing === undefined ? undefined : validatePricing(kind, capabilities, input.pricing);
+      let upstreamMappings: UpstreamMappings | undefined;
+      if (input.upstream_mappings !== undefined) {
+        const changes = await checkedMappings(kind, input.upstream_mappings);
+        const merged: Record<string, unknown> = { ...(model.upstreamMappings as UpstreamMappings) };
+        for (const [provider, mapping] of Object.entries(changes)) {
+          if (mapping === null) delete merged[provider];
+          else if (mapping !== undefined) merged[provider] = mapping;
+        }
+        upstreamMappings = merged as UpstreamMappings;
+      }
       await this.catalog.updateModel(
         id,
-        { displayName: input.display_name, enabled: input.enabled, capabilities: input.reference_image_max_count === undefined ? undefined : capabilities },
+        { displayName: input.display_name, enabled: input.enabled, capabilities: input.reference_image_max_count === undefined ? undefined : capabilities, upstreamMappings },
         trx,
       );
       if (prices) await this.catalog.replacePrices(id, prices, trx);

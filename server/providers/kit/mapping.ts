@@ -1,0 +1,257 @@
+/**
+ * Operator-written mappings for aggregators (fal, Replicate): hundreds of upstream models without
+ * code per model. A catalog model served by an aggregator carries, per provider kind, an
+ * `UpstreamMapping`: the upstream endpoint (fal's `owner/app/path`, Replicate's `owner/name`,
+ * `owner/name:version`, a version id or `deployments/owner/name`), and two JSONata expressions
+ * (https://jsonata.org, the `jsonata` package — a maintained, documented query and transformation
+ * language, so operators learn nothing of ours):
+ *
+ *   input   evaluated over Mediagate's normalized request (`MappingContext`): builds the upstream's
+ *           input object. Renames are plain object constructors, value maps are `$lookup`
+ *           (`$lookup({"16:9": "landscape_16_9"}, aspect_ratio)`), `8` → `"8s"` is
+ *           `$string(duration) & "s"`; a field whose value is missing is left out of the object.
+ *           `$error("…")` refuses a request the model cannot take (a rule its catalog entry cannot
+ *           state, e.g. an image-to-video model without a frame): the task fails before any
+ *           upstream call with that reason, refunded.
+ *   output  evaluated over the upstream's answer (fal: the result JSON; Replicate: the prediction):
+ *           the output URL, or an array of them (`video.url`, `images.url`, `output`).
+ *
+ * Media inputs never pass through JSONata: the context holds a token per input, and the tokens in
+ * the result are replaced by the input in the mapping's `media` form — a short-lived signed URL the
+ * upstream fetches (`url`, the default), a data URL or bare base64 streamed into the body
+ * (`Base64Source`, for `jsonStream`). A token must be a whole string value of the result.
+ */
+import jsonata from 'jsonata';
+import type { ImageJob, MediaInput, VideoJob } from '../types.ts';
+import { dataUrl, inlineBase64, signedUrl } from './media-encoding.ts';
+
+export interface UpstreamMapping {
+  endpoint: string;
+  input: string;
+  output: string;
+  /** How media inputs reach the upstream (default `url`). */
+  media?: 'url' | 'data_url' | 'base64';
+  /** Replicate: seconds an image prediction is waited for in its create call (`Prefer: wait=N`, 1–60); absent: polled. */
+  wait?: number;
+}
+
+export type MappingKind = 'fal' | 'replicate';
+
+/** Mappings of a catalog model by provider kind (catalog_models.upstream_mappings). */
+export type UpstreamMappings = Partial<Record<MappingKind, UpstreamMapping>>;
+
+/** A fault of a mapping, at `path` (`endpoint`, `input`, `output`, `media`, `wait`); the message is a predicate of that part ("is not …"). */
+export class MappingError extends Error {
+  constructor(
+    readonly path: string,
+    message: string,
+    /** The expression refused the request itself with `$error("…")` (a rule of the model the catalog cannot state): `message` is its reason. */
+    readonly refusal = false,
+  ) {
+    super(message);
+    this.name = 'MappingError';
+  }
+}
+
+/** What an `input` expression sees: Mediagate's normalized request. Media are tokens until encoded. */
+export type MappingContext = VideoMappingContext | ImageMappingContext;
+
+export interface VideoMappingContext {
+  kind: 'video';
+  prompt: string;
+  negative_prompt?: string;
+  /** Seconds. */
+  duration: number;
+  aspect_ratio: string;
+  /** Lowercase (`720p`). */
+  resolution: string;
+  generate_audio: boolean;
+  first_frame?: string;
+  last_frame?: string;
+  reference_images: string[];
+}
+
+export interface ImageMappingContext {
+  kind: 'image';
+  operation: 'generation' | 'edit';
+  prompt: string;
+  n: number;
+  width: number;
+  height: number;
+  /** `WIDTHxHEIGHT`. */
+  size: string;
+  aspect_ratio: string;
+  /** The tier (`1K`). */
+  resolution: string;
+  output_format: string;
+  quality: string;
+  background: string;
+  /** An edit's input images. */
+  images: string[];
+  mask?: string;
+}
+
+const ENDPOINTS: Record<MappingKind, { pattern: RegExp; what: string }> = {
+  fal: {
+    pattern: /^[A-Za-z0-9][A-Za-z0-9._-]*\/[A-Za-z0-9][A-Za-z0-9._-]*(\/[A-Za-z0-9][A-Za-z0-9._-]*)*$/,
+    what: "fal's endpoint id, `owner/app` or `owner/app/path` (e.g. `fal-ai/kling-video/v2.1/standard/image-to-video`)",
+  },
+  replicate: {
+    pattern: /^(?:[a-f0-9]{64}|deployments\/[A-Za-z0-9][A-Za-z0-9._-]*\/[A-Za-z0-9][A-Za-z0-9._-]*|[A-Za-z0-9][A-Za-z0-9._-]*\/[A-Za-z0-9][A-Za-z0-9._-]*(?::[a-f0-9]{64})?)$/,
+    what: 'a Replicate model `owner/name`, `owner/name:<64-hex version>`, a version id, or `deployments/owner/name`',
+  },
+};
+
+const compiled = new Map<string, jsonata.Expression>();
+
+/** The expression, compiled once per text (a syntax error names its position). */
+function expression(text: string, path: string): jsonata.Expression {
+  let expr = compiled.get(text);
+  if (!expr) {
+    try {
+      expr = jsonata(text);
+    } catch (err) {
+      throw new MappingError(path, `is not a valid JSONata expression: ${jsonataMessage(err)}.`);
+    }
+    if (compiled.size > 1000) compiled.clear();
+    compiled.set(text, expr);
+  }
+  return expr;
+}
+
+function jsonataMessage(err: unknown): string {
+  const e = err as { message?: string; position?: number; token?: string };
+  return `${e.message ?? String(err)}${e.position !== undefined ? ` (at character ${e.position}${e.token ? `, near '${e.token}'` : ''})` : ''}`;
+}
+
+async function evaluate(text: string, path: string, input: unknown): Promise<unknown> {
+  try {
+    return await expression(text, path).evaluate(input);
+  } catch (err) {
+    if (err instanceof MappingError) throw err;
+    // `$error("…")`: the mapping refuses this request (JSONata's D3137), not a fault of the mapping.
+    if ((err as { code?: unknown }).code === 'D3137') throw new MappingError(path, (err as Error).message, true);
+    throw new MappingError(path, `failed to evaluate: ${jsonataMessage(err)}.`);
+  }
+}
+
+/** A sample request for checking a mapping when it is saved. */
+export function sampleContext(kind: 'image' | 'video'): MappingContext {
+  return kind === 'video'
+    ? { kind, prompt: 'a red fox running through snow', negative_prompt: 'blurry', duration: 5, aspect_ratio: '16:9', resolution: '720p', generate_audio: false, first_frame: token(0), last_frame: token(1), reference_images: [token(2)] }
+    : { kind, operation: 'generation', prompt: 'a lighthouse at dusk', n: 1, width: 1024, height: 1024, size: '1024x1024', aspect_ratio: '1:1', resolution: '1K', output_format: 'png', quality: 'auto', background: 'auto', images: [], mask: undefined };
+}
+
+/**
+ * Checks a mapping of provider `kind` for a model of `modelKind` when it is saved: the endpoint's
+ * form, both expressions, and that `input` makes a JSON object of the sample request. Throws a
+ * MappingError naming the bad part.
+ */
+export async function checkMapping(kind: MappingKind, modelKind: 'image' | 'video', mapping: UpstreamMapping): Promise<void> {
+  if (!ENDPOINTS[kind].pattern.test(mapping.endpoint)) throw new MappingError('endpoint', `is '${mapping.endpoint}', which is not ${ENDPOINTS[kind].what}.`);
+  if (mapping.wait !== undefined && kind !== 'replicate') throw new MappingError('wait', 'is a Replicate setting (Prefer: wait); leave it out for fal.');
+  if (mapping.wait !== undefined && modelKind !== 'image') throw new MappingError('wait', 'applies to image models only (a video prediction is always polled).');
+  expression(mapping.output, 'output');
+  let made: unknown;
+  try {
+    made = await evaluate(mapping.input, 'input', sampleContext(modelKind));
+  } catch (err) {
+    // A mapping may refuse the sample's shape with $error (a last frame below 1080p, say): it evaluated.
+    if (err instanceof MappingError && err.refusal) return;
+    throw err;
+  }
+  if (made === null || typeof made !== 'object' || Array.isArray(made)) {
+    throw new MappingError('input', `must make a JSON object of the request; for a sample ${modelKind} request it made ${made === undefined ? 'nothing' : JSON.stringify(made).slice(0, 120)}.`);
+  }
+  for (const [path, value] of walk(made)) {
+    if (typeof value === 'string' && value.includes(TOKEN_PREFIX) && !TOKEN.test(value)) {
+      throw new MappingError('input', `puts a media input inside a longer string (at '${path}'); a media field must be the input itself (first_frame, images[0], …), encoded as 'media' says.`);
+    }
+  }
+}
+
+const TOKEN_PREFIX = 'mediagate-media-input:';
+const TOKEN = /^mediagate-media-input:(\d+)$/;
+const token = (i: number) => `${TOKEN_PREFIX}${i}`;
+
+function* walk(value: unknown, path = ''): Generator<[string, unknown]> {
+  yield [path, value];
+  if (Array.isArray(value)) for (let i = 0; i < value.length; i++) yield* walk(value[i], `${path}[${i}]`);
+  else if (value && typeof value === 'object') for (const [k, v] of Object.entries(value)) yield* walk(v, path ? `${path}.${k}` : k);
+}
+
+/** The normalized request of a video job, its media as tokens into `media`. */
+export function videoContext(job: VideoJob): { context: VideoMappingContext; media: MediaInput[] } {
+  const media: MediaInput[] = [];
+  const add = (input: MediaInput) => token(media.push(input) - 1);
+  const context: VideoMappingContext = {
+    kind: 'video',
+    prompt: job.prompt,
+    duration: job.durationSeconds,
+    aspect_ratio: job.aspectRatio,
+    resolution: job.resolution,
+    generate_audio: job.generateAudio,
+    reference_images: job.referenceImages.map(add),
+  };
+  if (job.negativePrompt) context.negative_prompt = job.negativePrompt;
+  if (job.firstFrame) context.first_frame = add(job.firstFrame);
+  if (job.lastFrame) context.last_frame = add(job.lastFrame);
+  return { context, media };
+}
+
+/** The normalized request of an image job; an edit's stored inputs (`job.inputFiles`, mask last) as tokens. */
+export function imageContext(job: ImageJob): { context: ImageMappingContext; media: MediaInput[] } {
+  const media = [...(job.inputFiles ?? [])];
+  const p = job.params;
+  const context: ImageMappingContext = {
+    kind: 'image',
+    operation: job.operation,
+    prompt: job.prompt,
+    n: job.n,
+    width: p.width,
+    height: p.height,
+    size: `${p.width}x${p.height}`,
+    aspect_ratio: p.aspectRatio,
+    resolution: p.resolution,
+    output_format: p.outputFormat,
+    quality: p.resolvedQuality,
+    background: p.background,
+    images: media.slice(0, job.mask ? media.length - 1 : media.length).map((_, i) => token(i)),
+  };
+  if (job.mask && media.length > 0) context.mask = token(media.length - 1);
+  return { context, media };
+}
+
+/**
+ * The upstream's input for a job: the mapping's `input` over the job's request, with each media
+ * token replaced by its input as `media` says (URL strings, or Base64Sources for `jsonStream`).
+ */
+export async function mappedInput(mapping: UpstreamMapping, job: { context: MappingContext; media: MediaInput[] }): Promise<Record<string, unknown>> {
+  const made = await evaluate(mapping.input, 'input', job.context);
+  if (made === null || typeof made !== 'object' || Array.isArray(made)) throw new MappingError('input', 'did not make a JSON object of this request.');
+  return (await encodeMedia(made, mapping.media ?? 'url', job.media)) as Record<string, unknown>;
+}
+
+async function encodeMedia(value: unknown, form: NonNullable<UpstreamMapping['media']>, media: MediaInput[]): Promise<unknown> {
+  if (typeof value === 'string') {
+    const m = TOKEN.exec(value);
+    if (!m) return value;
+    const input = media[Number(m[1])];
+    if (!input) throw new MappingError('input', `names a media input the request does not have (${value}).`);
+    return form === 'url' ? signedUrl(input) : form === 'data_url' ? dataUrl(input) : inlineBase64(input);
+  }
+  if (Array.isArray(value)) return Promise.all(value.map((v) => encodeMedia(v, form, media)));
+  if (value && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) out[k] = await encodeMedia(v, form, media);
+    return out;
+  }
+  return value;
+}
+
+/** The output URLs the mapping's `output` finds in an upstream answer (none: an empty array). */
+export async function mappedOutputs(mapping: UpstreamMapping, answer: unknown): Promise<string[]> {
+  const found = await evaluate(mapping.output, 'output', answer);
+  const values = found === undefined ? [] : Array.isArray(found) ? found.flat(Infinity) : [found];
+  return values.filter((v): v is string => typeof v === 'string' && /^(https?:|data:)/i.test(v));
+}
