@@ -51,16 +51,20 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
   --partials     proxy: partial_images of the streaming pair, 1-3 (default 2)
   --rss-connections  proxy: concurrent n=4 4K requests of the memory run (default 8)
   --rss-rounds   proxy: n=4 4K requests each connection sends in the memory run (default 3)
-  --keys         proxy: API keys, one account each, the connections take turns on (default 1: one
-                 hot key, whose rows every hold and settlement locks)
+  --keys         proxy: API keys, one account each, the connections of the many-keys run take turns
+                 on (default: --connections); the one-key run puts every request on one hot key,
+                 whose rows every hold and settlement locks
   --cpu-prof     inflight, proxy: directory for a V8 CPU profile of the server process (written when it exits)
   --store        bigbody: where the server keeps media, fs (default) or s3 (an S3-compatible server,
                  s3rver, on loopback in the bench process: MEDIA_STORE=s3)
   --built        bigbody, inflight, proxy: run the server as production does, from the tsc build
-                 (\`npm run build\` first, then node dist/server/main.js), not through tsx
+                 (\`npm run build\` first, then node dist/server/main.js): the default
+  --tsx          bigbody, inflight, proxy: run the server from the TypeScript sources through tsx instead
   proxy: --duration is per side and concurrency level, in two ABBA halves (default 10), --connections
-  the high level (the low one is 1) and the memory run's concurrency, --warmup per side before the
-  first window.
+  the high level (default 16 for proxy; the low one is 1) and the memory run's concurrency, --warmup
+  per side before the first window. Portkey's open-source gateway (@portkey-ai/gateway, a dev
+  dependency) runs as its own process against the same fake in the same windows; --keys (default:
+  --connections) is the many-keys level, measured next to one key.
   --rate         render-soak: renders per second asked for (default 30); those the local render
                  concurrency cannot take at once are skipped and counted
   render-soak: --duration is the measured part (default 60; 600 for the issue's 10-minute soak),
@@ -79,6 +83,7 @@ function parseCli(argv: string[]): {
   proxyDurationMs: number;
   warmupMs: number;
   connections: number;
+  proxyConnections: number;
   tasks: number;
   delayMs: number;
   pollMs: number;
@@ -100,7 +105,7 @@ function parseCli(argv: string[]): {
     options: {
       // No default here: proxy has its own (see proxyDurationMs).
       duration: { type: 'string' },
-      connections: { type: 'string', default: '32' },
+      connections: { type: 'string' },
       // No defaults here: render-soak has its own (see soakWarmupMs).
       warmup: { type: 'string' },
       rate: { type: 'string', default: '30' },
@@ -111,8 +116,9 @@ function parseCli(argv: string[]): {
       'rss-rounds': { type: 'string', default: '3' },
       'rss-connections': { type: 'string', default: '8' },
       'cpu-prof': { type: 'string' },
-      keys: { type: 'string', default: '1' },
-      built: { type: 'boolean', default: false },
+      keys: { type: 'string' },
+      built: { type: 'boolean', default: true },
+      tsx: { type: 'boolean', default: false },
       store: { type: 'string', default: 'fs' },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -131,19 +137,20 @@ function parseCli(argv: string[]): {
     durationMs: number('duration', values.duration ?? '5', 0.5, 600) * 1000,
     proxyDurationMs: number('duration', values.duration ?? '10', 0.5, 600) * 1000,
     warmupMs: number('warmup', values.warmup ?? '1', 0, 600) * 1000,
-    connections: Math.round(number('connections', values.connections, 1, 1000)),
+    connections: Math.round(number('connections', values.connections ?? '32', 1, 1000)),
+    proxyConnections: Math.round(number('connections', values.connections ?? '16', 1, 1000)),
     tasks: Math.round(number('tasks', values.tasks, 1, 1_000_000)),
     delayMs: number('delay', values.delay, 0, 3600) * 1000,
     pollMs: number('poll-interval', values['poll-interval'], 0.1, 600) * 1000,
     partials: Math.round(number('partials', values.partials, 1, 3)),
     rssRounds: Math.round(number('rss-rounds', values['rss-rounds'], 1, 1000)),
     rssConnections: Math.round(number('rss-connections', values['rss-connections'], 1, 256)),
-    keys: Math.round(number('keys', values.keys, 1, 1000)),
+    keys: Math.round(number('keys', values.keys ?? values.connections ?? '16', 1, 1000)),
     rate: number('rate', values.rate, 0.1, 1000),
     soakDurationMs: number('duration', values.duration ?? '60', 0.5, 600) * 1000,
     soakWarmupMs: number('warmup', values.warmup ?? '60', 0, 600) * 1000,
     cpuProfDir: values['cpu-prof'],
-    built: values.built,
+    built: values.built && !values.tsx,
     store: values.store,
     help: values.help,
   };
@@ -173,7 +180,7 @@ async function main(): Promise<number> {
   console.log(`scenarios: ${scenarios.join(', ')}; ${durationMs / 1000} s measured${proxyNote} after ${warmupMs / 1000} s warm-up each, ${connections} connections`);
 
   if (cli.built) {
-    console.log('building the server (npm run build) ...');
+    console.log('building dist/ (scripts/start.mjs, as npm start does) ...');
     buildServer();
   }
   installQueryCounter();
@@ -232,7 +239,7 @@ async function main(): Promise<number> {
         continue;
       }
       if (scenario === 'proxy') {
-        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections, partials: cli.partials, rssRounds: cli.rssRounds, rssConnections: cli.rssConnections, keys: cli.keys, cpuProfDir: cli.cpuProfDir, built: cli.built, ...serverEnv() }, (line) => console.log(line));
+        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections: cli.proxyConnections, partials: cli.partials, rssRounds: cli.rssRounds, rssConnections: cli.rssConnections, keys: cli.keys, cpuProfDir: cli.cpuProfDir, built: cli.built, ...serverEnv() }, (line) => console.log(line));
         rows.push(...r.rows);
         if (r.failed) failed = true;
         continue;

@@ -1,7 +1,7 @@
 /**
- * How a bench starts the server process: from the TypeScript sources through tsx, as `npm start`
- * does, or (`--built`) from the tsc build, as a production deployment runs it (`npm run build`,
- * then `node dist/server/main.js`): no loader in the process, no source-mapped stack traces.
+ * How a bench starts the server process: (`--built`, the default) from dist/, as `npm start` and a
+ * production deployment run it (`node dist/server/main.js`), or (`--tsx`) from the TypeScript
+ * sources through tsx.
  */
 import { spawnSync } from 'node:child_process';
 import { repoRoot } from '../../test/support/server-process.ts';
@@ -19,8 +19,11 @@ export function serverCommand(o: ServerCommandOptions): [string, ...string[]] | 
   return profile.length > 0 ? [process.execPath, ...profile, '--import', 'tsx', 'server/main.ts'] : undefined;
 }
 
-/** `npm run build` (tsc into dist/); throws with its output when it fails. */
+/**
+ * Brings dist/ up to date as `npm start` does (scripts/start.mjs: the changed files compiled, no
+ * type check), with the bench's own processes (scripts/bench); throws with its output when it fails.
+ */
 export function buildServer(): void {
-  const r = spawnSync('npm', ['run', '-s', 'build'], { cwd: repoRoot, encoding: 'utf8' });
-  if (r.status !== 0) throw new Error(`npm run build failed:\n${r.stdout}\n${r.stderr}`);
+  const r = spawnSync(process.execPath, ['scripts/start.mjs', 'scripts/bench'], { cwd: repoRoot, encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`building dist/ failed:\n${r.stdout}\n${r.stderr}`);
 }
