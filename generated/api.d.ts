@@ -103,7 +103,7 @@ export interface paths {
          *     - `401 invalid_api_key`; `402 key_quota_exceeded` or `insufficient_balance` (nothing created
          *       or held); `403 api_key_inactive` or `account_suspended`.
          *     - `404 model_not_found` (unknown model, or not available to the key).
-         *     - `413 body_too_large`; `415 unsupported_media_type`; `429 rate_limited` (with `Retry-After`: a limit of the key or its account).
+         *     - `413 body_too_large`; `415 unsupported_media_type`; `429 rate_limited` (the key's or its account's requests per minute, checked before the body is read) or `too_many_in_flight` (its generations in flight), with `Retry-After`; nothing is stored, held or charged. Every response of this operation carries `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and `x-ratelimit-reset-requests` when the key or its account has a requests-per-minute limit (see `AdminRequestsPerMinute`).
          *     - `500 internal_error`; `502 upstream_error` (the upstream failed, or the upstream account is
          *       misconfigured; the task is `failed` and its credits released); `503 no_reachable_member` or
          *       `capability_disabled`; `503 upstream_unavailable` (the upstream account's credentials or quota);
@@ -179,7 +179,7 @@ export interface paths {
          *     - `404 model_not_found` (unknown model, or not available to the key), `file_not_found` (JSON:
          *       an `images`/`mask` id that is not a file of this account, or has expired).
          *     - `408 body_timeout` (JSON: the body stalled or took too long).
-         *     - `413 body_too_large` (the request) or `media_too_large` (one image or the mask over the per-file byte limit) or `media_total_too_large` (JSON: all inputs over `EDIT_MAX_BODY_BYTES`); limits are enforced while the body is read; `415 unsupported_media_type`; `429 rate_limited` (with `Retry-After`: a limit of the key or its account).
+         *     - `413 body_too_large` (the request) or `media_too_large` (one image or the mask over the per-file byte limit) or `media_total_too_large` (JSON: all inputs over `EDIT_MAX_BODY_BYTES`); limits are enforced while the body is read; `415 unsupported_media_type`; `429 rate_limited` (the key's or its account's requests per minute, checked before the body is read) or `too_many_in_flight` (its generations in flight), with `Retry-After`; nothing is stored, held or charged. Every response of this operation carries `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and `x-ratelimit-reset-requests` when the key or its account has a requests-per-minute limit (see `AdminRequestsPerMinute`).
          *     - `500 internal_error`; `502 upstream_error` (the upstream failed, or the upstream account is
          *       misconfigured; the task is `failed` and its credits released); `503 no_reachable_member` or
          *       `capability_disabled`; `503 upstream_unavailable` (the upstream account's credentials or quota);
@@ -406,7 +406,12 @@ export interface paths {
          *     - `413 body_too_large` (the JSON besides media inputs over `JSON_BODY_LIMIT_BYTES`),
          *       `media_total_too_large` (over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`); `415 unsupported_media_type`;
-         *       `429 rate_limited` (with `Retry-After`).
+         *       `429 rate_limited` (the key's or its account's requests per minute, checked before the body
+         *       is read) or `too_many_in_flight` (its generations in flight: video tasks `queued` or
+         *       `in_progress` and images being generated), with `Retry-After`; nothing is created, held or
+         *       charged, and no input is kept. Every response of this operation carries
+         *       `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and
+         *       `x-ratelimit-reset-requests` when the key or its account has a requests-per-minute limit.
          *     - `500 internal_error`; `503 no_reachable_member` or `capability_disabled`.
          *     - `503 storage_unavailable` or `507 storage_full` (with `Retry-After`): the gateway's media
          *       storage cannot be written or is full, the gateway's own fault; answered as soon as storing a
@@ -504,7 +509,12 @@ export interface paths {
          *     - `413 body_too_large` (the JSON besides media inputs over `JSON_BODY_LIMIT_BYTES`),
          *       `media_total_too_large` (over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`); `415 unsupported_media_type`;
-         *       `429 rate_limited` (with `Retry-After`).
+         *       `429 rate_limited` (the key's or its account's requests per minute, checked before the body
+         *       is read) or `too_many_in_flight` (its generations in flight: video tasks `queued` or
+         *       `in_progress` and images being generated), with `Retry-After`; nothing is created, held or
+         *       charged, and no input is kept. Every response of this operation carries
+         *       `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and
+         *       `x-ratelimit-reset-requests` when the key or its account has a requests-per-minute limit.
          *     - `500 internal_error`; `503 no_reachable_member` or `capability_disabled`.
          *     - `503 storage_unavailable` or `507 storage_full` (with `Retry-After`): the gateway's media
          *       storage cannot be written or is full, the gateway's own fault; answered as soon as storing a
@@ -1464,6 +1474,36 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/v1/tasks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List tasks
+         * @description Lists the image and video tasks of every account together, newest first (`created_at`, then
+         *     id), one page at a time (`limit`, `cursor`; a cursor not issued by the server is
+         *     `400 invalid_cursor`). A page continues strictly after the previous page's last task, so tasks
+         *     created meanwhile never shift the pages: nothing is listed twice or skipped. Filters combine:
+         *     `kind`, `status` (`needs_attention` lists what waits for an operator; `queued,in_progress,processing`
+         *     what is unfinished), `account_id`, `api_key_id`, `model`, `member_id`, `provider` (the kind of
+         *     the member that ran it), `created_after` / `created_before`. A filter that names nothing gives an
+         *     empty page. Send the same filters with every page.
+         *
+         *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
+         *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
+         */
+        get: operations["listTasks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/v1/tasks/{task_id}": {
         parameters: {
             query?: never;
@@ -1479,9 +1519,12 @@ export interface paths {
         };
         /**
          * Get any task
-         * @description Returns an image (`img_…`) or video (`vid_…`) task of any account, with its worker attempt,
-         *     upstream job id and credit accounting (`held_credits`, `captured_credits`,
-         *     `released_credits`). No results or media are included. An unknown id is `404 task_not_found`.
+         * @description Returns an image (`img_…`) or video (`vid_…`) task of any account with its whole story: the
+         *     member and provider that ran it, its worker attempt and upstream job id, its credit accounting
+         *     (`held_credits`, `captured_credits`, `released_credits`), the price it was accepted at
+         *     (`quote`), its credit `hold` and `ledger` entries, each call it made upstream (`attempts`:
+         *     member, upstream job id, sanitized error, timings) and its webhook with every attempt. No
+         *     results or media are included. An unknown id is `404 task_not_found`.
          *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
@@ -1592,6 +1635,94 @@ export interface paths {
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
          */
         post: operations["redeliverTaskWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/ledger": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List ledger entries
+         * @description Lists the ledger of every account, newest first (entry ids grow with time), one page at a time
+         *     (`limit`, `cursor`; a cursor not issued by the server is `400 invalid_cursor`): grants and
+         *     debits with their reasons, and the hold, capture and release of every task. Filters combine:
+         *     `account_id`, `api_key_id`, `task_id`, `kind`, `created_after` / `created_before`. Pages
+         *     continue strictly after the previous page's last entry, so entries written meanwhile never
+         *     shift them. Send the same filters with every page.
+         *
+         *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
+         *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
+         */
+        get: operations["listLedgerEntries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/webhook-deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List webhook deliveries
+         * @description Lists the `videoTaskFinished` webhooks of every account, newest first, each with its attempts,
+         *     one page at a time (`limit`, `cursor`; a cursor not issued by the server is
+         *     `400 invalid_cursor`). Filters combine: `status` (`failed,gone` lists what never arrived;
+         *     `pending` what is still being retried), `account_id`, `created_after` / `created_before`. Send
+         *     the same filters with every page; `POST /admin/v1/tasks/{task_id}/webhook/redeliver` sends one
+         *     again.
+         *
+         *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
+         *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Usage report
+         * @description Credits spent (captured) and refunded (released), tasks by kind and status, and images asked for
+         *     and delivered, per hour or day (UTC) of `[from, to)`, grouped by account, key, model and/or
+         *     provider (`group_by=account,model`: who spent what on which model). Credits are counted when
+         *     the ledger recorded them, tasks when they were created; grants and debits are not usage.
+         *     `provider` is the kind of the member that ran the task (`none`: no member took it).
+         *     One SQL statement per report. `Accept: text/csv` answers the same rows as CSV (a header line,
+         *     then one line per row, the columns of `AdminUsageRow`), for spreadsheets and billing scripts.
+         *
+         *     `to` must be after `from`, and the range at most 31 days by hour or 731 days by day
+         *     (`400 invalid_request` naming the parameter).
+         *
+         *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
+         *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1718,7 +1849,9 @@ export interface components {
          *       policy; nothing is charged), `upstream_rejected` (the upstream refused the request as invalid;
          *       the message gives its reason; nothing is charged), `unsupported_by_upstream` (a video request
          *       the upstream serving the model cannot express, e.g. a duration or aspect ratio its wire format
-         *       lacks; refused at creation, nothing is charged).
+         *       lacks; refused at creation, nothing is charged), `invalid_mapping` (admin: a model's
+         *       `upstream_mappings` entry is malformed — an endpoint of the wrong form, a JSONata expression
+         *       that does not compile, an `input` that makes no object; `param` names the part).
          *     - **401** `invalid_api_key` (missing, malformed or unknown key: one identical body),
          *       `invalid_admin_token`, `invalid_metrics_token`.
          *     - **402** `key_quota_exceeded`, `insufficient_balance`.
@@ -1743,7 +1876,10 @@ export interface components {
          *     - **415** `unsupported_media_type`.
          *     - **416** `range_not_satisfiable` (a file download's `Range` lies outside the file; `Content-Range`
          *       says its size).
-         *     - **429** `rate_limited` (with `Retry-After`): a limit of the client's own key or account.
+         *     - **429** `rate_limited` (with `Retry-After`): the requests per minute of the client's own key or
+         *       account are used up (generation operations; the message names which); `too_many_in_flight`
+         *       (with `Retry-After`): the key or its account already has as many generations in flight as its
+         *       cap allows. Neither creates, holds or charges anything.
          *       `upstream_busy`: no longer returned (unavailable upstream capacity is `503 no_upstream_capacity`).
          *     - **500** `internal_error` (no details; quote the request id).
          *     - **501** `not_implemented`.
@@ -1772,7 +1908,7 @@ export interface components {
          *       it was once space is freed, which needs no restart).
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "file_in_use" | "unsupported_by_upstream" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "range_not_satisfiable" | "rate_limited" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "no_upstream_capacity" | "capability_disabled" | "not_ready" | "database_unavailable" | "server_busy" | "storage_unavailable" | "storage_full";
+        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "file_in_use" | "unsupported_by_upstream" | "invalid_mapping" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "range_not_satisfiable" | "rate_limited" | "too_many_in_flight" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "no_upstream_capacity" | "capability_disabled" | "not_ready" | "database_unavailable" | "server_busy" | "storage_unavailable" | "storage_full";
         /**
          * VideoBillingRow
          * @description The current price of one model at one output resolution, with a quote token (one row per resolution
@@ -3192,6 +3328,31 @@ export interface components {
          */
         AdminCredits: number;
         /**
+         * AdminRequestsPerMinute
+         * @description Generation requests per minute of an API key or an account: an integer from 1 to 1,000,000,
+         *     `null` for no limit, or `"default"` for the operator's default (`DEFAULT_KEY_RPM` for keys,
+         *     `DEFAULT_ACCOUNT_RPM` for accounts; no limit when that is unset). Each key and each account is a
+         *     bucket of that many tokens, refilled whole one minute after the first token of its window was
+         *     taken; every generation request (`POST /v1/images/generations`, `/v1/images/edits`,
+         *     `/v1/videos/generations`, `/api/v1/videos/generations`) that passes the key check takes one token
+         *     of its key and one of its account, whatever its outcome, and a refused request (`429
+         *     rate_limited`) takes none. Counted in Redis across every instance when the gateway has
+         *     `REDIS_URL`, otherwise by each instance on its own (then N instances let up to N times the limit
+         *     through). A change applies to the next request, within the window already begun.
+         */
+        AdminRequestsPerMinute: number | null | "default";
+        /**
+         * AdminMaxInFlight
+         * @description Generations in flight at once of an API key or an account: an integer from 1 to 100,000, `null`
+         *     for no limit, or `"default"` for the operator's default (`DEFAULT_KEY_MAX_IN_FLIGHT` for keys,
+         *     `DEFAULT_ACCOUNT_MAX_IN_FLIGHT` for accounts; no limit when that is unset). In flight are
+         *     image tasks being generated (synchronous, streamed or `respond-async`) and video tasks `queued`
+         *     or `in_progress`. Checked exactly across every instance (in PostgreSQL, in the statement that
+         *     holds the credits): a generation over the cap is `429 too_many_in_flight` and creates nothing.
+         *     Lowering a cap cancels nothing; it refuses new generations until enough have finished.
+         */
+        AdminMaxInFlight: number | null | "default";
+        /**
          * AdminAccount
          * @description A customer account that owns API keys and a credit balance. The ledger identity is
          *     `balance = total_earned - total_spent - credits held by running tasks`.
@@ -3204,6 +3365,8 @@ export interface components {
          *       "total_spent": 2.5,
          *       "output_retention_days": null,
          *       "input_retention_days": null,
+         *       "requests_per_minute": "default",
+         *       "max_in_flight": 10,
          *       "created_at": "2026-01-15T10:00:00Z",
          *       "updated_at": "2026-01-15T10:05:12Z"
          *     }
@@ -3224,6 +3387,8 @@ export interface components {
             output_retention_days: number | null;
             /** @description Days this account's media inputs (frames, references, edited images) are kept after their task's lifetime; `null` is the operator's default, `INPUT_RETENTION_DAYS` (7). Applies to inputs adopted from then on. */
             input_retention_days: number | null;
+            requests_per_minute: components["schemas"]["AdminRequestsPerMinute"];
+            max_in_flight: components["schemas"]["AdminMaxInFlight"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -3253,6 +3418,10 @@ export interface components {
             initial_credits?: components["schemas"]["AdminCredits"];
             /** @default active */
             status?: components["schemas"]["AdminAccountStatus"];
+            /** @default default */
+            requests_per_minute?: components["schemas"]["AdminRequestsPerMinute"];
+            /** @default default */
+            max_in_flight?: components["schemas"]["AdminMaxInFlight"];
         };
         /**
          * AdminAccountUpdate
@@ -3269,6 +3438,8 @@ export interface components {
             output_retention_days?: number | null;
             /** @description Days this account's media inputs (frames, references, edited images) are kept after their task's lifetime; `null` is the operator's default, `INPUT_RETENTION_DAYS` (7). Applies to inputs adopted from then on. */
             input_retention_days?: number | null;
+            requests_per_minute?: components["schemas"]["AdminRequestsPerMinute"];
+            max_in_flight?: components["schemas"]["AdminMaxInFlight"];
         };
         /**
          * AdminCreditAdjustment
@@ -3286,19 +3457,27 @@ export interface components {
         };
         /**
          * AdminLedgerEntry
-         * @description An append-only ledger entry written by a manual adjustment.
+         * @description An append-only ledger entry. Every change to an account's balance, its spending and a key's quota
+         *     writes one: `grant` and `debit` (an operator's adjustment, with its reason), and for every task
+         *     with a price its `hold` (reserved when the task was accepted), then a `capture` (the part charged)
+         *     and/or a `release` (the part given back), each exactly once.
          */
         AdminLedgerEntry: {
-            /** @description Ledger entry id (`led_…`). */
+            /** @description Ledger entry id (`led_…`); ids grow with time. */
             id: string;
-            /**
-             * @description `grant` for a positive adjustment, `debit` for a negative one.
-             * @enum {string}
-             */
-            kind: "grant" | "debit";
-            /** @description The signed change to the balance, as requested (negative for a `debit`). */
+            /** @enum {string} */
+            kind: "grant" | "debit" | "hold" | "capture" | "release";
+            /** @description The credits of the entry; negative for a `debit` (as requested), positive for every other kind. */
             amount: number;
-            reason: string;
+            /** @description What the entry did to the account's available balance: `+` for a grant and a release, `-` for a debit and a hold, `0` for a capture (the held credits become spent). The sum over an account's entries is its balance. */
+            balance_change: number;
+            account_id: string;
+            /** @description The key of a task's entries; null for grants and debits. */
+            api_key_id: string | null;
+            task_id: string | null;
+            hold_id: string | null;
+            /** @description The operator's reason of a grant or debit; null for a task's entries. */
+            reason: string | null;
             /** Format: date-time */
             created_at: string;
         };
@@ -3326,6 +3505,8 @@ export interface components {
          *       "credits_used": 2.5,
          *       "credits_remaining": 17.5,
          *       "unlimited": false,
+         *       "requests_per_minute": 60,
+         *       "max_in_flight": "default",
          *       "last_used_at": "2026-01-16T08:31:02Z",
          *       "created_at": "2026-01-15T10:06:00Z"
          *     }
@@ -3353,6 +3534,8 @@ export interface components {
             credits_remaining: number | null;
             /** @description `true` when `credit_limit` is `null`. */
             unlimited: boolean;
+            requests_per_minute: components["schemas"]["AdminRequestsPerMinute"];
+            max_in_flight: components["schemas"]["AdminMaxInFlight"];
             /**
              * Format: date-time
              * @description Last authenticated request with this key (updated at most once a minute); `null` if never used.
@@ -3388,6 +3571,10 @@ export interface components {
             credit_limit?: number | null;
             /** @description Backend group (`grp_…`); unknown is `404 group_not_found`. Omitted means the group named `default`. */
             group_id?: string;
+            /** @default default */
+            requests_per_minute?: components["schemas"]["AdminRequestsPerMinute"];
+            /** @default default */
+            max_in_flight?: components["schemas"]["AdminMaxInFlight"];
         };
         /**
          * AdminApiKeyCreated
@@ -3409,6 +3596,8 @@ export interface components {
             credits_used: components["schemas"]["AdminCredits"];
             credits_remaining: number | null;
             unlimited: boolean;
+            requests_per_minute: components["schemas"]["AdminRequestsPerMinute"];
+            max_in_flight: components["schemas"]["AdminMaxInFlight"];
             /** Format: date-time */
             last_used_at: string | null;
             /** Format: date-time */
@@ -3431,6 +3620,8 @@ export interface components {
             group_id?: string;
             /** @description `false` makes every request with the key `403 api_key_inactive`; running tasks finish. */
             is_active?: boolean;
+            requests_per_minute?: components["schemas"]["AdminRequestsPerMinute"];
+            max_in_flight?: components["schemas"]["AdminMaxInFlight"];
         };
         /**
          * AdminGroup
@@ -3932,6 +4123,52 @@ export interface components {
          */
         AdminPricing: components["schemas"]["AdminPriceRow"][];
         /**
+         * AdminUpstreamMapping
+         * @description How an aggregator (`fal`, `replicate`) runs this catalog model: no code per model, only this
+         *     mapping, checked when it is saved (`400 invalid_mapping`, `param` naming the bad part:
+         *     `upstream_mappings.fal.input`, …). `input` and `output` are JSONata expressions
+         *     (https://jsonata.org).
+         *
+         *     `input` is evaluated over Mediagate's normalized request and must make the upstream's input
+         *     object. A video request has `prompt`, `negative_prompt` (absent when none), `duration` (seconds),
+         *     `aspect_ratio`, `resolution` (`720p`), `generate_audio`, `first_frame`, `last_frame` and
+         *     `reference_images` (media inputs); an image request has `operation` (`generation`, `edit`),
+         *     `prompt`, `n`, `width`, `height`, `size` (`1024x1024`), `aspect_ratio`, `resolution` (`1K`),
+         *     `output_format`, `quality`, `background`, `images` (an edit's inputs) and `mask`. A field whose
+         *     value is missing is left out of the object; renames are object constructors, value maps
+         *     `$lookup({"16:9": "landscape_16_9"}, aspect_ratio)`, and `8` → `"8s"` is `$string(duration) & "s"`.
+         *     A media input must be a whole value (`"image_url": first_frame`); it reaches the upstream as
+         *     `media` says.
+         *
+         *     `output` is evaluated over the upstream's answer (fal: the request's result JSON; Replicate: the
+         *     prediction object) and must give the output's URL or an array of URLs: `video.url`,
+         *     `images.url`, `output`, `output[0]`.
+         */
+        AdminUpstreamMapping: {
+            /** @description fal: the endpoint id, `owner/app` or `owner/app/path` (`fal-ai/kling-video/v2.1/standard/image-to-video`). Replicate: `owner/name` (an official model), `owner/name:<version>`, a 64-hex version id, or `deployments/owner/name`. */
+            endpoint: string;
+            /** @description JSONata expression making the upstream's input object from the normalized request. */
+            input: string;
+            /** @description JSONata expression finding the output URL(s) in the upstream's answer. */
+            output: string;
+            /**
+             * @description How media inputs reach the upstream: `url`, a signed Mediagate file URL valid for an hour (or a presigned URL of the S3 store), which the upstream must be able to reach (`PUBLIC_BASE_URL`); `data_url`, a `data:` URL inside the request body; `base64`, bare base64.
+             * @default url
+             * @enum {string}
+             */
+            media?: "url" | "data_url" | "base64";
+            /** @description Replicate image models only: seconds the create call waits for the prediction (`Prefer: wait=N`) before the gateway polls it. */
+            wait?: number;
+        };
+        /**
+         * AdminUpstreamMappings
+         * @description The model's mapping per aggregator; a model served by a `fal` or `replicate` member needs the mapping of that provider (without it the member cannot run the model and says so in its health).
+         */
+        AdminUpstreamMappings: {
+            fal?: components["schemas"]["AdminUpstreamMapping"];
+            replicate?: components["schemas"]["AdminUpstreamMapping"];
+        };
+        /**
          * AdminCatalogModel
          * @description A model of the catalog: its capabilities and prices. Exactly one of `image` and `video` is an
          *     object, matching `kind`. A model is offered to a key when it is enabled, its capability switch is
@@ -3994,6 +4231,7 @@ export interface components {
             /** @description Video capabilities; `null` for image models. */
             video: components["schemas"]["AdminVideoModelCapabilities"] | null;
             pricing: components["schemas"]["AdminPricing"];
+            upstream_mappings: components["schemas"]["AdminUpstreamMappings"];
         };
         /**
          * AdminCatalogModelList
@@ -4056,6 +4294,15 @@ export interface components {
             image?: components["schemas"]["AdminImageModelCapabilities"] | null;
             video?: components["schemas"]["AdminVideoModelCapabilities"] | null;
             pricing: components["schemas"]["AdminPricing"];
+            upstream_mappings?: components["schemas"]["AdminUpstreamMappings"];
+        };
+        /**
+         * AdminUpstreamMappingsUpdate
+         * @description Mappings to set (a mapping replaces that provider's whole mapping) or remove (`null`); providers left out keep theirs.
+         */
+        AdminUpstreamMappingsUpdate: {
+            fal?: components["schemas"]["AdminUpstreamMapping"] | null;
+            replicate?: components["schemas"]["AdminUpstreamMapping"] | null;
         };
         /**
          * AdminCatalogModelUpdate
@@ -4084,6 +4331,7 @@ export interface components {
             pricing?: components["schemas"]["AdminPricing"];
             /** @description New `video.reference_images.max_count`; only for video models whose limit is `configurable`, else `400 invalid_request`. */
             reference_image_max_count?: number;
+            upstream_mappings?: components["schemas"]["AdminUpstreamMappingsUpdate"];
         };
         /**
          * AdminCapabilityName
@@ -4131,10 +4379,19 @@ export interface components {
             enabled: boolean;
         };
         /**
-         * AdminTask
-         * @description An image or video task of any account, with its credit accounting. `held_credits` is the hold
-         *     placed at creation; `captured_credits` and `released_credits` are the parts of it charged and
-         *     returned so far (both `0` while the task runs; they add up to `held_credits` once it is settled).
+         * AdminTaskStatus
+         * @description Image tasks: `processing`, `needs_attention` (the outcome is unknown, for example the upstream produced images that could not be stored; credits stay held until an operator settles it), `completed`, `failed`. Video tasks: `queued`, `in_progress`, `completed`, `failed`.
+         * @enum {string}
+         */
+        AdminTaskStatus: "processing" | "needs_attention" | "queued" | "in_progress" | "completed" | "failed";
+        /**
+         * AdminTaskSummary
+         * @description An image or video task of any account as listings show it: who ran it where, its state and its
+         *     credits. `held_credits` is the hold placed at creation; `captured_credits` and `released_credits`
+         *     are the parts of it charged and returned so far (both `0` while the task runs; they add up to
+         *     `held_credits` once it is settled). `GET /admin/v1/tasks/{task_id}` adds the task's story
+         *     (`AdminTask`). The members are repeated there rather than composed with `allOf`, so that both
+         *     schemas stay closed (`additionalProperties: false`) for response validation.
          * @example {
          *       "id": "img_01HZX7R2S4T6V8W0X2Y4Z6A8BC",
          *       "kind": "image",
@@ -4142,9 +4399,14 @@ export interface components {
          *       "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
          *       "api_key_id": "key_01HZX4B2C7D9E3F5G6H8J0K1LM",
          *       "model": "gpt-image-1",
+         *       "member_id": "mem_01HZX5C3D8E0F6G7H9J1K2L3MN",
+         *       "provider": "openai",
          *       "attempt": 1,
          *       "upstream_job_id": null,
-         *       "error": null,
+         *       "error": {
+         *         "code": "outcome_unknown",
+         *         "message": "The image was generated but could not be stored; an operator will settle this task."
+         *       },
          *       "last_error": null,
          *       "held_credits": 0.17,
          *       "captured_credits": 0,
@@ -4154,24 +4416,26 @@ export interface components {
          *       "completed_at": null
          *     }
          */
-        AdminTask: {
+        AdminTaskSummary: {
             /** @description Task id (`img_…` or `vid_…`). */
             id: string;
             kind: components["schemas"]["AdminModelKind"];
-            /**
-             * @description Image tasks: `processing`, `needs_attention` (the outcome is unknown, for example the upstream call was interrupted; credits stay held until an operator settles it), `completed`, `failed`. Video tasks: `queued`, `in_progress`, `completed`, `failed`.
-             * @enum {string}
-             */
-            status: "processing" | "needs_attention" | "queued" | "in_progress" | "completed" | "failed";
+            status: components["schemas"]["AdminTaskStatus"];
             account_id: string;
             api_key_id: string;
             model: string;
+            /** @description The group member that runs (or ran) the task upstream; null before one was chosen, or when every try failed over and none took it. */
+            member_id: string | null;
+            /** @description The provider kind of `member_id`; null without a member (or once the member was deleted). */
+            provider: components["schemas"]["AdminProvider"] | null;
             /** @description Worker attempt number (fences writes of stale workers); `0` before the first claim. */
             attempt: number;
             /** @description The upstream provider's job id, once submitted; `null` for synchronous upstreams and before submission. */
             upstream_job_id: string | null;
-            /** @description The reason of a failed task; `null` otherwise. */
+            /** @description The reason of a failed (or `needs_attention`) task; `null` otherwise. */
             error: {
+                /** @description The stable code of the failure (`timeout`, `upstream_error`, `content_policy_violation`, …); null on tasks failed before codes were recorded. */
+                code: string | null;
                 message: string;
             } | null;
             /** @description The last failed attempt of a task that is retried (it may since have succeeded); `null` when no attempt failed. */
@@ -4195,21 +4459,72 @@ export interface components {
             completed_at: string | null;
         };
         /**
-         * AdminTaskSettle
-         * @description How the operator resolves a `needs_attention` image task.
-         * @example {
-         *       "outcome": "refunded",
-         *       "reason": "Upstream confirmed the request failed (ticket 8812)."
-         *     }
+         * AdminTaskList
+         * @description One page of tasks (images and videos together unless `kind` says), newest first.
          */
-        AdminTaskSettle: {
-            /**
-             * @description `completed` captures the whole hold and marks the task `completed` with whatever results it has stored; `refunded` releases the hold and marks the task `failed` with `error.message` `Refunded by operator: <reason>`.
-             * @enum {string}
-             */
-            outcome: "completed" | "refunded";
-            /** @description Why; stored with the ledger entry. */
-            reason: string;
+        AdminTaskList: {
+            data: components["schemas"]["AdminTaskSummary"][];
+            /** @description Pass as `cursor` (with the same filters) to get the next page; `null` on the last page. */
+            next_cursor: string | null;
+        };
+        /**
+         * AdminTaskQuote
+         * @description The price frozen when the task was accepted (a video's billing snapshot, an image request's unit
+         *     price × `n`). A legacy video task (`billing_kind: legacy`) has no known price: every amount is null.
+         */
+        AdminTaskQuote: {
+            /** @enum {string} */
+            billing_kind: "snapshot" | "legacy";
+            /** @enum {string|null} */
+            mode: "per_second" | "per_item" | null;
+            unit_price: number | null;
+            /** @description Seconds of a per-second video, `1` for a per-item video, images asked for (`n`) for an image task. */
+            units: number;
+            quoted_credits: number | null;
+            actual_credits: components["schemas"]["AdminCredits"];
+        };
+        /**
+         * AdminTaskHold
+         * @description The credit hold placed on the key quota and the account balance when the task was accepted, and
+         *     how it was settled: `held` until the task ends, then `captured` (some or all of it charged, the
+         *     rest released) or `released` (all given back).
+         */
+        AdminTaskHold: {
+            id: string;
+            /** @enum {string} */
+            status: "held" | "captured" | "released";
+            amount: components["schemas"]["AdminCredits"];
+            captured: components["schemas"]["AdminCredits"];
+            released: components["schemas"]["AdminCredits"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            settled_at: string | null;
+        };
+        /**
+         * AdminTaskAttempt
+         * @description One call a task made to an upstream member: a `submit` of a video job (each member tried,
+         *     including the ones the task failed over from), a `generate` of images, a `download` of the
+         *     finished video, a `cancel` of a job past its deadline, and a `poll` (status check) that saw the
+         *     job end or that failed. Status checks that answer "still running" are not recorded (a job is
+         *     checked every few seconds for minutes); the task's `last_error` and `updated_at` say how the
+         *     last one went.
+         */
+        AdminTaskAttempt: {
+            /** @enum {string} */
+            step: "submit" | "poll" | "download" | "cancel" | "generate";
+            /** @description The group member called (it may have been deleted since). */
+            member_id: string | null;
+            provider: components["schemas"]["AdminProvider"] | null;
+            /** @description The upstream's job id, once it gave one (a submit that succeeded, and every later call). */
+            upstream_job_id: string | null;
+            /** @description `ok`; `aborted` (the worker stopped or lost the task's lease during the call); otherwise the class of the error: `retryable`, `rate_limited`, `quota_exhausted`, `auth`, `policy`, `invalid_request`, `misconfigured`, `model_not_open`, `account_disabled`, `failed`, or `internal` (the gateway's own failure; its details are in the server log). */
+            outcome: string;
+            /** @description The upstream's reason, sanitized (no URLs, no secrets); null when the call succeeded. */
+            error: string | null;
+            /** Format: date-time */
+            started_at: string;
+            duration_ms: number;
         };
         /**
          * AdminWebhookDelivery
@@ -4219,6 +4534,9 @@ export interface components {
         AdminWebhookDelivery: {
             /** @description The `webhook-id` header of every attempt. */
             webhook_id: string;
+            /** @description The video task whose end the webhook tells. */
+            task_id: string;
+            account_id: string;
             /** @enum {string} */
             event_type: "video.completed" | "video.failed";
             /** @description The task's `callback_url`. */
@@ -4256,11 +4574,264 @@ export interface components {
                 next_retry_at: string | null;
             }[];
         };
+        /**
+         * AdminTask
+         * @description An image or video task of any account with its whole story: every member of `AdminTaskSummary`
+         *     (who ran it where, its state, its credits) and the price it was accepted at (`quote`), its credit
+         *     `hold` and `ledger` entries (how it was settled), each call it made upstream (`attempts`: member,
+         *     upstream job id, sanitized error, timings) and its webhook with every attempt.
+         * @example {
+         *       "id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
+         *       "kind": "video",
+         *       "status": "completed",
+         *       "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
+         *       "api_key_id": "key_01HZX4B2C7D9E3F5G6H8J0K1LM",
+         *       "model": "local-video-1",
+         *       "member_id": "mem_01HZX5C3D8E0F6G7H9J1K2L3MN",
+         *       "provider": "local",
+         *       "attempt": 3,
+         *       "upstream_job_id": "local-7f3a9c",
+         *       "error": null,
+         *       "last_error": null,
+         *       "held_credits": 0.6,
+         *       "captured_credits": 0.6,
+         *       "released_credits": 0,
+         *       "created_at": "2026-01-16T09:00:00Z",
+         *       "updated_at": "2026-01-16T09:00:41Z",
+         *       "completed_at": "2026-01-16T09:00:41Z",
+         *       "deadline_at": null,
+         *       "settled_reason": null,
+         *       "quote": {
+         *         "billing_kind": "snapshot",
+         *         "mode": "per_second",
+         *         "unit_price": 0.15,
+         *         "units": 4,
+         *         "quoted_credits": 0.6,
+         *         "actual_credits": 0.6
+         *       },
+         *       "hold": {
+         *         "id": "hold_01HZX6Q8R0S2T4V6W8X0Y2Z4AC",
+         *         "status": "captured",
+         *         "amount": 0.6,
+         *         "captured": 0.6,
+         *         "released": 0,
+         *         "created_at": "2026-01-16T09:00:00Z",
+         *         "settled_at": "2026-01-16T09:00:41Z"
+         *       },
+         *       "ledger": [
+         *         {
+         *           "id": "led_1041",
+         *           "kind": "hold",
+         *           "amount": 0.6,
+         *           "balance_change": -0.6,
+         *           "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
+         *           "api_key_id": "key_01HZX4B2C7D9E3F5G6H8J0K1LM",
+         *           "task_id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
+         *           "hold_id": "hold_01HZX6Q8R0S2T4V6W8X0Y2Z4AC",
+         *           "reason": null,
+         *           "created_at": "2026-01-16T09:00:00Z"
+         *         },
+         *         {
+         *           "id": "led_1057",
+         *           "kind": "capture",
+         *           "amount": 0.6,
+         *           "balance_change": 0,
+         *           "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
+         *           "api_key_id": "key_01HZX4B2C7D9E3F5G6H8J0K1LM",
+         *           "task_id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
+         *           "hold_id": "hold_01HZX6Q8R0S2T4V6W8X0Y2Z4AC",
+         *           "reason": null,
+         *           "created_at": "2026-01-16T09:00:41Z"
+         *         }
+         *       ],
+         *       "attempts": [
+         *         {
+         *           "step": "submit",
+         *           "member_id": "mem_01HZX5C3D8E0F6G7H9J1K2L3MN",
+         *           "provider": "local",
+         *           "upstream_job_id": "local-7f3a9c",
+         *           "outcome": "ok",
+         *           "error": null,
+         *           "started_at": "2026-01-16T09:00:00Z",
+         *           "duration_ms": 12
+         *         },
+         *         {
+         *           "step": "poll",
+         *           "member_id": "mem_01HZX5C3D8E0F6G7H9J1K2L3MN",
+         *           "provider": "local",
+         *           "upstream_job_id": "local-7f3a9c",
+         *           "outcome": "ok",
+         *           "error": null,
+         *           "started_at": "2026-01-16T09:00:39Z",
+         *           "duration_ms": 3
+         *         },
+         *         {
+         *           "step": "download",
+         *           "member_id": "mem_01HZX5C3D8E0F6G7H9J1K2L3MN",
+         *           "provider": "local",
+         *           "upstream_job_id": "local-7f3a9c",
+         *           "outcome": "ok",
+         *           "error": null,
+         *           "started_at": "2026-01-16T09:00:39Z",
+         *           "duration_ms": 1820
+         *         }
+         *       ],
+         *       "webhook": null
+         *     }
+         */
+        AdminTask: {
+            /** @description Task id (`img_…` or `vid_…`). */
+            id: string;
+            kind: components["schemas"]["AdminModelKind"];
+            status: components["schemas"]["AdminTaskStatus"];
+            account_id: string;
+            api_key_id: string;
+            model: string;
+            /** @description The group member that runs (or ran) the task upstream; null before one was chosen, or when every try failed over and none took it. */
+            member_id: string | null;
+            /** @description The provider kind of `member_id`; null without a member (or once the member was deleted). */
+            provider: components["schemas"]["AdminProvider"] | null;
+            /** @description Worker attempt number (fences writes of stale workers); `0` before the first claim. */
+            attempt: number;
+            /** @description The upstream provider's job id, once submitted; `null` for synchronous upstreams and before submission. */
+            upstream_job_id: string | null;
+            /** @description The reason of a failed (or `needs_attention`) task; `null` otherwise. */
+            error: {
+                /** @description The stable code of the failure (`timeout`, `upstream_error`, `content_policy_violation`, …); null on tasks failed before codes were recorded. */
+                code: string | null;
+                message: string;
+            } | null;
+            /** @description The last failed attempt of a task that is retried (it may since have succeeded); `null` when no attempt failed. */
+            last_error: {
+                /** @description Why the last attempt that was retried did not go on (the upstream's sanitized reason, or what the task waits for), as the operator needs it; the client's lookup never shows it. */
+                message: string;
+                /** Format: date-time */
+                at: string;
+            } | null;
+            held_credits: components["schemas"]["AdminCredits"];
+            captured_credits: components["schemas"]["AdminCredits"];
+            released_credits: components["schemas"]["AdminCredits"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /**
+             * Format: date-time
+             * @description When the task reached `completed` or `failed`; `null` before.
+             */
+            completed_at: string | null;
+            /**
+             * Format: date-time
+             * @description When an unfinished task is failed and refunded (`TASK_MAX_LIFETIME_SECONDS` after its creation), by its worker or, when none claims it, by the task sweeper; null once it finished.
+             */
+            deadline_at: string | null;
+            /** @description The operator's reason, when an operator settled the task (`POST /admin/v1/tasks/{task_id}/settle`). */
+            settled_reason: string | null;
+            quote: components["schemas"]["AdminTaskQuote"];
+            /** @description The task's credit hold; null for a free task (nothing to hold). */
+            hold: components["schemas"]["AdminTaskHold"] | null;
+            /** @description The ledger entries of the task, oldest first (its hold, then its capture and/or release). */
+            ledger: components["schemas"]["AdminLedgerEntry"][];
+            /** @description The task's calls upstream, oldest first. */
+            attempts: components["schemas"]["AdminTaskAttempt"][];
+            /** @description The `videoTaskFinished` webhook with every attempt; null for an image task, a video task without `callback_url`, or one that has not finished. */
+            webhook: components["schemas"]["AdminWebhookDelivery"] | null;
+        };
+        /**
+         * AdminTaskSettle
+         * @description How the operator resolves a `needs_attention` image task.
+         * @example {
+         *       "outcome": "refunded",
+         *       "reason": "Upstream confirmed the request failed (ticket 8812)."
+         *     }
+         */
+        AdminTaskSettle: {
+            /**
+             * @description `completed` captures the whole hold and marks the task `completed` with whatever results it has stored; `refunded` releases the hold and marks the task `failed` with `error.message` `Refunded by operator: <reason>`.
+             * @enum {string}
+             */
+            outcome: "completed" | "refunded";
+            /** @description Why; stored with the ledger entry. */
+            reason: string;
+        };
         /** AdminTaskWebhook */
         AdminTaskWebhook: {
             task_id: string;
             /** @description Null when the task has no `callback_url` or has not finished yet. */
             delivery: components["schemas"]["AdminWebhookDelivery"] | null;
+        };
+        /**
+         * AdminLedgerEntryList
+         * @description One page of ledger entries, newest first.
+         */
+        AdminLedgerEntryList: {
+            data: components["schemas"]["AdminLedgerEntry"][];
+            /** @description Pass as `cursor` (with the same filters) to get the next page; `null` on the last page. */
+            next_cursor: string | null;
+        };
+        /**
+         * AdminWebhookDeliveryList
+         * @description One page of webhook deliveries, newest first, each with its attempts.
+         */
+        AdminWebhookDeliveryList: {
+            data: components["schemas"]["AdminWebhookDelivery"][];
+            /** @description Pass as `cursor` (with the same filters) to get the next page; `null` on the last page. */
+            next_cursor: string | null;
+        };
+        /**
+         * AdminUsageDimension
+         * @description What a usage report's rows are grouped by (besides the period).
+         * @enum {string}
+         */
+        AdminUsageDimension: "account" | "key" | "model" | "provider";
+        /**
+         * AdminUsageRow
+         * @description One period and group of a usage report. Credits count the ledger's entries made in the period
+         *     (when a task was charged or refunded); tasks and images count the tasks created in it. A member
+         *     the report is not grouped by is null.
+         */
+        AdminUsageRow: {
+            /**
+             * Format: date-time
+             * @description Start of the hour or day (UTC); the first period starts at `from` when `from` is not aligned.
+             */
+            period_start: string;
+            account_id: string | null;
+            api_key_id: string | null;
+            model: string | null;
+            /** @description The provider kind of the member that ran the task; `none` for tasks no member took (refused or failed before any call), or whose member was deleted. */
+            provider: string | null;
+            /** @description Credits captured (charged) in the period. */
+            credits_spent: components["schemas"]["AdminCredits"];
+            /** @description Credits released (given back to the balance and quota) in the period. */
+            credits_refunded: components["schemas"]["AdminCredits"];
+            video_tasks_queued: number;
+            video_tasks_in_progress: number;
+            video_tasks_completed: number;
+            video_tasks_failed: number;
+            image_tasks_processing: number;
+            image_tasks_needs_attention: number;
+            image_tasks_completed: number;
+            image_tasks_failed: number;
+            /** @description Images the period's image tasks asked for (their `n`). */
+            images_requested: number;
+            /** @description Images the period's image tasks delivered (and were charged for). */
+            images_delivered: number;
+        };
+        /**
+         * AdminUsageReport
+         * @description Credits and tasks per period and group, periods oldest first.
+         */
+        AdminUsageReport: {
+            /** Format: date-time */
+            from: string;
+            /** Format: date-time */
+            to: string;
+            /** @enum {string} */
+            granularity: "hour" | "day";
+            group_by: components["schemas"]["AdminUsageDimension"][];
+            /** @description One row per period and group that had any credits or tasks; periods and groups without any are left out. */
+            rows: components["schemas"]["AdminUsageRow"][];
         };
     };
     responses: {
@@ -4324,18 +4895,21 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description A limit of the calling key or its account was reached (`rate_limited`). Retry after the number of seconds in `Retry-After`. */
+        /** @description A limit of the calling key or its account was reached: `rate_limited` (its requests per minute) or `too_many_in_flight` (its generations in flight). The message names the key or the account and the limit. Retry after the number of seconds in `Retry-After`. Nothing was created, held or charged. */
         TooManyRequests: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
                 "Retry-After": components["headers"]["RetryAfter"];
+                "x-ratelimit-limit-requests": components["headers"]["XRateLimitLimitRequests"];
+                "x-ratelimit-remaining-requests": components["headers"]["XRateLimitRemainingRequests"];
+                "x-ratelimit-reset-requests": components["headers"]["XRateLimitResetRequests"];
                 [name: string]: unknown;
             };
             content: {
                 /**
                  * @example {
                  *       "error": {
-                 *         "message": "Too many requests; retry after 2 seconds.",
+                 *         "message": "This API key has used its 60 generation requests per minute; retry in 2 s.",
                  *         "type": "rate_limit_error",
                  *         "code": "rate_limited",
                  *         "param": null
@@ -4760,6 +5334,17 @@ export interface components {
         CacheControlNoStore: "no-store";
         /** @description Seconds to wait before retrying. */
         RetryAfter: number;
+        /**
+         * @description Generation requests per minute allowed to the bucket closest to empty of the calling key and its
+         *     account (`requests_per_minute` of the admin API). Sent on every response of a generation
+         *     operation (errors and event streams included) when the key or its account has such a limit;
+         *     absent when neither has one.
+         */
+        XRateLimitLimitRequests: number;
+        /** @description Requests left in that bucket after this one (`0` on a `429 rate_limited`). Sent with `x-ratelimit-limit-requests`. */
+        XRateLimitRemainingRequests: number;
+        /** @description Time until that bucket is full again, as OpenAI writes it (`850ms`, `12.5s`, `1m0s`). Sent with `x-ratelimit-limit-requests`. */
+        XRateLimitResetRequests: string;
         /** @description The id of the image task this request created; read it later with `GET /v1/images/{task_id}`. */
         XTaskId: string;
         /**
@@ -4927,6 +5512,9 @@ export interface operations {
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    "x-ratelimit-limit-requests": components["headers"]["XRateLimitLimitRequests"];
+                    "x-ratelimit-remaining-requests": components["headers"]["XRateLimitRemainingRequests"];
+                    "x-ratelimit-reset-requests": components["headers"]["XRateLimitResetRequests"];
                     "X-Task-Id": components["headers"]["XTaskId"];
                     [name: string]: unknown;
                 };
@@ -4964,6 +5552,9 @@ export interface operations {
             202: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    "x-ratelimit-limit-requests": components["headers"]["XRateLimitLimitRequests"];
+                    "x-ratelimit-remaining-requests": components["headers"]["XRateLimitRemainingRequests"];
+                    "x-ratelimit-reset-requests": components["headers"]["XRateLimitResetRequests"];
                     "X-Task-Id": components["headers"]["XTaskId"];
                     /** @description `/v1/images/{task_id}` of the created task. */
                     Location?: string;
@@ -5057,6 +5648,9 @@ export interface operations {
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    "x-ratelimit-limit-requests": components["headers"]["XRateLimitLimitRequests"];
+                    "x-ratelimit-remaining-requests": components["headers"]["XRateLimitRemainingRequests"];
+                    "x-ratelimit-reset-requests": components["headers"]["XRateLimitResetRequests"];
                     "X-Task-Id": components["headers"]["XTaskId"];
                     [name: string]: unknown;
                 };
@@ -5094,6 +5688,9 @@ export interface operations {
             202: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    "x-ratelimit-limit-requests": components["headers"]["XRateLimitLimitRequests"];
+                    "x-ratelimit-remaining-requests": components["headers"]["XRateLimitRemainingRequests"];
+                    "x-ratelimit-reset-requests": components["headers"]["XRateLimitResetRequests"];
                     "X-Task-Id": components["headers"]["XTaskId"];
                     /** @description `/v1/images/{task_id}` of the created task. */
                     Location?: string;
@@ -5385,6 +5982,9 @@ export interface operations {
             202: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    "x-ratelimit-limit-requests": components["headers"]["XRateLimitLimitRequests"];
+                    "x-ratelimit-remaining-requests": components["headers"]["XRateLimitRemainingRequests"];
+                    "x-ratelimit-reset-requests": components["headers"]["XRateLimitResetRequests"];
                     "Cache-Control": components["headers"]["CacheControlNoStore"];
                     [name: string]: unknown;
                 };
@@ -5451,6 +6051,9 @@ export interface operations {
             202: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    "x-ratelimit-limit-requests": components["headers"]["XRateLimitLimitRequests"];
+                    "x-ratelimit-remaining-requests": components["headers"]["XRateLimitRemainingRequests"];
+                    "x-ratelimit-reset-requests": components["headers"]["XRateLimitResetRequests"];
                     "Cache-Control": components["headers"]["CacheControlNoStore"];
                     [name: string]: unknown;
                 };
@@ -6730,9 +7333,14 @@ export interface operations {
                      *         "updated_at": "2026-01-16T11:30:00Z"
                      *       },
                      *       "entry": {
-                     *         "id": "led_01HZX9D4F6G8H0J2K4M6N8P0QR",
+                     *         "id": "led_1042",
                      *         "kind": "grant",
                      *         "amount": 50,
+                     *         "balance_change": 50,
+                     *         "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
+                     *         "api_key_id": null,
+                     *         "task_id": null,
+                     *         "hold_id": null,
                      *         "reason": "Top-up, invoice 2026-0142",
                      *         "created_at": "2026-01-16T11:30:00Z"
                      *       }
@@ -7939,6 +8547,121 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    listTasks: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Maximum number of items on the page.
+                 * @example 50
+                 */
+                limit?: components["parameters"]["AdminLimit"];
+                /**
+                 * @description Opaque position from the previous page's `next_cursor`; omit it for the first page. Send the same
+                 *     filters as on the first page. A cursor the server did not issue is `400 invalid_cursor`.
+                 * @example eyJjIjoiMjAyNi0wMS0xNVQxMDowMDowMFoiLCJpIjoiYWNjdF8wMUgifQ
+                 */
+                cursor?: components["parameters"]["AdminCursor"];
+                /**
+                 * @description Only image or only video tasks.
+                 * @example video
+                 */
+                kind?: components["schemas"]["AdminModelKind"];
+                /**
+                 * @description Only tasks in one of these states, comma-separated or repeated.
+                 * @example [
+                 *       "needs_attention"
+                 *     ]
+                 */
+                status?: components["schemas"]["AdminTaskStatus"][];
+                /**
+                 * @description Only tasks of this account.
+                 * @example acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA
+                 */
+                account_id?: string;
+                /**
+                 * @description Only tasks created with this API key.
+                 * @example key_01HZX4B2C7D9E3F5G6H8J0K1LM
+                 */
+                api_key_id?: string;
+                /**
+                 * @description Only tasks of this catalog model.
+                 * @example local-video-1
+                 */
+                model?: string;
+                /**
+                 * @description Only tasks that this group member runs or ran.
+                 * @example mem_01HZX5C3D8E0F6G7H9J1K2L3MN
+                 */
+                member_id?: string;
+                /**
+                 * @description Only tasks run by a member of this provider kind.
+                 * @example openai
+                 */
+                provider?: components["schemas"]["AdminProvider"];
+                /**
+                 * @description Only items created strictly after this time (RFC 3339), compared at the millisecond precision `created_at` is shown with (an item's own `created_at` excludes it).
+                 * @example 2026-01-01T00:00:00Z
+                 */
+                created_after?: components["parameters"]["CreatedAfter"];
+                /**
+                 * @description Only items created strictly before this time (RFC 3339), compared at the millisecond precision `created_at` is shown with (an item's own `created_at` excludes it).
+                 * @example 2026-02-01T00:00:00Z
+                 */
+                created_before?: components["parameters"]["CreatedBefore"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of tasks. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
+                     *           "kind": "video",
+                     *           "status": "failed",
+                     *           "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
+                     *           "api_key_id": "key_01HZX4B2C7D9E3F5G6H8J0K1LM",
+                     *           "model": "local-video-1",
+                     *           "member_id": null,
+                     *           "provider": null,
+                     *           "attempt": 0,
+                     *           "upstream_job_id": null,
+                     *           "error": {
+                     *             "code": "timeout",
+                     *             "message": "The task exceeded its maximum lifetime and was refunded."
+                     *           },
+                     *           "last_error": null,
+                     *           "held_credits": 0.6,
+                     *           "captured_credits": 0,
+                     *           "released_credits": 0.6,
+                     *           "created_at": "2026-01-16T09:00:00Z",
+                     *           "updated_at": "2026-01-16T10:00:12Z",
+                     *           "completed_at": "2026-01-16T10:00:12Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": "eyJjIjoxNzY4NTU0MDAwMDAwMDAwLCJpIjoidmlkXzAxSFpYNlE4UjBTMlQ0VjZXOFgwWTJaNEFCIn0"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AdminTaskList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     getTask: {
         parameters: {
             query?: never;
@@ -7961,26 +8684,6 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
-                     *       "kind": "video",
-                     *       "status": "completed",
-                     *       "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
-                     *       "api_key_id": "key_01HZX4B2C7D9E3F5G6H8J0K1LM",
-                     *       "model": "local-video-1",
-                     *       "attempt": 1,
-                     *       "upstream_job_id": "local-7f3a9c",
-                     *       "error": null,
-                     *       "last_error": null,
-                     *       "held_credits": 0.6,
-                     *       "captured_credits": 0.6,
-                     *       "released_credits": 0,
-                     *       "created_at": "2026-01-16T09:00:00Z",
-                     *       "updated_at": "2026-01-16T09:00:41Z",
-                     *       "completed_at": "2026-01-16T09:00:41Z"
-                     *     }
-                     */
                     "application/json": components["schemas"]["AdminTask"];
                 };
             };
@@ -8023,28 +8726,6 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "id": "img_01HZX7R2S4T6V8W0X2Y4Z6A8BC",
-                     *       "kind": "image",
-                     *       "status": "failed",
-                     *       "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
-                     *       "api_key_id": "key_01HZX4B2C7D9E3F5G6H8J0K1LM",
-                     *       "model": "gpt-image-1",
-                     *       "attempt": 1,
-                     *       "upstream_job_id": null,
-                     *       "error": {
-                     *         "message": "Refunded by operator: Upstream confirmed the request failed (ticket 8812)."
-                     *       },
-                     *       "last_error": null,
-                     *       "held_credits": 0.167,
-                     *       "captured_credits": 0,
-                     *       "released_credits": 0.167,
-                     *       "created_at": "2026-01-16T09:00:00Z",
-                     *       "updated_at": "2026-01-16T11:45:00Z",
-                     *       "completed_at": "2026-01-16T11:45:00Z"
-                     *     }
-                     */
                     "application/json": components["schemas"]["AdminTask"];
                 };
             };
@@ -8083,6 +8764,8 @@ export interface operations {
                      *       "task_id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
                      *       "delivery": {
                      *         "webhook_id": "msg_4Fq9x7QaZ2mN8rT5vW1k",
+                     *         "task_id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
+                     *         "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
                      *         "event_type": "video.completed",
                      *         "url": "https://hooks.example.com/mediagate",
                      *         "status": "delivered",
@@ -8146,6 +8829,8 @@ export interface operations {
                      *       "task_id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
                      *       "delivery": {
                      *         "webhook_id": "msg_4Fq9x7QaZ2mN8rT5vW1k",
+                     *         "task_id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
+                     *         "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
                      *         "event_type": "video.completed",
                      *         "url": "https://hooks.example.com/mediagate",
                      *         "status": "pending",
@@ -8179,6 +8864,278 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listLedgerEntries: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Maximum number of items on the page.
+                 * @example 50
+                 */
+                limit?: components["parameters"]["AdminLimit"];
+                /**
+                 * @description Opaque position from the previous page's `next_cursor`; omit it for the first page. Send the same
+                 *     filters as on the first page. A cursor the server did not issue is `400 invalid_cursor`.
+                 * @example eyJjIjoiMjAyNi0wMS0xNVQxMDowMDowMFoiLCJpIjoiYWNjdF8wMUgifQ
+                 */
+                cursor?: components["parameters"]["AdminCursor"];
+                /**
+                 * @description Only entries of this account.
+                 * @example acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA
+                 */
+                account_id?: string;
+                /**
+                 * @description Only entries of this key's tasks.
+                 * @example key_01HZX4B2C7D9E3F5G6H8J0K1LM
+                 */
+                api_key_id?: string;
+                /**
+                 * @description Only entries of this task.
+                 * @example vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB
+                 */
+                task_id?: string;
+                /**
+                 * @description Only entries of these kinds, comma-separated or repeated (`grant,debit` lists the manual adjustments).
+                 * @example [
+                 *       "grant",
+                 *       "debit"
+                 *     ]
+                 */
+                kind?: ("grant" | "debit" | "hold" | "capture" | "release")[];
+                /**
+                 * @description Only items created strictly after this time (RFC 3339), compared at the millisecond precision `created_at` is shown with (an item's own `created_at` excludes it).
+                 * @example 2026-01-01T00:00:00Z
+                 */
+                created_after?: components["parameters"]["CreatedAfter"];
+                /**
+                 * @description Only items created strictly before this time (RFC 3339), compared at the millisecond precision `created_at` is shown with (an item's own `created_at` excludes it).
+                 * @example 2026-02-01T00:00:00Z
+                 */
+                created_before?: components["parameters"]["CreatedBefore"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of ledger entries. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "led_1042",
+                     *           "kind": "grant",
+                     *           "amount": 100,
+                     *           "balance_change": 100,
+                     *           "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
+                     *           "api_key_id": null,
+                     *           "task_id": null,
+                     *           "hold_id": null,
+                     *           "reason": "invoice 42",
+                     *           "created_at": "2026-01-16T09:00:00Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AdminLedgerEntryList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Maximum number of items on the page.
+                 * @example 50
+                 */
+                limit?: components["parameters"]["AdminLimit"];
+                /**
+                 * @description Opaque position from the previous page's `next_cursor`; omit it for the first page. Send the same
+                 *     filters as on the first page. A cursor the server did not issue is `400 invalid_cursor`.
+                 * @example eyJjIjoiMjAyNi0wMS0xNVQxMDowMDowMFoiLCJpIjoiYWNjdF8wMUgifQ
+                 */
+                cursor?: components["parameters"]["AdminCursor"];
+                /**
+                 * @description Only deliveries in one of these states, comma-separated or repeated.
+                 * @example [
+                 *       "failed",
+                 *       "gone"
+                 *     ]
+                 */
+                status?: ("pending" | "delivered" | "gone" | "failed")[];
+                /**
+                 * @description Only deliveries of this account's tasks.
+                 * @example acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA
+                 */
+                account_id?: string;
+                /**
+                 * @description Only items created strictly after this time (RFC 3339), compared at the millisecond precision `created_at` is shown with (an item's own `created_at` excludes it).
+                 * @example 2026-01-01T00:00:00Z
+                 */
+                created_after?: components["parameters"]["CreatedAfter"];
+                /**
+                 * @description Only items created strictly before this time (RFC 3339), compared at the millisecond precision `created_at` is shown with (an item's own `created_at` excludes it).
+                 * @example 2026-02-01T00:00:00Z
+                 */
+                created_before?: components["parameters"]["CreatedBefore"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of deliveries. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "webhook_id": "msg_4Fq9x7QaZ2mN8rT5vW1k",
+                     *           "task_id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
+                     *           "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
+                     *           "event_type": "video.failed",
+                     *           "url": "https://hooks.example.com/mediagate",
+                     *           "status": "failed",
+                     *           "next_attempt_at": null,
+                     *           "delivered_at": null,
+                     *           "created_at": "2026-01-16T10:00:01Z",
+                     *           "attempts": [
+                     *             {
+                     *               "attempted_at": "2026-01-16T10:00:01Z",
+                     *               "status_code": null,
+                     *               "error_class": "connect_failed",
+                     *               "error": "connection refused",
+                     *               "latency_ms": 12,
+                     *               "next_retry_at": null
+                     *             }
+                     *           ]
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AdminWebhookDeliveryList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getUsage: {
+        parameters: {
+            query: {
+                /**
+                 * @description Start of the report (inclusive, RFC 3339).
+                 * @example 2026-01-15T00:00:00Z
+                 */
+                from: string;
+                /**
+                 * @description End of the report (exclusive, RFC 3339).
+                 * @example 2026-01-16T00:00:00Z
+                 */
+                to: string;
+                /**
+                 * @description What the rows are grouped by besides the period, comma-separated (default `account`).
+                 * @example [
+                 *       "account",
+                 *       "model"
+                 *     ]
+                 */
+                group_by?: components["schemas"]["AdminUsageDimension"][];
+                /**
+                 * @description The length of a period (default `day`).
+                 * @example day
+                 */
+                granularity?: "hour" | "day";
+                /**
+                 * @description Only this account's usage.
+                 * @example acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA
+                 */
+                account_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The report. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "from": "2026-01-15T00:00:00Z",
+                     *       "to": "2026-01-16T00:00:00Z",
+                     *       "granularity": "day",
+                     *       "group_by": [
+                     *         "account",
+                     *         "model"
+                     *       ],
+                     *       "rows": [
+                     *         {
+                     *           "period_start": "2026-01-15T00:00:00Z",
+                     *           "account_id": "acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA",
+                     *           "api_key_id": null,
+                     *           "model": "local-video-1",
+                     *           "provider": null,
+                     *           "credits_spent": 4.8,
+                     *           "credits_refunded": 0.6,
+                     *           "video_tasks_queued": 0,
+                     *           "video_tasks_in_progress": 0,
+                     *           "video_tasks_completed": 8,
+                     *           "video_tasks_failed": 1,
+                     *           "image_tasks_processing": 0,
+                     *           "image_tasks_needs_attention": 0,
+                     *           "image_tasks_completed": 0,
+                     *           "image_tasks_failed": 0,
+                     *           "images_requested": 0,
+                     *           "images_delivered": 0
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AdminUsageReport"];
+                    /**
+                     * @example period_start,account_id,api_key_id,model,provider,credits_spent,credits_refunded,video_tasks_queued,video_tasks_in_progress,video_tasks_completed,video_tasks_failed,image_tasks_processing,image_tasks_needs_attention,image_tasks_completed,image_tasks_failed,images_requested,images_delivered
+                     *     2026-01-15T00:00:00.000Z,acct_01HZX3K9Q4W7V2N8R5T6Y1M0PA,,local-video-1,,4.8,0.6,0,0,8,1,0,0,0,0,0,0
+                     */
+                    "text/csv": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -2,11 +2,11 @@
 
 /** Each table's columns (snake_case, as SQL names them) in the order PostgreSQL keeps them. */
 export const dbColumns = {
-  accounts: ['id', 'name', 'status', 'balance', 'total_earned', 'total_spent', 'created_at', 'updated_at', 'output_retention_days', 'input_retention_days'],
-  api_keys: ['id', 'account_id', 'group_id', 'name', 'key_hash', 'key_prefix', 'last_four', 'is_active', 'credit_limit', 'credits_used', 'last_used_at', 'created_at', 'updated_at'],
+  accounts: ['id', 'name', 'status', 'balance', 'total_earned', 'total_spent', 'created_at', 'updated_at', 'output_retention_days', 'input_retention_days', 'requests_per_minute', 'max_in_flight'],
+  api_keys: ['id', 'account_id', 'group_id', 'name', 'key_hash', 'key_prefix', 'last_four', 'is_active', 'credit_limit', 'credits_used', 'last_used_at', 'created_at', 'updated_at', 'requests_per_minute', 'max_in_flight'],
   backend_groups: ['id', 'name', 'description', 'created_at', 'updated_at'],
   capability_switches: ['name', 'enabled', 'updated_at'],
-  catalog_models: ['id', 'kind', 'display_name', 'enabled', 'capabilities', 'created_at', 'updated_at'],
+  catalog_models: ['id', 'kind', 'display_name', 'enabled', 'capabilities', 'created_at', 'updated_at', 'upstream_mappings'],
   credit_holds: ['id', 'account_id', 'api_key_id', 'task_id', 'amount', 'status', 'captured', 'created_at', 'settled_at'],
   files: ['id', 'account_id', 'purpose', 'content_type', 'bytes', 'storage_key', 'width', 'height', 'task_id', 'created_at', 'expires_at', 'filename'],
   group_members: ['id', 'group_id', 'name', 'provider', 'base_url', 'credentials_ciphertext', 'enabled', 'models', 'priority', 'weight', 'concurrency_limit', 'created_at', 'updated_at', 'model_map'],
@@ -16,6 +16,7 @@ export const dbColumns = {
   member_model_faults: ['member_id', 'model', 'kind', 'reason', 'until', 'created_at'],
   model_prices: ['model_id', 'resolution', 'quality', 'mode', 'unit_price', 'updated_at'],
   sweepers: ['name', 'owner', 'lease_until', 'cursor', 'updated_at'],
+  task_attempts: ['id', 'task_id', 'step', 'member_id', 'provider', 'upstream_job_id', 'outcome', 'error', 'started_at', 'duration_ms'],
   video_tasks: ['id', 'account_id', 'api_key_id', 'group_id', 'client_request_id', 'model', 'prompt', 'negative_prompt', 'duration_seconds', 'aspect_ratio', 'resolution', 'generate_audio', 'input_mode', 'input_file_ids', 'reference_videos', 'reference_audios', 'callback_url', 'billing_kind', 'billing_mode', 'unit_price', 'quoted_credits', 'actual_credits', 'status', 'error_code', 'error_message', 'attempt', 'lease_owner', 'lease_expires_at', 'next_run_at', 'deadline_at', 'member_id', 'upstream_job_id', 'output_file_id', 'created_at', 'updated_at', 'started_at', 'completed_at', 'retries', 'request_fingerprint', 'submit_started_at', 'upstream_output', 'upstream_done_at', 'download_retries', 'last_error', 'last_error_at'],
   webhook_attempts: ['id', 'delivery_id', 'attempted_at', 'status_code', 'error_class', 'error', 'latency_ms', 'next_retry_at'],
   webhook_deliveries: ['id', 'account_id', 'task_id', 'event_type', 'url', 'payload', 'status', 'attempt', 'lease_owner', 'lease_expires_at', 'next_run_at', 'retries', 'last_status_code', 'last_error', 'delivered_at', 'created_at', 'updated_at'],

@@ -29,8 +29,10 @@ export interface Accounts {
   createdAt: Generated<Timestamp>;
   id: string;
   inputRetentionDays: number | null;
+  maxInFlight: number | null;
   name: string;
   outputRetentionDays: number | null;
+  requestsPerMinute: number | null;
   status: Generated<string>;
   totalEarned: Generated<number>;
   totalSpent: Generated<number>;
@@ -49,7 +51,9 @@ export interface ApiKeys {
   keyPrefix: string;
   lastFour: string;
   lastUsedAt: Timestamp | null;
+  maxInFlight: number | null;
   name: string;
+  requestsPerMinute: number | null;
   updatedAt: Generated<Timestamp>;
 }
 
@@ -75,6 +79,7 @@ export interface CatalogModels {
   id: string;
   kind: string;
   updatedAt: Generated<Timestamp>;
+  upstreamMappings: Generated<Json>;
 }
 
 export interface CreditHolds {
@@ -216,6 +221,19 @@ export interface Sweepers {
   updatedAt: Generated<Timestamp>;
 }
 
+export interface TaskAttempts {
+  durationMs: number;
+  error: string | null;
+  id: Generated<number>;
+  memberId: string | null;
+  outcome: string;
+  provider: string | null;
+  startedAt: Timestamp;
+  step: string;
+  taskId: string;
+  upstreamJobId: string | null;
+}
+
 export interface VideoTasks {
   accountId: string;
   actualCredits: Generated<number>;
@@ -319,6 +337,7 @@ export interface DB {
   memberModelFaults: MemberModelFaults;
   modelPrices: ModelPrices;
   sweepers: Sweepers;
+  taskAttempts: TaskAttempts;
   videoTasks: VideoTasks;
   webhookAttempts: WebhookAttempts;
   webhookDeliveries: WebhookDeliveries;

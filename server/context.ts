@@ -30,6 +30,7 @@ import { VideoTaskRepository } from './repositories/video-task.repository.ts';
 import { WebhookRepository } from './repositories/webhook.repository.ts';
 import { createAdminServices, type AdminServices } from './services/admin/index.ts';
 import { AuthService } from './services/auth.service.ts';
+import { RequestRateLimiter } from './services/limits/request-rate.ts';
 import { CreditService } from './services/credit.service.ts';
 import { FileService } from './services/file.service.ts';
 import { ImageRunner } from './services/image/image-runner.ts';
@@ -49,6 +50,11 @@ import { MediaInputs } from './services/media/media-inputs.ts';
 import { FilesystemMediaStore, type MediaStore } from './storage/media-store.ts';
 import { S3MediaStore } from './storage/s3-media-store.ts';
 import { MediaSweeper } from './services/media/media-sweeper.ts';
+import { TaskSweeper } from './services/tasks/task-sweeper.ts';
+import { TaskSweepRepository } from './repositories/task-sweep.repository.ts';
+import { TaskAttemptRepository } from './repositories/task-attempt.repository.ts';
+import { UsageRepository } from './repositories/usage.repository.ts';
+import { registerOperatorGauges } from './metrics.ts';
 import { SweeperRepository } from './repositories/sweeper.repository.ts';
 
 export interface Services {
@@ -62,6 +68,8 @@ export interface Services {
   webhookSecrets: WebhookSecrets;
   webhookTester: WebhookTester;
   admin: AdminServices;
+  /** Requests per minute of keys and accounts: in Redis with REDIS_URL, else this process's memory (services/limits/). */
+  requestRates: RequestRateLimiter;
   /**
    * Drops this instance's cached API keys, image models and pool candidates: after an admin change
    * through this instance, and whenever the cluster listener hears of a change anywhere.
@@ -99,6 +107,8 @@ export interface Runtime extends AppContext {
   readonly mediaStore: MediaStore;
   /** Keeps the media store and the files table in step (expired, unlanded, orphaned media). */
   readonly mediaSweeper: MediaSweeper;
+  /** Ends overdue tasks no worker claims and settles holds of ended tasks (services/tasks/task-sweeper.ts). */
+  readonly taskSweeper: TaskSweeper;
 }
 
 export interface RuntimeDeps {
@@ -151,6 +161,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       providers,
       files,
       settlement,
+      attempts: new TaskAttemptRepository(db),
       maxOutputBytes: config.maxVideoOutputBytes,
       downloadRetry: { ...DOWNLOAD_RETRY, maxRetries: config.videoDownloadRetries },
     }),
@@ -167,9 +178,10 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     }),
   };
   const media = new MediaInputs(files, { urlTimeoutMs: config.mediaUrlTimeoutMs, allowPrivate: config.allowPrivateTargets, fetch: overrides.outboundFetch });
-  const auth = new AuthService(new ApiKeyRepository(db), log, config.keyCacheTtlMs);
+  const auth = new AuthService(new ApiKeyRepository(db), log, config.keyCacheTtlMs, Date.now, config.defaultLimits);
   const services: Services = {
     auth,
+    requestRates: new RequestRateLimiter({ redisUrl: config.redisUrl, keyPrefix: config.redisKeyPrefix, log: log.child({ component: 'request-rates' }) }),
     models: new ModelService(repositories.models),
     credits: new CreditService(new CreditRepository(db)),
     files,
@@ -181,7 +193,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       publicBaseUrl: deps.publicBaseUrl,
       send: { timeoutMs: config.webhookTimeoutMs, allowPrivate: config.allowPrivateTargets, fetchOptions: overrides.outboundFetch },
     }),
-    admin: createAdminServices({ db, log, secretKey, settlement }),
+    admin: createAdminServices({ db, log, secretKey, settlement, taskMaxLifetimeSeconds: config.taskMaxLifetimeSeconds }),
     videos: new VideoService({
       tasks: repositories.videoTasks,
       models: repositories.models,
@@ -229,5 +241,17 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     },
   };
   const mediaSweeper = new MediaSweeper({ files: repositories.files, sweepers: new SweeperRepository(db), store, tx, log: log.child({ component: 'media-sweeper' }) });
-  return Object.freeze({ config, log, metrics, services: Object.freeze(services), repositories, providers, pool, settlement, runners, notifier, mediaStore: store, mediaSweeper });
+  const taskSweeper = new TaskSweeper({
+    repo: new TaskSweepRepository(db),
+    sweepers: new SweeperRepository(db),
+    ledger: repositories.ledger,
+    settlement,
+    videoRunner: runners.video,
+    db,
+    log: log.child({ component: 'task-sweeper' }),
+    taskMaxLifetimeSeconds: config.taskMaxLifetimeSeconds,
+  });
+  const usage = new UsageRepository(db);
+  registerOperatorGauges(metrics.registry, () => usage.operatorStats());
+  return Object.freeze({ config, log, metrics, services: Object.freeze(services), repositories, providers, pool, settlement, runners, notifier, mediaStore: store, mediaSweeper, taskSweeper });
 }

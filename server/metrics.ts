@@ -75,3 +75,89 @@ export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics 
   });
   return { registry, httpRequests, httpDuration, taskSteps, dbQueries, upstreamRequests, upstreamDuration, upstreamInFlight, webhookAttempts, webhookDuration };
 }
+
+/** What the operator gauges show (repositories/usage.repository.ts reads it in one statement). */
+export interface OperatorGaugeSource {
+  (): Promise<{
+    creditsHeld: number;
+    holdsHeld: number;
+    unfinished: { kind: 'image' | 'video'; status: string; count: number }[];
+    needsAttention: number;
+    oldestNeedsAttentionSeconds: number;
+  }>;
+}
+
+/**
+ * Gauges of the whole gateway (every instance shows the same values, read from PostgreSQL when
+ * /metrics is scraped: one statement per scrape, shared by the gauges): credits held, unfinished
+ * tasks by kind and status, and the needs_attention tasks with the age of the oldest. A scrape
+ * while the database is away keeps the last values.
+ */
+export function registerOperatorGauges(registry: Registry, source: OperatorGaugeSource): void {
+  // A scrape collects every gauge at once: the ones collected while a read is in flight share it.
+  let pending: ReturnType<OperatorGaugeSource> | undefined;
+  const read = () => {
+    if (!pending) {
+      const stats = source();
+      pending = stats;
+      const done = () => {
+        if (pending === stats) pending = undefined;
+      };
+      stats.then(done, done);
+    }
+    return pending.catch(() => undefined);
+  };
+  new Gauge({
+    name: 'mediagate_credits_held',
+    help: 'Credits held right now by unsettled credit holds (tasks accepted and not yet ended), across every instance.',
+    registers: [registry],
+    async collect() {
+      const s = await read();
+      if (s) this.set(s.creditsHeld / 1_000_000);
+    },
+  });
+  new Gauge({
+    name: 'mediagate_credit_holds_held',
+    help: 'Credit holds not yet settled, across every instance.',
+    registers: [registry],
+    async collect() {
+      const s = await read();
+      if (s) this.set(s.holdsHeld);
+    },
+  });
+  const states: readonly { kind: 'image' | 'video'; status: string }[] = [
+    { kind: 'video', status: 'queued' },
+    { kind: 'video', status: 'in_progress' },
+    { kind: 'image', status: 'processing' },
+    { kind: 'image', status: 'needs_attention' },
+  ];
+  new Gauge({
+    name: 'mediagate_tasks',
+    help: 'Unfinished tasks by kind and status (video: queued, in_progress; image: processing, needs_attention), across every instance. Ended tasks are counted by GET /admin/v1/usage.',
+    labelNames: ['kind', 'status'] as const,
+    registers: [registry],
+    async collect() {
+      const s = await read();
+      if (!s) return;
+      for (const state of states) this.set(state, s.unfinished.find((u) => u.kind === state.kind && u.status === state.status)?.count ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'mediagate_tasks_needs_attention',
+    help: 'Image tasks whose outcome is unknown, waiting for an operator to settle them (POST /admin/v1/tasks/{task_id}/settle).',
+    registers: [registry],
+    async collect() {
+      const s = await read();
+      if (s) this.set(s.needsAttention);
+    },
+  });
+  new Gauge({
+    name: 'mediagate_tasks_needs_attention_oldest_age_seconds',
+    help: 'Age of the oldest needs_attention task (since its creation), in seconds; 0 without one.',
+    registers: [registry],
+    async collect() {
+      const s = await read();
+      if (s) this.set(Math.round(s.oldestNeedsAttentionSeconds));
+    },
+  });
+}

@@ -1,11 +1,14 @@
-/** Admin: read any task (image or video), settle needs_attention image tasks, see and resend a video task's webhook. */
+/** Admin: list and read any task (image or video) with its story, settle needs_attention image tasks, see and resend a video task's webhook. */
 import type { AppContext } from '../context.ts';
 import { sendJson, type HandlerMap } from './types.ts';
 
-export function adminTasksHandlers(ctx: AppContext): Pick<HandlerMap, 'getTask' | 'settleImageTask' | 'getTaskWebhook' | 'redeliverTaskWebhook'> {
+export function adminTasksHandlers(ctx: AppContext): Pick<HandlerMap, 'listTasks' | 'getTask' | 'settleImageTask' | 'getTaskWebhook' | 'redeliverTaskWebhook'> {
   const tasks = ctx.services.admin.tasks;
   const webhooks = ctx.services.admin.webhooks;
   return {
+    async listTasks(req, res) {
+      sendJson(res, 'listTasks', 200, await tasks.list(req.query));
+    },
     async getTask(req, res) {
       sendJson(res, 'getTask', 200, await tasks.get(req.params.task_id));
     },

@@ -9,6 +9,7 @@ import { creditsHandlers } from './credits.handlers.ts';
 import { docsHandlers } from './docs.handlers.ts';
 import { modelsHandlers } from './models.handlers.ts';
 import { adminTasksHandlers } from './admin-tasks.handlers.ts';
+import { adminOperationsHandlers } from './admin-operations.handlers.ts';
 import { filesHandlers } from './files.handlers.ts';
 import { imagesHandlers } from './images.handlers.ts';
 import { operationsHandlers } from './operations.handlers.ts';
@@ -32,5 +33,6 @@ export function createHandlers(ctx: AppContext): HandlerMap {
     ...adminCatalogHandlers(ctx),
     ...adminSwitchesHandlers(ctx),
     ...adminTasksHandlers(ctx),
+    ...adminOperationsHandlers(ctx),
   };
 }

@@ -9,6 +9,10 @@ export interface LedgerEntryRow {
   id: number;
   kind: string;
   amount: number;
+  accountId: string;
+  apiKeyId: string | null;
+  taskId: string | null;
+  holdId: string | null;
   reason: string | null;
   createdAt: Date;
 }
@@ -19,7 +23,20 @@ export interface CreatedAtPosition {
   id: string;
 }
 
-const ACCOUNT_COLUMNS = ['id', 'name', 'status', 'balance', 'totalEarned', 'totalSpent', 'outputRetentionDays', 'inputRetentionDays', 'createdAt', 'updatedAt'] as const;
+const ACCOUNT_COLUMNS = [
+  'id',
+  'name',
+  'status',
+  'balance',
+  'totalEarned',
+  'totalSpent',
+  'outputRetentionDays',
+  'inputRetentionDays',
+  'requestsPerMinute',
+  'maxInFlight',
+  'createdAt',
+  'updatedAt',
+] as const;
 
 /** `created_at` as integer epoch microseconds: JS Dates keep only milliseconds, which would skip rows on a page boundary. */
 export const createdAtMicros = (column: string) => sql<number>`(extract(epoch from ${sql.ref(column)}) * 1000000)::bigint`;
@@ -29,7 +46,7 @@ export class AccountRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
   /** Inserts an account; undefined when the name is taken. */
-  insert(values: { id: string; name: string; status: string; balance: number }, trx: Executor): Promise<AccountRow | undefined> {
+  insert(values: { id: string; name: string; status: string; balance: number; requestsPerMinute?: number | null; maxInFlight?: number | null }, trx: Executor): Promise<AccountRow | undefined> {
     return trx
       .insertInto('accounts')
       .values({ id: values.id, name: values.name, status: values.status, balance: values.balance, totalEarned: values.balance })
@@ -62,7 +79,10 @@ export class AccountRepository {
     return query.execute();
   }
 
-  update(id: string, patch: { name?: string; status?: string; outputRetentionDays?: number | null; inputRetentionDays?: number | null }): Promise<AccountRow | undefined> {
+  update(
+    id: string,
+    patch: { name?: string; status?: string; outputRetentionDays?: number | null; inputRetentionDays?: number | null; requestsPerMinute?: number | null; maxInFlight?: number | null },
+  ): Promise<AccountRow | undefined> {
     return this.db.updateTable('accounts').set(patch).where('id', '=', id).returning(ACCOUNT_COLUMNS).executeTakeFirst();
   }
 
@@ -92,7 +112,7 @@ export class AccountRepository {
     return trx
       .insertInto('ledgerEntries')
       .values(values)
-      .returning(['id', 'kind', 'amount', 'reason', 'createdAt'])
+      .returning(['id', 'kind', 'amount', 'accountId', 'apiKeyId', 'taskId', 'holdId', 'reason', 'createdAt'])
       .executeTakeFirstOrThrow();
   }
 }

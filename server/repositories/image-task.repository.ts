@@ -10,6 +10,7 @@ import type { Executor } from '../db/database.ts';
 import { afterExists, pageConditions, pageOrder, type AccountPage } from './account-pages.ts';
 import { FileRepository, type FileRow } from './file.repository.ts';
 import { LeasedTasks, type Fence, type HoldSettlement } from './leased-tasks.ts';
+import { TaskAttemptRepository, type AttemptRecord } from './task-attempt.repository.ts';
 
 export type ImageTaskRow = Selectable<ImageTasks>;
 
@@ -92,12 +93,13 @@ export class ImageTaskRepository {
     fence: Fence,
     result: { fileIds: string[]; actualCredits: number; revisedPrompt: string | null; unrecorded: readonly FileRow[] },
     settle: HoldSettlement,
+    attempts: readonly AttemptRecord[] = [],
   ): Promise<ImageTaskRow | undefined> {
     return this.leases.finish(fence, {
       set: sql`status = 'completed', result_file_ids = ${result.fileIds}, delivered = ${result.fileIds.length}, actual_credits = ${result.actualCredits},
                revised_prompt = ${result.revisedPrompt}, completed_at = now()`,
       settle,
-      also: this.fileRows(result.unrecorded),
+      also: [...this.fileRows(result.unrecorded), ...attemptRows(attempts)],
     });
   }
 
@@ -116,19 +118,20 @@ export class ImageTaskRepository {
   }
 
   /** Failed: nothing delivered, the hold released in the same statement. */
-  fail(fence: Fence, code: string, message: string, settle: HoldSettlement): Promise<ImageTaskRow | undefined> {
+  fail(fence: Fence, code: string, message: string, settle: HoldSettlement, attempts: readonly AttemptRecord[] = []): Promise<ImageTaskRow | undefined> {
     return this.leases.finish(fence, {
       set: sql`status = 'failed', error_code = ${code}, error_message = ${message}, actual_credits = 0, delivered = 0, completed_at = now()`,
       settle,
+      also: attemptRows(attempts),
     });
   }
 
   /** The outcome is unknown: keep the hold, stop every worker, wait for an operator. */
-  needsAttention(fence: Fence, message: string, stored: { fileIds: string[]; unrecorded: readonly FileRow[] }): Promise<ImageTaskRow | undefined> {
+  needsAttention(fence: Fence, message: string, stored: { fileIds: string[]; unrecorded: readonly FileRow[] }, attempts: readonly AttemptRecord[] = []): Promise<ImageTaskRow | undefined> {
     return this.leases.finish(fence, {
       set: sql`status = 'needs_attention', error_code = 'outcome_unknown', error_message = ${message},
                result_file_ids = ${stored.fileIds}, delivered = ${stored.fileIds.length}`,
-      also: this.fileRows(stored.unrecorded),
+      also: [...this.fileRows(stored.unrecorded), ...attemptRows(attempts)],
     });
   }
 
@@ -150,4 +153,9 @@ export class ImageTaskRepository {
       .returningAll()
       .executeTakeFirst();
   }
+}
+
+/** The attempts of a task written by the statement that finishes it (only when its fenced update took effect). */
+function attemptRows(attempts: readonly AttemptRecord[]): RawBuilder<unknown>[] {
+  return TaskAttemptRepository.cte('ta', attempts, sql<boolean>`exists (select 1 from t)`);
 }

@@ -7,13 +7,16 @@
  * call), however many jobs are in flight upstream; image engines run WORKER_CONCURRENCY
  * background image tasks at once, and the webhook engine WEBHOOK_CONCURRENCY deliveries.
  * WORKER_CONCURRENCY=0 runs no workers at all. The media sweeper (services/media/media-sweeper.ts)
- * runs every minute, on one instance at a time.
+ * runs every minute, on one instance at a time. The task sweeper (services/tasks/task-sweeper.ts:
+ * overdue tasks no worker claims, holds of ended tasks) runs every 30 seconds on one instance at a
+ * time, in every process with workers, even one whose engines run nothing (WORKER_CONCURRENCY=0).
  */
 import type { Runtime } from '../context.ts';
 import type { LeasedRow, TaskRunner } from '../services/tasks/task-runner.ts';
 import { TaskEngine } from './task-engine.ts';
 
 const MEDIA_SWEEP_MS = 60_000;
+const TASK_SWEEP_MS = 30_000;
 
 export interface Workers {
   start(): void;
@@ -37,6 +40,17 @@ export function createWorkers(runtime: Runtime): Workers {
   let unsubscribe: (() => void) | undefined;
   let sweeper: NodeJS.Timeout | undefined;
   let sweeping: Promise<void> = Promise.resolve();
+  let taskSweeper: NodeJS.Timeout | undefined;
+  let taskSweeping: Promise<void> = Promise.resolve();
+  const sweepTasks = () => {
+    taskSweeping = (async () => {
+      try {
+        await runtime.taskSweeper.run();
+      } catch (err) {
+        log.warn({ err }, 'task sweep failed; retrying at the next one');
+      }
+    })();
+  };
   const sweep = () => {
     sweeping = (async () => {
       try {
@@ -50,6 +64,8 @@ export function createWorkers(runtime: Runtime): Workers {
     start() {
       unsubscribe = notifier.subscribe((kind) => engines[kind].wake());
       for (const engine of Object.values(engines)) engine.start();
+      taskSweeper = setInterval(sweepTasks, TASK_SWEEP_MS);
+      taskSweeper.unref();
       if (config.workerConcurrency > 0) {
         sweep();
         sweeper = setInterval(sweep, MEDIA_SWEEP_MS);
@@ -58,7 +74,9 @@ export function createWorkers(runtime: Runtime): Workers {
     },
     async stop() {
       clearInterval(sweeper);
-      await sweeping;
+      clearInterval(taskSweeper);
+      runtime.taskSweeper.stop();
+      await Promise.all([sweeping, taskSweeping]);
       unsubscribe?.();
       await Promise.all(Object.values(engines).map((e) => e.stop()));
     },

@@ -61,6 +61,8 @@ describe('accounts', () => {
       total_spent: 0,
       output_retention_days: null,
       input_retention_days: null,
+      requests_per_minute: 'default',
+      max_in_flight: 'default',
       created_at: expect.any(String),
       updated_at: expect.any(String),
     });
@@ -169,13 +171,24 @@ describe('credit adjustments', () => {
     expect(grant.response.status).toBe(200);
     expect(grant.data).toEqual({
       account: { ...account, balance: 60.25, total_earned: 60.25, total_spent: 0, updated_at: expect.any(String) },
-      entry: { id: expect.stringMatching(/^led_\d+$/), kind: 'grant', amount: 50.25, reason: 'Top-up, invoice 42', created_at: expect.any(String) },
+      entry: {
+        id: expect.stringMatching(/^led_\d+$/),
+        kind: 'grant',
+        amount: 50.25,
+        balance_change: 50.25,
+        account_id: account.id,
+        api_key_id: null,
+        task_id: null,
+        hold_id: null,
+        reason: 'Top-up, invoice 42',
+        created_at: expect.any(String),
+      },
     });
 
     const debit = await server.admin().POST('/admin/v1/accounts/{account_id}/credits', { params: { path }, body: { amount: -0.000001, reason: 'rounding' } });
     expect(debit.response.status).toBe(200);
     expect(debit.data?.account).toMatchObject({ balance: 60.249999, total_earned: 60.25, total_spent: 0.000001 });
-    expect(debit.data?.entry).toMatchObject({ kind: 'debit', amount: -0.000001, reason: 'rounding' });
+    expect(debit.data?.entry).toMatchObject({ kind: 'debit', amount: -0.000001, balance_change: -0.000001, reason: 'rounding' });
 
     expect(await accountRow(account.id)).toMatchObject({ balance: 60_249_999, totalEarned: 60_250_000, totalSpent: 1 });
     const ledger = await ledgerOf(account.id);

@@ -132,6 +132,11 @@ const operations = [
   { method: 'get', path: '/metrics', operationId: 'getMetrics' },
   { method: 'get', path: '/docs', operationId: 'getApiReference' },
   { method: 'get', path: '/openapi.json', operationId: 'getOpenApiDocument' },
+  { method: 'get', path: '/admin/v1/tasks', operationId: 'listTasks', response: ['200', 'AdminTaskList'] },
+  { method: 'get', path: '/admin/v1/tasks/{task_id}', operationId: 'getTask', response: ['200', 'AdminTask'] },
+  { method: 'get', path: '/admin/v1/ledger', operationId: 'listLedgerEntries', response: ['200', 'AdminLedgerEntryList'] },
+  { method: 'get', path: '/admin/v1/webhook-deliveries', operationId: 'listWebhookDeliveries', response: ['200', 'AdminWebhookDeliveryList'] },
+  { method: 'get', path: '/admin/v1/usage', operationId: 'getUsage', response: ['200', 'AdminUsageReport'] },
 ] as const;
 
 const imageParameters = [
@@ -304,6 +309,11 @@ describe('contract coverage: operations', () => {
     // A signed URL is its own credential; the same path with the key and no signature is the file object.
     expect(operation('get', '/v1/files/{file_id}').security).toEqual([{ apiKey: [] }, {}]);
     expect(operation('get', '/metrics').security).toEqual([{ metricsToken: [] }]);
+  });
+
+  it('answers usage reports as CSV too', () => {
+    const ok = deref(operation('get', '/admin/v1/usage').responses?.['200'] ?? {}) as { content?: Record<string, { schema?: Schema }> };
+    expect(Object.keys(ok.content ?? {})).toEqual(['application/json', 'text/csv']);
   });
 
   it('leaves the rendered reference and the bundled contract without an API key', () => {

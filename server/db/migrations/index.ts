@@ -22,6 +22,9 @@ import * as m20261201200000 from './20261201200000-account-listings.ts';
 import * as m20261202100000 from './20261202100000-member-account-disabled.ts';
 import * as m20261203100000 from './20261203100000-media-retention.ts';
 import * as m20261204100000 from './20261204100000-provider-kinds.ts';
+import * as m20261205100000 from './20261205100000-upstream-mappings.ts';
+import * as m20261210100000 from './20261210100000-client-limits.ts';
+import * as m20261220100000 from './20261220100000-operator-views.ts';
 
 export const migrations: Record<string, Migration> = {
   '20261122100000-accounts-keys-groups': m20261122100000,
@@ -45,4 +48,7 @@ export const migrations: Record<string, Migration> = {
   '20261202100000-member-account-disabled': m20261202100000,
   '20261203100000-media-retention': m20261203100000,
   '20261204100000-provider-kinds': m20261204100000,
+  '20261205100000-upstream-mappings': m20261205100000,
+  '20261210100000-client-limits': m20261210100000,
+  '20261220100000-operator-views': m20261220100000,
 };

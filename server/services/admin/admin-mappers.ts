@@ -3,6 +3,7 @@ import type { components } from '../../../generated/api.d.ts';
 import type { ImageCapabilities, VideoCapabilities } from '../../catalog/capabilities.ts';
 import type { AccountRow, LedgerEntryRow } from '../../repositories/account.repository.ts';
 import type { ApiKeyAdminRow } from '../../repositories/api-key-admin.repository.ts';
+import { settingOf } from '../limits/client-limits.ts';
 import type { CapabilitySwitchRow } from '../../repositories/capability-switch.repository.ts';
 import type { CatalogModelWithPrices, PriceRowRecord } from '../../repositories/catalog.repository.ts';
 import type { GroupRow, MemberRow } from '../../repositories/group.repository.ts';
@@ -33,19 +34,31 @@ export function toAdminAccount(row: AccountRow): AdminAccount {
     total_spent: toCredits(row.totalSpent),
     output_retention_days: row.outputRetentionDays,
     input_retention_days: row.inputRetentionDays,
+    requests_per_minute: settingOf(row.requestsPerMinute),
+    max_in_flight: settingOf(row.maxInFlight),
     created_at: iso(row.createdAt),
     updated_at: iso(row.updatedAt),
   };
 }
 
-/** The ledger stores positive amounts; the API shows the signed change (negative for a debit). */
+/**
+ * The ledger stores positive amounts; the API shows the signed change of a debit (negative), and
+ * what each entry did to the available balance: + grant/release, - debit/hold, 0 capture.
+ */
 export function toAdminLedgerEntry(row: LedgerEntryRow): AdminLedgerEntry {
   const kind = row.kind as AdminLedgerEntry['kind'];
+  const credits = toCredits(row.amount);
+  const balanceChange = kind === 'grant' || kind === 'release' ? credits : kind === 'capture' ? 0 : -credits;
   return {
     id: `led_${row.id}`,
     kind,
-    amount: kind === 'debit' ? -toCredits(row.amount) : toCredits(row.amount),
-    reason: row.reason ?? '',
+    amount: kind === 'debit' ? -credits : credits,
+    balance_change: balanceChange,
+    account_id: row.accountId,
+    api_key_id: row.apiKeyId,
+    task_id: row.taskId,
+    hold_id: row.holdId,
+    reason: row.reason,
     created_at: iso(row.createdAt),
   };
 }
@@ -64,6 +77,8 @@ export function toAdminApiKey(row: ApiKeyAdminRow): AdminApiKey {
     credits_used: toCredits(row.creditsUsed),
     credits_remaining: limit === null ? null : toCredits(Math.max(0, limit - row.creditsUsed)),
     unlimited: limit === null,
+    requests_per_minute: settingOf(row.requestsPerMinute),
+    max_in_flight: settingOf(row.maxInFlight),
     last_used_at: row.lastUsedAt === null ? null : iso(row.lastUsedAt),
     created_at: iso(row.createdAt),
   };
@@ -209,6 +224,7 @@ export function toAdminCatalogModel(row: CatalogModelWithPrices): AdminCatalogMo
       image: toAdminImageCapabilities(caps),
       video: null,
       pricing: toAdminPricing(row.prices, caps.resolutions),
+      upstream_mappings: row.upstreamMappings as Schemas['AdminUpstreamMappings'],
     };
   }
   const caps = row.capabilities as unknown as VideoCapabilities;
@@ -220,6 +236,7 @@ export function toAdminCatalogModel(row: CatalogModelWithPrices): AdminCatalogMo
     image: null,
     video: toAdminVideoCapabilities(caps),
     pricing: toAdminPricing(row.prices, caps.resolutions),
+    upstream_mappings: row.upstreamMappings as Schemas['AdminUpstreamMappings'],
   };
 }
 

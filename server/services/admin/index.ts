@@ -9,7 +9,9 @@ import { GroupRepository } from '../../repositories/group.repository.ts';
 import { createTransactor } from '../../db/transaction.ts';
 import type { Logger } from '../../logger.ts';
 import { ImageTaskRepository } from '../../repositories/image-task.repository.ts';
-import { LedgerRepository } from '../../repositories/ledger.repository.ts';
+import { OperatorListsRepository } from '../../repositories/operator-lists.repository.ts';
+import { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
+import { UsageRepository } from '../../repositories/usage.repository.ts';
 import { VideoTaskRepository } from '../../repositories/video-task.repository.ts';
 import { WebhookRepository } from '../../repositories/webhook.repository.ts';
 import type { Settlement } from '../tasks/settlement.ts';
@@ -20,6 +22,8 @@ import { CatalogAdminService } from './catalog-admin.service.ts';
 import { CapabilitySwitchService } from './capability-switch.service.ts';
 import { GroupAdminService } from './group-admin.service.ts';
 import { WebhookAdminService } from './webhook-admin.service.ts';
+import { LedgerAdminService } from './ledger-admin.service.ts';
+import { UsageService } from './usage.service.ts';
 
 export interface AdminServices {
   accounts: AccountAdminService;
@@ -29,6 +33,8 @@ export interface AdminServices {
   switches: CapabilitySwitchService;
   tasks: TaskAdminService;
   webhooks: WebhookAdminService;
+  ledger: LedgerAdminService;
+  usage: UsageService;
 }
 
 /**
@@ -41,22 +47,35 @@ export function createAdminServices(deps: {
   log: Logger;
   secretKey: Buffer | (() => Buffer);
   settlement?: Settlement;
+  /** TASK_MAX_LIFETIME_SECONDS (default 3600): an image task's deadline in its detail. */
+  taskMaxLifetimeSeconds?: number;
 }): AdminServices {
   const { db, log, secretKey } = deps;
   const tx = createTransactor(db, log);
   const accounts = new AccountRepository(db);
   const groups = new GroupRepository(db);
   const catalog = new CatalogRepository(db);
-  const ledger = new LedgerRepository(db);
   const videoTasks = new VideoTaskRepository(db);
   const imageTasks = new ImageTaskRepository(db);
+  const lists = new OperatorListsRepository(db);
+  const webhooks = new WebhookAdminService({ webhooks: new WebhookRepository(db), videoTasks, lists, tx });
   return {
     accounts: new AccountAdminService(accounts, tx),
     apiKeys: new ApiKeyAdminService(new ApiKeyAdminRepository(deps.db), accounts, groups),
     groups: new GroupAdminService(groups, catalog, typeof secretKey === 'function' ? secretKey : () => secretKey),
     catalog: new CatalogAdminService(catalog, tx),
     switches: new CapabilitySwitchService(new CapabilitySwitchRepository(deps.db)),
-    tasks: new TaskAdminService({ imageTasks, videoTasks, ledger, settlement: deps.settlement }),
-    webhooks: new WebhookAdminService({ webhooks: new WebhookRepository(db), videoTasks, tx }),
+    tasks: new TaskAdminService({
+      imageTasks,
+      videoTasks,
+      lists,
+      attempts: new TaskAttemptRepository(db),
+      webhooks,
+      settlement: deps.settlement,
+      taskMaxLifetimeSeconds: deps.taskMaxLifetimeSeconds ?? 3600,
+    }),
+    webhooks,
+    ledger: new LedgerAdminService(lists),
+    usage: new UsageService(new UsageRepository(db)),
   };
 }

@@ -1,24 +1,85 @@
-/** Admin: read any task (image or video) with its credits, and settle needs_attention image tasks. */
+/**
+ * Admin: every task (image and video) in one listing with filters, one task with its whole story
+ * (quote, hold, ledger entries, upstream attempts, webhook), and the operator's settlement of
+ * needs_attention image tasks.
+ */
 import type { components } from '../../../generated/api.d.ts';
 import { ApiError, notFound } from '../../errors.ts';
 import { toCredits } from '../../lib/money.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
-import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
+import type { OperatorListsRepository, TaskFilter, TaskSummaryRow } from '../../repositories/operator-lists.repository.ts';
+import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
 import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import type { Settlement } from '../tasks/settlement.ts';
+import { toAdminLedgerEntry } from './admin-mappers.ts';
+import { decodeCreatedAtCursor, encodeCreatedAtCursor, pageSize } from './cursor.ts';
+import type { WebhookAdminService } from './webhook-admin.service.ts';
 
 type AdminTask = components['schemas']['AdminTask'];
+type AdminTaskSummary = components['schemas']['AdminTaskSummary'];
+type AdminTaskList = components['schemas']['AdminTaskList'];
+type AdminTaskQuote = components['schemas']['AdminTaskQuote'];
+type AdminTaskAttempt = components['schemas']['AdminTaskAttempt'];
+type AdminProvider = components['schemas']['AdminProvider'];
+
+/** GET /admin/v1/tasks query (validated by the contract). */
+export interface TaskListQuery {
+  limit?: number;
+  cursor?: string;
+  kind?: 'image' | 'video';
+  status?: string[];
+  account_id?: string;
+  api_key_id?: string;
+  model?: string;
+  member_id?: string;
+  provider?: string;
+  created_after?: string;
+  created_before?: string;
+}
+
+export interface TaskAdminDeps {
+  imageTasks: ImageTaskRepository;
+  videoTasks: VideoTaskRepository;
+  lists: OperatorListsRepository;
+  attempts: TaskAttemptRepository;
+  webhooks: WebhookAdminService;
+  settlement: Settlement | undefined;
+  /** TASK_MAX_LIFETIME_SECONDS: an image task's deadline (video tasks carry theirs). */
+  taskMaxLifetimeSeconds: number;
+}
 
 export class TaskAdminService {
-  constructor(
-    private readonly deps: { imageTasks: ImageTaskRepository; videoTasks: VideoTaskRepository; ledger: LedgerRepository; settlement: Settlement | undefined },
-  ) {}
+  constructor(private readonly deps: TaskAdminDeps) {}
+
+  /** One page of tasks of every account, newest first. */
+  async list(query: TaskListQuery): Promise<AdminTaskList> {
+    const size = pageSize(query.limit);
+    const after = query.cursor !== undefined ? decodeCreatedAtCursor(query.cursor) : undefined;
+    const filter: TaskFilter = {
+      ...(query.kind !== undefined && { kind: query.kind }),
+      ...(query.status !== undefined && { statuses: query.status }),
+      ...(query.account_id !== undefined && { accountId: query.account_id }),
+      ...(query.api_key_id !== undefined && { apiKeyId: query.api_key_id }),
+      ...(query.model !== undefined && { model: query.model }),
+      ...(query.member_id !== undefined && { memberId: query.member_id }),
+      ...(query.provider !== undefined && { provider: query.provider }),
+      ...(query.created_after !== undefined && { createdAfter: query.created_after }),
+      ...(query.created_before !== undefined && { createdBefore: query.created_before }),
+    };
+    const rows = await this.deps.lists.tasks(filter, size + 1, after);
+    const page = rows.slice(0, size);
+    const last = page.at(-1);
+    return {
+      data: page.map(toSummary),
+      next_cursor: rows.length > size && last ? encodeCreatedAtCursor({ createdAtMicros: last.createdAtMicros, id: last.id }) : null,
+    };
+  }
 
   async get(id: string): Promise<AdminTask> {
     const image = id.startsWith('img_') ? await this.deps.imageTasks.find(id) : undefined;
-    if (image) return this.toAdminTask('image', image);
+    if (image) return this.story('image', image);
     const video = id.startsWith('vid_') ? await this.deps.videoTasks.find(id) : undefined;
-    if (video) return this.toAdminTask('video', video);
+    if (video) return this.story('video', video);
     throw notFound('task_not_found', `No task '${id}'.`);
   }
 
@@ -29,31 +90,113 @@ export class TaskAdminService {
     if (!this.deps.settlement) throw new Error('settling a task needs the server runtime');
     const settled = await this.deps.settlement.settleImageByOperator(row, outcome, reason);
     if (!settled) throw new ApiError(409, 'task_not_settleable', `Task '${id}' is ${row.status}; only a needs_attention image task can be settled.`);
-    return this.toAdminTask('image', settled);
+    return this.story('image', settled);
   }
 
-  private async toAdminTask(kind: 'image' | 'video', row: ImageTaskRow | VideoTaskRow): Promise<AdminTask> {
-    const hold = await this.deps.ledger.findHoldByTask(row.id);
-    const held = hold?.amount ?? 0;
-    const captured = hold?.status === 'captured' ? hold.captured : 0;
-    const released = hold && hold.status !== 'held' ? hold.amount - captured : 0;
-    return {
-      id: row.id,
+  /** The task with everything recorded about it (a handful of indexed reads). */
+  private async story(kind: 'image' | 'video', row: ImageTaskRow | VideoTaskRow): Promise<AdminTask> {
+    const [hold, ledger, attempts, provider, webhook] = await Promise.all([
+      this.deps.lists.holdOfTask(row.id),
+      this.deps.lists.ledgerOfTask(row.id),
+      this.deps.attempts.forTask(row.id),
+      row.memberId ? this.deps.lists.providerOf(row.memberId) : Promise.resolve(undefined),
+      kind === 'video' ? this.deps.webhooks.deliveryOf(row.id) : Promise.resolve(null),
+    ]);
+    const summary = toSummary({
+      ...row,
       kind,
-      status: row.status as AdminTask['status'],
-      account_id: row.accountId,
-      api_key_id: row.apiKeyId,
-      model: row.model,
-      attempt: row.attempt,
-      upstream_job_id: 'upstreamJobId' in row ? row.upstreamJobId : null,
-      error: row.errorMessage && row.status !== 'completed' ? { message: row.errorMessage } : null,
-      last_error: row.lastError && row.lastErrorAt ? { message: row.lastError, at: row.lastErrorAt.toISOString() } : null,
-      held_credits: toCredits(held),
-      captured_credits: toCredits(captured),
-      released_credits: toCredits(released),
-      created_at: row.createdAt.toISOString(),
-      updated_at: row.updatedAt.toISOString(),
-      completed_at: row.completedAt ? row.completedAt.toISOString() : null,
+      upstreamJobId: 'upstreamJobId' in row ? row.upstreamJobId : null,
+      provider: provider ?? null,
+      createdAtMicros: 0,
+      holdAmount: hold?.amount ?? null,
+      holdStatus: hold?.status ?? null,
+      holdCaptured: hold?.captured ?? null,
+    });
+    const unfinished = row.status === 'queued' || row.status === 'in_progress' || row.status === 'processing';
+    const deadline = kind === 'video' ? (row as VideoTaskRow).deadlineAt : new Date(row.createdAt.getTime() + this.deps.taskMaxLifetimeSeconds * 1000);
+    return {
+      ...summary,
+      deadline_at: unfinished ? deadline.toISOString() : null,
+      settled_reason: 'settledReason' in row ? row.settledReason : null,
+      quote: kind === 'video' ? videoQuote(row as VideoTaskRow) : imageQuote(row as ImageTaskRow),
+      hold: hold
+        ? {
+            id: hold.id,
+            status: hold.status as 'held' | 'captured' | 'released',
+            amount: toCredits(hold.amount),
+            captured: toCredits(hold.captured),
+            released: toCredits(hold.status === 'held' ? 0 : hold.amount - hold.captured),
+            created_at: hold.createdAt.toISOString(),
+            settled_at: hold.settledAt ? hold.settledAt.toISOString() : null,
+          }
+        : null,
+      ledger: ledger.map(toAdminLedgerEntry),
+      attempts: attempts.map(
+        (a): AdminTaskAttempt => ({
+          step: a.step as AdminTaskAttempt['step'],
+          member_id: a.memberId,
+          provider: a.provider as AdminProvider | null,
+          upstream_job_id: a.upstreamJobId,
+          outcome: a.outcome,
+          error: a.error,
+          started_at: a.startedAt.toISOString(),
+          duration_ms: a.durationMs,
+        }),
+      ),
+      webhook,
     };
   }
+}
+
+function toSummary(row: TaskSummaryRow): AdminTaskSummary {
+  const held = row.holdAmount ?? 0;
+  const captured = row.holdStatus === 'captured' ? (row.holdCaptured ?? 0) : 0;
+  const released = row.holdStatus !== null && row.holdStatus !== 'held' ? held - captured : 0;
+  const failing = row.status === 'failed' || row.status === 'needs_attention';
+  return {
+    id: row.id,
+    kind: row.kind,
+    status: row.status as AdminTaskSummary['status'],
+    account_id: row.accountId,
+    api_key_id: row.apiKeyId,
+    model: row.model,
+    member_id: row.memberId,
+    provider: row.provider as AdminProvider | null,
+    attempt: row.attempt,
+    upstream_job_id: row.upstreamJobId,
+    error: failing && row.errorMessage ? { code: row.errorCode, message: row.errorMessage } : null,
+    last_error: row.lastError && row.lastErrorAt ? { message: row.lastError, at: row.lastErrorAt.toISOString() } : null,
+    held_credits: toCredits(held),
+    captured_credits: toCredits(captured),
+    released_credits: toCredits(released),
+    created_at: row.createdAt.toISOString(),
+    updated_at: row.updatedAt.toISOString(),
+    completed_at: row.completedAt ? row.completedAt.toISOString() : null,
+  };
+}
+
+const credits = (micro: number | null) => (micro === null ? null : toCredits(micro));
+
+function videoQuote(row: VideoTaskRow): AdminTaskQuote {
+  const legacy = row.billingKind === 'legacy';
+  const mode = legacy ? null : (row.billingMode as 'per_second' | 'per_item' | null);
+  return {
+    billing_kind: legacy ? 'legacy' : 'snapshot',
+    mode,
+    unit_price: legacy ? null : credits(row.unitPrice),
+    units: mode === 'per_item' ? 1 : row.durationSeconds,
+    quoted_credits: legacy ? null : credits(row.quotedCredits),
+    actual_credits: toCredits(row.actualCredits),
+  };
+}
+
+function imageQuote(row: ImageTaskRow): AdminTaskQuote {
+  return {
+    billing_kind: 'snapshot',
+    mode: 'per_item',
+    unit_price: toCredits(row.unitPrice),
+    units: row.n,
+    quoted_credits: toCredits(row.quotedCredits),
+    actual_credits: toCredits(row.actualCredits),
+  };
 }

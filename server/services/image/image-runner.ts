@@ -28,6 +28,7 @@ import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image
 import { fenceOf } from '../../repositories/leased-tasks.ts';
 import { StorageError, type FileService, type StoreFileInput } from '../file.service.ts';
 import type { RetryPolicy } from '../tasks/retry-policy.ts';
+import { AttemptLog } from '../tasks/attempt-log.ts';
 import type { Settlement } from '../tasks/settlement.ts';
 import { DONE, LeaseLost, later, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
 
@@ -72,6 +73,13 @@ export interface ExecuteOptions {
   requeueWhenBusy?: boolean;
   /** The routing order drawn as the task was inserted (`preselect`): the pool follows it. */
   routeOrder?: readonly string[];
+  /**
+   * A JSON answer written while the task settles: called with what was delivered as the settlement
+   * starts. The caller writes all of the answer but its last bytes, which wait until `execute` has
+   * returned, i.e. until the settlement has committed: an answer is never complete before its charge
+   * is durable, and a crash before the commit leaves a truncated, uncharged answer.
+   */
+  whileSettling?: (delivered: { files: FileRow[]; images: Buffer[]; revisedPrompt?: string }) => Promise<void>;
 }
 
 /** What a client is told when no member can take its image now: the gateway's side (503), never the client's limits (429). */
@@ -170,6 +178,8 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     const job = { operation: task.operation as ImageOperation, model: task.model, prompt: task.prompt, n: task.n, params, inputs, ...(mask && { mask }) };
     /** Something reached the sink (a partial or an image): from then on there is no failover. */
     let reachedSink = false;
+    /** Each member's generate call, written by the statement that settles the task. */
+    const attempts = new AttemptLog(task.id);
 
     const files: FileRow[] = [];
     /** Files whose rows are written by the statement that finishes the task (all of them unless the sink publishes files). */
@@ -246,13 +256,18 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           signal,
           log,
         },
-        (account, slots) => this.deps.providers.image(account.provider)!.generate(account, { ...job, model: upstreamModelOf(account, task.model), slots }, signal, events),
+        async (account, slots) => {
+          // An aggregator runs the model through its mapping, and may take the inputs by URL.
+          const mapping = await this.deps.pool.mappingFor(account, task.model);
+          const viaMapping = mapping && { mapping, inputFiles: await this.deps.files.mediaInputs([...task.inputFileIds, ...(task.maskFileId ? [task.maskFileId] : [])]) };
+          return attempts.run('generate', account, null, () => this.deps.providers.image(account.provider)!.generate(account, { ...job, model: upstreamModelOf(account, task.model), slots, ...viaMapping }, signal, events), { signal });
+        },
       );
     } catch (err) {
       if (err instanceof NoCapacity) {
         if (opts.requeueWhenBusy && err.reason !== 'none') throw err;
         const api = noCapacityError(err, task.model);
-        await this.deps.settlement.failImage(fence, api.code, api.message);
+        await this.deps.settlement.failImage(fence, api.code, api.message, attempts.take());
         throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, null, {}, api.headers);
       }
       if (err instanceof StorageError) {
@@ -263,20 +278,20 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         if (files.length === 0 || opts.deliveredOnlyIfAllSent) {
           await Promise.all(storing);
           for (const file of files) await discard(file);
-          await this.deps.settlement.failImage(fence, api.code, `The gateway's media storage ${what}, so the images could not be stored; the credits were released.`);
+          await this.deps.settlement.failImage(fence, api.code, `The gateway's media storage ${what}, so the images could not be stored; the credits were released.`, attempts.take());
           throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, null, {}, api.headers);
         }
         failure = new ApiError(api.status, api.code, `The gateway's media storage ${what}: ${files.length} of ${task.n} images were delivered and only those are charged.`, null, {}, api.headers);
       } else if (err instanceof NotStored) {
         log.error({ err: err.cause, stored: files.length }, 'image produced but not stored: task needs attention');
-        await this.deps.settlement.imageNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', { files, unrecorded });
+        await this.deps.settlement.imageNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', { files, unrecorded }, attempts.take());
         throw new ApiError(500, 'internal_error', `The image was generated but could not be stored; task ${task.id} needs attention and its credits stay held until an operator settles it.`);
       } else if (!(err instanceof NotDelivered) && !signal.aborted) {
         const error = asProviderError(err, 'The image provider failed to generate the image; the credits were released.');
         log.warn({ err, delivered: files.length }, 'image provider failed');
         if (files.length === 0) {
           const api = apiErrorOf(error, task.model);
-          await this.deps.settlement.failImage(fence, api.code, api.message);
+          await this.deps.settlement.failImage(fence, api.code, api.message, attempts.take());
           throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, api.param, api.extra, api.headers);
         }
         failure = new ApiError(502, 'upstream_error', `The image provider failed after ${files.length} of ${task.n} images; only the delivered images are charged.`);
@@ -290,20 +305,23 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       unrecorded.length = 0;
     }
     if (files.length === 0) {
-      await this.deps.settlement.failImage(fence, 'client_disconnected', 'The client disconnected before any image was delivered; the credits were released.');
+      await this.deps.settlement.failImage(fence, 'client_disconnected', 'The client disconnected before any image was delivered; the credits were released.', attempts.take());
       return { status: 'failed', files, images };
     }
     const { revisedPrompt } = upstream;
+    // The answer's head goes out while the task settles (whileSettling); its writes never fail the task.
+    const answering = opts.whileSettling?.({ files, images, ...(revisedPrompt !== null && { revisedPrompt }) }).catch((err: unknown) => log.debug({ err }, 'the answer could not be written while the task settled'));
     // With storeWhileSettling the answer waits for both: a client that leaves meanwhile is charged,
     // as one that leaves during the settlement always was (the filesystem store's write takes about
     // as long as the settlement's commit).
-    const [done] = await Promise.all([this.deps.settlement.completeImage(task, { files, unrecorded, revisedPrompt }), Promise.all(storing)]);
+    const [done] = await Promise.all([this.deps.settlement.completeImage(task, { files, unrecorded, revisedPrompt }, attempts.take()), Promise.all(storing)]);
     if (!done) {
       // Taken over by another worker: the files this attempt stored are not its to publish.
       for (const file of unrecorded) await this.deps.files.discardUnrecorded(file);
       throw new ApiError(500, 'internal_error', `Task ${task.id} was taken over by another worker.`);
     }
     if (lost.length > 0) await this.forgetLost(task, lost, log);
+    await answering;
     return { status: 'completed', files, images, ...(revisedPrompt !== null && { revisedPrompt }), ...(failure && { error: failure }) };
   }
 }

@@ -23,6 +23,7 @@ import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
 import { fenceOf, type Fence } from '../../repositories/leased-tasks.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
+import type { AttemptRecord } from '../../repositories/task-attempt.repository.ts';
 import type { FinishedFields, VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import type { WebhookOutbox } from '../webhooks/webhook-outbox.ts';
 
@@ -67,28 +68,41 @@ export class Settlement {
 
   /**
    * Completes an image task with the images it delivered (`unrecorded`: the rows of those files not
-   * written yet); captures delivered × unit price, releases the rest. One statement.
+   * written yet); captures delivered × unit price, releases the rest. One statement, which also
+   * records the task's calls upstream (`attempts`).
    */
-  async completeImage(task: ImageTaskRow, result: { files: readonly FileRow[]; unrecorded: readonly FileRow[]; revisedPrompt: string | null }): Promise<ImageTaskRow | undefined> {
+  async completeImage(
+    task: ImageTaskRow,
+    result: { files: readonly FileRow[]; unrecorded: readonly FileRow[]; revisedPrompt: string | null },
+    attempts: readonly AttemptRecord[] = [],
+  ): Promise<ImageTaskRow | undefined> {
     const fileIds = result.files.map((f) => f.id);
     const capture = fileIds.length * task.unitPrice;
-    const row = await this.deps.imageTasks.complete(fenceOf(task), { fileIds, actualCredits: capture, revisedPrompt: result.revisedPrompt, unrecorded: result.unrecorded }, (hold) =>
-      this.deps.ledger.settlement(hold, capture),
+    const row = await this.deps.imageTasks.complete(
+      fenceOf(task),
+      { fileIds, actualCredits: capture, revisedPrompt: result.revisedPrompt, unrecorded: result.unrecorded },
+      (hold) => this.deps.ledger.settlement(hold, capture),
+      attempts,
     );
     if (row) this.deps.log.info({ taskId: row.id, delivered: fileIds.length, n: row.n, capturedMicroCredits: capture }, 'image task completed');
     return row;
   }
 
-  /** Fails an image task and releases its hold. One statement. */
-  async failImage(fence: Fence, code: string, message: string): Promise<ImageTaskRow | undefined> {
-    const row = await this.deps.imageTasks.fail(fence, code, message, (hold) => this.deps.ledger.settlement(hold, 0));
+  /** Fails an image task and releases its hold. One statement (with the task's `attempts`). */
+  async failImage(fence: Fence, code: string, message: string, attempts: readonly AttemptRecord[] = []): Promise<ImageTaskRow | undefined> {
+    const row = await this.deps.imageTasks.fail(fence, code, message, (hold) => this.deps.ledger.settlement(hold, 0), attempts);
     if (row) this.deps.log.info({ taskId: row.id, code }, 'image task failed; credits released');
     return row;
   }
 
   /** The outcome is unknown (images produced but not stored): the hold stays until an operator settles. */
-  async imageNeedsAttention(fence: Fence, message: string, stored: { files: readonly FileRow[]; unrecorded: readonly FileRow[] }): Promise<ImageTaskRow | undefined> {
-    const row = await this.deps.imageTasks.needsAttention(fence, message, { fileIds: stored.files.map((f) => f.id), unrecorded: stored.unrecorded });
+  async imageNeedsAttention(
+    fence: Fence,
+    message: string,
+    stored: { files: readonly FileRow[]; unrecorded: readonly FileRow[] },
+    attempts: readonly AttemptRecord[] = [],
+  ): Promise<ImageTaskRow | undefined> {
+    const row = await this.deps.imageTasks.needsAttention(fence, message, { fileIds: stored.files.map((f) => f.id), unrecorded: stored.unrecorded }, attempts);
     if (row) this.deps.log.error({ taskId: row.id, delivered: row.delivered }, 'image task needs attention: its credits stay held until an operator settles it');
     return row;
   }

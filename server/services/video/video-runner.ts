@@ -22,16 +22,18 @@
  * upstream's Retry-After) until the task's deadline; a task past its deadline fails and is refunded
  * at its next step.
  */
-import { ended, sentence, taskErrorCodeOf } from '../../errors.ts';
+import { apiErrorOf, ended, sentence, taskErrorCodeOf } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import { NoCapacity, upstreamModelOf, type Pool } from '../../pool/pool.ts';
 import { ProviderError, asProviderError } from '../../providers/provider-error.ts';
 import type { ProviderRegistry } from '../../providers/registry.ts';
 import type { UpstreamAccount, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoStatus } from '../../providers/types.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
+import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
 import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import { MediaTooLarge, StorageError } from '../../storage/media-store.ts';
 import type { FileService } from '../file.service.ts';
+import { AttemptLog } from '../tasks/attempt-log.ts';
 import { retryDelay, spread, type RetryPolicy } from '../tasks/retry-policy.ts';
 import type { Settlement } from '../tasks/settlement.ts';
 import { DONE, LeaseLost, later, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
@@ -49,6 +51,8 @@ export interface VideoRunnerDeps {
   providers: ProviderRegistry;
   files: FileService;
   settlement: Settlement;
+  /** Where each step's calls upstream are recorded (the task's story for operators). */
+  attempts: TaskAttemptRepository;
   /** Largest video output stored; a larger one fails the task. */
   maxOutputBytes: number;
   retry?: RetryPolicy;
@@ -68,11 +72,50 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
   }
 
   async step(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
+    const attempts = new AttemptLog(task.id);
+    try {
+      return await this.run(task, attempts, signal, log);
+    } finally {
+      await this.record(attempts, log);
+    }
+  }
+
+  /**
+   * Fails a task past its deadline and refunds it, then cancels its upstream job where the adapter
+   * can: what a step does with such a task, and what the task sweeper does with one no worker
+   * claimed (services/tasks/task-sweeper.ts). False: the fence no longer holds (nothing changed).
+   */
+  async expire(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<boolean> {
+    const attempts = new AttemptLog(task.id);
+    try {
+      return await this.failPastDeadline(task, attempts, signal, log);
+    } finally {
+      await this.record(attempts, log);
+    }
+  }
+
+  private async failPastDeadline(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<boolean> {
+    if (!(await this.deps.settlement.failVideo(task, 'timeout', 'The task exceeded its maximum lifetime and was refunded.'))) return false;
+    await this.cancelUpstream(task, attempts, signal, log);
+    return true;
+  }
+
+  /** Writes a step's attempts; a failure to write them is logged, never the step's. */
+  private async record(attempts: AttemptLog, log: Logger): Promise<void> {
+    const records = attempts.take();
+    try {
+      await this.deps.attempts.insert(records);
+    } catch (err) {
+      log.warn({ err: err instanceof Error ? err.message : String(err), attempts: records.length }, 'could not record the attempts of a task step');
+    }
+  }
+
+  private async run(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<StepResult> {
     if (task.deadlineAt.getTime() <= Date.now()) {
-      if (await this.deps.settlement.failVideo(task, 'timeout', 'The task exceeded its maximum lifetime and was refunded.')) await this.cancelUpstream(task, signal, log);
+      await this.failPastDeadline(task, attempts, signal, log);
       return DONE;
     }
-    if (!task.upstreamJobId) return this.submit(task, signal, log);
+    if (!task.upstreamJobId) return this.submit(task, attempts, signal, log);
 
     const account = task.memberId ? await this.deps.pool.account(task.memberId) : undefined;
     const provider = account && this.deps.providers.video(account.provider);
@@ -81,19 +124,29 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       return DONE;
     }
     // A poll already said the job is done: only the download is left (never poll a finished job again).
-    if (task.upstreamOutput) return this.finalize(task, account, provider, task.upstreamOutput as VideoOutputRef, signal, log);
+    if (task.upstreamOutput) return this.finalize(task, account, provider, task.upstreamOutput as VideoOutputRef, attempts, signal, log);
     let status: VideoStatus;
+    const pollStartedAt = performance.now();
     try {
       const job = await this.jobOf(task, account, false);
-      status = await this.deps.pool.health.observe(account, () => provider.poll(account, task.upstreamJobId!, job, signal));
+      // A status check that says "still running" is not recorded: one every few seconds for minutes.
+      status = await attempts.run('poll', account, task.upstreamJobId, () => this.deps.pool.health.observe(account, () => provider.poll(account, task.upstreamJobId!, job, signal)), {
+        keep: (s) => s.state !== 'running',
+        signal,
+      });
     } catch (err) {
       return this.failOrRetry(task, err, 'The video provider status check failed.');
     }
     if (status.state === 'running') return later(status.retryAfterMs ?? spread(provider.pollIntervalMs));
-    if (status.state === 'failed') return this.fail(task, status.error);
+    if (status.state === 'failed') {
+      // A job failed by the member's configuration (an aggregator's mapping the upstream refused):
+      // the operator reads why in member health; the task gets the generic message (fail()).
+      if (memberFault(status.error)) await this.deps.pool.health.failed(account, status.error, pollStartedAt);
+      return this.fail(task, status.error);
+    }
     if (!(await this.deps.tasks.recordUpstreamOutput(fenceOf(task), status.output))) throw new LeaseLost('lease lost before the finished job was recorded');
     log.info({ memberId: account.memberId, upstreamJobId: task.upstreamJobId }, 'video job finished upstream');
-    return this.finalize(task, account, provider, status.output, signal, log);
+    return this.finalize(task, account, provider, status.output, attempts, signal, log);
   }
 
   /**
@@ -101,13 +154,13 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * adapter can (it would spend the account's quota on a result nobody collects). Best effort: a
    * failure is logged, the task is failed and refunded either way.
    */
-  private async cancelUpstream(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<void> {
+  private async cancelUpstream(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<void> {
     if (!task.upstreamJobId || task.upstreamOutput || !task.memberId) return;
     const account = await this.deps.pool.account(task.memberId);
     const provider = account && this.deps.providers.video(account.provider);
     if (!account || !provider?.cancel) return;
     try {
-      await this.deps.pool.health.observe(account, () => provider.cancel!(account, task.upstreamJobId!, signal));
+      await attempts.run('cancel', account, task.upstreamJobId, () => this.deps.pool.health.observe(account, () => provider.cancel!(account, task.upstreamJobId!, signal)), { signal });
       log.info({ memberId: account.memberId, upstreamJobId: task.upstreamJobId }, 'upstream job of a task past its deadline cancelled');
     } catch (err) {
       log.warn({ memberId: account.memberId, upstreamJobId: task.upstreamJobId, err: err instanceof Error ? err.message : String(err) }, 'could not cancel the upstream job of a task past its deadline');
@@ -124,9 +177,9 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * take it), then saves the job id: the commit point. With every member busy the task stays
    * queued (no retry counted, nothing charged) and looks again shortly.
    */
-  private async submit(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
+  private async submit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<StepResult> {
     const fence = fenceOf(task);
-    if (task.submitStartedAt && task.memberId) return this.resubmit(task, signal, log);
+    if (task.submitStartedAt && task.memberId) return this.resubmit(task, attempts, signal, log);
     let submitted: { account: UpstreamAccount; jobId: string };
     try {
       const job = await this.jobOf(task, undefined, true);
@@ -142,7 +195,16 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
           signal,
           log,
         },
-        async (account) => ({ account, jobId: await this.videoProvider(account).submit(account, { ...job, model: upstreamModelOf(account, task.model) }, signal) }),
+        async (account) => ({
+          account,
+          jobId: await attempts.run(
+            'submit',
+            account,
+            (id) => id,
+            async () => this.videoProvider(account).submit(account, { ...job, model: upstreamModelOf(account, task.model), mapping: await this.deps.pool.mappingFor(account, task.model) }, signal),
+            { signal },
+          ),
+        }),
       );
     } catch (err) {
       if (err instanceof NoCapacity) {
@@ -166,7 +228,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * between): the job goes to the same member with the same idempotency key, so an upstream that
    * honours it runs the job once; the warning says what happened.
    */
-  private async resubmit(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
+  private async resubmit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<StepResult> {
     const fence = fenceOf(task);
     const account = await this.deps.pool.account(task.memberId!);
     if (!account || !this.deps.providers.video(account.provider)) {
@@ -177,7 +239,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     let jobId: string;
     try {
       const job = await this.jobOf(task, account, true);
-      jobId = await this.deps.pool.health.observe(account, () => this.videoProvider(account).submit(account, job, signal));
+      jobId = await attempts.run('submit', account, (id) => id, () => this.deps.pool.health.observe(account, () => this.videoProvider(account).submit(account, job, signal)), { signal });
     } catch (err) {
       if (err instanceof ProviderError) await this.deps.tasks.clearSubmitting(fence);
       return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
@@ -205,12 +267,20 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * then, or at once for a permanent failure, the task fails and is refunded. An output the media
    * store cannot take (the gateway's own fault) is retried by the engine and never uses that budget.
    */
-  private async finalize(task: VideoTaskRow, account: UpstreamAccount, provider: VideoProvider, output: VideoOutputRef, signal: AbortSignal, log: Logger): Promise<StepResult> {
+  private async finalize(
+    task: VideoTaskRow,
+    account: UpstreamAccount,
+    provider: VideoProvider,
+    output: VideoOutputRef,
+    attempts: AttemptLog,
+    signal: AbortSignal,
+    log: Logger,
+  ): Promise<StepResult> {
     const downloadRetries = task.downloadRetries;
     let content: VideoContent;
     try {
       const job = await this.jobOf(task, account, true);
-      content = await this.deps.pool.health.observe(account, () => provider.download(account, task.upstreamJobId!, output, job, signal));
+      content = await attempts.run('download', account, task.upstreamJobId, () => this.deps.pool.health.observe(account, () => provider.download(account, task.upstreamJobId!, output, job, signal)), { signal });
     } catch (err) {
       // The lease was lost or the worker is stopping: nothing to record; the next claim downloads again.
       if (signal.aborted || (err instanceof Error && err.name === 'AbortError')) throw err;
@@ -263,7 +333,8 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
 
   /** Fails the task with the upstream's (sanitized) reason, as a sentence, as its error.message. */
   private async fail(task: VideoTaskRow, error: ProviderError): Promise<StepResult> {
-    await this.deps.settlement.failVideo(task, taskErrorCodeOf(error), sentence(error.message));
+    // The member's own fault is the operator's to read (member health), not the client's.
+    await this.deps.settlement.failVideo(task, taskErrorCodeOf(error), memberFault(error) ? apiErrorOf(error).message : sentence(error.message));
     return DONE;
   }
 
@@ -277,6 +348,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     const job: VideoJob = {
       taskId: task.id,
       model: account ? upstreamModelOf(account, task.model) : task.model,
+      mapping: account && (await this.deps.pool.mappingFor(account, task.model)),
       prompt: task.prompt,
       negativePrompt: task.negativePrompt,
       durationSeconds: task.durationSeconds,
@@ -297,6 +369,11 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
 }
 
 /** A failure that may pass by itself or by an operator's hand (not the job's own): worth retrying until the deadline. */
+/** The member's configuration, credentials or account, not the request nor a passing fault. */
+function memberFault(error: ProviderError): boolean {
+  return ['auth', 'quota_exhausted', 'misconfigured', 'model_not_open', 'account_disabled'].includes(error.kind);
+}
+
 function operatorCanFix(error: ProviderError): boolean {
   return error.transient || ['auth', 'quota_exhausted', 'misconfigured', 'model_not_open', 'account_disabled'].includes(error.kind);
 }

@@ -1,0 +1,139 @@
+/**
+ * Usage reports (GET /admin/v1/usage) and the operator gauges (/metrics), each ONE statement.
+ *
+ * A report reads three range scans: the image and video tasks created in [from, to) (their
+ * (created_at, id) indexes, or the account's), and the capture and release entries the ledger
+ * recorded in it (ledger_entries_created_idx, or the account's), each entry joined to its task by id
+ * for the model and the member. Both are folded into one list of facts and grouped by the period
+ * (hour or day, UTC; the first starts at `from`) and the dimensions asked for. The provider is the
+ * kind of the member that ran the task, `none` without one (or once it was deleted).
+ */
+import { sql, type Kysely, type RawBuilder } from 'kysely';
+import type { DB } from '../../generated/db.d.ts';
+
+export type UsageDimension = 'account' | 'key' | 'model' | 'provider';
+export type Granularity = 'hour' | 'day';
+
+export interface UsageQuery {
+  /** RFC 3339 text, parsed by PostgreSQL. */
+  from: string;
+  to: string;
+  granularity: Granularity;
+  groupBy: readonly UsageDimension[];
+  accountId?: string;
+}
+
+export interface UsageRow {
+  periodStart: Date;
+  accountId: string | null;
+  apiKeyId: string | null;
+  model: string | null;
+  provider: string | null;
+  creditsSpent: number;
+  creditsRefunded: number;
+  videoTasksQueued: number;
+  videoTasksInProgress: number;
+  videoTasksCompleted: number;
+  videoTasksFailed: number;
+  imageTasksProcessing: number;
+  imageTasksNeedsAttention: number;
+  imageTasksCompleted: number;
+  imageTasksFailed: number;
+  imagesRequested: number;
+  imagesDelivered: number;
+}
+
+/** The operator's gauges: what is held and unfinished right now. */
+export interface OperatorStats {
+  creditsHeld: number;
+  holdsHeld: number;
+  /** Unfinished tasks by kind and status (terminal states grow forever: the usage report counts them). */
+  unfinished: { kind: 'image' | 'video'; status: string; count: number }[];
+  needsAttention: number;
+  /** Age in seconds of the oldest needs_attention task; 0 without one. */
+  oldestNeedsAttentionSeconds: number;
+}
+
+const DIMENSIONS: Record<UsageDimension, { column: string; expr: RawBuilder<unknown> }> = {
+  account: { column: 'account_id', expr: sql`f.account_id` },
+  key: { column: 'api_key_id', expr: sql`f.api_key_id` },
+  model: { column: 'model', expr: sql`f.model` },
+  provider: { column: 'provider', expr: sql`f.provider` },
+};
+const ORDER: readonly UsageDimension[] = ['account', 'key', 'model', 'provider'];
+
+export class UsageRepository {
+  constructor(private readonly db: Kysely<DB>) {}
+
+  async report(q: UsageQuery): Promise<UsageRow[]> {
+    const from = sql`${q.from}::timestamptz`;
+    const to = sql`${q.to}::timestamptz`;
+    const account = (column: string) => (q.accountId !== undefined ? sql` and ${sql.ref(column)} = ${q.accountId}` : sql``);
+    const dims = ORDER.filter((d) => q.groupBy.includes(d));
+    const selected = ORDER.map((d) => (dims.includes(d) ? sql`${DIMENSIONS[d].expr}::text as ${sql.ref(DIMENSIONS[d].column)}` : sql`null::text as ${sql.ref(DIMENSIONS[d].column)}`));
+    const groupBy = [sql`f.period_start`, ...dims.map((d) => DIMENSIONS[d].expr)];
+    const count = (kind: string, status: string) => sql`count(*) filter (where f.kind = ${sql.lit(kind)} and f.status = ${sql.lit(status)})`;
+    const { rows } = await sql<UsageRow>`
+      with tasks as (
+        select v.account_id, v.api_key_id, v.model, v.member_id, v.created_at as at, 'video'::text as kind, v.status, 0::bigint as n, 0::bigint as delivered
+        from video_tasks v where v.created_at >= ${from} and v.created_at < ${to}${account('v.account_id')}
+        union all
+        select i.account_id, i.api_key_id, i.model, i.member_id, i.created_at, 'image'::text, i.status, i.n::bigint, i.delivered::bigint
+        from image_tasks i where i.created_at >= ${from} and i.created_at < ${to}${account('i.account_id')}
+      ), credits as (
+        select l.account_id, l.api_key_id, coalesce(v.model, i.model) as model, coalesce(v.member_id, i.member_id) as member_id, l.created_at as at,
+               case when l.kind = 'capture' then l.amount else 0 end as spent, case when l.kind = 'release' then l.amount else 0 end as refunded
+        from ledger_entries l
+        left join video_tasks v on v.id = l.task_id
+        left join image_tasks i on i.id = l.task_id
+        where l.kind in ('capture', 'release') and l.created_at >= ${from} and l.created_at < ${to}${account('l.account_id')}
+      ), facts as (
+        select account_id, api_key_id, model, member_id, at, 0::bigint as spent, 0::bigint as refunded, kind, status, n, delivered from tasks
+        union all
+        select account_id, api_key_id, model, member_id, at, spent, refunded, null, null, 0, 0 from credits
+      ), periods as (
+        select x.*, greatest(date_trunc(${sql.lit(q.granularity)}, x.at, 'UTC'), ${from}) as period_start, coalesce(m.provider, 'none') as provider
+        from facts x left join group_members m on m.id = x.member_id
+      )
+      select f.period_start, ${sql.join(selected)},
+        coalesce(sum(f.spent), 0)::bigint as credits_spent,
+        coalesce(sum(f.refunded), 0)::bigint as credits_refunded,
+        ${count('video', 'queued')} as video_tasks_queued,
+        ${count('video', 'in_progress')} as video_tasks_in_progress,
+        ${count('video', 'completed')} as video_tasks_completed,
+        ${count('video', 'failed')} as video_tasks_failed,
+        ${count('image', 'processing')} as image_tasks_processing,
+        ${count('image', 'needs_attention')} as image_tasks_needs_attention,
+        ${count('image', 'completed')} as image_tasks_completed,
+        ${count('image', 'failed')} as image_tasks_failed,
+        coalesce(sum(f.n) filter (where f.kind = 'image'), 0)::bigint as images_requested,
+        coalesce(sum(f.delivered) filter (where f.kind = 'image'), 0)::bigint as images_delivered
+      from periods f
+      group by ${sql.join(groupBy)}
+      order by ${sql.join(groupBy)}`.execute(this.db);
+    return rows;
+  }
+
+  /** The gauges, in one statement over the partial indexes of held holds and unfinished tasks. */
+  async operatorStats(): Promise<OperatorStats> {
+    const { rows } = await sql<{ creditsHeld: number; holdsHeld: number; unfinished: { kind: 'image' | 'video'; status: string; count: number }[] | null; oldest: Date | null; needsAttention: number }>`
+      select
+        (select coalesce(sum(amount), 0)::bigint from credit_holds where status = 'held') as credits_held,
+        (select count(*) from credit_holds where status = 'held') as holds_held,
+        (select json_agg(json_build_object('kind', kind, 'status', status, 'count', n)) from (
+           select 'video' as kind, status, count(*) as n from video_tasks where status in ('queued', 'in_progress') group by status
+           union all
+           select 'image', status, count(*) from image_tasks where status in ('processing', 'needs_attention') group by status
+         ) u) as unfinished,
+        (select count(*) from image_tasks where status = 'needs_attention') as needs_attention,
+        (select min(created_at) from image_tasks where status = 'needs_attention') as oldest`.execute(this.db);
+    const row = rows[0]!;
+    return {
+      creditsHeld: row.creditsHeld,
+      holdsHeld: row.holdsHeld,
+      unfinished: row.unfinished ?? [],
+      needsAttention: row.needsAttention,
+      oldestNeedsAttentionSeconds: row.oldest ? Math.max(0, (Date.now() - row.oldest.getTime()) / 1000) : 0,
+    };
+  }
+}

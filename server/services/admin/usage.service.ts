@@ -1,0 +1,89 @@
+/** Admin: usage reports (GET /admin/v1/usage), as JSON or CSV; one SQL statement per report. */
+import type { components } from '../../../generated/api.d.ts';
+import { badRequest } from '../../errors.ts';
+import { toCredits } from '../../lib/money.ts';
+import type { Granularity, UsageDimension, UsageRepository, UsageRow } from '../../repositories/usage.repository.ts';
+
+type AdminUsageReport = components['schemas']['AdminUsageReport'];
+type AdminUsageRow = components['schemas']['AdminUsageRow'];
+
+export interface UsageQueryParams {
+  from: string;
+  to: string;
+  group_by?: UsageDimension[];
+  granularity?: Granularity;
+  account_id?: string;
+}
+
+/** Longest range of a report, by granularity (hours of a month; days of two years). */
+const MAX_RANGE_DAYS: Record<Granularity, number> = { hour: 31, day: 731 };
+
+/** The CSV columns, in the order of AdminUsageRow. */
+export const USAGE_CSV_COLUMNS = [
+  'period_start', 'account_id', 'api_key_id', 'model', 'provider', 'credits_spent', 'credits_refunded',
+  'video_tasks_queued', 'video_tasks_in_progress', 'video_tasks_completed', 'video_tasks_failed',
+  'image_tasks_processing', 'image_tasks_needs_attention', 'image_tasks_completed', 'image_tasks_failed',
+  'images_requested', 'images_delivered',
+] as const satisfies readonly (keyof AdminUsageRow)[];
+
+export class UsageService {
+  constructor(private readonly usage: UsageRepository) {}
+
+  async report(params: UsageQueryParams): Promise<AdminUsageReport> {
+    const from = new Date(params.from);
+    const to = new Date(params.to);
+    if (Number.isNaN(from.getTime())) throw badRequest('invalid_request', `'from' must be an RFC 3339 date-time.`, 'from');
+    if (Number.isNaN(to.getTime())) throw badRequest('invalid_request', `'to' must be an RFC 3339 date-time.`, 'to');
+    if (to <= from) throw badRequest('invalid_request', `'to' must be after 'from'.`, 'to');
+    const granularity = params.granularity ?? 'day';
+    const maxDays = MAX_RANGE_DAYS[granularity];
+    if (to.getTime() - from.getTime() > maxDays * 86_400_000) {
+      throw badRequest('invalid_request', `A report by ${granularity} covers at most ${maxDays} days; shorten the range between 'from' and 'to'${granularity === 'hour' ? ' or report by day' : ''}.`, 'to');
+    }
+    const groupBy = params.group_by && params.group_by.length > 0 ? [...new Set(params.group_by)] : (['account'] as UsageDimension[]);
+    const rows = await this.usage.report({
+      from: from.toISOString(),
+      to: to.toISOString(),
+      granularity,
+      groupBy,
+      ...(params.account_id !== undefined && { accountId: params.account_id }),
+    });
+    return { from: from.toISOString(), to: to.toISOString(), granularity, group_by: groupBy, rows: rows.map(toApiRow) };
+  }
+}
+
+function toApiRow(r: UsageRow): AdminUsageRow {
+  return {
+    period_start: r.periodStart.toISOString(),
+    account_id: r.accountId,
+    api_key_id: r.apiKeyId,
+    model: r.model,
+    provider: r.provider,
+    credits_spent: toCredits(r.creditsSpent),
+    credits_refunded: toCredits(r.creditsRefunded),
+    video_tasks_queued: r.videoTasksQueued,
+    video_tasks_in_progress: r.videoTasksInProgress,
+    video_tasks_completed: r.videoTasksCompleted,
+    video_tasks_failed: r.videoTasksFailed,
+    image_tasks_processing: r.imageTasksProcessing,
+    image_tasks_needs_attention: r.imageTasksNeedsAttention,
+    image_tasks_completed: r.imageTasksCompleted,
+    image_tasks_failed: r.imageTasksFailed,
+    images_requested: r.imagesRequested,
+    images_delivered: r.imagesDelivered,
+  };
+}
+
+/** RFC 4180: a field with a comma, quote or line break is quoted, quotes doubled; null is empty. */
+function csvField(value: string | number | null): string {
+  if (value === null) return '';
+  const text = String(value);
+  return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
+/** The report as CSV: a header line, then one line per row (CRLF-free: `\n` line ends). */
+export function usageCsv(report: AdminUsageReport): string {
+  const lines = [USAGE_CSV_COLUMNS.join(',')];
+  for (const row of report.rows) lines.push(USAGE_CSV_COLUMNS.map((c) => csvField(row[c])).join(','));
+  return `${lines.join('\n')}\n`;
+}

@@ -1,0 +1,128 @@
+/**
+ * The task sweeper (issue 32), on one instance at a time (a lease in the sweepers table), every
+ * 30 seconds, whether or not any engine runs:
+ *
+ *   deadlines  an unfinished video task past its deadline that no worker holds is claimed (a fenced
+ *              claim, as an engine's) and failed and refunded, its upstream job cancelled where the
+ *              adapter can (VideoRunner.expire: the same end a worker gives it); an image task still
+ *              `processing` TASK_MAX_LIFETIME_SECONDS after its creation, likewise (failed, released);
+ *   holds      a hold still `held` whose task has ended is settled: the task's actual credits
+ *              captured when it completed, all released when it failed (every end settles its hold
+ *              in the same statement; this mends what an older version or a manual edit left).
+ *
+ * A task an engine holds (a live lease) is left to it; `needs_attention` tasks wait for an operator.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Executor } from '../../db/database.ts';
+import type { Logger } from '../../logger.ts';
+import { fenceOf } from '../../repositories/leased-tasks.ts';
+import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
+import type { SweeperRepository } from '../../repositories/sweeper.repository.ts';
+import type { TaskSweepRepository } from '../../repositories/task-sweep.repository.ts';
+import type { VideoRunner } from '../video/video-runner.ts';
+import type { Settlement } from './settlement.ts';
+
+const NAME = 'tasks';
+/** Longer than a run can take: a run that dies lets another instance take over after it. */
+const LEASE_MS = 5 * 60_000;
+/** The lease of a claimed task: long enough to fail it and cancel its upstream job. */
+const TASK_LEASE_MS = 60_000;
+const BATCH = 50;
+/** Batches a run works through at most (the rest waits for the next run). */
+const MAX_BATCHES = 20;
+
+export interface TaskSweepReport {
+  /** Video tasks failed and refunded past their deadline. */
+  videos: number;
+  /** Image tasks failed and released past their lifetime. */
+  images: number;
+  /** Holds of ended tasks settled. */
+  holds: number;
+}
+
+export interface TaskSweeperDeps {
+  repo: TaskSweepRepository;
+  sweepers: SweeperRepository;
+  ledger: LedgerRepository;
+  settlement: Settlement;
+  videoRunner: VideoRunner;
+  db: Executor;
+  log: Logger;
+  taskMaxLifetimeSeconds: number;
+}
+
+export class TaskSweeper {
+  private readonly owner = `task_sweeper_${process.pid}_${randomBytes(4).toString('hex')}`;
+  private readonly abort = new AbortController();
+
+  constructor(private readonly deps: TaskSweeperDeps) {}
+
+  /** One run, when no other instance is running one; undefined when another holds the lease. */
+  async run(): Promise<TaskSweepReport | undefined> {
+    const taken = await this.deps.sweepers.take(NAME, this.owner, LEASE_MS);
+    if (!taken) return undefined;
+    const report: TaskSweepReport = { videos: 0, images: 0, holds: 0 };
+    try {
+      report.videos = await this.expireVideos();
+      report.images = await this.expireImages();
+      report.holds = await this.settleStrandedHolds();
+    } finally {
+      await this.deps.sweepers.save(NAME, this.owner, null, true);
+    }
+    if (report.videos + report.images + report.holds > 0) this.deps.log.info({ ...report }, 'task sweep ended overdue tasks or settled stranded holds');
+    return report;
+  }
+
+  /** Stops a run in progress at its next upstream call (a stopping process). */
+  stop(): void {
+    this.abort.abort();
+  }
+
+  private async expireVideos(): Promise<number> {
+    let ended = 0;
+    for (let batch = 0; batch < MAX_BATCHES && !this.abort.signal.aborted; batch++) {
+      const tasks = await this.deps.repo.claimOverdueVideos(this.owner, TASK_LEASE_MS, BATCH);
+      for (const task of tasks) {
+        const log = this.deps.log.child({ taskId: task.id });
+        if (await this.deps.videoRunner.expire(task, this.abort.signal, log)) {
+          ended++;
+          log.warn({ deadlineAt: task.deadlineAt.toISOString() }, 'video task past its deadline and unclaimed: failed and refunded by the task sweeper');
+        }
+      }
+      if (tasks.length < BATCH) break;
+    }
+    return ended;
+  }
+
+  private async expireImages(): Promise<number> {
+    let ended = 0;
+    for (let batch = 0; batch < MAX_BATCHES; batch++) {
+      const tasks = await this.deps.repo.claimOverdueImages(this.owner, TASK_LEASE_MS, this.deps.taskMaxLifetimeSeconds, BATCH);
+      for (const task of tasks) {
+        if (await this.deps.settlement.failImage(fenceOf(task), 'timeout', 'The task exceeded its maximum lifetime and was refunded.')) {
+          ended++;
+          this.deps.log.warn({ taskId: task.id }, 'image task past its lifetime and unclaimed: failed and released by the task sweeper');
+        }
+      }
+      if (tasks.length < BATCH) break;
+    }
+    return ended;
+  }
+
+  private async settleStrandedHolds(): Promise<number> {
+    let settled = 0;
+    for (let batch = 0; batch < MAX_BATCHES; batch++) {
+      const holds = await this.deps.repo.strandedHolds(BATCH);
+      let progressed = 0;
+      for (const hold of holds) {
+        if (await this.deps.ledger.settleForTask(hold.taskId, hold.capture, this.deps.db)) {
+          settled++;
+          progressed++;
+          this.deps.log.warn({ taskId: hold.taskId, status: hold.status, capturedMicroCredits: hold.capture }, 'hold of an ended task was still held: settled by the task sweeper');
+        }
+      }
+      if (holds.length < BATCH || progressed === 0) break;
+    }
+    return settled;
+  }
+}
