@@ -21,20 +21,27 @@ import { modelCommands } from './admin/models.ts';
 import type { Output } from './admin/output.ts';
 import { switchCommands } from './admin/switches.ts';
 import { webhookCommands } from './admin/webhooks.ts';
+import { taskCommands } from './admin/tasks.ts';
+import { ledgerCommands } from './admin/ledger.ts';
+import { usageCommands } from './admin/usage.ts';
 
 const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...] [--json]
 
   accounts create --name NAME [--initial-credits N] [--status active|suspended]
+                  [--rpm N|none|default] [--max-in-flight N|none|default]
   accounts list [--status active|suspended] [--limit N] [--cursor C]
   accounts get <account id|name>
   accounts update <account id|name> [--name NAME] [--status active|suspended]
                   [--output-retention-days N|default] [--input-retention-days N|default]
+                  [--rpm N|none|default] [--max-in-flight N|none|default]
   accounts credit <account id|name> --amount N --reason TEXT      (negative N debits)
 
   keys create --account <id|name> --name NAME [--credit-limit N|none] [--group <id|name>]
+              [--rpm N|none|default] [--max-in-flight N|none|default]
   keys list [--account <id|name>] [--limit N] [--cursor C]
   keys get <key id>
   keys update <key id> [--name NAME] [--credit-limit N|none] [--group <id|name>] [--active true|false]
+              [--rpm N|none|default] [--max-in-flight N|none|default]
 
   groups create --name NAME [--description TEXT]
   groups list [--limit N] [--cursor C]
@@ -57,12 +64,25 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
               [--reference-limit N] [--file <patch.json|->]
   models set-price <model id> --resolution R [--quality low|medium|high] --price N [--mode per_second|per_item]
   models set-reference-limit <model id> --count N
+  models set-mapping <model id> --provider fal|replicate --file <mapping.json|->   (an aggregator's mapping; see the README)
+  models remove-mapping <model id> --provider fal|replicate
   models enable <model id>
   models disable <model id>
 
   switches list
   switches set <image_generation|image_edit|video_generation> on|off
 
+  tasks list [--kind image|video] [--status needs_attention,queued,…] [--account <id|name>] [--key <key id>]
+             [--model M] [--member <member id>] [--provider P] [--after T] [--before T] [--limit N] [--cursor C]
+  tasks show <task id>                 (its story: quote, hold, ledger, upstream attempts, webhook)
+
+  ledger list [--account <id|name>] [--key <key id>] [--task <task id>] [--kind grant,debit,hold,capture,release]
+              [--after T] [--before T] [--limit N] [--cursor C]
+
+  usage --from T --to T [--group-by account,key,model,provider] [--granularity hour|day] [--account <id|name>] [--csv]
+                                       (credits spent and refunded, tasks and images by status; T is RFC 3339)
+
+  webhooks list [--status pending,delivered,gone,failed] [--account <id|name>] [--after T] [--before T] [--limit N] [--cursor C]
   webhooks show <video task id>        (the callback_url delivery: status, next attempt, every attempt)
   webhooks redeliver <video task id>   (send it again now, same webhook-id and body)
 
@@ -80,6 +100,9 @@ const RESOURCES: Record<string, Commands> = {
   models: modelCommands,
   switches: switchCommands,
   webhooks: webhookCommands,
+  tasks: taskCommands,
+  ledger: ledgerCommands,
+  usage: usageCommands,
 };
 
 // Keyed `resource verb` (a Map, so that no verb can reach Object.prototype).
@@ -113,7 +136,8 @@ async function main(argv: string[]): Promise<void> {
     throw new UsageError((err as Error).message);
   }
   const { values: flags, positionals } = parsed;
-  const [resource, verb, ...args] = positionals;
+  // `usage` alone is `usage report`.
+  const [resource, verb = resource === 'usage' ? 'report' : undefined, ...args] = positionals;
   if (flags.help || resource === undefined || resource === 'help') {
     console.log(USAGE);
     return;
@@ -133,6 +157,8 @@ async function main(argv: string[]): Promise<void> {
       log: createLogger('warn', process.stderr),
       // Loaded only when credentials are stored; with DATABASE_URL it must come from the environment.
       secretKey: () => loadSecretKey({ envValue: process.env.MEDIAGATE_SECRET_KEY, dataDir: databaseUrl ? undefined : dataDir }),
+      // An image task's deadline in `tasks show`, as the server has it.
+      taskMaxLifetimeSeconds: Number(process.env.TASK_MAX_LIFETIME_SECONDS) || undefined,
     });
     const output = await run(admin, resource, verb, args, flags);
     console.log(flags.json ? JSON.stringify(output.json, null, 2) : output.text);

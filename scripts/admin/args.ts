@@ -19,6 +19,8 @@ const OPTIONS = {
   account: { type: 'string' },
   group: { type: 'string' },
   'credit-limit': { type: 'string' },
+  rpm: { type: 'string' },
+  'max-in-flight': { type: 'string' },
   active: { type: 'string' },
   description: { type: 'string' },
   provider: { type: 'string' },
@@ -42,6 +44,16 @@ const OPTIONS = {
   'reference-limit': { type: 'string' },
   limit: { type: 'string' },
   cursor: { type: 'string' },
+  key: { type: 'string' },
+  task: { type: 'string' },
+  model: { type: 'string' },
+  member: { type: 'string' },
+  after: { type: 'string' },
+  before: { type: 'string' },
+  to: { type: 'string' },
+  'group-by': { type: 'string' },
+  granularity: { type: 'string' },
+  csv: { type: 'boolean' },
 } as const;
 
 export type Flags = ReturnType<typeof parse>['values'];
@@ -95,6 +107,17 @@ export function optInt(value: string | undefined, flag: string): number | undefi
 export function nullable<T>(value: string | undefined, convert: (v: string) => T): T | null | undefined {
   if (value === undefined) return undefined;
   return ['none', 'null', 'unlimited'].includes(value.trim().toLowerCase()) ? null : convert(value);
+}
+
+/** A client limit: a whole number, `none` (no limit) or `default` (the operator's DEFAULT_* setting). */
+export function limitSetting(value: string | undefined, flag: string): number | null | 'default' | undefined {
+  if (value === undefined) return undefined;
+  const v = value.trim().toLowerCase();
+  if (v === 'default') return 'default';
+  if (['none', 'null', 'unlimited'].includes(v)) return null;
+  const n = int(value, flag);
+  if (n < 1) throw new UsageError(`--${flag} must be at least 1, or none (no limit) or default, got '${value}'`);
+  return n;
 }
 
 export function bool(value: string | undefined, flag: string): boolean | undefined {
