@@ -300,7 +300,8 @@ export async function startReplicateFake(options: ReplicateFakeOptions = {}): Pr
     // replicate.delivery answers a file it deleted (API files live an hour) as not found.
     if (!file || recorded.query.get('sig') !== sign(recorded.path, expires) || file.prediction.expired || !(expires * 1000 > Date.now())) {
       res.writeHead(404, { 'content-type': 'text/plain' });
-      return res.end('Not Found');
+      res.end('Not Found');
+      return;
     }
     file.prediction.downloads++;
     res.writeHead(200, { 'content-type': file.type, 'content-length': String(file.bytes.length) });

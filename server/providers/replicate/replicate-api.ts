@@ -110,6 +110,7 @@ export async function inputOf(mapping: UpstreamMapping, request: { context: Mapp
   try {
     return await mappedInput(mapping, request);
   } catch (err) {
+    if (err instanceof MappingError && err.refusal) throw new ProviderError('invalid_request', err.message.replace(/\.$/, ''), { cause: err, upstreamCode: 'mapping_refusal' });
     if (err instanceof MappingError) throw new ProviderError('misconfigured', `the replicate mapping's '${err.path}' ${err.message.replace(/\.$/, '')}`, { cause: err, upstreamCode: 'mapping' });
     throw err;
   }
