@@ -2,7 +2,7 @@
  * `npm test`: every check CI runs, in order, each reported; exits 1 when any fails.
  *   drift      generated/ matches what `npm run generate` would write
  *   lint       redocly lint: zero errors and zero warnings
- *   typecheck  tsc --noEmit over server, clients, scripts and tests
+ *   typecheck  tsc --noEmit over server, clients, scripts and tests, then over the console (clients/console)
  *   vitest     unit, db and http tests
  *   contract   the http suite again, every request through `prism proxy --errors`
  *
@@ -78,7 +78,8 @@ function lint(): boolean {
 const steps: Step[] = [
   { name: 'drift', run: () => exec(process.execPath, ['--import', 'tsx', 'scripts/generate.ts', '--check']) },
   { name: 'lint', run: lint },
-  { name: 'typecheck', run: () => exec(bin('tsc'), ['-p', 'tsconfig.json', '--noEmit']) },
+  // The console (clients/console) has its own tsconfig (DOM, JSX); both check against the generated contract types.
+  { name: 'typecheck', run: () => exec(bin('tsc'), ['-p', 'tsconfig.json', '--noEmit']) && exec(bin('tsc'), ['-p', 'clients/console/tsconfig.json', '--noEmit']) },
   { name: 'vitest', run: () => vitest([]) },
   { name: 'contract', run: () => vitest(['test/http'], { MEDIAGATE_CONTRACT_LANE: '1' }) },
 ];

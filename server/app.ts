@@ -14,9 +14,11 @@ import { cacheValidatorRouteMatchers } from './http/validator-route-cache.ts';
 import type { AppContext } from './context.ts';
 import { ApiError } from './errors.ts';
 import { accessLog } from './http/access-log.ts';
+import { consoleRouter } from './http/console.ts';
 import { errorMiddleware, rememberAuthError } from './http/error-middleware.ts';
 import type { HandlerMap } from './http/types.ts';
 import { hasAuth, setAuth } from './http/auth.ts';
+import { GENERATION_PATHS, requestRateGate } from './http/request-rate.ts';
 import { imageEditMultipart } from './http/multipart.ts';
 import { EDIT_MEDIA_FIELDS, MAX_REFERENCE_CHARS, VIDEO_MEDIA_FIELDS, mediaJsonBody } from './http/media-body.ts';
 import type { MediaJsonFields } from './lib/media-json-scanner.ts';
@@ -74,6 +76,8 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
     if (ctx.config.metricsToken === undefined) next(new ApiError(404, 'not_found', 'Not found.'));
     else next();
   });
+  // The operator console (static SPA over the admin API), only with ADMIN_TOKEN: server/http/console.ts.
+  app.use('/console', consoleRouter(ctx.config.adminToken !== undefined));
 
   // Credentials are checked before a body is read, so an anonymous client cannot make the server
   // buffer megabytes of JSON or uploads only to be told 401.
@@ -102,6 +106,8 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
       },
     );
   });
+  // Requests per minute of the key and its account: refused before the body is read.
+  app.post(GENERATION_PATHS, requestRateGate(ctx.services.requestRates));
   app.use('/admin', (req, res, next) => {
     if (!BODY_METHODS.has(req.method)) return next();
     try {

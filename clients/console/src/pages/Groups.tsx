@@ -1,0 +1,343 @@
+/** Groups (list, create, edit) and their members: routing settings, enable/disable and live health. */
+import { Badge, Button, Card, Group, JsonInput, Modal, NumberInput, Select, Stack, Switch, Table, Text, TextInput, Textarea, Title, Tooltip } from '@mantine/core';
+import { useState, type FormEvent } from 'react';
+import { PROVIDERS, api, call, type Member, type Provider } from '../api.ts';
+import { Link, navigate } from '../router.tsx';
+import { ConfirmButton, ErrorAlert, Pager, useAction, useCursorPages, useLoad, when } from '../ui.tsx';
+
+export function GroupsPage() {
+  const pages = useCursorPages('');
+  const list = useLoad(() => call(api.GET('/admin/v1/groups', { params: { query: { limit: 25, cursor: pages.cursor } } })), [pages.cursor]);
+  const [name, setName] = useState('');
+  const [description, setDescription] = useState('');
+  const create = useAction(async () => call(api.POST('/admin/v1/groups', { body: { name, description: description || null } })));
+  return (
+    <Stack>
+      <Title order={1} size="h2">
+        Groups &amp; members
+      </Title>
+      <Card
+        withBorder
+        component="form"
+        aria-label="Create a group"
+        onSubmit={async (e: FormEvent) => {
+          e.preventDefault();
+          const g = await create.run();
+          if (g) navigate(`/groups/${g.id}`);
+        }}
+      >
+        <Title order={2} size="h4" mb="sm">
+          Create a group
+        </Title>
+        <Group align="flex-end">
+          <TextInput label="Group name" required value={name} onChange={(e) => setName(e.currentTarget.value)} />
+          <TextInput label="Description" value={description} onChange={(e) => setDescription(e.currentTarget.value)} w={320} />
+          <Button type="submit" loading={create.pending}>
+            Create group
+          </Button>
+        </Group>
+        <ErrorAlert error={create.error} title="Could not create the group" />
+      </Card>
+      <ErrorAlert error={list.error} title="Could not list groups" />
+      <Table.ScrollContainer minWidth={600}>
+        <Table striped aria-label="Groups">
+          <Table.Thead>
+            <Table.Tr>
+              <Table.Th>Name</Table.Th>
+              <Table.Th>Id</Table.Th>
+              <Table.Th>Description</Table.Th>
+              <Table.Th ta="right">Members</Table.Th>
+            </Table.Tr>
+          </Table.Thead>
+          <Table.Tbody>
+            {list.data?.data.map((g) => (
+              <Table.Tr key={g.id}>
+                <Table.Td>
+                  <Link to={`/groups/${g.id}`}>{g.name}</Link>
+                </Table.Td>
+                <Table.Td>
+                  <code>{g.id}</code>
+                </Table.Td>
+                <Table.Td>{g.description ?? '—'}</Table.Td>
+                <Table.Td ta="right">{g.member_count}</Table.Td>
+              </Table.Tr>
+            ))}
+          </Table.Tbody>
+        </Table>
+      </Table.ScrollContainer>
+      <Pager pages={pages} nextCursor={list.data?.next_cursor} label="Groups" />
+    </Stack>
+  );
+}
+
+/** What a member's health says in a few words, and whether it is out of rotation. */
+export function memberCondition(m: Member, now = Date.now()): { label: string; color: string; out: boolean } {
+  const h = m.health;
+  if (!m.enabled) return { label: 'disabled', color: 'gray', out: true };
+  if (h.credentials_rejected) return { label: 'credentials rejected', color: 'red', out: true };
+  if (h.account_disabled) return { label: 'upstream account disabled', color: 'red', out: true };
+  if (h.cooldown_until && Date.parse(h.cooldown_until) > now) return { label: `cooling down (${h.cooldown_reason || 'error'})`, color: 'orange', out: true };
+  if (h.circuit === 'open') return { label: 'circuit open', color: 'red', out: true };
+  if (h.circuit === 'half_open') return { label: 'circuit half-open', color: 'yellow', out: false };
+  return { label: 'healthy', color: 'green', out: false };
+}
+
+export function GroupDetailPage({ id }: { id: string }) {
+  const group = useLoad(() => call(api.GET('/admin/v1/groups/{group_id}', { params: { path: { group_id: id } } })), [id]);
+  // Live health: the members (and their health) are read again every 5 seconds.
+  const members = useLoad(() => call(api.GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: id } } })), [id], 5000);
+  const [editing, setEditing] = useState<Member | null>(null);
+  const [actionError, setActionError] = useState<unknown>(null);
+  const setEnabled = async (m: Member, enabled: boolean) => {
+    setActionError(null);
+    try {
+      await call(api.PATCH('/admin/v1/groups/{group_id}/members/{member_id}', { params: { path: { group_id: id, member_id: m.id } }, body: { enabled } }));
+      await members.reload();
+    } catch (err) {
+      setActionError(err);
+    }
+  };
+  return (
+    <Stack>
+      <Text size="sm">
+        <Link to="/groups">Groups</Link> / {id}
+      </Text>
+      <ErrorAlert error={group.error} title="Could not load the group" />
+      {group.data && (
+        <>
+          <Title order={1} size="h2">
+            Group {group.data.name}
+          </Title>
+          <EditGroup id={id} name={group.data.name} description={group.data.description} onSaved={() => void group.reload()} />
+        </>
+      )}
+      <Group justify="space-between">
+        <Title order={2} size="h3">
+          Members
+        </Title>
+        <Text size="xs" c="dark.6" aria-live="polite">
+          Health refreshed every 5 s{members.data ? ` · last at ${new Date().toLocaleTimeString('en-GB')}` : ''}
+        </Text>
+      </Group>
+      <ErrorAlert error={members.error} title="Could not list members" />
+      <ErrorAlert error={actionError} title="The member could not be changed" />
+      <Table.ScrollContainer minWidth={1100}>
+        <Table striped aria-label="Members">
+          <Table.Thead>
+            <Table.Tr>
+              <Table.Th>Member</Table.Th>
+              <Table.Th>Provider</Table.Th>
+              <Table.Th ta="right">Priority</Table.Th>
+              <Table.Th ta="right">Weight</Table.Th>
+              <Table.Th ta="right">Concurrency</Table.Th>
+              <Table.Th>Models</Table.Th>
+              <Table.Th>Health</Table.Th>
+              <Table.Th ta="right">In flight</Table.Th>
+              <Table.Th>Cooldown until</Table.Th>
+              <Table.Th>Last error</Table.Th>
+              <Table.Th>Enabled</Table.Th>
+              <Table.Th>Edit</Table.Th>
+            </Table.Tr>
+          </Table.Thead>
+          <Table.Tbody>
+            {members.data?.data.map((m) => {
+              const c = memberCondition(m);
+              return (
+                <Table.Tr key={m.id}>
+                  <Table.Td>
+                    {m.name}
+                    <br />
+                    <code style={{ fontSize: 11 }}>{m.id}</code>
+                  </Table.Td>
+                  <Table.Td>{m.provider}</Table.Td>
+                  <Table.Td ta="right">{m.priority}</Table.Td>
+                  <Table.Td ta="right">{m.weight}</Table.Td>
+                  <Table.Td ta="right">{m.concurrency_limit ?? 'unlimited'}</Table.Td>
+                  <Table.Td>
+                    {m.models.join(', ')}
+                    {Object.keys(m.model_map).length > 0 && (
+                      <Text size="xs" c="dark.6">
+                        map: {Object.entries(m.model_map as Record<string, unknown>).map(([k, v]) => `${k} → ${String(v)}`).join(', ')}
+                      </Text>
+                    )}
+                  </Table.Td>
+                  <Table.Td>
+                    <Badge variant="light" color={c.color} c="dark.9">
+                      {c.label}
+                    </Badge>
+                    {m.health.model_faults.map((f) => (
+                      <Text size="xs" key={f.model}>
+                        {f.model}: {f.kind} — {f.reason}
+                      </Text>
+                    ))}
+                    {m.health.account_disabled && <Text size="xs">{m.health.account_disabled.reason}</Text>}
+                  </Table.Td>
+                  <Table.Td ta="right">{m.health.in_flight}</Table.Td>
+                  <Table.Td>{m.health.cooldown_until ? when(m.health.cooldown_until) : '—'}</Table.Td>
+                  <Table.Td maw={260}>
+                    {m.health.last_error ? (
+                      <Tooltip label={when(m.health.last_error_at)}>
+                        <Text size="xs">{m.health.last_error}</Text>
+                      </Tooltip>
+                    ) : (
+                      '—'
+                    )}
+                  </Table.Td>
+                  <Table.Td>
+                    {m.enabled ? (
+                      <ConfirmButton
+                        size="xs"
+                        color="red"
+                        variant="outline"
+                        title="Disable this member?"
+                        message={`${m.name} takes no new tasks until it is enabled again; tasks it runs now finish.`}
+                        confirmLabel="Disable member"
+                        onConfirm={() => setEnabled(m, false)}
+                        aria-label={`Disable member ${m.name}`}
+                      >
+                        Disable
+                      </ConfirmButton>
+                    ) : (
+                      <Button size="xs" variant="default" onClick={() => void setEnabled(m, true)} aria-label={`Enable member ${m.name}`}>
+                        Enable
+                      </Button>
+                    )}
+                  </Table.Td>
+                  <Table.Td>
+                    <Button size="xs" variant="default" onClick={() => setEditing(m)} aria-label={`Edit member ${m.name}`}>
+                      Edit
+                    </Button>
+                  </Table.Td>
+                </Table.Tr>
+              );
+            })}
+            {members.data && members.data.data.length === 0 && (
+              <Table.Tr>
+                <Table.Td colSpan={12}>This group has no members yet.</Table.Td>
+              </Table.Tr>
+            )}
+          </Table.Tbody>
+        </Table>
+      </Table.ScrollContainer>
+      <Modal opened={editing !== null} onClose={() => setEditing(null)} title={editing ? `Edit member ${editing.name}` : ''} size="lg">
+        {editing && (
+          <MemberForm
+            groupId={id}
+            member={editing}
+            onSaved={() => {
+              setEditing(null);
+              void members.reload();
+            }}
+          />
+        )}
+      </Modal>
+      <Card withBorder>
+        <Title order={2} size="h4" mb="sm">
+          Add a member
+        </Title>
+        <MemberForm groupId={id} onSaved={() => void members.reload()} />
+      </Card>
+    </Stack>
+  );
+}
+
+function EditGroup({ id, name: initialName, description: initialDescription, onSaved }: { id: string; name: string; description: string | null; onSaved: () => void }) {
+  const [name, setName] = useState(initialName);
+  const [description, setDescription] = useState(initialDescription ?? '');
+  const save = useAction(async () => {
+    await call(api.PATCH('/admin/v1/groups/{group_id}', { params: { path: { group_id: id } }, body: { name, description: description || null } }));
+    onSaved();
+  });
+  return (
+    <form aria-label="Edit the group" onSubmit={(e) => (e.preventDefault(), void save.run())}>
+      <Group align="flex-end">
+        <TextInput label="Group name" value={name} onChange={(e) => setName(e.currentTarget.value)} required />
+        <TextInput label="Description" value={description} onChange={(e) => setDescription(e.currentTarget.value)} w={320} />
+        <Button type="submit" variant="default" loading={save.pending}>
+          Save group
+        </Button>
+      </Group>
+      <ErrorAlert error={save.error} title="Could not save the group" />
+    </form>
+  );
+}
+
+/** Creates a member (no `member`) or edits one; credentials are write-only (left empty: unchanged). */
+function MemberForm({ groupId, member, onSaved }: { groupId: string; member?: Member; onSaved: () => void }) {
+  const [name, setName] = useState(member?.name ?? '');
+  const [provider, setProvider] = useState<Provider>(member?.provider ?? 'local');
+  const [baseUrl, setBaseUrl] = useState(member?.base_url ?? '');
+  const [models, setModels] = useState((member?.models ?? []).join(', '));
+  const [modelMap, setModelMap] = useState(member ? JSON.stringify(member.model_map, null, 2) : '{}');
+  const [credentials, setCredentials] = useState('');
+  const [priority, setPriority] = useState<number | string>(member?.priority ?? 0);
+  const [weight, setWeight] = useState<number | string>(member?.weight ?? 1);
+  const [concurrency, setConcurrency] = useState<number | string>(member?.concurrency_limit ?? '');
+  const [enabled, setEnabled] = useState(member?.enabled ?? true);
+  const [formError, setFormError] = useState<string | null>(null);
+  const save = useAction(async () => {
+    let map: Record<string, string>;
+    let creds: Record<string, string> | undefined;
+    try {
+      map = JSON.parse(modelMap || '{}') as Record<string, string>;
+      creds = credentials.trim() ? (JSON.parse(credentials) as Record<string, string>) : undefined;
+    } catch (err) {
+      throw new Error(`The model map and credentials must be JSON objects: ${(err as Error).message}`);
+    }
+    const common = {
+      name,
+      base_url: baseUrl.trim() || null,
+      models: models.split(',').map((s) => s.trim()).filter(Boolean),
+      model_map: map,
+      priority: typeof priority === 'number' ? priority : Number(priority),
+      weight: typeof weight === 'number' ? weight : Number(weight),
+      concurrency_limit: typeof concurrency === 'number' ? concurrency : null,
+      enabled,
+      ...(creds ? { credentials: creds } : {}),
+    };
+    if (member) await call(api.PATCH('/admin/v1/groups/{group_id}/members/{member_id}', { params: { path: { group_id: groupId, member_id: member.id } }, body: common }));
+    else await call(api.POST('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: groupId } }, body: { ...common, provider } }));
+    onSaved();
+  });
+  return (
+    <form
+      aria-label={member ? 'Edit the member' : 'Add a member'}
+      onSubmit={(e) => {
+        e.preventDefault();
+        setFormError(null);
+        void save.run();
+      }}
+    >
+      <Stack gap="xs">
+        <Group grow align="flex-start">
+          <TextInput label="Member name" required value={name} onChange={(e) => setName(e.currentTarget.value)} />
+          <Select label="Provider" data={PROVIDERS} value={provider} onChange={(v) => v && setProvider(v as Provider)} disabled={member !== undefined} allowDeselect={false} />
+        </Group>
+        <TextInput label="Base URL" description="Empty: the provider's default." value={baseUrl} onChange={(e) => setBaseUrl(e.currentTarget.value)} />
+        <TextInput label="Models" description="Catalog model ids, comma-separated." value={models} onChange={(e) => setModels(e.currentTarget.value)} required />
+        <JsonInput label="Model map" description="Catalog id → upstream id, as JSON." value={modelMap} onChange={setModelMap} autosize minRows={2} />
+        <Textarea
+          label="Credentials"
+          description={member ? (member.has_credentials ? 'Stored (never shown). Empty: unchanged.' : 'None stored. JSON, e.g. {"api_key": "…"}.') : 'JSON, e.g. {"api_key": "…"}; never shown again.'}
+          value={credentials}
+          onChange={(e) => setCredentials(e.currentTarget.value)}
+          autosize
+          minRows={1}
+        />
+        <Group grow>
+          <NumberInput label="Priority" value={priority} onChange={setPriority} />
+          <NumberInput label="Weight" min={1} value={weight} onChange={setWeight} />
+          <NumberInput label="Concurrency limit" description="Empty: unlimited." min={1} value={concurrency} onChange={setConcurrency} />
+        </Group>
+        <Switch label="Enabled" checked={enabled} onChange={(e) => setEnabled(e.currentTarget.checked)} />
+        <Group>
+          <Button type="submit" loading={save.pending}>
+            {member ? 'Save member' : 'Add member'}
+          </Button>
+        </Group>
+        {formError && <Text c="red.9">{formError}</Text>}
+        <ErrorAlert error={save.error} title={member ? 'Could not save the member' : 'Could not add the member'} />
+      </Stack>
+    </form>
+  );
+}

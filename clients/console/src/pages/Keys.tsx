@@ -1,0 +1,192 @@
+/** API keys: list (by account, pages), create with group and quota (the full key shown once), revoke. */
+import { Alert, Button, Card, CopyButton, Group, NumberInput, Select, Stack, Table, Text, TextInput, Title } from '@mantine/core';
+import { useState, type FormEvent } from 'react';
+import { api, call, type ApiKey, type ApiKeyCreated } from '../api.ts';
+import { Link, useLocation } from '../router.tsx';
+import { ConfirmButton, ErrorAlert, Pager, credits, useAction, useCursorPages, useLoad, when } from '../ui.tsx';
+import { StatusBadge } from './Accounts.tsx';
+
+export function KeysPage() {
+  const { search } = useLocation();
+  const [accountDraft, setAccountDraft] = useState(search.get('account_id') ?? '');
+  const [accountId, setAccountId] = useState(accountDraft);
+  const pages = useCursorPages(accountId);
+  const list = useLoad(
+    () => call(api.GET('/admin/v1/api-keys', { params: { query: { limit: 25, cursor: pages.cursor, account_id: accountId || undefined } } })),
+    [accountId, pages.cursor],
+  );
+  const [created, setCreated] = useState<ApiKeyCreated | null>(null);
+  const [actionError, setActionError] = useState<unknown>(null);
+  const setActive = async (k: ApiKey, is_active: boolean) => {
+    setActionError(null);
+    try {
+      await call(api.PATCH('/admin/v1/api-keys/{key_id}', { params: { path: { key_id: k.id } }, body: { is_active } }));
+      await list.reload();
+    } catch (err) {
+      setActionError(err);
+    }
+  };
+  return (
+    <Stack>
+      <Title order={1} size="h2">
+        API keys
+      </Title>
+      <CreateKey
+        defaultAccount={accountId}
+        onCreated={(k) => {
+          setCreated(k);
+          void list.reload();
+        }}
+      />
+      {created && (
+        <Alert color="green" variant="light" title={`Key “${created.name}” created`} role="status" withCloseButton onClose={() => setCreated(null)} closeButtonLabel="Dismiss the new key">
+          <Text size="sm" mb="xs">
+            Copy it now: this is the only time the full key is shown.
+          </Text>
+          <Group gap="xs" wrap="nowrap">
+            <Text component="code" data-testid="new-api-key" style={{ wordBreak: 'break-all' }}>
+              {created.key}
+            </Text>
+            <CopyButton value={created.key}>{({ copied, copy }) => <Button size="xs" variant="default" onClick={copy}>{copied ? 'Copied' : 'Copy key'}</Button>}</CopyButton>
+          </Group>
+        </Alert>
+      )}
+      <form
+        aria-label="API key filters"
+        onSubmit={(e) => {
+          e.preventDefault();
+          setAccountId(accountDraft.trim());
+        }}
+      >
+        <Group align="flex-end">
+          <TextInput label="Account id" placeholder="Any account" value={accountDraft} onChange={(e) => setAccountDraft(e.currentTarget.value)} />
+          <Button type="submit" variant="default">
+            Apply filter
+          </Button>
+        </Group>
+      </form>
+      <ErrorAlert error={list.error} title="Could not list API keys" />
+      <ErrorAlert error={actionError} title="The key could not be changed" />
+      <Table.ScrollContainer minWidth={900}>
+        <Table striped aria-label="API keys">
+          <Table.Thead>
+            <Table.Tr>
+              <Table.Th>Name</Table.Th>
+              <Table.Th>Key</Table.Th>
+              <Table.Th>Account</Table.Th>
+              <Table.Th>Group</Table.Th>
+              <Table.Th ta="right">Quota</Table.Th>
+              <Table.Th ta="right">Used</Table.Th>
+              <Table.Th>Last used</Table.Th>
+              <Table.Th>State</Table.Th>
+              <Table.Th>Action</Table.Th>
+            </Table.Tr>
+          </Table.Thead>
+          <Table.Tbody>
+            {list.data?.data.map((k) => (
+              <Table.Tr key={k.id}>
+                <Table.Td>{k.name}</Table.Td>
+                <Table.Td>
+                  <code>
+                    {k.key_prefix}…{k.last_four}
+                  </code>
+                </Table.Td>
+                <Table.Td>
+                  <Link to={`/accounts/${k.account_id}`}>
+                    <code>{k.account_id}</code>
+                  </Link>
+                </Table.Td>
+                <Table.Td>
+                  <Link to={`/groups/${k.group_id}`}>
+                    <code>{k.group_id}</code>
+                  </Link>
+                </Table.Td>
+                <Table.Td ta="right">{k.unlimited ? 'unlimited' : credits(k.credit_limit)}</Table.Td>
+                <Table.Td ta="right">{credits(k.credits_used)}</Table.Td>
+                <Table.Td>{k.last_used_at ? when(k.last_used_at) : 'never'}</Table.Td>
+                <Table.Td>
+                  <StatusBadge status={k.is_active ? 'active' : 'revoked'} />
+                </Table.Td>
+                <Table.Td>
+                  {k.is_active ? (
+                    <ConfirmButton
+                      size="xs"
+                      color="red"
+                      variant="outline"
+                      title="Revoke this key?"
+                      message={`Requests with ${k.key_prefix}…${k.last_four} (“${k.name}”) are refused from now on.`}
+                      confirmLabel="Revoke key"
+                      onConfirm={() => setActive(k, false)}
+                      aria-label={`Revoke key ${k.name}`}
+                    >
+                      Revoke
+                    </ConfirmButton>
+                  ) : (
+                    <Button size="xs" variant="default" onClick={() => void setActive(k, true)} aria-label={`Reactivate key ${k.name}`}>
+                      Reactivate
+                    </Button>
+                  )}
+                </Table.Td>
+              </Table.Tr>
+            ))}
+            {list.data && list.data.data.length === 0 && (
+              <Table.Tr>
+                <Table.Td colSpan={9}>No API keys match.</Table.Td>
+              </Table.Tr>
+            )}
+          </Table.Tbody>
+        </Table>
+      </Table.ScrollContainer>
+      <Pager pages={pages} nextCursor={list.data?.next_cursor} label="API keys" />
+    </Stack>
+  );
+}
+
+function CreateKey({ defaultAccount, onCreated }: { defaultAccount: string; onCreated: (k: ApiKeyCreated) => void }) {
+  const [accountId, setAccountId] = useState(defaultAccount);
+  const [name, setName] = useState('');
+  const [groupId, setGroupId] = useState<string | null>(null);
+  const [limit, setLimit] = useState<number | string>('');
+  const groups = useLoad(() => call(api.GET('/admin/v1/groups', { params: { query: { limit: 100 } } })), []);
+  const create = useAction(async () =>
+    call(
+      api.POST('/admin/v1/api-keys', {
+        body: { account_id: accountId.trim(), name, group_id: groupId ?? undefined, credit_limit: typeof limit === 'number' ? limit : null },
+      }),
+    ),
+  );
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    const k = await create.run();
+    if (k) {
+      setName('');
+      onCreated(k);
+    }
+  };
+  return (
+    <Card withBorder component="form" onSubmit={submit} aria-label="Create an API key">
+      <Title order={2} size="h4" mb="sm">
+        Create an API key
+      </Title>
+      <Group align="flex-end" wrap="wrap">
+        <TextInput label="Account id" required value={accountId} onChange={(e) => setAccountId(e.currentTarget.value)} w={280} />
+        <TextInput label="Key name" required value={name} onChange={(e) => setName(e.currentTarget.value)} />
+        <Select
+          label="Group"
+          placeholder="The default group"
+          data={(groups.data?.data ?? []).map((g) => ({ value: g.id, label: g.name }))}
+          value={groupId}
+          onChange={setGroupId}
+          clearable
+          w={220}
+        />
+        <NumberInput label="Credit quota" description="Empty: unlimited." min={0} value={limit} onChange={setLimit} w={160} />
+        <Button type="submit" loading={create.pending}>
+          Create key
+        </Button>
+      </Group>
+      <ErrorAlert error={groups.error} title="Could not list groups" />
+      <ErrorAlert error={create.error} title="Could not create the key" />
+    </Card>
+  );
+}

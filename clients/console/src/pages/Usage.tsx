@@ -1,0 +1,193 @@
+/** Usage reports: range, granularity, grouping and account; a chart, the table and a CSV download. */
+import { Button, Checkbox, Group, Select, Stack, Table, Text, TextInput, Title } from '@mantine/core';
+import { useMemo, useState, type FormEvent } from 'react';
+import { Bar, BarChart, CartesianGrid, Legend, ResponsiveContainer, Tooltip, XAxis, YAxis } from 'recharts';
+import { ApiFailure, api, call, storedToken, type UsageDimension, type UsageReport, type UsageRow } from '../api.ts';
+import { useLocation } from '../router.tsx';
+import { ErrorAlert, credits, useAction, useLoad } from '../ui.tsx';
+
+const DIMENSIONS: UsageDimension[] = ['account', 'key', 'model', 'provider'];
+
+function localInput(d: Date): string {
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+/** The JSON report (the same operation answers CSV when asked with `Accept: text/csv`). */
+export function asReport(r: UsageReport | string): UsageReport {
+  if (typeof r === 'string') throw new Error('The server answered CSV where the report was expected.');
+  return r;
+}
+
+export interface UsageQuery {
+  from: string;
+  to: string;
+  granularity: 'hour' | 'day';
+  group_by: UsageDimension[];
+  account_id?: string;
+}
+
+export function usageQuery(q: UsageQuery) {
+  return { from: q.from, to: q.to, granularity: q.granularity, group_by: q.group_by, ...(q.account_id ? { account_id: q.account_id } : {}) };
+}
+
+/** Rows summed per period (whatever they are grouped by), oldest first, for charts. */
+export function byPeriod(rows: UsageRow[], granularity: 'hour' | 'day') {
+  const map = new Map<string, { period: string; spent: number; refunded: number; completed: number; failed: number; inProgress: number; needsAttention: number }>();
+  for (const r of rows) {
+    const d = new Date(r.period_start);
+    const period = granularity === 'day' ? d.toISOString().slice(0, 10) : `${d.toISOString().slice(5, 10)} ${d.toISOString().slice(11, 16)}`;
+    const p = map.get(r.period_start) ?? { period, spent: 0, refunded: 0, completed: 0, failed: 0, inProgress: 0, needsAttention: 0 };
+    p.spent += r.credits_spent;
+    p.refunded += r.credits_refunded;
+    p.completed += r.video_tasks_completed + r.image_tasks_completed;
+    p.failed += r.video_tasks_failed + r.image_tasks_failed;
+    p.inProgress += r.video_tasks_queued + r.video_tasks_in_progress + r.image_tasks_processing;
+    p.needsAttention += r.image_tasks_needs_attention;
+    map.set(r.period_start, p);
+  }
+  return [...map.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([, v]) => v);
+}
+
+export function UsagePage() {
+  const { search } = useLocation();
+  const now = new Date();
+  const [draft, setDraft] = useState({
+    from: localInput(new Date(now.getTime() - 7 * 86400_000)),
+    to: localInput(new Date(now.getTime() + 3600_000)),
+    granularity: 'day' as 'hour' | 'day',
+    group_by: ['account', 'model'] as UsageDimension[],
+    account_id: search.get('account_id') ?? '',
+  });
+  const toQuery = (d: typeof draft): UsageQuery => ({
+    from: new Date(d.from).toISOString(),
+    to: new Date(d.to).toISOString(),
+    granularity: d.granularity,
+    group_by: d.group_by.length ? d.group_by : ['account'],
+    account_id: d.account_id.trim() || undefined,
+  });
+  const [query, setQuery] = useState(() => toQuery(draft));
+  const report = useLoad(() => call(api.GET('/admin/v1/usage', { params: { query: usageQuery(query) } })).then(asReport), [JSON.stringify(query)]);
+  const csv = useAction(async () => {
+    const params = new URLSearchParams({ from: query.from, to: query.to, granularity: query.granularity, group_by: query.group_by.join(',') });
+    if (query.account_id) params.set('account_id', query.account_id);
+    const res = await fetch(`/admin/v1/usage?${params}`, { headers: { Accept: 'text/csv', Authorization: `Bearer ${storedToken() ?? ''}` } });
+    if (!res.ok) {
+      const body = (await res.json().catch(() => ({}))) as { error?: { message?: string; code?: string } };
+      throw new ApiFailure(res.status, body.error?.code ?? null, body.error?.message ?? `HTTP ${res.status}`);
+    }
+    const blob = await res.blob();
+    const a = document.createElement('a');
+    a.href = URL.createObjectURL(blob);
+    a.download = `mediagate-usage-${query.from.slice(0, 10)}-${query.to.slice(0, 10)}.csv`;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+  });
+  return (
+    <Stack>
+      <Title order={1} size="h2">
+        Usage
+      </Title>
+      <form aria-label="Usage report" onSubmit={(e: FormEvent) => (e.preventDefault(), setQuery(toQuery(draft)))}>
+        <Group align="flex-end" wrap="wrap">
+          <TextInput type="datetime-local" label="From" required value={draft.from} onChange={(e) => setDraft({ ...draft, from: e.currentTarget.value })} />
+          <TextInput type="datetime-local" label="To" required value={draft.to} onChange={(e) => setDraft({ ...draft, to: e.currentTarget.value })} />
+          <Select label="Granularity" w={120} data={[{ value: 'day', label: 'Day' }, { value: 'hour', label: 'Hour' }]} value={draft.granularity} onChange={(v) => v && setDraft({ ...draft, granularity: v as 'hour' | 'day' })} allowDeselect={false} />
+          <Checkbox.Group label="Group by" value={draft.group_by} onChange={(v) => setDraft({ ...draft, group_by: v as UsageDimension[] })}>
+            <Group gap="sm" mt={6}>
+              {DIMENSIONS.map((d) => (
+                <Checkbox key={d} value={d} label={d} />
+              ))}
+            </Group>
+          </Checkbox.Group>
+          <TextInput label="Account id" value={draft.account_id} onChange={(e) => setDraft({ ...draft, account_id: e.currentTarget.value })} />
+          <Button type="submit">Run report</Button>
+          <Button variant="default" onClick={() => void csv.run()} loading={csv.pending}>
+            Download CSV
+          </Button>
+        </Group>
+      </form>
+      <ErrorAlert error={report.error} title="Could not run the report" />
+      <ErrorAlert error={csv.error} title="Could not download the CSV" />
+      {report.data && <UsageChart report={report.data} />}
+      {report.data && <UsageTable report={report.data} />}
+    </Stack>
+  );
+}
+
+export function UsageChart({ report, height = 260 }: { report: UsageReport; height?: number }) {
+  const data = useMemo(() => byPeriod(report.rows, report.granularity), [report]);
+  return (
+    <figure style={{ margin: 0 }} aria-label="Credits spent and refunded per period">
+      <ResponsiveContainer width="100%" height={height}>
+        <BarChart data={data}>
+          <CartesianGrid strokeDasharray="3 3" />
+          <XAxis dataKey="period" />
+          <YAxis />
+          <Tooltip />
+          <Legend />
+          <Bar dataKey="spent" name="Credits spent" fill="#1864ab" />
+          <Bar dataKey="refunded" name="Credits refunded" fill="#9a3412" />
+        </BarChart>
+      </ResponsiveContainer>
+      <figcaption>
+        <Text size="xs" c="dark.6">
+          Credits spent and refunded per {report.granularity}, {report.from.slice(0, 16).replace('T', ' ')} to {report.to.slice(0, 16).replace('T', ' ')} UTC.
+        </Text>
+      </figcaption>
+    </figure>
+  );
+}
+
+function UsageTable({ report }: { report: UsageReport }) {
+  const dims = report.group_by;
+  return (
+    <Table.ScrollContainer minWidth={1000}>
+      <Table striped aria-label="Usage rows">
+        <Table.Thead>
+          <Table.Tr>
+            <Table.Th>Period</Table.Th>
+            {dims.includes('account') && <Table.Th>Account</Table.Th>}
+            {dims.includes('key') && <Table.Th>Key</Table.Th>}
+            {dims.includes('model') && <Table.Th>Model</Table.Th>}
+            {dims.includes('provider') && <Table.Th>Provider</Table.Th>}
+            <Table.Th ta="right">Spent</Table.Th>
+            <Table.Th ta="right">Refunded</Table.Th>
+            <Table.Th ta="right">Videos done / failed</Table.Th>
+            <Table.Th ta="right">Images done / failed / attention</Table.Th>
+            <Table.Th ta="right">Images delivered / requested</Table.Th>
+          </Table.Tr>
+        </Table.Thead>
+        <Table.Tbody>
+          {report.rows.map((r, i) => (
+            <Table.Tr key={i}>
+              <Table.Td>{r.period_start.slice(0, 16).replace('T', ' ')}</Table.Td>
+              {dims.includes('account') && <Table.Td>{r.account_id ?? '—'}</Table.Td>}
+              {dims.includes('key') && <Table.Td>{r.api_key_id ?? '—'}</Table.Td>}
+              {dims.includes('model') && <Table.Td>{r.model ?? '—'}</Table.Td>}
+              {dims.includes('provider') && <Table.Td>{r.provider ?? '—'}</Table.Td>}
+              <Table.Td ta="right">{credits(r.credits_spent)}</Table.Td>
+              <Table.Td ta="right">{credits(r.credits_refunded)}</Table.Td>
+              <Table.Td ta="right">
+                {r.video_tasks_completed} / {r.video_tasks_failed}
+              </Table.Td>
+              <Table.Td ta="right">
+                {r.image_tasks_completed} / {r.image_tasks_failed} / {r.image_tasks_needs_attention}
+              </Table.Td>
+              <Table.Td ta="right">
+                {r.images_delivered} / {r.images_requested}
+              </Table.Td>
+            </Table.Tr>
+          ))}
+          {report.rows.length === 0 && (
+            <Table.Tr>
+              <Table.Td colSpan={10}>No usage in this range.</Table.Td>
+            </Table.Tr>
+          )}
+        </Table.Tbody>
+      </Table>
+    </Table.ScrollContainer>
+  );
+}

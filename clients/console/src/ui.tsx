@@ -1,0 +1,193 @@
+/** Shared pieces: error display, confirmation, cursor pagination, formatting. */
+import { Alert, Button, Group, Modal, Stack, Text, type ButtonProps } from '@mantine/core';
+import { useCallback, useEffect, useRef, useState, type ReactNode } from 'react';
+import { ApiFailure } from './api.ts';
+
+/** Shows an API error with its message and code (nothing when there is none). */
+export function ErrorAlert({ error, title = 'The request failed' }: { error: unknown; title?: string }) {
+  if (!error) return null;
+  const f = error instanceof ApiFailure ? error : null;
+  const message = error instanceof Error ? error.message : String(error);
+  return (
+    <Alert color="red" title={title} role="alert" variant="light" data-testid="api-error">
+      <Text size="sm">{message}</Text>
+      {f && (
+        <Text size="xs" c="dark.6" mt={4}>
+          HTTP {f.status}
+          {f.code ? ` · ${f.code}` : ''}
+          {f.requestId ? ` · request ${f.requestId}` : ''}
+        </Text>
+      )}
+    </Alert>
+  );
+}
+
+/** Runs an async action; keeps its pending state and error. */
+export function useAction<A extends unknown[], T>(fn: (...args: A) => Promise<T>) {
+  const [pending, setPending] = useState(false);
+  const [error, setError] = useState<unknown>(null);
+  const run = useCallback(
+    async (...args: A): Promise<T | undefined> => {
+      setPending(true);
+      setError(null);
+      try {
+        return await fn(...args);
+      } catch (err) {
+        setError(err);
+        return undefined;
+      } finally {
+        setPending(false);
+      }
+    },
+    [fn],
+  );
+  return { run, pending, error, setError };
+}
+
+/** Loads `fn` when `deps` change (and every `refreshMs` when given); exposes reload. */
+export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], refreshMs?: number) {
+  const [data, setData] = useState<T | undefined>(undefined);
+  const [error, setError] = useState<unknown>(null);
+  const [loading, setLoading] = useState(true);
+  const fnRef = useRef(fn);
+  fnRef.current = fn;
+  const seq = useRef(0);
+  const reload = useCallback(async () => {
+    const mine = ++seq.current;
+    setLoading(true);
+    try {
+      const value = await fnRef.current();
+      if (mine === seq.current) {
+        setData(value);
+        setError(null);
+      }
+    } catch (err) {
+      if (mine === seq.current) setError(err);
+    } finally {
+      if (mine === seq.current) setLoading(false);
+    }
+  }, []);
+  useEffect(() => {
+    void reload();
+    if (!refreshMs) return;
+    const timer = setInterval(() => void reload(), refreshMs);
+    return () => clearInterval(timer);
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, deps);
+  return { data, error, loading, reload, setData };
+}
+
+/** Keyset pagination over `next_cursor`: a stack of the cursors of the pages before this one. */
+export function useCursorPages(resetKey: string) {
+  const [stack, setStack] = useState<(string | undefined)[]>([undefined]);
+  useEffect(() => setStack([undefined]), [resetKey]);
+  const cursor = stack[stack.length - 1];
+  return {
+    cursor,
+    page: stack.length,
+    next: (c: string) => setStack((s) => [...s, c]),
+    prev: () => setStack((s) => (s.length > 1 ? s.slice(0, -1) : s)),
+    first: () => setStack([undefined]),
+  };
+}
+
+export function Pager({ pages, nextCursor, label }: { pages: ReturnType<typeof useCursorPages>; nextCursor: string | null | undefined; label: string }) {
+  return (
+    <Group justify="flex-end" gap="xs" role="navigation" aria-label={`${label} pages`}>
+      <Text size="sm" c="dark.6">
+        Page {pages.page}
+      </Text>
+      <Button variant="default" size="xs" disabled={pages.page <= 1} onClick={pages.prev}>
+        Previous page
+      </Button>
+      <Button variant="default" size="xs" disabled={!nextCursor} onClick={() => nextCursor && pages.next(nextCursor)}>
+        Next page
+      </Button>
+    </Group>
+  );
+}
+
+/** A button that asks for confirmation (a modal) before running a destructive action. */
+export function ConfirmButton({
+  children,
+  title,
+  message,
+  confirmLabel,
+  onConfirm,
+  ...buttonProps
+}: ButtonProps & { children: ReactNode; title: string; message: ReactNode; confirmLabel: string; onConfirm: () => Promise<unknown> | void }) {
+  const [open, setOpen] = useState(false);
+  const [busy, setBusy] = useState(false);
+  return (
+    <>
+      <Button {...buttonProps} onClick={() => setOpen(true)}>
+        {children}
+      </Button>
+      <Modal opened={open} onClose={() => setOpen(false)} title={title} centered>
+        <Stack>
+          <Text size="sm">{message}</Text>
+          <Group justify="flex-end">
+            <Button variant="default" onClick={() => setOpen(false)}>
+              Cancel
+            </Button>
+            <Button
+              color="red"
+              loading={busy}
+              onClick={async () => {
+                setBusy(true);
+                try {
+                  await onConfirm();
+                } finally {
+                  setBusy(false);
+                  setOpen(false);
+                }
+              }}
+            >
+              {confirmLabel}
+            </Button>
+          </Group>
+        </Stack>
+      </Modal>
+    </>
+  );
+}
+
+export function credits(n: number | null | undefined): string {
+  if (n === null || n === undefined) return '—';
+  return n.toLocaleString('en-US', { maximumFractionDigits: 6 });
+}
+
+export function when(iso: string | null | undefined): string {
+  if (!iso) return '—';
+  const d = new Date(iso);
+  return d.toLocaleString('en-GB', { year: 'numeric', month: 'short', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+}
+
+/** `datetime-local` input value -> RFC 3339 (UTC), or undefined when empty. */
+export function fromLocalInput(v: string): string | undefined {
+  if (!v) return undefined;
+  const d = new Date(v);
+  return Number.isNaN(d.getTime()) ? undefined : d.toISOString();
+}
+
+/** Drops empty strings from a filter object (the API refuses empty filter values). */
+export function compact<T extends Record<string, unknown>>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== '' && v !== undefined && v !== null)) as Partial<T>;
+}
+
+export const STATUS_COLORS: Record<string, string> = {
+  queued: 'gray',
+  in_progress: 'blue',
+  processing: 'blue',
+  needs_attention: 'orange',
+  completed: 'green',
+  failed: 'red',
+  pending: 'gray',
+  delivered: 'green',
+  gone: 'dark',
+  active: 'green',
+  suspended: 'red',
+  revoked: 'red',
+  enabled: 'green',
+  disabled: 'gray',
+};

@@ -1,0 +1,401 @@
+/**
+ * The operator console (issue 33) in a real browser: headless Chromium (Debian's /usr/bin/chromium)
+ * driven by playwright-core against the real app on a loopback port with its task engines running,
+ * serving the built console at /console. The operator signs in (a wrong token first gets its own
+ * page), creates a group with a local member, an account, grants it credits, creates a key (shown
+ * once), runs a local-provider video to completion through the public API and finds it in the task
+ * list with its story, settles a needs_attention image task (an image whose stored copy could not be
+ * written: a media store that loses that one write), edits a price and sees which quotes it
+ * invalidated (a quote token issued before is then refused 409 quote_stale), and signs out. Also:
+ * phone width, keyboard navigation, text contrast, and no request leaves loopback.
+ *
+ * MEDIAGATE_CONSOLE_SCREENSHOTS=1 writes docs/console/*.png of the main pages on the way.
+ */
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
+import { BrokenOutputStore } from '../fakes/media-stores.ts';
+import { seedCatalog } from '../support/factories.ts';
+import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
+import { repoRoot } from '../support/server-process.ts';
+
+const CHROMIUM = '/usr/bin/chromium';
+const SCREENSHOTS = process.env.MEDIAGATE_CONSOLE_SCREENSHOTS === '1';
+type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+let server: TestServer;
+let context: BrowserContext;
+let page: Page;
+let userDataDir: string;
+let mediaDir: string;
+const outside: string[] = [];
+const pageErrors: string[] = [];
+
+function isLocal(url: string): boolean {
+  const { protocol, hostname } = new URL(url);
+  if (['data:', 'blob:', 'about:'].includes(protocol)) return true;
+  return ['127.0.0.1', 'localhost', '[::1]'].includes(hostname);
+}
+
+async function shot(name: string, p: Page = page): Promise<void> {
+  if (!SCREENSHOTS) return;
+  mkdirSync(join(repoRoot, 'docs/console'), { recursive: true });
+  await p.waitForTimeout(400); // charts animate in
+  await p.screenshot({ path: join(repoRoot, `docs/console/${name}.png`) });
+}
+
+async function api(path: string, init: RequestInit & { key?: string } = {}): Promise<{ status: number; body: Json; headers: Headers }> {
+  const res = await fetch(`${server.directUrl}${path}`, {
+    ...init,
+    headers: { Authorization: `Bearer ${init.key ?? ADMIN_TOKEN}`, 'Content-Type': 'application/json', ...(init.headers as Record<string, string>) },
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? (JSON.parse(text) as Json) : {}, headers: res.headers };
+}
+
+/** Picks `option` in the Mantine select labelled `label`. */
+async function choose(label: string, option: string): Promise<void> {
+  await page.getByLabel(label, { exact: true }).first().click();
+  await page.getByRole('option', { name: option, exact: true }).click();
+}
+
+async function nav(label: string, heading: string): Promise<void> {
+  await page.getByRole('navigation', { name: 'Console sections' }).getByRole('link', { name: label, exact: true }).click();
+  await page.getByRole('heading', { level: 1, name: heading }).waitFor();
+}
+
+beforeAll(async () => {
+  // The console is built by `npm install` (postinstall); build it here when this checkout has none.
+  if (!existsSync(join(repoRoot, 'clients/console/dist/index.html'))) {
+    const build = spawnSync('npm', ['run', 'build:console', '--silent'], { cwd: repoRoot, encoding: 'utf8' });
+    if (build.status !== 0) throw new Error(`npm run build:console failed:\n${build.stdout}\n${build.stderr}`);
+  }
+  mediaDir = mkdtempSync(join(tmpdir(), 'mediagate-console-media-'));
+  // The first image output written is lost with an error the store does not classify (outcome
+  // unknown): that task is left needs_attention. Every other write (videos included) succeeds.
+  server = await startTestServer({ workers: true, overrides: { mediaStore: new BrokenOutputStore(new FilesystemMediaStore(mediaDir), 0, 1) } });
+  await seedCatalog(server.db);
+  userDataDir = mkdtempSync(join(tmpdir(), 'mediagate-chromium-'));
+  context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1280, height: 900 },
+    acceptDownloads: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+  });
+  context.setDefaultTimeout(15_000);
+  await context.route('**/*', (route) => {
+    const url = route.request().url();
+    if (isLocal(url)) return route.continue();
+    outside.push(url);
+    return route.abort('blockedbyclient');
+  });
+  page = context.pages()[0] ?? (await context.newPage());
+  page.on('pageerror', (err) => pageErrors.push(err.message));
+}, 120_000);
+
+afterAll(async () => {
+  await context?.close();
+  await server?.close();
+  if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
+  if (mediaDir) rmSync(mediaDir, { recursive: true, force: true });
+});
+
+describe('the operator console in headless Chromium', () => {
+  let accountId = '';
+  let apiKey = '';
+  let videoId = '';
+  let staleQuote = '';
+
+  it('shows a clear page for a wrong token, then signs in with the right one (kept in sessionStorage only)', async () => {
+    await page.goto(`${server.directUrl}/console/`);
+    await shot('sign-in');
+    await page.getByLabel('Admin token').fill('not-the-admin-token-at-all');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Wrong admin token' }).waitFor();
+    expect(await page.getByRole('alert').textContent()).toContain('Missing or invalid admin token.');
+    expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
+
+    await page.getByRole('button', { name: 'Try another token' }).click();
+    await page.getByLabel('Admin token').fill(ADMIN_TOKEN);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { level: 1, name: 'Dashboard' }).waitFor();
+    expect(await page.evaluate(() => Object.values(sessionStorage))).toEqual([ADMIN_TOKEN]);
+    expect(await page.evaluate(() => localStorage.length)).toBe(0);
+  }, 60_000);
+
+  it('creates a group with a local member, whose live health shows', async () => {
+    await nav('Groups & members', 'Groups & members');
+    await page.getByLabel('Group name').fill('console-group');
+    await page.getByRole('button', { name: 'Create group' }).click();
+    await page.getByRole('heading', { level: 1, name: 'Group console-group' }).waitFor();
+    const add = page.getByRole('form', { name: 'Add a member' });
+    await add.getByLabel('Member name').fill('local-one');
+    await add.getByLabel('Models').fill('local-video-1, local-image-1');
+    await add.getByRole('button', { name: 'Add member' }).click();
+    const row = page.getByRole('table', { name: 'Members' }).getByRole('row').filter({ hasText: 'local-one' });
+    await row.waitFor();
+    expect(await row.textContent()).toContain('healthy');
+    expect(await row.textContent()).toContain('local-video-1, local-image-1');
+    await shot('group');
+  }, 60_000);
+
+  it('an API error is shown with its message: a member with an unknown model id list is refused', async () => {
+    const add = page.getByRole('form', { name: 'Add a member' });
+    await add.getByLabel('Member name').fill('local-one'); // the same name again in this group
+    await add.getByLabel('Models').fill('local-video-1');
+    await add.getByRole('button', { name: 'Add member' }).click();
+    const error = add.getByTestId('api-error');
+    await error.waitFor();
+    const direct = await api(`/admin/v1/groups/${(await api('/admin/v1/groups')).body.data[0].id}/members`, {
+      method: 'POST',
+      body: JSON.stringify({ name: 'local-one', provider: 'local', models: ['local-video-1'] }),
+    });
+    expect(direct.status).toBeGreaterThanOrEqual(400);
+    expect(await error.textContent()).toContain(direct.body.error.message);
+  });
+
+  it('creates an account, grants it credits with a reason, and shows the ledger', async () => {
+    await nav('Accounts', 'Accounts');
+    await page.getByLabel('Account name').fill('Acme Studio');
+    await page.getByRole('button', { name: 'Create account' }).click();
+    await page.getByRole('heading', { level: 1, name: 'Acme Studio' }).waitFor();
+    accountId = decodeURIComponent(page.url().split('/').pop()!);
+    expect(accountId).toMatch(/^acct_/);
+
+    const grant = page.getByRole('form', { name: 'Grant or deduct credits' });
+    await grant.getByLabel('Credits').fill('25');
+    await grant.getByLabel('Reason').fill('welcome credits');
+    await grant.getByRole('button', { name: 'Grant credits' }).click();
+    await expect.poll(() => page.getByTestId('account-balance').textContent()).toBe('25');
+    await page.getByRole('table', { name: 'Ledger entries' }).getByRole('row').filter({ hasText: 'welcome credits' }).waitFor();
+    expect((await api(`/admin/v1/accounts/${accountId}`)).body.balance).toBe(25);
+    await shot('account');
+  }, 60_000);
+
+  it('creates a key in the group, shown once in full', async () => {
+    await page.getByRole('link', { name: 'API keys of this account' }).click();
+    await page.getByRole('heading', { level: 1, name: 'API keys' }).waitFor();
+    const form = page.getByRole('form', { name: 'Create an API key' });
+    expect(await form.getByLabel('Account id').inputValue()).toBe(accountId);
+    await form.getByLabel('Key name').fill('acme-prod');
+    await choose('Group', 'console-group');
+    await form.getByRole('button', { name: 'Create key' }).click();
+    apiKey = (await page.getByTestId('new-api-key').textContent())!.trim();
+    expect(apiKey.length).toBeGreaterThan(20);
+    const row = page.getByRole('table', { name: 'API keys' }).getByRole('row').filter({ hasText: 'acme-prod' });
+    await row.waitFor();
+    expect(await row.textContent()).toContain('never');
+    expect(await row.textContent()).not.toContain(apiKey);
+    const keys = (await api(`/admin/v1/api-keys?account_id=${accountId}`)).body.data as Json[];
+    expect(keys).toHaveLength(1);
+    expect(apiKey.endsWith(keys[0]!.last_four)).toBe(true);
+    await shot('keys');
+  }, 60_000);
+
+  it('runs a local-provider video to completion and shows it in the task list with its story', async () => {
+    const caps = await api('/v1/videos/capabilities', { key: apiKey });
+    expect(caps.status).toBe(200);
+    const row360 = (caps.body.items as Json[]).find((i) => i.model === 'local-video-1')!.billing.find((b: Json) => b.resolution === '360p');
+    staleQuote = row360.quoteToken;
+    const created = await api('/v1/videos/generations', {
+      method: 'POST',
+      key: apiKey,
+      body: JSON.stringify({ client_request_id: randomUUID(), prompt: 'a lighthouse at dusk', model: 'local-video-1', seconds: 2, aspectRatio: '16:9', resolution: '360p', quote_token: staleQuote }),
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(202);
+    videoId = created.body.id;
+    await expect
+      .poll(async () => (await api(`/v1/videos/${videoId}`, { key: apiKey })).body.status, { timeout: 60_000, interval: 250 })
+      .toBe('completed');
+
+    await nav('Tasks', 'Tasks');
+    const row = page.getByRole('table', { name: 'Tasks' }).locator(`tr[data-task-id="${videoId}"]`);
+    await row.waitFor();
+    expect(await row.textContent()).toContain('completed');
+    expect(await row.textContent()).toContain('local-video-1');
+    await shot('tasks');
+    await row.getByRole('link', { name: videoId }).click();
+    await page.getByRole('heading', { level: 1, name: `Video task ${videoId}` }).waitFor();
+    const attempts = page.getByRole('table', { name: 'Upstream attempts' });
+    await attempts.getByRole('row').filter({ hasText: 'submit' }).first().waitFor();
+    const ledger = page.getByRole('table', { name: 'Task ledger entries' });
+    await ledger.getByRole('row').filter({ hasText: 'capture' }).waitFor();
+    expect(await ledger.getByRole('row').filter({ hasText: 'hold' }).count()).toBe(1);
+    expect(await page.getByLabel('Quote').textContent()).toContain('0.05 per second × 2 = 0.1 quoted');
+    await shot('task-detail');
+  }, 120_000);
+
+  it('settles a needs_attention image task from the dashboard count to the refund', async () => {
+    const res = await api('/v1/images/generations', { method: 'POST', key: apiKey, body: JSON.stringify({ prompt: 'a red kite', model: 'local-image-1', response_format: 'url' }) });
+    expect(res.status).toBe(500);
+    const taskId = res.headers.get('x-task-id')!;
+    expect((await api(`/admin/v1/tasks/${taskId}`)).body.status).toBe('needs_attention');
+
+    await nav('Dashboard', 'Dashboard');
+    await expect.poll(() => page.getByTestId('needs-attention-count').textContent(), { timeout: 20_000 }).toBe('1');
+    await shot('dashboard');
+    await page.getByRole('link', { name: 'Show these tasks' }).click();
+    await page.getByRole('heading', { level: 1, name: 'Tasks' }).waitFor();
+    const rows = page.getByRole('table', { name: 'Tasks' }).locator('tbody tr');
+    await rows.locator(`[href$="${taskId}"]`).waitFor();
+    expect(await rows.count()).toBe(1); // the filter holds: the completed video is not listed
+
+    await rows.getByRole('link', { name: taskId }).click();
+    const settle = page.getByLabel('Settle this task');
+    await settle.waitFor();
+    await settle.getByLabel('Reason').fill('storage outage, image never delivered');
+    await settle.getByRole('button', { name: 'Settle task' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Settle the task?' });
+    await dialog.getByRole('button', { name: 'Refund' }).click();
+    await expect.poll(async () => (await api(`/admin/v1/tasks/${taskId}`)).body.status).toBe('failed');
+    await page.getByText('storage outage, image never delivered').first().waitFor();
+    expect(await page.getByLabel('Settle this task').count()).toBe(0);
+    const task = (await api(`/admin/v1/tasks/${taskId}`)).body;
+    expect(task).toMatchObject({ captured_credits: 0, settled_reason: 'storage outage, image never delivered' });
+    expect(task.released_credits).toBe(task.held_credits);
+  }, 60_000);
+
+  it('edits a price and shows the quotes it invalidated (a quote token issued before is then stale)', async () => {
+    await nav('Models & prices', 'Models & prices');
+    await page.getByRole('link', { name: 'local-video-1' }).click();
+    await page.getByRole('form', { name: 'Edit the model' }).waitFor();
+    await page.getByLabel('Unit price for 360p').fill('0.07');
+    await page.getByRole('button', { name: 'Save model' }).click();
+    const change = page.getByTestId('price-change');
+    await change.waitFor();
+    const text = (await change.textContent())!;
+    expect(text).toContain('Quotes invalidated');
+    expect(text).toContain('360p: 0.05 per_second → 0.07 per_second');
+    expect(text).not.toContain('480p');
+    await shot('model-price');
+
+    const model = (await api('/admin/v1/models/local-video-1')).body;
+    expect(model.pricing.find((p: Json) => p.resolution === '360p').unit_price).toBe(0.07);
+    const again = await api('/v1/videos/generations', {
+      method: 'POST',
+      key: apiKey,
+      body: JSON.stringify({ client_request_id: randomUUID(), prompt: 'again', model: 'local-video-1', seconds: 2, aspectRatio: '16:9', resolution: '360p', quote_token: staleQuote }),
+    });
+    expect(again.status).toBe(409);
+    expect(again.body.error.code).toBe('quote_stale');
+  }, 60_000);
+
+  it('shows usage as a chart and a table, and downloads it as CSV', async () => {
+    await nav('Usage', 'Usage');
+    await page.getByRole('table', { name: 'Usage rows' }).getByRole('row').filter({ hasText: accountId }).first().waitFor();
+    await page.locator('figure .recharts-bar-rectangle').first().waitFor();
+    const download = page.waitForEvent('download');
+    await page.getByRole('button', { name: 'Download CSV' }).click();
+    const file = await download;
+    const path = await file.path();
+    const { readFileSync } = await import('node:fs');
+    const csv = readFileSync(path, 'utf8');
+    expect(csv.split('\n')[0]).toContain('credits_spent');
+    expect(csv).toContain(accountId);
+    await shot('usage');
+  }, 60_000);
+
+  it('works by keyboard: Tab reaches the navigation and Enter follows a link', async () => {
+    await page.goto(`${server.directUrl}/console/switches`);
+    await page.getByRole('heading', { level: 1, name: 'Capability switches' }).waitFor();
+    let focused = '';
+    for (let i = 0; i < 12 && focused !== 'Accounts'; i++) {
+      await page.keyboard.press('Tab');
+      focused = await page.evaluate(() => document.activeElement?.textContent?.trim() ?? '');
+    }
+    expect(focused).toBe('Accounts');
+    await page.keyboard.press('Enter');
+    await page.getByRole('heading', { level: 1, name: 'Accounts' }).waitFor();
+  });
+
+  it('has labelled controls and text with WCAG AA contrast on the main pages', async () => {
+    for (const path of ['/', '/accounts', '/tasks', `/tasks/${videoId}`, '/groups', '/models', '/usage']) {
+      await page.goto(`${server.directUrl}/console${path}`);
+      await page.getByRole('heading', { level: 1 }).first().waitFor();
+      await page.waitForLoadState('networkidle');
+      const problems = await page.evaluate(() => {
+        const out: string[] = [];
+        // Every form control has an accessible name (a label, aria-label or aria-labelledby).
+        for (const el of document.querySelectorAll<HTMLElement>('input:not([type=hidden]), select, textarea, button')) {
+          if (el.closest('[aria-hidden=true]') || el.offsetParent === null) continue;
+          const id = el.id;
+          const named =
+            el.getAttribute('aria-label') ||
+            el.getAttribute('aria-labelledby') ||
+            (id && document.querySelector(`label[for="${CSS.escape(id)}"]`)) ||
+            el.closest('label') ||
+            (el.tagName === 'BUTTON' && el.textContent?.trim());
+          if (!named) out.push(`unlabelled ${el.tagName.toLowerCase()} ${el.outerHTML.slice(0, 80)}`);
+        }
+        // Text contrast against the nearest opaque background (WCAG relative luminance).
+        const rgb = (c: string) => (c.match(/[\d.]+/g) ?? []).map(Number);
+        const lum = ([r, g, b]: number[]) =>
+          [r!, g!, b!].map((v) => ((v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4)).reduce((a, v, i) => a + v * [0.2126, 0.7152, 0.0722][i]!, 0);
+        const background = (el: Element | null): number[] => {
+          for (let e = el; e; e = e.parentElement) {
+            const c = rgb(getComputedStyle(e).backgroundColor);
+            if (c.length >= 3 && (c.length < 4 || c[3]! > 0.9)) return c;
+          }
+          return [255, 255, 255];
+        };
+        const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+        for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+          const el = n.parentElement;
+          if (!el || !n.textContent?.trim() || el.closest('svg, [aria-hidden=true], button:disabled, [data-disabled]')) continue;
+          const style = getComputedStyle(el);
+          if (style.visibility === 'hidden' || el.getClientRects().length === 0 || Number(style.opacity) < 1) continue;
+          const fg = rgb(style.color);
+          const [l1, l2] = [lum(fg), lum(background(el))].sort((a, b) => b - a) as [number, number];
+          const ratio = (l1 + 0.05) / (l2 + 0.05);
+          const large = parseFloat(style.fontSize) >= 24 || (parseFloat(style.fontSize) >= 18.66 && Number(style.fontWeight) >= 700);
+          if (ratio < (large ? 3 : 4.5)) out.push(`contrast ${ratio.toFixed(2)} "${n.textContent.trim().slice(0, 40)}" (${style.color})`);
+        }
+        return out;
+      });
+      expect(problems, path).toEqual([]);
+    }
+  }, 90_000);
+
+  it('lays out at phone width: the navigation folds behind a labelled button and nothing overflows', async () => {
+    // The same tab: the token is in this tab's sessionStorage (another tab would ask to sign in).
+    const phone = page;
+    try {
+      await phone.setViewportSize({ width: 390, height: 844 });
+      await phone.goto(`${server.directUrl}/console/tasks`);
+      await phone.getByRole('heading', { level: 1, name: 'Tasks' }).waitFor();
+      // Folded away: off the screen and inert (Tab does not wander into it).
+      const folded = await phone.getByRole('navigation', { name: 'Console sections' }).evaluate((nav) => ({ right: nav.getBoundingClientRect().right, inert: (nav as HTMLElement).inert }));
+      expect(folded).toEqual({ right: expect.any(Number), inert: true });
+      expect(folded.right).toBeLessThanOrEqual(0);
+      expect(await phone.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+      await shot('phone-tasks', phone);
+      await phone.getByRole('button', { name: 'Open navigation' }).click();
+      await expect.poll(() => phone.getByRole('navigation', { name: 'Console sections' }).evaluate((nav) => nav.getBoundingClientRect().left)).toBe(0);
+      await phone.getByRole('link', { name: 'Accounts', exact: true }).click();
+      await phone.getByRole('heading', { level: 1, name: 'Accounts' }).waitFor();
+      expect(await phone.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+    } finally {
+      await phone.setViewportSize({ width: 1280, height: 900 });
+    }
+  }, 60_000);
+
+  it('signs out: the token is forgotten and the sign-in form is back', async () => {
+    await page.goto(`${server.directUrl}/console/`);
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel('Admin token').waitFor();
+    expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
+    await page.goto(`${server.directUrl}/console/tasks`);
+    await page.getByLabel('Admin token').waitFor();
+  });
+
+  it('made no request beyond loopback and threw no page errors', () => {
+    expect(outside).toEqual([]);
+    expect(pageErrors).toEqual([]);
+  });
+});
