@@ -3,12 +3,22 @@
  * README.md's configuration table; keep the two in step.
  */
 import { resolve } from 'node:path';
+import ipaddr from 'ipaddr.js';
 import { DEFAULT_ROOT_DIR } from './db/embedded-layout.ts';
 
 export type Role = 'all' | 'api' | 'worker';
 
+/** A client's limits as they apply: `null` is no limit. */
+export interface ClientLimits {
+  /** Generation requests per minute. */
+  requestsPerMinute: number | null;
+  /** Generations in flight at once (synchronous images, background images, unfinished videos). */
+  maxInFlight: number | null;
+}
+
 export interface Config {
   port: number;
+  /** Listen address: loopback by default; any other needs PUBLIC_BASE_URL (checked at load). */
   host: string;
   /** External PostgreSQL; when absent the server starts an embedded one in `dataDir/pg`. */
   databaseUrl: string | undefined;
@@ -111,7 +121,17 @@ export interface Config {
   /** Expiry of an upload when its request names none, and the longest allowed. */
   uploadDefaultExpirySeconds: number;
   uploadMaxExpirySeconds: number;
+  /** The operator's limits of keys and accounts that have none of their own (DEFAULT_KEY_RPM, …). */
+  defaultLimits: { key: ClientLimits; account: ClientLimits };
+  /** Redis that request rates are counted in, shared by every instance; unset: each instance counts its own. */
+  redisUrl: string | undefined;
+  /** Prefix of every Redis key (several deployments, or test runs, on one Redis). */
+  redisKeyPrefix: string;
 }
+
+/** The largest limits an operator can set (the database's checks say the same). */
+export const MAX_REQUESTS_PER_MINUTE = 1_000_000;
+export const MAX_IN_FLIGHT = 100_000;
 
 /** 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: eight attempts over about 27.5 hours. */
 export const DEFAULT_WEBHOOK_RETRY_SCHEDULE_MS = [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000];
@@ -159,6 +179,20 @@ function nonEmpty(env: Env, name: string): string | undefined {
   return raw ? raw : undefined;
 }
 
+/** An optional positive limit: unset is no limit. */
+function limit(env: Env, name: string, max: number): number | null {
+  return nonEmpty(env, name) === undefined ? null : int(env, name, 0, 1, max);
+}
+
+/** `localhost`, 127.0.0.0/8 and ::1: addresses only this machine can reach. */
+export function isLoopbackHost(host: string): boolean {
+  const bare = host.replace(/^\[(.*)\]$/, '$1');
+  if (bare.toLowerCase() === 'localhost') return true;
+  if (!ipaddr.isValid(bare)) return false;
+  const addr = ipaddr.process(bare);
+  return addr.range() === 'loopback';
+}
+
 /** Reads `--role api|worker` from argv (overrides ROLE). */
 function roleFromArgs(argv: readonly string[]): string | undefined {
   const i = argv.indexOf('--role');
@@ -183,9 +217,19 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
   if (mediaUrls === 'presigned' && mediaStore !== 's3') throw new ConfigError('MEDIA_URLS=presigned needs MEDIA_STORE=s3 (the filesystem store has nothing to presign)');
   const publicBaseUrl = nonEmpty(env, 'PUBLIC_BASE_URL')?.replace(/\/+$/, '');
   if (publicBaseUrl !== undefined && !URL.canParse(publicBaseUrl)) throw new ConfigError(`PUBLIC_BASE_URL must be an absolute URL, got '${publicBaseUrl}'`);
+  const host = nonEmpty(env, 'HOST') ?? '127.0.0.1';
+  // Signed media URLs are built on PUBLIC_BASE_URL, else on the listen address: on an address other
+  // machines reach, that would be 0.0.0.0 or an interface clients may not see. A worker listens on nothing.
+  if (role !== 'worker' && publicBaseUrl === undefined && !isLoopbackHost(host)) {
+    throw new ConfigError(
+      `HOST=${host} is reachable from other machines but PUBLIC_BASE_URL is not set, so signed media URLs would point at an address clients may not reach: set PUBLIC_BASE_URL to the URL clients use (e.g. https://media.example.com), or leave HOST unset to listen on 127.0.0.1 only`,
+    );
+  }
+  const redisUrl = nonEmpty(env, 'REDIS_URL');
+  if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl)) throw new ConfigError(`REDIS_URL must be a redis:// or rediss:// URL, got '${redisUrl}'`);
   return {
     port,
-    host: nonEmpty(env, 'HOST') ?? '0.0.0.0',
+    host,
     databaseUrl: nonEmpty(env, 'DATABASE_URL'),
     dataDir: resolve(nonEmpty(env, 'MEDIAGATE_DATA_DIR') ?? '.mediagate'),
     embeddedPgRootDir: resolve(nonEmpty(env, 'MEDIAGATE_PG_ROOT_DIR') ?? DEFAULT_ROOT_DIR),
@@ -251,5 +295,11 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     uploadMaxBytes: int(env, 'UPLOAD_MAX_BYTES', 536_870_912, 1024),
     uploadDefaultExpirySeconds: 7 * 86_400,
     uploadMaxExpirySeconds: 30 * 86_400,
+    defaultLimits: {
+      key: { requestsPerMinute: limit(env, 'DEFAULT_KEY_RPM', MAX_REQUESTS_PER_MINUTE), maxInFlight: limit(env, 'DEFAULT_KEY_MAX_IN_FLIGHT', MAX_IN_FLIGHT) },
+      account: { requestsPerMinute: limit(env, 'DEFAULT_ACCOUNT_RPM', MAX_REQUESTS_PER_MINUTE), maxInFlight: limit(env, 'DEFAULT_ACCOUNT_MAX_IN_FLIGHT', MAX_IN_FLIGHT) },
+    },
+    redisUrl,
+    redisKeyPrefix: nonEmpty(env, 'REDIS_KEY_PREFIX') ?? 'mediagate:',
   };
 }

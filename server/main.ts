@@ -81,10 +81,8 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     let url: string | undefined;
     if (config.role !== 'worker') {
       server = createServer();
+      // A non-loopback HOST without PUBLIC_BASE_URL never gets here (loadConfig refuses it).
       url = await listen(server, config);
-      if (!config.publicBaseUrl && !['127.0.0.1', '::1', 'localhost'].includes(config.host)) {
-        log.warn({ url }, 'PUBLIC_BASE_URL is not set: signed file URLs point at this address, which remote clients may not reach');
-      }
     }
     const runtime = createRuntime({ config, db, log, metrics, secretKey, publicBaseUrl: config.publicBaseUrl ?? url ?? `http://localhost:${config.port}` });
     server?.on('request', createApp(runtime, createHandlers(runtime)));
@@ -109,6 +107,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       // Running steps stop here and resume on any instance once their lease expires.
       await workers?.stop();
       await listener.stop();
+      await runtime.services.requestRates.close();
       await db.destroy();
       dbClosed = true;
       if (stopEmbedded) await stopEmbedded();
@@ -129,7 +128,7 @@ async function main(): Promise<void> {
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`configuration error: ${err.message}\n`);
-      process.exit(2);
+      process.exit(1);
     }
     throw err;
   }

@@ -1,9 +1,9 @@
 // `accounts create|list|get|update|credit`: accounts are addressed by id or by name.
-import { defined, int, nullable, num, oneOf, optInt, optNum, required } from './args.ts';
+import { defined, int, limitSetting, nullable, num, oneOf, optInt, optNum, required } from './args.ts';
 import type { Commands } from './command.ts';
 import { lines, one, page } from './output.ts';
 
-const ACCOUNT_COLUMNS = ['id', 'name', 'status', 'balance', 'total_earned', 'total_spent', 'created_at'];
+const ACCOUNT_COLUMNS = ['id', 'name', 'status', 'balance', 'total_earned', 'total_spent', 'requests_per_minute', 'max_in_flight', 'created_at'];
 const STATUSES = ['active', 'suspended'] as const;
 
 const retention = (v: string | undefined) => (v?.trim().toLowerCase() === 'default' ? 'none' : v);
@@ -16,6 +16,8 @@ export const accountCommands: Commands = {
           name: required(flags.name, 'name'),
           initial_credits: optNum(flags['initial-credits'], 'initial-credits'),
           status: oneOf(flags.status, 'status', STATUSES),
+          requests_per_minute: limitSetting(flags.rpm, 'rpm'),
+          max_in_flight: limitSetting(flags['max-in-flight'], 'max-in-flight'),
         }),
       ),
     ),
@@ -42,6 +44,9 @@ export const accountCommands: Commands = {
           // `default` (or none) returns the account to the operator's OUTPUT_/INPUT_RETENTION_DAYS.
           output_retention_days: nullable(retention(flags['output-retention-days']), (v) => int(v, 'output-retention-days')),
           input_retention_days: nullable(retention(flags['input-retention-days']), (v) => int(v, 'input-retention-days')),
+          // N, none (no limit) or default (DEFAULT_ACCOUNT_RPM / DEFAULT_ACCOUNT_MAX_IN_FLIGHT).
+          requests_per_minute: limitSetting(flags.rpm, 'rpm'),
+          max_in_flight: limitSetting(flags['max-in-flight'], 'max-in-flight'),
         }),
       ),
     ),

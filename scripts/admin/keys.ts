@@ -1,9 +1,9 @@
 // `keys create|list|get|update`: the full key is printed once, by `create`, and never again.
-import { bool, defined, nullable, num, optInt, required } from './args.ts';
+import { bool, defined, limitSetting, nullable, num, optInt, required } from './args.ts';
 import type { Commands } from './command.ts';
 import { lines, one, page } from './output.ts';
 
-const KEY_COLUMNS = ['id', 'account_id', 'group_id', 'name', 'key_prefix', 'last_four', 'is_active', 'credit_limit', 'credits_used', 'last_used_at'];
+const KEY_COLUMNS = ['id', 'account_id', 'group_id', 'name', 'key_prefix', 'last_four', 'is_active', 'credit_limit', 'credits_used', 'requests_per_minute', 'max_in_flight', 'last_used_at'];
 
 export const keyCommands: Commands = {
   create: async ({ admin, flags, accountId, groupId }) => {
@@ -13,6 +13,8 @@ export const keyCommands: Commands = {
         name: required(flags.name, 'name'),
         credit_limit: nullable(flags['credit-limit'], (v) => num(v, 'credit-limit')),
         group_id: flags.group === undefined ? undefined : await groupId(flags.group),
+        requests_per_minute: limitSetting(flags.rpm, 'rpm'),
+        max_in_flight: limitSetting(flags['max-in-flight'], 'max-in-flight'),
       }),
     );
     const { key, ...shown } = created;
@@ -40,6 +42,9 @@ export const keyCommands: Commands = {
           credit_limit: nullable(flags['credit-limit'], (v) => num(v, 'credit-limit')),
           group_id: flags.group === undefined ? undefined : await groupId(flags.group),
           is_active: bool(flags.active, 'active'),
+          // N, none (no limit) or default (DEFAULT_KEY_RPM / DEFAULT_KEY_MAX_IN_FLIGHT).
+          requests_per_minute: limitSetting(flags.rpm, 'rpm'),
+          max_in_flight: limitSetting(flags['max-in-flight'], 'max-in-flight'),
         }),
       ),
     ),

@@ -49,7 +49,15 @@ export class AccountRepository {
   insert(values: { id: string; name: string; status: string; balance: number; requestsPerMinute?: number | null; maxInFlight?: number | null }, trx: Executor): Promise<AccountRow | undefined> {
     return trx
       .insertInto('accounts')
-      .values({ id: values.id, name: values.name, status: values.status, balance: values.balance, totalEarned: values.balance })
+      .values({
+        id: values.id,
+        name: values.name,
+        status: values.status,
+        balance: values.balance,
+        totalEarned: values.balance,
+        requestsPerMinute: values.requestsPerMinute,
+        maxInFlight: values.maxInFlight,
+      })
       .onConflict((oc) => oc.constraint('accounts_name_key').doNothing())
       .returning(ACCOUNT_COLUMNS)
       .executeTakeFirst();

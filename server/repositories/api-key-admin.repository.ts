@@ -16,6 +16,8 @@ const KEY_COLUMNS = [
   'isActive',
   'creditLimit',
   'creditsUsed',
+  'requestsPerMinute',
+  'maxInFlight',
   'lastUsedAt',
   'createdAt',
 ] as const;
@@ -32,6 +34,8 @@ export class ApiKeyAdminRepository {
     keyPrefix: string;
     lastFour: string;
     creditLimit: number | null;
+    requestsPerMinute?: number | null;
+    maxInFlight?: number | null;
   }): Promise<ApiKeyAdminRow> {
     return this.db.insertInto('apiKeys').values(values).returning(KEY_COLUMNS).executeTakeFirstOrThrow();
   }
@@ -55,7 +59,7 @@ export class ApiKeyAdminRepository {
 
   update(
     id: string,
-    patch: { name?: string; creditLimit?: number | null; groupId?: string; isActive?: boolean },
+    patch: { name?: string; creditLimit?: number | null; groupId?: string; isActive?: boolean; requestsPerMinute?: number | null; maxInFlight?: number | null },
   ): Promise<ApiKeyAdminRow | undefined> {
     return this.db.updateTable('apiKeys').set(patch).where('id', '=', id).returning(KEY_COLUMNS).executeTakeFirst();
   }

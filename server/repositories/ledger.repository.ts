@@ -25,6 +25,11 @@ export interface HoldRequest {
   taskId: string;
   /** Micro-credits, > 0. */
   amount: number;
+  /**
+   * Caps on generations in flight (`null`: none) of the key and of its account, checked in the
+   * same statement, exactly across instances (mg_in_flight_gate in the client-limits migration).
+   */
+  inFlightCaps?: { key: number | null; account: number | null };
 }
 
 /** The task row inserted together with the hold. */
@@ -62,7 +67,7 @@ export interface InputAdoption {
  */
 export type HoldCommit = 'flushed' | 'unflushed';
 
-export type HoldOutcome = 'ok' | 'key_quota_exceeded' | 'insufficient_balance';
+export type HoldOutcome = 'ok' | 'key_quota_exceeded' | 'insufficient_balance' | 'key_too_many_in_flight' | 'account_too_many_in_flight';
 
 /** What the hold statement did, and with `ok` the task row as inserted (no second read). */
 export interface HoldResult<T extends TaskInsert> {
@@ -128,15 +133,31 @@ export class LedgerRepository {
           )`;
     // set_config(…, true) lasts until the end of the statement's own transaction, whose commit reads it.
     const unflushed = commit === 'unflushed' ? sql` cross join (select set_config('synchronous_commit', 'off', true)) c` : sql``;
+    // With a cap on generations in flight, the gate comes first (its locks before the rows' locks)
+    // and everything else is written only when it lets the task in. Without one the statement is as it was.
+    const caps = hold.inFlightCaps;
+    const gated = caps !== undefined && (caps.key !== null || caps.account !== null);
+    const gate = gated ? sql`g as (select mg_in_flight_gate(${hold.accountId}, ${hold.apiKeyId}, ${caps.key}::int, ${caps.account}::int) as outcome), ` : sql``;
+    const gateOpen = gated ? sql` and exists (select 1 from g where g.outcome = 'ok')` : sql``;
+    const gateOutcome = gated ? sql`when (select g.outcome from g) <> 'ok' then (select g.outcome from g)` : sql``;
     if (hold.amount === 0) {
       // A free generation needs no reservation.
-      return result(await runPrepared(sql<Row>`with t as (insert into ${table} (${columns}) values (${values}) returning ${columnsOf(sqlTable)}) ${adopt} select 'ok' as outcome, t.* from t${unflushed}`, this.db));
+      if (!gated) {
+        return result(await runPrepared(sql<Row>`with t as (insert into ${table} (${columns}) values (${values}) returning ${columnsOf(sqlTable)}) ${adopt} select 'ok' as outcome, t.* from t${unflushed}`, this.db));
+      }
+      return result(
+        await runPrepared(
+          sql<Row>`with ${gate}t as (insert into ${table} (${columns}) select ${values} where true${gateOpen} returning ${columnsOf(sqlTable)}) ${adopt}
+            select o.outcome, t.* from (select case ${gateOutcome} else 'ok' end as outcome) o left join t on true${unflushed}`,
+          this.db,
+        ),
+      );
     }
     try {
       const held = await runPrepared(sql<Row>`
-        with k as (
+        with ${gate}k as (
           update api_keys set credits_used = credits_used + ${hold.amount}
-          where id = ${hold.apiKeyId} and (credit_limit is null or credits_used + ${hold.amount} <= credit_limit)
+          where id = ${hold.apiKeyId} and (credit_limit is null or credits_used + ${hold.amount} <= credit_limit)${gateOpen}
           returning id
         ), a as (
           update accounts set balance = balance - ${hold.amount}
@@ -157,7 +178,7 @@ export class LedgerRepository {
           returning ${columnsOf(sqlTable)}
         ) ${adopt}
         select o.outcome, t.* from (
-          select case
+          select case ${gateOutcome}
             when not exists (select 1 from k) then 'key_quota_exceeded'
             when not exists (select 1 from a) then mg_abort('insufficient_balance')
             when not exists (select 1 from t) then mg_abort('task_not_inserted')

@@ -8,11 +8,14 @@ import { ApiError, invalidApiKey } from '../errors.ts';
 import type { ApiKeyRepository, KeyAuthRow } from '../repositories/api-key.repository.ts';
 import { hashApiKey, looksLikeApiKey } from '../lib/api-key-material.ts';
 import { TtlCache } from '../lib/ttl-cache.ts';
+import { effectiveLimit, NO_LIMITS, type RequestLimits } from './limits/client-limits.ts';
 
 export interface AuthContext {
   apiKeyId: string;
   accountId: string;
   groupId: string;
+  /** The key's and its account's limits, the operator's defaults applied. */
+  limits: RequestLimits;
 }
 
 const LAST_USED_INTERVAL_MS = 60_000;
@@ -27,6 +30,8 @@ export class AuthService {
     private readonly log: Logger,
     cacheTtlMs: number,
     private readonly now: () => number = Date.now,
+    /** DEFAULT_KEY_RPM, DEFAULT_ACCOUNT_MAX_IN_FLIGHT, …: what rows without limits of their own get. */
+    private readonly defaults: RequestLimits = NO_LIMITS,
   ) {
     this.cache = new TtlCache(cacheTtlMs, 10_000, now);
   }
@@ -40,7 +45,18 @@ export class AuthService {
     if (!row.isActive) throw new ApiError(403, 'api_key_inactive', 'This API key is inactive.');
     if (row.accountStatus !== 'active') throw new ApiError(403, 'account_suspended', 'The account that owns this API key is suspended.');
     this.touch(row.id);
-    return { apiKeyId: row.id, accountId: row.accountId, groupId: row.groupId };
+    return { apiKeyId: row.id, accountId: row.accountId, groupId: row.groupId, limits: this.limitsOf(row) };
+  }
+
+  private limitsOf(row: KeyAuthRow): RequestLimits {
+    const { key, account } = this.defaults;
+    return {
+      key: { requestsPerMinute: effectiveLimit(row.requestsPerMinute, key.requestsPerMinute), maxInFlight: effectiveLimit(row.maxInFlight, key.maxInFlight) },
+      account: {
+        requestsPerMinute: effectiveLimit(row.accountRequestsPerMinute, account.requestsPerMinute),
+        maxInFlight: effectiveLimit(row.accountMaxInFlight, account.maxInFlight),
+      },
+    };
   }
 
   /** Drops cached lookups (after an admin change on this instance; other instances expire within the TTL). */

@@ -51,6 +51,8 @@ describe('API keys', () => {
       credits_used: 0,
       credits_remaining: 20,
       unlimited: false,
+      requests_per_minute: 'default',
+      max_in_flight: 'default',
       last_used_at: null,
       created_at: expect.any(String),
       key: expect.stringMatching(/^mg_[0-9A-Za-z]{33}$/),

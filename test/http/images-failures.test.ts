@@ -13,6 +13,7 @@ import { flakyImageProvider } from '../fakes/providers.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { holdOf as holdOfTask, waitImageTask } from '../support/tasks.ts';
+import { NO_LIMITS } from '../../server/services/limits/client-limits.ts';
 
 type Json = Record<string, any>;
 
@@ -122,7 +123,7 @@ describe('a synchronous task whose process died', () => {
 
   it('is failed and released by the task engine once its lease expires, never charged', async () => {
     const c = await createCustomer(server.db, { balance: 10 });
-    const auth = { accountId: c.accountId, apiKeyId: c.apiKeyId, groupId: c.groupId };
+    const auth = { accountId: c.accountId, apiKeyId: c.apiKeyId, groupId: c.groupId, limits: NO_LIMITS };
     const prepared = await server.ctx.services.images.prepare(auth, 'generation', { prompt: 'x', model: 'local-image-1', n: 2 });
     // A request on another instance started it and died: its lease is already over.
     const task = await server.ctx.services.images.start(auth, prepared, { async: false });

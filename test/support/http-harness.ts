@@ -160,6 +160,7 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
       await prism?.stop();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
+      await ctx.services.requestRates.close();
       await database.destroy();
     },
   };

@@ -22,7 +22,17 @@ function fakeKeys(row: KeyAuthRow | undefined, opts: { failFirst?: boolean } = {
   return { repo, lookups: () => lookups, touches: () => touches };
 }
 
-const row: KeyAuthRow = { id: 'key_1', accountId: 'acct_1', groupId: 'grp_1', isActive: true, accountStatus: 'active' };
+const row: KeyAuthRow = {
+  id: 'key_1',
+  accountId: 'acct_1',
+  groupId: 'grp_1',
+  isActive: true,
+  accountStatus: 'active',
+  requestsPerMinute: null,
+  maxInFlight: null,
+  accountRequestsPerMinute: null,
+  accountMaxInFlight: null,
+};
 const log = createLogger('silent');
 
 describe('AuthService', () => {

@@ -6,6 +6,7 @@ import type { AccountRepository } from '../../repositories/account.repository.ts
 import { newId } from '../../lib/ids.ts';
 import { fromCredits } from '../../lib/money.ts';
 import { toAdminAccount, toAdminLedgerEntry, type AdminAccount } from './admin-mappers.ts';
+import { storedOf } from '../limits/client-limits.ts';
 import { decodeCreatedAtCursor, encodeCreatedAtCursor, pageSize, splitPage } from './cursor.ts';
 
 type Schemas = components['schemas'];
@@ -34,7 +35,10 @@ export class AccountAdminService {
     const initial = microCredits(input.initial_credits ?? 0, 'initial_credits');
     if (initial < 0) throw badRequest('invalid_request', "'initial_credits' must not be negative.", 'initial_credits');
     const row = await this.tx.run(async (trx) => {
-      const account = await this.accounts.insert({ id: newId('acct'), name: input.name, status: input.status ?? 'active', balance: initial }, trx);
+      const account = await this.accounts.insert(
+        { id: newId('acct'), name: input.name, status: input.status ?? 'active', balance: initial, requestsPerMinute: storedOf(input.requests_per_minute, 'requests_per_minute'), maxInFlight: storedOf(input.max_in_flight, 'max_in_flight') },
+        trx,
+      );
       if (!account) throw conflict('conflict', `An account named '${input.name}' already exists.`, {}, 'name');
       if (initial > 0) await this.accounts.insertLedgerEntry({ accountId: account.id, kind: 'grant', amount: initial, reason: INITIAL_CREDITS_REASON }, trx);
       return account;
@@ -64,7 +68,9 @@ export class AccountAdminService {
   }
 
   async update(id: string, input: AccountUpdateInput): Promise<AdminAccount> {
-    if (Object.values(input).every((v) => v === undefined)) throw badRequest('invalid_request', 'Send at least one of name, status, output_retention_days and input_retention_days.');
+    if (Object.values(input).every((v) => v === undefined)) {
+      throw badRequest('invalid_request', 'Send at least one of name, status, output_retention_days, input_retention_days, requests_per_minute and max_in_flight.');
+    }
     if (input.name !== undefined) {
       const holder = await this.accounts.findByName(input.name);
       if (holder && holder.id !== id) throw conflict('conflict', `An account named '${input.name}' already exists.`, {}, 'name');
@@ -74,6 +80,8 @@ export class AccountAdminService {
       status: input.status,
       outputRetentionDays: input.output_retention_days,
       inputRetentionDays: input.input_retention_days,
+      requestsPerMinute: storedOf(input.requests_per_minute, 'requests_per_minute'),
+      maxInFlight: storedOf(input.max_in_flight, 'max_in_flight'),
     });
     if (!row) throw accountNotFound();
     return toAdminAccount(row);

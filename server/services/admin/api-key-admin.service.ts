@@ -8,6 +8,7 @@ import { generateApiKey } from '../../lib/api-key-material.ts';
 import { newId } from '../../lib/ids.ts';
 import { accountNotFound, microCredits } from './account-admin.service.ts';
 import { toAdminApiKey, type AdminApiKey } from './admin-mappers.ts';
+import { storedOf } from '../limits/client-limits.ts';
 import { decodeCreatedAtCursor, encodeCreatedAtCursor, pageSize, splitPage } from './cursor.ts';
 import { groupNotFound } from './group-admin.service.ts';
 
@@ -49,6 +50,8 @@ export class ApiKeyAdminService {
       keyPrefix: material.prefix,
       lastFour: material.lastFour,
       creditLimit: limit,
+      requestsPerMinute: storedOf(input.requests_per_minute, 'requests_per_minute'),
+      maxInFlight: storedOf(input.max_in_flight, 'max_in_flight'),
     });
     return { ...toAdminApiKey(row), key: material.key };
   }
@@ -69,9 +72,11 @@ export class ApiKeyAdminService {
 
   async update(id: string, input: ApiKeyUpdateInput): Promise<AdminApiKey> {
     if (Object.values(input).every((v) => v === undefined)) throw badRequest('invalid_request', 'Send at least one member to change.');
-    const patch: { name?: string; creditLimit?: number | null; groupId?: string; isActive?: boolean } = {
+    const patch: { name?: string; creditLimit?: number | null; groupId?: string; isActive?: boolean; requestsPerMinute?: number | null; maxInFlight?: number | null } = {
       name: input.name,
       isActive: input.is_active,
+      requestsPerMinute: storedOf(input.requests_per_minute, 'requests_per_minute'),
+      maxInFlight: storedOf(input.max_in_flight, 'max_in_flight'),
     };
     if (input.credit_limit !== undefined) patch.creditLimit = creditLimit(input.credit_limit);
     if (input.group_id !== undefined) {

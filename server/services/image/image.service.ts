@@ -20,6 +20,7 @@ import type { ImageCatalogRow, ModelRepository } from '../../repositories/model.
 import { TtlCache } from '../../lib/ttl-cache.ts';
 import { accountPage, invalidAfter, listPage, type ListPage, type TaskListQuery } from '../account-lists.ts';
 import type { AuthContext } from '../auth.service.ts';
+import { inFlightCapsOf, inFlightRefusal } from '../limits/client-limits.ts';
 import type { FileService } from '../file.service.ts';
 import { keepLease } from '../tasks/lease.ts';
 import type { TaskNotifier } from '../tasks/task-notifier.ts';
@@ -238,7 +239,7 @@ export class ImageService {
     const first = route?.first;
     const { outcome, task } = await this.deps.ledger
       .holdAndInsertTask(
-        { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted },
+        { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted, inFlightCaps: inFlightCapsOf(auth) },
         {
           table: 'imageTasks',
           row: {
@@ -275,6 +276,7 @@ export class ImageService {
     if (outcome !== 'ok') for (const file of saved) await this.deps.files.discard(file);
     if (outcome === 'key_quota_exceeded') throw paymentRequired('key_quota_exceeded', `This API key's credit limit cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     if (outcome === 'insufficient_balance') throw paymentRequired('insufficient_balance', `The account balance cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
+    if (outcome === 'key_too_many_in_flight' || outcome === 'account_too_many_in_flight') throw inFlightRefusal(outcome, auth);
     this.deps.log.info({ taskId, model: req.model, n: req.n, quotedMicroCredits: quoted, async: mode.async }, 'image task created');
     if (mode.async) this.deps.notifier.notify('image');
     return route ? { ...task!, routeOrder: route.order } : task!;

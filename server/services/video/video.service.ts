@@ -15,6 +15,7 @@ import type { LookedUpVideoTaskRow, VideoTaskRepository, VideoTaskRow } from '..
 import type { ProviderRegistry } from '../../providers/registry.ts';
 import { shapeOf } from '../../providers/types.ts';
 import type { AuthContext } from '../auth.service.ts';
+import { inFlightCapsOf, inFlightRefusal } from '../limits/client-limits.ts';
 import type { FileService } from '../file.service.ts';
 import { newId } from '../../lib/ids.ts';
 import type { QuoteTokens } from '../quote-token.ts';
@@ -129,7 +130,7 @@ export class VideoService {
     let outcome;
     try {
       ({ outcome } = await this.deps.ledger.holdAndInsertTask(
-        { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted },
+        { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted, inFlightCaps: inFlightCapsOf(auth) },
         { table: 'videoTasks', row },
         { fileIds: inputFileIds, pinSeconds: this.deps.options.maxLifetimeSeconds + 86_400, retentionDays: this.deps.options.inputRetentionDays },
       ));
@@ -147,6 +148,7 @@ export class VideoService {
     if (outcome === 'insufficient_balance') {
       throw paymentRequired('insufficient_balance', `The account balance cannot cover this video (${quoted / 1e6} credits).`);
     }
+    if (outcome === 'key_too_many_in_flight' || outcome === 'account_too_many_in_flight') throw inFlightRefusal(outcome, auth);
     this.deps.log.info({ taskId, model: model.id, quotedMicroCredits: quoted, apiKeyId: auth.apiKeyId }, 'video task created');
     this.deps.notifier.notify('video');
     // Everything the create shape shows was just written; no need to read the row back.

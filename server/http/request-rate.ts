@@ -1,0 +1,33 @@
+/**
+ * The requests-per-minute gate of the generation operations (image generations and edits, video
+ * creation at both paths), run right after the API key check and before the body is read: a
+ * refused request reads nothing, stores nothing and holds nothing. Every generation response of a
+ * key or account with a limit carries OpenAI's `x-ratelimit-limit-requests`,
+ * `x-ratelimit-remaining-requests` and `x-ratelimit-reset-requests` (events streams and errors
+ * included: they are set before anything is written).
+ */
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { rateLimited } from '../services/limits/client-limits.ts';
+import { formatReset, type RateHeaders, type RequestRateLimiter } from '../services/limits/request-rate.ts';
+import { authOf, hasAuth } from './auth.ts';
+
+export const GENERATION_PATHS = ['/v1/images/generations', '/v1/images/edits', '/v1/videos/generations', '/api/v1/videos/generations'];
+
+export function setRateHeaders(res: Response, h: RateHeaders): void {
+  res.setHeader('x-ratelimit-limit-requests', String(h.limit));
+  res.setHeader('x-ratelimit-remaining-requests', String(h.remaining));
+  res.setHeader('x-ratelimit-reset-requests', formatReset(h.resetMs));
+}
+
+export function requestRateGate(limiter: RequestRateLimiter): RequestHandler {
+  return (req: Request, res: Response, next: NextFunction) => {
+    // Without a key the credentials check has already answered 401.
+    if (!hasAuth(req)) return next();
+    const auth = authOf(req);
+    limiter.consume(auth, auth.limits).then((decision) => {
+      if (decision.headers) setRateHeaders(res, decision.headers);
+      if (decision.allowed) next();
+      else next(rateLimited(decision.blamed, decision.limit, decision.retryAfterMs));
+    }, next);
+  };
+}
