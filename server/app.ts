@@ -19,7 +19,6 @@ import { errorMiddleware, rememberAuthError } from './http/error-middleware.ts';
 import type { HandlerMap } from './http/types.ts';
 import { hasAuth, setAuth } from './http/auth.ts';
 import { GENERATION_PATHS, requestRateGate } from './http/request-rate.ts';
-import { GENERATION_PATHS, requestRateGate } from './http/request-rate.ts';
 import { imageEditMultipart } from './http/multipart.ts';
 import { EDIT_MEDIA_FIELDS, MAX_REFERENCE_CHARS, VIDEO_MEDIA_FIELDS, mediaJsonBody } from './http/media-body.ts';
 import type { MediaJsonFields } from './lib/media-json-scanner.ts';
@@ -107,8 +106,6 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
       },
     );
   });
-  // Requests per minute of the key and its account: refused before the body is read.
-  app.post(GENERATION_PATHS, requestRateGate(ctx.services.requestRates));
   // Requests per minute of the key and its account: refused before the body is read.
   app.post(GENERATION_PATHS, requestRateGate(ctx.services.requestRates));
   app.use('/admin', (req, res, next) => {
