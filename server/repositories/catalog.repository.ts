@@ -92,4 +92,14 @@ export class CatalogRepository {
     const rows = await this.db.selectFrom('catalogModels').select('id').where('id', 'in', ids).execute();
     return new Set(rows.map((r) => r.id));
   }
+
+  /** Forgets what members of these aggregator kinds recorded against a model (its mapping changed: the fault may be fixed). */
+  async clearMappingFaults(model: string, providers: readonly string[], trx: Executor): Promise<void> {
+    if (providers.length === 0) return;
+    await trx
+      .deleteFrom('memberModelFaults')
+      .where('model', '=', model)
+      .where('memberId', 'in', (eb) => eb.selectFrom('groupMembers').select('id').where('provider', 'in', [...providers] as never))
+      .execute();
+  }
 }

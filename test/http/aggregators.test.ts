@@ -231,6 +231,14 @@ describe('fal through the public API', () => {
     expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
     const health = (await healthOf(c.groupId)).a!;
     expect(health.model_faults).toEqual([expect.objectContaining({ model: 'wan-unmapped', kind: 'misconfigured', reason: expect.stringContaining("has no fal mapping") })]);
+
+    // The operator saves the mapping: the member's fault for the model is forgotten at once and it serves again.
+    const mapping = findCatalogDefinition('fal/wan-2.5-t2v-fal')!.model.upstream_mappings!.fal!;
+    const saved = await server.admin().PATCH('/admin/v1/models/{model_id}', { params: { path: { model_id: 'wan-unmapped' } }, body: { upstream_mappings: { fal: mapping } } });
+    expect(saved.response.status).toBe(200);
+    expect((await healthOf(c.groupId)).a!.model_faults).toEqual([]);
+    const again = await createVideo(c.key, { model: 'wan-unmapped', resolution: '720p' });
+    expect((await waitVideoFinished(server, c.key, again.body.id)).task.status).toBe('completed');
   });
 });
 

@@ -171,6 +171,9 @@ export class CatalogAdminService {
           else if (mapping !== undefined) merged[provider] = mapping;
         }
         upstreamMappings = merged as UpstreamMappings;
+        // A member left out of this model for a misconfiguration (a 422 from a bad mapping) gets
+        // another chance as soon as the operator saves a new mapping for its provider.
+        await this.catalog.clearMappingFaults(id, Object.keys(changes), trx);
       }
       await this.catalog.updateModel(
         id,
