@@ -185,6 +185,8 @@ describe('the operator console in headless Chromium', () => {
     expect(await form.getByLabel('Account id').inputValue()).toBe(accountId);
     await form.getByLabel('Key name').fill('acme-prod');
     await choose('Group', 'console-group');
+    await choose('Requests per minute', 'Custom');
+    await form.getByLabel('Requests per minute (number)').fill('30');
     await form.getByRole('button', { name: 'Create key' }).click();
     apiKey = (await page.getByTestId('new-api-key').textContent())!.trim();
     expect(apiKey.length).toBeGreaterThan(20);
@@ -195,6 +197,8 @@ describe('the operator console in headless Chromium', () => {
     const keys = (await api(`/admin/v1/api-keys?account_id=${accountId}`)).body.data as Json[];
     expect(keys).toHaveLength(1);
     expect(apiKey.endsWith(keys[0]!.last_four)).toBe(true);
+    expect(keys[0]).toMatchObject({ requests_per_minute: 30, max_in_flight: 'default' });
+    expect(await row.textContent()).toContain('30 / default');
     await shot('keys');
   }, 60_000);
 

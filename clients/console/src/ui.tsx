@@ -1,5 +1,5 @@
 /** Shared pieces: error display, confirmation, cursor pagination, formatting. */
-import { Alert, Button, Group, Modal, Stack, Text, type ButtonProps } from '@mantine/core';
+import { Alert, Button, Group, Modal, NumberInput, Select, Stack, Text, type ButtonProps } from '@mantine/core';
 import { useCallback, useEffect, useRef, useState, type ReactNode } from 'react';
 import { ApiFailure } from './api.ts';
 
@@ -191,3 +191,34 @@ export const STATUS_COLORS: Record<string, string> = {
   enabled: 'green',
   disabled: 'gray',
 };
+
+/** A per-key or per-account limit as the contract states it: a number, null (no limit) or 'default'. */
+export type Limit = number | null | 'default';
+
+export function limitText(v: Limit): string {
+  return v === 'default' ? 'default' : v === null ? 'no limit' : v.toLocaleString('en-US');
+}
+
+/** Edits a Limit: the operator's default, no limit, or a number. */
+export function LimitInput({ label, value, onChange, max }: { label: string; value: Limit; onChange: (v: Limit) => void; max: number }) {
+  const mode = value === 'default' ? 'default' : value === null ? 'none' : 'custom';
+  return (
+    <Group gap="xs" align="flex-end" wrap="nowrap">
+      <Select
+        label={label}
+        data={[
+          { value: 'default', label: "Server's default" },
+          { value: 'none', label: 'No limit' },
+          { value: 'custom', label: 'Custom' },
+        ]}
+        value={mode}
+        onChange={(m) => onChange(m === 'default' ? 'default' : m === 'none' ? null : typeof value === 'number' ? value : 60)}
+        allowDeselect={false}
+        w={170}
+      />
+      {mode === 'custom' && (
+        <NumberInput aria-label={`${label} (number)`} min={1} max={max} value={value as number} onChange={(v) => onChange(typeof v === 'number' ? v : 1)} w={120} />
+      )}
+    </Group>
+  );
+}

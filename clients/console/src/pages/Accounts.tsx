@@ -3,7 +3,7 @@ import { Badge, Button, Card, Group, NumberInput, SegmentedControl, Select, Simp
 import { useState, type FormEvent } from 'react';
 import { api, call, type Account } from '../api.ts';
 import { Link, navigate } from '../router.tsx';
-import { ConfirmButton, ErrorAlert, Pager, STATUS_COLORS, credits, useAction, useCursorPages, useLoad, when } from '../ui.tsx';
+import { ConfirmButton, ErrorAlert, LimitInput, Pager, STATUS_COLORS, credits, limitText, useAction, useCursorPages, useLoad, when, type Limit } from '../ui.tsx';
 import { LedgerTable } from './Ledger.tsx';
 
 export function AccountsPage() {
@@ -136,6 +136,9 @@ export function AccountDetailPage({ id }: { id: string }) {
             <Stat label="Total granted" value={credits(a.total_earned)} />
             <Stat label="Total spent" value={credits(a.total_spent)} />
           </SimpleGrid>
+          <Text size="sm">
+            Limits: {limitText(a.requests_per_minute)} requests per minute, {limitText(a.max_in_flight)} generations in flight.
+          </Text>
           <Group gap="md">
             <Link to={`/keys?account_id=${encodeURIComponent(a.id)}`}>API keys of this account</Link>
             <Link to={`/tasks?account_id=${encodeURIComponent(a.id)}`}>Tasks of this account</Link>
@@ -238,6 +241,8 @@ function EditAccount({ account, onSaved }: { account: Account; onSaved: (a: Acco
   const [status, setStatus] = useState(account.status);
   const [outputDays, setOutputDays] = useState<number | string>(account.output_retention_days ?? '');
   const [inputDays, setInputDays] = useState<number | string>(account.input_retention_days ?? '');
+  const [rpm, setRpm] = useState<Limit>(account.requests_per_minute);
+  const [inFlight, setInFlight] = useState<Limit>(account.max_in_flight);
   const save = useAction(async () => {
     const updated = await call(
       api.PATCH('/admin/v1/accounts/{account_id}', {
@@ -247,6 +252,8 @@ function EditAccount({ account, onSaved }: { account: Account; onSaved: (a: Acco
           status,
           output_retention_days: typeof outputDays === 'number' ? outputDays : null,
           input_retention_days: typeof inputDays === 'number' ? inputDays : null,
+          requests_per_minute: rpm,
+          max_in_flight: inFlight,
         },
       }),
     );
@@ -265,6 +272,8 @@ function EditAccount({ account, onSaved }: { account: Account; onSaved: (a: Acco
         <Select label="Status" data={['active', 'suspended']} value={status} onChange={(v) => v && setStatus(v as typeof status)} allowDeselect={false} />
         <NumberInput label="Output retention (days)" description="Empty: the server's default." min={1} value={outputDays} onChange={setOutputDays} />
         <NumberInput label="Input retention (days)" description="Empty: the server's default." min={1} value={inputDays} onChange={setInputDays} />
+        <LimitInput label="Requests per minute" value={rpm} onChange={setRpm} max={1_000_000} />
+        <LimitInput label="Generations in flight" value={inFlight} onChange={setInFlight} max={100_000} />
       </Stack>
       <Group mt="sm">
         {suspending ? (

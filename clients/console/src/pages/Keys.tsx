@@ -3,7 +3,7 @@ import { Alert, Button, Card, CopyButton, Group, NumberInput, Select, Stack, Tab
 import { useState, type FormEvent } from 'react';
 import { api, call, type ApiKey, type ApiKeyCreated } from '../api.ts';
 import { Link, useLocation } from '../router.tsx';
-import { ConfirmButton, ErrorAlert, Pager, credits, useAction, useCursorPages, useLoad, when } from '../ui.tsx';
+import { ConfirmButton, ErrorAlert, LimitInput, Pager, credits, limitText, useAction, useCursorPages, useLoad, when, type Limit } from '../ui.tsx';
 import { StatusBadge } from './Accounts.tsx';
 
 export function KeysPage() {
@@ -67,7 +67,7 @@ export function KeysPage() {
       </form>
       <ErrorAlert error={list.error} title="Could not list API keys" />
       <ErrorAlert error={actionError} title="The key could not be changed" />
-      <Table.ScrollContainer minWidth={900}>
+      <Table.ScrollContainer minWidth={1000}>
         <Table striped aria-label="API keys">
           <Table.Thead>
             <Table.Tr>
@@ -77,6 +77,7 @@ export function KeysPage() {
               <Table.Th>Group</Table.Th>
               <Table.Th ta="right">Quota</Table.Th>
               <Table.Th ta="right">Used</Table.Th>
+              <Table.Th>Limits (per minute / in flight)</Table.Th>
               <Table.Th>Last used</Table.Th>
               <Table.Th>State</Table.Th>
               <Table.Th>Action</Table.Th>
@@ -103,6 +104,9 @@ export function KeysPage() {
                 </Table.Td>
                 <Table.Td ta="right">{k.unlimited ? 'unlimited' : credits(k.credit_limit)}</Table.Td>
                 <Table.Td ta="right">{credits(k.credits_used)}</Table.Td>
+                <Table.Td>
+                  {limitText(k.requests_per_minute)} / {limitText(k.max_in_flight)}
+                </Table.Td>
                 <Table.Td>{k.last_used_at ? when(k.last_used_at) : 'never'}</Table.Td>
                 <Table.Td>
                   <StatusBadge status={k.is_active ? 'active' : 'revoked'} />
@@ -131,7 +135,7 @@ export function KeysPage() {
             ))}
             {list.data && list.data.data.length === 0 && (
               <Table.Tr>
-                <Table.Td colSpan={9}>No API keys match.</Table.Td>
+                <Table.Td colSpan={10}>No API keys match.</Table.Td>
               </Table.Tr>
             )}
           </Table.Tbody>
@@ -147,11 +151,13 @@ function CreateKey({ defaultAccount, onCreated }: { defaultAccount: string; onCr
   const [name, setName] = useState('');
   const [groupId, setGroupId] = useState<string | null>(null);
   const [limit, setLimit] = useState<number | string>('');
+  const [rpm, setRpm] = useState<Limit>('default');
+  const [inFlight, setInFlight] = useState<Limit>('default');
   const groups = useLoad(() => call(api.GET('/admin/v1/groups', { params: { query: { limit: 100 } } })), []);
   const create = useAction(async () =>
     call(
       api.POST('/admin/v1/api-keys', {
-        body: { account_id: accountId.trim(), name, group_id: groupId ?? undefined, credit_limit: typeof limit === 'number' ? limit : null },
+        body: { account_id: accountId.trim(), name, group_id: groupId ?? undefined, credit_limit: typeof limit === 'number' ? limit : null, requests_per_minute: rpm, max_in_flight: inFlight },
       }),
     ),
   );
@@ -181,6 +187,8 @@ function CreateKey({ defaultAccount, onCreated }: { defaultAccount: string; onCr
           w={220}
         />
         <NumberInput label="Credit quota" description="Empty: unlimited." min={0} value={limit} onChange={setLimit} w={160} />
+        <LimitInput label="Requests per minute" value={rpm} onChange={setRpm} max={1_000_000} />
+        <LimitInput label="Generations in flight" value={inFlight} onChange={setInFlight} max={100_000} />
         <Button type="submit" loading={create.pending}>
           Create key
         </Button>
