@@ -5,7 +5,6 @@ import { PROVIDERS, TASK_STATUSES, api, call, type Provider, type Task, type Tas
 import { Link, useLocation } from '../router.tsx';
 import { ConfirmButton, ErrorAlert, Pager, compact, credits, fromLocalInput, useAction, useCursorPages, useLoad, when } from '../ui.tsx';
 import { StatusBadge } from './Accounts.tsx';
-import { TaskOutputs } from './TaskOutputs.tsx';
 
 interface TaskFilter {
   kind?: 'image' | 'video';
@@ -136,7 +135,7 @@ function Field({ label, children }: { label: string; children: React.ReactNode }
       <Text size="xs" c="dark.6" fw={600} tt="uppercase">
         {label}
       </Text>
-      <Text size="sm" component="div">
+      <Text size="sm" component="div" style={{ overflowWrap: 'anywhere' }}>
         {children}
       </Text>
     </div>
@@ -190,7 +189,6 @@ export function TaskDetailPage({ id }: { id: string }) {
               <Field label="Settled by operator">{t.settled_reason ?? '—'}</Field>
             </SimpleGrid>
           </Card>
-          <TaskOutputs task={t} />
           {t.kind === 'image' && t.status === 'needs_attention' && <SettleTask task={t} onSettled={task.setData} />}
           <Title order={2} size="h3">
             Story
