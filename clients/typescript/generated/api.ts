@@ -7116,6 +7116,8 @@ export interface operations {
                      *           "total_spent": 2.5,
                      *           "output_retention_days": null,
                      *           "input_retention_days": null,
+                     *           "requests_per_minute": "default",
+                     *           "max_in_flight": "default",
                      *           "created_at": "2026-01-15T10:00:00Z",
                      *           "updated_at": "2026-01-15T10:05:12Z"
                      *         }
@@ -7169,6 +7171,8 @@ export interface operations {
                      *       "total_spent": 0,
                      *       "output_retention_days": null,
                      *       "input_retention_days": null,
+                     *       "requests_per_minute": "default",
+                     *       "max_in_flight": "default",
                      *       "created_at": "2026-01-15T10:00:00Z",
                      *       "updated_at": "2026-01-15T10:00:00Z"
                      *     }
@@ -7216,6 +7220,8 @@ export interface operations {
                      *       "total_spent": 2.5,
                      *       "output_retention_days": null,
                      *       "input_retention_days": null,
+                     *       "requests_per_minute": "default",
+                     *       "max_in_flight": "default",
                      *       "created_at": "2026-01-15T10:00:00Z",
                      *       "updated_at": "2026-01-15T10:05:12Z"
                      *     }
@@ -7271,6 +7277,8 @@ export interface operations {
                      *       "total_spent": 2.5,
                      *       "output_retention_days": null,
                      *       "input_retention_days": null,
+                     *       "requests_per_minute": "default",
+                     *       "max_in_flight": "default",
                      *       "created_at": "2026-01-15T10:00:00Z",
                      *       "updated_at": "2026-01-16T11:20:00Z"
                      *     }
@@ -7329,6 +7337,8 @@ export interface operations {
                      *         "total_spent": 2.5,
                      *         "output_retention_days": null,
                      *         "input_retention_days": null,
+                     *         "requests_per_minute": "default",
+                     *         "max_in_flight": "default",
                      *         "created_at": "2026-01-15T10:00:00Z",
                      *         "updated_at": "2026-01-16T11:30:00Z"
                      *       },
@@ -7405,6 +7415,8 @@ export interface operations {
                      *           "credits_used": 2.5,
                      *           "credits_remaining": 17.5,
                      *           "unlimited": false,
+                     *           "requests_per_minute": "default",
+                     *           "max_in_flight": "default",
                      *           "last_used_at": "2026-01-16T08:31:02Z",
                      *           "created_at": "2026-01-15T10:06:00Z"
                      *         }
@@ -7463,6 +7475,8 @@ export interface operations {
                      *       "credits_used": 0,
                      *       "credits_remaining": 20,
                      *       "unlimited": false,
+                     *       "requests_per_minute": "default",
+                     *       "max_in_flight": "default",
                      *       "last_used_at": null,
                      *       "created_at": "2026-01-15T10:06:00Z",
                      *       "key": "mg_4fT9kLr2XbN8cVq1Hs6PzW3yTd5mJu0Qz7w"
@@ -7513,6 +7527,8 @@ export interface operations {
                      *       "credits_used": 2.5,
                      *       "credits_remaining": null,
                      *       "unlimited": true,
+                     *       "requests_per_minute": "default",
+                     *       "max_in_flight": "default",
                      *       "last_used_at": "2026-01-16T08:31:02Z",
                      *       "created_at": "2026-01-15T10:06:00Z"
                      *     }
@@ -7571,6 +7587,8 @@ export interface operations {
                      *       "credits_used": 2.5,
                      *       "credits_remaining": 17.5,
                      *       "unlimited": false,
+                     *       "requests_per_minute": "default",
+                     *       "max_in_flight": "default",
                      *       "last_used_at": "2026-01-16T08:31:02Z",
                      *       "created_at": "2026-01-15T10:06:00Z"
                      *     }
