@@ -1,7 +1,8 @@
 /**
  * createApp(ctx): the Express app built from the bundled contract. Order of the pipeline:
  * request id -> access log + metrics (on finish) -> admin/metrics gates -> credentials (before any
- * body is read) -> streamed media bodies and uploads -> multipart edits (under a large-body byte
+ * body is read) -> requests per minute of generations (http/request-rate.ts, before any body too)
+ * -> streamed media bodies and uploads -> multipart edits (under a large-body byte
  * budget) -> JSON parser -> NUL guard -> openapi validator (route match,
  * security, request validation, response validation) -> handlers mounted from the spec -> one
  * error middleware for everything.
