@@ -28,6 +28,18 @@ const CHROMIUM = '/usr/bin/chromium';
 const SCREENSHOTS = process.env.MEDIAGATE_CONSOLE_SCREENSHOTS === '1';
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
+// The page's globals, for the functions that run in the page (page.evaluate): this project's
+// tsconfig has no DOM library, and these declarations stay in this module.
+/* eslint-disable @typescript-eslint/no-explicit-any */
+type DomElement = any;
+declare const document: any;
+declare const sessionStorage: any;
+declare const localStorage: any;
+declare const getComputedStyle: (el: DomElement) => any;
+declare const CSS: { escape(s: string): string };
+declare const NodeFilter: { SHOW_TEXT: number };
+/* eslint-enable @typescript-eslint/no-explicit-any */
+
 let server: TestServer;
 let context: BrowserContext;
 let page: Page;
@@ -326,7 +338,7 @@ describe('the operator console in headless Chromium', () => {
       const problems = await page.evaluate(() => {
         const out: string[] = [];
         // Every form control has an accessible name (a label, aria-label or aria-labelledby).
-        for (const el of document.querySelectorAll<HTMLElement>('input:not([type=hidden]), select, textarea, button')) {
+        for (const el of document.querySelectorAll('input:not([type=hidden]), select, textarea, button') as DomElement[]) {
           if (el.closest('[aria-hidden=true]') || el.offsetParent === null) continue;
           const id = el.id;
           const named =
@@ -341,7 +353,7 @@ describe('the operator console in headless Chromium', () => {
         const rgb = (c: string) => (c.match(/[\d.]+/g) ?? []).map(Number);
         const lum = ([r, g, b]: number[]) =>
           [r!, g!, b!].map((v) => ((v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4)).reduce((a, v, i) => a + v * [0.2126, 0.7152, 0.0722][i]!, 0);
-        const background = (el: Element | null): number[] => {
+        const background = (el: DomElement | null): number[] => {
           for (let e = el; e; e = e.parentElement) {
             const c = rgb(getComputedStyle(e).backgroundColor);
             if (c.length >= 3 && (c.length < 4 || c[3]! > 0.9)) return c;
@@ -374,7 +386,7 @@ describe('the operator console in headless Chromium', () => {
       await phone.goto(`${server.directUrl}/console/tasks`);
       await phone.getByRole('heading', { level: 1, name: 'Tasks' }).waitFor();
       // Folded away: off the screen and inert (Tab does not wander into it).
-      const folded = await phone.getByRole('navigation', { name: 'Console sections' }).evaluate((nav) => ({ right: nav.getBoundingClientRect().right, inert: (nav as HTMLElement).inert }));
+      const folded = await phone.getByRole('navigation', { name: 'Console sections' }).evaluate((nav) => ({ right: nav.getBoundingClientRect().right, inert: (nav as DomElement).inert as boolean }));
       expect(folded).toEqual({ right: expect.any(Number), inert: true });
       expect(folded.right).toBeLessThanOrEqual(0);
       expect(await phone.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
