@@ -10,14 +10,14 @@ import type { AppContext } from '../context.ts';
 import { ApiError } from '../errors.ts';
 import type { AuthContext } from '../services/auth.service.ts';
 import type { ImageRequestFields } from '../services/image/image-request.ts';
-import { NULL_SINK, type ImageOperation } from '../services/image/image-runner.ts';
+import { NULL_SINK, type ExecuteResult, type ImageOperation } from '../services/image/image-runner.ts';
 import type { EditInput, PreparedImageRequest } from '../services/image/image.service.ts';
 import { jsonStream, type Base64Source, type WithBase64 } from '../lib/base64-json.ts';
 import { authOf, noStore } from './auth.ts';
 import { stagingOf } from './media-body.ts';
 import { uploadedFiles } from './multipart.ts';
 import { openImageStream } from './image-stream.ts';
-import { sendJsonWithImages, type HandlerMap, type ResponseBody } from './types.ts';
+import { sendJsonWithImages, sendJsonWithImagesHeld, type HandlerMap, type HeldAnswer, type ResponseBody } from './types.ts';
 
 function wantsStream(req: Request, body: { stream?: boolean }): boolean {
   return body.stream === true || /\btext\/event-stream\b/.test(req.headers.accept ?? '');
@@ -63,9 +63,25 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       sink.end();
       return;
     }
-    const result = await images.runSync(task, NULL_SINK, signal, log, { deliveredOnlyIfAllSent: true });
+    // The answer is written while the task settles; its last byte waits for the commit (HeldAnswer).
+    let answer: HeldAnswer | undefined;
+    const whileSettling = async (delivered: Pick<ExecuteResult, 'files' | 'images' | 'revisedPrompt'>) => {
+      answer = sendJsonWithImagesHeld(res, operationId, 200, await images.toImageResult(task, delivered));
+      await answer.head;
+    };
+    let result: ExecuteResult;
+    try {
+      result = await images.runSync(task, NULL_SINK, signal, log, { deliveredOnlyIfAllSent: true, whileSettling });
+    } catch (err) {
+      // The settlement failed after the answer began: the client keeps a truncated answer, never a complete one.
+      if (!res.headersSent) throw err;
+      log.error({ err }, 'the task did not settle; the answer was cut short');
+      res.destroy();
+      return;
+    }
     if (signal.aborted) return;
-    await sendJsonWithImages(res, operationId, 200, await images.toImageResult(task, result));
+    if (answer) await answer.finish();
+    else await sendJsonWithImages(res, operationId, 200, await images.toImageResult(task, result));
   }
 
   return {

@@ -71,3 +71,45 @@ export async function sendJsonWithImages<K extends OperationId, S extends keyof 
   }
   res.end();
 }
+
+/** An answer whose last bytes wait for something (sendJsonWithImagesHeld). */
+export interface HeldAnswer {
+  /** Resolves once all but the last bytes are handed to the socket; rejects when the client went away. */
+  readonly head: Promise<void>;
+  /** Writes the last bytes and ends the response (nothing when the client went away). */
+  finish(): Promise<void>;
+}
+
+/**
+ * sendJsonWithImages that holds back the body's last byte (its closing brace) until `finish`: the
+ * synchronous image answer is written while its task settles, and completes only once the charge
+ * is durable. Until then the client has an incomplete body (Content-Length is not reached), so a
+ * process that dies before the commit leaves a truncated answer, never a complete uncharged one.
+ */
+export function sendJsonWithImagesHeld<K extends OperationId, S extends keyof ResponsesOf<K> & number>(
+  res: Response,
+  _operation: K,
+  status: S,
+  body: WithBase64<ResponseBody<K, S>>,
+): HeldAnswer {
+  const parts = jsonParts(body);
+  res.status(status);
+  res.setHeader('Content-Type', 'application/json; charset=utf-8');
+  res.setHeader('Content-Length', String(jsonPartsLength(parts)));
+  const last = parts.text.length - 1;
+  const text = parts.text[last]!;
+  const head = writeJsonParts(res, { ...parts, text: [...parts.text.slice(0, last), text.slice(0, -1)] });
+  head.catch(() => undefined);
+  return {
+    head,
+    async finish() {
+      try {
+        await head;
+      } catch (err) {
+        if (res.destroyed) return;
+        throw err;
+      }
+      res.end(text.slice(-1));
+    },
+  };
+}

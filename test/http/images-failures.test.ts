@@ -6,7 +6,9 @@
  * task settles; upload limits answer 413 with clear codes.
  */
 import sharp from 'sharp';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { request as httpRequest } from 'node:http';
+import { sql } from 'kysely';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
 import { BrokenOutputStore, GatedOutputStore } from '../fakes/media-stores.ts';
 import { flakyImageProvider } from '../fakes/providers.ts';
@@ -293,12 +295,14 @@ describe('a JSON answer that carries the images (b64_json)', () => {
       body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n }),
     });
 
-  it('settles the task while its images are still being stored, and answers once both are done', async () => {
+  it('settles the task while its images are still being stored, and completes the answer once both are done', async () => {
     const c = await createCustomer(gatedServer.db, { balance: 10 });
     let responded = false;
-    const pending = generate(gatedServer, c.key, 2).then((res) => {
+    // The answer's head may go out meanwhile; its end waits for the settlement and the writes.
+    const pending = generate(gatedServer, c.key, 2).then(async (res) => {
+      const text = await res.text();
       responded = true;
-      return res;
+      return { status: res.status, headers: res.headers, json: () => JSON.parse(text) as Json };
     });
     // Both writes wait at the gate; the settlement has already completed the task and captured.
     let row: { status: string; delivered: number } | undefined;
@@ -312,7 +316,7 @@ describe('a JSON answer that carries the images (b64_json)', () => {
     gated.open();
     const res = await pending;
     expect(res.status).toBe(200);
-    const body = (await res.json()) as Json;
+    const body = res.json();
     expect(body.data).toHaveLength(2);
     const task = await gatedServer.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: res.headers.get('x-task-id')! } } });
     const answered = (body.data as Json[]).map((d) => d.b64_json as string);
@@ -339,6 +343,96 @@ describe('a JSON answer that carries the images (b64_json)', () => {
     const answered = (body.data as Json[]).map((d) => d.b64_json as string);
     expect(new Set(answered).size).toBe(3);
     expect(task.data?.data?.map((d) => answered.indexOf(d.b64_json!))).toEqual([0, 2]);
+  });
+});
+
+describe('a synchronous answer written while its task settles', () => {
+  let server: TestServer;
+  let gated: GatedOutputStore;
+  beforeEach(async () => {
+    gated = new GatedOutputStore(new FilesystemMediaStore(`/tmp/mg-held-${process.pid}`));
+    server = await startTestServer({ overrides: { mediaStore: gated } });
+    await seedCatalog(server.db);
+  });
+  afterEach(async () => {
+    await server?.close();
+  });
+
+  /**
+   * A request whose settlement is held up by a lock on its task row: the image's write waits at the
+   * gate, the test locks the row, then opens the gate, so the settlement's statement waits for the
+   * lock while the answer is written. Returns what the client received so far and the lock's owner.
+   */
+  async function heldAtSettlement(key: string, accountId: string) {
+    const url = new URL('/v1/images/generations', server.directUrl);
+    const received: Buffer[] = [];
+    let length = 0;
+    let ended = false;
+    const response = new Promise<{ status: number; contentLength: number; error?: Error }>((resolve) => {
+      const req = httpRequest(url, { method: 'POST', headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' } }, (res) => {
+        length = Number(res.headers['content-length']);
+        res.on('data', (chunk: Buffer) => received.push(chunk));
+        res.on('end', () => ((ended = true), resolve({ status: res.statusCode!, contentLength: length })));
+        res.on('error', (error) => resolve({ status: res.statusCode!, contentLength: length, error }));
+        res.on('aborted', () => resolve({ status: res.statusCode!, contentLength: length, error: new Error('aborted') }));
+      });
+      req.on('error', (error) => resolve({ status: 0, contentLength: 0, error }));
+      req.end(JSON.stringify({ prompt: 'x', model: 'local-image-1', n: 1, response_format: 'url' }));
+    });
+    let task: { id: string } | undefined;
+    for (let i = 0; i < 500 && !(task && gated.waiting === 1); i++) {
+      await new Promise((r) => setTimeout(r, 10));
+      task = await server.db.selectFrom('imageTasks').select('id').where('accountId', '=', accountId).executeTakeFirst();
+    }
+    expect(gated.waiting).toBe(1);
+    const taskId = task!.id;
+    let locked!: () => void;
+    let release!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const released = new Promise<void>((r) => (release = r));
+    const lock = server.db.transaction().execute(async (trx) => {
+      await sql`select id from image_tasks where id = ${taskId} for update`.execute(trx);
+      locked();
+      await released;
+    });
+    await isLocked;
+    gated.open();
+    // The answer's head arrives while the settlement waits for the lock.
+    for (let i = 0; i < 1000 && !(length > 0 && received.reduce((n, b) => n + b.length, 0) >= length - 1); i++) await new Promise((r) => setTimeout(r, 10));
+    return { response, received: () => Buffer.concat(received), ended: () => ended, length: () => length, taskId, unlock: async () => (release(), await lock) };
+  }
+
+  it('sends all of the answer but its last byte before the charge commits, and the rest after it', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const held = await heldAtSettlement(c.key, c.accountId);
+    expect(held.received().length).toBe(held.length() - 1);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(held.ended()).toBe(false);
+    expect(await holdOf(server, held.taskId)).toMatchObject({ status: 'held' });
+    await held.unlock();
+    const res = await held.response;
+    expect(res.error).toBeUndefined();
+    expect(res.status).toBe(200);
+    const body = JSON.parse(held.received().toString('utf8')) as Json;
+    expect(body.data).toHaveLength(1);
+    expect(await holdOf(server, held.taskId)).toEqual({ amount: 1_000_000, status: 'captured', captured: 1_000_000 });
+  });
+
+  it('leaves a truncated, uncharged answer when the settlement fails after the answer began', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const held = await heldAtSettlement(c.key, c.accountId);
+    expect(held.received().length).toBe(held.length() - 1);
+    // The server's statement waiting for the lock loses its connection, as in a crash of the database link.
+    const killed = await sql`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and pid <> pg_backend_pid()`.execute(server.db);
+    expect(killed.rows).toHaveLength(1);
+    const res = await held.response;
+    await held.unlock();
+    expect(res.error).toBeDefined();
+    expect(held.received().length).toBeLessThan(res.contentLength);
+    expect(() => JSON.parse(held.received().toString('utf8'))).toThrow();
+    const hold = await holdOf(server, held.taskId);
+    expect(hold.status).toBe('held');
+    expect(hold.captured ?? 0).toBe(0);
   });
 });
 
