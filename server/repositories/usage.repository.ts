@@ -4,7 +4,8 @@
  * A report reads three range scans: the image and video tasks created in [from, to) (their
  * (created_at, id) indexes, or the account's), and the capture and release entries the ledger
  * recorded in it (ledger_entries_created_idx, or the account's), each entry joined to its task by id
- * for the model and the member. Both are folded into one list of facts and grouped by the period
+ * for the model and the member when the report is grouped by model or provider (an entry carries
+ * its account and key itself). Both are folded into one list of facts and grouped by the period
  * (hour or day, UTC; the first starts at `from`) and the dimensions asked for. The provider is the
  * kind of the member that ran the task, `none` without one (or once it was deleted).
  */
@@ -72,6 +73,8 @@ export class UsageRepository {
     const dims = ORDER.filter((d) => q.groupBy.includes(d));
     const selected = ORDER.map((d) => (dims.includes(d) ? sql`${DIMENSIONS[d].expr}::text as ${sql.ref(DIMENSIONS[d].column)}` : sql`null::text as ${sql.ref(DIMENSIONS[d].column)}`));
     const groupBy = [sql`f.period_start`, ...dims.map((d) => DIMENSIONS[d].expr)];
+    // A ledger entry's model and member are its task's: joined only when the report is grouped by them.
+    const byTask = dims.includes('model') || dims.includes('provider');
     const count = (kind: string, status: string) => sql`count(*) filter (where f.kind = ${sql.lit(kind)} and f.status = ${sql.lit(status)})`;
     const { rows } = await sql<UsageRow>`
       with tasks as (
@@ -81,19 +84,20 @@ export class UsageRepository {
         select i.account_id, i.api_key_id, i.model, i.member_id, i.created_at, 'image'::text, i.status, i.n::bigint, i.delivered::bigint
         from image_tasks i where i.created_at >= ${from} and i.created_at < ${to}${account('i.account_id')}
       ), credits as (
-        select l.account_id, l.api_key_id, coalesce(v.model, i.model) as model, coalesce(v.member_id, i.member_id) as member_id, l.created_at as at,
+        select l.account_id, l.api_key_id, ${byTask ? sql`coalesce(v.model, i.model)` : sql`null::text`} as model,
+               ${byTask ? sql`coalesce(v.member_id, i.member_id)` : sql`null::text`} as member_id, l.created_at as at,
                case when l.kind = 'capture' then l.amount else 0 end as spent, case when l.kind = 'release' then l.amount else 0 end as refunded
         from ledger_entries l
-        left join video_tasks v on v.id = l.task_id
-        left join image_tasks i on i.id = l.task_id
+        ${byTask ? sql`left join video_tasks v on v.id = l.task_id left join image_tasks i on i.id = l.task_id` : sql``}
         where l.kind in ('capture', 'release') and l.created_at >= ${from} and l.created_at < ${to}${account('l.account_id')}
       ), facts as (
         select account_id, api_key_id, model, member_id, at, 0::bigint as spent, 0::bigint as refunded, kind, status, n, delivered from tasks
         union all
         select account_id, api_key_id, model, member_id, at, spent, refunded, null, null, 0, 0 from credits
       ), periods as (
-        select x.*, greatest(date_trunc(${sql.lit(q.granularity)}, x.at, 'UTC'), ${from}) as period_start, coalesce(m.provider, 'none') as provider
-        from facts x left join group_members m on m.id = x.member_id
+        select x.*, greatest(date_trunc(${sql.lit(q.granularity)}, x.at, 'UTC'), ${from}) as period_start,
+               ${dims.includes('provider') ? sql`coalesce(m.provider, 'none')` : sql`null::text`} as provider
+        from facts x${dims.includes('provider') ? sql` left join group_members m on m.id = x.member_id` : sql``}
       )
       select f.period_start, ${sql.join(selected)},
         coalesce(sum(f.spent), 0)::bigint as credits_spent,

@@ -14,13 +14,14 @@ import { type Kysely, sql } from 'kysely';
 //    - every task, newest first, and a created range: (created_at, id) per task table (also the
 //      usage report's range scan);
 //    - one key's tasks: (api_key_id, created_at, id) (one account's: the account listings' index);
+//    - one member's tasks, and a provider's (its members' pages merged): (member_id, created_at, id);
 //    - the unfinished ones (status filters, the deadline sweeper, the needs_attention gauge):
 //      (created_at, id) over the unfinished rows only, a few thousand however old the table;
 //    - ledger entries of a task, of a time range (the usage report), and the manual ones (grants
 //      and debits, a needle in the holds' haystack);
 //    - webhook deliveries newest first, and by state.
-//    Model, member and provider filters are few-valued: they read the (created_at, id) order and
-//    skip the rows of other values (no index of their own, none to keep up on every insert).
+//    Model filters are few-valued: they read the (created_at, id) order and skip the rows of other
+//    models (no index of their own, none to keep up on every insert).
 const statements: string[] = [
   `create table task_attempts (
      id bigserial constraint task_attempts_pkey primary key,
@@ -41,6 +42,8 @@ const statements: string[] = [
   `create index image_tasks_created_idx on image_tasks (created_at, id)`,
   `create index video_tasks_key_created_idx on video_tasks (api_key_id, created_at, id)`,
   `create index image_tasks_key_created_idx on image_tasks (api_key_id, created_at, id)`,
+  `create index video_tasks_member_created_idx on video_tasks (member_id, created_at, id) where member_id is not null`,
+  `create index image_tasks_member_created_idx on image_tasks (member_id, created_at, id) where member_id is not null`,
   `create index video_tasks_unfinished_created_idx on video_tasks (created_at, id) where status in ('queued', 'in_progress')`,
   `create index image_tasks_unfinished_created_idx on image_tasks (created_at, id) where status in ('processing', 'needs_attention')`,
 
