@@ -16,7 +16,7 @@ import { TaskSweeper } from '../../server/services/tasks/task-sweeper.ts';
 import { TaskSweepRepository } from '../../server/repositories/task-sweep.repository.ts';
 import { SweeperRepository } from '../../server/repositories/sweeper.repository.ts';
 import { createLogger } from '../../server/logger.ts';
-import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { createCustomer, createMember, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
 import { until } from '../support/tasks.ts';
 
@@ -27,10 +27,15 @@ type Json = Record<string, any>;
  * failed with a reason; `crash` breaks inside the adapter (a plain error carrying a secret and a
  * URL, which must never reach the story); anything else completes at its first poll.
  */
+const overloadedOnce = new Set<string>();
 const scriptedVideo: VideoProvider = {
   pollIntervalMs: 0,
   async submit(_account, job) {
     if (job.prompt === 'crash') throw new Error('token sk-live-SECRET rejected by https://internal.example/upstream');
+    if (job.prompt === 'overloaded once' && !overloadedOnce.has(job.taskId)) {
+      overloadedOnce.add(job.taskId);
+      throw new ProviderError('retryable', 'The upstream is overloaded', { upstreamStatus: 503 });
+    }
     return `job-${job.taskId}`;
   },
   async poll(_account, _jobId, job) {
@@ -179,6 +184,25 @@ describe('GET /admin/v1/tasks', () => {
     expect(paged).toEqual(everything);
   });
 
+  it('pages stay exact while tasks are created concurrently: every earlier task once, in order, none twice', async () => {
+    const p = await createCustomer(server.db, { balance: 100 });
+    for (let i = 0; i < 6; i++) await createImage(p.key);
+    const before = ids((await admin('/admin/v1/tasks', { account_id: p.accountId })).body);
+    let stop = false;
+    const inserter = (async () => {
+      while (!stop) await createImage(p.key);
+    })();
+    const all = (await admin('/admin/v1/tasks', { account_id: p.accountId, limit: 200 })).body.data as Json[];
+    const seen = await collect('/admin/v1/tasks', { limit: 2, account_id: p.accountId });
+    stop = true;
+    await inserter;
+    expect(new Set(seen).size).toBe(seen.length);
+    expect(seen.filter((id) => before.includes(id))).toEqual(before);
+    // Whatever was created before the first page was read is listed, in order.
+    expect(seen.slice(seen.length - before.length)).toEqual(before);
+    expect(all.length).toBeGreaterThanOrEqual(before.length);
+  });
+
   it('answers 400 invalid_cursor for a cursor it did not issue, and 400 invalid_request for a bad filter', async () => {
     for (const cursor of ['garbage', Buffer.from('{"x":1}').toString('base64url'), Buffer.from('[1,2]').toString('base64url')]) {
       const res = await admin('/admin/v1/tasks', { cursor });
@@ -240,6 +264,20 @@ describe('GET /admin/v1/tasks/{task_id}: the whole story', () => {
     expect(k.attempts[0]).toMatchObject({ step: 'submit', outcome: 'internal', upstream_job_id: null, member_id: k.member_id ?? expect.any(String) });
     expect(JSON.stringify(k)).not.toMatch(/SECRET|internal\.example/);
     expect(k.attempts[0].error).toMatch(/internal error/i);
+  });
+
+  it('a task that failed over: the submit each member got, the refused one with its reason', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const second = await createMember(server.db, c.groupId);
+    const id = await createVideo(c.key, { prompt: 'overloaded once' });
+    await runWorkersUntil(async () => (await status(id)) === 'completed');
+    const task = (await admin(`/admin/v1/tasks/${id}`)).body;
+    const [refused, accepted, ...rest] = task.attempts as Json[];
+    expect(refused).toMatchObject({ step: 'submit', outcome: 'retryable', error: 'The upstream is overloaded. (HTTP 503)', upstream_job_id: null, provider: 'local' });
+    expect(accepted).toMatchObject({ step: 'submit', outcome: 'ok', upstream_job_id: `job-${id}`, member_id: task.member_id });
+    expect(refused!.member_id).not.toBe(accepted!.member_id);
+    expect([refused!.member_id, accepted!.member_id]).toContain(second.id);
+    expect(rest.map((a) => a.step)).toEqual(['poll', 'download']);
   });
 
   it('a synchronous image: its generate call, recorded by the statement that settled it, and its per-image quote', async () => {
