@@ -482,6 +482,10 @@ describe('the task sweeper, with no engine running, and the operator gauges', ()
   };
 
   it('fails and refunds tasks past their deadline that no worker claims, leaves leased ones, settles holds of ended tasks; one sweeper at a time', async () => {
+    // Engines that ran once and were stopped (their sweeper's run stopped with them) leave a sweeper that still works.
+    const workers = createWorkers(s.ctx);
+    workers.start();
+    await workers.stop();
     const c = await createCustomer(s.db, { balance: 10 });
     const start = await balance(c.accountId);
     const overdue = await video(c.key);

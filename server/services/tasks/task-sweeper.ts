@@ -53,7 +53,8 @@ export interface TaskSweeperDeps {
 
 export class TaskSweeper {
   private readonly owner = `task_sweeper_${process.pid}_${randomBytes(4).toString('hex')}`;
-  private readonly abort = new AbortController();
+  /** The run in progress's: stop() cuts its upstream calls short. */
+  private abort = new AbortController();
 
   constructor(private readonly deps: TaskSweeperDeps) {}
 
@@ -61,6 +62,7 @@ export class TaskSweeper {
   async run(): Promise<TaskSweepReport | undefined> {
     const taken = await this.deps.sweepers.take(NAME, this.owner, LEASE_MS);
     if (!taken) return undefined;
+    this.abort = new AbortController();
     const report: TaskSweepReport = { videos: 0, images: 0, holds: 0 };
     try {
       report.videos = await this.expireVideos();
@@ -73,7 +75,7 @@ export class TaskSweeper {
     return report;
   }
 
-  /** Stops a run in progress at its next upstream call (a stopping process). */
+  /** Stops the run in progress at its next upstream call (a stopping process); a later run starts afresh. */
   stop(): void {
     this.abort.abort();
   }
