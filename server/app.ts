@@ -15,6 +15,7 @@ import { cacheValidatorRouteMatchers } from './http/validator-route-cache.ts';
 import type { AppContext } from './context.ts';
 import { ApiError } from './errors.ts';
 import { accessLog } from './http/access-log.ts';
+import { taskPollFastPath } from './http/task-poll.ts';
 import { consoleRouter } from './http/console.ts';
 import { errorMiddleware, rememberAuthError } from './http/error-middleware.ts';
 import type { HandlerMap } from './http/types.ts';
@@ -67,6 +68,8 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
 
   app.use(requestIdMiddleware);
   app.use(accessLog(ctx.log, ctx.metrics, operationIdOf));
+  // Task polls skip the body parsers and the validator (only requests it would pass unchanged).
+  app.use(taskPollFastPath(ctx, handlers));
 
   // Without ADMIN_TOKEN the admin API does not exist; without METRICS_TOKEN neither does /metrics.
   app.use('/admin', (_req, _res, next) => {

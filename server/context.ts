@@ -119,6 +119,11 @@ export interface RuntimeDeps {
   secretKey: Buffer;
   /** Base of signed file URLs: PUBLIC_BASE_URL, or the address the server listens on. */
   publicBaseUrl: string;
+  /**
+   * The process hears the cluster channel (db/cluster-listener.ts, as main.ts runs it), so caches
+   * that only its NOTIFY keeps right may be used: terminal video tasks served without a query.
+   */
+  clusterListener?: boolean;
 }
 
 /** Replaceable parts (tests inject failing providers or stores). */
@@ -195,6 +200,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     }),
     admin: createAdminServices({ db, log, secretKey, settlement, taskMaxLifetimeSeconds: config.taskMaxLifetimeSeconds }),
     videos: new VideoService({
+      keepTerminalTasks: deps.clusterListener ? 10_000 : 0,
       tasks: repositories.videoTasks,
       models: repositories.models,
       ledger: repositories.ledger,
@@ -237,6 +243,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     invalidateCaches() {
       auth.invalidate();
       services.images.invalidateCaches();
+      services.videos.invalidateCaches();
       pool.invalidate();
     },
   };

@@ -84,7 +84,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       // A non-loopback HOST without PUBLIC_BASE_URL never gets here (loadConfig refuses it).
       url = await listen(server, config);
     }
-    const runtime = createRuntime({ config, db, log, metrics, secretKey, publicBaseUrl: config.publicBaseUrl ?? url ?? `http://localhost:${config.port}` });
+    const runtime = createRuntime({ config, db, log, metrics, secretKey, publicBaseUrl: config.publicBaseUrl ?? url ?? `http://localhost:${config.port}`, clusterListener: true });
     server?.on('request', createApp(runtime, createHandlers(runtime)));
 
     const workers = config.role !== 'api' ? createWorkers(runtime) : undefined;

@@ -17,6 +17,7 @@ import { createApp } from '../../server/app.ts';
 import { loadConfig } from '../../server/config.ts';
 import { createRuntime } from '../../server/context.ts';
 import { createDatabase } from '../../server/db/database.ts';
+import { listenToCluster } from '../../server/db/cluster-listener.ts';
 import { createHandlers } from '../../server/http/handlers.ts';
 import { createLogger } from '../../server/logger.ts';
 import { createMetrics } from '../../server/metrics.ts';
@@ -57,7 +58,10 @@ export async function startAppServer(databaseUrl: string): Promise<AppServer> {
     metrics: createMetrics(),
     secretKey: Buffer.from(config.secretKey!, 'hex'),
     publicBaseUrl: `http://127.0.0.1:${port}`,
+    clusterListener: true,
   });
+  // As main.ts: the cluster channel keeps the caches right (and lets terminal tasks be kept).
+  const listener = listenToCluster(databaseUrl, { task: () => undefined, configChanged: () => runtime.services.invalidateCaches() }, runtime.log);
   const app = createApp(runtime, createHandlers(runtime));
   server.on('request', (req, res) => {
     countRequest();
@@ -70,6 +74,7 @@ export async function startAppServer(databaseUrl: string): Promise<AppServer> {
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
+      await listener.stop();
       await db.destroy();
       rmSync(dataDir, { recursive: true, force: true });
     },

@@ -128,6 +128,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     },
 
     async getImageTask(req, res) {
+      noStore(res);
       await sendJsonWithImages(res, 'getImageTask', 200, await images.get(authOf(req), req.params.task_id));
     },
   };

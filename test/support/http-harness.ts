@@ -23,6 +23,7 @@ import { createHandlers } from '../../server/http/handlers.ts';
 import { createLogger } from '../../server/logger.ts';
 import { createMetrics } from '../../server/metrics.ts';
 import { createWorkers } from '../../server/workers/index.ts';
+import { listenToCluster } from '../../server/db/cluster-listener.ts';
 import { createTestDatabase } from '../setup/test-database.ts';
 
 export const ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
@@ -99,6 +100,8 @@ export interface StartOptions {
   workers?: boolean;
   /** Replace the media store or provider adapters (failure injection: see test/fakes/). */
   overrides?: RuntimeOverrides;
+  /** Hear the cluster channel as main.ts does (and keep what only it keeps right: terminal video tasks). */
+  clusterListener?: boolean;
 }
 
 export async function startTestServer(options: StartOptions = {}): Promise<TestServer> {
@@ -132,9 +135,10 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
   const directUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const secretKey = Buffer.from(config.secretKey!, 'hex');
   const ctx = createRuntime(
-    { config, db: database.db, log, metrics: createMetrics({ defaultMetrics: false }), secretKey, publicBaseUrl: config.publicBaseUrl ?? directUrl },
+    { config, db: database.db, log, metrics: createMetrics({ defaultMetrics: false }), secretKey, publicBaseUrl: config.publicBaseUrl ?? directUrl, clusterListener: options.clusterListener ?? false },
     options.overrides,
   );
+  const listener = options.clusterListener ? listenToCluster(database.url, { task: (kind) => ctx.notifier.notify(kind), configChanged: () => ctx.services.invalidateCaches() }, log) : undefined;
   const workers = options.workers ? createWorkers(ctx) : undefined;
   workers?.start();
   server.on('request', createApp(ctx, createHandlers(ctx), { validateResponses: true }));
@@ -161,6 +165,7 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await ctx.services.requestRates.close();
+      await listener?.stop();
       await database.destroy();
     },
   };

@@ -39,7 +39,19 @@ export interface VideoServiceOptions {
   inputRetentionDays: number;
 }
 
+/**
+ * How long a terminal task is kept at most: NOTIFY drops it at once when its row changes; this
+ * bounds what a listener that lost its connection (and reconnects, dropping everything) can miss.
+ */
+const TERMINAL_KEEP_MS = 60_000;
+
 export interface VideoServiceDeps {
+  /**
+   * How many tasks read in a terminal state (completed, failed) to keep and serve without a query
+   * (0: none). Only where the cluster channel drops them when such a row changes
+   * (20261221100000-terminal-task-notify): a terminal row changes only by retention or an operator.
+   */
+  keepTerminalTasks?: number;
   tasks: VideoTaskRepository;
   models: ModelRepository;
   ledger: LedgerRepository;
@@ -58,7 +70,15 @@ function isUniqueViolation(err: unknown, constraint: string): boolean {
 }
 
 export class VideoService {
+  /** Terminal tasks by id, oldest first (keepTerminalTasks), each until `until` (ms). */
+  private readonly terminal = new Map<string, { row: LookedUpVideoTaskRow; until: number }>();
+
   constructor(private readonly deps: VideoServiceDeps) {}
+
+  /** Drops the terminal tasks kept (NOTIFY mediagate_config: one of their rows changed). */
+  invalidateCaches(): void {
+    this.terminal.clear();
+  }
 
   private quoteRow(auth: AuthContext, model: string, price: { resolution: string; mode: BillingMode; unitPrice: number }) {
     const token = this.deps.quotes.issue({ k: auth.apiKeyId, m: model, r: price.resolution, b: price.mode, p: price.unitPrice });
@@ -169,10 +189,23 @@ export class VideoService {
   }
 
   async get(auth: AuthContext, id: string): Promise<Schemas['VideoTask']> {
-    const row = await this.deps.tasks.findForAccount(id, auth.accountId);
+    // A terminal task kept here is served without a query, to its owner only; the signed URL is
+    // made afresh and media expiry is judged now, as for a row just read.
+    const entry = this.terminal.get(id);
+    const kept = entry && entry.until > Date.now() ? entry.row : undefined;
+    const row = kept && kept.accountId === auth.accountId ? kept : await this.deps.tasks.findForAccount(id, auth.accountId);
     // Another account's task and an unknown id are indistinguishable.
     if (!row) throw notFound('task_not_found', `No video task '${id}' exists for this account.`);
+    if (row !== kept && (row.status === 'completed' || row.status === 'failed')) this.keepTerminal(row);
     return toVideoTask(row, await this.videoUrl(row));
+  }
+
+  private keepTerminal(row: LookedUpVideoTaskRow): void {
+    const max = this.deps.keepTerminalTasks ?? 0;
+    if (max <= 0) return;
+    if (this.terminal.size >= max) this.terminal.delete(this.terminal.keys().next().value!);
+    this.terminal.delete(row.id);
+    this.terminal.set(row.id, { row, until: Date.now() + TERMINAL_KEEP_MS });
   }
 
   /**
