@@ -4216,7 +4216,8 @@ export interface components {
          *           "mode": "per_second",
          *           "unit_price": 0.12
          *         }
-         *       ]
+         *       ],
+         *       "upstream_mappings": {}
          *     }
          */
         AdminCatalogModel: {
@@ -8157,7 +8158,8 @@ export interface operations {
                      *               "mode": "per_second",
                      *               "unit_price": 0.12
                      *             }
-                     *           ]
+                     *           ],
+                     *           "upstream_mappings": {}
                      *         }
                      *       ]
                      *     }
@@ -8281,7 +8283,8 @@ export interface operations {
                      *           "mode": "per_item",
                      *           "unit_price": 0.167
                      *         }
-                     *       ]
+                     *       ],
+                     *       "upstream_mappings": {}
                      *     }
                      */
                     "application/json": components["schemas"]["AdminCatalogModel"];
@@ -8356,7 +8359,8 @@ export interface operations {
                      *           "mode": "per_item",
                      *           "unit_price": 0.04
                      *         }
-                     *       ]
+                     *       ],
+                     *       "upstream_mappings": {}
                      *     }
                      */
                     "application/json": components["schemas"]["AdminCatalogModel"];
@@ -8458,7 +8462,8 @@ export interface operations {
                      *           "mode": "per_second",
                      *           "unit_price": 0.1
                      *         }
-                     *       ]
+                     *       ],
+                     *       "upstream_mappings": {}
                      *     }
                      */
                     "application/json": components["schemas"]["AdminCatalogModel"];
