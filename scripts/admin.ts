@@ -24,6 +24,7 @@ import { webhookCommands } from './admin/webhooks.ts';
 import { taskCommands } from './admin/tasks.ts';
 import { ledgerCommands } from './admin/ledger.ts';
 import { usageCommands } from './admin/usage.ts';
+import { cliOutputUrls } from './admin/output-urls.ts';
 
 const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...] [--json]
 
@@ -152,11 +153,14 @@ async function main(argv: string[]): Promise<void> {
   const db = createDatabase(databaseUrl ?? embedded!.url, { max: 2, applicationName: 'mediagate-admin-cli' });
   try {
     await migrateToLatest(db, quiet);
+    const serviceLog = createLogger('warn', process.stderr);
+    // Loaded only when credentials are stored or output URLs signed; with DATABASE_URL it must come from the environment.
+    const secretKey = () => loadSecretKey({ envValue: process.env.MEDIAGATE_SECRET_KEY, dataDir: databaseUrl ? undefined : dataDir });
     const admin = createAdminServices({
       db,
-      log: createLogger('warn', process.stderr),
-      // Loaded only when credentials are stored; with DATABASE_URL it must come from the environment.
-      secretKey: () => loadSecretKey({ envValue: process.env.MEDIAGATE_SECRET_KEY, dataDir: databaseUrl ? undefined : dataDir }),
+      log: serviceLog,
+      secretKey,
+      outputUrl: cliOutputUrls(db, serviceLog, secretKey),
       // An image task's deadline in `tasks show`, as the server has it.
       taskMaxLifetimeSeconds: Number(process.env.TASK_MAX_LIFETIME_SECONDS) || undefined,
     });

@@ -198,7 +198,14 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       publicBaseUrl: deps.publicBaseUrl,
       send: { timeoutMs: config.webhookTimeoutMs, allowPrivate: config.allowPrivateTargets, fetchOptions: overrides.outboundFetch },
     }),
-    admin: createAdminServices({ db, log, secretKey, settlement, taskMaxLifetimeSeconds: config.taskMaxLifetimeSeconds }),
+    admin: createAdminServices({
+      db,
+      log,
+      secretKey,
+      settlement,
+      taskMaxLifetimeSeconds: config.taskMaxLifetimeSeconds,
+      outputUrl: (fileId, purpose) => files.downloadUrl(fileId, purpose),
+    }),
     videos: new VideoService({
       keepTerminalTasks: deps.clusterListener ? 10_000 : 0,
       tasks: repositories.videoTasks,

@@ -8,6 +8,7 @@ export const TASK_STATUSES = ['processing', 'needs_attention', 'queued', 'in_pro
 const KINDS = ['image', 'video'] as const;
 const ATTEMPT_COLUMNS = ['step', 'outcome', 'member_id', 'provider', 'upstream_job_id', 'started_at', 'duration_ms', 'error'];
 const LEDGER_COLUMNS = ['id', 'kind', 'amount', 'balance_change', 'created_at'];
+const OUTPUT_COLUMNS = ['file_id', 'content_type', 'bytes', 'width', 'height', 'expires_at'];
 
 /** Each value of a comma-separated flag, checked against the allowed ones (the API's enum). */
 export function listOf<T extends string>(value: string | undefined, flag: string, allowed: readonly T[]): T[] | undefined {
@@ -54,7 +55,7 @@ export const taskCommands: Commands = {
 
   show: async ({ admin, target }) => {
     const task = await admin.tasks.get(target());
-    const { quote, hold, ledger, attempts, webhook, ...summary } = task;
+    const { quote, hold, ledger, attempts, webhook, outputs, ...summary } = task;
     const parts = [
       lines(summary as unknown as Row),
       `\nquote:\n${lines(quote as unknown as Row)}`,
@@ -62,6 +63,7 @@ export const taskCommands: Commands = {
       `\nledger:\n${table(ledger as unknown as Row[], LEDGER_COLUMNS)}`,
       `\nupstream attempts:\n${table(attempts as unknown as Row[], ATTEMPT_COLUMNS)}`,
       `\nwebhook:\n${webhook ? `${lines({ ...webhook, attempts: `${webhook.attempts.length} (webhooks show ${task.id})` } as unknown as Row)}` : '(none)'}`,
+      `\noutputs:\n${table(outputs as unknown as Row[], OUTPUT_COLUMNS)}${outputs.map((o) => `\n${o.file_id}: ${o.url}`).join('')}`,
     ];
     return { json: task, text: parts.join('\n') } satisfies Output;
   },

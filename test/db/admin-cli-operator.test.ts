@@ -17,7 +17,12 @@ function admin(...args: string[]): Promise<{ code: number; stdout: string; stder
     execFile(
       process.execPath,
       ['--import', 'tsx', 'scripts/admin.ts', ...args],
-      { cwd: root, env: { ...process.env, DATABASE_URL: server.config.databaseUrl, MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex') }, timeout: 60_000 },
+      // PUBLIC_BASE_URL: the server's base (its listen address), on which output URLs are signed.
+      {
+        cwd: root,
+        env: { ...process.env, DATABASE_URL: server.config.databaseUrl, MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex'), PUBLIC_BASE_URL: server.directUrl },
+        timeout: 60_000,
+      },
       (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
     );
   });
@@ -52,7 +57,10 @@ describe('admin CLI: operator views', { timeout: 120_000 }, () => {
     expect([listed.code, listed.stderr]).toEqual([0, '']);
     expect(JSON.parse(listed.stdout)).toEqual(await api(`/admin/v1/tasks?account_id=${c.accountId}&status=queued,completed`));
     expect(JSON.parse(listed.stdout).data.map((t: { id: string }) => t.id)).toEqual([video, image]);
-    expect(JSON.parse(shown.stdout)).toEqual(await api(`/admin/v1/tasks/${image}`));
+    // An output URL's expiry is the second it was signed plus the TTL: compared without it.
+    const unsigned = (task: { outputs: { url: string }[] }) => ({ ...task, outputs: task.outputs.map((o) => ({ ...o, url: o.url.replace(/\?.*$/, '') })) });
+    expect(unsigned(JSON.parse(shown.stdout))).toEqual(unsigned(await api(`/admin/v1/tasks/${image}`)));
+    expect(JSON.parse(shown.stdout).outputs).toHaveLength(1);
     const text = await admin('tasks', 'show', video);
     expect(text.stdout).toMatch(/quote:\n[\s\S]*per_second[\s\S]*hold:\n[\s\S]*held[\s\S]*upstream attempts:\n\(none\)/);
   });

@@ -1523,8 +1523,9 @@ export interface paths {
          *     member and provider that ran it, its worker attempt and upstream job id, its credit accounting
          *     (`held_credits`, `captured_credits`, `released_credits`), the price it was accepted at
          *     (`quote`), its credit `hold` and `ledger` entries, each call it made upstream (`attempts`:
-         *     member, upstream job id, sanitized error, timings) and its webhook with every attempt. No
-         *     results or media are included. An unknown id is `404 task_not_found`.
+         *     member, upstream job id, sanitized error, timings), its webhook with every attempt, and the
+         *     media it made that are still stored (`outputs`: each file with a fresh download URL, as the
+         *     client's own lookup signs them; no bytes, no base64). An unknown id is `404 task_not_found`.
          *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
@@ -4576,11 +4577,52 @@ export interface components {
             }[];
         };
         /**
+         * AdminTaskOutput
+         * @description One stored output of a task (a video task's video, an image task's images), as the files table
+         *     records it, with a fresh download URL: the same kind of URL the client's own lookup carries
+         *     (`GET /v1/videos/{id}`'s `video_url`, an image's `url`) — a Mediagate signed URL
+         *     (`GET /v1/files/{file_id}?expires=&signature=`), or a presigned URL of the S3-compatible store
+         *     with `MEDIA_URLS=presigned` — valid for `FILE_URL_TTL_SECONDS`. It needs no credential, so a
+         *     browser can show it as it is (an `<img>`, a `<video>`, a download).
+         * @example {
+         *       "file_id": "file_01HZX6T2V4W6Y8Z0A2B4C6D8EF",
+         *       "url": "https://media.example.com/v1/files/file_01HZX6T2V4W6Y8Z0A2B4C6D8EF?expires=1768557641&signature=Zk3c9Q2m7xV1bN8rT4yH6jL0pW5sD2aF9gK3eR7uI1o",
+         *       "content_type": "video/mp4",
+         *       "bytes": 482113,
+         *       "width": null,
+         *       "height": null,
+         *       "expires_at": "2026-02-15T09:00:41Z"
+         *     }
+         */
+        AdminTaskOutput: {
+            /** @description The file's id (`file_…`), as the account sees it in the Files API. */
+            file_id: string;
+            /**
+             * Format: uri
+             * @description Where the bytes are downloaded from, until the URL expires (ask for the task again for a new one).
+             */
+            url: string;
+            /** @description The file's media type (`video/mp4`, `image/png`, `image/jpeg`, `image/webp`). */
+            content_type: string;
+            /** @description The file's size in bytes. */
+            bytes: number;
+            /** @description Width in pixels, when recorded (images); null otherwise. */
+            width: number | null;
+            /** @description Height in pixels, when recorded (images); null otherwise. */
+            height: number | null;
+            /**
+             * Format: date-time
+             * @description When retention removes the file (`OUTPUT_RETENTION_DAYS` or the account's `output_retention_days` after it was made); null when it is kept.
+             */
+            expires_at: string | null;
+        };
+        /**
          * AdminTask
          * @description An image or video task of any account with its whole story: every member of `AdminTaskSummary`
          *     (who ran it where, its state, its credits) and the price it was accepted at (`quote`), its credit
          *     `hold` and `ledger` entries (how it was settled), each call it made upstream (`attempts`: member,
-         *     upstream job id, sanitized error, timings) and its webhook with every attempt.
+         *     upstream job id, sanitized error, timings), its webhook with every attempt, and the media it made
+         *     (`outputs`, with download URLs).
          * @example {
          *       "id": "vid_01HZX6Q8R0S2T4V6W8X0Y2Z4AB",
          *       "kind": "video",
@@ -4677,7 +4719,18 @@ export interface components {
          *           "duration_ms": 1820
          *         }
          *       ],
-         *       "webhook": null
+         *       "webhook": null,
+         *       "outputs": [
+         *         {
+         *           "file_id": "file_01HZX6T2V4W6Y8Z0A2B4C6D8EF",
+         *           "url": "https://media.example.com/v1/files/file_01HZX6T2V4W6Y8Z0A2B4C6D8EF?expires=1768557641&signature=Zk3c9Q2m7xV1bN8rT4yH6jL0pW5sD2aF9gK3eR7uI1o",
+         *           "content_type": "video/mp4",
+         *           "bytes": 482113,
+         *           "width": null,
+         *           "height": null,
+         *           "expires_at": "2026-02-15T09:00:41Z"
+         *         }
+         *       ]
          *     }
          */
         AdminTask: {
@@ -4737,6 +4790,14 @@ export interface components {
             attempts: components["schemas"]["AdminTaskAttempt"][];
             /** @description The `videoTaskFinished` webhook with every attempt; null for an image task, a video task without `callback_url`, or one that has not finished. */
             webhook: components["schemas"]["AdminWebhookDelivery"] | null;
+            /**
+             * @description The media the task made that are still stored, each with a fresh download URL: a completed
+             *     video task's video; an image task's images (those of a completed task, and those a
+             *     `needs_attention` task stored before its failure, for the operator to look at before settling).
+             *     Empty while the task has made none, when it failed without any, and once retention removed them
+             *     (at `expires_at`, the client's `media_expires_at`), or the account deleted them.
+             */
+            outputs: components["schemas"]["AdminTaskOutput"][];
         };
         /**
          * AdminTaskSettle

@@ -15,7 +15,8 @@ import { UsageRepository } from '../../repositories/usage.repository.ts';
 import { VideoTaskRepository } from '../../repositories/video-task.repository.ts';
 import { WebhookRepository } from '../../repositories/webhook.repository.ts';
 import type { Settlement } from '../tasks/settlement.ts';
-import { TaskAdminService } from './task-admin.service.ts';
+import { FileRepository } from '../../repositories/file.repository.ts';
+import { TaskAdminService, type OutputUrl } from './task-admin.service.ts';
 import { AccountAdminService } from './account-admin.service.ts';
 import { ApiKeyAdminService } from './api-key-admin.service.ts';
 import { CatalogAdminService } from './catalog-admin.service.ts';
@@ -49,6 +50,8 @@ export function createAdminServices(deps: {
   settlement?: Settlement;
   /** TASK_MAX_LIFETIME_SECONDS (default 3600): an image task's deadline in its detail. */
   taskMaxLifetimeSeconds?: number;
+  /** Signs the download URLs of a task's outputs (the runtime's FileService; the CLI signs its own). */
+  outputUrl?: OutputUrl;
 }): AdminServices {
   const { db, log, secretKey } = deps;
   const tx = createTransactor(db, log);
@@ -72,6 +75,8 @@ export function createAdminServices(deps: {
       attempts: new TaskAttemptRepository(db),
       webhooks,
       settlement: deps.settlement,
+      files: new FileRepository(db),
+      outputUrl: deps.outputUrl,
       taskMaxLifetimeSeconds: deps.taskMaxLifetimeSeconds ?? 3600,
     }),
     webhooks,

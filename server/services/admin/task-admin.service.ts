@@ -1,11 +1,12 @@
 /**
  * Admin: every task (image and video) in one listing with filters, one task with its whole story
- * (quote, hold, ledger entries, upstream attempts, webhook), and the operator's settlement of
- * needs_attention image tasks.
+ * (quote, hold, ledger entries, upstream attempts, webhook, stored outputs with download URLs), and
+ * the operator's settlement of needs_attention image tasks.
  */
 import type { components } from '../../../generated/api.d.ts';
 import { ApiError, notFound } from '../../errors.ts';
 import { toCredits } from '../../lib/money.ts';
+import type { FileRepository, FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
 import type { OperatorListsRepository, TaskFilter, TaskSummaryRow } from '../../repositories/operator-lists.repository.ts';
 import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
@@ -21,6 +22,13 @@ type AdminTaskList = components['schemas']['AdminTaskList'];
 type AdminTaskQuote = components['schemas']['AdminTaskQuote'];
 type AdminTaskAttempt = components['schemas']['AdminTaskAttempt'];
 type AdminProvider = components['schemas']['AdminProvider'];
+type AdminTaskOutput = components['schemas']['AdminTaskOutput'];
+
+/**
+ * A fresh download URL of an output file: the runtime's `FileService.downloadUrl` (a Mediagate
+ * signed URL, or a presigned store URL with MEDIA_URLS=presigned), as the client's lookup gets.
+ */
+export type OutputUrl = (fileId: string, purpose: 'image_output' | 'video_output') => Promise<string>;
 
 /** GET /admin/v1/tasks query (validated by the contract). */
 export interface TaskListQuery {
@@ -44,6 +52,9 @@ export interface TaskAdminDeps {
   attempts: TaskAttemptRepository;
   webhooks: WebhookAdminService;
   settlement: Settlement | undefined;
+  files: FileRepository;
+  /** Signs the URLs of `outputs`; without it (a caller with no media store) a task with outputs cannot be shown. */
+  outputUrl: OutputUrl | undefined;
   /** TASK_MAX_LIFETIME_SECONDS: an image task's deadline (video tasks carry theirs). */
   taskMaxLifetimeSeconds: number;
 }
@@ -95,12 +106,14 @@ export class TaskAdminService {
 
   /** The task with everything recorded about it (a handful of indexed reads). */
   private async story(kind: 'image' | 'video', row: ImageTaskRow | VideoTaskRow): Promise<AdminTask> {
-    const [hold, ledger, attempts, provider, webhook] = await Promise.all([
+    const outputIds = kind === 'video' ? [(row as VideoTaskRow).outputFileId].filter((id): id is string => id !== null) : (row as ImageTaskRow).resultFileIds;
+    const [hold, ledger, attempts, provider, webhook, outputFiles] = await Promise.all([
       this.deps.lists.holdOfTask(row.id),
       this.deps.lists.ledgerOfTask(row.id),
       this.deps.attempts.forTask(row.id),
       row.memberId ? this.deps.lists.providerOf(row.memberId) : Promise.resolve(undefined),
       kind === 'video' ? this.deps.webhooks.deliveryOf(row.id) : Promise.resolve(null),
+      this.deps.files.findMany(outputIds),
     ]);
     const summary = toSummary({
       ...row,
@@ -144,7 +157,34 @@ export class TaskAdminService {
         }),
       ),
       webhook,
+      outputs: await this.outputs(outputFiles),
     };
+  }
+
+  /**
+   * The outputs still stored, in the task's order, each with a fresh URL. A file past its
+   * `expires_at` is left out as the client's lookup leaves it out (the media sweeper removes it
+   * within a minute); one the account deleted has no row any more.
+   */
+  private async outputs(files: readonly FileRow[]): Promise<AdminTaskOutput[]> {
+    const now = Date.now();
+    const kept = files.filter((f) => (f.purpose === 'image_output' || f.purpose === 'video_output') && !(f.expiresAt && f.expiresAt.getTime() <= now));
+    if (kept.length === 0) return [];
+    const sign = this.deps.outputUrl;
+    if (!sign) throw new Error('showing the outputs of a task needs a media store to sign their URLs');
+    return Promise.all(
+      kept.map(
+        async (f): Promise<AdminTaskOutput> => ({
+          file_id: f.id,
+          url: await sign(f.id, f.purpose as 'image_output' | 'video_output'),
+          content_type: f.contentType,
+          bytes: f.bytes,
+          width: f.width,
+          height: f.height,
+          expires_at: f.expiresAt ? f.expiresAt.toISOString() : null,
+        }),
+      ),
+    );
   }
 }
 
