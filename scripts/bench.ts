@@ -363,6 +363,31 @@ async function main(): Promise<number> {
       }
       rows.push({ scenario, summary: result.summary, sqlPerOp: queries.total / Math.max(ops, 1) });
     }
+    // The poll ratios in ABBA windows: the scenarios above run one after the other, so on a shared
+    // machine the baseline and the poll may meet different loads. Here each side runs half its time
+    // in the first pass and half in the reversed second pass (baseline, poll, poll-done, poll-done,
+    // poll, baseline), and the throughputs compared are those totals.
+    const pollSides = (['poll', 'poll-done'] as const).filter((p) => scenarios.includes(p));
+    if (app && scenarios.includes('baseline') && pollSides.length > 0) {
+      const baseline = await startBaselineServer(database.url, app.dbPoolMax, new Map([[customer.key, customer.accountId]]));
+      cleanups.push(() => baseline.close());
+      const sides = [
+        { name: 'baseline', spec: httpLoad(baseline.port, 'GET', `/v1/videos/${taskId}`) },
+        ...pollSides.map((p) => ({ name: p, spec: httpLoad(app.port, 'GET', `/v1/videos/${p === 'poll' ? taskId : doneTaskId}`) })),
+      ];
+      const totals = new Map<string, { count: number; seconds: number }>();
+      for (const side of [...sides, ...[...sides].reverse()]) {
+        const r = await runLoad({ ...side.spec, durationMs: durationMs / 2 });
+        const t = totals.get(side.name) ?? { count: 0, seconds: 0 };
+        totals.set(side.name, { count: t.count + r.summary.count, seconds: t.seconds + r.summary.seconds });
+      }
+      const rate = (name: string) => totals.get(name)!.count / totals.get(name)!.seconds;
+      console.log(`\n== poll ratios in ABBA windows (${durationMs / 2000} s per half): baseline ${rate('baseline').toFixed(0)} req/s`);
+      for (const p of pollSides) {
+        const target = p === 'poll' ? 'target >= 60% on Node 20, >= 80% on Node 24' : 'target >= 100%';
+        console.log(`  ${p === 'poll' ? 'running task' : 'terminal task'} (${p}): ${rate(p).toFixed(0)} req/s, ${((100 * rate(p)) / rate('baseline')).toFixed(0)}% of the baseline (${target})`);
+      }
+    }
   } finally {
     await cleanup();
   }
