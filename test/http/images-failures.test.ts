@@ -405,11 +405,14 @@ describe('a synchronous answer written while its task settles', () => {
   it('sends all of the answer but its last byte before the charge commits, and the rest after it', async () => {
     const c = await createCustomer(server.db, { balance: 10 });
     const held = await heldAtSettlement(c.key, c.accountId);
-    expect(held.received().length).toBe(held.length() - 1);
-    await new Promise((r) => setTimeout(r, 100));
-    expect(held.ended()).toBe(false);
-    expect(await holdOf(server, held.taskId)).toMatchObject({ status: 'held' });
-    await held.unlock();
+    try {
+      expect(held.received().length).toBe(held.length() - 1);
+      await new Promise((r) => setTimeout(r, 100));
+      expect(held.ended()).toBe(false);
+      expect(await holdOf(server, held.taskId)).toMatchObject({ status: 'held' });
+    } finally {
+      await held.unlock();
+    }
     const res = await held.response;
     expect(res.error).toBeUndefined();
     expect(res.status).toBe(200);
@@ -421,10 +424,20 @@ describe('a synchronous answer written while its task settles', () => {
   it('leaves a truncated, uncharged answer when the settlement fails after the answer began', async () => {
     const c = await createCustomer(server.db, { balance: 10 });
     const held = await heldAtSettlement(c.key, c.accountId);
+    if (held.received().length !== held.length() - 1) await held.unlock();
     expect(held.received().length).toBe(held.length() - 1);
     // The server's statement waiting for the lock loses its connection, as in a crash of the database link.
-    const killed = await sql`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and pid <> pg_backend_pid()`.execute(server.db);
-    expect(killed.rows).toHaveLength(1);
+    let killed = 0;
+    try {
+      for (let i = 0; i < 500 && killed === 0; i++) {
+        const { rows } = await sql`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query ilike '%image_tasks%' and pid <> pg_backend_pid()`.execute(server.db);
+        killed = rows.length;
+        if (killed === 0) await new Promise((r) => setTimeout(r, 20));
+      }
+    } finally {
+      if (killed === 0) await held.unlock();
+    }
+    expect(killed).toBe(1);
     const res = await held.response;
     await held.unlock();
     expect(res.error).toBeDefined();
