@@ -139,6 +139,7 @@ describe('admin CLI: models', () => {
         { resolution: '1K', quality: 'medium', mode: 'per_item', unit_price: 0.05 },
         { resolution: '1K', quality: 'high', mode: 'per_item', unit_price: 0.3 },
       ],
+      upstream_mappings: {},
     });
     const same = await models('create', '--from', 'openai/sora-2');
     expect(same.text).toMatch(/members add\|update … --models sora-2$/);
