@@ -39,6 +39,7 @@ import { performance } from 'node:perf_hooks';
 import { spawn } from 'node:child_process';
 import { Worker } from 'node:worker_threads';
 import { sql, type Kysely } from 'kysely';
+import sharp from 'sharp';
 import type { DB } from '../../generated/db.d.ts';
 import type { CatalogModelDefinition } from '../../server/catalog/capabilities.ts';
 import { createDatabase } from '../../server/db/database.ts';
@@ -563,6 +564,34 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         log(indent(pairTable(p, false, relay.label), 4));
       }
 
+      // Resizing: the 1K tier at 1:1 is 1248x1248 in the catalog's table, which gpt-image-1 cannot
+      // render: Mediagate asks for 1024x1024 and resizes and re-encodes the answer (fitImage). Its
+      // cost is the resize request's p50 over the pass-through one's, in the same windows, against
+      // sharp alone doing the same work (decode the 1024x1024 PNG, resize, encode PNG) in this
+      // process; the server's event-loop delay (max, from its metrics) shows whether it blocks.
+      const resizeTarget = target(server.url, keys.slice(0, 1), { model: BENCH_IMAGE.id, prompt: PROMPT, resolution: '1K', aspectRatio: '1:1', n: 1, output_format: 'png' });
+      const lagOf = async () => metricSum(server.url, metricsToken, 'mediagate_nodejs_eventloop_lag_max_seconds');
+      await lagOf(); // resets the histogram behind it
+      const [rD, rG] = await abba([{ kind: 'direct', t: direct.image }, { kind: 'gateway', t: gateway.image }], 1);
+      const passLag = await lagOf();
+      const [, rR] = await abba([{ kind: 'direct', t: direct.image }, { kind: 'gateway', t: resizeTarget }], 1);
+      const resizeLag = await lagOf();
+      const png1024 = Buffer.from((await firstImage(direct.image))!, 'base64');
+      const sharpMs: number[] = [];
+      const sharpUntil = performance.now() + opts.durationMs;
+      while (performance.now() < sharpUntil) {
+        const t0 = performance.now();
+        await sharp(png1024).resize(1248, 1248, { fit: 'cover', position: 'centre' }).png().toBuffer();
+        sharpMs.push(performance.now() - t0);
+      }
+      const sharpP50 = pct(sortedOf(sharpMs), 50);
+      const resizeAdded = stat(rR!.window).p50 - stat(rG!.window).p50;
+      log(`\n  resizing: 1K tier at 1:1 (1248x1248 from the upstream's 1024x1024 PNG) vs size 1024x1024 passed through, concurrency 1 (ABBA, ${opts.durationMs / 2000} s per half):`);
+      log(indent(multiTable(rD!, [['Mediagate, 1024x1024 (pass-through)', rG!], ['Mediagate, 1K tier (resized)', rR!]]), 4));
+      log(`    the resize's cost in Mediagate (p50 resized - p50 pass-through): ${resizeAdded.toFixed(2)} ms; sharp alone, same work: p50 ${sharpP50.toFixed(2)} ms over ${sharpMs.length} runs: ${(resizeAdded / sharpP50).toFixed(2)}x (target <= 1.5x)`);
+      log(`    server event-loop delay, max: ${(passLag * 1000).toFixed(1)} ms while passing through, ${(resizeLag * 1000).toFixed(1)} ms while resizing`);
+      const resizeFigure = { mediagate: resizeAdded, sharp: sharpP50 };
+
       // Streaming: Portkey drops `stream` (it answers the whole JSON), so Mediagate's first partial
       // image is compared with the durable reference relay's, in the same windows.
       const durable = relays.find((r) => r.label === 'durable relay')!;
@@ -624,6 +653,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         [`c=${opts.connections} req/s, one key`, sN.g.perSecond.toFixed(0), pkN.perSecond.toFixed(0), `${(sN.g.perSecond / pkN.perSecond).toFixed(2)}x`, '>= 0.8x', verdict(sN.g.perSecond >= 0.8 * pkN.perSecond)],
         ...(kN ? [[`c=${opts.connections} req/s, ${keys.length} keys`, kN.perSecond.toFixed(0), pkN.perSecond.toFixed(0), `${(kN.perSecond / pkN.perSecond).toFixed(2)}x`, '>= 1x', verdict(kN.perSecond >= pkN.perSecond)]] : []),
         [`c=${opts.connections} p50 / p99, one key`, `${sN.g.p50.toFixed(2)} / ${sN.g.p99.toFixed(2)} ms`, `${pkN.p50.toFixed(2)} / ${pkN.p99.toFixed(2)} ms`, '', '', ''],
+        ['resize 1024->1248 PNG, added p50', `${resizeFigure.mediagate.toFixed(2)} ms`, `sharp alone ${resizeFigure.sharp.toFixed(2)} ms`, `${(resizeFigure.mediagate / resizeFigure.sharp).toFixed(2)}x`, '<= 1.5x sharp', verdict(resizeFigure.mediagate <= 1.5 * resizeFigure.sharp)],
         ['1st partial p50 vs durable relay', `+${(sFirst.g.firstP50 - sFirst.d.firstP50).toFixed(2)} ms`, `relay +${(sFirst.r.firstP50 - sFirst.d.firstP50).toFixed(2)} ms`, `+${(sFirst.g.firstP50 - sFirst.r.firstP50).toFixed(2)} ms`, '<= +0.5 ms', verdict(sFirst.g.firstP50 - sFirst.r.firstP50 <= 0.5)],
       ];
       log(indent(table(['figure', 'Mediagate', 'Portkey', 'ratio', 'target', ''], vs), 4));
