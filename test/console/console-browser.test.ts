@@ -4,9 +4,10 @@
  * serving the built console at /console. The operator signs in (a wrong token first gets its own
  * page), creates a group with a local member, an account, grants it credits, creates a key (shown
  * once), runs a local-provider video to completion through the public API and finds it in the task
- * list with its story, settles a needs_attention image task (an image whose stored copy could not be
- * written: a media store that loses that one write), edits a price and sees which quotes it
- * invalidated (a quote token issued before is then refused 409 quote_stale), and signs out. Also:
+ * list with its story and plays its video in the page, settles a needs_attention image task (an image
+ * whose stored copy could not be written: a media store that loses that one write), previews a
+ * completed image task's image, edits the limits of an existing key, edits a price and sees which
+ * quotes it invalidated (a quote token issued before is then refused 409 quote_stale), and signs out. Also:
  * phone width, keyboard navigation, text contrast, and no request leaves loopback.
  *
  * MEDIAGATE_CONSOLE_SCREENSHOTS=1 writes docs/console/*.png of the main pages on the way.
@@ -123,6 +124,7 @@ describe('the operator console in headless Chromium', () => {
   let apiKey = '';
   let videoId = '';
   let staleQuote = '';
+  let imageId = '';
 
   it('shows a clear page for a wrong token, then signs in with the right one (kept in sessionStorage only)', async () => {
     await page.goto(`${server.directUrl}/console/`);
@@ -214,6 +216,23 @@ describe('the operator console in headless Chromium', () => {
     await shot('keys');
   }, 60_000);
 
+  it('edits the limits of an existing key (PATCH): no request limit, 3 generations in flight', async () => {
+    const row = page.getByRole('table', { name: 'API keys' }).getByRole('row').filter({ hasText: 'acme-prod' });
+    await row.getByRole('button', { name: 'Edit limits of key acme-prod' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Limits of key acme-prod' });
+    await dialog.waitFor();
+    await dialog.getByLabel('Requests per minute', { exact: true }).click();
+    await page.getByRole('option', { name: 'No limit', exact: true }).click();
+    await dialog.getByLabel('Generations in flight', { exact: true }).click();
+    await page.getByRole('option', { name: 'Custom', exact: true }).click();
+    await dialog.getByLabel('Generations in flight (number)').fill('3');
+    await dialog.getByRole('button', { name: 'Save limits' }).click();
+    await dialog.waitFor({ state: 'detached' });
+    await expect.poll(() => row.textContent()).toContain('no limit / 3');
+    const key = (await api(`/admin/v1/api-keys?account_id=${accountId}`)).body.data[0] as Json;
+    expect(key).toMatchObject({ name: 'acme-prod', requests_per_minute: null, max_in_flight: 3, unlimited: true, is_active: true });
+  }, 60_000);
+
   it('runs a local-provider video to completion and shows it in the task list with its story', async () => {
     const caps = await api('/v1/videos/capabilities', { key: apiKey });
     expect(caps.status).toBe(200);
@@ -244,6 +263,27 @@ describe('the operator console in headless Chromium', () => {
     await ledger.getByRole('row').filter({ hasText: 'capture' }).waitFor();
     expect(await ledger.getByRole('row').filter({ hasText: 'hold' }).count()).toBe(1);
     expect(await page.getByLabel('Quote').textContent()).toContain('0.05 per second × 2 = 0.1 quoted');
+
+    // The output plays in the page: the player's source is the signed URL of the task's output,
+    // whose metadata Chromium loads (a 2-second clip), and the download link is the same URL.
+    const task = (await api(`/admin/v1/tasks/${videoId}`)).body;
+    expect(task.outputs).toHaveLength(1);
+    const outputs = page.getByRole('region', { name: 'Outputs' });
+    const video = outputs.locator('video');
+    await video.waitFor();
+    const src = (await video.getAttribute('src'))!;
+    expect(src).toContain(`/v1/files/${task.outputs[0].file_id}?expires=`);
+    expect(await outputs.getByRole('link', { name: `Download video of task ${videoId}` }).getAttribute('href')).toBe(src);
+    await page.waitForFunction(() => {
+      const v = document.querySelector('section[aria-label="Outputs"] video');
+      return v !== null && v.readyState >= 1 && v.duration > 0;
+    });
+    const played = await video.evaluate((v: DomElement) => ({ duration: v.duration as number, width: v.videoWidth as number, error: v.error?.code ?? null }));
+    expect(played.error).toBeNull();
+    expect(played.duration).toBeCloseTo(2, 0);
+    expect(played.width).toBeGreaterThan(0);
+    const bytes = await fetch(src);
+    expect([bytes.status, bytes.headers.get('content-type')]).toEqual([200, 'video/mp4']);
     await shot('task-detail');
   }, 120_000);
 
@@ -275,6 +315,29 @@ describe('the operator console in headless Chromium', () => {
     const task = (await api(`/admin/v1/tasks/${taskId}`)).body;
     expect(task).toMatchObject({ captured_credits: 0, settled_reason: 'storage outage, image never delivered' });
     expect(task.released_credits).toBe(task.held_credits);
+    expect(task.outputs).toEqual([]);
+    await page.getByText('No stored output.').waitFor();
+  }, 60_000);
+
+  it('previews a completed image task: its image loads in the page, with alt text and a download link', async () => {
+    // The store lost only the first image output; this one is stored.
+    const res = await api('/v1/images/generations', { method: 'POST', key: apiKey, body: JSON.stringify({ prompt: 'a blue kite', model: 'local-image-1', size: '1024x1024', response_format: 'url' }) });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const taskId = res.headers.get('x-task-id')!;
+    imageId = taskId;
+    await page.goto(`${server.directUrl}/console/tasks/${taskId}`);
+    await page.getByRole('heading', { level: 1, name: `Image task ${taskId}` }).waitFor();
+    const img = page.getByRole('img', { name: `Image 1 of task ${taskId} (1024×1024)` });
+    await img.waitFor();
+    await page.waitForFunction(() => {
+      const i = document.querySelector('section[aria-label="Outputs"] img');
+      return i !== null && i.complete && i.naturalWidth > 0;
+    });
+    expect(await img.evaluate((i: DomElement) => [i.naturalWidth, i.naturalHeight])).toEqual([1024, 1024]);
+    const src = (await img.getAttribute('src'))!;
+    expect(src).toContain(`/v1/files/${new URL(res.body.data[0].url).pathname.split('/').pop()}?`);
+    expect(await page.getByRole('link', { name: `Download image 1 of task ${taskId}` }).getAttribute('href')).toBe(src);
+    await shot('task-image');
   }, 60_000);
 
   it('edits a price and shows the quotes it invalidated (a quote token issued before is then stale)', async () => {
@@ -331,7 +394,7 @@ describe('the operator console in headless Chromium', () => {
   });
 
   it('has labelled controls and text with WCAG AA contrast on the main pages', async () => {
-    for (const path of ['/', '/accounts', '/tasks', `/tasks/${videoId}`, '/groups', '/models', '/usage']) {
+    for (const path of ['/', '/accounts', '/tasks', `/tasks/${videoId}`, `/tasks/${imageId}`, '/groups', '/models', '/usage']) {
       await page.goto(`${server.directUrl}/console${path}`);
       await page.getByRole('heading', { level: 1 }).first().waitFor();
       await page.waitForLoadState('networkidle');

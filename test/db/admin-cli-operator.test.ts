@@ -58,7 +58,10 @@ describe('admin CLI: operator views', { timeout: 120_000 }, () => {
     expect(JSON.parse(listed.stdout)).toEqual(await api(`/admin/v1/tasks?account_id=${c.accountId}&status=queued,completed`));
     expect(JSON.parse(listed.stdout).data.map((t: { id: string }) => t.id)).toEqual([video, image]);
     // An output URL's expiry is the second it was signed plus the TTL: compared without it.
-    const unsigned = (task: { outputs: { url: string }[] }) => ({ ...task, outputs: task.outputs.map((o) => ({ ...o, url: o.url.replace(/\?.*$/, '') })) });
+    const unsigned = (value: unknown) => {
+      const task = value as { outputs: { url: string }[] };
+      return { ...task, outputs: task.outputs.map((o) => ({ ...o, url: o.url.replace(/\?.*$/, '') })) };
+    };
     expect(unsigned(JSON.parse(shown.stdout))).toEqual(unsigned(await api(`/admin/v1/tasks/${image}`)));
     expect(JSON.parse(shown.stdout).outputs).toHaveLength(1);
     const text = await admin('tasks', 'show', video);

@@ -1,5 +1,5 @@
-/** API keys: list (by account, pages), create with group and quota (the full key shown once), revoke. */
-import { Alert, Button, Card, CopyButton, Group, NumberInput, Select, Stack, Table, Text, TextInput, Title } from '@mantine/core';
+/** API keys: list (by account, pages), create with group and quota (the full key shown once), edit a key's limits, revoke. */
+import { Alert, Button, Card, CopyButton, Group, Modal, NumberInput, Select, Stack, Table, Text, TextInput, Title } from '@mantine/core';
 import { useState, type FormEvent } from 'react';
 import { api, call, type ApiKey, type ApiKeyCreated } from '../api.ts';
 import { Link, useLocation } from '../router.tsx';
@@ -17,6 +17,7 @@ export function KeysPage() {
   );
   const [created, setCreated] = useState<ApiKeyCreated | null>(null);
   const [actionError, setActionError] = useState<unknown>(null);
+  const [editing, setEditing] = useState<ApiKey | null>(null);
   const setActive = async (k: ApiKey, is_active: boolean) => {
     setActionError(null);
     try {
@@ -80,7 +81,7 @@ export function KeysPage() {
               <Table.Th>Limits (per minute / in flight)</Table.Th>
               <Table.Th>Last used</Table.Th>
               <Table.Th>State</Table.Th>
-              <Table.Th>Action</Table.Th>
+              <Table.Th>Actions</Table.Th>
             </Table.Tr>
           </Table.Thead>
           <Table.Tbody>
@@ -92,14 +93,14 @@ export function KeysPage() {
                     {k.key_prefix}…{k.last_four}
                   </code>
                 </Table.Td>
-                <Table.Td>
+                <Table.Td maw={150}>
                   <Link to={`/accounts/${k.account_id}`}>
-                    <code>{k.account_id}</code>
+                    <code style={{ overflowWrap: 'anywhere' }}>{k.account_id}</code>
                   </Link>
                 </Table.Td>
-                <Table.Td>
+                <Table.Td maw={150}>
                   <Link to={`/groups/${k.group_id}`}>
-                    <code>{k.group_id}</code>
+                    <code style={{ overflowWrap: 'anywhere' }}>{k.group_id}</code>
                   </Link>
                 </Table.Td>
                 <Table.Td ta="right">{k.unlimited ? 'unlimited' : credits(k.credit_limit)}</Table.Td>
@@ -108,28 +109,33 @@ export function KeysPage() {
                   {limitText(k.requests_per_minute)} / {limitText(k.max_in_flight)}
                 </Table.Td>
                 <Table.Td>{k.last_used_at ? when(k.last_used_at) : 'never'}</Table.Td>
-                <Table.Td>
+                <Table.Td miw={96}>
                   <StatusBadge status={k.is_active ? 'active' : 'revoked'} />
                 </Table.Td>
                 <Table.Td>
-                  {k.is_active ? (
-                    <ConfirmButton
-                      size="xs"
-                      color="red"
-                      variant="outline"
-                      title="Revoke this key?"
-                      message={`Requests with ${k.key_prefix}…${k.last_four} (“${k.name}”) are refused from now on.`}
-                      confirmLabel="Revoke key"
-                      onConfirm={() => setActive(k, false)}
-                      aria-label={`Revoke key ${k.name}`}
-                    >
-                      Revoke
-                    </ConfirmButton>
-                  ) : (
-                    <Button size="xs" variant="default" onClick={() => void setActive(k, true)} aria-label={`Reactivate key ${k.name}`}>
-                      Reactivate
+                  <Stack gap={4} align="flex-start">
+                    <Button size="xs" variant="default" onClick={() => setEditing(k)} aria-label={`Edit limits of key ${k.name}`}>
+                      Edit limits
                     </Button>
-                  )}
+                    {k.is_active ? (
+                      <ConfirmButton
+                        size="xs"
+                        color="red"
+                        variant="outline"
+                        title="Revoke this key?"
+                        message={`Requests with ${k.key_prefix}…${k.last_four} (“${k.name}”) are refused from now on.`}
+                        confirmLabel="Revoke key"
+                        onConfirm={() => setActive(k, false)}
+                        aria-label={`Revoke key ${k.name}`}
+                      >
+                        Revoke
+                      </ConfirmButton>
+                    ) : (
+                      <Button size="xs" variant="default" onClick={() => void setActive(k, true)} aria-label={`Reactivate key ${k.name}`}>
+                        Reactivate
+                      </Button>
+                    )}
+                  </Stack>
                 </Table.Td>
               </Table.Tr>
             ))}
@@ -142,7 +148,56 @@ export function KeysPage() {
         </Table>
       </Table.ScrollContainer>
       <Pager pages={pages} nextCursor={list.data?.next_cursor} label="API keys" />
+      <Modal opened={editing !== null} onClose={() => setEditing(null)} title={editing ? `Limits of key ${editing.name}` : ''} centered>
+        {editing && (
+          <EditKeyLimits
+            apiKey={editing}
+            onSaved={() => {
+              setEditing(null);
+              void list.reload();
+            }}
+          />
+        )}
+      </Modal>
     </Stack>
+  );
+}
+
+/** A key's credit quota, requests per minute and generations in flight (PATCH /admin/v1/api-keys/{key_id}). */
+function EditKeyLimits({ apiKey, onSaved }: { apiKey: ApiKey; onSaved: () => void }) {
+  const [quota, setQuota] = useState<number | string>(apiKey.unlimited ? '' : (apiKey.credit_limit ?? ''));
+  const [rpm, setRpm] = useState<Limit>(apiKey.requests_per_minute);
+  const [inFlight, setInFlight] = useState<Limit>(apiKey.max_in_flight);
+  const save = useAction(async () => {
+    const updated = await call(
+      api.PATCH('/admin/v1/api-keys/{key_id}', {
+        params: { path: { key_id: apiKey.id } },
+        body: { credit_limit: typeof quota === 'number' ? quota : null, requests_per_minute: rpm, max_in_flight: inFlight },
+      }),
+    );
+    onSaved();
+    return updated;
+  });
+  return (
+    <form aria-label={`Edit the limits of key ${apiKey.name}`} onSubmit={(e: FormEvent) => (e.preventDefault(), void save.run())}>
+      <Stack gap="sm">
+        <Text size="sm">
+          <code>
+            {apiKey.key_prefix}…{apiKey.last_four}
+          </code>{' '}
+          of account <code>{apiKey.account_id}</code>. New limits apply to the next requests.
+        </Text>
+        <NumberInput label="Credit quota" description={`Empty: unlimited. Used so far: ${credits(apiKey.credits_used)}.`} min={0} value={quota} onChange={setQuota} />
+        <LimitInput label="Requests per minute" value={rpm} onChange={setRpm} max={1_000_000} />
+        <LimitInput label="Generations in flight" value={inFlight} onChange={setInFlight} max={100_000} />
+        <Group justify="flex-end">
+          <Button type="submit" loading={save.pending}>
+            Save limits
+          </Button>
+        </Group>
+        <ErrorAlert error={save.error} title="Could not save the key's limits" />
+      </Stack>
+    </form>
   );
 }
 

@@ -1,6 +1,6 @@
-/** Tasks: the listing's filters and pages; one task with its whole story, settlement and webhook re-delivery. */
-import { Button, Card, Code, Group, MultiSelect, Select, SimpleGrid, Stack, Table, Text, TextInput, Textarea, Title } from '@mantine/core';
-import { useState, type FormEvent } from 'react';
+/** Tasks: the listing's filters and pages; one task with its whole story, its output media, settlement and webhook re-delivery. */
+import { Anchor, Button, Card, Code, Group, MultiSelect, Select, SimpleGrid, Stack, Table, Text, TextInput, Textarea, Title } from '@mantine/core';
+import { useRef, useState, type FormEvent } from 'react';
 import { PROVIDERS, TASK_STATUSES, api, call, type Provider, type Task, type TaskStatus } from '../api.ts';
 import { Link, useLocation } from '../router.tsx';
 import { ConfirmButton, ErrorAlert, Pager, compact, credits, fromLocalInput, useAction, useCursorPages, useLoad, when } from '../ui.tsx';
@@ -190,6 +190,7 @@ export function TaskDetailPage({ id }: { id: string }) {
             </SimpleGrid>
           </Card>
           {t.kind === 'image' && t.status === 'needs_attention' && <SettleTask task={t} onSettled={task.setData} />}
+          <Outputs task={t} />
           <Title order={2} size="h3">
             Story
           </Title>
@@ -286,6 +287,75 @@ export function TaskDetailPage({ id }: { id: string }) {
           </Table.ScrollContainer>
           <Webhook task={t} onChanged={() => void task.reload()} />
         </>
+      )}
+    </Stack>
+  );
+}
+
+type Output = Task['outputs'][number];
+
+/** How long a signed output URL is kept while the page refreshes the task (a new one on every read would reload the player). */
+const KEEP_URL_MS = 5 * 60_000;
+
+/** The output URLs, one per file, kept across the page's refreshes for KEEP_URL_MS. */
+function useKeptUrls(outputs: Output[]): (o: Output) => string {
+  const kept = useRef(new Map<string, { url: string; at: number }>());
+  const now = Date.now();
+  for (const o of outputs) {
+    const k = kept.current.get(o.file_id);
+    if (!k || now - k.at > KEEP_URL_MS) kept.current.set(o.file_id, { url: o.url, at: now });
+  }
+  return (o) => kept.current.get(o.file_id)?.url ?? o.url;
+}
+
+function bytesText(n: number): string {
+  return n >= 1_048_576 ? `${(n / 1_048_576).toFixed(1)} MB` : n >= 1024 ? `${Math.round(n / 1024)} KB` : `${n} bytes`;
+}
+
+/** The task's stored media in the page: an image preview or a video player each, with a download link. */
+function Outputs({ task }: { task: Task }) {
+  const urlOf = useKeptUrls(task.outputs);
+  const unfinished = task.status === 'queued' || task.status === 'in_progress' || task.status === 'processing';
+  return (
+    <Stack gap="xs" aria-label="Outputs" component="section">
+      <Title order={2} size="h3">
+        Output
+      </Title>
+      {task.outputs.length === 0 ? (
+        <Text size="sm">
+          {unfinished
+            ? 'Nothing yet: the task has not finished.'
+            : task.status === 'completed'
+              ? 'No stored output: retention removed it, or the account deleted it.'
+              : 'No stored output.'}
+        </Text>
+      ) : (
+        <SimpleGrid cols={{ base: 1, sm: task.outputs.length > 1 ? 2 : 1, lg: task.outputs.length > 1 ? 3 : 1 }}>
+          {task.outputs.map((o, i) => {
+            const url = urlOf(o);
+            const what = `${task.kind === 'video' ? 'Video' : `Image ${i + 1}`} of task ${task.id}`;
+            const size = o.width && o.height ? `${o.width}×${o.height}, ` : '';
+            return (
+              <Card withBorder key={o.file_id} data-output-id={o.file_id} maw={task.outputs.length === 1 ? 720 : undefined}>
+                {o.content_type.startsWith('video/') ? (
+                  <video controls preload="metadata" src={url} aria-label={what} style={{ width: '100%', maxHeight: 480, background: '#000' }} />
+                ) : o.content_type.startsWith('image/') ? (
+                  <img src={url} alt={`${what}${size ? ` (${size.slice(0, -2)})` : ''}`} loading="lazy" style={{ width: '100%', height: 'auto', maxHeight: 480, objectFit: 'contain' }} />
+                ) : null}
+                <Group justify="space-between" mt="xs" gap="xs">
+                  <Text size="xs" style={{ overflowWrap: 'anywhere' }}>
+                    <code>{o.file_id}</code> · {o.content_type}, {size}
+                    {bytesText(o.bytes)}
+                    {o.expires_at ? ` · kept until ${when(o.expires_at)}` : ''}
+                  </Text>
+                  <Anchor href={url} download size="sm" aria-label={`Download ${what.charAt(0).toLowerCase()}${what.slice(1)}`}>
+                    Download
+                  </Anchor>
+                </Group>
+              </Card>
+            );
+          })}
+        </SimpleGrid>
       )}
     </Stack>
   );
