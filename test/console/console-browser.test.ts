@@ -327,13 +327,14 @@ describe('the operator console in headless Chromium', () => {
     imageId = taskId;
     await page.goto(`${server.directUrl}/console/tasks/${taskId}`);
     await page.getByRole('heading', { level: 1, name: `Image task ${taskId}` }).waitFor();
-    const img = page.getByRole('img', { name: `Image 1 of task ${taskId} (1024×1024)` });
+    const [output] = (await api(`/admin/v1/tasks/${taskId}`)).body.outputs as Json[];
+    const img = page.getByRole('img', { name: `Image 1 of task ${taskId} (${output!.width}×${output!.height})` });
     await img.waitFor();
     await page.waitForFunction(() => {
       const i = document.querySelector('section[aria-label="Outputs"] img');
       return i !== null && i.complete && i.naturalWidth > 0;
     });
-    expect(await img.evaluate((i: DomElement) => [i.naturalWidth, i.naturalHeight])).toEqual([1024, 1024]);
+    expect(await img.evaluate((i: DomElement) => [i.naturalWidth, i.naturalHeight])).toEqual([output!.width, output!.height]);
     const src = (await img.getAttribute('src'))!;
     expect(src).toContain(`/v1/files/${new URL(res.body.data[0].url).pathname.split('/').pop()}?`);
     expect(await page.getByRole('link', { name: `Download image 1 of task ${taskId}` }).getAttribute('href')).toBe(src);
