@@ -26,7 +26,7 @@ import { keepLease } from '../tasks/lease.ts';
 import type { TaskNotifier } from '../tasks/task-notifier.ts';
 import type { InputStaging } from '../media/input-staging.ts';
 import type { MediaInputs } from '../media/media-inputs.ts';
-import type { ExecuteResult, ImageOperation, ImageRunner, ImageSink } from './image-runner.ts';
+import type { ExecuteOptions, ExecuteResult, ImageOperation, ImageRunner, ImageSink } from './image-runner.ts';
 import { normalizeImageRequest, type ImageRequestFields } from './image-request.ts';
 import { CUSTOM_SIZE_LIMITS, customSizeTier, ratioOf } from './image-size.ts';
 
@@ -286,7 +286,7 @@ export class ImageService {
    * Runs a synchronous task inside its request, keeping the task's lease while it renders; `signal`
    * aborts when the client goes away.
    */
-  async runSync(task: StartedImageTask, sink: ImageSink, signal: AbortSignal, log: Logger, opts: { deliveredOnlyIfAllSent?: boolean } = {}): Promise<ExecuteResult> {
+  async runSync(task: StartedImageTask, sink: ImageSink, signal: AbortSignal, log: Logger, opts: Pick<ExecuteOptions, 'deliveredOnlyIfAllSent' | 'whileSettling'> = {}): Promise<ExecuteResult> {
     const lease = keepLease(this.deps.tasks.leases, fenceOf(task), this.deps.instanceId, this.deps.options.leaseMs, log, signal);
     try {
       return await this.deps.runner.execute(task, sink, lease.signal, log, { ...opts, capacityWaitMs: this.deps.options.capacityWaitMs, ...(task.routeOrder && { routeOrder: task.routeOrder }) });
@@ -347,9 +347,14 @@ export class ImageService {
     );
   }
 
-  /** The synchronous JSON response (product spec §2.3) from what execute() delivered; images as bytes (lib/base64-json.ts). */
-  async toImageResult(task: ImageTaskRow, result: ExecuteResult): Promise<WithBase64<Schemas['ImageResult']>> {
+  /**
+   * The synchronous JSON response (product spec §2.3) from what execute() delivered; images as bytes
+   * (lib/base64-json.ts). `size` is the delivered images' (their files'): the resolved size, or the
+   * upstream's native one on a model with `resize: native`.
+   */
+  async toImageResult(task: ImageTaskRow, result: Pick<ExecuteResult, 'files' | 'images' | 'revisedPrompt'>): Promise<WithBase64<Schemas['ImageResult']>> {
     const params = task.params as unknown as ImageParams;
+    const first = result.files[0];
     return {
       created: Math.floor(task.createdAt.getTime() / 1000),
       data: await Promise.all(
@@ -359,7 +364,7 @@ export class ImageService {
         })),
       ),
       output_format: params.outputFormat,
-      size: `${params.width}x${params.height}`,
+      size: `${first?.width ?? params.width}x${first?.height ?? params.height}`,
       quality: params.resolvedQuality,
       background: params.transparent ? 'transparent' : 'opaque',
     };
