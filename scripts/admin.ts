@@ -62,7 +62,7 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
   models create --from <definition id> | --file <body.json|->
               [--id ID] [--display-name NAME] [--enabled true|false] [--price RES[/QUALITY]=N ...] [--mode per_second|per_item]
   models update <model id> [--display-name NAME] [--enabled true|false] [--price RES[/QUALITY]=N ...] [--mode per_second|per_item]
-              [--reference-limit N] [--file <patch.json|->]
+              [--reference-limit N] [--resize exact|native] [--file <patch.json|->]
   models set-price <model id> --resolution R [--quality low|medium|high] --price N [--mode per_second|per_item]
   models set-reference-limit <model id> --count N
   models set-mapping <model id> --provider fal|replicate --file <mapping.json|->   (an aggregator's mapping; see the README)

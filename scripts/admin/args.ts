@@ -42,6 +42,7 @@ const OPTIONS = {
   file: { type: 'string' },
   'display-name': { type: 'string' },
   'reference-limit': { type: 'string' },
+  resize: { type: 'string' },
   limit: { type: 'string' },
   cursor: { type: 'string' },
   key: { type: 'string' },

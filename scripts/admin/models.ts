@@ -142,16 +142,18 @@ export const modelCommands: Commands = {
   },
 
   // Changes what the API's PATCH changes: display name, enabled, prices (the rows named by
-  // --price; the others stay), the reference-image limit; or a PATCH body of your own (--file).
+  // --price; the others stay), the reference-image limit, an image model's resize setting
+  // (--resize exact|native); or a PATCH body of your own (--file).
   update: async ({ admin, flags, target }) => {
     const id = target();
     const fromFlags = defined({
       display_name: flags['display-name'],
       enabled: bool(flags.enabled, 'enabled'),
       reference_image_max_count: optInt(flags['reference-limit'], 'reference-limit'),
+      resize: oneOf(flags.resize, 'resize', ['exact', 'native'] as const),
     });
     if (flags.file === undefined && Object.keys(fromFlags).length === 0 && flags.price === undefined) {
-      throw new UsageError('models update needs --display-name, --enabled, --price, --reference-limit or --file');
+      throw new UsageError('models update needs --display-name, --enabled, --price, --reference-limit, --resize or --file');
     }
     const base = flags.file === undefined ? {} : objectBody('AdminCatalogModelUpdate', bodyFromFile(flags.file));
     const body = { ...base, ...fromFlags } as CatalogModelUpdateInput;

@@ -17,7 +17,14 @@ export interface ImageCapabilities {
   sizeTable?: SizeTableName;
   /** Most input images of an edit, a mask counting as one; default: only the server's limit (16 images). */
   maxInputImages?: number;
+  /**
+   * An upstream image of another size than the resolved one: resized to exactly the resolved size
+   * (`exact`, the default: the contract's promise) or returned at the upstream's native size.
+   */
+  resize?: ImageResize;
 }
+
+export type ImageResize = 'exact' | 'native';
 
 /**
  * A duration rule that applies only in some combinations: when the request has one of

@@ -44,7 +44,6 @@ export function openImageStream(
     output_format: params.outputFormat,
   };
   const resolved = {
-    size: `${params.width}x${params.height}`,
     quality: params.resolvedQuality,
     background: params.transparent ? ('transparent' as const) : ('opaque' as const),
     output_format: params.outputFormat,
@@ -67,6 +66,8 @@ export function openImageStream(
         ...(params.responseFormat === 'url' ? { url: await opts.fileUrl(file.id) } : { b64_json: new Base64Bytes(image) }),
         image_index: imageIndex,
         created_at: now(),
+        // The delivered image's own size: the resolved one, or the upstream's native one (`resize: native`).
+        size: `${file.width ?? params.width}x${file.height ?? params.height}`,
         ...resolved,
         usage: ZERO_USAGE,
       }),

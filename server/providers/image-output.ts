@@ -294,21 +294,26 @@ export function headerSize(data: Buffer): { format: ImageFormat; width: number; 
   return undefined;
 }
 
+/** Format and pixel size of an image: from its header (headerSize), or from sharp when that fails. */
+export async function imageMeta(data: Buffer): Promise<{ format?: string; width?: number; height?: number }> {
+  const meta = headerSize(data);
+  if (meta) return meta;
+  try {
+    return await sharp(data).metadata();
+  } catch (err) {
+    throw new ProviderError('retryable', 'the upstream answered an image that could not be decoded', { cause: err });
+  }
+}
+
 /**
  * The image exactly as the client asked for it: resized (cover, centred) when the pixel size
  * differs, re-encoded when the size or the format differs, else the upstream's bytes untouched.
- * Whether they match is read from the header (headerSize); sharp reads it only when that fails.
+ * With the model's `resize: native` (`params.resize`) the size is the upstream's: only a format
+ * that differs is re-encoded. Whether they match is read from the header (imageMeta).
  */
 export async function fitImage(data: Buffer, params: ImageParams): Promise<Buffer> {
-  let meta: { format?: string; width?: number; height?: number } | undefined = headerSize(data);
-  if (!meta) {
-    try {
-      meta = await sharp(data).metadata();
-    } catch (err) {
-      throw new ProviderError('retryable', 'the upstream answered an image that could not be decoded', { cause: err });
-    }
-  }
-  const sameSize = meta.width === params.width && meta.height === params.height;
+  const meta = await imageMeta(data);
+  const sameSize = params.resize === 'native' || (meta.width === params.width && meta.height === params.height);
   if (sameSize && meta.format === params.outputFormat) return data;
   try {
     let img = sharp(data);

@@ -42,6 +42,12 @@ export interface ImageParams {
   partialImages: number;
   /** The `size` as requested (`auto` when absent), for the streaming events. */
   requestedSize: string;
+  /**
+   * The model's `resize` setting when it is `native`: the upstream's image keeps its own pixel size
+   * (`fitImage` only re-encodes a format that differs) and `width`/`height` are only what was asked
+   * for and billed. Absent: resized to exactly `width` x `height`.
+   */
+  resize?: 'native';
 }
 
 export interface ImageJob {

@@ -132,7 +132,7 @@ describe('admin CLI: models', () => {
       id: 'image-pro',
       display_name: 'Image Pro',
       enabled: true,
-      image: { ...shipped.image, size_table: 'reference', max_input_images: null },
+      image: { ...shipped.image, size_table: 'reference', max_input_images: null, resize: 'exact' },
       video: null,
       pricing: [
         { resolution: '1K', quality: 'low', mode: 'per_item', unit_price: 0.02 },
@@ -236,7 +236,7 @@ describe('admin CLI: models', () => {
       [['update', 'gpt-image-1', '--price', '1K/ultra=1'], "--price quality must be one of low, medium, high, got 'ultra'"],
       [['create', '--from', 'openai/sora-2', '--id', 'z', '--price', '720p'], "--price must look like RESOLUTION=PRICE or RESOLUTION/QUALITY=PRICE (e.g. 720p=0.2, 1K/high=0.3), got '720p'"],
       [['create', '--from', 'openai/sora-2', '--id', 'z', '--price', '720p=cheap'], "--price must be a number, got 'cheap'"],
-      [['update', 'gpt-image-1'], 'models update needs --display-name, --enabled, --price, --reference-limit or --file'],
+      [['update', 'gpt-image-1'], 'models update needs --display-name, --enabled, --price, --reference-limit, --resize or --file'],
       [['update', 'gpt-image-1', '--enabled', 'true', '--mode', 'per_item'], '--mode changes the rows named by --price; name them'],
       [['set-price', 'gpt-image-1', '--resolution', '1K', '--quality', 'low', '--price', '1', '--price', '2'], 'set-price takes one --price; models update takes several'],
     ];

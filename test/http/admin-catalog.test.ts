@@ -82,7 +82,7 @@ describe('catalog models', () => {
     const { data, response } = await server.admin().POST('/admin/v1/models', { body: imageModel('gpt-image-1') });
     expect(response.status).toBe(201);
     const { enabled: _enabled, ...body } = imageModel('gpt-image-1');
-    expect(data).toEqual({ ...body, image: { ...body.image, size_table: 'reference', max_input_images: null }, enabled: true, video: null, upstream_mappings: {} });
+    expect(data).toEqual({ ...body, image: { ...body.image, size_table: 'reference', max_input_images: null, resize: 'exact' }, enabled: true, video: null, upstream_mappings: {} });
     expect(await pricesOf('gpt-image-1')).toEqual([
       { resolution: '1K', quality: 'high', mode: 'per_item', unitPrice: 167_000 },
       { resolution: '1K', quality: 'low', mode: 'per_item', unitPrice: 11_000 },

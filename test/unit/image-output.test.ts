@@ -75,6 +75,13 @@ describe('fitImage', () => {
     expect(headerSize(out)).toEqual({ format: 'png', width: 32, height: 32 });
     await expect(fitImage(Buffer.from('not an image at all'), params(32, 32, 'png'))).rejects.toMatchObject({ kind: 'retryable' });
   });
+
+  it("with the model's resize: native, keeps the upstream's size: its bytes as they came, or re-encoded only for another format", async () => {
+    const png = await encoded(96, 64, 'png');
+    const native = (format: 'png' | 'jpeg' | 'webp') => ({ ...params(128, 128, format), resize: 'native' as const });
+    expect((await fitImage(png, native('png'))).equals(png)).toBe(true);
+    expect(headerSize(await fitImage(png, native('jpeg')))).toEqual({ format: 'jpeg', width: 96, height: 64 });
+  });
 });
 
 /** An answer whose body arrives as `text` cut into pieces of the given sizes (cycled). */

@@ -4020,6 +4020,30 @@ export interface components {
             size_table?: "reference" | "gemini-2.5-flash-image" | "gemini-3-pro-image" | "gemini-3.1-flash-image";
             /** @description Most input images of an edit, a mask counting as one (upstreams without a mask parameter receive it as an image); more is `400 too_many_images` before any upstream call. `null` - only the server's limit of 16 images. Gemini 2.5 Flash Image takes 3, Gemini 3 Pro Image and 3.1 Flash Image 14. */
             max_input_images?: number | null;
+            /**
+             * @description What the gateway does when an upstream renders a size other than the one the request
+             *     resolved to (an upstream with fixed sizes, such as `gpt-image-1`'s 1024x1024, 1536x1024 and
+             *     1024x1536, asked for the reference table's 1K 1:1 of 1248x1248; an upstream's own
+             *     rounding; a Gemini tier the model lacks).
+             *     - `exact` (the default): the answer is resized (cover, centred) and re-encoded to exactly
+             *       the resolved size, so a client always gets the size it asked for and was quoted, whatever
+             *       member serves it. This costs a decode, resize and encode per image on the gateway (tens of
+             *       milliseconds for a 1K PNG).
+             *     - `native`: the upstream's image is returned as it came, at the upstream's nearest native
+             *       size (no resize; re-encoded only when its format is not the requested `output_format`);
+             *       the answer's `size` and each stored file's width and height are the real ones. The price
+             *       is the same: a request is billed at the tier it resolved to.
+             *
+             *     The default is `exact` because the contract promises the requested size: a client that asked
+             *     for `1248x1248` (or `1K` at `1:1`) and lays out its page by it should not get another size
+             *     because of which member served it. An operator whose clients accept the upstream's own size
+             *     chooses `native` to save the resize. A model whose members always render the resolved size
+             *     (the local provider; a Gemini model on its own table) behaves the same either way.
+             *     Changed with `PATCH /admin/v1/models/{model_id}` (`resize`) or `models update --resize`.
+             * @default exact
+             * @enum {string}
+             */
+            resize?: "exact" | "native";
         };
         /**
          * AdminVideoModelCapabilities
@@ -4334,6 +4358,11 @@ export interface components {
             /** @description New `video.reference_images.max_count`; only for video models whose limit is `configurable`, else `400 invalid_request`. */
             reference_image_max_count?: number;
             upstream_mappings?: components["schemas"]["AdminUpstreamMappingsUpdate"];
+            /**
+             * @description New `image.resize` (answers resized to the resolved size, or returned at the upstream's native size); only for image models, else `400 invalid_request`. Applies to requests made after the change.
+             * @enum {string}
+             */
+            resize?: "exact" | "native";
         };
         /**
          * AdminCapabilityName

@@ -138,6 +138,7 @@ export function toAdminImageCapabilities(c: ImageCapabilities): AdminImageModelC
     max_n: c.maxN,
     size_table: c.sizeTable ?? 'reference',
     max_input_images: c.maxInputImages ?? null,
+    resize: c.resize ?? 'exact',
   };
 }
 
@@ -169,6 +170,7 @@ export function fromAdminImageCapabilities(c: AdminImageModelCapabilities): Imag
     maxN: c.max_n,
     ...(c.size_table && c.size_table !== 'reference' && { sizeTable: c.size_table }),
     ...(typeof c.max_input_images === 'number' && { maxInputImages: c.max_input_images }),
+    ...(c.resize === 'native' && { resize: 'native' as const }),
   };
 }
 

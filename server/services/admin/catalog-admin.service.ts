@@ -1,6 +1,6 @@
 /**
  * Admin rules for the model catalog: capabilities are fixed at creation (except a configurable
- * reference-image limit); price rows must match the capabilities exactly and are replaced whole.
+ * reference-image limit and an image model's `resize`); price rows must match the capabilities exactly and are replaced whole.
  */
 import type { components } from '../../../generated/api.d.ts';
 import type { ImageCapabilities, VideoCapabilities } from '../../catalog/capabilities.ts';
@@ -142,7 +142,7 @@ export class CatalogAdminService {
     return this.get(input.id);
   }
 
-  /** Changes name, enabled flag, prices (all rows at once) and the reference-image limit in one transaction. */
+  /** Changes name, enabled flag, prices (all rows at once), the reference-image limit and an image model's resize setting in one transaction. */
   async update(id: string, input: CatalogModelUpdateInput): Promise<AdminCatalogModel> {
     if (Object.values(input).every((v) => v === undefined)) throw badRequest('invalid_request', 'Send at least one member to change.');
     await this.tx.run(async (trx) => {
@@ -161,6 +161,13 @@ export class CatalogAdminService {
         }
         capabilities = { ...video, referenceImages: { ...video.referenceImages, maxCount: input.reference_image_max_count } };
       }
+      if (input.resize !== undefined) {
+        if (kind !== 'image') throw badRequest('invalid_request', `'resize' is a setting of image models; '${id}' is a ${kind} model.`, 'resize');
+        const { resize: _old, ...image } = capabilities as ImageCapabilities;
+        // Stored only when it is not the default, as on creation (fromAdminImageCapabilities).
+        capabilities = input.resize === 'native' ? { ...image, resize: 'native' } : image;
+      }
+      const capabilitiesChanged = input.reference_image_max_count !== undefined || input.resize !== undefined;
       const prices = input.pricing === undefined ? undefined : validatePricing(kind, capabilities, input.pricing);
       let upstreamMappings: UpstreamMappings | undefined;
       if (input.upstream_mappings !== undefined) {
@@ -177,7 +184,7 @@ export class CatalogAdminService {
       }
       await this.catalog.updateModel(
         id,
-        { displayName: input.display_name, enabled: input.enabled, capabilities: input.reference_image_max_count === undefined ? undefined : capabilities, upstreamMappings },
+        { displayName: input.display_name, enabled: input.enabled, capabilities: capabilitiesChanged ? capabilities : undefined, upstreamMappings },
         trx,
       );
       if (prices) await this.catalog.replacePrices(id, prices, trx);

@@ -101,6 +101,7 @@ export function normalizeImageRequest(
       responseFormat: body.response_format ?? 'b64_json',
       partialImages: body.partial_images ?? 0,
       requestedSize: body.size ?? 'auto',
+      ...(caps.resize === 'native' && { resize: 'native' as const }),
     },
   };
 }

@@ -20,7 +20,8 @@
 import { ApiError, apiErrorOf, apiErrorOfStorage, noUpstreamCapacity } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import { NoCapacity, upstreamModelOf, type Pool, type Preselection } from '../../pool/pool.ts';
-import { asProviderError } from '../../providers/provider-error.ts';
+import { imageMeta } from '../../providers/image-output.ts';
+import { ProviderError, asProviderError } from '../../providers/provider-error.ts';
 import type { ProviderKind, ProviderRegistry } from '../../providers/registry.ts';
 import type { ImageEvents, ImageJob, ImageParams } from '../../providers/types.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
@@ -89,6 +90,13 @@ function noCapacityError(err: NoCapacity, model: string): ApiError {
 }
 
 const MIME: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
+
+/** The pixel size of an upstream's image returned at its native size (the header, else sharp; fitImage has decoded it). */
+async function nativeSize(image: Buffer): Promise<{ width: number; height: number }> {
+  const meta = await imageMeta(image);
+  if (!meta.width || !meta.height) throw new ProviderError('retryable', 'the upstream answered an image without a pixel size');
+  return { width: meta.width, height: meta.height };
+}
 
 /** An image the provider produced could not be stored: the outcome is unknown. */
 class NotStored extends Error {}
@@ -212,9 +220,11 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         if (signal.aborted) throw new NotDelivered();
         reachedSink = true;
         upstream.revisedPrompt ??= generated.revisedPrompt ?? null;
+        // `resize: native`: the upstream's image kept its own size, which is what its file records.
+        const { width, height } = params.resize === 'native' ? await nativeSize(generated.image) : params;
         let file: FileRow;
         try {
-          const meta = { accountId: task.accountId, purpose: 'image_output' as const, contentType: MIME[params.outputFormat]!, taskId: task.id, width: params.width, height: params.height };
+          const meta = { accountId: task.accountId, purpose: 'image_output' as const, contentType: MIME[params.outputFormat]!, taskId: task.id, width, height };
           if (sink.publishesFiles) file = await this.deps.files.save(meta, generated.image);
           else file = storeWhileSettling ? storeLater(meta, generated.image) : await this.deps.files.put(meta, generated.image);
         } catch (err) {
