@@ -10,9 +10,7 @@
  * files (replicate.delivery, deleted an hour later) are fetched at once, then re-encoded to what
  * the client was promised.
  */
-import { fitImage } from '../image-output.ts';
-import { ProviderError, imageContext, type ImageEvents, type ImageJob, type ImageProvider, type UpstreamAccount, type UpstreamMapping } from '../kit.ts';
-import { fetchImage } from '../fal/fal-image.provider.ts';
+import { generateQueuedImages, imageContext, type ImageEvents, type ImageJob, type ImageProvider, type UpstreamAccount } from '../kit.ts';
 import { cancelPrediction, createPrediction, getPrediction, inputOf, mappingOf, outcomeOf, type Prediction } from './replicate-api.ts';
 
 export const REPLICATE_IMAGE_POLL_MS = 500;
@@ -27,58 +25,20 @@ export class ReplicateImageProvider implements ImageProvider {
   async generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void> {
     const mapping = mappingOf(job);
     const request = imageContext(job);
-    let delivered = 0;
-    while (delivered < job.n) {
-      signal.throwIfAborted();
-      request.context.n = job.n - delivered;
-      const input = await inputOf(mapping, request);
-      const created = await createPrediction(account, mapping, input, signal, 'image submit', mapping.wait);
-      const urls = await this.waitForOutput(account, created, mapping, signal);
-      let got = 0;
-      for (const url of urls) {
-        if (delivered >= job.n) break;
-        const image = await fetchImage(url, signal, 'Replicate');
-        await events.image(delivered++, { image: await fitImage(image, job.params) });
-        got++;
-      }
-      if (got === 0) throw new ProviderError('retryable', 'the Replicate prediction succeeded without an image');
-    }
-  }
-
-  private async waitForOutput(account: UpstreamAccount, created: Prediction & { id: string }, mapping: UpstreamMapping, signal: AbortSignal): Promise<string[]> {
-    const deadline = Date.now() + this.maxWaitMs;
-    let prediction: Parameters<typeof outcomeOf>[0] = created;
-    let timedOut = false;
-    try {
-      for (;;) {
-        const outcome = await outcomeOf(prediction, mapping);
+    const queue = {
+      name: 'Replicate',
+      submit: async (n: number, signal: AbortSignal) => {
+        request.context.n = n;
+        return createPrediction(account, mapping, await inputOf(mapping, request), signal, 'image submit', mapping.wait);
+      },
+      // The created prediction first (with Prefer: wait it may be done already), then fresh looks.
+      check: async (created: Prediction & { id: string }, first: boolean, signal: AbortSignal) => {
+        const outcome = await outcomeOf(first ? created : await getPrediction(account, created.id, signal, 'image status'), mapping);
         if (outcome.state === 'failed') throw outcome.error;
-        if (outcome.state === 'succeeded') return outcome.urls;
-        if (Date.now() > deadline) {
-          timedOut = true;
-          throw new ProviderError('retryable', `the Replicate prediction did not finish within ${Math.round(this.maxWaitMs / 1000)} s`);
-        }
-        await sleep(this.pollMs, signal);
-        prediction = await getPrediction(account, created.id, signal, 'image status');
-      }
-    } catch (err) {
-      // Nobody will collect it: stop it spending the account's credit (best effort).
-      if (signal.aborted || timedOut) void cancelPrediction(account, created.id, AbortSignal.timeout(10_000)).catch(() => undefined);
-      throw err;
-    }
-  }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal.reason);
+        return outcome.state === 'succeeded' ? outcome.urls : undefined;
+      },
+      cancel: (created: Prediction & { id: string }, signal: AbortSignal) => cancelPrediction(account, created.id, signal),
     };
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
+    await generateQueuedImages(queue, job, signal, events, { pollMs: this.pollMs, maxWaitMs: this.maxWaitMs });
+  }
 }

@@ -1,0 +1,87 @@
+/**
+ * Image models behind a job queue (the aggregators: fal's queue, Replicate's predictions), run
+ * inside the client's synchronous request: submit a job for the images still owed, look at it every
+ * `pollMs` until it is done, fetch its output images; jobs that make fewer than `n` images are
+ * topped up by further jobs. A job that outlives the client (or `maxWaitMs`) is cancelled, best
+ * effort, so that nobody's credit is spent on images no one will collect.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fitImage, readBounded } from '../image-output.ts';
+import { ProviderError } from '../provider-error.ts';
+import type { ImageEvents, ImageJob } from '../types.ts';
+import { upstreamFetch } from '../upstream-http.ts';
+
+/** Largest image fetched from an output URL. */
+const MAX_IMAGE_BYTES = 64 * 1024 * 1024;
+
+/** One upstream's queue, as the loop needs it. */
+export interface ImageQueue<Job> {
+  /** The upstream's name in messages ("fal", "Replicate"). */
+  name: string;
+  /** Submits a job for `n` images (n goes into the mapping's context). */
+  submit(n: number, signal: AbortSignal): Promise<Job>;
+  /** One look at the job (`first`: right after submit): its output URLs once done, `undefined` while it runs; throws its failure. */
+  check(job: Job, first: boolean, signal: AbortSignal): Promise<string[] | undefined>;
+  cancel(job: Job, signal: AbortSignal): Promise<void>;
+}
+
+export interface QueueTiming {
+  pollMs: number;
+  maxWaitMs: number;
+}
+
+export async function generateQueuedImages<Job>(queue: ImageQueue<Job>, job: ImageJob, signal: AbortSignal, events: ImageEvents, timing: QueueTiming): Promise<void> {
+  let delivered = 0;
+  while (delivered < job.n) {
+    signal.throwIfAborted();
+    const submitted = await queue.submit(job.n - delivered, signal);
+    const urls = await waitForOutputs(queue, submitted, signal, timing);
+    let got = 0;
+    for (const url of urls) {
+      if (delivered >= job.n) break;
+      const image = await fetchOutputImage(url, signal, queue.name);
+      await events.image(delivered++, { image: await fitImage(image, job.params) });
+      got++;
+    }
+    if (got === 0) throw new ProviderError('retryable', `the ${queue.name} job completed without an image`);
+  }
+}
+
+async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: AbortSignal, { pollMs, maxWaitMs }: QueueTiming): Promise<string[]> {
+  const deadline = Date.now() + maxWaitMs;
+  let timedOut = false;
+  try {
+    for (let first = true; ; first = false) {
+      const urls = await queue.check(job, first, signal);
+      if (urls) return urls;
+      if (Date.now() > deadline) {
+        timedOut = true;
+        throw new ProviderError('retryable', `the ${queue.name} image job did not complete within ${Math.round(maxWaitMs / 1000)} s`);
+      }
+      await sleep(pollMs, undefined, { signal });
+    }
+  } catch (err) {
+    // Nobody will collect it: stop it spending the account's credit (not awaited by the client).
+    if (signal.aborted || timedOut) void queue.cancel(job, AbortSignal.timeout(10_000)).catch(() => undefined);
+    throw err;
+  }
+}
+
+/**
+ * An output image: a data URL decoded, or a link fetched without credentials (another origin). A
+ * link that is gone is permanent.
+ */
+export async function fetchOutputImage(url: string, signal: AbortSignal, provider: string): Promise<Buffer> {
+  if (url.startsWith('data:')) {
+    const comma = url.indexOf(',');
+    if (comma < 0 || !/;base64$/i.test(url.slice(0, comma))) throw new ProviderError('failed', `the ${provider} result holds a data URL that is not base64`);
+    return Buffer.from(url.slice(comma + 1), 'base64');
+  }
+  const res = await upstreamFetch(url, { headers: { Accept: 'image/*' } }, signal, 'image download');
+  if (!res.ok) {
+    res.discard();
+    if (res.status === 429 || res.status >= 500) throw new ProviderError(res.status === 429 ? 'rate_limited' : 'retryable', `the ${provider} image download answered HTTP ${res.status}`, { upstreamStatus: res.status });
+    throw new ProviderError('failed', `the ${provider} link to the image answered HTTP ${res.status} (expired or gone)`, { upstreamStatus: res.status });
+  }
+  return readBounded(res, MAX_IMAGE_BYTES, signal, 'image download');
+}
