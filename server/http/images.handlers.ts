@@ -8,16 +8,15 @@ import type { Request, Response } from 'express';
 import { pipeline } from 'node:stream/promises';
 import type { AppContext } from '../context.ts';
 import { ApiError } from '../errors.ts';
-import type { AuthContext } from '../services/auth.service.ts';
 import type { ImageRequestFields } from '../services/image/image-request.ts';
 import { NULL_SINK, type ExecuteResult, type ImageOperation } from '../services/image/image-runner.ts';
-import type { EditInput, PreparedImageRequest } from '../services/image/image.service.ts';
+import type { ImageEdit } from '../services/image/image.service.ts';
 import { jsonStream, type Base64Source, type WithBase64 } from '../lib/base64-json.ts';
 import { authOf, noStore } from './auth.ts';
 import { stagingOf } from './media-body.ts';
 import { uploadedFiles } from './multipart.ts';
-import { openImageStream } from './image-stream.ts';
-import { sendJsonWithImages, sendJsonWithImagesHeld, type HandlerMap, type HeldAnswer, type ResponseBody } from './types.ts';
+import { openImageStream, openJsonAnswer } from './image-answer.ts';
+import { sendJsonWithImages, type HandlerMap, type ResponseBody } from './types.ts';
 
 function wantsStream(req: Request, body: { stream?: boolean }): boolean {
   return body.stream === true || /\btext\/event-stream\b/.test(req.headers.accept ?? '');
@@ -39,20 +38,27 @@ function clientGone(res: Response): AbortSignal {
 export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' | 'editImage' | 'getImageTask' | 'listImageTasks'> {
   const images = ctx.services.images;
 
-  async function run(req: Request, res: Response, auth: AuthContext, operation: ImageOperation, prepared: PreparedImageRequest, stream: boolean): Promise<void> {
+  const fileUrl = (fileId: string) => ctx.services.files.downloadUrl(fileId, 'image_output');
+
+  /**
+   * A request from its fields to its answer: the task created (validated, priced, held and
+   * inserted: `ImageService.create`), then answered 202 (`Prefer: respond-async`), streamed, or run
+   * here and answered in JSON (http/image-answer.ts).
+   */
+  async function run(req: Request, res: Response, operation: ImageOperation, body: ImageRequestFields, edit?: ImageEdit): Promise<void> {
+    const stream = wantsStream(req, body);
     const async = wantsAsync(req) && !stream;
-    const task = await images.start(auth, prepared, { async });
+    const task = await images.create(authOf(req), operation, body, edit, { async });
     res.setHeader('X-Task-Id', task.id);
-    const operationId = operation === 'generation' ? 'createImage' : 'editImage';
     if (async) {
       res.setHeader('Location', `/v1/images/${task.id}`);
-      await sendJsonWithImages(res, operationId, 202, await images.toImageTask(task));
+      await sendJsonWithImages(res, operation === 'generation' ? 'createImage' : 'editImage', 202, await images.toImageTask(task));
       return;
     }
     const log = ctx.log.child({ taskId: task.id });
     const signal = clientGone(res);
     if (stream) {
-      const sink = openImageStream(res, { operation, prepared, fileUrl: (id) => ctx.services.files.downloadUrl(id, 'image_output') });
+      const sink = openImageStream(res, { operation, task, fileUrl });
       try {
         const result = await images.runSync(task, sink, signal, log);
         if (result.error) sink.error(result.error);
@@ -63,15 +69,11 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       sink.end();
       return;
     }
-    // The answer is written while the task settles; its last byte waits for the commit (HeldAnswer).
-    let answer: HeldAnswer | undefined;
-    const whileSettling = async (delivered: Pick<ExecuteResult, 'files' | 'images' | 'revisedPrompt'>) => {
-      answer = sendJsonWithImagesHeld(res, operationId, 200, await images.toImageResult(task, delivered));
-      await answer.head;
-    };
+    // The answer is written while the task settles; its last byte waits for the commit.
+    const answer = openJsonAnswer(res, { task, fileUrl });
     let result: ExecuteResult;
     try {
-      result = await images.runSync(task, NULL_SINK, signal, log, { deliveredOnlyIfAllSent: true, whileSettling });
+      result = await images.runSync(task, NULL_SINK, signal, log, { deliveredOnlyIfAllSent: true, whileSettling: answer.whileSettling });
     } catch (err) {
       // The settlement failed after the answer began: the client keeps a truncated answer, never a complete one.
       if (!res.headersSent) throw err;
@@ -80,24 +82,19 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       return;
     }
     if (signal.aborted) return;
-    if (answer) await answer.finish();
-    else await sendJsonWithImages(res, operationId, 200, await images.toImageResult(task, result));
+    await answer.end(result);
   }
 
   return {
     async createImage(req, res) {
-      const auth = authOf(req);
-      const body = req.body as ImageRequestFields;
-      const prepared = await images.prepare(auth, 'generation', body);
-      await run(req, res, auth, 'generation', prepared, wantsStream(req, body));
+      await run(req, res, 'generation', req.body as ImageRequestFields);
     },
 
     async editImage(req, res) {
-      const auth = authOf(req);
       const body = req.body as ImageRequestFields & { images?: string[]; mask?: string };
       const uploads = uploadedFiles(req);
       const staging = stagingOf(req, ctx.services.files);
-      let edit: { images: EditInput[]; mask?: EditInput; staging: typeof staging };
+      let edit: ImageEdit;
       if (uploads.images.length > 0 || uploads.mask) {
         edit = {
           images: uploads.images.map((f) => ({ data: f.buffer, mimeType: f.mimeType, param: f.fieldname })),
@@ -112,8 +109,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
           staging,
         };
       }
-      const prepared = await images.prepare(auth, 'edit', body, edit);
-      await run(req, res, auth, 'edit', prepared, wantsStream(req, body));
+      await run(req, res, 'edit', body, edit);
     },
 
     async listImageTasks(req, res) {

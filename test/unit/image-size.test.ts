@@ -136,6 +136,17 @@ describe('parseSize', () => {
 });
 
 describe('resolveImageSize', () => {
+  it("keeps an edit's input size when the request names no size (rule 0), scaled into the limits, at its tier or the largest offered", () => {
+    expect(resolve({ inputSize: { width: 1000, height: 600 } })).toEqual({ width: 1000, height: 600, resolution: '1K', aspectRatio: '5:3', custom: true });
+    expect(resolve({ size: 'auto', sizeParam: 'reject', inputSize: { width: 1600, height: 1600 } })).toMatchObject({ width: 1600, height: 1600, resolution: '2K' });
+    expect(resolve({ inputSize: { width: 8000, height: 4000 } })).toMatchObject({ width: 3840, height: 1920, resolution: '4K' });
+    expect(resolve({ caps: { ...caps, resolutions: ['1K'] }, inputSize: { width: 3000, height: 2000 } })).toMatchObject({ width: 3000, height: 2000, resolution: '1K' });
+    // Any of size, aspectRatio or resolution: the usual rules, the input's size ignored.
+    expect(resolve({ resolution: '2K', inputSize: { width: 1000, height: 600 } })).toMatchObject({ width: 2048, height: 2048, custom: false });
+    expect(resolve({ aspectRatio: '16:9', inputSize: { width: 1000, height: 600 } })).toMatchObject({ width: 1248, height: 704 });
+    expect(resolve({ size: '1024x1024', inputSize: { width: 1000, height: 600 } })).toMatchObject({ width: 1024, height: 1024 });
+  });
+
   it('defaults to the first resolution and 1:1', () => {
     expect(resolve({})).toEqual({ width: 1248, height: 1248, resolution: '1K', aspectRatio: '1:1', custom: false });
     expect(resolve({ size: 'auto' })).toEqual({ width: 1248, height: 1248, resolution: '1K', aspectRatio: '1:1', custom: false });

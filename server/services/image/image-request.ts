@@ -1,12 +1,13 @@
 /**
- * The rules of the image endpoints (product spec §4.3, §4.4) that a schema cannot express: the
- * alias pair, quality/background/format/compression per model, `n`, and the size resolution of
- * image-size.ts. Pure: the caller passes the model's capabilities and prices.
+ * The rules of the image endpoints (product spec §4.3, §4.4) that a schema cannot express, in one
+ * pass: the alias pair, quality/background/format/compression per model, `n`, the output size
+ * (image-size.ts, an edit's input size included) and the price of that size. Pure: the caller
+ * passes the model's capabilities and prices, and an edit's first input size.
  */
 import type { ImageCapabilities } from '../../catalog/capabilities.ts';
 import { ApiError, badRequest } from '../../errors.ts';
 import type { ImageFormat, ImageParams } from '../../providers/types.ts';
-import { resolveImageSize } from './image-size.ts';
+import { resolveImageSize, type PixelSize } from './image-size.ts';
 
 /** The parameters shared by generations and edits, after JSON parsing or multipart coercion. */
 export interface ImageRequestFields {
@@ -35,6 +36,8 @@ export interface PricedImageRequest {
 
 export interface NormalizeOptions {
   sizeParam: 'accept' | 'reject';
+  /** An edit's first input image (kept as the output size when the request names none). */
+  inputSize?: PixelSize;
 }
 
 /** Validates the request against the model and prices it per image (price per resolution, and per quality where the model has it). */
@@ -75,6 +78,7 @@ export function normalizeImageRequest(
     ...(body.resolution !== undefined && { resolution: body.resolution }),
     sizeParam: options.sizeParam,
     caps,
+    ...(options.inputSize && { inputSize: options.inputSize }),
   });
 
   // `quality: auto` (or none) is billed at the `high` tier on models that price by quality.

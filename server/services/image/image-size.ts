@@ -117,6 +117,8 @@ export interface ResolveImageSizeInput {
   /** Operator setting `IMAGE_SIZE_PARAM`: `reject` is the specification's variant A. */
   sizeParam: 'accept' | 'reject';
   caps: ImageCapabilities;
+  /** An edit's first input image: kept as the output size when the request names none (rule 0). */
+  inputSize?: PixelSize;
 }
 
 const TABLE_BY_SIZE: ReadonlyMap<string, { resolution: TableResolution; aspectRatio: TableAspectRatio }> = new Map(
@@ -136,6 +138,14 @@ const invalidSize = (size: string, rule: string) => badRequest('invalid_size', `
 function gcd(a: number, b: number): number {
   while (b) [a, b] = [b, a % b];
   return a;
+}
+
+/** Scales a size down (keeping its ratio, even edges) into the custom-size limits: edges ≤ 3840, pixels ≤ 8,294,400. */
+export function fitWithinLimits(width: number, height: number): PixelSize {
+  const scale = Math.min(1, CUSTOM_SIZE_LIMITS.maxEdge / Math.max(width, height), Math.sqrt(CUSTOM_SIZE_LIMITS.maxPixels / (width * height)));
+  if (scale === 1) return { width, height };
+  const even = (n: number) => Math.max(2, Math.floor((n * scale) / 2) * 2);
+  return { width: even(width), height: even(height) };
 }
 
 /** The reduced `W:H` ratio of a pixel size. */
@@ -236,6 +246,9 @@ function tableSize(resolution: string, aspectRatio: string, table: SizeTableName
 
 /**
  * Decides the output size of an image request. Rules, in order:
+ * 0. an edit (`inputSize`) with no `size` (or `auto`), `aspectRatio` or `resolution` keeps its
+ *    first input's size, scaled down into the custom-size limits when larger, billed at the tier of
+ *    its pixel count, or the largest tier the model offers;
  * 1. any `size` while the operator set `IMAGE_SIZE_PARAM=reject` (variant A) → `400 size_not_accepted`;
  * 2. a `resolution` the model does not offer → `400 unsupported_resolution` (param `resolution`);
  * 3. an `aspectRatio` the model does not offer → `400 unsupported_aspect_ratio` (param `aspectRatio`);
@@ -257,6 +270,11 @@ function tableSize(resolution: string, aspectRatio: string, table: SizeTableName
  */
 export function resolveImageSize(input: ResolveImageSizeInput): ResolvedImageSize {
   const { size, aspectRatio, resolution, caps } = input;
+  if (input.inputSize && (size === undefined || size === 'auto') && aspectRatio === undefined && resolution === undefined) {
+    const { width, height } = fitWithinLimits(input.inputSize.width, input.inputSize.height);
+    const tier = customSizeTier(width, height);
+    return { width, height, resolution: caps.resolutions.includes(tier) ? tier : caps.resolutions.at(-1)!, aspectRatio: ratioOf(width, height), custom: true };
+  }
   if (size !== undefined && input.sizeParam === 'reject') {
     throw badRequest(
       'size_not_accepted',

@@ -28,7 +28,6 @@ import type { InputStaging } from '../media/input-staging.ts';
 import type { MediaInputs } from '../media/media-inputs.ts';
 import type { ExecuteOptions, ExecuteResult, ImageOperation, ImageRunner, ImageSink } from './image-runner.ts';
 import { normalizeImageRequest, type ImageRequestFields } from './image-request.ts';
-import { CUSTOM_SIZE_LIMITS, customSizeTier, ratioOf } from './image-size.ts';
 
 type Schemas = components['schemas'];
 
@@ -37,6 +36,13 @@ type Schemas = components['schemas'];
  * URL the body reader staged, a file id of this account or an https URL; see MediaInputs).
  */
 export type EditInput = { data: Buffer; mimeType: string; param: string } | { value: string; param: string };
+
+/** The input images of an edit, and where the request staged those its body carried. */
+export interface ImageEdit {
+  images: EditInput[];
+  mask?: EditInput;
+  staging: InputStaging;
+}
 
 export interface PreparedImageRequest {
   operation: ImageOperation;
@@ -84,14 +90,6 @@ export interface ImageServiceDeps {
   };
 }
 
-/** Scales a size down (keeping its ratio, even edges) into the custom-size limits: edges ≤ 3840, pixels ≤ 8,294,400. */
-export function fitWithinLimits(width: number, height: number): { width: number; height: number } {
-  const scale = Math.min(1, CUSTOM_SIZE_LIMITS.maxEdge / Math.max(width, height), Math.sqrt(CUSTOM_SIZE_LIMITS.maxPixels / (width * height)));
-  if (scale === 1) return { width, height };
-  const even = (n: number) => Math.max(2, Math.floor((n * scale) / 2) * 2);
-  return { width: even(width), height: even(height) };
-}
-
 /** The lookup shape of a task, without its results (`data`). */
 function taskShape<M>(row: ImageTaskRow & { mediaExpiresAt?: Date | null }): WithBase64<Schemas['ImageTask'], M> {
   const task: WithBase64<Schemas['ImageTask'], M> = {
@@ -129,12 +127,26 @@ export class ImageService {
     this.modelCache.clear();
   }
 
+  /**
+   * A request from its fields to its started task: validated and priced (`prepare`), then held and
+   * inserted (`start`). The handler's one call before the task runs.
+   */
+  async create(
+    auth: AuthContext,
+    operation: ImageOperation,
+    fields: ImageRequestFields,
+    edit: ImageEdit | undefined,
+    mode: { async: boolean },
+  ): Promise<StartedImageTask> {
+    return this.start(auth, await this.prepare(auth, operation, fields, edit), mode);
+  }
+
   /** Validates and prices a request; nothing is written but URL inputs staged in `staging`. */
   async prepare(
     auth: AuthContext,
     operation: ImageOperation,
     fields: ImageRequestFields,
-    edit?: { images: EditInput[]; mask?: EditInput; staging: InputStaging },
+    edit?: ImageEdit,
   ): Promise<PreparedImageRequest> {
     const switchName = operation === 'generation' ? 'image_generation' : 'image_edit';
     const model = await this.modelCache.get(`${auth.groupId}\n${fields.model}\n${switchName}`, () => this.deps.models.findImageModel(auth.groupId, fields.model, switchName));
@@ -167,20 +179,12 @@ export class ImageService {
       }
     }
 
+    // One pass: every rule, the size (an edit with no size keeps its first input's) and its price.
     const first = inputs[0];
-    const keepInputSize = operation === 'edit' && first && (fields.size === undefined || fields.size === 'auto') && fields.aspectRatio === undefined && fields.aspect_ratio === undefined && fields.resolution === undefined;
-    const priced = normalizeImageRequest(keepInputSize ? { ...fields, size: undefined } : fields, model.capabilities, model.prices, { sizeParam: this.deps.options.sizeParam });
-    if (keepInputSize && first) {
-      // An edit with no size keeps the input's size (scaled down into the custom-size limits when
-      // larger), billed at the tier of its pixel count, or the largest tier the model offers.
-      const { width, height } = fitWithinLimits(first.width, first.height);
-      const tier = customSizeTier(width, height);
-      const resolution = model.capabilities.resolutions.includes(tier) ? tier : model.capabilities.resolutions.at(-1)!;
-      const repriced = normalizeImageRequest({ ...fields, size: undefined, resolution }, model.capabilities, model.prices, { sizeParam: this.deps.options.sizeParam });
-      priced.unitPrice = repriced.unitPrice;
-      priced.params = { ...priced.params, width, height, resolution, aspectRatio: ratioOf(width, height) };
-    }
-
+    const priced = normalizeImageRequest(fields, model.capabilities, model.prices, {
+      sizeParam: this.deps.options.sizeParam,
+      ...(first && { inputSize: { width: first.width, height: first.height } }),
+    });
     return { operation, model: model.id, prompt: fields.prompt, n: priced.n, unitPrice: priced.unitPrice, params: priced.params, inputs, mask };
   }
 
@@ -345,28 +349,5 @@ export class ImageService {
         return item;
       }),
     );
-  }
-
-  /**
-   * The synchronous JSON response (product spec §2.3) from what execute() delivered; images as bytes
-   * (lib/base64-json.ts). `size` is the delivered images' (their files'): the resolved size, or the
-   * upstream's native one on a model with `resize: native`.
-   */
-  async toImageResult(task: ImageTaskRow, result: Pick<ExecuteResult, 'files' | 'images' | 'revisedPrompt'>): Promise<WithBase64<Schemas['ImageResult']>> {
-    const params = task.params as unknown as ImageParams;
-    const first = result.files[0];
-    return {
-      created: Math.floor(task.createdAt.getTime() / 1000),
-      data: await Promise.all(
-        result.files.map(async (file, i) => ({
-          ...(params.responseFormat === 'url' ? { url: await this.deps.files.downloadUrl(file.id, 'image_output') } : { b64_json: new Base64Bytes(result.images[i]!) }),
-          ...(result.revisedPrompt && { revised_prompt: result.revisedPrompt }),
-        })),
-      ),
-      output_format: params.outputFormat,
-      size: `${first?.width ?? params.width}x${first?.height ?? params.height}`,
-      quality: params.resolvedQuality,
-      background: params.transparent ? 'transparent' : 'opaque',
-    };
   }
 }

@@ -1,0 +1,149 @@
+/**
+ * The answers of a synchronous image request, shaped and written here only: the JSON answer
+ * (product spec §2.3) and the event stream (§6.1). Images go out as base64 made slice by slice
+ * from their bytes (lib/base64-json.ts), never as one string.
+ *
+ * JSON: written while the task settles (`ExecuteOptions.whileSettling`), all but its last byte,
+ * which goes out once `runSync` has returned, i.e. once the settlement has committed: an answer is
+ * never complete before its charge is durable, and a crash before the commit leaves a truncated,
+ * uncharged answer (Content-Length is not reached).
+ *
+ * Stream: for each image, `partial_image` events and then `completed`, written and flushed as they
+ * happen. An image counts as delivered once its `completed` event was handed to the socket;
+ * `event: error` reports a failure after the stream began.
+ */
+import type { Response } from 'express';
+import type { components } from '../../generated/api.d.ts';
+import type { ApiError } from '../errors.ts';
+import { Base64Bytes, jsonParts, jsonPartsLength, writeJsonParts, type WithBase64 } from '../lib/base64-json.ts';
+import type { ImageParams } from '../providers/types.ts';
+import type { ImageTaskRow } from '../repositories/image-task.repository.ts';
+import type { ExecuteResult, ImageOperation, ImageSink } from '../services/image/image-runner.ts';
+
+type Schemas = components['schemas'];
+type Delivered = Pick<ExecuteResult, 'files' | 'images' | 'revisedPrompt'>;
+
+/** The JSON answer of a synchronous request: begun while its task settles, ended after the commit. */
+export interface JsonImageAnswer {
+  /** `ExecuteOptions.whileSettling`: writes all of the answer but its last byte; resolves once handed to the socket, rejects when the client went away. */
+  whileSettling(delivered: Delivered): Promise<void>;
+  /** After `runSync` returned: the last byte (the whole answer when nothing was begun), then the end (nothing when the client went away). */
+  end(result: ExecuteResult): Promise<void>;
+}
+
+/**
+ * The `ImageResult` of what was delivered: images as bytes, or signed links to their files; `size`
+ * is the delivered images' (their files'): the resolved size, or the upstream's native one on a
+ * model with `resize: native`.
+ */
+async function imageResult(task: ImageTaskRow, delivered: Delivered, fileUrl: (fileId: string) => Promise<string>): Promise<WithBase64<Schemas['ImageResult']>> {
+  const params = task.params as unknown as ImageParams;
+  const first = delivered.files[0];
+  return {
+    created: Math.floor(task.createdAt.getTime() / 1000),
+    data: await Promise.all(
+      delivered.files.map(async (file, i) => ({
+        ...(params.responseFormat === 'url' ? { url: await fileUrl(file.id) } : { b64_json: new Base64Bytes(delivered.images[i]!) }),
+        ...(delivered.revisedPrompt && { revised_prompt: delivered.revisedPrompt }),
+      })),
+    ),
+    output_format: params.outputFormat,
+    size: `${first?.width ?? params.width}x${first?.height ?? params.height}`,
+    quality: params.resolvedQuality,
+    background: params.transparent ? 'transparent' : 'opaque',
+  };
+}
+
+export function openJsonAnswer(res: Response, opts: { task: ImageTaskRow; fileUrl: (fileId: string) => Promise<string> }): JsonImageAnswer {
+  /** All of the body's JSON but its last character (its closing brace), then that character. */
+  let held: { head: Promise<void>; last: string } | undefined;
+  const begin = async (delivered: Delivered) => {
+    const parts = jsonParts(await imageResult(opts.task, delivered, opts.fileUrl));
+    res.status(200);
+    res.setHeader('Content-Type', 'application/json; charset=utf-8');
+    res.setHeader('Content-Length', String(jsonPartsLength(parts)));
+    const at = parts.text.length - 1;
+    const text = parts.text[at]!;
+    const head = writeJsonParts(res, { ...parts, text: [...parts.text.slice(0, at), text.slice(0, -1)] });
+    head.catch(() => undefined);
+    held = { head, last: text.slice(-1) };
+    return head;
+  };
+  return {
+    whileSettling: begin,
+    async end(result) {
+      try {
+        await (held?.head ?? begin(result));
+      } catch (err) {
+        if (res.destroyed) return;
+        throw err;
+      }
+      res.end(held!.last);
+    },
+  };
+}
+
+export interface ImageStream extends ImageSink {
+  error(err: ApiError): void;
+  end(): void;
+}
+
+const ZERO_USAGE: Schemas['ImageStreamUsage'] = { input_tokens: 0, output_tokens: 0, total_tokens: 0, input_tokens_details: { text_tokens: 0, image_tokens: 0 } };
+
+export function openImageStream(res: Response, opts: { operation: ImageOperation; task: ImageTaskRow; fileUrl: (fileId: string) => Promise<string> }): ImageStream {
+  const params = opts.task.params as unknown as ImageParams;
+  const prefix = opts.operation === 'generation' ? 'image_generation' : 'image_edit';
+  res.status(200);
+  res.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
+  res.setHeader('Cache-Control', 'no-cache');
+  res.setHeader('Connection', 'keep-alive');
+  res.setHeader('X-Accel-Buffering', 'no');
+  res.flushHeaders();
+
+  /** Writes one frame (images as base64 slices: lib/base64-json.ts); resolves once handed to the socket, rejects when the client is gone. */
+  const write = (event: string, data: unknown) => writeJsonParts(res, jsonParts(data), `event: ${event}\ndata: `, '\n\n');
+
+  const now = () => Math.floor(Date.now() / 1000);
+  const requested = {
+    size: params.requestedSize,
+    quality: params.quality,
+    background: params.background,
+    output_format: params.outputFormat,
+  };
+  const resolved = {
+    quality: params.resolvedQuality,
+    background: params.transparent ? ('transparent' as const) : ('opaque' as const),
+    output_format: params.outputFormat,
+  };
+
+  return {
+    publishesFiles: params.responseFormat === 'url',
+    partial: (imageIndex, partialIndex, image) =>
+      write(`${prefix}.partial_image`, {
+        type: `${prefix}.partial_image`,
+        b64_json: new Base64Bytes(image),
+        partial_image_index: partialIndex,
+        image_index: imageIndex,
+        created_at: now(),
+        ...requested,
+      }),
+    image: async (imageIndex, image, file) =>
+      write(`${prefix}.completed`, {
+        type: `${prefix}.completed`,
+        ...(params.responseFormat === 'url' ? { url: await opts.fileUrl(file.id) } : { b64_json: new Base64Bytes(image) }),
+        image_index: imageIndex,
+        created_at: now(),
+        // The delivered image's own size: the resolved one, or the upstream's native one (`resize: native`).
+        size: `${file.width ?? params.width}x${file.height ?? params.height}`,
+        ...resolved,
+        usage: ZERO_USAGE,
+      }),
+    error(err) {
+      const body = err.body();
+      void write('error', { type: 'error', error: body.error }).catch(() => undefined);
+    },
+    end() {
+      if (!res.writableEnded) res.end();
+    },
+  };
+}
