@@ -94,10 +94,17 @@ describe('a PostgreSQL crash while requests and tasks are in flight', () => {
 
     const record = async (kind: Outcome['kind'], res: Response) => {
       const outcome: Outcome = { kind, status: res.status, retryAfter: res.headers.get('retry-after') };
-      const body = (await res.json().catch(() => ({}))) as { id?: string; error?: { code?: string } };
+      let body: { id?: string; data?: unknown[]; error?: { code?: string } } = {};
+      try {
+        body = JSON.parse(await res.text()) as typeof body;
+      } catch {
+        // An image answer is written while its charge commits and its last byte waits for the commit:
+        // when the database goes away in between, the client gets a truncated answer, never charged.
+        outcome.code = 'truncated';
+      }
       if (body.error) outcome.code = body.error.code;
       if (kind === 'video' && res.status === 202 && body.id) videoIds.push(body.id);
-      if (kind === 'image' && res.status === 200) imagesAnswered++;
+      if (kind === 'image' && res.status === 200 && Array.isArray(body.data)) imagesAnswered++;
       outcomes.push(outcome);
     };
     let running = true;
@@ -145,7 +152,10 @@ describe('a PostgreSQL crash while requests and tasks are in flight', () => {
     running = false;
     await Promise.all(loops);
 
-    // Never a 500 or a dropped connection: an answer, or a retryable 503 that says the database is away.
+    // Never a 500 or a dropped connection: an answer, or a retryable 503 that says the database is
+    // away — or, for an image whose settlement met the outage, an answer cut before its last byte.
+    const truncated = outcomes.filter((o) => o.code === 'truncated');
+    for (const t of truncated) expect(t).toMatchObject({ kind: 'image', status: 200 });
     const failures = outcomes.filter((o) => ![200, 202].includes(o.status));
     for (const kind of ['video', 'image', 'poll']) expect(failures.filter((f) => f.kind === kind).length).toBeGreaterThan(0);
     for (const f of failures) {
