@@ -52,6 +52,8 @@ async function generate(key: string, model = 'local-image-1') {
     headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
     body: JSON.stringify({ model, prompt: 'a lighthouse' }),
   });
+  // The whole answer: its status and head arrive while the task settles, its last byte after the commit.
+  await res.arrayBuffer();
   return { status: res.status, taskId: res.headers.get('x-task-id')! };
 }
 
