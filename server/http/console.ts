@@ -13,7 +13,13 @@ import { fileURLToPath } from 'node:url';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { ApiError } from '../errors.ts';
 
-export const CONSOLE_DIST = fileURLToPath(new URL('../../clients/console/dist', import.meta.url));
+/** The console's build: from server/http/ in development and from dist/server/http/ when `npm start` runs the built server. */
+export const CONSOLE_DIST = consoleDist();
+
+function consoleDist(): string {
+  const candidates = ['../../clients/console/dist', '../../../clients/console/dist'].map((rel) => fileURLToPath(new URL(rel, import.meta.url)));
+  return candidates.find((dir) => existsSync(join(dir, 'index.html'))) ?? candidates[0]!;
+}
 
 const CSP = [
   "default-src 'self'",

@@ -25,7 +25,7 @@ async function npmStart(): Promise<ServerProcess> {
     command: ['npm', 'start', '--silent'],
     group: true,
     // A long grace: the in-flight request below must finish however loaded the machine is.
-    env: { MEDIAGATE_DATA_DIR: dataDir, LOG_LEVEL: 'info', npm_config_update_notifier: 'false', SHUTDOWN_GRACE_MS: '60000' },
+    env: { MEDIAGATE_DATA_DIR: dataDir, LOG_LEVEL: 'info', npm_config_update_notifier: 'false', SHUTDOWN_GRACE_MS: '60000', ADMIN_TOKEN: 'server-start-admin-token-0123' },
     timeoutMs: 90_000,
   });
   return current;
@@ -59,6 +59,10 @@ describe('npm start on a fresh machine', () => {
     const credits = await get(`${first.url}/v1/credits`, key!);
     expect(credits.body.account).toMatchObject({ balance: 1000, total_earned: 1000, status: 'active' });
     expect(credits.body.api_key.name).toBe('demo');
+    // The built server finds the console's build (the page, not the one saying it is missing).
+    const consolePage = await fetch(`${first.url}/console/`);
+    expect(consolePage.status).toBe(200);
+    expect(await consolePage.text()).toContain('<div id="root"');
 
     // The key was printed once on stdout and never logged.
     expect(first.stdout().split(key!).length - 1).toBe(1);
