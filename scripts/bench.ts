@@ -65,6 +65,8 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
                  s3rver, on loopback in the bench process: MEDIA_STORE=s3)
   --built        bigbody, inflight, proxy: run the server as production does, from the tsc build
                  (\`npm run build\` first, then node dist/server/main.js): the default
+  --quick        proxy: only the Portkey comparison and the first partial (no floors, resize or
+                 memory run), for iterating on the image path
   --tsx          bigbody, inflight, proxy: run the server from the TypeScript sources through tsx instead
   proxy: --duration is per side and concurrency level, in two ABBA halves (default 10), --connections
   the high level (default 16 for proxy; the low one is 1) and the memory run's concurrency, --warmup
@@ -105,6 +107,7 @@ function parseCli(argv: string[]): {
   soakWarmupMs: number;
   cpuProfDir: string | undefined;
   built: boolean;
+  quick: boolean;
   store: 'fs' | 's3';
   node: string | undefined;
   help: boolean;
@@ -129,6 +132,7 @@ function parseCli(argv: string[]): {
       keys: { type: 'string' },
       built: { type: 'boolean', default: true },
       tsx: { type: 'boolean', default: false },
+      quick: { type: 'boolean', default: false },
       store: { type: 'string', default: 'fs' },
       node: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
@@ -162,6 +166,7 @@ function parseCli(argv: string[]): {
     soakWarmupMs: number('warmup', values.warmup ?? '60', 0, 600) * 1000,
     cpuProfDir: values['cpu-prof'],
     built: values.built && !values.tsx,
+    quick: values.quick,
     store: values.store,
     node: values.node,
     help: values.help,
@@ -257,7 +262,7 @@ async function main(): Promise<number> {
         continue;
       }
       if (scenario === 'proxy') {
-        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections: cli.proxyConnections, partials: cli.partials, rssRounds: cli.rssRounds, rssConnections: cli.rssConnections, keys: cli.keys, cpuProfDir: cli.cpuProfDir, built: cli.built, ...serverEnv() }, (line) => console.log(line));
+        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections: cli.proxyConnections, partials: cli.partials, rssRounds: cli.rssRounds, rssConnections: cli.rssConnections, keys: cli.keys, cpuProfDir: cli.cpuProfDir, built: cli.built, quick: cli.quick, ...serverEnv() }, (line) => console.log(line));
         rows.push(...r.rows);
         if (r.failed) failed = true;
         continue;

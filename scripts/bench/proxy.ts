@@ -71,6 +71,8 @@ export interface ProxyOptions {
   serverEnv?: Record<string, string>;
   /** Write a V8 CPU profile of the server into this directory (on its exit). */
   cpuProfDir?: string;
+  /** Only the Portkey comparison and the first partial (no floors, resize or memory run): for iterating. */
+  quick?: boolean;
 }
 
 export interface ProxyResult {
@@ -557,7 +559,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
 
       // The floor on this machine: framework-free relays (relay-server.ts), each against direct.
       const floor: { label: string; pair: Pair }[] = [];
-      for (const relay of relays) {
+      for (const relay of opts.quick ? [] : relays) {
         const p = await pair(direct.image, { ...direct.image, url: new URL('/v1/images/generations', relay.url) }, 1, 'reference');
         floor.push({ label: relay.label, pair: p });
         log(`\n  reference: ${relay.label}, n=1 1024x1024 PNG, concurrency 1 (ABBA, ${opts.durationMs / 2000} s per half):`);
@@ -569,6 +571,22 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       // cost is the resize request's p50 over the pass-through one's, in the same windows, against
       // sharp alone doing the same work (decode the 1024x1024 PNG, resize, encode PNG) in this
       // process; the server's event-loop delay (max, from its metrics) shows whether it blocks.
+      if (opts.quick) {
+        const durableRelay = relays.find((r) => r.label === 'durable relay')!;
+        const [qD, qR, qG] = await abba([{ kind: 'direct', t: direct.stream }, { kind: 'reference', t: { ...direct.stream, url: new URL('/v1/images/generations', durableRelay.url) } }, { kind: 'gateway', t: gateway.stream }], 1);
+        log(`\n  streaming, partial_images ${opts.partials}, concurrency 1, direct / durable relay / Mediagate (ABBA, ${opts.durationMs / 2000} s per half):`);
+        log(indent(multiTable(qD!, [['durable relay', qR!], ['through Mediagate', qG!]], true), 4));
+        const q = { d: stat(qD!.window), r: stat(qR!.window), g: stat(qG!.window) };
+        const l1 = latency.find((l) => l.concurrency === 1)!;
+        const lN = latency.find((l) => l.concurrency === opts.connections)!;
+        const d1 = stat(l1.pair.direct.window);
+        const g1 = stat(l1.pair.gateway.window);
+        const p1 = stat(l1.portkey.window);
+        log(`\n  quick: c=1 added p50 ${(g1.p50 - d1.p50).toFixed(2)} vs Portkey ${(p1.p50 - d1.p50).toFixed(2)} ms, p99 ${(g1.p99 - d1.p99).toFixed(2)} vs ${(p1.p99 - d1.p99).toFixed(2)} ms; ` +
+          `c=${opts.connections} ${stat(lN.pair.gateway.window).perSecond.toFixed(0)} (one key) / ${lN.manyKeys ? stat(lN.manyKeys.window).perSecond.toFixed(0) : '-'} (many) vs Portkey ${stat(lN.portkey.window).perSecond.toFixed(0)} req/s; ` +
+          `1st partial +${(q.g.firstP50 - q.d.firstP50).toFixed(2)} vs relay +${(q.r.firstP50 - q.d.firstP50).toFixed(2)} ms`);
+        return { failed, rows };
+      }
       const resizeTarget = target(server.url, keys.slice(0, 1), { model: BENCH_IMAGE.id, prompt: PROMPT, resolution: '1K', aspectRatio: '1:1', n: 1, output_format: 'png' });
       const lagOf = async () => metricSum(server.url, metricsToken, 'mediagate_nodejs_eventloop_lag_max_seconds');
       await lagOf(); // resets the histogram behind it

@@ -172,14 +172,14 @@ export class FileService {
   }
 
   /**
-   * `put` of bytes in memory whose row is ready at once while the bytes are still being written
-   * (`stored` settles when they are, or rejects): for an answer that carries the bytes itself, whose
-   * storing may overlap the statement that records the row.
+   * `put` of bytes in memory whose row is ready at once and whose bytes are written when `write` is
+   * called (it settles when they are, or rejects): for an answer that carries the bytes itself, whose
+   * storing overlaps the statement that records the row.
    */
-  putInBackground(input: StoreFileInput, data: Buffer): { file: FileRow; stored: Promise<void> } {
+  deferredPut(input: StoreFileInput, data: Buffer): { file: FileRow; write: () => Promise<void> } {
     const file = unstoredRow(input, this.outputExpiry());
     file.bytes = data.length;
-    return { file, stored: this.store.put(file.storageKey, data, this.served(file)).then(() => undefined) };
+    return { file, write: () => this.store.put(file.storageKey, data, this.served(file)).then(() => undefined) };
   }
 
   /** Writes the row of a file `put` stored. */

@@ -6,13 +6,13 @@
  * serve the object with its type and name.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FilesystemMediaStore, MediaTooLarge, type MediaStore } from '../../server/storage/media-store.ts';
+import { FilesystemMediaStore, MediaTooLarge, StorageUnavailable, SYNC_WRITE_MAX_BYTES, type MediaStore } from '../../server/storage/media-store.ts';
 import type { S3MediaStore } from '../../server/storage/s3-media-store.ts';
 import { startTestS3, type TestS3 } from '../support/s3-server.ts';
 
@@ -151,5 +151,25 @@ describe('filesystem media store only', () => {
     await store.put('gone/cc/two.png', Buffer.from('y'));
     expect((await store.stat('gone/cc/two.png'))?.bytes).toBe(1);
     expect(readdirSync(join(root, 'gone/cc'))).toEqual(['two.png']);
+  });
+
+  // Small buffers are written with synchronous calls, larger ones through the thread pool (SYNC_WRITE_MAX_BYTES).
+  it.each([
+    ['written on the loop', SYNC_WRITE_MAX_BYTES],
+    ['written through the thread pool', SYNC_WRITE_MAX_BYTES + 1],
+  ])('stores a buffer %s whole, and fails a write the disk refuses as the store\'s, leaving nothing', async (_, size) => {
+    const store = new FilesystemMediaStore(root);
+    const bytes = randomBytes(size);
+    const dir = `sized-${size}/dd`;
+    expect(await store.put(`${dir}/one.png`, bytes)).toEqual({ bytes: size });
+    expect((await buffer(store.read(`${dir}/one.png`))).equals(bytes)).toBe(true);
+    expect(readdirSync(join(root, dir))).toEqual(['one.png']);
+    // The directory the store knows of is now a file: the write is refused (ENOTDIR).
+    rmSync(join(root, dir), { recursive: true });
+    writeFileSync(join(root, dir), '');
+    await expect(store.put(`${dir}/two.png`, bytes)).rejects.toBeInstanceOf(StorageUnavailable);
+    rmSync(join(root, dir));
+    expect(await store.put(`${dir}/two.png`, bytes)).toEqual({ bytes: size });
+    expect(readdirSync(join(root, dir))).toEqual(['two.png']);
   });
 });

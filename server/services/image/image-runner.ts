@@ -196,13 +196,16 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     const images: Buffer[] = [];
     // The answer carries the bytes (see the class comment): files are written while the task settles.
     const storeWhileSettling = opts.deliveredOnlyIfAllSent === true && !sink.publishesFiles && params.responseFormat !== 'url';
-    /** Writes of storeWhileSettling still running (they never reject), and the files they failed to write. */
-    const storing: Promise<void>[] = [];
+    /**
+     * storeWhileSettling: the copies to write once the settlement's statement is on its way
+     * (`writeCopies`: their writes never reject), and the files whose copies failed.
+     */
+    const copies: (() => Promise<void>)[] = [];
     const lost: FileRow[] = [];
     const storeLater = (meta: StoreFileInput, image: Buffer): FileRow => {
-      const { file, stored } = this.deps.files.putInBackground(meta, image);
-      storing.push(
-        stored.catch((err: unknown) => {
+      const { file, write } = this.deps.files.deferredPut(meta, image);
+      copies.push(() =>
+        write().catch((err: unknown) => {
           lost.push(file);
           log.error({ err, fileId: file.id }, 'image delivered in the answer but its stored copy could not be written');
         }),
@@ -286,7 +289,6 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         log.error({ err, delivered: files.length, n: task.n }, `an image could not be stored: the media store ${what}; the images not delivered are released`);
         // Nothing reached the client yet (or, in a JSON answer, nothing will): the task fails, every credit released.
         if (files.length === 0 || opts.deliveredOnlyIfAllSent) {
-          await Promise.all(storing);
           for (const file of files) await discard(file);
           await this.deps.settlement.failImage(fence, api.code, `The gateway's media storage ${what}, so the images could not be stored; the credits were released.`, attempts.take());
           throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, null, {}, api.headers);
@@ -309,7 +311,6 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     }
 
     if (opts.deliveredOnlyIfAllSent && signal.aborted) {
-      await Promise.all(storing);
       for (const file of files) await discard(file);
       files.length = 0;
       unrecorded.length = 0;
@@ -319,12 +320,19 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       return { status: 'failed', files, images };
     }
     const { revisedPrompt } = upstream;
-    // The answer's head goes out while the task settles (whileSettling); its writes never fail the task.
+    const settling = this.deps.settlement.completeImage(task, { files, unrecorded, revisedPrompt }, attempts.take());
+    if (copies.length > 0 || opts.whileSettling) {
+      // The settlement's statement goes out first (it is written to its connection within the
+      // microtasks and ticks its call starts), then, while PostgreSQL runs it, the copies are written
+      // and the answer's head goes out (whileSettling; its writes never fail the task).
+      settling.catch(() => undefined);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    const storing = copies.map((write) => write());
     const answering = opts.whileSettling?.({ files, images, ...(revisedPrompt !== null && { revisedPrompt }) }).catch((err: unknown) => log.debug({ err }, 'the answer could not be written while the task settled'));
     // With storeWhileSettling the answer waits for both: a client that leaves meanwhile is charged,
-    // as one that leaves during the settlement always was (the filesystem store's write takes about
-    // as long as the settlement's commit).
-    const [done] = await Promise.all([this.deps.settlement.completeImage(task, { files, unrecorded, revisedPrompt }, attempts.take()), Promise.all(storing)]);
+    // as one that leaves during the settlement always was.
+    const [done] = await Promise.all([settling, Promise.all(storing)]);
     if (!done) {
       // Taken over by another worker: the files this attempt stored are not its to publish.
       for (const file of unrecorded) await this.deps.files.discardUnrecorded(file);
