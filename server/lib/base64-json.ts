@@ -118,6 +118,13 @@ export function jsonPartsLength(parts: JsonParts): number {
   return n;
 }
 
+/** The parts as one string (each image's base64 included): for a body short enough to be one write (CORKED_BYTES). */
+export function joinJsonParts(parts: JsonParts): string {
+  let out = parts.text[0]!;
+  for (let i = 0; i < parts.media.length; i++) out += parts.media[i]!.toString('base64') + parts.text[i + 1]!;
+  return out;
+}
+
 /** Raw bytes per base64 slice (a multiple of 3: slices join without padding). */
 const SLICE = 3 * 64 * 1024;
 

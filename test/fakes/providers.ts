@@ -3,7 +3,9 @@
  * part-way, and video upstreams that fail or never finish. Injected with
  * `startTestServer({ overrides: { providers: { local: { image: …, video: … } } } })`.
  */
+import { randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
+import sharp from 'sharp';
 import { LocalImageProvider } from '../../server/providers/local/local-image.provider.ts';
 import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { ImageProvider, VideoProvider } from '../../server/providers/types.ts';
@@ -29,6 +31,21 @@ export function flakyImageProvider(opts: { delayMs?: number; failFrom?: number }
           await sleep(opts.delayMs ?? 0);
         },
       });
+    },
+  };
+}
+
+/**
+ * Photo-weight images: each of the job's `n` is the same 1024x1024 noise PNG (about 3 MiB, 4 MiB in
+ * base64), so a JSON answer is longer than one write (http/image-answer.ts); `delayMs` before the first.
+ */
+export function noiseImageProvider(opts: { delayMs?: number } = {}): ImageProvider {
+  let png: Promise<Buffer> | undefined;
+  return {
+    async generate(_account, job, _signal, events) {
+      await sleep(opts.delayMs ?? 0);
+      png ??= sharp(randomBytes(1024 * 1024 * 3), { raw: { width: 1024, height: 1024, channels: 3 } }).png({ compressionLevel: 1 }).toBuffer();
+      for (let i = 0; i < job.n; i++) await events.image(i, { image: await png });
     },
   };
 }

@@ -11,7 +11,7 @@ import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
 import { BrokenOutputStore, GatedOutputStore } from '../fakes/media-stores.ts';
-import { flakyImageProvider } from '../fakes/providers.ts';
+import { flakyImageProvider, noiseImageProvider } from '../fakes/providers.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { holdOf as holdOfTask, waitImageTask } from '../support/tasks.ts';
@@ -347,11 +347,12 @@ describe('a JSON answer that carries the images (b64_json)', () => {
 });
 
 describe('a synchronous answer written while its task settles', () => {
+  const PROVIDER_DELAY_MS = 500;
   let server: TestServer;
-  let gated: GatedOutputStore;
   beforeEach(async () => {
-    gated = new GatedOutputStore(new FilesystemMediaStore(`/tmp/mg-held-${process.pid}`));
-    server = await startTestServer({ overrides: { mediaStore: gated } });
+    // Photo-weight images (an answer longer than one write, whose head goes out while the task
+    // settles), answered after PROVIDER_DELAY_MS: time for the test to lock the task's row first.
+    server = await startTestServer({ overrides: { providers: { local: { image: noiseImageProvider({ delayMs: PROVIDER_DELAY_MS }) } } } });
     await seedCatalog(server.db);
   });
   afterEach(async () => {
@@ -359,11 +360,12 @@ describe('a synchronous answer written while its task settles', () => {
   });
 
   /**
-   * A request whose settlement is held up by a lock on its task row: the image's write waits at the
-   * gate, the test locks the row, then opens the gate, so the settlement's statement waits for the
-   * lock while the answer is written. Returns what the client received so far and the lock's owner.
+   * A request whose settlement is held up by a lock on its task row: the provider takes a moment,
+   * the test locks the task's row as soon as it exists, so the settlement's statement waits for the
+   * lock while the answer is written (its head, when it is longer than one write). Returns what the
+   * client received so far and the lock's owner.
    */
-  async function heldAtSettlement(key: string, accountId: string) {
+  async function heldAtSettlement(key: string, accountId: string, body: Json = { prompt: 'x', model: 'local-image-1', n: 1, size: '1024x1024', response_format: 'b64_json' }, head = true) {
     const url = new URL('/v1/images/generations', server.directUrl);
     const received: Buffer[] = [];
     let length = 0;
@@ -377,14 +379,13 @@ describe('a synchronous answer written while its task settles', () => {
         res.on('aborted', () => resolve({ status: res.statusCode!, contentLength: length, error: new Error('aborted') }));
       });
       req.on('error', (error) => resolve({ status: 0, contentLength: 0, error }));
-      req.end(JSON.stringify({ prompt: 'x', model: 'local-image-1', n: 1, response_format: 'url' }));
+      req.end(JSON.stringify(body));
     });
     let task: { id: string } | undefined;
-    for (let i = 0; i < 500 && !(task && gated.waiting === 1); i++) {
-      await new Promise((r) => setTimeout(r, 10));
+    for (let i = 0; i < 500 && !task; i++) {
+      await new Promise((r) => setTimeout(r, 5));
       task = await server.db.selectFrom('imageTasks').select('id').where('accountId', '=', accountId).executeTakeFirst();
     }
-    expect(gated.waiting).toBe(1);
     const taskId = task!.id;
     let locked!: () => void;
     let release!: () => void;
@@ -396,11 +397,40 @@ describe('a synchronous answer written while its task settles', () => {
       await released;
     });
     await isLocked;
-    gated.open();
-    // The answer's head arrives while the settlement waits for the lock.
-    for (let i = 0; i < 1000 && !(length > 0 && received.reduce((n, b) => n + b.length, 0) >= length - 1); i++) await new Promise((r) => setTimeout(r, 10));
+    // The provider answered only now (PROVIDER_DELAY_MS): the settlement comes after the lock.
+    expect(await holdOf(server, taskId)).toMatchObject({ status: 'held' });
+    for (let i = 0; i < 1000 && !(await settlementWaits()); i++) await new Promise((r) => setTimeout(r, 10));
+    // The answer's head (if it has one) arrives while the settlement waits for the lock.
+    for (let i = 0; head && i < 1000 && !(length > 0 && received.reduce((n, b) => n + b.length, 0) >= length - 1); i++) await new Promise((r) => setTimeout(r, 10));
     return { response, received: () => Buffer.concat(received), ended: () => ended, length: () => length, taskId, unlock: async () => (release(), await lock) };
   }
+
+  /** The server's settlement statement is waiting for the test's lock on the task row. */
+  async function settlementWaits(): Promise<boolean> {
+    const { rows } = await sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query ilike '%image_tasks%' and pid <> pg_backend_pid()`.execute(server.db);
+    return rows.length > 0;
+  }
+
+  it('writes a short answer (links) whole, in one write, once the charge has committed', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const held = await heldAtSettlement(c.key, c.accountId, { prompt: 'x', model: 'local-image-1', n: 1, size: '1024x1024', response_format: 'url' }, false);
+    try {
+      expect(await settlementWaits()).toBe(true);
+      await new Promise((r) => setTimeout(r, 100));
+      // Nothing of it, not even the status line, before the settlement commits.
+      expect(held.length()).toBe(0);
+      expect(held.received().length).toBe(0);
+      expect(await holdOf(server, held.taskId)).toMatchObject({ status: 'held' });
+    } finally {
+      await held.unlock();
+    }
+    const res = await held.response;
+    expect(res.error).toBeUndefined();
+    expect(res.status).toBe(200);
+    const body = JSON.parse(held.received().toString('utf8')) as Json;
+    expect(body.data[0].url).toMatch(/\/v1\/files\//);
+    expect(await holdOf(server, held.taskId)).toEqual({ amount: 1_000_000, status: 'captured', captured: 1_000_000 });
+  });
 
   it('sends all of the answer but its last byte before the charge commits, and the rest after it', async () => {
     const c = await createCustomer(server.db, { balance: 10 });
