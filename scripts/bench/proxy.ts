@@ -31,7 +31,7 @@
  * that both sides return the same bytes (Mediagate passes PNGs of the requested size through).
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -43,6 +43,7 @@ import sharp from 'sharp';
 import type { DB } from '../../generated/db.d.ts';
 import type { CatalogModelDefinition } from '../../server/catalog/capabilities.ts';
 import { createDatabase } from '../../server/db/database.ts';
+import { BASE62_ALPHABET } from '../../server/lib/ids.ts';
 import { MICRO } from '../../server/lib/money.ts';
 import { createAccount, createApiKey, createGroup, seedCatalog } from '../../test/support/factories.ts';
 import { serverCommand } from './server-command.ts';
@@ -407,6 +408,10 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       keys.push((await createApiKey(db, { accountId: account.id, groupId: group.id })).key);
     }
 
+    // A store in use: the filesystem store keeps outputs in 62 x 62 bucket directories
+    // (storageKeyOf), each made on its first write; a fresh one would spend the first few thousand
+    // requests creating them, which is not what a running server does.
+    for (const a of BASE62_ALPHABET) for (const b of BASE62_ALPHABET) mkdirSync(join(dataDir, 'media', 'image_output', `${a}${b}`), { recursive: true });
     const server = await spawnServer({
       env: {
         DATABASE_URL: databaseUrl,
@@ -541,17 +546,26 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       const idleSqlPerSecond = ((await metricSum(server.url, metricsToken, 'mediagate_db_queries_total')) - idleSql0) / ((performance.now() - idleStarted) / 1000);
 
       const levels = [...new Set([1, opts.connections])];
-      const latency: { concurrency: number; pair: Pair; portkey: Side; manyKeys?: Side }[] = [];
+      const latency: { concurrency: number; pair: Pair; portkey: Side; durable: Side; manyKeys?: Side }[] = [];
+      // The durable reference relay (the least a gateway that holds, stores and settles does) in the
+      // same windows: the floor of both the latency and the throughput on this machine.
+      const durableImage = { ...direct.image, url: new URL('/v1/images/generations', relays.find((r) => r.label === 'durable relay')!.url) };
       for (const concurrency of levels) {
         const manyKeys = concurrency > 1 && keys.length > 1;
-        const [d, pk, g, gk] = await abba(
-          [{ kind: 'direct', t: direct.image }, { kind: 'portkey', t: viaPortkey.image }, { kind: 'gateway', t: gateway.image }, ...(manyKeys ? [{ kind: 'gateway' as const, t: gatewayKeys }] : [])],
+        const [d, pk, dr, g, gk] = await abba(
+          [
+            { kind: 'direct', t: direct.image },
+            { kind: 'portkey', t: viaPortkey.image },
+            { kind: 'reference', t: durableImage },
+            { kind: 'gateway', t: gateway.image },
+            ...(manyKeys ? [{ kind: 'gateway' as const, t: gatewayKeys }] : []),
+          ],
           concurrency,
         );
         const p = { direct: d!, gateway: g! };
-        latency.push({ concurrency, pair: p, portkey: pk!, ...(gk && { manyKeys: gk }) });
-        log(`\n  n=1 1024x1024 PNG, concurrency ${concurrency}, direct / Portkey / Mediagate${gk ? ` one key / Mediagate ${keys.length} keys` : ''} in the same windows (ABBA, ${opts.durationMs / 2000} s per half):`);
-        log(indent(multiTable(d!, [['through Portkey', pk!], ['Mediagate, one key', g!], ...(gk ? [[`Mediagate, ${keys.length} keys`, gk] as [string, Side]] : [])]), 4));
+        latency.push({ concurrency, pair: p, portkey: pk!, durable: dr!, ...(gk && { manyKeys: gk }) });
+        log(`\n  n=1 1024x1024 PNG, concurrency ${concurrency}, direct / Portkey / durable relay / Mediagate${gk ? ` one key / Mediagate ${keys.length} keys` : ''} in the same windows (ABBA, ${opts.durationMs / 2000} s per half):`);
+        log(indent(multiTable(d!, [['through Portkey', pk!], ['durable relay (floor)', dr!], ['Mediagate, one key', g!], ...(gk ? [[`Mediagate, ${keys.length} keys`, gk] as [string, Side]] : [])]), 4));
         for (const line of costLines(p, idleSqlPerSecond)) log(`    ${line}`);
         log(`    Portkey per request: ${((1000 * pk!.cost.serverCpu) / Math.max(1, ok(pk!.window).length)).toFixed(2)} ms CPU, ${((1000 * pk!.cost.serverMainCpu) / Math.max(1, ok(pk!.window).length)).toFixed(2)} ms of it on the main thread`);
         if (gk) for (const line of costLines({ direct: d!, gateway: gk }, idleSqlPerSecond)) log(`    ${keys.length} keys: ${line}`);
@@ -584,7 +598,8 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         const p1 = stat(l1.portkey.window);
         log(`\n  quick: c=1 added p50 ${(g1.p50 - d1.p50).toFixed(2)} vs Portkey ${(p1.p50 - d1.p50).toFixed(2)} ms, p99 ${(g1.p99 - d1.p99).toFixed(2)} vs ${(p1.p99 - d1.p99).toFixed(2)} ms; ` +
           `c=${opts.connections} ${stat(lN.pair.gateway.window).perSecond.toFixed(0)} (one key) / ${lN.manyKeys ? stat(lN.manyKeys.window).perSecond.toFixed(0) : '-'} (many) vs Portkey ${stat(lN.portkey.window).perSecond.toFixed(0)} req/s; ` +
-          `1st partial +${(q.g.firstP50 - q.d.firstP50).toFixed(2)} vs relay +${(q.r.firstP50 - q.d.firstP50).toFixed(2)} ms`);
+          `1st partial +${(q.g.firstP50 - q.d.firstP50).toFixed(2)} vs relay +${(q.r.firstP50 - q.d.firstP50).toFixed(2)} ms; ` +
+          `durable relay c=1 +${(stat(l1.durable.window).p50 - d1.p50).toFixed(2)} / +${(stat(l1.durable.window).p99 - d1.p99).toFixed(2)} ms, c=${opts.connections} ${stat(lN.durable.window).perSecond.toFixed(0)} req/s`);
         return { failed, rows };
       }
       const resizeTarget = target(server.url, keys.slice(0, 1), { model: BENCH_IMAGE.id, prompt: PROMPT, resolution: '1K', aspectRatio: '1:1', n: 1, output_format: 'png' });
@@ -671,6 +686,11 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         [`c=${opts.connections} req/s, one key`, sN.g.perSecond.toFixed(0), pkN.perSecond.toFixed(0), `${(sN.g.perSecond / pkN.perSecond).toFixed(2)}x`, '>= 0.8x', verdict(sN.g.perSecond >= 0.8 * pkN.perSecond)],
         ...(kN ? [[`c=${opts.connections} req/s, ${keys.length} keys`, kN.perSecond.toFixed(0), pkN.perSecond.toFixed(0), `${(kN.perSecond / pkN.perSecond).toFixed(2)}x`, '>= 1x', verdict(kN.perSecond >= pkN.perSecond)]] : []),
         [`c=${opts.connections} p50 / p99, one key`, `${sN.g.p50.toFixed(2)} / ${sN.g.p99.toFixed(2)} ms`, `${pkN.p50.toFixed(2)} / ${pkN.p99.toFixed(2)} ms`, '', '', ''],
+        (() => {
+          const f1 = stat(l1.durable.window);
+          const fN = stat(lN.durable.window);
+          return ['durable relay (floor), same windows', `c=1 +${(f1.p50 - s1.d.p50).toFixed(2)} / +${(f1.p99 - s1.d.p99).toFixed(2)} ms`, `c=${opts.connections} ${fN.perSecond.toFixed(0)} req/s`, `${(fN.perSecond / pkN.perSecond).toFixed(2)}x`, '', ''];
+        })(),
         ['resize 1024->1248 PNG, added p50', `${resizeFigure.mediagate.toFixed(2)} ms`, `sharp alone ${resizeFigure.sharp.toFixed(2)} ms`, `${(resizeFigure.mediagate / resizeFigure.sharp).toFixed(2)}x`, '<= 1.5x sharp', verdict(resizeFigure.mediagate <= 1.5 * resizeFigure.sharp)],
         ['1st partial p50 vs durable relay', `+${(sFirst.g.firstP50 - sFirst.d.firstP50).toFixed(2)} ms`, `relay +${(sFirst.r.firstP50 - sFirst.d.firstP50).toFixed(2)} ms`, `+${(sFirst.g.firstP50 - sFirst.r.firstP50).toFixed(2)} ms`, '<= +0.5 ms', verdict(sFirst.g.firstP50 - sFirst.r.firstP50 <= 0.5)],
       ];
