@@ -15,7 +15,7 @@ import { dirname, join, resolve, sep } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { randomHex } from '../lib/ids.ts';
-import { asStorageError } from './storage-error.ts';
+import { asStorageError, StorageError } from './storage-error.ts';
 
 export { StorageError, StorageFull, StorageUnavailable } from './storage-error.ts';
 
@@ -128,14 +128,9 @@ export class FilesystemMediaStore implements MediaStore {
   async put(key: string, data: Buffer | Readable, opts: PutOptions = {}): Promise<{ bytes: number }> {
     const path = this.path(key);
     const dir = dirname(path);
-    if (!this.dirs.has(dir)) {
-      await mkdir(dir, { recursive: true }).catch((err: unknown) => {
-        throw asStorageError(err, key);
-      });
-      this.dirs.add(dir);
-    }
     const tmp = `${path}.${randomHex(6)}.tmp`;
     if (Buffer.isBuffer(data)) return this.putBuffer(key, path, tmp, dir, data, opts.maxBytes);
+    await this.makeDir(key, dir);
     let bytes = 0;
     const counter = new Transform({
       transform(chunk: Buffer, _enc, done) {
@@ -164,6 +159,27 @@ export class FilesystemMediaStore implements MediaStore {
    */
   private async putBuffer(key: string, path: string, tmp: string, dir: string, data: Buffer, maxBytes: number | undefined): Promise<{ bytes: number }> {
     if (maxBytes !== undefined && data.length > maxBytes) throw new MediaTooLarge(maxBytes);
+    try {
+      return await this.writeBuffer(key, path, tmp, dir, data);
+    } catch (err) {
+      // The write made no directory: a first write into it (or one removed meanwhile) makes it and
+      // tries once more, so writes into directories that exist, nearly all of them, make none.
+      if (!(err instanceof StorageError && err.code === 'ENOENT')) throw err;
+      await this.makeDir(key, dir);
+      return this.writeBuffer(key, path, tmp, dir, data);
+    }
+  }
+
+  /** Makes `dir` (and its parents) unless this store made it already. */
+  private async makeDir(key: string, dir: string): Promise<void> {
+    if (this.dirs.has(dir)) return;
+    await mkdir(dir, { recursive: true }).catch((err: unknown) => {
+      throw asStorageError(err, key);
+    });
+    this.dirs.add(dir);
+  }
+
+  private async writeBuffer(key: string, path: string, tmp: string, dir: string, data: Buffer): Promise<{ bytes: number }> {
     if (data.length <= SYNC_WRITE_MAX_BYTES) {
       try {
         writeFileSync(tmp, data, { flag: 'wx' });

@@ -147,10 +147,15 @@ describe('filesystem media store only', () => {
     const store = new FilesystemMediaStore(root);
     await store.put('gone/cc/one.png', Buffer.from('x'));
     rmSync(join(root, 'gone'), { recursive: true });
-    await expect(store.put('gone/cc/two.png', Buffer.from('y'))).rejects.toThrow();
+    // Bytes in memory: the write finds no directory, makes it and writes.
     await store.put('gone/cc/two.png', Buffer.from('y'));
     expect((await store.stat('gone/cc/two.png'))?.bytes).toBe(1);
     expect(readdirSync(join(root, 'gone/cc'))).toEqual(['two.png']);
+    // A stream: the write fails, and the next one makes the directory again.
+    rmSync(join(root, 'gone'), { recursive: true });
+    await expect(store.put('gone/cc/three.png', Readable.from([Buffer.from('z')]))).rejects.toThrow();
+    await store.put('gone/cc/three.png', Readable.from([Buffer.from('z')]));
+    expect(readdirSync(join(root, 'gone/cc'))).toEqual(['three.png']);
   });
 
   // Small buffers are written with synchronous calls, larger ones through the thread pool (SYNC_WRITE_MAX_BYTES).
