@@ -35,8 +35,21 @@ export const PREPARE_MARK = '/*mg:prepared*/ ';
  * camelCase, so there is nothing to rewrite.
  */
 export async function runPrepared<R>(query: RawBuilder<R>, db: Executor): Promise<R[]> {
-  const result = await sql<Record<string, unknown>>`${sql.raw(PREPARE_MARK)}${query}`.execute(db.withoutPlugins());
+  const result = await sql<Record<string, unknown>>`${sql.raw(PREPARE_MARK)}${query}`.execute(withoutPlugins(db));
   return result.rows.map(camelRow) as R[];
+}
+
+/** `db.withoutPlugins()` once per database (a new Kysely each call costs a few objects and freezes on the hot path); transactions as they come. */
+const plain = new WeakMap<Executor, Executor>();
+
+function withoutPlugins(db: Executor): Executor {
+  if (db.isTransaction) return db.withoutPlugins();
+  let found = plain.get(db);
+  if (!found) {
+    found = db.withoutPlugins();
+    plain.set(db, found);
+  }
+  return found;
 }
 
 /** snake_case column name -> camelCase key, as the CamelCasePlugin maps them (`result_file_ids` -> `resultFileIds`). */
