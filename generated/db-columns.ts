@@ -2,6 +2,7 @@
 
 /** Each table's columns (snake_case, as SQL names them) in the order PostgreSQL keeps them. */
 export const dbColumns = {
+  account_spend: ['account_id', 'shard', 'spent'],
   accounts: ['id', 'name', 'status', 'balance', 'total_earned', 'total_spent', 'created_at', 'updated_at', 'output_retention_days', 'input_retention_days', 'requests_per_minute', 'max_in_flight'],
   api_keys: ['id', 'account_id', 'group_id', 'name', 'key_hash', 'key_prefix', 'last_four', 'is_active', 'credit_limit', 'credits_used', 'last_used_at', 'created_at', 'updated_at', 'requests_per_minute', 'max_in_flight'],
   backend_groups: ['id', 'name', 'description', 'created_at', 'updated_at'],

@@ -39,6 +39,12 @@ export interface Accounts {
   updatedAt: Generated<Timestamp>;
 }
 
+export interface AccountSpend {
+  accountId: string;
+  shard: number;
+  spent: Generated<number>;
+}
+
 export interface ApiKeys {
   accountId: string;
   createdAt: Generated<Timestamp>;
@@ -324,6 +330,7 @@ export interface WebhookSecrets {
 
 export interface DB {
   accounts: Accounts;
+  accountSpend: AccountSpend;
   apiKeys: ApiKeys;
   backendGroups: BackendGroups;
   capabilitySwitches: CapabilitySwitches;

@@ -23,13 +23,22 @@ export interface CreatedAtPosition {
   id: string;
 }
 
+/**
+ * An account's total_spent: its row's column (admin debits, and captures settled before the spend
+ * shards) plus its spend shards (what settlements captured since: migration spend-shards). `table`
+ * is the name or alias the accounts row goes by in the query.
+ */
+export function totalSpentOf(table: string) {
+  return sql<number>`(${sql.ref(`${table}.total_spent`)} + coalesce((select sum(sp.spent) from account_spend sp where sp.account_id = ${sql.ref(`${table}.id`)}), 0))::bigint`;
+}
+
 const ACCOUNT_COLUMNS = [
   'id',
   'name',
   'status',
   'balance',
   'totalEarned',
-  'totalSpent',
+  totalSpentOf('accounts').as('totalSpent'),
   'outputRetentionDays',
   'inputRetentionDays',
   'requestsPerMinute',

@@ -1,6 +1,7 @@
 /** Reads of the credit state of a key and its account. */
 import type { Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
+import { totalSpentOf } from './account.repository.ts';
 
 export interface CreditViewRow {
   balance: number;
@@ -29,7 +30,7 @@ export class CreditRepository {
       .select([
         'a.balance',
         'a.totalEarned',
-        'a.totalSpent',
+        totalSpentOf('a').as('totalSpent'),
         'a.status as accountStatus',
         'k.id',
         'k.name',

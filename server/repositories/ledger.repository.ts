@@ -3,15 +3,17 @@
  * with guarded conditional updates and inserts the task row, all in ONE statement: atomic without
  * BEGIN/COMMIT round trips, and about twice as fast on a hot key. Settlement (capture and/or
  * release) happens exactly once per hold: the hold row's status guard and the unique
- * (hold_id, kind) ledger index both enforce it.
+ * (hold_id, kind) ledger index both enforce it. An account's total_spent is its row's column plus
+ * its spend shards (`totalSpentOf` in account.repository.ts), which settlements add to.
  *
  * Lock order (every statement that touches these rows takes them in this order, so concurrent
  * requests of one account and key can wait for each other but never deadlock):
- *   task row → credit_holds row → api_keys row → accounts row.
+ *   task row → credit_holds row → api_keys row → accounts row → account_spend row.
  * The hold statement locks the key, then the account, then inserts the hold and the task (new rows
  * wait on nothing), then adopts the task's input files (file rows of that same account, so they
  * are only ever locked by a statement already holding the account row); settlement (services/tasks/settlement.ts) updates the task first, then settles
- * the hold here: hold, key, account. Admin grants and debits touch the account row alone.
+ * the hold here: hold, then key and account (only when credits come back), then one spend shard
+ * (what it captured). Admin grants and debits touch the account row alone.
  */
 import { sql, type Insertable, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, ImageTasks, VideoTasks } from '../../generated/db.d.ts';
@@ -213,10 +215,14 @@ export class LedgerRepository {
   }
 
   /**
-   * The settlement as common table expressions (h, k, a, lc, lr) of the hold `which` selects: for
-   * a statement of its own, or one that also finishes the task (see VideoTaskRepository.finish).
-   * `settled` is true when the hold, the key and the account were all updated; reading it reads the
-   * CTEs in lock order (h, k, a), and PostgreSQL runs them as they are read.
+   * The settlement as common table expressions (h, k, a, s, lc, lr) of the hold `which` selects:
+   * for a statement of its own, or one that also finishes the task (see VideoTaskRepository.finish).
+   * The key's and the account's rows are updated only when credits come back (the hold was not
+   * captured whole): a whole capture changes neither, and leaves both unlocked, so one key's
+   * settlements do not wait for each other's commits. What is captured goes to one of the account's
+   * spend shards (`account_spend`, migration spend-shards), after the account's row (`s` reads `a`).
+   * `settled` is true when the hold was updated, and the key and the account too where credits came
+   * back; reading it reads the CTEs in lock order (h, k, a), and PostgreSQL runs them as they are read.
    */
   settlement(which: RawBuilder<unknown>, capture: number): { ctes: RawBuilder<unknown>; settled: RawBuilder<boolean> } {
     const ctes = sql`h as (
@@ -227,12 +233,18 @@ export class LedgerRepository {
         returning id, account_id, api_key_id, task_id, amount, captured
       ), k as (
         update api_keys set credits_used = credits_used - (h.amount - h.captured)
-        from h where api_keys.id = h.api_key_id
+        from h where api_keys.id = h.api_key_id and h.amount > h.captured
         returning api_keys.id
       ), a as (
-        update accounts set balance = balance + (h.amount - h.captured), total_spent = total_spent + h.captured
-        from h where accounts.id = h.account_id
+        update accounts set balance = balance + (h.amount - h.captured)
+        from h where accounts.id = h.account_id and h.amount > h.captured
         returning accounts.id
+      ), s as (
+        insert into account_spend (account_id, shard, spent)
+        select h.account_id, floor(random() * 16)::smallint, h.captured from h
+        where h.captured > 0 and (h.amount = h.captured or exists (select 1 from a))
+        on conflict (account_id, shard) do update set spent = account_spend.spent + excluded.spent
+        returning account_id
       ), lc as (
         insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id)
         select account_id, api_key_id, id, 'capture', captured, task_id from h where captured > 0
@@ -242,7 +254,10 @@ export class LedgerRepository {
         select account_id, api_key_id, id, 'release', amount - captured, task_id from h where amount > captured
         returning id
       )`;
-    return { ctes, settled: sql<boolean>`(exists (select 1 from h) and exists (select 1 from k) and exists (select 1 from a))` };
+    return {
+      ctes,
+      settled: sql<boolean>`(exists (select 1 from h) and (exists (select 1 from h where amount = captured) or (exists (select 1 from k) and exists (select 1 from a))) and (exists (select 1 from h where captured = 0) or exists (select 1 from s)))`,
+    };
   }
 
   findHoldByTask(taskId: string) {

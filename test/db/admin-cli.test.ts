@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seedCatalog } from '../support/factories.ts';
 import { decryptSecret } from '../../server/lib/secret-box.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
+import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const secretKey = randomBytes(32);
@@ -86,7 +87,7 @@ describe('admin CLI', { timeout: 90_000 }, () => {
     expect(grant.code).toBe(0);
     expect(grant.stdout).toMatch(/balance\s+22\.5/);
 
-    const stored = await t.db.selectFrom('accounts').select(['balance', 'totalEarned', 'totalSpent']).where('id', '=', account.id).executeTakeFirstOrThrow();
+    const stored = await t.db.selectFrom('accounts').select(['balance', 'totalEarned', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', account.id).executeTakeFirstOrThrow();
     expect(stored).toEqual({ balance: 22_500_000, totalEarned: 27_500_000, totalSpent: 5_000_000 });
     const ledger = await t.db.selectFrom('ledgerEntries').select(['kind', 'amount', 'reason']).where('accountId', '=', account.id).orderBy('id').execute();
     expect(ledger).toEqual([

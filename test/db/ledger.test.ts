@@ -10,6 +10,7 @@ import { newId } from '../../server/lib/ids.ts';
 import { MICRO } from '../../server/lib/money.ts';
 import { createAccount, createApiKey, createGroup, imageTaskToHold } from '../support/factories.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
+import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
 let t: TestDatabase;
 let ledger: LedgerRepository;
@@ -68,7 +69,7 @@ async function expectLedgerConsistent(accountId: string) {
     select kind, sum(amount)::bigint as total from ledger_entries where account_id = ${accountId} group by kind`.execute(t.db);
   const by = Object.fromEntries(sums.rows.map((r) => [r.kind, Number(r.total)])) as Record<string, number>;
   const s = (k: string) => by[k] ?? 0;
-  const account = await t.db.selectFrom('accounts').select(['balance', 'totalEarned', 'totalSpent']).where('id', '=', accountId).executeTakeFirstOrThrow();
+  const account = await t.db.selectFrom('accounts').select(['balance', 'totalEarned', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', accountId).executeTakeFirstOrThrow();
   expect(account.balance).toBe(s('grant') - s('debit') - s('hold') + s('release'));
   expect(account.totalEarned).toBe(s('grant'));
   expect(account.totalSpent).toBe(s('debit') + s('capture'));
@@ -139,7 +140,7 @@ describe('settlement', () => {
       ...Array.from({ length: 10 }, () => ledger.settle(release, 0, t.db)),
     ]);
     expect(results.filter(Boolean)).toHaveLength(3);
-    const account = await t.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', accountId).executeTakeFirstOrThrow();
+    const account = await t.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', accountId).executeTakeFirstOrThrow();
     // 100 - 10 (full) - 4 (partial) - 0 (released) = 86
     expect(account).toEqual({ balance: 86 * MICRO, totalSpent: 14 * MICRO });
     const rows = await t.db.selectFrom('creditHolds').select(['id', 'status', 'captured']).where('accountId', '=', accountId).execute();
@@ -149,6 +150,51 @@ describe('settlement', () => {
       [release]: ['released', 0],
     });
     expect(await ledger.settle(full, 0, t.db)).toBe(false);
+    await expectLedgerConsistent(accountId);
+  });
+
+  it("a whole capture leaves the key's and the account's rows alone: it settles while another transaction holds them, and its credits count in total_spent", async () => {
+    const { accountId, groupId, keys } = await setup(100, [50]);
+    const key = keys[0]!.id;
+    const holdOf = async (credits: number) => {
+      const taskId = newId('vid');
+      const holdId = newId('hold');
+      await ledger.holdAndInsertTask({ holdId, accountId, apiKeyId: key, taskId, amount: credits * MICRO }, { table: 'videoTasks', row: videoRow(taskId, accountId, key, groupId, credits * MICRO) });
+      return holdId;
+    };
+    const whole = [await holdOf(3), await holdOf(3), await holdOf(3)];
+    const partial = await holdOf(5);
+    let release!: () => void;
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    // The locks a hold's or a settlement's updates take on these rows (they change no key column).
+    const lock = t.db.transaction().execute(async (trx) => {
+      await sql`select 1 from api_keys where id = ${key} for no key update`.execute(trx);
+      await sql`select 1 from accounts where id = ${accountId} for no key update`.execute(trx);
+      locked();
+      await new Promise<void>((r) => (release = r));
+    });
+    await isLocked;
+    let partialDone = false;
+    const partialSettled = ledger.settle(partial, 2 * MICRO, t.db).then((ok) => ((partialDone = true), ok));
+    try {
+      // Concurrent whole captures of one account and key: none waits for the locked rows.
+      expect(await Promise.all(whole.map((h) => ledger.settle(h, 3 * MICRO, t.db)))).toEqual([true, true, true]);
+      // A partial capture gives credits back to the key and the account: it waits for their rows.
+      await new Promise((r) => setTimeout(r, 200));
+      expect(partialDone).toBe(false);
+    } finally {
+      release();
+      await lock;
+    }
+    expect(await partialSettled).toBe(true);
+    const account = await t.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', accountId).executeTakeFirstOrThrow();
+    expect(account).toEqual({ balance: (100 - 9 - 2) * MICRO, totalSpent: 11 * MICRO });
+    const apiKey = await t.db.selectFrom('apiKeys').select('creditsUsed').where('id', '=', key).executeTakeFirstOrThrow();
+    expect(apiKey.creditsUsed).toBe(11 * MICRO);
+    // Of the 11 credits spent, the shards hold them all (the row's own column has only debits).
+    const shards = await t.db.selectFrom('accountSpend').select(({ fn }) => fn.sum<string>('spent').as('spent')).where('accountId', '=', accountId).executeTakeFirstOrThrow();
+    expect(Number(shards.spent)).toBe(11 * MICRO);
     await expectLedgerConsistent(accountId);
   });
 

@@ -9,6 +9,7 @@ import { generateApiKey } from '../../server/lib/api-key-material.ts';
 import { newId } from '../../server/lib/ids.ts';
 import { imageTaskToHold } from '../support/factories.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
+import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
 let t: TestDatabase;
 beforeAll(async () => {
@@ -66,7 +67,7 @@ describe('schema constraints', () => {
 
   it('returns bigint columns as numbers', async () => {
     const accountId = await insertAccount({ balance: 12_345_678_901_234 });
-    const row = await t.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', accountId).executeTakeFirstOrThrow();
+    const row = await t.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', accountId).executeTakeFirstOrThrow();
     expect(row).toEqual({ balance: 12_345_678_901_234, totalSpent: 0 });
     const { rows } = await sql<{ n: number; s: number }>`select count(*) as n, sum(balance) as s from accounts where id = ${accountId}`.execute(t.db);
     expect(rows[0]).toEqual({ n: 1, s: 12_345_678_901_234 });

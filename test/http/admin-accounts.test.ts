@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { paths } from '../../generated/api.d.ts';
 import { createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
+import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
 let server: TestServer;
 
@@ -18,7 +19,7 @@ const direct = (token = ADMIN_TOKEN) =>
 const ledgerOf = (accountId: string) =>
   server.db.selectFrom('ledgerEntries').select(['id', 'kind', 'amount', 'reason']).where('accountId', '=', accountId).orderBy('id').execute();
 const accountRow = (id: string) =>
-  server.db.selectFrom('accounts').select(['balance', 'totalEarned', 'totalSpent', 'status', 'name']).where('id', '=', id).executeTakeFirstOrThrow();
+  server.db.selectFrom('accounts').select(['balance', 'totalEarned', totalSpentOf('accounts').as('totalSpent'), 'status', 'name']).where('id', '=', id).executeTakeFirstOrThrow();
 
 async function newAccount(name: string, initialCredits?: number) {
   const { data, response } = await server.admin().POST('/admin/v1/accounts', { body: { name, ...(initialCredits === undefined ? {} : { initial_credits: initialCredits }) } });

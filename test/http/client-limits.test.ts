@@ -14,6 +14,7 @@ import { flakyImageProvider } from '../fakes/providers.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
 import { repoRoot } from '../support/server-process.ts';
+import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
 let server: TestServer;
 let png: Buffer;
@@ -58,7 +59,7 @@ const setAccount = (id: string, limits: Record<string, unknown>) => admin('PATCH
 async function footprint(accountId: string) {
   const count = async (table: 'videoTasks' | 'imageTasks' | 'creditHolds' | 'ledgerEntries' | 'files') =>
     (await server.db.selectFrom(table).select(sql<number>`count(*)::int`.as('n')).where('accountId', '=', accountId).executeTakeFirstOrThrow()).n;
-  const account = await server.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', accountId).executeTakeFirstOrThrow();
+  const account = await server.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', accountId).executeTakeFirstOrThrow();
   const key = await server.db.selectFrom('apiKeys').select(sql<number>`sum(credits_used)::bigint`.as('used')).where('accountId', '=', accountId).executeTakeFirstOrThrow();
   return {
     balance: account.balance,

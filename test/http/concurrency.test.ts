@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { instantImageProvider, instantVideoProvider } from '../fakes/providers.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
 let server: TestServer;
 
@@ -58,7 +59,7 @@ describe('one account, one key, 128 concurrent generations mixed with settlement
     expect(holds).toHaveLength(128);
     expect(holds.every((h) => h.status === 'captured' && h.captured === h.amount)).toBe(true);
     const spent = 64 * 1_000_000 + 64 * 100_000; // 64 images at 1 credit, 64 videos of 2 s at 0.05/s
-    const account = await server.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', c.accountId).executeTakeFirstOrThrow();
+    const account = await server.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', c.accountId).executeTakeFirstOrThrow();
     expect(account).toEqual({ balance: 1_000_000_000 - spent, totalSpent: spent });
     const key = await server.db.selectFrom('apiKeys').select('creditsUsed').where('id', '=', c.apiKeyId).executeTakeFirstOrThrow();
     expect(key.creditsUsed).toBe(spent);

@@ -16,6 +16,7 @@ import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { holdOf as holdOfTask, waitImageTask } from '../support/tasks.ts';
 import { NO_LIMITS } from '../../server/services/limits/client-limits.ts';
+import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
 type Json = Record<string, any>;
 
@@ -238,7 +239,7 @@ describe('needs_attention', () => {
     const again = await admin.POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: completeId } }, body: { outcome: 'refunded', reason: 'twice' } });
     expect(again.response.status).toBe(409);
     expect(again.error?.error.code).toBe('task_not_settleable');
-    const account = await server.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', c.accountId).executeTakeFirstOrThrow();
+    const account = await server.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', c.accountId).executeTakeFirstOrThrow();
     // 10 − 1 captured − 1 still held (otherId); the refunded one came back.
     expect(account).toEqual({ balance: 8_000_000, totalSpent: 1_000_000 });
     expect((await holdOf(server, otherId)).status).toBe('held');

@@ -11,6 +11,7 @@ const holdAndInsertTask = LedgerRepository.prototype.holdAndInsertTask;
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { holdOf } from '../support/tasks.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
 let server: TestServer;
 beforeAll(async () => {
@@ -76,7 +77,7 @@ describe('POST /v1/images/generations', () => {
       hold: { amount: 1_000_000, status: 'captured', captured: 1_000_000 },
       task: { status: 'completed', delivered: 1, actualCredits: 1_000_000, quotedCredits: 1_000_000 },
     });
-    const account = await server.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', c.accountId).executeTakeFirstOrThrow();
+    const account = await server.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', c.accountId).executeTakeFirstOrThrow();
     expect(account).toEqual({ balance: 9_000_000, totalSpent: 1_000_000 });
   });
 

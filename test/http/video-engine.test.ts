@@ -11,6 +11,7 @@ import { failingVideoProvider, neverFinishingVideoProvider } from '../fakes/prov
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { holdOf as holdOfTask, waitVideoFinished } from '../support/tasks.ts';
+import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
 let seq = 0;
 const crid = () => `engine-${Date.now()}-${++seq}`;
@@ -63,7 +64,7 @@ describe('with the local provider', () => {
     expect(info.durationSeconds).toBeCloseTo(2, 0);
 
     expect(await holdOf(server, created.id)).toEqual({ status: 'captured', amount: 100_000, captured: 100_000 });
-    const account = await server.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', c.accountId).executeTakeFirstOrThrow();
+    const account = await server.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', c.accountId).executeTakeFirstOrThrow();
     expect(account).toEqual({ balance: 9_900_000, totalSpent: 100_000 });
     const captures = await server.db.selectFrom('ledgerEntries').select('amount').where('taskId', '=', created.id).where('kind', '=', 'capture').execute();
     expect(captures).toEqual([{ amount: 100_000 }]);
@@ -123,7 +124,7 @@ describe('with upstream failures', () => {
     expect(task).not.toHaveProperty('video_url');
     expect(task.billing).toMatchObject({ quotedCredits: 0.48, actualCredits: 0 });
     expect(await holdOf(server, created.id)).toEqual({ status: 'released', amount: 480_000, captured: 0 });
-    const account = await server.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', c.accountId).executeTakeFirstOrThrow();
+    const account = await server.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', c.accountId).executeTakeFirstOrThrow();
     expect(account).toEqual({ balance: 10_000_000, totalSpent: 0 });
     const key = await server.db.selectFrom('apiKeys').select('creditsUsed').where('id', '=', c.apiKeyId).executeTakeFirstOrThrow();
     expect(key.creditsUsed).toBe(0);

@@ -9,6 +9,7 @@ import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { waitVideoTasksFinished } from '../support/tasks.ts';
 import { spawnServer, type ServerProcess } from '../support/server-process.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
+import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
 let t: TestDatabase;
 const secret = randomBytes(32).toString('hex');
@@ -66,7 +67,7 @@ async function expectExactlyOnce(ids: string[], accountId: string, price: number
     const outputs = await t.db.selectFrom('files').select('id').where('taskId', '=', id).where('purpose', '=', 'video_output').execute();
     expect(outputs).toHaveLength(1);
   }
-  const account = await t.db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', accountId).executeTakeFirstOrThrow();
+  const account = await t.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', accountId).executeTakeFirstOrThrow();
   expect(account.totalSpent).toBe(price * ids.length);
   expect(account.balance).toBe(100_000_000 - price * ids.length);
 }

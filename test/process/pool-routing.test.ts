@@ -19,6 +19,7 @@ import { spawnServer, type ServerProcess } from '../support/server-process.ts';
 import { holdOf, until, waitVideoTasksFinished } from '../support/tasks.ts';
 import { IMAGE_PRO, SORA_2, addUpstreamMember } from '../support/upstreams.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
+import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
 const ADMIN_TOKEN = 'pool-routing-admin-token-0123456789';
 const IMAGE_PRICE = IMAGE_PRO.prices[0]!.unitPrice;
@@ -141,7 +142,7 @@ async function expectChargedOnce(accountId: string, taskIds: string[], n: number
   }
   const captures = await t.db.selectFrom('ledgerEntries').select('taskId').where('accountId', '=', accountId).where('kind', '=', 'capture').execute();
   expect(captures.map((e) => e.taskId).sort()).toEqual([...taskIds].sort());
-  const account = await t.db.selectFrom('accounts').select('totalSpent').where('id', '=', accountId).executeTakeFirstOrThrow();
+  const account = await t.db.selectFrom('accounts').select(totalSpentOf('accounts').as('totalSpent')).where('id', '=', accountId).executeTakeFirstOrThrow();
   expect(Number(account.totalSpent)).toBe(taskIds.length * charge);
 }
 

@@ -5,6 +5,7 @@
 import type { Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import type { TestServer } from './http-harness.ts';
+import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
 /** The hold of a task: amount, status and captured micro-credits. */
 export function holdOf(db: Kysely<DB>, taskId: string) {
@@ -13,7 +14,7 @@ export function holdOf(db: Kysely<DB>, taskId: string) {
 
 /** Balance, key usage, holds and video task count of an account and one of its keys. */
 export async function accountState(db: Kysely<DB>, accountId: string, apiKeyId: string) {
-  const account = await db.selectFrom('accounts').select(['balance', 'totalSpent']).where('id', '=', accountId).executeTakeFirstOrThrow();
+  const account = await db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', accountId).executeTakeFirstOrThrow();
   const key = await db.selectFrom('apiKeys').select('creditsUsed').where('id', '=', apiKeyId).executeTakeFirstOrThrow();
   const holds = await db.selectFrom('creditHolds').select(['amount', 'status']).where('accountId', '=', accountId).execute();
   const tasks = await db.selectFrom('videoTasks').select('id').where('accountId', '=', accountId).execute();
