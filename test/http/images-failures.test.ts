@@ -406,6 +406,15 @@ describe('a synchronous answer written while its task settles', () => {
     return { response, received: () => Buffer.concat(received), ended: () => ended, length: () => length, taskId, unlock: async () => (release(), await lock) };
   }
 
+  /** Once unlocked: the whole answer arrived, 200, and the one image was charged. */
+  async function answeredAndCharged(held: Awaited<ReturnType<typeof heldAtSettlement>>): Promise<Json> {
+    const res = await held.response;
+    expect(res.error).toBeUndefined();
+    expect(res.status).toBe(200);
+    expect(await holdOf(server, held.taskId)).toEqual({ amount: 1_000_000, status: 'captured', captured: 1_000_000 });
+    return JSON.parse(held.received().toString('utf8')) as Json;
+  }
+
   /** The server's settlement statement is waiting for the test's lock on the task row. */
   async function settlementWaits(): Promise<boolean> {
     const { rows } = await sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query ilike '%image_tasks%' and pid <> pg_backend_pid()`.execute(server.db);
@@ -425,12 +434,8 @@ describe('a synchronous answer written while its task settles', () => {
     } finally {
       await held.unlock();
     }
-    const res = await held.response;
-    expect(res.error).toBeUndefined();
-    expect(res.status).toBe(200);
-    const body = JSON.parse(held.received().toString('utf8')) as Json;
+    const body = await answeredAndCharged(held);
     expect(body.data[0].url).toMatch(/\/v1\/files\//);
-    expect(await holdOf(server, held.taskId)).toEqual({ amount: 1_000_000, status: 'captured', captured: 1_000_000 });
   });
 
   it('sends all of the answer but its last byte before the charge commits, and the rest after it', async () => {
@@ -444,12 +449,8 @@ describe('a synchronous answer written while its task settles', () => {
     } finally {
       await held.unlock();
     }
-    const res = await held.response;
-    expect(res.error).toBeUndefined();
-    expect(res.status).toBe(200);
-    const body = JSON.parse(held.received().toString('utf8')) as Json;
+    const body = await answeredAndCharged(held);
     expect(body.data).toHaveLength(1);
-    expect(await holdOf(server, held.taskId)).toEqual({ amount: 1_000_000, status: 'captured', captured: 1_000_000 });
   });
 
   it('leaves a truncated, uncharged answer when the settlement fails after the answer began', async () => {
