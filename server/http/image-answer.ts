@@ -111,7 +111,12 @@ export function openImageStream(res: Response, opts: { operation: ImageOperation
   res.setHeader('Cache-Control', 'no-cache');
   res.setHeader('Connection', 'keep-alive');
   res.setHeader('X-Accel-Buffering', 'no');
-  res.flushHeaders();
+  // The status line and headers go out at once, but not before the upstream call: scheduled after
+  // the synchronous work and microtasks that start it, their write overlaps the upstream's time
+  // instead of delaying the call (and an event written first carries them itself).
+  setImmediate(() => {
+    if (!res.headersSent && !res.destroyed) res.flushHeaders();
+  });
 
   /** Writes one frame (images as base64 slices: lib/base64-json.ts); resolves once handed to the socket, rejects when the client is gone. */
   const write = (event: string, data: unknown) => writeJsonParts(res, jsonParts(data), `event: ${event}\ndata: `, '\n\n');
