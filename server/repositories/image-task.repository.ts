@@ -94,8 +94,8 @@ export class ImageTaskRepository {
     result: { fileIds: string[]; actualCredits: number; revisedPrompt: string | null; unrecorded: readonly FileRow[] },
     settle: HoldSettlement,
     attempts: readonly AttemptRecord[] = [],
-  ): Promise<ImageTaskRow | undefined> {
-    return this.leases.finish(fence, {
+  ): Promise<boolean> {
+    return this.leases.finishOnly(fence, {
       set: sql`status = 'completed', result_file_ids = ${result.fileIds}, delivered = ${result.fileIds.length}, actual_credits = ${result.actualCredits},
                revised_prompt = ${result.revisedPrompt}, completed_at = now()`,
       settle,

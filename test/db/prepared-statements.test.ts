@@ -43,7 +43,8 @@ describe('prepared statements', () => {
       // Rows come back as the rest of the code reads them.
       expect(held.task).toMatchObject({ id: taskId, accountId, quotedCredits: 1000, inputFileIds: [], status: 'processing' });
       const done = await tasks.complete({ id: taskId, attempt: 1 }, { fileIds: [], actualCredits: 1000, revisedPrompt: null, unrecorded: [] }, (h) => ledger.settlement(h, 1000));
-      expect(done).toMatchObject({ id: taskId, status: 'completed', actualCredits: 1000, leaseOwner: null });
+      expect(done).toBe(true);
+      expect(await one.selectFrom('imageTasks').select(['id', 'status', 'actualCredits', 'leaseOwner']).where('id', '=', taskId).executeTakeFirstOrThrow()).toEqual({ id: taskId, status: 'completed', actualCredits: 1000, leaseOwner: null });
     }
     const added = (await preparedNames(one)).filter((n) => !before.includes(n));
     // Three requests, two statements: two names, each prepared once on this connection.
@@ -87,7 +88,8 @@ describe('prepared statements', () => {
       const cycle = async () => {
         const { taskId, row, hold } = await imageTaskToHold(db, { unitPrice: 1000 });
         expect((await ledger.holdAndInsertTask(hold, { table: 'imageTasks', row })).task?.id).toBe(taskId);
-        expect((await tasks.complete({ id: taskId, attempt: 1 }, { fileIds: [], actualCredits: 1000, revisedPrompt: null, unrecorded: [] }, (h) => ledger.settlement(h, 1000)))?.status).toBe('completed');
+        expect(await tasks.complete({ id: taskId, attempt: 1 }, { fileIds: [], actualCredits: 1000, revisedPrompt: null, unrecorded: [] }, (h) => ledger.settlement(h, 1000))).toBe(true);
+        expect((await db.selectFrom('imageTasks').select('status').where('id', '=', taskId).executeTakeFirstOrThrow()).status).toBe('completed');
       };
       await cycle();
       // The failure mode this guards against, shown on a statement of its own.

@@ -69,23 +69,24 @@ export class Settlement {
   /**
    * Completes an image task with the images it delivered (`unrecorded`: the rows of those files not
    * written yet); captures delivered × unit price, releases the rest. One statement, which also
-   * records the task's calls upstream (`attempts`).
+   * records the task's calls upstream (`attempts`). False when the task was no longer this
+   * attempt's (taken over).
    */
   async completeImage(
     task: ImageTaskRow,
     result: { files: readonly FileRow[]; unrecorded: readonly FileRow[]; revisedPrompt: string | null },
     attempts: readonly AttemptRecord[] = [],
-  ): Promise<ImageTaskRow | undefined> {
+  ): Promise<boolean> {
     const fileIds = result.files.map((f) => f.id);
     const capture = fileIds.length * task.unitPrice;
-    const row = await this.deps.imageTasks.complete(
+    const done = await this.deps.imageTasks.complete(
       fenceOf(task),
       { fileIds, actualCredits: capture, revisedPrompt: result.revisedPrompt, unrecorded: result.unrecorded },
       (hold) => this.deps.ledger.settlement(hold, capture),
       attempts,
     );
-    if (row) this.deps.log.info({ taskId: row.id, delivered: fileIds.length, n: row.n, capturedMicroCredits: capture }, 'image task completed');
-    return row;
+    if (done) this.deps.log.info({ taskId: task.id, delivered: fileIds.length, n: task.n, capturedMicroCredits: capture }, 'image task completed');
+    return done;
   }
 
   /** Fails an image task and releases its hold. One statement (with the task's `attempts`). */
