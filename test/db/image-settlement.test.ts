@@ -62,12 +62,13 @@ describe('an image task', () => {
   it('completes with the rows of its delivered files and captures delivered x price in one statement', async () => {
     const { accountId, taskId, unitPrice, result } = await startTask(3);
     const delivered = [outputFile(accountId, taskId), outputFile(accountId, taskId)];
-    const row = await images.complete(
+    const done = await images.complete(
       fenceOf(result.task!),
       { fileIds: delivered.map((f) => f.id), actualCredits: 2 * unitPrice, revisedPrompt: 'r', unrecorded: delivered },
       (hold) => ledger.settlement(hold, 2 * unitPrice),
     );
-    expect(row).toMatchObject({ status: 'completed', delivered: 2, actualCredits: 2 * unitPrice, revisedPrompt: 'r', resultFileIds: delivered.map((f) => f.id), leaseOwner: null });
+    expect(done).toBe(true);
+    expect(await images.find(taskId)).toMatchObject({ status: 'completed', delivered: 2, actualCredits: 2 * unitPrice, revisedPrompt: 'r', resultFileIds: delivered.map((f) => f.id), leaseOwner: null });
     const files = await fileRows(taskId);
     expect(files.map((f) => f.id)).toEqual(delivered.map((f) => f.id).sort());
     expect(files[0]).toMatchObject({ bytes: 10, width: 2, purpose: 'image_output' });
@@ -80,8 +81,7 @@ describe('an image task', () => {
     const { accountId, taskId, unitPrice, result } = await startTask(1);
     const stale = { ...fenceOf(result.task!), attempt: result.task!.attempt + 1 };
     const file = outputFile(accountId, taskId);
-    const row = await images.complete(stale, { fileIds: [file.id], actualCredits: unitPrice, revisedPrompt: null, unrecorded: [file] }, (hold) => ledger.settlement(hold, unitPrice));
-    expect(row).toBeUndefined();
+    expect(await images.complete(stale, { fileIds: [file.id], actualCredits: unitPrice, revisedPrompt: null, unrecorded: [file] }, (hold) => ledger.settlement(hold, unitPrice))).toBe(false);
     expect(await fileRows(taskId)).toEqual([]);
     expect((await images.find(taskId))!.status).toBe('processing');
     expect(await ledger.findHoldByTask(taskId)).toMatchObject({ status: 'held' });

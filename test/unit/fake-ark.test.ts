@@ -14,6 +14,8 @@ beforeAll(async () => {
   fake = await startArkFake({
     accounts: { 'ark-all': {}, 'ark-images-only': { models: ['seedream-4-0-250828'] }, 'ark-overdue': { overdue: true } },
     endpoints: { 'ep-20260101-abcde': 'seedream-4-5-251128' },
+    // Long enough phases that a poll every 10 ms sees each one on a loaded machine too.
+    timing: (prompt) => (prompt.includes('[phases]') ? { queuedMs: 400, runningMs: 400 } : undefined),
   });
 });
 afterAll(async () => fake.close());
@@ -176,12 +178,12 @@ describe('Ark fake: Seedance', () => {
     call('/contents/generations/tasks', { body: { model: 'seedance-1-0-pro-250528', resolution: '720p', ratio: '16:9', duration: 5, ...body }, ...(key && { key }) });
 
   it('runs a task through queued, running and succeeded, with content.video_url and usage only when done', async () => {
-    const created = await create({ content: [{ type: 'text', text: 'a boat' }] });
+    const created = await create({ content: [{ type: 'text', text: 'a boat [phases]' }] });
     expect(created.status).toBe(200);
     const id = created.json.id as string;
     const states: string[] = [];
     let done: Json = {};
-    for (let i = 0; i < 100 && done.status !== 'succeeded'; i++) {
+    for (let i = 0; i < 300 && done.status !== 'succeeded'; i++) {
       done = (await call(`/contents/generations/tasks/${id}`, { method: 'GET' })).json;
       if (states.at(-1) !== done.status) states.push(done.status);
       if (done.status !== 'succeeded') expect(done).not.toHaveProperty('content');
