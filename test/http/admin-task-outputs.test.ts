@@ -74,6 +74,9 @@ describe('GET /admin/v1/tasks/{task_id}: outputs', () => {
     expect(settled.response.status).toBe(200);
     expect(settled.data).toMatchObject({ status: 'failed', outputs: [] });
     expect(await getTask(id)).toMatchObject({ status: 'failed', outputs: [] });
+    // Settled once: a second settlement is refused.
+    const again = await server.admin().POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: id } }, body: { outcome: 'completed', reason: 'twice' } });
+    expect([again.response.status, again.error?.error.code]).toEqual([409, 'task_not_settleable']);
   });
 
   it('a completed local video: one output whose URL downloads its MP4 as video/mp4, the file of the client’s video_url', async () => {

@@ -4,15 +4,21 @@
  * `prism proxy generated/openapi.json <server> --errors`, which fails any request or response that
  * violates the contract; `direct()` always talks to the server itself (for requests that are
  * deliberately invalid, which Prism would refuse before they reach the server).
+ * Prism forwards to a listener of the harness's own, so it can tell what came through Prism: with
+ * MEDIAGATE_CONTRACT_RECORD=<dir>, each such request's test file, method, path and status is appended
+ * to <dir>/<pid>.jsonl (scripts/contract-lane.ts checks them against the contract).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
+import { appendFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
+import { join, relative } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { accepts, freePort } from './ports.ts';
 import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import createClient from 'openapi-fetch';
+import { expect } from 'vitest';
 import type { Kysely } from 'kysely';
 import type { paths } from '../../generated/api.d.ts';
 import type { DB } from '../../generated/db.d.ts';
@@ -29,6 +35,7 @@ import { createTestDatabase } from '../setup/test-database.ts';
 export const ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
 const root = fileURLToPath(new URL('../..', import.meta.url));
 export const contractLane = process.env.MEDIAGATE_CONTRACT_LANE === '1';
+const recordDir = contractLane ? process.env.MEDIAGATE_CONTRACT_RECORD : undefined;
 
 export type ApiClient = ReturnType<typeof createClient<paths>>;
 
@@ -60,28 +67,75 @@ async function waitForPort(port: number, child: ChildProcess, timeoutMs = 30_000
   throw new Error(`prism did not listen on ${port} within ${timeoutMs} ms`);
 }
 
-async function startPrismProxy(upstream: string): Promise<{ url: string; stop(): Promise<void> }> {
+/**
+ * Prism in front of a router of the harness's own, which hands each request to the app of the test
+ * server the proxy serves at the moment. Starting Prism takes about 2 s of CPU, so the proxy of a
+ * closed server waits, idle, for the next server this worker process starts: each open server still
+ * has a Prism of its own (as many run as servers are open at once), and a worker starts few.
+ */
+interface LaneProxy {
+  url: string;
+  /** The app of the server it serves now, and that server's test file; undefined while idle. */
+  serving: { app: RequestListener; file: string } | undefined;
+}
+const idleProxies: LaneProxy[] = [];
+
+/** Appends a request that came through Prism, with the status it was answered with, to this process's record. */
+function record(file: string, req: IncomingMessage, res: ServerResponse): void {
+  const out = join(recordDir!, `${process.pid}.jsonl`);
+  res.once('close', () => {
+    if (!res.headersSent) return;
+    const path = new URL(req.url ?? '/', 'http://x').pathname;
+    appendFileSync(out, JSON.stringify({ file, method: req.method, path, status: res.statusCode }) + '\n');
+  });
+}
+
+async function startLaneProxy(): Promise<LaneProxy> {
+  const proxy: LaneProxy = { url: '', serving: undefined };
+  const router = createServer((req, res) => {
+    const serving = proxy.serving;
+    if (!serving) {
+      res.writeHead(503, { 'Content-Type': 'text/plain' }).end('this contract-lane proxy serves no test server now');
+      return;
+    }
+    if (recordDir) record(serving.file, req, res);
+    serving.app(req, res);
+  });
+  await new Promise<void>((resolve) => router.listen(0, '127.0.0.1', resolve));
+  // Neither the router nor Prism keeps the worker process alive.
+  router.unref();
+  router.on('connection', (socket) => socket.unref());
   const port = await freePort();
-  const child = spawn(
-    `${root}node_modules/.bin/prism`,
-    ['proxy', `${root}generated/openapi.json`, upstream, '--errors', '--host', '127.0.0.1', '--port', String(port)],
-    { stdio: ['ignore', 'ignore', 'pipe'] },
-  );
+  const args = ['proxy', `${root}generated/openapi.json`, `http://127.0.0.1:${(router.address() as AddressInfo).port}`, '--errors', '--host', '127.0.0.1', '--port', String(port)];
+  // Prism goes when this process goes, however it ends: a shell runs it and kills it once its stdin,
+  // a pipe from this process, reaches its end.
+  const child = spawn('/bin/sh', ['-c', 'exec 3<&0; "$0" "$@" </dev/null 3<&- & p=$!; (read _ <&3; kill $p 2>/dev/null) & wait $p', `${root}node_modules/.bin/prism`, ...args], {
+    stdio: ['pipe', 'ignore', 'pipe'],
+  });
   let stderr = '';
   child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
   try {
     await waitForPort(port, child);
   } catch (err) {
-    child.kill('SIGKILL');
+    child.stdin?.end();
     throw new Error(`${(err as Error).message}\n${stderr}`);
   }
+  child.unref();
+  for (const pipe of [child.stdin, child.stderr]) (pipe as unknown as { unref?: () => void } | null)?.unref?.();
+  proxy.url = `http://127.0.0.1:${port}`;
+  return proxy;
+}
+
+/** A Prism proxy for this app until `release` (an idle one of this process, else a new one). */
+async function acquireLaneProxy(app: RequestListener): Promise<{ url: string; release(): void }> {
+  const proxy = idleProxies.pop() ?? (await startLaneProxy());
+  // The file this worker runs now (the server belongs to it).
+  proxy.serving = { app, file: relative(root, expect.getState().testPath ?? 'unknown') };
   return {
-    url: `http://127.0.0.1:${port}`,
-    stop: async () => {
-      if (child.exitCode !== null) return;
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.kill('SIGTERM');
-      await exited;
+    url: proxy.url,
+    release: () => {
+      proxy.serving = undefined;
+      idleProxies.push(proxy);
     },
   };
 }
@@ -141,8 +195,9 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
   const listener = options.clusterListener ? listenToCluster(database.url, { task: (kind) => ctx.notifier.notify(kind), configChanged: () => ctx.services.invalidateCaches() }, log) : undefined;
   const workers = options.workers ? createWorkers(ctx) : undefined;
   workers?.start();
-  server.on('request', createApp(ctx, createHandlers(ctx), { validateResponses: true }));
-  const prism = contractLane ? await startPrismProxy(directUrl) : undefined;
+  const app = createApp(ctx, createHandlers(ctx), { validateResponses: true });
+  server.on('request', app);
+  const prism = contractLane ? await acquireLaneProxy(app) : undefined;
   const baseUrl = prism?.url ?? directUrl;
 
   const make = (url: string, authorization?: string) =>
@@ -161,7 +216,7 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
     admin: (token = ADMIN_TOKEN) => make(baseUrl, `Bearer ${token}`),
     close: async () => {
       await workers?.stop();
-      await prism?.stop();
+      prism?.release();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await ctx.services.requestRates.close();
