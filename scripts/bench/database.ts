@@ -3,7 +3,7 @@
  * (dropped afterwards), or a throwaway embedded PostgreSQL when DATABASE_URL is unset. Migrated and
  * seeded with the local catalog and one customer with a large balance.
  */
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import { createDatabase, type DbLogger } from '../../server/db/database.ts';
 import { startTemporaryEmbeddedPostgres } from '../../server/db/embedded.ts';
@@ -35,6 +35,9 @@ export async function openBenchDatabase(databaseUrl: string | undefined): Promis
     const db = createDatabase(bench.url, { max: 2, applicationName: 'mediagate-bench-setup' });
     try {
       await migrateToLatest(db, quiet);
+      // An experiment on the schema (not a setting): SQL run once after the migrations, e.g. dropping
+      // indexes to measure what they cost (docs/BENCHMARKS.md).
+      if (process.env.BENCH_EXPERIMENT_SQL) await sql.raw(process.env.BENCH_EXPERIMENT_SQL).execute(db);
       const version = await db.selectNoFrom((eb) => eb.fn<string>('version', []).as('v')).executeTakeFirstOrThrow();
       bench.description += ` (${version.v.split(' ').slice(0, 2).join(' ')})`;
     } finally {

@@ -454,7 +454,9 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       };
 
       // Smoke: both sides answer, with the same image bytes (Mediagate passes them through).
-      const smoke = await smokeCheck(direct, gateway);
+      const smoke = await smokeCheck(direct, gateway).catch((err: Error) => {
+        throw new Error(`${err.message}\nserver stderr:\n${server.stderr().slice(-4000)}\nserver stdout:\n${server.stdout().slice(-6000)}`);
+      });
       // Portkey answers too, with the same image.
       const firstImage = async (t: Target) => {
         const agent = new Agent({ keepAlive: false });
@@ -731,6 +733,12 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
           log(`  ${errors(w)} failed requests, first: ${first.error}`);
         }
       }
+    } catch (err) {
+      // A server that died mid-run: its own last words, not only the bench's symptom.
+      if (server.child.exitCode !== null || server.child.signalCode !== null) {
+        throw new Error(`${(err as Error).message}\nthe server exited (code ${server.child.exitCode}, signal ${server.child.signalCode}); its stderr:\n${server.stderr().slice(-6000)}`, { cause: err });
+      }
+      throw err;
     } finally {
       await server.kill('SIGTERM');
       await portkey.stop();
@@ -852,7 +860,9 @@ async function smokeCheck(
   direct: { image: Target; big: Target; stream: Target },
   gateway: { image: Target; big: Target; stream: Target },
 ): Promise<{ smallBytes: number; bigBytes: number; identical: boolean }> {
-  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  // No keep-alive: the 4K requests take seconds, and a server's idle connection may close (Node's
+  // 5 s keepAliveTimeout) just as the next request goes out on it (a socket hang-up, not a failure).
+  const agent = new Agent({ keepAlive: false });
   try {
     const images = async (t: Target) => {
       const r = await send(agent, t, 0, true);
@@ -860,7 +870,10 @@ async function smokeCheck(
       const body = JSON.parse(r.body!.toString('utf8')) as { data: { b64_json: string }[] };
       return body.data.map((d) => Buffer.from(d.b64_json, 'base64'));
     };
-    const [ds, gs, db, gb] = [await images(direct.image), await images(gateway.image), await images(direct.big), await images(gateway.big)];
+    const named = (name: string, t: Target) => images(t).catch((err: Error) => {
+      throw new Error(`${name}: ${err.message}`);
+    });
+    const [ds, gs, db, gb] = [await named('direct', direct.image), await named('Mediagate', gateway.image), await named('direct 4K', direct.big), await named('Mediagate 4K', gateway.big)];
     const hash = (bufs: Buffer[]) => bufs.map((b) => createHash('sha256').update(b).digest('hex')).join(',');
     for (const t of [direct.stream, gateway.stream]) {
       const r = await send(agent, t, 0);
