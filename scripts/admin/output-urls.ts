@@ -17,11 +17,11 @@ import type { OutputUrl } from '../../server/services/admin/task-admin.service.t
 import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
 import { S3MediaStore } from '../../server/storage/s3-media-store.ts';
 
-export function cliOutputUrls(db: Kysely<DB>, log: Logger, secretKey: () => Buffer): OutputUrl {
+export function cliOutputUrls(db: Kysely<DB>, log: Logger, secretKey: () => Buffer, env: NodeJS.ProcessEnv): OutputUrl {
   let files: FileService | undefined;
   return (fileId, purpose) => {
     if (!files) {
-      const config = loadConfig(process.env, []);
+      const config = loadConfig(env, []);
       const store = config.s3 ? new S3MediaStore(config.s3) : new FilesystemMediaStore(config.mediaDir);
       // The address the server listens on when PUBLIC_BASE_URL is unset (as main.ts names it).
       const host = config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host;

@@ -3,29 +3,16 @@
  * `usage` print what the admin API answers (the same services), and refuse bad filters as usage
  * errors before touching anything.
  */
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
+import { adminCli, type CliRun } from '../support/admin-cli.ts';
 
-const root = fileURLToPath(new URL('../..', import.meta.url));
 let server: TestServer;
 
-function admin(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      ['--import', 'tsx', 'scripts/admin.ts', ...args],
-      // PUBLIC_BASE_URL: the server's base (its listen address), on which output URLs are signed.
-      {
-        cwd: root,
-        env: { ...process.env, DATABASE_URL: server.config.databaseUrl, MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex'), PUBLIC_BASE_URL: server.directUrl },
-        timeout: 60_000,
-      },
-      (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
+/** `npm run admin -- …` on the server's database, in this process (test/support/admin-cli.ts); PUBLIC_BASE_URL: the server's base (its listen address), on which output URLs are signed. */
+function admin(...args: string[]): Promise<CliRun> {
+  return adminCli(args, { DATABASE_URL: server.config.databaseUrl!, MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex'), PUBLIC_BASE_URL: server.directUrl });
 }
 
 async function api(path: string, accept = 'application/json') {

@@ -6,6 +6,7 @@ import { seedCatalog } from '../support/factories.ts';
 import { decryptSecret } from '../../server/lib/secret-box.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 import { totalSpentOf } from '../../server/repositories/account.repository.ts';
+import { adminCli, type CliRun } from '../support/admin-cli.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const secretKey = randomBytes(32);
@@ -17,14 +18,13 @@ beforeAll(async () => {
 });
 afterAll(() => t?.destroy());
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
+/** `npm run admin -- …` on this file's database, in this process (test/support/admin-cli.ts). */
+function admin(...args: string[]): Promise<CliRun> {
+  return adminCli(args, { DATABASE_URL: t.url, MEDIAGATE_SECRET_KEY: secretKey.toString('hex') });
 }
 
-/** `npm run admin -- …` without npm: node with the tsx loader, on this file's database. */
-function admin(...args: string[]): Promise<Run> {
+/** The same as a process: node with the tsx loader, as `npm run admin` runs it. */
+function adminProcess(...args: string[]): Promise<CliRun> {
   return new Promise((resolve) => {
     execFile(
       process.execPath,
@@ -49,6 +49,31 @@ async function json<T>(...args: string[]): Promise<T> {
 const KEY = /mg_[0-9A-Za-z]{33}/g;
 
 describe('admin CLI', { timeout: 90_000 }, () => {
+  describe('as a process', () => {
+    it('prints the usage with no arguments, exit code 0', async () => {
+      const run = await adminProcess();
+      expect(run.code).toBe(0);
+      expect(run.stdout).toContain('Usage: npm run admin -- <resource> <verb>');
+    });
+
+    it('a usage error: exit code 2, the error on stderr, nothing on stdout', async () => {
+      const run = await adminProcess('accounts', 'frobnicate');
+      expect(run.code).toBe(2);
+      expect(run.stdout).toBe('');
+      expect(run.stderr).toContain("error: unknown command 'accounts frobnicate'");
+    });
+
+    it('a command: its JSON on stdout, exit code 0; a refused one: exit code 1', async () => {
+      const created = await adminProcess('accounts', 'create', '--name', 'cli-process', '--json');
+      expect(created.code).toBe(0);
+      expect(JSON.parse(created.stdout)).toMatchObject({ name: 'cli-process' });
+      const again = await adminProcess('accounts', 'create', '--name', 'cli-process');
+      expect(again.code).toBe(1);
+      expect(again.stdout).toBe('');
+      expect(again.stderr).toMatch(/^error: .+\(\w+/);
+    });
+  });
+
   it('prints the usage with no arguments', async () => {
     const run = await admin();
     expect(run.code).toBe(0);

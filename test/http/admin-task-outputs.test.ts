@@ -9,7 +9,6 @@
  * signs the same URLs from the same configuration and secret key.
  * Calls go through `admin()` (Prism in the contract lane), so `outputs` is checked against the contract.
  */
-import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,8 +18,8 @@ import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
 import { BrokenOutputStore } from '../fakes/media-stores.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
-import { repoRoot } from '../support/server-process.ts';
 import { until } from '../support/tasks.ts';
+import { adminCli } from '../support/admin-cli.ts';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -151,17 +150,11 @@ describe('GET /admin/v1/tasks/{task_id}: outputs', () => {
   });
 
   it('the admin CLI’s tasks show signs the same kind of URL from the same configuration', async () => {
-    const { code, stdout, stderr } = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-      execFile(
-        process.execPath,
-        ['--import', 'tsx', 'scripts/admin.ts', 'tasks', 'show', videoId, '--json'],
-        {
-          cwd: repoRoot,
-          env: { ...process.env, DATABASE_URL: server.config.databaseUrl, MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex'), PUBLIC_BASE_URL: server.directUrl, MEDIA_DIR: mediaDir },
-          timeout: 60_000,
-        },
-        (err, out, errOut) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout: out, stderr: errOut }),
-      );
+    const { code, stdout, stderr } = await adminCli(['tasks', 'show', videoId, '--json'], {
+      DATABASE_URL: server.config.databaseUrl!,
+      MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex'),
+      PUBLIC_BASE_URL: server.directUrl,
+      MEDIA_DIR: mediaDir,
     });
     expect([code, stderr]).toEqual([0, '']);
     const shown = JSON.parse(stdout) as Json;

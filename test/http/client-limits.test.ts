@@ -6,15 +6,14 @@
  * API and `--rpm` / `--max-in-flight` through the CLI. No task engine runs here, so a video task
  * stays `queued` (in flight) and a `respond-async` image stays `processing` until the test ends it.
  */
-import { execFile } from 'node:child_process';
 import { sql } from 'kysely';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { flakyImageProvider } from '../fakes/providers.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
-import { repoRoot } from '../support/server-process.ts';
 import { totalSpentOf } from '../../server/repositories/account.repository.ts';
+import { adminCli } from '../support/admin-cli.ts';
 
 let server: TestServer;
 let png: Buffer;
@@ -315,16 +314,8 @@ describe('admin API', () => {
 });
 
 describe('admin CLI', { timeout: 90_000 }, () => {
-  function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-    return new Promise((resolve) => {
-      execFile(
-        process.execPath,
-        ['--import', 'tsx', 'scripts/admin.ts', ...args],
-        { cwd: repoRoot, env: { ...process.env, DATABASE_URL: server.config.databaseUrl, MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex') }, timeout: 60_000 },
-        (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-      );
-    });
-  }
+  /** `npm run admin -- …` on the server's database (in this process: test/support/admin-cli.ts). */
+  const cli = (...args: string[]) => adminCli(args, { DATABASE_URL: server.config.databaseUrl!, MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex') });
 
   it('sets and unsets limits with --rpm and --max-in-flight (N, none, default), shown by get', async () => {
     const name = `cli-limits-${++seq}`;

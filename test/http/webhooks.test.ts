@@ -5,11 +5,9 @@
  * schedule, 410, refused targets at send time, secret rotation with two signatures, the admin view
  * and redelivery.
  */
-import { execFile } from 'node:child_process';
 import { createServer as createHttpServer, type IncomingHttpHeaders, type Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { verifyWebhook } from '../../clients/typescript/index.ts';
@@ -21,6 +19,7 @@ import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { until, waitVideoFinished } from '../support/tasks.ts';
 import { TEST_CA, startHttpsReceiver } from '../support/tls.ts';
+import { adminCli } from '../support/admin-cli.ts';
 
 /** A receiver whose answers the tests script: a status per incoming request (then 200). */
 let answers: number[] = [];
@@ -79,16 +78,9 @@ async function createVideo(key: string, overrides: Record<string, unknown> = {})
   return ((await res.json()) as { id: string }).id;
 }
 
-/** `npm run admin -- …` on the test server's database. */
-function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      ['--import', 'tsx', 'scripts/admin.ts', ...args],
-      { cwd: fileURLToPath(new URL('../..', import.meta.url)), env: { ...process.env, DATABASE_URL: server.config.databaseUrl, MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex') }, timeout: 60_000 },
-      (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
+/** `npm run admin -- …` on the test server's database (in this process: test/support/admin-cli.ts). */
+function cli(...args: string[]) {
+  return adminCli(args, { DATABASE_URL: server.config.databaseUrl!, MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex') });
 }
 
 /** The requests the receiver got for a path. */
