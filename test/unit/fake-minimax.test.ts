@@ -18,7 +18,10 @@ let frame: string;
 let png: Buffer;
 
 beforeAll(async () => {
-  fake = await startMiniMaxFake({ apiKeys: ['mm-a', 'mm-b'], queueMs: 60, jobDurationMs: 200 });
+  // Phases long enough that a poll every 25 ms sees each one on a loaded machine (Queueing is the
+  // second half of queueMs, Processing the rest of jobDurationMs: at 60 / 200 ms Queueing was a
+  // 30 ms window a busy CI worker could poll across).
+  fake = await startMiniMaxFake({ apiKeys: ['mm-a', 'mm-b'], queueMs: 600, jobDurationMs: 1200 });
   png = await sharp({ create: { width: 640, height: 360, channels: 3, background: '#336699' } }).png().toBuffer();
   frame = `data:image/png;base64,${png.toString('base64')}`;
   // Where a URL input lives (a Mediagate signed URL in production).
