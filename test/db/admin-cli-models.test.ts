@@ -6,7 +6,6 @@
  * scripts/admin.ts parses them: a CLI process spends seconds starting); a few run `scripts/admin.ts`
  * itself for its output, exit codes and standard input.
  */
-import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -22,7 +21,7 @@ import { ApiError } from '../../server/errors.ts';
 import { createLogger } from '../../server/logger.ts';
 import { createAdminServices, type AdminServices } from '../../server/services/admin/index.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
-import { repoRoot } from '../support/server-process.ts';
+import { adminProcess, type CliRun } from '../support/admin-cli.ts';
 
 let server: TestServer;
 let admin: AdminServices;
@@ -68,17 +67,9 @@ function apiRefusal(status: number, res: { error?: unknown; response: Response }
   return { code, param, message };
 }
 
-/** `npm run admin -- …` without npm: node with the tsx loader, on the app's database; `stdin` is piped in. */
-function cli(args: string[], stdin = ''): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = execFile(
-      process.execPath,
-      ['--import', 'tsx', 'scripts/admin.ts', ...args],
-      { cwd: repoRoot, env: { ...process.env, DATABASE_URL: server.config.databaseUrl, MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex') }, timeout: 60_000 },
-      (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-    child.stdin!.end(stdin);
-  });
+/** `npm run admin -- …` as a process on the app's database; `stdin` is piped in. */
+function cli(args: string[], stdin = ''): Promise<CliRun> {
+  return adminProcess(args, { DATABASE_URL: server.config.databaseUrl!, MEDIAGATE_SECRET_KEY: server.secretKey.toString('hex') }, stdin);
 }
 
 const definitionFile = (id: string) => JSON.parse(readFileSync(join(catalogDefinitionsDir(), `${id}.json`), 'utf8')) as { model: CreateBody };

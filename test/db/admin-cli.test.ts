@@ -1,14 +1,11 @@
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seedCatalog } from '../support/factories.ts';
 import { decryptSecret } from '../../server/lib/secret-box.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 import { totalSpentOf } from '../../server/repositories/account.repository.ts';
-import { adminCli, type CliRun } from '../support/admin-cli.ts';
+import { adminCli, adminProcess, type CliRun } from '../support/admin-cli.ts';
 
-const root = fileURLToPath(new URL('../..', import.meta.url));
 const secretKey = randomBytes(32);
 let t: TestDatabase;
 
@@ -23,20 +20,9 @@ function admin(...args: string[]): Promise<CliRun> {
   return adminCli(args, { DATABASE_URL: t.url, MEDIAGATE_SECRET_KEY: secretKey.toString('hex') });
 }
 
-/** The same as a process: node with the tsx loader, as `npm run admin` runs it. */
-function adminProcess(...args: string[]): Promise<CliRun> {
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      ['--import', 'tsx', 'scripts/admin.ts', ...args],
-      {
-        cwd: root,
-        env: { ...process.env, DATABASE_URL: t.url, MEDIAGATE_SECRET_KEY: secretKey.toString('hex') },
-        timeout: 60_000,
-      },
-      (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
+/** The same as a process, as `npm run admin` runs it. */
+function adminProcessHere(...args: string[]): Promise<CliRun> {
+  return adminProcess(args, { DATABASE_URL: t.url, MEDIAGATE_SECRET_KEY: secretKey.toString('hex') });
 }
 
 async function json<T>(...args: string[]): Promise<T> {
@@ -51,23 +37,23 @@ const KEY = /mg_[0-9A-Za-z]{33}/g;
 describe('admin CLI', { timeout: 90_000 }, () => {
   describe('as a process', () => {
     it('prints the usage with no arguments, exit code 0', async () => {
-      const run = await adminProcess();
+      const run = await adminProcessHere();
       expect(run.code).toBe(0);
       expect(run.stdout).toContain('Usage: npm run admin -- <resource> <verb>');
     });
 
     it('a usage error: exit code 2, the error on stderr, nothing on stdout', async () => {
-      const run = await adminProcess('accounts', 'frobnicate');
+      const run = await adminProcessHere('accounts', 'frobnicate');
       expect(run.code).toBe(2);
       expect(run.stdout).toBe('');
       expect(run.stderr).toContain("error: unknown command 'accounts frobnicate'");
     });
 
     it('a command: its JSON on stdout, exit code 0; a refused one: exit code 1', async () => {
-      const created = await adminProcess('accounts', 'create', '--name', 'cli-process', '--json');
+      const created = await adminProcessHere('accounts', 'create', '--name', 'cli-process', '--json');
       expect(created.code).toBe(0);
       expect(JSON.parse(created.stdout)).toMatchObject({ name: 'cli-process' });
-      const again = await adminProcess('accounts', 'create', '--name', 'cli-process');
+      const again = await adminProcessHere('accounts', 'create', '--name', 'cli-process');
       expect(again.code).toBe(1);
       expect(again.stdout).toBe('');
       expect(again.stderr).toMatch(/^error: .+\(\w+/);

@@ -1,12 +1,15 @@
 /**
  * The admin CLI run in this process (runAdmin of scripts/admin/main.ts, which scripts/admin.ts runs
  * as a process): what `npm run admin -- …` prints and its exit code, without a process per command
- * (each costs about 2 s of CPU here for Node, tsx and the server's modules). The process itself is
- * tested by test/db/admin-cli.test.ts ('as a process'), test/db/admin-cli-models.test.ts (stdin) and
- * test/process/server-start.test.ts (beside a running server).
+ * (each costs about 2 s of CPU here for Node, tsx and the server's modules). `adminProcess` runs it as
+ * the process, for the tests of the process itself: test/db/admin-cli.test.ts ('as a process': exit
+ * codes, stdout and stderr) and test/db/admin-cli-models.test.ts (stdin); test/process/server-start
+ * runs it beside a running server.
  */
+import { execFile } from 'node:child_process';
 import { Writable } from 'node:stream';
 import { runAdmin } from '../../scripts/admin/main.ts';
+import { repoRoot } from './server-process.ts';
 
 export interface CliRun {
   code: number;
@@ -26,4 +29,14 @@ export async function adminCli(args: string[], env: Record<string, string>): Pro
   });
   const code = await runAdmin(args, { env: { ...process.env, ...env }, out: (text) => void (stdout += `${text}\n`), err });
   return { code, stdout, stderr };
+}
+
+/** The same command as a process, as `npm run admin` runs it (node with the tsx loader); `stdin` is piped in. */
+export function adminProcess(args: string[], env: Record<string, string>, stdin = ''): Promise<CliRun> {
+  return new Promise((resolve) => {
+    const child = execFile(process.execPath, ['--import', 'tsx', 'scripts/admin.ts', ...args], { cwd: repoRoot, env: { ...process.env, ...env }, timeout: 60_000 }, (err, stdout, stderr) =>
+      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+    child.stdin!.end(stdin);
+  });
 }
