@@ -454,8 +454,9 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       };
 
       // Smoke: both sides answer, with the same image bytes (Mediagate passes them through).
+      // A refused smoke request: the server's log lines (stdout) say why; a dead server is reported below.
       const smoke = await smokeCheck(direct, gateway).catch((err: Error) => {
-        throw new Error(`${err.message}\nserver stderr:\n${server.stderr().slice(-4000)}\nserver stdout:\n${server.stdout().slice(-6000)}`);
+        throw new Error(`${err.message}\nserver log (stdout):\n${server.stdout().slice(-6000)}`);
       });
       // Portkey answers too, with the same image.
       const firstImage = async (t: Target) => {
