@@ -34,6 +34,12 @@ export interface Config {
   /** Base URL of signed file URLs; unset: the address the server actually listens on. */
   publicBaseUrl: string | undefined;
   dbPoolMax: number;
+  /**
+   * Group commit of the hot statements (db/statement-batcher.ts): the most credit holds or image
+   * completions one statement carries (1: a statement each) and how many such statements run at once.
+   */
+  dbBatchMax: number;
+  dbBatchInFlight: number;
   /** Hot-path statements go to PostgreSQL as named prepared statements (db/prepared.ts). */
   dbPreparedStatements: boolean;
   shutdownGraceMs: number;
@@ -239,6 +245,8 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     validateResponses: bool(env, 'VALIDATE_RESPONSES', false),
     publicBaseUrl,
     dbPoolMax: int(env, 'DB_POOL_MAX', 10, 1, 1000),
+    dbBatchMax: int(env, 'DB_BATCH_MAX', 32, 1, 1000),
+    dbBatchInFlight: int(env, 'DB_BATCH_IN_FLIGHT', 1, 1, 100),
     dbPreparedStatements: bool(env, 'DB_PREPARED_STATEMENTS', true),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
     jsonBodyLimitBytes: int(env, 'JSON_BODY_LIMIT_BYTES', 1024 * 1024, 1024),

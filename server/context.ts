@@ -138,11 +138,13 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
   const { config, db, log, metrics, secretKey } = deps;
   const tx = createTransactor(db, log);
   const providers = createProviderRegistry({ mediaDir: config.mediaDir, localRenderDelayMs: config.localRenderDelayMs, videoPollIntervalMs: config.videoPollIntervalMs }, overrides.providers);
+  // Group commit of the hot path's holds and completions (db/statement-batcher.ts); DB_BATCH_MAX=1 turns it off.
+  const batching = config.dbBatchMax > 1 ? { maxBatch: config.dbBatchMax, maxInFlight: config.dbBatchInFlight } : (false as const);
   const repositories: Repositories = {
     models: new ModelRepository(db, { image: providers.kindsFor('image'), video: providers.kindsFor('video'), credentialFree: providers.credentialFreeKinds() }),
-    ledger: new LedgerRepository(db),
+    ledger: new LedgerRepository(db, batching),
     videoTasks: new VideoTaskRepository(db),
-    imageTasks: new ImageTaskRepository(db),
+    imageTasks: new ImageTaskRepository(db, batching),
     routing: new RoutingRepository(db),
     files: new FileRepository(db),
     webhooks: new WebhookRepository(db),

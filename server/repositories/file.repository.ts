@@ -106,15 +106,16 @@ export class FileRepository {
 
   /**
    * The rows as a write of a statement that finishes their task (`name as (…)`, see
-   * LeasedTasks.finish): inserted only when the task row `t` was finished, else nothing is written.
+   * LeasedTasks.finish): inserted only when the task row `t` was finished, else nothing is written
+   * (`when`: a statement finishing several tasks names the row's own, `r.task_id in (select id from t)`).
    */
-  insertWithTask(name: string, rows: readonly FileRow[]): RawBuilder<unknown> {
+  insertWithTask(name: string, rows: readonly FileRow[], when: RawBuilder<boolean> = sql`exists (select 1 from t)`): RawBuilder<unknown> {
     const json = JSON.stringify(rows.map(snakeRow));
     return sql`${sql.id(name)} as (
       insert into files (id, account_id, purpose, content_type, bytes, storage_key, width, height, task_id, expires_at, filename)
       select r.id, r.account_id, r.purpose, r.content_type, r.bytes, r.storage_key, r.width, r.height, r.task_id, ${expiresOf(sql`r`)}, r.filename
       from jsonb_populate_recordset(null::files, ${json}::jsonb) r
-      where exists (select 1 from t)
+      where ${when}
     )`;
   }
 

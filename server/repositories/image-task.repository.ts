@@ -7,6 +7,8 @@
 import { sql, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, ImageTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
+import { runPrepared } from '../db/prepared.ts';
+import { StatementBatcher, type BatcherOptions } from '../db/statement-batcher.ts';
 import { afterExists, pageConditions, pageOrder, type AccountPage } from './account-pages.ts';
 import { FileRepository, type FileRow } from './file.repository.ts';
 import { LeasedTasks, type Fence, type HoldSettlement } from './leased-tasks.ts';
@@ -28,14 +30,104 @@ export type ListedImageTaskRow = LookedUpImageTaskRow & { storedResults: StoredR
 
 const mediaExpiresAt = sql<Date | null>`(select min(f.expires_at) from files f where f.id = any(image_tasks.result_file_ids))`.as('mediaExpiresAt');
 
+/** A completion that captures its whole hold (every image delivered), which the batch statement can carry. */
+export interface WholeCompletion {
+  fence: Fence;
+  fileIds: string[];
+  /** The task's quoted credits, all captured (> 0). */
+  actualCredits: number;
+  revisedPrompt: string | null;
+  unrecorded: readonly FileRow[];
+  attempts: readonly AttemptRecord[];
+}
+
+/** Group commit of whole completions (db/statement-batcher.ts): the default, and `false` for one statement each. */
+export const DEFAULT_COMPLETION_BATCHING: BatcherOptions = { maxInFlight: 1, maxBatch: 32 };
+
 export class ImageTaskRepository {
   readonly leases: LeasedTasks<'imageTasks'>;
 
   private readonly files: FileRepository;
 
-  constructor(private readonly db: Kysely<DB>) {
+  private readonly completions: StatementBatcher<WholeCompletion & { settle: HoldSettlement }, boolean> | undefined;
+
+  constructor(
+    private readonly db: Kysely<DB>,
+    batching: BatcherOptions | false = DEFAULT_COMPLETION_BATCHING,
+  ) {
     this.leases = new LeasedTasks(db, { table: 'imageTasks', sqlTable: 'image_tasks', active: ['processing'], recordsErrors: true });
     this.files = new FileRepository(db);
+    this.completions =
+      batching === false
+        ? undefined
+        : new StatementBatcher(
+            {
+              one: (c) => this.complete(c.fence, c, c.settle, c.attempts),
+              many: (cs) => this.completeMany(cs),
+            },
+            batching,
+          );
+  }
+
+  /** What the completion batcher did (statements, completions they carried, fallbacks), for the bench and tests. */
+  completionBatchStats() {
+    return { ...(this.completions?.stats ?? { batches: 0, batched: 0, singles: 0, fallbacks: 0 }) };
+  }
+
+  /**
+   * `complete` for a task that delivered every image it was quoted for (its hold captured whole):
+   * completions that arrive together share one statement (`completeMany`, group commit); `settle`
+   * is the single statement's settlement, for a completion that runs alone.
+   */
+  completeWhole(completion: WholeCompletion, settle: HoldSettlement): Promise<boolean> {
+    if (!this.completions) return this.complete(completion.fence, completion, settle, completion.attempts);
+    return this.completions.run({ ...completion, settle });
+  }
+
+  /**
+   * Several whole completions in one statement, with a flushed commit: what `complete` with
+   * LedgerRepository.settlement does for each, for all of them (the fenced task updates, the holds
+   * captured whole, the ledger's capture entries, one spend shard per account, the files' and the
+   * attempts' rows of the tasks whose fence held). A task whose fence no longer holds is left as it
+   * is (false), as alone. A finished task whose hold does not settle raises (a bug), and the batcher
+   * then runs each completion alone. Lock order as in ledger.repository.ts: tasks, holds, spend
+   * shards (in account order).
+   */
+  private async completeMany(items: readonly WholeCompletion[]): Promise<boolean[]> {
+    const tasks = JSON.stringify(
+      items.map((c) => ({ id: c.fence.id, attempt: c.fence.attempt, file_ids: c.fileIds, actual_credits: c.actualCredits, revised_prompt: c.revisedPrompt })),
+    );
+    const files = items.flatMap((c) => c.unrecorded);
+    const attempts = items.flatMap((c) => c.attempts);
+    const perTask = sql<boolean>`r.task_id in (select id from t)`;
+    const also = [...(files.length > 0 ? [this.files.insertWithTask('f', files, perTask)] : []), ...TaskAttemptRepository.cte('ta', attempts, perTask)];
+    const rows = await runPrepared(sql<{ id: string; guard: unknown }>`
+      with r as (
+        select * from jsonb_to_recordset(${tasks}::jsonb) as r(id text, attempt int, file_ids text[], actual_credits bigint, revised_prompt text)
+      ), t as (
+        update image_tasks set status = 'completed', result_file_ids = r.file_ids, delivered = cardinality(r.file_ids),
+          actual_credits = r.actual_credits, revised_prompt = r.revised_prompt, completed_at = now(), lease_owner = null, lease_expires_at = null
+        from r where image_tasks.id = r.id and image_tasks.attempt = r.attempt and image_tasks.status = 'processing'
+        returning image_tasks.id, r.actual_credits
+      ), h as (
+        update credit_holds set status = 'captured', captured = credit_holds.amount, settled_at = now()
+        from t where credit_holds.task_id = t.id and credit_holds.status = 'held' and credit_holds.amount = t.actual_credits
+        returning credit_holds.id, credit_holds.account_id, credit_holds.api_key_id, credit_holds.task_id, credit_holds.captured
+      ), s as (
+        insert into account_spend (account_id, shard, spent)
+        select account_id, floor(random() * 16)::smallint, sum(captured) from h group by account_id order by account_id
+        on conflict (account_id, shard) do update set spent = account_spend.spent + excluded.spent
+        returning account_id
+      ), lc as (
+        insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id)
+        select account_id, api_key_id, id, 'capture', captured, task_id from h
+        returning id
+      )${also.length > 0 ? sql`, ${sql.join(also)}` : sql``}
+      select t.id, case when (select count(*) from h) <> (select count(*) from t) or (select count(*) from s) <> (select count(distinct account_id) from h)
+        then mg_abort('a hold of the batch is missing or was already settled') end as guard
+      from t`, this.db);
+    const done = new Set(rows.map((r) => r.id));
+    return items.map((c) => done.has(c.fence.id));
   }
 
   find(id: string): Promise<ImageTaskRow | undefined> {

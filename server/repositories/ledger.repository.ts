@@ -19,6 +19,7 @@ import { sql, type Insertable, type Kysely, type RawBuilder, type Selectable } f
 import type { DB, ImageTasks, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
 import { columnsOf, identifierList, runPrepared } from '../db/prepared.ts';
+import { StatementBatcher, type BatcherOptions } from '../db/statement-batcher.ts';
 
 export interface HoldRequest {
   holdId: string;
@@ -82,28 +83,55 @@ const ABORT_SQLSTATE = 'MG001';
 
 const snake = (name: string) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
-/** Column and value lists of a typed row, for the raw INSERT … SELECT of the hold statement (the column list is built once per set of fields). */
-function columnList(row: Record<string, unknown>): { columns: RawBuilder<unknown>; values: RawBuilder<unknown> } {
-  const names = Object.keys(row).filter((n) => row[n] !== undefined);
+/** The fields of a typed row that have a value (undefined: the column's default). */
+const fieldsOf = (row: Record<string, unknown>): string[] => Object.keys(row).filter((n) => row[n] !== undefined);
+
+/** The SQL column list of a set of fields, built once per set. */
+function columnsFor(names: readonly string[]): RawBuilder<unknown> {
   const key = names.join();
   let columns = columnLists.get(key);
   if (!columns) {
     columns = identifierList(names.map(snake));
     columnLists.set(key, columns);
   }
-  return { columns, values: sql.join(names.map((n) => row[n])) };
+  return columns;
+}
+
+/** Column and value lists of a typed row, for the raw INSERT … SELECT of the hold statement. */
+function columnList(row: Record<string, unknown>): { columns: RawBuilder<unknown>; values: RawBuilder<unknown> } {
+  const names = fieldsOf(row);
+  return { columns: columnsFor(names), values: sql.join(names.map((n) => row[n])) };
 }
 
 /** Column lists by field set: bounded by the task rows the code builds (a few). */
 const columnLists = new Map<string, RawBuilder<unknown>>();
 
+/** A hold the batch statement can carry (see `holdAndInsertTask`). */
+interface BatchedHold {
+  hold: HoldRequest;
+  task: { table: 'imageTasks'; row: Insertable<ImageTasks> };
+}
+
+/** Group commit of holds (db/statement-batcher.ts): the default, and `false` for one statement per hold. */
+export const DEFAULT_HOLD_BATCHING: BatcherOptions = { maxInFlight: 1, maxBatch: 32 };
+
 export class LedgerRepository {
-  constructor(private readonly db: Kysely<DB>) {}
+  constructor(
+    private readonly db: Kysely<DB>,
+    private readonly batching: BatcherOptions | false = DEFAULT_HOLD_BATCHING,
+  ) {}
+
+  /** One batcher per column set of the task rows (the batch statement lists the columns once). */
+  private readonly holdBatchers = new Map<string, StatementBatcher<BatchedHold, HoldResult<BatchedHold['task']>>>();
 
   /**
    * Places the hold and inserts the task in one statement (a prepared statement: db/prepared.ts).
    * Returns which gate failed, if any (on failure nothing at all was written), and the inserted task row. A unique violation on the task
    * (an idempotent retry racing this one) propagates as the pg error (23505) with nothing written.
+   *
+   * The holds of synchronous images (unflushed, priced, no cap on generations in flight, no input
+   * files to adopt) that arrive together share one statement (`holdMany`, group commit); any other
+   * hold, and every hold of a batch that did not go through whole, runs its own.
    */
   async holdAndInsertTask<T extends TaskInsert>(
     hold: HoldRequest,
@@ -111,6 +139,108 @@ export class LedgerRepository {
     inputs: InputAdoption = { fileIds: [], pinSeconds: 0, retentionDays: 0 },
     commit: HoldCommit = 'flushed',
   ): Promise<HoldResult<T>> {
+    const caps = hold.inFlightCaps;
+    const batchable =
+      this.batching !== false &&
+      task.table === 'imageTasks' &&
+      commit === 'unflushed' &&
+      hold.amount > 0 &&
+      inputs.fileIds.length === 0 &&
+      (caps === undefined || (caps.key === null && caps.account === null));
+    if (!batchable) return this.holdOne(hold, task, inputs, commit);
+    const key = fieldsOf(task.row as Record<string, unknown>).join();
+    let batcher = this.holdBatchers.get(key);
+    if (!batcher) {
+      batcher = new StatementBatcher<BatchedHold, HoldResult<BatchedHold['task']>>(
+        { one: (b) => this.holdOne(b.hold, b.task, undefined, 'unflushed'), many: (bs) => this.holdMany(bs) },
+        this.batching as BatcherOptions,
+      );
+      this.holdBatchers.set(key, batcher);
+    }
+    return batcher.run({ hold, task: task as BatchedHold['task'] }) as Promise<HoldResult<T>>;
+  }
+
+  /** What the hold batchers did (statements, holds they carried, fallbacks), for the bench and tests. */
+  holdBatchStats(): { batches: number; batched: number; singles: number; fallbacks: number } {
+    const sum = { batches: 0, batched: 0, singles: 0, fallbacks: 0 };
+    for (const b of this.holdBatchers.values()) for (const k of Object.keys(sum) as (keyof typeof sum)[]) sum[k] += b.stats[k];
+    return sum;
+  }
+
+  /**
+   * The holds of several synchronous images in one statement, unflushed, all or nothing: the
+   * statement writes what the single statements would have written one after the other, or (when
+   * any key's quota or any account's balance cannot cover its share of the batch, or any row
+   * fails) raises and writes nothing, and the batcher runs each hold alone. Keys and then accounts
+   * are locked in id order before they are updated (the lock order of this file, and no deadlock
+   * between two batches), with the lock an UPDATE takes (`for no key update`: the foreign-key checks
+   * of concurrent settlements, `for key share`, do not wait for it).
+   */
+  private async holdMany(items: readonly BatchedHold[]): Promise<HoldResult<BatchedHold['task']>[]> {
+    const names = fieldsOf(items[0]!.task.row as Record<string, unknown>);
+    const columns = columnsFor(names);
+    const holds = JSON.stringify(
+      items.map(({ hold: h }) => ({ hold_id: h.holdId, account_id: h.accountId, api_key_id: h.apiKeyId, task_id: h.taskId, amount: h.amount })),
+    );
+    // jsonb_populate_recordset reads each field as its column's type; `params` is JSON text in the row.
+    const tasks = JSON.stringify(
+      items.map(({ task: { row } }) => {
+        const out: Record<string, unknown> = {};
+        for (const n of names) {
+          const v = (row as Record<string, unknown>)[n];
+          out[snake(n)] = n === 'params' && typeof v === 'string' ? JSON.parse(v) : v;
+        }
+        return out;
+      }),
+    );
+    type Row = Selectable<ImageTasks> & { guard: string };
+    const rows = await runPrepared(sql<Row>`
+      with r as (
+        select * from jsonb_to_recordset(${holds}::jsonb) as r(hold_id text, account_id text, api_key_id text, task_id text, amount bigint)
+      ), kk as (
+        select api_key_id, sum(amount) as s from r group by api_key_id
+      ), kl as (
+        select id from api_keys where id in (select api_key_id from kk) order by id for no key update
+      ), k as (
+        update api_keys set credits_used = credits_used + kk.s from kk
+        where api_keys.id = kk.api_key_id and (credit_limit is null or credits_used + kk.s <= credit_limit)
+          and (select count(*) from kl) = (select count(*) from kk)
+        returning api_keys.id
+      ), aa as (
+        select account_id, sum(amount) as s from r group by account_id
+      ), al as (
+        select id from accounts where id in (select account_id from aa) and (select count(*) from k) = (select count(*) from kk) order by id for no key update
+      ), a as (
+        update accounts set balance = balance - aa.s from aa
+        where accounts.id = aa.account_id and balance >= aa.s and (select count(*) from al) = (select count(*) from aa)
+        returning accounts.id
+      ), h as (
+        insert into credit_holds (id, account_id, api_key_id, task_id, amount)
+        select hold_id, account_id, api_key_id, task_id, amount from r
+        where (select count(*) from a) = (select count(*) from aa)
+        returning id, account_id, api_key_id, task_id, amount
+      ), l as (
+        insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id)
+        select account_id, api_key_id, id, 'hold', amount, task_id from h
+        returning id
+      ), t as (
+        insert into image_tasks (${columns})
+        select ${columns} from jsonb_populate_recordset(null::image_tasks, ${tasks}::jsonb)
+        where (select count(*) from h) = (select count(*) from r)
+        returning ${columnsOf('image_tasks')}
+      )
+      select o.guard, t.* from (
+        select case when (select count(*) from t) <> (select count(*) from r) then mg_abort('batch_refused') else 'ok' end as guard
+      ) o left join t on true cross join (select set_config('synchronous_commit', 'off', true)) c`, this.db);
+    const byId = new Map(rows.map(({ guard: _guard, ...task }) => [task.id, task as Selectable<ImageTasks>]));
+    return items.map(({ task }) => {
+      const row = byId.get(task.row.id as string);
+      if (!row) throw new Error(`the batch statement did not return task ${String(task.row.id)}`);
+      return { outcome: 'ok' as const, task: row };
+    });
+  }
+
+  private async holdOne<T extends TaskInsert>(hold: HoldRequest, task: T, inputs: InputAdoption = { fileIds: [], pinSeconds: 0, retentionDays: 0 }, commit: HoldCommit = 'flushed'): Promise<HoldResult<T>> {
     type Row = Selectable<DB[T['table']]> & { outcome: HoldOutcome };
     const result = (rows: Row[]): HoldResult<T> => {
       const { outcome, ...row } = rows[0]!;

@@ -32,7 +32,8 @@ function rowsOf(records: readonly AttemptRecord[]): RawBuilder<unknown> {
   return sql`select * from unnest(
       ${col((r) => r.taskId)}::text[], ${col((r) => r.step)}::text[], ${col((r) => r.memberId)}::text[], ${col((r) => r.provider)}::text[],
       ${col((r) => r.upstreamJobId)}::text[], ${col((r) => r.outcome)}::text[], ${col((r) => r.error)}::text[],
-      ${col((r) => r.startedAt.toISOString())}::timestamptz[], ${col((r) => Math.max(0, Math.round(r.durationMs)))}::int[])`;
+      ${col((r) => r.startedAt.toISOString())}::timestamptz[], ${col((r) => Math.max(0, Math.round(r.durationMs)))}::int[])
+    as u(task_id, step, member_id, provider, upstream_job_id, outcome, error, started_at, duration_ms)`;
 }
 
 const COLUMNS = sql.raw('task_id, step, member_id, provider, upstream_job_id, outcome, error, started_at, duration_ms');
@@ -49,7 +50,8 @@ export class TaskAttemptRepository {
   /**
    * The same insert as a CTE (`name as (…)`) for a statement that does something else too: the
    * statement that finishes a synchronous image task writes its attempts (no statement of their own
-   * on the request's path), `when` it holds (the task's fenced update took effect). None for no records.
+   * on the request's path), `when` it holds (the task's fenced update took effect; `when` may name
+   * the record's columns as `r.task_id`…). None for no records.
    */
   static cte(name: string, records: readonly AttemptRecord[], when: RawBuilder<boolean>): RawBuilder<unknown>[] {
     if (records.length === 0) return [];

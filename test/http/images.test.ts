@@ -284,6 +284,30 @@ describe('how the hold commits (HoldCommit)', () => {
   });
 });
 
+describe('requests arriving together (group commit, db/statement-batcher.ts)', () => {
+  it('share their hold and settlement statements and are each billed exactly: the balance covers 10 of 12', async () => {
+    const ledger = server.ctx.repositories.ledger;
+    const before = ledger.holdBatchStats();
+    const c = await createCustomer(server.db, { balance: 10 });
+    const answers = await Promise.all(Array.from({ length: 12 }, () => generate(c.key, { size: '1024x1024' })));
+    const ok = answers.filter((a) => a.status === 200);
+    expect(ok).toHaveLength(10);
+    expect(answers.filter((a) => a.status === 402).map((a) => a.body.error.code)).toEqual(['insufficient_balance', 'insufficient_balance']);
+    for (const a of ok) {
+      expect(a.body.data).toHaveLength(1);
+      expect(await ledgerOf(a.headers.get('x-task-id')!)).toEqual({
+        hold: { amount: 1_000_000, status: 'captured', captured: 1_000_000 },
+        task: { status: 'completed', delivered: 1, actualCredits: 1_000_000, quotedCredits: 1_000_000 },
+      });
+    }
+    const account = await server.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', c.accountId).executeTakeFirstOrThrow();
+    expect(account).toEqual({ balance: 0, totalSpent: 10_000_000 });
+    // Every one of these holds went through the hold batcher (batched, alone, or alone after a refused batch).
+    const after = ledger.holdBatchStats();
+    expect(after.batched + after.singles - before.batched - before.singles).toBe(12);
+  });
+});
+
 describe('streaming (§6.1)', () => {
   it('streams partial images and completed events per image, OpenAI-compatible', async () => {
     const c = await createCustomer(server.db, { balance: 10 });

@@ -79,12 +79,12 @@ export class Settlement {
   ): Promise<boolean> {
     const fileIds = result.files.map((f) => f.id);
     const capture = fileIds.length * task.unitPrice;
-    const done = await this.deps.imageTasks.complete(
-      fenceOf(task),
-      { fileIds, actualCredits: capture, revisedPrompt: result.revisedPrompt, unrecorded: result.unrecorded },
-      (hold) => this.deps.ledger.settlement(hold, capture),
-      attempts,
-    );
+    const completion = { fence: fenceOf(task), fileIds, actualCredits: capture, revisedPrompt: result.revisedPrompt, unrecorded: result.unrecorded, attempts };
+    const settle = (hold: Parameters<LedgerRepository['settlement']>[0]) => this.deps.ledger.settlement(hold, capture);
+    // Every image delivered: the whole hold is captured, and completions arriving together share a statement.
+    const done = await (capture > 0 && capture === task.quotedCredits
+      ? this.deps.imageTasks.completeWhole(completion, settle)
+      : this.deps.imageTasks.complete(completion.fence, completion, settle, attempts));
     if (done) this.deps.log.info({ taskId: task.id, delivered: fileIds.length, n: task.n, capturedMicroCredits: capture }, 'image task completed');
     return done;
   }
