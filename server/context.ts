@@ -54,7 +54,7 @@ import { TaskSweeper } from './services/tasks/task-sweeper.ts';
 import { TaskSweepRepository } from './repositories/task-sweep.repository.ts';
 import { TaskAttemptRepository } from './repositories/task-attempt.repository.ts';
 import { UsageRepository } from './repositories/usage.repository.ts';
-import { registerOperatorGauges } from './metrics.ts';
+import { registerBatchCounters, registerOperatorGauges } from './metrics.ts';
 import { SweeperRepository } from './repositories/sweeper.repository.ts';
 
 export interface Services {
@@ -269,5 +269,6 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
   });
   const usage = new UsageRepository(db);
   registerOperatorGauges(metrics.registry, () => usage.operatorStats());
+  registerBatchCounters(metrics.registry, { hold: () => repositories.ledger.holdBatchStats(), completion: () => repositories.imageTasks.completionBatchStats() });
   return Object.freeze({ config, log, metrics, services: Object.freeze(services), repositories, providers, pool, settlement, runners, notifier, mediaStore: store, mediaSweeper, taskSweeper });
 }

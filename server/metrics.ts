@@ -161,3 +161,52 @@ export function registerOperatorGauges(registry: Registry, source: OperatorGauge
     },
   });
 }
+
+/** What a statement batcher did (StatementBatcher.stats): batch statements, requests they carried, requests run alone, batches that fell back. */
+export interface BatchStats {
+  batches: number;
+  batched: number;
+  singles: number;
+  fallbacks: number;
+}
+
+/**
+ * Counters of this process's group commit (db/statement-batcher.ts), read when /metrics is scraped:
+ * per statement (`hold`, `completion`), the requests that went in a shared statement or alone, and
+ * the shared statements and the ones that fell back to a statement per request.
+ */
+export function registerBatchCounters(registry: Registry, sources: Record<'hold' | 'completion', () => BatchStats>): void {
+  const each = (read: (s: BatchStats) => number) =>
+    function (this: Counter<'statement'>) {
+      this.reset();
+      for (const [statement, source] of Object.entries(sources)) this.inc({ statement }, read(source()));
+    };
+  new Counter({
+    name: 'mediagate_db_batch_statements_total',
+    help: 'Statements that carried the holds or completions of several requests (group commit).',
+    labelNames: ['statement'],
+    registers: [registry],
+    collect: each((s) => s.batches),
+  });
+  new Counter({
+    name: 'mediagate_db_batched_requests_total',
+    help: 'Holds or completions that went out in a shared statement.',
+    labelNames: ['statement'],
+    registers: [registry],
+    collect: each((s) => s.batched),
+  });
+  new Counter({
+    name: 'mediagate_db_unbatched_requests_total',
+    help: 'Holds or completions that the batcher ran in a statement of their own (alone, or after their batch fell back).',
+    labelNames: ['statement'],
+    registers: [registry],
+    collect: each((s) => s.singles),
+  });
+  new Counter({
+    name: 'mediagate_db_batch_fallbacks_total',
+    help: 'Shared statements that wrote nothing (a request refused, a conflict, an error), whose requests then ran alone.',
+    labelNames: ['statement'],
+    registers: [registry],
+    collect: each((s) => s.fallbacks),
+  });
+}

@@ -305,6 +305,10 @@ describe('requests arriving together (group commit, db/statement-batcher.ts)', (
     // Every one of these holds went through the hold batcher (batched, alone, or alone after a refused batch).
     const after = ledger.holdBatchStats();
     expect(after.batched + after.singles - before.batched - before.singles).toBe(12);
+    // /metrics shows the same counts.
+    const metric = async (name: string) => Number(new RegExp(`${name}\\{statement="hold"\\} (\\d+)`).exec(await server.ctx.metrics.registry.getSingleMetricAsString(name))?.[1]);
+    expect(await metric('mediagate_db_batched_requests_total')).toBe(after.batched);
+    expect(await metric('mediagate_db_unbatched_requests_total')).toBe(after.singles);
   });
 });
 
