@@ -18,7 +18,7 @@ import { runInflight } from './bench/inflight.ts';
 import { runProxy } from './bench/proxy.ts';
 import { reportRenderSoak, runRenderSoak } from './bench/render-soak.ts';
 import { buildServer } from './bench/server-command.ts';
-import { compareHolds } from './bench/hold.ts';
+import { compareGroupCommit, compareHolds } from './bench/hold.ts';
 import { runLoad, type LoadSpec } from './bench/load.ts';
 import { formatQueryCounts, installQueryCounter, queryCounts, resetQueryCounts } from './bench/query-counter.ts';
 import { SUMMARY_HEADER, summaryRow, table, type Summary } from './bench/stats.ts';
@@ -67,6 +67,9 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
                  (\`npm run build\` first, then node dist/server/main.js): the default
   --quick        proxy: only the Portkey comparison and the first partial (no floors, resize or
                  memory run), for iterating on the image path
+  --crash-soak N proxy: no measurement; N cycles of 1 s at concurrency 1, --crash-soak-idle seconds
+                 idle (default 5), 2 s at --connections on --keys keys: the pattern after which the
+                 server died of SIGSEGV (docs/BENCHMARKS.md); ends at the first death
   --tsx          bigbody, inflight, proxy: run the server from the TypeScript sources through tsx instead
   proxy: --duration is per side and concurrency level, in two ABBA halves (default 10), --connections
   the high level (default 16 for proxy; the low one is 1) and the memory run's concurrency, --warmup
@@ -108,6 +111,8 @@ function parseCli(argv: string[]): {
   cpuProfDir: string | undefined;
   built: boolean;
   quick: boolean;
+  crashSoak: number | undefined;
+  crashSoakIdleMs: number;
   store: 'fs' | 's3';
   node: string | undefined;
   help: boolean;
@@ -133,6 +138,8 @@ function parseCli(argv: string[]): {
       built: { type: 'boolean', default: true },
       tsx: { type: 'boolean', default: false },
       quick: { type: 'boolean', default: false },
+      'crash-soak': { type: 'string' },
+      'crash-soak-idle': { type: 'string', default: '5' },
       store: { type: 'string', default: 'fs' },
       node: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
@@ -167,6 +174,8 @@ function parseCli(argv: string[]): {
     cpuProfDir: values['cpu-prof'],
     built: values.built && !values.tsx,
     quick: values.quick,
+    crashSoak: values['crash-soak'] === undefined ? undefined : Math.round(number('crash-soak', values['crash-soak'], 1, 100000)),
+    crashSoakIdleMs: number('crash-soak-idle', values['crash-soak-idle'], 0, 600) * 1000,
     store: values.store,
     node: values.node,
     help: values.help,
@@ -262,7 +271,7 @@ async function main(): Promise<number> {
         continue;
       }
       if (scenario === 'proxy') {
-        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections: cli.proxyConnections, partials: cli.partials, rssRounds: cli.rssRounds, rssConnections: cli.rssConnections, keys: cli.keys, cpuProfDir: cli.cpuProfDir, built: cli.built, quick: cli.quick, ...serverEnv() }, (line) => console.log(line));
+        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections: cli.proxyConnections, partials: cli.partials, rssRounds: cli.rssRounds, rssConnections: cli.rssConnections, keys: cli.keys, cpuProfDir: cli.cpuProfDir, built: cli.built, quick: cli.quick, crashSoak: cli.crashSoak, crashSoakIdleMs: cli.crashSoakIdleMs, ...serverEnv() }, (line) => console.log(line));
         rows.push(...r.rows);
         if (r.failed) failed = true;
         continue;
@@ -333,6 +342,20 @@ async function main(): Promise<number> {
         rows.push({ scenario: 'hold (1 statement)', summary: one.summary, sqlPerOp: one.queries.total / Math.max(one.summary.count, 1) });
         rows.push({ scenario: 'hold (BEGIN..COMMIT)', summary: tx.summary, sqlPerOp: tx.queries.total / Math.max(tx.summary.count, 1) });
         rows.push({ scenario: 'hold (1, unflushed)', summary: unflushed.summary, sqlPerOp: unflushed.queries.total / Math.max(unflushed.summary.count, 1) });
+        const grouped = await compareGroupCommit(holdDb, 'mediagate-bench-hold', holdCustomer, connections, durationMs, MAX_OPS);
+        const alone = grouped.alone;
+        const shared = grouped['group commit'];
+        console.log(`  a synchronous image's hold (unflushed), ${connections} callers: a statement each (DB_BATCH_MAX=1) vs group commit (db/statement-batcher.ts), ABBA halves`);
+        console.log(indent(table(SUMMARY_HEADER, [summaryRow('a statement each', alone.summary), summaryRow('group commit', shared.summary)])));
+        console.log(
+          `  PostgreSQL backend CPU per hold: ${alone.pgCpuMs.toFixed(3)} ms a statement each vs ${shared.pgCpuMs.toFixed(3)} ms with group commit (${(shared.pgCpuMs / Math.max(alone.pgCpuMs, 1e-9)).toFixed(2)}x; ${shared.holdsPerStatement.toFixed(1)} holds per statement); ${(shared.summary.perSecond / Math.max(alone.summary.perSecond, 1e-9)).toFixed(2)}x the holds/s`,
+        );
+        if (alone.summary.errors + shared.summary.errors > 0) {
+          failed = true;
+          console.log(`  group commit comparison: ${alone.summary.errors} / ${shared.summary.errors} errors`);
+        }
+        rows.push({ scenario: 'image hold, alone', summary: alone.summary, sqlPerOp: 1 });
+        rows.push({ scenario: 'image hold, group commit', summary: shared.summary, sqlPerOp: 1 / Math.max(shared.holdsPerStatement, 1e-9) });
         continue;
       }
 

@@ -4,11 +4,13 @@
  * INSERT ledger_entries / INSERT video_tasks / COMMIT transaction, and the one statement committed
  * without waiting for the WAL flush (HoldCommit 'unflushed', a synchronous image's hold). Same
  * pool, same concurrency, same rows; run in ABCCBA order so no variant profits from a smaller table.
+ * Then a synchronous image's hold, a statement each against the group commit (compareGroupCommit).
  */
+import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
-import { LedgerRepository, type HoldOutcome, type HoldRequest, type TaskInsert } from '../../server/repositories/ledger.repository.ts';
+import { DEFAULT_HOLD_BATCHING, LedgerRepository, type HoldOutcome, type HoldRequest, type TaskInsert } from '../../server/repositories/ledger.repository.ts';
 import { newId } from '../../server/lib/ids.ts';
 import type { Customer } from './database.ts';
 import { queryCounts, resetQueryCounts, type QueryCounts } from './query-counter.ts';
@@ -165,5 +167,113 @@ export async function compareHolds(db: Kysely<DB>, customer: Customer, concurren
     'single statement': result(tallies['single statement']),
     transaction: result(tallies.transaction),
     'single statement, unflushed': result(tallies['single statement, unflushed']),
+  };
+}
+
+/** CPU seconds (user + system) of a process, from its /proc stat file. */
+function cpuSeconds(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return 0; // not on this machine, or gone
+  }
+}
+
+/** CPU seconds of every PostgreSQL backend of the pool (its application_name), by pid. */
+async function backendCpu(db: Kysely<DB>, applicationName: string): Promise<Map<number, number>> {
+  const { rows } = await sql<{ pid: number }>`select pid from pg_stat_activity where application_name = ${applicationName}`.execute(db);
+  return new Map(rows.map(({ pid }) => [pid, cpuSeconds(pid)]));
+}
+
+export interface GroupCommitResult {
+  summary: Summary;
+  /** PostgreSQL backend CPU per hold, ms. */
+  pgCpuMs: number;
+  /** Holds per statement. */
+  holdsPerStatement: number;
+}
+
+/**
+ * A synchronous image's hold (unflushed, as ImageService places it) from `concurrency` callers:
+ * a statement per hold (`DB_BATCH_MAX=1`) against the group commit of db/statement-batcher.ts
+ * (the default), in ABBA halves, with the PostgreSQL backends' CPU per hold.
+ */
+export async function compareGroupCommit(
+  db: Kysely<DB>,
+  applicationName: string,
+  customer: Customer,
+  concurrency: number,
+  durationMs: number,
+  maxOps: number,
+): Promise<Record<'alone' | 'group commit', GroupCommitResult>> {
+  const tallies = { alone: { latencies: [] as number[], errors: 0, seconds: 0, cpu: 0, statements: 0 }, 'group commit': { latencies: [] as number[], errors: 0, seconds: 0, cpu: 0, statements: 0 } };
+  const run = async (variant: 'alone' | 'group commit', ms: number, record: boolean) => {
+    const ledger = new LedgerRepository(db, variant === 'alone' ? false : DEFAULT_HOLD_BATCHING);
+    const tally = record ? tallies[variant] : { latencies: [] as number[], errors: 0, seconds: 0, cpu: 0, statements: 0 };
+    const cpu0 = await backendCpu(db, applicationName);
+    const start = performance.now();
+    const stopAt = start + ms;
+    let last = start;
+    const loop = async () => {
+      while (performance.now() < stopAt && tally.latencies.length < maxOps) {
+        const taskId = newId('img');
+        const t0 = performance.now();
+        try {
+          const { outcome } = await ledger.holdAndInsertTask(
+            { holdId: newId('hold'), accountId: customer.accountId, apiKeyId: customer.apiKeyId, taskId, amount: 1000 },
+            { table: 'imageTasks', row: imageRow(customer, taskId) },
+            undefined,
+            'unflushed',
+          );
+          if (outcome !== 'ok') throw new Error(`hold outcome ${outcome}`);
+          last = performance.now();
+          tally.latencies.push(last - t0);
+        } catch {
+          last = performance.now();
+          tally.errors++;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: concurrency }, loop));
+    tally.seconds += (last - start) / 1000;
+    const cpu1 = await backendCpu(db, applicationName);
+    for (const [pid, s] of cpu1) tally.cpu += s - (cpu0.get(pid) ?? s);
+    const stats = ledger.holdBatchStats();
+    tally.statements += variant === 'alone' ? tally.latencies.length : stats.batches + stats.singles;
+  };
+  await run('alone', 500, false);
+  await run('group commit', 500, false);
+  for (const variant of ['alone', 'group commit', 'group commit', 'alone'] as const) await run(variant, durationMs / 2, true);
+  const result = (t: (typeof tallies)['alone']): GroupCommitResult => ({
+    summary: summarize(t.latencies, t.seconds, t.errors),
+    pgCpuMs: (1000 * t.cpu) / Math.max(1, t.latencies.length),
+    holdsPerStatement: t.latencies.length / Math.max(1, t.statements),
+  });
+  return { alone: result(tallies.alone), 'group commit': result(tallies['group commit']) };
+}
+
+/** The row ImageService inserts for a synchronous text-to-image request. */
+function imageRow(c: Customer, taskId: string) {
+  return {
+    id: taskId,
+    accountId: c.accountId,
+    apiKeyId: c.apiKeyId,
+    groupId: c.groupId,
+    operation: 'generation',
+    model: 'local-image-1',
+    prompt: 'a red fox running through snow',
+    params: JSON.stringify({ size: '1024x1024', outputFormat: 'png', responseFormat: 'b64_json' }),
+    inputFileIds: [],
+    maskFileId: null,
+    n: 1,
+    unitPrice: 1000,
+    quotedCredits: 1000,
+    runAsync: false,
+    attempt: 1,
+    leaseOwner: 'bench',
+    leaseExpiresAt: new Date(Date.now() + 3600_000),
+    memberId: null,
+    memberSlots: 1,
   };
 }

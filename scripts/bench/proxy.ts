@@ -74,6 +74,13 @@ export interface ProxyOptions {
   cpuProfDir?: string;
   /** Only the Portkey comparison and the first partial (no floors, resize or memory run): for iterating. */
   quick?: boolean;
+  /**
+   * Instead of measuring: this many cycles of the pattern after which the server died of SIGSEGV
+   * (docs/BENCHMARKS.md, "A crash found by the bench"): 1 s at concurrency 1, `crashSoakIdleMs`
+   * idle, 2 s at --connections on --keys keys, each on new connections.
+   */
+  crashSoak?: number;
+  crashSoakIdleMs?: number;
 }
 
 export interface ProxyResult {
@@ -475,6 +482,22 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       );
       log(`  Portkey gateway ${PORTKEY_VERSION} (pid ${portkey.pid}) at ${portkey.url}, headers x-portkey-provider: openai, x-portkey-custom-host: ${fake.url}/v1`);
       if (!smoke.identical) failed = true;
+
+      if (opts.crashSoak) {
+        const started = performance.now();
+        for (let cycle = 1; cycle <= opts.crashSoak; cycle++) {
+          const calm = await runWindow(gateway.image, 1, 1000);
+          await new Promise((r) => setTimeout(r, opts.crashSoakIdleMs ?? 5000));
+          const burst = await runWindow(gatewayKeys, opts.connections, 2000);
+          const dead = server.child.exitCode !== null || server.child.signalCode !== null;
+          const bad = [...calm.samples, ...burst.samples].filter((x) => x.error).length;
+          log(`  crash soak cycle ${cycle}/${opts.crashSoak}: ${calm.samples.length} + ${burst.samples.length} requests, ${bad} failed${dead ? ', the server is dead' : ''}`);
+          if (dead) throw new Error(`the server died in crash soak cycle ${cycle}, ${((performance.now() - started) / 1000).toFixed(0)} s in`);
+          if (bad > 0) failed = true;
+        }
+        log(`  crash soak: the server lived through ${opts.crashSoak} cycles (${((performance.now() - started) / 1000).toFixed(0)} s)`);
+        return { failed, rows };
+      }
 
       const measure = async (side: 'direct' | 'gateway' | 'reference' | 'portkey', t: Target, concurrency: number, durationMs: number): Promise<Side> => {
         let fakeElu0 = fake.worker.performance.eventLoopUtilization();
