@@ -1,5 +1,6 @@
 /** Prometheus metrics: one registry per app instance (no global singleton). */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { BatchStats } from './db/statement-batcher.ts';
 
 export interface Metrics {
   registry: Registry;
@@ -160,14 +161,6 @@ export function registerOperatorGauges(registry: Registry, source: OperatorGauge
       if (s) this.set(Math.round(s.oldestNeedsAttentionSeconds));
     },
   });
-}
-
-/** What a statement batcher did (StatementBatcher.stats): batch statements, requests they carried, requests run alone, batches that fell back. */
-export interface BatchStats {
-  batches: number;
-  batched: number;
-  singles: number;
-  fallbacks: number;
 }
 
 /**

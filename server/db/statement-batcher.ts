@@ -32,6 +32,14 @@ export interface BatcherOptions {
   maxBatch: number;
 }
 
+/** What a batcher did: batch statements, the requests they carried, requests run alone, batches that fell back. */
+export interface BatchStats {
+  batches: number;
+  batched: number;
+  singles: number;
+  fallbacks: number;
+}
+
 interface Waiting<I, O> {
   item: I;
   resolve: (out: O) => void;
@@ -43,8 +51,8 @@ export class StatementBatcher<I, O> {
   private inFlight = 0;
   private scheduled = false;
 
-  /** Counters for the bench and the tests: statements sent, requests they carried, batches that fell back. */
-  readonly stats = { batches: 0, batched: 0, singles: 0, fallbacks: 0 };
+  /** Counters for /metrics, the bench and the tests. */
+  readonly stats: BatchStats = { batches: 0, batched: 0, singles: 0, fallbacks: 0 };
 
   constructor(
     private readonly runner: BatchRunner<I, O>,

@@ -8,7 +8,7 @@ import { sql, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, ImageTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
 import { runPrepared } from '../db/prepared.ts';
-import { StatementBatcher, type BatcherOptions } from '../db/statement-batcher.ts';
+import { StatementBatcher, type BatcherOptions, type BatchStats } from '../db/statement-batcher.ts';
 import { afterExists, pageConditions, pageOrder, type AccountPage } from './account-pages.ts';
 import { FileRepository, type FileRow } from './file.repository.ts';
 import { LeasedTasks, type Fence, type HoldSettlement } from './leased-tasks.ts';
@@ -70,7 +70,7 @@ export class ImageTaskRepository {
   }
 
   /** What the completion batcher did (statements, completions they carried, fallbacks), for the bench and tests. */
-  completionBatchStats() {
+  completionBatchStats(): BatchStats {
     return { ...(this.completions?.stats ?? { batches: 0, batched: 0, singles: 0, fallbacks: 0 }) };
   }
 

@@ -19,7 +19,7 @@ import { sql, type Insertable, type Kysely, type RawBuilder, type Selectable } f
 import type { DB, ImageTasks, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
 import { columnsOf, identifierList, runPrepared } from '../db/prepared.ts';
-import { StatementBatcher, type BatcherOptions } from '../db/statement-batcher.ts';
+import { StatementBatcher, type BatcherOptions, type BatchStats } from '../db/statement-batcher.ts';
 
 export interface HoldRequest {
   holdId: string;
@@ -161,9 +161,9 @@ export class LedgerRepository {
   }
 
   /** What the hold batchers did (statements, holds they carried, fallbacks), for the bench and tests. */
-  holdBatchStats(): { batches: number; batched: number; singles: number; fallbacks: number } {
-    const sum = { batches: 0, batched: 0, singles: 0, fallbacks: 0 };
-    for (const b of this.holdBatchers.values()) for (const k of Object.keys(sum) as (keyof typeof sum)[]) sum[k] += b.stats[k];
+  holdBatchStats(): BatchStats {
+    const sum: BatchStats = { batches: 0, batched: 0, singles: 0, fallbacks: 0 };
+    for (const b of this.holdBatchers.values()) for (const k of Object.keys(sum) as (keyof BatchStats)[]) sum[k] += b.stats[k];
     return sum;
   }
 
