@@ -6,13 +6,13 @@
  * pool, same concurrency, same rows; run in ABCCBA order so no variant profits from a smaller table.
  * Then a synchronous image's hold, a statement each against the group commit (compareGroupCommit).
  */
-import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import { DEFAULT_HOLD_BATCHING, LedgerRepository, type HoldOutcome, type HoldRequest, type TaskInsert } from '../../server/repositories/ledger.repository.ts';
 import { newId } from '../../server/lib/ids.ts';
 import type { Customer } from './database.ts';
+import { cpuOf } from './proxy.ts';
 import { queryCounts, resetQueryCounts, type QueryCounts } from './query-counter.ts';
 import { summarize, type Summary } from './stats.ts';
 
@@ -170,13 +170,12 @@ export async function compareHolds(db: Kysely<DB>, customer: Customer, concurren
   };
 }
 
-/** CPU seconds (user + system) of a process, from its /proc stat file. */
+/** CPU seconds of a process (0 when it is gone or not on this machine). */
 function cpuSeconds(pid: number): number {
   try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100;
+    return cpuOf(`/proc/${pid}/stat`);
   } catch {
-    return 0; // not on this machine, or gone
+    return 0;
   }
 }
 

@@ -295,7 +295,7 @@ async function runRounds(t: Target, concurrency: number, rounds: number): Promis
 const CLK_TCK = 100;
 
 /** CPU seconds (user + system) from a `stat` file: fields 14 and 15, at 11 and 12 after the command name. */
-function cpuOf(statFile: string): number {
+export function cpuOf(statFile: string): number {
   const stat = readFileSync(statFile, 'utf8').split(') ')[1]!.split(' ');
   return (Number(stat[11]) + Number(stat[12])) / CLK_TCK;
 }
