@@ -4,7 +4,7 @@
  * native encoder, interleaved frame by frame into one file.
  */
 import { Encoder, Muxer } from 'node-av/api';
-import { Codec, Frame, Log, Rational } from 'node-av/lib';
+import { Codec, FFmpegError, Frame, Log, Rational } from 'node-av/lib';
 import type { Packet } from 'node-av/lib';
 import {
   AVFMT_FLAG_CUSTOM_IO,
@@ -52,7 +52,7 @@ export interface Mp4WriterOptions {
 export interface Mp4Writer {
   /** Encodes YUV 4:2:0 frame `index`, then the audio up to that frame's end (to keep the streams interleaved). */
   writeFrame(yuv: Buffer, index: number): Promise<void>;
-  /** Flushes the encoders, writes the remaining audio and closes the file. */
+  /** Flushes the encoders, writes the remaining audio and the trailer, and closes the file; rejects when any of it could not be written. */
   finish(): Promise<void>;
   /** Releases the encoders and, if finish() did not run, closes the file ignoring errors. */
   close(): Promise<void>;
@@ -69,6 +69,31 @@ export interface Mp4Writer {
 async function closeMuxer(mux: Muxer): Promise<void> {
   mux.getFormatContext().clearFlags(AVFMT_FLAG_CUSTOM_IO);
   await mux.close();
+}
+
+/** The Muxer's own bookkeeping (node-av 6.1), which close() reads to decide whether to write the trailer. */
+interface MuxerProgress {
+  headerWritten: boolean;
+  trailerWritten: boolean;
+}
+
+/**
+ * Writes the file's trailer (the moov index, and with `+faststart` the rewrite that moves it to the
+ * front) and fails when it could not be written. Muxer.close() writes a missing trailer itself but
+ * ignores its result, and av_write_trailer is also where the last buffered bytes are flushed: a
+ * full disk there would leave a truncated MP4 that looked finished. Marks the trailer written so
+ * that close() does not write it a second time.
+ */
+async function writeTrailer(mux: Muxer): Promise<void> {
+  const progress = mux as unknown as MuxerProgress;
+  if (typeof progress.headerWritten !== 'boolean' || typeof progress.trailerWritten !== 'boolean') {
+    throw new Error('node-av Muxer keeps no headerWritten/trailerWritten: check writeTrailer() in mp4-encoder.ts against this version');
+  }
+  // Packets wait in the muxer until every stream has produced one; without a header none reached the file.
+  if (!progress.headerWritten) throw new Error('the MP4 has no header: no packet reached the muxer');
+  const ret = await mux.getFormatContext().writeTrailer();
+  progress.trailerWritten = true;
+  FFmpegError.throwIfError(ret, 'writing the MP4 trailer');
 }
 
 /** Opens `path` for writing; on failure, whatever was already opened is released again. */
@@ -174,8 +199,12 @@ export async function openMp4Writer(path: string, opts: Mp4WriterOptions): Promi
         await pushAudioUntil(totalSamples);
         await write(await aenc.encodeAll(null), aIndex);
       }
-      await closeMuxer(openMux);
-      mux = null;
+      try {
+        await writeTrailer(openMux);
+      } finally {
+        await closeMuxer(openMux);
+        mux = null;
+      }
     },
     close,
   };
