@@ -3,7 +3,8 @@
  * request id -> access log + metrics (on finish) -> admin/metrics gates -> credentials (before any
  * body is read) -> requests per minute of generations (http/request-rate.ts, before any body too)
  * -> streamed media bodies and uploads -> multipart edits (under a large-body byte
- * budget) -> JSON parser -> NUL guard -> openapi validator (route match,
+ * budget) -> JSON parser -> NUL guard -> valid JSON image generations to their handler
+ * (http/generation-fast-path.ts) -> openapi validator (route match,
  * security, request validation, response validation) -> handlers mounted from the spec -> one
  * error middleware for everything.
  */
@@ -16,6 +17,7 @@ import type { AppContext } from './context.ts';
 import { ApiError } from './errors.ts';
 import { accessLog } from './http/access-log.ts';
 import { taskPollFastPath } from './http/task-poll.ts';
+import { IMAGE_GENERATION_PATH, imageGenerationFastPath } from './http/generation-fast-path.ts';
 import { consoleRouter } from './http/console.ts';
 import { errorMiddleware, rememberAuthError } from './http/error-middleware.ts';
 import type { HandlerMap } from './http/types.ts';
@@ -57,6 +59,8 @@ export interface CreateAppOptions {
   /** Validate every response against the contract (tests, VALIDATE_RESPONSES=1). */
   validateResponses?: boolean;
   spec?: OpenApiDocument;
+  /** false: image generations meet the validator too (the fast path's differential test). */
+  generationFastPath?: boolean;
 }
 
 export function createApp(ctx: AppContext, handlers: HandlerMap, options: CreateAppOptions = {}): express.Express {
@@ -152,6 +156,9 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   );
   app.use(express.json({ limit: config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));
   app.use(rejectNulCharacters);
+  // A valid JSON image generation goes to its handler from here (http/generation-fast-path.ts);
+  // every other request, and any generation the operation's schema refuses, meets the validator.
+  if (options.generationFastPath !== false) app.post(IMAGE_GENERATION_PATH, imageGenerationFastPath(spec, handlers.createImage));
 
   cacheValidatorRouteMatchers();
   app.use(
