@@ -13,6 +13,7 @@ import { EmbeddedPostgresError, startEmbeddedPostgres } from './db/embedded.ts';
 import { migrateToLatest } from './db/migrate.ts';
 import { seedDemoData } from './db/seed-demo.ts';
 import { createHandlers } from './http/handlers.ts';
+import { nodeRuntimeWarning } from './lib/node-runtime.ts';
 import { loadSecretKey } from './lib/secret-box.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { createMetrics } from './metrics.ts';
@@ -35,6 +36,8 @@ async function listen(server: Server, config: Config): Promise<string> {
 }
 
 export async function startServer(config: Config, log: Logger): Promise<RunningServer> {
+  const runtimeWarning = nodeRuntimeWarning();
+  if (runtimeWarning) log.warn({ node: process.versions.node }, runtimeWarning);
   let stopEmbedded: (() => Promise<void>) | undefined;
   let databaseUrl = config.databaseUrl;
   if (!databaseUrl) {

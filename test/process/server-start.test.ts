@@ -64,6 +64,10 @@ describe('npm start on a fresh machine', () => {
     expect(consolePage.status).toBe(200);
     expect(await consolePage.text()).toContain('<div id="root"');
 
+    // On Node 20 the start says once that it should run on Node 22 or 24 (server/lib/node-runtime.ts).
+    const runtimeWarnings = first.stdout().match(/"level":40[^\n]*past its end of life/g) ?? [];
+    expect(runtimeWarnings.length).toBe(Number(process.versions.node.split('.')[0]) < 22 ? 1 : 0);
+
     // The key was printed once on stdout and never logged.
     expect(first.stdout().split(key!).length - 1).toBe(1);
     expect(first.stderr()).not.toContain(key!);
