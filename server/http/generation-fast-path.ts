@@ -2,7 +2,8 @@
  * `POST /v1/images/generations`, the request the gateway exists for, handed to its handler without
  * the contract validator's per-request machinery (a scan of every route of the contract, a
  * parameter mutator built per request, the headers validated with coercion, the router's remaining
- * layers): about a third of a millisecond of the main thread per request on the bench machine.
+ * layers): 0.1–0.2 ms of the main thread per request on the bench machine (docs/BENCHMARKS.md,
+ * fifth look).
  *
  * Only a request the validator would pass unchanged takes this path, decided by the operation's own
  * schema from the same bundled contract:
