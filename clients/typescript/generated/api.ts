@@ -1658,6 +1658,13 @@ export interface paths {
          *     continue strictly after the previous page's last entry, so entries written meanwhile never
          *     shift them. Send the same filters with every page.
          *
+         *     An entry's id is drawn while its statement runs and the entry is listed once that statement
+         *     commits, a few milliseconds later, so concurrent writes can become visible out of id order: a
+         *     page read meanwhile lacks an entry that a later read shows below entries already listed. For a
+         *     complete listing of a period, read it once the period is a minute or more in the past
+         *     (`created_before`); to follow new entries, re-read from the newest with an overlap of that
+         *     minute and skip the ids already seen.
+         *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
          */
