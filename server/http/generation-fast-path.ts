@@ -10,9 +10,9 @@
  * - the path exactly, without a query string (the validator rejects unknown query parameters, and
  *   this operation has none);
  * - a JSON body (`application/json`, optionally `; charset=utf-8`; express.json has parsed it and
- *   the NUL guard has passed it) that the request body's schema accepts, compiled with the
- *   validator's own Ajv settings (JSON Schema 2020-12 as for an OpenAPI 3.1 contract, no type
- *   coercion, defaults filled in, nothing removed), so the handler sees the same body;
+ *   the NUL guard has passed it) that the request body's schema accepts, compiled as the validator
+ *   compiles it (contract-schemas.ts: defaults filled in, no coercion), so the handler sees the
+ *   same body;
  * - the operation's one header parameter (`Prefer`) absent or within its 256 characters;
  * - the caller authenticated already (the credentials middleware, before any body is read).
  *
@@ -22,7 +22,8 @@
  * test/http/generation-fast-path.test.ts checks the two against each other, body by body.
  */
 import type { NextFunction, Request, Response } from 'express';
-import { Ajv2020 } from 'ajv/dist/2020.js';
+import type { ValidateFunction } from 'ajv/dist/2020.js';
+import { contractSchema } from '../contract-schemas.ts';
 import type { OpenApiDocument } from '../openapi.ts';
 import { hasAuth } from './auth.ts';
 import type { HandlerMap } from './types.ts';
@@ -30,42 +31,16 @@ import type { HandlerMap } from './types.ts';
 export const IMAGE_GENERATION_PATH = '/v1/images/generations';
 const JSON_TYPE = /^application\/json\s*(?:;\s*charset\s*=\s*"?utf-8"?\s*)?$/i;
 
-type Operation = {
-  operationId?: string;
-  parameters?: { $ref?: string; in?: string; name?: string; schema?: { type?: string; maxLength?: number } }[];
-  requestBody?: { content?: Record<string, { schema?: unknown }> };
-};
+type Parameter = { $ref?: string; in?: string; name?: string; schema?: { type?: string; maxLength?: number } };
+type Operation = { parameters?: Parameter[]; requestBody?: { content?: Record<string, { schema?: unknown }> } };
 
-/** The JSON body schema of `method path`, compiled as the validator compiles it (see the module comment). */
-export function compileRequestBody(spec: OpenApiDocument, path: string, method: 'post'): (body: unknown) => boolean {
+/** The JSON body schema of `method path`, compiled as the validator compiles it (contract-schemas.ts). */
+export function compileRequestBody(spec: OpenApiDocument, path: string, method: 'post'): ValidateFunction {
   const operation = spec.paths[path]?.[method] as Operation | undefined;
-  const schema = operation?.requestBody?.content?.['application/json']?.schema;
-  if (!schema) throw new Error(`the contract has no JSON body for ${method.toUpperCase()} ${path}`);
-  const ajv = new Ajv2020({
-    strict: false,
-    strictNumbers: true,
-    strictTuples: true,
-    allowUnionTypes: false,
-    validateSchema: false,
-    coerceTypes: false,
-    useDefaults: true,
-    removeAdditional: false,
-    validateFormats: true,
-    // A `format` in this schema would need the validator's formats too: Ajv only warns of a format
-    // it does not know and lets any value through, so compiling throws instead, and such a change
-    // to the contract is noticed at start.
-    logger: {
-      log: () => undefined,
-      warn: (...args: unknown[]) => {
-        if (String(args[0]).includes('unknown format')) throw new Error(`generation fast path: ${String(args[0])}`);
-        console.warn(...args);
-      },
-      error: (...args: unknown[]) => console.error(...args),
-    },
-  });
-  ajv.addSchema({ ...spec, $id: 'contract' } as object);
-  const ref = (schema as { $ref?: string }).$ref;
-  return ajv.compile(ref?.startsWith('#') ? { $ref: `contract${ref}` } : (schema as object));
+  const ref = (operation?.requestBody?.content?.['application/json']?.schema as { $ref?: string } | undefined)?.$ref;
+  const name = ref?.startsWith('#/components/schemas/') ? ref.slice('#/components/schemas/'.length) : undefined;
+  if (!name) throw new Error(`the contract has no JSON body schema in components for ${method.toUpperCase()} ${path}`);
+  return contractSchema(name, spec);
 }
 
 /** The operation's header parameters, resolved; the fast path knows how to check a bounded string. */
@@ -73,7 +48,7 @@ function headerLimits(spec: OpenApiDocument, path: string): Map<string, number> 
   const operation = spec.paths[path]?.post as Operation | undefined;
   const limits = new Map<string, number>();
   for (const p of operation?.parameters ?? []) {
-    const param = p.$ref ? ((spec.components as { parameters?: Record<string, Operation['parameters'] & object> }).parameters?.[p.$ref.split('/').pop()!] as typeof p) : p;
+    const param = p.$ref ? (spec.components as { parameters?: Record<string, Parameter> }).parameters?.[p.$ref.split('/').pop()!] : p;
     if (param?.in !== 'header' || param.schema?.type !== 'string' || param.schema.maxLength === undefined) {
       throw new Error(`${path}: a parameter the generation fast path cannot check (${JSON.stringify(param)})`);
     }
