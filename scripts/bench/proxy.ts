@@ -311,8 +311,11 @@ function procStatus(pid: number): { rss: number; hwm: number; cpu: number; mainC
  * CPU seconds of the PostgreSQL backends serving the server's pool, by pid (PostgreSQL on this
  * machine only: their /proc entries; an empty map otherwise).
  */
-async function pgBackendCpu(db: Kysely<DB>): Promise<Map<number, number>> {
-  const { rows } = await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database() and application_name like 'mediagate-%' and application_name not like 'mediagate-bench%'`.execute(db);
+async function pgBackendCpu(db: Kysely<DB>, of: 'server' | 'relay' = 'server'): Promise<Map<number, number>> {
+  const { rows } =
+    of === 'server'
+      ? await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database() and application_name like 'mediagate-%' and application_name not like 'mediagate-bench%'`.execute(db)
+      : await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database() and application_name = 'mediagate-bench-relay'`.execute(db);
   const out = new Map<number, number>();
   for (const { pid } of rows) {
     try {
@@ -352,10 +355,10 @@ async function metricSum(url: string, token: string, name: string): Promise<numb
 
 /** What one side did during its windows, besides latencies. */
 interface SideCost {
-  /** Server CPU seconds, all threads and the main thread's (Mediagate side only). */
+  /** Server CPU seconds, all threads and the main thread's (Mediagate, Portkey and the durable relay's sides). */
   serverCpu: number;
   serverMainCpu: number;
-  /** CPU seconds of the PostgreSQL backends of the server's pool (Mediagate side only). */
+  /** CPU seconds of the PostgreSQL backends of the server's pool (Mediagate and the durable relay's sides). */
   pgCpu: number;
   /** Share of all cores busy (server, PostgreSQL, fake, load generator, kernel). */
   machineBusy: number;
@@ -499,15 +502,18 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         return { failed, rows };
       }
 
-      const measure = async (side: 'direct' | 'gateway' | 'reference' | 'portkey', t: Target, concurrency: number, durationMs: number): Promise<Side> => {
+      /** `relayPid`: a reference relay whose process and PostgreSQL backends are measured (the durable relay). */
+      const measure = async (side: 'direct' | 'gateway' | 'reference' | 'portkey', t: Target, concurrency: number, durationMs: number, relayPid?: number): Promise<Side> => {
         let fakeElu0 = fake.worker.performance.eventLoopUtilization();
         let loadElu0 = performance.eventLoopUtilization();
         let before: { cpu: number; mainCpu: number; sql: number; pg: Map<number, number> } | undefined;
         let conns0 = 0;
         let machine0 = machineCpu();
         let pk0 = { cpu: 0, mainCpu: 0 };
+        let relay0: { cpu: number; mainCpu: number; pg: Map<number, number> } | undefined;
         const window = await runWindow(t, concurrency, durationMs, async () => {
           if (side === 'portkey') pk0 = procStatus(portkey.pid);
+          if (side === 'reference' && relayPid !== undefined) relay0 = { ...procStatus(relayPid), pg: await pgBackendCpu(db, 'relay') };
           if (side === 'gateway') before = { ...procStatus(pid), sql: await metricSum(server.url, metricsToken, 'mediagate_db_queries_total'), pg: await pgBackendCpu(db) };
           conns0 = (await fake.stats()).connections;
           fakeElu0 = fake.worker.performance.eventLoopUtilization();
@@ -523,6 +529,12 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
           const after = procStatus(portkey.pid);
           cost.serverCpu = after.cpu - pk0.cpu;
           cost.serverMainCpu = after.mainCpu - pk0.mainCpu;
+        }
+        if (relay0 && relayPid !== undefined) {
+          const after = procStatus(relayPid);
+          cost.serverCpu = after.cpu - relay0.cpu;
+          cost.serverMainCpu = after.mainCpu - relay0.mainCpu;
+          cost.pgCpu = cpuDelta(relay0.pg, await pgBackendCpu(db, 'relay'));
         }
         if (before) {
           const after = procStatus(pid);
@@ -546,12 +558,12 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
        * Several sides in the same windows: direct, then each side, then the same in reverse order
        * (A B C C B A), each half `durationMs / 2`; the first side is the direct one.
        */
-      const abba = async (sides: { kind: 'direct' | 'gateway' | 'reference' | 'portkey'; t: Target }[], concurrency: number): Promise<Side[]> => {
+      const abba = async (sides: { kind: 'direct' | 'gateway' | 'reference' | 'portkey'; t: Target; pid?: number }[], concurrency: number): Promise<Side[]> => {
         const half = opts.durationMs / 2;
         const first: Side[] = [];
-        for (const side of sides) first.push(await measure(side.kind, side.t, concurrency, half));
+        for (const side of sides) first.push(await measure(side.kind, side.t, concurrency, half, side.pid));
         const second: Side[] = [];
-        for (const side of [...sides].reverse()) second.unshift(await measure(side.kind, side.t, concurrency, half));
+        for (const side of [...sides].reverse()) second.unshift(await measure(side.kind, side.t, concurrency, half, side.pid));
         return first.map((a, i) => merge(a, second[i]!));
       };
 
@@ -575,14 +587,15 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       const latency: { concurrency: number; pair: Pair; portkey: Side; durable: Side; manyKeys?: Side }[] = [];
       // The durable reference relay (the least a gateway that holds, stores and settles does) in the
       // same windows: the floor of both the latency and the throughput on this machine.
-      const durableImage = { ...direct.image, url: new URL('/v1/images/generations', relays.find((r) => r.label === 'durable relay')!.url) };
+      const durableRelay = relays.find((r) => r.label === 'durable relay')!;
+      const durableImage = { ...direct.image, url: new URL('/v1/images/generations', durableRelay.url) };
       for (const concurrency of levels) {
         const manyKeys = concurrency > 1 && keys.length > 1;
         const [d, pk, dr, g, gk] = await abba(
           [
             { kind: 'direct', t: direct.image },
             { kind: 'portkey', t: viaPortkey.image },
-            { kind: 'reference', t: durableImage },
+            { kind: 'reference', t: durableImage, pid: durableRelay.pid },
             { kind: 'gateway', t: gateway.image },
             ...(manyKeys ? [{ kind: 'gateway' as const, t: gatewayKeys }] : []),
           ],
@@ -593,7 +606,9 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         log(`\n  n=1 1024x1024 PNG, concurrency ${concurrency}, direct / Portkey / durable relay / Mediagate${gk ? ` one key / Mediagate ${keys.length} keys` : ''} in the same windows (ABBA, ${opts.durationMs / 2000} s per half):`);
         log(indent(multiTable(d!, [['through Portkey', pk!], ['durable relay (floor)', dr!], ['Mediagate, one key', g!], ...(gk ? [[`Mediagate, ${keys.length} keys`, gk] as [string, Side]] : [])]), 4));
         for (const line of costLines(p, idleSqlPerSecond)) log(`    ${line}`);
-        log(`    Portkey per request: ${((1000 * pk!.cost.serverCpu) / Math.max(1, ok(pk!.window).length)).toFixed(2)} ms CPU, ${((1000 * pk!.cost.serverMainCpu) / Math.max(1, ok(pk!.window).length)).toFixed(2)} ms of it on the main thread`);
+        const perRequest = (side: Side, v: number) => ((1000 * v) / Math.max(1, ok(side.window).length)).toFixed(2);
+        log(`    Portkey per request: ${perRequest(pk!, pk!.cost.serverCpu)} ms CPU, ${perRequest(pk!, pk!.cost.serverMainCpu)} ms of it on the main thread`);
+        log(`    durable relay per request: ${perRequest(dr!, dr!.cost.serverCpu)} ms CPU, ${perRequest(dr!, dr!.cost.serverMainCpu)} ms of it on the main thread, ${perRequest(dr!, dr!.cost.pgCpu)} ms CPU in PostgreSQL backends`);
         if (gk) for (const line of costLines({ direct: d!, gateway: gk }, idleSqlPerSecond)) log(`    ${keys.length} keys: ${line}`);
       }
 
@@ -612,7 +627,6 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       // sharp alone doing the same work (decode the 1024x1024 PNG, resize, encode PNG) in this
       // process; the server's event-loop delay (max, from its metrics) shows whether it blocks.
       if (opts.quick) {
-        const durableRelay = relays.find((r) => r.label === 'durable relay')!;
         const [qD, qR, qG] = await abba([{ kind: 'direct', t: direct.stream }, { kind: 'reference', t: { ...direct.stream, url: new URL('/v1/images/generations', durableRelay.url) } }, { kind: 'gateway', t: gateway.stream }], 1);
         log(`\n  streaming, partial_images ${opts.partials}, concurrency 1, direct / durable relay / Mediagate (ABBA, ${opts.durationMs / 2000} s per half):`);
         log(indent(multiTable(qD!, [['durable relay', qR!], ['through Mediagate', qG!]], true), 4));
@@ -653,7 +667,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
 
       // Streaming: Portkey drops `stream` (it answers the whole JSON), so Mediagate's first partial
       // image is compared with the durable reference relay's, in the same windows.
-      const durable = relays.find((r) => r.label === 'durable relay')!;
+      const durable = durableRelay;
       const [sD, sR, sG] = await abba([{ kind: 'direct', t: direct.stream }, { kind: 'reference', t: { ...direct.stream, url: new URL('/v1/images/generations', durable.url) } }, { kind: 'gateway', t: gateway.stream }], 1);
       const streamPair = { direct: sD!, gateway: sG! };
       const streamFloor = { direct: sD!, gateway: sR! };
@@ -857,7 +871,7 @@ function multiTable(direct: Side, sides: [string, Side][], streaming = false): s
 }
 
 /** Starts a reference relay (relay-server.ts) as its own process, from the build with `--built`. */
-async function startRelay(opts: ProxyOptions, upstream: string, mode: RelayMode, databaseUrl?: string): Promise<{ url: string; stop(): Promise<void> }> {
+async function startRelay(opts: ProxyOptions, upstream: string, mode: RelayMode, databaseUrl?: string): Promise<{ url: string; pid: number; stop(): Promise<void> }> {
   const entry = opts.built ? ['dist/scripts/bench/relay-server.js'] : ['--import', 'tsx', 'scripts/bench/relay-server.ts'];
   const child = spawn(process.execPath, [...entry, upstream, mode, ...(databaseUrl ? [databaseUrl] : [])], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'inherit'] });
   const url = await new Promise<string>((resolve, reject) => {
@@ -871,6 +885,7 @@ async function startRelay(opts: ProxyOptions, upstream: string, mode: RelayMode,
   });
   return {
     url,
+    pid: child.pid!,
     stop: () =>
       new Promise<void>((resolve) => {
         if (child.exitCode !== null) return resolve();
