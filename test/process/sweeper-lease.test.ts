@@ -3,18 +3,20 @@
  * taken by separate processes as separate instances take it: no two ever hold it at once, and a
  * process killed while holding it keeps it from the others only until it runs out.
  */
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 let t: TestDatabase;
+const children: ChildProcess[] = [];
 
 beforeAll(async () => {
   t = await createTestDatabase();
 });
 afterAll(async () => {
+  for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
   await t?.destroy();
 });
 
@@ -24,11 +26,14 @@ interface Worker {
   /** Resolves with the first line that satisfies `test`. */
   line(test: (l: Record<string, unknown>) => boolean): Promise<Record<string, unknown>>;
   exited: Promise<number | null>;
+  /** Writes one line to its stdin. */
+  go(): void;
   kill(): void;
 }
 
 function worker(...args: string[]): Worker {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/sweeper-lease-worker.ts', t.url, ...args], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/sweeper-lease-worker.ts', t.url, ...args], { cwd: repoRoot, stdio: ['pipe', 'pipe', 'pipe'] });
+  children.push(child);
   const lines: Record<string, unknown>[] = [];
   const waiting: { test: (l: Record<string, unknown>) => boolean; resolve: (l: Record<string, unknown>) => void }[] = [];
   let out = '';
@@ -57,6 +62,7 @@ function worker(...args: string[]): Worker {
       return found ? Promise.resolve(found) : new Promise((resolve) => waiting.push({ test, resolve }));
     },
     exited,
+    go: () => child.stdin.end('go\n'),
     kill: () => child.kill('SIGKILL'),
   };
 }
@@ -70,9 +76,11 @@ const micros = (text: unknown) => {
 describe('sweeper lease across processes', () => {
   it('four processes taking it over and over never hold it at the same time', async () => {
     const workers = ['a', 'b', 'c', 'd'].map((owner) => worker('contended', `owner_${owner}`, 'loop', '100', '10000', '3'));
+    await Promise.all(workers.map((w) => w.line((l) => l.ready === true)));
+    for (const w of workers) w.go();
     expect(await Promise.all(workers.map((w) => w.exited))).toEqual([0, 0, 0, 0]);
     const runs = workers
-      .flatMap((w) => w.lines)
+      .flatMap((w) => w.lines.filter((l) => l.from !== undefined))
       .map((l) => ({ owner: l.owner as string, from: micros(l.from), to: micros(l.to) }))
       .sort((x, y) => x.from - y.from);
     // Every process got it at some point, and there were many hand-overs to check.

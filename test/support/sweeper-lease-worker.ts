@@ -3,7 +3,8 @@
  * SweeperRepository (the statement the task and media sweepers run), as another instance would.
  *
  *   sweeper-lease-worker.ts <database url> <name> <owner> loop <runs> <lease ms> <hold ms>
- *     tries `runs` times; each time it holds the lease it reads PostgreSQL's clock when the run
+ *     prints {"owner","ready":true}, waits for a line on stdin (so that every process starts at
+ *     once), then tries `runs` times; each time it holds the lease it reads PostgreSQL's clock when the run
  *     begins and when it ends (`hold ms` later), prints {"owner","from","to"} as one JSON line,
  *     and releases the lease as a finished run does.
  *   sweeper-lease-worker.ts <database url> <name> <owner> hold <lease ms>
@@ -24,6 +25,11 @@ const print = (line: unknown) => process.stdout.write(`${JSON.stringify(line)}\n
 
 if (mode === 'loop') {
   const [runs, leaseMs, holdMs] = rest.map(Number) as [number, number, number];
+  // Connected and ready; all processes start together once the test writes a line to each.
+  await clock();
+  print({ owner, ready: true });
+  await new Promise((resolve) => process.stdin.once('data', resolve));
+  process.stdin.pause();
   for (let i = 0; i < runs; i++) {
     if (await sweepers.take(name, owner, leaseMs)) {
       const from = await clock();
