@@ -13,7 +13,7 @@ import { EmbeddedPostgresError, startEmbeddedPostgres } from './db/embedded.ts';
 import { migrateToLatest } from './db/migrate.ts';
 import { seedDemoData } from './db/seed-demo.ts';
 import { createHandlers } from './http/handlers.ts';
-import { nodeRuntimeWarning } from './lib/node-runtime.ts';
+import { applyV8Workarounds, nodeRuntimeWarning } from './lib/node-runtime.ts';
 import { loadSecretKey } from './lib/secret-box.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { createMetrics } from './metrics.ts';
@@ -125,6 +125,8 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
 }
 
 async function main(): Promise<void> {
+  // Before anything is compiled by V8's optimizing compiler (lib/node-runtime.ts).
+  applyV8Workarounds();
   let config: Config;
   try {
     config = loadConfig();
