@@ -312,10 +312,8 @@ function procStatus(pid: number): { rss: number; hwm: number; cpu: number; mainC
  * machine only: their /proc entries; an empty map otherwise).
  */
 async function pgBackendCpu(db: Kysely<DB>, of: 'server' | 'relay' = 'server'): Promise<Map<number, number>> {
-  const { rows } =
-    of === 'server'
-      ? await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database() and application_name like 'mediagate-%' and application_name not like 'mediagate-bench%'`.execute(db)
-      : await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database() and application_name = 'mediagate-bench-relay'`.execute(db);
+  const whose = of === 'server' ? sql`application_name like 'mediagate-%' and application_name not like 'mediagate-bench%'` : sql`application_name = 'mediagate-bench-relay'`;
+  const { rows } = await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database() and ${whose}`.execute(db);
   const out = new Map<number, number>();
   for (const { pid } of rows) {
     try {
@@ -667,8 +665,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
 
       // Streaming: Portkey drops `stream` (it answers the whole JSON), so Mediagate's first partial
       // image is compared with the durable reference relay's, in the same windows.
-      const durable = durableRelay;
-      const [sD, sR, sG] = await abba([{ kind: 'direct', t: direct.stream }, { kind: 'reference', t: { ...direct.stream, url: new URL('/v1/images/generations', durable.url) } }, { kind: 'gateway', t: gateway.stream }], 1);
+      const [sD, sR, sG] = await abba([{ kind: 'direct', t: direct.stream }, { kind: 'reference', t: { ...direct.stream, url: new URL('/v1/images/generations', durableRelay.url) } }, { kind: 'gateway', t: gateway.stream }], 1);
       const streamPair = { direct: sD!, gateway: sG! };
       const streamFloor = { direct: sD!, gateway: sR! };
       log(`\n  streaming, partial_images ${opts.partials}, n=1 1024x1024 PNG, concurrency 1, direct / durable relay / Mediagate in the same windows (ABBA, ${opts.durationMs / 2000} s per half):`);

@@ -12,7 +12,7 @@ import { setFlagsFromString } from 'node:v8';
 const majorOf = (version: string) => Number(version.split('.')[0]);
 
 /** The flags `applyV8Workarounds` set in this process. */
-const applied: string[] = [];
+let applied: readonly string[] = [];
 
 /** The V8 flags the server sets on itself on this Node.js version. */
 export function v8WorkaroundFlags(version: string = process.versions.node): string[] {
@@ -26,10 +26,9 @@ export function v8WorkaroundFlags(version: string = process.versions.node): stri
 export function applyV8Workarounds(version: string = process.versions.node): string[] {
   const flags = v8WorkaroundFlags(version);
   for (const flag of flags) setFlagsFromString(flag);
-  for (const flag of flags) if (!applied.includes(flag)) applied.push(flag);
+  applied = flags;
   return flags;
 }
-
 
 /**
  * The one line an operator gets about the Node.js that runs the server (none on 22 and later),

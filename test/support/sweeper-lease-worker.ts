@@ -4,13 +4,13 @@
  *
  *   sweeper-lease-worker.ts <database url> <name> <owner> loop <runs> <lease ms> <hold ms>
  *     prints {"owner","ready":true}, waits for a line on stdin (so that every process starts at
- *     once), then tries `runs` times; each time it holds the lease it reads PostgreSQL's clock when the run
+ *     once), then tries `runs` times; each time it holds the lease it reads PostgreSQL's clock (µs) when the run
  *     begins and when it ends (`hold ms` later), prints {"owner","from","to"} as one JSON line,
  *     and releases the lease as a finished run does.
  *   sweeper-lease-worker.ts <database url> <name> <owner> hold <lease ms>
  *     takes the lease, prints {"owner","taken":true} and never releases it (it waits to be killed).
  *   sweeper-lease-worker.ts <database url> <name> <owner> wait <lease ms>
- *     tries every 20 ms until it holds the lease, then prints {"owner","from"} (PostgreSQL's clock).
+ *     tries every 20 ms until it holds the lease, then prints {"owner","from"} (PostgreSQL's clock, µs).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'kysely';
@@ -20,7 +20,8 @@ import { SweeperRepository } from '../../server/repositories/sweeper.repository.
 const [url, name, owner, mode, ...rest] = process.argv.slice(2) as [string, string, string, 'loop' | 'hold' | 'wait', ...string[]];
 const db = createDatabase(url, { max: 1, applicationName: 'mediagate-test-sweeper-lease' });
 const sweepers = new SweeperRepository(db);
-const clock = async () => (await sql<{ now: string }>`select clock_timestamp()::text as now`.execute(db)).rows[0]!.now;
+/** PostgreSQL's clock, in microseconds since the epoch (one clock for every process). */
+const clock = async () => Number((await sql<{ now: string }>`select (extract(epoch from clock_timestamp()) * 1000000)::bigint::text as now`.execute(db)).rows[0]!.now);
 const print = (line: unknown) => process.stdout.write(`${JSON.stringify(line)}\n`);
 
 if (mode === 'loop') {
