@@ -4,6 +4,10 @@
  * is, and the lines of the cause are logged once where it is met. Measured
  * on the poll path: pino-http (a child logger and serializers per request) cost ~40% of throughput,
  * and prom-client's per-call label hashing ~30%; this logs one flat line and reuses metric children.
+ *
+ * A handler adds what the request did to its line (`logWith`): a synchronous image request's line
+ * carries its task, model and charge, and is the only line such a request writes at `info`
+ * (docs/BENCHMARKS.md, seventh look: three lines a request cost it more than its hold).
  */
 import type { NextFunction, Request, Response } from 'express';
 import type { Counter, Histogram } from 'prom-client';
@@ -12,6 +16,15 @@ import type { Metrics } from '../metrics.ts';
 
 type CounterChild = ReturnType<Counter<'operation' | 'method' | 'status'>['labels']>;
 type HistogramChild = ReturnType<Histogram<'operation' | 'method'>['labels']>;
+
+/** What handlers add to their request's line, kept on the response until it closes. */
+const extraFields = new WeakMap<Response, Record<string, unknown>>();
+
+/** Adds `fields` to the access log line of `res`'s request (later fields win). */
+export function logWith(res: Response, fields: Record<string, unknown>): void {
+  const known = extraFields.get(res);
+  extraFields.set(res, known ? Object.assign(known, fields) : { ...fields });
+}
 
 export function accessLog(log: Logger, metrics: Metrics, operationOf: (req: Request) => string | undefined) {
   const counters = new Map<string, CounterChild>();
@@ -49,6 +62,7 @@ export function accessLog(log: Logger, metrics: Metrics, operationOf: (req: Requ
         status,
         operation,
         ms: Math.round(seconds * 1e4) / 10,
+        ...extraFields.get(res),
       };
       const bytesSent = socket.bytesWritten - bytesBefore;
       if (res.writableEnded || sentWhole(res, bytesSent)) {

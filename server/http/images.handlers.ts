@@ -12,6 +12,7 @@ import type { ImageRequestFields } from '../services/image/image-request.ts';
 import { NULL_SINK, type ExecuteResult, type ImageOperation } from '../services/image/image-runner.ts';
 import type { ImageEdit } from '../services/image/image.service.ts';
 import { jsonStream, type Base64Source, type WithBase64 } from '../lib/base64-json.ts';
+import { logWith } from './access-log.ts';
 import { authOf, noStore } from './auth.ts';
 import { stagingOf } from './media-body.ts';
 import { uploadedFiles } from './multipart.ts';
@@ -50,6 +51,9 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     const async = wantsAsync(req) && !stream;
     const task = await images.create(authOf(req), operation, body, edit, { async });
     res.setHeader('X-Task-Id', task.id);
+    // A synchronous request's one line at info says what it bought (the service logs an async task's life itself).
+    logWith(res, { taskId: task.id, model: task.model, n: task.n });
+    const charged = (r: ExecuteResult) => logWith(res, { delivered: r.files.length, capturedMicroCredits: r.files.length * task.unitPrice });
     if (async) {
       res.setHeader('Location', `/v1/images/${task.id}`);
       await sendJsonWithImages(res, operation === 'generation' ? 'createImage' : 'editImage', 202, await images.toImageTask(task));
@@ -61,6 +65,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       const sink = openImageStream(res, { operation, task, fileUrl });
       try {
         const result = await images.runSync(task, sink, signal, log);
+        charged(result);
         if (result.error) sink.error(result.error);
       } catch (err) {
         sink.error(err instanceof ApiError ? err : new ApiError(500, 'internal_error', `Internal error. Quote request id '${String((req as Request & { id?: string }).id)}' when reporting it.`));
@@ -81,6 +86,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       res.destroy();
       return;
     }
+    charged(result);
     if (signal.aborted) return;
     await answer.end(result);
   }

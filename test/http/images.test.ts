@@ -464,3 +464,43 @@ describe('POST /v1/images/edits', () => {
     }
   });
 });
+
+describe('log lines (http/access-log.ts logWith)', () => {
+  const linesOf = (taskId: string) => server.logs.map((l) => JSON.parse(l) as Json).filter((l) => l.taskId === taskId);
+
+  it('a synchronous image request writes one line at info: its request line, with its task, model and charge', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    for (const body of [{ n: 2 }, { n: 1, stream: true }]) {
+      const res = await generate(c.key, body, { 'X-Request-Id': `one-line-${body.n}` });
+      expect(res.status).toBe(200);
+      const taskId = res.headers.get('x-task-id')!;
+      // The access line is written when the response closes, just after the client has it.
+      for (let i = 0; i < 50 && linesOf(taskId).length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+      const lines = linesOf(taskId);
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatchObject({
+        msg: 'request',
+        reqId: `one-line-${body.n}`,
+        operation: 'createImage',
+        status: 200,
+        taskId,
+        model: 'local-image-1',
+        n: body.n,
+        delivered: body.n,
+        capturedMicroCredits: body.n * 1_000_000,
+      });
+    }
+  });
+
+  it('a respond-async task still logs its creation and its completion, which happen apart from its request', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const res = await generate(c.key, { n: 1 }, { Prefer: 'respond-async' });
+    expect(res.status).toBe(202);
+    const taskId = res.headers.get('x-task-id')!;
+    for (let i = 0; i < 100 && !linesOf(taskId).some((l) => l.msg === 'image task completed'); i++) await new Promise((r) => setTimeout(r, 50));
+    const messages = linesOf(taskId).map((l) => l.msg);
+    expect(messages).toEqual(expect.arrayContaining(['image task created', 'request', 'image task completed']));
+    expect(linesOf(taskId).find((l) => l.msg === 'request')).toMatchObject({ status: 202, taskId, n: 1 });
+    expect(linesOf(taskId).find((l) => l.msg === 'image task completed')).toMatchObject({ delivered: 1, capturedMicroCredits: 1_000_000 });
+  });
+});

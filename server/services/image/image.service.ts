@@ -281,8 +281,11 @@ export class ImageService {
     if (outcome === 'key_quota_exceeded') throw paymentRequired('key_quota_exceeded', `This API key's credit limit cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     if (outcome === 'insufficient_balance') throw paymentRequired('insufficient_balance', `The account balance cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     if (outcome === 'key_too_many_in_flight' || outcome === 'account_too_many_in_flight') throw inFlightRefusal(outcome, auth);
-    this.deps.log.info({ taskId, model: req.model, n: req.n, quotedMicroCredits: quoted, async: mode.async }, 'image task created');
-    if (mode.async) this.deps.notifier.notify('image');
+    // A synchronous task's request line carries this (http/images.handlers.ts): one line, not three.
+    if (mode.async) {
+      this.deps.log.info({ taskId, model: req.model, n: req.n, quotedMicroCredits: quoted }, 'image task created');
+      this.deps.notifier.notify('image');
+    }
     return route ? { ...task!, routeOrder: route.order } : task!;
   }
 

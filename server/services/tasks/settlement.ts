@@ -85,7 +85,8 @@ export class Settlement {
     const done = await (capture > 0 && capture === task.quotedCredits
       ? this.deps.imageTasks.completeWhole(completion, settle)
       : this.deps.imageTasks.complete(completion.fence, completion, settle, attempts));
-    if (done) this.deps.log.info({ taskId: task.id, delivered: fileIds.length, n: task.n, capturedMicroCredits: capture }, 'image task completed');
+    // A synchronous task's completion is on its request's line (http/images.handlers.ts).
+    if (done && task.runAsync) this.deps.log.info({ taskId: task.id, delivered: fileIds.length, n: task.n, capturedMicroCredits: capture }, 'image task completed');
     return done;
   }
 
