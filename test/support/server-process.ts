@@ -48,10 +48,13 @@ export async function spawnServer(options: SpawnOptions): Promise<ServerProcess>
   );
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start within ${options.timeoutMs ?? 60_000} ms\nstdout:\n${out}\nstderr:\n${err}`)), options.timeoutMs ?? 60_000);
+    // Until the start line: a server at LOG_LEVEL=info writes a line a request, and scanning all of
+    // its output for every chunk would cost the reading process (a bench's load generator) more each time.
     const check = () => {
       const m = options.workerOnly ? /Mediagate worker running/.exec(out) : /Mediagate listening on (http:\/\/\S+)/.exec(out);
       if (m) {
         clearTimeout(timer);
+        child.stdout!.off('data', check);
         resolve(m[1]?.replace('localhost', '127.0.0.1') ?? '');
       }
     };
