@@ -428,7 +428,9 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         DEMO_DATA: '0',
         VALIDATE_RESPONSES: '0',
         METRICS_TOKEN: metricsToken,
-        LOG_LEVEL: 'warn',
+        // The server's default, as `npm start` runs it: one line a request, read by this process
+        // as a log collector would read it (BENCH_SERVER_ENV='{"LOG_LEVEL":"warn"}' for none).
+        LOG_LEVEL: 'info',
         ...opts.serverEnv,
       },
       command: serverCommand(opts),
