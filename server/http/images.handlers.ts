@@ -51,7 +51,8 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     const async = wantsAsync(req) && !stream;
     const task = await images.create(authOf(req), operation, body, edit, { async });
     res.setHeader('X-Task-Id', task.id);
-    // A synchronous request's one line at info says what it bought (the service logs an async task's life itself).
+    // The request's line names its task and, once it has settled, what it bought: a synchronous
+    // image's only line at info (a respond-async task's creation and completion are logged apart).
     logWith(res, { taskId: task.id, model: task.model, n: task.n });
     const charged = (r: ExecuteResult) => logWith(res, { delivered: r.files.length, capturedMicroCredits: r.files.length * task.unitPrice });
     if (async) {
