@@ -17,13 +17,9 @@ import type { Metrics } from '../metrics.ts';
 type CounterChild = ReturnType<Counter<'operation' | 'method' | 'status'>['labels']>;
 type HistogramChild = ReturnType<Histogram<'operation' | 'method'>['labels']>;
 
-/** What handlers add to their request's line, kept on the response until it closes. */
-const extraFields = new WeakMap<Response, Record<string, unknown>>();
-
-/** Adds `fields` to the access log line of `res`'s request (later fields win). */
+/** Adds `fields` to the access log line of `res`'s request (later fields win), kept in `res.locals` until it closes. */
 export function logWith(res: Response, fields: Record<string, unknown>): void {
-  const known = extraFields.get(res);
-  extraFields.set(res, known ? Object.assign(known, fields) : { ...fields });
+  res.locals.logFields = Object.assign((res.locals.logFields as Record<string, unknown> | undefined) ?? {}, fields);
 }
 
 export function accessLog(log: Logger, metrics: Metrics, operationOf: (req: Request) => string | undefined) {
@@ -62,7 +58,7 @@ export function accessLog(log: Logger, metrics: Metrics, operationOf: (req: Requ
         status,
         operation,
         ms: Math.round(seconds * 1e4) / 10,
-        ...extraFields.get(res),
+        ...(res.locals.logFields as Record<string, unknown> | undefined),
       };
       const bytesSent = socket.bytesWritten - bytesBefore;
       if (res.writableEnded || sentWhole(res, bytesSent)) {

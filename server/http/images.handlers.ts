@@ -54,7 +54,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     // The request's line names its task and, once it has settled, what it bought: a synchronous
     // image's only line at info (a respond-async task's creation and completion are logged apart).
     logWith(res, { taskId: task.id, model: task.model, n: task.n });
-    const charged = (r: ExecuteResult) => logWith(res, { delivered: r.files.length, capturedMicroCredits: r.files.length * task.unitPrice });
+    const charged = (r: ExecuteResult) => logWith(res, { delivered: r.files.length, capturedMicroCredits: r.captured });
     if (async) {
       res.setHeader('Location', `/v1/images/${task.id}`);
       await sendJsonWithImages(res, operation === 'generation' ? 'createImage' : 'editImage', 202, await images.toImageTask(task));

@@ -504,3 +504,34 @@ describe('log lines (http/access-log.ts logWith)', () => {
     expect(linesOf(taskId).find((l) => l.msg === 'image task completed')).toMatchObject({ delivered: 1, capturedMicroCredits: 1_000_000 });
   });
 });
+
+describe('a free image model (a price of 0)', () => {
+  it('completes synchronously, charges nothing and says so on its request line', async () => {
+    const free = await startTestServer();
+    try {
+      await seedCatalog(free.db);
+      await free.db.updateTable('modelPrices').set({ unitPrice: 0 }).where('modelId', '=', 'local-image-1').execute();
+      const c = await createCustomer(free.db, { balance: 10 });
+      const res = await fetch(`${free.directUrl}/v1/images/generations`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: 'a free cat', model: 'local-image-1', n: 2 }),
+      });
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as Json).data).toHaveLength(2);
+      const taskId = res.headers.get('x-task-id')!;
+      const task = await free.db.selectFrom('imageTasks').select(['status', 'delivered', 'actualCredits']).where('id', '=', taskId).executeTakeFirstOrThrow();
+      expect(task).toEqual({ status: 'completed', delivered: 2, actualCredits: 0 });
+      const account = await free.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', c.accountId).executeTakeFirstOrThrow();
+      expect(account).toEqual({ balance: 10_000_000, totalSpent: 0 });
+      let line: Json | undefined;
+      for (let i = 0; i < 50 && !line; i++) {
+        line = free.logs.map((l) => JSON.parse(l) as Json).find((l) => l.taskId === taskId && l.msg === 'request');
+        if (!line) await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(line).toMatchObject({ status: 200, delivered: 2, capturedMicroCredits: 0 });
+    } finally {
+      await free.close();
+    }
+  });
+});

@@ -59,6 +59,8 @@ export interface ExecuteResult {
   revisedPrompt?: string;
   /** Set when the provider failed after some images were delivered (streams report it as `event: error`). */
   error?: ApiError;
+  /** Micro-credits the settlement captured (0 when nothing was delivered). */
+  captured: number;
 }
 
 export interface ExecuteOptions {
@@ -317,7 +319,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     }
     if (files.length === 0) {
       await this.deps.settlement.failImage(fence, 'client_disconnected', 'The client disconnected before any image was delivered; the credits were released.', attempts.take());
-      return { status: 'failed', files, images };
+      return { status: 'failed', files, images, captured: 0 };
     }
     const { revisedPrompt } = upstream;
     const settling = this.deps.settlement.completeImage(task, { files, unrecorded, revisedPrompt }, attempts.take());
@@ -332,14 +334,14 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     const answering = opts.whileSettling?.({ files, images, ...(revisedPrompt !== null && { revisedPrompt }) }).catch((err: unknown) => log.debug({ err }, 'the answer could not be written while the task settled'));
     // With storeWhileSettling the answer waits for both: a client that leaves meanwhile is charged,
     // as one that leaves during the settlement always was.
-    const [done] = await Promise.all([settling, Promise.all(storing)]);
-    if (!done) {
+    const [captured] = await Promise.all([settling, Promise.all(storing)]);
+    if (captured === undefined) {
       // Taken over by another worker: the files this attempt stored are not its to publish.
       for (const file of unrecorded) await this.deps.files.discardUnrecorded(file);
       throw new ApiError(500, 'internal_error', `Task ${task.id} was taken over by another worker.`);
     }
     if (lost.length > 0) await this.forgetLost(task, lost, log);
     await answering;
-    return { status: 'completed', files, images, ...(revisedPrompt !== null && { revisedPrompt }), ...(failure && { error: failure }) };
+    return { status: 'completed', files, images, captured, ...(revisedPrompt !== null && { revisedPrompt }), ...(failure && { error: failure }) };
   }
 }

@@ -69,14 +69,14 @@ export class Settlement {
   /**
    * Completes an image task with the images it delivered (`unrecorded`: the rows of those files not
    * written yet); captures delivered × unit price, releases the rest. One statement, which also
-   * records the task's calls upstream (`attempts`). False when the task was no longer this
-   * attempt's (taken over).
+   * records the task's calls upstream (`attempts`). Returns the micro-credits captured, or undefined
+   * when the task was no longer this attempt's (taken over).
    */
   async completeImage(
     task: ImageTaskRow,
     result: { files: readonly FileRow[]; unrecorded: readonly FileRow[]; revisedPrompt: string | null },
     attempts: readonly AttemptRecord[] = [],
-  ): Promise<boolean> {
+  ): Promise<number | undefined> {
     const fileIds = result.files.map((f) => f.id);
     const capture = fileIds.length * task.unitPrice;
     const completion = { fence: fenceOf(task), fileIds, actualCredits: capture, revisedPrompt: result.revisedPrompt, unrecorded: result.unrecorded, attempts };
@@ -87,7 +87,7 @@ export class Settlement {
       : this.deps.imageTasks.complete(completion.fence, completion, settle, attempts));
     // A synchronous task's completion is on its request's line (http/images.handlers.ts).
     if (done && task.runAsync) this.deps.log.info({ taskId: task.id, delivered: fileIds.length, n: task.n, capturedMicroCredits: capture }, 'image task completed');
-    return done;
+    return done ? capture : undefined;
   }
 
   /** Fails an image task and releases its hold. One statement (with the task's `attempts`). */
