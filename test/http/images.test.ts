@@ -22,8 +22,8 @@ afterAll(async () => server?.close());
 
 type Json = Record<string, any>;
 
-async function post(key: string, path: string, body: unknown, headers: Record<string, string> = {}) {
-  const res = await fetch(`${server.directUrl}${path}`, {
+async function post(key: string, path: string, body: unknown, headers: Record<string, string> = {}, on: TestServer = server) {
+  const res = await fetch(`${on.directUrl}${path}`, {
     method: 'POST',
     headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', ...headers },
     body: JSON.stringify(body),
@@ -512,13 +512,9 @@ describe('a free image model (a price of 0)', () => {
       await seedCatalog(free.db);
       await free.db.updateTable('modelPrices').set({ unitPrice: 0 }).where('modelId', '=', 'local-image-1').execute();
       const c = await createCustomer(free.db, { balance: 10 });
-      const res = await fetch(`${free.directUrl}/v1/images/generations`, {
-        method: 'POST',
-        headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
-        body: JSON.stringify({ prompt: 'a free cat', model: 'local-image-1', n: 2 }),
-      });
+      const res = await post(c.key, '/v1/images/generations', { prompt: 'a free cat', model: 'local-image-1', n: 2 }, {}, free);
       expect(res.status).toBe(200);
-      expect(((await res.json()) as Json).data).toHaveLength(2);
+      expect(res.body.data).toHaveLength(2);
       const taskId = res.headers.get('x-task-id')!;
       const task = await free.db.selectFrom('imageTasks').select(['status', 'delivered', 'actualCredits']).where('id', '=', taskId).executeTakeFirstOrThrow();
       expect(task).toEqual({ status: 'completed', delivered: 2, actualCredits: 0 });
