@@ -9,12 +9,11 @@
  * `StorageFull`, `StorageUnavailable`), never with the error of the data being written (a client
  * that went away, an upstream download that broke), so callers can tell whose fault it was.
  */
-import { close, createReadStream, createWriteStream, open, write, writev } from 'node:fs';
+import { close, createReadStream, createWriteStream, open, renameSync, rmSync, write, writeFileSync, writev } from 'node:fs';
 import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { Worker } from 'node:worker_threads';
 import { randomHex } from '../lib/ids.ts';
 import { asStorageError, StorageError } from './storage-error.ts';
 
@@ -104,83 +103,19 @@ function storageFs(key: string) {
 }
 
 /**
- * Buffers up to this size (generated images, nearly all of them) are written by the store's writer
- * thread (FileWriterThread); larger ones through libuv's thread pool, so one write never holds a
- * thread for long. Neither path fsyncs (as before).
+ * Buffers up to this size are written with synchronous calls (open, write, close, rename) on the
+ * event loop's thread instead of four hand-offs to libuv's thread pool. Each hand-off wakes a pool
+ * thread and then the loop again; on the 2-core VM the proxy bench runs on that cost the loop about
+ * 0.6 ms per image against 0.2–0.3 ms for the four calls themselves (docs/BENCHMARKS.md), while the
+ * page-cache copy of 256 KiB takes a few tens of microseconds: the loop is held for less than the
+ * hand-offs cost it. A larger image (a photo-like PNG, a 4K one) goes through the pool, so one
+ * write never holds the loop for long. Neither path fsyncs (as before).
  */
-export const THREAD_WRITE_MAX_BYTES = 256 * 1024;
-
-/**
- * The writer thread's code (CommonJS, run with `eval`: no file to resolve under tsx, the build or
- * the tests): for each message, the bytes written to a new temporary file and renamed into place,
- * with synchronous calls on that thread; a failure removes the temporary file and answers its code.
- */
-const WRITER_SOURCE = `
-const { parentPort } = require('node:worker_threads');
-const fs = require('node:fs');
-parentPort.on('message', ({ id, tmp, path, data }) => {
-  try {
-    fs.writeFileSync(tmp, data, { flag: 'wx' });
-    fs.renameSync(tmp, path);
-    parentPort.postMessage({ id });
-  } catch (err) {
-    try { fs.rmSync(tmp, { force: true }); } catch {}
-    parentPort.postMessage({ id, error: { code: err.code, message: err.message } });
-  }
-});`;
-
-/**
- * One thread that writes small files for a store: open, write, close and rename, synchronous there,
- * off the event loop. Creating a file is the costly part (its directory entry and inode), and on the
- * 2-core VM the proxy bench runs on it costs from 0.03 to over 0.4 ms, from run to run; on the loop
- * that stalled every request in flight (up to 38% of the main thread at concurrency 16). Here the
- * loop pays one message each way (about 0.01 ms; docs/BENCHMARKS.md, eighth look). It is started on
- * the first write, keeps the process alive only while writes are pending, and a thread that dies
- * fails the writes it had (the store's error: StorageUnavailable) and is started again on the next.
- */
-class FileWriterThread {
-  private worker: Worker | undefined;
-  private readonly pending = new Map<number, { resolve: () => void; reject: (err: unknown) => void }>();
-  private nextId = 0;
-
-  write(tmp: string, path: string, data: Buffer): Promise<void> {
-    const worker = (this.worker ??= this.start());
-    if (this.pending.size === 0) worker.ref();
-    const id = this.nextId++;
-    return new Promise<void>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      worker.postMessage({ id, tmp, path, data });
-    });
-  }
-
-  private start(): Worker {
-    const worker = new Worker(WRITER_SOURCE, { eval: true });
-    worker.unref();
-    worker.on('message', (m: { id: number; error?: { code?: string; message: string } }) => {
-      const waiting = this.pending.get(m.id);
-      this.pending.delete(m.id);
-      if (this.pending.size === 0) worker.unref();
-      if (!waiting) return;
-      if (m.error) waiting.reject(Object.assign(new Error(m.error.message), { code: m.error.code }));
-      else waiting.resolve();
-    });
-    const fail = (err: Error) => {
-      if (this.worker === worker) this.worker = undefined;
-      const waiting = [...this.pending.values()];
-      this.pending.clear();
-      for (const w of waiting) w.reject(Object.assign(err, { code: 'EIO' }));
-    };
-    worker.on('error', fail);
-    worker.on('exit', (code) => fail(new Error(`the store's writer thread exited with code ${code}`)));
-    return worker;
-  }
-}
+export const SYNC_WRITE_MAX_BYTES = 256 * 1024;
 
 export class FilesystemMediaStore implements MediaStore {
   /** Directories known to exist: a put into one of them needs no mkdir. */
   private readonly dirs = new Set<string>();
-
-  private readonly writer = new FileWriterThread();
 
   constructor(private readonly root: string) {}
 
@@ -219,8 +154,8 @@ export class FilesystemMediaStore implements MediaStore {
 
   /**
    * Bytes already in memory (generated images): one write, no stream machinery. Up to
-   * THREAD_WRITE_MAX_BYTES they are written by the store's writer thread (see there); larger ones
-   * through libuv's thread pool.
+   * SYNC_WRITE_MAX_BYTES they are written on the calling thread (see there); larger ones through
+   * libuv's thread pool.
    */
   private async putBuffer(key: string, path: string, tmp: string, dir: string, data: Buffer, maxBytes: number | undefined): Promise<{ bytes: number }> {
     if (maxBytes !== undefined && data.length > maxBytes) throw new MediaTooLarge(maxBytes);
@@ -245,11 +180,17 @@ export class FilesystemMediaStore implements MediaStore {
   }
 
   private async writeBuffer(key: string, path: string, tmp: string, dir: string, data: Buffer): Promise<{ bytes: number }> {
-    if (data.length <= THREAD_WRITE_MAX_BYTES) {
+    if (data.length <= SYNC_WRITE_MAX_BYTES) {
       try {
-        await this.writer.write(tmp, path, data);
+        writeFileSync(tmp, data, { flag: 'wx' });
+        renameSync(tmp, path);
       } catch (err) {
-        // The thread removed what it wrote.
+        // As dropTemporary: a removal that fails too must not hide why the write failed.
+        try {
+          rmSync(tmp, { force: true });
+        } catch {
+          // Nothing was left to remove, or it cannot be: the sweep of orphans finds it.
+        }
         this.dirs.delete(dir);
         throw asStorageError(err, key);
       }

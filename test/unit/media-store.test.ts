@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FilesystemMediaStore, MediaTooLarge, StorageUnavailable, THREAD_WRITE_MAX_BYTES, type MediaStore } from '../../server/storage/media-store.ts';
+import { FilesystemMediaStore, MediaTooLarge, StorageUnavailable, SYNC_WRITE_MAX_BYTES, type MediaStore } from '../../server/storage/media-store.ts';
 import type { S3MediaStore } from '../../server/storage/s3-media-store.ts';
 import { startTestS3, type TestS3 } from '../support/s3-server.ts';
 
@@ -158,26 +158,10 @@ describe('filesystem media store only', () => {
     expect(readdirSync(join(root, 'gone/cc'))).toEqual(['three.png']);
   });
 
-  it("fails the writes a dead writer thread had as the store's, and starts a new thread for the next", async () => {
-    const store = new FilesystemMediaStore(root);
-    const bytes = randomBytes(1024);
-    await store.put('thread/aa/one.png', bytes);
-    // The thread dies (terminated as an operating system would kill it) with a write sent to it.
-    const writer = (store as unknown as { writer: { worker: { terminate(): Promise<number> } } }).writer;
-    const dying = writer.worker.terminate();
-    const lost = store.put('thread/aa/two.png', bytes);
-    await dying;
-    await expect(lost).rejects.toBeInstanceOf(StorageUnavailable);
-    // Nothing of the lost write is left, and the next write gets a new thread.
-    expect(await store.put('thread/aa/three.png', bytes)).toEqual({ bytes: 1024 });
-    expect(readdirSync(join(root, 'thread/aa')).sort()).toEqual(['one.png', 'three.png']);
-    expect((await buffer(store.read('thread/aa/three.png'))).equals(bytes)).toBe(true);
-  });
-
-  // Small buffers are written by the store's writer thread, larger ones through the thread pool (THREAD_WRITE_MAX_BYTES).
+  // Small buffers are written with synchronous calls, larger ones through the thread pool (SYNC_WRITE_MAX_BYTES).
   it.each([
-    ['written by the writer thread', THREAD_WRITE_MAX_BYTES],
-    ['written through the thread pool', THREAD_WRITE_MAX_BYTES + 1],
+    ['written on the loop', SYNC_WRITE_MAX_BYTES],
+    ['written through the thread pool', SYNC_WRITE_MAX_BYTES + 1],
   ])('stores a buffer %s whole, and fails a write the disk refuses as the store\'s, leaving nothing', async (_, size) => {
     const store = new FilesystemMediaStore(root);
     const bytes = randomBytes(size);
