@@ -6,7 +6,7 @@
 import { sql, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
-import { columnsOf, runPrepared } from '../db/prepared.ts';
+import { columnsOf, identifierList, runPrepared } from '../db/prepared.ts';
 import { afterExists, pageConditions, pageOrder, type AccountPage } from './account-pages.ts';
 import { LeasedTasks, type Fence, type HoldSettlement } from './leased-tasks.ts';
 import type { VideoDelivery } from './webhook.repository.ts';
@@ -15,6 +15,22 @@ export type VideoTaskRow = Selectable<VideoTasks>;
 
 /** A task as its lookups show it: with when its video is deleted (null: no stored video). */
 export type LookedUpVideoTaskRow = VideoTaskRow & { mediaExpiresAt: Date | null };
+
+/**
+ * What a poll reads of a task: the fields of its lookup shape (services/video/video-mappers.ts,
+ * `toVideoTask`), its owner and its stored video, and nothing else. A whole row is 45 columns, and
+ * node-postgres spends per column of every result (its parsers, the row object); the poll is the
+ * request a client repeats most.
+ */
+const POLLED_FIELDS = [
+  'id', 'accountId', 'status', 'model', 'durationSeconds', 'aspectRatio', 'resolution', 'generateAudio', 'billingKind', 'billingMode',
+  'unitPrice', 'quotedCredits', 'actualCredits', 'inputMode', 'inputFileIds', 'referenceVideos', 'referenceAudios', 'createdAt',
+  'completedAt', 'outputFileId', 'errorCode', 'errorMessage',
+] as const satisfies readonly (keyof VideoTaskRow)[];
+
+export type PolledVideoTaskRow = Pick<VideoTaskRow, (typeof POLLED_FIELDS)[number]> & { mediaExpiresAt: Date | null };
+
+const POLLED_COLUMNS = identifierList(POLLED_FIELDS.map((n) => n.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)));
 
 const mediaExpiresAt = sql<Date | null>`(select f.expires_at from files f where f.id = video_tasks.output_file_id)`.as('mediaExpiresAt');
 
@@ -45,9 +61,9 @@ export class VideoTaskRepository {
   }
 
   /** The poll's one statement (GET /v1/videos/{id}): a named prepared statement, its columns listed (db/prepared.ts). */
-  async findForAccount(id: string, accountId: string): Promise<LookedUpVideoTaskRow | undefined> {
+  async findForAccount(id: string, accountId: string): Promise<PolledVideoTaskRow | undefined> {
     const [row] = await runPrepared(
-      sql<LookedUpVideoTaskRow>`select ${columnsOf('video_tasks')}, (select f.expires_at from files f where f.id = video_tasks.output_file_id) as media_expires_at from video_tasks where id = ${id} and account_id = ${accountId}`,
+      sql<PolledVideoTaskRow>`select ${POLLED_COLUMNS}, (select f.expires_at from files f where f.id = video_tasks.output_file_id) as media_expires_at from video_tasks where id = ${id} and account_id = ${accountId}`,
       this.db,
     );
     return row;

@@ -11,7 +11,7 @@ import { ApiError, badRequest, conflict, notFound, paymentRequired, unavailable 
 import type { Logger } from '../../logger.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { ModelRepository, VideoCatalogRow } from '../../repositories/model.repository.ts';
-import type { LookedUpVideoTaskRow, VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
+import type { PolledVideoTaskRow, VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import type { ProviderRegistry } from '../../providers/registry.ts';
 import { shapeOf } from '../../providers/types.ts';
 import type { AuthContext } from '../auth.service.ts';
@@ -71,7 +71,7 @@ function isUniqueViolation(err: unknown, constraint: string): boolean {
 
 export class VideoService {
   /** Terminal tasks by id, oldest first (keepTerminalTasks), each until `until` (ms). */
-  private readonly terminal = new Map<string, { row: LookedUpVideoTaskRow; until: number }>();
+  private readonly terminal = new Map<string, { row: PolledVideoTaskRow; until: number }>();
 
   constructor(private readonly deps: VideoServiceDeps) {}
 
@@ -200,7 +200,7 @@ export class VideoService {
     return toVideoTask(row, await this.videoUrl(row));
   }
 
-  private keepTerminal(row: LookedUpVideoTaskRow): void {
+  private keepTerminal(row: PolledVideoTaskRow): void {
     const max = this.deps.keepTerminalTasks ?? 0;
     if (max <= 0) return;
     if (this.terminal.size >= max) this.terminal.delete(this.terminal.keys().next().value!);
@@ -233,7 +233,7 @@ export class VideoService {
   }
 
   /** A fresh URL of a completed task's video; none once the video passed its retention (the sweeper deletes it within a minute). */
-  private async videoUrl(row: LookedUpVideoTaskRow): Promise<string | undefined> {
+  private async videoUrl(row: Pick<PolledVideoTaskRow, 'status' | 'outputFileId' | 'mediaExpiresAt'>): Promise<string | undefined> {
     if (row.status !== 'completed' || !row.outputFileId || (row.mediaExpiresAt && row.mediaExpiresAt.getTime() <= Date.now())) return undefined;
     return this.deps.files.downloadUrl(row.outputFileId, 'video_output');
   }
