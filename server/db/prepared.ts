@@ -113,6 +113,14 @@ export function columnsOf(table: keyof typeof dbColumns): RawBuilder<unknown> {
 const columnLists = new Map<string, RawBuilder<unknown>>();
 
 /**
+ * Fields of a row (camelCase, as the code names them) as the list of their columns (snake_case):
+ * the result list of a marked statement that returns only some of a row's columns.
+ */
+export function fieldList(fields: readonly string[]): RawBuilder<unknown> {
+  return identifierList(fields.map((f) => f.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)));
+}
+
+/**
  * Names as one piece of SQL text (`"a", "b"`): the query compiler copies it instead of visiting a
  * node per name, which for the hold's 50-odd names was most of the statement's compile time. Only
  * for names written in the code (quotes inside would be doubled, as identifiers need).

@@ -7,7 +7,7 @@
 import { sql, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, ImageTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
-import { runPrepared } from '../db/prepared.ts';
+import { fieldList, runPrepared } from '../db/prepared.ts';
 import { StatementBatcher, type BatcherOptions, type BatchStats } from '../db/statement-batcher.ts';
 import { afterExists, pageConditions, pageOrder, type AccountPage } from './account-pages.ts';
 import { FileRepository, type FileRow } from './file.repository.ts';
@@ -24,6 +24,18 @@ export interface StoredResult {
 
 /** A task as its lookup shows it: with when its first stored image is deleted (null: none stored). */
 export type LookedUpImageTaskRow = ImageTaskRow & { mediaExpiresAt: Date | null };
+
+/**
+ * What a poll reads of a task (GET /v1/images/{task_id}): the fields of its lookup shape
+ * (ImageService.toImageTask) and nothing else, as the video poll (video-task.repository.ts).
+ */
+const POLLED_FIELDS = [
+  'id', 'status', 'model', 'createdAt', 'completedAt', 'errorCode', 'errorMessage', 'params', 'resultFileIds', 'revisedPrompt',
+] as const satisfies readonly (keyof ImageTaskRow)[];
+
+export type PolledImageTaskRow = Pick<ImageTaskRow, (typeof POLLED_FIELDS)[number]> & { mediaExpiresAt: Date | null };
+
+const POLLED_COLUMNS = fieldList(POLLED_FIELDS);
 
 /** A listed task; `storedResults` (in `result_file_ids` order) for a completed `b64_json` task only. */
 export type ListedImageTaskRow = LookedUpImageTaskRow & { storedResults: StoredResult[] | null };
@@ -160,8 +172,14 @@ export class ImageTaskRepository {
     return afterExists(this.db, 'image_tasks', id, accountId);
   }
 
-  findForAccount(id: string, accountId: string): Promise<LookedUpImageTaskRow | undefined> {
-    return this.db.selectFrom('imageTasks').selectAll('imageTasks').select(mediaExpiresAt).where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
+  /** The poll's one statement: a named prepared statement, its columns listed (db/prepared.ts). */
+  async findForAccount(id: string, accountId: string): Promise<PolledImageTaskRow | undefined> {
+    const [row] = await runPrepared(
+      sql<PolledImageTaskRow>`select ${POLLED_COLUMNS}, (select min(f.expires_at) from files f where f.id = any(image_tasks.result_file_ids)) as media_expires_at
+        from image_tasks where id = ${id} and account_id = ${accountId}`,
+      this.db,
+    );
+    return row;
   }
 
   /**

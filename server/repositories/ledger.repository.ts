@@ -18,7 +18,7 @@
 import { sql, type Insertable, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, ImageTasks, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
-import { columnsOf, identifierList, runPrepared } from '../db/prepared.ts';
+import { columnsOf, fieldList, runPrepared } from '../db/prepared.ts';
 import { StatementBatcher, type BatcherOptions, type BatchStats } from '../db/statement-batcher.ts';
 
 export interface HoldRequest {
@@ -91,7 +91,7 @@ function columnsFor(names: readonly string[]): RawBuilder<unknown> {
   const key = names.join();
   let columns = columnLists.get(key);
   if (!columns) {
-    columns = identifierList(names.map(snake));
+    columns = fieldList(names);
     columnLists.set(key, columns);
   }
   return columns;

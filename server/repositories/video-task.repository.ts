@@ -6,7 +6,7 @@
 import { sql, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
-import { columnsOf, identifierList, runPrepared } from '../db/prepared.ts';
+import { columnsOf, fieldList, runPrepared } from '../db/prepared.ts';
 import { afterExists, pageConditions, pageOrder, type AccountPage } from './account-pages.ts';
 import { LeasedTasks, type Fence, type HoldSettlement } from './leased-tasks.ts';
 import type { VideoDelivery } from './webhook.repository.ts';
@@ -30,7 +30,7 @@ const POLLED_FIELDS = [
 
 export type PolledVideoTaskRow = Pick<VideoTaskRow, (typeof POLLED_FIELDS)[number]> & { mediaExpiresAt: Date | null };
 
-const POLLED_COLUMNS = identifierList(POLLED_FIELDS.map((n) => n.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)));
+const POLLED_COLUMNS = fieldList(POLLED_FIELDS);
 
 const mediaExpiresAt = sql<Date | null>`(select f.expires_at from files f where f.id = video_tasks.output_file_id)`.as('mediaExpiresAt');
 

@@ -90,8 +90,13 @@ export interface ImageServiceDeps {
   };
 }
 
+/** The fields the lookup shape reads (the poll selects no more: PolledImageTaskRow). */
+type ImageLookupFields = Pick<ImageTaskRow, 'id' | 'status' | 'model' | 'createdAt' | 'completedAt' | 'errorCode' | 'errorMessage' | 'params' | 'resultFileIds' | 'revisedPrompt'> & {
+  mediaExpiresAt?: Date | null;
+};
+
 /** The lookup shape of a task, without its results (`data`). */
-function taskShape<M>(row: ImageTaskRow & { mediaExpiresAt?: Date | null }): WithBase64<Schemas['ImageTask'], M> {
+function taskShape<M>(row: ImageLookupFields): WithBase64<Schemas['ImageTask'], M> {
   const task: WithBase64<Schemas['ImageTask'], M> = {
     id: row.id,
     object: 'image.task',
@@ -309,7 +314,7 @@ export class ImageService {
     return this.toImageTask(row);
   }
 
-  async toImageTask(row: ImageTaskRow & { mediaExpiresAt?: Date | null }): Promise<WithBase64<Schemas['ImageTask']>> {
+  async toImageTask(row: ImageLookupFields): Promise<WithBase64<Schemas['ImageTask']>> {
     const task = taskShape<Base64Bytes>(row);
     if (row.status === 'completed') task.data = mediaExpired(row) ? [] : await this.resultData(row);
     return task;
@@ -342,7 +347,7 @@ export class ImageService {
   }
 
   /** `data[]` of a task's stored results in its response format. */
-  async resultData(row: ImageTaskRow): Promise<WithBase64<Schemas['ImageData']>[]> {
+  async resultData(row: Pick<ImageTaskRow, 'params' | 'resultFileIds' | 'revisedPrompt'>): Promise<WithBase64<Schemas['ImageData']>[]> {
     const params = row.params as unknown as ImageParams;
     return Promise.all(
       row.resultFileIds.map(async (id) => {
