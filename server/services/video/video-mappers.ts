@@ -70,11 +70,11 @@ export function toVideoTaskCreated(row: VideoCreatedFields): Schemas['VideoTaskC
   };
 }
 
-/** The lookup shape: input mode and count only (never image contents); completion fields when finished. */
 /** The fields the lookup shape reads (the poll selects no more: PolledVideoTaskRow). */
 export type VideoLookupFields = VideoCreatedFields &
   Pick<VideoTaskRow, 'inputMode' | 'inputFileIds' | 'referenceVideos' | 'referenceAudios' | 'createdAt' | 'completedAt' | 'errorMessage' | 'errorCode'> & { mediaExpiresAt?: Date | null };
 
+/** The lookup shape: input mode and count only (never image contents); completion fields when finished. */
 export function toVideoTask(row: VideoLookupFields, videoUrl: string | undefined): Schemas['VideoTask'] {
   const task: Schemas['VideoTask'] = {
     ...toVideoTaskCreated(row),
