@@ -112,12 +112,17 @@ export function columnsOf(table: keyof typeof dbColumns): RawBuilder<unknown> {
 
 const columnLists = new Map<string, RawBuilder<unknown>>();
 
+/** A field's column name: `resultFileIds` -> `result_file_ids` (the reverse of camelRow's keys). */
+export function snake(name: string): string {
+  return name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}
+
 /**
  * Fields of a row (camelCase, as the code names them) as the list of their columns (snake_case):
  * the result list of a marked statement that returns only some of a row's columns.
  */
 export function fieldList(fields: readonly string[]): RawBuilder<unknown> {
-  return identifierList(fields.map((f) => f.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)));
+  return identifierList(fields.map(snake));
 }
 
 /**

@@ -26,8 +26,8 @@ export interface StoredResult {
 export type LookedUpImageTaskRow = ImageTaskRow & { mediaExpiresAt: Date | null };
 
 /**
- * What a poll reads of a task (GET /v1/images/{task_id}): the fields of its lookup shape
- * (ImageService.toImageTask) and nothing else, as the video poll (video-task.repository.ts).
+ * What a poll reads of a task (GET /v1/images/{task_id}), and so all its lookup shape may read
+ * (ImageService.toImageTask takes these fields), as the video poll (video-task.repository.ts).
  */
 const POLLED_FIELDS = [
   'id', 'status', 'model', 'createdAt', 'completedAt', 'errorCode', 'errorMessage', 'params', 'resultFileIds', 'revisedPrompt',

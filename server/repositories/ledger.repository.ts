@@ -18,7 +18,7 @@
 import { sql, type Insertable, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, ImageTasks, VideoTasks } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
-import { columnsOf, fieldList, runPrepared } from '../db/prepared.ts';
+import { columnsOf, fieldList, runPrepared, snake } from '../db/prepared.ts';
 import { StatementBatcher, type BatcherOptions, type BatchStats } from '../db/statement-batcher.ts';
 
 export interface HoldRequest {
@@ -80,8 +80,6 @@ export interface HoldResult<T extends TaskInsert> {
 
 /** SQLSTATE raised by mg_abort() (see the tasks migration). */
 const ABORT_SQLSTATE = 'MG001';
-
-const snake = (name: string) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
 /** The fields of a typed row that have a value (undefined: the column's default). */
 const fieldsOf = (row: Record<string, unknown>): string[] => Object.keys(row).filter((n) => row[n] !== undefined);

@@ -17,8 +17,8 @@ export type VideoTaskRow = Selectable<VideoTasks>;
 export type LookedUpVideoTaskRow = VideoTaskRow & { mediaExpiresAt: Date | null };
 
 /**
- * What a poll reads of a task: the fields of its lookup shape (services/video/video-mappers.ts,
- * `toVideoTask`), its owner and its stored video, and nothing else. A whole row is 45 columns, and
+ * What a poll reads of a task, and so all its lookup shape may read (services/video/video-mappers.ts,
+ * `toVideoTask` takes these fields): the shape's fields, its owner and its stored video. A whole row is 45 columns, and
  * node-postgres spends per column of every result (its parsers, the row object); the poll is the
  * request a client repeats most.
  */

@@ -13,7 +13,7 @@ import { toCredits } from '../../lib/money.ts';
 import type { Logger } from '../../logger.ts';
 import type { ImageParams } from '../../providers/types.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
-import type { ImageTaskRepository, ImageTaskRow, ListedImageTaskRow } from '../../repositories/image-task.repository.ts';
+import type { ImageTaskRepository, ImageTaskRow, ListedImageTaskRow, PolledImageTaskRow } from '../../repositories/image-task.repository.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { ImageCatalogRow, ModelRepository } from '../../repositories/model.repository.ts';
@@ -90,10 +90,8 @@ export interface ImageServiceDeps {
   };
 }
 
-/** The fields the lookup shape reads (the poll selects no more: PolledImageTaskRow). */
-type ImageLookupFields = Pick<ImageTaskRow, 'id' | 'status' | 'model' | 'createdAt' | 'completedAt' | 'errorCode' | 'errorMessage' | 'params' | 'resultFileIds' | 'revisedPrompt'> & {
-  mediaExpiresAt?: Date | null;
-};
+/** What the lookup shape may read: the columns the poll selects (PolledImageTaskRow), so it can read no other. */
+type ImageLookupFields = Omit<PolledImageTaskRow, 'mediaExpiresAt'> & { mediaExpiresAt?: Date | null };
 
 /** The lookup shape of a task, without its results (`data`). */
 function taskShape<M>(row: ImageLookupFields): WithBase64<Schemas['ImageTask'], M> {
@@ -347,7 +345,7 @@ export class ImageService {
   }
 
   /** `data[]` of a task's stored results in its response format. */
-  async resultData(row: Pick<ImageTaskRow, 'params' | 'resultFileIds' | 'revisedPrompt'>): Promise<WithBase64<Schemas['ImageData']>[]> {
+  async resultData(row: Pick<ImageLookupFields, 'params' | 'resultFileIds' | 'revisedPrompt'>): Promise<WithBase64<Schemas['ImageData']>[]> {
     const params = row.params as unknown as ImageParams;
     return Promise.all(
       row.resultFileIds.map(async (id) => {

@@ -2,7 +2,7 @@
 import type { components } from '../../../generated/api.d.ts';
 import type { BillingMode } from '../../catalog/capabilities.ts';
 import type { VideoCatalogRow } from '../../repositories/model.repository.ts';
-import type { VideoTaskRow } from '../../repositories/video-task.repository.ts';
+import type { PolledVideoTaskRow, VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import { toCredits } from '../../lib/money.ts';
 
 type Schemas = components['schemas'];
@@ -70,9 +70,8 @@ export function toVideoTaskCreated(row: VideoCreatedFields): Schemas['VideoTaskC
   };
 }
 
-/** The fields the lookup shape reads (the poll selects no more: PolledVideoTaskRow). */
-export type VideoLookupFields = VideoCreatedFields &
-  Pick<VideoTaskRow, 'inputMode' | 'inputFileIds' | 'referenceVideos' | 'referenceAudios' | 'createdAt' | 'completedAt' | 'errorMessage' | 'errorCode'> & { mediaExpiresAt?: Date | null };
+/** What the lookup shape may read: the columns the poll selects (PolledVideoTaskRow), so it can read no other. */
+export type VideoLookupFields = Omit<PolledVideoTaskRow, 'mediaExpiresAt'> & { mediaExpiresAt?: Date | null };
 
 /** The lookup shape: input mode and count only (never image contents); completion fields when finished. */
 export function toVideoTask(row: VideoLookupFields, videoUrl: string | undefined): Schemas['VideoTask'] {
