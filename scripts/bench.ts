@@ -63,6 +63,9 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
   --cpu-prof     inflight, proxy: directory for a V8 CPU profile of the server process (written when it exits)
   --store        bigbody: where the server keeps media, fs (default) or s3 (an S3-compatible server,
                  s3rver, on loopback in the bench process: MEDIA_STORE=s3)
+  --data-dir     proxy: where the server and the reference relays keep their files, the media store
+                 among them (default: the OS's temporary directory); the run's header says what a
+                 file's creation costs there and whether the filesystem has a journal
   --built        bigbody, inflight, proxy: run the server as production does, from the tsc build
                  (\`npm run build\` first, then node dist/server/main.js): the default
   --quick        proxy: only the Portkey comparison and the first partial (no floors, resize or
@@ -115,6 +118,7 @@ function parseCli(argv: string[]): {
   crashSoak: number | undefined;
   crashSoakIdleMs: number;
   store: 'fs' | 's3';
+  dataDir: string | undefined;
   node: string | undefined;
   help: boolean;
 } {
@@ -142,6 +146,7 @@ function parseCli(argv: string[]): {
       'crash-soak': { type: 'string' },
       'crash-soak-idle': { type: 'string', default: '5' },
       store: { type: 'string', default: 'fs' },
+      'data-dir': { type: 'string' },
       node: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -178,6 +183,7 @@ function parseCli(argv: string[]): {
     crashSoak: values['crash-soak'] === undefined ? undefined : Math.round(number('crash-soak', values['crash-soak'], 1, 100000)),
     crashSoakIdleMs: number('crash-soak-idle', values['crash-soak-idle'], 0, 600) * 1000,
     store: values.store,
+    dataDir: values['data-dir'],
     node: values.node,
     help: values.help,
   };
@@ -272,7 +278,7 @@ async function main(): Promise<number> {
         continue;
       }
       if (scenario === 'proxy') {
-        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections: cli.proxyConnections, partials: cli.partials, rssRounds: cli.rssRounds, rssConnections: cli.rssConnections, keys: cli.keys, cpuProfDir: cli.cpuProfDir, built: cli.built, quick: cli.quick, crashSoak: cli.crashSoak, crashSoakIdleMs: cli.crashSoakIdleMs, ...serverEnv() }, (line) => console.log(line));
+        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections: cli.proxyConnections, partials: cli.partials, rssRounds: cli.rssRounds, rssConnections: cli.rssConnections, keys: cli.keys, cpuProfDir: cli.cpuProfDir, dataDir: cli.dataDir, built: cli.built, quick: cli.quick, crashSoak: cli.crashSoak, crashSoakIdleMs: cli.crashSoakIdleMs, ...serverEnv() }, (line) => console.log(line));
         rows.push(...r.rows);
         if (r.failed) failed = true;
         continue;

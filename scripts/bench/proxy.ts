@@ -50,6 +50,7 @@ import { serverCommand } from './server-command.ts';
 import { repoRoot, spawnServer } from '../../test/support/server-process.ts';
 import type { RelayMode } from './relay-server.ts';
 import { addUpstreamMember } from '../../test/support/upstreams.ts';
+import { describeProbe, probeStore } from './store-probe.ts';
 import { summarize, table, type Summary } from './stats.ts';
 
 export interface ProxyOptions {
@@ -72,6 +73,12 @@ export interface ProxyOptions {
   serverEnv?: Record<string, string>;
   /** Write a V8 CPU profile of the server into this directory (on its exit). */
   cpuProfDir?: string;
+  /**
+   * Where the server and the reference relays keep their files (the media store among them), each
+   * in a folder of its own, removed afterwards; default the OS's temporary directory. Each run's
+   * header says what creating a file costs there (store-probe.ts).
+   */
+  dataDir?: string;
   /** Only the Portkey comparison and the first partial (no floors, resize or memory run): for iterating. */
   quick?: boolean;
   /**
@@ -386,7 +393,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
   const heavy = await startFakeWorker({ record: false, texture: 'noise' });
   const secret = randomBytes(32);
   const metricsToken = randomBytes(16).toString('hex');
-  const dataDir = join(tmpdir(), `mediagate-bench-proxy-${process.pid}`);
+  const dataDir = join(opts.dataDir ?? tmpdir(), `mediagate-bench-proxy-${process.pid}`);
   const db = createDatabase(databaseUrl, { max: 2, applicationName: 'mediagate-bench-proxy' });
   const rows: ProxyResult['rows'] = [];
   let failed = false;
@@ -420,6 +427,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
     // (storageKeyOf), each made on its first write; a fresh one would spend the first few thousand
     // requests creating them, which is not what a running server does.
     for (const a of BASE62_ALPHABET) for (const b of BASE62_ALPHABET) mkdirSync(join(dataDir, 'media', 'image_output', `${a}${b}`), { recursive: true });
+    log(`  ${describeProbe(join(dataDir, 'media'), probeStore(join(dataDir, 'probe')))}`);
     const server = await spawnServer({
       env: {
         DATABASE_URL: databaseUrl,
@@ -872,7 +880,12 @@ function multiTable(direct: Side, sides: [string, Side][], streaming = false): s
 /** Starts a reference relay (relay-server.ts) as its own process, from the build with `--built`. */
 async function startRelay(opts: ProxyOptions, upstream: string, mode: RelayMode, databaseUrl?: string): Promise<{ url: string; pid: number; stop(): Promise<void> }> {
   const entry = opts.built ? ['dist/scripts/bench/relay-server.js'] : ['--import', 'tsx', 'scripts/bench/relay-server.ts'];
-  const child = spawn(process.execPath, [...entry, upstream, mode, ...(databaseUrl ? [databaseUrl] : [])], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [...entry, upstream, mode, ...(databaseUrl ? [databaseUrl] : [])], {
+    cwd: repoRoot,
+    stdio: ['ignore', 'pipe', 'inherit'],
+    // The relay writes its copies under the OS's temporary directory: the same volume as the server's.
+    env: opts.dataDir ? { ...process.env, TMPDIR: opts.dataDir } : process.env,
+  });
   const url = await new Promise<string>((resolve, reject) => {
     let out = '';
     child.stdout.on('data', (chunk: Buffer) => {

@@ -112,9 +112,17 @@ export function columnsOf(table: keyof typeof dbColumns): RawBuilder<unknown> {
 
 const columnLists = new Map<string, RawBuilder<unknown>>();
 
+/** Column names by field (the batched hold converts every field of every task row): bounded by the schema's fields. */
+const snakeNames = new Map<string, string>();
+
 /** A field's column name: `resultFileIds` -> `result_file_ids` (the reverse of camelRow's keys). */
 export function snake(name: string): string {
-  return name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+  let column = snakeNames.get(name);
+  if (column === undefined) {
+    column = name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+    snakeNames.set(name, column);
+  }
+  return column;
 }
 
 /**
