@@ -6,7 +6,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { availableParallelism, cpus, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { startAppServer, type AppServer } from './bench/app-server.ts';
@@ -157,6 +157,8 @@ function parseCli(argv: string[]): {
     return n;
   };
   if (values.store !== 'fs' && values.store !== 's3') throw new UsageError(`--store must be fs or s3, got '${values.store}'`);
+  const dataDir = values['data-dir'] === undefined ? undefined : resolve(values['data-dir']);
+  if (dataDir !== undefined && !existsSync(dataDir)) throw new UsageError(`--data-dir ${dataDir} does not exist`);
   for (const p of positionals) {
     if (!(SCENARIOS as readonly string[]).includes(p)) throw new UsageError(`unknown scenario '${p}'`);
   }
@@ -183,7 +185,7 @@ function parseCli(argv: string[]): {
     crashSoak: values['crash-soak'] === undefined ? undefined : Math.round(number('crash-soak', values['crash-soak'], 1, 100000)),
     crashSoakIdleMs: number('crash-soak-idle', values['crash-soak-idle'], 0, 600) * 1000,
     store: values.store,
-    dataDir: values['data-dir'],
+    dataDir,
     node: values.node,
     help: values.help,
   };

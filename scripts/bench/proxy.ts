@@ -10,14 +10,18 @@
  *               difference ("added"), req/s both ways and their ratio;
  *   streaming   `stream: true, partial_images: P` at concurrency 1: time to the first complete
  *               partial-image frame, and to the end of the stream, both ways;
- *   floor       the same n=1 request (and the streaming one) at concurrency 1 through three
+ *   floor       the same n=1 request (and the streaming one) at concurrency 1 through four
  *               framework-free reference relays (relay-server.ts, each its own process, like the
  *               server): a bare node:http relay; a "hold-only" one that commits one INSERT before
  *               the call (as Mediagate's hold of a synchronous image commits) and relays the answer,
  *               the least any gateway adds that holds credit in PostgreSQL before calling the
- *               upstream; and a "durable" one that does only the writes a billing gateway cannot
+ *               upstream; a "durable" one that does only the writes a billing gateway cannot
  *               skip (that INSERT, the image written to disk, one committed UPDATE after it): what
- *               any Node gateway adds on this machine, next to what Mediagate adds;
+ *               any Node gateway adds on this machine, next to what Mediagate adds; and a "ledger"
+ *               one, the durable relay with Mediagate's own hold and settlement statements (its
+ *               repositories, its group commit) in place of the one-row ones: what Mediagate's data
+ *               model costs without the rest of Mediagate. The durable and the ledger relays also
+ *               run in the latency windows (both levels) and the quick run's streaming windows;
  *   memory      `rssConnections` concurrent n=4 3840x2160 PNG generations (upstream `gpt-image-2`,
  *               which renders that size itself, so Mediagate passes the bytes through without
  *               re-encoding) from a second fake whose images weigh what photos do (its `noise`
@@ -48,7 +52,7 @@ import { MICRO } from '../../server/lib/money.ts';
 import { createAccount, createApiKey, createGroup, seedCatalog } from '../../test/support/factories.ts';
 import { serverCommand } from './server-command.ts';
 import { repoRoot, spawnServer } from '../../test/support/server-process.ts';
-import type { RelayMode } from './relay-server.ts';
+import type { LedgerIds, RelayMode } from './relay-server.ts';
 import { addUpstreamMember } from '../../test/support/upstreams.ts';
 import { describeProbe, probeStore } from './store-probe.ts';
 import { summarize, table, type Summary } from './stats.ts';
@@ -318,8 +322,11 @@ function procStatus(pid: number): { rss: number; hwm: number; cpu: number; mainC
  * CPU seconds of the PostgreSQL backends serving the server's pool, by pid (PostgreSQL on this
  * machine only: their /proc entries; an empty map otherwise).
  */
-async function pgBackendCpu(db: Kysely<DB>, of: 'server' | 'relay' = 'server'): Promise<Map<number, number>> {
-  const whose = of === 'server' ? sql`application_name like 'mediagate-%' and application_name not like 'mediagate-bench%'` : sql`application_name = 'mediagate-bench-relay'`;
+/** Whose PostgreSQL backends: the server's pool, the one-row relays' (hold, durable), or the ledger relay's. */
+type Backends = 'server' | 'relay' | 'ledger';
+
+async function pgBackendCpu(db: Kysely<DB>, of: Backends = 'server'): Promise<Map<number, number>> {
+  const whose = of === 'server' ? sql`application_name like 'mediagate-%' and application_name not like 'mediagate-bench%'` : sql`application_name = ${`mediagate-bench-${of}`}`;
   const { rows } = await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database() and ${whose}`.execute(db);
   const out = new Map<number, number>();
   for (const { pid } of rows) {
@@ -449,6 +456,8 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       { label: 'bare node:http relay', ...(await startRelay(opts, `${fake.url}/v1`, 'relay')) },
       { label: 'hold-only relay', ...(await startRelay(opts, `${fake.url}/v1`, 'hold', databaseUrl)) },
       { label: 'durable relay', ...(await startRelay(opts, `${fake.url}/v1`, 'durable', databaseUrl)) },
+      // Mediagate's own two statements (through its repositories) around the same call, on an account of its own.
+      { label: 'ledger relay', ...(await startRelay(opts, `${fake.url}/v1`, 'ledger', databaseUrl, await ledgerAccount(db, group.id))) },
     ];
     try {
       await new Promise((r) => setTimeout(r, 500));
@@ -510,8 +519,9 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         return { failed, rows };
       }
 
-      /** `relayPid`: a reference relay whose process and PostgreSQL backends are measured (the durable relay). */
-      const measure = async (side: 'direct' | 'gateway' | 'reference' | 'portkey', t: Target, concurrency: number, durationMs: number, relayPid?: number): Promise<Side> => {
+      /** `relay`: a reference relay whose process and PostgreSQL backends are measured (the durable relay, the ledger relay). */
+      const measure = async (side: 'direct' | 'gateway' | 'reference' | 'portkey', t: Target, concurrency: number, durationMs: number, relay?: { pid: number; backends: Backends }): Promise<Side> => {
+        const relayPid = relay?.pid;
         let fakeElu0 = fake.worker.performance.eventLoopUtilization();
         let loadElu0 = performance.eventLoopUtilization();
         let before: { cpu: number; mainCpu: number; sql: number; pg: Map<number, number> } | undefined;
@@ -521,7 +531,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         let relay0: { cpu: number; mainCpu: number; pg: Map<number, number> } | undefined;
         const window = await runWindow(t, concurrency, durationMs, async () => {
           if (side === 'portkey') pk0 = procStatus(portkey.pid);
-          if (side === 'reference' && relayPid !== undefined) relay0 = { ...procStatus(relayPid), pg: await pgBackendCpu(db, 'relay') };
+          if (side === 'reference' && relay) relay0 = { ...procStatus(relay.pid), pg: await pgBackendCpu(db, relay.backends) };
           if (side === 'gateway') before = { ...procStatus(pid), sql: await metricSum(server.url, metricsToken, 'mediagate_db_queries_total'), pg: await pgBackendCpu(db) };
           conns0 = (await fake.stats()).connections;
           fakeElu0 = fake.worker.performance.eventLoopUtilization();
@@ -542,7 +552,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
           const after = procStatus(relayPid);
           cost.serverCpu = after.cpu - relay0.cpu;
           cost.serverMainCpu = after.mainCpu - relay0.mainCpu;
-          cost.pgCpu = cpuDelta(relay0.pg, await pgBackendCpu(db, 'relay'));
+          cost.pgCpu = cpuDelta(relay0.pg, await pgBackendCpu(db, relay!.backends));
         }
         if (before) {
           const after = procStatus(pid);
@@ -566,12 +576,12 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
        * Several sides in the same windows: direct, then each side, then the same in reverse order
        * (A B C C B A), each half `durationMs / 2`; the first side is the direct one.
        */
-      const abba = async (sides: { kind: 'direct' | 'gateway' | 'reference' | 'portkey'; t: Target; pid?: number }[], concurrency: number): Promise<Side[]> => {
+      const abba = async (sides: { kind: 'direct' | 'gateway' | 'reference' | 'portkey'; t: Target; relay?: { pid: number; backends: Backends } }[], concurrency: number): Promise<Side[]> => {
         const half = opts.durationMs / 2;
         const first: Side[] = [];
-        for (const side of sides) first.push(await measure(side.kind, side.t, concurrency, half, side.pid));
+        for (const side of sides) first.push(await measure(side.kind, side.t, concurrency, half, side.relay));
         const second: Side[] = [];
-        for (const side of [...sides].reverse()) second.unshift(await measure(side.kind, side.t, concurrency, half, side.pid));
+        for (const side of [...sides].reverse()) second.unshift(await measure(side.kind, side.t, concurrency, half, side.relay));
         return first.map((a, i) => merge(a, second[i]!));
       };
 
@@ -592,31 +602,38 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       const idleSqlPerSecond = ((await metricSum(server.url, metricsToken, 'mediagate_db_queries_total')) - idleSql0) / ((performance.now() - idleStarted) / 1000);
 
       const levels = [...new Set([1, opts.connections])];
-      const latency: { concurrency: number; pair: Pair; portkey: Side; durable: Side; manyKeys?: Side }[] = [];
+      const latency: { concurrency: number; pair: Pair; portkey: Side; durable: Side; ledger: Side; manyKeys?: Side }[] = [];
       // The durable reference relay (the least a gateway that holds, stores and settles does) in the
-      // same windows: the floor of both the latency and the throughput on this machine.
+      // same windows: the floor of both the latency and the throughput on this machine. The ledger
+      // relay, beside it: the same with Mediagate's own statements, what its data model costs.
       const durableRelay = relays.find((r) => r.label === 'durable relay')!;
       const durableImage = { ...direct.image, url: new URL('/v1/images/generations', durableRelay.url) };
+      const durableSide = { pid: durableRelay.pid, backends: 'relay' as const };
+      const ledgerRelay = relays.find((r) => r.label === 'ledger relay')!;
+      const ledgerImage = { ...direct.image, url: new URL('/v1/images/generations', ledgerRelay.url) };
+      const ledgerSide = { pid: ledgerRelay.pid, backends: 'ledger' as const };
       for (const concurrency of levels) {
         const manyKeys = concurrency > 1 && keys.length > 1;
-        const [d, pk, dr, g, gk] = await abba(
+        const [d, pk, dr, lr, g, gk] = await abba(
           [
             { kind: 'direct', t: direct.image },
             { kind: 'portkey', t: viaPortkey.image },
-            { kind: 'reference', t: durableImage, pid: durableRelay.pid },
+            { kind: 'reference', t: durableImage, relay: durableSide },
+            { kind: 'reference', t: ledgerImage, relay: ledgerSide },
             { kind: 'gateway', t: gateway.image },
             ...(manyKeys ? [{ kind: 'gateway' as const, t: gatewayKeys }] : []),
           ],
           concurrency,
         );
         const p = { direct: d!, gateway: g! };
-        latency.push({ concurrency, pair: p, portkey: pk!, durable: dr!, ...(gk && { manyKeys: gk }) });
-        log(`\n  n=1 1024x1024 PNG, concurrency ${concurrency}, direct / Portkey / durable relay / Mediagate${gk ? ` one key / Mediagate ${keys.length} keys` : ''} in the same windows (ABBA, ${opts.durationMs / 2000} s per half):`);
-        log(indent(multiTable(d!, [['through Portkey', pk!], ['durable relay (floor)', dr!], ['Mediagate, one key', g!], ...(gk ? [[`Mediagate, ${keys.length} keys`, gk] as [string, Side]] : [])]), 4));
+        latency.push({ concurrency, pair: p, portkey: pk!, durable: dr!, ledger: lr!, ...(gk && { manyKeys: gk }) });
+        log(`\n  n=1 1024x1024 PNG, concurrency ${concurrency}, direct / Portkey / durable relay / ledger relay / Mediagate${gk ? ` one key / Mediagate ${keys.length} keys` : ''} in the same windows (ABBA, ${opts.durationMs / 2000} s per half):`);
+        log(indent(multiTable(d!, [['through Portkey', pk!], ['durable relay (floor)', dr!], ["ledger relay (Mediagate's SQL)", lr!], ['Mediagate, one key', g!], ...(gk ? [[`Mediagate, ${keys.length} keys`, gk] as [string, Side]] : [])]), 4));
         for (const line of costLines(p, idleSqlPerSecond)) log(`    ${line}`);
         const perRequest = (side: Side, v: number) => ((1000 * v) / Math.max(1, ok(side.window).length)).toFixed(2);
         log(`    Portkey per request: ${perRequest(pk!, pk!.cost.serverCpu)} ms CPU, ${perRequest(pk!, pk!.cost.serverMainCpu)} ms of it on the main thread`);
         log(`    durable relay per request: ${perRequest(dr!, dr!.cost.serverCpu)} ms CPU, ${perRequest(dr!, dr!.cost.serverMainCpu)} ms of it on the main thread, ${perRequest(dr!, dr!.cost.pgCpu)} ms CPU in PostgreSQL backends`);
+        log(`    ledger relay per request: ${perRequest(lr!, lr!.cost.serverCpu)} ms CPU, ${perRequest(lr!, lr!.cost.serverMainCpu)} ms of it on the main thread, ${perRequest(lr!, lr!.cost.pgCpu)} ms CPU in PostgreSQL backends`);
         if (gk) for (const line of costLines({ direct: d!, gateway: gk }, idleSqlPerSecond)) log(`    ${keys.length} keys: ${line}`);
       }
 
@@ -635,10 +652,18 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       // sharp alone doing the same work (decode the 1024x1024 PNG, resize, encode PNG) in this
       // process; the server's event-loop delay (max, from its metrics) shows whether it blocks.
       if (opts.quick) {
-        const [qD, qR, qG] = await abba([{ kind: 'direct', t: direct.stream }, { kind: 'reference', t: { ...direct.stream, url: new URL('/v1/images/generations', durableRelay.url) } }, { kind: 'gateway', t: gateway.stream }], 1);
-        log(`\n  streaming, partial_images ${opts.partials}, concurrency 1, direct / durable relay / Mediagate (ABBA, ${opts.durationMs / 2000} s per half):`);
-        log(indent(multiTable(qD!, [['durable relay', qR!], ['through Mediagate', qG!]], true), 4));
-        const q = { d: stat(qD!.window), r: stat(qR!.window), g: stat(qG!.window) };
+        const [qD, qR, qL, qG] = await abba(
+          [
+            { kind: 'direct', t: direct.stream },
+            { kind: 'reference', t: { ...direct.stream, url: new URL('/v1/images/generations', durableRelay.url) } },
+            { kind: 'reference', t: { ...direct.stream, url: new URL('/v1/images/generations', ledgerRelay.url) } },
+            { kind: 'gateway', t: gateway.stream },
+          ],
+          1,
+        );
+        log(`\n  streaming, partial_images ${opts.partials}, concurrency 1, direct / durable relay / ledger relay / Mediagate (ABBA, ${opts.durationMs / 2000} s per half):`);
+        log(indent(multiTable(qD!, [['durable relay', qR!], ['ledger relay', qL!], ['through Mediagate', qG!]], true), 4));
+        const q = { d: stat(qD!.window), r: stat(qR!.window), l: stat(qL!.window), g: stat(qG!.window) };
         const l1 = latency.find((l) => l.concurrency === 1)!;
         const lN = latency.find((l) => l.concurrency === opts.connections)!;
         const d1 = stat(l1.pair.direct.window);
@@ -647,7 +672,8 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         log(`\n  quick: c=1 added p50 ${(g1.p50 - d1.p50).toFixed(2)} vs Portkey ${(p1.p50 - d1.p50).toFixed(2)} ms, p99 ${(g1.p99 - d1.p99).toFixed(2)} vs ${(p1.p99 - d1.p99).toFixed(2)} ms; ` +
           `c=${opts.connections} ${stat(lN.pair.gateway.window).perSecond.toFixed(0)} (one key) / ${lN.manyKeys ? stat(lN.manyKeys.window).perSecond.toFixed(0) : '-'} (many) vs Portkey ${stat(lN.portkey.window).perSecond.toFixed(0)} req/s; ` +
           `1st partial +${(q.g.firstP50 - q.d.firstP50).toFixed(2)} vs relay +${(q.r.firstP50 - q.d.firstP50).toFixed(2)} ms; ` +
-          `durable relay c=1 +${(stat(l1.durable.window).p50 - d1.p50).toFixed(2)} / +${(stat(l1.durable.window).p99 - d1.p99).toFixed(2)} ms, c=${opts.connections} ${stat(lN.durable.window).perSecond.toFixed(0)} req/s`);
+          `durable relay c=1 +${(stat(l1.durable.window).p50 - d1.p50).toFixed(2)} / +${(stat(l1.durable.window).p99 - d1.p99).toFixed(2)} ms, c=${opts.connections} ${stat(lN.durable.window).perSecond.toFixed(0)} req/s; ` +
+          `ledger relay c=1 +${(stat(l1.ledger.window).p50 - d1.p50).toFixed(2)} / +${(stat(l1.ledger.window).p99 - d1.p99).toFixed(2)} ms, c=${opts.connections} ${stat(lN.ledger.window).perSecond.toFixed(0)} req/s, 1st partial +${(q.l.firstP50 - q.d.firstP50).toFixed(2)} ms`);
         return { failed, rows };
       }
       const resizeTarget = target(server.url, keys.slice(0, 1), { model: BENCH_IMAGE.id, prompt: PROMPT, resolution: '1K', aspectRatio: '1:1', n: 1, output_format: 'png' });
@@ -877,14 +903,21 @@ function multiTable(direct: Side, sides: [string, Side][], streaming = false): s
   return table(header, [row('direct (fake)', d, true), ...sides.map(([label, side]) => row(label, stat(side.window), false))]);
 }
 
+/** The ledger relay's own account and key (one key, as Mediagate's one-key side), charged at the bench model's 1024x1024 price. */
+async function ledgerAccount(db: Kysely<DB>, groupId: string): Promise<LedgerIds> {
+  const account = await createAccount(db, { balance: 1_000_000_000 });
+  const key = await createApiKey(db, { accountId: account.id, groupId });
+  return { accountId: account.id, apiKeyId: key.id, groupId, model: BENCH_IMAGE.id, unitPrice: prices[0]!.unitPrice };
+}
+
 /** Starts a reference relay (relay-server.ts) as its own process, from the build with `--built`. */
-async function startRelay(opts: ProxyOptions, upstream: string, mode: RelayMode, databaseUrl?: string): Promise<{ url: string; pid: number; stop(): Promise<void> }> {
+async function startRelay(opts: ProxyOptions, upstream: string, mode: RelayMode, databaseUrl?: string, ledger?: LedgerIds): Promise<{ url: string; pid: number; stop(): Promise<void> }> {
   const entry = opts.built ? ['dist/scripts/bench/relay-server.js'] : ['--import', 'tsx', 'scripts/bench/relay-server.ts'];
   const child = spawn(process.execPath, [...entry, upstream, mode, ...(databaseUrl ? [databaseUrl] : [])], {
     cwd: repoRoot,
     stdio: ['ignore', 'pipe', 'inherit'],
     // The relay writes its copies under the OS's temporary directory: the same volume as the server's.
-    env: opts.dataDir ? { ...process.env, TMPDIR: opts.dataDir } : process.env,
+    env: { ...process.env, ...(opts.dataDir && { TMPDIR: opts.dataDir }), ...(ledger && { BENCH_LEDGER: JSON.stringify(ledger) }) },
   });
   const url = await new Promise<string>((resolve, reject) => {
     let out = '';

@@ -19,6 +19,16 @@
  *             INSERT, then the upstream's event stream relayed as it arrives, then the committed
  *             UPDATE (the floor of the time to the first partial image). No auth, validation,
  *             routing or ledger: a floor, not a gateway.
+ *   ledger    the durable relay with Mediagate's own two statements in place of its one-row ones,
+ *             sent through Mediagate's repositories with their group commit: the hold
+ *             (LedgerRepository.holdAndInsertTask with the row ImageService.start inserts for a
+ *             synchronous image, unflushed) and the settlement (ImageTaskRepository.completeWhole
+ *             with the file's row and the attempt's, as Settlement.completeImage sends it, flushed),
+ *             the copy written through FilesystemMediaStore while the settlement runs, as the
+ *             server writes it. What Mediagate's data model costs on this machine without the rest
+ *             of Mediagate (Express, the contract's validation, auth, the pool, the adapter). The
+ *             account, key and group it charges come in BENCH_LEDGER (JSON: accountId, apiKeyId,
+ *             groupId, model, unitPrice).
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
@@ -28,9 +38,16 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { Agent, request } from 'undici';
+import { Agent, request, type Dispatcher } from 'undici';
+import { createDatabase } from '../../server/db/database.ts';
+import { newId } from '../../server/lib/ids.ts';
+import type { FileRow } from '../../server/repositories/file.repository.ts';
+import { ImageTaskRepository } from '../../server/repositories/image-task.repository.ts';
+import { LedgerRepository } from '../../server/repositories/ledger.repository.ts';
+import { storageKeyOf } from '../../server/services/file.service.ts';
+import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
 
-export type RelayMode = 'relay' | 'hold' | 'durable';
+export type RelayMode = 'relay' | 'hold' | 'durable' | 'ledger';
 
 const TABLE = 'bench_relay_tasks';
 
@@ -40,13 +57,101 @@ async function readBody(req: IncomingMessage): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
+/** Whom the ledger relay charges, and for what (BENCH_LEDGER). */
+export interface LedgerIds {
+  accountId: string;
+  apiKeyId: string;
+  groupId: string;
+  model: string;
+  /** Micro-credits an image. */
+  unitPrice: number;
+}
+
+/**
+ * The ledger mode's request: Mediagate's hold, the upstream call, Mediagate's settlement with the
+ * copies written while it runs, the answer (see the header). Rows as the server writes them for a
+ * synchronous `b64_json` generation on an OpenAI member: the task (the fields ImageService.start
+ * sets), the hold and its ledger entry; then the task completed, the hold captured whole, its
+ * capture entry, a spend shard, each image's file row and the call's attempt row.
+ */
+function ledgerRelay(databaseUrl: string, ids: LedgerIds, dir: string) {
+  const db = createDatabase(databaseUrl, { applicationName: 'mediagate-bench-ledger' });
+  const ledger = new LedgerRepository(db);
+  const tasks = new ImageTaskRepository(db);
+  const store = new FilesystemMediaStore(dir);
+  return async (
+    body: Buffer,
+    call: () => Promise<Dispatcher.ResponseData<null>>,
+    res: ServerResponse,
+    relay: (up: Dispatcher.ResponseData<null>, fallbackType: string) => Promise<void>,
+  ): Promise<void> => {
+    const input = JSON.parse(body.toString('utf8')) as { prompt: string; n?: number; size?: string; output_format?: string; stream?: boolean; partial_images?: number };
+    const n = input.n ?? 1;
+    const taskId = newId('img');
+    const quoted = ids.unitPrice * n;
+    const params = { size: input.size ?? '1024x1024', quality: 'auto', background: 'auto', moderation: 'auto', outputFormat: input.output_format ?? 'png', responseFormat: 'b64_json', stream: input.stream === true, partialImages: input.partial_images ?? 0, resize: 'exact' };
+    const { outcome } = await ledger.holdAndInsertTask(
+      { holdId: newId('hold'), accountId: ids.accountId, apiKeyId: ids.apiKeyId, taskId, amount: quoted },
+      {
+        table: 'imageTasks',
+        row: {
+          id: taskId, accountId: ids.accountId, apiKeyId: ids.apiKeyId, groupId: ids.groupId, operation: 'generation', model: ids.model, prompt: input.prompt,
+          params: JSON.stringify(params), inputFileIds: [], maskFileId: null, n, unitPrice: ids.unitPrice, quotedCredits: quoted, runAsync: false, attempt: 1,
+          leaseOwner: 'bench-ledger-relay', leaseExpiresAt: new Date(Date.now() + 60_000), memberId: null, memberSlots: 1,
+        },
+      },
+      undefined,
+      'unflushed',
+    );
+    if (outcome !== 'ok') throw new Error(`hold refused: ${outcome}`);
+    const startedAt = new Date();
+    const up = await call();
+    const fileOf = (bytes: number): FileRow => {
+      const id = newId('file');
+      return { id, accountId: ids.accountId, purpose: 'image_output', contentType: 'image/png', bytes, storageKey: storageKeyOf('image_output', id), width: 1024, height: 1024, taskId, expiresAt: new Date(Date.now() + 30 * 86_400_000), filename: null };
+    };
+    const settle = (files: FileRow[]) =>
+      tasks.completeWhole(
+        {
+          fence: { id: taskId, attempt: 1 },
+          fileIds: files.map((f) => f.id),
+          actualCredits: quoted,
+          revisedPrompt: null,
+          unrecorded: files,
+          attempts: [{ taskId, step: 'generate', memberId: null, provider: 'openai', upstreamJobId: null, outcome: 'ok', error: null, startedAt, durationMs: Date.now() - startedAt.getTime() }],
+        },
+        (hold) => ledger.settlement(hold, quoted),
+      );
+    if (input.stream === true) {
+      // The first partial is what this side measures: the events are relayed as they arrive, and
+      // the settlement records the final images' rows without decoding or writing them.
+      await relay(up, 'text/event-stream');
+      if (!(await settle(Array.from({ length: n }, () => fileOf(0))))) throw new Error('the settlement did not complete the task');
+      res.end();
+      return;
+    }
+    const answer = JSON.parse(await up.body.text()) as { created: number; data: { b64_json: string }[] };
+    const images = answer.data.map((d) => Buffer.from(d.b64_json, 'base64'));
+    const files = images.map((image) => fileOf(image.length));
+    // As the server does: the settlement's statement goes out first, the copies are written while it runs.
+    const settling = settle(files);
+    settling.catch(() => undefined);
+    await new Promise((resolve) => setImmediate(resolve));
+    const [done] = await Promise.all([settling, ...images.map((image, i) => store.put(files[i]!.storageKey, image))]);
+    if (!done) throw new Error('the settlement did not complete the task');
+    const json = JSON.stringify({ created: answer.created, data: images.map((image) => ({ b64_json: image.toString('base64') })) });
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) });
+    res.end(json);
+  };
+}
+
 async function main(): Promise<void> {
   const [upstream, mode, databaseUrl] = process.argv.slice(2) as [string, RelayMode, string | undefined];
   const agent = new Agent({ keepAliveTimeout: 30_000 });
   const dir = join(tmpdir(), `mediagate-bench-relay-${process.pid}`);
-  const pool = mode !== 'relay' ? new pg.Pool({ connectionString: databaseUrl, max: 10, application_name: 'mediagate-bench-relay' }) : undefined;
+  const pool = mode === 'hold' || mode === 'durable' ? new pg.Pool({ connectionString: databaseUrl, max: 10, application_name: 'mediagate-bench-relay' }) : undefined;
+  if (pool || mode === 'ledger') mkdirSync(dir, { recursive: true });
   if (pool) {
-    mkdirSync(dir, { recursive: true });
     await pool.query(`create table if not exists ${TABLE} (id text primary key, account_id text not null, amount bigint not null, status text not null, file text)`);
   }
   const call = (body: Buffer, headers: IncomingMessage['headers']) =>
@@ -57,12 +162,18 @@ async function main(): Promise<void> {
       body,
     });
 
+  const ledger = mode === 'ledger' ? ledgerRelay(databaseUrl!, JSON.parse(process.env.BENCH_LEDGER ?? '{}') as LedgerIds, dir) : undefined;
+
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const body = await readBody(req);
     const relay = async (up: Awaited<ReturnType<typeof call>>, fallbackType: string) => {
       res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type'] ?? fallbackType) });
       for await (const chunk of up.body) res.write(chunk);
     };
+    if (ledger) {
+      await ledger(body, () => call(body, req.headers), res, relay);
+      return;
+    }
     if (mode === 'relay') {
       await relay(await call(body, req.headers), 'application/json');
       res.end();
