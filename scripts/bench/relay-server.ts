@@ -74,7 +74,11 @@ export interface LedgerIds {
  * sets), the hold and its ledger entry; then the task completed, the hold captured whole, its
  * capture entry, a spend shard, each image's file row and the call's attempt row.
  */
-function ledgerRelay(databaseUrl: string, ids: LedgerIds, dir: string) {
+function ledgerRelay(databaseUrl: string | undefined, ids: Partial<LedgerIds>, dir: string) {
+  if (!databaseUrl || !ids.accountId || !ids.apiKeyId || !ids.groupId || !ids.model || !ids.unitPrice) {
+    throw new Error('relay-server ledger: needs a database URL and BENCH_LEDGER (accountId, apiKeyId, groupId, model, unitPrice)');
+  }
+  const { accountId, apiKeyId, groupId, model, unitPrice } = ids;
   const db = createDatabase(databaseUrl, { applicationName: 'mediagate-bench-ledger' });
   const ledger = new LedgerRepository(db);
   const tasks = new ImageTaskRepository(db);
@@ -88,15 +92,15 @@ function ledgerRelay(databaseUrl: string, ids: LedgerIds, dir: string) {
     const input = JSON.parse(body.toString('utf8')) as { prompt: string; n?: number; size?: string; output_format?: string; stream?: boolean; partial_images?: number };
     const n = input.n ?? 1;
     const taskId = newId('img');
-    const quoted = ids.unitPrice * n;
+    const quoted = unitPrice * n;
     const params = { size: input.size ?? '1024x1024', quality: 'auto', background: 'auto', moderation: 'auto', outputFormat: input.output_format ?? 'png', responseFormat: 'b64_json', stream: input.stream === true, partialImages: input.partial_images ?? 0, resize: 'exact' };
     const { outcome } = await ledger.holdAndInsertTask(
-      { holdId: newId('hold'), accountId: ids.accountId, apiKeyId: ids.apiKeyId, taskId, amount: quoted },
+      { holdId: newId('hold'), accountId, apiKeyId, taskId, amount: quoted },
       {
         table: 'imageTasks',
         row: {
-          id: taskId, accountId: ids.accountId, apiKeyId: ids.apiKeyId, groupId: ids.groupId, operation: 'generation', model: ids.model, prompt: input.prompt,
-          params: JSON.stringify(params), inputFileIds: [], maskFileId: null, n, unitPrice: ids.unitPrice, quotedCredits: quoted, runAsync: false, attempt: 1,
+          id: taskId, accountId, apiKeyId, groupId, operation: 'generation', model, prompt: input.prompt,
+          params: JSON.stringify(params), inputFileIds: [], maskFileId: null, n, unitPrice, quotedCredits: quoted, runAsync: false, attempt: 1,
           leaseOwner: 'bench-ledger-relay', leaseExpiresAt: new Date(Date.now() + 60_000), memberId: null, memberSlots: 1,
         },
       },
@@ -108,7 +112,7 @@ function ledgerRelay(databaseUrl: string, ids: LedgerIds, dir: string) {
     const up = await call();
     const fileOf = (bytes: number): FileRow => {
       const id = newId('file');
-      return { id, accountId: ids.accountId, purpose: 'image_output', contentType: 'image/png', bytes, storageKey: storageKeyOf('image_output', id), width: 1024, height: 1024, taskId, expiresAt: new Date(Date.now() + 30 * 86_400_000), filename: null };
+      return { id, accountId, purpose: 'image_output', contentType: 'image/png', bytes, storageKey: storageKeyOf('image_output', id), width: 1024, height: 1024, taskId, expiresAt: new Date(Date.now() + 30 * 86_400_000), filename: null };
     };
     const settle = (files: FileRow[]) =>
       tasks.completeWhole(
@@ -162,7 +166,7 @@ async function main(): Promise<void> {
       body,
     });
 
-  const ledger = mode === 'ledger' ? ledgerRelay(databaseUrl!, JSON.parse(process.env.BENCH_LEDGER ?? '{}') as LedgerIds, dir) : undefined;
+  const ledger = mode === 'ledger' ? ledgerRelay(databaseUrl, JSON.parse(process.env.BENCH_LEDGER ?? '{}') as Partial<LedgerIds>, dir) : undefined;
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const body = await readBody(req);
