@@ -521,7 +521,6 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
 
       /** `relay`: a reference relay whose process and PostgreSQL backends are measured (the durable relay, the ledger relay). */
       const measure = async (side: 'direct' | 'gateway' | 'reference' | 'portkey', t: Target, concurrency: number, durationMs: number, relay?: { pid: number; backends: Backends }): Promise<Side> => {
-        const relayPid = relay?.pid;
         let fakeElu0 = fake.worker.performance.eventLoopUtilization();
         let loadElu0 = performance.eventLoopUtilization();
         let before: { cpu: number; mainCpu: number; sql: number; pg: Map<number, number> } | undefined;
@@ -548,11 +547,11 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
           cost.serverCpu = after.cpu - pk0.cpu;
           cost.serverMainCpu = after.mainCpu - pk0.mainCpu;
         }
-        if (relay0 && relayPid !== undefined) {
-          const after = procStatus(relayPid);
+        if (relay0 && relay) {
+          const after = procStatus(relay.pid);
           cost.serverCpu = after.cpu - relay0.cpu;
           cost.serverMainCpu = after.mainCpu - relay0.mainCpu;
-          cost.pgCpu = cpuDelta(relay0.pg, await pgBackendCpu(db, relay!.backends));
+          cost.pgCpu = cpuDelta(relay0.pg, await pgBackendCpu(db, relay.backends));
         }
         if (before) {
           const after = procStatus(pid);

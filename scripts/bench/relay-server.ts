@@ -57,6 +57,13 @@ async function readBody(req: IncomingMessage): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
+/** The decoded images encoded again as the upstream's JSON answer (both billing relays answer so). */
+function answerJson(res: ServerResponse, created: number, images: readonly Buffer[]): void {
+  const json = JSON.stringify({ created, data: images.map((image) => ({ b64_json: image.toString('base64') })) });
+  res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) });
+  res.end(json);
+}
+
 /** Whom the ledger relay charges, and for what (BENCH_LEDGER). */
 export interface LedgerIds {
   accountId: string;
@@ -143,9 +150,7 @@ function ledgerRelay(databaseUrl: string | undefined, ids: Partial<LedgerIds>, d
     await new Promise((resolve) => setImmediate(resolve));
     const [done] = await Promise.all([settling, ...images.map((image, i) => store.put(files[i]!.storageKey, image))]);
     if (!done) throw new Error('the settlement did not complete the task');
-    const json = JSON.stringify({ created: answer.created, data: images.map((image) => ({ b64_json: image.toString('base64') })) });
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) });
-    res.end(json);
+    answerJson(res, answer.created, images);
   };
 }
 
@@ -212,9 +217,7 @@ async function main(): Promise<void> {
       files.push(path);
     }
     await pool!.query(`update ${TABLE} set status = 'completed', file = $2 where id = $1`, [id, files.join(',')]);
-    const json = JSON.stringify({ created: answer.created, data: images.map((image) => ({ b64_json: image.toString('base64') })) });
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) });
-    res.end(json);
+    answerJson(res, answer.created, images);
   };
 
   const server = createServer((req, res) => {
