@@ -5,8 +5,9 @@
  * arena that serves everything under 32 MiB and never gives memory back: RSS is then the heap's
  * high-water mark, flat once the renders' allocations have been seen and pushed up by whatever a
  * render leaks. (By default, thread arenas and trimming move RSS by several MiB either way within
- * seconds: as much as a leak adds in that time.)
- *   memory        60 renders to warm up, then 3 stretches of 40: RSS after each, open descriptors
+ * seconds: as much as a leak adds in that time.) V8's committed heap is left out of the figure: it
+ * grows and shrinks by several MiB as the collector sizes it, and a native leak is not in it.
+ *   memory        60 renders to warm up, then 160 more: the native RSS after every 10, open descriptors
  *   abort         clips aborted while their file is being written: descriptors and partial files left
  *   failed-write  a clip whose file outgrows RLIMIT_FSIZE (set on this process with prlimit) while
  *                 it is written: how the render ended, descriptors and partial files left
@@ -19,8 +20,8 @@ import { join } from 'node:path';
 import { renderVideo } from '../../server/providers/local/video/render-video.ts';
 
 const WARMUP = 60;
-const STRETCHES = 3;
-const STRETCH = 40;
+const SAMPLES = 16;
+const EVERY = 10;
 
 const gc = (globalThis as { gc?: () => void }).gc;
 if (!gc) throw new Error('run with --expose-gc');
@@ -37,7 +38,8 @@ async function settledRss(): Promise<number> {
     gc!();
     await new Promise((r) => setImmediate(r));
   }
-  return process.memoryUsage().rss;
+  const { rss, heapTotal } = process.memoryUsage();
+  return rss - heapTotal;
 }
 
 /** The smallest clip that still runs every step: text layers, x264, AAC on every other one. */
@@ -60,11 +62,11 @@ try {
   while (n < WARMUP) await tinyClip(n++);
   const rss = [await settledRss()];
   const fdsBefore = openFds();
-  for (let s = 0; s < STRETCHES; s++) {
-    for (let i = 0; i < STRETCH; i++) await tinyClip(n++);
+  for (let s = 0; s < SAMPLES; s++) {
+    for (let i = 0; i < EVERY; i++) await tinyClip(n++);
     rss.push(await settledRss());
   }
-  report('memory', { stretch: STRETCH, rss, fdsBefore, fdsAfter: openFds() });
+  report('memory', { every: EVERY, rss, fdsBefore, fdsAfter: openFds() });
 
   const abortFds = openFds();
   let aborted = 0;
