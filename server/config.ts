@@ -47,6 +47,8 @@ export interface Config {
   keyCacheTtlMs: number;
   /** How long an image model's lookup (catalog, prices, switch, reachability per group) is reused. */
   modelCacheTtlMs: number;
+  /** How long a group's members for a model (configuration and shared health) are reused (pool.ts). */
+  poolCacheTtlMs: number;
   quoteTtlSeconds: number;
   fileUrlTtlSeconds: number;
   maxMediaInputCount: number;
@@ -252,6 +254,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     jsonBodyLimitBytes: int(env, 'JSON_BODY_LIMIT_BYTES', 1024 * 1024, 1024),
     keyCacheTtlMs: int(env, 'KEY_CACHE_TTL_MS', 5_000, 0, 5_000),
     modelCacheTtlMs: int(env, 'MODEL_CACHE_TTL_MS', 2_000, 0, 5_000),
+    poolCacheTtlMs: int(env, 'POOL_CACHE_TTL_MS', 1_000, 0, 5_000),
     quoteTtlSeconds: int(env, 'QUOTE_TTL_SECONDS', 900, 1, 86_400),
     fileUrlTtlSeconds: int(env, 'FILE_URL_TTL_SECONDS', 3600, 1, 7 * 86_400),
     maxMediaInputCount: int(env, 'MAX_MEDIA_INPUT_COUNT', 256, 1),

@@ -149,7 +149,9 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     files: new FileRepository(db),
     webhooks: new WebhookRepository(db),
   };
-  const pool = new Pool(repositories.routing, providers, tx, new MemberHealth(new MemberHealthRepository(db), metrics, log.child({ component: 'pool' })), secretKey);
+  const pool = new Pool(repositories.routing, providers, tx, new MemberHealth(new MemberHealthRepository(db), metrics, log.child({ component: 'pool' })), secretKey, {
+    candidateCacheMs: config.poolCacheTtlMs,
+  });
   const notifier = new TaskNotifier();
   const store = overrides.mediaStore ?? (config.s3 ? new S3MediaStore(config.s3) : new FilesystemMediaStore(config.mediaDir));
   const files = new FileService(repositories.files, store, tx, deriveKey(secretKey, 'file-url'), deps.publicBaseUrl, config.fileUrlTtlSeconds, {

@@ -22,7 +22,7 @@
  * runs as the probe; while the probe runs, every other piece of work treats the member as cooling.
  *
  * The candidates of a group and model (configuration and shared health, one query) are reused for
- * CANDIDATE_CACHE_MS: a failure this instance sees, and any admin change through it, drops them at
+ * CANDIDATE_CACHE_MS (`POOL_CACHE_TTL_MS`, default 1 s): a failure this instance sees, and any admin change through it, drops them at
  * once, so only what other instances learned (a cooldown, rejected credentials) reaches this one up
  * to CANDIDATE_CACHE_MS late (it then meets the failure itself, at most once per member, and fails
  * over). Concurrency limits are never cached: a member with a limit is always checked under its
@@ -47,7 +47,7 @@ import { followOrder, orderMembers } from './member-selection.ts';
 
 /** How long a member's decrypted account is reused by `account()` (poll steps of thousands of jobs). */
 export const ACCOUNT_CACHE_MS = 5000;
-/** How long the candidates of a group and model are reused (see above). */
+/** How long the candidates of a group and model are reused by default (see above; `POOL_CACHE_TTL_MS`). */
 export const CANDIDATE_CACHE_MS = 1000;
 
 /** Providers whose members run a catalog model through its operator-written mapping. */
@@ -132,8 +132,9 @@ type CandidateQuery = Pick<RouteRequest, 'groupId' | 'model' | 'capability' | 's
 
 export class Pool {
   private readonly accounts = new Map<string, { account: UpstreamAccount | undefined; until: number }>();
-  private readonly candidates = new TtlCache<CachedCandidate[]>(CANDIDATE_CACHE_MS);
-  private readonly mappings = new TtlCache<Record<string, unknown>>(CANDIDATE_CACHE_MS);
+  private readonly candidates: TtlCache<CachedCandidate[]>;
+  private readonly mappings: TtlCache<Record<string, unknown>>;
+  private readonly random: () => number;
 
   constructor(
     private readonly routing: RoutingRepository,
@@ -141,8 +142,13 @@ export class Pool {
     private readonly tx: Transactor,
     readonly health: MemberHealth,
     private readonly secretKey: Buffer,
-    private readonly random: () => number = Math.random,
-  ) {}
+    options: { candidateCacheMs?: number; random?: () => number } = {},
+  ) {
+    const ttl = options.candidateCacheMs ?? CANDIDATE_CACHE_MS;
+    this.candidates = new TtlCache(ttl);
+    this.mappings = new TtlCache(ttl);
+    this.random = options.random ?? Math.random;
+  }
 
   /**
    * Runs `work` on a member chosen and failed over as described above, with the slots it took

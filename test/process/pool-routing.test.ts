@@ -47,6 +47,10 @@ beforeAll(async () => {
           ADMIN_TOKEN,
           // The first poll of a job comes 1.5-3 s after its submit: time enough to stop the submitter.
           VIDEO_POLL_INTERVAL_MS: '3000',
+          // The caches' longest TTLs, so that a change seen before they expire shows the notification at work.
+          POOL_CACHE_TTL_MS: '5000',
+          MODEL_CACHE_TTL_MS: '5000',
+          KEY_CACHE_TTL_MS: '5000',
         },
       }),
     );
@@ -325,14 +329,15 @@ describe('pool routing across two instances', () => {
     // An operator takes the top member out with SQL, no admin API involved: the database tells both instances.
     await t.db.updateTable('groupMembers').set({ enabled: false }).where('id', '=', c.ids['sk-heavy']!).execute();
     let started = Date.now();
-    await until(async () => (await servedBy(servers[0]!)) === 'sk-spare' && (await servedBy(servers[1]!)) === 'sk-spare', 5_000, 'both instances to route to the spare');
-    expect(Date.now() - started).toBeLessThan(500);
+    await until(async () => (await servedBy(servers[0]!)) === 'sk-spare' && (await servedBy(servers[1]!)) === 'sk-spare', 10_000, 'both instances to route to the spare');
+    // The candidates were cached just now for 5 s: without the notification this takes about 5 s.
+    expect(Date.now() - started).toBeLessThan(2_000);
 
     // The key is deactivated the same way: 403 from both, while the key cache (KEY_CACHE_TTL_MS, 5 s) would still say active.
     await t.db.updateTable('apiKeys').set({ isActive: false }).where('id', '=', c.keyId).execute();
     started = Date.now();
-    await until(async () => (await servedBy(servers[0]!)) === 403 && (await servedBy(servers[1]!)) === 403, 5_000, 'both instances to refuse the key');
-    expect(Date.now() - started).toBeLessThan(1_000);
+    await until(async () => (await servedBy(servers[0]!)) === 403 && (await servedBy(servers[1]!)) === 403, 10_000, 'both instances to refuse the key');
+    expect(Date.now() - started).toBeLessThan(2_000);
   }, 60_000);
 
   // Ends instance 1: keep this test last.
