@@ -356,7 +356,9 @@ export interface paths {
          *     after aliases are resolved: prompt, negative prompt, model, duration, aspect ratio,
          *     resolution, audio, frames and reference images (the image bytes for data URLs, however they
          *     are encoded; the id or URL otherwise), reference video and audio URLs,
-         *     and `callback_url`; only `quote_token` may differ. A different request under a used
+         *     and `callback_url`; only `quote_token` may differ. Values are compared as sent, not as the
+         *     model's defaults fill them in: a request that leaves out `generate_audio` and one that sends
+         *     the model's default differ (the model's defaults can change between the two). A different request under a used
          *     `client_request_id` is `409 idempotency_conflict` (as Stripe does) and changes nothing.
          *
          *     **Upstream execution.** The task is sent to one upstream account of the key's group. Transient
@@ -475,7 +477,9 @@ export interface paths {
          *     after aliases are resolved: prompt, negative prompt, model, duration, aspect ratio,
          *     resolution, audio, frames and reference images (the image bytes for data URLs, however they
          *     are encoded; the id or URL otherwise), reference video and audio URLs,
-         *     and `callback_url`; only `quote_token` may differ. A different request under a used
+         *     and `callback_url`; only `quote_token` may differ. Values are compared as sent, not as the
+         *     model's defaults fill them in: a request that leaves out `generate_audio` and one that sends
+         *     the model's default differ (the model's defaults can change between the two). A different request under a used
          *     `client_request_id` is `409 idempotency_conflict` (as Stripe does) and changes nothing.
          *
          *     **URLs.** `callback_url`, `reference_videos` and `reference_audios` must be `https://host/…`
@@ -2995,7 +2999,9 @@ export interface components {
          * @description The lookup shape of a video task (`GET /v1/videos/{id}` and the `videoTaskFinished` webhook body):
          *     the create shape plus `input`, timestamps, the result and the error.
          *
-         *     States: `queued` (initial), `in_progress` (running; `completed_at` absent), `completed`
+         *     States: `queued` (initial, and until an upstream account takes the job: it stays `queued` while
+         *     every account that serves the model is at its concurrency limit or cooling down), `in_progress`
+         *     (running; `completed_at` absent), `completed`
          *     (`video_url` and `data[].url` available), `failed` (`error.message` gives the reason; the held
          *     credits were released and `billing.actualCredits` is 0).
          *     Transitions: `queued` → `in_progress` → `completed` | `failed`; `queued` → `failed` is possible

@@ -6,8 +6,9 @@ import { sendJson, type HandlerMap, type OperationHandler } from './types.ts';
 
 export function videosHandlers(ctx: AppContext): Pick<HandlerMap, 'getVideoCapabilities' | 'createVideo' | 'createVideoApiV1' | 'createVideoLegacyPath' | 'getVideo' | 'listVideos'> {
   const create: OperationHandler<'createVideo'> = async (req, res) => {
-    const task = await ctx.services.videos.create(authOf(req), req.body, stagingOf(req, ctx.services.files));
+    // Before the service runs, so that its errors carry it too (a 409 quote_stale holds a quote bound to the key).
     noStore(res);
+    const task = await ctx.services.videos.create(authOf(req), req.body, stagingOf(req, ctx.services.files));
     // 202 both for a new task and for an idempotent retry (product spec §4.6 rule 3).
     sendJson(res, 'createVideo', 202, task);
   };

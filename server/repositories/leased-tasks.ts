@@ -28,8 +28,6 @@ export interface LeasedTableSpec<Name extends LeasedTableName> {
   sqlTable: keyof typeof dbColumns;
   /** Statuses in which a row is still worked on; terminal rows are never claimed or updated. */
   active: readonly string[];
-  /** Extra assignments of a claim (e.g. video: `status = 'in_progress'`). */
-  onClaim?: RawBuilder<unknown>;
   /** The table has `last_error` / `last_error_at`, which a retry's reschedule writes (tasks; webhook deliveries keep their own). */
   recordsErrors?: boolean;
 }
@@ -72,12 +70,11 @@ export class LeasedTasks<Name extends LeasedTableName> {
   /** Claims up to `limit` due rows in one statement, oldest due first, for `leaseMs`. */
   async claimDue(workerId: string, limit: number, leaseMs: number): Promise<Selectable<DB[Name]>[]> {
     const table = sql.table(this.spec.sqlTable);
-    const extra = this.spec.onClaim ? sql`, ${this.spec.onClaim}` : sql``;
     const result = await sql<Selectable<DB[Name]>>`
       update ${table} t
       set attempt = t.attempt + 1,
           lease_owner = ${workerId},
-          lease_expires_at = now() + ${leaseMs} * interval '1 millisecond'${extra}
+          lease_expires_at = now() + ${leaseMs} * interval '1 millisecond'
       where t.id in (
         select id from ${table}
         where status in (${this.activeStatuses()}) and next_run_at <= now()

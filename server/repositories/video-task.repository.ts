@@ -55,7 +55,6 @@ export class VideoTaskRepository {
       table: 'videoTasks',
       sqlTable: 'video_tasks',
       active: ACTIVE_VIDEO_STATUSES,
-      onClaim: sql`status = 'in_progress', started_at = coalesce(t.started_at, now())`,
       recordsErrors: true,
     });
   }
@@ -90,9 +89,13 @@ export class VideoTaskRepository {
     return this.db.selectFrom('videoTasks').selectAll().where('accountId', '=', accountId).where('clientRequestId', '=', clientRequestId).executeTakeFirst();
   }
 
-  /** Names the member about to receive the job (its slot, from now to a terminal state) and marks the submit as started. */
+  /**
+   * Names the member about to receive the job (its slot, from now to a terminal state) and marks the
+   * submit as started: the task is `in_progress` from here. Until a member takes it (all of them
+   * full or cooling down) it stays `queued`, however often it is claimed.
+   */
   async markSubmitting(fence: Fence, memberId: string, trx: Executor): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()` }, trx)) !== undefined;
+    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()`, status: 'in_progress', startedAt: sql`coalesce(started_at, now())` }, trx)) !== undefined;
   }
 
   /** The submit failed with an answer (the upstream did not take the job): the member's slot is free again. */
@@ -102,7 +105,7 @@ export class VideoTaskRepository {
 
   /** Saves the upstream job id before any polling (the commit point), so a retried step resumes instead of resubmitting. */
   async setUpstreamJob(fence: Fence, memberId: string, upstreamJobId: string): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId, upstreamJobId }, this.db)) !== undefined;
+    return (await this.leases.update(fence, { memberId, upstreamJobId, status: 'in_progress', startedAt: sql`coalesce(started_at, now())` }, this.db)) !== undefined;
   }
 
   /**

@@ -225,6 +225,8 @@ describe('idempotency: a reused client_request_id', () => {
     ['duration', { seconds: 8 }],
     ['resolution', { resolution: '480p' }],
     ['audio', { generate_audio: true }],
+    // Compared as sent (the contract): local-video-1's default is off, but leaving it out is another request.
+    ['audio, sent at the model\'s default', { generate_audio: false }],
     ['callback_url', { callback_url: 'https://hooks.example.com/x' }],
     ['a frame', { firstFrame: 'data:image/png;base64,AAAA' }],
   ])('is 409 idempotency_conflict when the %s differs, and changes nothing', async (_name, change) => {
@@ -235,6 +237,8 @@ describe('idempotency: a reused client_request_id', () => {
     expect(other.status).toBe(409);
     expect(other.body.error).toMatchObject({ code: 'idempotency_conflict', param: 'client_request_id', type: 'conflict_error' });
     expect(other.body.error.message).toContain(first.body.id);
+    // The error is as uncacheable as the task endpoints' answers (product spec §4).
+    expect(other.headers.get('cache-control')).toBe('no-store');
     expect(await accountState(server.db, customer.accountId, customer.apiKeyId)).toEqual(before);
   });
 });

@@ -315,6 +315,16 @@ describe('openai videos through the pool', () => {
     const created = await Promise.all(Array.from({ length: 4 }, () => create(c.key)));
     // Two run (one per member); the other two wait queued, with no retry counted.
     await expect.poll(async () => (await server.db.selectFrom('videoTasks').select('id').where('id', 'in', created.map((t) => t.body.id)).where('upstreamJobId', 'is not', null).execute()).length, { timeout: 5_000 }).toBeGreaterThanOrEqual(2);
+    // The client sees the waiting ones as queued (claimed and put back, but no member took them), the running ones as in_progress.
+    const rowsOf = () => server.db.selectFrom('videoTasks').select(['id', 'memberId', 'upstreamJobId']).where('id', 'in', created.map((t) => t.body.id)).execute();
+    const before = await rowsOf();
+    const seen = new Map<string, string>();
+    for (const t of created) seen.set(t.body.id, (await (await fetch(`${server.directUrl}/v1/videos/${t.body.id}`, { headers: { Authorization: `Bearer ${c.key}` } })).json() as { status: string }).status);
+    const after = await rowsOf();
+    const waiting = before.filter((r) => r.memberId === null && after.find((a) => a.id === r.id)!.memberId === null).map((r) => r.id);
+    expect(waiting.length).toBeGreaterThanOrEqual(1);
+    for (const id of waiting) expect([id, seen.get(id)]).toEqual([id, 'queued']);
+    for (const r of before.filter((r) => r.upstreamJobId !== null)) expect(['in_progress', 'completed']).toContain(seen.get(r.id));
     for (const t of created) expect((await waitVideoFinished(server, c.key, t.body.id)).task.status).toBe('completed');
     const jobs = await Promise.all(created.map(async (t) => ({ ...(await jobOf(t.body.id)), id: t.body.id })));
     expect(jobs.every((j) => j.row.retries === 0)).toBe(true);

@@ -169,7 +169,8 @@ describe('leases and fencing', () => {
     const tasks = server.ctx.repositories.videoTasks;
     const { leases } = tasks;
     const [first] = await leases.claimDue('worker-a', 10, 60_000);
-    expect(first).toMatchObject({ id: created.id, attempt: 1, status: 'in_progress', leaseOwner: 'worker-a' });
+    // A claim alone does not start the task: it is in_progress once a member takes the job.
+    expect(first).toMatchObject({ id: created.id, attempt: 1, status: 'queued', leaseOwner: 'worker-a' });
     // Leased: nobody else can claim it.
     expect(await leases.claimDue('worker-b', 10, 60_000)).toEqual([]);
     // The lease expires (worker-a died or stalled); worker-b takes over with attempt 2.
@@ -196,7 +197,7 @@ describe('leases and fencing', () => {
     const balance = async () => (await server.db.selectFrom('accounts').select('balance').where('id', '=', c.accountId).executeTakeFirstOrThrow()).balance;
     const before = await balance();
     await expect(server.ctx.settlement.failVideo(claimed!, 'upstream_error', 'late')).rejects.toThrow(/hold of task .* is missing or was already settled/);
-    expect(await server.ctx.repositories.videoTasks.find(created.id)).toMatchObject({ status: 'in_progress', attempt: 1, completedAt: null });
+    expect(await server.ctx.repositories.videoTasks.find(created.id)).toMatchObject({ status: 'queued', attempt: 1, completedAt: null });
     expect(await balance()).toBe(before);
     expect(await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', created.id).execute()).toEqual([{ kind: 'hold' }, { kind: 'release' }]);
   });

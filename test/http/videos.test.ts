@@ -279,8 +279,12 @@ describe('POST /v1/videos/generations (§4.6)', () => {
     const a = await server.client(c.key).GET('/v1/videos/{id}', { params: { path: { id: frames.body.id } } });
     expect(a.data?.input).toEqual({ mode: 'first_and_last_frame', count: 2 });
     const b = await server.client(c.key).GET('/v1/videos/{id}', { params: { path: { id: refs.body.id } } });
-    // Every media input counts, as toward maxMediaInputCount: two images and one reference video.
-    expect(b.data?.input).toEqual({ mode: 'reference_images', count: 3 });
+    // The image inputs only (the contract: "Number of image inputs"): the reference video is not one.
+    expect(b.data?.input).toEqual({ mode: 'reference_images', count: 2 });
+    const textWithMedia = await post(c.key, body({ reference_videos: ['https://example.com/v.mp4'], reference_audios: ['https://example.com/a.mp3'] }));
+    expect(textWithMedia.status).toBe(202);
+    const t = await server.client(c.key).GET('/v1/videos/{id}', { params: { path: { id: textWithMedia.body.id } } });
+    expect(t.data?.input).toEqual({ mode: 'text', count: 0 });
     expect(JSON.stringify(a.data)).not.toContain('base64');
   });
 });
@@ -325,6 +329,8 @@ describe('quotes', () => {
       const res = await post(c.key, body({ model: 'local-video-lite', resolution: '360p', seconds: 2, quote_token: q.quoteToken }));
       expect(res.status).toBe(409);
       expect(res.body.error).toMatchObject({ code: 'quote_stale', type: 'conflict_error' });
+      // Its currentQuote is bound to the key: never cached (product spec §4).
+      expect(res.headers.get('cache-control')).toBe('no-store');
       expect(res.body.currentQuote).toMatchObject({ kind: 'current_quote', resolution: '360p', mode: 'per_second', unitPrice: 0.03, creditsPerSecond: 0.03 });
       expect(await accountState(c.accountId, c.apiKeyId)).toMatchObject({ balance: 100_000_000, creditsUsed: 0, tasks: 0 });
       const retry = await post(c.key, body({ model: 'local-video-lite', resolution: '360p', seconds: 2, quote_token: res.body.currentQuote.quoteToken }));

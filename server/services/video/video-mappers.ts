@@ -77,8 +77,9 @@ export type VideoLookupFields = Omit<PolledVideoTaskRow, 'mediaExpiresAt'> & { m
 export function toVideoTask(row: VideoLookupFields, videoUrl: string | undefined): Schemas['VideoTask'] {
   const task: Schemas['VideoTask'] = {
     ...toVideoTaskCreated(row),
-    // Every media input counts, as toward maxMediaInputCount: frames, reference images, videos and audios.
-    input: { mode: row.inputMode as Schemas['VideoTask']['input']['mode'], count: row.inputFileIds.length + row.referenceVideos.length + row.referenceAudios.length },
+    // The image inputs (frames or reference images: the task's input files), as `mode` describes
+    // them; reference videos and audios are not images (contract: VideoTask.input.count).
+    input: { mode: row.inputMode as Schemas['VideoTask']['input']['mode'], count: row.inputFileIds.length },
     created_at: row.createdAt.toISOString(),
   };
   if (row.completedAt) task.completed_at = row.completedAt.toISOString();
