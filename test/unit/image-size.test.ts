@@ -136,15 +136,34 @@ describe('parseSize', () => {
 });
 
 describe('resolveImageSize', () => {
-  it("keeps an edit's input size when the request names no size (rule 0), scaled into the limits, at its tier or the largest offered", () => {
+  it("keeps an edit's input size when the request names no size (rule 0), scaled into the limits, billed at its tier", () => {
     expect(resolve({ inputSize: { width: 1000, height: 600 } })).toEqual({ width: 1000, height: 600, resolution: '1K', aspectRatio: '5:3', custom: true });
-    expect(resolve({ size: 'auto', sizeParam: 'reject', inputSize: { width: 1600, height: 1600 } })).toMatchObject({ width: 1600, height: 1600, resolution: '2K' });
+    expect(resolve({ size: 'auto', inputSize: { width: 1600, height: 1600 } })).toMatchObject({ width: 1600, height: 1600, resolution: '2K' });
+    expect(resolve({ sizeParam: 'reject', inputSize: { width: 1600, height: 1600 } })).toMatchObject({ width: 1600, height: 1600, resolution: '2K' });
     expect(resolve({ inputSize: { width: 8000, height: 4000 } })).toMatchObject({ width: 3840, height: 1920, resolution: '4K' });
-    expect(resolve({ caps: { ...caps, resolutions: ['1K'] }, inputSize: { width: 3000, height: 2000 } })).toMatchObject({ width: 3000, height: 2000, resolution: '1K' });
     // Any of size, aspectRatio or resolution: the usual rules, the input's size ignored.
     expect(resolve({ resolution: '2K', inputSize: { width: 1000, height: 600 } })).toMatchObject({ width: 2048, height: 2048, custom: false });
     expect(resolve({ aspectRatio: '16:9', inputSize: { width: 1000, height: 600 } })).toMatchObject({ width: 1248, height: 704 });
     expect(resolve({ size: '1024x1024', inputSize: { width: 1000, height: 600 } })).toMatchObject({ width: 1024, height: 1024 });
+  });
+
+  it("bills an edit's kept size at the nearest tier the model offers, never one its pixels do not fit", () => {
+    // A model without the input's tier but with a larger one: its smallest larger tier, the size kept (not its largest).
+    expect(resolve({ caps: { ...caps, resolutions: ['2K', '4K'] }, inputSize: { width: 512, height: 512 } })).toEqual({ width: 512, height: 512, resolution: '2K', aspectRatio: '1:1', custom: true });
+    expect(resolve({ caps: { ...caps, resolutions: ['4K'] }, inputSize: { width: 1600, height: 1600 } })).toMatchObject({ width: 1600, height: 1600, resolution: '4K' });
+    // Only smaller tiers: its largest, the size scaled down (ratio kept) to that tier's pixels, as an explicit size of that tier would be.
+    const oneK = resolve({ caps: { ...caps, resolutions: ['1K'] }, inputSize: { width: 3000, height: 2000 } });
+    expect(oneK).toMatchObject({ resolution: '1K', custom: true });
+    expect(oneK.width * oneK.height).toBeLessThanOrEqual(1248 * 1248);
+    expect(Math.abs(oneK.width / oneK.height - 1.5)).toBeLessThan(0.01);
+    expect([oneK.width, oneK.height]).toEqual([1528, 1018]);
+    const twoK = resolve({ caps: { ...caps, resolutions: ['1K', '2K'] }, inputSize: { width: 3840, height: 2160 } });
+    expect(twoK).toMatchObject({ resolution: '2K' });
+    expect(twoK.width * twoK.height).toBeLessThanOrEqual(2048 * 2048);
+  });
+
+  it("refuses an edit's size: auto too under IMAGE_SIZE_PARAM=reject (variant A rejects auto)", () => {
+    expectError(() => resolve({ size: 'auto', sizeParam: 'reject', inputSize: { width: 1600, height: 1600 } }), 'size_not_accepted', 'size');
   });
 
   it('defaults to the first resolution and 1:1', () => {

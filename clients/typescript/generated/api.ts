@@ -96,10 +96,14 @@ export interface paths {
          *
          *     **Errors.**
          *     - `400`: `invalid_request` (schema; `param` names the field), `invalid_json`, `alias_conflict`
-         *       (`aspectRatio` ≠ `aspect_ratio`), `unsupported_resolution`, `quality_not_supported`,
+         *       (`aspectRatio` ≠ `aspect_ratio`), `unsupported_resolution`, `unsupported_aspect_ratio`,
+         *       `quality_not_supported`,
          *       `background_not_supported`, `transparent_background_requires_png_or_webp`,
          *       `output_compression_requires_jpeg_or_webp`, `invalid_size`, `size_conflict`,
-         *       `size_not_accepted` (operator setting `IMAGE_SIZE_PARAM=reject`).
+         *       `size_not_accepted` (operator setting `IMAGE_SIZE_PARAM=reject`), `content_policy_violation`
+         *       (the upstream refused the prompt or an input under its content policy) and `upstream_rejected`
+         *       (the upstream refused the request as invalid; its reason in the message): after the upstream
+         *       was called, the task `failed` and its credits released.
          *     - `401 invalid_api_key`; `402 key_quota_exceeded` or `insufficient_balance` (nothing created
          *       or held); `403 api_key_inactive` or `account_suspended`.
          *     - `404 model_not_found` (unknown model, or not available to the key).
@@ -170,10 +174,14 @@ export interface paths {
          *
          *     **Errors.**
          *     - `400`: `invalid_request` (schema; `param` names the field), `invalid_json`, `alias_conflict`
-         *       (`aspectRatio` ≠ `aspect_ratio`), `unsupported_resolution`, `quality_not_supported`,
+         *       (`aspectRatio` ≠ `aspect_ratio`), `unsupported_resolution`, `unsupported_aspect_ratio`,
+         *       `quality_not_supported`,
          *       `background_not_supported`, `transparent_background_requires_png_or_webp`,
          *       `output_compression_requires_jpeg_or_webp`, `invalid_size`, `size_conflict`,
-         *       `size_not_accepted` (operator setting `IMAGE_SIZE_PARAM=reject`), `too_many_images` (more than 16 files, or more input images than the model takes, a mask counting as one: 3 for Gemini 2.5 Flash Image, 14 for Gemini 3 Pro Image; refused before any upstream call), `invalid_image` (an input is not a decodable image), `invalid_data_url`, `invalid_media_url` / `media_url_unavailable` (an https input refused, or not fetched), `mask_size_mismatch`.
+         *       `size_not_accepted` (operator setting `IMAGE_SIZE_PARAM=reject`), `too_many_images` (more than 16 files, or more input images than the model takes, a mask counting as one: 3 for Gemini 2.5 Flash Image, 14 for Gemini 3 Pro Image; refused before any upstream call), `invalid_image` (an input is not a decodable image), `invalid_data_url`, `invalid_media_url` / `media_url_unavailable` (an https input refused, or not fetched), `mask_size_mismatch`; `content_policy_violation`
+         *       (the upstream refused the prompt or an input under its content policy) and `upstream_rejected`
+         *       (the upstream refused the request as invalid; its reason in the message): after the upstream
+         *       was called, the task `failed` and its credits released.
          *     - `401 invalid_api_key`; `402 key_quota_exceeded` or `insufficient_balance` (nothing created
          *       or held); `403 api_key_inactive` or `account_suspended`.
          *     - `404 model_not_found` (unknown model, or not available to the key), `file_not_found` (JSON:
@@ -2042,7 +2050,7 @@ export interface components {
                 credit_limit: number | null;
                 /** @description Quota used so far (captured and currently held credits). */
                 credits_used: number;
-                /** @description `credit_limit - credits_used`; `null` when the key is unlimited. */
+                /** @description `credit_limit - credits_used`, never below 0 (an operator who lowers a limit under what is already used leaves 0, not a negative quota); `null` when the key is unlimited. */
                 credits_remaining: number | null;
                 /** @description `true` exactly when `credit_limit` is `null` (and then `credits_remaining` is `null` too). */
                 unlimited: boolean;
@@ -2087,7 +2095,7 @@ export interface components {
          *     and accepts `auto`, every value of table 2.8 and custom sizes within limits.
          *
          *     **Decision.** By default `size` is accepted:
-         *     - `auto` (the upstream decides);
+         *     - `auto` (as omitted: see below);
          *     - every table 2.8 value: `1248x1248`, `1248x832`, `832x1248`, `1248x704`, `704x1248`, `1248x944`,
          *       `944x1248`, `1248x528`, `2048x2048`, `2048x1360`, `1360x2048`, `2048x1152`, `1152x2048`,
          *       `2048x1536`, `1536x2048`, `2048x880`, `2880x2880`, `3520x2352`, `2352x3520`, `3840x2160`,
@@ -2098,9 +2106,13 @@ export interface components {
          *     A table size is billed at its resolution tier. A custom size is rendered at exactly its pixels
          *     and billed by pixel count: up to 1248×1248 px as `1K`, up to 2048×2048 px as `2K`, above as `4K`.
          *
-         *     Omitted means `auto`: the upstream decides (variant B's default `1024x1024` is not applied); the
-         *     local provider then renders the model's first resolution at `1:1`, and an edit keeps the size of
-         *     its first input image (billed by its pixel count as above).
+         *     Omitted means `auto` (variant B's default `1024x1024` is not applied). With no `aspectRatio` or
+         *     `resolution` either, a generation is made at the model's first resolution (its smallest) and
+         *     `1:1`: a request is priced, and its credits held, before the upstream is called, so the gateway
+         *     names the size it asks for. An edit keeps the size of its first input image, billed by its pixel
+         *     count as above; on a model without that tier, at the smallest larger tier the model offers (the
+         *     size kept), or, when it offers only smaller tiers, at its largest, the size scaled down (ratio
+         *     kept) to that tier's pixels.
          *     **Models with an upstream's own pixel table.** The Gemini image models (Nano Banana:
          *     `gemini-2.5-flash-image`, `gemini-3-pro-image-preview`, `gemini-3.1-flash-image-preview`) do not
          *     use table 2.8 but Google's official pixel table (ai.google.dev image generation), because that is
@@ -2113,8 +2125,9 @@ export interface components {
          *     before anything is charged. The model's catalog entry says which table it uses (`size_table` in
          *     the admin API).
          *     A `size` that disagrees with a given `aspectRatio`/`aspect_ratio` or `resolution` is
-         *     `400 size_conflict`. When the operator sets `IMAGE_SIZE_PARAM=reject` (variant A), any `size` is
-         *     `400 size_not_accepted`; use `aspectRatio` + `resolution` instead.
+         *     `400 size_conflict`. When the operator sets `IMAGE_SIZE_PARAM=reject` (variant A), any `size`
+         *     (`auto` included, on an edit too) is `400 size_not_accepted`; use `aspectRatio` + `resolution`
+         *     instead.
          * @example auto
          * @example 2048x1152
          */
@@ -2139,7 +2152,7 @@ export interface components {
             /** @description An image model id available to the key (see `GET /v1/models`). Unknown or not available to the key → `404 model_not_found`. */
             model: string;
             /**
-             * @description Width:height ratio such as `16:9` (table 2.8 lists the reference ratios). Alias of `aspect_ratio`; when both are given they must be equal (`400 alias_conflict`). Unset means the upstream decides.
+             * @description Width:height ratio such as `16:9` (table 2.8 lists the reference ratios). Alias of `aspect_ratio`; when both are given they must be equal (`400 alias_conflict`). Unset (with no `size`): `1:1`, or the model's first ratio when it lacks `1:1` (an edit keeps its first input's size, see `size`). The gateway names the size it asks the upstream for, because a request is priced, and its credits held, before the upstream is called.
              * @example 16:9
              */
             aspectRatio?: string;
@@ -2149,7 +2162,7 @@ export interface components {
              */
             aspect_ratio?: string;
             /**
-             * @description Resolution tier. The tiers come from the model and the provider's size configuration (table 2.8 shows `1K`, `2K`, `4K`); a tier the model does not offer is `400 unsupported_resolution`. Unset means the upstream decides.
+             * @description Resolution tier. The tiers come from the model and the provider's size configuration (table 2.8 shows `1K`, `2K`, `4K`); a tier the model does not offer is `400 unsupported_resolution`. Unset (with no `size`): the model's first tier, its smallest (an edit keeps its first input's size, see `size`); the request is priced at that tier before the upstream is called.
              * @example 2K
              */
             resolution?: string;
@@ -2164,9 +2177,9 @@ export interface components {
              * @enum {string}
              */
             response_format?: "url" | "b64_json";
-            /** @description File format `png`, `jpeg` or `webp`. Unset means the upstream decides. Supported formats vary by model. */
+            /** @description File format `png`, `jpeg` or `webp`. Unset: `png` (a model whose catalog entry leaves `png` out: its first format); the answer's `output_format` says which, and an upstream answer in another format is converted. Supported formats vary by model. */
             output_format?: components["schemas"]["ImageOutputFormat"];
-            /** @description Compression 0 (none) to 100 (maximum). Only with `output_format` `jpeg` or `webp`, otherwise `400 output_compression_requires_jpeg_or_webp`. Unset means the upstream decides; exact results vary by provider. */
+            /** @description Compression 0 (none) to 100 (maximum). Only with `output_format` `jpeg` or `webp` (with `output_format` unset, only on a model whose default is one of them), otherwise `400 output_compression_requires_jpeg_or_webp`. Unset means the upstream decides; exact results vary by provider. */
             output_compression?: number;
             /** @description `transparent`, `opaque` or `auto`. `transparent` needs `output_format` `png` or `webp` (`400 transparent_background_requires_png_or_webp`). A value the model does not support is `400 background_not_supported`. Unset means the upstream decides. */
             background?: components["schemas"]["ImageBackground"];
@@ -2542,7 +2555,7 @@ export interface components {
             /** @description An image model id available to the key (see `GET /v1/models`). Unknown or not available to the key → `404 model_not_found`. */
             model: string;
             /**
-             * @description Width:height ratio such as `16:9` (table 2.8 lists the reference ratios). Alias of `aspect_ratio`; when both are given they must be equal (`400 alias_conflict`). Unset means the upstream decides.
+             * @description Width:height ratio such as `16:9` (table 2.8 lists the reference ratios). Alias of `aspect_ratio`; when both are given they must be equal (`400 alias_conflict`). Unset (with no `size`): `1:1`, or the model's first ratio when it lacks `1:1` (an edit keeps its first input's size, see `size`). The gateway names the size it asks the upstream for, because a request is priced, and its credits held, before the upstream is called.
              * @example 16:9
              */
             aspectRatio?: string;
@@ -2552,7 +2565,7 @@ export interface components {
              */
             aspect_ratio?: string;
             /**
-             * @description Resolution tier. The tiers come from the model and the provider's size configuration (table 2.8 shows `1K`, `2K`, `4K`); a tier the model does not offer is `400 unsupported_resolution`. Unset means the upstream decides.
+             * @description Resolution tier. The tiers come from the model and the provider's size configuration (table 2.8 shows `1K`, `2K`, `4K`); a tier the model does not offer is `400 unsupported_resolution`. Unset (with no `size`): the model's first tier, its smallest (an edit keeps its first input's size, see `size`); the request is priced at that tier before the upstream is called.
              * @example 2K
              */
             resolution?: string;
@@ -2567,9 +2580,9 @@ export interface components {
              * @enum {string}
              */
             response_format?: "url" | "b64_json";
-            /** @description File format `png`, `jpeg` or `webp`. Unset means the upstream decides. Supported formats vary by model. */
+            /** @description File format `png`, `jpeg` or `webp`. Unset: `png` (a model whose catalog entry leaves `png` out: its first format); the answer's `output_format` says which, and an upstream answer in another format is converted. Supported formats vary by model. */
             output_format?: components["schemas"]["ImageOutputFormat"];
-            /** @description Compression 0 (none) to 100 (maximum). Only with `output_format` `jpeg` or `webp`, otherwise `400 output_compression_requires_jpeg_or_webp`. Unset means the upstream decides; exact results vary by provider. */
+            /** @description Compression 0 (none) to 100 (maximum). Only with `output_format` `jpeg` or `webp` (with `output_format` unset, only on a model whose default is one of them), otherwise `400 output_compression_requires_jpeg_or_webp`. Unset means the upstream decides; exact results vary by provider. */
             output_compression?: number;
             /** @description `transparent`, `opaque` or `auto`. `transparent` needs `output_format` `png` or `webp` (`400 transparent_background_requires_png_or_webp`). A value the model does not support is `400 background_not_supported`. Unset means the upstream decides. */
             background?: components["schemas"]["ImageBackground"];
@@ -2617,7 +2630,7 @@ export interface components {
             /** @description An image model id available to the key (see `GET /v1/models`). Unknown or not available to the key → `404 model_not_found`. */
             model: string;
             /**
-             * @description Width:height ratio such as `16:9` (table 2.8 lists the reference ratios). Alias of `aspect_ratio`; when both are given they must be equal (`400 alias_conflict`). Unset means the upstream decides.
+             * @description Width:height ratio such as `16:9` (table 2.8 lists the reference ratios). Alias of `aspect_ratio`; when both are given they must be equal (`400 alias_conflict`). Unset (with no `size`): `1:1`, or the model's first ratio when it lacks `1:1` (an edit keeps its first input's size, see `size`). The gateway names the size it asks the upstream for, because a request is priced, and its credits held, before the upstream is called.
              * @example 16:9
              */
             aspectRatio?: string;
@@ -2627,7 +2640,7 @@ export interface components {
              */
             aspect_ratio?: string;
             /**
-             * @description Resolution tier. The tiers come from the model and the provider's size configuration (table 2.8 shows `1K`, `2K`, `4K`); a tier the model does not offer is `400 unsupported_resolution`. Unset means the upstream decides.
+             * @description Resolution tier. The tiers come from the model and the provider's size configuration (table 2.8 shows `1K`, `2K`, `4K`); a tier the model does not offer is `400 unsupported_resolution`. Unset (with no `size`): the model's first tier, its smallest (an edit keeps its first input's size, see `size`); the request is priced at that tier before the upstream is called.
              * @example 2K
              */
             resolution?: string;
@@ -2642,9 +2655,9 @@ export interface components {
              * @enum {string}
              */
             response_format?: "url" | "b64_json";
-            /** @description File format `png`, `jpeg` or `webp`. Unset means the upstream decides. Supported formats vary by model. */
+            /** @description File format `png`, `jpeg` or `webp`. Unset: `png` (a model whose catalog entry leaves `png` out: its first format); the answer's `output_format` says which, and an upstream answer in another format is converted. Supported formats vary by model. */
             output_format?: components["schemas"]["ImageOutputFormat"];
-            /** @description Compression 0 (none) to 100 (maximum). Only with `output_format` `jpeg` or `webp`, otherwise `400 output_compression_requires_jpeg_or_webp`. Unset means the upstream decides; exact results vary by provider. */
+            /** @description Compression 0 (none) to 100 (maximum). Only with `output_format` `jpeg` or `webp` (with `output_format` unset, only on a model whose default is one of them), otherwise `400 output_compression_requires_jpeg_or_webp`. Unset means the upstream decides; exact results vary by provider. */
             output_compression?: number;
             /** @description `transparent`, `opaque` or `auto`. `transparent` needs `output_format` `png` or `webp` (`400 transparent_background_requires_png_or_webp`). A value the model does not support is `400 background_not_supported`. Unset means the upstream decides. */
             background?: components["schemas"]["ImageBackground"];

@@ -54,12 +54,14 @@ export function normalizeImageRequest(
   if (quality !== 'auto' && !caps.supportsQuality) {
     throw badRequest('quality_not_supported', `Model '${body.model}' does not support 'quality'; omit it (or send 'auto').`, 'quality');
   }
-  const outputFormat = body.output_format ?? 'png';
+  // Unset: png, or the model's first format when the operator left png out of its catalog entry.
+  const outputFormat = body.output_format ?? (caps.outputFormats.includes('png') ? 'png' : (caps.outputFormats[0] ?? 'png'));
   if (!caps.outputFormats.includes(outputFormat)) {
     throw badRequest('invalid_request', `Model '${body.model}' cannot produce '${outputFormat}'; allowed: ${caps.outputFormats.join(', ')}.`, 'output_format');
   }
   if (body.output_compression !== undefined && outputFormat !== 'jpeg' && outputFormat !== 'webp') {
-    throw badRequest('output_compression_requires_jpeg_or_webp', `'output_compression' applies only when output_format is 'jpeg' or 'webp' (got '${outputFormat}').`, 'output_compression');
+    const got = body.output_format === undefined ? `output_format is unset, which means '${outputFormat}'` : `got '${outputFormat}'`;
+    throw badRequest('output_compression_requires_jpeg_or_webp', `'output_compression' applies only when output_format is 'jpeg' or 'webp' (${got}).`, 'output_compression');
   }
   const background = body.background ?? 'auto';
   const transparent = background === 'transparent';

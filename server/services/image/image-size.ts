@@ -141,8 +141,8 @@ function gcd(a: number, b: number): number {
 }
 
 /** Scales a size down (keeping its ratio, even edges) into the custom-size limits: edges ≤ 3840, pixels ≤ 8,294,400. */
-export function fitWithinLimits(width: number, height: number): PixelSize {
-  const scale = Math.min(1, CUSTOM_SIZE_LIMITS.maxEdge / Math.max(width, height), Math.sqrt(CUSTOM_SIZE_LIMITS.maxPixels / (width * height)));
+export function fitWithinLimits(width: number, height: number, maxPixels: number = CUSTOM_SIZE_LIMITS.maxPixels): PixelSize {
+  const scale = Math.min(1, CUSTOM_SIZE_LIMITS.maxEdge / Math.max(width, height), Math.sqrt(maxPixels / (width * height)));
   if (scale === 1) return { width, height };
   const even = (n: number) => Math.max(2, Math.floor((n * scale) / 2) * 2);
   return { width: even(width), height: even(height) };
@@ -152,6 +152,31 @@ export function fitWithinLimits(width: number, height: number): PixelSize {
 export function ratioOf(width: number, height: number): string {
   const g = gcd(width, height);
   return `${width / g}:${height / g}`;
+}
+
+const TIER_ORDER: readonly TableResolution[] = ['1K', '2K', '4K'];
+
+/**
+ * Rule 0: an edit that names no size keeps its first input's size, scaled down into the custom-size
+ * limits, billed at the tier of its pixel count. On a model that does not offer that tier: the
+ * smallest larger tier it offers (the output keeps the input's size: the model sells nothing
+ * cheaper), else its largest tier, the size scaled down to that tier's pixels (the model makes
+ * nothing larger). Never a tier the output's pixels do not fit.
+ */
+function keepInputSize(input: PixelSize, offered: readonly string[]): ResolvedImageSize {
+  let { width, height } = fitWithinLimits(input.width, input.height);
+  const tier = customSizeTier(width, height);
+  const offeredTiers = TIER_ORDER.filter((t) => offered.includes(t));
+  let billed = offeredTiers.find((t) => TIER_ORDER.indexOf(t) >= TIER_ORDER.indexOf(tier));
+  if (billed === undefined) {
+    const largest = offeredTiers.at(-1);
+    // A model whose tiers are all outside table 2.8 (none today: Gemini's `512` comes with 1K–4K).
+    if (largest === undefined) return { width, height, resolution: offered.at(-1) ?? tier, aspectRatio: ratioOf(width, height), custom: true };
+    billed = largest;
+    const max = CUSTOM_TIER_MAX_PIXELS.find(([t]) => t === largest)?.[1];
+    if (max !== undefined) ({ width, height } = fitWithinLimits(width, height, max));
+  }
+  return { width, height, resolution: billed, aspectRatio: ratioOf(width, height), custom: true };
 }
 
 /** Billing tier of a custom size (see {@link CUSTOM_TIER_MAX_PIXELS}). */
@@ -247,9 +272,10 @@ function tableSize(resolution: string, aspectRatio: string, table: SizeTableName
 /**
  * Decides the output size of an image request. Rules, in order:
  * 0. an edit (`inputSize`) with no `size` (or `auto`), `aspectRatio` or `resolution` keeps its
- *    first input's size, scaled down into the custom-size limits when larger, billed at the tier of
- *    its pixel count, or the largest tier the model offers;
- * 1. any `size` while the operator set `IMAGE_SIZE_PARAM=reject` (variant A) → `400 size_not_accepted`;
+ *    first input's size ({@link keepInputSize}: billed at the tier of its pixel count, or the
+ *    nearest tier the model offers), once rule 1 has passed;
+ * 1. any `size` (`auto` included, an edit's too) while the operator set `IMAGE_SIZE_PARAM=reject`
+ *    (variant A) → `400 size_not_accepted`;
  * 2. a `resolution` the model does not offer → `400 unsupported_resolution` (param `resolution`);
  * 3. an `aspectRatio` the model does not offer → `400 unsupported_aspect_ratio` (param `aspectRatio`);
  * 4. a malformed or out-of-limits `size` → `400 invalid_size` (see {@link parseSize});
@@ -270,17 +296,15 @@ function tableSize(resolution: string, aspectRatio: string, table: SizeTableName
  */
 export function resolveImageSize(input: ResolveImageSizeInput): ResolvedImageSize {
   const { size, aspectRatio, resolution, caps } = input;
-  if (input.inputSize && (size === undefined || size === 'auto') && aspectRatio === undefined && resolution === undefined) {
-    const { width, height } = fitWithinLimits(input.inputSize.width, input.inputSize.height);
-    const tier = customSizeTier(width, height);
-    return { width, height, resolution: caps.resolutions.includes(tier) ? tier : caps.resolutions.at(-1)!, aspectRatio: ratioOf(width, height), custom: true };
-  }
   if (size !== undefined && input.sizeParam === 'reject') {
     throw badRequest(
       'size_not_accepted',
       "The 'size' parameter is not accepted by this server; use 'aspectRatio' + 'resolution' instead.",
       'size',
     );
+  }
+  if (input.inputSize && (size === undefined || size === 'auto') && aspectRatio === undefined && resolution === undefined) {
+    return keepInputSize(input.inputSize, caps.resolutions);
   }
   if (resolution !== undefined && !caps.resolutions.includes(resolution)) {
     throw badRequest(
