@@ -2,8 +2,8 @@
 // output_format, output_compression and size), and an edit's kept size priced at the tier it is billed at.
 import { describe, expect, it } from 'vitest';
 import type { ImageCapabilities } from '../../server/catalog/capabilities.ts';
-import { ApiError } from '../../server/errors.ts';
 import { normalizeImageRequest } from '../../server/services/image/image-request.ts';
+import { thrownApiError } from '../support/api-error.ts';
 
 const caps: ImageCapabilities = {
   resolutions: ['1K', '2K', '4K'],
@@ -21,15 +21,7 @@ const prices = [
 const normalize = (body: Record<string, unknown>, c: Partial<ImageCapabilities> = {}, inputSize?: { width: number; height: number }) =>
   normalizeImageRequest({ prompt: 'p', model: 'm', ...body }, { ...caps, ...c }, prices, { sizeParam: 'accept', ...(inputSize && { inputSize }) });
 
-function errorOf(fn: () => unknown): ApiError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(ApiError);
-    return err as ApiError;
-  }
-  throw new Error('expected an ApiError');
-}
+const errorOf = thrownApiError;
 
 describe('normalizeImageRequest, fields left unset', () => {
   it('makes png when output_format is unset, or the model\'s first format when its catalog entry has no png', () => {

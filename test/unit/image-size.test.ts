@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ImageCapabilities } from '../../server/catalog/capabilities.ts';
-import { ApiError } from '../../server/errors.ts';
+import type { ApiError } from '../../server/errors.ts';
 import {
   customSizeTier,
   parseSize,
@@ -10,6 +10,7 @@ import {
   type TableAspectRatio,
   type TableResolution,
 } from '../../server/services/image/image-size.ts';
+import { thrownApiError } from '../support/api-error.ts';
 
 const caps: ImageCapabilities = {
   resolutions: ['1K', '2K', '4K'],
@@ -20,15 +21,7 @@ const caps: ImageCapabilities = {
   maxN: 4,
 };
 
-function apiError(fn: () => unknown): ApiError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(ApiError);
-    return err as ApiError;
-  }
-  throw new Error('expected an ApiError');
-}
+const apiError = thrownApiError;
 
 function expectError(fn: () => unknown, code: string, param: string, message?: RegExp): ApiError {
   const err = apiError(fn);
