@@ -75,7 +75,7 @@ export interface GoogleStatusBody {
 export type ImageOutcome = 'ok' | 'block-prompt' | 'block-image' | 'text-only' | 'no-image';
 /** How SSE frames end (§3.1: `\n\n`; the SDK also splits on `\r\n\r\n`); `alternate` switches per stream. */
 export type SseFraming = 'lf' | 'crlf' | 'alternate';
-export type VeoOutcome = 'ok' | 'filtered' | 'error';
+export type VeoOutcome = 'ok' | 'filtered' | 'error' | 'precondition';
 
 export interface GeminiImageCall {
   model: string;
@@ -370,6 +370,7 @@ function defaultImageOutcome(prompt: string): ImageOutcome {
 function defaultVeoOutcome(prompt: string): VeoOutcome {
   if (prompt.includes('veo-filter')) return 'filtered';
   if (prompt.includes('veo-fail')) return 'error';
+  if (prompt.includes('veo-precondition')) return 'precondition';
   return 'ok';
 }
 
@@ -693,6 +694,10 @@ export async function startGeminiFake(options: GeminiFakeOptions = {}): Promise<
     if (op.outcome === 'error') {
       // The operation's error is a google.rpc.Status with a gRPC code (13 INTERNAL), not an HTTP one.
       return sendJson(res, 200, { name: op.name, done: true, error: { code: 13, message: 'Video generation failed due to an internal error. Please try again.' } });
+    }
+    if (op.outcome === 'precondition') {
+      // gRPC 9 FAILED_PRECONDITION: the project's state (billing, region, an allowlisted model), not the request.
+      return sendJson(res, 200, { name: op.name, done: true, error: { code: 9, message: 'Precondition check failed.' } });
     }
     const type = 'type.googleapis.com/google.ai.generativelanguage.v1beta.PredictLongRunningResponse';
     if (op.outcome === 'filtered') {

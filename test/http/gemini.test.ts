@@ -554,6 +554,15 @@ describe('veo', () => {
     expect(task.error!.message).toContain('internal error');
     expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
   });
+
+  it('blames the upstream, not the client, for an operation that ended in FAILED_PRECONDITION (gRPC 9), and refunds it', async () => {
+    const c = await customer();
+    const created = await createVideo(c.key, { prompt: 'veo-precondition this' });
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('failed');
+    expect(task.error).toMatchObject({ code: 'upstream_error' });
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+  });
 });
 
 describe('gemini images and member slots', () => {

@@ -89,6 +89,11 @@ describe('Ark error codes', () => {
     expect(kind('InputImageSensitiveContentDetected.PrivacyInformation', 400)).toBe('policy');
     expect(kind('InvalidParameter', 400)).toBe('invalid_request');
     expect(kind('InternalServiceError', 500)).toBe('retryable');
+    // A closed or unavailable endpoint is the member's, not the request's (a 400 all the same).
+    expect(kind('InvalidEndpoint.ClosedEndpoint', 400)).toBe('misconfigured');
+    // The risk-control names of the same refusal, with a status or per image without one.
+    expect(kind('InputTextRiskDetection', 400)).toBe('policy');
+    expect(kind('OutputImageRiskDetection')).toBe('policy');
     // A refused model parameter is the member's model map, not the client's request.
     expect(kind('InvalidParameter', 400, 'model')).toBe('misconfigured');
     // An unknown code falls back to the status; without a status it is worth another try.

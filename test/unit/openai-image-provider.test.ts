@@ -8,6 +8,7 @@ import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Serv
 import type { AddressInfo } from 'node:net';
 import sharp from 'sharp';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { apiErrorOf } from '../../server/errors.ts';
 import { OpenAIImageProvider, upstreamImageSize } from '../../server/providers/openai/openai-image.provider.ts';
 import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { GeneratedImage, ImageEvents, ImageJob, ImageParams, UpstreamAccount } from '../../server/providers/types.ts';
@@ -550,6 +551,15 @@ describe('errors', () => {
     expect([quota.kind, quota.transient]).toEqual(['quota_exhausted', false]);
   });
 
+  it('the account\'s billing refusals are the account\'s, not the client\'s: billing_hard_limit_reached (a 400) and billing_not_active', async () => {
+    fake.faults.push('generations', { status: 400, body: { error: { code: 'billing_hard_limit_reached', message: 'Billing hard limit has been reached', param: null, type: 'invalid_request_error' } } });
+    const limit = await failure(run(job()));
+    expect([limit.kind, limit.transient]).toEqual(['quota_exhausted', false]);
+    expect(apiErrorOf(limit)).toMatchObject({ status: 503, code: 'upstream_unavailable' });
+    fake.faults.push('generations', { status: 429, body: { error: { code: 'billing_not_active', message: 'Your account is not active, please check your billing details on our website.', param: null, type: 'billing_not_active' } } });
+    expect((await failure(run(job()))).kind).toBe('account_disabled');
+  });
+
   it('5xx → retryable; an upstream that answers too slowly → retryable timeout', async () => {
     fake.serverErrorNext('generations', 500);
     const server = await failure(run(job()));
@@ -566,10 +576,11 @@ describe('errors', () => {
     expect([limited.kind, limited.retryAfterMs]).toEqual(['rate_limited', 1500]);
     expect(fake.calls.at(-1)!.outcome).toBe('fault');
 
-    // x-should-retry: false makes a 5xx final: no retry, no failover.
+    // x-should-retry: false makes a 5xx final: no retry, no failover, and still the upstream's failure (502), not the client's.
     fake.serverErrorNext('generations', 503, 1, { shouldRetry: false });
     const final = await failure(run(job()));
-    expect([final.kind, final.transient, final.upstreamStatus]).toEqual(['invalid_request', false, 503]);
+    expect([final.kind, final.transient, final.upstreamStatus]).toEqual(['failed', false, 503]);
+    expect(apiErrorOf(final)).toMatchObject({ status: 502, code: 'upstream_error' });
     fake.serverErrorNext('generations', 503, 1, { shouldRetry: true });
     expect((await failure(run(job()))).kind).toBe('retryable');
 

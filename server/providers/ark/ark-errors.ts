@@ -10,7 +10,10 @@ import { ProviderError, kindOfCode, kindOfStatus, readJson, retryAfterMs, saniti
 import type { UpstreamHeaders } from '../upstream-http.ts';
 
 /** Content-policy codes, each with its dotted reasons (`InputImageSensitiveContentDetected.PrivacyInformation`). */
-const SENSITIVE = ['SensitiveContentDetected', 'InputTextSensitiveContentDetected', 'InputImageSensitiveContentDetected', 'InputVideoSensitiveContentDetected', 'InputAudioSensitiveContentDetected', 'OutputTextSensitiveContentDetected', 'OutputImageSensitiveContentDetected', 'OutputVideoSensitiveContentDetected', 'OutputAudioSensitiveContentDetected'];
+const SENSITIVE = ['SensitiveContentDetected', 'InputTextSensitiveContentDetected', 'InputImageSensitiveContentDetected', 'InputVideoSensitiveContentDetected', 'InputAudioSensitiveContentDetected', 'OutputTextSensitiveContentDetected', 'OutputImageSensitiveContentDetected', 'OutputVideoSensitiveContentDetected', 'OutputAudioSensitiveContentDetected',
+  // The risk-control family of Volcengine's general error-code table (400): the same refusal under
+  // another name. Without them, such a code in a per-image error (no HTTP status) would be retried.
+  'InputTextRiskDetection', 'InputImageRiskDetection', 'OutputTextRiskDetection', 'OutputImageRiskDetection'];
 
 /** Ark's codes (§5.3, §10.3) as kinds; `*` matches the code itself and any continuation. */
 export const ARK_CODES: CodeTable = {
@@ -34,6 +37,9 @@ export const ARK_CODES: CodeTable = {
   'MissingParameter*': 'invalid_request',
   // The member's model map names a model or endpoint this base URL does not serve.
   'InvalidEndpointOrModel*': 'misconfigured',
+  // 400 "the endpoint is closed or temporarily unavailable: retry later or ask its owner" (the
+  // error-code table): the member's endpoint, not the request. Another member may serve it.
+  'InvalidEndpoint.ClosedEndpoint': 'misconfigured',
   UnsupportedModel: 'misconfigured',
   ResourceNotFound: 'misconfigured',
   InternalServiceError: 'retryable',

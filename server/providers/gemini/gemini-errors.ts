@@ -8,8 +8,11 @@
  *
  * The rate-limit signal is `RetryInfo.retryDelay` in the body, not a Retry-After header (read both).
  * A `quotaId` with `PerDay` is a daily quota: the member cools down for at least an hour
- * (`quota_exhausted`) instead of the per-minute wait (`rate_limited`). An invalid API key comes as
- * 400 INVALID_ARGUMENT with reason API_KEY_INVALID: that is a credential error, not a bad request.
+ * (`quota_exhausted`) instead of the per-minute wait (`rate_limited`); so does a project whose
+ * prepaid credit is used up (402, or 429 "prepayment credits are depleted"). An invalid API key
+ * comes as 400 INVALID_ARGUMENT with reason API_KEY_INVALID: that is a credential error, not a bad
+ * request. 400 FAILED_PRECONDITION (billing not enabled, the region or the model not open to the
+ * project) is the account's state (`account_disabled`), not the client's request.
  */
 import { ProviderError, type ProviderErrorKind } from '../provider-error.ts';
 import { kindOfStatus, readJson, retryAfterMs, sanitizeMessage, type UpstreamHeaders, type UpstreamResponse } from '../upstream-http.ts';
@@ -49,13 +52,21 @@ export function googleErrorOf(error: GoogleStatus | undefined, what: string, htt
   let kind: ProviderErrorKind = code === undefined ? 'retryable' : kindOfStatus(code);
   let wait = retryDelay ?? (headers ? retryAfterMs(headers) : undefined);
   if (keyInvalid || status === 'UNAUTHENTICATED' || status === 'PERMISSION_DENIED') kind = 'auth';
-  else if (status === 'RESOURCE_EXHAUSTED' || code === 429) {
+  else if (code === 402 || /prepayment credits are depleted/i.test(String(error?.message ?? ''))) {
+    // The project's prepaid credit is used up (429 RESOURCE_EXHAUSTED "Your prepayment credits are
+    // depleted", 402 since Google's change of 2026): its owner must top it up, not a short wait.
+    kind = 'quota_exhausted';
+    wait = Math.max(wait ?? 0, DAILY_QUOTA_COOLDOWN_MS);
+  } else if (status === 'RESOURCE_EXHAUSTED' || code === 429) {
     if (quotaIds.some((id) => /PerDay/i.test(id))) {
       kind = 'quota_exhausted';
       wait = Math.max(wait ?? 0, DAILY_QUOTA_COOLDOWN_MS);
     } else kind = 'rate_limited';
   } else if (status === 'NOT_FOUND') kind = 'misconfigured';
-  else if (status === 'INVALID_ARGUMENT' || status === 'FAILED_PRECONDITION') kind = 'invalid_request';
+  else if (status === 'INVALID_ARGUMENT') kind = 'invalid_request';
+  // The project's state, not the request: "free tier is not available in your country, please
+  // enable billing", a model behind an allowlist or an organization policy. Another member may serve it.
+  else if (status === 'FAILED_PRECONDITION') kind = 'account_disabled';
   else if (status === 'UNAVAILABLE' || status === 'INTERNAL' || status === 'DEADLINE_EXCEEDED') kind = 'retryable';
   const message =
     kind === 'auth'

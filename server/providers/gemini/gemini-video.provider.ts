@@ -49,7 +49,9 @@ const RESOLUTIONS = ['720p', '1080p', '4k'];
 const MAX_REFERENCE_IMAGES = 3;
 
 /** gRPC codes (google.rpc.Code) of an operation error that mean the request itself was refused. */
-const GRPC_INVALID = new Set([3, 9, 11]); // INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE
+// INVALID_ARGUMENT, OUT_OF_RANGE: the request. FAILED_PRECONDITION (9) is the project's state, not
+// the client's: such a job counts as the upstream's failure.
+const GRPC_INVALID = new Set([3, 11]);
 
 interface Operation {
   name?: unknown;

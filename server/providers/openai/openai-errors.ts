@@ -32,11 +32,16 @@ export function openaiErrorOf(body: unknown, what: string, answer: { status?: nu
   const rawMessage = envelope?.message ?? (typeof parsed?.error === 'string' ? parsed.error : parsed?.message);
   const { status, headers } = answer;
   let kind: ProviderErrorKind = status === undefined ? kindOfCode(code, type) : kindOfStatus(status);
-  if (code === 'insufficient_quota' || type === 'insufficient_quota') kind = 'quota_exhausted';
+  // The account's spending: a 429 `insufficient_quota`, or a 400 `billing_hard_limit_reached`
+  // (type `invalid_request_error`, but nothing the client sent: the owner's monthly limit).
+  if (code === 'insufficient_quota' || type === 'insufficient_quota' || code === 'billing_hard_limit_reached') kind = 'quota_exhausted';
+  // "Your account is not active, please check your billing details": only its owner can change that.
+  else if (code === 'billing_not_active' || type === 'billing_not_active') kind = 'account_disabled';
   else if ((code && POLICY_CODES.has(code)) || type === 'image_generation_user_error') kind = 'policy';
-  // `x-should-retry` overrides the status, as in the SDK (§1.5): false makes a 5xx final, true
-  // makes a refusal worth another try (another member, or later).
-  else if (headers?.get('x-should-retry') === 'false' && kind === 'retryable') kind = 'invalid_request';
+  // `x-should-retry` overrides the status, as in the SDK (§1.5): false makes a 5xx final (still
+  // the upstream's failure, never the client's), true makes a refusal worth another try (another
+  // member, or later).
+  else if (headers?.get('x-should-retry') === 'false' && kind === 'retryable') kind = 'failed';
   else if (headers?.get('x-should-retry') === 'true' && kind === 'invalid_request') kind = 'retryable';
   // The model id comes from the member's model map, not from the client: refusing it is the
   // member's configuration (as a 404 for an unknown model or path is).
