@@ -1574,11 +1574,14 @@ export interface paths {
          *
          *     - `completed` captures the whole hold (`captured_credits` = `held_credits`) and marks the task
          *       `completed` with whatever results it has stored (possibly none).
-         *     - `refunded` releases the whole hold to the key quota and the account balance and marks the
-         *       task `failed` with `error.message` `Refunded by operator: <reason>`.
+         *     - `refunded` releases what the client did not receive to the key quota and the account
+         *       balance, and marks the task `failed` with `error.message` `Refunded by operator: <reason>`.
+         *       Images the client already received before the failure (`delivered`, in a stream) stay
+         *       captured at the task's unit price: a client is charged exactly for what it received. A
+         *       refund beyond that is a `grant` (`POST /admin/v1/accounts/{account_id}/credits`).
          *
-         *     The capture or release is written exactly once with a ledger entry carrying `reason`; a
-         *     concurrent second settle gets `409 task_not_settleable`.
+         *     The capture and the release are written exactly once, each with a ledger entry carrying
+         *     `reason`; a concurrent second settle gets `409 task_not_settleable`.
          *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
@@ -3503,7 +3506,7 @@ export interface components {
             api_key_id: string | null;
             task_id: string | null;
             hold_id: string | null;
-            /** @description The operator's reason of a grant or debit; null for a task's entries. */
+            /** @description The operator's reason of a grant or debit, or of a task's settlement by hand (its capture and release entries); null for the other entries of a task. */
             reason: string | null;
             /** Format: date-time */
             created_at: string;
@@ -4864,7 +4867,7 @@ export interface components {
          */
         AdminTaskSettle: {
             /**
-             * @description `completed` captures the whole hold and marks the task `completed` with whatever results it has stored; `refunded` releases the hold and marks the task `failed` with `error.message` `Refunded by operator: <reason>`.
+             * @description `completed` captures the whole hold and marks the task `completed` with whatever results it has stored; `refunded` releases what the client did not receive (images already delivered stay captured) and marks the task `failed` with `error.message` `Refunded by operator: <reason>`.
              * @enum {string}
              */
             outcome: "completed" | "refunded";

@@ -332,12 +332,13 @@ export class LedgerRepository {
   }
 
   /** `settle` for the hold of a task (one statement: no lookup of the hold id first). */
-  settleForTask(taskId: string, capture: number, db: Executor): Promise<boolean> {
-    return this.settleWhere(sql`task_id = ${taskId}`, capture, db);
+  /** `reason`: an operator's, written on the capture and release entries (a settlement by hand). */
+  settleForTask(taskId: string, capture: number, db: Executor, reason?: string): Promise<boolean> {
+    return this.settleWhere(sql`task_id = ${taskId}`, capture, db, reason);
   }
 
-  private async settleWhere(which: RawBuilder<unknown>, capture: number, db: Executor): Promise<boolean> {
-    const settle = this.settlement(which, capture);
+  private async settleWhere(which: RawBuilder<unknown>, capture: number, db: Executor, reason?: string): Promise<boolean> {
+    const settle = this.settlement(which, capture, reason);
     const result = await sql<{ settled: boolean }>`with ${settle.ctes} select ${settle.settled} as settled`.execute(db);
     return result.rows[0]?.settled === true;
   }
@@ -352,7 +353,10 @@ export class LedgerRepository {
    * `settled` is true when the hold was updated, and the key and the account too where credits came
    * back; reading it reads the CTEs in lock order (h, k, a), and PostgreSQL runs them as they are read.
    */
-  settlement(which: RawBuilder<unknown>, capture: number): { ctes: RawBuilder<unknown>; settled: RawBuilder<boolean> } {
+  settlement(which: RawBuilder<unknown>, capture: number, reason?: string): { ctes: RawBuilder<unknown>; settled: RawBuilder<boolean> } {
+    // Only an operator's settlement has a reason: the engines' statements keep their text (and their prepared plans).
+    const reasonColumn = reason === undefined ? sql`` : sql`, reason`;
+    const reasonValue = reason === undefined ? sql`` : sql`, ${reason}::text`;
     const ctes = sql`h as (
         update credit_holds
         set status = case when ${capture}::bigint > 0 then 'captured' else 'released' end,
@@ -374,12 +378,12 @@ export class LedgerRepository {
         on conflict (account_id, shard) do update set spent = account_spend.spent + excluded.spent
         returning account_id
       ), lc as (
-        insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id)
-        select account_id, api_key_id, id, 'capture', captured, task_id from h where captured > 0
+        insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id${reasonColumn})
+        select account_id, api_key_id, id, 'capture', captured, task_id${reasonValue} from h where captured > 0
         returning id
       ), lr as (
-        insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id)
-        select account_id, api_key_id, id, 'release', amount - captured, task_id from h where amount > captured
+        insert into ledger_entries (account_id, api_key_id, hold_id, kind, amount, task_id${reasonColumn})
+        select account_id, api_key_id, id, 'release', amount - captured, task_id${reasonValue} from h where amount > captured
         returning id
       )`;
     return {

@@ -95,6 +95,9 @@ describe('GET /admin/v1/tasks/{task_id}: outputs', () => {
 
     const task = await getTask(videoId);
     expect(task.status).toBe('completed');
+    // A video task is settled by its engine, never by hand: 409, not 404 (the contract).
+    const settle = await server.admin().POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: videoId } }, body: { outcome: 'refunded', reason: 'by hand' } });
+    expect([settle.response.status, settle.error?.error.code]).toEqual([409, 'task_not_settleable']);
     expect(task.outputs).toHaveLength(1);
     const [out] = task.outputs as Json[];
     expect(out).toEqual({

@@ -268,8 +268,13 @@ describe('needs_attention after some images were stored', () => {
     expect(row).toMatchObject({ status: 'needs_attention', delivered: 1 });
     expect(row.resultFileIds).toHaveLength(1);
     const settled = await server.admin().POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: id } }, body: { outcome: 'refunded', reason: 'two images lost' } });
+    // `refunded` gives back what the client did not receive; the delivered image stays charged (the contract).
     expect(settled.data).toMatchObject({ status: 'failed', held_credits: 3, captured_credits: 1, released_credits: 2 });
     expect(await holdOf(server, id)).toEqual({ amount: 3_000_000, status: 'captured', captured: 1_000_000 });
+    // The operator's reason is on the capture and the release, as on the task.
+    const ledger = await server.admin().GET('/admin/v1/ledger', { params: { query: { task_id: id } } });
+    const reasons = Object.fromEntries((ledger.data?.data ?? []).map((e) => [e.kind, e.reason]));
+    expect(reasons).toEqual({ hold: null, capture: 'two images lost', release: 'two images lost' });
   });
 });
 

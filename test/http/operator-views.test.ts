@@ -369,6 +369,13 @@ describe('GET /admin/v1/usage', () => {
     await createImage(u.key, {}, { Prefer: 'respond-async' }); // 1 credit held; no member yet
   });
 
+  it('takes from and to written as the README writes them, with their colons not percent-encoded', async () => {
+    const raw = `from=${from.toISOString()}&to=${new Date(Date.now() + 60_000).toISOString()}&account_id=${u.accountId}&group_by=key`;
+    expect(raw).toContain(':');
+    const res = await fetch(`${server.baseUrl}/admin/v1/usage?${raw}`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+    expect(res.status, await res.clone().text()).toBe(200);
+  });
+
   const report = async (q: Json) => {
     const res = await admin('/admin/v1/usage', { from: from.toISOString(), to: new Date(Date.now() + 60_000).toISOString(), account_id: u.accountId, ...q });
     expect(res.status, JSON.stringify(res.body)).toBe(200);

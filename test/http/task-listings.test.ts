@@ -119,6 +119,10 @@ describe('GET /v1/videos', () => {
     expect(ids((await listVideos(c.key, { created_before: createdAt(queued) })).body)).toEqual([failed, completed]);
     expect(ids((await listVideos(c.key, { created_after: createdAt(completed), created_before: createdAt(queued) })).body)).toEqual([failed]);
     expect(ids((await listVideos(c.key, { status: ['in_progress'] })).body)).toEqual([]);
+    // As a hand-written URL has it (the README's example): a time with raw colons, a model with a slash.
+    const raw = await fetch(`${server.directUrl}/v1/videos?created_after=${createdAt(completed)}&model=local-video-1/x`, { headers: { Authorization: `Bearer ${c.key}` } });
+    expect(raw.status, await raw.clone().text()).toBe(200);
+    expect(ids((await raw.json()) as Json)).toEqual([]);
   });
 
   it('pages with after = last_id: tasks created between pages are never listed twice and make none go missing, newest or oldest first', async () => {

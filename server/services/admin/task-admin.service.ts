@@ -97,7 +97,11 @@ export class TaskAdminService {
   /** Operator settlement of a needs_attention image task (see Settlement.settleImageByOperator). */
   async settleImageTask(id: string, outcome: 'completed' | 'refunded', reason: string): Promise<AdminTask> {
     const row = await this.deps.imageTasks.find(id);
-    if (!row) throw notFound('task_not_found', `No task '${id}'.`);
+    if (!row) {
+      // A video task exists but is never settled by hand (its engine settles it): 409, as the contract says.
+      if (id.startsWith('vid_') && (await this.deps.videoTasks.find(id))) throw new ApiError(409, 'task_not_settleable', `Task '${id}' is a video task; only a needs_attention image task can be settled.`);
+      throw notFound('task_not_found', `No task '${id}'.`);
+    }
     if (!this.deps.settlement) throw new Error('settling a task needs the server runtime');
     const settled = await this.deps.settlement.settleImageByOperator(row, outcome, reason);
     if (!settled) throw new ApiError(409, 'task_not_settleable', `Task '${id}' is ${row.status}; only a needs_attention image task can be settled.`);

@@ -111,13 +111,15 @@ export class Settlement {
 
   /**
    * An operator settles a needs_attention image task. `completed`: the whole hold is captured (the
-   * operator confirms the outcome); `refunded`: only the images delivered before the failure are.
+   * operator confirms the outcome); `refunded`: only the images delivered before the failure are (a
+   * client is charged for what it received; a goodwill refund beyond that is a `grant`). The reason
+   * goes on the task and on the ledger's capture and release entries.
    */
   async settleImageByOperator(task: ImageTaskRow, outcome: 'completed' | 'refunded', reason: string): Promise<ImageTaskRow | undefined> {
     const captured = outcome === 'completed' ? task.quotedCredits : task.delivered * task.unitPrice;
     const row = await this.deps.tx.run(async (trx) => {
       const settled = await this.deps.imageTasks.settleByOperator(task.id, outcome, reason, captured, trx);
-      if (settled) await this.settleHold(trx, settled.id, settled.quotedCredits, captured);
+      if (settled) await this.settleHold(trx, settled.id, settled.quotedCredits, captured, reason);
       return settled;
     });
     if (row) this.deps.log.info({ taskId: row.id, outcome, reason, capturedMicroCredits: captured }, 'image task settled by operator');
@@ -125,8 +127,8 @@ export class Settlement {
   }
 
   /** Settles the hold of a task that has one (quoted > 0); a hold that is missing or already settled is a bug: roll back. */
-  private async settleHold(trx: Transaction<DB>, taskId: string, quoted: number, capture: number): Promise<void> {
+  private async settleHold(trx: Transaction<DB>, taskId: string, quoted: number, capture: number, reason?: string): Promise<void> {
     if (quoted === 0) return; // a free task has no hold
-    if (!(await this.deps.ledger.settleForTask(taskId, capture, trx))) throw new Error(`the hold of task ${taskId} is missing or was already settled`);
+    if (!(await this.deps.ledger.settleForTask(taskId, capture, trx, reason))) throw new Error(`the hold of task ${taskId} is missing or was already settled`);
   }
 }
