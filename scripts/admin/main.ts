@@ -10,6 +10,7 @@ import { createDatabase, type DbLogger } from '../../server/db/database.ts';
 import { connectOrStartEmbedded } from '../../server/db/embedded.ts';
 import { migrateToLatest } from '../../server/db/migrate.ts';
 import { ApiError } from '../../server/errors.ts';
+import { PROVIDER_KINDS } from '../../server/providers/provider-kinds.ts';
 import { createAdminServices, type AdminServices } from '../../server/services/admin/index.ts';
 import { loadSecretKey } from '../../server/lib/secret-box.ts';
 import { createLogger } from '../../server/logger.ts';
@@ -51,7 +52,7 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
   groups get <group id|name>
   groups update <group id|name> [--name NAME] [--description TEXT|none]
 
-  members add --group <id|name> --name NAME --provider local|openai|gemini|ark|kling --models a,b
+  members add --group <id|name> --name NAME --provider ${PROVIDER_KINDS.join('|')} --models a,b
               [--model-map catalog-id=upstream-id,...|none] [--credential key=value ...] [--base-url URL]
               [--priority N] [--weight N] [--concurrency-limit N|none] [--enabled true|false]
   members list --group <id|name>       (with health: in flight, cooldown, rejected credentials, recent ok/fail)

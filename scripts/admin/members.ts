@@ -1,6 +1,7 @@
 // `members add|list|update`: the upstream accounts of a group; credentials are stored encrypted
 // and never printed (the API objects only say has_credentials).
 import { ApiError } from '../../server/errors.ts';
+import { PROVIDER_KINDS } from '../../server/providers/provider-kinds.ts';
 import { bool, credentials, defined, int, list, modelMap, nullable, oneOf, optInt, required, UsageError } from './args.ts';
 import type { Commands } from './command.ts';
 import { one, table, type Row } from './output.ts';
@@ -25,7 +26,7 @@ export const memberCommands: Commands = {
       group,
       defined({
         name: required(flags.name, 'name'),
-        provider: oneOf(required(flags.provider, 'provider'), 'provider', ['local', 'openai', 'gemini', 'ark', 'kling'] as const)!,
+        provider: oneOf(required(flags.provider, 'provider'), 'provider', PROVIDER_KINDS)!,
         models: list(required(flags.models, 'models'))!,
         model_map: modelMap(flags['model-map']),
         credentials: credentials(flags.credential),

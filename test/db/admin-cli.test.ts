@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seedCatalog } from '../support/factories.ts';
+import { PROVIDER_KINDS } from '../../server/providers/provider-kinds.ts';
 import { decryptSecret } from '../../server/lib/secret-box.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 import { totalSpentOf } from '../../server/repositories/account.repository.ts';
@@ -161,6 +162,13 @@ describe('admin CLI', { timeout: 90_000 }, () => {
     const stray = await admin('members', 'update', 'openai-main', '--group', 'default', '--model-map', 'local-video-1=sora-2');
     expect(stray.code).toBe(1);
     expect(stray.stderr).toContain('model_map');
+
+    // Every provider the admin API takes is a --provider the CLI passes on (it once knew only the first five).
+    for (const provider of PROVIDER_KINDS) {
+      const run = await admin('members', 'add', '--group', 'default', '--name', `any-${provider}`, '--provider', provider, '--models', 'local-image-1', ...(provider === 'local' ? [] : ['--credential', 'api_key=x', '--credential', 'access_key=x', '--credential', 'secret_key=x', '--credential', 'api_token=x']));
+      expect([provider, run.stderr]).not.toEqual([provider, expect.stringContaining('--provider must be one of')]);
+      expect([provider, run.code]).not.toEqual([provider, 2]);
+    }
 
     const price = await json<{ pricing: { resolution: string; unit_price: number }[] }>('models', 'set-price', 'local-video-lite', '--resolution', '360p', '--price', '0.03');
     expect(price.pricing).toEqual([{ resolution: '360p', quality: null, mode: 'per_second', unit_price: 0.03 }]);
