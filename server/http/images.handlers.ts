@@ -49,7 +49,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
   async function run(req: Request, res: Response, operation: ImageOperation, body: ImageRequestFields, edit?: ImageEdit): Promise<void> {
     const stream = wantsStream(req, body);
     const async = wantsAsync(req) && !stream;
-    const task = await images.create(authOf(req), operation, body, edit, { async });
+    const task = await images.create(authOf(req), operation, body, edit, { async, stream });
     res.setHeader('X-Task-Id', task.id);
     // The request's line names its task and, once it has settled, what it bought: a synchronous
     // image's only line at info (a respond-async task's creation and completion are logged apart).

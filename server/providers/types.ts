@@ -43,6 +43,12 @@ export interface ImageParams {
   /** The `size` as requested (`auto` when absent), for the streaming events. */
   requestedSize: string;
   /**
+   * A synchronous request answered as an event stream: each image reaches the client as it is
+   * made, before the settlement. A stream whose process stops is not released blindly
+   * (ImageRunner.step): its hold waits for an operator.
+   */
+  stream?: true;
+  /**
    * The model's `resize` setting when it is `native`: the upstream's image keeps its own pixel size
    * (`fitImage` only re-encodes a format that differs) and `width`/`height` are only what was asked
    * for and billed. Absent: resized to exactly `width` x `height`.

@@ -245,6 +245,19 @@ export class ImageTaskRepository {
     });
   }
 
+  /**
+   * A streamed synchronous task whose process stopped (its lease ran out): its events may have
+   * delivered images before the settlement, so its hold is kept for an operator, with the files
+   * recorded for it (a `url` stream writes each file's row before its event) as its results.
+   */
+  interruptedStream(fence: Fence, message: string): Promise<ImageTaskRow | undefined> {
+    const recorded = sql`(select coalesce(array_agg(f.id order by f.id), '{}') from files f where f.task_id = ${fence.id} and f.purpose = 'image_output')`;
+    return this.leases.finish(fence, {
+      set: sql`status = 'needs_attention', error_code = 'outcome_unknown', error_message = ${message},
+               result_file_ids = ${recorded}, delivered = cardinality(${recorded})`,
+    });
+  }
+
   private fileRows(rows: readonly FileRow[]): RawBuilder<unknown>[] {
     return rows.length > 0 ? [this.files.insertWithTask('f', rows)] : [];
   }

@@ -135,6 +135,26 @@ describe('a synchronous task whose process died', () => {
     expect(row).toMatchObject({ status: 'failed', errorCode: 'interrupted' });
     expect(await holdOf(server, task.id)).toEqual({ amount: 2_000_000, status: 'released', captured: 0 });
   });
+
+  it('keeps the hold of a streamed one for an operator (its events may have delivered images), with the files it recorded', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const auth = { accountId: c.accountId, apiKeyId: c.apiKeyId, groupId: c.groupId, limits: NO_LIMITS };
+    const prepared = await server.ctx.services.images.prepare(auth, 'generation', { prompt: 'x', model: 'local-image-1', n: 2, stream: true });
+    const task = await server.ctx.services.images.start(auth, prepared, { async: false, stream: true });
+    // A `url` stream writes a file's row before the event that names it: one image went out, then the process died.
+    const fileId = `file_streamed${Date.now()}`;
+    await server.db
+      .insertInto('files')
+      .values({ id: fileId, accountId: c.accountId, purpose: 'image_output', contentType: 'image/png', bytes: 10, storageKey: `image_output/xx/${fileId}`, width: 1248, height: 1248, taskId: task.id, expiresAt: new Date(Date.now() + 86_400_000), filename: null })
+      .execute();
+    await server.db.updateTable('imageTasks').set({ leaseExpiresAt: new Date(Date.now() - 1000) }).where('id', '=', task.id).execute();
+    const row = await waitTask(server, task.id, (r) => r.status !== 'processing');
+    expect(row).toMatchObject({ status: 'needs_attention', errorCode: 'outcome_unknown', delivered: 1, resultFileIds: [fileId] });
+    expect(await holdOf(server, task.id)).toEqual({ amount: 2_000_000, status: 'held', captured: 0 });
+    // The operator's refund charges the one image the client received.
+    const settled = await server.admin().POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: task.id } }, body: { outcome: 'refunded', reason: 'stream cut off' } });
+    expect(settled.data).toMatchObject({ status: 'failed', captured_credits: 1, released_credits: 1 });
+  });
 });
 
 describe('a provider failure', () => {

@@ -139,8 +139,14 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
 
   async step(task: ImageTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
     if (!task.runAsync) {
-      // A synchronous request whose process died: its client got a broken connection and never
-      // learned the task id, so nothing is delivered and nothing is charged.
+      // A streamed request whose process stopped (or whose settlement failed) may have delivered
+      // images before it could be charged for them: never released blindly, an operator settles it.
+      if ((task.params as unknown as ImageParams).stream) {
+        await this.deps.settlement.imageStreamInterrupted(fenceOf(task));
+        return DONE;
+      }
+      // A JSON answer whose process died: it is never complete before its settlement commits, so
+      // its client got a broken or cut-short answer: nothing is delivered and nothing is charged.
       await this.deps.settlement.failImage(fenceOf(task), 'interrupted', 'The request was interrupted before its images were delivered; the credits were released.');
       log.warn('interrupted synchronous image task failed and released');
       return DONE;

@@ -139,7 +139,7 @@ export class ImageService {
     operation: ImageOperation,
     fields: ImageRequestFields,
     edit: ImageEdit | undefined,
-    mode: { async: boolean },
+    mode: { async: boolean; stream?: boolean },
   ): Promise<StartedImageTask> {
     return this.start(auth, await this.prepare(auth, operation, fields, edit), mode);
   }
@@ -214,7 +214,7 @@ export class ImageService {
    * Stores the inputs, holds n × price and inserts the task in one statement. A synchronous task
    * starts with this process holding its lease; an async one is left to the task engines.
    */
-  async start(auth: AuthContext, req: PreparedImageRequest, mode: { async: boolean }): Promise<StartedImageTask> {
+  async start(auth: AuthContext, req: PreparedImageRequest, mode: { async: boolean; stream?: boolean }): Promise<StartedImageTask> {
     const taskId = newId('img');
     const saved: FileRow[] = [];
     const store = async (input: { fileId?: string; data?: Buffer; mimeType: string; width?: number; height?: number }) => {
@@ -257,7 +257,7 @@ export class ImageService {
             operation: req.operation,
             model: req.model,
             prompt: req.prompt,
-            params: JSON.stringify(req.params),
+            params: JSON.stringify(mode.stream ? { ...req.params, stream: true } : req.params),
             inputFileIds,
             maskFileId,
             n: req.n,

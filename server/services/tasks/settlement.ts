@@ -109,6 +109,13 @@ export class Settlement {
     return row;
   }
 
+  /** A streamed synchronous image whose process stopped: needs_attention, its hold kept (ImageTaskRepository.interruptedStream). */
+  async imageStreamInterrupted(fence: Fence): Promise<ImageTaskRow | undefined> {
+    const row = await this.deps.imageTasks.interruptedStream(fence, 'The request was interrupted while its images were being streamed; some may have been delivered, so an operator will settle this task.');
+    if (row) this.deps.log.error({ taskId: row.id, recorded: row.delivered }, 'interrupted image stream: its credits stay held until an operator settles it');
+    return row;
+  }
+
   /**
    * An operator settles a needs_attention image task. `completed`: the whole hold is captured (the
    * operator confirms the outcome); `refunded`: only the images delivered before the failure are (a
