@@ -10,7 +10,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
-import { Agent, interceptors, request, type Dispatcher } from 'undici';
+import { Agent, request, type Dispatcher } from 'undici';
 import { ProviderError, type ProviderErrorKind } from './provider-error.ts';
 import { PROVIDERS, type ProviderKind } from './provider-kinds.ts';
 import type { UpstreamAccount, VideoContent } from './types.ts';
@@ -22,7 +22,7 @@ const MAX_REDIRECTS = 5;
 export const MAX_TEXT_BYTES = 4 * 1024 * 1024;
 
 const direct = new Agent({ connect: { timeout: 10_000 } });
-const following = direct.compose(interceptors.redirect({ maxRedirections: MAX_REDIRECTS }));
+const REDIRECT_STATUSES: ReadonlySet<number> = new Set([301, 302, 303, 307, 308]);
 
 /** The member's base URL (or the provider's public default) joined with `path`. */
 export function upstreamUrl(account: UpstreamAccount, path: string): string {
@@ -39,7 +39,13 @@ export interface UpstreamRequest {
    * a redirect, so send it with `redirect: 'manual'` or to an URL that does not redirect.
    */
   body?: string | Buffer | FormData | Readable;
-  /** `manual`: a redirect comes back as the answer; default `follow` (up to 5). */
+  /**
+   * `manual`: a redirect comes back as the answer. Default `follow`: up to 5 redirects within the
+   * URL's origin (scheme, host and port); a redirect to another origin fails the call as the
+   * member's misconfiguration, so that no credential header (`x-goog-api-key`, `x-api-key`, …) is
+   * ever sent elsewhere. Downloads that leave for a storage host follow by hand
+   * (providers/output-download.ts).
+   */
   redirect?: 'follow' | 'manual';
   timeoutMs?: number;
 }
@@ -132,20 +138,35 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
       headers = { ...headers, 'content-type': encoded.headers.get('content-type')! };
       body = Buffer.from(await encoded.arrayBuffer());
     }
-    const dispatcher: Dispatcher = init.redirect === 'manual' ? direct : following;
-    const res = await request(url, {
-      method: (init.method ?? 'GET') as Dispatcher.HttpMethod,
-      headers,
-      body,
-      signal: call.signal,
-      dispatcher,
-      headersTimeout: timeoutMs,
-      bodyTimeout: timeoutMs,
-    });
-    res.body.once('close', done);
-    return new UpstreamResponse(res.statusCode, res.headers, res.body, () => clearTimeout(timer));
+    const origin = new URL(url).origin;
+    let target = url;
+    let method = (init.method ?? 'GET') as Dispatcher.HttpMethod;
+    for (let hops = 0; ; hops++) {
+      const res = await request(target, { method, headers, body, signal: call.signal, dispatcher: direct, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+      const location = res.headers.location;
+      // A streamed body cannot be sent twice: its redirect comes back as the answer.
+      const resendable = body === undefined || typeof body === 'string' || Buffer.isBuffer(body);
+      if (init.redirect === 'manual' || !resendable || !REDIRECT_STATUSES.has(res.statusCode) || typeof location !== 'string') {
+        res.body.once('close', done);
+        return new UpstreamResponse(res.statusCode, res.headers, res.body, () => clearTimeout(timer));
+      }
+      await res.body.dump({ limit: 64 * 1024 }).catch(() => undefined);
+      const next = new URL(location, target);
+      if (next.origin !== origin) {
+        throw new ProviderError('misconfigured', `the upstream ${what} was redirected to another origin (${next.origin}); the account's credentials are not sent there`, { upstreamStatus: res.statusCode });
+      }
+      if (hops >= MAX_REDIRECTS) throw new ProviderError('misconfigured', `the upstream ${what} was redirected more than ${MAX_REDIRECTS} times`, { upstreamStatus: res.statusCode });
+      // As fetch does: 303, and 301/302 after a POST, go on as a GET without the body.
+      if (res.statusCode === 303 || ((res.statusCode === 301 || res.statusCode === 302) && method === 'POST')) {
+        method = 'GET';
+        body = undefined;
+        if (headers) headers = Object.fromEntries(Object.entries(headers).filter(([name]) => !/^content-(type|length|encoding)$/i.test(name)));
+      }
+      target = next.href;
+    }
   } catch (err) {
     done();
+    if (err instanceof ProviderError) throw err;
     if (signal.aborted) throw signal.reason ?? err;
     const reason = call.signal.aborted || isTimeout(err) ? 'timed out' : 'could not be reached';
     throw new ProviderError('retryable', `the upstream ${what} ${reason}`, { cause: err });

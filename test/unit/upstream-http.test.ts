@@ -82,6 +82,15 @@ describe('upstreamFetch', () => {
         res.end(JSON.stringify({ method: req.method, contentType: req.headers['content-type'], authorization: req.headers.authorization, body }));
       } else if (req.url === '/moved') {
         res.writeHead(302, { location: '/echo' }).end('moved');
+      } else if (req.url === '/moved-post') {
+        res.writeHead(307, { location: '/echo' }).end();
+      } else if (req.url === '/see-other') {
+        res.writeHead(303, { location: '/echo' }).end();
+      } else if (req.url === '/elsewhere') {
+        // Same host, another port: another origin.
+        res.writeHead(302, { location: `${otherBase}/collect` }).end();
+      } else if (req.url === '/loop') {
+        res.writeHead(302, { location: '/loop' }).end();
       } else if (req.url === '/slow') {
         setTimeout(() => res.end('late'), 500);
       } else if (req.url === '/drip') {
@@ -92,13 +101,24 @@ describe('upstreamFetch', () => {
       } else res.writeHead(404).end('no');
     });
   });
+  // Another origin a redirect may point at: it records what reaches it.
+  let otherBase = '';
+  const reachedOther: IncomingMessage['headers'][] = [];
+  const other = createServer((req, res) => {
+    reachedOther.push(req.headers);
+    res.end('collected');
+  });
   beforeAll(async () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
+    otherBase = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
   });
   afterAll(() => {
     server.closeAllConnections();
     server.close();
+    other.closeAllConnections();
+    other.close();
   });
   const signal = new AbortController().signal;
 
@@ -123,6 +143,22 @@ describe('upstreamFetch', () => {
     const manual = await upstreamFetch(`${base}/moved`, { redirect: 'manual' }, signal, 'call');
     expect([manual.status, manual.headers.get('location')]).toEqual([302, '/echo']);
     manual.discard();
+    // 307 keeps the method, the body and the credentials (same origin); 303 goes on as a GET without the body.
+    const kept = (await readJson(await upstreamFetch(`${base}/moved-post`, { method: 'POST', headers: { 'x-goog-api-key': 'AIza-key', 'content-type': 'application/json' }, body: '{"a":1}' }, signal, 'call'))) as Record<string, unknown>;
+    expect(kept).toMatchObject({ method: 'POST', body: '{"a":1}', contentType: 'application/json' });
+    const seeOther = (await readJson(await upstreamFetch(`${base}/see-other`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"a":1}' }, signal, 'call'))) as Record<string, unknown>;
+    expect(seeOther).toMatchObject({ method: 'GET', body: '' });
+    expect(seeOther.contentType).toBeUndefined();
+  });
+
+  it('never follows a redirect to another origin: no credential header leaves for it (Gemini sends its key as x-goog-api-key)', async () => {
+    const err = await upstreamFetch(`${base}/elsewhere`, { headers: { 'x-goog-api-key': 'AIza-SECRET', Authorization: 'Bearer sk-SECRET' } }, signal, 'video status').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ProviderError);
+    expect((err as ProviderError).kind).toBe('misconfigured');
+    expect((err as ProviderError).message).toContain('redirected to another origin');
+    expect(reachedOther).toEqual([]);
+    const loop = await upstreamFetch(`${base}/loop`, {}, signal, 'call').catch((e: unknown) => e);
+    expect((loop as ProviderError).message).toContain('redirected more than 5 times');
   });
 
   it('bounds the whole call, its body included, unless the body is handed on as a stream', async () => {
