@@ -194,7 +194,12 @@ export class FileService {
    * which any instance serves from the store.
    */
   async downloadUrl(fileId: string, purpose: StoreFileInput['purpose'], minTtlSeconds = 0): Promise<string> {
-    if (this.opts.urls === 'presigned' && this.store.presign) return this.store.presign(storageKeyOf(purpose, fileId), Math.max(this.ttlSeconds, minTtlSeconds));
+    return this.urlOf(fileId, storageKeyOf(purpose, fileId), minTtlSeconds);
+  }
+
+  /** `downloadUrl` of a file whose stored key is known (its row's: an input may be an upload or an earlier output). */
+  private async urlOf(fileId: string, storageKey: string, minTtlSeconds: number): Promise<string> {
+    if (this.opts.urls === 'presigned' && this.store.presign) return this.store.presign(storageKey, Math.max(this.ttlSeconds, minTtlSeconds));
     return this.signedUrl(fileId, minTtlSeconds);
   }
 
@@ -240,7 +245,8 @@ export class FileService {
       width: file.width,
       height: file.height,
       open: () => this.store.read(file.storageKey),
-      url: (minTtlSeconds = 0) => this.downloadUrl(file.id, 'input', minTtlSeconds),
+      // The row's key: an input named by file id is stored as an upload or an output, not under `input/`.
+      url: (minTtlSeconds = 0) => this.urlOf(file.id, file.storageKey, minTtlSeconds),
     }));
   }
 
