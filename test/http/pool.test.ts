@@ -13,6 +13,7 @@ import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { Fence } from '../../server/repositories/leased-tasks.ts';
 import { startOpenAIImagesFake, type OpenAIImagesFake } from '../fakes/openai-images.ts';
 import { until } from '../support/tasks.ts';
+import { createWorkers } from '../../server/workers/index.ts';
 import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { IMAGE_PRO, addUpstreamMember } from '../support/upstreams.ts';
@@ -528,5 +529,40 @@ describe('the OpenAI Images adapter through the API', () => {
     expect(call!.mask).toBeDefined();
     const meta = await sharp(Buffer.from(body.data[0]!.b64_json, 'base64')).metadata();
     expect([meta.width, meta.height, meta.format]).toEqual([1024, 1024, 'png']);
+  });
+});
+
+describe('a respond-async image task when its engine stops', () => {
+  it('is left for the next claim, neither failed nor charged in part, and completes there once', async () => {
+    const c = await customer([{ name: 'slow', key: 'sk-c' }]);
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json', Prefer: 'respond-async' },
+      body: JSON.stringify({ model: IMAGE_PRO.id, prompt: 'stopped mid-way', size: '1024x1024', n: 2 }),
+    });
+    expect(res.status).toBe(202);
+    const taskId = res.headers.get('x-task-id')!;
+    fake.holdMs = 1500;
+    const first = createWorkers(server.ctx);
+    first.start();
+    // The engine's call is in flight upstream when the engine is stopped (a graceful shutdown).
+    await until(async () => (fake.inFlightByKey['sk-c'] ?? 0) > 0 || undefined, 10_000, 'the upstream call to start');
+    await first.stop();
+    const row = () => server.db.selectFrom('imageTasks').select(['status', 'delivered', 'attempt']).where('id', '=', taskId).executeTakeFirstOrThrow();
+    expect(await row()).toMatchObject({ status: 'processing', delivered: 0 });
+    expect(await ledgerKinds(taskId)).toEqual(['hold']);
+
+    // Its lease runs out; another engine claims it and runs it whole.
+    fake.holdMs = 0;
+    await server.db.updateTable('imageTasks').set({ leaseExpiresAt: new Date(Date.now() - 1000) }).where('id', '=', taskId).execute();
+    const second = createWorkers(server.ctx);
+    second.start();
+    try {
+      await until(async () => ((await row()).status === 'completed' ? true : undefined), 15_000, 'the task to complete on the next claim');
+    } finally {
+      await second.stop();
+    }
+    expect(await row()).toMatchObject({ status: 'completed', delivered: 2 });
+    expect(await ledgerKinds(taskId)).toEqual(['hold', 'capture']);
   });
 });

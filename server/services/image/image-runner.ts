@@ -318,13 +318,22 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       }
     }
 
+    // An abort that is not the client's: the lease was lost (another worker owns the task now), or
+    // the engine is stopping (a respond-async task has no client). Nothing is settled here: the
+    // task's next owner settles it (an engine's step resumes after the lease runs out).
+    if (signal.aborted && (task.runAsync || signal.reason instanceof LeaseLost)) {
+      for (const file of unrecorded) await this.deps.files.discardUnrecorded(file);
+      throw signal.reason instanceof LeaseLost ? signal.reason : new LeaseLost(`stopped: ${String(signal.reason)}`);
+    }
     if (opts.deliveredOnlyIfAllSent && signal.aborted) {
       for (const file of files) await discard(file);
       files.length = 0;
       unrecorded.length = 0;
     }
     if (files.length === 0) {
-      await this.deps.settlement.failImage(fence, 'client_disconnected', 'The client disconnected before any image was delivered; the credits were released.', attempts.take());
+      const failed = await this.deps.settlement.failImage(fence, 'client_disconnected', 'The client disconnected before any image was delivered; the credits were released.', attempts.take());
+      // The fence did not hold: another worker owns the task, and this request answers nothing as if it had.
+      if (!failed) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
       return { status: 'failed', files, images, captured: 0 };
     }
     const { revisedPrompt } = upstream;
