@@ -145,8 +145,9 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
     mediaBody(VIDEO_MEDIA_FIELDS, { maxMediaBytes: config.maxMediaInputBytes, maxItemBytes: config.maxMediaInputBytes, maxMediaCount: config.maxMediaInputCount }),
   );
   app.post('/v1/images/edits', mediaBody(EDIT_MEDIA_FIELDS, { maxMediaBytes: config.maxEditBodyBytes, maxItemBytes: config.maxEditFileBytes, maxMediaCount: config.maxEditImages + 1 }));
-  app.post('/v1/files', fileUploadMultipart(ctx.services.files, { maxFileBytes: config.uploadMaxBytes, idleTimeoutMs: config.bodyIdleTimeoutMs, timeoutMs: config.bodyTimeoutMs }));
+  // Before any multipart parser: a compressed multipart body is 415, not a parse error (or a stored upload).
   app.use(rejectEncodedMultipart);
+  app.post('/v1/files', fileUploadMultipart(ctx.services.files, { maxFileBytes: config.uploadMaxBytes, idleTimeoutMs: config.bodyIdleTimeoutMs, timeoutMs: config.bodyTimeoutMs }));
   // Multipart edits are parsed here, with limits, instead of by the validator's unbounded multer;
   // they are held in memory, so a byte budget bounds how many are read at once.
   app.post(

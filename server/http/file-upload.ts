@@ -83,6 +83,8 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
       bb = busboy({
         headers: req.headers,
         defCharset: 'utf8',
+        // Filenames as the client's UTF-8 (curl, browsers), not Latin-1: `фото.png` stays `фото.png`.
+        defParamCharset: 'utf8',
         limits: { files: 2, fileSize: limits.maxFileBytes + 1, fields: MAX_FIELDS, fieldSize: MAX_FIELD_BYTES + 1, parts: MAX_FIELDS + 2, headerPairs: 16 },
       });
     } catch (err) {

@@ -14,21 +14,35 @@ import type { HandlerMap } from './types.ts';
 import { sendJson } from './types.ts';
 
 /**
+ * The one byte range a `Range` header asks for in a file of `size` bytes (RFC 9110 §14): `whole`
+ * when there is none to honour (no header, another unit, a malformed or reversed spec, several
+ * ranges: answered with the whole file, as RFC 9110 allows), `unsatisfiable` when it starts past
+ * the end (416). A suffix longer than the file (`bytes=-1000` of 236 bytes) is the whole file.
+ */
+export function byteRange(header: string | undefined, size: number): { start: number; end: number } | 'whole' | 'unsatisfiable' {
+  const m = header === undefined ? null : /^bytes=\s*(\d*)-(\d*)\s*$/i.exec(header.trim());
+  if (!m || (m[1] === '' && m[2] === '')) return 'whole';
+  if (m[1] === '') {
+    const suffix = Number(m[2]);
+    if (suffix === 0 || size === 0) return 'unsatisfiable';
+    return { start: Math.max(0, size - suffix), end: size - 1 };
+  }
+  const start = Number(m[1]);
+  if (m[2] !== '' && Number(m[2]) < start) return 'whole';
+  if (start >= size) return 'unsatisfiable';
+  return { start, end: m[2] === '' ? size - 1 : Math.min(Number(m[2]), size - 1) };
+}
+
+/**
  * Sends a stored file, streamed (never buffered: videos can be large): whole, or the one byte
  * range a `Range` header asks for (206; a video seeks in a browser), with the validators a cache
  * and a download tool need — a file never changes, so its id is a strong `ETag` — and `304` for a
- * copy the client already has. Several ranges in one request are answered with the whole file
- * (allowed by RFC 9110), an unsatisfiable one with `416`.
+ * copy the client already has, checked before the range (RFC 9110 §13.2.2). Several ranges in one
+ * request are answered with the whole file (allowed by RFC 9110), an unsatisfiable one with `416`.
  */
-async function sendFile(req: Pick<Request, 'range' | 'headers'>, res: Response, opened: OpenedFile, cacheControl: string): Promise<void> {
+async function sendFile(req: Pick<Request, 'headers'>, res: Response, opened: OpenedFile, cacheControl: string): Promise<void> {
   const { file, stored, name } = opened;
   const etag = `"${file.id}"`;
-  // If-Range: the range only applies to the copy the client names (a file never changes: its ETag).
-  const ifRange = req.headers['if-range'];
-  const ranges = ifRange === undefined || ifRange === etag ? req.range(stored.bytes, { combine: true }) : undefined;
-  if (ranges === -1) {
-    throw new ApiError(416, 'range_not_satisfiable', `The range asked for is outside the file's ${stored.bytes} bytes.`, null, {}, { 'Content-Range': `bytes */${stored.bytes}` });
-  }
   res.setHeader('Cache-Control', cacheControl);
   res.setHeader('ETag', etag);
   res.setHeader('Last-Modified', stored.modifiedAt.toUTCString());
@@ -39,10 +53,17 @@ async function sendFile(req: Pick<Request, 'range' | 'headers'>, res: Response, 
     res.status(304).end();
     return;
   }
+  // If-Range: the range only applies to the copy the client names (a file never changes: its ETag).
+  const ifRange = req.headers['if-range'];
+  const range = ifRange === undefined || ifRange === etag ? byteRange(req.headers.range, stored.bytes) : 'whole';
+  if (range === 'unsatisfiable') {
+    throw new ApiError(416, 'range_not_satisfiable', `The range asked for is outside the file's ${stored.bytes} bytes.`, null, {}, { 'Content-Range': `bytes */${stored.bytes}` });
+  }
   res.setHeader('Content-Type', file.contentType);
-  res.setHeader('Content-Disposition', `inline; filename="${name.replace(/["\\\r\n]/g, '')}"`);
-  const range = Array.isArray(ranges) && ranges.length === 1 && ranges.type === 'bytes' ? ranges[0]! : undefined;
-  if (range) {
+  // An ASCII fallback and the name itself in UTF-8 (RFC 6266): a header cannot carry non-Latin-1 text.
+  const ascii = name.replace(/[^\x20-\x7e]/g, '_').replace(/["\\]/g, '');
+  res.setHeader('Content-Disposition', `inline; filename="${ascii}"${ascii === name ? '' : `; filename*=UTF-8''${encodeURIComponent(name)}`}`);
+  if (range !== 'whole') {
     res.status(206);
     res.setHeader('Content-Range', `bytes ${range.start}-${range.end}/${stored.bytes}`);
     res.setHeader('Content-Length', String(range.end - range.start + 1));

@@ -220,9 +220,13 @@ export class FileService {
     const nowSeconds = Math.floor(this.now() / 1000);
     if (!signatureMatches(hmac(this.urlKey, `${fileId}.${expires}`), signature) || expires <= nowSeconds) throw notFound;
     const file = await this.files.find(fileId);
+    // An expired file is gone for its URLs too, even before the sweeper has removed its bytes.
+    const fileLeft = file?.expiresAt ? Math.floor(file.expiresAt.getTime() / 1000) - nowSeconds : Number.POSITIVE_INFINITY;
+    if (fileLeft <= 0) throw notFound;
     const opened = file && (await this.opened(file));
     if (!opened) throw notFound;
-    return { ...opened, maxAgeSeconds: expires - nowSeconds };
+    // A cache keeps it no longer than the URL or the file lives.
+    return { ...opened, maxAgeSeconds: Math.min(expires - nowSeconds, fileLeft) };
   }
 
   /** A file whose bytes are in the store, ready to be sent whole or in part; undefined when they are not. */

@@ -112,6 +112,8 @@ describe('ranges and validators of a download', () => {
       ['bytes=0-99', 0, 99],
       [`bytes=1000-${size + 50}`, 1000, size - 1],
       ['bytes=-500', size - 500, size - 1],
+      // A suffix longer than the file is the whole file (RFC 9110 §14.1.3), not 416.
+      [`bytes=-${size + 1000}`, 0, size - 1],
     ] as const) {
       const checked = await fetch(viaContract(), { headers: { Range: header } });
       expect([checked.status, checked.headers.get('content-range')]).toEqual([206, `bytes ${start}-${end}/${size}`]);
@@ -128,9 +130,17 @@ describe('ranges and validators of a download', () => {
     expect(outside.status).toBe(416);
     expect(outside.headers.get('content-range')).toBe(`bytes */${expected.length}`);
     expect(((await outside.json()) as { error: { code: string } }).error.code).toBe('range_not_satisfiable');
-    const several = await fetch(fileUrl, { headers: { Range: 'bytes=0-9,100-109' } });
-    expect(several.status).toBe(200);
-    expect(Buffer.from(await several.arrayBuffer()).length).toBe(expected.length);
+    // Several ranges, adjacent, overlapping or partly outside the file too: the whole file, never one merged range.
+    for (const ranges of ['bytes=0-9,100-109', 'bytes=0-9,10-19', 'bytes=0-9,5-30', `bytes=0-9,${expected.length + 10}-${expected.length + 20}`]) {
+      const several = await fetch(fileUrl, { headers: { Range: ranges } });
+      expect([ranges, several.status]).toEqual([ranges, 200]);
+      expect(Buffer.from(await several.arrayBuffer()).length).toBe(expected.length);
+    }
+    // A current copy is 304 whatever its Range asks (the precondition comes first, RFC 9110 §13.2.2).
+    const etag = `"${fileUrl.pathname.split('/').at(-1)}"`;
+    const current = await fetch(fileUrl, { headers: { Range: `bytes=${expected.length + 10}-`, 'If-None-Match': etag } });
+    expect(current.status).toBe(304);
+    await current.arrayBuffer();
     const stale = await fetch(fileUrl, { headers: { Range: 'bytes=0-9', 'If-Range': '"file_another"' } });
     expect(stale.status).toBe(200);
     await stale.arrayBuffer();

@@ -8,6 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { sql } from 'kysely';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -245,6 +246,18 @@ describe('GET /v1/files/{file_id}', () => {
     }
   });
 
+  it('does not serve an expired file by its signed URL, even before the sweeper removed it', async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    const { urls, fileIds } = await generateImages(c.key);
+    const signed = new URL(urls[0]!);
+    const live = await fetch(`${server.directUrl}${signed.pathname}${signed.search}`);
+    expect(live.status).toBe(200);
+    await live.arrayBuffer();
+    await server.db.updateTable('files').set({ expiresAt: new Date(Date.now() - 3_600_000) }).where('id', '=', fileIds[0]!).execute();
+    const expired = await fetch(`${server.directUrl}${signed.pathname}${signed.search}`);
+    expect([expired.status, ((await expired.json()) as Json).error.code]).toEqual([404, 'file_not_found']);
+  });
+
   it('still serves a signed URL without a key, ignoring a key sent along (even another account’s)', async () => {
     const c = await createCustomer(server.db, { balance: 100 });
     const other = await createCustomer(server.db);
@@ -257,6 +270,32 @@ describe('GET /v1/files/{file_id}', () => {
       expect(res.headers.get('cache-control')).toMatch(/^private, max-age=\d+$/);
       expect((await sharp(Buffer.from(await res.arrayBuffer())).metadata()).width).toBe(1024);
     }
+  });
+});
+
+describe('POST /v1/files: names and encodings', () => {
+  it('keeps a UTF-8 file name as sent, and downloads it under that name (RFC 6266 filename*)', async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    const up = await upload(c.key, await png(64, 64), 'фото кадр.png');
+    expect(up.filename).toBe('фото кадр.png');
+    const res = await content(c.key, up.id);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-disposition')).toBe(`inline; filename="____ ____.png"; filename*=UTF-8''${encodeURIComponent('фото кадр.png')}`);
+    await res.arrayBuffer();
+  });
+
+  it('refuses a compressed multipart upload with 415, before reading it, and stores nothing', async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    const form = new FormData();
+    form.append('purpose', 'input');
+    form.append('file', new Blob([await png(64, 64)], { type: 'image/png' }), 'a.png');
+    const encoded = new Response(form);
+    const body = gzipSync(Buffer.from(await encoded.arrayBuffer()));
+    const before = await server.db.selectFrom('files').select(sql<number>`count(*)::int`.as('n')).where('accountId', '=', c.accountId).executeTakeFirstOrThrow();
+    const res = await fetch(`${server.directUrl}/v1/files`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': encoded.headers.get('content-type')!, 'Content-Encoding': 'gzip' }, body });
+    expect(res.status).toBe(415);
+    expect(((await res.json()) as Json).error.code).toBe('unsupported_media_type');
+    expect(await server.db.selectFrom('files').select(sql<number>`count(*)::int`.as('n')).where('accountId', '=', c.accountId).executeTakeFirstOrThrow()).toEqual(before);
   });
 });
 
