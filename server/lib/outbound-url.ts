@@ -47,8 +47,13 @@ const INTERNAL_SUFFIXES = ['.localhost', '.local', '.internal', '.intranet', '.l
 export function isPublicAddress(address: string): boolean {
   if (!ipaddr.isValid(address)) return false;
   const parsed = ipaddr.process(address); // IPv4-mapped IPv6 becomes IPv4
-  return parsed.range() === 'unicast';
+  if (parsed.range() !== 'unicast') return false;
+  // IPv6: global unicast (2000::/3) only. ipaddr.js calls much else `unicast`, such as the
+  // deprecated IPv4-compatible ::/96 (`::7f00:1` is 127.0.0.1 to some stacks).
+  return parsed.kind() === 'ipv4' || (parsed as ipaddr.IPv6).match(GLOBAL_UNICAST_V6);
 }
+
+const GLOBAL_UNICAST_V6: [ipaddr.IPv6, number] = [ipaddr.IPv6.parse('2000::'), 3];
 
 /** Whether a normalized host is this machine: a loopback address or `localhost` (and its subdomains). */
 function isLoopbackHost(host: string): boolean {

@@ -34,13 +34,17 @@ export type Resolver = (host: string) => Promise<ResolvedAddress[]>;
 export type SafeFetchErrorClass = 'timeout' | 'connect_failed' | 'tls_error' | 'dns_failure' | 'blocked_address' | 'invalid_url' | 'protocol_error';
 
 export class SafeFetchError extends Error {
+  /** The message with what only the operator may see (a refused name's addresses): logs and admin views. */
+  readonly detail: string;
+
   constructor(
     readonly errorClass: SafeFetchErrorClass,
     message: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; detail?: string },
   ) {
     super(message, options);
     this.name = 'SafeFetchError';
+    this.detail = options?.detail ?? message;
   }
 }
 
@@ -108,8 +112,14 @@ export async function resolveTarget(
   if (!opts.allowPrivate) {
     const refused = addresses.filter((a) => !isPublic(a.address));
     if (refused.length > 0) {
-      const list = refused.map((a) => `${a.address} (${ipaddr.isValid(a.address) ? ipaddr.process(a.address).range() : 'invalid'})`).join(', ');
-      throw new SafeFetchError('blocked_address', `refused target: '${target.host}' resolves to ${list}, not a public address`);
+      // What kind of address, not which: the message reaches the client, and an internal name's
+      // address is the operator's (`detail`: logs and the admin views).
+      const rangeOf = (address: string) => (ipaddr.isValid(address) ? ipaddr.process(address).range() : 'invalid');
+      const kinds = [...new Set(refused.map((a) => rangeOf(a.address)))].join(', ');
+      const list = refused.map((a) => `${a.address} (${rangeOf(a.address)})`).join(', ');
+      throw new SafeFetchError('blocked_address', `refused target: '${target.host}' resolves to a non-public address (${kinds})`, {
+        detail: `refused target: '${target.host}' resolves to ${list}, not a public address`,
+      });
     }
   }
   return { target, addresses };

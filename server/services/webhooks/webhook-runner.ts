@@ -57,7 +57,8 @@ export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
       signal, // lease lost or shutting down: rethrown, the attempt resumes after the lease
       fetchOptions: this.deps.fetchOptions,
     });
-    const { statusCode, errorClass, error, latencyMs } = sent;
+    // The delivery's record is the operator's (admin views): the detail, addresses included.
+    const { statusCode, errorClass, detail: error, latencyMs } = sent;
 
     const delivered = statusCode !== null && statusCode >= 200 && statusCode < 300;
     const gone = statusCode === 410;

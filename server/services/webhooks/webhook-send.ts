@@ -29,6 +29,8 @@ export interface SendOutcome {
   errorClass: SafeFetchErrorClass | null;
   /** What went wrong, in words (a non-2xx status, or the failure), or null for a 2xx. */
   error: string | null;
+  /** `error` with what only the operator may see (a refused name's addresses): for the delivery's record. */
+  detail: string | null;
   latencyMs: number;
 }
 
@@ -46,6 +48,7 @@ export async function sendSignedWebhook(url: string, id: string, body: string, s
   let statusCode: number | null = null;
   let errorClass: SafeFetchErrorClass | null = null;
   let error: string | null = null;
+  let detail: string | null = null;
   try {
     const res = await safeFetch(url, { method: 'POST', headers, body, timeoutMs: opts.timeoutMs, maxResponseBytes: MAX_RESPONSE_BYTES, allowPrivate: opts.allowPrivate, signal: opts.signal, ...opts.fetchOptions });
     statusCode = res.status;
@@ -54,6 +57,7 @@ export async function sendSignedWebhook(url: string, id: string, body: string, s
     if (opts.signal?.aborted || !(err instanceof SafeFetchError)) throw err;
     errorClass = err.errorClass;
     error = err.message;
+    detail = err.detail;
   }
-  return { statusCode, errorClass, error, latencyMs: Math.round(performance.now() - started) };
+  return { statusCode, errorClass, error, detail: detail ?? error, latencyMs: Math.round(performance.now() - started) };
 }
