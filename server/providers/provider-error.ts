@@ -41,14 +41,21 @@ export class ProviderError extends Error {
   /** HTTP status and error code the upstream answered, for logs and member health. */
   readonly upstreamStatus: number | undefined;
   readonly upstreamCode: string | undefined;
+  /**
+   * No answer came, but the request may have reached the upstream and been acted on (a timeout, a
+   * connection lost after it was sent): work that must not run twice (a video job) does not move
+   * to another member on it, and retries on the same one with the same idempotency key.
+   */
+  readonly maybeAccepted: boolean;
 
-  constructor(kind: ProviderErrorKind, message: string, opts: { retryAfterMs?: number; upstreamStatus?: number; upstreamCode?: string; cause?: unknown } = {}) {
+  constructor(kind: ProviderErrorKind, message: string, opts: { retryAfterMs?: number; upstreamStatus?: number; upstreamCode?: string; cause?: unknown; maybeAccepted?: boolean } = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = 'ProviderError';
     this.kind = kind;
     this.retryAfterMs = opts.retryAfterMs;
     this.upstreamStatus = opts.upstreamStatus;
     this.upstreamCode = opts.upstreamCode;
+    this.maybeAccepted = opts.maybeAccepted ?? false;
   }
 
   /** Worth trying again (later, or on another member). */

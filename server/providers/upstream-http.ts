@@ -169,8 +169,19 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
     if (err instanceof ProviderError) throw err;
     if (signal.aborted) throw signal.reason ?? err;
     const reason = call.signal.aborted || isTimeout(err) ? 'timed out' : 'could not be reached';
-    throw new ProviderError('retryable', `the upstream ${what} ${reason}`, { cause: err });
+    throw new ProviderError('retryable', `the upstream ${what} ${reason}`, { cause: err, maybeAccepted: !neverSent(err) });
   }
+}
+
+/** Errors that prove the request never reached the upstream: no connection was made. */
+const NOT_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
+
+function neverSent(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && NOT_CONNECTED.has(code)) return true;
+  }
+  return false;
 }
 
 /** A timeout of the call (ours, or undici's connect, headers or body timeout). */

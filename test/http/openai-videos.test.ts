@@ -296,7 +296,7 @@ describe('openai videos through the pool', () => {
 
   it('polls and downloads every job on the member that accepted it', async () => {
     const c = await twoMembers();
-    const created = await Promise.all(Array.from({ length: 8 }, () => create(c.key)));
+    const created = await Promise.all(Array.from({ length: 16 }, () => create(c.key)));
     for (const t of created) expect((await waitVideoFinished(server, c.key, t.body.id)).task.status).toBe('completed');
     const accepted = new Set<string>();
     for (const t of created) {
@@ -307,7 +307,7 @@ describe('openai videos through the pool', () => {
       expect(followUps.length).toBeGreaterThanOrEqual(2); // at least one poll and the download
       expect(new Set(followUps.map(keyOf))).toEqual(new Set([submitKey]));
     }
-    expect(accepted.size).toBe(2); // both members took jobs (8 draws at 50/50: 1 in 128 to miss)
+    expect(accepted.size).toBe(2); // both members took jobs (16 draws at 50/50: 1 in 32,768 to miss; 8 missed once in a local run)
   });
 
   it('keeps a video task queued while every member is at its concurrency limit, and never exceeds it', async () => {

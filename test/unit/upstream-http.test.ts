@@ -178,6 +178,8 @@ describe('upstreamFetch', () => {
     expect([(late as ProviderError).kind, (late as ProviderError).message]).toEqual(['retryable', 'the upstream video status timed out']);
     const closed = await upstreamFetch('http://127.0.0.1:1/x', {}, signal, 'video submit').catch((e: unknown) => e);
     expect([(closed as ProviderError).kind, (closed as ProviderError).message]).toEqual(['retryable', 'the upstream video submit could not be reached']);
+    // A timeout may have reached the upstream (the request was sent); a refused connection cannot have.
+    expect([(late as ProviderError).maybeAccepted, (closed as ProviderError).maybeAccepted]).toEqual([true, false]);
     const stop = new AbortController();
     const aborted = upstreamFetch(`${base}/slow`, {}, stop.signal, 'call').catch((e: unknown) => e);
     stop.abort(new Error('lease lost'));

@@ -192,6 +192,10 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
             if (!(await this.deps.tasks.markSubmitting(fence, memberId, db))) throw new LeaseLost('lease lost before submit');
           },
           release: async () => void (await this.deps.tasks.clearSubmitting(fence)),
+          // A submit that may have reached its member (a timeout) is never sent to another one: the
+          // upstream may run it, and a second account would run it again. It is retried on the
+          // same member with the same idempotency key (resubmit).
+          canFailover: (err) => !err.maybeAccepted,
           signal,
           log,
         },
@@ -216,8 +220,9 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
         const why = err.reason === 'full' ? 'every upstream member that serves the model is at its concurrency limit' : 'every upstream member that serves the model is cooling down';
         return later(Math.max(250, spread(Math.min(err.retryAfterMs, 60_000) + 1000)), `Waiting: ${why}.`);
       }
-      // The last member's answer came back (it did not take the job): its slot is free again.
-      if (err instanceof ProviderError) await this.deps.tasks.clearSubmitting(fence);
+      // The last member's answer came back (it did not take the job): its slot is free again. Without
+      // an answer the job may be running there: the mark stays, and the retry resubmits to it.
+      if (err instanceof ProviderError && !err.maybeAccepted) await this.deps.tasks.clearSubmitting(fence);
       return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
     }
     return this.saveJob(task, submitted.account, submitted.jobId, log);
@@ -225,8 +230,8 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
 
   /**
    * An earlier attempt marked the submit as started and never saved a job id (its process died in
-   * between): the job goes to the same member with the same idempotency key, so an upstream that
-   * honours it runs the job once; the warning says what happened.
+   * between, or its call got no answer: a timeout): the job goes to the same member with the same
+   * idempotency key, so an upstream that honours it runs the job once; the warning says what happened.
    */
   private async resubmit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<StepResult> {
     const fence = fenceOf(task);
@@ -241,7 +246,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       const job = await this.jobOf(task, account, true);
       jobId = await attempts.run('submit', account, (id) => id, () => this.deps.pool.health.observe(account, () => this.videoProvider(account).submit(account, job, signal)), { signal });
     } catch (err) {
-      if (err instanceof ProviderError) await this.deps.tasks.clearSubmitting(fence);
+      if (err instanceof ProviderError && !err.maybeAccepted) await this.deps.tasks.clearSubmitting(fence);
       return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
     }
     return this.saveJob(task, account, jobId, log);
