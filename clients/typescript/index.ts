@@ -36,8 +36,9 @@ export interface MediagateClientOptions {
 /**
  * A Mediagate client. `api` is the raw typed openapi-fetch client (`{ data, error, response }`
  * per call). Helper error style: `createVideo` returns `{ data } | { error }` like `api`;
- * `waitForVideo` and the streams, which run over time, reject/throw. Every HTTP error, returned
- * or thrown, is a `MediagateError`.
+ * `waitForVideo` and the streams, which run over time, reject/throw. Every HTTP error of the
+ * helpers, returned or thrown, is a `MediagateError`; `api` returns the contract's error body
+ * (`MediagateError.fromResponse(response, error)` makes it one).
  */
 export interface MediagateClient {
   /** The raw typed client over every path of the contract. */

@@ -46,11 +46,13 @@ async function troubledMembers(): Promise<{ group: string; groupId: string; memb
 }
 
 export function DashboardPage() {
+  // Seven UTC days: today so far and the six before it (seven daily bars), up to the next hour.
   const range = useMemo(() => {
-    const to = new Date(Date.now() + 3600_000);
-    const from = new Date(to.getTime() - 7 * 86400_000);
+    const now = Date.now();
+    const from = new Date(now);
     from.setUTCHours(0, 0, 0, 0);
-    return { from: from.toISOString(), to: to.toISOString() };
+    from.setUTCDate(from.getUTCDate() - 6);
+    return { from: from.toISOString(), to: new Date(now + 3600_000).toISOString() };
   }, []);
   const usage = useLoad(() => call(api.GET('/admin/v1/usage', { params: { query: { ...range, granularity: 'day', group_by: ['provider'] } } })).then(asReport), [], 30_000);
   const open = useLoad(() => openTasks(['queued', 'in_progress', 'processing', 'needs_attention']), [], 15_000);
