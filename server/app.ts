@@ -152,7 +152,7 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   // they are held in memory, so a byte budget bounds how many are read at once.
   app.post(
     '/v1/images/edits',
-    largeBodySlots({ largeBodyBytes: config.largeBodyBytes, budgetBytes: config.largeBodyBudgetBytes, waitMs: config.largeBodyWaitMs }),
+    largeBodySlots(ctx.services.largeBodies),
     imageEditMultipart({ maxFiles: config.maxEditImages, maxFileBytes: config.maxEditFileBytes, maxTotalBytes: config.maxEditBodyBytes }),
   );
   app.use(express.json({ limit: config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));

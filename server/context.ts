@@ -6,6 +6,7 @@
  * Handlers see only the AppContext part (config, log, metrics, services); the task engines get the
  * runners and the notifier; tests may also reach the repositories.
  */
+import { LargeBodyBudget } from './services/media/large-body-budget.ts';
 import { randomBytes } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type { DB } from '../generated/db.d.ts';
@@ -70,6 +71,8 @@ export interface Services {
   admin: AdminServices;
   /** Requests per minute of keys and accounts: in Redis with REDIS_URL, else this process's memory (services/limits/). */
   requestRates: RequestRateLimiter;
+  /** Request media held in memory at once (LARGE_BODY_BUDGET_BYTES): large multipart edits and JSON edits' named inputs. */
+  largeBodies: LargeBodyBudget;
   /**
    * Drops this instance's cached API keys, image models and pool candidates: after an admin change
    * through this instance, and whenever the cluster listener hears of a change anywhere.
@@ -188,7 +191,9 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
   };
   const media = new MediaInputs(files, { urlTimeoutMs: config.mediaUrlTimeoutMs, allowPrivate: config.allowPrivateTargets, fetch: overrides.outboundFetch });
   const auth = new AuthService(new ApiKeyRepository(db), log, config.keyCacheTtlMs, Date.now, config.defaultLimits);
+  const largeBodies = new LargeBodyBudget({ largeBodyBytes: config.largeBodyBytes, budgetBytes: config.largeBodyBudgetBytes, waitMs: config.largeBodyWaitMs });
   const services: Services = {
+    largeBodies,
     auth,
     requestRates: new RequestRateLimiter({ redisUrl: config.redisUrl, keyPrefix: config.redisKeyPrefix, log: log.child({ component: 'request-rates' }) }),
     models: new ModelService(repositories.models),
@@ -250,6 +255,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
         inputRetentionDays: config.inputRetentionDays,
         modelCacheTtlMs: config.modelCacheTtlMs,
       },
+      largeBodies,
     }),
     invalidateCaches() {
       auth.invalidate();

@@ -7,46 +7,31 @@
 import type { Socket } from 'node:net';
 import type { NextFunction, Request, Response } from 'express';
 import { ApiError } from '../errors.ts';
-import { Semaphore } from '../lib/semaphore.ts';
-
-export interface LargeBodyOptions {
-  /** Bodies above this many bytes (or of unknown length) are large. */
-  largeBodyBytes: number;
-  /** Bytes of large bodies handled at once: each takes its Content-Length (the whole budget when the length is unknown). */
-  budgetBytes: number;
-  /** How long a large body waits for a slot before 503 server_busy. */
-  waitMs: number;
-}
+import type { LargeBodyBudget } from '../services/media/large-body-budget.ts';
 
 /**
  * Holds a share of the large-body budget from before a large body is read until its response is
  * finished, so the memory of parsing and handling large bodies is bounded whatever the number of
  * clients; waiting bodies stay unread in the socket. Requests with small bodies pass at once.
  */
-export function largeBodySlots(opts: LargeBodyOptions) {
-  const budget = new Semaphore(opts.budgetBytes);
-  const retryAfter = String(Math.max(1, Math.ceil(opts.waitMs / 1000)));
+export function largeBodySlots(budget: LargeBodyBudget) {
+  const opts = budget.opts;
   return (req: Request, res: Response, next: NextFunction): void => {
     const length = req.headers['content-length'];
     const large = length === undefined ? req.headers['transfer-encoding'] !== undefined : Number(length) > opts.largeBodyBytes;
     if (!large) return next();
     const gone = new AbortController();
-    const timer = setTimeout(() => gone.abort(new Error('timeout')), opts.waitMs);
     res.once('close', () => gone.abort(new Error('client gone')));
-    budget.acquire(gone.signal, length === undefined ? opts.budgetBytes : Number(length)).then(
+    budget.acquire(length === undefined ? opts.budgetBytes : Number(length), gone.signal).then(
       (release) => {
-        clearTimeout(timer);
         res.once('close', release);
         next();
       },
-      () => {
-        clearTimeout(timer);
+      (err: unknown) => {
         if (res.destroyed) return;
         // The body was never read: close the connection instead of reading it to keep it alive.
         res.setHeader('Connection', 'close');
-        next(
-          new ApiError(503, 'server_busy', `Too many large requests are being processed; retry in ${retryAfter} s.`, null, {}, { 'Retry-After': retryAfter }),
-        );
+        next(err);
       },
     );
   };

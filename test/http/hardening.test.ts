@@ -6,6 +6,7 @@
  */
 import { request } from 'node:http';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
+import { randomBytes } from 'node:crypto';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
@@ -294,6 +295,27 @@ describe('large bodies wait for a slot', () => {
     expect(await first.done).toBe(400);
     const third = await send('/v1/images/edits', { body: big.payload, headers: { 'Content-Type': big.contentType } });
     expect([third.status, third.body.error?.code]).toEqual([400, 'invalid_image']);
+  });
+
+  it('a small JSON edit naming large stored files takes their bytes of the budget: 503 while it is taken, then it runs', async () => {
+    // Noise: a PNG of about 270 KB, over LARGE_BODY_BYTES (200 KB), uploaded once.
+    const noisy = await sharp(randomBytes(300 * 300 * 3), { raw: { width: 300, height: 300, channels: 3 } }).png().toBuffer();
+    expect(noisy.length).toBeGreaterThan(200_000);
+    const form = new FormData();
+    form.append('purpose', 'input');
+    form.append('file', new Blob([noisy], { type: 'image/png' }), 'big.png');
+    const up = await send('/v1/files', { body: form });
+    expect(up.status).toBe(201);
+    const edit = { model: 'local-image-1', prompt: 'x', images: [up.body.id] };
+    // A stalled multipart edit holds 250 KB of the 400 KB: the named file's bytes do not fit.
+    const first = stalledLargeBody();
+    await new Promise((r) => setTimeout(r, 100));
+    const busy = await postJson('/v1/images/edits', edit);
+    expect([busy.status, busy.body.error?.code, busy.headers.get('retry-after')]).toEqual([503, 'server_busy', '1']);
+    first.finish();
+    expect(await first.done).toBe(400);
+    const ran = await postJson('/v1/images/edits', edit);
+    expect(ran.status, JSON.stringify(ran.body)).toBe(200);
   });
 
   it('a large body that is not JSON is 400 invalid_json', async () => {

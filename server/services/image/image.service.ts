@@ -25,6 +25,7 @@ import type { FileService } from '../file.service.ts';
 import { keepLease } from '../tasks/lease.ts';
 import type { TaskNotifier } from '../tasks/task-notifier.ts';
 import type { InputStaging } from '../media/input-staging.ts';
+import type { LargeBodyBudget } from '../media/large-body-budget.ts';
 import type { MediaInputs } from '../media/media-inputs.ts';
 import type { ExecuteOptions, ExecuteResult, ImageOperation, ImageRunner, ImageSink } from './image-runner.ts';
 import { normalizeImageRequest, type ImageRequestFields } from './image-request.ts';
@@ -72,6 +73,8 @@ export interface ImageServiceDeps {
   log: Logger;
   /** Lease owner of the synchronous tasks this process's requests run. */
   instanceId: string;
+  /** Request media held in memory at once: a JSON edit takes its named inputs' bytes before reading them. */
+  largeBodies?: LargeBodyBudget;
   /** capacityWaitMs: how long a synchronous request waits for a free upstream member before 429. */
   options: {
     sizeParam: 'accept' | 'reject';
@@ -196,6 +199,12 @@ export class ImageService {
     const refs = inputs.filter((i): i is Extract<EditInput, { value: string }> => 'value' in i);
     const { maxEditFileBytes, maxEditBodyBytes } = this.deps.options;
     const resolved = await this.deps.media.resolveAll(staging, refs, { maxBytes: maxEditBodyBytes, maxItemBytes: maxEditFileBytes });
+    // Inputs named by file id or URL are read into memory here, whatever the request's own size:
+    // they take their bytes of the large-body budget first (503 server_busy when it stays taken),
+    // until the request is over, as a multipart edit of that size would.
+    const named = resolved.reduce((sum, r) => sum + r.file.bytes, 0);
+    const budget = this.deps.largeBodies;
+    if (budget && named > budget.opts.largeBodyBytes) staging.holdUntilDone(await budget.acquire(named));
     const byParam = new Map(resolved.map((r) => [r.param, r]));
     const loaded = [];
     for (const input of inputs) {

@@ -43,6 +43,8 @@ export class InputStaging {
   private readonly pending = new Set<Promise<unknown>>();
   /** The request is over: a file stored from now on is removed at once. */
   private closed = false;
+  /** Run when the request is over (the large-body budget its named inputs took). */
+  private readonly whenDone: (() => void)[] = [];
 
   constructor(
     private readonly files: FileService,
@@ -119,9 +121,16 @@ export class InputStaging {
     }
   }
 
+  /** Runs `release` once the request is over (at once when it already is). */
+  holdUntilDone(release: () => void): void {
+    if (this.closed) release();
+    else this.whenDone.push(release);
+  }
+
   /** Removes every staged file no task adopted; call once the request is over. */
   async discardUnadopted(): Promise<number> {
     this.closed = true;
+    for (const release of this.whenDone.splice(0)) release();
     await Promise.allSettled([...this.pending]);
     const ids = [...this.staged.values()].map((s) => s.file.id);
     this.staged.clear();

@@ -1,0 +1,48 @@
+/**
+ * The bytes of request media held in memory at once, per process (LARGE_BODY_BUDGET_BYTES): a large
+ * multipart edit takes its Content-Length before it is read (`largeBodySlots`, http/request-guards.ts);
+ * a JSON edit that names stored files or URLs takes their bytes before they are read into memory
+ * (`ImageService`), until its request is over.
+ */
+import { ApiError } from '../../errors.ts';
+import { Semaphore } from '../../lib/semaphore.ts';
+
+export interface LargeBodyOptions {
+  /** Bodies above this many bytes (or of unknown length) are large. */
+  largeBodyBytes: number;
+  /** Bytes of large bodies handled at once: each takes its Content-Length (the whole budget when the length is unknown). */
+  budgetBytes: number;
+  /** How long a large body waits for a slot before 503 server_busy. */
+  waitMs: number;
+}
+
+export class LargeBodyBudget {
+  private readonly budget: Semaphore;
+  readonly retryAfterSeconds: number;
+
+  constructor(readonly opts: LargeBodyOptions) {
+    this.budget = new Semaphore(opts.budgetBytes);
+    this.retryAfterSeconds = Math.max(1, Math.ceil(opts.waitMs / 1000));
+  }
+
+  /** Waits up to LARGE_BODY_WAIT_MS for `bytes` (the whole budget at most); 503 server_busy after that. */
+  async acquire(bytes: number, signal?: AbortSignal): Promise<() => void> {
+    const gone = new AbortController();
+    const timer = setTimeout(() => gone.abort(new Error('timeout')), this.opts.waitMs);
+    const onAbort = () => gone.abort(signal?.reason);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      return await this.budget.acquire(gone.signal, bytes);
+    } catch {
+      throw this.busy();
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  busy(): ApiError {
+    const retryAfter = String(this.retryAfterSeconds);
+    return new ApiError(503, 'server_busy', `Too many large requests are being processed; retry in ${retryAfter} s.`, null, {}, { 'Retry-After': retryAfter });
+  }
+}
