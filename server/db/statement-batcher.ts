@@ -14,7 +14,10 @@
  *   refused one of its requests, a unique violation, a lost connection), nothing of it was written
  *   and each of its requests runs its single-request statement, which gives that request its own
  *   answer or error. A batch therefore never answers differently from the requests run one by one
- *   after each other.
+ *   after each other. The one exception is a connection lost after the commit: the batch was
+ *   written but its answer was not heard. The single statements then find their work done, and a
+ *   runner's `one` must recognize that (ImageTaskRepository reads the task back; a hold's rerun
+ *   fails on its primary key, and the task is released when its lease runs out).
  */
 import { setImmediate } from 'node:timers';
 

@@ -74,11 +74,22 @@ export class ImageTaskRepository {
         ? undefined
         : new StatementBatcher(
             {
-              one: (c) => this.complete(c.fence, c, c.settle, c.attempts),
+              // After a batch that failed, a task its statement completed after all (the commit went
+              // through, its answer was lost with the connection) is recognized, not taken as lost.
+              one: async (c) => (await this.complete(c.fence, c, c.settle, c.attempts)) || (await this.completedAt(c.fence)),
               many: (cs) => this.completeMany(cs),
             },
             batching,
           );
+  }
+
+  /**
+   * Whether the task was completed at this fence's attempt: only that attempt's worker completes it
+   * then, so its own statement did (a batch whose commit went through while its answer was lost).
+   */
+  private async completedAt(fence: Fence): Promise<boolean> {
+    const row = await this.db.selectFrom('imageTasks').select('id').where('id', '=', fence.id).where('attempt', '=', fence.attempt).where('status', '=', 'completed').executeTakeFirst();
+    return row !== undefined;
   }
 
   /** What the completion batcher did (statements, completions they carried, fallbacks), for the bench and tests. */

@@ -202,6 +202,26 @@ describe('completions that capture their whole hold, arriving together', () => {
     expect(await spentOf(a.accountId)).toBe(2 * PRICE);
   });
 
+  it('answer true when the batch committed but its answer was lost (the connection dropped after COMMIT): no task is taken for lost', async () => {
+    const ledger = new LedgerRepository(t.db, false);
+    const images = new ImageTaskRepository(t.db, batching);
+    const a = await customer(100);
+    const completions = await heldTasks(a, 3);
+    // The batch statement runs and commits, then its answer is lost.
+    const many = (images as unknown as { completeMany: (items: readonly WholeCompletion[]) => Promise<boolean[]> }).completeMany.bind(images);
+    (images as unknown as { completeMany: typeof many }).completeMany = async (items) => {
+      await many(items);
+      throw new Error('Connection terminated unexpectedly');
+    };
+    const done = await Promise.all(completions.map((c) => images.completeWhole(c, settleAlone(ledger, c.actualCredits))));
+    expect(done).toEqual([true, true, true]);
+    expect(images.completionBatchStats()).toMatchObject({ batches: 0, fallbacks: 1, singles: 3 });
+    for (const c of completions) expect(await ledger.findHoldByTask(c.fence.id)).toMatchObject({ status: 'captured', captured: c.actualCredits });
+    // Captured once each, never twice.
+    expect(await spentOf(a.accountId)).toBe(3 * PRICE);
+    expect((await ledgerOf(a.accountId)).filter((e) => e.kind === 'capture')).toHaveLength(3);
+  });
+
   it('fall back to a statement each when one hold was already settled: that one fails alone, the others complete', async () => {
     const ledger = new LedgerRepository(t.db, false);
     const images = new ImageTaskRepository(t.db, batching);
