@@ -138,21 +138,21 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
       headers = { ...headers, 'content-type': encoded.headers.get('content-type')! };
       body = Buffer.from(await encoded.arrayBuffer());
     }
-    const origin = new URL(url).origin;
     let target = url;
     let method = (init.method ?? 'GET') as Dispatcher.HttpMethod;
     for (let hops = 0; ; hops++) {
       const res = await request(target, { method, headers, body, signal: call.signal, dispatcher: direct, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
       const location = res.headers.location;
       // A streamed body cannot be sent twice: its redirect comes back as the answer.
-      const resendable = body === undefined || typeof body === 'string' || Buffer.isBuffer(body);
-      if (init.redirect === 'manual' || !resendable || !REDIRECT_STATUSES.has(res.statusCode) || typeof location !== 'string') {
+      const follow = init.redirect !== 'manual' && REDIRECT_STATUSES.has(res.statusCode) && typeof location === 'string' && (body === undefined || typeof body === 'string' || Buffer.isBuffer(body));
+      if (!follow) {
         res.body.once('close', done);
         return new UpstreamResponse(res.statusCode, res.headers, res.body, () => clearTimeout(timer));
       }
       await res.body.dump({ limit: 64 * 1024 }).catch(() => undefined);
       const next = new URL(location, target);
-      if (next.origin !== origin) {
+      // Parsed only here: an answer that is not a redirect (nearly every one) pays nothing for it.
+      if (next.origin !== new URL(url).origin) {
         throw new ProviderError('misconfigured', `the upstream ${what} was redirected to another origin (${next.origin}); the account's credentials are not sent there`, { upstreamStatus: res.statusCode });
       }
       if (hops >= MAX_REDIRECTS) throw new ProviderError('misconfigured', `the upstream ${what} was redirected more than ${MAX_REDIRECTS} times`, { upstreamStatus: res.statusCode });

@@ -47,6 +47,9 @@ export interface FinishedFields {
   completedAt: Date;
 }
 
+/** A member took (or is taking) the job: the task runs from here, `queued` until then (markSubmitting, setUpstreamJob). */
+const STARTED = { status: 'in_progress', startedAt: sql<Date>`coalesce(started_at, now())` } as const;
+
 export class VideoTaskRepository {
   readonly leases: LeasedTasks<'videoTasks'>;
 
@@ -95,7 +98,7 @@ export class VideoTaskRepository {
    * full or cooling down) it stays `queued`, however often it is claimed.
    */
   async markSubmitting(fence: Fence, memberId: string, trx: Executor): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()`, status: 'in_progress', startedAt: sql`coalesce(started_at, now())` }, trx)) !== undefined;
+    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()`, ...STARTED }, trx)) !== undefined;
   }
 
   /** The submit failed with an answer (the upstream did not take the job): the member's slot is free again. */
@@ -105,7 +108,7 @@ export class VideoTaskRepository {
 
   /** Saves the upstream job id before any polling (the commit point), so a retried step resumes instead of resubmitting. */
   async setUpstreamJob(fence: Fence, memberId: string, upstreamJobId: string): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId, upstreamJobId, status: 'in_progress', startedAt: sql`coalesce(started_at, now())` }, this.db)) !== undefined;
+    return (await this.leases.update(fence, { memberId, upstreamJobId, ...STARTED }, this.db)) !== undefined;
   }
 
   /**

@@ -191,6 +191,15 @@ describe('POST /v1/images/generations', () => {
         expect(res.status).toBe(400);
         expect(((await res.json()) as Json).error.code).toBe('size_not_accepted');
       }
+      // An edit's `size: auto` too (multipart; it once kept the input's size instead), and nothing is charged.
+      const form = new FormData();
+      form.append('prompt', 'x');
+      form.append('model', 'local-image-1');
+      form.append('size', 'auto');
+      form.append('image', new Blob([await sharp({ create: { width: 64, height: 64, channels: 3, background: '#336699' } }).png().toBuffer()], { type: 'image/png' }), 'a.png');
+      const edit = await fetch(`${strict.directUrl}/v1/images/edits`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}` }, body: form });
+      expect([edit.status, ((await edit.json()) as Json).error.code]).toEqual([400, 'size_not_accepted']);
+      expect((await strict.db.selectFrom('accounts').select('balance').where('id', '=', c.accountId).executeTakeFirstOrThrow()).balance).toBe(10_000_000);
     } finally {
       await strict.close();
     }

@@ -18,11 +18,9 @@ export interface LargeBodyOptions {
 
 export class LargeBodyBudget {
   private readonly budget: Semaphore;
-  readonly retryAfterSeconds: number;
 
   constructor(readonly opts: LargeBodyOptions) {
     this.budget = new Semaphore(opts.budgetBytes);
-    this.retryAfterSeconds = Math.max(1, Math.ceil(opts.waitMs / 1000));
   }
 
   /** Waits up to LARGE_BODY_WAIT_MS for `bytes` (the whole budget at most); 503 server_busy after that. */
@@ -34,15 +32,11 @@ export class LargeBodyBudget {
     try {
       return await this.budget.acquire(gone.signal, bytes);
     } catch {
-      throw this.busy();
+      const retryAfter = String(Math.max(1, Math.ceil(this.opts.waitMs / 1000)));
+      throw new ApiError(503, 'server_busy', `Too many large requests are being processed; retry in ${retryAfter} s.`, null, {}, { 'Retry-After': retryAfter });
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
     }
-  }
-
-  busy(): ApiError {
-    const retryAfter = String(this.retryAfterSeconds);
-    return new ApiError(503, 'server_busy', `Too many large requests are being processed; retry in ${retryAfter} s.`, null, {}, { 'Retry-After': retryAfter });
   }
 }
