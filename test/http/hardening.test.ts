@@ -8,7 +8,7 @@ import { request } from 'node:http';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { randomBytes } from 'node:crypto';
 import sharp from 'sharp';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { accountState, until } from '../support/tasks.ts';
@@ -314,8 +314,15 @@ describe('large bodies wait for a slot', () => {
     expect([busy.status, busy.body.error?.code, busy.headers.get('retry-after')]).toEqual([503, 'server_busy', '1']);
     first.finish();
     expect(await first.done).toBe(400);
-    const ran = await postJson('/v1/images/edits', edit);
-    expect(ran.status, JSON.stringify(ran.body)).toBe(200);
+    // The named file is read once, to check it, and those bytes go upstream: not read again.
+    const reads = vi.spyOn(server.ctx.services.files, 'readAll');
+    try {
+      const ran = await postJson('/v1/images/edits', edit);
+      expect(ran.status, JSON.stringify(ran.body)).toBe(200);
+      expect(reads.mock.calls.filter(([id]) => id === up.body.id)).toHaveLength(1);
+    } finally {
+      reads.mockRestore();
+    }
   });
 
   it('a large body that is not JSON is 400 invalid_json', async () => {

@@ -63,6 +63,12 @@ export interface ExecuteResult {
   captured: number;
 }
 
+/** The bytes of a task's inputs, in `inputFileIds` order, and of its mask. */
+export interface InputBytes {
+  images: Buffer[];
+  mask?: Buffer;
+}
+
 export interface ExecuteOptions {
   /**
    * A JSON response: nothing reaches the client until it is written, so an abort delivers nothing.
@@ -76,6 +82,8 @@ export interface ExecuteOptions {
   requeueWhenBusy?: boolean;
   /** The routing order drawn as the task was inserted (`preselect`): the pool follows it. */
   routeOrder?: readonly string[];
+  /** The inputs' bytes when the caller holds them already (a synchronous edit read them to check them): not read again. */
+  inputBytes?: InputBytes;
   /**
    * A JSON answer written while the task settles: called with what was delivered as the settlement
    * starts. The caller writes all of the answer but its last bytes, which wait until `execute` has
@@ -189,8 +197,8 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
   async execute(task: ImageTaskRow, sink: ImageSink, signal: AbortSignal, log: Logger, opts: ExecuteOptions = {}): Promise<ExecuteResult> {
     const fence = fenceOf(task);
     const params = task.params as unknown as ImageParams;
-    const inputs = await Promise.all(task.inputFileIds.map((id) => this.deps.files.readAll(id)));
-    const mask = task.maskFileId ? await this.deps.files.readAll(task.maskFileId) : undefined;
+    const inputs = opts.inputBytes?.images ?? (await Promise.all(task.inputFileIds.map((id) => this.deps.files.readAll(id))));
+    const mask = opts.inputBytes ? opts.inputBytes.mask : task.maskFileId ? await this.deps.files.readAll(task.maskFileId) : undefined;
     const job = { operation: task.operation as ImageOperation, model: task.model, prompt: task.prompt, n: task.n, params, inputs, ...(mask && { mask }) };
     /** Something reached the sink (a partial or an image): from then on there is no failover. */
     let reachedSink = false;

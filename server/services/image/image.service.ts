@@ -27,7 +27,7 @@ import type { TaskNotifier } from '../tasks/task-notifier.ts';
 import type { InputStaging } from '../media/input-staging.ts';
 import type { LargeBodyBudget } from '../media/large-body-budget.ts';
 import type { MediaInputs } from '../media/media-inputs.ts';
-import type { ExecuteOptions, ExecuteResult, ImageOperation, ImageRunner, ImageSink } from './image-runner.ts';
+import type { ExecuteOptions, ExecuteResult, ImageOperation, ImageRunner, ImageSink, InputBytes } from './image-runner.ts';
 import { normalizeImageRequest, type ImageRequestFields } from './image-request.ts';
 
 type Schemas = components['schemas'];
@@ -60,7 +60,11 @@ export interface PreparedImageRequest {
  * A task as `start` inserted it, with the routing order drawn for it when it is synchronous: `runSync`
  * routes it in that order, so the one draw that named its first member decides it.
  */
-export type StartedImageTask = ImageTaskRow & { readonly routeOrder?: readonly string[] };
+export type StartedImageTask = ImageTaskRow & {
+  readonly routeOrder?: readonly string[];
+  /** A synchronous edit's input bytes, read once to check them (`prepare`): `runSync` sends these. */
+  readonly inputBytes?: InputBytes;
+};
 
 export interface ImageServiceDeps {
   tasks: ImageTaskRepository;
@@ -298,7 +302,10 @@ export class ImageService {
       this.deps.log.info({ taskId, model: req.model, n: req.n, quotedMicroCredits: quoted }, 'image task created');
       this.deps.notifier.notify('image');
     }
-    return route ? { ...task!, routeOrder: route.order } : task!;
+    if (!route) return task!;
+    const images = req.inputs.flatMap((i) => (i.data ? [i.data] : []));
+    const held = images.length === req.inputs.length && (!req.mask || req.mask.data) && images.length > 0;
+    return { ...task!, routeOrder: route.order, ...(held && { inputBytes: { images, ...(req.mask && { mask: req.mask.data! }) } }) };
   }
 
   /**
@@ -308,7 +315,12 @@ export class ImageService {
   async runSync(task: StartedImageTask, sink: ImageSink, signal: AbortSignal, log: Logger, opts: Pick<ExecuteOptions, 'deliveredOnlyIfAllSent' | 'whileSettling'> = {}): Promise<ExecuteResult> {
     const lease = keepLease(this.deps.tasks.leases, fenceOf(task), this.deps.instanceId, this.deps.options.leaseMs, log, signal);
     try {
-      return await this.deps.runner.execute(task, sink, lease.signal, log, { ...opts, capacityWaitMs: this.deps.options.capacityWaitMs, ...(task.routeOrder && { routeOrder: task.routeOrder }) });
+      return await this.deps.runner.execute(task, sink, lease.signal, log, {
+        ...opts,
+        capacityWaitMs: this.deps.options.capacityWaitMs,
+        ...(task.routeOrder && { routeOrder: task.routeOrder }),
+        ...(task.inputBytes && { inputBytes: task.inputBytes }),
+      });
     } finally {
       lease.release();
     }
