@@ -166,6 +166,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
   const outbox = new WebhookOutbox(files, webhookUrlTtlSeconds);
   const settlement = new Settlement({ tx, log, ledger: repositories.ledger, videoTasks: repositories.videoTasks, imageTasks: repositories.imageTasks, outbox });
   const webhookSecrets = new WebhookSecrets(repositories.webhooks, secretKey, config.webhookSecretOverlapSeconds);
+  const attempts = new TaskAttemptRepository(db);
   const runners = {
     video: new VideoRunner({
       tasks: repositories.videoTasks,
@@ -173,11 +174,11 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       providers,
       files,
       settlement,
-      attempts: new TaskAttemptRepository(db),
+      attempts,
       maxOutputBytes: config.maxVideoOutputBytes,
       downloadRetry: { ...DOWNLOAD_RETRY, maxRetries: config.videoDownloadRetries },
     }),
-    image: new ImageRunner({ tasks: repositories.imageTasks, pool, providers, files, settlement }),
+    image: new ImageRunner({ tasks: repositories.imageTasks, pool, providers, files, settlement, attempts }),
     webhook: new WebhookRunner({
       repo: repositories.webhooks,
       tx,
@@ -271,6 +272,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     ledger: repositories.ledger,
     settlement,
     videoRunner: runners.video,
+    imageRunner: runners.image,
     db,
     log: log.child({ component: 'task-sweeper' }),
     taskMaxLifetimeSeconds: config.taskMaxLifetimeSeconds,

@@ -157,6 +157,36 @@ describe('a synchronous task whose process died', () => {
   });
 });
 
+describe('a synchronous task whose process died, found by the task sweeper past its lifetime', () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer();
+    await seedCatalog(server.db);
+  });
+  afterAll(async () => server?.close());
+
+  it('ends as an engine ends it: a streamed one waits for an operator with its hold and files, a JSON one is released as interrupted', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const auth = { accountId: c.accountId, apiKeyId: c.apiKeyId, groupId: c.groupId, limits: NO_LIMITS };
+    const streamed = await server.ctx.services.images.start(auth, await server.ctx.services.images.prepare(auth, 'generation', { prompt: 'x', model: 'local-image-1', n: 2, stream: true }), { async: false, stream: true });
+    const json = await server.ctx.services.images.start(auth, await server.ctx.services.images.prepare(auth, 'generation', { prompt: 'x', model: 'local-image-1', n: 2 }), { async: false });
+    const fileId = `file_swept${Date.now()}`;
+    await server.db
+      .insertInto('files')
+      .values({ id: fileId, accountId: c.accountId, purpose: 'image_output', contentType: 'image/png', bytes: 10, storageKey: `image_output/xx/${fileId}`, width: 1248, height: 1248, taskId: streamed.id, expiresAt: new Date(Date.now() + 86_400_000), filename: null })
+      .execute();
+    // No engine claimed them before TASK_MAX_LIFETIME_SECONDS (3600 s) went by.
+    await server.db.updateTable('imageTasks').set({ leaseExpiresAt: new Date(Date.now() - 1000), createdAt: new Date(Date.now() - 3_700_000) }).where('id', 'in', [streamed.id, json.id]).execute();
+    expect(await server.ctx.taskSweeper.run()).toMatchObject({ images: 2 });
+    const rows = await server.db.selectFrom('imageTasks').select(['id', 'status', 'errorCode', 'delivered', 'resultFileIds']).where('id', 'in', [streamed.id, json.id]).execute();
+    const byId = Object.fromEntries(rows.map((r) => [r.id, r]));
+    expect(byId[streamed.id]).toMatchObject({ status: 'needs_attention', errorCode: 'outcome_unknown', delivered: 1, resultFileIds: [fileId] });
+    expect(await holdOf(server, streamed.id)).toEqual({ amount: 2_000_000, status: 'held', captured: 0 });
+    expect(byId[json.id]).toMatchObject({ status: 'failed', errorCode: 'interrupted' });
+    expect(await holdOf(server, json.id)).toEqual({ amount: 2_000_000, status: 'released', captured: 0 });
+  });
+});
+
 describe('a provider failure', () => {
   let server: TestServer;
   beforeAll(async () => {

@@ -517,6 +517,7 @@ describe('the task sweeper, with no engine running, and the operator gauges', ()
       ledger: s.ctx.repositories.ledger,
       settlement: s.ctx.settlement,
       videoRunner: s.ctx.runners.video,
+      imageRunner: s.ctx.runners.image,
       db: s.db,
       log: createLogger('silent'),
       taskMaxLifetimeSeconds: 600,

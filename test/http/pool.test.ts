@@ -566,3 +566,87 @@ describe('a respond-async image task when its engine stops', () => {
     expect(await ledgerKinds(taskId)).toEqual(['hold', 'capture']);
   });
 });
+
+describe('a respond-async image task on a member with a concurrency limit', () => {
+  it('resumed after its engine stopped, gives back the slot its row still names and completes on the next claim', async () => {
+    const c = await customer([{ name: 'only', key: 'sk-d', concurrencyLimit: 1 }]);
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json', Prefer: 'respond-async' },
+      body: JSON.stringify({ model: IMAGE_PRO.id, prompt: 'stopped on a limited member', size: '1024x1024' }),
+    });
+    expect(res.status).toBe(202);
+    const taskId = res.headers.get('x-task-id')!;
+    fake.holdMs = 1500;
+    const first = createWorkers(server.ctx);
+    first.start();
+    await until(async () => (fake.inFlightByKey['sk-d'] ?? 0) > 0 || undefined, 10_000, 'the upstream call to start');
+    await first.stop();
+    const row = () => server.db.selectFrom('imageTasks').select(['status', 'delivered', 'memberId']).where('id', '=', taskId).executeTakeFirstOrThrow();
+    // The row still names the member: its one slot counts as taken.
+    expect(await row()).toMatchObject({ status: 'processing', memberId: c.ids.only });
+
+    fake.holdMs = 0;
+    await server.db.updateTable('imageTasks').set({ leaseExpiresAt: new Date(Date.now() - 1000) }).where('id', '=', taskId).execute();
+    const second = createWorkers(server.ctx);
+    second.start();
+    try {
+      await until(async () => ((await row()).status === 'completed' ? true : undefined), 10_000, 'the task to complete on the next claim');
+    } finally {
+      await second.stop();
+    }
+    expect(await row()).toMatchObject({ status: 'completed', delivered: 1 });
+    // The slot is free again for the member's other traffic.
+    expect((await generate(c.key)).status).toBe(200);
+  });
+});
+
+describe('a respond-async image task whose upstream fails for a passing reason', () => {
+  async function asyncTask(key: string, prompt: string) {
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', Prefer: 'respond-async' },
+      body: JSON.stringify({ model: IMAGE_PRO.id, prompt, size: '1024x1024' }),
+    });
+    expect(res.status).toBe(202);
+    return res.headers.get('x-task-id')!;
+  }
+  const row = (id: string) => server.db.selectFrom('imageTasks').select(['status', 'delivered', 'retries', 'errorCode']).where('id', '=', id).executeTakeFirstOrThrow();
+  const attemptsOf = async (id: string) => (await server.db.selectFrom('taskAttempts').select('outcome').where('taskId', '=', id).orderBy('id').execute()).map((a) => a.outcome);
+
+  it.each([
+    ['a 500', (n: number) => fake.serverErrorNext('generations', 500, n), 'retryable'],
+    ['a 429 with Retry-After', (n: number) => fake.rateLimitNext('generations', 1, n), 'rate_limited'],
+  ])('is tried again later after %s, its failed call recorded, and completes', async (_what, fail, kind) => {
+    const c = await customer([{ name: 'only', key: 'sk-a' }]);
+    fail(1);
+    const id = await asyncTask(c.key, `passing failure ${kind}`);
+    const workers = createWorkers(server.ctx);
+    workers.start();
+    try {
+      await until(async () => ((await row(id)).status !== 'processing' ? true : undefined), 20_000, 'the task to end');
+    } finally {
+      await workers.stop();
+    }
+    expect(await row(id)).toMatchObject({ status: 'completed', delivered: 1, retries: 1 });
+    expect(await attemptsOf(id)).toEqual([kind, 'ok']);
+    expect(await ledgerKinds(id)).toEqual(['hold', 'capture']);
+  });
+
+  it('fails with the upstream blamed once its retries are spent', async () => {
+    const c = await customer([{ name: 'only', key: 'sk-b' }]);
+    fake.serverErrorNext('generations', 500, 10);
+    const id = await asyncTask(c.key, 'failing every time');
+    const workers = createWorkers(server.ctx);
+    workers.start();
+    try {
+      await until(async () => ((await row(id)).status !== 'processing' ? true : undefined), 30_000, 'the task to end');
+    } finally {
+      await workers.stop();
+      fake.faults.clear();
+    }
+    expect(await row(id)).toMatchObject({ status: 'failed', delivered: 0, errorCode: 'upstream_error' });
+    expect(await attemptsOf(id)).toEqual(['retryable', 'retryable', 'retryable']);
+    expect(await ledgerKinds(id)).toEqual(['hold', 'release']);
+  });
+});

@@ -6,9 +6,11 @@
  * was not delivered, never `needs_attention`, and working again as soon as the store does.
  */
 import { randomUUID } from 'node:crypto';
+import { Readable } from 'node:stream';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
+import { createWorkers } from '../../server/workers/index.ts';
 import { BrokenOutputStore, FailingWritesStore, storageError } from '../fakes/media-stores.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
@@ -114,5 +116,53 @@ describe('a media store that fills up after the first image', () => {
     expect(await holdOf(server.db, taskId)).toEqual({ amount: 3_000_000, status: 'released', captured: 0 });
     expect(await server.db.selectFrom('imageTasks').select(['status', 'errorCode']).where('id', '=', taskId).executeTakeFirstOrThrow()).toEqual({ status: 'failed', errorCode: 'storage_full' });
     expect(await server.db.selectFrom('files').select('id').where('accountId', '=', c.accountId).execute()).toEqual([]);
+  });
+});
+
+describe('a media store that cannot read back the inputs of a respond-async edit', () => {
+  class InputReadsFail extends FilesystemMediaStore {
+    failing = false;
+    override read(key: string, range?: { start: number; end: number }) {
+      if (this.failing && key.startsWith('input/')) {
+        return new Readable({
+          read() {
+            this.destroy(storageError('EIO', key));
+          },
+        });
+      }
+      return super.read(key, range);
+    }
+  }
+  const store = new InputReadsFail(`/tmp/mg-input-reads-${process.pid}`);
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer({ overrides: { mediaStore: store } });
+    await seedCatalog(server.db);
+  });
+  afterAll(async () => server?.close());
+
+  it("fails the task as the gateway's storage fault (storage_unavailable), not the upstream's, once its retries are spent, and releases the hold", async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const png = await sharp({ create: { width: 64, height: 64, channels: 3, background: '#aa3366' } }).png().toBuffer();
+    const form = new FormData();
+    form.append('prompt', 'edit it');
+    form.append('model', 'local-image-1');
+    form.append('image', new Blob([png], { type: 'image/png' }), 'in.png');
+    const res = await fetch(`${server.directUrl}/v1/images/edits`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}`, Prefer: 'respond-async' }, body: form });
+    expect(res.status).toBe(202);
+    const taskId = res.headers.get('x-task-id')!;
+    store.failing = true;
+    const workers = createWorkers(server.ctx);
+    workers.start();
+    try {
+      await until(async () => ((await server.db.selectFrom('imageTasks').select('status').where('id', '=', taskId).executeTakeFirstOrThrow()).status !== 'processing' ? true : undefined), 20_000, 'the task to end');
+    } finally {
+      await workers.stop();
+      store.failing = false;
+    }
+    const task = await server.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: taskId } } });
+    expect(task.data).toMatchObject({ status: 'failed', error: { code: 'storage_unavailable' } });
+    expect(task.data!.error!.message).toMatch(/media storage/);
+    expect(await holdOf(server.db, taskId)).toMatchObject({ status: 'released', captured: 0 });
   });
 });

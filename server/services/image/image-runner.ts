@@ -17,7 +17,7 @@
  * (the two overlap instead of taking turns before the answer). Should a copy fail to be written,
  * the client still gets the image and pays for it, and the task's `data` leaves it out.
  */
-import { ApiError, apiErrorOf, apiErrorOfStorage, noUpstreamCapacity } from '../../errors.ts';
+import { ApiError, apiErrorOf, apiErrorOfStorage, noUpstreamCapacity, sentence } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import { NoCapacity, upstreamModelOf, type Pool, type Preselection } from '../../pool/pool.ts';
 import { imageMeta } from '../../providers/image-output.ts';
@@ -26,6 +26,7 @@ import type { ProviderKind, ProviderRegistry } from '../../providers/registry.ts
 import type { ImageEvents, ImageJob, ImageParams } from '../../providers/types.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
+import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
 import { StorageError, type FileService, type StoreFileInput } from '../file.service.ts';
 import type { RetryPolicy } from '../tasks/retry-policy.ts';
@@ -119,6 +120,8 @@ export interface ImageRunnerDeps {
   providers: ProviderRegistry;
   files: FileService;
   settlement: Settlement;
+  /** Where a step's calls upstream are recorded when no settlement statement carries them (a step retried later). */
+  attempts: TaskAttemptRepository;
 }
 
 export class ImageRunner implements TaskRunner<ImageTaskRow> {
@@ -147,18 +150,12 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
 
   async step(task: ImageTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
     if (!task.runAsync) {
-      // A streamed request whose process stopped (or whose settlement failed) may have delivered
-      // images before it could be charged for them: never released blindly, an operator settles it.
-      if ((task.params as unknown as ImageParams).stream) {
-        await this.deps.settlement.imageStreamInterrupted(fenceOf(task));
-        return DONE;
-      }
-      // A JSON answer whose process died: it is never complete before its settlement commits, so
-      // its client got a broken or cut-short answer: nothing is delivered and nothing is charged.
-      await this.deps.settlement.failImage(fenceOf(task), 'interrupted', 'The request was interrupted before its images were delivered; the credits were released.');
-      log.warn('interrupted synchronous image task failed and released');
+      await this.endInterrupted(task, log);
       return DONE;
     }
+    // A resumed task (its step stopped during the upstream call) gives back the member slots its row
+    // still names: counted as in use, they would keep the task itself off a full member.
+    if (task.memberId !== null && !(await this.deps.tasks.releaseMember(fenceOf(task)))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
     try {
       await this.execute(task, NULL_SINK, signal, log, { requeueWhenBusy: true });
     } catch (err) {
@@ -170,9 +167,36 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     return DONE;
   }
 
+  /**
+   * Ends a synchronous task whose request is gone (its process stopped, or its settlement failed):
+   * what an engine's step and the task sweeper do with one. False: the fence no longer holds.
+   */
+  async endInterrupted(task: ImageTaskRow, log: Logger): Promise<boolean> {
+    // A streamed request may have delivered images before it could be charged for them: never
+    // released blindly, an operator settles it.
+    if ((task.params as unknown as ImageParams).stream) {
+      return (await this.deps.settlement.imageStreamInterrupted(fenceOf(task))) !== undefined;
+    }
+    // A JSON answer is never complete before its settlement commits, so its client got a broken or
+    // cut-short answer: nothing is delivered and nothing is charged.
+    const ended = await this.deps.settlement.failImage(fenceOf(task), 'interrupted', 'The request was interrupted before its images were delivered; the credits were released.');
+    if (ended) log.warn('interrupted synchronous image task failed and released');
+    return ended !== undefined;
+  }
+
+  /** After the last retry: the task fails with the code of whoever's fault the last failure was. */
   async giveUp(task: ImageTaskRow, err: unknown, log: Logger): Promise<void> {
     log.error({ err }, 'image task failed after its last retry');
-    await this.deps.settlement.failImage(fenceOf(task), 'upstream_error', 'Image generation failed repeatedly; the credits were released.');
+    const api = err instanceof ProviderError ? apiErrorOf(err, task.model) : err instanceof StorageError ? apiErrorOfStorage(err) : undefined;
+    const reason =
+      err instanceof ProviderError
+        ? err.kind === 'rate_limited'
+          ? 'The upstream kept rate-limiting the request'
+          : `The upstream failed ${task.retries + 1} times in a row (last: ${sentence(err.message)})`
+        : err instanceof StorageError
+          ? `The gateway's media storage ${err.condition === 'full' ? 'is full' : 'could not be read or written'} (not a fault of the request)`
+          : 'An internal error stopped the task (the server log has its details)';
+    await this.deps.settlement.failImage(fenceOf(task), api?.code ?? 'internal_error', `${reason}; the credits were released.`);
   }
 
   /**
@@ -318,6 +342,12 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         const error = asProviderError(err, 'The image provider failed to generate the image; the credits were released.');
         log.warn({ err, delivered: files.length }, 'image provider failed');
         if (files.length === 0) {
+          // A background task tries a passing failure again later (IMAGE_RETRY, or the upstream's
+          // Retry-After): the engine retries it; nothing is settled now.
+          if (opts.requeueWhenBusy && error.transient) {
+            await attempts.write(this.deps.attempts, log);
+            throw error;
+          }
           const api = apiErrorOf(error, task.model);
           await this.deps.settlement.failImage(fence, api.code, api.message, attempts.take());
           throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, api.param, api.extra, api.headers);

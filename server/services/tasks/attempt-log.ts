@@ -6,7 +6,8 @@
  */
 import { sentence } from '../../errors.ts';
 import { ProviderError } from '../../providers/provider-error.ts';
-import type { AttemptRecord, AttemptStep } from '../../repositories/task-attempt.repository.ts';
+import type { Logger } from '../../logger.ts';
+import type { AttemptRecord, AttemptStep, TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
 
 /** Who was called. */
 export interface AttemptTarget {
@@ -58,5 +59,15 @@ export class AttemptLog {
   /** Takes the records made so far (they are written once). */
   take(): AttemptRecord[] {
     return this.records.splice(0);
+  }
+
+  /** Writes the records made so far with their own insert; a failure to write them is logged, never the step's. */
+  async write(repo: Pick<TaskAttemptRepository, 'insert'>, log: Logger): Promise<void> {
+    const records = this.take();
+    try {
+      await repo.insert(records);
+    } catch (err) {
+      log.warn({ err: err instanceof Error ? err.message : String(err), attempts: records.length }, 'could not record the attempts of a task step');
+    }
   }
 }

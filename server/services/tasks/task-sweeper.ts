@@ -5,7 +5,9 @@
  *   deadlines  an unfinished video task past its deadline that no worker holds is claimed (a fenced
  *              claim, as an engine's) and failed and refunded, its upstream job cancelled where the
  *              adapter can (VideoRunner.expire: the same end a worker gives it); an image task still
- *              `processing` TASK_MAX_LIFETIME_SECONDS after its creation, likewise (failed, released);
+ *              `processing` TASK_MAX_LIFETIME_SECONDS after its creation, likewise (failed, released;
+ *              a synchronous one as a worker ends it, ImageRunner.endInterrupted: a streamed one
+ *              may have delivered images, so it goes to `needs_attention`);
  *   holds      a hold still `held` whose task has ended is settled: the task's actual credits
  *              captured when it completed, all released when it failed (every end settles its hold
  *              in the same statement; this mends what an older version or a manual edit left).
@@ -19,6 +21,7 @@ import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { SweeperRepository } from '../../repositories/sweeper.repository.ts';
 import type { TaskSweepRepository } from '../../repositories/task-sweep.repository.ts';
+import type { ImageRunner } from '../image/image-runner.ts';
 import type { VideoRunner } from '../video/video-runner.ts';
 import type { Settlement } from './settlement.ts';
 
@@ -46,6 +49,7 @@ export interface TaskSweeperDeps {
   ledger: LedgerRepository;
   settlement: Settlement;
   videoRunner: VideoRunner;
+  imageRunner: Pick<ImageRunner, 'endInterrupted'>;
   db: Executor;
   log: Logger;
   taskMaxLifetimeSeconds: number;
@@ -101,9 +105,14 @@ export class TaskSweeper {
     for (let batch = 0; batch < MAX_BATCHES; batch++) {
       const tasks = await this.deps.repo.claimOverdueImages(this.owner, TASK_LEASE_MS, this.deps.taskMaxLifetimeSeconds, BATCH);
       for (const task of tasks) {
-        if (await this.deps.settlement.failImage(fenceOf(task), 'timeout', 'The task exceeded its maximum lifetime and was refunded.')) {
+        const log = this.deps.log.child({ taskId: task.id });
+        // A synchronous task's request is gone: it ends as an engine would end it (a streamed one
+        // may have delivered images: it waits for an operator).
+        if (!task.runAsync) {
+          if (await this.deps.imageRunner.endInterrupted(task, log)) ended++;
+        } else if (await this.deps.settlement.failImage(fenceOf(task), 'timeout', 'The task exceeded its maximum lifetime and was refunded.')) {
           ended++;
-          this.deps.log.warn({ taskId: task.id }, 'image task past its lifetime and unclaimed: failed and released by the task sweeper');
+          log.warn('image task past its lifetime and unclaimed: failed and released by the task sweeper');
         }
       }
       if (tasks.length < BATCH) break;
