@@ -10,7 +10,8 @@
  *   3. the connection goes to the checked addresses (a `lookup` that answers from them), so DNS
  *      rebinding between check and connect is impossible; TLS still verifies the host name;
  *   4. no proxy (a fresh agent, never the environment's), no redirect followed (a 3xx is an answer),
- *      one time limit over the whole exchange, and the answer's body read up to a byte limit.
+ *      one time limit over the whole exchange (the lookup included), a status outside 100–599 taken
+ *      for no answer, and the answer's body read up to a byte limit.
  *
  * `allowPrivate` (the operator's ALLOW_PRIVATE_TARGETS, for on-premises receivers) lifts the
  * address rules, never the others. Every failure is a `SafeFetchError` with a stable class.
@@ -116,7 +117,9 @@ export async function resolveTarget(
       // address is the operator's (`detail`: logs and the admin views).
       const rangeOf = (address: string) => (ipaddr.isValid(address) ? ipaddr.process(address).range() : 'invalid');
       const kinds = [...new Set(refused.map((a) => rangeOf(a.address)))].join(', ');
-      const list = refused.map((a) => `${a.address} (${rangeOf(a.address)})`).join(', ');
+      const described = (a: ResolvedAddress) => `${a.address} (${rangeOf(a.address)})`;
+      // A name may resolve to dozens of addresses: a few are named, more are counted.
+      const list = refused.length <= 3 ? refused.map(described).join(', ') : `${refused.length} addresses, first: ${described(refused[0]!)}`;
       throw new SafeFetchError('blocked_address', `refused target: '${target.host}' resolves to a non-public address (${kinds})`, {
         detail: `refused target: '${target.host}' resolves to ${list}, not a public address`,
       });
@@ -138,8 +141,8 @@ export async function safeRequest(raw: string, opts: SafeFetchOptions): Promise<
     throw err instanceof SafeFetchError ? err : classify(err);
   };
   try {
-    const { target, addresses } = await resolveTarget(raw, opts);
-    signal.throwIfAborted();
+    // The lookup is under the time limit and the caller's abort too; a slow resolver's own timeouts are seconds.
+    const { target, addresses } = await untilAborted(resolveTarget(raw, opts), signal);
     // Answers from the checked addresses only: no second lookup that DNS could answer differently.
     const lookup: LookupFunction = (_host, options, callback) => {
       if (options.all) return (callback as (err: null, all: ResolvedAddress[]) => void)(null, addresses);
@@ -166,6 +169,11 @@ export async function safeRequest(raw: string, opts: SafeFetchOptions): Promise<
       req.on('error', reject);
       req.end(opts.body);
     });
+    // Node's parser takes any three digits as a status (999, 000): outside HTTP's 100–599 it is no answer.
+    if (res.statusCode === undefined || res.statusCode < 100 || res.statusCode > 599) {
+      res.destroy();
+      throw new SafeFetchError('protocol_error', `the receiver's answer is not valid HTTP (status ${res.statusCode ?? 'missing'})`);
+    }
     return { res, signal };
   } catch (err) {
     return fail(err);
@@ -205,6 +213,17 @@ function classify(err: unknown): SafeFetchError {
   const code = String((err as { code?: unknown }).code ?? '');
   const message = err instanceof Error ? err.message : String(err);
   if (code.startsWith('HPE_')) return new SafeFetchError('protocol_error', `the receiver's answer is not valid HTTP (${code})`, { cause: err });
-  if (/CERT|SSL|TLS|SELF_SIGNED|UNABLE_TO_(GET|VERIFY)/.test(code)) return new SafeFetchError('tls_error', `TLS failed: ${message}`, { cause: err });
+  // Only the message's first clause: the altname mismatch goes on to list every name of the certificate.
+  if (/CERT|SSL|TLS|SELF_SIGNED|UNABLE_TO_(GET|VERIFY)/.test(code)) return new SafeFetchError('tls_error', `TLS failed: ${message.split(': ')[0]!.slice(0, 200)} (${code})`, { cause: err });
   return new SafeFetchError('connect_failed', `the connection failed: ${code || message}`, { cause: err });
+}
+
+/** `promise`, or the signal's reason as soon as it aborts (the work behind `promise` is left to finish unheard). */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
 }

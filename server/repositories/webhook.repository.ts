@@ -23,6 +23,15 @@ export interface VideoDelivery {
 /** pending: to be sent (again); delivered: a 2xx; gone: the receiver answered 410; failed: the schedule ran out. */
 export type WebhookDeliveryStatus = 'pending' | 'delivered' | 'gone' | 'failed';
 
+/**
+ * The longest error text a delivery keeps (an attempt's `error`, the delivery's `last_error`): the
+ * admin views' limit (AdminWebhookDelivery), which a longer text would fail with a 500.
+ */
+export const MAX_ERROR_LENGTH = 1000;
+
+/** `error` cut to MAX_ERROR_LENGTH: as it is recorded, and as it is shown (rows an older version recorded longer). */
+export const capped = (error: string | null): string | null => (error !== null && error.length > MAX_ERROR_LENGTH ? `${error.slice(0, MAX_ERROR_LENGTH - 1)}…` : error);
+
 export interface AttemptRecord {
   statusCode: number | null;
   errorClass: string | null;
@@ -85,26 +94,30 @@ export class WebhookRepository {
   /**
    * Records an attempt and, when it ended the delivery (`final`), its final status; inside one
    * transaction, fenced, so a worker that lost its lease records nothing. False: the fence no longer holds.
+   * An attempt to be retried moves the row's next run to its `nextRetryAt` already (the engine's
+   * reschedule follows), so a worker that dies before that reschedule leaves it due then, not at its lease's end.
    */
   async recordAttempt(fence: Fence, attempt: AttemptRecord, final: { status: Exclude<WebhookDeliveryStatus, 'pending'> } | undefined, trx: Executor): Promise<boolean> {
+    const error = capped(attempt.error);
     const updated = await this.leases.update(
       fence,
       {
         lastStatusCode: attempt.statusCode,
-        lastError: attempt.error,
+        lastError: error,
         updatedAt: sql`now()`,
+        ...(attempt.nextRetryAt && { nextRunAt: attempt.nextRetryAt }),
         ...(final && { status: final.status, leaseOwner: null, leaseExpiresAt: null, ...(final.status === 'delivered' && { deliveredAt: sql`now()` }) }),
       },
       trx,
     );
     if (!updated) return false;
-    await trx.insertInto('webhookAttempts').values({ deliveryId: fence.id, ...attempt }).execute();
+    await trx.insertInto('webhookAttempts').values({ deliveryId: fence.id, ...attempt, error }).execute();
     return true;
   }
 
   /** Gives up a delivery the engine could not run (not an attempt: nothing was sent). */
   async markFailed(fence: Fence, error: string): Promise<boolean> {
-    return (await this.leases.update(fence, { status: 'failed', lastError: error, leaseOwner: null, leaseExpiresAt: null, updatedAt: sql`now()` }, this.db)) !== undefined;
+    return (await this.leases.update(fence, { status: 'failed', lastError: capped(error), leaseOwner: null, leaseExpiresAt: null, updatedAt: sql`now()` }, this.db)) !== undefined;
   }
 
   /**

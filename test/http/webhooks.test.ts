@@ -6,7 +6,7 @@
  * and redelivery.
  */
 import { createServer as createHttpServer, type IncomingHttpHeaders, type Server as HttpServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as createTcpServer, type AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -187,6 +187,35 @@ describe('video webhooks', () => {
     expect(received('/gone')).toHaveLength(1);
   });
 
+  it('retries a receiver whose answer is not HTTP (a status outside 100–599) as a failed attempt', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    answers = [999];
+    const id = await createVideo(c.key, { callback_url: hookUrl('/not-http') });
+    const delivery = await finished(id);
+    expect(delivery.status).toBe('delivered');
+    expect(delivery.attempts).toEqual([
+      expect.objectContaining({ status_code: null, error_class: 'protocol_error', error: "the receiver's answer is not valid HTTP (status 999)", next_retry_at: expect.any(String) }),
+      expect.objectContaining({ status_code: 200, error_class: null, error: null, next_retry_at: null }),
+    ]);
+    expect(delivery.last_error).toBeNull();
+  });
+
+  it('shows why a delivery the gateway could not run was given up without an attempt', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    await secretOf(c.key);
+    // A secret the server cannot open (MEDIAGATE_SECRET_KEY changed, say): no delivery can be signed.
+    await server.db.updateTable('webhookSecrets').set({ secretCiphertext: Buffer.from('x') }).where('accountId', '=', c.accountId).execute();
+    const id = await createVideo(c.key, { callback_url: hookUrl('/unsigned') });
+    const delivery = await finished(id);
+    expect(delivery).toMatchObject({ status: 'failed', attempts: [], last_error: 'the delivery could not be run: encrypted secret is truncated' });
+    expect(received('/unsigned')).toHaveLength(0);
+    const { data } = await server.admin().GET('/admin/v1/webhook-deliveries', { params: { query: { account_id: c.accountId } } });
+    expect(data!.data.map((d) => [d.status, d.last_error])).toEqual([['failed', 'the delivery could not be run: encrypted secret is truncated']]);
+    const shown = await cli('webhooks', 'show', id);
+    expect(shown.code).toBe(0);
+    expect(shown.stdout).toMatch(/^last_error +the delivery could not be run: encrypted secret is truncated$/m);
+  });
+
   it('counts attempts by outcome in the metrics', async () => {
     const text = await server.ctx.metrics.registry.getSingleMetricAsString('mediagate_webhook_attempts_total');
     expect(text).toMatch(/outcome="delivered"} [1-9]/);
@@ -266,6 +295,8 @@ describe('video webhooks', () => {
 
 describe('video webhooks without private targets', () => {
   let strict: TestServer;
+  /** A name with 40 unique-local addresses (each one refused). */
+  const manyPrivate: ResolvedAddress[] = Array.from({ length: 40 }, (_, i) => ({ address: `fd00:1234:5678:9abc:def0:1234:5678:${(0x1000 + i).toString(16)}`, family: 6 }));
   beforeAll(async () => {
     strict = await startTestServer({
       workers: true,
@@ -277,10 +308,12 @@ describe('video webhooks without private targets', () => {
           resolve: async (host) =>
             host === 'rebind.example'
               ? [{ address: '127.0.0.1', family: 4 }]
-              : [
-                  { address: '93.184.215.14', family: 4 },
-                  { address: '10.1.2.3', family: 4 },
-                ],
+              : host === 'many.example'
+                ? manyPrivate
+                : [
+                    { address: '93.184.215.14', family: 4 },
+                    { address: '10.1.2.3', family: 4 },
+                  ],
         },
         providers: { local: { video: videoProvider() } },
       },
@@ -310,6 +343,28 @@ describe('video webhooks without private targets', () => {
       expect(delivery.attempts[0]!.error).toMatch(/127\.0\.0\.1|10\.1\.2\.3/);
     }
     expect(receiver.requests.length).toBe(before);
+  });
+
+  it('shows the operator a refused name with many addresses in every admin view, the addresses counted', async () => {
+    const c = await createCustomer(strict.db, { balance: 10 });
+    const res = await fetch(`${strict.directUrl}/v1/videos/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ client_request_id: randomUUID(), prompt: 'x', model: 'local-video-lite', seconds: 2, aspectRatio: '16:9', resolution: '360p', callback_url: 'https://many.example/hook' }),
+    });
+    expect(res.status).toBe(202);
+    const { id } = (await res.json()) as { id: string };
+    const error = "refused target: 'many.example' resolves to 40 addresses, first: fd00:1234:5678:9abc:def0:1234:5678:1000 (uniqueLocal), not a public address";
+    const delivery = await until(async () => {
+      const { data, response } = await strict.admin().GET('/admin/v1/tasks/{task_id}/webhook', { params: { path: { task_id: id } } });
+      expect(response.status).toBe(200);
+      return data?.delivery && data.delivery.status !== 'pending' ? data.delivery : undefined;
+    });
+    expect(delivery).toMatchObject({ status: 'failed', last_error: error, attempts: [expect.objectContaining({ error_class: 'blocked_address', error })] });
+    const list = await strict.admin().GET('/admin/v1/webhook-deliveries', { params: { query: { account_id: c.accountId } } });
+    expect([list.response.status, list.data!.data[0]!.attempts[0]!.error]).toEqual([200, error]);
+    const task = await strict.admin().GET('/admin/v1/tasks/{task_id}', { params: { path: { task_id: id } } });
+    expect([task.response.status, task.data!.webhook!.attempts[0]!.error]).toEqual([200, error]);
   });
 });
 
@@ -389,6 +444,21 @@ describe('webhooks in development (ALLOW_PRIVATE_TARGETS=1)', () => {
     }
     const closed = await server.client(c.key).POST('/v1/webhooks/test', { body: { url: 'http://127.0.0.1:9/hook' } });
     expect(closed.data).toMatchObject({ delivered: false, status_code: null, error: { class: 'connect_failed' } });
+  });
+
+  it('reports a receiver whose answer is not HTTP (a status outside 100–599) as a protocol error', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    for (const status of ['999', '000']) {
+      const raw = createTcpServer((socket) => socket.once('data', () => socket.end(`HTTP/1.1 ${status} Weird\r\ncontent-length: 0\r\n\r\n`)));
+      await new Promise<void>((r) => raw.listen(0, '127.0.0.1', r));
+      try {
+        const { data, response } = await server.client(c.key).POST('/v1/webhooks/test', { body: { url: `http://127.0.0.1:${(raw.address() as AddressInfo).port}/hook` } });
+        expect(response.status, status).toBe(200);
+        expect(data).toMatchObject({ delivered: false, status_code: null, error: { class: 'protocol_error', message: `the receiver's answer is not valid HTTP (status ${Number(status)})` } });
+      } finally {
+        raw.close();
+      }
+    }
   });
 
   it('still refuses plain http to any other host, and a URL that is not one', async () => {

@@ -3,6 +3,8 @@
  * non-public address refuses the whole target, the connection goes to the checked address only,
  * proxies never apply, and each failure has its stable class.
  */
+import { createServer as createTcpServer } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveTarget, safeFetch, SafeFetchError, type ResolvedAddress } from '../../server/lib/safe-fetch.ts';
 import { startHttpsReceiver, TEST_CA, type HttpsReceiver } from '../support/tls.ts';
@@ -51,6 +53,15 @@ describe('resolveTarget', () => {
     // The message says what kind of address, never which (it reaches the client).
     expect((err as SafeFetchError).message).toContain('resolves to a non-public address (private)');
     expect((err as SafeFetchError).message).not.toContain('192.168.0.7');
+  });
+
+  it('names a few refused addresses to the operator and counts the rest (a name may have dozens)', async () => {
+    const few = (await resolveTarget('https://hooks.example.com/x', { resolve: answering('93.184.215.14', '10.0.0.5', 'fd00::7') }).catch((e: unknown) => e)) as SafeFetchError;
+    expect(few.detail).toBe("refused target: 'hooks.example.com' resolves to 10.0.0.5 (private), fd00::7 (uniqueLocal), not a public address");
+    const many = Array.from({ length: 40 }, (_, i) => `fd00:1234:5678:9abc:def0:1234:5678:${(0x1000 + i).toString(16)}`);
+    const err = (await resolveTarget('https://hooks.example.com/x', { resolve: answering(...many) }).catch((e: unknown) => e)) as SafeFetchError;
+    expect(err.errorClass).toBe('blocked_address');
+    expect(err.detail).toBe("refused target: 'hooks.example.com' resolves to 40 addresses, first: fd00:1234:5678:9abc:def0:1234:5678:1000 (uniqueLocal), not a public address");
   });
 
   it('accepts public addresses, v4 and v6, and keeps every one to connect to', async () => {
@@ -159,6 +170,39 @@ describe('safeFetch', () => {
     await expect(classOf(safeFetch(`${receiver.url}/slow`, { ...base, timeoutMs: 200 }))).resolves.toBe('timeout');
     await expect(classOf(safeFetch('https://127.0.0.1:9/', base))).resolves.toBe('connect_failed');
     await expect(classOf(safeFetch(`${receiver.url}/`, { ...base, ca: undefined }))).resolves.toBe('tls_error');
+  });
+
+  it('says which TLS check failed without the certificate\'s list of names', async () => {
+    const err = (await safeFetch(`https://other.test:${receiver.port}/`, { ...base, resolve: async () => [{ address: '127.0.0.1', family: 4 }] }).catch((e: unknown) => e)) as SafeFetchError;
+    expect(err.errorClass).toBe('tls_error');
+    expect(err.message).toBe("TLS failed: Hostname/IP does not match certificate's altnames (ERR_TLS_CERT_ALTNAME_INVALID)");
+  });
+
+  it('takes a status outside 100–599 (which Node parses) for an answer that is not HTTP', async () => {
+    for (const status of ['999', '099', '600', '000']) {
+      const raw = createTcpServer((socket) => socket.once('data', () => socket.end(`HTTP/1.1 ${status} Weird\r\ncontent-length: 0\r\n\r\n`)));
+      await new Promise<void>((r) => raw.listen(0, '127.0.0.1', r));
+      try {
+        const err = (await safeFetch(`http://127.0.0.1:${(raw.address() as AddressInfo).port}/`, { ...base, method: 'POST', body: '{}' }).catch((e: unknown) => e)) as SafeFetchError;
+        expect([err.errorClass, err.message], status).toEqual(['protocol_error', `the receiver's answer is not valid HTTP (status ${Number(status)})`]);
+      } finally {
+        raw.close();
+      }
+    }
+  });
+
+  it('holds the DNS lookup to the time limit and the caller abort too', async () => {
+    // A resolver as slow as the system's own retries (seconds).
+    const slowResolve = () => new Promise<ResolvedAddress[]>((r) => setTimeout(() => r([{ address: '127.0.0.1', family: 4 }]), 3_000));
+    let started = Date.now();
+    await expect(classOf(safeFetch(`https://receiver.test:${receiver.port}/`, { ...base, timeoutMs: 100, resolve: slowResolve }))).resolves.toBe('timeout');
+    expect(Date.now() - started).toBeLessThan(1_000);
+
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(new Error('lease lost')), 50);
+    started = Date.now();
+    await expect(safeFetch(`https://receiver.test:${receiver.port}/`, { ...base, timeoutMs: 5_000, signal: controller.signal, resolve: slowResolve })).rejects.toThrow('lease lost');
+    expect(Date.now() - started).toBeLessThan(1_000);
   });
 
   it('rethrows the caller abort as it is, not as a delivery error', async () => {

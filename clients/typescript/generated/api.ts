@@ -1767,8 +1767,11 @@ export interface webhooks {
          * Video task finished (webhook sent to callback_url)
          * @description Sent by Mediagate to the `callback_url` of a video task when the task completes or fails. The
          *     body is the task's lookup object (`VideoTask`) as `GET /v1/videos/{id}` returned it at the moment
-         *     the task finished; it is the same, byte for byte, on every attempt. Its `video_url` stays valid
-         *     for at least the whole retry schedule plus a day; `GET /v1/videos/{id}` gives a fresh one.
+         *     the task finished; it is the same, byte for byte, on every attempt. Its `video_url` is signed
+         *     when the task finishes and works for the whole retry schedule plus a day, unless the video
+         *     expires first (`media_expires_at`, the operator's retention); a delivery an operator sends again
+         *     later carries the same link, which may have expired by then. A receiver that needs a fresh link
+         *     calls `GET /v1/videos/{id}`.
          *
          *     **Signing (Standard Webhooks).** Headers `webhook-id` (unique per event, the same on every
          *     attempt), `webhook-timestamp` (Unix seconds of this attempt) and `webhook-signature`
@@ -1781,10 +1784,11 @@ export interface webhooks {
          *
          *     **Delivery: at least once.** Any `2xx` acknowledges (the response body is ignored; only its
          *     first 4 KiB are read). `410 Gone` stops the deliveries of this event. Any other status, a
-         *     redirect (never followed), a connection error or a timeout (`WEBHOOK_TIMEOUT_MS`, 10 s) is
-         *     retried after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h (each up to 10 % later; operators can
-         *     change the schedule with `WEBHOOK_RETRY_SCHEDULE_MS`), eight attempts over about 27.5 hours,
-         *     then given up; the task itself is unaffected. A crash between an answer and its record repeats
+         *     redirect (never followed), an answer that is not valid HTTP (a status outside 100–599, for
+         *     one), a connection error or a timeout (`WEBHOOK_TIMEOUT_MS`, 10 s, over the whole attempt from
+         *     the DNS lookup on) is retried after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h (each up to
+         *     10 % later; operators can change the schedule with `WEBHOOK_RETRY_SCHEDULE_MS`), eight attempts
+         *     over about 27.5 hours, then given up; the task itself is unaffected. A crash between an answer and its record repeats
          *     the attempt: dedupe on `webhook-id`. Operators see every attempt and can send a delivery again
          *     (`GET /admin/v1/tasks/{task_id}/webhook`).
          *
@@ -3316,7 +3320,7 @@ export interface components {
             task_id: string;
             /** @description The receiver answered `2xx`. */
             delivered: boolean;
-            /** @description The receiver's HTTP status; `null` when no answer came. */
+            /** @description The receiver's HTTP status; `null` when no answer came (an answer that is not valid HTTP, such as a status outside 100–599, is none; `error.class` `protocol_error`). */
             status_code: number | null;
             /** @description `null` when delivered. */
             error: {
@@ -4604,10 +4608,17 @@ export interface components {
             /**
              * @description `pending` - to be sent (again) at `next_attempt_at`; `delivered` - a `2xx` answer; `gone` - the
              *     receiver answered `410` (not sent again); `failed` - the retry schedule ran out, or the target
-             *     was refused (a non-public address, an invalid URL).
+             *     was refused (a non-public address, an invalid URL), or the delivery could not be run (see
+             *     `last_error`).
              * @enum {string}
              */
             status: "pending" | "delivered" | "gone" | "failed";
+            /**
+             * @description What went wrong last: the `error` of the last attempt, or, for a delivery given up without an
+             *     attempt (the gateway could not run it; `attempts` is then empty), why. `null` after a `2xx`
+             *     and before the first attempt.
+             */
+            last_error: string | null;
             /** Format: date-time */
             next_attempt_at: string | null;
             /** Format: date-time */
@@ -4621,7 +4632,7 @@ export interface components {
             attempts: {
                 /** Format: date-time */
                 attempted_at: string;
-                /** @description The receiver's HTTP status; null when no answer came (see `error_class`). */
+                /** @description The receiver's HTTP status; null when no answer came (see `error_class`; a status outside 100–599 is `protocol_error`). */
                 status_code: number | null;
                 /** @enum {string|null} */
                 error_class: "timeout" | "connect_failed" | "tls_error" | "dns_failure" | "blocked_address" | "invalid_url" | "protocol_error" | "aborted" | null;
@@ -8911,6 +8922,7 @@ export interface operations {
                      *         "event_type": "video.completed",
                      *         "url": "https://hooks.example.com/mediagate",
                      *         "status": "delivered",
+                     *         "last_error": null,
                      *         "next_attempt_at": null,
                      *         "delivered_at": "2026-01-16T10:00:07Z",
                      *         "created_at": "2026-01-16T10:00:01Z",
@@ -8976,6 +8988,7 @@ export interface operations {
                      *         "event_type": "video.completed",
                      *         "url": "https://hooks.example.com/mediagate",
                      *         "status": "pending",
+                     *         "last_error": null,
                      *         "next_attempt_at": "2026-01-17T08:00:00Z",
                      *         "delivered_at": "2026-01-16T10:00:07Z",
                      *         "created_at": "2026-01-16T10:00:01Z",
@@ -9161,6 +9174,7 @@ export interface operations {
                      *           "event_type": "video.failed",
                      *           "url": "https://hooks.example.com/mediagate",
                      *           "status": "failed",
+                     *           "last_error": "connection refused",
                      *           "next_attempt_at": null,
                      *           "delivered_at": null,
                      *           "created_at": "2026-01-16T10:00:01Z",

@@ -4,7 +4,7 @@ import type { Transactor } from '../../db/transaction.ts';
 import { ApiError, notFound } from '../../errors.ts';
 import type { OperatorListsRepository } from '../../repositories/operator-lists.repository.ts';
 import type { VideoTaskRepository } from '../../repositories/video-task.repository.ts';
-import type { WebhookAttemptRow, WebhookDeliveryRow, WebhookRepository } from '../../repositories/webhook.repository.ts';
+import { capped, type WebhookAttemptRow, type WebhookDeliveryRow, type WebhookRepository } from '../../repositories/webhook.repository.ts';
 import { decodeCreatedAtCursor, encodeCreatedAtCursor, pageSize } from './cursor.ts';
 
 type AdminWebhookDelivery = components['schemas']['AdminWebhookDelivery'];
@@ -82,6 +82,7 @@ function toAdmin(d: WebhookDeliveryRow, attempts: WebhookAttemptRow[]): AdminWeb
     event_type: d.eventType as AdminWebhookDelivery['event_type'],
     url: d.url,
     status: d.status as AdminWebhookDelivery['status'],
+    last_error: capped(d.lastError),
     next_attempt_at: d.status === 'pending' ? d.nextRunAt.toISOString() : null,
     delivered_at: d.deliveredAt ? d.deliveredAt.toISOString() : null,
     created_at: d.createdAt.toISOString(),
@@ -89,7 +90,7 @@ function toAdmin(d: WebhookDeliveryRow, attempts: WebhookAttemptRow[]): AdminWeb
       attempted_at: a.attemptedAt.toISOString(),
       status_code: a.statusCode,
       error_class: a.errorClass as AdminWebhookDelivery['attempts'][number]['error_class'],
-      error: a.error,
+      error: capped(a.error),
       latency_ms: a.latencyMs,
       next_retry_at: a.nextRetryAt ? a.nextRetryAt.toISOString() : null,
     })),

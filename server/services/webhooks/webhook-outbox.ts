@@ -3,7 +3,10 @@
  * statement that moves the task to `completed` or `failed`, so the task's state and its webhook
  * commit together — no crash can lose one. The body is frozen here: the task's lookup object
  * (`GET /v1/videos/{id}`) at that moment, sent byte for byte on every attempt. Its `video_url` is
- * signed for at least the whole retry schedule, so a late delivery still carries a working link.
+ * signed now for the retry schedule plus a day, so a late retry still carries a working link, unless
+ * the file expires first (`media_expires_at`) or an operator redelivers it later: the contract sends
+ * a receiver that needs a fresh link to `GET /v1/videos/{id}` (a body signed anew would break the
+ * same-body rule).
  */
 import { newId } from '../../lib/ids.ts';
 import type { VideoTaskRow } from '../../repositories/video-task.repository.ts';
@@ -14,7 +17,7 @@ import { toVideoTask } from '../video/video-mappers.ts';
 export class WebhookOutbox {
   constructor(
     private readonly files: FileService,
-    /** Signed-URL lifetime in webhook bodies: the retry schedule plus a day. */
+    /** Signed-URL lifetime in webhook bodies: the retry schedule plus a day (the file's own expiry may come first). */
     private readonly urlTtlSeconds: number,
   ) {}
 
