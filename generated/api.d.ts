@@ -1000,8 +1000,8 @@ export interface paths {
         };
         /**
          * List accounts
-         * @description Lists accounts, newest first, one page at a time (`limit`, `cursor`; a cursor not issued by the
-         *     server is `400 invalid_cursor`). `status` filters by account status.
+         * @description Lists accounts, newest first, one page at a time (`limit`, `cursor`; another listing's cursor, or a
+         *     malformed one, is `400 invalid_cursor`). `status` filters by account status.
          *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
@@ -1106,8 +1106,8 @@ export interface paths {
         };
         /**
          * List API keys
-         * @description Lists API keys, newest first, one page at a time (`limit`, `cursor`; a cursor not issued by the
-         *     server is `400 invalid_cursor`). `account_id` keeps the keys of one account (an unknown account
+         * @description Lists API keys, newest first, one page at a time (`limit`, `cursor`; another listing's cursor, or a
+         *     malformed one, is `400 invalid_cursor`). `account_id` keeps the keys of one account (an unknown account
          *     gives an empty page). Keys are never shown in full.
          *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
@@ -1187,8 +1187,8 @@ export interface paths {
         };
         /**
          * List backend groups
-         * @description Lists backend groups in name order, one page at a time (`limit`, `cursor`; a cursor not issued
-         *     by the server is `400 invalid_cursor`).
+         * @description Lists backend groups in name order, one page at a time (`limit`, `cursor`; another listing's
+         *     cursor, or a malformed one, is `400 invalid_cursor`).
          *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
@@ -1496,8 +1496,8 @@ export interface paths {
         /**
          * List tasks
          * @description Lists the image and video tasks of every account together, newest first (`created_at`, then
-         *     id), one page at a time (`limit`, `cursor`; a cursor not issued by the server is
-         *     `400 invalid_cursor`). A page continues strictly after the previous page's last task, so tasks
+         *     id), one page at a time (`limit`, `cursor`; another listing's cursor, or a malformed
+         *     one, is `400 invalid_cursor`). A page continues strictly after the previous page's last task, so tasks
          *     created meanwhile never shift the pages: nothing is listed twice or skipped. Filters combine:
          *     `kind`, `status` (`needs_attention` lists what waits for an operator; `queued,in_progress,processing`
          *     what is unfinished), `account_id`, `api_key_id`, `model`, `member_id`, `provider` (the kind of
@@ -1667,7 +1667,7 @@ export interface paths {
         /**
          * List ledger entries
          * @description Lists the ledger of every account, newest first (entry ids grow with time), one page at a time
-         *     (`limit`, `cursor`; a cursor not issued by the server is `400 invalid_cursor`): grants and
+         *     (`limit`, `cursor`; another listing's cursor, or a malformed one, is `400 invalid_cursor`): grants and
          *     debits with their reasons, and the hold, capture and release of every task. Filters combine:
          *     `account_id`, `api_key_id`, `task_id`, `kind`, `created_after` / `created_before`. Pages
          *     continue strictly after the previous page's last entry, so entries written meanwhile never
@@ -1702,8 +1702,8 @@ export interface paths {
         /**
          * List webhook deliveries
          * @description Lists the `videoTaskFinished` webhooks of every account, newest first, each with its attempts,
-         *     one page at a time (`limit`, `cursor`; a cursor not issued by the server is
-         *     `400 invalid_cursor`). Filters combine: `status` (`failed,gone` lists what never arrived;
+         *     one page at a time (`limit`, `cursor`; another listing's cursor, or a malformed
+         *     one, is `400 invalid_cursor`). Filters combine: `status` (`failed,gone` lists what never arrived;
          *     `pending` what is still being retried), `account_id`, `created_after` / `created_before`. Send
          *     the same filters with every page; `POST /admin/v1/tasks/{task_id}/webhook/redeliver` sends one
          *     again.
@@ -5402,7 +5402,8 @@ export interface components {
         AdminLimit: number;
         /**
          * @description Opaque position from the previous page's `next_cursor`; omit it for the first page. Send the same
-         *     filters as on the first page. A cursor the server did not issue is `400 invalid_cursor`.
+         *     filters as on the first page. Another listing's cursor, or a malformed one, is `400 invalid_cursor`
+         *     (cursors are not signed: an operator who edits one only moves within a listing it may read).
          * @example eyJjIjoiMjAyNi0wMS0xNVQxMDowMDowMFoiLCJpIjoiYWNjdF8wMUgifQ
          */
         AdminCursor: string;
@@ -7212,7 +7213,8 @@ export interface operations {
                 limit?: components["parameters"]["AdminLimit"];
                 /**
                  * @description Opaque position from the previous page's `next_cursor`; omit it for the first page. Send the same
-                 *     filters as on the first page. A cursor the server did not issue is `400 invalid_cursor`.
+                 *     filters as on the first page. Another listing's cursor, or a malformed one, is `400 invalid_cursor`
+                 *     (cursors are not signed: an operator who edits one only moves within a listing it may read).
                  * @example eyJjIjoiMjAyNi0wMS0xNVQxMDowMDowMFoiLCJpIjoiYWNjdF8wMUgifQ
                  */
                 cursor?: components["parameters"]["AdminCursor"];
@@ -7508,7 +7510,8 @@ export interface operations {
                 limit?: components["parameters"]["AdminLimit"];
                 /**
                  * @description Opaque position from the previous page's `next_cursor`; omit it for the first page. Send the same
-                 *     filters as on the first page. A cursor the server did not issue is `400 invalid_cursor`.
+                 *     filters as on the first page. Another listing's cursor, or a malformed one, is `400 invalid_cursor`
+                 *     (cursors are not signed: an operator who edits one only moves within a listing it may read).
                  * @example eyJjIjoiMjAyNi0wMS0xNVQxMDowMDowMFoiLCJpIjoiYWNjdF8wMUgifQ
                  */
                 cursor?: components["parameters"]["AdminCursor"];
@@ -7744,7 +7747,8 @@ export interface operations {
                 limit?: components["parameters"]["AdminLimit"];
                 /**
                  * @description Opaque position from the previous page's `next_cursor`; omit it for the first page. Send the same
-                 *     filters as on the first page. A cursor the server did not issue is `400 invalid_cursor`.
+                 *     filters as on the first page. Another listing's cursor, or a malformed one, is `400 invalid_cursor`
+                 *     (cursors are not signed: an operator who edits one only moves within a listing it may read).
                  * @example eyJjIjoiMjAyNi0wMS0xNVQxMDowMDowMFoiLCJpIjoiYWNjdF8wMUgifQ
                  */
                 cursor?: components["parameters"]["AdminCursor"];
@@ -8710,7 +8714,8 @@ export interface operations {
                 limit?: components["parameters"]["AdminLimit"];
                 /**
                  * @description Opaque position from the previous page's `next_cursor`; omit it for the first page. Send the same
-                 *     filters as on the first page. A cursor the server did not issue is `400 invalid_cursor`.
+                 *     filters as on the first page. Another listing's cursor, or a malformed one, is `400 invalid_cursor`
+                 *     (cursors are not signed: an operator who edits one only moves within a listing it may read).
                  * @example eyJjIjoiMjAyNi0wMS0xNVQxMDowMDowMFoiLCJpIjoiYWNjdF8wMUgifQ
                  */
                 cursor?: components["parameters"]["AdminCursor"];
@@ -9033,7 +9038,8 @@ export interface operations {
                 limit?: components["parameters"]["AdminLimit"];
                 /**
                  * @description Opaque position from the previous page's `next_cursor`; omit it for the first page. Send the same
-                 *     filters as on the first page. A cursor the server did not issue is `400 invalid_cursor`.
+                 *     filters as on the first page. Another listing's cursor, or a malformed one, is `400 invalid_cursor`
+                 *     (cursors are not signed: an operator who edits one only moves within a listing it may read).
                  * @example eyJjIjoiMjAyNi0wMS0xNVQxMDowMDowMFoiLCJpIjoiYWNjdF8wMUgifQ
                  */
                 cursor?: components["parameters"]["AdminCursor"];
@@ -9123,7 +9129,8 @@ export interface operations {
                 limit?: components["parameters"]["AdminLimit"];
                 /**
                  * @description Opaque position from the previous page's `next_cursor`; omit it for the first page. Send the same
-                 *     filters as on the first page. A cursor the server did not issue is `400 invalid_cursor`.
+                 *     filters as on the first page. Another listing's cursor, or a malformed one, is `400 invalid_cursor`
+                 *     (cursors are not signed: an operator who edits one only moves within a listing it may read).
                  * @example eyJjIjoiMjAyNi0wMS0xNVQxMDowMDowMFoiLCJpIjoiYWNjdF8wMUgifQ
                  */
                 cursor?: components["parameters"]["AdminCursor"];

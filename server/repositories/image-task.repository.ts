@@ -273,13 +273,17 @@ export class ImageTaskRepository {
     return rows.length > 0 ? [this.files.insertWithTask('f', rows)] : [];
   }
 
-  /** An operator's settlement of a needs_attention task (not fenced: no worker runs it). */
+  /**
+   * An operator's settlement of a needs_attention task (not fenced: no worker runs it). `completed`
+   * confirms all n images were delivered: the whole hold is captured, and `delivered` says so (the
+   * usage report's images_delivered counts images charged).
+   */
   async settleByOperator(id: string, outcome: 'completed' | 'refunded', reason: string, actualCredits: number, trx: Executor): Promise<ImageTaskRow | undefined> {
     return trx
       .updateTable('imageTasks')
       .set(
         outcome === 'completed'
-          ? { status: 'completed', actualCredits, settledReason: reason, completedAt: sql`now()`, errorCode: null, errorMessage: null }
+          ? { status: 'completed', delivered: sql`n`, actualCredits, settledReason: reason, completedAt: sql`now()`, errorCode: null, errorMessage: null }
           : { status: 'failed', actualCredits, settledReason: reason, completedAt: sql`now()`, errorCode: 'refunded', errorMessage: `Refunded by operator: ${reason}` },
       )
       .where('id', '=', id)

@@ -208,6 +208,16 @@ describe('GET /admin/v1/tasks', () => {
       const res = await admin('/admin/v1/tasks', { cursor });
       expect([res.status, res.body.error.code, res.body.error.param]).toEqual([400, 'invalid_cursor', 'cursor']);
     }
+    // Another listing's cursor would read as a position here and end the listing early, silently.
+    await createCustomer(server.db, { balance: 1 });
+    await createCustomer(server.db, { balance: 1 });
+    const accounts = await admin('/admin/v1/accounts', { limit: 1 });
+    expect(accounts.body.next_cursor).toEqual(expect.any(String));
+    for (const path of ['/admin/v1/tasks', '/admin/v1/api-keys', '/admin/v1/webhook-deliveries', '/admin/v1/ledger', '/admin/v1/groups']) {
+      const res = await admin(path, { cursor: accounts.body.next_cursor });
+      expect([path, res.status, res.body.error?.code]).toEqual([path, 400, 'invalid_cursor']);
+    }
+    expect((await admin('/admin/v1/accounts', { limit: 1, cursor: accounts.body.next_cursor })).status).toBe(200);
     for (const query of [{ status: 'done' }, { limit: 0 }, { created_after: 'yesterday' }, { kind: 'audio' }, { provider: 'nobody' }]) {
       const res = await server.direct().GET('/admin/v1/tasks', { params: { query: query as never }, headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
       expect([res.response.status, (res.error as Json)?.error.code]).toEqual([400, 'invalid_request']);

@@ -125,6 +125,10 @@ describe('video webhooks', () => {
     expect(() => new Webhook(`whsec_${Buffer.alloc(32, 7).toString('base64')}`).verify(body, headers)).toThrow();
     // The client helper agrees.
     expect(verifyWebhook(req!.body, req!.headers as Record<string, string>, secret).id).toBe(id);
+    // Also with the names in the case a framework may keep (`Webhook-Id`), as standardwebhooks takes them.
+    const capitalized = Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.replace(/(^|-)w|(-)(i|t|s)/g, (m) => m.toUpperCase()), v]));
+    expect(Object.keys(capitalized)).toEqual(['Webhook-Id', 'Webhook-Timestamp', 'Webhook-Signature']);
+    expect(verifyWebhook(body, capitalized, secret).id).toBe(id);
 
     // The body is the lookup object (its video_url is signed for longer: compare it apart).
     const { video_url: hookVideoUrl, data: _d, ...rest } = payload as { video_url: string; data: unknown };

@@ -24,6 +24,18 @@ describe('fromCredits', () => {
     }
   });
 
+  it('is exact from 2^32 credits up too, where credits × 1e6 rounds to a neighbour (4294967296.299974 became …975)', () => {
+    expect(fromCredits(4294967296.299974)).toBe(4_294_967_296_299_974);
+    let seed = 7;
+    const next = () => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31);
+    // Up to 2^33 credits every 6-digit decimal is its own double (above, neighbours share one).
+    for (let i = 0; i < 20_000; i++) {
+      const micro = 2n ** 32n * 1_000_000n + ((BigInt(next()) * BigInt(next())) % (2n ** 32n * 1_000_000n));
+      const text = decimalOf(micro);
+      expect([text, fromCredits(JSON.parse(text) as number)]).toEqual([text, Number(micro)]);
+    }
+  });
+
   it('refuses a 7th fractional digit at any size (it once passed above about 1 credit: 1000.0000004 became 1000)', () => {
     for (const text of ['1.0000004', '1000.0000004', '123456.1234567', '0.0000001', '-5000.0000005', '99999999.0000001']) {
       expect([text, fromCredits(JSON.parse(text) as number)]).toEqual([text, undefined]);

@@ -48,10 +48,10 @@ export class AccountAdminService {
 
   async list(opts: { limit?: number; cursor?: string; status?: Schemas['AdminAccountStatus'] }): Promise<Schemas['AdminAccountList']> {
     const limit = pageSize(opts.limit);
-    const after = opts.cursor === undefined ? undefined : decodeCreatedAtCursor(opts.cursor);
+    const after = opts.cursor === undefined ? undefined : decodeCreatedAtCursor('accounts', opts.cursor);
     const rows = await this.accounts.list({ limit: limit + 1, status: opts.status, after });
     const { page, last } = splitPage(rows, limit);
-    return { data: page.map(toAdminAccount), next_cursor: last ? encodeCreatedAtCursor(last) : null };
+    return { data: page.map(toAdminAccount), next_cursor: last ? encodeCreatedAtCursor('accounts', last) : null };
   }
 
   async get(id: string): Promise<AdminAccount> {

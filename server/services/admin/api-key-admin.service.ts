@@ -58,10 +58,10 @@ export class ApiKeyAdminService {
 
   async list(opts: { limit?: number; cursor?: string; accountId?: string }): Promise<Schemas['AdminApiKeyList']> {
     const limit = pageSize(opts.limit);
-    const after = opts.cursor === undefined ? undefined : decodeCreatedAtCursor(opts.cursor);
+    const after = opts.cursor === undefined ? undefined : decodeCreatedAtCursor('api_keys', opts.cursor);
     const rows = await this.keys.list({ limit: limit + 1, accountId: opts.accountId, after });
     const { page, last } = splitPage(rows, limit);
-    return { data: page.map(toAdminApiKey), next_cursor: last ? encodeCreatedAtCursor(last) : null };
+    return { data: page.map(toAdminApiKey), next_cursor: last ? encodeCreatedAtCursor('api_keys', last) : null };
   }
 
   async get(id: string): Promise<AdminApiKey> {

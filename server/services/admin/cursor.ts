@@ -1,7 +1,8 @@
 /**
- * Opaque list cursors: base64url of a small JSON position. They are not signed: a forged cursor
- * can only move the caller within a listing it may read anyway, and a malformed one is
- * `400 invalid_cursor`.
+ * Opaque list cursors: base64url of a small JSON position tagged with its listing. They are not
+ * signed: a forged cursor can only move the caller (an operator) within a listing it may read
+ * anyway. A malformed one, or another listing's, is `400 invalid_cursor` (another listing's
+ * position would otherwise read as a valid one and end the listing early, silently).
  */
 import { badRequest } from '../../errors.ts';
 import type { CreatedAtPosition } from '../../repositories/account.repository.ts';
@@ -20,26 +21,40 @@ function decode(cursor: string): Record<string, unknown> {
 
 const encode = (value: unknown) => Buffer.from(JSON.stringify(value), 'utf8').toString('base64url');
 
+/** The listings that page with a cursor. */
+export type Listing = 'accounts' | 'api_keys' | 'groups' | 'ledger' | 'tasks' | 'webhook_deliveries';
+
 /** Cursor of a newest-first listing: (created_at in epoch microseconds, id). */
-export function encodeCreatedAtCursor(position: CreatedAtPosition): string {
-  return encode({ c: position.createdAtMicros, i: position.id });
+export function encodeCreatedAtCursor(listing: Listing, position: CreatedAtPosition): string {
+  return encode({ l: listing, c: position.createdAtMicros, i: position.id });
 }
 
-export function decodeCreatedAtCursor(cursor: string): CreatedAtPosition {
-  const { c, i } = decode(cursor);
-  if (typeof c !== 'number' || !Number.isSafeInteger(c) || c < 0 || typeof i !== 'string' || i === '' || i.length > 128) throw invalidCursor();
+export function decodeCreatedAtCursor(listing: Listing, cursor: string): CreatedAtPosition {
+  const { l, c, i } = decode(cursor);
+  if (l !== listing || typeof c !== 'number' || !Number.isSafeInteger(c) || c < 0 || typeof i !== 'string' || i === '' || i.length > 128) throw invalidCursor();
   return { createdAtMicros: c, id: i };
 }
 
 /** Cursor of a listing in name order. */
-export function encodeNameCursor(name: string): string {
-  return encode({ n: name });
+export function encodeNameCursor(listing: Listing, name: string): string {
+  return encode({ l: listing, n: name });
 }
 
-export function decodeNameCursor(cursor: string): string {
-  const { n } = decode(cursor);
-  if (typeof n !== 'string' || n === '' || n.length > 128) throw invalidCursor();
+export function decodeNameCursor(listing: Listing, cursor: string): string {
+  const { l, n } = decode(cursor);
+  if (l !== listing || typeof n !== 'string' || n === '' || n.length > 128) throw invalidCursor();
   return n;
+}
+
+/** Cursor of a listing in the order of a numbered id (the ledger's entries, numbered as written). */
+export function encodeIdCursor(listing: Listing, id: number): string {
+  return encode({ l: listing, d: id });
+}
+
+export function decodeIdCursor(listing: Listing, cursor: string): number {
+  const { l, d } = decode(cursor);
+  if (l !== listing || typeof d !== 'number' || !Number.isSafeInteger(d) || d < 1) throw invalidCursor();
+  return d;
 }
 
 /** Splits a `limit + 1` row fetch into the page and whether more rows follow. */

@@ -60,10 +60,10 @@ export class GroupAdminService {
 
   async list(opts: { limit?: number; cursor?: string }): Promise<Schemas['AdminGroupList']> {
     const limit = pageSize(opts.limit);
-    const afterName = opts.cursor === undefined ? undefined : decodeNameCursor(opts.cursor);
+    const afterName = opts.cursor === undefined ? undefined : decodeNameCursor('groups', opts.cursor);
     const rows = await this.groups.list({ limit: limit + 1, afterName });
     const { page, last } = splitPage(rows, limit);
-    return { data: page.map(toAdminGroup), next_cursor: last ? encodeNameCursor(last.name) : null };
+    return { data: page.map(toAdminGroup), next_cursor: last ? encodeNameCursor('groups', last.name) : null };
   }
 
   async get(id: string): Promise<AdminGroup> {

@@ -3,7 +3,7 @@ import type { components } from '../../../generated/api.d.ts';
 import { badRequest } from '../../errors.ts';
 import type { OperatorListsRepository } from '../../repositories/operator-lists.repository.ts';
 import { toAdminLedgerEntry } from './admin-mappers.ts';
-import { pageSize } from './cursor.ts';
+import { decodeIdCursor, encodeIdCursor, pageSize } from './cursor.ts';
 
 type AdminLedgerEntryList = components['schemas']['AdminLedgerEntryList'];
 
@@ -19,31 +19,12 @@ export interface LedgerListQuery {
   created_before?: string;
 }
 
-const invalidCursor = () => badRequest('invalid_cursor', 'The cursor was not issued by this server (pass next_cursor unchanged).', 'cursor');
-
-/** A ledger page's cursor: the last entry's id (entries are numbered as they are written). */
-export function encodeLedgerCursor(id: number): string {
-  return Buffer.from(JSON.stringify({ l: id }), 'utf8').toString('base64url');
-}
-
-export function decodeLedgerCursor(cursor: string): number {
-  let value: unknown;
-  try {
-    value = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-  } catch {
-    throw invalidCursor();
-  }
-  const l = typeof value === 'object' && value !== null ? (value as { l?: unknown }).l : undefined;
-  if (typeof l !== 'number' || !Number.isSafeInteger(l) || l < 1) throw invalidCursor();
-  return l;
-}
-
 export class LedgerAdminService {
   constructor(private readonly lists: OperatorListsRepository) {}
 
   async list(query: LedgerListQuery): Promise<AdminLedgerEntryList> {
     const size = pageSize(query.limit);
-    const before = query.cursor !== undefined ? decodeLedgerCursor(query.cursor) : undefined;
+    const before = query.cursor !== undefined ? decodeIdCursor('ledger', query.cursor) : undefined;
     const rows = await this.lists.ledger(
       {
         ...(query.account_id !== undefined && { accountId: query.account_id }),
@@ -58,6 +39,6 @@ export class LedgerAdminService {
     );
     const page = rows.slice(0, size);
     const last = page.at(-1);
-    return { data: page.map(toAdminLedgerEntry), next_cursor: rows.length > size && last ? encodeLedgerCursor(last.id) : null };
+    return { data: page.map(toAdminLedgerEntry), next_cursor: rows.length > size && last ? encodeIdCursor('ledger', last.id) : null };
   }
 }

@@ -65,7 +65,7 @@ export class TaskAdminService {
   /** One page of tasks of every account, newest first. */
   async list(query: TaskListQuery): Promise<AdminTaskList> {
     const size = pageSize(query.limit);
-    const after = query.cursor !== undefined ? decodeCreatedAtCursor(query.cursor) : undefined;
+    const after = query.cursor !== undefined ? decodeCreatedAtCursor('tasks', query.cursor) : undefined;
     const filter: TaskFilter = {
       ...(query.kind !== undefined && { kind: query.kind }),
       ...(query.status !== undefined && { statuses: query.status }),
@@ -82,7 +82,7 @@ export class TaskAdminService {
     const last = page.at(-1);
     return {
       data: page.map(toSummary),
-      next_cursor: rows.length > size && last ? encodeCreatedAtCursor({ createdAtMicros: last.createdAtMicros, id: last.id }) : null,
+      next_cursor: rows.length > size && last ? encodeCreatedAtCursor('tasks', { createdAtMicros: last.createdAtMicros, id: last.id }) : null,
     };
   }
 

@@ -26,7 +26,7 @@ export class WebhookAdminService {
   /** One page of deliveries of every account, newest first, each with its attempts (two statements). */
   async list(query: WebhookListQuery): Promise<AdminWebhookDeliveryList> {
     const size = pageSize(query.limit);
-    const after = query.cursor !== undefined ? decodeCreatedAtCursor(query.cursor) : undefined;
+    const after = query.cursor !== undefined ? decodeCreatedAtCursor('webhook_deliveries', query.cursor) : undefined;
     const rows = await this.deps.lists.webhookDeliveries(
       {
         ...(query.status !== undefined && { statuses: query.status }),
@@ -42,7 +42,7 @@ export class WebhookAdminService {
     const last = page.at(-1);
     return {
       data: page.map((d) => toAdmin(d, attempts.filter((a) => a.deliveryId === d.id))),
-      next_cursor: rows.length > size && last ? encodeCreatedAtCursor({ createdAtMicros: last.createdAtMicros, id: last.id }) : null,
+      next_cursor: rows.length > size && last ? encodeCreatedAtCursor('webhook_deliveries', { createdAtMicros: last.createdAtMicros, id: last.id }) : null,
     };
   }
 
