@@ -11,7 +11,7 @@ import { toApiFile, type OpenedFile } from '../services/file.service.ts';
 import { authOf, hasAuth, noStore } from './auth.ts';
 import { uploadOf } from './file-upload.ts';
 import type { HandlerMap } from './types.ts';
-import { sendJson } from './types.ts';
+import { sendJson, type Schemas } from './types.ts';
 
 /**
  * The one byte range a `Range` header asks for in a file of `size` bytes (RFC 9110 §14): `whole`
@@ -34,6 +34,12 @@ export function byteRange(header: string | undefined, size: number): { start: nu
 }
 
 /**
+ * The contract's `File.content_type`: the types a file is served as, inline. Any other one (a file
+ * stored before its type was checked) is sent as bytes to save, never rendered on this origin.
+ */
+const INLINE_TYPES: Record<Schemas['File']['content_type'], true> = { 'image/png': true, 'image/jpeg': true, 'image/webp': true, 'image/gif': true, 'video/mp4': true };
+
+/**
  * Sends a stored file, streamed (never buffered: videos can be large): whole, or the one byte
  * range a `Range` header asks for (206; a video seeks in a browser), with the validators a cache
  * and a download tool need — a file never changes, so its id is a strong `ETag` — and `304` for a
@@ -47,6 +53,8 @@ async function sendFile(req: Pick<Request, 'headers'>, res: Response, opened: Op
   res.setHeader('ETag', etag);
   res.setHeader('Last-Modified', stored.modifiedAt.toUTCString());
   res.setHeader('Accept-Ranges', 'bytes');
+  // The type said is the type meant: a browser never guesses another one (HTML) from the bytes.
+  res.setHeader('X-Content-Type-Options', 'nosniff');
   // A copy the client already has (If-None-Match naming this file's ETag, or `*`): nothing to send.
   const ifNoneMatch = req.headers['if-none-match'];
   if (ifNoneMatch !== undefined && ifNoneMatch.split(',').some((tag) => ['*', etag].includes(tag.trim().replace(/^W\//, '')))) {
@@ -59,10 +67,11 @@ async function sendFile(req: Pick<Request, 'headers'>, res: Response, opened: Op
   if (range === 'unsatisfiable') {
     throw new ApiError(416, 'range_not_satisfiable', `The range asked for is outside the file's ${stored.bytes} bytes.`, null, {}, { 'Content-Range': `bytes */${stored.bytes}` });
   }
-  res.setHeader('Content-Type', file.contentType);
+  const inline = Object.hasOwn(INLINE_TYPES, file.contentType);
+  res.setHeader('Content-Type', inline ? file.contentType : 'application/octet-stream');
   // An ASCII fallback and the name itself in UTF-8 (RFC 6266): a header cannot carry non-Latin-1 text.
   const ascii = name.replace(/[^\x20-\x7e]/g, '_').replace(/["\\]/g, '');
-  res.setHeader('Content-Disposition', `inline; filename="${ascii}"${ascii === name ? '' : `; filename*=UTF-8''${encodeURIComponent(name)}`}`);
+  res.setHeader('Content-Disposition', `${inline ? 'inline' : 'attachment'}; filename="${ascii}"${ascii === name ? '' : `; filename*=UTF-8''${encodeURIComponent(name)}`}`);
   if (range !== 'whole') {
     res.status(206);
     res.setHeader('Content-Range', `bytes ${range.start}-${range.end}/${stored.bytes}`);

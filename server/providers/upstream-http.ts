@@ -9,7 +9,7 @@
  * body keeps its connection from being reused.
  */
 import type { IncomingHttpHeaders } from 'node:http';
-import type { Readable } from 'node:stream';
+import { pipeline, Transform, type Readable } from 'node:stream';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ProviderError, type ProviderErrorKind } from './provider-error.ts';
 import { PROVIDERS, type ProviderKind } from './provider-kinds.ts';
@@ -43,10 +43,12 @@ export interface UpstreamRequest {
    * `manual`: a redirect comes back as the answer. Default `follow`: up to 5 redirects within the
    * URL's origin (scheme, host and port); a redirect to another origin fails the call as the
    * member's misconfiguration, so that no credential header (`x-goog-api-key`, `x-api-key`, …) is
-   * ever sent elsewhere. Downloads that leave for a storage host follow by hand
-   * (providers/output-download.ts).
+   * ever sent elsewhere. `anywhere`: up to 5 redirects to any origin, for a request that carries
+   * no credentials (an output link signed by itself, which may redirect to a CDN); only `Accept`
+   * goes on to another origin. Downloads that leave for a storage host with credentials for the
+   * first one follow by hand (providers/kit/output-download.ts).
    */
-  redirect?: 'follow' | 'manual';
+  redirect?: 'follow' | 'manual' | 'anywhere';
   timeoutMs?: number;
 }
 
@@ -153,7 +155,11 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
       const next = new URL(location, target);
       // Parsed only here: an answer that is not a redirect (nearly every one) pays nothing for it.
       if (next.origin !== new URL(url).origin) {
-        throw new ProviderError('misconfigured', `the upstream ${what} was redirected to another origin (${next.origin}); the account's credentials are not sent there`, { upstreamStatus: res.statusCode });
+        if (init.redirect !== 'anywhere') {
+          throw new ProviderError('misconfigured', `the upstream ${what} was redirected to another origin (${next.origin}); the account's credentials are not sent there`, { upstreamStatus: res.statusCode });
+        }
+        // The caller sends no credentials; whatever else it sent stays with the first origin all the same.
+        if (headers) headers = Object.fromEntries(Object.entries(headers).filter(([name]) => /^accept$/i.test(name)));
       }
       if (hops >= MAX_REDIRECTS) throw new ProviderError('misconfigured', `the upstream ${what} was redirected more than ${MAX_REDIRECTS} times`, { upstreamStatus: res.statusCode });
       // As fetch does: 303, and 301/302 after a POST, go on as a GET without the body.
@@ -190,10 +196,49 @@ export function isTimeout(err: unknown): boolean {
   return (err instanceof Error && err.name === 'TimeoutError') || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT';
 }
 
-/** A download answer as video content: its body handed on as a stream into the media store. */
-export function contentOf(res: UpstreamResponse, defaultType: string): VideoContent {
+/**
+ * A download answer as video content: its body handed on as a stream into the media store, checked
+ * on its way. An answer that is not a video is a retryable failure of the download (a CDN's "link
+ * expired" page or an error served with 200 must never be stored, served and charged as the
+ * video): a text, JSON or XML answer at once, any other one unless its first bytes are those of an
+ * ISO base media file (MP4), and an empty one (the stream fails). What passes is video/mp4, the one
+ * video type of the contract, whatever the answer's Content-Type said (`application/octet-stream`).
+ */
+export function contentOf(res: UpstreamResponse): VideoContent {
+  const type = res.headers.get('content-type')?.split(';')[0]!.trim().toLowerCase() ?? '';
+  if (/^text\/|[/+](json|xml)$/.test(type)) {
+    res.discard();
+    throw new ProviderError('retryable', `the upstream video download answered ${type}, not a video`);
+  }
   const length = Number(res.headers.get('content-length'));
-  return { stream: res.stream(), contentType: res.headers.get('content-type')?.split(';')[0] || defaultType, bytes: Number.isFinite(length) && length > 0 ? length : undefined };
+  // The check fails with the body, and destroying it (the store refused it) destroys the body too.
+  const stream = pipeline(res.stream(), isoMediaCheck(), () => undefined);
+  return { stream, contentType: 'video/mp4', bytes: Number.isFinite(length) && length > 0 ? length : undefined };
+}
+
+/**
+ * Passes a body on once its first 8 bytes are those of an ISO base media file: a box whose type,
+ * at offset 4, is `ftyp` (MP4 and the other brands of the family: isom, mp42, avc1, M4V, qt, 3gp4,
+ * …). Anything else, or no bytes at all, fails it as a retryable download.
+ */
+function isoMediaCheck(): Transform {
+  let head: Buffer | undefined = Buffer.alloc(0);
+  const notVideo = () => new ProviderError('retryable', 'the upstream video download answered something other than an MP4 video');
+  return new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      if (head === undefined) return done(null, chunk);
+      head = Buffer.concat([head, chunk]);
+      if (head.length < 8) return done();
+      const first = head;
+      head = undefined;
+      if (first.toString('latin1', 4, 8) !== 'ftyp') return done(notVideo());
+      done(null, first);
+    },
+    flush(done) {
+      if (head === undefined) return done();
+      done(head.length === 0 ? new ProviderError('retryable', 'the upstream video download answered no bytes') : notVideo());
+    },
+  });
 }
 
 /**

@@ -285,7 +285,7 @@ describe('needs_attention', () => {
     const to = new Date(Date.now() + 86_400_000).toISOString();
     const usage = await admin.GET('/admin/v1/usage', { params: { query: { from, to, group_by: ['account'], account_id: c.accountId } } });
     expect([usage.response.status, usage.error]).toEqual([200, undefined]);
-    expect(usage.data?.rows.map((r) => [r.credits_spent, r.images_delivered])).toEqual([[1, 1]]);
+    expect((usage.data as Exclude<typeof usage.data, string | undefined>).rows.map((r) => [r.credits_spent, r.images_delivered])).toEqual([[1, 1]]);
 
     const refunded = await admin.POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: refundId } }, body: { outcome: 'refunded', reason: 'storage outage' } });
     expect(refunded.data).toMatchObject({ status: 'failed', captured_credits: 0, released_credits: 1 });

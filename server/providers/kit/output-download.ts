@@ -4,6 +4,8 @@
  * the key (Veo's files endpoint, which redirects to storage). Redirects are followed by hand so that
  * credentials go only to `authOrigin`, never to the storage host a redirect names. A gone output
  * (404 or 410, or 403 from a storage host) is a permanent failure; another 4xx of a storage host too.
+ * An answer that is not an MP4 video (a page or an error served with 200, an empty body) is a
+ * retryable one (`contentOf`).
  */
 import { ProviderError } from '../provider-error.ts';
 import type { VideoContent } from '../types.ts';
@@ -16,8 +18,6 @@ export interface DownloadOptions {
   authHeaders?: Record<string, string>;
   /** The origin the credentials belong to (default: none, nothing is sent with credentials). */
   authOrigin?: string;
-  /** Content type when the answer does not say (default video/mp4). */
-  defaultType?: string;
   /** How the upstream's own error answers (from `authOrigin`) are classified. */
   upstreamError: (res: UpstreamResponse, what: string) => Promise<ProviderError>;
   /** Said when the link is gone (default: the upstream's output link expired). */
@@ -36,7 +36,7 @@ export async function downloadOutput(url: string, signal: AbortSignal, opts: Dow
       current = new URL(location, current).toString();
       continue;
     }
-    if (res.ok) return contentOf(res, opts.defaultType ?? 'video/mp4');
+    if (res.ok) return contentOf(res);
     // The output is gone (expired, or a link the upstream signed no longer works): retrying cannot
     // help. A 404 is that on any host (submit and poll already proved the member's base URL).
     if (res.status === 404 || res.status === 410 || (!own && res.status === 403)) {

@@ -68,8 +68,8 @@ async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: Abo
 }
 
 /**
- * An output image: a data URL decoded, or a link fetched without credentials (another origin). A
- * link that is gone is permanent.
+ * An output image: a data URL decoded, or a link fetched without credentials (another origin),
+ * following its redirects wherever they go (a CDN, signed storage). A link that is gone is permanent.
  */
 export async function fetchOutputImage(url: string, signal: AbortSignal, provider: string): Promise<Buffer> {
   if (url.startsWith('data:')) {
@@ -77,7 +77,7 @@ export async function fetchOutputImage(url: string, signal: AbortSignal, provide
     if (comma < 0 || !/;base64$/i.test(url.slice(0, comma))) throw new ProviderError('failed', `the ${provider} result holds a data URL that is not base64`);
     return Buffer.from(url.slice(comma + 1), 'base64');
   }
-  const res = await upstreamFetch(url, { headers: { Accept: 'image/*' } }, signal, 'image download');
+  const res = await upstreamFetch(url, { headers: { Accept: 'image/*' }, redirect: 'anywhere' }, signal, 'image download');
   if (!res.ok) {
     res.discard();
     if (res.status === 429 || res.status >= 500) throw new ProviderError(res.status === 429 ? 'rate_limited' : 'retryable', `the ${provider} image download answered HTTP ${res.status}`, { upstreamStatus: res.status });

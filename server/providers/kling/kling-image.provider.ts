@@ -125,11 +125,11 @@ export class KlingImageProvider implements ImageProvider {
     }
   }
 
-  /** One result image from Kling's CDN (no credentials), tried again on a transient failure. */
+  /** One result image from Kling's CDN (no credentials: its redirects are followed to any host), tried again on a transient failure. */
   private async downloadImage(url: string, signal: AbortSignal): Promise<Buffer> {
     for (let attempt = 1; ; attempt++) {
       try {
-        const res = await upstreamFetch(url, { headers: { Accept: 'image/*' } }, signal, 'image download');
+        const res = await upstreamFetch(url, { headers: { Accept: 'image/*' }, redirect: 'anywhere' }, signal, 'image download');
         if (res.ok) return await readBounded(res, MAX_IMAGE_BYTES, signal, 'image download');
         res.discard();
         const gone = res.status === 403 || res.status === 404 || res.status === 410;

@@ -255,14 +255,15 @@ async function readImages(res: UpstreamResponse, signal: AbortSignal, what: stri
 
 /**
  * An image behind a `url` answer. OpenAI's are signed storage URLs; the member's key is not sent
- * (the host is not the API). The URL comes from the operator's upstream, so private addresses are
- * allowed (an on-premises gateway); only http(s) and data: URLs are.
+ * (the host is not the API), so its redirects are followed to any host. The URL comes from the
+ * operator's upstream, so private addresses are allowed (an on-premises gateway); only http(s) and
+ * data: URLs are.
  */
 async function fetchImageUrl(url: string, signal: AbortSignal): Promise<Buffer> {
   const dataUrl = /^data:image\/[\w.+-]+;base64,/i.exec(url.slice(0, 64));
   if (dataUrl) return Buffer.from(url.slice(dataUrl[0].length), 'base64');
   if (!/^https?:\/\//i.test(url)) throw new ProviderError('retryable', 'the upstream answered an image URL that cannot be fetched');
-  const res = await upstreamFetch(url, { headers: { Accept: 'image/*' } }, signal, 'image download');
+  const res = await upstreamFetch(url, { headers: { Accept: 'image/*' }, redirect: 'anywhere' }, signal, 'image download');
   if (!res.ok) {
     res.discard();
     throw new ProviderError('retryable', `the upstream image download failed with HTTP ${res.status}`, { upstreamStatus: res.status });

@@ -9,16 +9,19 @@
  *             `Idempotency-Key: <task id>` (OpenAI's SDK convention; an upstream may ignore it)
  *   poll      GET {base}/videos/{id}: queued | in_progress → running, completed → succeeded,
  *             failed → failed with the upstream's error {code, message}
- *   download  GET {base}/videos/{id}/content?variant=video with the bearer key, streamed
+ *   download  GET {base}/videos/{id}/content?variant=video with the bearer key, streamed; a
+ *             redirect to signed storage (OpenAI-compatible gateways answer 302) is followed by
+ *             hand, the key sent to the member's origin only (`downloadOutput`)
  *
  * What the wire format cannot express (durations other than 4/8/12 s, aspect ratios other than
  * 16:9 and 9:16, a last frame, reference images/videos/audios, a negative prompt) is refused when
  * the task is created (`check`), before anything is charged.
  */
 import sharp from 'sharp';
+import { downloadOutput } from '../kit/output-download.ts';
 import { ProviderError } from '../provider-error.ts';
 import { shapeOf, type MediaInput, type UpstreamAccount, type VideoContent, type VideoJob, type VideoProvider, type VideoShape, type VideoStatus } from '../types.ts';
-import { contentOf, readJson, sanitizeMessage, upstreamFetch, upstreamUrl } from '../upstream-http.ts';
+import { readJson, sanitizeMessage, upstreamFetch, upstreamUrl } from '../upstream-http.ts';
 import { openaiError } from './openai-errors.ts';
 
 /** The guide suggests polling every 10–20 s. */
@@ -106,18 +109,13 @@ export class OpenAIVideoProvider implements VideoProvider {
   }
 
   async download(account: UpstreamAccount, jobId: string, _output: unknown, _job: VideoJob, signal: AbortSignal): Promise<VideoContent> {
-    const res = await upstreamFetch(
-      upstreamUrl(account, `/videos/${encodeURIComponent(jobId)}/content?variant=video`),
-      { headers: { ...auth(account), Accept: 'application/binary' } },
-      signal,
-      'video download',
-    );
-    if (res.status === 404) {
-      res.discard();
-      throw new ProviderError('failed', 'the upstream no longer has this video (its content expired)', { upstreamStatus: 404 });
-    }
-    if (!res.ok) throw await openaiError(res, 'video download');
-    return contentOf(res, 'video/mp4');
+    const url = upstreamUrl(account, `/videos/${encodeURIComponent(jobId)}/content?variant=video`);
+    return downloadOutput(url, signal, {
+      authHeaders: { ...auth(account), Accept: 'application/binary' },
+      authOrigin: new URL(url).origin,
+      upstreamError: openaiError,
+      expiredMessage: 'the upstream no longer has this video (its content expired)',
+    });
   }
 }
 

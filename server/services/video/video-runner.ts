@@ -30,7 +30,7 @@ import type { ProviderRegistry } from '../../providers/registry.ts';
 import type { UpstreamAccount, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoStatus } from '../../providers/types.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
-import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
+import { ACTIVE_VIDEO_STATUSES, type VideoTaskRepository, type VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import { MediaTooLarge, StorageError } from '../../storage/media-store.ts';
 import type { FileService } from '../file.service.ts';
 import { AttemptLog } from '../tasks/attempt-log.ts';
@@ -267,10 +267,11 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
   /**
    * Downloads the output of a finished job into the media store and completes the task. A
    * download that fails for a reason that may pass (the upstream busy or rate-limiting, a dropped
-   * connection, credentials or quota an operator can fix) is retried alone, after the upstream's
-   * Retry-After or a backoff, within DOWNLOAD_RETRY (counted in the task's `download_retries`);
-   * then, or at once for a permanent failure, the task fails and is refunded. An output the media
-   * store cannot take (the gateway's own fault) is retried by the engine and never uses that budget.
+   * connection, a body cut short or that is not a video, credentials or quota an operator can fix)
+   * is retried alone, after the upstream's Retry-After or a backoff, within DOWNLOAD_RETRY (counted
+   * in the task's `download_retries`); then, or at once for a permanent failure, the task fails and
+   * is refunded. An output the media store cannot take (the gateway's own fault) is retried by the
+   * engine and never uses that budget.
    */
   private async finalize(
     task: VideoTaskRow,
@@ -281,7 +282,8 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     signal: AbortSignal,
     log: Logger,
   ): Promise<StepResult> {
-    const downloadRetries = task.downloadRetries;
+    // Before the download opens anything that would have to be closed if this failed.
+    await this.discardLeftovers(task, log);
     let content: VideoContent;
     try {
       const job = await this.jobOf(task, account, true);
@@ -289,20 +291,11 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     } catch (err) {
       // The lease was lost or the worker is stopping: nothing to record; the next claim downloads again.
       if (signal.aborted || (err instanceof Error && err.name === 'AbortError')) throw err;
-      const error = asProviderError(err, 'The video download failed.');
-      if (!operatorCanFix(error)) return this.fail(task, error);
-      const delay = retryDelay(this.downloadRetry, downloadRetries, Math.random, error);
-      if (delay === undefined) {
-        log.error({ err: error.message, downloads: downloadRetries + 1 }, 'video download failed repeatedly; the task fails');
-        return this.fail(task, new ProviderError('failed', `the video was generated, but its download failed ${downloadRetries + 1} times (last: ${error.message})`));
-      }
-      if (!(await this.deps.tasks.countDownloadFailure(fenceOf(task)))) throw new LeaseLost('lease lost before the failed download was counted');
-      log.warn({ err: error.message, kind: error.kind, retries: downloadRetries + 1, retryInMs: delay }, 'video download failed; retrying the download');
-      return later(delay, `The download of the finished video failed: ${ended(error.message)} (${error.kind}${error.upstreamStatus ? `, HTTP ${error.upstreamStatus}` : ''})`);
+      return this.downloadFailed(task, asProviderError(err, 'The video download failed.'), log);
     }
-    // An earlier attempt may have stored the output and died before completing the task.
-    const leftovers = await this.deps.files.discardLeftovers(task.id, 'video_output');
-    if (leftovers > 0) log.info({ leftovers }, 'discarded the output an earlier attempt stored but never completed');
+    // Whether the body itself failed (cut off, not a video), as opposed to the store or the database.
+    let bodyFailed = false;
+    content.stream.on('error', () => (bodyFailed = true));
     let file;
     try {
       file = await this.deps.files.save({ accountId: task.accountId, purpose: 'video_output', contentType: content.contentType, taskId: task.id }, content.stream, {
@@ -313,8 +306,18 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       if (err instanceof MediaTooLarge) return this.fail(task, new ProviderError('failed', `the video is larger than the ${this.deps.maxOutputBytes}-byte limit of this gateway`));
       // The gateway's own storage is full or failing: not the upstream's fault, no reason to fail
       // the task. The engine retries the step with backoff (hold kept) until the video is stored.
-      if (err instanceof StorageError) log.error({ err }, 'the video output could not be stored (media store full or failing); the step is retried');
-      throw err;
+      if (err instanceof StorageError) {
+        log.error({ err }, 'the video output could not be stored (media store full or failing); the step is retried');
+        throw err;
+      }
+      // Anything but the body's own failure (the database, a stop) is the engine's to retry.
+      if (!bodyFailed || signal.aborted) throw err;
+      return this.downloadFailed(task, asProviderError(err, 'the upstream video download broke off before the video was complete'), log);
+    }
+    if (file.bytes === 0 || (content.bytes !== undefined && file.bytes !== content.bytes)) {
+      await this.deps.files.discard(file);
+      const why = file.bytes === 0 ? 'answered no bytes' : `ended after ${file.bytes} of the ${content.bytes} bytes it announced`;
+      return this.downloadFailed(task, new ProviderError('retryable', `the upstream video download ${why}`), log);
     }
     const done = await this.deps.settlement.completeVideo(task, file);
     if (!done) {
@@ -322,6 +325,35 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       await this.deps.files.discard(file);
     }
     return DONE;
+  }
+
+  /**
+   * Removes the output an earlier attempt stored and never published (it died between storing it
+   * and completing the task) before this attempt downloads again, so that a task whose download
+   * then fails for good keeps no output. Only while the task is still this attempt's and unfinished:
+   * the output of a completed task is a file of the task too.
+   */
+  private async discardLeftovers(task: VideoTaskRow, log: Logger): Promise<void> {
+    const current = await this.deps.tasks.find(task.id);
+    if (current?.attempt !== task.attempt || !(ACTIVE_VIDEO_STATUSES as readonly string[]).includes(current.status)) {
+      throw new LeaseLost('lease lost before the output of an earlier attempt was discarded');
+    }
+    const leftovers = await this.deps.files.discardLeftovers(task.id, 'video_output');
+    if (leftovers > 0) log.info({ leftovers }, 'discarded the output an earlier attempt stored but never completed');
+  }
+
+  /** A failed download: retried alone within DOWNLOAD_RETRY when it may pass, else the task fails. */
+  private async downloadFailed(task: VideoTaskRow, error: ProviderError, log: Logger): Promise<StepResult> {
+    if (!operatorCanFix(error)) return this.fail(task, error);
+    const downloadRetries = task.downloadRetries;
+    const delay = retryDelay(this.downloadRetry, downloadRetries, Math.random, error);
+    if (delay === undefined) {
+      log.error({ err: error.message, downloads: downloadRetries + 1 }, 'video download failed repeatedly; the task fails');
+      return this.fail(task, new ProviderError('failed', `the video was generated, but its download failed ${downloadRetries + 1} times (last: ${error.message})`));
+    }
+    if (!(await this.deps.tasks.countDownloadFailure(fenceOf(task)))) throw new LeaseLost('lease lost before the failed download was counted');
+    log.warn({ err: error.message, kind: error.kind, retries: downloadRetries + 1, retryInMs: delay }, 'video download failed; retrying the download');
+    return later(delay, `The download of the finished video failed: ${ended(error.message)} (${error.kind}${error.upstreamStatus ? `, HTTP ${error.upstreamStatus}` : ''})`);
   }
 
   /**
