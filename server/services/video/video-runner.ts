@@ -76,7 +76,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     try {
       return await this.run(task, attempts, signal, log);
     } finally {
-      await this.record(attempts, log);
+      await attempts.write(this.deps.attempts, log);
     }
   }
 
@@ -90,7 +90,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     try {
       return await this.failPastDeadline(task, attempts, signal, log);
     } finally {
-      await this.record(attempts, log);
+      await attempts.write(this.deps.attempts, log);
     }
   }
 
@@ -98,16 +98,6 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     if (!(await this.deps.settlement.failVideo(task, 'timeout', 'The task exceeded its maximum lifetime and was refunded.'))) return false;
     await this.cancelUpstream(task, attempts, signal, log);
     return true;
-  }
-
-  /** Writes a step's attempts; a failure to write them is logged, never the step's. */
-  private async record(attempts: AttemptLog, log: Logger): Promise<void> {
-    const records = attempts.take();
-    try {
-      await this.deps.attempts.insert(records);
-    } catch (err) {
-      log.warn({ err: err instanceof Error ? err.message : String(err), attempts: records.length }, 'could not record the attempts of a task step');
-    }
   }
 
   private async run(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<StepResult> {
