@@ -13,10 +13,9 @@
  * MEDIAGATE_CONSOLE_SCREENSHOTS=1 writes docs/console/*.png of the main pages on the way.
  */
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { spawnSync } from 'node:child_process';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
@@ -24,6 +23,7 @@ import { BrokenOutputStore } from '../fakes/media-stores.ts';
 import { seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
 import { repoRoot } from '../support/server-process.ts';
+import { ensureConsoleBuild } from './console-build.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 const SCREENSHOTS = process.env.MEDIAGATE_CONSOLE_SCREENSHOTS === '1';
@@ -83,11 +83,7 @@ async function nav(label: string, heading: string): Promise<void> {
 }
 
 beforeAll(async () => {
-  // The console is built by `npm install` (postinstall); build it here when this checkout has none.
-  if (!existsSync(join(repoRoot, 'clients/console/dist/index.html'))) {
-    const build = spawnSync('npm', ['run', 'build:console', '--silent'], { cwd: repoRoot, encoding: 'utf8' });
-    if (build.status !== 0) throw new Error(`npm run build:console failed:\n${build.stdout}\n${build.stderr}`);
-  }
+  ensureConsoleBuild();
   mediaDir = mkdtempSync(join(tmpdir(), 'mediagate-console-media-'));
   // The first image output written is lost with an error the store does not classify (outcome
   // unknown): that task is left needs_attention. Every other write (videos included) succeeds.
@@ -159,19 +155,26 @@ describe('the operator console in headless Chromium', () => {
     await shot('group');
   }, 60_000);
 
-  it('an API error is shown with its message: a member with an unknown model id list is refused', async () => {
+  it('an API error is shown with its message: a second member of the same name is refused (409 conflict)', async () => {
     const add = page.getByRole('form', { name: 'Add a member' });
     await add.getByLabel('Member name').fill('local-one'); // the same name again in this group
     await add.getByLabel('Models').fill('local-video-1');
     await add.getByRole('button', { name: 'Add member' }).click();
     const error = add.getByTestId('api-error');
     await error.waitFor();
-    const direct = await api(`/admin/v1/groups/${(await api('/admin/v1/groups')).body.data[0].id}/members`, {
-      method: 'POST',
-      body: JSON.stringify({ name: 'local-one', provider: 'local', models: ['local-video-1'] }),
-    });
-    expect(direct.status).toBeGreaterThanOrEqual(400);
-    expect(await error.textContent()).toContain(direct.body.error.message);
+    expect(await error.textContent()).toContain("The group already has a member named 'local-one'.HTTP 409 · conflict");
+    const groupId = (await api('/admin/v1/groups')).body.data[0].id;
+    expect((await api(`/admin/v1/groups/${groupId}/members`)).body.data.map((m: Json) => m.name)).toEqual(['local-one']);
+  });
+
+  it('a member serving a model the catalog does not have is refused (404 model_not_found), and none is added', async () => {
+    const add = page.getByRole('form', { name: 'Add a member' });
+    await add.getByLabel('Member name').fill('local-two');
+    await add.getByLabel('Models').fill('local-video-1, no-such-model');
+    await add.getByRole('button', { name: 'Add member' }).click();
+    await expect.poll(() => add.getByTestId('api-error').textContent()).toContain('Unknown catalog model: no-such-model.HTTP 404 · model_not_found');
+    const groupId = (await api('/admin/v1/groups')).body.data[0].id;
+    expect((await api(`/admin/v1/groups/${groupId}/members`)).body.data.map((m: Json) => m.name)).toEqual(['local-one']);
   });
 
   it('creates an account, grants it credits with a reason, and shows the ledger', async () => {

@@ -4,6 +4,7 @@ import { useDisclosure, useMediaQuery } from '@mantine/hooks';
 import { useEffect, useState, type FormEvent, type ReactNode } from 'react';
 import { forgetToken, setUnauthorizedHandler, storedToken, storeToken, tokenAccepted, type ApiFailure } from './api.ts';
 import { BASE, match, navigate, useLocation } from './router.tsx';
+import { ErrorBoundary } from './ui.tsx';
 import { AccountDetailPage, AccountsPage } from './pages/Accounts.tsx';
 import { DashboardPage } from './pages/Dashboard.tsx';
 import { GroupDetailPage, GroupsPage } from './pages/Groups.tsx';
@@ -134,7 +135,7 @@ function Shell({ onSignOut }: { onSignOut: () => void }) {
   const [opened, { toggle, close }] = useDisclosure();
   // Below the `sm` breakpoint the navigation folds off-screen; inert keeps Tab out of it then.
   const phone = useMediaQuery('(max-width: 48em)') ?? false;
-  const { path } = useLocation();
+  const { path, search } = useLocation();
   let page: ReactNode = null;
   for (const r of ROUTES) {
     const params = match(r.pattern, path);
@@ -176,7 +177,9 @@ function Shell({ onSignOut }: { onSignOut: () => void }) {
         ))}
       </AppShell.Navbar>
       <AppShell.Main>
-        {page ?? <NotFound path={path} />}
+        {/* A page is mounted afresh for each location: the list pages take their filters from the
+            query when mounted, so /tasks after /tasks?account_id=… lists every task again. */}
+        <ErrorBoundary key={`${path}?${search.toString()}`}>{page ?? <NotFound path={path} />}</ErrorBoundary>
       </AppShell.Main>
     </AppShell>
   );

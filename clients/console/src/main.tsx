@@ -4,6 +4,7 @@ import { StrictMode } from 'react';
 import { createRoot } from 'react-dom/client';
 import { App } from './App.tsx';
 import { RouterProvider } from './router.tsx';
+import { ErrorBoundary } from './ui.tsx';
 
 // Shade 8 for filled elements and dark text: the default shades are too light for WCAG AA on white.
 const theme = createTheme({ primaryColor: 'blue', primaryShade: 8, fontFamily: 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif' });
@@ -12,7 +13,9 @@ createRoot(document.getElementById('root')!).render(
   <StrictMode>
     <MantineProvider theme={theme} defaultColorScheme="light">
       <RouterProvider>
-        <App />
+        <ErrorBoundary>
+          <App />
+        </ErrorBoundary>
       </RouterProvider>
     </MantineProvider>
   </StrictMode>,

@@ -38,7 +38,7 @@ export function useLocation(): Location {
   return useContext(RouterContext);
 }
 
-/** Matches `pattern` (`/tasks/:id`) against the current path; the params or null. */
+/** Matches `pattern` (`/tasks/:id`) against the current path; the params or null (a malformed escape in a param matches nothing). */
 export function match(pattern: string, path: string): Record<string, string> | null {
   const a = pattern.split('/').filter(Boolean);
   const b = path.split('/').filter(Boolean);
@@ -47,8 +47,13 @@ export function match(pattern: string, path: string): Record<string, string> | n
   for (let i = 0; i < a.length; i++) {
     const p = a[i]!;
     const v = b[i]!;
-    if (p.startsWith(':')) params[p.slice(1)] = decodeURIComponent(v);
-    else if (p !== v) return null;
+    if (p.startsWith(':')) {
+      try {
+        params[p.slice(1)] = decodeURIComponent(v);
+      } catch {
+        return null; // URIError: /tasks/vid_%E0%A4%A names no task
+      }
+    } else if (p !== v) return null;
   }
   return params;
 }

@@ -1,6 +1,6 @@
-/** Shared pieces: error display, confirmation, cursor pagination, formatting. */
+/** Shared pieces: error display, confirmation, cursor pagination, number fields, formatting. */
 import { Alert, Button, Group, Modal, NumberInput, Select, Stack, Text, type ButtonProps } from '@mantine/core';
-import { useCallback, useEffect, useRef, useState, type ReactNode } from 'react';
+import { Component, useCallback, useEffect, useRef, useState, type ReactNode } from 'react';
 import { ApiFailure } from './api.ts';
 
 /** Shows an API error with its message and code (nothing when there is none). */
@@ -44,9 +44,10 @@ export function useAction<A extends unknown[], T>(fn: (...args: A) => Promise<T>
   return { run, pending, error, setError };
 }
 
-/** Loads `fn` when `deps` change (and every `refreshMs` when given); exposes reload. */
+/** Loads `fn` when `deps` change (and every `refreshMs` when given); exposes reload and when it last succeeded. */
 export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], refreshMs?: number) {
   const [data, setData] = useState<T | undefined>(undefined);
+  const [loadedAt, setLoadedAt] = useState<Date | undefined>(undefined);
   const [error, setError] = useState<unknown>(null);
   const [loading, setLoading] = useState(true);
   const fnRef = useRef(fn);
@@ -59,6 +60,7 @@ export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], refreshMs?: nu
       const value = await fnRef.current();
       if (mine === seq.current) {
         setData(value);
+        setLoadedAt(new Date());
         setError(null);
       }
     } catch (err) {
@@ -74,7 +76,7 @@ export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], refreshMs?: nu
     return () => clearInterval(timer);
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, deps);
-  return { data, error, loading, reload, setData };
+  return { data, loadedAt, error, loading, reload, setData };
 }
 
 /** Keyset pagination over `next_cursor`: a stack of the cursors of the pages before this one. */
@@ -163,6 +165,31 @@ export function when(iso: string | null | undefined): string {
   return d.toLocaleString('en-GB', { year: 'numeric', month: 'short', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit' });
 }
 
+/**
+ * A NumberInput's value as a number: null when the field is empty, NaN when it holds no number.
+ * Mantine hands back a string ('2.50', '0.10', '5.', 14 digits or more) until the field loses focus,
+ * and Enter submits without a blur, so a string is a value like any other.
+ */
+export function parseNumber(value: number | string): number | null {
+  if (typeof value === 'number') return value;
+  if (value.trim() === '') return null;
+  return Number(value);
+}
+
+/** A NumberInput's value for a request: null when empty; a field that holds no number stops the form. */
+export function numberField(value: number | string, label: string): number | null {
+  const n = parseNumber(value);
+  if (Number.isNaN(n)) throw new Error(`${label}: “${value}” is not a number.`);
+  return n;
+}
+
+/** The same, for a field that must not be empty. */
+export function requiredNumber(value: number | string, label: string): number {
+  const n = numberField(value, label);
+  if (n === null) throw new Error(`${label} is empty: enter a number.`);
+  return n;
+}
+
 /** `datetime-local` input value -> RFC 3339 (UTC), or undefined when empty. */
 export function fromLocalInput(v: string): string | undefined {
   if (!v) return undefined;
@@ -217,8 +244,41 @@ export function LimitInput({ label, value, onChange, max }: { label: string; val
         w={170}
       />
       {mode === 'custom' && (
-        <NumberInput aria-label={`${label} (number)`} min={1} max={max} value={value as number} onChange={(v) => onChange(typeof v === 'number' ? v : 1)} w={120} />
+        <NumberInput
+          aria-label={`${label} (number)`}
+          min={1}
+          max={max}
+          allowDecimal={false}
+          allowNegative={false}
+          value={value as number}
+          onChange={(v) => onChange(parseNumber(v) ?? 1)}
+          w={120}
+        />
       )}
     </Group>
   );
+}
+
+/**
+ * Shows what was thrown while rendering instead of a blank console. Around the console and around
+ * each page; the shell keys the page's by location, so following a link clears it.
+ */
+export class ErrorBoundary extends Component<{ children: ReactNode }, { error: unknown }> {
+  state: { error: unknown } = { error: null };
+  static getDerivedStateFromError(error: unknown) {
+    return { error };
+  }
+  render() {
+    if (!this.state.error) return this.props.children;
+    return (
+      <Stack>
+        <ErrorAlert error={this.state.error} title="This page failed" />
+        <Group>
+          <Button variant="default" onClick={() => window.location.reload()}>
+            Reload the console
+          </Button>
+        </Group>
+      </Stack>
+    );
+  }
 }

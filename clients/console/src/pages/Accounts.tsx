@@ -3,7 +3,7 @@ import { Badge, Button, Card, Group, NumberInput, SegmentedControl, Select, Simp
 import { useState, type FormEvent } from 'react';
 import { api, call, type Account } from '../api.ts';
 import { Link, navigate } from '../router.tsx';
-import { ConfirmButton, ErrorAlert, LimitInput, Pager, STATUS_COLORS, credits, limitText, useAction, useCursorPages, useLoad, when, type Limit } from '../ui.tsx';
+import { ConfirmButton, ErrorAlert, LimitInput, Pager, STATUS_COLORS, credits, limitText, numberField, parseNumber, useAction, useCursorPages, useLoad, when, type Limit } from '../ui.tsx';
 import { LedgerTable } from './Ledger.tsx';
 
 export function AccountsPage() {
@@ -89,7 +89,7 @@ function CreateAccount({ onCreated }: { onCreated: (a: Account) => void }) {
   const [name, setName] = useState('');
   const [initial, setInitial] = useState<number | string>('');
   const create = useAction(async () =>
-    call(api.POST('/admin/v1/accounts', { body: { name, initial_credits: typeof initial === 'number' ? initial : undefined } })),
+    call(api.POST('/admin/v1/accounts', { body: { name, initial_credits: numberField(initial, 'Initial credits') ?? undefined } })),
   );
   const submit = async (e: FormEvent) => {
     e.preventDefault();
@@ -181,8 +181,9 @@ function AdjustCredits({ account, onDone }: { account: Account; onDone: (a: Acco
   const [direction, setDirection] = useState<'grant' | 'deduct'>('grant');
   const [amount, setAmount] = useState<number | string>('');
   const [reason, setReason] = useState('');
+  const value = parseNumber(amount);
   const adjust = useAction(async () => {
-    const value = typeof amount === 'number' ? amount : Number(amount);
+    if (value === null || !(value > 0)) throw new Error('Enter a positive number of credits.');
     const result = await call(
       api.POST('/admin/v1/accounts/{account_id}/credits', { params: { path: { account_id: account.id } }, body: { amount: direction === 'grant' ? value : -value, reason } }),
     );
@@ -191,7 +192,7 @@ function AdjustCredits({ account, onDone }: { account: Account; onDone: (a: Acco
     onDone(result.account);
     return result;
   });
-  const valid = typeof amount === 'number' && amount > 0 && reason.trim() !== '';
+  const valid = value !== null && value > 0 && reason.trim() !== '';
   const form = (
     <Stack gap="xs">
       <SegmentedControl
@@ -203,7 +204,7 @@ function AdjustCredits({ account, onDone }: { account: Account; onDone: (a: Acco
           { value: 'deduct', label: 'Deduct' },
         ]}
       />
-      <NumberInput label="Credits" min={0} value={amount} onChange={setAmount} required />
+      <NumberInput label="Credits" min={0} value={amount} onChange={setAmount} error={Number.isNaN(value) ? `“${amount}” is not a number.` : undefined} required />
       <TextInput label="Reason" description="Recorded in the ledger." value={reason} onChange={(e) => setReason(e.currentTarget.value)} required />
     </Stack>
   );
@@ -250,8 +251,8 @@ function EditAccount({ account, onSaved }: { account: Account; onSaved: (a: Acco
         body: {
           name,
           status,
-          output_retention_days: typeof outputDays === 'number' ? outputDays : null,
-          input_retention_days: typeof inputDays === 'number' ? inputDays : null,
+          output_retention_days: numberField(outputDays, 'Output retention (days)'),
+          input_retention_days: numberField(inputDays, 'Input retention (days)'),
           requests_per_minute: rpm,
           max_in_flight: inFlight,
         },

@@ -46,19 +46,18 @@ async function troubledMembers(): Promise<{ group: string; groupId: string; memb
 }
 
 export function DashboardPage() {
-  // Seven UTC days: today so far and the six before it (seven daily bars), up to the next hour.
+  // Seven UTC days: today and the six before it, seven daily bars (days without usage at zero).
   const range = useMemo(() => {
-    const now = Date.now();
-    const from = new Date(now);
+    const from = new Date();
     from.setUTCHours(0, 0, 0, 0);
     from.setUTCDate(from.getUTCDate() - 6);
-    return { from: from.toISOString(), to: new Date(now + 3600_000).toISOString() };
+    return { from: from.toISOString(), to: new Date(from.getTime() + 7 * 86400_000).toISOString() };
   }, []);
   const usage = useLoad(() => call(api.GET('/admin/v1/usage', { params: { query: { ...range, granularity: 'day', group_by: ['provider'] } } })).then(asReport), [], 30_000);
   const open = useLoad(() => openTasks(['queued', 'in_progress', 'processing', 'needs_attention']), [], 15_000);
   const attention = useLoad(() => openTasks(['needs_attention']), [], 15_000);
   const members = useLoad(troubledMembers, [], 10_000);
-  const periods = useMemo(() => (usage.data ? byPeriod(usage.data.rows, 'day') : []), [usage.data]);
+  const periods = useMemo(() => (usage.data ? byPeriod(usage.data) : []), [usage.data]);
   const totals = periods.reduce((a, p) => ({ spent: a.spent + p.spent, refunded: a.refunded + p.refunded }), { spent: 0, refunded: 0 });
   return (
     <Stack>

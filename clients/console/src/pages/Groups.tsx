@@ -3,7 +3,7 @@ import { Badge, Button, Card, Group, JsonInput, Modal, NumberInput, Select, Stac
 import { useState, type FormEvent } from 'react';
 import { PROVIDERS, api, call, type Member, type Provider } from '../api.ts';
 import { Link, navigate } from '../router.tsx';
-import { ConfirmButton, ErrorAlert, Pager, useAction, useCursorPages, useLoad, when } from '../ui.tsx';
+import { ConfirmButton, ErrorAlert, Pager, numberField, requiredNumber, useAction, useCursorPages, useLoad, when } from '../ui.tsx';
 
 export function GroupsPage() {
   const pages = useCursorPages('');
@@ -116,7 +116,7 @@ export function GroupDetailPage({ id }: { id: string }) {
           Members
         </Title>
         <Text size="xs" c="dark.6" aria-live="polite">
-          Health refreshed every 5 s{members.data ? ` · last at ${new Date().toLocaleTimeString('en-GB')}` : ''}
+          Health refreshed every 5 s{members.loadedAt ? ` · last at ${members.loadedAt.toLocaleTimeString('en-GB')}` : ''}
         </Text>
       </Group>
       <ErrorAlert error={members.error} title="Could not list members" />
@@ -289,9 +289,9 @@ function MemberForm({ groupId, member, onSaved }: { groupId: string; member?: Me
       base_url: baseUrl.trim() || null,
       models: models.split(',').map((s) => s.trim()).filter(Boolean),
       model_map: map,
-      priority: typeof priority === 'number' ? priority : Number(priority),
-      weight: typeof weight === 'number' ? weight : Number(weight),
-      concurrency_limit: typeof concurrency === 'number' ? concurrency : null,
+      priority: requiredNumber(priority, 'Priority'),
+      weight: requiredNumber(weight, 'Weight'),
+      concurrency_limit: numberField(concurrency, 'Concurrency limit'),
       enabled,
       ...(creds ? { credentials: creds } : {}),
     };

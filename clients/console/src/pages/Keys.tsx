@@ -1,9 +1,9 @@
 /** API keys: list (by account, pages), create with group and quota (the full key shown once), edit a key's limits, revoke. */
 import { Alert, Button, Card, CopyButton, Group, Modal, NumberInput, Select, Stack, Table, Text, TextInput, Title } from '@mantine/core';
 import { useState, type FormEvent } from 'react';
-import { api, call, type ApiKey, type ApiKeyCreated } from '../api.ts';
+import { api, call, type ApiKey, type ApiKeyCreated, type Group as BackendGroup } from '../api.ts';
 import { Link, useLocation } from '../router.tsx';
-import { ConfirmButton, ErrorAlert, LimitInput, Pager, credits, limitText, useAction, useCursorPages, useLoad, when, type Limit } from '../ui.tsx';
+import { ConfirmButton, ErrorAlert, LimitInput, Pager, credits, limitText, numberField, useAction, useCursorPages, useLoad, when, type Limit } from '../ui.tsx';
 import { StatusBadge } from './Accounts.tsx';
 
 export function KeysPage() {
@@ -172,7 +172,7 @@ function EditKeyLimits({ apiKey, onSaved }: { apiKey: ApiKey; onSaved: () => voi
     const updated = await call(
       api.PATCH('/admin/v1/api-keys/{key_id}', {
         params: { path: { key_id: apiKey.id } },
-        body: { credit_limit: typeof quota === 'number' ? quota : null, requests_per_minute: rpm, max_in_flight: inFlight },
+        body: { credit_limit: numberField(quota, 'Credit quota'), requests_per_minute: rpm, max_in_flight: inFlight },
       }),
     );
     onSaved();
@@ -201,6 +201,18 @@ function EditKeyLimits({ apiKey, onSaved }: { apiKey: ApiKey; onSaved: () => voi
   );
 }
 
+/** Every group, page by page (a page holds at most 100). */
+async function allGroups(): Promise<BackendGroup[]> {
+  const out: BackendGroup[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = await call(api.GET('/admin/v1/groups', { params: { query: { limit: 100, cursor } } }));
+    out.push(...page.data);
+    cursor = page.next_cursor ?? undefined;
+  } while (cursor);
+  return out;
+}
+
 function CreateKey({ defaultAccount, onCreated }: { defaultAccount: string; onCreated: (k: ApiKeyCreated) => void }) {
   const [accountId, setAccountId] = useState(defaultAccount);
   const [name, setName] = useState('');
@@ -208,11 +220,18 @@ function CreateKey({ defaultAccount, onCreated }: { defaultAccount: string; onCr
   const [limit, setLimit] = useState<number | string>('');
   const [rpm, setRpm] = useState<Limit>('default');
   const [inFlight, setInFlight] = useState<Limit>('default');
-  const groups = useLoad(() => call(api.GET('/admin/v1/groups', { params: { query: { limit: 100 } } })), []);
+  const groups = useLoad(allGroups, []);
   const create = useAction(async () =>
     call(
       api.POST('/admin/v1/api-keys', {
-        body: { account_id: accountId.trim(), name, group_id: groupId ?? undefined, credit_limit: typeof limit === 'number' ? limit : null, requests_per_minute: rpm, max_in_flight: inFlight },
+        body: {
+          account_id: accountId.trim(),
+          name,
+          group_id: groupId ?? undefined,
+          credit_limit: numberField(limit, 'Credit quota'),
+          requests_per_minute: rpm,
+          max_in_flight: inFlight,
+        },
       }),
     ),
   );
@@ -235,9 +254,11 @@ function CreateKey({ defaultAccount, onCreated }: { defaultAccount: string; onCr
         <Select
           label="Group"
           placeholder="The default group"
-          data={(groups.data?.data ?? []).map((g) => ({ value: g.id, label: g.name }))}
+          data={(groups.data ?? []).map((g) => ({ value: g.id, label: g.name }))}
           value={groupId}
           onChange={setGroupId}
+          searchable
+          nothingFoundMessage="No group has that name"
           clearable
           w={220}
         />

@@ -3,7 +3,7 @@ import { Alert, Button, Group, List, NumberInput, Select, Stack, Switch, Table, 
 import { useState, type FormEvent } from 'react';
 import { api, call, type CatalogModel, type PriceRow } from '../api.ts';
 import { Link } from '../router.tsx';
-import { ConfirmButton, ErrorAlert, credits, useAction, useLoad } from '../ui.tsx';
+import { ConfirmButton, ErrorAlert, credits, requiredNumber, useAction, useLoad } from '../ui.tsx';
 import { StatusBadge } from './Accounts.tsx';
 
 export function ModelsPage() {
@@ -161,7 +161,8 @@ function EditModel({ model, onSaved }: { model: CatalogModel; onSaved: (before: 
   const [enabled, setEnabled] = useState(model.enabled);
   const [prices, setPrices] = useState<(number | string)[]>(model.pricing.map((p) => p.unit_price));
   const save = useAction(async () => {
-    const pricing = model.pricing.map((p, i) => ({ ...p, unit_price: Number(prices[i]) }));
+    // An emptied price is refused here, not sent as 0: that would make the row free.
+    const pricing = model.pricing.map((p, i) => ({ ...p, unit_price: requiredNumber(prices[i]!, `Unit price for ${rowLabel(p)}`) }));
     const after = await call(
       api.PATCH('/admin/v1/models/{model_id}', { params: { path: { model_id: model.id } }, body: { display_name: displayName, enabled, pricing } }),
     );

@@ -1,17 +1,23 @@
-/** Usage reports: range, granularity, grouping and account; a chart, the table and a CSV download. */
+/**
+ * Usage reports: range, granularity, grouping and account; a chart, the table and a CSV download.
+ * All in UTC, the range inputs too: the server cuts periods at UTC hours and days, and a local
+ * date on a UTC day would name the wrong day east or west of UTC.
+ */
 import { Button, Checkbox, Group, Select, Stack, Table, Text, TextInput, Title } from '@mantine/core';
 import { useMemo, useState, type FormEvent } from 'react';
 import { Bar, BarChart, CartesianGrid, Legend, ResponsiveContainer, Tooltip, XAxis, YAxis } from 'recharts';
-import { ApiFailure, api, call, storedToken, type UsageDimension, type UsageReport, type UsageRow } from '../api.ts';
+import { api, call, type UsageDimension, type UsageReport } from '../api.ts';
 import { useLocation } from '../router.tsx';
 import { ErrorAlert, credits, useAction, useLoad } from '../ui.tsx';
 
 const DIMENSIONS: UsageDimension[] = ['account', 'key', 'model', 'provider'];
 
-function localInput(d: Date): string {
-  const pad = (n: number) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
-}
+/** A `datetime-local` value read as UTC, and back. */
+const utcInput = (d: Date) => d.toISOString().slice(0, 16);
+const fromUtcInput = (v: string) => new Date(`${v}Z`).toISOString();
+
+/** An instant as the report names its period: `2026-03-10 00:00` (UTC). */
+const utcText = (t: number | string) => new Date(t).toISOString().slice(0, 16).replace('T', ' ');
 
 /** The JSON report (the same operation answers CSV when asked with `Accept: text/csv`). */
 export function asReport(r: UsageReport | string): UsageReport {
@@ -31,37 +37,44 @@ export function usageQuery(q: UsageQuery) {
   return { from: q.from, to: q.to, granularity: q.granularity, group_by: q.group_by, ...(q.account_id ? { account_id: q.account_id } : {}) };
 }
 
-/** Rows summed per period (whatever they are grouped by), oldest first, for charts. */
-export function byPeriod(rows: UsageRow[], granularity: 'hour' | 'day') {
-  const map = new Map<string, { period: string; spent: number; refunded: number; completed: number; failed: number; inProgress: number; needsAttention: number }>();
-  for (const r of rows) {
-    const d = new Date(r.period_start);
-    const period = granularity === 'day' ? d.toISOString().slice(0, 10) : `${d.toISOString().slice(5, 10)} ${d.toISOString().slice(11, 16)}`;
-    const p = map.get(r.period_start) ?? { period, spent: 0, refunded: 0, completed: 0, failed: 0, inProgress: 0, needsAttention: 0 };
+/**
+ * The report's rows summed per period (whatever they are grouped by), oldest first, for charts:
+ * every period of the range, those without usage at zero. Periods are UTC hours or days; the first
+ * starts at `from`, as the server's does.
+ */
+export function byPeriod(report: UsageReport) {
+  const unit = report.granularity === 'day' ? 86400_000 : 3600_000;
+  const periods = new Map<number, { period: string; spent: number; refunded: number; completed: number; failed: number; inProgress: number; needsAttention: number }>();
+  const at = (t: number) => {
+    const label = report.granularity === 'day' ? utcText(t).slice(0, 10) : utcText(t).slice(5);
+    return periods.get(t) ?? periods.set(t, { period: label, spent: 0, refunded: 0, completed: 0, failed: 0, inProgress: 0, needsAttention: 0 }).get(t)!;
+  };
+  for (let t = Date.parse(report.from); t < Date.parse(report.to); t = (Math.floor(t / unit) + 1) * unit) at(t);
+  for (const r of report.rows) {
+    const p = at(Date.parse(r.period_start));
     p.spent += r.credits_spent;
     p.refunded += r.credits_refunded;
     p.completed += r.video_tasks_completed + r.image_tasks_completed;
     p.failed += r.video_tasks_failed + r.image_tasks_failed;
     p.inProgress += r.video_tasks_queued + r.video_tasks_in_progress + r.image_tasks_processing;
     p.needsAttention += r.image_tasks_needs_attention;
-    map.set(r.period_start, p);
   }
-  return [...map.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([, v]) => v);
+  return [...periods.entries()].sort(([a], [b]) => a - b).map(([, p]) => p);
 }
 
 export function UsagePage() {
   const { search } = useLocation();
   const now = new Date();
   const [draft, setDraft] = useState({
-    from: localInput(new Date(now.getTime() - 7 * 86400_000)),
-    to: localInput(new Date(now.getTime() + 3600_000)),
+    from: utcInput(new Date(now.getTime() - 7 * 86400_000)),
+    to: utcInput(new Date(now.getTime() + 3600_000)),
     granularity: 'day' as 'hour' | 'day',
     group_by: ['account', 'model'] as UsageDimension[],
     account_id: search.get('account_id') ?? '',
   });
   const toQuery = (d: typeof draft): UsageQuery => ({
-    from: new Date(d.from).toISOString(),
-    to: new Date(d.to).toISOString(),
+    from: fromUtcInput(d.from),
+    to: fromUtcInput(d.to),
     granularity: d.granularity,
     group_by: d.group_by.length ? d.group_by : ['account'],
     account_id: d.account_id.trim() || undefined,
@@ -69,14 +82,8 @@ export function UsagePage() {
   const [query, setQuery] = useState(() => toQuery(draft));
   const report = useLoad(() => call(api.GET('/admin/v1/usage', { params: { query: usageQuery(query) } })).then(asReport), [JSON.stringify(query)]);
   const csv = useAction(async () => {
-    const params = new URLSearchParams({ from: query.from, to: query.to, granularity: query.granularity, group_by: query.group_by.join(',') });
-    if (query.account_id) params.set('account_id', query.account_id);
-    const res = await fetch(`/admin/v1/usage?${params}`, { headers: { Accept: 'text/csv', Authorization: `Bearer ${storedToken() ?? ''}` } });
-    if (!res.ok) {
-      const body = (await res.json().catch(() => ({}))) as { error?: { message?: string; code?: string } };
-      throw new ApiFailure(res.status, body.error?.code ?? null, body.error?.message ?? `HTTP ${res.status}`);
-    }
-    const blob = await res.blob();
+    // Through the API client like every call: its token, its errors, and a 401 signs the console out.
+    const blob = await call(api.GET('/admin/v1/usage', { params: { query: usageQuery(query) }, headers: { Accept: 'text/csv' }, parseAs: 'blob' }));
     const a = document.createElement('a');
     a.href = URL.createObjectURL(blob);
     a.download = `mediagate-usage-${query.from.slice(0, 10)}-${query.to.slice(0, 10)}.csv`;
@@ -92,8 +99,8 @@ export function UsagePage() {
       </Title>
       <form aria-label="Usage report" onSubmit={(e: FormEvent) => (e.preventDefault(), setQuery(toQuery(draft)))}>
         <Group align="flex-end" wrap="wrap">
-          <TextInput type="datetime-local" label="From" required value={draft.from} onChange={(e) => setDraft({ ...draft, from: e.currentTarget.value })} />
-          <TextInput type="datetime-local" label="To" required value={draft.to} onChange={(e) => setDraft({ ...draft, to: e.currentTarget.value })} />
+          <TextInput type="datetime-local" label="From (UTC)" required value={draft.from} onChange={(e) => setDraft({ ...draft, from: e.currentTarget.value })} />
+          <TextInput type="datetime-local" label="To (UTC)" required value={draft.to} onChange={(e) => setDraft({ ...draft, to: e.currentTarget.value })} />
           <Select label="Granularity" w={120} data={[{ value: 'day', label: 'Day' }, { value: 'hour', label: 'Hour' }]} value={draft.granularity} onChange={(v) => v && setDraft({ ...draft, granularity: v as 'hour' | 'day' })} allowDeselect={false} />
           <Checkbox.Group label="Group by" value={draft.group_by} onChange={(v) => setDraft({ ...draft, group_by: v as UsageDimension[] })}>
             <Group gap="sm" mt={6}>
@@ -118,7 +125,7 @@ export function UsagePage() {
 }
 
 export function UsageChart({ report, height = 260 }: { report: UsageReport; height?: number }) {
-  const data = useMemo(() => byPeriod(report.rows, report.granularity), [report]);
+  const data = useMemo(() => byPeriod(report), [report]);
   return (
     <figure style={{ margin: 0 }} aria-label="Credits spent and refunded per period">
       <ResponsiveContainer width="100%" height={height}>
@@ -134,7 +141,7 @@ export function UsageChart({ report, height = 260 }: { report: UsageReport; heig
       </ResponsiveContainer>
       <figcaption>
         <Text size="xs" c="dark.6">
-          Credits spent and refunded per {report.granularity}, {report.from.slice(0, 16).replace('T', ' ')} to {report.to.slice(0, 16).replace('T', ' ')} UTC.
+          Credits spent and refunded per {report.granularity}, {utcText(report.from)} to {utcText(report.to)} UTC.
         </Text>
       </figcaption>
     </figure>
@@ -148,7 +155,7 @@ function UsageTable({ report }: { report: UsageReport }) {
       <Table striped aria-label="Usage rows">
         <Table.Thead>
           <Table.Tr>
-            <Table.Th>Period</Table.Th>
+            <Table.Th>Period (UTC)</Table.Th>
             {dims.includes('account') && <Table.Th>Account</Table.Th>}
             {dims.includes('key') && <Table.Th>Key</Table.Th>}
             {dims.includes('model') && <Table.Th>Model</Table.Th>}
@@ -163,7 +170,7 @@ function UsageTable({ report }: { report: UsageReport }) {
         <Table.Tbody>
           {report.rows.map((r, i) => (
             <Table.Tr key={i}>
-              <Table.Td>{r.period_start.slice(0, 16).replace('T', ' ')}</Table.Td>
+              <Table.Td>{utcText(r.period_start)}</Table.Td>
               {dims.includes('account') && <Table.Td>{r.account_id ?? '—'}</Table.Td>}
               {dims.includes('key') && <Table.Td>{r.api_key_id ?? '—'}</Table.Td>}
               {dims.includes('model') && <Table.Td>{r.model ?? '—'}</Table.Td>}
