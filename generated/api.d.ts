@@ -1192,7 +1192,9 @@ export interface paths {
         /**
          * List backend groups
          * @description Lists backend groups in name order, one page at a time (`limit`, `cursor`; another listing's
-         *     cursor, or a malformed one, is `400 invalid_cursor`).
+         *     cursor, or a malformed one, is `400 invalid_cursor`). A page continues after the previous
+         *     page's last name: a group renamed meanwhile moves in the order, so it may be listed again or
+         *     not at all.
          *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.

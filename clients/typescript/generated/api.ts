@@ -702,6 +702,8 @@ export interface paths {
          *     whole file; outside the file: `416 range_not_satisfiable`), sends `ETag` (the file's id: a file
          *     never changes), `Last-Modified`, `Accept-Ranges: bytes` and `Content-Disposition`, and answers
          *     `304` to an `If-None-Match` that names it: an MP4 seeks in a browser, a download resumes.
+         *     Every download carries `X-Content-Type-Options: nosniff`; a file an older version stored with
+         *     a type outside `File.content_type` is sent as `application/octet-stream`, as an attachment.
          *
          *     Errors: `400 invalid_request` (only one of `expires` and `signature`, a malformed one, an
          *     unknown query parameter); `401 invalid_api_key` (no signature and no valid key);
@@ -756,7 +758,9 @@ export interface paths {
          *     It answers one byte range (`Range`: `206` with `Content-Range`; several ranges: the whole file;
          *     outside the file: `416 range_not_satisfiable`), sends `ETag` (the file's id), `Last-Modified`,
          *     `Accept-Ranges: bytes` and `Content-Disposition`, and answers `304` to an `If-None-Match` that
-         *     names it.
+         *     names it. Every download carries `X-Content-Type-Options: nosniff`; a file an older version
+         *     stored with a type outside `File.content_type` is sent as `application/octet-stream`, as an
+         *     attachment.
          *
          *     Errors: `400 invalid_request` (id longer than 128 characters, unknown query parameter);
          *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `404 file_not_found`;
@@ -1188,7 +1192,9 @@ export interface paths {
         /**
          * List backend groups
          * @description Lists backend groups in name order, one page at a time (`limit`, `cursor`; another listing's
-         *     cursor, or a malformed one, is `400 invalid_cursor`).
+         *     cursor, or a malformed one, is `400 invalid_cursor`). A page continues after the previous
+         *     page's last name: a group renamed meanwhile moves in the order, so it may be listed again or
+         *     not at all.
          *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
@@ -6645,6 +6651,8 @@ export interface operations {
                     "image/gif": string;
                     /** @example <MP4 file bytes> */
                     "video/mp4": string;
+                    /** @example <bytes of a file stored with a type outside File.content_type> */
+                    "application/octet-stream": string;
                 };
             };
             /** @description One byte range of the file (a `Range` header), with `Content-Range`. */
@@ -6824,6 +6832,8 @@ export interface operations {
                     "image/gif": string;
                     /** @example <MP4 file bytes> */
                     "video/mp4": string;
+                    /** @example <bytes of a file stored with a type outside File.content_type> */
+                    "application/octet-stream": string;
                 };
             };
             /** @description One byte range of the file (a `Range` header), with `Content-Range`. */
