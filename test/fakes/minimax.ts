@@ -59,10 +59,23 @@
  * images, frames and references never together; `resolution` 768P | 2K (default 768P), `duration`
  * 4–15 (default 5), `ratio` adaptive | 21:9 | 16:9 | 4:3 | 1:1 | 3:4 | 9:16, required and not
  * adaptive for text only (new-api constants.go); images 256–5760 px, ratio 2:5–5:2 (Comfy docs).
- * Statuses queued → running → succeeded | failed | cancelled; `content.url` is a CDN link made when
- * the task succeeds. ASSUMPTION: v2 errors use the same base_resp envelope at HTTP 200 (no source
- * shows a v2 error); a failed task's `error.code` is MiniMax's numeric code as a string (LiteLLM
- * types it as a string).
+ * Statuses queued → running → succeeded | failed | cancelled | expired (`expired`: MiniMax's CLI
+ * @0c7abd65 src/types/api.ts and @0c4affd4 src/commands/video/generate.ts, which treats it as a
+ * failure; a prompt with `[minimax:expired]`); `content.url` is a CDN link made when the task
+ * succeeds. A failed task's `error.code` is MiniMax's numeric code as a string (LiteLLM types it as
+ * a string).
+ *
+ * ⚠ DISAGREE, both emitted (`fake.v2Errors`): a refused v2 request. MiniMax's CLI @024fc041
+ * src/errors/api.ts reads, besides `base_resp`, a v2 envelope at an error status,
+ * `{error: {message, type, code, http_code}}`: a used-up balance is HTTP 402 or type
+ * `insufficient_balance_error`, the content filter HTTP 422 `unprocessable_entity_error` whose
+ * message says "sensitive content" or 1026. The other clients show only base_resp at HTTP 200.
+ * `error` (the default) answers so; ASSUMPTION: any other refusal is HTTP 400
+ * `invalid_request_error` (401 `authentication_error` for 1004/2049), `code` MiniMax's number.
+ * `base_resp` answers as v1 does.
+ * ⚠ DISAGREE, not settled: the CLI's src/video/v2.ts @7af4b0ba refuses any H3 resolution but 2K
+ * ("MiniMax-H3 currently only supports 2K resolution"); new-api and ComfyUI offer 768P too. The
+ * fake takes both (a 768P job would fail with 2013 if the CLI is right: the catalog's choice).
  *
  * ⚠ DISAGREE, both emitted: the v1 failure word is `Fail` in the reference, new-api and MiniMax-MCP,
  * but `Failed` in the official CLI's types and polling (MiniMax-AI/cli @9f2eab08
@@ -123,7 +136,7 @@ export interface MiniMaxFakeTask {
   ratio?: string;
   createdAt: number;
   durationMs: number;
-  outcome: 'ok' | 'sensitive' | 'fail';
+  outcome: 'ok' | 'sensitive' | 'fail' | 'expired';
   /** Set when the task succeeds (v1). */
   fileId?: string;
   /** The result link (v2), made when the task succeeds. */
@@ -148,6 +161,8 @@ export interface MiniMaxFakeOptions {
   failWord?: 'Fail' | 'Failed';
   /** Size of the MP4 (default 36 KiB). */
   videoBytes?: number;
+  /** How a v2 request is refused (default `error`; mutable as `fake.v2Errors`): see the header. */
+  v2Errors?: 'error' | 'base_resp';
 }
 
 export interface MiniMaxFake extends FakeServer {
@@ -156,6 +171,7 @@ export interface MiniMaxFake extends FakeServer {
   counts: Record<MiniMaxRoute, number>;
   urlTtlMs: number;
   failWord: 'Fail' | 'Failed';
+  v2Errors: 'error' | 'base_resp';
   /** Requests to the CDN that carried an Authorization header (they must not). */
   cdnSawAuth: number;
   /** Limits the models `apiKey` may use (others: 2061); undefined: every model. */
@@ -231,6 +247,15 @@ class MiniMaxError extends Error {
     super(message);
   }
 }
+
+/** A v2 refusal's HTTP status and `error.type` by MiniMax code (see the header). */
+const V2_ERRORS: Record<number, [number, string]> = {
+  1004: [401, 'authentication_error'],
+  2049: [401, 'authentication_error'],
+  1008: [402, 'insufficient_balance_error'],
+  1026: [422, 'unprocessable_entity_error'],
+  1002: [429, 'rate_limit_error'],
+};
 
 const invalid = (reason: string) => new MiniMaxError(2013, `invalid params, ${reason}`);
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -371,6 +396,10 @@ export async function startMiniMaxFake(options: MiniMaxFakeOptions = {}): Promis
       }
     } catch (err) {
       if (!(err instanceof MiniMaxError)) throw err;
+      if (route.protocol === 'v2' && fake.v2Errors === 'error') {
+        const [status, type] = V2_ERRORS[err.code] ?? [400, 'invalid_request_error'];
+        return answer(res, { error: { message: err.code === 1026 ? `input contains sensitive content (${err.code})` : err.message, type, code: err.code, http_code: String(status) } }, status);
+      }
       // A failed v1 create still names its (empty) task id (ASSUMPTION).
       return answer(res, { ...(route.name === 'submit' && route.protocol === 'v1' && { task_id: '' }), ...baseResp(err.code, err.message) });
     }
@@ -393,7 +422,7 @@ export async function startMiniMaxFake(options: MiniMaxFakeOptions = {}): Promis
       prompt,
       createdAt: Date.now(),
       durationMs: planned === 'never' ? Number.POSITIVE_INFINITY : (planned ?? jobDurationMs),
-      outcome: prompt.includes('[minimax:sensitive-output]') ? 'sensitive' : prompt.includes('[minimax:fail]') ? 'fail' : 'ok',
+      outcome: prompt.includes('[minimax:sensitive-output]') ? 'sensitive' : prompt.includes('[minimax:fail]') ? 'fail' : prompt.includes('[minimax:expired]') ? 'expired' : 'ok',
       expired: false,
       polls: 0,
       retrieves: 0,
@@ -576,6 +605,7 @@ export async function startMiniMaxFake(options: MiniMaxFakeOptions = {}): Promis
       const images = task.images.length;
       return answer(res, { task: { ...view, status: 'succeeded', content: { url: task.url }, usage: { total_seconds: task.duration, output_seconds: task.duration, input_seconds: 0, input_image_count: images } } });
     }
+    if (task.outcome === 'expired') return answer(res, { task: { ...view, status: 'expired' } });
     const error = task.outcome === 'sensitive' ? { code: '1027', message: MESSAGES[1027] } : { code: '1000', message: MESSAGES[1000] };
     return answer(res, { task: { ...view, status: 'failed', error } });
   }
@@ -597,6 +627,7 @@ export async function startMiniMaxFake(options: MiniMaxFakeOptions = {}): Promis
     counts,
     urlTtlMs: options.urlTtlMs ?? 9 * 3_600_000,
     failWord: options.failWord ?? 'Fail',
+    v2Errors: options.v2Errors ?? 'error',
     cdnSawAuth: 0,
     permitModels(apiKey: string, models: string[] | undefined) {
       if (models) permitted.set(apiKey, new Set(models));
@@ -629,7 +660,7 @@ export async function startMiniMaxFake(options: MiniMaxFakeOptions = {}): Promis
       const state = stateOf(task);
       if (state.phase !== 'done') return task.protocol === 'v1' ? { preparing: 'Preparing', queued: 'Queueing', running: 'Processing' }[state.phase] : state.phase === 'running' ? 'running' : 'queued';
       if (task.outcome === 'ok') return task.protocol === 'v1' ? 'Success' : 'succeeded';
-      return task.protocol === 'v1' ? fake.failWord : 'failed';
+      return task.protocol === 'v1' ? fake.failWord : task.outcome === 'expired' ? 'expired' : 'failed';
     },
     close: async () => {
       await cdn.close();

@@ -60,7 +60,8 @@ async function call(path: string, init: { method?: string; key?: string | null; 
 
 const v1 = (body: Record<string, unknown>, key?: string) => call('/v1/video_generation', { body: { model: 'MiniMax-Hailuo-2.3', prompt: 'a paper boat', ...body }, ...(key && { key }) });
 const v2 = (body: Record<string, unknown>) => call('/v2/video_generation', { body: { model: 'MiniMax-H3', content: [{ type: 'text', text: 'a paper boat' }], resolution: '768P', duration: 5, ratio: '16:9', ...body } });
-const code = (res: { json: Json }) => [res.json.base_resp?.status_code, res.json.base_resp?.status_msg];
+/** The code and message of either envelope: base_resp, or v2's `error` (see the fake's header). */
+const code = (res: { json: Json }) => [res.json.base_resp?.status_code ?? res.json.error?.code, res.json.base_resp?.status_msg ?? res.json.error?.message];
 
 describe('MiniMax fake: auth, envelope and accounts', () => {
   it('answers a missing key 1004 and an unknown one 2049, at HTTP 200 with a Trace-Id', async () => {
@@ -231,6 +232,30 @@ describe('MiniMax fake: v2 (MiniMax-H3)', () => {
       [{ content: [image('first_frame')] }, /needs a text item/],
     ];
     for (const [body, message] of cases) expect(code(await v2(body)), JSON.stringify(body).slice(0, 100)).toEqual([2013, expect.stringMatching(message)]);
+  });
+
+  it('refuses in the v2 envelope at an error status (MiniMax\'s CLI), or in base_resp at 200 (the other clients)', async () => {
+    const invalid = await v2({ duration: 16 });
+    expect([invalid.status, invalid.json.error?.type, invalid.json.error?.code, invalid.json.base_resp]).toEqual([400, 'invalid_request_error', 2013, undefined]);
+    const sensitive = await v2({ content: [{ type: 'text', text: 'x [minimax:sensitive]' }] });
+    expect([sensitive.status, sensitive.json.error?.type, sensitive.json.error?.message]).toEqual([422, 'unprocessable_entity_error', expect.stringMatching(/sensitive content/)]);
+    fake.setBalance('mm-a', 'empty');
+    try {
+      const broke = await v2({});
+      expect([broke.status, broke.json.error?.type, broke.json.error?.code]).toEqual([402, 'insufficient_balance_error', 1008]);
+      fake.v2Errors = 'base_resp';
+      const old = await v2({});
+      expect([old.status, ...code(old)]).toEqual([200, 1008, expect.any(String)]);
+    } finally {
+      fake.setBalance('mm-a', 'ok');
+      fake.v2Errors = 'error';
+    }
+  });
+
+  it('ends a task as `expired` (MiniMax\'s CLI counts it a failure)', async () => {
+    const created = await v2({ content: [{ type: 'text', text: 'x [minimax:expired]' }] });
+    await until(() => fake.statusOf(created.json.task_id) === 'expired', 5000);
+    expect((await call(`/v2/query/video_generation/${created.json.task_id}`)).json.task).toMatchObject({ status: 'expired' });
   });
 
   it('fails a task with error.code as a string', async () => {

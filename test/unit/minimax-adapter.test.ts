@@ -182,3 +182,29 @@ describe('polls', () => {
     await expect(provider.poll(account(), 'cgt-123', job(), never)).rejects.toThrow(/not a MiniMax video job id/);
   });
 });
+
+describe('v2 (MiniMax-H3) refusals and ends, as MiniMax\'s CLI reads them', () => {
+  const h3 = (o: Partial<VideoJob> = {}) => job({ model: 'minimax-h3', durationSeconds: 5, resolution: '2k', ...o });
+
+  it('reads the v2 error envelope at an error status: a used-up balance is the account\'s, the content filter a policy refusal', async () => {
+    for (const mode of ['error', 'base_resp'] as const) {
+      fake.v2Errors = mode;
+      fake.setBalance('mm-unit', 'empty');
+      try {
+        const broke = await errorOf(provider.submit(account(), h3(), never));
+        expect([mode, broke.kind, broke.upstreamCode]).toEqual([mode, 'account_disabled', '1008']);
+      } finally {
+        fake.setBalance('mm-unit', 'ok');
+      }
+      const refused = await errorOf(provider.submit(account(), h3({ prompt: 'a boat [minimax:sensitive]' }), never));
+      expect([mode, refused.kind, refused.upstreamCode]).toEqual([mode, 'policy', '1026']);
+    }
+    fake.v2Errors = 'error';
+  });
+
+  it('ends a v2 task MiniMax reports `expired` as failed, not as a word to ask about again', async () => {
+    const j = h3({ prompt: 'a boat [minimax:expired]' });
+    const end = await runToEnd(await provider.submit(account(), j, never), j);
+    expect(end.state).toBe('failed');
+  });
+});

@@ -83,11 +83,29 @@ export function minimaxErrorOf(code: number | string, message: unknown, what: st
   return new ProviderError(kind, text, { upstreamStatus: answer.status, upstreamCode: String(code), ...(wait !== undefined && { retryAfterMs: wait }) });
 }
 
-/** The error an answer carries (its `base_resp` code first, then its HTTP status), or undefined. */
+/**
+ * The error an answer carries, or undefined: its `base_resp` code first; then, at an error status,
+ * v2's `error: {message, type, code, http_code}` (MiniMax's CLI, src/errors/api.ts: a balance used
+ * up is 402 or `insufficient_balance_error`, its content filter 422 `unprocessable_entity_error`
+ * saying "sensitive content" or 1026; a known code otherwise decides); then the HTTP status.
+ */
 export function errorOfAnswer(answer: MiniMaxAnswer, what: string): ProviderError | undefined {
   const base = baseRespOf(answer.body);
   if (base) return minimaxErrorOf(base.code, base.message, what, answer);
   if (answer.status >= 200 && answer.status < 300) return undefined;
+  const v2 = answer.body?.error;
+  if (typeof v2 === 'object' && v2 !== null) {
+    const { message, type, code } = v2 as { message?: unknown; type?: unknown; code?: unknown };
+    const said = typeof message === 'string' ? message : '';
+    if (answer.status === 402 || type === 'insufficient_balance_error') return minimaxErrorOf('1008', message, what, answer);
+    if (answer.status === 422 && type === 'unprocessable_entity_error' && (/sensitive content/i.test(said) || /(?:^|\D)1026(?:\D|$)/.test(said))) return minimaxErrorOf('1026', message, what, answer);
+    if ((typeof code === 'number' || typeof code === 'string') && kindOfCode(MINIMAX_CODES, code) !== undefined) return minimaxErrorOf(code, message, what, answer);
+    if (said !== '') {
+      const kind = kindOfStatus(answer.status);
+      const wait = kind === 'rate_limited' ? retryAfterMs(answer.headers) : undefined;
+      return new ProviderError(kind, `${sanitizeMessage(message, `the upstream ${what} failed`)} (HTTP ${answer.status})`, { upstreamStatus: answer.status, ...(typeof code === 'number' && { upstreamCode: String(code) }), ...(wait !== undefined && { retryAfterMs: wait }) });
+    }
+  }
   const kind = kindOfStatus(answer.status);
   const wait = kind === 'rate_limited' ? retryAfterMs(answer.headers) : undefined;
   return new ProviderError(kind, `the upstream ${what} answered HTTP ${answer.status}`, { upstreamStatus: answer.status, ...(wait !== undefined && { retryAfterMs: wait }) });

@@ -55,7 +55,8 @@ const DURATIONS = { min: 4, max: 15 };
 const MAX_REFERENCE_IMAGES = 9;
 
 const v1Status = jobStatus({ running: ['Preparing', 'Queueing', 'Processing'], succeeded: ['Success'], failed: ['Fail', 'Failed'] }, 'Hailuo task');
-const v2Status = jobStatus({ running: ['queued', 'running'], succeeded: ['succeeded'], failed: ['failed', 'cancelled'] }, 'Hailuo task');
+// `expired`: MiniMax's CLI (src/types/api.ts, src/commands/video/generate.ts) ends a v2 task so.
+const v2Status = jobStatus({ running: ['queued', 'running'], succeeded: ['succeeded'], failed: ['failed', 'cancelled', 'expired'] }, 'Hailuo task');
 
 export class MiniMaxVideoProvider implements VideoProvider {
   constructor(readonly pollIntervalMs = MINIMAX_POLL_MS) {}
