@@ -141,6 +141,8 @@ export function errorMiddleware(log: Logger): ErrorRequestHandler {
       next(err);
       return;
     }
+    // An error is about this one request: never kept by a cache (whatever the route had set).
+    res.setHeader('Cache-Control', 'no-store');
     for (const [name, value] of Object.entries(apiError.headers)) res.setHeader(name, value);
     res.status(apiError.status).json(apiError.body(requestId));
   };

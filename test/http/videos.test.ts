@@ -171,6 +171,9 @@ describe('POST /v1/videos/generations (§4.6)', () => {
     ['more media inputs than the limit', { referenceImages: ['PNG', 'PNG', 'PNG', 'PNG', 'PNG'] }, 413, 'too_many_media_inputs', null],
     ['an image that is neither a data URL, a file id nor an https URL', { firstFrame: 'ftp://example.com/a.png' }, 400, 'invalid_data_url', 'firstFrame'],
     ['corrupt base64', { firstFrame: 'data:image/png;base64,@@@notbase64' }, 400, 'invalid_data_url', 'firstFrame'],
+    // The gateway's name for an image the body carried is no value of its own (it would stand for that image).
+    ['an identity of staged bytes sent as a value', { firstFrame: 'PNG', lastFrame: `sha256:${'0'.repeat(64)}` }, 400, 'invalid_data_url', 'lastFrame'],
+    ['a composite model id after a colon', { model: 'local-video-1:720p' }, 400, 'composite_model_id', 'model'],
     ['undecodable image bytes', { firstFrame: `data:image/png;base64,${Buffer.from('not an image at all').toString('base64')}` }, 400, 'invalid_image', 'firstFrame'],
     ['a non-https reference video', { reference_videos: ['http://example.com/v.mp4'] }, 400, 'invalid_media_url', 'reference_videos[0]'],
     ['a non-https callback', { callback_url: 'http://example.com/hook' }, 400, 'invalid_callback_url', 'callback_url'],
@@ -419,6 +422,24 @@ describe('idempotency', () => {
     expect(state.holds).toEqual([{ amount: 480_000, status: 'held' }]);
     expect(state.balance).toBe(100_000_000 - 480_000);
   });
+
+  it.each([
+    ['the last credits of the balance', { balance: 0.48 }, {}],
+    ['the last credits of the key quota', { balance: 100, creditLimit: 0.48 }, {}],
+    ['the one generation the key may have in flight', { balance: 100 }, { maxInFlight: 1 }],
+  ])('concurrent identical creates that use up %s are all the one task: twins get 202, not the refusal the first one caused', async (_what, customer, key) => {
+    const c = await createCustomer(server.db, customer);
+    if ('maxInFlight' in key) await server.db.updateTable('apiKeys').set({ maxInFlight: key.maxInFlight }).where('id', '=', c.apiKeyId).execute();
+    const payload = body();
+    const results = await Promise.all(Array.from({ length: 10 }, () => post(c.key, payload)));
+    expect(results.map((r) => [r.status, r.body.error?.code])).toEqual(Array(10).fill([202, undefined]));
+    expect(new Set(results.map((r) => r.body.id)).size).toBe(1);
+    const state = await accountState(c.accountId, c.apiKeyId);
+    expect([state.tasks, state.holds]).toEqual([1, [{ amount: 480_000, status: 'held' }]]);
+    // Another request is still refused for the limit it meets.
+    const other = await post(c.key, body());
+    expect(other.status).toBe('maxInFlight' in key ? 429 : 402);
+  });
 });
 
 describe('providers without an adapter', () => {
@@ -433,6 +454,20 @@ describe('providers without an adapter', () => {
     const res = await post(key.key, body({ model: 'local-video-lite', resolution: '360p', seconds: 2, aspectRatio: '1:1' }));
     expect([res.status, res.body.error.code]).toEqual([503, 'no_reachable_member']);
     expect((await accountState(account.id, key.id)).tasks).toBe(0);
+  });
+});
+
+describe('Cache-Control on the video endpoints\' errors (§4: no-store on video task endpoints)', () => {
+  it('is no-store on a refused listing, whether the validator or the service refuses it, and on a refused create', async () => {
+    const c = await createCustomer(server.db);
+    const other = await createCustomer(server.db);
+    const foreign = await post(other.key, body());
+    for (const query of ['limit=0', 'status=bogus', 'foo=1', `after=${foreign.body.id}`]) {
+      const res = await fetch(`${server.directUrl}/v1/videos?${query}`, { headers: { Authorization: `Bearer ${c.key}` } });
+      expect([query, res.status, res.headers.get('cache-control')]).toEqual([query, 400, 'no-store']);
+    }
+    const refused = await fetch(`${server.directUrl}/v1/videos/generations`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' }, body: JSON.stringify({ prompt: 'x' }) });
+    expect([refused.status, refused.headers.get('cache-control')]).toEqual([400, 'no-store']);
   });
 });
 

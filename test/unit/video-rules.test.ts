@@ -68,6 +68,9 @@ describe('isCompositeModelId', () => {
     expect(isCompositeModelId('local-video-1-8s-720p', known)).toBe(true);
     expect(isCompositeModelId('local-video-1_16:9', known)).toBe(true);
     expect(isCompositeModelId('veo-3.1-4k', known)).toBe(true);
+    expect(isCompositeModelId('local-video-1:720p', known)).toBe(true);
+    expect(isCompositeModelId('local-video-1 720p', known)).toBe(true);
+    expect(isCompositeModelId('local-video-1-4', known)).toBe(false);
     expect(isCompositeModelId('local-video-1', known)).toBe(false);
     expect(isCompositeModelId('local-video-1-pro', known)).toBe(false);
     expect(isCompositeModelId('other-8s', known)).toBe(false);

@@ -86,12 +86,13 @@ const PARAMETER_SEGMENT = /^(\d+(s|sec|secs|second|seconds)|\d+[pk]|\d+x\d+|\d+:
 
 /**
  * True when `id` is a known model id followed by duration/ratio/resolution segments, such as
- * `local-video-1-8s-720p` or `local-video-1_16:9`: a composite id that is rejected, never parsed.
+ * `local-video-1-8s-720p`, `local-video-1_16:9` or `local-video-1:720p`: a composite id that is
+ * rejected, never parsed. (A bare number is no segment: it may be part of a model's own name.)
  */
 export function isCompositeModelId(id: string, knownIds: readonly string[]): boolean {
   return knownIds.some((known) => {
-    if (!id.startsWith(known) || !/^[-_/@.]/.test(id.slice(known.length))) return false;
-    const segments = id.slice(known.length + 1).split(/[-_/@.]/);
+    if (!id.startsWith(known) || !/^[-_/@.:\s]/.test(id.slice(known.length))) return false;
+    const segments = id.slice(known.length + 1).split(/[-_/@.\s]/);
     return segments.every((segment) => PARAMETER_SEGMENT.test(segment));
   });
 }
@@ -161,10 +162,19 @@ const MEDIA_ARRAY_FIELDS = ['referenceImages', 'reference_images'] as const;
  */
 export function withMediaIdentities(body: VideoCreateRequest, identity: (value: string) => string): VideoCreateRequest {
   const b = { ...body } as Record<string, unknown>;
-  for (const name of MEDIA_FIELDS) if (typeof b[name] === 'string') b[name] = identity(b[name] as string);
-  for (const name of MEDIA_ARRAY_FIELDS) if (Array.isArray(b[name])) b[name] = (b[name] as unknown[]).map((v) => (typeof v === 'string' ? identity(v) : v));
+  // An identity is the gateway's name for bytes the body carried: sent as a value, it would stand
+  // for them (and fingerprint as them), so it is no valid value of its own.
+  const of = (value: string, param: string) => {
+    if (value.startsWith(IDENTITY_PREFIX)) throw badRequest('invalid_data_url', `'${param}' must be a base64 image data URL (data:image/png;base64,...), a file id (file_...) or an https URL.`, param);
+    return identity(value);
+  };
+  for (const name of MEDIA_FIELDS) if (typeof b[name] === 'string') b[name] = of(b[name] as string, name);
+  for (const name of MEDIA_ARRAY_FIELDS) if (Array.isArray(b[name])) b[name] = (b[name] as unknown[]).map((v, i) => (typeof v === 'string' ? of(v, `${name}[${i}]`) : v));
   return b as VideoCreateRequest;
 }
+
+/** How an identity of staged bytes begins (`InputStaging.identity`). */
+const IDENTITY_PREFIX = 'sha256:';
 
 /**
  * The image inputs of a request in task order (first frame, last frame, reference images), after

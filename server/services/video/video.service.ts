@@ -162,6 +162,12 @@ export class VideoService {
       }
       throw err;
     }
+    if (outcome !== 'ok') {
+      // A concurrent request under the same client_request_id may have been let in first: this
+      // one then met the quota, balance or cap its twin used, not a refusal of its own.
+      const winner = await this.deps.tasks.findByClientRequestId(auth.accountId, req.clientRequestId);
+      if (winner) return this.replay(winner, fingerprint);
+    }
     if (outcome === 'key_quota_exceeded') {
       throw paymentRequired('key_quota_exceeded', `This API key's credit limit cannot cover this video (${quoted / 1e6} credits).`);
     }
