@@ -18,7 +18,7 @@ export interface paths {
          *     Only listing exists: `GET /v1/models/{model}` is not implemented and answers
          *     `404 not_found` like any unknown route.
          *
-         *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with `Retry-After`); `500 internal_error`.
+         *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
          */
         get: operations["listModels"];
         put?: never;
@@ -45,7 +45,7 @@ export interface paths {
          *     returned.
          *
          *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`;
-         *     `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with `Retry-After`); `500 internal_error`.
+         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
          */
         get: operations["getCredits"];
         put?: never;
@@ -232,8 +232,8 @@ export interface paths {
          *
          *     Errors: `400 invalid_request` (a parameter out of range or malformed, an unknown parameter;
          *     `param` names it), `invalid_cursor` (`after` names no image task of the account);
-         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with
-         *     `Retry-After`); `500 internal_error`; `503 database_unavailable`.
+         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `500 internal_error`;
+         *     `503 database_unavailable`.
          */
         get: operations["listImageTasks"];
         put?: never;
@@ -267,7 +267,7 @@ export interface paths {
          *
          *     Errors: `400 invalid_request` (id longer than 128 characters, unknown query parameter);
          *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `404 task_not_found`;
-         *     `429 rate_limited` (with `Retry-After`); `500 internal_error`.
+         *     `500 internal_error`.
          */
         get: operations["getImageTask"];
         put?: never;
@@ -302,8 +302,7 @@ export interface paths {
          *     live capacity.
          *
          *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`;
-         *     `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with `Retry-After`);
-         *     `500 internal_error`.
+         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
          */
         get: operations["getVideoCapabilities"];
         put?: never;
@@ -563,8 +562,8 @@ export interface paths {
          *
          *     Errors: `400 invalid_request` (a parameter out of range or malformed, an unknown parameter;
          *     `param` names it), `invalid_cursor` (`after` names no video task of the account);
-         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with
-         *     `Retry-After`); `500 internal_error`; `503 database_unavailable`.
+         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `500 internal_error`;
+         *     `503 database_unavailable`.
          */
         get: operations["listVideos"];
         put?: never;
@@ -577,7 +576,7 @@ export interface paths {
          *     `POST /api/v1/videos/generations`).
          *
          *     Errors: `404 video_creation_endpoint_moved`; `401 invalid_api_key` and `403 api_key_inactive` / `account_suspended` (the key is checked first);
-         *     `429 rate_limited` (with `Retry-After`); `500 internal_error` (the `default` response).
+         *     `500 internal_error` (the `default` response).
          */
         post: operations["createVideoLegacyPath"];
         delete?: never;
@@ -607,7 +606,7 @@ export interface paths {
          *
          *     Errors: `400 invalid_request` (id longer than 128 characters, unknown query parameter);
          *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `404 task_not_found`;
-         *     `429 rate_limited` (with `Retry-After`); `500 internal_error`.
+         *     `500 internal_error`.
          */
         get: operations["getVideo"];
         put?: never;
@@ -789,7 +788,7 @@ export interface paths {
          *     `callback_url`s (see the webhook's description, and `verifyWebhook` in the TypeScript client).
          *
          *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`;
-         *     `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with `Retry-After`); `500 internal_error`.
+         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
          */
         get: operations["getWebhookSecret"];
         put?: never;
@@ -818,7 +817,7 @@ export interface paths {
          *     window drops the oldest secret at once. No request body.
          *
          *     Errors: `400 invalid_request` (a body or query parameter); `401 invalid_api_key`;
-         *     `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with `Retry-After`); `500 internal_error`.
+         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
          */
         post: operations["rotateWebhookSecret"];
         delete?: never;
@@ -855,8 +854,8 @@ export interface paths {
          *     `blocked_address`, `protocol_error`).
          *
          *     Errors: `400 invalid_request` (schema) or `invalid_callback_url` (`url` refused; `param` `url`);
-         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `429 rate_limited` (with
-         *     `Retry-After`); `500 internal_error`; `503 database_unavailable`.
+         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `500 internal_error`;
+         *     `503 database_unavailable`.
          */
         post: operations["testWebhook"];
         delete?: never;
@@ -5032,30 +5031,6 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description A limit of the calling key or its account was reached: `rate_limited` (its requests per minute) or `too_many_in_flight` (its generations in flight). The message names the key or the account and the limit. Retry after the number of seconds in `Retry-After`. Nothing was created, held or charged. */
-        TooManyRequests: {
-            headers: {
-                "X-Request-Id": components["headers"]["XRequestId"];
-                "Retry-After": components["headers"]["RetryAfter"];
-                "x-ratelimit-limit-requests": components["headers"]["XRateLimitLimitRequests"];
-                "x-ratelimit-remaining-requests": components["headers"]["XRateLimitRemainingRequests"];
-                "x-ratelimit-reset-requests": components["headers"]["XRateLimitResetRequests"];
-                [name: string]: unknown;
-            };
-            content: {
-                /**
-                 * @example {
-                 *       "error": {
-                 *         "message": "This API key has used its 60 generation requests per minute; retry in 2 s.",
-                 *         "type": "rate_limit_error",
-                 *         "code": "rate_limited",
-                 *         "param": null
-                 *       }
-                 *     }
-                 */
-                "application/json": components["schemas"]["ErrorResponse"];
-            };
-        };
         /** @description Unexpected error. The body carries no details beyond the request id. */
         InternalError: {
             headers: {
@@ -5170,6 +5145,30 @@ export interface components {
                  *         "message": "Unsupported Content-Type 'text/plain'; send application/json.",
                  *         "type": "invalid_request_error",
                  *         "code": "unsupported_media_type",
+                 *         "param": null
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description A limit of the calling key or its account was reached: `rate_limited` (its requests per minute) or `too_many_in_flight` (its generations in flight). The message names the key or the account and the limit. Retry after the number of seconds in `Retry-After`. Nothing was created, held or charged. */
+        TooManyRequests: {
+            headers: {
+                "X-Request-Id": components["headers"]["XRequestId"];
+                "Retry-After": components["headers"]["RetryAfter"];
+                "x-ratelimit-limit-requests": components["headers"]["XRateLimitLimitRequests"];
+                "x-ratelimit-remaining-requests": components["headers"]["XRateLimitRemainingRequests"];
+                "x-ratelimit-reset-requests": components["headers"]["XRateLimitResetRequests"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": {
+                 *         "message": "This API key has used its 60 generation requests per minute; retry in 2 s.",
+                 *         "type": "rate_limit_error",
+                 *         "code": "rate_limited",
                  *         "param": null
                  *       }
                  *     }
@@ -5553,7 +5552,6 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -5605,7 +5603,6 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -5952,7 +5949,6 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -5986,7 +5982,6 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -6098,7 +6093,6 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -6346,7 +6340,6 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -6382,7 +6375,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            429: components["responses"]["TooManyRequests"];
             default: components["responses"]["InternalError"];
         };
     };
@@ -6416,7 +6408,6 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -6905,7 +6896,6 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -6941,7 +6931,6 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -6992,7 +6981,6 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -1,7 +1,8 @@
 /**
  * The requests-per-minute counter on its own: shared by every client of one limiter whatever the
- * limit, a refused request giving its tokens back, OpenAI's reset format, and Redis that cannot be
- * reached (counted in memory instead, said once in the log, never an error for the client).
+ * limit, a refused request taking no token, OpenAI's reset format, and Redis that cannot be reached
+ * (counted in memory instead, said once in the log, never an error for the client). Races between
+ * requests, in memory and in Redis: test/db/request-rate-races.test.ts.
  */
 import { createServer } from 'node:net';
 import { Writable } from 'node:stream';
@@ -19,14 +20,14 @@ const ids = { apiKeyId: 'key_unit', accountId: 'acct_unit' };
 describe('RequestRateLimiter in memory', () => {
   const limiter = new RequestRateLimiter({ keyPrefix: 'unit:', log: createLogger('silent') });
 
-  it('counts down, refuses at the limit naming the bucket, and gives a refused request its tokens back', async () => {
+  it('counts down, refuses at the limit naming the bucket, and takes no token of a refused request', async () => {
     const seen = [];
     for (let i = 0; i < 3; i++) seen.push(await limiter.consume(ids, limits(3, 10)));
     expect(seen.map((d) => d.allowed && d.headers?.remaining)).toEqual([2, 1, 0]);
     const refused = await limiter.consume(ids, limits(3, 10));
     expect(refused).toMatchObject({ allowed: false, blamed: 'key', limit: 3, headers: { limit: 3, remaining: 0 } });
     if (!refused.allowed) expect(refused.retryAfterMs).toBeGreaterThan(50_000);
-    // The account gave its token back: 3 taken of 10, so 7 left once the key's limit is lifted.
+    // The refused request took none of the account's: 3 taken of 10, so 7 left once the key's limit is lifted.
     const lifted = await limiter.consume(ids, limits(null, 10));
     expect(lifted).toMatchObject({ allowed: true, headers: { limit: 10, remaining: 6 } });
     expect(await limiter.consume(ids, limits(null, null))).toEqual({ allowed: true, headers: undefined });

@@ -1,27 +1,60 @@
 /**
- * Requests per minute of a key and of its account (issue 32, item 1), counted by
- * rate-limiter-flexible: in Redis when REDIS_URL is set (one count shared by every instance,
- * exact), else in this process's memory (each instance counts its own).
+ * Requests per minute of a key and of its account (issue 32, item 1): counted in Redis when
+ * REDIS_URL is set (one count shared by every instance, exact), else in this process's memory (each
+ * instance counts its own).
  *
  * Each key and each account is a bucket of N tokens (its limit) that refills whole one minute after
- * its first token of the window was taken: rate-limiter-flexible's counter of N points per 60 s,
- * whose window starts at the first request (a fixed window per client, not per clock minute).
- * A generation request takes one token of its key and one of its account; when either is empty the
- * request is refused, and the tokens it took are given back (a refused request costs the client
- * nothing and does not count). A limit changed by the operator applies to the current window at once: the
- * count is kept per client (one limiter counts everyone), the limit is read per request.
+ * the first token of its window was taken (a fixed window per client, not per clock minute). A
+ * generation request looks at both buckets and, in the same step, either takes one token of each or,
+ * when either is empty, is refused and takes none: a refused request costs the client nothing,
+ * counts for nothing, and never holds a token another request could have used. In Redis that step is
+ * one Lua script (atomic: no other request and no end of a window falls between the look and the
+ * take); in memory it is synchronous. (rate-limiter-flexible, used before, counts one key per call:
+ * a refused request's tokens could only be given back afterwards, which held a sibling key's account
+ * tokens meanwhile and, at the end of a window, started the next one below zero.) A limit changed
+ * by the operator applies to the current window at once: the count is kept per client, the limit is
+ * read per request.
  *
  * When Redis cannot be reached (down, restarting, too slow: 500 ms), each instance counts in memory
- * instead (rate-limiter-flexible's insurance limiter), logged once per outage; requests are never
- * refused, or let through unlimited, because Redis is away.
+ * instead, logged once per outage; requests are never refused, or let through unlimited, because
+ * Redis is away.
  */
-import { Redis } from 'ioredis';
-import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
-import { MAX_REQUESTS_PER_MINUTE } from '../../config.ts';
+import { Redis, type Result } from 'ioredis';
 import type { Logger } from '../../logger.ts';
 import type { RequestLimits } from './client-limits.ts';
 
-const WINDOW_SECONDS = 60;
+const WINDOW_MS = 60_000;
+
+/**
+ * KEYS: the request's counters (its key's, its account's); ARGV: their limits, then the window (ms).
+ * When a counter is at its limit nothing is written; else each gets one more, a new one expiring one
+ * window after its first token. Returns 1 (taken) or 0, then each counter's count and ms left (< 0:
+ * no window).
+ */
+const TAKE_SCRIPT = `
+local out = {1}
+for i, key in ipairs(KEYS) do
+  out[2 * i] = tonumber(redis.call('GET', key) or '0')
+  out[2 * i + 1] = redis.call('PTTL', key)
+  if out[2 * i] >= tonumber(ARGV[i]) then out[1] = 0 end
+end
+if out[1] == 1 then
+  for i, key in ipairs(KEYS) do
+    out[2 * i] = redis.call('INCR', key)
+    if out[2 * i + 1] < 0 then
+      out[2 * i + 1] = tonumber(ARGV[#KEYS + 1])
+      redis.call('PEXPIRE', key, out[2 * i + 1])
+    end
+  end
+end
+return out`;
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    /** TAKE_SCRIPT, by its SHA (ioredis loads it when Redis does not know it). */
+    takeRequestTokens(numKeys: number, ...keysThenArgs: (string | number)[]): Result<number[], Context>;
+  }
+}
 
 /** What the `x-ratelimit-*-requests` headers say: the bucket closest to empty of the request's key and account. */
 export interface RateHeaders {
@@ -35,13 +68,23 @@ export type RateDecision =
   | { allowed: true; headers: RateHeaders | undefined }
   | { allowed: false; headers: RateHeaders; blamed: 'key' | 'account'; limit: number; retryAfterMs: number };
 
-interface Outcome {
+interface Bucket {
   who: 'key' | 'account';
+  /** Its counter's name under the prefix. */
+  name: string;
   limit: number;
-  res: RateLimiterRes;
-  /** Tokens of the window taken, this request's included (until it gives its back). */
-  consumed: number;
+}
+
+/** A bucket after the request: tokens of its window taken (this request's included when it passed). */
+interface Count {
+  count: number;
+  /** Milliseconds until its window ends (0: none begun). */
+  resetMs: number;
+}
+
+interface Taken {
   allowed: boolean;
+  counts: Count[];
 }
 
 export interface RequestRateOptions {
@@ -56,28 +99,28 @@ export interface RequestRateOptions {
 
 export class RequestRateLimiter {
   private readonly redis: Redis | undefined;
-  /**
-   * One counter for every client: rate-limiter-flexible fixes `points` per limiter, so it counts up
-   * to the largest limit an operator can set and each request compares the count with its own limit.
-   */
-  private readonly limiter: RateLimiterAbstract;
+  /** Counter names as rate-limiter-flexible wrote them: old and new instances share one count during an update. */
   private readonly prefix: string;
+  /** The windows counted in memory (no Redis, or Redis away), by counter name. */
+  private readonly windows = new Map<string, { count: number; endsAt: number }>();
+  private sweepAt = 0;
   private redisDown = false;
 
   constructor(private readonly opts: RequestRateOptions) {
-    this.prefix = `${opts.keyPrefix}rpm`;
+    this.prefix = `${opts.keyPrefix}rpm:`;
     if (opts.redisUrl !== undefined) {
       const timeout = opts.redisTimeoutMs ?? 500;
       this.redis = new Redis(opts.redisUrl, {
-        // Fail fast while disconnected: the insurance limiter answers instead of a queue that waits.
+        // Fail fast while disconnected: memory answers instead of a queue that waits.
         enableOfflineQueue: false,
         maxRetriesPerRequest: 0,
         commandTimeout: timeout,
         connectTimeout: 2_000,
-        // The key's and the account's counts go to Redis in one round trip.
+        // Concurrent requests' scripts share round trips.
         enableAutoPipelining: true,
         retryStrategy: (times) => Math.min(200 * times, 2_000),
       });
+      this.redis.defineCommand('takeRequestTokens', { lua: TAKE_SCRIPT });
       this.redis.on('error', (err: Error) => {
         if (this.redisDown) return;
         this.redisDown = true;
@@ -89,11 +132,6 @@ export class RequestRateLimiter {
         opts.log.info('Redis is reachable again: request rates are counted across instances');
       });
     }
-    const points = MAX_REQUESTS_PER_MINUTE + 1;
-    const memory = new RateLimiterMemory({ points, duration: WINDOW_SECONDS, keyPrefix: this.prefix });
-    this.limiter = this.redis
-      ? new RateLimiterRedis({ storeClient: this.redis, points, duration: WINDOW_SECONDS, keyPrefix: this.prefix, rejectIfRedisNotReady: true, insuranceLimiter: memory })
-      : memory;
   }
 
   /** `redis` when counts are shared by every instance, `memory` when each counts its own. */
@@ -101,41 +139,55 @@ export class RequestRateLimiter {
     return this.redis === undefined ? 'memory' : 'redis';
   }
 
-  private async take(who: 'key' | 'account', id: string, limit: number): Promise<Outcome> {
-    let res: RateLimiterRes;
-    try {
-      res = await this.limiter.consume(clientKey(who, id), 1);
-    } catch (err) {
-      // Past even the largest limit: refused all the same.
-      if (!(err instanceof RateLimiterRes)) throw err;
-      res = err;
-    }
-    return { who, limit, res, consumed: res.consumedPoints, allowed: res.consumedPoints <= limit };
+  /** Takes one token of the key and one of its account (those that have a limit), or none when either is empty. */
+  async consume(ids: { apiKeyId: string; accountId: string }, limits: RequestLimits): Promise<RateDecision> {
+    const buckets: Bucket[] = [];
+    if (limits.key.requestsPerMinute !== null) buckets.push({ who: 'key', name: `k:${ids.apiKeyId}`, limit: limits.key.requestsPerMinute });
+    if (limits.account.requestsPerMinute !== null) buckets.push({ who: 'account', name: `a:${ids.accountId}`, limit: limits.account.requestsPerMinute });
+    if (buckets.length === 0) return { allowed: true, headers: undefined };
+    const taken = await this.take(buckets);
+    const states = buckets.map((b, i) => ({ ...b, ...taken.counts[i]! }));
+    const headers = headersOf(states);
+    if (taken.allowed) return { allowed: true, headers };
+    // The empty bucket that refills last decides when a retry can pass.
+    const blame = states.filter((s) => s.count >= s.limit).reduce((a, b) => (b.resetMs > a.resetMs ? b : a));
+    return { allowed: false, headers, blamed: blame.who, limit: blame.limit, retryAfterMs: blame.resetMs };
   }
 
-  /** Takes one token of the key and one of its account (those that have a limit). */
-  async consume(ids: { apiKeyId: string; accountId: string }, limits: RequestLimits): Promise<RateDecision> {
-    const keyLimit = limits.key.requestsPerMinute;
-    const accountLimit = limits.account.requestsPerMinute;
-    if (keyLimit === null && accountLimit === null) return { allowed: true, headers: undefined };
-    const pending: Promise<Outcome>[] = [];
-    if (keyLimit !== null) pending.push(this.take('key', ids.apiKeyId, keyLimit));
-    if (accountLimit !== null) pending.push(this.take('account', ids.accountId, accountLimit));
-    const outcomes = await Promise.all(pending);
-    const refused = outcomes.filter((o) => !o.allowed);
-    if (refused.length > 0) {
-      // Every token it took goes back: a refused request costs nothing and counts for nothing.
-      await Promise.all(
-        outcomes.map(async (o) => {
-          await this.limiter.reward(clientKey(o.who, o.who === 'key' ? ids.apiKeyId : ids.accountId), 1).catch(() => undefined);
-          o.consumed -= 1;
-        }),
-      );
-      // The bucket that refills last decides when a retry can pass.
-      const blame = refused.reduce((a, b) => (b.res.msBeforeNext > a.res.msBeforeNext ? b : a));
-      return { allowed: false, headers: headersOf(outcomes), blamed: blame.who, limit: blame.limit, retryAfterMs: blame.res.msBeforeNext };
+  private async take(buckets: Bucket[]): Promise<Taken> {
+    if (this.redis) {
+      try {
+        const keys = buckets.map((b) => this.prefix + b.name);
+        const out = await this.redis.takeRequestTokens(keys.length, ...keys, ...buckets.map((b) => b.limit), WINDOW_MS);
+        return { allowed: out[0] === 1, counts: buckets.map((_, i) => ({ count: out[2 * i + 1]!, resetMs: Math.max(0, out[2 * i + 2]!) })) };
+      } catch {
+        // Redis away or too slow (its 'error' listener logs the outage): this instance counts alone.
+      }
     }
-    return { allowed: true, headers: headersOf(outcomes) };
+    return this.takeInMemory(buckets);
+  }
+
+  /** TAKE_SCRIPT's step on this process's windows, synchronous: nothing else runs in between. */
+  private takeInMemory(buckets: Bucket[]): Taken {
+    const now = Date.now();
+    if (now >= this.sweepAt) {
+      for (const [name, w] of this.windows) if (w.endsAt <= now) this.windows.delete(name);
+      this.sweepAt = now + WINDOW_MS;
+    }
+    const current = buckets.map((b) => {
+      const w = this.windows.get(b.name);
+      return w !== undefined && w.endsAt > now ? w : undefined;
+    });
+    const allowed = buckets.every((b, i) => (current[i]?.count ?? 0) < b.limit);
+    if (allowed) {
+      buckets.forEach((b, i) => {
+        const w = current[i] ?? { count: 0, endsAt: now + WINDOW_MS };
+        w.count += 1;
+        this.windows.set(b.name, w);
+        current[i] = w;
+      });
+    }
+    return { allowed, counts: current.map((w) => ({ count: w?.count ?? 0, resetMs: w ? w.endsAt - now : 0 })) };
   }
 
   async close(): Promise<void> {
@@ -146,16 +198,14 @@ export class RequestRateLimiter {
   }
 }
 
-const clientKey = (who: 'key' | 'account', id: string) => `${who === 'key' ? 'k' : 'a'}:${id}`;
-
-function headersOf(outcomes: Outcome[]): RateHeaders {
-  const remainingOf = (o: Outcome) => Math.max(0, o.limit - o.consumed);
-  const tightest = outcomes.reduce((a, b) => {
+function headersOf(states: (Bucket & Count)[]): RateHeaders {
+  const remainingOf = (s: Bucket & Count) => Math.max(0, s.limit - s.count);
+  const tightest = states.reduce((a, b) => {
     const ra = remainingOf(a);
     const rb = remainingOf(b);
     return rb < ra || (rb === ra && b.limit < a.limit) ? b : a;
   });
-  return { limit: tightest.limit, remaining: remainingOf(tightest), resetMs: Math.max(0, tightest.res.msBeforeNext) };
+  return { limit: tightest.limit, remaining: remainingOf(tightest), resetMs: tightest.resetMs };
 }
 
 /** OpenAI's form of `x-ratelimit-reset-requests`: `20ms`, `1.5s`, `1m0s`. */
