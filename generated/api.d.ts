@@ -2041,7 +2041,7 @@ export interface components {
                 /** @description Cumulative credits captured (spent) by the account. */
                 total_spent: number;
                 /**
-                 * @description `active`, or `suspended` (every generation request of its keys gets `403 account_suspended`).
+                 * @description `active` here: a suspended account's keys get `403 account_suspended` on every request, this one included (`suspended` is the value the admin API shows).
                  * @enum {string}
                  */
                 status: "active" | "suspended";
@@ -2056,7 +2056,7 @@ export interface components {
                 key_prefix: string;
                 /** @description Last four characters of the key. */
                 last_four: string;
-                /** @description Whether the key is active. */
+                /** @description Whether the key is active; `true` here, since an inactive key gets `403 api_key_inactive` on every request, this one included. */
                 is_active: boolean;
                 /** @description The key's quota in credits. `null` means unlimited. */
                 credit_limit: number | null;
