@@ -15,7 +15,7 @@ import * as OpenApiValidator from 'express-openapi-validator';
 import { cacheValidatorRouteMatchers } from './http/validator-route-cache.ts';
 import type { AppContext } from './context.ts';
 import { ApiError } from './errors.ts';
-import { accessLog } from './http/access-log.ts';
+import { accessLog, operationMatcher } from './http/access-log.ts';
 import { taskPollFastPath } from './http/task-poll.ts';
 import { IMAGE_GENERATION_PATH, imageGenerationFastPath } from './http/generation-fast-path.ts';
 import { consoleRouter } from './http/console.ts';
@@ -71,7 +71,10 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   app.set('trust proxy', ctx.config.trustProxy);
 
   app.use(requestIdMiddleware);
-  app.use(accessLog(ctx.log, ctx.metrics, operationIdOf));
+  // A request refused before the validator (credentials, rate, body limits) is counted under its
+  // operation too: the contract's, by method and path.
+  const operationAt = operationMatcher(spec);
+  app.use(accessLog(ctx.log, ctx.metrics, (req) => operationIdOf(req) ?? operationAt(req.method, req.originalUrl.split('?', 1)[0]!)));
   // Task polls skip the body parsers and the validator (only requests it would pass unchanged).
   app.use(taskPollFastPath(ctx, handlers));
 

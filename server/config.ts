@@ -5,6 +5,7 @@
 import { resolve } from 'node:path';
 import ipaddr from 'ipaddr.js';
 import { DEFAULT_ROOT_DIR } from './db/embedded-layout.ts';
+import { parseSecretKey } from './lib/secret-box.ts';
 
 export type Role = 'all' | 'api' | 'worker';
 
@@ -62,6 +63,8 @@ export interface Config {
   allowPrivateTargets: boolean;
   /** Bearer token that `/metrics` requires; unset: `/metrics` is not served. */
   metricsToken: string | undefined;
+  /** A worker-only process serves /metrics, /healthz and /readyz on this port (unset: no HTTP at all). */
+  metricsPort: number | undefined;
   /** Request bodies larger than this count as large (and wait for a slot). */
   largeBodyBytes: number;
   /** Bytes of large bodies read and processed at once per process (each counts its Content-Length, or the whole budget when unknown); the rest wait. */
@@ -227,21 +230,40 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
   if (publicBaseUrl !== undefined && !URL.canParse(publicBaseUrl)) throw new ConfigError(`PUBLIC_BASE_URL must be an absolute URL, got '${publicBaseUrl}'`);
   const host = nonEmpty(env, 'HOST') ?? '127.0.0.1';
   // Signed media URLs are built on PUBLIC_BASE_URL, else on the listen address: on an address other
-  // machines reach, that would be 0.0.0.0 or an interface clients may not see. A worker listens on nothing.
+  // machines reach, that would be 0.0.0.0 or an interface clients may not see. A worker makes no
+  // media URLs (its METRICS_PORT serves only /metrics, /healthz and /readyz).
   if (role !== 'worker' && publicBaseUrl === undefined && !isLoopbackHost(host)) {
     throw new ConfigError(
       `HOST=${host} is reachable from other machines but PUBLIC_BASE_URL is not set, so signed media URLs would point at an address clients may not reach: set PUBLIC_BASE_URL to the URL clients use (e.g. https://media.example.com), or leave HOST unset to listen on 127.0.0.1 only`,
     );
+  }
+  // Both are first used after the embedded PostgreSQL started or migrations ran, where a mistake
+  // ended in a stack trace: checked here, it is one line before anything starts.
+  const databaseUrl = nonEmpty(env, 'DATABASE_URL');
+  if (databaseUrl !== undefined && !(URL.canParse(databaseUrl) && /^postgres(ql)?:$/.test(new URL(databaseUrl).protocol))) {
+    // Not echoed: the value may hold a password.
+    throw new ConfigError('DATABASE_URL must be a postgres:// URL, e.g. postgres://user:password@db.example.com:5432/mediagate');
+  }
+  const secretKey = nonEmpty(env, 'MEDIAGATE_SECRET_KEY');
+  if (secretKey === undefined && databaseUrl !== undefined) {
+    throw new ConfigError('MEDIAGATE_SECRET_KEY is required with DATABASE_URL: 64 hex characters (`openssl rand -hex 32`), the same on every instance');
+  }
+  if (secretKey !== undefined) {
+    try {
+      parseSecretKey(secretKey);
+    } catch (err) {
+      throw new ConfigError((err as Error).message);
+    }
   }
   const redisUrl = nonEmpty(env, 'REDIS_URL');
   if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl)) throw new ConfigError(`REDIS_URL must be a redis:// or rediss:// URL, got '${redisUrl}'`);
   return {
     port,
     host,
-    databaseUrl: nonEmpty(env, 'DATABASE_URL'),
+    databaseUrl,
     dataDir: resolve(nonEmpty(env, 'MEDIAGATE_DATA_DIR') ?? '.mediagate'),
     embeddedPgRootDir: resolve(nonEmpty(env, 'MEDIAGATE_PG_ROOT_DIR') ?? DEFAULT_ROOT_DIR),
-    secretKey: nonEmpty(env, 'MEDIAGATE_SECRET_KEY'),
+    secretKey,
     adminToken,
     logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'),
     validateResponses: bool(env, 'VALIDATE_RESPONSES', false),
@@ -261,9 +283,10 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     maxMediaInputBytes: int(env, 'MAX_MEDIA_INPUT_BYTES', 536_870_912, 1),
     maxVideoOutputBytes: int(env, 'MAX_VIDEO_OUTPUT_BYTES', 1024 * 1024 * 1024, 1024),
     imageSizeParam: oneOf(env, 'IMAGE_SIZE_PARAM', ['accept', 'reject'] as const, 'accept'),
-    demoData: bool(env, 'DEMO_DATA', nonEmpty(env, 'DATABASE_URL') === undefined),
+    demoData: bool(env, 'DEMO_DATA', databaseUrl === undefined),
     allowPrivateTargets: bool(env, 'ALLOW_PRIVATE_TARGETS', false),
     metricsToken,
+    metricsPort: nonEmpty(env, 'METRICS_PORT') === undefined ? undefined : int(env, 'METRICS_PORT', 0, 0, 65535),
     largeBodyBytes: int(env, 'LARGE_BODY_BYTES', 8 * 1024 * 1024, 1024),
     largeBodyBudgetBytes: int(env, 'LARGE_BODY_BUDGET_BYTES', 96 * 1024 * 1024, 1024),
     largeBodyWaitMs: int(env, 'LARGE_BODY_WAIT_MS', 15_000, 0, 600_000),

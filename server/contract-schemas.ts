@@ -11,6 +11,7 @@
  * noticed where the schema is compiled, not in production.
  */
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
+import formats from 'ajv-formats';
 import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';
 
 const compilers = new WeakMap<OpenApiDocument, Ajv2020>();
@@ -37,6 +38,8 @@ function compilerFor(spec: OpenApiDocument): Ajv2020 {
         error: (...args: unknown[]) => console.error(...args),
       },
     });
+    // The formats the validator checks (`validateFormats: true` in app.ts: ajv-formats, fast mode).
+    formats.default(ajv, { mode: 'fast' });
     ajv.addSchema(spec as object, 'contract');
     compilers.set(spec, ajv);
   }

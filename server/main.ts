@@ -3,8 +3,10 @@
  * listener -> runtime (services, runners) -> app, workers and the cluster listener. `npm start` runs this;
  * `--role api|worker` splits the roles.
  */
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Kysely } from 'kysely';
+import type { DB } from '../generated/db.d.ts';
 import { createApp } from './app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { createRuntime, type Runtime } from './context.ts';
@@ -12,6 +14,7 @@ import { createDatabase } from './db/database.ts';
 import { EmbeddedPostgresError, startEmbeddedPostgres } from './db/embedded.ts';
 import { migrateToLatest } from './db/migrate.ts';
 import { seedDemoData } from './db/seed-demo.ts';
+import { errorTypeFor } from './errors.ts';
 import { createHandlers } from './http/handlers.ts';
 import { applyV8Workarounds, nodeRuntimeWarning } from './lib/node-runtime.ts';
 import { loadSecretKey } from './lib/secret-box.ts';
@@ -23,45 +26,128 @@ import { listenToCluster } from './db/cluster-listener.ts';
 export interface RunningServer {
   runtime: Runtime;
   url: string | undefined;
+  /** The worker's METRICS_PORT server (`--role worker` with METRICS_PORT), if any. */
+  metricsUrl: string | undefined;
   stop(): Promise<void>;
 }
 
-async function listen(server: Server, config: Config): Promise<string> {
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(config.port, config.host, () => resolve());
-  });
-  const { port } = server.address() as AddressInfo;
-  return `http://${config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host}:${port}`;
+/**
+ * What start-up and stop are doing, shared with main(): a signal during start-up aborts it (what
+ * was started is stopped), and a stop past its deadline names the step it was waiting for and
+ * stops the embedded PostgreSQL itself, which runs in a process group of its own and would outlive
+ * the server.
+ */
+export interface Lifecycle {
+  /** Aborted by the first SIGTERM/SIGINT. */
+  signal: AbortSignal;
+  /** The step start-up or stop is in. */
+  step: string;
+  /** Set once the embedded PostgreSQL runs. */
+  stopEmbedded: (() => Promise<void>) | undefined;
 }
 
-export async function startServer(config: Config, log: Logger): Promise<RunningServer> {
+/** startServer's rejection when a signal aborted start-up (what it had started is stopped). */
+export class StartAborted extends Error {}
+
+/** How much longer than SHUTDOWN_GRACE_MS a stop may take before the process exits without finishing it. */
+const STOP_MARGIN_MS = 5_000;
+/**
+ * A signal this soon after the first is the same one again: `npm start` relays the SIGINT of a
+ * terminal's Ctrl-C to the server, which the terminal sent to the whole process group already.
+ */
+const REPEATED_SIGNAL_MS = 1_000;
+/** How long such an exit waits for the embedded PostgreSQL to stop. */
+const FORCED_EMBEDDED_STOP_MS = 10_000;
+/** While the HTTP server drains, keep-alive connections are closed this often when idle. */
+const IDLE_SWEEP_MS = 100;
+/** What a worker's METRICS_PORT serves: the rest of the contract is the API role's. */
+const WORKER_PATHS = new Set(['/metrics', '/healthz', '/readyz']);
+
+async function listen(server: Server, port: number, host: string): Promise<string> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => resolve());
+  });
+  const address = server.address() as AddressInfo;
+  return `http://${host === '0.0.0.0' || host === '::' ? 'localhost' : host}:${address.port}`;
+}
+
+interface DrainableServer {
+  server: Server;
+  /**
+   * Stops taking connections and lets the requests in flight finish within `graceMs`, then cuts
+   * what is left. No client keeps a keep-alive connection busy with new requests meanwhile: every
+   * answer not yet begun says `Connection: close`, and a connection is closed once it is idle (one
+   * whose answer began before the stop, as soon as that answer ends).
+   */
+  drain(graceMs: number): Promise<void>;
+}
+
+function drainableServer(): DrainableServer {
+  const server = createServer();
+  let draining = false;
+  const answering = new Set<ServerResponse>();
+  // The first 'request' listener, before the app's.
+  server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+    if (draining) return void res.setHeader('Connection', 'close');
+    answering.add(res);
+    res.once('close', () => answering.delete(res));
+  });
+  return {
+    server,
+    async drain(graceMs) {
+      draining = true;
+      for (const res of answering) if (!res.headersSent) res.setHeader('Connection', 'close');
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      const sweep = setInterval(() => server.closeIdleConnections(), IDLE_SWEEP_MS);
+      const cut = setTimeout(() => server.closeAllConnections(), graceMs);
+      await closed;
+      clearInterval(sweep);
+      clearTimeout(cut);
+    },
+  };
+}
+
+/** A lifecycle nothing aborts (tests and scripts that call startServer themselves). */
+export function newLifecycle(signal: AbortSignal = new AbortController().signal): Lifecycle {
+  return { signal, step: 'starting', stopEmbedded: undefined };
+}
+
+export async function startServer(config: Config, log: Logger, lifecycle: Lifecycle = newLifecycle()): Promise<RunningServer> {
   const runtimeWarning = nodeRuntimeWarning();
   if (runtimeWarning) log.warn({ node: process.versions.node }, runtimeWarning);
-  let stopEmbedded: (() => Promise<void>) | undefined;
-  let databaseUrl = config.databaseUrl;
-  if (!databaseUrl) {
-    const embedded = await startEmbeddedPostgres({ dataDir: config.dataDir, log, rootDir: config.embeddedPgRootDir });
-    databaseUrl = embedded.url;
-    stopEmbedded = embedded.stop;
-  }
-
+  // Each step of start-up begins here: after a signal, none does.
+  const step = (name: string) => {
+    if (lifecycle.signal.aborted) throw new StartAborted('start-up stopped by a signal');
+    lifecycle.step = name;
+  };
   const metrics = createMetrics();
+  let db: Kysely<DB> | undefined;
   let dbClosed = false;
-  const db = createDatabase(databaseUrl, {
-    max: config.dbPoolMax,
-    applicationName: `mediagate-${config.role}`,
-    onQuery: () => metrics.dbQueries.inc(),
-    preparedStatements: config.dbPreparedStatements,
-    // The statement that used the connection fails and is answered or retried; this is the one line
-    // that says why. Not after the pool was closed: pg-pool forgets a client before its server has
-    // seen it go, so a PostgreSQL stopped right after may still say goodbye to it (57P01).
-    onConnectionError: (err) => {
-      if (!dbClosed) log.warn({ err: err.message, code: (err as { code?: string }).code }, 'database connection lost');
-    },
-  });
-  let server: Server | undefined;
+  let http: DrainableServer | undefined;
   try {
+    let databaseUrl = config.databaseUrl;
+    if (!databaseUrl) {
+      step('starting the embedded PostgreSQL');
+      const embedded = await startEmbeddedPostgres({ dataDir: config.dataDir, log, rootDir: config.embeddedPgRootDir });
+      databaseUrl = embedded.url;
+      lifecycle.stopEmbedded = embedded.stop;
+    }
+
+    step('migrating the database');
+    db = createDatabase(databaseUrl, {
+      max: config.dbPoolMax,
+      applicationName: `mediagate-${config.role}`,
+      onQuery: () => metrics.dbQueries.inc(),
+      preparedStatements: config.dbPreparedStatements,
+      // The statement that used the connection fails and is answered or retried; this is the one line
+      // that says why. Not after the pool was closed: pg-pool forgets a client before its server has
+      // seen it go, so a PostgreSQL stopped right after may still say goodbye to it (57P01).
+      onConnectionError: (err) => {
+        if (!dbClosed) log.warn({ err: err.message, code: (err as { code?: string }).code }, 'database connection lost');
+      },
+    });
     await migrateToLatest(db, log);
     const secretKey = loadSecretKey({ envValue: config.secretKey, dataDir: config.databaseUrl ? undefined : config.dataDir });
 
@@ -69,6 +155,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       log.warn('DEMO_DATA is on with an external database: an empty database gets a demo account with 1000 credits and a live API key');
     }
     if (config.demoData) {
+      step('creating demo data');
       const demo = await seedDemoData(db, log);
       if (demo) {
         // Printed once, to the console only: the key is never stored or logged anywhere else.
@@ -81,14 +168,28 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
 
     // Listen before building the runtime, so signed file URLs know the real address; requests are
     // handled once the app is attached (in the same tick).
+    step('listening');
     let url: string | undefined;
-    if (config.role !== 'worker') {
-      server = createServer();
+    let metricsUrl: string | undefined;
+    // A worker listens only with METRICS_PORT, for the operations endpoints.
+    const port = config.role !== 'worker' ? config.port : config.metricsPort;
+    if (port !== undefined) {
+      http = drainableServer();
       // A non-loopback HOST without PUBLIC_BASE_URL never gets here (loadConfig refuses it).
-      url = await listen(server, config);
+      const address = await listen(http.server, port, config.host);
+      if (config.role !== 'worker') url = address;
+      else metricsUrl = address;
     }
     const runtime = createRuntime({ config, db, log, metrics, secretKey, publicBaseUrl: config.publicBaseUrl ?? url ?? `http://localhost:${config.port}`, clusterListener: true });
-    server?.on('request', createApp(runtime, createHandlers(runtime)));
+    if (http) {
+      const app = createApp(runtime, createHandlers(runtime));
+      // A worker answers the operations endpoints only, through the same app (tokens, errors, metrics).
+      const notFound = JSON.stringify({ error: { message: 'Not found.', type: errorTypeFor(404), code: 'not_found', param: null } });
+      http.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+        if (config.role !== 'worker' || WORKER_PATHS.has((req.url ?? '').split('?', 1)[0]!)) app(req, res);
+        else res.writeHead(404, { 'Content-Type': 'application/json' }).end(notFound);
+      });
+    }
 
     const workers = config.role !== 'api' ? createWorkers(runtime) : undefined;
     workers?.start();
@@ -98,28 +199,31 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       log.child({ component: 'cluster-listener' }),
     );
 
+    const pool = db;
     const stop = async () => {
-      if (server) {
-        const closed = new Promise<void>((resolve) => server!.close(() => resolve()));
-        server.closeIdleConnections();
-        // In-flight requests get the grace period, then their connections are cut.
-        const timer = setTimeout(() => server!.closeAllConnections(), config.shutdownGraceMs);
-        await closed;
-        clearTimeout(timer);
-      }
+      lifecycle.step = 'draining HTTP requests';
+      runtime.services.readiness.drain();
+      await http?.drain(config.shutdownGraceMs);
       // Running steps stop here and resume on any instance once their lease expires.
+      lifecycle.step = 'stopping the task workers';
       await workers?.stop();
+      lifecycle.step = 'stopping the cluster listener';
       await listener.stop();
+      lifecycle.step = 'closing the request-rate store';
       await runtime.services.requestRates.close();
-      await db.destroy();
+      lifecycle.step = 'closing the database pool';
+      await pool.destroy();
       dbClosed = true;
-      if (stopEmbedded) await stopEmbedded();
+      if (lifecycle.stopEmbedded) {
+        lifecycle.step = 'stopping the embedded PostgreSQL';
+        await lifecycle.stopEmbedded();
+      }
     };
-    return { runtime, url, stop };
+    return { runtime, url, metricsUrl, stop };
   } catch (err) {
-    server?.close();
-    await db.destroy().catch(() => undefined);
-    if (stopEmbedded) await stopEmbedded().catch(() => undefined);
+    http?.server.close();
+    await db?.destroy().catch(() => undefined);
+    await lifecycle.stopEmbedded?.().catch(() => undefined);
     throw err;
   }
 }
@@ -138,41 +242,79 @@ async function main(): Promise<void> {
     throw err;
   }
   const log = createLogger(config.logLevel);
-  let running: RunningServer;
+
+  // The handlers come first: a signal during start-up (the embedded PostgreSQL starting, migrations)
+  // stops what was started instead of killing the process and leaving its PostgreSQL behind.
+  const abort = new AbortController();
+  const lifecycle = newLifecycle(abort.signal);
+  let running: RunningServer | undefined;
+  let stopSignalledAt: number | undefined;
+  let forced = false;
+  const stopDeadlineMs = config.shutdownGraceMs + STOP_MARGIN_MS;
+  // The last resort (a database that never answers, a second signal): exit without a clean stop,
+  // after stopping the embedded PostgreSQL if it can be.
+  const forceExit = (reason: string) => {
+    if (forced) return;
+    forced = true;
+    log.error({ waitingFor: lifecycle.step }, `${reason}: exiting without a clean stop (still ${lifecycle.step})`);
+    const timeout = new Promise((resolve) => setTimeout(resolve, FORCED_EMBEDDED_STOP_MS));
+    void Promise.race([lifecycle.stopEmbedded?.().catch(() => undefined), timeout]).then(() => process.exit(1));
+  };
+  const stopRunning = (server: RunningServer) => {
+    server.stop().then(
+      () => {
+        if (forced) return;
+        log.info('stopped');
+        process.exit(0);
+      },
+      (err: unknown) => {
+        if (forced) return;
+        log.error({ err }, 'error during shutdown');
+        process.exit(1);
+      },
+    );
+  };
+  const shutdown = (signal: NodeJS.Signals) => {
+    if (stopSignalledAt !== undefined) {
+      if (Date.now() - stopSignalledAt >= REPEATED_SIGNAL_MS) forceExit(`second ${signal}`);
+      return;
+    }
+    stopSignalledAt = Date.now();
+    log.info({ signal }, 'shutting down');
+    setTimeout(() => forceExit(`the stop did not end within ${stopDeadlineMs} ms (SHUTDOWN_GRACE_MS + ${STOP_MARGIN_MS / 1000} s)`), stopDeadlineMs);
+    abort.abort();
+    if (running) stopRunning(running);
+  };
+  process.on('SIGTERM', shutdown);
+  process.on('SIGINT', shutdown);
+
   try {
-    running = await startServer(config, log);
+    running = await startServer(config, log, lifecycle);
   } catch (err) {
+    if (err instanceof StartAborted) {
+      if (!forced) {
+        log.info('stopped during start-up');
+        process.exit(0);
+      }
+      return;
+    }
     // A failure with a known cause is one line that says what to do; anything else keeps its stack.
     if (err instanceof EmbeddedPostgresError) log.fatal(err.message);
     else log.fatal({ err }, 'failed to start');
     process.exit(1);
   }
+  // A signal after start-up's last step: the server is up, so it stops as a running one does.
+  if (stopSignalledAt !== undefined) return stopRunning(running);
   if (running.url) {
     log.info({ url: running.url, role: config.role }, 'listening');
     process.stdout.write(`Mediagate listening on ${running.url}\n`);
+  } else if (running.metricsUrl) {
+    log.info({ metricsUrl: running.metricsUrl, role: config.role }, 'worker running');
+    process.stdout.write(`Mediagate worker running (metrics, health and readiness on ${running.metricsUrl})\n`);
   } else {
     log.info({ role: config.role }, 'worker running');
     process.stdout.write('Mediagate worker running (no HTTP)\n');
   }
-
-  let stopping = false;
-  const shutdown = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    log.info({ signal }, 'shutting down');
-    running
-      .stop()
-      .then(() => {
-        log.info('stopped');
-        process.exit(0);
-      })
-      .catch((err: unknown) => {
-        log.error({ err }, 'error during shutdown');
-        process.exit(1);
-      });
-  };
-  process.on('SIGTERM', () => shutdown('SIGTERM'));
-  process.on('SIGINT', () => shutdown('SIGINT'));
 }
 
 if (import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith('server/main.ts') || process.argv[1]?.endsWith('server/main.js')) {

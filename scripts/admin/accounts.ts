@@ -1,6 +1,7 @@
 // `accounts create|list|get|update|credit`: accounts are addressed by id or by name.
 import { defined, int, limitSetting, nullable, num, oneOf, optInt, optNum, required } from './args.ts';
 import type { Commands } from './command.ts';
+import { checkBody } from './contract.ts';
 import { lines, one, page } from './output.ts';
 
 const ACCOUNT_COLUMNS = ['id', 'name', 'status', 'balance', 'total_earned', 'total_spent', 'requests_per_minute', 'max_in_flight', 'created_at'];
@@ -12,13 +13,16 @@ export const accountCommands: Commands = {
   create: async ({ admin, flags }) =>
     one(
       await admin.accounts.create(
-        defined({
-          name: required(flags.name, 'name'),
-          initial_credits: optNum(flags['initial-credits'], 'initial-credits'),
-          status: oneOf(flags.status, 'status', STATUSES),
-          requests_per_minute: limitSetting(flags.rpm, 'rpm'),
-          max_in_flight: limitSetting(flags['max-in-flight'], 'max-in-flight'),
-        }),
+        checkBody(
+          'AdminAccountCreate',
+          defined({
+            name: required(flags.name, 'name'),
+            initial_credits: optNum(flags['initial-credits'], 'initial-credits'),
+            status: oneOf(flags.status, 'status', STATUSES),
+            requests_per_minute: limitSetting(flags.rpm, 'rpm'),
+            max_in_flight: limitSetting(flags['max-in-flight'], 'max-in-flight'),
+          }),
+        ),
       ),
     ),
 
@@ -38,25 +42,28 @@ export const accountCommands: Commands = {
     one(
       await admin.accounts.update(
         await accountId(target()),
-        defined({
-          name: flags.name,
-          status: oneOf(flags.status, 'status', STATUSES),
-          // `default` (or none) returns the account to the operator's OUTPUT_/INPUT_RETENTION_DAYS.
-          output_retention_days: nullable(retention(flags['output-retention-days']), (v) => int(v, 'output-retention-days')),
-          input_retention_days: nullable(retention(flags['input-retention-days']), (v) => int(v, 'input-retention-days')),
-          // N, none (no limit) or default (DEFAULT_ACCOUNT_RPM / DEFAULT_ACCOUNT_MAX_IN_FLIGHT).
-          requests_per_minute: limitSetting(flags.rpm, 'rpm'),
-          max_in_flight: limitSetting(flags['max-in-flight'], 'max-in-flight'),
-        }),
+        checkBody(
+          'AdminAccountUpdate',
+          defined({
+            name: flags.name,
+            status: oneOf(flags.status, 'status', STATUSES),
+            // `default` (or none) returns the account to the operator's OUTPUT_/INPUT_RETENTION_DAYS.
+            output_retention_days: nullable(retention(flags['output-retention-days']), (v) => int(v, 'output-retention-days')),
+            input_retention_days: nullable(retention(flags['input-retention-days']), (v) => int(v, 'input-retention-days')),
+            // N, none (no limit) or default (DEFAULT_ACCOUNT_RPM / DEFAULT_ACCOUNT_MAX_IN_FLIGHT).
+            requests_per_minute: limitSetting(flags.rpm, 'rpm'),
+            max_in_flight: limitSetting(flags['max-in-flight'], 'max-in-flight'),
+          }),
+        ),
       ),
     ),
 
   // A negative amount debits; the service refuses to go below zero.
   credit: async ({ admin, flags, target, accountId }) => {
-    const result = await admin.accounts.adjustCredits(await accountId(target()), {
-      amount: num(required(flags.amount, 'amount'), 'amount'),
-      reason: required(flags.reason, 'reason'),
-    });
+    const result = await admin.accounts.adjustCredits(
+      await accountId(target()),
+      checkBody('AdminCreditAdjustment', { amount: num(required(flags.amount, 'amount'), 'amount'), reason: required(flags.reason, 'reason') }),
+    );
     return { json: result, text: `${lines(result.account)}\n\nledger entry:\n${lines(result.entry)}` };
   },
 };

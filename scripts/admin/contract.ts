@@ -1,12 +1,28 @@
 // The admin API checks a body twice: its validator against the contract's schema, then the service.
-// The CLI calls the same services, so it runs the same first check here: the schema of the bundled
-// contract as the validator compiles it (server/contract-schemas.ts), and the same 400 the API answers.
+// The CLI calls the same services, so it runs the same first check here, on every body it sends: the
+// schema of the bundled contract as the validator compiles it (server/contract-schemas.ts), and the
+// same 400 the API answers. Without it the CLI stored what the API refuses (a priority of 5000, a
+// group named 'Bad Name!'), which the API's listings then could not answer within their schema.
 import type { ErrorObject } from 'ajv/dist/2020.js';
 import { contractSchema } from '../../server/contract-schemas.ts';
 import { ApiError } from '../../server/errors.ts';
 
-/** Request bodies of the admin API that the CLI builds whole (the others are built from typed flags). */
-export type AdminBodySchema = 'AdminCatalogModelCreate' | 'AdminCatalogModelUpdate';
+/** Request bodies of the admin API that the CLI sends (`components/schemas/<name>`). */
+export type AdminBodySchema =
+  | 'AdminAccountCreate'
+  | 'AdminAccountUpdate'
+  | 'AdminCreditAdjustment'
+  | 'AdminApiKeyCreate'
+  | 'AdminApiKeyUpdate'
+  | 'AdminGroupCreate'
+  | 'AdminGroupUpdate'
+  | 'AdminGroupMemberCreate'
+  | 'AdminGroupMemberUpdate'
+  | 'AdminCatalogModelCreate'
+  | 'AdminCatalogModelUpdate';
+
+/** The API's `400 invalid_request` for a body: a mistake in what was typed, so exit code 2 (runAdmin), as a bad flag is. */
+export class InvalidBody extends ApiError {}
 
 /** `/video/durations/0` + a missing `x` -> `video.durations.0.x`, as the API's error middleware names it. */
 function paramOf(error: ErrorObject): string | null {
@@ -17,12 +33,20 @@ function paramOf(error: ErrorObject): string | null {
   return parts.length > 0 ? parts.join('.') : null;
 }
 
-/** Throws the API's `400 invalid_request` for the first violation of the schema (as the validator reports one). */
-export function checkBody(schema: AdminBodySchema, body: unknown): void {
+function invalid(param: string | null, detail: string): InvalidBody {
+  return new InvalidBody(400, 'invalid_request', param ? `Invalid '${param}': ${detail}.` : `Invalid request: ${detail}.`, param);
+}
+
+/**
+ * Returns `body` when the schema takes it (with the schema's defaults filled in, as the validator
+ * fills them); otherwise throws the API's `400 invalid_request` for its first violation, as the
+ * validator reports one.
+ */
+export function checkBody<T>(schema: AdminBodySchema, body: T): T {
   const validate = contractSchema(schema);
-  if (validate(body)) return;
-  const error = validate.errors![0]!;
-  const param = paramOf(error);
-  const detail = error.message ?? 'invalid';
-  throw new ApiError(400, 'invalid_request', param ? `Invalid '${param}': ${detail}.` : `Invalid request: ${detail}.`, param);
+  if (!validate(body)) {
+    const error = validate.errors![0]!;
+    throw invalid(paramOf(error), error.message ?? 'invalid');
+  }
+  return body;
 }

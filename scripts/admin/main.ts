@@ -17,6 +17,7 @@ import { createLogger } from '../../server/logger.ts';
 import { accountCommands } from './accounts.ts';
 import { parse, UsageError, type Flags } from './args.ts';
 import { commandContext, type Command, type Commands } from './command.ts';
+import { InvalidBody } from './contract.ts';
 import { groupCommands } from './groups.ts';
 import { keyCommands } from './keys.ts';
 import { memberCommands } from './members.ts';
@@ -91,7 +92,8 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
   webhooks redeliver <video task id>   (send it again now, same webhook-id and body)
 
 Amounts are credits (decimals, at most 6 fractional digits). --json prints the API objects as JSON.
-Model bodies (--file, definitions) are those of POST and PATCH /admin/v1/models, checked as the admin API checks them;
+Every body a command sends is checked as the admin API checks it (the same error; exit code 2).
+Model bodies (--file, definitions) are those of POST and PATCH /admin/v1/models;
 --price changes the named rows of a model's (or definition's) prices and keeps the others.
 Database: DATABASE_URL, else the embedded database in $MEDIAGATE_DATA_DIR (default ./.mediagate).
 Credentials are encrypted with MEDIAGATE_SECRET_KEY (embedded mode: the data dir's secret.key).`;
@@ -134,7 +136,7 @@ export interface AdminIo {
   err: NodeJS.WritableStream;
 }
 
-/** Runs one command of the CLI; resolves with its exit code (0, 1 for a failure, 2 for a usage error). */
+/** Runs one command of the CLI; resolves with its exit code (0, 1 for a failure, 2 for a usage error or a body the contract refuses). */
 export async function runAdmin(argv: string[], io: AdminIo): Promise<number> {
   try {
     await main(argv, io);
@@ -146,7 +148,7 @@ export async function runAdmin(argv: string[], io: AdminIo): Promise<number> {
     }
     if (err instanceof ApiError) {
       io.err.write(`error: ${err.message} (${err.code}${err.param ? `, ${err.param}` : ''})\n`);
-      return 1;
+      return err instanceof InvalidBody ? 2 : 1;
     }
     io.err.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
     return 1;

@@ -4,6 +4,7 @@ import { ApiError } from '../../server/errors.ts';
 import { PROVIDER_KINDS } from '../../server/providers/provider-kinds.ts';
 import { bool, credentials, defined, int, list, modelMap, nullable, oneOf, optInt, required, UsageError } from './args.ts';
 import type { Commands } from './command.ts';
+import { checkBody } from './contract.ts';
 import { one, table, type Row } from './output.ts';
 
 const MEMBER_COLUMNS = ['id', 'name', 'provider', 'enabled', 'priority', 'weight', 'concurrency_limit', 'in_flight', 'state', 'ok/fail', 'last_error', 'models'];
@@ -24,18 +25,21 @@ export const memberCommands: Commands = {
     const group = await groupId(required(flags.group, 'group'));
     const member = await admin.groups.createMember(
       group,
-      defined({
-        name: required(flags.name, 'name'),
-        provider: oneOf(required(flags.provider, 'provider'), 'provider', PROVIDER_KINDS)!,
-        models: list(required(flags.models, 'models'))!,
-        model_map: modelMap(flags['model-map']),
-        credentials: credentials(flags.credential),
-        base_url: flags['base-url'],
-        priority: optInt(flags.priority, 'priority'),
-        weight: optInt(flags.weight, 'weight'),
-        concurrency_limit: nullable(flags['concurrency-limit'], (v) => int(v, 'concurrency-limit')),
-        enabled: bool(flags.enabled, 'enabled'),
-      }),
+      checkBody(
+        'AdminGroupMemberCreate',
+        defined({
+          name: required(flags.name, 'name'),
+          provider: oneOf(required(flags.provider, 'provider'), 'provider', PROVIDER_KINDS)!,
+          models: list(required(flags.models, 'models'))!,
+          model_map: modelMap(flags['model-map']),
+          credentials: credentials(flags.credential),
+          base_url: flags['base-url'],
+          priority: optInt(flags.priority, 'priority'),
+          weight: optInt(flags.weight, 'weight'),
+          concurrency_limit: nullable(flags['concurrency-limit'], (v) => int(v, 'concurrency-limit')),
+          enabled: bool(flags.enabled, 'enabled'),
+        }),
+      ),
     );
     return one(member);
   },
@@ -57,17 +61,20 @@ export const memberCommands: Commands = {
       await admin.groups.updateMember(
         group,
         member.id,
-        defined({
-          name: flags.name,
-          models: list(flags.models),
-          model_map: modelMap(flags['model-map']),
-          credentials: credentials(flags.credential),
-          base_url: nullable(flags['base-url'], (v) => v),
-          priority: optInt(flags.priority, 'priority'),
-          weight: optInt(flags.weight, 'weight'),
-          concurrency_limit: nullable(flags['concurrency-limit'], (v) => int(v, 'concurrency-limit')),
-          enabled: bool(flags.enabled, 'enabled'),
-        }),
+        checkBody(
+          'AdminGroupMemberUpdate',
+          defined({
+            name: flags.name,
+            models: list(flags.models),
+            model_map: modelMap(flags['model-map']),
+            credentials: credentials(flags.credential),
+            base_url: nullable(flags['base-url'], (v) => v),
+            priority: optInt(flags.priority, 'priority'),
+            weight: optInt(flags.weight, 'weight'),
+            concurrency_limit: nullable(flags['concurrency-limit'], (v) => int(v, 'concurrency-limit')),
+            enabled: bool(flags.enabled, 'enabled'),
+          }),
+        ),
       ),
     );
   },

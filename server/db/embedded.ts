@@ -367,6 +367,8 @@ function launch(layout: EmbeddedLayout, port: number): Promise<{ child: ChildPro
       layout,
       true,
     );
+    // Owned from its spawn: a server that exits while it starts (a stop past its deadline) stops it too.
+    ownedPostmasters.set(layout.clusterDir, child);
     const output = () => lines.join('');
     let settled = false;
     const fail = (err: Error) => {
@@ -374,6 +376,7 @@ function launch(layout: EmbeddedLayout, port: number): Promise<{ child: ChildPro
       settled = true;
       clearTimeout(timer);
       child.kill('SIGKILL');
+      ownedPostmasters.delete(layout.clusterDir);
       reject(err);
     };
     const timer = setTimeout(

@@ -8,11 +8,16 @@
  * A handler adds what the request did to its line (`logWith`): a synchronous image request's line
  * carries its task, model and charge, and is the only line such a request writes at `info`
  * (docs/BENCHMARKS.md, seventh look: three lines a request added 2–3 ms at concurrency 1 there).
+ *
+ * The `operation` label is the operationId the validator (or a fast path) matched; a request refused
+ * before it (401, 429, 413, 408, 415, 503 server_busy) is labelled by its method and path in the
+ * contract (`operationMatcher`), and only a request the contract has no operation for is `unmatched`.
  */
 import type { NextFunction, Request, Response } from 'express';
 import type { Counter, Histogram } from 'prom-client';
 import type { Logger } from '../logger.ts';
 import type { Metrics } from '../metrics.ts';
+import type { OpenApiDocument } from '../openapi.ts';
 
 type CounterChild = ReturnType<Counter<'operation' | 'method' | 'status'>['labels']>;
 type HistogramChild = ReturnType<Histogram<'operation' | 'method'>['labels']>;
@@ -20,6 +25,28 @@ type HistogramChild = ReturnType<Histogram<'operation' | 'method'>['labels']>;
 /** Adds `fields` to the access log line of `res`'s request (later fields win), kept in `res.locals` until it closes. */
 export function logWith(res: Response, fields: Record<string, unknown>): void {
   res.locals.logFields = Object.assign((res.locals.logFields as Record<string, unknown> | undefined) ?? {}, fields);
+}
+
+/**
+ * The operationId of a method and path in `spec`, as the validator would match them (a path without
+ * parameters before one with them), or undefined: the label stays one of the contract's operations.
+ */
+export function operationMatcher(spec: OpenApiDocument): (method: string, path: string) => string | undefined {
+  const routes = Object.entries(spec.paths)
+    .map(([path, item]) => ({
+      item,
+      params: path.split('{').length - 1,
+      regexp: new RegExp(`^${path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}/]+\}/g, '[^/]+')}$`),
+    }))
+    .sort((a, b) => a.params - b.params);
+  return (method, path) => {
+    const verb = (method === 'HEAD' ? 'get' : method.toLowerCase()) as keyof OpenApiDocument['paths'][string];
+    for (const route of routes) {
+      const operationId = route.regexp.test(path) ? route.item[verb]?.operationId : undefined;
+      if (operationId) return operationId;
+    }
+    return undefined;
+  };
 }
 
 export function accessLog(log: Logger, metrics: Metrics, operationOf: (req: Request) => string | undefined) {

@@ -55,7 +55,7 @@ describe('webhook secrets', () => {
 
 describe('webhook retry schedule', () => {
   it('is 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h by default, each up to 10 % later, then gives up', () => {
-    const config = loadConfig({ MEDIAGATE_SECRET_KEY: 'x'.repeat(64) }, []);
+    const config = loadConfig({}, []);
     expect(config.webhookRetryScheduleMs).toEqual([5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]);
     const policy = { maxRetries: 7, baseDelayMs: 0, maxDelayMs: 0, scheduleMs: DEFAULT_WEBHOOK_RETRY_SCHEDULE_MS };
     expect(DEFAULT_WEBHOOK_RETRY_SCHEDULE_MS.map((_, k) => retryDelay(policy, k, () => 0))).toEqual(DEFAULT_WEBHOOK_RETRY_SCHEDULE_MS);

@@ -1,3 +1,6 @@
+// s3rver ships no types: its declaration is named here, so that every program that compiles this
+// file (the build's, through scripts/bench.ts, includes no other test file) finds it.
+/// <reference path="./s3rver.d.ts" />
 /**
  * An S3-compatible server on loopback for the tests (s3rver, from npm: no Docker, no network),
  * with one bucket, and an S3MediaStore on it. s3rver does not check signatures (any credentials

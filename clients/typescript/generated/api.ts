@@ -897,9 +897,9 @@ export interface paths {
         };
         /**
          * Readiness probe
-         * @description Answers `200 {"status": "ready"}` when the database is reachable (a short query succeeds), and
-         *     `503` with code `not_ready` otherwise, so a load balancer stops sending traffic to this
-         *     instance. No API key.
+         * @description Answers `200 {"status": "ready"}` when the database is reachable (a short query succeeds
+         *     within 2 s), and `503` with code `not_ready` otherwise, and while the process is stopping
+         *     (draining its requests), so a load balancer stops sending traffic to this instance. No API key.
          *
          *     Errors: `400 invalid_request` (unknown query parameter); `503 not_ready`.
          */
@@ -7037,7 +7037,7 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
-            /** @description Not ready (the database is unreachable). */
+            /** @description Not ready (the database is unreachable or slow, or the process is stopping). */
             503: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
