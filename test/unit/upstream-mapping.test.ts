@@ -74,6 +74,32 @@ describe('checkMapping (when a mapping is saved)', () => {
   });
 });
 
+describe('a mapping that does not end', () => {
+  // JSONata never yields while it recurses: without a limit this froze the process (no timer fired).
+  const LOOP = '($f := function($x){ $f($x + 1) }; $f(0))';
+  const DEEP = '($f := function($x){ $x > 0 ? $x + $f($x - 1) : 0 }; $f(100000))';
+
+  it('is refused when saved, stopped within its time or depth limit, not run until the process is killed', async () => {
+    for (const [input, said] of [
+      [LOOP, /was stopped: it ran longer than 250 ms/],
+      [DEEP, /was stopped: it nests deeper than 500 steps/],
+    ] as const) {
+      const started = Date.now();
+      const err = await fails(checkMapping('fal', 'video', { ...KLING, input }));
+      expect([err.path, err.message]).toEqual(['input', expect.stringMatching(said)]);
+      expect(Date.now() - started).toBeLessThan(5_000);
+    }
+  });
+
+  it('on a path the sample request does not take is stopped when a request takes it, and the next request runs', async () => {
+    const mapping = { ...KLING, input: `prompt = "boom" ? ${LOOP} : {"prompt": prompt}` };
+    await checkMapping('fal', 'video', mapping);
+    const err = await fails(mappedInput(mapping, videoContext(job({ prompt: 'boom' }))));
+    expect(err.message).toMatch(/was stopped: it ran longer than 250 ms/);
+    expect(await mappedInput(mapping, videoContext(job()))).toEqual({ prompt: 'a fox' });
+  });
+});
+
 describe('mappedInput', () => {
   it('renames, maps values, leaves out what the request lacks, and hands media as signed URLs by default', async () => {
     const first = media('first');

@@ -109,7 +109,7 @@ function expression(text: string, path: string): jsonata.Expression {
   let expr = compiled.get(text);
   if (!expr) {
     try {
-      expr = jsonata(text);
+      expr = jsonata(text, GUARDRAILS);
     } catch (err) {
       throw new MappingError(path, `is not a valid JSONata expression: ${jsonataMessage(err)}.`);
     }
@@ -124,11 +124,22 @@ function jsonataMessage(err: unknown): string {
   return `${e.message ?? String(err)}${e.position !== undefined ? ` (at character ${e.position}${e.token ? `, near '${e.token}'` : ''})` : ''}`;
 }
 
+/**
+ * How long one evaluation may run and how deep it may nest (JSONata's own guardrails, D1012 and
+ * D1011): its evaluation never yields to the event loop while it recurses, so an expression that
+ * does not end (a recursive helper without a base case) would freeze the whole process, at save
+ * time or on the request that takes its path.
+ */
+const GUARDRAILS = { timeout: 250, stack: 500 };
+
 async function evaluate(text: string, path: string, input: unknown): Promise<unknown> {
   try {
     return await expression(text, path).evaluate(input);
   } catch (err) {
     if (err instanceof MappingError) throw err;
+    const code = (err as { code?: unknown }).code;
+    if (code === 'D1012') throw new MappingError(path, `was stopped: it ran longer than ${GUARDRAILS.timeout} ms (a loop that does not end?).`);
+    if (code === 'D1011') throw new MappingError(path, `was stopped: it nests deeper than ${GUARDRAILS.stack} steps (a recursive function that does not end?).`);
     // `$error("…")`: the mapping refuses this request (JSONata's D3137), not a fault of the mapping.
     if ((err as { code?: unknown }).code === 'D3137') throw new MappingError(path, (err as Error).message, true);
     throw new MappingError(path, `failed to evaluate: ${jsonataMessage(err)}.`);
