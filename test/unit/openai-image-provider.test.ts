@@ -51,7 +51,6 @@ function params(overrides: Partial<ImageParams> = {}): ImageParams {
     resolution: '1K',
     aspectRatio: '1:1',
     quality: 'auto',
-    resolvedQuality: 'high',
     background: 'auto',
     transparent: false,
     outputFormat: 'png',
@@ -60,6 +59,8 @@ function params(overrides: Partial<ImageParams> = {}): ImageParams {
     partialImages: 0,
     requestedSize: 'auto',
     ...overrides,
+    // As image-request.ts resolves it: `auto` is billed, and asked for, at `high`.
+    resolvedQuality: overrides.resolvedQuality ?? (overrides.quality === undefined || overrides.quality === 'auto' ? 'high' : overrides.quality),
   };
 }
 
@@ -201,7 +202,8 @@ describe('generations', () => {
   it('leaves output_compression out for png and asks for n images in one call', async () => {
     const rec = await run(job({ n: 4 }, { outputFormat: 'png', outputCompression: 30 }));
     expect(fake.calls).toHaveLength(1);
-    expect(fake.calls[0]!.params).toEqual({ model: 'gpt-image-1.5', prompt: 'a lighthouse at dusk', n: 4, size: '1024x1024', quality: 'auto', background: 'auto', output_format: 'png' });
+    // `quality: auto` goes as the `high` it is billed at.
+    expect(fake.calls[0]!.params).toEqual({ model: 'gpt-image-1.5', prompt: 'a lighthouse at dusk', n: 4, size: '1024x1024', quality: 'high', background: 'auto', output_format: 'png' });
     expect(rec.log).toEqual(['image 0', 'image 1', 'image 2', 'image 3']);
   });
 
@@ -226,6 +228,10 @@ describe('generations', () => {
     fake.calls.length = 0;
     await run(job({ model: 'dall-e-3' }, { quality: 'medium' }));
     expect(fake.calls[0]!.params.quality).toBe('standard');
+    // `auto`, billed at high, is asked for as hd.
+    fake.calls.length = 0;
+    await run(job({ model: 'dall-e-3' }, { quality: 'auto' }));
+    expect(fake.calls[0]!.params.quality).toBe('hd');
   });
 
   it('sends dall-e-2 no quality, the smallest square size that covers the request, and converts the answer', async () => {

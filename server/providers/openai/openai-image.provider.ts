@@ -162,7 +162,9 @@ function requestFields(job: ImageJob, family: Family, n: number, stream: boolean
   const p = job.params;
   const fields: Record<string, string | number | boolean> = { model: job.model, prompt: job.prompt, n, size: upstreamImageSize(job.model, p.width, p.height) };
   if (family === 'gpt') {
-    fields.quality = p.quality;
+    // The quality the request is billed at (`auto` resolves to `high` on models priced by quality):
+    // an `auto` left to the upstream could come back at a cheaper one than was charged.
+    fields.quality = p.resolvedQuality;
     fields.background = p.background;
     fields.output_format = p.outputFormat;
     if (p.outputCompression !== undefined && p.outputFormat !== 'png') fields.output_compression = p.outputCompression;
@@ -171,7 +173,7 @@ function requestFields(job: ImageJob, family: Family, n: number, stream: boolean
       fields.partial_images = p.partialImages;
     }
   } else {
-    if (family === 'dall-e-3') fields.quality = p.quality === 'high' ? 'hd' : 'standard';
+    if (family === 'dall-e-3') fields.quality = p.resolvedQuality === 'high' ? 'hd' : 'standard';
     fields.response_format = 'b64_json';
   }
   return fields;
