@@ -1367,8 +1367,12 @@ export interface paths {
          *     a video model has exactly one row per resolution in `video.resolutions`, with `quality` `null`
          *     and mode `per_second` or `per_item`; an image model's rows are `per_item` (per image), one per
          *     resolution in `image.resolutions`, and one per resolution and quality tier (`low`, `medium`,
-         *     `high`) when `supports_quality`. `audio.default_enabled` requires `audio.supported`. The model
-         *     is offered to keys only once a member of their group lists it in `models`.
+         *     `high`) when `supports_quality`. `audio.default_enabled` requires `audio.supported`.
+         *     Capabilities no request could use are `400 invalid_request` too: an image tier its
+         *     `size_table` lacks (`param` `image.resolutions`: `512` only with `gemini-3.1-flash-image`), a
+         *     ratio a Gemini table lacks, or an aspect ratio wider than `3:1` or `1:3` (`param`
+         *     `image.aspect_ratios` / `video.aspect_ratios`). The model is offered to keys only once a member
+         *     of their group lists it in `models`.
          *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
@@ -1417,8 +1421,10 @@ export interface paths {
          *       applies to future quotes only: existing tasks keep their billing snapshot, and quote tokens
          *       issued before the change become stale, so creating a video with one is `409 quote_stale`
          *       carrying the new `currentQuote`.
-         *     - `reference_image_max_count` (0–256) sets `video.reference_images.max_count`; only for video
-         *       models whose limit is `configurable`, else `400 invalid_request`.
+         *     - `reference_image_max_count` sets `video.reference_images.max_count`; only for video models
+         *       whose limit is `configurable`, and from 0 up to the `max_count` the model was created with
+         *       (its definition's: what its upstream takes), else `400 invalid_request` (`param`
+         *       `reference_image_max_count`). The limit can be lowered and raised back, never above that.
          *     - `enabled: false` hides the model from `GET /v1/models` and `GET /v1/videos/capabilities` and
          *       makes new requests for it `404 model_not_found`; running tasks finish.
          *
@@ -2179,7 +2185,7 @@ export interface components {
              */
             resolution?: string;
             /**
-             * @description `auto` (default), `low`, `medium` or `high`. `auto` is accepted by every model (the upstream decides); `low`, `medium` and `high` only by models that declare quality support, any other model answers `400 quality_not_supported`.
+             * @description `auto` (default), `low`, `medium` or `high`. `auto` is accepted by every model: on a model that declares quality support it is billed, and asked of the upstream, as `high`; on any other the upstream decides. `low`, `medium` and `high` only by models that declare quality support, any other model answers `400 quality_not_supported`.
              * @default auto
              */
             quality?: components["schemas"]["ImageQuality"];
@@ -2582,7 +2588,7 @@ export interface components {
              */
             resolution?: string;
             /**
-             * @description `auto` (default), `low`, `medium` or `high`. `auto` is accepted by every model (the upstream decides); `low`, `medium` and `high` only by models that declare quality support, any other model answers `400 quality_not_supported`.
+             * @description `auto` (default), `low`, `medium` or `high`. `auto` is accepted by every model: on a model that declares quality support it is billed, and asked of the upstream, as `high`; on any other the upstream decides. `low`, `medium` and `high` only by models that declare quality support, any other model answers `400 quality_not_supported`.
              * @default auto
              */
             quality?: components["schemas"]["ImageQuality"];
@@ -2657,7 +2663,7 @@ export interface components {
              */
             resolution?: string;
             /**
-             * @description `auto` (default), `low`, `medium` or `high`. `auto` is accepted by every model (the upstream decides); `low`, `medium` and `high` only by models that declare quality support, any other model answers `400 quality_not_supported`.
+             * @description `auto` (default), `low`, `medium` or `high`. `auto` is accepted by every model: on a model that declares quality support it is billed, and asked of the upstream, as `high`; on any other the upstream decides. `low`, `medium` and `high` only by models that declare quality support, any other model answers `400 quality_not_supported`.
              * @default auto
              */
             quality?: components["schemas"]["ImageQuality"];
@@ -4023,9 +4029,9 @@ export interface components {
          *     }
          */
         AdminImageModelCapabilities: {
-            /** @description Resolution tiers (see the image size table). A request without `resolution` is billed at the first one. `512` exists only in the `gemini-3.1-flash-image` pixel table. */
+            /** @description Resolution tiers (see the image size table). A request without `resolution` is billed at the first one. `512` exists only in the `gemini-3.1-flash-image` pixel table; a tier the model's `size_table` lacks is `400 invalid_request` (`param` `image.resolutions`). */
             resolutions: ("512" | "1K" | "2K" | "4K")[];
-            /** @description Width:height ratios such as `1:1` or `16:9`. */
+            /** @description Width:height ratios such as `1:1` or `16:9`, written as a request writes them. On the reference table a ratio outside table 2.8 gets a derived size and must lie between `1:3` and `3:1` (the bound of a custom `size`), else `400 invalid_request` (`param` `image.aspect_ratios`); a Gemini table takes its own ratios only (see `size_table`). */
             aspect_ratios: string[];
             output_formats: ("png" | "jpeg" | "webp")[];
             /** @description Whether `quality` (`low`, `medium`, `high`) may be sent; such a model is priced per quality tier. */
@@ -4114,6 +4120,7 @@ export interface components {
         AdminVideoModelCapabilities: {
             /** @description Allowed durations in seconds. */
             durations: number[];
+            /** @description Width:height ratios such as `16:9`, written as a request writes them, between `1:3` and `3:1` (the bound of a custom image `size`); a wider one is `400 invalid_request` (`param` `video.aspect_ratios`). */
             aspect_ratios: string[];
             /** @description Lowercase output resolutions such as `720p` or `1080p`; each has exactly one price row. */
             resolutions: string[];
@@ -4125,7 +4132,7 @@ export interface components {
             reference_images: {
                 /** @description Most reference images per request; `0` means none are accepted. */
                 max_count: number;
-                /** @description Whether `reference_image_max_count` in `PATCH /admin/v1/models/{model_id}` may change `max_count`. */
+                /** @description Whether `reference_image_max_count` in `PATCH /admin/v1/models/{model_id}` may change `max_count`, lowering it or raising it back up to the `max_count` the model was created with (what its upstream takes), never above. */
                 configurable: boolean;
             };
             audio: {
@@ -4393,7 +4400,7 @@ export interface components {
             enabled?: boolean;
             /** @description Replaces all price rows; checked against the model's capabilities as on creation. */
             pricing?: components["schemas"]["AdminPricing"];
-            /** @description New `video.reference_images.max_count`; only for video models whose limit is `configurable`, else `400 invalid_request`. */
+            /** @description New `video.reference_images.max_count`; only for video models whose limit is `configurable`, and at most the `max_count` the model was created with (what its upstream takes), else `400 invalid_request` (`param` `reference_image_max_count`). */
             reference_image_max_count?: number;
             upstream_mappings?: components["schemas"]["AdminUpstreamMappingsUpdate"];
             /**

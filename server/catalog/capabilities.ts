@@ -43,7 +43,12 @@ export interface VideoCapabilities {
   aspectRatios: string[];
   resolutions: string[];
   frames: FramesMode;
-  referenceImages: { maxCount: number; configurable: boolean };
+  /**
+   * `ceiling`: the most a configurable `maxCount` may be raised to, the `maxCount` the model was
+   * created with (what its upstream takes); absent on rows created before it was recorded, where
+   * the current `maxCount` is the ceiling.
+   */
+  referenceImages: { maxCount: number; configurable: boolean; ceiling?: number };
   /** `alwaysOn`: the model always generates audio (Veo 3); `generate_audio: false` is refused. */
   audio: { supported: boolean; defaultEnabled: boolean; alwaysOn?: boolean };
   durationConstraints?: DurationConstraint[];

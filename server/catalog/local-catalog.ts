@@ -55,7 +55,7 @@ export const LOCAL_MODELS: CatalogModelDefinition[] = [
       aspectRatios: ['16:9', '9:16', '1:1'],
       resolutions: ['360p', '480p', '720p'],
       frames: 'first-and-optional-last',
-      referenceImages: { maxCount: 10, configurable: true },
+      referenceImages: { maxCount: 10, configurable: true, ceiling: 10 },
       audio: { supported: true, defaultEnabled: false },
     },
     prices: [

@@ -90,21 +90,36 @@ export class ModelRepository {
   /**
    * Video models visible to a group (listed by an enabled member; product spec §4.7), with whether
    * such a member can also run them here (`reachable`: an adapter and credentials) and their price
-   * rows; one query. `modelId` narrows it to one model.
+   * rows; one query.
    */
-  async listVideoCatalog(groupId: string, modelId?: string): Promise<VideoCatalogRow[]> {
+  listVideoCatalog(groupId: string): Promise<VideoCatalogRow[]> {
+    return this.videoCatalog(groupId, undefined);
+  }
+
+  /**
+   * One video model as a group sees it: listed by any member of the group, enabled or not, so that
+   * a model whose members are all disabled is found unreachable (`503 no_reachable_member`), as an
+   * image model is, rather than unknown.
+   */
+  async findVideoModel(groupId: string, modelId: string): Promise<VideoCatalogRow | undefined> {
+    return (await this.videoCatalog(groupId, modelId))[0];
+  }
+
+  private async videoCatalog(groupId: string, modelId: string | undefined): Promise<VideoCatalogRow[]> {
+    const serving = sql`g.enabled and ${this.runnable(sql`'video'`)}`;
     const result = await sql<VideoCatalogRow>`
       select m.id, m.display_name as "displayName", m.capabilities,
-             bool_or(${this.runnable(sql`'video'`)}) as reachable,
-             coalesce(array_agg(distinct g.provider) filter (where ${this.runnable(sql`'video'`)}), '{}') as providers,
+             bool_or(${serving}) as reachable,
+             coalesce(array_agg(distinct g.provider) filter (where ${serving}), '{}') as providers,
              coalesce((select json_agg(json_build_object('resolution', p.resolution, 'mode', p.mode, 'unitPrice', p.unit_price) order by p.resolution)
                        from model_prices p where p.model_id = m.id and p.quality = ''), '[]'::json) as prices
       from catalog_models m
-      join group_members g on g.group_id = ${groupId} and g.enabled and m.id = any(g.models)
+      join group_members g on g.group_id = ${groupId} and m.id = any(g.models)
       where m.kind = 'video' and m.enabled
         and exists (select 1 from capability_switches s where s.name = 'video_generation' and s.enabled)
         ${modelId === undefined ? sql`` : sql`and m.id = ${modelId}`}
       group by m.id
+      ${modelId === undefined ? sql`having bool_or(g.enabled)` : sql``}
       order by m.id`.execute(this.db);
     return result.rows;
   }

@@ -1,6 +1,7 @@
 import createClient from 'openapi-fetch';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { paths } from '../../generated/api.d.ts';
+import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
 
@@ -197,5 +198,99 @@ describe('catalog models', () => {
     const { response, error } = await server.admin().PATCH('/admin/v1/models/{model_id}', { params: { path: { model_id: 'nope' } }, body: { enabled: false } });
     expect(response.status).toBe(404);
     expect(error?.error.code).toBe('model_not_found');
+  });
+});
+
+describe('reference-image limits', () => {
+  it('lowers a configurable limit and raises it back, but never past the max_count the model was created with', async () => {
+    // Kling's omni-video takes 7 reference images; Ark's Seedance 1.0 lite i2v 4 (its adapter's check allows 9).
+    for (const [definition, max] of [['kling/kling-v3-omni-std', 7], ['ark/seedance-1-0-lite-i2v-250428', 4]] as const) {
+      const { model } = findCatalogDefinition(definition)!;
+      expect((await server.admin().POST('/admin/v1/models', { body: model })).response.status).toBe(201);
+      const path = { model_id: model.id };
+      const raised = await server.admin().PATCH('/admin/v1/models/{model_id}', { params: { path }, body: { reference_image_max_count: max + 1 } });
+      expect(raised.response.status).toBe(400);
+      expect(raised.error?.error).toMatchObject({ code: 'invalid_request', param: 'reference_image_max_count', message: expect.stringContaining(`at most ${max} reference images`) });
+      const row = await server.db.selectFrom('catalogModels').select('capabilities').where('id', '=', model.id).executeTakeFirstOrThrow();
+      expect(row.capabilities).toMatchObject({ referenceImages: { maxCount: max, configurable: true } });
+
+      const lowered = await server.admin().PATCH('/admin/v1/models/{model_id}', { params: { path }, body: { reference_image_max_count: 2 } });
+      expect(lowered.data?.video?.reference_images).toEqual({ max_count: 2, configurable: true });
+      const back = await server.admin().PATCH('/admin/v1/models/{model_id}', { params: { path }, body: { reference_image_max_count: max } });
+      expect(back.data?.video?.reference_images).toEqual({ max_count: max, configurable: true });
+      const again = await server.admin().PATCH('/admin/v1/models/{model_id}', { params: { path }, body: { reference_image_max_count: max + 1 } });
+      expect(again.response.status).toBe(400);
+    }
+  });
+
+  it('publishes only the limit the upstream takes in GET /v1/videos/capabilities', async () => {
+    const customer = await createCustomer(server.db, { models: ['kling-v3-omni-std'] });
+    const raise = await server.admin().PATCH('/admin/v1/models/{model_id}', { params: { path: { model_id: 'kling-v3-omni-std' } }, body: { reference_image_max_count: 12 } });
+    expect(raise.response.status).toBe(400);
+    const { data } = await server.client(customer.key).GET('/v1/videos/capabilities');
+    expect(data?.items.map((i) => [i.model, i.input.referenceImages])).toEqual([['kling-v3-omni-std', { maxCount: 7, configurable: true }]]);
+  });
+});
+
+describe('capabilities no request could use', () => {
+  const videoModel = (id: string, aspect_ratios: string[]): CreateBody => ({
+    id,
+    kind: 'video',
+    display_name: id,
+    video: {
+      durations: [4],
+      aspect_ratios,
+      resolutions: ['720p'],
+      frames: 'none',
+      reference_images: { max_count: 0, configurable: false },
+      audio: { supported: false, default_enabled: false },
+    },
+    pricing: [{ resolution: '720p', quality: null, mode: 'per_item', unit_price: 1 }],
+  });
+  const plainImage = (id: string, image: Partial<NonNullable<CreateBody['image']>>): CreateBody => {
+    const resolutions = image.resolutions ?? ['1K'];
+    return imageModel(id, {
+      image: { ...imageModel(id).image!, supports_quality: false, ...image, resolutions },
+      pricing: resolutions.map((resolution) => ({ resolution, quality: null, mode: 'per_item' as const, unit_price: 0.01 })),
+    });
+  };
+  const stored = async (id: string) => (await server.db.selectFrom('catalogModels').select('id').where('id', '=', id).execute()).length;
+
+  it("refuses an image tier the model's size table lacks: 512 only with gemini-3.1-flash-image", async () => {
+    const reference = await server.admin().POST('/admin/v1/models', { body: plainImage('img-512', { resolutions: ['512', '1K'], aspect_ratios: ['1:1'] }) });
+    expect(reference.response.status).toBe(400);
+    expect(reference.error?.error).toMatchObject({ code: 'invalid_request', param: 'image.resolutions', message: expect.stringContaining("'reference' has no 512 tier") });
+    expect(await stored('img-512')).toBe(0);
+    const gemini = await server.admin().POST('/admin/v1/models', {
+      body: plainImage('img-512-gemini', { resolutions: ['512', '1K'], aspect_ratios: ['1:1'], size_table: 'gemini-3.1-flash-image' }),
+    });
+    expect(gemini.response.status).toBe(201);
+  });
+
+  it('refuses ratios a request could not send (0:1, 16:09), as the request schema does', async () => {
+    for (const body of [plainImage('img-zero', { aspect_ratios: ['1:1', '0:1'] }), videoModel('vid-padded', ['16:09', '16:9']), videoModel('vid-zero', ['0:1'])]) {
+      const { response, error } = await direct().POST('/admin/v1/models', { body });
+      expect(response.status, body.id).toBe(400);
+      expect(error?.error).toMatchObject({ code: 'invalid_request', param: expect.stringMatching(/^(image|video)\.aspect_ratios/) });
+      expect(await stored(body.id)).toBe(0);
+    }
+  });
+
+  it('refuses ratios wider than 3:1, the bound of a custom size, on the reference table and for videos', async () => {
+    for (const [body, param] of [
+      [plainImage('img-wide', { aspect_ratios: ['1:1', '99:1'] }), 'image.aspect_ratios'],
+      [plainImage('img-tall', { aspect_ratios: ['1:4'] }), 'image.aspect_ratios'],
+      [videoModel('vid-wide', ['16:9', '4:1']), 'video.aspect_ratios'],
+    ] as const) {
+      const { response, error } = await server.admin().POST('/admin/v1/models', { body });
+      expect(response.status, body.id).toBe(400);
+      expect(error?.error).toMatchObject({ code: 'invalid_request', param, message: expect.stringContaining('between 1:3 and 3:1') });
+      expect(await stored(body.id)).toBe(0);
+    }
+    // The bound itself, and a Gemini table's own wider ratios, are accepted.
+    expect((await server.admin().POST('/admin/v1/models', { body: plainImage('img-3-1', { aspect_ratios: ['3:1', '1:3', '21:9'] }) })).response.status).toBe(201);
+    expect((await server.admin().POST('/admin/v1/models', { body: videoModel('vid-21-9', ['21:9', '9:21']) })).response.status).toBe(201);
+    const gemini = plainImage('img-gemini-8-1', { aspect_ratios: ['1:8', '8:1'], size_table: 'gemini-3.1-flash-image' });
+    expect((await server.admin().POST('/admin/v1/models', { body: gemini })).response.status).toBe(201);
   });
 });

@@ -70,6 +70,13 @@ describe('backend groups', () => {
     expect(clash.response.status).toBe(409);
   });
 
+  it('answers 404 group_not_found for an unknown group even when the new name is taken', async () => {
+    await newGroup('held-name');
+    const { response, error } = await server.admin().PATCH('/admin/v1/groups/{group_id}', { params: { path: { group_id: 'grp_doesnotexist' } }, body: { name: 'held-name' } });
+    expect(response.status).toBe(404);
+    expect(error?.error.code).toBe('group_not_found');
+  });
+
   it('walks every group exactly once in name order', async () => {
     for (const name of ['walk-c', 'walk-a', 'walk-e', 'walk-b', 'walk-d']) await createGroup(server.db, { name });
     const seen: string[] = [];

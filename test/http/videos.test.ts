@@ -66,7 +66,7 @@ describe('GET /v1/videos/capabilities (§2.7)', () => {
     expect(JSON.stringify(data)).not.toMatch(/mem_|credential/);
   });
 
-  it('does not list a model that only a disabled member serves (§4.7: only models visible to the key), and creating it is 404', async () => {
+  it('does not list a model that only a disabled member serves (§4.7: only models visible to the key), and creating it is 503 no_reachable_member', async () => {
     const account = await createAccount(server.db);
     const group = await createGroup(server.db);
     await createMember(server.db, group.id, { models: ['local-video-lite'], enabled: false });
@@ -75,8 +75,9 @@ describe('GET /v1/videos/capabilities (§2.7)', () => {
     expect(data?.items).toEqual([]);
     expect((await server.client(key.key).GET('/v1/models')).data?.data).toEqual([]);
     const res = await post(key.key, body({ model: 'local-video-lite', resolution: '360p', seconds: 2, aspectRatio: '1:1' }));
-    expect(res.status).toBe(404);
-    expect(res.body.error.code).toBe('model_not_found');
+    // The group lists it, but no enabled member serves it (as for images: ErrorCode's no_reachable_member).
+    expect(res.status).toBe(503);
+    expect(res.body.error.code).toBe('no_reachable_member');
   });
 });
 

@@ -180,7 +180,11 @@ export function fromAdminVideoCapabilities(c: AdminVideoModelCapabilities): Vide
     aspectRatios: c.aspect_ratios,
     resolutions: c.resolutions,
     frames: c.frames,
-    referenceImages: { maxCount: c.reference_images.max_count, configurable: c.reference_images.configurable },
+    referenceImages: {
+      maxCount: c.reference_images.max_count,
+      configurable: c.reference_images.configurable,
+      ...(c.reference_images.configurable && { ceiling: c.reference_images.max_count }),
+    },
     audio: { supported: c.audio.supported, defaultEnabled: c.audio.default_enabled, ...(c.audio.always_on && { alwaysOn: true }) },
     ...(c.duration_constraints?.length && {
       durationConstraints: c.duration_constraints.map((d) => ({

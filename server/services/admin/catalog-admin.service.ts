@@ -5,7 +5,7 @@
 import type { components } from '../../../generated/api.d.ts';
 import type { ImageCapabilities, VideoCapabilities } from '../../catalog/capabilities.ts';
 import { ApiError, badRequest, conflict } from '../../errors.ts';
-import { SIZE_TABLES } from '../image/image-size.ts';
+import { CUSTOM_SIZE_LIMITS, SIZE_TABLES } from '../image/image-size.ts';
 import type { Transactor } from '../../db/transaction.ts';
 import type { CatalogRepository, PriceValues } from '../../repositories/catalog.repository.ts';
 import { fromCredits } from '../../lib/money.ts';
@@ -57,6 +57,20 @@ export function validatePricing(kind: 'image' | 'video', capabilities: ImageCapa
   return values;
 }
 
+/**
+ * Aspect ratios run from 1:3 to 3:1, the bound of a custom image size (`CUSTOM_SIZE_LIMITS.maxAspectRatio`):
+ * the reference table derives a wider ratio's pixels as a sliver (99:1 at 1K is 3840x32), and no
+ * upstream renders one. The Gemini tables list their own ratios (1:8) and are checked against those.
+ */
+function checkRatioBound(ratios: readonly string[], param: string): void {
+  const max = CUSTOM_SIZE_LIMITS.maxAspectRatio;
+  const wide = ratios.filter((ratio) => {
+    const [w, h] = ratio.split(':').map(Number) as [number, number];
+    return Math.max(w / h, h / w) > max;
+  });
+  if (wide.length > 0) throw badRequest('invalid_request', `Aspect ratios must lie between 1:${max} and ${max}:1; outside: ${wide.join(', ')}.`, param);
+}
+
 function capabilitiesFor(input: CatalogModelCreateInput): ImageCapabilities | VideoCapabilities {
   const other = input.kind === 'image' ? 'video' : 'image';
   if (input[other] !== undefined && input[other] !== null) {
@@ -65,14 +79,16 @@ function capabilitiesFor(input: CatalogModelCreateInput): ImageCapabilities | Vi
   if (input.kind === 'image') {
     if (!input.image) throw badRequest('invalid_request', "An image model needs 'image' capabilities.", 'image');
     const caps = fromAdminImageCapabilities(input.image);
-    // A Gemini size table is all the model takes: a tier or ratio outside it could never be served.
+    // A tier outside the model's size table could never be served (`512` is only in gemini-3.1-flash-image's).
+    const tableName = caps.sizeTable ?? 'reference';
+    const table = SIZE_TABLES[tableName] as Record<string, Record<string, unknown> | undefined>;
+    const tiers = caps.resolutions.filter((r) => !table[r]);
+    if (tiers.length > 0) throw badRequest('invalid_request', `Size table '${tableName}' has no ${tiers.join(', ')} tier; it has ${Object.keys(table).join(', ')}.`, 'image.resolutions');
+    // A Gemini size table is all the model takes; the reference table derives a size for any ratio within the bound.
     if (caps.sizeTable) {
-      const table = SIZE_TABLES[caps.sizeTable] as Record<string, Record<string, unknown> | undefined>;
-      const tiers = caps.resolutions.filter((r) => !table[r]);
-      if (tiers.length > 0) throw badRequest('invalid_request', `Size table '${caps.sizeTable}' has no ${tiers.join(', ')} tier; it has ${Object.keys(table).join(', ')}.`, 'image.resolutions');
       const ratios = caps.aspectRatios.filter((a) => caps.resolutions.some((r) => !table[r]![a]));
       if (ratios.length > 0) throw badRequest('invalid_request', `Size table '${caps.sizeTable}' has no ${ratios.join(', ')} size at every tier the model offers.`, 'image.aspect_ratios');
-    }
+    } else checkRatioBound(caps.aspectRatios, 'image.aspect_ratios');
     return caps;
   }
   if (!input.video) throw badRequest('invalid_request', "A video model needs 'video' capabilities.", 'video');
@@ -82,6 +98,7 @@ function capabilitiesFor(input: CatalogModelCreateInput): ImageCapabilities | Vi
   if (input.video.audio.always_on && !input.video.audio.default_enabled) {
     throw badRequest('invalid_request', "'audio.always_on' requires 'audio.default_enabled'.", 'video.audio.always_on');
   }
+  checkRatioBound(input.video.aspect_ratios, 'video.aspect_ratios');
   for (const c of input.video.duration_constraints ?? []) {
     const stray = [...c.durations.filter((d) => !input.video!.durations.includes(d)), ...(c.resolutions ?? []).filter((r) => !input.video!.resolutions.includes(r))];
     if (stray.length > 0) throw badRequest('invalid_request', `'duration_constraints' name durations or resolutions the model does not offer: ${stray.join(', ')}.`, 'video.duration_constraints');
@@ -156,6 +173,15 @@ export class CatalogAdminService {
           throw badRequest(
             'invalid_request',
             `The reference-image limit of '${id}' is not configurable.`,
+            'reference_image_max_count',
+          );
+        }
+        // The model's limit at creation (its definition's) is what its upstream takes: it can be lowered, not raised past it.
+        const ceiling = video.referenceImages.ceiling ?? video.referenceImages.maxCount;
+        if (input.reference_image_max_count > ceiling) {
+          throw badRequest(
+            'invalid_request',
+            `'${id}' takes at most ${ceiling} reference images (its limit when it was created); the limit can be lowered, not raised past that.`,
             'reference_image_max_count',
           );
         }

@@ -81,6 +81,7 @@ export class GroupAdminService {
 
   async update(id: string, input: GroupUpdateInput): Promise<AdminGroup> {
     if (input.name === undefined && input.description === undefined) throw badRequest('invalid_request', 'Send at least one of name and description.');
+    await this.requireGroup(id);
     if (input.name !== undefined) {
       const holder = await this.groups.findByName(input.name);
       if (holder && holder.id !== id) throw conflict('conflict', `A group named '${input.name}' already exists.`, {}, 'name');

@@ -160,8 +160,11 @@ export class ImageService {
   ): Promise<PreparedImageRequest> {
     const switchName = operation === 'generation' ? 'image_generation' : 'image_edit';
     const model = await this.modelCache.get(`${auth.groupId}\n${fields.model}\n${switchName}`, () => this.deps.models.findImageModel(auth.groupId, fields.model, switchName));
+    // The switch first, as for videos: an unknown model is 503 too while the operation is off.
+    if (!(model ? model.switchedOn : await this.deps.models.isSwitchedOn(switchName))) {
+      throw unavailable('capability_disabled', `Image ${operation === 'generation' ? 'generation' : 'editing'} is switched off by the operator.`);
+    }
     if (!model) throw new ApiError(404, 'model_not_found', `Image model '${fields.model}' does not exist or is not available to this key.`, 'model');
-    if (!model.switchedOn) throw unavailable('capability_disabled', `Image ${operation === 'generation' ? 'generation' : 'editing'} is switched off by the operator.`);
     if (!model.reachable) throw unavailable('no_reachable_member', `No enabled backend member serves model '${fields.model}' for this key.`);
 
     const inputs: PreparedImageRequest['inputs'] = [];

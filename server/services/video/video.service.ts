@@ -252,9 +252,13 @@ export class VideoService {
     throw badRequest('unsupported_by_upstream', `Model '${model.id}' runs on an upstream that accepts ${reasons[0]}; change the request.`);
   }
 
-  /** The model as the key sees it: visible, reachable, never parsed from a composite id. */
+  /**
+   * The model as the key sees it, never parsed from a composite id. The same order as images: the
+   * switch (the query finds nothing while it is off), then a model the group lists but no enabled
+   * member can serve (503 no_reachable_member), then 404.
+   */
   private async resolveModel(auth: AuthContext, modelId: string): Promise<VideoCatalogRow> {
-    const [model] = await this.deps.models.listVideoCatalog(auth.groupId, modelId);
+    const model = await this.deps.models.findVideoModel(auth.groupId, modelId);
     if (model) {
       if (!model.reachable) throw unavailable('no_reachable_member', `No enabled backend member serves model '${modelId}' for this key.`);
       return model;
