@@ -22,6 +22,7 @@ import sharp from 'sharp';
 import { describe, expect, it } from 'vitest';
 import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { MediaInput, UpstreamAccount, VideoJob, VideoProvider, VideoStatus } from '../../server/providers/types.ts';
+import { providerErrorOf } from './api-error.ts';
 
 export type ConformanceRoute = 'submit' | 'poll' | 'download';
 
@@ -69,16 +70,6 @@ export async function noiseFrame(width: number, height: number): Promise<MediaIn
 }
 
 const never = new AbortController().signal;
-
-async function errorOf(promise: Promise<unknown>): Promise<ProviderError> {
-  try {
-    await promise;
-  } catch (err) {
-    if (err instanceof ProviderError) return err;
-    throw err;
-  }
-  throw new Error('expected a ProviderError, got an answer');
-}
 
 /** Polls until the job leaves `running`; returns its last status. */
 async function runToEnd(t: VideoConformanceTarget, account: UpstreamAccount, jobId: string, job: VideoJob): Promise<VideoStatus> {
@@ -142,12 +133,12 @@ export function describeVideoConformance(name: string, features: VideoConformanc
       const account = t.account();
       const job = t.job();
       t.rateLimitNext('submit', 7);
-      const submit = await errorOf(t.provider.submit(account, job, never));
+      const submit = await providerErrorOf(t.provider.submit(account, job, never));
       expect([submit.kind, submit.transient]).toEqual(['rate_limited', true]);
       expect(submit.retryAfterMs).toBe(7000);
       const jobId = await t.provider.submit(account, job, never);
       t.rateLimitNext('poll', 3);
-      const poll = await errorOf(t.provider.poll(account, jobId, job, never));
+      const poll = await providerErrorOf(t.provider.poll(account, jobId, job, never));
       expect([poll.kind, poll.retryAfterMs]).toEqual(['rate_limited', 3000]);
     });
 
@@ -156,29 +147,29 @@ export function describeVideoConformance(name: string, features: VideoConformanc
       const account = t.account();
       const job = t.job();
       t.serverErrorNext('submit');
-      expect((await errorOf(t.provider.submit(account, job, never))).kind).toBe('retryable');
+      expect((await providerErrorOf(t.provider.submit(account, job, never))).kind).toBe('retryable');
       const jobId = await t.provider.submit(account, job, never);
       t.serverErrorNext('poll');
-      expect((await errorOf(t.provider.poll(account, jobId, job, never))).kind).toBe('retryable');
+      expect((await providerErrorOf(t.provider.poll(account, jobId, job, never))).kind).toBe('retryable');
       const done = await runToEnd(t, account, jobId, job);
       t.serverErrorNext('download');
-      expect((await errorOf(t.provider.download(account, jobId, (done as { output: Record<string, string> }).output, job, never))).kind).toBe('retryable');
+      expect((await providerErrorOf(t.provider.download(account, jobId, (done as { output: Record<string, string> }).output, job, never))).kind).toBe('retryable');
       const unreachable = { ...account, baseUrl: 'http://127.0.0.1:9/v1' };
-      const lost = await errorOf(t.provider.submit(unreachable, job, never));
+      const lost = await providerErrorOf(t.provider.submit(unreachable, job, never));
       expect([lost.kind, lost.message]).toEqual(['retryable', expect.stringMatching(/could not be reached/)]);
     });
 
     it('classifies refused credentials as auth, without quoting them', async () => {
       const t = target();
       const bad = t.badAccount();
-      const err = await errorOf(t.provider.submit(bad, t.job(), never));
+      const err = await providerErrorOf(t.provider.submit(bad, t.job(), never));
       expect(err.kind).toBe('auth');
       for (const secret of Object.values(bad.credentials)) expect(err.message).not.toContain(secret);
     });
 
     it("classifies a model the upstream does not have as the member's configuration, not the request's", async () => {
       const t = target();
-      const err = await errorOf(t.provider.submit(t.account(), t.job({ model: t.unknownModel }), never));
+      const err = await providerErrorOf(t.provider.submit(t.account(), t.job({ model: t.unknownModel }), never));
       expect(err.kind).toBe(t.unknownModelKind);
     });
 
@@ -206,7 +197,7 @@ export function describeVideoConformance(name: string, features: VideoConformanc
       const jobId = await t.provider.submit(account, job, never);
       const done = await runToEnd(t, account, jobId, job);
       t.expireOutput(jobId);
-      const err = await errorOf(t.provider.download(account, jobId, (done as { output: Record<string, string> }).output, job, never));
+      const err = await providerErrorOf(t.provider.download(account, jobId, (done as { output: Record<string, string> }).output, job, never));
       expect([err.kind, err.transient]).toEqual(['failed', false]);
     });
 

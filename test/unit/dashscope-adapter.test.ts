@@ -8,9 +8,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dashscopeEndpoint, dashscopeErrorOf, dashscopeUrl } from '../../server/providers/dashscope/dashscope-api.ts';
 import { DashScopeVideoProvider, dashscopeRouting } from '../../server/providers/dashscope/dashscope-video.provider.ts';
-import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { UpstreamAccount, VideoJob } from '../../server/providers/types.ts';
 import { startDashScopeFake, type DashScopeFake } from '../fakes/dashscope.ts';
+import { providerErrorOf } from '../support/api-error.ts';
 
 const never = new AbortController().signal;
 const account = (baseUrl: string | null, key = 'sk-unit'): UpstreamAccount => ({ memberId: 'mem_unit', provider: 'dashscope', baseUrl, credentials: { api_key: key }, modelMap: {} });
@@ -29,16 +29,6 @@ const job = (o: Partial<VideoJob> = {}): VideoJob => ({
   referenceAudios: [],
   ...o,
 });
-
-async function errorOf(promise: Promise<unknown>): Promise<ProviderError> {
-  try {
-    await promise;
-  } catch (err) {
-    if (err instanceof ProviderError) return err;
-    throw err;
-  }
-  throw new Error('expected a ProviderError');
-}
 
 describe('dashscope routing by model id', () => {
   it.each([
@@ -144,7 +134,7 @@ describe('dashscope tasks against the fake', () => {
   it('reports a running task it cannot cancel as a permanent failure of the cancel', async () => {
     const running = await provider.submit(account(fake.url), job({ prompt: 'x [ds:stay-running]' }), never);
     await new Promise((r) => setTimeout(r, 60));
-    const err = await errorOf(provider.cancel(account(fake.url), running, never));
+    const err = await providerErrorOf(provider.cancel(account(fake.url), running, never));
     expect([err.kind, err.upstreamCode, err.message]).toEqual(['failed', 'UnsupportedOperation', expect.stringContaining('PENDING status')]);
     expect(fake.statusOf(running)).toBe('RUNNING');
   });
@@ -159,7 +149,7 @@ describe('dashscope tasks against the fake', () => {
       ['wan2.7-i2v', "DashScope's model wan2.7-i2v makes a video from a first frame; send first_frame"],
       ['happyhorse-1.1-r2v', "DashScope's model happyhorse-1.1-r2v makes a video from reference images; send reference_images"],
     ]) {
-      const err = await errorOf(provider.submit(account(fake.url), job({ model }), never));
+      const err = await providerErrorOf(provider.submit(account(fake.url), job({ model }), never));
       expect([err.kind, err.message]).toEqual(['invalid_request', message]);
     }
     expect(fake.tasks.size).toBe(before);

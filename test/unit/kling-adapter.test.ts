@@ -10,10 +10,10 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KlingTokens } from '../../server/providers/kling/kling-auth.ts';
 import { KlingVideoProvider, endpointOf, klingModel } from '../../server/providers/kling/kling-video.provider.ts';
-import { ProviderError } from '../../server/providers/provider-error.ts';
 import { shapeOf, type UpstreamAccount, type VideoJob } from '../../server/providers/types.ts';
 import { startKlingFake, type KlingFake } from '../fakes/kling.ts';
 import { describeVideoConformance, mediaInputOf, noiseFrame, type ConformanceRoute } from '../support/video-adapter-conformance.ts';
+import { providerErrorOf } from '../support/api-error.ts';
 
 let fake: KlingFake;
 beforeAll(async () => {
@@ -52,16 +52,6 @@ const job = (o: Partial<VideoJob> = {}): VideoJob => ({
 
 const taskOf = (jobId: string) => fake.tasks.get(jobId.slice(jobId.indexOf('/') + 1));
 const never = new AbortController().signal;
-
-async function errorOf(promise: Promise<unknown>): Promise<ProviderError> {
-  try {
-    await promise;
-  } catch (err) {
-    if (err instanceof ProviderError) return err;
-    throw err;
-  }
-  throw new Error('expected a ProviderError');
-}
 
 const ROUTES: Record<ConformanceRoute, 'submit' | 'poll' | 'cdn'> = { submit: 'submit', poll: 'poll', download: 'cdn' };
 
@@ -154,7 +144,7 @@ describe('kling JWT', () => {
   });
 
   it('names no token and no key in an auth error', async () => {
-    const err = await errorOf(new KlingVideoProvider().submit(account({ access_key: 'ak-nobody-knows', secret_key: 'sk-nobody-knows' }), job(), never));
+    const err = await providerErrorOf(new KlingVideoProvider().submit(account({ access_key: 'ak-nobody-knows', secret_key: 'sk-nobody-knows' }), job(), never));
     expect([err.kind, err.upstreamCode]).toEqual(['auth', '1000']);
     expect(err.message).not.toMatch(/ak-nobody|sk-nobody|Bearer \S{20}/);
   });
@@ -177,7 +167,7 @@ describe('kling envelope and codes', () => {
   ])('classifies code %i by the code, also at HTTP 200 (%s)', async (code, kind) => {
     for (const status of [undefined, 200]) {
       fake.errorNext('submit', code, { status });
-      const err = await errorOf(provider.submit(account(), job({ prompt: `code ${code}` }), never));
+      const err = await providerErrorOf(provider.submit(account(), job({ prompt: `code ${code}` }), never));
       expect([err.kind, err.upstreamCode]).toEqual([kind, String(code)]);
     }
   });
@@ -186,21 +176,21 @@ describe('kling envelope and codes', () => {
     fake.faults.push('submit', { status: 202, body: { code: 0, message: 'SUCCEED', request_id: 'r', data: { task_id: 'from-a-202', task_status: 'submitted' } } });
     expect(await provider.submit(account(), job(), never)).toBe('text2video/from-a-202');
     fake.faults.push('submit', { status: 502, body: '<html>bad gateway</html>' });
-    expect((await errorOf(provider.submit(account(), job(), never))).kind).toBe('retryable');
+    expect((await providerErrorOf(provider.submit(account(), job(), never))).kind).toBe('retryable');
   });
 
   it('waits as long as a Retry-After says on 1302, and leaves the wait to the pool without one', async () => {
     fake.rateLimitNext('submit', 4);
-    expect((await errorOf(provider.submit(account(), job(), never))).retryAfterMs).toBe(4000);
+    expect((await providerErrorOf(provider.submit(account(), job(), never))).retryAfterMs).toBe(4000);
     fake.rateLimitNext('submit', 4, { retryAfter: false });
-    const bare = await errorOf(provider.submit(account(), job(), never));
+    const bare = await providerErrorOf(provider.submit(account(), job(), never));
     expect([bare.kind, bare.retryAfterMs]).toEqual(['rate_limited', undefined]);
   });
 
   it('says why an account is out: a used-up resource pack', async () => {
     fake.setResourcePack('ak-other', 'exhausted');
     try {
-      const err = await errorOf(provider.submit(account({ access_key: 'ak-other', secret_key: 'sk-other-secret' }), job(), never));
+      const err = await providerErrorOf(provider.submit(account({ access_key: 'ak-other', secret_key: 'sk-other-secret' }), job(), never));
       expect(err.kind).toBe('account_disabled');
       expect(err.message).toMatch(/resource pack is used up or expired \(Kling 1102/);
     } finally {
@@ -255,9 +245,9 @@ describe('kling wire format', () => {
     const jobId = await provider.submit(account(), job({ firstFrame: mediaInputOf(webp, 'image/webp', 400, 400) }), never);
     expect(taskOf(jobId)!.image).toMatchObject({ mimeType: 'image/png', width: 400, height: 400 });
     const before = fake.counts.submit;
-    const small = await errorOf(provider.submit(account(), job({ firstFrame: await frame(200, 200) }), never));
+    const small = await providerErrorOf(provider.submit(account(), job({ firstFrame: await frame(200, 200) }), never));
     expect([small.kind, small.message]).toEqual(['invalid_request', expect.stringContaining('at least 300 px')]);
-    const thin = await errorOf(provider.submit(account(), job({ firstFrame: await frame(900, 300) }), never));
+    const thin = await providerErrorOf(provider.submit(account(), job({ firstFrame: await frame(900, 300) }), never));
     expect(thin.message).toContain('1:2.5 and 2.5:1');
     expect(fake.counts.submit).toBe(before);
   });
@@ -287,7 +277,7 @@ describe('kling wire format', () => {
 
   it('refuses before any call what Kling 2.6 cannot render: a last frame with audio', async () => {
     const before = fake.counts.submit;
-    const err = await errorOf(provider.submit(account(), job({ model: 'kling-v2-6-pro', firstFrame: await frame(), lastFrame: await frame(), generateAudio: true }), never));
+    const err = await providerErrorOf(provider.submit(account(), job({ model: 'kling-v2-6-pro', firstFrame: await frame(), lastFrame: await frame(), generateAudio: true }), never));
     expect([err.kind, fake.counts.submit]).toEqual(['invalid_request', before]);
   });
 

@@ -8,10 +8,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { minimaxErrorOf, MINIMAX_CODES } from '../../server/providers/minimax/minimax-api.ts';
 import { minimaxModel } from '../../server/providers/minimax/minimax-models.ts';
 import { MiniMaxVideoProvider } from '../../server/providers/minimax/minimax-video.provider.ts';
-import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { UpstreamAccount, VideoJob, VideoStatus } from '../../server/providers/types.ts';
 import { startMiniMaxFake, type MiniMaxFake } from '../fakes/minimax.ts';
 import { noiseFrame } from '../support/video-adapter-conformance.ts';
+import { providerErrorOf } from '../support/api-error.ts';
 
 let fake: MiniMaxFake;
 beforeAll(async () => {
@@ -37,16 +37,6 @@ const job = (o: Partial<VideoJob> = {}): VideoJob => ({
   ...o,
 });
 const taskOf = (jobId: string) => fake.tasks.get(jobId.slice(3))!;
-
-async function errorOf(promise: Promise<unknown>): Promise<ProviderError> {
-  try {
-    await promise;
-  } catch (err) {
-    if (err instanceof ProviderError) return err;
-    throw err;
-  }
-  throw new Error('expected a ProviderError');
-}
 
 async function runToEnd(jobId: string, j: VideoJob): Promise<VideoStatus> {
   for (let i = 0; i < 100; i++) {
@@ -137,7 +127,7 @@ describe('models', () => {
       [{ durationSeconds: 3 }, /durations of 4 to 15/],
     ];
     for (const [o, message] of cases) {
-      const err = await errorOf(provider.submit(account(), job(o), never));
+      const err = await providerErrorOf(provider.submit(account(), job(o), never));
       expect([err.kind, err.message], JSON.stringify(o)).toEqual(['invalid_request', expect.stringMatching(message)]);
     }
     expect(fake.counts.submit).toBe(before);
@@ -178,7 +168,7 @@ describe('polls', () => {
     const unknown = await provider.poll(account(), 'v1/123456789', job(), never);
     expect(unknown.state === 'failed' && [unknown.error.kind, unknown.error.message]).toEqual(['failed', expect.stringMatching(/does not know this video task/)]);
     fake.errorNext('poll', 1004);
-    expect((await errorOf(provider.poll(account(), 'v1/123456789', job(), never))).kind).toBe('auth');
+    expect((await providerErrorOf(provider.poll(account(), 'v1/123456789', job(), never))).kind).toBe('auth');
     await expect(provider.poll(account(), 'cgt-123', job(), never)).rejects.toThrow(/not a MiniMax video job id/);
   });
 });
@@ -191,12 +181,12 @@ describe('v2 (MiniMax-H3) refusals and ends, as MiniMax\'s CLI reads them', () =
       fake.v2Errors = mode;
       fake.setBalance('mm-unit', 'empty');
       try {
-        const broke = await errorOf(provider.submit(account(), h3(), never));
+        const broke = await providerErrorOf(provider.submit(account(), h3(), never));
         expect([mode, broke.kind, broke.upstreamCode]).toEqual([mode, 'account_disabled', '1008']);
       } finally {
         fake.setBalance('mm-unit', 'ok');
       }
-      const refused = await errorOf(provider.submit(account(), h3({ prompt: 'a boat [minimax:sensitive]' }), never));
+      const refused = await providerErrorOf(provider.submit(account(), h3({ prompt: 'a boat [minimax:sensitive]' }), never));
       expect([mode, refused.kind, refused.upstreamCode]).toEqual([mode, 'policy', '1026']);
     }
     fake.v2Errors = 'error';

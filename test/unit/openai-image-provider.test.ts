@@ -10,9 +10,9 @@ import sharp from 'sharp';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { apiErrorOf } from '../../server/errors.ts';
 import { OpenAIImageProvider, upstreamImageSize } from '../../server/providers/openai/openai-image.provider.ts';
-import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { GeneratedImage, ImageEvents, ImageJob, ImageParams, UpstreamAccount } from '../../server/providers/types.ts';
 import { startOpenAIImagesFake, type OpenAIImagesFake } from '../fakes/openai-images.ts';
+import { providerErrorOf } from '../support/api-error.ts';
 
 let fake: OpenAIImagesFake;
 /** Frames 300 ms apart, to see partials arrive before the image is done. */
@@ -100,15 +100,6 @@ function recorder(hooks: { partial?: (imageIndex: number, partialIndex: number) 
 async function run(j: ImageJob, acct = account(), rec = recorder(), signal = new AbortController().signal): Promise<Recorded> {
   await provider.generate(acct, j, signal, rec.events);
   return rec;
-}
-
-async function failure(promise: Promise<unknown>): Promise<ProviderError> {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(ProviderError);
-  return err as ProviderError;
 }
 
 async function meta(image: Buffer): Promise<{ format: string | undefined; width: number | undefined; height: number | undefined }> {
@@ -305,7 +296,7 @@ describe('generations', () => {
     expect(fake.calls.map((c) => c.params.n)).toEqual([3, 2]);
 
     fake.faults.push('generations', { status: 200, body: { created: 1, data: [] } });
-    const err = await failure(run(job()));
+    const err = await providerErrorOf(run(job()));
     expect([err.kind, err.message]).toEqual(['retryable', 'the upstream image generation answered no image']);
   });
 });
@@ -344,7 +335,7 @@ describe('reading an answer (its images decoded as they arrive)', () => {
       fake.faults.push('generations', { status: 200, body: { created: 1, data: [{ b64_json: '', url: `${files.url}/a.png` }] } });
       expect((await run(job())).images[0]!.image.equals(image)).toBe(true);
       fake.faults.push('generations', { status: 200, body: { created: 1, data: [{ b64_json: 'this is not base64!' }] } });
-      const err = await failure(run(job()));
+      const err = await providerErrorOf(run(job()));
       expect([err.kind, err.message]).toEqual(['retryable', 'the upstream image generation answered an image that is not valid base64']);
     } finally {
       await files.close();
@@ -353,14 +344,14 @@ describe('reading an answer (its images decoded as they arrive)', () => {
 
   it('refuses an answer with more than 1 MiB besides its images, and one that is not JSON', async () => {
     fake.faults.push('generations', { status: 200, body: { created: 1, data: [{ b64_json: (await png(64, 64)).toString('base64'), revised_prompt: 'x'.repeat(1.1 * 1024 * 1024) }] } });
-    const big = await failure(run(job()));
+    const big = await providerErrorOf(run(job()));
     expect([big.kind, big.message]).toEqual(['failed', 'the upstream image generation answered more than 1 MiB besides its images']);
     const server = await startServer((_req, res) => {
       res.writeHead(200, { 'content-type': 'text/html' });
       res.end('<html>{"data": [oops</html>');
     });
     try {
-      const html = await failure(run(job(), account(server)));
+      const html = await providerErrorOf(run(job(), account(server)));
       expect([html.kind, html.message]).toEqual(['retryable', 'the upstream image generation answered something other than JSON']);
     } finally {
       await server.close();
@@ -504,7 +495,7 @@ describe('streaming', () => {
     });
     try {
       const rec = recorder();
-      const err = await failure(run(job({}, { partialImages: 2 }), account(sse), rec));
+      const err = await providerErrorOf(run(job({}, { partialImages: 2 }), account(sse), rec));
       expect([err.kind, err.message]).toEqual(['retryable', 'the upstream stream ended before the image was complete']);
       expect(rec.log).toEqual(['partial 0/0']);
     } finally {
@@ -515,16 +506,16 @@ describe('streaming', () => {
   it('classifies an `event: error` frame like an error answer', async () => {
     fake.streamErrorNext('generations', 1, { message: 'Generated image was blocked by the safety system.', type: 'image_generation_user_error', param: null, code: 'moderation_blocked' });
     const rec = recorder();
-    const policy = await failure(run(job({}, { partialImages: 2 }), account(), rec));
+    const policy = await providerErrorOf(run(job({}, { partialImages: 2 }), account(), rec));
     expect([policy.kind, policy.message, policy.upstreamCode]).toEqual(['policy', 'Generated image was blocked by the safety system.', 'moderation_blocked']);
     expect(rec.log).toEqual(['partial 0/0']);
 
     fake.streamErrorNext('generations', 0); // the fake's server_error envelope
-    const server = await failure(run(job({}, { partialImages: 1 })));
+    const server = await providerErrorOf(run(job({}, { partialImages: 1 })));
     expect([server.kind, server.message]).toEqual(['retryable', 'The server had an error while processing your request. Sorry about that!']);
 
     fake.streamErrorNext('generations', 1, 'reset');
-    const reset = await failure(run(job({}, { partialImages: 2 })));
+    const reset = await providerErrorOf(run(job({}, { partialImages: 2 })));
     expect(reset.kind).toBe('retryable');
   });
 });
@@ -532,7 +523,7 @@ describe('streaming', () => {
 describe('errors', () => {
   it('moderation → policy with the upstream reason', async () => {
     const rec = recorder();
-    const err = await failure(run(job({ prompt: 'please moderate-me' }), account(), rec));
+    const err = await providerErrorOf(run(job({ prompt: 'please moderate-me' }), account(), rec));
     expect(err.kind).toBe('policy');
     expect(err.message).toMatch(/^Your request was rejected by the safety system\./);
     expect([err.upstreamStatus, err.upstreamCode]).toEqual([400, 'moderation_blocked']);
@@ -541,74 +532,74 @@ describe('errors', () => {
 
   it('401 → auth, without any part of the key in the message', async () => {
     const key = 'sk-wrong-0123456789abcdef';
-    const err = await failure(run(job(), account(fake, key)));
+    const err = await providerErrorOf(run(job(), account(fake, key)));
     expect([err.kind, err.upstreamStatus]).toEqual(['auth', 401]);
     expect(err.message).not.toMatch(/sk-|cdef|Incorrect/);
   });
 
   it('429 → rate_limited with the Retry-After wait; insufficient_quota → quota_exhausted', async () => {
     fake.rateLimitNext('generations', 7);
-    const limited = await failure(run(job()));
+    const limited = await providerErrorOf(run(job()));
     expect([limited.kind, limited.retryAfterMs, limited.upstreamCode]).toEqual(['rate_limited', 7000, 'rate_limit_exceeded']);
     expect(limited.message).not.toContain('http');
 
     fake.quotaExhaustedNext('edits');
-    const quota = await failure(run(job({ operation: 'edit', inputs: [await png(64, 64)] })));
+    const quota = await providerErrorOf(run(job({ operation: 'edit', inputs: [await png(64, 64)] })));
     expect([quota.kind, quota.transient]).toEqual(['quota_exhausted', false]);
   });
 
   it('the account\'s billing refusals are the account\'s, not the client\'s: billing_hard_limit_reached (a 400) and billing_not_active', async () => {
     fake.faults.push('generations', { status: 400, body: { error: { code: 'billing_hard_limit_reached', message: 'Billing hard limit has been reached', param: null, type: 'invalid_request_error' } } });
-    const limit = await failure(run(job()));
+    const limit = await providerErrorOf(run(job()));
     expect([limit.kind, limit.transient]).toEqual(['quota_exhausted', false]);
     expect(apiErrorOf(limit)).toMatchObject({ status: 503, code: 'upstream_unavailable' });
     fake.faults.push('generations', { status: 429, body: { error: { code: 'billing_not_active', message: 'Your account is not active, please check your billing details on our website.', param: null, type: 'billing_not_active' } } });
-    expect((await failure(run(job()))).kind).toBe('account_disabled');
+    expect((await providerErrorOf(run(job()))).kind).toBe('account_disabled');
   });
 
   it('5xx → retryable; an upstream that answers too slowly → retryable timeout', async () => {
     fake.serverErrorNext('generations', 500);
-    const server = await failure(run(job()));
+    const server = await providerErrorOf(run(job()));
     expect([server.kind, server.upstreamStatus]).toEqual(['retryable', 500]);
 
     fake.holdMs = 1000;
-    const err = await failure(new OpenAIImageProvider(150).generate(account(), job(), new AbortController().signal, recorder().events));
+    const err = await providerErrorOf(new OpenAIImageProvider(150).generate(account(), job(), new AbortController().signal, recorder().events));
     expect([err.kind, err.message]).toEqual(['retryable', 'the upstream image generation timed out']);
   });
 
   it('reads retry-after-ms before retry-after, and x-should-retry over the status, as the SDK does', async () => {
     fake.rateLimitNext('generations', 7, 1, { retryAfterMs: 1500 });
-    const limited = await failure(run(job()));
+    const limited = await providerErrorOf(run(job()));
     expect([limited.kind, limited.retryAfterMs]).toEqual(['rate_limited', 1500]);
     expect(fake.calls.at(-1)!.outcome).toBe('fault');
 
     // x-should-retry: false makes a 5xx final: no retry, no failover, and still the upstream's failure (502), not the client's.
     fake.serverErrorNext('generations', 503, 1, { shouldRetry: false });
-    const final = await failure(run(job()));
+    const final = await providerErrorOf(run(job()));
     expect([final.kind, final.transient, final.upstreamStatus]).toEqual(['failed', false, 503]);
     expect(apiErrorOf(final)).toMatchObject({ status: 502, code: 'upstream_error' });
     fake.serverErrorNext('generations', 503, 1, { shouldRetry: true });
-    expect((await failure(run(job()))).kind).toBe('retryable');
+    expect((await providerErrorOf(run(job()))).kind).toBe('retryable');
 
     // x-should-retry: true makes a refusal transient; it never turns a key or policy refusal into one.
     fake.faults.push('generations', { status: 400, headers: { 'x-should-retry': 'true' }, body: { error: { message: 'Please retry.', type: 'invalid_request_error', param: null, code: null } } });
-    const retry = await failure(run(job()));
+    const retry = await providerErrorOf(run(job()));
     expect([retry.kind, retry.transient]).toEqual(['retryable', true]);
     fake.faults.push('generations', { status: 401, headers: { 'x-should-retry': 'true' }, body: { error: { message: 'Incorrect API key provided.', type: 'invalid_request_error', param: null, code: 'invalid_api_key' } } });
-    expect((await failure(run(job()))).kind).toBe('auth');
+    expect((await providerErrorOf(run(job()))).kind).toBe('auth');
   });
 
   it('an error envelope answered with status 200 (some gateways) → classified by its code and type', async () => {
     fake.faults.push('generations', { status: 200, body: { error: { message: 'Upstream model overloaded', type: 'server_error', param: null, code: null } } });
-    const overloaded = await failure(run(job()));
+    const overloaded = await providerErrorOf(run(job()));
     expect([overloaded.kind, overloaded.message]).toEqual(['retryable', 'Upstream model overloaded']);
     fake.faults.push('generations', { status: 200, body: { error: { message: 'Blocked.', type: 'image_generation_user_error', param: null, code: 'moderation_blocked' } } });
-    expect((await failure(run(job()))).kind).toBe('policy');
+    expect((await providerErrorOf(run(job()))).kind).toBe('policy');
   });
 
   it('a parameter the upstream refuses → invalid_request', async () => {
     // gpt-image-2 refuses a transparent background (SDK `background` doc, enforced by the fake).
-    const err = await failure(run(job({ model: 'gpt-image-2' }, { background: 'transparent', transparent: true })));
+    const err = await providerErrorOf(run(job({ model: 'gpt-image-2' }, { background: 'transparent', transparent: true })));
     expect([err.kind, err.upstreamStatus]).toEqual(['invalid_request', 400]);
   });
 });

@@ -9,6 +9,7 @@ import type { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { downloadOutput } from '../../server/providers/kit/output-download.ts';
 import { ProviderError } from '../../server/providers/provider-error.ts';
+import { providerErrorOf } from '../support/api-error.ts';
 
 const mp4 = (brand: string) => Buffer.concat([Buffer.from([0, 0, 0, 0x18]), Buffer.from(`ftyp${brand}`, 'latin1'), Buffer.alloc(3000, 9)]);
 
@@ -68,15 +69,6 @@ async function read(stream: Readable): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-async function failure(promise: Promise<unknown>): Promise<ProviderError> {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(ProviderError);
-  return err as ProviderError;
-}
-
 describe('downloadOutput: what a result link answers with 200', () => {
   it.each(['/video.mp4', '/dribbled.mp4', '/movie.mov', '/untyped'])('%s: an ISO media file (any brand, whatever the type said) is handed on whole as video/mp4', async (path) => {
     const content = await download(path);
@@ -91,7 +83,7 @@ describe('downloadOutput: what a result link answers with 200', () => {
     ['/problem', 'application/problem+json'],
     ['/s3-error', 'application/xml'],
   ])('%s: a %s answer is refused at once as a retryable failure', async (path, type) => {
-    const err = await failure(download(path));
+    const err = await providerErrorOf(download(path));
     expect([err.kind, err.message]).toEqual(['retryable', `the upstream video download answered ${type}, not a video`]);
   });
 
@@ -103,7 +95,7 @@ describe('downloadOutput: what a result link answers with 200', () => {
     const content = await download(path);
     const handed: Buffer[] = [];
     content.stream.on('data', (chunk: Buffer) => handed.push(chunk));
-    const err = await failure(new Promise((resolve, reject) => content.stream.once('error', reject).once('end', resolve)));
+    const err = await providerErrorOf(new Promise((resolve, reject) => content.stream.once('error', reject).once('end', resolve)));
     expect([err.kind, err.message]).toEqual(['retryable', message]);
     expect(handed).toEqual([]);
   });
