@@ -466,6 +466,9 @@ describe('GET /admin/v1/usage', () => {
     }
     const empty = await admin('/admin/v1/usage', { from: t0, to: '2026-01-11T00:00:00Z', group_by: ['account', 'model', 'key', 'provider'] });
     expect(empty.body).toEqual({ from: '2026-01-10T00:00:00.000Z', to: '2026-01-11T00:00:00.000Z', granularity: 'day', group_by: ['account', 'model', 'key', 'provider'], rows: [] });
+    // A leap second is valid RFC 3339 (JavaScript's Date refuses it): the next minute's start.
+    const leap = await admin('/admin/v1/usage', { from: '2026-01-09T23:59:60Z', to: '2026-01-10T23:59:60.5+00:00' });
+    expect([leap.status, leap.body.from, leap.body.to]).toEqual([200, '2026-01-10T00:00:00.000Z', '2026-01-11T00:00:00.500Z']);
   });
 });
 

@@ -26,12 +26,21 @@ export const USAGE_CSV_COLUMNS = [
   'images_requested', 'images_delivered',
 ] as const satisfies readonly (keyof AdminUsageRow)[];
 
+/**
+ * An RFC 3339 date-time as an instant. A leap second (`23:59:60`, valid RFC 3339 that JavaScript's
+ * Date refuses) is the instant after second 59, as POSIX clocks count it: the next minute's start.
+ */
+function instant(text: string): Date {
+  const leap = /^(.*T\d\d:\d\d:)60(\.\d+)?(Z|[+-]\d\d:\d\d)$/i.exec(text);
+  return leap ? new Date(new Date(`${leap[1]}59${leap[2] ?? ''}${leap[3]}`).getTime() + 1000) : new Date(text);
+}
+
 export class UsageService {
   constructor(private readonly usage: UsageRepository) {}
 
   async report(params: UsageQueryParams): Promise<AdminUsageReport> {
-    const from = new Date(params.from);
-    const to = new Date(params.to);
+    const from = instant(params.from);
+    const to = instant(params.to);
     if (Number.isNaN(from.getTime())) throw badRequest('invalid_request', `'from' must be an RFC 3339 date-time.`, 'from');
     if (Number.isNaN(to.getTime())) throw badRequest('invalid_request', `'to' must be an RFC 3339 date-time.`, 'to');
     if (to <= from) throw badRequest('invalid_request', `'to' must be after 'from'.`, 'to');
