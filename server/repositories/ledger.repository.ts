@@ -35,8 +35,18 @@ export interface HoldRequest {
   inFlightCaps?: { key: number | null; account: number | null };
 }
 
-/** The task row inserted together with the hold. */
-export type TaskInsert = { table: 'videoTasks'; row: Insertable<VideoTasks> } | { table: 'imageTasks'; row: Insertable<ImageTasks> };
+/**
+ * The task row inserted together with the hold. `leaseMs`: the row is leased (to its `leaseOwner`)
+ * until the database's `now()` plus this: a lease set from this process's clock would be judged
+ * against the database's, and a clock behind it by more than the lease would leave the row free
+ * to be claimed at once.
+ */
+export type TaskInsert =
+  | { table: 'videoTasks'; row: Insertable<VideoTasks> }
+  | { table: 'imageTasks'; row: Omit<Insertable<ImageTasks>, 'leaseExpiresAt'>; leaseMs?: number };
+
+/** `lease_expires_at` of a row leased for `leaseMs` from the database's clock. */
+const leaseUntil = (leaseMs: number) => sql`now() + ${leaseMs} * interval '1 millisecond'`;
 
 /**
  * The input files the task uses, adopted when (and only when) the task is inserted: inputs staged
@@ -95,10 +105,11 @@ function columnsFor(names: readonly string[]): RawBuilder<unknown> {
   return columns;
 }
 
-/** Column and value lists of a typed row, for the raw INSERT … SELECT of the hold statement. */
-function columnList(row: Record<string, unknown>): { columns: RawBuilder<unknown>; values: RawBuilder<unknown> } {
+/** Column and value lists of a typed row (leased for `leaseMs`), for the raw INSERT … SELECT of the hold statement. */
+function columnList(row: Record<string, unknown>, leaseMs: number | undefined): { columns: RawBuilder<unknown>; values: RawBuilder<unknown> } {
   const names = fieldsOf(row);
-  return { columns: columnsFor(names), values: sql.join(names.map((n) => row[n])) };
+  if (leaseMs === undefined) return { columns: columnsFor(names), values: sql.join(names.map((n) => row[n])) };
+  return { columns: columnsFor([...names, 'leaseExpiresAt']), values: sql.join([...names.map((n) => row[n]), leaseUntil(leaseMs)]) };
 }
 
 /** Column lists by field set: bounded by the task rows the code builds (a few). */
@@ -107,7 +118,7 @@ const columnLists = new Map<string, RawBuilder<unknown>>();
 /** A hold the batch statement can carry (see `holdAndInsertTask`). */
 interface BatchedHold {
   hold: HoldRequest;
-  task: { table: 'imageTasks'; row: Insertable<ImageTasks> };
+  task: Extract<TaskInsert, { table: 'imageTasks' }>;
 }
 
 /** Group commit of holds (db/statement-batcher.ts): the default, and `false` for one statement per hold. */
@@ -146,7 +157,8 @@ export class LedgerRepository {
       inputs.fileIds.length === 0 &&
       (caps === undefined || (caps.key === null && caps.account === null));
     if (!batchable) return this.holdOne(hold, task, inputs, commit);
-    const key = fieldsOf(task.row as Record<string, unknown>).join();
+    // One batch statement per column set and lease (its text lists the columns once, and the lease is one parameter).
+    const key = `${fieldsOf(task.row as Record<string, unknown>).join()};${task.leaseMs ?? ''}`;
     let batcher = this.holdBatchers.get(key);
     if (!batcher) {
       batcher = new StatementBatcher<BatchedHold, HoldResult<BatchedHold['task']>>(
@@ -176,7 +188,11 @@ export class LedgerRepository {
    */
   private async holdMany(items: readonly BatchedHold[]): Promise<HoldResult<BatchedHold['task']>[]> {
     const names = fieldsOf(items[0]!.task.row as Record<string, unknown>);
+    // The batch's rows share one lease (the batcher's key), from the database's clock.
+    const leaseMs = items[0]!.task.leaseMs;
     const columns = columnsFor(names);
+    const insertColumns = leaseMs === undefined ? columns : columnsFor([...names, 'leaseExpiresAt']);
+    const selected = leaseMs === undefined ? columns : sql`${columns}, ${leaseUntil(leaseMs)}`;
     const holds = JSON.stringify(
       items.map(({ hold: h }) => ({ hold_id: h.holdId, account_id: h.accountId, api_key_id: h.apiKeyId, task_id: h.taskId, amount: h.amount })),
     );
@@ -222,8 +238,8 @@ export class LedgerRepository {
         select account_id, api_key_id, id, 'hold', amount, task_id from h
         returning id
       ), t as (
-        insert into image_tasks (${columns})
-        select ${columns} from jsonb_populate_recordset(null::image_tasks, ${tasks}::jsonb)
+        insert into image_tasks (${insertColumns})
+        select ${selected} from jsonb_populate_recordset(null::image_tasks, ${tasks}::jsonb)
         where (select count(*) from h) = (select count(*) from r)
         returning ${columnsOf('image_tasks')}
       )
@@ -246,7 +262,7 @@ export class LedgerRepository {
     };
     const sqlTable = snake(task.table) as 'video_tasks' | 'image_tasks';
     const table = sql.table(sqlTable);
-    const { columns, values } = columnList(task.row as Record<string, unknown>);
+    const { columns, values } = columnList(task.row as Record<string, unknown>, task.table === 'imageTasks' ? task.leaseMs : undefined);
     const adopt =
       inputs.fileIds.length === 0
         ? sql``

@@ -209,6 +209,32 @@ describe('settlement', () => {
   });
 });
 
+describe("a synchronous image's lease (TaskInsert.leaseMs)", () => {
+  it("is set from the database's clock, alone and in a batch: a process clock behind it never leaves the row free to claim", async () => {
+    const batched = new LedgerRepository(t.db);
+    const before = batched.holdBatchStats().batched;
+    const tasks = await Promise.all(Array.from({ length: 6 }, () => imageTaskToHold(t.db)));
+    // This process's clock ten minutes behind the database's: the lease must not be computed from it.
+    const realNow = Date.now;
+    Date.now = () => realNow() - 600_000;
+    let results;
+    try {
+      results = await Promise.all(
+        tasks.map(({ hold, row: { leaseExpiresAt: _set, ...row } }) => batched.holdAndInsertTask(hold, { table: 'imageTasks', row, leaseMs: 30_000 }, undefined, 'unflushed')),
+      );
+    } finally {
+      Date.now = realNow;
+    }
+    expect(results.map((r) => r.outcome)).toEqual(Array(6).fill('ok'));
+    expect(batched.holdBatchStats().batched).toBeGreaterThan(before);
+    const { rows } = await sql<{ leftMs: number }>`
+      select extract(epoch from (lease_expires_at - now())) * 1000 as left_ms from image_tasks where id = any(${tasks.map((x) => x.taskId)}::text[])`.execute(t.db);
+    expect(rows).toHaveLength(6);
+    for (const { leftMs } of rows) expect(Number(leftMs)).toBeGreaterThan(25_000);
+    for (const { leftMs } of rows) expect(Number(leftMs)).toBeLessThanOrEqual(30_000);
+  });
+});
+
 describe('how a hold commits (HoldCommit)', () => {
   const syncCommitIn = async (commit: HoldCommit | undefined, amount: number) =>
     t.db.transaction().execute(async (trx) => {

@@ -282,10 +282,11 @@ export class ImageService {
             runAsync: mode.async,
             attempt: mode.async ? 0 : 1,
             leaseOwner: mode.async ? null : this.deps.instanceId,
-            leaseExpiresAt: mode.async ? null : new Date(Date.now() + this.deps.options.leaseMs),
             memberId: first?.memberId ?? null,
             memberSlots: first?.slots ?? 1,
           },
+          // A synchronous task is this process's, leased from the database's clock.
+          ...(!mode.async && { leaseMs: this.deps.options.leaseMs }),
         },
         { fileIds: adopted, pinSeconds: this.deps.options.inputPinSeconds, retentionDays: this.deps.options.inputRetentionDays },
         // A synchronous image lives and dies with its request: its hold need not wait for the disk (HoldCommit).
