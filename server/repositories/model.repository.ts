@@ -124,9 +124,15 @@ export class ModelRepository {
     return result.rows;
   }
 
-  /** Every video model id in the catalog (to recognise composite ids). */
-  async videoModelIds(): Promise<string[]> {
-    const rows = await this.db.selectFrom('catalogModels').select('id').where('kind', '=', 'video').execute();
+  /**
+   * The video model ids a group's members list, enabled in the catalog (to recognise composite
+   * ids): never the ids only other groups are sold, or that the operator disabled, whose existence a
+   * key must not learn from the error it gets.
+   */
+  async videoModelIds(groupId: string): Promise<string[]> {
+    const { rows } = await sql<{ id: string }>`
+      select m.id from catalog_models m
+      where m.kind = 'video' and m.enabled and exists (select 1 from group_members g where g.group_id = ${groupId} and m.id = any(g.models))`.execute(this.db);
     return rows.map((r) => r.id);
   }
 

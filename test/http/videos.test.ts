@@ -443,6 +443,26 @@ describe('idempotency', () => {
   });
 });
 
+describe('a composite id of a model the key cannot use', () => {
+  it("is 404 model_not_found like the model itself: the error never tells a key what other groups are sold or the operator disabled", async () => {
+    const account = await createAccount(server.db);
+    const mine = await createGroup(server.db);
+    const theirs = await createGroup(server.db);
+    await createMember(server.db, mine.id, { models: ['local-video-1'] });
+    await createMember(server.db, theirs.id, { models: ['local-video-lite'] });
+    const key = await createApiKey(server.db, { accountId: account.id, groupId: mine.id });
+    const codes = async (model: string) => {
+      const res = await post(key.key, body({ model }));
+      return [model, res.status, res.body.error?.code];
+    };
+    expect(await codes('local-video-lite')).toEqual(['local-video-lite', 404, 'model_not_found']);
+    expect(await codes('local-video-lite-4s')).toEqual(['local-video-lite-4s', 404, 'model_not_found']);
+    expect(await codes('no-such-model-4s')).toEqual(['no-such-model-4s', 404, 'model_not_found']);
+    // Its own model's composite id is still refused as one.
+    expect(await codes('local-video-1-4s')).toEqual(['local-video-1-4s', 400, 'composite_model_id']);
+  });
+});
+
 describe('providers without an adapter', () => {
   it('a member of a provider this build cannot run makes nothing reachable: not listed, not reachable, 503 on create', async () => {
     const account = await createAccount(server.db);

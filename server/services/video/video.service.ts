@@ -266,7 +266,7 @@ export class VideoService {
     if (!(await this.deps.models.isSwitchedOn('video_generation'))) {
       throw unavailable('capability_disabled', 'Video generation is switched off by the operator.');
     }
-    if (isCompositeModelId(modelId, await this.deps.models.videoModelIds())) {
+    if (isCompositeModelId(modelId, await this.deps.models.videoModelIds(auth.groupId))) {
       throw badRequest(
         'composite_model_id',
         `'${modelId}' is not a model id: duration, aspect ratio and resolution are separate fields, never part of the model id.`,
