@@ -109,7 +109,7 @@ export interface ImageProvider {
  * part), or hands the upstream a short-lived signed URL to fetch it from.
  */
 export interface MediaInput {
-  /** `image/png`, `image/jpeg` or `image/webp` (inspected when the task was created). */
+  /** `image/png`, `image/jpeg` or `image/webp` (a stored GIF is handed over as a PNG: `FileService.mediaInputs`; its `url` still serves the stored file). */
   readonly contentType: string;
   /** Exact size in bytes. */
   readonly bytes: number;

@@ -4,7 +4,8 @@
  * The Files API (OpenAI's shape: list, retrieve, content, delete) shows a key's account its uploads
  * and generated outputs.
  */
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
+import sharp from 'sharp';
 import type { components } from '../../generated/api.d.ts';
 import { ApiError } from '../errors.ts';
 import type { FileRepository, FileRow, FileUser, ListedFileRow, ListedPurpose } from '../repositories/file.repository.ts';
@@ -126,6 +127,9 @@ export interface OpenedFile {
   read(range?: ByteRange): Readable;
 }
 
+/** The image types every upstream takes as an input: others are sent as PNG (`mediaInputs`). */
+const SENDABLE_IMAGE_TYPES = new Set(['image/png', 'image/jpeg', 'image/webp']);
+
 export class FileService {
   constructor(
     private readonly files: FileRepository,
@@ -243,15 +247,19 @@ export class FileService {
   async mediaInputs(ids: readonly string[]): Promise<MediaInput[]> {
     const rows = await this.files.findMany(ids);
     if (rows.length !== ids.length) throw new Error(`input files of the task are missing: ${ids.filter((id) => !rows.some((r) => r.id === id)).join(', ')}`);
-    return rows.map((file) => ({
-      contentType: file.contentType,
-      bytes: file.bytes,
-      width: file.width,
-      height: file.height,
-      open: () => this.store.read(file.storageKey),
-      // The row's key: an input named by file id is stored as an upload or an output, not under `input/`.
-      url: (minTtlSeconds = 0) => this.urlOf(file.id, file.storageKey, minTtlSeconds),
-    }));
+    return Promise.all(
+      rows.map(async (file) => {
+        // The row's key: an input named by file id is stored as an upload or an output, not under `input/`.
+        const url = (minTtlSeconds = 0) => this.urlOf(file.id, file.storageKey, minTtlSeconds);
+        if (SENDABLE_IMAGE_TYPES.has(file.contentType)) {
+          return { contentType: file.contentType, bytes: file.bytes, width: file.width, height: file.height, open: () => this.store.read(file.storageKey), url };
+        }
+        // A GIF (an upload may be one) goes upstream as a PNG of its first frame: upstreams take
+        // PNG, JPEG and WebP (Veo, MiniMax and OpenAI refuse GIF). Small images, rare: made in memory.
+        const png = await sharp(await this.readAll(file.id)).png().toBuffer();
+        return { contentType: 'image/png', bytes: png.length, width: file.width, height: file.height, open: () => Readable.from([png]), url };
+      }),
+    );
   }
 
   /** The whole file in memory (inputs of an image edit, which are held in memory anyway). */
