@@ -510,6 +510,21 @@ describe('the OpenAI Images adapter through the API', () => {
     expect((await membersOf(c.groupId)).only!.health).toMatchObject({ cooldown_until: null, credentials_rejected: false });
   });
 
+  it('sends a GIF input (an upload may be one) as a PNG: OpenAI takes PNG, JPEG and WebP only', async () => {
+    const c = await customer([{ name: 'only', key: 'sk-a' }]);
+    const gif = await sharp({ create: { width: 256, height: 256, channels: 3, background: '#3366aa' } }).gif().toBuffer();
+    const form = new FormData();
+    form.append('model', IMAGE_PRO.id);
+    form.append('prompt', 'brighten it');
+    form.append('size', '1024x1024');
+    form.append('image', new Blob([gif], { type: 'image/gif' }), 'in.gif');
+    const before = fake.calls.length;
+    const res = await fetch(`${server.directUrl}/v1/images/edits`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}` }, body: form });
+    expect(res.status, await res.clone().text()).toBe(200);
+    const [call] = callsSince(before);
+    expect(call!.images.map((i) => i.mimeType)).toEqual(['image/png']);
+  });
+
   it('sends an edit with several images and a mask as multipart image[] parts and returns the requested size', async () => {
     const c = await customer([{ name: 'only', key: 'sk-a' }]);
     const png = (color: string) => sharp({ create: { width: 1024, height: 1024, channels: 4, background: color } }).png().toBuffer();
