@@ -13,6 +13,7 @@ import { OpenAIImageProvider, upstreamImageSize } from '../../server/providers/o
 import type { GeneratedImage, ImageEvents, ImageJob, ImageParams, UpstreamAccount } from '../../server/providers/types.ts';
 import { startOpenAIImagesFake, type OpenAIImagesFake } from '../fakes/openai-images.ts';
 import { providerErrorOf } from '../support/api-error.ts';
+import { imageParams } from '../support/image-params.ts';
 
 let fake: OpenAIImagesFake;
 /** Frames 300 ms apart, to see partials arrive before the image is done. */
@@ -44,28 +45,8 @@ function account(upstream: { url: string } = fake, apiKey = 'sk-test'): Upstream
   return { memberId: 'member-1', provider: 'openai', baseUrl: `${upstream.url}/v1`, credentials: { api_key: apiKey }, modelMap: {} };
 }
 
-function params(overrides: Partial<ImageParams> = {}): ImageParams {
-  return {
-    width: 1024,
-    height: 1024,
-    resolution: '1K',
-    aspectRatio: '1:1',
-    quality: 'auto',
-    background: 'auto',
-    transparent: false,
-    outputFormat: 'png',
-    outputCompression: undefined,
-    responseFormat: 'b64_json',
-    partialImages: 0,
-    requestedSize: 'auto',
-    ...overrides,
-    // As image-request.ts resolves it: `auto` is billed, and asked for, at `high`.
-    resolvedQuality: overrides.resolvedQuality ?? (overrides.quality === undefined || overrides.quality === 'auto' ? 'high' : overrides.quality),
-  };
-}
-
 function job(overrides: Partial<Omit<ImageJob, 'params'>> = {}, p: Partial<ImageParams> = {}): ImageJob {
-  return { operation: 'generation', model: 'gpt-image-1.5', prompt: 'a lighthouse at dusk', n: 1, inputs: [], params: params(p), ...overrides };
+  return { operation: 'generation', model: 'gpt-image-1.5', prompt: 'a lighthouse at dusk', n: 1, inputs: [], params: imageParams(p), ...overrides };
 }
 
 interface Recorded {

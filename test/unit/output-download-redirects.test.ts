@@ -17,6 +17,7 @@ import { OpenAIVideoProvider } from '../../server/providers/openai/openai-video.
 import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { GeneratedImage, ImageJob, UpstreamAccount, VideoJob } from '../../server/providers/types.ts';
 import { upstreamFetch } from '../../server/providers/upstream-http.ts';
+import { imageParams } from '../support/image-params.ts';
 
 const MP4 = Buffer.concat([Buffer.from([0, 0, 0, 0x18]), Buffer.from('ftypisom', 'latin1'), Buffer.alloc(2000, 5)]);
 let PNG: Buffer;
@@ -77,21 +78,7 @@ const imageJob: ImageJob = {
   prompt: 'a lighthouse',
   n: 1,
   inputs: [],
-  params: {
-    width: 64,
-    height: 64,
-    resolution: '1K',
-    aspectRatio: '1:1',
-    quality: 'auto',
-    resolvedQuality: 'high',
-    background: 'auto',
-    transparent: false,
-    outputFormat: 'png',
-    outputCompression: undefined,
-    responseFormat: 'b64_json',
-    partialImages: 0,
-    requestedSize: 'auto',
-  },
+  params: imageParams({ width: 64, height: 64 }),
 };
 
 async function imagesOf(generate: (events: { partial: () => Promise<void>; image: (i: number, g: GeneratedImage) => Promise<void> }) => Promise<void>): Promise<Buffer[]> {
