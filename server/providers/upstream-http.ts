@@ -44,9 +44,9 @@ export interface UpstreamRequest {
    * URL's origin (scheme, host and port); a redirect to another origin fails the call as the
    * member's misconfiguration, so that no credential header (`x-goog-api-key`, `x-api-key`, …) is
    * ever sent elsewhere. `anywhere`: up to 5 redirects to any origin, for a request that carries
-   * no credentials (an output link signed by itself, which may redirect to a CDN); only `Accept`
-   * goes on to another origin. Downloads that leave for a storage host with credentials for the
-   * first one follow by hand (providers/kit/output-download.ts).
+   * credentials only for the first origin (an output link signed by itself, or an upstream's files
+   * endpoint that redirects to its storage host): once a redirect leaves that origin, only `Accept`
+   * goes on, and nothing is sent with credentials again. The answer's `url` says where it came from.
    */
   redirect?: 'follow' | 'manual' | 'anywhere';
   timeoutMs?: number;
@@ -67,6 +67,8 @@ export class UpstreamResponse {
     raw: IncomingHttpHeaders,
     readonly body: Readable,
     private readonly onHandOff: () => void = () => undefined,
+    /** The URL that answered: the one asked for, or where its redirects led. */
+    readonly url = '',
   ) {
     this.ok = status >= 200 && status < 300;
     this.headers = {
@@ -149,7 +151,7 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
       const follow = init.redirect !== 'manual' && REDIRECT_STATUSES.has(res.statusCode) && typeof location === 'string' && (body === undefined || typeof body === 'string' || Buffer.isBuffer(body));
       if (!follow) {
         res.body.once('close', done);
-        return new UpstreamResponse(res.statusCode, res.headers, res.body, () => clearTimeout(timer));
+        return new UpstreamResponse(res.statusCode, res.headers, res.body, () => clearTimeout(timer), target);
       }
       await res.body.dump({ limit: 64 * 1024 }).catch(() => undefined);
       const next = new URL(location, target);
@@ -161,7 +163,11 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
         // The caller sends no credentials; whatever else it sent stays with the first origin all the same.
         if (headers) headers = Object.fromEntries(Object.entries(headers).filter(([name]) => /^accept$/i.test(name)));
       }
-      if (hops >= MAX_REDIRECTS) throw new ProviderError('misconfigured', `the upstream ${what} was redirected more than ${MAX_REDIRECTS} times`, { upstreamStatus: res.statusCode });
+      if (hops >= MAX_REDIRECTS) {
+        // With credentials, the member's base URL is wrong; a link's loop is the link's (its host's) failure.
+        const kind = init.redirect === 'anywhere' ? 'retryable' : 'misconfigured';
+        throw new ProviderError(kind, `the upstream ${what} was redirected more than ${MAX_REDIRECTS} times`, { upstreamStatus: res.statusCode });
+      }
       // As fetch does: 303, and 301/302 after a POST, go on as a GET without the body.
       if (res.statusCode === 303 || ((res.statusCode === 301 || res.statusCode === 302) && method === 'POST')) {
         method = 'GET';

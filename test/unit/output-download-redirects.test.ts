@@ -45,6 +45,8 @@ beforeAll(async () => {
     seen.push({ host: 'storage', path: req.url!, headers: req.headers });
     if (req.url!.startsWith('/signed/out.mp4')) res.writeHead(200, { 'content-type': 'video/mp4', 'content-length': String(MP4.length) }).end(MP4);
     else if (req.url!.startsWith('/signed/out.png')) res.writeHead(200, { 'content-type': 'image/png' }).end(PNG);
+    else if (req.url!.startsWith('/bounce?to=')) res.writeHead(302, { location: decodeURIComponent(req.url!.slice('/bounce?to='.length)) }).end();
+    else if (req.url!.startsWith('/forbidden')) res.writeHead(403, { 'content-type': 'application/xml' }).end('<Error><Code>AccessDenied</Code></Error>');
     else res.writeHead(404).end();
   });
   storageUrl = await listen(storage);
@@ -54,6 +56,11 @@ beforeAll(async () => {
     req.on('end', () => {
       const path = req.url!;
       if (path.startsWith('/v1/videos/vid_1/content')) res.writeHead(302, { location: `${storageUrl}/signed/out.mp4?sig=x` }).end();
+      // A storage host that sends the download back to the API's origin, then refuses it there.
+      else if (path.startsWith('/v1/videos/vid_back/content')) res.writeHead(302, { location: `${storageUrl}/bounce?to=${encodeURIComponent(`${apiUrl}/v1/videos/vid_back/final`)}` }).end();
+      else if (path.startsWith('/v1/videos/vid_back/final')) res.writeHead(req.headers.authorization ? 200 : 401, { 'content-type': 'application/json' }).end('{"error":{"message":"no key","type":"invalid_request_error"}}');
+      else if (path.startsWith('/v1/videos/vid_gone/content')) res.writeHead(302, { location: `${storageUrl}/forbidden` }).end();
+      else if (path.startsWith('/loop')) res.writeHead(302, { location: `${storageUrl}/bounce?to=${encodeURIComponent(`${apiUrl}/loop`)}` }).end();
       else if (path === '/files/out.png') res.writeHead(302, { location: `${storageUrl}/signed/out.png?sig=y` }).end();
       else if (path === '/v1/images/generations') json(res, { created: 1, data: [{ url: `${apiUrl}/files/out.png` }] });
       // Kling's image task: created, then done with its image behind a link that redirects.
@@ -137,6 +144,39 @@ describe('a result link that redirects to another host', () => {
       { host: 'api', path: '/files/out.png', credentials: false },
       { host: 'storage', path: '/signed/out.png', credentials: false },
     ]);
+  });
+});
+
+describe('a video download that leaves the member\'s origin', () => {
+  const account = { memberId: 'm', provider: 'openai', baseUrl: `${apiUrl}/v1`, credentials: { api_key: 'sk-secret-key' }, modelMap: {} } as UpstreamAccount;
+  const download = (id: string) => new OpenAIVideoProvider().download({ ...account, baseUrl: `${apiUrl}/v1` }, id, {}, {} as VideoJob, never).catch((e: unknown) => e);
+
+  it('never carries the key again, even when a redirect leads back to the member\'s origin; that origin\'s refusal is then its own error', async () => {
+    seen.length = 0;
+    const err = await download('vid_back');
+    expect(trail()).toEqual([
+      { host: 'api', path: '/v1/videos/vid_back/content', credentials: true },
+      { host: 'storage', path: '/bounce', credentials: false },
+      { host: 'api', path: '/v1/videos/vid_back/final', credentials: false },
+    ]);
+    // The answer came from the member's own origin: classified as the upstream's own error, not as a gone link.
+    expect(err).toBeInstanceOf(ProviderError);
+    expect((err as ProviderError).upstreamStatus).toBe(401);
+  });
+
+  it("a storage host's 403 is a link that no longer works: the download failed for good, not the member's credentials", async () => {
+    seen.length = 0;
+    const err = await download('vid_gone');
+    expect(err).toBeInstanceOf(ProviderError);
+    expect([(err as ProviderError).kind, (err as ProviderError).upstreamStatus]).toEqual(['failed', 403]);
+    expect(trail().map((t) => t.host)).toEqual(['api', 'storage']);
+  });
+
+  it("a credential-free link that redirects in a loop is the link's failure (retryable), not the member's misconfiguration", async () => {
+    const err = await upstreamFetch(`${apiUrl}/loop`, { redirect: 'anywhere' }, never, 'video download').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ProviderError);
+    expect((err as ProviderError).kind).toBe('retryable');
+    expect((err as ProviderError).message).toContain('redirected more than 5 times');
   });
 });
 
