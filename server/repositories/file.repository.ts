@@ -226,10 +226,6 @@ export class FileRepository {
     await sql`with d as (delete from files where id = ${file.id})${detach} select 1`.execute(trx);
   }
 
-  listForTask(taskId: string, purpose: string): Promise<FileRow[]> {
-    return this.db.selectFrom('files').select(COLUMNS).where('taskId', '=', taskId).where('purpose', '=', purpose).execute();
-  }
-
   /** Records an upload's image facts and expiry; returns its creation time. */
   async confirmUpload(id: string, o: { contentType: string; width: number; height: number; expiresAt: Date }): Promise<Date> {
     const row = await this.db.updateTable('files').set(o).where('id', '=', id).returning('createdAt').executeTakeFirstOrThrow();

@@ -119,6 +119,20 @@ export class VideoTaskRepository {
     return (await this.leases.update(fence, { upstreamOutput: JSON.stringify(output), upstreamDoneAt: sql`now()` }, this.db)) !== undefined;
   }
 
+  /**
+   * Deletes the rows of the output files an earlier attempt stored and never published, in one
+   * statement that holds only while the fence does and the task is unfinished: a file stored by a
+   * worker that has since claimed the task is never seen by it (that claim came first). Returns the
+   * deleted files' storage keys, or undefined when the fence no longer holds.
+   */
+  async deleteUnpublishedOutputs(fence: Fence): Promise<string[] | undefined> {
+    const { rows } = await sql<{ owned: boolean; keys: string[] }>`
+      with t as (select id from video_tasks where id = ${fence.id} and attempt = ${fence.attempt} and status in ('queued', 'in_progress')),
+      d as (delete from files f using t where f.task_id = t.id and f.purpose = 'video_output' returning f.storage_key)
+      select exists (select 1 from t) as owned, coalesce(array_agg(d.storage_key), '{}') as keys from d`.execute(this.db);
+    return rows[0]!.owned ? rows[0]!.keys : undefined;
+  }
+
   /** Counts a failed download of the finished job (its own retry budget). False when the fence no longer holds. */
   async countDownloadFailure(fence: Fence): Promise<boolean> {
     return (await this.leases.update(fence, { downloadRetries: sql`download_retries + 1` }, this.db)) !== undefined;

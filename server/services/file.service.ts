@@ -282,14 +282,9 @@ export class FileService {
     return this.store.delete(file.storageKey);
   }
 
-  /**
-   * Removes the `purpose` files of a task that an earlier attempt stored and never published (it
-   * died between storing its output and completing the task).
-   */
-  async discardLeftovers(taskId: string, purpose: string): Promise<number> {
-    const leftovers = await this.files.listForTask(taskId, purpose);
-    for (const file of leftovers) await this.discard(file);
-    return leftovers.length;
+  /** Removes the bytes of files whose rows are already deleted (a task's unpublished outputs). */
+  async discardStored(storageKeys: readonly string[]): Promise<void> {
+    for (const key of storageKeys) await this.store.delete(key);
   }
 
   find(id: string): Promise<FileRow | undefined> {

@@ -8,6 +8,7 @@
  */
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
 import { KlingTokens } from '../../server/providers/kling/kling-auth.ts';
@@ -192,6 +193,39 @@ describe('the output an attempt stored before it died', () => {
     expect(await filesOf(id)).toEqual([]);
     const content = await fetch(`${server.directUrl}/v1/files/${left.id}/content`, { headers: { Authorization: `Bearer ${c.key}` } });
     expect(content.status).toBe(404);
+  });
+});
+
+describe("deleting an earlier attempt's unpublished output (VideoTaskRepository.deleteUnpublishedOutputs)", () => {
+  it('holds only while the attempt is the task’s and the task unfinished: an attempt that was taken over deletes nothing', async () => {
+    mode = 'html';
+    const c = await customer();
+    const id = await createVideo(c.key);
+    await afterFirstDownload(id);
+    const repo = server.ctx.repositories.videoTasks;
+    // Parked between attempts (unleased, not due): the engine leaves it alone while this test acts as its workers.
+    const { attempt } = await until(
+      () => server.db.updateTable('videoTasks').set({ nextRunAt: sql`now() + interval '1 hour'` }).where('id', '=', id).where('leaseOwner', 'is', null).where('status', '=', 'in_progress').returning('attempt').executeTakeFirst(),
+      10_000,
+      'the task between two attempts',
+    );
+    // What a crash between storing the output and completing the task leaves.
+    const stored = await server.ctx.services.files.save({ accountId: c.accountId, purpose: 'video_output', contentType: 'video/mp4', taskId: id }, MP4);
+    // The attempt before this one (a worker whose lease another worker took over) deletes nothing.
+    expect(await repo.deleteUnpublishedOutputs({ id, attempt: attempt - 1 })).toBeUndefined();
+    expect(await filesOf(id)).toHaveLength(1);
+    // The current attempt deletes it, and gets its storage key to remove the bytes.
+    expect(await repo.deleteUnpublishedOutputs({ id, attempt })).toEqual([stored.storageKey]);
+    expect(await filesOf(id)).toEqual([]);
+    expect(await repo.deleteUnpublishedOutputs({ id, attempt })).toEqual([]);
+
+    // A completed task's output is its own: no attempt deletes it, not even the one that completed it.
+    mode = 'mp4';
+    await server.db.updateTable('videoTasks').set({ nextRunAt: sql`now()` }).where('id', '=', id).execute();
+    expect((await waitVideoFinished(server, c.key, id)).task.status).toBe('completed');
+    const done = await server.db.selectFrom('videoTasks').select('attempt').where('id', '=', id).executeTakeFirstOrThrow();
+    expect(await repo.deleteUnpublishedOutputs({ id, attempt: done.attempt })).toBeUndefined();
+    expect(await filesOf(id)).toHaveLength(1);
   });
 });
 

@@ -59,7 +59,7 @@ interface Calls {
  */
 function runner(
   current: Partial<VideoTaskRow>,
-  files: { discardLeftovers?: () => Promise<number>; save?: (stream: Readable) => Promise<unknown> } = {},
+  files: { deleteLeftovers?: () => Promise<string[] | undefined>; save?: (stream: Readable) => Promise<unknown> } = {},
   body = MP4,
   announced: number | undefined = body.length,
 ) {
@@ -77,19 +77,22 @@ function runner(
   const video = new VideoRunner({
     tasks: {
       leases: {},
-      find: async () => finishedTask(current),
+      // As the fenced statement does: only while the task is this attempt's and unfinished.
+      deleteUnpublishedOutputs:
+        files.deleteLeftovers ??
+        (async (fence: { attempt: number }) => {
+          const now = finishedTask(current);
+          if (now.attempt !== fence.attempt || !['queued', 'in_progress'].includes(now.status)) return undefined;
+          calls.discardedLeftovers++;
+          return [];
+        }),
       countDownloadFailure: async () => ++calls.counted > 0,
     } as never,
     pool: { account: async () => account, health: { observe: (_a: unknown, call: () => Promise<unknown>) => call() }, mappingFor: async () => undefined } as never,
     providers: { video: () => provider } as never,
     files: {
       mediaInputs: async () => [],
-      discardLeftovers:
-        files.discardLeftovers ??
-        (async () => {
-          calls.discardedLeftovers++;
-          return 0;
-        }),
+      discardStored: async () => undefined,
       save: async (_input: unknown, stream: Readable) => (files.save ? files.save(stream) : { id: 'file_1', bytes: (await stream.toArray()).reduce((n, c: Buffer) => n + c.length, 0) }),
       discard: async () => void calls.discarded++,
     } as never,
@@ -114,7 +117,7 @@ describe('finalize: the output an earlier attempt left', () => {
   });
 
   it('a failure to discard it (the database, the store) opens no download, or leaves none open', async () => {
-    const { video, calls } = runner({}, { discardLeftovers: async () => Promise.reject(Object.assign(new Error('Connection terminated unexpectedly'), { code: '57P01' })) });
+    const { video, calls } = runner({}, { deleteLeftovers: async () => Promise.reject(Object.assign(new Error('Connection terminated unexpectedly'), { code: '57P01' })) });
     const { err } = (await step(video)) as { err: Error };
     expect(err.message).toBe('Connection terminated unexpectedly');
     expect(calls.downloads.filter((stream) => !stream.destroyed)).toEqual([]);

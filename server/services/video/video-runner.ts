@@ -30,7 +30,7 @@ import type { ProviderRegistry } from '../../providers/registry.ts';
 import type { UpstreamAccount, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoStatus } from '../../providers/types.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
-import { ACTIVE_VIDEO_STATUSES, type VideoTaskRepository, type VideoTaskRow } from '../../repositories/video-task.repository.ts';
+import { type VideoTaskRepository, type VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import { MediaTooLarge, StorageError } from '../../storage/media-store.ts';
 import type { FileService } from '../file.service.ts';
 import { AttemptLog } from '../tasks/attempt-log.ts';
@@ -324,12 +324,11 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * the output of a completed task is a file of the task too.
    */
   private async discardLeftovers(task: VideoTaskRow, log: Logger): Promise<void> {
-    const current = await this.deps.tasks.find(task.id);
-    if (current?.attempt !== task.attempt || !(ACTIVE_VIDEO_STATUSES as readonly string[]).includes(current.status)) {
-      throw new LeaseLost('lease lost before the output of an earlier attempt was discarded');
-    }
-    const leftovers = await this.deps.files.discardLeftovers(task.id, 'video_output');
-    if (leftovers > 0) log.info({ leftovers }, 'discarded the output an earlier attempt stored but never completed');
+    const leftovers = await this.deps.tasks.deleteUnpublishedOutputs(fenceOf(task));
+    if (leftovers === undefined) throw new LeaseLost('lease lost before the output of an earlier attempt was discarded');
+    if (leftovers.length === 0) return;
+    await this.deps.files.discardStored(leftovers);
+    log.info({ leftovers: leftovers.length }, 'discarded the output an earlier attempt stored but never completed');
   }
 
   /** A failed download: retried alone within DOWNLOAD_RETRY when it may pass, else the task fails. */
