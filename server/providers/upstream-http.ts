@@ -277,8 +277,13 @@ export function sanitizeMessage(message: unknown, fallback: string): string {
   return clean.length > 300 ? `${clean.slice(0, 297)}...` : clean;
 }
 
-/** The kind of error an HTTP status means when the body does not say more. */
+/**
+ * The kind of error an HTTP status means when the body does not say more. A redirect that reaches
+ * an error path (an API call sent with `redirect: 'manual'`, a base URL on `http://` or behind a
+ * proxy that moved) is the member's base URL, never the client's request.
+ */
 export function kindOfStatus(status: number): ProviderErrorKind {
+  if (status >= 300 && status < 400) return 'misconfigured';
   if (status === 401 || status === 403) return 'auth';
   if (status === 429) return 'rate_limited';
   if (status === 404 || status === 405) return 'misconfigured';

@@ -7,7 +7,8 @@
  *   - a job runs: submit returns an id, polls say running then succeeded, the output streams;
  *   - a first frame reaches the upstream as the image it is (type, and size unless the wire resizes);
  *   - failures are classified by kind: rate limits with their wait, 5xx and unreachable hosts as
- *     retryable, refused credentials as auth, an unknown model as the member's configuration, a
+ *     retryable, refused credentials as auth, an unknown model or a base URL that redirects as the
+ *     member's configuration, a
  *     policy refusal and a failed job as such, an output that is gone as permanent;
  *   - where the upstream honours one, the task id works as an idempotency key; where the adapter
  *     cancels, a running job is cancelled (features an adapter does not claim get no test).
@@ -17,6 +18,8 @@
  * steer it (which prompt makes it fail, which route a fault goes to).
  */
 import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import sharp from 'sharp';
 import { describe, expect, it } from 'vitest';
@@ -157,6 +160,26 @@ export function describeVideoConformance(name: string, features: VideoConformanc
       const unreachable = { ...account, baseUrl: 'http://127.0.0.1:9/v1' };
       const lost = await providerErrorOf(t.provider.submit(unreachable, job, never));
       expect([lost.kind, lost.message]).toEqual(['retryable', expect.stringMatching(/could not be reached/)]);
+    });
+
+    it("classifies a base URL that answers with a redirect (moved, or http:// to https://) as the member's configuration, on submit and poll", async () => {
+      const t = target();
+      const moved = createServer((req, res) => {
+        req.resume();
+        res.writeHead(308, { location: `https://moved.invalid${req.url}` }).end();
+      });
+      await new Promise<void>((resolve) => moved.listen(0, '127.0.0.1', resolve));
+      try {
+        const job = t.job();
+        const jobId = await t.provider.submit(t.account(), job, never);
+        const account = { ...t.account(), baseUrl: `http://127.0.0.1:${(moved.address() as AddressInfo).port}/v1` };
+        expect((await providerErrorOf(t.provider.submit(account, job, never))).kind).toBe('misconfigured');
+        // A job already running is not failed for it: the operator can put the base URL right.
+        expect((await providerErrorOf(t.provider.poll(account, jobId, job, never))).kind).toBe('misconfigured');
+      } finally {
+        moved.closeAllConnections();
+        moved.close();
+      }
     });
 
     it('classifies refused credentials as auth, without quoting them', async () => {
