@@ -136,6 +136,9 @@ export function filesHandlers(ctx: AppContext): Pick<HandlerMap, 'createFile' | 
     async deleteFile(req, res) {
       const { accountId } = authOf(req);
       await files.deleteOwned(req.params.file_id, accountId);
+      // A completed task whose video this was answers without it from now on, here at once (others
+      // when the database's notification arrives).
+      ctx.services.videos.invalidateCaches();
       ctx.log.info({ fileId: req.params.file_id, accountId }, 'file deleted');
       noStore(res);
       sendJson(res, 'deleteFile', 200, { id: req.params.file_id, object: 'file', deleted: true });

@@ -94,4 +94,25 @@ describe('task polls', () => {
     await sql`update video_tasks set error_message = 'Refunded by an operator.' where id = ${id}`.execute(server.db);
     await untilNotified(async () => ((await (await poll(owner.key, `/v1/videos/${id}`)).json()) as { error?: { message: string } }).error?.message === 'Refunded by an operator.');
   });
+
+  it("drop a kept terminal task when its owner deletes the task's video here, without waiting for the database's notification", async () => {
+    const owner = await createCustomer(server.db, { balance: 10 });
+    const id = await createVideo(owner.key);
+    const output = await server.ctx.services.files.save({ accountId: owner.accountId, purpose: 'video_output', contentType: 'video/mp4', taskId: id }, Buffer.from('not played'));
+    await sql`update video_tasks set status = 'completed', output_file_id = ${output.id}, completed_at = now() where id = ${id}`.execute(server.db);
+    const done = (await (await poll(owner.key, `/v1/videos/${id}`)).json()) as { status: string; video_url?: string };
+    expect(done).toMatchObject({ status: 'completed', video_url: expect.any(String) });
+
+    // This instance's own change: no notification comes (the terminal-row trigger is off meanwhile).
+    await sql`alter table video_tasks disable trigger video_tasks_terminal_notify`.execute(server.db);
+    try {
+      const deleted = await fetch(`${server.directUrl}/v1/files/${output.id}`, { method: 'DELETE', headers: { Authorization: `Bearer ${owner.key}` } });
+      expect(deleted.status).toBe(200);
+      const after = (await (await poll(owner.key, `/v1/videos/${id}`)).json()) as { status: string; video_url?: string };
+      expect(after.status).toBe('completed');
+      expect(after.video_url).toBeUndefined();
+    } finally {
+      await sql`alter table video_tasks enable trigger video_tasks_terminal_notify`.execute(server.db);
+    }
+  });
 });

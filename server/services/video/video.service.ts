@@ -72,11 +72,20 @@ function isUniqueViolation(err: unknown, constraint: string): boolean {
 export class VideoService {
   /** Terminal tasks by id, oldest first (keepTerminalTasks), each until `until` (ms). */
   private readonly terminal = new Map<string, { row: PolledVideoTaskRow; until: number }>();
+  /**
+   * Counts the invalidations: a row read before one is not kept after it (the read may have seen
+   * the row before its change, and putting it back would serve the old row for a minute).
+   */
+  private generation = 0;
 
   constructor(private readonly deps: VideoServiceDeps) {}
 
-  /** Drops the terminal tasks kept (NOTIFY mediagate_config: one of their rows changed). */
+  /**
+   * Drops the terminal tasks kept: NOTIFY mediagate_config said one of their rows changed, or this
+   * instance changed one (a client deleted a task's output, so its next poll shows no video).
+   */
   invalidateCaches(): void {
+    this.generation++;
     this.terminal.clear();
   }
 
@@ -199,10 +208,11 @@ export class VideoService {
     // made afresh and media expiry is judged now, as for a row just read.
     const entry = this.terminal.get(id);
     const kept = entry && entry.until > Date.now() ? entry.row : undefined;
+    const generation = this.generation;
     const row = kept && kept.accountId === auth.accountId ? kept : await this.deps.tasks.findForAccount(id, auth.accountId);
     // Another account's task and an unknown id are indistinguishable.
     if (!row) throw notFound('task_not_found', `No video task '${id}' exists for this account.`);
-    if (row !== kept && (row.status === 'completed' || row.status === 'failed')) this.keepTerminal(row);
+    if (row !== kept && (row.status === 'completed' || row.status === 'failed') && generation === this.generation) this.keepTerminal(row);
     return toVideoTask(row, await this.videoUrl(row));
   }
 
