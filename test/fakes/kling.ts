@@ -38,14 +38,19 @@
  * refused), `aspect_ratio` 16:9 | 9:16 | 1:1 and never on image2video nor on omni-video with a
  * first frame (the documents list none there; ASSUMPTION: refused rather than ignored), `sound`
  * on|off only on 2.6+ models (2.6 std and 2.6 with `image_tail` silent only, capability map),
- * `negative_prompt` not on omni-video (not among its fields; ASSUMPTION: refused), prompts of at
- * most 2500 characters, images as http(s) URLs or RAW base64 (a `data:` prefix is refused) of a
- * JPEG or PNG of at most 10 MB, at least 300 px a side, ratio 1:2.5–2.5:1; image2video: `image`
+ * `negative_prompt` not on omni-video (not among its fields; ASSUMPTION: refused), `prompt` and
+ * `negative_prompt` of at most 2500 characters each (text-to-video.md, image-to-video.md,
+ * omni-video-o1.md, image-generation.md all say so; ASSUMPTION: counted as JavaScript string
+ * length, UTF-16 units: the documents do not say how characters are counted), images as http(s)
+ * URLs or RAW base64 (a `data:` prefix is refused) of a JPEG or PNG of at most 10 MB, at least
+ * 300 px a side, ratio 1:2.5–2.5:1; image2video: `image`
  * required, `image_tail` only where the capability map has first+last frames; multi-image2video:
  * 1–4 `image_list[].image`; omni: `image_list[] {image_url, type?}` up to 7, an end frame only with
  * a first frame and at most 2 images then. `external_task_id` is unique per account: a second
  * create with one is 400 1201 (ASSUMPTION: Kling's answer to a duplicate is not documented; the
- * table's invalid-parameter code). Content the "risk control" refuses at create: a prompt with
+ * table's invalid-parameter code); the query by id takes either the task id or the external_task_id
+ * in the path (the documents' "与 external_task_id 二选一"), and a task that failed risk control is
+ * answered 1301 with the task there too. Content the "risk control" refuses at create: a prompt with
  * `kling-block` → 400 1301.
  *
  * Accounts: `accounts[]` of access and secret keys; `permitModels(ak, models)` limits the model

@@ -302,6 +302,31 @@ describe('kling members in the pool', () => {
     expect(entries.map((e) => e.kind)).toEqual(['hold', 'capture']);
   });
 
+  it('a resubmit whose lookup of the taken external_task_id is rate-limited asks the same member again: the task Kling has completes, billed once', async () => {
+    const c = await customer();
+    fake.delayAnswerNext('submit', 2_000);
+    const created = await create(c.key);
+    await until(() => [...fake.tasks.values()].some((t) => t.externalTaskId === created.body.id), 10_000, 'the task at Kling');
+    // The lookup after the refused resubmit is the next query Kling gets: rate-limited.
+    fake.rateLimitNext('poll', 1);
+    await server.db
+      .updateTable('videoTasks')
+      .set((eb) => ({ attempt: eb('attempt', '+', 1), leaseOwner: 'a-dead-worker', leaseExpiresAt: new Date(Date.now() + 500) }))
+      .where('id', '=', created.body.id)
+      .execute();
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('completed');
+    // The rate-limited lookup, then the one that found the task.
+    const lookups = fake.requests.filter((r) => r.method === 'GET' && r.path.endsWith(`/${created.body.id}`));
+    expect(lookups.length).toBeGreaterThanOrEqual(2);
+    const submits = fake.requests.filter((r) => r.method === 'POST' && (r.json as Json)?.external_task_id === created.body.id);
+    expect(submits.length).toBeGreaterThanOrEqual(3);
+    expect(new Set(submits.map((r) => keyOf(r.headers.authorization)))).toEqual(new Set(['ak-a']));
+    expect([...fake.tasks.values()].filter((t) => t.externalTaskId === created.body.id)).toHaveLength(1);
+    const entries = await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', created.body.id).orderBy('id').execute();
+    expect(entries.map((e) => e.kind)).toEqual(['hold', 'capture']);
+  });
+
   it('renews the member\'s JWT while a job runs: several tokens, each received before its exp, none refused', async () => {
     const c = await customer([{ name: 'a', ak: 'ak-a', sk: 'sk-a-secret' }]);
     const since = Date.now();

@@ -14,6 +14,7 @@ import { shapeOf, type UpstreamAccount, type VideoJob } from '../../server/provi
 import { startKlingFake, type KlingFake } from '../fakes/kling.ts';
 import { describeVideoConformance, mediaInputOf, noiseFrame, type ConformanceRoute } from '../support/video-adapter-conformance.ts';
 import { providerErrorOf } from '../support/api-error.ts';
+import { until } from '../support/tasks.ts';
 
 let fake: KlingFake;
 beforeAll(async () => {
@@ -291,6 +292,24 @@ describe('kling wire format', () => {
     expect(provider.check({ ...base, referenceVideos: 1 })).toContain('no reference videos');
   });
 
+  it('omni-video: the negative prompt is shortened at a separator, or left out, to keep the prompt within Kling\'s 2,500 characters; the client\'s prompt is never cut', async () => {
+    const prompt = 'a'.repeat(2000);
+    const negative = Array.from({ length: 100 }, (_, i) => `blur${i}`).join(', ');
+    const jobId = await provider.submit(account(), job({ model: 'kling-v3-omni-std', prompt, negativePrompt: negative }), never);
+    const sent = taskOf(jobId)!.prompt;
+    expect(sent.length).toBeLessThanOrEqual(2500);
+    expect(sent.startsWith(`${prompt}\n\nAvoid: blur0, blur1, `)).toBe(true);
+    // Cut between two items, never inside one.
+    const kept = sent.slice(`${prompt}\n\nAvoid: `.length).split(', ');
+    expect(kept).toEqual(negative.split(', ').slice(0, kept.length));
+    // No room left for any of it: the prompt alone.
+    const full = await provider.submit(account(), job({ model: 'kling-v3-omni-std', prompt: 'b'.repeat(2495), negativePrompt: 'blur' }), never);
+    expect(taskOf(full)!.prompt).toBe('b'.repeat(2495));
+    // A prompt over Kling's limit is the client's and goes as it is: Kling refuses it (the lookup finds no task).
+    const over = await providerErrorOf(provider.submit(account(), job({ model: 'kling-v3-omni-std', prompt: 'c'.repeat(2501), negativePrompt: 'blur' }), never));
+    expect([over.kind, over.upstreamCode, over.maybeAccepted]).toEqual(['invalid_request', '1201', false]);
+  });
+
   it('a poll that finds no such task any more fails the job', async () => {
     const status = await provider.poll(account(), 'text2video/does-not-exist', job(), never);
     expect(status.state).toBe('failed');
@@ -307,5 +326,38 @@ describe('kling wire format', () => {
     expect(await post('/v1/videos/image2video', { model_name: 'kling-v3', image: `data:image/png;base64,${png}` })).toMatchObject({ status: 400, code: 1201 });
     expect(await post('/v1/videos/image2video', { model_name: 'kling-v3', image: png, aspect_ratio: '16:9' })).toMatchObject({ status: 400, code: 1201 });
     expect(await post('/v1/videos/image2video', { model_name: 'kling-v3', image: png })).toMatchObject({ status: 200, code: 0 });
+    // Prompts of at most 2,500 characters (text-to-video.md, omni-video-o1.md).
+    expect(await post('/v1/videos/omni-video', { model_name: 'kling-v3-omni', prompt: 'x'.repeat(2501), aspect_ratio: '16:9' })).toMatchObject({ status: 400, code: 1201 });
+    expect(await post('/v1/videos/text2video', { model_name: 'kling-v3', prompt: 'x', negative_prompt: 'x'.repeat(2501) })).toMatchObject({ status: 400, code: 1201 });
+    expect(await post('/v1/videos/omni-video', { model_name: 'kling-v3-omni', prompt: 'x'.repeat(2500), aspect_ratio: '16:9' })).toMatchObject({ status: 200, code: 0 });
+  });
+});
+
+describe('kling resubmit after a lost answer (external_task_id taken)', () => {
+  const provider = new KlingVideoProvider();
+
+  it('a lookup that is rate-limited, fails (5xx) or gets no answer is thrown as transient and maybe accepted, never as the refusal; the next resubmit finds the task', async () => {
+    const j = job();
+    const first = await provider.submit(account(), j, never);
+    fake.rateLimitNext('poll', 2);
+    const limited = await providerErrorOf(provider.submit(account(), j, never));
+    expect([limited.kind, limited.retryAfterMs, limited.maybeAccepted]).toEqual(['rate_limited', 2000, true]);
+    fake.serverErrorNext('poll', 503);
+    const down = await providerErrorOf(provider.submit(account(), j, never));
+    expect([down.kind, down.upstreamCode, down.maybeAccepted]).toEqual(['retryable', '5001', true]);
+    fake.faults.push('poll', { destroy: true });
+    const lost = await providerErrorOf(provider.submit(account(), j, never));
+    expect([lost.kind, lost.maybeAccepted]).toEqual(['retryable', true]);
+    expect(await provider.submit(account(), j, never)).toBe(first);
+    expect([...fake.tasks.values()].filter((t) => t.externalTaskId === j.taskId)).toHaveLength(1);
+  });
+
+  it('a task that already failed risk control (the lookup answers 1301 with the task) is taken: its poll fails it as policy', async () => {
+    const j = job({ prompt: 'kling-risk at the river' });
+    const first = await provider.submit(account(), j, never);
+    await until(async () => (await provider.poll(account(), first, j, never)).state === 'failed', 5_000, 'the risk-control failure');
+    expect(await provider.submit(account(), j, never)).toBe(first);
+    const status = await provider.poll(account(), first, j, never);
+    expect(status.state === 'failed' && [status.error.kind, status.error.upstreamCode]).toEqual(['policy', '1301']);
   });
 });

@@ -7,7 +7,8 @@
  *                       as `image_list: [{image_url}]`, `sound on|off`, `aspect_ratio` only without a
  *                       first frame (Kling takes the frame's); no `negative_prompt` field: Kling says
  *                       the omni prompt carries positive and negative descriptions, so a negative
- *                       prompt is appended to it as one ("Avoid: …")
+ *                       prompt is appended to it as one ("Avoid: …"), shortened or left out
+ *                       where the two would pass Kling's 2,500 characters (`omniPrompt`)
  *   multi-image2video   reference images (up to 4): `image_list: [{image}]`, `aspect_ratio`
  *   image2video         a first frame `image` and an optional last frame `image_tail`; no
  *                       `aspect_ratio` (the frame's)
@@ -30,7 +31,11 @@
  *
  * No double submit: `external_task_id` is unique per Kling account, so a resubmit after a crash is
  * refused (1201); a refused submit looks the task up by its external id (Kling's query takes it in
- * the path) and, if the first submit went through, answers its task id instead of the refusal.
+ * the path) and, if the first submit went through, answers its task id instead of the refusal (even
+ * a task that failed risk control: its poll says why). Only a lookup that finds no such task
+ * (1203/404) lets the refusal stand; a lookup that fails otherwise (429, 5xx, no answer) is thrown,
+ * marked as possibly accepted, so the runner asks the same member again rather than failing the
+ * task while Kling runs it (or running it on another member too).
  *
  *   poll      `submitted | processing` → running, `succeed` → the first video's `url`,
  *             `failed` → `task_status_msg` as the reason; an answer with an error code and the
@@ -42,10 +47,10 @@
  */
 import { Readable } from 'node:stream';
 import sharp from 'sharp';
-import { Base64Source, ProviderError, downloadOutput, inlineBase64, jobStatus, jsonStream, kindOfStatus, retryAfterMs, sanitizeMessage, shapeOf } from '../kit.ts';
+import { Base64Source, ProviderError, asProviderError, downloadOutput, inlineBase64, jobStatus, jsonStream, kindOfStatus, retryAfterMs, sanitizeMessage, shapeOf } from '../kit.ts';
 import type { MediaInput, UpstreamAccount, UpstreamResponse, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoShape, VideoStatus } from '../kit.ts';
 import { KlingTokens } from './kling-auth.ts';
-import { klingCall, outcomeOf, type KlingCall } from './kling-api.ts';
+import { klingCall, outcomeOf, type KlingAnswer, type KlingCall } from './kling-api.ts';
 
 /** Kling jobs take minutes; its docs show no interval. */
 export const KLING_VIDEO_POLL_MS = 10_000;
@@ -58,6 +63,8 @@ const RATIOS = ['16:9', '9:16', '1:1'];
 const RESOLUTIONS = ['720p', '1080p'];
 const MIN_SECONDS = 3;
 const MAX_SECONDS = 15;
+/** Kling's limit on `prompt` (and `negative_prompt`) on every video endpoint: 2,500 characters. */
+const MAX_PROMPT_CHARS = 2500;
 /** Omni models take up to 7 images; multi-image2video 4 (its catalog entries say so). */
 const MAX_REFERENCE_IMAGES = 7;
 
@@ -180,14 +187,36 @@ export class KlingVideoProvider implements VideoProvider {
     return downloadOutput(output.url, signal, { upstreamError: cdnError, expiredMessage: "the upstream's link to the video expired before it was downloaded" });
   }
 
-  /** The task id of the task created with `externalId` on `endpoint`, if there is one. */
+  /**
+   * The task id of the task created with `externalId` on `endpoint`; undefined only when Kling says
+   * there is no such task. Any other failure of the lookup is thrown: the refusal it follows may be
+   * of a duplicate, so the task may be running there (`maybeAccepted`: asked again on this member).
+   */
   private async findByExternalId(account: UpstreamAccount, endpoint: KlingVideoEndpoint, externalId: string, signal: AbortSignal): Promise<string | undefined> {
-    const answer = await klingCall<KlingTask>(this.tokens, account, { method: 'GET', path: `/v1/videos/${endpoint}/${encodeURIComponent(externalId)}` }, signal, 'video lookup');
+    let answer: KlingAnswer<KlingTask>;
+    try {
+      answer = await klingCall<KlingTask>(this.tokens, account, { method: 'GET', path: `/v1/videos/${endpoint}/${encodeURIComponent(externalId)}` }, signal, 'video lookup');
+    } catch (err) {
+      // Stopped (the lease lost, the worker stopping): not the lookup's failure.
+      if (signal.aborted) throw err;
+      throw lookupFailed(asProviderError(err, 'the upstream video lookup failed'));
+    }
     const outcome = outcomeOf(answer, 'video lookup');
     const task = outcome.data;
-    if (!outcome.ok || task?.task_info?.external_task_id !== externalId || typeof task.task_id !== 'string') return undefined;
-    return task.task_id;
+    // The task, whatever its state or the answer's code (risk control answers 1301 with the failed task).
+    if (task?.task_info?.external_task_id === externalId && typeof task.task_id === 'string' && task.task_id !== '') return task.task_id;
+    if (!outcome.ok && (outcome.error.upstreamCode === '1203' || (outcome.error.upstreamCode === undefined && answer.status === 404))) return undefined;
+    throw lookupFailed(outcome.ok ? new ProviderError('retryable', 'the upstream video lookup answered without the task', { upstreamStatus: answer.status }) : outcome.error);
   }
+}
+
+/**
+ * A lookup of a refused resubmit that said neither "this task" nor "no such task": thrown as maybe
+ * accepted. A refusal of the lookup itself is no fault of the client's request: retryable.
+ */
+function lookupFailed(err: ProviderError): ProviderError {
+  const kind = err.kind === 'invalid_request' || err.kind === 'policy' || err.kind === 'failed' ? 'retryable' : err.kind;
+  return new ProviderError(kind, err.message, { retryAfterMs: err.retryAfterMs, upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode, cause: err, maybeAccepted: true });
 }
 
 export function parseJobId(jobId: string): { endpoint: KlingVideoEndpoint; taskId: string } {
@@ -244,11 +273,29 @@ function bufferStream(data: Buffer) {
   return Readable.from([data]);
 }
 
+/**
+ * Omni's prompt: the client's prompt and, as omni has no `negative_prompt`, the negative prompt after
+ * it as "Avoid: …", within Kling's 2,500 characters for `prompt` (which the two fields elsewhere have
+ * each): the suffix is cut at the last separator that fits, or left out when none does. The
+ * client's own prompt is never cut (over the limit, Kling refuses it as on any endpoint). Counted in
+ * UTF-16 units, never fewer than the characters Kling counts.
+ */
+function omniPrompt(prompt: string, negativePrompt: string | null | undefined): string {
+  if (!negativePrompt) return prompt;
+  const head = `${prompt}\n\nAvoid: `;
+  const room = MAX_PROMPT_CHARS - head.length;
+  if (negativePrompt.length <= room) return head + negativePrompt;
+  // The last separator (space, comma, semicolon, Chinese list marks) within the room: no word is split.
+  const cut = room > 0 ? negativePrompt.slice(0, room + 1).search(/[\s,;，、；][^\s,;，、；]*$/) : -1;
+  const kept = cut > 0 ? negativePrompt.slice(0, cut).replace(/[\s,;，、；]+$/, '') : '';
+  return kept ? head + kept : prompt;
+}
+
 /** The endpoint's JSON body (§6.2, §6.3, §10.2). */
 function bodyOf(endpoint: KlingVideoEndpoint, name: string, mode: 'std' | 'pro' | undefined, job: VideoJob, inputs: JobImages): Record<string, unknown> {
   const body: Record<string, unknown> = { model_name: name };
   const omni = endpoint === 'omni-video';
-  body.prompt = omni && job.negativePrompt ? `${job.prompt}\n\nAvoid: ${job.negativePrompt}` : job.prompt;
+  body.prompt = omni ? omniPrompt(job.prompt, job.negativePrompt) : job.prompt;
   if (!omni && job.negativePrompt) body.negative_prompt = job.negativePrompt;
   if (mode) body.mode = mode;
   body.duration = String(job.durationSeconds);
