@@ -20,6 +20,19 @@
  * 404 InvalidEndpointOrModel.NotFound / ModelNotOpen / UnsupportedModel / ResourceNotFound, 429
  * RateLimitExceeded.EndpointRPMExceeded (`rateLimitNext`), 500 InternalServiceError.
  *
+ * Rows of Volcengine's error-code table (https://www.volcengine.com/docs/82379/1299023, "推理错误码",
+ * read from a stored copy) that depend on the account's state or Ark's own services, answered on
+ * demand (`errorNext(route, name)`) with the table's status, type, code and English message:
+ * 400 BadRequest ContentSecurityDetectionError (its risk-detection service failed), 403 Forbidden
+ * OperationDenied.ServiceNotOpen, 429 TooManyRequests SetLimitExceeded, and 429 QuotaExceeded in its
+ * three wordings (a model's free trial used up; "The request has exceeded the quota." = too many
+ * queued tasks; a 5-hour/weekly/monthly usage quota). `%s` is the account id (ASSUMPTION: digits, as
+ * Volcengine account ids are) and the model as asked; `{{id}}` the request id, where the table puts
+ * one (none in ServiceNotOpen's or the usage quota's); `{{reset_time}}` an ISO time (ASSUMPTION: the
+ * table does not show its format); CSDcode/CSDmessage stay `{}` as the table shows them. They come
+ * after the request is validated, before any work (ASSUMPTION: the table does not say when). §5.3
+ * names QuotaExceeded only (not its three meanings) and none of the others; no source disagrees.
+ *
  * Accounts (`accounts`): each API key is an account with the models it has activated; a model the
  * account has not activated answers 404 `ModelNotOpen` (§10.3), whatever is asked of it. Platforms
  * (`platform`): BytePlus ids (`seedream-4-0-250828`, `dreamina-seedance-2-0-260128`) or Volcengine
@@ -91,7 +104,8 @@
  * official 1K table has sizes under 1024x1024, so the fake keeps the reference's).
  *
  * Faults per route through `faults.push(route, fault)`: `images`, `submit`, `poll`, `cancel`,
- * `storage` (checked after auth). Logs: `imageCalls`, `tasks`.
+ * `storage` (checked after auth). Logs: `imageCalls`, `tasks` (a request refused before its work
+ * is in neither: see `requests`).
  */
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -195,6 +209,8 @@ export interface ArkFake extends FakeServer {
   serverErrorNext(route: ArkRoute, times?: number): void;
   /** The next streamed Seedream answer sends `afterImages` images, then an `error` event with `code`, and ends. */
   streamErrorNext(afterImages: number, code?: string): void;
+  /** The next `times` valid requests of `route` get the error-code table's answer `name` (see the header); `faults.clear()` leaves them. */
+  errorNext(route: 'images' | 'submit', name: ArkTableError, times?: number): void;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -287,12 +303,38 @@ class ArkError extends Error {
     readonly code: string,
     message: string,
     readonly param = '',
+    /** Set when `message` is the table's own wording, which places the request id itself (or has none). */
+    readonly requestId?: string,
   ) {
     super(message);
   }
 }
 
 const requestId = () => `0217${Date.now()}${randomBytes(10).toString('hex')}`;
+
+/** The error-code table's answers `errorNext` gives; the part after `:` tells QuotaExceeded's three rows apart. */
+export type ArkTableError = 'ContentSecurityDetectionError' | 'OperationDenied.ServiceNotOpen' | 'SetLimitExceeded' | 'QuotaExceeded:free-trial' | 'QuotaExceeded:queued-tasks' | 'QuotaExceeded:usage-quota';
+
+/** Each answer's status, code and message, verbatim from the table but for its placeholders. */
+const TABLE_ERRORS: Record<ArkTableError, (at: { id: string; account: string; model: string }) => { status: number; code: string; message: string }> = {
+  ContentSecurityDetectionError: ({ id }) => ({ status: 400, code: 'ContentSecurityDetectionError', message: `Internal error.ARKRequest ID:${id};CSDRequestId:${randomBytes(8).toString('hex')};CSDcode:{};CSDmessage:{}` }),
+  'OperationDenied.ServiceNotOpen': () => ({
+    status: 403,
+    code: 'OperationDenied.ServiceNotOpen',
+    message: 'Operation is denied because the model service is unavailable, please go to the Volcano Ark console activation management page to activate the corresponding model service, or submit a work order to contact us.',
+  }),
+  SetLimitExceeded: ({ id, account, model }) => ({
+    status: 429,
+    code: 'SetLimitExceeded',
+    message: `Your account [${account}] has reached the set inference limit for the [${model}] model, and the model service has been paused. To continue using this model, please visit the Model Activation page to adjust or close the "Safe Experience Mode". Request ID: ${id}`,
+  }),
+  'QuotaExceeded:free-trial': ({ id, account, model }) => ({ status: 429, code: 'QuotaExceeded', message: `Your account [${account}] has exhausted its free trial quota for the [${model}] model. Request ID: ${id}` }),
+  'QuotaExceeded:queued-tasks': ({ id }) => ({ status: 429, code: 'QuotaExceeded', message: `The request has exceeded the quota. Request ID: ${id}` }),
+  'QuotaExceeded:usage-quota': () => ({ status: 429, code: 'QuotaExceeded', message: `You have exceeded the 5-hour/weekly/monthly usage quota. It will reset at ${new Date(Date.now() + 3600_000).toISOString()}.` }),
+};
+
+/** A Volcengine-like account id for an API key (stable, digits). */
+const accountIdOf = (apiKey: string) => String(parseInt(createHash('sha256').update(apiKey).digest('hex').slice(0, 8), 16)).padStart(10, '0');
 
 /** An error body as Ark answers it (also for tests that push faults). */
 export function arkErrorBody(status: number, code: string, message: string, param = '', id = requestId()): { error: { code: string; message: string; param: string; type: string } } {
@@ -432,8 +474,19 @@ export async function startArkFake(options: ArkFakeOptions = {}): Promise<ArkFak
   };
 
   const answerError = (res: ServerResponse, err: ArkError) => {
+    const id = err.requestId ?? requestId();
+    const body = err.requestId ? { error: { code: err.code, message: err.message, param: err.param, type: TYPES[err.status] ?? 'BadRequest' } } : arkErrorBody(err.status, err.code, err.message, err.param, id);
+    sendJson(res, err.status, body, { 'x-request-id': id });
+  };
+
+  const tableErrors: Record<'images' | 'submit', ArkTableError[]> = { images: [], submit: [] };
+  /** Throws the table's answer a test queued for `route`, if any. */
+  const tableError = (route: 'images' | 'submit', apiKey: string, model: string) => {
+    const name = tableErrors[route].shift();
+    if (!name) return;
     const id = requestId();
-    sendJson(res, err.status, arkErrorBody(err.status, err.code, err.message, err.param, id), { 'x-request-id': id });
+    const { status, code, message } = TABLE_ERRORS[name]({ id, account: accountIdOf(apiKey), model });
+    throw new ArkError(status, code, message, '', id);
   };
 
   /** The account of the request's bearer key. */
@@ -527,6 +580,7 @@ export async function startArkFake(options: ArkFakeOptions = {}): Promise<ArkFak
     if (prompt.includes('[ark:unsafe-prompt]')) {
       throw new ArkError(400, 'InputTextSensitiveContentDetected', 'The request failed because the input text may contain sensitive information.');
     }
+    tableError('images', apiKey, name);
 
     const call: ArkImageCall = { apiKey, model: name, body: { ...body, image: undefined }, prompt, images: inputs, stream, size: `${width}x${height}`, outcomes: [], status: 0 };
     imageCalls.push(call);
@@ -662,6 +716,7 @@ export async function startArkFake(options: ArkFakeOptions = {}): Promise<ArkFak
     const expiresAfter = body.execution_expires_after ?? 172_800;
     if (typeof expiresAfter !== 'number' || expiresAfter < 3600 || expiresAfter > 259_200) throw invalid('execution_expires_after', 'The parameter `execution_expires_after` specified in the request is not valid.');
     if (prompt.includes('[ark:unsafe-prompt]')) throw new ArkError(400, 'InputTextSensitiveContentDetected', 'The request failed because the input text may contain sensitive information.');
+    tableError('submit', apiKey, name);
 
     const now = Date.now();
     const timing = options.timing?.(prompt) ?? {};
@@ -782,6 +837,9 @@ export async function startArkFake(options: ArkFakeOptions = {}): Promise<ArkFak
     },
     streamErrorNext(afterImages: number, code = 'InternalServiceError') {
       streamErrors.push({ afterImages, code });
+    },
+    errorNext(route: 'images' | 'submit', name: ArkTableError, times = 1) {
+      for (let i = 0; i < times; i++) tableErrors[route].push(name);
     },
     serverErrorNext(route: ArkRoute, times = 1) {
       const fault: Fault = { status: 500, body: arkErrorBody(500, 'InternalServiceError', 'The service encountered an unexpected internal error.') };

@@ -6,8 +6,9 @@
  * member's watermark option, Volcengine ids through the model map; Seedance frames and references,
  * the catalog's refusals before any upstream call, failed, expired and cancelled tasks, a result URL
  * that expired before its download, the deadline's cancel; and the pool around them: failover
- * between two Ark members on a 429, an overdue account, and a member whose account has not
- * activated one model.
+ * between two Ark members on a 429, an overdue account, a member whose account has not activated
+ * one model (or may not use it: a service not open, a paused model, a used-up free trial), Ark's
+ * failed risk-detection service, and a queued-task limit.
  */
 import sharp from 'sharp';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -327,6 +328,56 @@ describe('ark and the pool', () => {
     const other = await createVideo(c.key, { model: SEEDANCE_PRO });
     expect((await waitVideoFinished(server, c.key, other.body.id)).task.status).toBe('completed');
     expect((await upstreamTask(other.body.id)).apiKey).toBe('ark-no-15');
+  });
+
+  // Rows of Volcengine's error-code table (https://www.volcengine.com/docs/82379/1299023).
+  const imagePostsBy = (key: string) => fake.requests.filter((r) => r.method === 'POST' && r.path.endsWith('/images/generations') && r.headers.authorization === `Bearer ${key}`).length;
+
+  it('fails a failure of Ark\'s risk-detection service (400 ContentSecurityDetectionError) over to the second member instead of refusing the request', async () => {
+    const c = await twoMembers();
+    fake.errorNext('images', 'ContentSecurityDetectionError');
+    const asked = imagePostsBy('ark-a');
+    const res = await post(c.key, '/v1/images/generations', { model: SEEDREAM_40, prompt: 'risk service down' });
+    expect(res.status).toBe(200);
+    expect(imagePostsBy('ark-a')).toBe(asked + 1);
+    expect(fake.imageCalls.at(-1)!.apiKey).toBe('ark-b');
+    expect(await holdOf(server.db, res.taskId!)).toMatchObject({ status: 'captured', captured: micro(0.03) });
+    const health = (await healthOf(c.groupId)).a!;
+    expect(health).toMatchObject({ credentials_rejected: false, account_disabled: null, model_faults: [] });
+    expect(health.last_error).toContain('Internal error');
+  });
+
+  it.each([
+    ['OperationDenied.ServiceNotOpen', 'HTTP 403 OperationDenied.ServiceNotOpen'],
+    ['SetLimitExceeded', 'HTTP 429 SetLimitExceeded'],
+    ['QuotaExceeded:free-trial', 'HTTP 429 QuotaExceeded'],
+  ] as const)('leaves a member out for one model only on %s, its credentials and other models untouched', async (name, said) => {
+    const c = await twoMembers();
+    fake.errorNext('images', name);
+    const res = await post(c.key, '/v1/images/generations', { model: SEEDREAM_40, prompt: 'model not open' });
+    expect(res.status).toBe(200);
+    expect(fake.imageCalls.at(-1)!.apiKey).toBe('ark-b');
+    const health = (await healthOf(c.groupId)).a!;
+    expect(health.model_faults).toEqual([{ model: SEEDREAM_40, kind: 'model_not_open', reason: expect.stringContaining(said), since: expect.any(String), until: null }]);
+    expect(health).toMatchObject({ cooldown_until: null, credentials_rejected: false, account_disabled: null });
+    // Not asked for that model again, and still serving the others.
+    const asked = imagePostsBy('ark-a');
+    expect((await post(c.key, '/v1/images/generations', { model: SEEDREAM_40, prompt: 'again' })).status).toBe(200);
+    expect(imagePostsBy('ark-a')).toBe(asked);
+    expect((await post(c.key, '/v1/images/generations', { model: SEEDREAM_45, prompt: 'another model' })).status).toBe(200);
+    expect(fake.imageCalls.at(-1)!.apiKey).toBe('ark-a');
+  });
+
+  it('cools a member by the pool\'s backoff, not the quota cooldown, on QuotaExceeded for too many queued tasks', async () => {
+    const c = await twoMembers();
+    fake.errorNext('submit', 'QuotaExceeded:queued-tasks');
+    const created = await createVideo(c.key);
+    expect((await waitVideoFinished(server, c.key, created.body.id)).task.status).toBe('completed');
+    expect((await upstreamTask(created.body.id)).apiKey).toBe('ark-b');
+    const health = (await healthOf(c.groupId)).a!;
+    expect(health.cooldown_reason).toBe('rate_limited');
+    // The first strike's backoff, a second (the quota cooldown is minutes).
+    expect(Date.parse(health.cooldown_until!) - Date.now()).toBeLessThanOrEqual(1000);
   });
 
   it('fails a Seedance submit over to the second member on a 429', async () => {

@@ -1,16 +1,19 @@
 /**
  * The `ark` adapters' own rules: the size each Seedream version is asked for (every size the shipped
  * definitions offer, the official tables, custom ratios), Ark's error codes as kinds
- * (upstream-apis.md §5.3, §10.3), and the Seedance task states the public API does not reach (a
- * rule only an operator's own catalog model can meet, a cancelled or deleted task).
+ * (upstream-apis.md §5.3, §10.3, and rows of Volcengine's error-code table answered by the fake),
+ * and the Seedance task states the public API does not reach (a rule only an operator's own
+ * catalog model can meet, a cancelled or deleted task).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadCatalogDefinitions } from '../../server/catalog/catalog-definitions.ts';
 import { arkErrorOf } from '../../server/providers/ark/ark-errors.ts';
+import { ArkImageProvider } from '../../server/providers/ark/ark-image.provider.ts';
 import { ArkVideoProvider } from '../../server/providers/ark/ark-video.provider.ts';
 import { ProviderError } from '../../server/providers/provider-error.ts';
-import type { UpstreamAccount, VideoJob } from '../../server/providers/types.ts';
-import { startArkFake, type ArkFake } from '../fakes/ark.ts';
+import type { ImageJob, UpstreamAccount, VideoJob } from '../../server/providers/types.ts';
+import { startArkFake, type ArkFake, type ArkTableError } from '../fakes/ark.ts';
+import { imageParams } from '../support/image-params.ts';
 import { noiseFrame } from '../support/video-adapter-conformance.ts';
 import { seedreamSize, seedreamVersion } from '../../server/providers/ark/seedream-sizes.ts';
 import { SIZE_TABLES } from '../../server/services/image/image-size.ts';
@@ -84,7 +87,8 @@ describe('Ark error codes', () => {
     expect(kind('RateLimitExceeded.EndpointRPMExceeded', 429)).toBe('rate_limited');
     expect(kind('ModelAccountIpmRateLimitExceeded', 429)).toBe('rate_limited');
     expect(kind('ServerOverloaded', 429)).toBe('rate_limited');
-    expect(kind('QuotaExceeded', 429)).toBe('quota_exhausted');
+    // Without a wording of a longer quota, QuotaExceeded is a wait (the table's queued-tasks row).
+    expect(kind('QuotaExceeded', 429)).toBe('rate_limited');
     expect(kind('OutputImageSensitiveContentDetected')).toBe('policy');
     expect(kind('InputImageSensitiveContentDetected.PrivacyInformation', 400)).toBe('policy');
     expect(kind('InvalidParameter', 400)).toBe('invalid_request');
@@ -106,6 +110,53 @@ describe('Ark error codes', () => {
     expect([limited.kind, limited.retryAfterMs, limited.upstreamCode]).toEqual(['rate_limited', undefined, 'RateLimitExceeded.EndpointRPMExceeded']);
     const auth = arkErrorOf({ code: 'AuthenticationError', message: 'the API key sk-abcdef0123456789 is invalid' }, 'video submit', { status: 401 });
     expect(auth.message).toBe("the upstream refused the account's credentials (HTTP 401 AuthenticationError)");
+  });
+});
+
+describe('Ark error-table codes through the adapters against the fake', () => {
+  // Volcengine's error-code table (https://www.volcengine.com/docs/82379/1299023) as the fake answers it.
+  let fake: ArkFake;
+  beforeAll(async () => {
+    fake = await startArkFake();
+  });
+  afterAll(async () => fake?.close());
+  const never = new AbortController().signal;
+  const account = (): UpstreamAccount => ({ memberId: 'mem_unit', provider: 'ark', baseUrl: `${fake.url}/api/v3`, credentials: { api_key: 'ark-test' }, modelMap: {} });
+  const video: VideoJob = { taskId: 'vid_unit', model: 'seedance-1-0-pro-250528', prompt: 'a boat', negativePrompt: null, durationSeconds: 5, aspectRatio: '16:9', resolution: '720p', generateAudio: false, referenceImages: [], referenceVideos: [], referenceAudios: [] };
+  const submitFails = async (name: ArkTableError) => {
+    fake.errorNext('submit', name);
+    const err = await new ArkVideoProvider(50).submit(account(), video, never).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ProviderError);
+    return err as ProviderError;
+  };
+  const kindOf = async (name: ArkTableError) => {
+    const err = await submitFails(name);
+    return [err.kind, err.upstreamStatus, err.upstreamCode];
+  };
+
+  it('retries a failure of Volcengine\'s risk-detection service (400 ContentSecurityDetectionError) instead of blaming the request', async () => {
+    fake.errorNext('images', 'ContentSecurityDetectionError');
+    const job: ImageJob = { operation: 'generation', model: 'seedream-4-0-250828', prompt: 'a cat', n: 1, params: imageParams({ width: 2048, height: 2048 }), inputs: [] };
+    const err = await new ArkImageProvider().generate(account(), job, never, { partial: async () => {}, image: async () => {} }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ProviderError);
+    expect([(err as ProviderError).kind, (err as ProviderError).upstreamStatus, (err as ProviderError).upstreamCode]).toEqual(['retryable', 400, 'ContentSecurityDetectionError']);
+    expect(await kindOf('ContentSecurityDetectionError')).toEqual(['retryable', 400, 'ContentSecurityDetectionError']);
+  });
+
+  it('takes a model service that is not open (403 OperationDenied.ServiceNotOpen) as that model\'s, not the credentials\'', async () => {
+    expect(await kindOf('OperationDenied.ServiceNotOpen')).toEqual(['model_not_open', 403, 'OperationDenied.ServiceNotOpen']);
+  });
+
+  it('takes a model paused by its inference limit (429 SetLimitExceeded) as that model\'s until its owner acts, not a rate limit', async () => {
+    const err = await submitFails('SetLimitExceeded');
+    expect([err.kind, err.upstreamStatus, err.upstreamCode]).toEqual(['model_not_open', 429, 'SetLimitExceeded']);
+    expect(err.message).toContain('has reached the set inference limit for the [seedance-1-0-pro-250528] model');
+  });
+
+  it('tells the three QuotaExceeded rows apart: queued tasks wait, a used-up free trial is the model\'s, a usage-period quota the account\'s', async () => {
+    expect(await kindOf('QuotaExceeded:queued-tasks')).toEqual(['rate_limited', 429, 'QuotaExceeded']);
+    expect(await kindOf('QuotaExceeded:free-trial')).toEqual(['model_not_open', 429, 'QuotaExceeded']);
+    expect(await kindOf('QuotaExceeded:usage-quota')).toEqual(['quota_exhausted', 429, 'QuotaExceeded']);
   });
 });
 

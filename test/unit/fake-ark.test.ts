@@ -1,13 +1,13 @@
 /**
  * The Ark fake against upstream-apis.md §5, §10.3 and the §8 checklist, spoken to with plain fetch
- * (never through an adapter): the error envelope and codes, per-account model activation, the
- * platforms' model ids, Seedream's sizes, `data[]` mixing images and errors, SSE with `[DONE]` and
- * the 400 before any event, expiring result URLs on another origin, and the Seedance task states
- * with DELETE.
+ * (never through an adapter): the error envelope and codes (rows of Volcengine's error-code table
+ * on demand), per-account model activation, the platforms' model ids, Seedream's sizes, `data[]`
+ * mixing images and errors, SSE with `[DONE]` and the 400 before any event, expiring result URLs on
+ * another origin, and the Seedance task states with DELETE.
  */
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startArkFake, type ArkFake } from '../fakes/ark.ts';
+import { startArkFake, type ArkFake, type ArkTableError } from '../fakes/ark.ts';
 
 let fake: ArkFake;
 beforeAll(async () => {
@@ -94,6 +94,42 @@ describe('Ark fake: auth, errors and accounts', () => {
     expect([plain.status, plain.json.error.code, plain.headers.get('retry-after')]).toEqual([429, 'RateLimitExceeded.EndpointRPMExceeded', null]);
     fake.rateLimitNext('images', 9);
     expect((await image({ prompt: 'x' })).headers.get('retry-after')).toBe('9');
+  });
+});
+
+describe('Ark fake: rows of Volcengine\'s error-code table', () => {
+  const seedance = { model: 'seedance-1-0-pro-250528', content: [{ type: 'text', text: 'x' }] };
+
+  it('answers each row on demand with the table\'s status, type, code and message, the request id where the table puts one', async () => {
+    const rows: [ArkTableError, number, string, string, RegExp][] = [
+      ['ContentSecurityDetectionError', 400, 'BadRequest', 'ContentSecurityDetectionError', /^Internal error\.ARKRequest ID:(0217\w+);CSDRequestId:\w+;CSDcode:\{\};CSDmessage:\{\}$/],
+      ['OperationDenied.ServiceNotOpen', 403, 'Forbidden', 'OperationDenied.ServiceNotOpen', /^Operation is denied because the model service is unavailable, please go to the Volcano Ark console activation management page to activate the corresponding model service, or submit a work order to contact us\.$/],
+      ['SetLimitExceeded', 429, 'TooManyRequests', 'SetLimitExceeded', /^Your account \[\d{10}\] has reached the set inference limit for the \[seedream-4-0-250828\] model, and the model service has been paused\. .*"Safe Experience Mode"\. Request ID: (0217\w+)$/],
+      ['QuotaExceeded:free-trial', 429, 'TooManyRequests', 'QuotaExceeded', /^Your account \[\d{10}\] has exhausted its free trial quota for the \[seedream-4-0-250828\] model\. Request ID: (0217\w+)$/],
+      ['QuotaExceeded:queued-tasks', 429, 'TooManyRequests', 'QuotaExceeded', /^The request has exceeded the quota\. Request ID: (0217\w+)$/],
+      ['QuotaExceeded:usage-quota', 429, 'TooManyRequests', 'QuotaExceeded', /^You have exceeded the 5-hour\/weekly\/monthly usage quota\. It will reset at \d{4}-\d\d-\d\dT[\d:.]+Z\.$/],
+    ];
+    for (const [name, status, type, code, message] of rows) {
+      fake.errorNext('images', name);
+      const res = await image({ prompt: 'x' });
+      expect([res.status, res.json.error.type, res.json.error.code, res.json.error.param], name).toEqual([status, type, code, '']);
+      const said = message.exec(res.json.error.message);
+      expect(said, `${name}: ${res.json.error.message}`).not.toBeNull();
+      if (said?.[1]) expect(said[1]).toBe(res.headers.get('x-request-id'));
+    }
+    // Once: the next request is served.
+    expect((await image({ prompt: 'x' })).status).toBe(200);
+  });
+
+  it('answers them on Seedance submits too, after the request is validated and before any task is made', async () => {
+    const invalid = await call('/contents/generations/tasks', { body: { ...seedance, duration: 99 } });
+    expect(invalid.json.error.code).toBe('InvalidParameter');
+    fake.errorNext('submit', 'QuotaExceeded:queued-tasks');
+    const tasks = fake.tasks.size;
+    const refused = await call('/contents/generations/tasks', { body: seedance });
+    expect([refused.status, refused.json.error.code]).toEqual([429, 'QuotaExceeded']);
+    expect(fake.tasks.size).toBe(tasks);
+    expect((await call('/contents/generations/tasks', { body: seedance })).status).toBe(200);
   });
 });
 
