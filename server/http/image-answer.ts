@@ -20,7 +20,7 @@ import type { Response } from 'express';
 import type { components } from '../../generated/api.d.ts';
 import type { ApiError } from '../errors.ts';
 import { Base64Bytes, CORKED_BYTES, joinJsonParts, jsonParts, jsonPartsLength, writeJsonParts, type JsonParts, type WithBase64 } from '../lib/base64-json.ts';
-import type { ImageParams } from '../providers/types.ts';
+import type { GeneratedImage, ImageParams } from '../providers/types.ts';
 import type { ImageTaskRow } from '../repositories/image-task.repository.ts';
 import type { ExecuteResult, ImageOperation, ImageSink } from '../services/image/image-runner.ts';
 
@@ -101,7 +101,11 @@ export interface ImageStream extends ImageSink {
   end(): void;
 }
 
-const ZERO_USAGE: Schemas['ImageStreamUsage'] = { input_tokens: 0, output_tokens: 0, total_tokens: 0, input_tokens_details: { text_tokens: 0, image_tokens: 0 } };
+/** A completed event's `usage` (ImageStreamUsage): the image's as the upstream reported it, zero when it reported none. */
+function streamUsage(usage: GeneratedImage['usage']): Schemas['ImageStreamUsage'] {
+  const u = usage ?? { inputTokens: 0, outputTokens: 0, totalTokens: 0, textTokens: 0, imageTokens: 0 };
+  return { input_tokens: u.inputTokens, output_tokens: u.outputTokens, total_tokens: u.totalTokens, input_tokens_details: { text_tokens: u.textTokens, image_tokens: u.imageTokens } };
+}
 
 export function openImageStream(res: Response, opts: { operation: ImageOperation; task: ImageTaskRow; fileUrl: (fileId: string) => Promise<string> }): ImageStream {
   const params = opts.task.params as unknown as ImageParams;
@@ -145,7 +149,7 @@ export function openImageStream(res: Response, opts: { operation: ImageOperation
         created_at: now(),
         ...requested,
       }),
-    image: async (imageIndex, image, file) =>
+    image: async (imageIndex, image, file, usage) =>
       write(`${prefix}.completed`, {
         type: `${prefix}.completed`,
         ...(params.responseFormat === 'url' ? { url: await opts.fileUrl(file.id) } : { b64_json: new Base64Bytes(image) }),
@@ -154,7 +158,7 @@ export function openImageStream(res: Response, opts: { operation: ImageOperation
         // The delivered image's own size: the resolved one, or the upstream's native one (`resize: native`).
         size: `${file.width ?? params.width}x${file.height ?? params.height}`,
         ...resolved,
-        usage: ZERO_USAGE,
+        usage: streamUsage(usage),
       }),
     error(err) {
       const body = err.body();

@@ -81,6 +81,11 @@ export interface ImageJob {
 export interface GeneratedImage {
   image: Buffer;
   revisedPrompt?: string;
+  /**
+   * This image's token usage as the upstream reported it (OpenAI-compatible upstreams), for the
+   * streamed `*.completed` event; absent when the upstream reported none (the event says zero).
+   */
+  usage?: { inputTokens: number; outputTokens: number; totalTokens: number; textTokens: number; imageTokens: number };
 }
 
 /**

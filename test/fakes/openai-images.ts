@@ -13,7 +13,12 @@
  * `{created, data:[{url}|{b64_json}, revised_prompt (dall-e-3)]}` only. With `stream: true` (JSON
  * `true` or multipart `"true"`) the answer is `text/event-stream` (§1.4): per image
  * `partial_images` frames `image_generation.partial_image` / `image_edit.partial_image`, then a
- * `*.completed` frame with `usage`; each frame is `event: <type>` + `data: <json>`.
+ * `*.completed` frame with `usage`; each frame is `event: <type>` + `data: <json>`. Usage checked
+ * against the platform reference (images-streaming `image_generation.completed`: `usage` required,
+ * "for the GPT image models only") and the SDK's `ImageGenCompletedEvent.usage` (required; no
+ * `output_tokens_details`); a JSON answer's `usage` is that of the whole request (SDK
+ * `ImagesResponse.usage`). Neither says what one `completed` frame of an n>1 stream reports: see the
+ * ASSUMPTION at the stream.
  *
  * Errors always use `{"error":{"message","type","param","code"}}` (§1.5) and every answer has
  * `x-request-id`. Bad key: 401 `invalid_api_key`. Moderation: 400 `moderation_blocked` with type

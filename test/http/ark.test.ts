@@ -226,7 +226,7 @@ describe('seedream', () => {
       ['image_generation.completed', 1],
       ['error', undefined],
     ]);
-    expect(events[2]!.data.error.code).toBe('upstream_error');
+    expect(events[2]!.data.error.code).toBe('content_policy_violation');
     expect(await imageMeta(events[0]!.data.b64_json)).toMatchObject({ width: 1248, height: 704 });
     expect(await holdOf(server.db, res.taskId!)).toMatchObject({ status: 'captured', captured: 2 * micro(0.03) });
 

@@ -22,12 +22,18 @@
  * parsed as it arrives and each partial is relayed at once, UNMODIFIED: partials are previews, in
  * the upstream's own size and format. Since the interleaving of per-image events with n>1 is not
  * documented, n images stream as n sequential n=1 calls. Without streaming, GPT image models and
- * dall-e-2 take up to 10 images per call, dall-e-3 one.
+ * dall-e-2 take up to 10 images per call, dall-e-3 one. (ImageService.start clears `partial_images`
+ * of a request whose answer does not stream: it never reaches an adapter.)
+ *
+ * Usage (§1.3, §1.4): each image carries the token usage the upstream reported for it, for the
+ * client's streamed `*.completed` event. A streamed call makes one image and its `completed` frame
+ * reports that image's usage; a JSON answer reports the usage of all its images, shared out
+ * between them (`shareUsage`). An answer without usage (dall-e, many gateways) leaves it unset.
  */
 import sharp from 'sharp';
 import { MIME, fitImage, readBounded, readMediaJson, sniff, sseMediaFrames, type MediaFrame } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
-import type { ImageEvents, ImageFormat, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
+import type { GeneratedImage, ImageEvents, ImageFormat, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
 import { upstreamFetch, upstreamUrl, type UpstreamResponse } from '../upstream-http.ts';
 import { openaiError, openaiErrorOf } from './openai-errors.ts';
 
@@ -104,7 +110,10 @@ interface Upload {
 interface RawImage {
   data: Buffer;
   revisedPrompt?: string;
+  usage?: ImageUsage;
 }
+
+type ImageUsage = NonNullable<GeneratedImage['usage']>;
 
 /** The `openai` image adapter; keeps no per-account state. `timeoutMs` bounds each call, its answer included. */
 export class OpenAIImageProvider implements ImageProvider {
@@ -135,8 +144,8 @@ export class OpenAIImageProvider implements ImageProvider {
 
       // A gateway that ignores `stream` answers JSON: read it as such.
       if (stream && /text\/event-stream/i.test(res.headers.get('content-type') ?? '')) {
-        const image = await readStream(res, index, signal, events, what);
-        await events.image(index, { image: await fitImage(image, job.params) });
+        const { image, usage } = await readStream(res, index, signal, events, what);
+        await events.image(index, { image: await fitImage(image, job.params), ...(usage && { usage }) });
         index++;
         continue;
       }
@@ -146,7 +155,7 @@ export class OpenAIImageProvider implements ImageProvider {
       if (images.length === 0) throw new ProviderError('retryable', `the upstream ${what} answered no image`);
       for (const raw of images) {
         const data = await fitImage(raw.data, job.params);
-        await events.image(index, { image: data, ...(raw.revisedPrompt !== undefined && { revisedPrompt: raw.revisedPrompt }) });
+        await events.image(index, { image: data, ...(raw.revisedPrompt !== undefined && { revisedPrompt: raw.revisedPrompt }), ...(raw.usage && { usage: raw.usage }) });
         index++;
       }
     }
@@ -220,6 +229,41 @@ async function upload(data: Buffer, name: string, pngOnly: boolean): Promise<Upl
 interface ImagesResponse {
   error?: unknown;
   data?: { b64_json?: unknown; url?: unknown; revised_prompt?: unknown }[];
+  usage?: unknown;
+}
+
+/**
+ * `usage` of an answer or a `completed` frame (§1.3, §1.4), or undefined when there is none. A
+ * count that is missing or not a non-negative integer (a gateway's partial usage) reads as zero.
+ */
+function usageOf(value: unknown): ImageUsage | undefined {
+  if (typeof value !== 'object' || value === null) return undefined;
+  const u = value as { input_tokens?: unknown; output_tokens?: unknown; total_tokens?: unknown; input_tokens_details?: unknown };
+  const details = (typeof u.input_tokens_details === 'object' && u.input_tokens_details !== null ? u.input_tokens_details : {}) as { text_tokens?: unknown; image_tokens?: unknown };
+  const count = (v: unknown) => (Number.isSafeInteger(v) && (v as number) >= 0 ? (v as number) : 0);
+  return {
+    inputTokens: count(u.input_tokens),
+    outputTokens: count(u.output_tokens),
+    totalTokens: count(u.total_tokens),
+    textTokens: count(details.text_tokens),
+    imageTokens: count(details.image_tokens),
+  };
+}
+
+/**
+ * Image `i`'s share of the usage of an answer with `count` images: each count split as evenly as
+ * whole tokens allow, so the shares of the answer's images add up to exactly what it reported (one
+ * image's total may then differ by a token from its input plus output).
+ */
+function shareUsage(usage: ImageUsage, i: number, count: number): ImageUsage {
+  const share = (v: number) => Math.floor((v * (i + 1)) / count) - Math.floor((v * i) / count);
+  return {
+    inputTokens: share(usage.inputTokens),
+    outputTokens: share(usage.outputTokens),
+    totalTokens: share(usage.totalTokens),
+    textTokens: share(usage.textTokens),
+    imageTokens: share(usage.imageTokens),
+  };
 }
 
 /** Where the images of an answer are (§1.3), and of a streamed frame (§1.4). */
@@ -244,13 +288,14 @@ async function readImages(res: UpstreamResponse, signal: AbortSignal, what: stri
   // Some gateways answer an error envelope with status 200: its code and type decide.
   if (body?.error !== undefined && body.error !== null) throw openaiErrorOf(body, what);
   if (!Array.isArray(body?.data)) throw new ProviderError('retryable', `the upstream ${what} answered without a data list`);
+  const usage = usageOf(body.usage);
   const images: RawImage[] = [];
-  for (const item of body.data) {
+  for (const [i, item] of body.data.entries()) {
     let data: Buffer;
     if (typeof item?.b64_json === 'string' && media.has(item.b64_json)) data = media.get(item.b64_json)!;
     else if (typeof item?.url === 'string' && item.url !== '') data = await fetchImageUrl(item.url, signal);
     else throw new ProviderError('retryable', `the upstream ${what} answered an image without data`);
-    images.push({ data, ...(typeof item.revised_prompt === 'string' && { revisedPrompt: item.revised_prompt }) });
+    images.push({ data, ...(typeof item.revised_prompt === 'string' && { revisedPrompt: item.revised_prompt }), ...(usage && { usage: shareUsage(usage, i, body.data.length) }) });
   }
   return images;
 }
@@ -273,18 +318,19 @@ async function fetchImageUrl(url: string, signal: AbortSignal): Promise<Buffer> 
   return readBounded(res, MAX_URL_IMAGE_BYTES, signal, 'image download');
 }
 
-type StreamEvent = { kind: 'partial'; index: number | undefined; image: Buffer } | { kind: 'completed'; image: Buffer } | { kind: 'other' };
+type StreamEvent = { kind: 'partial'; index: number | undefined; image: Buffer } | { kind: 'completed'; image: Buffer; usage?: ImageUsage } | { kind: 'other' };
 
 /**
  * Reads one streamed image (n=1) as the frames arrive, relays its partials and returns the final
- * image (not yet post-processed). Stops reading at the completed frame.
+ * image (not yet post-processed) with the usage its completed frame reported. Stops reading at the
+ * completed frame.
  */
-async function readStream(res: UpstreamResponse, imageIndex: number, signal: AbortSignal, events: ImageEvents, what: string): Promise<Buffer> {
+async function readStream(res: UpstreamResponse, imageIndex: number, signal: AbortSignal, events: ImageEvents, what: string): Promise<{ image: Buffer; usage?: ImageUsage }> {
   let partials = 0;
   const limits = { maxBytes: MAX_RESPONSE_BYTES, maxMediaBytes: MAX_EVENT_BYTES, maxOtherBytes: MAX_ANSWER_REST_BYTES };
   for await (const frame of sseMediaFrames(res, FRAME_IMAGE, limits, signal, what)) {
     const event = streamEvent(frame, what);
-    if (event.kind === 'completed') return event.image;
+    if (event.kind === 'completed') return event;
     if (event.kind === 'partial') {
       // Indexes come from the upstream when it sends them; counted here otherwise.
       const partialIndex = event.index ?? partials;
@@ -304,7 +350,7 @@ function streamEvent(frame: MediaFrame, what: string): StreamEvent {
   } catch {
     throw new ProviderError('retryable', `the upstream ${what} streamed an unreadable event`);
   }
-  const body = (typeof payload === 'object' && payload !== null ? payload : {}) as { type?: unknown; error?: unknown; b64_json?: unknown; partial_image_index?: unknown };
+  const body = (typeof payload === 'object' && payload !== null ? payload : {}) as { type?: unknown; error?: unknown; b64_json?: unknown; partial_image_index?: unknown; usage?: unknown };
   if (frame.event === 'error' || (body.error !== undefined && body.error !== null)) {
     // The SDK's rule (§1.4): an `error` event, or any data carrying `error`; the frame may hold the bare error object.
     throw openaiErrorOf(body.error !== undefined ? body : { error: body }, what);
@@ -316,7 +362,8 @@ function streamEvent(frame: MediaFrame, what: string): StreamEvent {
   }
   if (type.endsWith('.completed')) {
     if (!image) throw new ProviderError('retryable', `the upstream ${what} completed without the image`);
-    return { kind: 'completed', image };
+    const usage = usageOf(body.usage);
+    return { kind: 'completed', image, ...(usage && { usage }) };
   }
   return { kind: 'other' };
 }

@@ -23,7 +23,7 @@ import { NoCapacity, upstreamModelOf, type Pool, type Preselection } from '../..
 import { imageMeta } from '../../providers/image-output.ts';
 import { ProviderError, asProviderError } from '../../providers/provider-error.ts';
 import type { ProviderKind, ProviderRegistry } from '../../providers/registry.ts';
-import type { ImageEvents, ImageJob, ImageParams } from '../../providers/types.ts';
+import type { GeneratedImage, ImageEvents, ImageJob, ImageParams } from '../../providers/types.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
 import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
@@ -47,7 +47,8 @@ export interface ImageSink {
    */
   readonly publishesFiles?: boolean;
   partial(imageIndex: number, partialIndex: number, image: Buffer): Promise<void>;
-  image(imageIndex: number, image: Buffer, file: FileRow): Promise<void>;
+  /** `usage`: the image's token usage as the upstream reported it (a stream's `completed` event carries it). */
+  image(imageIndex: number, image: Buffer, file: FileRow, usage?: GeneratedImage['usage']): Promise<void>;
 }
 
 export const NULL_SINK: ImageSink = { partial: async () => undefined, image: async () => undefined };
@@ -276,7 +277,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           throw new NotStored('the image could not be stored', { cause: err });
         }
         try {
-          await sink.image(imageIndex, generated.image, file);
+          await sink.image(imageIndex, generated.image, file, generated.usage);
         } catch {
           // The client went away while this image was being delivered: it is not counted.
           await discard(file);
@@ -352,7 +353,10 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           await this.deps.settlement.failImage(fence, api.code, api.message, attempts.take());
           throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, api.param, api.extra, api.headers);
         }
-        failure = new ApiError(502, 'upstream_error', `The image provider failed after ${files.length} of ${task.n} images; only the delivered images are charged.`);
+        // Blamed as the zero-image case is (a refusal of the client's prompt stays a 400
+        // content_policy_violation, a rate limit keeps its code and Retry-After), plus what was charged.
+        const api = apiErrorOf(error, task.model);
+        failure = new ApiError(api.status, api.code, `${api.message} ${files.length} of ${task.n} images were delivered and only those are charged.`, api.param, api.extra, api.headers);
       }
     }
 

@@ -256,9 +256,13 @@ export class ImageService {
     const adopted = [...req.inputs, ...(req.mask ? [req.mask] : [])].flatMap((i) => (i.fileId ? [i.fileId] : []));
 
     const quoted = req.unitPrice * req.n;
+    // `partial_images` is for streams only (ignored without streaming, ImageGenerationRequest): cleared
+    // here, no adapter asks its upstream for partials nobody sees (OpenAI would make the images one
+    // streamed call at a time).
+    const params: ImageParams = mode.stream ? { ...req.params, stream: true } : { ...req.params, partialImages: 0 };
     // A synchronous task's routing order is drawn now: it names its first member as it is inserted
     // (one statement fewer on the way to the upstream), and runSync follows the same order.
-    const route = mode.async ? undefined : await this.deps.runner.preselect({ groupId: auth.groupId, model: req.model, operation: req.operation, prompt: req.prompt, n: req.n, params: req.params });
+    const route = mode.async ? undefined : await this.deps.runner.preselect({ groupId: auth.groupId, model: req.model, operation: req.operation, prompt: req.prompt, n: req.n, params });
     const first = route?.first;
     const { outcome, task } = await this.deps.ledger
       .holdAndInsertTask(
@@ -273,7 +277,7 @@ export class ImageService {
             operation: req.operation,
             model: req.model,
             prompt: req.prompt,
-            params: JSON.stringify(mode.stream ? { ...req.params, stream: true } : req.params),
+            params: JSON.stringify(params),
             inputFileIds,
             maskFileId,
             n: req.n,
