@@ -161,11 +161,14 @@ export interface VideoShape {
   referenceVideos: number;
   referenceAudios: number;
   hasNegativePrompt: boolean;
+  /** Lengths of the prompt and the negative prompt (0: none), in UTF-16 units as JavaScript counts them. */
+  promptLength: number;
+  negativePromptLength: number;
   generateAudio: boolean;
 }
 
 /** The fields a shape is read from: a job, or a creation request before any input is stored. */
-export type VideoShapeSource = Pick<VideoJob, 'durationSeconds' | 'aspectRatio' | 'resolution' | 'generateAudio'> & {
+export type VideoShapeSource = Pick<VideoJob, 'prompt' | 'durationSeconds' | 'aspectRatio' | 'resolution' | 'generateAudio'> & {
   firstFrame?: unknown;
   lastFrame?: unknown;
   referenceImages: readonly unknown[];
@@ -185,6 +188,8 @@ export function shapeOf(job: VideoShapeSource): VideoShape {
     referenceVideos: job.referenceVideos.length,
     referenceAudios: job.referenceAudios.length,
     hasNegativePrompt: !!job.negativePrompt,
+    promptLength: job.prompt.length,
+    negativePromptLength: job.negativePrompt?.length ?? 0,
     generateAudio: job.generateAudio,
   };
 }

@@ -177,6 +177,9 @@ describe('kling videos through the public API', () => {
       [{ model: 'kling-v3-std', aspectRatio: '4:3' }, 'unsupported_aspect_ratio'],
       [{ model: 'kling-v3-std', resolution: '1080p' }, 'unsupported_resolution'],
       [{ model: 'kling-v3-omni-std', reference_images: Array.from({ length: 8 }, () => 'x') }, 'too_many_reference_images'],
+      // Kling's 2,500 characters per prompt field (the contract allows more): refused here, not after the 202.
+      [{ model: 'kling-v3-std', prompt: 'a'.repeat(2501) }, 'unsupported_by_upstream'],
+      [{ model: 'kling-v3-std', negative_prompt: 'b'.repeat(2501) }, 'unsupported_by_upstream'],
     ] as const;
     for (const [body, code] of refusals) {
       const res = await create(c.key, body);

@@ -32,7 +32,7 @@ function admittedShapes(def: CatalogDefinition): VideoShape[] {
     const durations = constrained(caps.durations, (c) => c.resolutions?.includes(resolution));
     for (const durationSeconds of durations) {
       for (const aspectRatio of caps.aspect_ratios) {
-        const base = { durationSeconds, aspectRatio, resolution, hasFirstFrame: false, hasLastFrame: false, referenceImages: 0, referenceVideos: 0, referenceAudios: 0, hasNegativePrompt: false, generateAudio: caps.audio.default_enabled };
+        const base = { durationSeconds, aspectRatio, resolution, hasFirstFrame: false, hasLastFrame: false, referenceImages: 0, referenceVideos: 0, referenceAudios: 0, hasNegativePrompt: false, promptLength: 40, negativePromptLength: 0, generateAudio: caps.audio.default_enabled };
         shapes.push(base);
         if (caps.frames !== 'none') shapes.push({ ...base, hasFirstFrame: true });
         if (caps.frames === 'first-and-optional-last' && constrained([durationSeconds], (c) => c.last_frame).length > 0) shapes.push({ ...base, hasFirstFrame: true, hasLastFrame: true });

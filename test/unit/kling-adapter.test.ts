@@ -305,9 +305,12 @@ describe('kling wire format', () => {
     // No room left for any of it: the prompt alone.
     const full = await provider.submit(account(), job({ model: 'kling-v3-omni-std', prompt: 'b'.repeat(2495), negativePrompt: 'blur' }), never);
     expect(taskOf(full)!.prompt).toBe('b'.repeat(2495));
-    // A prompt over Kling's limit is the client's and goes as it is: Kling refuses it (the lookup finds no task).
+    // A prompt over Kling's limit is the client's and is never cut: refused before any call (at
+    // creation the same check answers unsupported_by_upstream, before any charge).
+    const submits = fake.counts.submit;
     const over = await providerErrorOf(provider.submit(account(), job({ model: 'kling-v3-omni-std', prompt: 'c'.repeat(2501), negativePrompt: 'blur' }), never));
-    expect([over.kind, over.upstreamCode, over.maybeAccepted]).toEqual(['invalid_request', '1201', false]);
+    expect([over.kind, over.message, over.maybeAccepted]).toEqual(['invalid_request', 'Kling accepts prompts of at most 2500 characters', false]);
+    expect(fake.counts.submit).toBe(submits);
   });
 
   it('a poll that finds no such task any more fails the job', async () => {

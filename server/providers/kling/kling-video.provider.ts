@@ -125,6 +125,11 @@ export class KlingVideoProvider implements VideoProvider {
     if (shape.referenceVideos > 0 || shape.referenceAudios > 0) return 'no reference videos or audios';
     if (shape.referenceImages > MAX_REFERENCE_IMAGES) return `at most ${MAX_REFERENCE_IMAGES} reference images`;
     if (shape.hasLastFrame && !shape.hasFirstFrame) return 'a last frame only together with a first frame';
+    // Checked at creation, before any charge (Kling refuses a longer one at submit, after the 202).
+    // On omni a negative prompt is shortened into the prompt instead (omniPrompt), but this rule is
+    // the one every Kling endpoint states for the field.
+    if (shape.promptLength > MAX_PROMPT_CHARS) return `prompts of at most ${MAX_PROMPT_CHARS} characters`;
+    if (shape.negativePromptLength > MAX_PROMPT_CHARS) return `negative prompts of at most ${MAX_PROMPT_CHARS} characters`;
     return undefined;
   }
 
