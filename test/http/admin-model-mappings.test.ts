@@ -70,6 +70,8 @@ describe('upstream mappings of catalog models', () => {
     ['an output that does not compile', { ...FAL_KLING, output: 'video[' }, 'upstream_mappings.fal.output', 'is not a valid JSONata expression'],
     ['an input that makes no object', { ...FAL_KLING, input: '[prompt]' }, 'upstream_mappings.fal.input', 'must make a JSON object of the request'],
     ['wait on fal', { ...FAL_KLING, wait: 5 }, 'upstream_mappings.fal.wait', 'is a Replicate setting'],
+    // Regular expressions run on RE2 (linear time): what it cannot run is refused here, not at a request.
+    ['a regular expression with a backreference', { ...FAL_KLING, output: '$match(video.url, /(a)\\1/).match' }, 'upstream_mappings.fal.output', 'uses the regular expression /(a)\\1/, which RE2 cannot run'],
   ])('refuses %s with 400 invalid_mapping naming the part, on creation and on update, saving nothing', async (_what, mapping, param, message) => {
     const id = `bad-${param.split('.').pop()}-${Math.random().toString(36).slice(2, 8)}`;
     const create = await direct().POST('/admin/v1/models', { body: videoModel(id, { upstream_mappings: { fal: mapping } }) });

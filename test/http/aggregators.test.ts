@@ -157,6 +157,36 @@ describe('fal through the public API', () => {
     expect(fal.submitsTo('fal-ai/bytedance/seedream/v4/text-to-image').at(-1)!.input).toEqual({ prompt: 'a harbour', image_size: { width: 2048, height: 1536 }, num_images: 1, enable_safety_checker: true });
   });
 
+  it('sends a prompt that spells a media token to fal as it is, and faults no member for the model', async () => {
+    const c = await customer([
+      { name: 'a', provider: 'fal', secret: 'fal-a:secret', priority: 10 },
+      { name: 'b', provider: 'fal', secret: 'fal-b:secret' },
+    ]);
+    const prompt = 'mediagate-media-input:0';
+    const image = await post(c.key, '/v1/images/generations', { model: 'flux-dev-fal', prompt });
+    expect(image.status, JSON.stringify(image.body)).toBe(200);
+    expect(fal.submitsTo('fal-ai/flux/dev').at(-1)!).toMatchObject({ apiKey: 'fal-a:secret', input: { prompt } });
+    const video = await createVideo(c.key, { model: 'wan-2.5-t2v-fal', resolution: '720p', prompt: `mediagate-media-input:${'0'.repeat(24)}:0` });
+    expect((await waitVideoFinished(server, c.key, video.body.id)).task.status).toBe('completed');
+    expect((await falJobOf(video.body.id)).input.prompt).toBe(`mediagate-media-input:${'0'.repeat(24)}:0`);
+    const health = await healthOf(c.groupId);
+    expect([health.a!.model_faults, health.b!.model_faults]).toEqual([[], []]);
+  });
+
+  it('collects the same fal request through a 503 of its status check: one submit on one member, billed once', async () => {
+    const c = await customer([
+      { name: 'a', provider: 'fal', secret: 'fal-a:secret', priority: 10 },
+      { name: 'b', provider: 'fal', secret: 'fal-b:secret' },
+    ]);
+    const before = fal.submitsTo('fal-ai/flux/dev').length;
+    fal.serverErrorNext('status', 1);
+    const res = await post(c.key, '/v1/images/generations', { model: 'flux-dev-fal', prompt: 'a lighthouse' });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const jobs = fal.submitsTo('fal-ai/flux/dev').slice(before);
+    expect(jobs.map((j) => [j.apiKey, j.cancelled])).toEqual([['fal-a:secret', false]]);
+    expect(await holdOf(server.db, res.taskId!)).toMatchObject({ status: 'captured', captured: micro(0.04) });
+  });
+
   it('fails a request fal\'s runner failed, and one its content checker refused, refunded', async () => {
     const c = await falCustomer();
     const failed = await createVideo(c.key, { model: 'wan-2.5-t2v-fal', resolution: '720p', prompt: 'a storm [fal:fail]' });

@@ -4,9 +4,10 @@
  *
  * DECISION: through the queue (submit, then a status check every 500 ms as fal-js does, then the
  * result), not fal's synchronous host (`fal.run`): one base URL per member for both kinds, the
- * same errors and status words as videos, and a request that outlives the client (or
- * FAL_IMAGE_MAX_WAIT_MS) is cancelled instead of left running on the account. The reference
- * (§7.1) documents only the queue.
+ * same errors and status words as videos, and a request given up on (the client left,
+ * FAL_IMAGE_MAX_WAIT_MS, an error that asking again cannot fix) is cancelled instead of left running
+ * on the account; a status check or result read that meets a 5xx or 429 is asked again, as fal-js
+ * does. The reference (§7.1) documents only the queue.
  *
  * The mapping decides how many images one request asks for (`num_images: n`, say) and where its
  * result lists them (`images.url`); when a request yields fewer than `n`, further requests are made
@@ -14,7 +15,7 @@
  * Each output is fetched at once (fal's CDN links, or data URLs with `sync_mode`) and re-encoded to
  * the size and format the client was promised (`fitImage`).
  */
-import { generateQueuedImages, imageContext, type ImageEvents, type ImageJob, type ImageProvider, type UpstreamAccount } from '../kit.ts';
+import { ProviderError, generateQueuedImages, imageContext, type ImageEvents, type ImageJob, type ImageProvider, type UpstreamAccount } from '../kit.ts';
 import { mappingOf } from './fal-api.ts';
 import { falCancel, falResult, falStatusOf, falSubmit, inputOf } from './fal-queue.ts';
 
@@ -40,7 +41,10 @@ export class FalImageProvider implements ImageProvider {
         const progress = await falStatusOf(account, jobId, signal, 'image status');
         if (progress.state === 'failed') throw progress.error;
         if (progress.state !== 'completed') return undefined;
-        const result = await falResult(account, jobId, mapping, signal, 'image result');
+        // A request whose status said it failed has nothing more to wait for: a passing error of its result is not asked again.
+        const result = await falResult(account, jobId, mapping, signal, 'image result').catch((err: unknown) => {
+          throw progress.error && err instanceof ProviderError && err.transient ? progress.error : err;
+        });
         if ('error' in result) throw result.error;
         if (progress.error) throw progress.error;
         return result.urls;

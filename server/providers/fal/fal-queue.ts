@@ -7,14 +7,14 @@
  * and `CANCELLED` and any `error` field on the status body (§10.1); both are read here (`ERROR` and
  * `CANCELED` too): a word not in the list is retried, not guessed.
  */
-import { ProviderError, jobStatus, jsonStream, mappedInput, mappedOutputs, sanitizeMessage, MappingError, type MediaInput, type UpstreamAccount, type UpstreamMapping } from '../kit.ts';
-import type { MappingContext } from '../kit/mapping.ts';
+import { ProviderError, jobStatus, jsonStream, mappedInput, mappedOutputs, sanitizeMessage, MappingError, type UpstreamAccount, type UpstreamMapping } from '../kit.ts';
+import type { MappingRequest } from '../kit/mapping.ts';
 import { falCall, falError, jobIdOf, parseJobId, type FalAnswer } from './fal-api.ts';
 
 const falStatus = jobStatus({ running: ['IN_QUEUE', 'IN_PROGRESS'], succeeded: ['COMPLETED'], failed: ['FAILED', 'ERROR', 'CANCELLED', 'CANCELED'] }, 'fal request');
 
 /** The mapping's input for a request; a mapping that fails on it is the operator's to fix. */
-export async function inputOf(mapping: UpstreamMapping, request: { context: MappingContext; media: MediaInput[] }): Promise<Record<string, unknown>> {
+export async function inputOf(mapping: UpstreamMapping, request: MappingRequest): Promise<Record<string, unknown>> {
   try {
     return await mappedInput(mapping, request);
   } catch (err) {

@@ -2,8 +2,15 @@
  * Image models behind a job queue (the aggregators: fal's queue, Replicate's predictions), run
  * inside the client's synchronous request: submit a job for the images still owed, look at it every
  * `pollMs` until it is done, fetch its output images; jobs that make fewer than `n` images are
- * topped up by further jobs. A job that outlives the client (or `maxWaitMs`) is cancelled, best
- * effort, so that nobody's credit is spent on images no one will collect.
+ * topped up by further jobs.
+ *
+ * A job, once accepted, is billed by the upstream whether or not it is collected, and an error out
+ * of here sends the request to another member (or a later attempt) with a NEW job. So a look that
+ * meets a passing error (a 5xx or 429 of the status or result call) is tried again until
+ * `maxWaitMs`, as fal-js and Replicate's SDK retry their polls, and an output download gets a few
+ * attempts. A job given up on for any reason (the client left, `maxWaitMs`, an error that asking
+ * again cannot fix) is cancelled, best effort, so that nobody's credit is spent on images no one
+ * will collect.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fitImage, readBounded } from '../image-output.ts';
@@ -14,13 +21,16 @@ import { upstreamFetch } from '../upstream-http.ts';
 /** Largest image fetched from an output URL. */
 const MAX_IMAGE_BYTES = 64 * 1024 * 1024;
 
+/** Attempts at one output image on a passing failure (the CDN's 5xx, 429, a dropped connection). */
+const DOWNLOAD_ATTEMPTS = 3;
+
 /** One upstream's queue, as the loop needs it. */
 export interface ImageQueue<Job> {
   /** The upstream's name in messages ("fal", "Replicate"). */
   name: string;
   /** Submits a job for `n` images (n goes into the mapping's context). */
   submit(n: number, signal: AbortSignal): Promise<Job>;
-  /** One look at the job (`first`: right after submit): its output URLs once done, `undefined` while it runs; throws its failure. */
+  /** One look at the job (`first`: right after submit): its output URLs once done, `undefined` while it runs; throws its failure (a transient ProviderError: the look failed, not the job). */
   check(job: Job, first: boolean, signal: AbortSignal): Promise<string[] | undefined>;
   cancel(job: Job, signal: AbortSignal): Promise<void>;
 }
@@ -39,7 +49,7 @@ export async function generateQueuedImages<Job>(queue: ImageQueue<Job>, job: Ima
     let got = 0;
     for (const url of urls) {
       if (delivered >= job.n) break;
-      const image = await fetchOutputImage(url, signal, queue.name);
+      const image = await downloadWithRetries(url, signal, queue.name);
       await events.image(delivered++, { image: await fitImage(image, job.params) });
       got++;
     }
@@ -49,21 +59,37 @@ export async function generateQueuedImages<Job>(queue: ImageQueue<Job>, job: Ima
 
 async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: AbortSignal, { pollMs, maxWaitMs }: QueueTiming): Promise<string[]> {
   const deadline = Date.now() + maxWaitMs;
-  let timedOut = false;
   try {
     for (let first = true; ; first = false) {
-      const urls = await queue.check(job, first, signal);
-      if (urls) return urls;
-      if (Date.now() > deadline) {
-        timedOut = true;
-        throw new ProviderError('retryable', `the ${queue.name} image job did not complete within ${Math.round(maxWaitMs / 1000)} s`);
+      let wait = pollMs;
+      try {
+        const urls = await queue.check(job, first, signal);
+        if (urls) return urls;
+      } catch (err) {
+        // A look that failed in passing says nothing of the job, which goes on (and is billed): look again.
+        if (!(err instanceof ProviderError) || !err.transient || signal.aborted || Date.now() > deadline) throw err;
+        wait = Math.max(pollMs, err.retryAfterMs ?? 0);
       }
-      await sleep(pollMs, undefined, { signal });
+      if (Date.now() > deadline) throw new ProviderError('retryable', `the ${queue.name} image job did not complete within ${Math.round(maxWaitMs / 1000)} s`);
+      await sleep(wait, undefined, { signal });
     }
   } catch (err) {
-    // Nobody will collect it: stop it spending the account's credit (not awaited by the client).
-    if (signal.aborted || timedOut) void queue.cancel(job, AbortSignal.timeout(10_000)).catch(() => undefined);
+    // Nobody will collect it: stop it spending the account's credit (not awaited by the client). A
+    // job that has already ended is no error to cancel (fal: ALREADY_COMPLETED; Replicate: as it was).
+    void queue.cancel(job, AbortSignal.timeout(10_000)).catch(() => undefined);
     throw err;
+  }
+}
+
+/** An output image, tried again on a passing failure: the job that made it is paid for and done. */
+async function downloadWithRetries(url: string, signal: AbortSignal, provider: string): Promise<Buffer> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fetchOutputImage(url, signal, provider);
+    } catch (err) {
+      if (!(err instanceof ProviderError) || !err.transient || signal.aborted || attempt >= DOWNLOAD_ATTEMPTS) throw err;
+      await sleep(Math.max(250 * attempt, err.retryAfterMs ?? 0), undefined, { signal });
+    }
   }
 }
 

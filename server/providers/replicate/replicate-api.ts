@@ -20,9 +20,9 @@
  * (`replicate.delivery`, another origin) expire an hour after the prediction: downloaded at once,
  * without credentials.
  */
-import { ProviderError, kindOfStatus, readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, MappingError, mappedInput, mappedOutputs, jsonStream, type MediaInput, type ProviderErrorKind, type UpstreamAccount, type UpstreamMapping, type UpstreamResponse } from '../kit.ts';
+import { ProviderError, kindOfStatus, readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, MappingError, mappedInput, mappedOutputs, jsonStream, type ProviderErrorKind, type UpstreamAccount, type UpstreamMapping, type UpstreamResponse } from '../kit.ts';
 import { jobStatus } from '../kit.ts';
-import type { MappingContext } from '../kit/mapping.ts';
+import type { MappingRequest } from '../kit/mapping.ts';
 
 export function replicateAuth(account: UpstreamAccount): Record<string, string> {
   return { Authorization: `Bearer ${account.credentials.api_token ?? ''}` };
@@ -106,7 +106,7 @@ export function replicateError(answer: ReplicateAnswer, what: string, where: str
 }
 
 /** The mapping's input for a request; a mapping that fails on it is the operator's to fix. */
-export async function inputOf(mapping: UpstreamMapping, request: { context: MappingContext; media: MediaInput[] }): Promise<Record<string, unknown>> {
+export async function inputOf(mapping: UpstreamMapping, request: MappingRequest): Promise<Record<string, unknown>> {
   try {
     return await mappedInput(mapping, request);
   } catch (err) {

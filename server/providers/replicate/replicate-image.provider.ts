@@ -4,8 +4,9 @@
  *
  * With the mapping's `wait` (1–60 s) the create call asks Replicate to hold the answer until the
  * prediction finishes (`Prefer: wait=N`); a prediction still `starting`/`processing` then, or
- * created without `wait`, is polled every 500 ms. A prediction that outlives the client (or
- * REPLICATE_IMAGE_MAX_WAIT_MS) is cancelled. As on fal, the mapping decides how many images one
+ * created without `wait`, is polled every 500 ms; a GET that meets a 5xx or 429 is asked again (as
+ * Replicate's SDK does), not taken for the prediction's end. A prediction given up on (the client
+ * left, REPLICATE_IMAGE_MAX_WAIT_MS, an error that asking again cannot fix) is cancelled. As on fal, the mapping decides how many images one
  * prediction makes (`num_outputs: n`); fewer than `n` are topped up by further predictions. Output
  * files (replicate.delivery, deleted an hour later) are fetched at once, then re-encoded to what
  * the client was promised.

@@ -1,0 +1,134 @@
+/**
+ * The image adapters behind a job queue (kit/queued-images.ts: fal's queue, Replicate's
+ * predictions) against the fake fal queue and the fake Replicate API. An accepted job is billed
+ * whether or not anyone collects it, and an error out of the adapter makes the pool submit a NEW
+ * job elsewhere: so a poll that meets a passing error (5xx, 429) is asked again and the same job
+ * collected, as fal-js and Replicate's SDK retry their polls (upstream-apis.md §7.1, §7.2); an output
+ * download gets a few attempts; and a job given up on for any reason is cancelled.
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { FalImageProvider } from '../../server/providers/fal/fal-image.provider.ts';
+import type { UpstreamMapping } from '../../server/providers/kit/mapping.ts';
+import type { ProviderError } from '../../server/providers/provider-error.ts';
+import { ReplicateImageProvider } from '../../server/providers/replicate/replicate-image.provider.ts';
+import type { ImageEvents, ImageJob, UpstreamAccount } from '../../server/providers/types.ts';
+import { startFalFake, type FalFake } from '../fakes/fal.ts';
+import { startReplicateFake, type ReplicateFake } from '../fakes/replicate.ts';
+import { imageParams } from '../support/image-params.ts';
+import { until } from '../support/tasks.ts';
+
+let fal: FalFake;
+let replicate: ReplicateFake;
+const durationFor = (prompt: string) => (prompt.includes('[forever]') ? ('never' as const) : undefined);
+beforeAll(async () => {
+  fal = await startFalFake({ apiKeys: ['fal-q:secret'], queueMs: 30, jobDurationMs: 150, durationFor });
+  replicate = await startReplicateFake({ tokens: ['r8_q'], queueMs: 30, jobDurationMs: 150, durationFor });
+});
+afterAll(async () => {
+  await fal?.close();
+  await replicate?.close();
+});
+beforeEach(() => {
+  fal.faults.clear();
+  replicate.faults.clear();
+});
+
+const FAL_FLUX: UpstreamMapping = { endpoint: 'fal-ai/flux/dev', input: '{"prompt": prompt, "image_size": {"width": width, "height": height}, "num_images": n, "output_format": "png"}', output: 'images.url' };
+const REPLICATE_FLUX: UpstreamMapping = { endpoint: 'black-forest-labs/flux-schnell', input: '{"prompt": prompt, "num_outputs": n, "output_format": "png"}', output: 'output' };
+const falAccount: UpstreamAccount = { memberId: 'mem_q', provider: 'fal', baseUrl: '', credentials: { api_key: 'fal-q:secret' }, modelMap: {} };
+const replicateAccount: UpstreamAccount = { memberId: 'mem_q', provider: 'replicate', baseUrl: '', credentials: { api_token: 'r8_q' }, modelMap: {} };
+
+const job = (mapping: UpstreamMapping, prompt = 'a lighthouse'): ImageJob => ({ operation: 'generation', model: mapping.endpoint, prompt, n: 1, params: imageParams(), inputs: [], mapping });
+
+/** Runs the adapter; the images it delivered, or the error it ended with. */
+async function generate(provider: FalImageProvider | ReplicateImageProvider, account: UpstreamAccount, j: ImageJob, signal = new AbortController().signal) {
+  const images: Buffer[] = [];
+  const events: ImageEvents = { partial: async () => undefined, image: async (_i, img) => void images.push(img.image) };
+  const error = await provider.generate(account, j, signal, events).then(
+    () => undefined,
+    (e: unknown) => e as ProviderError,
+  );
+  return { images, error };
+}
+
+describe('fal images', () => {
+  const run = (j: ImageJob, signal?: AbortSignal, maxWaitMs = 20_000) => generate(new FalImageProvider(20, maxWaitMs), { ...falAccount, baseUrl: fal.url }, j, signal);
+  const newJobs = (before: number) => [...fal.jobs.values()].slice(before);
+
+  for (const [what, fault] of [
+    ['a 503 of the status check', () => fal.serverErrorNext('status', 2)],
+    ['a 429 of the status check (after its Retry-After)', () => fal.rateLimitNext('status', 1)],
+    ['a 503 of the result', () => fal.serverErrorNext('result', 2)],
+    ['a 503 of the CDN', () => fal.serverErrorNext('cdn', 2)],
+  ] as const) {
+    it(`collects the same request through ${what}: one submit, nothing cancelled`, async () => {
+      const before = fal.jobs.size;
+      fault();
+      const { images, error } = await run(job(FAL_FLUX));
+      expect(error).toBeUndefined();
+      expect(images).toHaveLength(1);
+      expect(newJobs(before).map((j) => ({ cancelled: j.cancelled, downloads: j.downloads }))).toEqual([{ cancelled: false, downloads: 1 }]);
+    });
+  }
+
+  it('cancels the request when a status check fails in a way asking again cannot fix', async () => {
+    const before = fal.jobs.size;
+    fal.faults.push('status', { status: 401, body: { detail: 'No user found for Key ID and Secret' } });
+    const { error } = await run(job(FAL_FLUX, 'a lighthouse [forever]'));
+    expect(error?.kind).toBe('auth');
+    const [submitted, ...more] = newJobs(before);
+    expect(more).toEqual([]);
+    await until(() => submitted!.cancelled, 5000, 'the fal request to be cancelled');
+  });
+
+  it('cancels the request when the client goes away, and when it outlives its wait', async () => {
+    const before = fal.jobs.size;
+    const controller = new AbortController();
+    const left = run(job(FAL_FLUX, 'a lighthouse [forever]'), controller.signal);
+    await until(() => fal.jobs.size > before && [...fal.jobs.values()].at(-1)!.statusChecks > 0, 5000, 'the request to be polled');
+    controller.abort();
+    expect((await left).error).toBeDefined();
+    const timedOut = await run(job(FAL_FLUX, 'a lighthouse [forever]'), undefined, 200);
+    expect([timedOut.error?.kind, timedOut.error?.message]).toEqual(['retryable', expect.stringContaining('did not complete within')]);
+    const made = newJobs(before);
+    expect(made).toHaveLength(2);
+    await until(() => made.every((j) => j.cancelled), 5000, 'both fal requests to be cancelled');
+  });
+
+  it('fails a request whose status said it failed without asking again for its result, which answered 503', async () => {
+    fal.serverErrorNext('result', 100);
+    const before = fal.counts.result;
+    const { error } = await run(job(FAL_FLUX, 'a storm [fal:fail]'), undefined, 600_000);
+    expect([error?.kind, error?.message, fal.counts.result - before]).toEqual(['failed', expect.stringContaining('Runner disconnected'), 1]);
+  });
+});
+
+describe('Replicate images', () => {
+  const run = (j: ImageJob) => generate(new ReplicateImageProvider(20, 20_000), { ...replicateAccount, baseUrl: replicate.baseUrl }, j);
+  const newPredictions = (before: number) => [...replicate.predictions.values()].slice(before);
+
+  for (const [what, fault] of [
+    ['a 503 of the prediction GET', () => replicate.serverErrorNext('get', 2)],
+    ['a 429 of the prediction GET (after its Retry-After)', () => replicate.rateLimitNext('get', 1)],
+    ['a 503 of the file CDN', () => replicate.serverErrorNext('cdn', 2)],
+  ] as const) {
+    it(`collects the same prediction through ${what}: one create, nothing canceled`, async () => {
+      const before = replicate.predictions.size;
+      fault();
+      const { images, error } = await run(job(REPLICATE_FLUX));
+      expect(error).toBeUndefined();
+      expect(images).toHaveLength(1);
+      expect(newPredictions(before).map((p) => ({ status: p.status, downloads: p.downloads }))).toEqual([{ status: 'succeeded', downloads: 1 }]);
+    });
+  }
+
+  it('cancels the prediction when a GET fails in a way asking again cannot fix', async () => {
+    const before = replicate.predictions.size;
+    replicate.faults.push('get', { status: 401, body: { title: 'Unauthenticated', detail: 'You did not pass a valid authentication token', status: 401 } });
+    const { error } = await run(job(REPLICATE_FLUX, 'a fox [forever]'));
+    expect(error?.kind).toBe('auth');
+    const [created, ...more] = newPredictions(before);
+    expect(more).toEqual([]);
+    await until(() => created!.status === 'canceled', 5000, 'the prediction to be canceled');
+  });
+});
