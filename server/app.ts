@@ -9,6 +9,8 @@
  * error middleware for everything.
  */
 import { timingSafeEqual, createHash } from 'node:crypto';
+import type { ServerOptions } from 'node:http';
+import type { Config } from './config.ts';
 import { randomHex } from './lib/ids.ts';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import * as OpenApiValidator from 'express-openapi-validator';
@@ -27,7 +29,7 @@ import { imageEditMultipart } from './http/multipart.ts';
 import { EDIT_MEDIA_FIELDS, MAX_REFERENCE_CHARS, VIDEO_MEDIA_FIELDS, mediaJsonBody } from './http/media-body.ts';
 import type { MediaJsonFields } from './lib/media-json-scanner.ts';
 import { fileUploadMultipart } from './http/file-upload.ts';
-import { largeBodySlots, rejectEncodedMultipart, rejectNulCharacters } from './http/request-guards.ts';
+import { largeBodySlots, rejectBracketedQuery, rejectEncodedMultipart, rejectNulCharacters } from './http/request-guards.ts';
 import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -61,6 +63,17 @@ export interface CreateAppOptions {
   spec?: OpenApiDocument;
   /** false: image generations meet the validator too (the fast path's differential test). */
   generationFastPath?: boolean;
+}
+
+/**
+ * Options of the HTTP server the app runs in. Node ends a request whose whole body has not arrived
+ * within `requestTimeout` (default 300 s) with a bare 408 and no body, before the app's own
+ * `BODY_TIMEOUT_MS` (default 15 min) can answer the contract's `408 body_timeout`: a 512 MiB upload
+ * on a steady but slow link was cut at 5 minutes. The app's timers come first; Node's stays as the
+ * backstop for bodies the app does not time (JSON bodies), a minute later.
+ */
+export function httpServerOptions(config: Pick<Config, 'bodyTimeoutMs'>): ServerOptions {
+  return { requestTimeout: config.bodyTimeoutMs + 60_000 };
 }
 
 export function createApp(ctx: AppContext, handlers: HandlerMap, options: CreateAppOptions = {}): express.Express {
@@ -160,6 +173,7 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   );
   app.use(express.json({ limit: config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));
   app.use(rejectNulCharacters);
+  app.use(rejectBracketedQuery);
   // A valid JSON image generation goes to its handler from here (http/generation-fast-path.ts);
   // every other request, and any generation the operation's schema refuses, meets the validator.
   if (options.generationFastPath !== false) app.post(IMAGE_GENERATION_PATH, imageGenerationFastPath(spec, handlers.createImage));

@@ -7,7 +7,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import type { Kysely } from 'kysely';
 import type { DB } from '../generated/db.d.ts';
-import { createApp } from './app.ts';
+import { createApp, httpServerOptions } from './app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { createRuntime, type Runtime } from './context.ts';
 import { createDatabase } from './db/database.ts';
@@ -83,8 +83,8 @@ interface DrainableServer {
   drain(graceMs: number): Promise<void>;
 }
 
-function drainableServer(): DrainableServer {
-  const server = createServer();
+function drainableServer(config: Config): DrainableServer {
+  const server = createServer(httpServerOptions(config));
   let draining = false;
   const answering = new Set<ServerResponse>();
   // The first 'request' listener, before the app's.
@@ -174,7 +174,7 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
     // A worker listens only with METRICS_PORT, for the operations endpoints.
     const port = config.role !== 'worker' ? config.port : config.metricsPort;
     if (port !== undefined) {
-      http = drainableServer();
+      http = drainableServer(config);
       // A non-loopback HOST without PUBLIC_BASE_URL never gets here (loadConfig refuses it).
       const address = await listen(http.server, port, config.host);
       if (config.role !== 'worker') url = address;

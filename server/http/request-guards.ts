@@ -79,6 +79,30 @@ export function rejectNulCharacters(req: Request, _res: Response, next: NextFunc
   next(new ApiError(400, 'nul_character', `'${param}' contains a NUL character (U+0000), which no field accepts.`, param));
 }
 
+/**
+ * 400 invalid_request for a query parameter written with brackets (`?status[a]=b`, `?kind[]=x`). No
+ * parameter of the contract has brackets in its name, and the validator reads such a key as an
+ * object, which its array parser (a form-style list like `status=a,b`) fails on with a 500.
+ */
+export function rejectBracketedQuery(req: Request, _res: Response, next: NextFunction): void {
+  const query = req.originalUrl.indexOf('?');
+  if (query === -1) return next();
+  for (const pair of req.originalUrl.slice(query + 1).split('&')) {
+    const key = pair.split('=', 1)[0]!;
+    let name: string;
+    try {
+      name = decodeURIComponent(key.replace(/\+/g, ' '));
+    } catch {
+      continue; // the validator answers a malformed escape
+    }
+    const bracket = name.search(/[[\]]/);
+    if (bracket === -1) continue;
+    const param = name.slice(0, bracket) || name;
+    return next(new ApiError(400, 'invalid_request', `Query parameter '${name}' is not one this operation takes: write a list as '${param}=a,b', without brackets.`, param));
+  }
+  next();
+}
+
 /** How long a rejected upload is still read (and discarded) after the error response, in ms. */
 const LINGER_MS = 2_000;
 

@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
-import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
 import { accountState, until } from '../support/tasks.ts';
 
 type Json = Record<string, any>;
@@ -90,6 +90,29 @@ describe('NUL characters are refused with 400 nul_character, naming the field', 
 
   it('and nothing was created or held', async () => {
     expect(await accountState(server.db, customer.accountId, customer.apiKeyId)).toMatchObject({ tasks: 0, holds: [] });
+  });
+});
+
+describe('a query parameter written with brackets', () => {
+  it.each([
+    ['/v1/videos?status[a]=b', 'status'],
+    ['/v1/images?status[x]=completed', 'status'],
+    ['/v1/videos?status%5B%5D=queued', 'status'],
+    ['/v1/files?limit=2&purpose[0]=user_data', 'purpose'],
+  ])('%s is 400 invalid_request naming it, never a 500', async (path, param) => {
+    const res = await send(path, { method: 'GET' });
+    expect([res.status, res.body.error?.code, res.body.error?.param, res.body.error?.type]).toEqual([400, 'invalid_request', param, 'invalid_request_error']);
+  });
+
+  it('on the operator API too', async () => {
+    for (const path of ['/admin/v1/tasks?status[a]=b', '/admin/v1/webhook-deliveries?status[a]=b', '/admin/v1/usage?from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z&group_by[a]=model']) {
+      const res = await send(path, { method: 'GET', headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+      expect([res.status, res.body.error?.code], path).toEqual([400, 'invalid_request']);
+    }
+  });
+
+  it('a list written as the contract says still works', async () => {
+    expect((await send('/v1/videos?status=queued,completed', { method: 'GET' })).status).toBe(200);
   });
 });
 

@@ -22,7 +22,7 @@ import { expect } from 'vitest';
 import type { Kysely } from 'kysely';
 import type { paths } from '../../generated/api.d.ts';
 import type { DB } from '../../generated/db.d.ts';
-import { createApp } from '../../server/app.ts';
+import { createApp, httpServerOptions } from '../../server/app.ts';
 import { loadConfig, type Config } from '../../server/config.ts';
 import { createRuntime, type Runtime, type RuntimeOverrides } from '../../server/context.ts';
 import { createHandlers } from '../../server/http/handlers.ts';
@@ -184,7 +184,7 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
   });
   const log = createLogger(config.logLevel, sink);
   // Listen first: signed file URLs carry the real address.
-  const server: Server = createServer();
+  const server: Server = createServer(httpServerOptions(config));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const directUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const secretKey = Buffer.from(config.secretKey!, 'hex');
