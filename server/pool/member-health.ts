@@ -3,7 +3,10 @@
  * `observe`, which keeps the per-member metrics and records the outcome in the shared
  * member_health table:
  *
- *   429 rate limited   cooldown for the upstream's Retry-After, else 1 s, 2 s, 4 s … up to 60 s
+ *   429 rate limited   cooldown for the upstream's Retry-After, else 1 s, 2 s, 4 s … up to 60 s;
+ *                      the doubling restarts once the member takes new work (`observe`), not when
+ *                      it answers about work it has (`observeAccepted`: polls keep succeeding at a
+ *                      parallel-task limit while every submit is refused)
  *   quota exhausted    cooldown for its Retry-After, else 5 minutes
  *   5xx / timeout /    after 3 in a row (across instances), the circuit opens: no new work for
  *   connection error   30 s, doubling with every further failure up to 5 minutes (see below)
@@ -64,11 +67,25 @@ export class MemberHealth {
   ) {}
 
   /**
-   * Runs one adapter call on `account`, measuring it and recording what it says about the member.
+   * Runs one adapter call that gives `account` new work (a video submit, an image), measuring it and
+   * recording what it says about the member.
    * `probe`: the call is the probe of a half-open circuit (`claimProbe`): its outcome is written at
    * once, and a call that ends without one (not a ProviderError) gives the claim back.
    */
-  async observe<T>(account: UpstreamAccount, call: () => Promise<T>, probe?: ProbeClaim): Promise<T> {
+  observe<T>(account: UpstreamAccount, call: () => Promise<T>, probe?: ProbeClaim): Promise<T> {
+    return this.run(account, call, true, probe);
+  }
+
+  /**
+   * Runs one adapter call about work `account` already accepted (a poll, a download, a cancel), as
+   * `observe` does, except that its success does not end a 429 backoff: an answered poll does not
+   * mean a submit would be.
+   */
+  observeAccepted<T>(account: UpstreamAccount, call: () => Promise<T>): Promise<T> {
+    return this.run(account, call, false);
+  }
+
+  private async run<T>(account: UpstreamAccount, call: () => Promise<T>, newWork: boolean, probe?: ProbeClaim): Promise<T> {
     const labels = { provider: account.provider, member: account.memberId };
     const started = process.hrtime.bigint();
     const startedAt = performance.now();
@@ -76,7 +93,7 @@ export class MemberHealth {
     try {
       const result = await call();
       this.metrics.upstreamRequests.inc({ ...labels, outcome: 'ok' });
-      await this.succeeded(account.memberId, startedAt, probe);
+      await this.succeeded(account.memberId, startedAt, newWork, probe);
       return result;
     } catch (err) {
       if (err instanceof ProviderError) {
@@ -152,8 +169,9 @@ export class MemberHealth {
           this.log.error({ memberId, provider: account.provider }, 'upstream member credentials rejected; it takes no new work until an admin updates it');
           return;
         default:
-          // The member answered (a refusal is about the request): for the circuit, a success.
-          await this.succeeded(memberId, startedAt, probe);
+          // The member answered (a refusal is about the request): for the circuit, a success; it
+          // took no work, so a 429 backoff goes on.
+          await this.succeeded(memberId, startedAt, false, probe);
       }
     } catch (recordErr) {
       this.log.warn({ err: recordErr, memberId }, 'could not record member health');
@@ -190,13 +208,14 @@ export class MemberHealth {
   }
 
   /**
-   * Counts a success of a call that started at `startedAt`, written with the next batch; a probe's
-   * is written at once (it closes the circuit for every instance). Never throws.
+   * Counts a success of a call that started at `startedAt` (`newWork`: the member took new work),
+   * written with the next batch; a probe's is written at once (it closes the circuit for every
+   * instance). Never throws.
    */
-  private async succeeded(memberId: string, startedAt: number, probe?: ProbeClaim): Promise<void> {
+  private async succeeded(memberId: string, startedAt: number, newWork: boolean, probe?: ProbeClaim): Promise<void> {
     if (probe) {
       try {
-        await this.repo.recordSuccesses(new Map([[memberId, { calls: 1, lastStartedAt: startedAt }]]));
+        await this.repo.recordSuccesses(new Map([[memberId, { calls: 1, lastStartedAt: startedAt, ...(newWork && { lastNewWorkStartedAt: startedAt }) }]]));
         this.log.info({ memberId }, 'upstream member answered its probe; circuit closed');
       } catch (err) {
         this.log.warn({ err, memberId }, 'could not record member health');
@@ -207,7 +226,8 @@ export class MemberHealth {
     if (counted) {
       counted.calls++;
       counted.lastStartedAt = Math.max(counted.lastStartedAt, startedAt);
-    } else this.successes.set(memberId, { calls: 1, lastStartedAt: startedAt });
+      if (newWork) counted.lastNewWorkStartedAt = Math.max(counted.lastNewWorkStartedAt ?? startedAt, startedAt);
+    } else this.successes.set(memberId, { calls: 1, lastStartedAt: startedAt, ...(newWork && { lastNewWorkStartedAt: startedAt }) });
     this.timer ??= setTimeout(() => {
       this.timer = undefined;
       void this.flush();

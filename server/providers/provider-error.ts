@@ -42,9 +42,10 @@ export class ProviderError extends Error {
   readonly upstreamStatus: number | undefined;
   readonly upstreamCode: string | undefined;
   /**
-   * No answer came, but the request may have reached the upstream and been acted on (a timeout, a
-   * connection lost after it was sent): work that must not run twice (a video job) does not move
-   * to another member on it, and retries on the same one with the same idempotency key.
+   * No usable answer came, but the request may have reached the upstream and been acted on (a
+   * timeout, a connection lost after it was sent, a 2xx answer without the job's id or with a body
+   * that cannot be read): work that must not run twice (a video job) does not move to another
+   * member on it, and retries on the same one with the same idempotency key.
    */
   readonly maybeAccepted: boolean;
 

@@ -69,6 +69,8 @@ export class UpstreamResponse {
     private readonly onHandOff: () => void = () => undefined,
     /** The URL that answered: the one asked for, or where its redirects led. */
     readonly url = '',
+    /** The call: the caller's signal (its abort stays an abort) and what it was, for messages. */
+    private readonly call: { signal?: AbortSignal; what?: string } = {},
   ) {
     this.ok = status >= 200 && status < 300;
     this.headers = {
@@ -95,6 +97,17 @@ export class UpstreamResponse {
       chunks.push(chunk as Buffer);
     }
     return Buffer.concat(chunks).toString('utf8');
+  }
+
+  /**
+   * A failure to read the body of a 2xx answer as the error to throw: the upstream took the request
+   * (a submit: its job may be running), so it is retryable and `maybeAccepted`. The caller's abort
+   * stays an abort.
+   */
+  unreadAnswer(err: unknown): unknown {
+    if (this.call.signal?.aborted) return this.call.signal.reason ?? err;
+    const message = err instanceof ProviderError ? err.message : `the upstream ${this.call.what ?? 'call'} answered HTTP ${this.status}, then its body ${isTimeout(err) ? 'timed out' : 'could not be read'}`;
+    return new ProviderError('retryable', message, { cause: err, upstreamStatus: this.status, maybeAccepted: true });
   }
 
   /** Drops the rest of the body (a small rest is read so that the connection can be reused). */
@@ -151,7 +164,7 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
       const follow = init.redirect !== 'manual' && REDIRECT_STATUSES.has(res.statusCode) && typeof location === 'string' && (body === undefined || typeof body === 'string' || Buffer.isBuffer(body));
       if (!follow) {
         res.body.once('close', done);
-        return new UpstreamResponse(res.statusCode, res.headers, res.body, () => clearTimeout(timer), target);
+        return new UpstreamResponse(res.statusCode, res.headers, res.body, () => clearTimeout(timer), target, { signal, what });
       }
       await res.body.dump({ limit: 64 * 1024 }).catch(() => undefined);
       const next = new URL(location, target);
@@ -291,9 +304,19 @@ export function kindOfStatus(status: number): ProviderErrorKind {
   return 'invalid_request';
 }
 
-/** Reads a JSON body, or undefined when it is not JSON (an HTML error page from a proxy, say). */
+/**
+ * Reads a JSON body, or undefined when it is not JSON (an HTML error page from a proxy, say). The
+ * body of a 2xx answer that cannot be read (the connection lost, a timeout, over the text cap)
+ * fails as `maybeAccepted` (`unreadAnswer`): a video job the upstream may be running is asked again
+ * of the same member, never sent to a second account (design §8).
+ */
 export async function readJson(res: UpstreamResponse): Promise<unknown> {
-  const text = await res.text();
+  let text: string;
+  try {
+    text = await res.text();
+  } catch (err) {
+    throw res.ok ? res.unreadAnswer(err) : err;
+  }
   try {
     return JSON.parse(text) as unknown;
   } catch {

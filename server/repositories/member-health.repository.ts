@@ -33,6 +33,8 @@ export interface ProbeClaim {
 export interface SuccessCount {
   calls: number;
   lastStartedAt: number;
+  /** When the last of them that gave the member new work (a submit, an image) started; absent: none did. */
+  lastNewWorkStartedAt?: number;
 }
 
 /** Recent counts restart after this long. */
@@ -133,7 +135,10 @@ export class MemberHealthRepository {
    * recorded (as failures count): a call that was already running then proves nothing about the
    * member since.
    * Cooldowns of 429s and exhausted quotas are the upstream's word and stay (a poll answered does not
-   * mean a submit would be).
+   * mean a submit would be). For the same reason the 429 backoff (rate_limit_strikes) ends only on
+   * new work the member took, in a call that started after its last failure was recorded (the last
+   * 429, or a later failure): polls of accepted jobs, and submits already in flight when the 429
+   * came, prove nothing about whether the member takes work now.
    */
   async recordSuccesses(batch: ReadonlyMap<string, SuccessCount>): Promise<void> {
     if (batch.size === 0) return;
@@ -141,12 +146,18 @@ export class MemberHealthRepository {
     await this.withElapsed(async (db, msSince) => {
       const counts = ids.map((id) => batch.get(id)!.calls);
       const ago = ids.map((id) => msSince(batch.get(id)!.lastStartedAt));
+      const newWorkAgo = ids.map((id) => {
+        const started = batch.get(id)!.lastNewWorkStartedAt;
+        return started === undefined ? null : msSince(started);
+      });
       const closes = sql`(member_health.cooldown_reason = 'circuit_open'
         and (member_health.failure_counted_at is null or (select s.started from s where s.id = member_health.member_id) > member_health.failure_counted_at))`;
+      const endsBackoff = sql`((select s.new_work_started from s where s.id = member_health.member_id)
+        > coalesce(member_health.last_error_at, '-infinity'::timestamptz))`;
       await sql`
         with s as (
-          select u.id, u.n, now() - u.ago * interval '1 millisecond' as started
-          from unnest(${ids}::text[], ${counts}::int[], ${ago}::float8[]) as u(id, n, ago)
+          select u.id, u.n, now() - u.ago * interval '1 millisecond' as started, now() - u.new_work_ago * interval '1 millisecond' as new_work_started
+          from unnest(${ids}::text[], ${counts}::int[], ${ago}::float8[], ${newWorkAgo}::float8[]) as u(id, n, ago, new_work_ago)
         )
         insert into member_health as member_health (member_id, successes, last_success_at, updated_at)
         select s.id, s.n, now(), now() from s
@@ -156,7 +167,7 @@ export class MemberHealthRepository {
           cooldown_until = case when ${closes} then null else member_health.cooldown_until end,
           cooldown_reason = case when ${closes} then null else member_health.cooldown_reason end,
           probe_until = case when ${closes} then null else member_health.probe_until end,
-          rate_limit_strikes = 0,
+          rate_limit_strikes = case when ${endsBackoff} then 0 else member_health.rate_limit_strikes end,
           last_success_at = now(),
           window_started_at = case when member_health.window_started_at < now() - ${WINDOW} then now() else member_health.window_started_at end,
           successes = case when member_health.window_started_at < now() - ${WINDOW} then excluded.successes else member_health.successes + excluded.successes end,

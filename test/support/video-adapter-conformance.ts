@@ -10,6 +10,9 @@
  *     retryable, refused credentials as auth, an unknown model or a base URL that redirects as the
  *     member's configuration, a
  *     policy refusal and a failed job as such, an output that is gone as permanent;
+ *   - a submit the upstream answered 2xx is maybe accepted whatever else goes wrong (no job id, a
+ *     body that is not JSON, too long, or cut off): the job may be running, so it must never be
+ *     sent to another member (design §8);
  *   - where the upstream honours one, the task id works as an idempotency key; where the adapter
  *     cancels, a running job is cancelled (features an adapter does not claim get no test).
  *
@@ -18,12 +21,13 @@
  * steer it (which prompt makes it fail, which route a fault goes to).
  */
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import sharp from 'sharp';
 import { describe, expect, it } from 'vitest';
 import { ProviderError } from '../../server/providers/provider-error.ts';
+import { MAX_TEXT_BYTES } from '../../server/providers/upstream-http.ts';
 import type { MediaInput, UpstreamAccount, VideoJob, VideoProvider, VideoStatus } from '../../server/providers/types.ts';
 import { providerErrorOf } from './api-error.ts';
 
@@ -179,6 +183,40 @@ export function describeVideoConformance(name: string, features: VideoConformanc
       } finally {
         moved.closeAllConnections();
         moved.close();
+      }
+    });
+
+    it('marks a submit answered 2xx without a job id, or with a body that cannot be read, as maybe accepted (retried on the same member, never sent to another)', async () => {
+      const t = target();
+      // No upstream answers so on purpose, so a tiny server stands in for every one of them; each
+      // answer is 2xx, so whatever the upstream's envelope, it took the request.
+      const answers: Record<string, (res: ServerResponse) => void> = {
+        'JSON without an id': (res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'),
+        'an HTML page': (res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<html><body>OK</body></html>'),
+        'a body over the text cap': (res) => res.writeHead(200, { 'content-type': 'application/json' }).end(Buffer.alloc(MAX_TEXT_BYTES + 1, 0x20)),
+        'a body cut off': (res) => {
+          res.writeHead(200, { 'content-type': 'application/json', 'content-length': '64' });
+          res.write('{"id": "job', () => res.socket?.destroy());
+        },
+      };
+      let answer = answers['JSON without an id']!;
+      const accepting = createServer((req, res) => {
+        req.resume();
+        req.once('end', () => answer(res));
+      });
+      await new Promise<void>((resolve) => accepting.listen(0, '127.0.0.1', resolve));
+      try {
+        const account = { ...t.account(), baseUrl: `http://127.0.0.1:${(accepting.address() as AddressInfo).port}/v1` };
+        const seen: Record<string, [string, boolean]> = {};
+        for (const [name, answerWith] of Object.entries(answers)) {
+          answer = answerWith;
+          const err = await providerErrorOf(t.provider.submit(account, t.job(), never));
+          seen[name] = [err.kind, err.maybeAccepted];
+        }
+        expect(seen).toEqual(Object.fromEntries(Object.keys(answers).map((name) => [name, ['retryable', true]])));
+      } finally {
+        accepting.closeAllConnections();
+        accepting.close();
       }
     });
 

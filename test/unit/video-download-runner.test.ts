@@ -88,7 +88,7 @@ function runner(
         }),
       countDownloadFailure: async () => ++calls.counted > 0,
     } as never,
-    pool: { account: async () => account, health: { observe: (_a: unknown, call: () => Promise<unknown>) => call() }, mappingFor: async () => undefined } as never,
+    pool: { account: async () => account, health: { observe: (_a: unknown, call: () => Promise<unknown>) => call(), observeAccepted: (_a: unknown, call: () => Promise<unknown>) => call() }, mappingFor: async () => undefined } as never,
     providers: { video: () => provider } as never,
     files: {
       mediaInputs: async () => [],

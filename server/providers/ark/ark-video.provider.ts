@@ -105,7 +105,7 @@ export class ArkVideoProvider implements VideoProvider {
     );
     if (!res.ok) throw await arkError(res, 'video submit');
     const created = (await readJson(res)) as { id?: unknown } | undefined;
-    if (typeof created?.id !== 'string' || created.id === '') throw new ProviderError('retryable', 'the upstream accepted the video task without returning its id');
+    if (typeof created?.id !== 'string' || created.id === '') throw new ProviderError('retryable', 'the upstream accepted the video task without returning its id', { maybeAccepted: true });
     return created.id;
   }
 

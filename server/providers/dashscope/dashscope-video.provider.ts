@@ -153,7 +153,7 @@ export class DashScopeVideoProvider implements VideoProvider {
     // An error code with a 2xx (a proxy's habit, new-api checks for it too) is still an error.
     if (typeof answer?.code === 'string' && answer.code !== '') throw dashscopeErrorOf(account, answer, 'video submit', { status: res.status, model: job.model });
     const taskId = answer?.output?.task_id;
-    if (typeof taskId !== 'string' || taskId === '') throw new ProviderError('retryable', 'the upstream accepted the video task without returning its id');
+    if (typeof taskId !== 'string' || taskId === '') throw new ProviderError('retryable', 'the upstream accepted the video task without returning its id', { maybeAccepted: true });
     return taskId;
   }
 

@@ -29,7 +29,7 @@ export async function falSubmit(account: UpstreamAccount, mapping: UpstreamMappi
   const answer = await falCall(account, { method: 'POST', path: `/${mapping.endpoint}`, body: jsonStream(input) }, signal, what);
   if (answer.status < 200 || answer.status >= 300) throw falError(answer, what, mapping.endpoint);
   const id = (answer.body as { request_id?: unknown } | undefined)?.request_id;
-  if (typeof id !== 'string' || id === '') throw new ProviderError('retryable', `the fal ${what} was accepted without a request id`);
+  if (typeof id !== 'string' || id === '') throw new ProviderError('retryable', `the fal ${what} was accepted without a request id`, { maybeAccepted: true });
   return jobIdOf(mapping.endpoint, id);
 }
 

@@ -104,7 +104,7 @@ export class GeminiVideoProvider implements VideoProvider {
     );
     if (!res.ok) throw await googleError(res, 'video submit');
     const operation = (await readJson(res)) as Operation | undefined;
-    if (typeof operation?.name !== 'string' || operation.name === '') throw new ProviderError('retryable', 'the upstream accepted the video job without returning its operation name');
+    if (typeof operation?.name !== 'string' || operation.name === '') throw new ProviderError('retryable', 'the upstream accepted the video job without returning its operation name', { maybeAccepted: true });
     return operation.name;
   }
 

@@ -106,7 +106,8 @@ export function outcomeOf<T>(answer: KlingAnswer<T>, what: string): KlingOutcome
     const ok = answer.status >= 200 && answer.status < 300;
     const kind = ok ? 'retryable' : kindOfStatus(answer.status);
     const wait = kind === 'rate_limited' ? retryAfterMs(answer.headers) : undefined;
-    const error = new ProviderError(kind, `the upstream ${what} answered HTTP ${answer.status} without Kling's envelope`, { upstreamStatus: answer.status, ...(wait !== undefined && { retryAfterMs: wait }) });
+    // A 2xx took the request whatever its body says: a submitted task may be running (design §8).
+    const error = new ProviderError(kind, `the upstream ${what} answered HTTP ${answer.status} without Kling's envelope`, { upstreamStatus: answer.status, ...(wait !== undefined && { retryAfterMs: wait }), maybeAccepted: ok });
     return { ok: false, error, data: undefined };
   }
   return { ok: false, error: klingErrorOf(code, body!.message, answer.status, answer.headers, what), data: body!.data };

@@ -155,7 +155,7 @@ export class KlingVideoProvider implements VideoProvider {
       throw outcome.error;
     }
     const taskId = outcome.data?.task_id;
-    if (typeof taskId !== 'string' || taskId === '') throw new ProviderError('retryable', 'the upstream accepted the video task without returning its id');
+    if (typeof taskId !== 'string' || taskId === '') throw new ProviderError('retryable', 'the upstream accepted the video task without returning its id', { maybeAccepted: true });
     return `${endpoint}/${taskId}`;
   }
 

@@ -83,7 +83,7 @@ export class MiniMaxVideoProvider implements VideoProvider {
     if (error) throw error;
     const taskId = answer.body?.task_id;
     const id = typeof taskId === 'number' ? String(taskId) : taskId;
-    if (typeof id !== 'string' || id === '') throw new ProviderError('retryable', 'the upstream accepted the video task without returning its id');
+    if (typeof id !== 'string' || id === '') throw new ProviderError('retryable', 'the upstream accepted the video task without returning its id', { maybeAccepted: true });
     return `${model.protocol}/${id}`;
   }
 

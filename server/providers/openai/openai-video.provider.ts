@@ -79,7 +79,7 @@ export class OpenAIVideoProvider implements VideoProvider {
     );
     if (!res.ok) throw await openaiError(res, 'video submit');
     const video = (await readJson(res)) as OpenAIVideo | undefined;
-    if (typeof video?.id !== 'string' || video.id === '') throw new ProviderError('retryable', 'the upstream accepted the video job without returning its id');
+    if (typeof video?.id !== 'string' || video.id === '') throw new ProviderError('retryable', 'the upstream accepted the video job without returning its id', { maybeAccepted: true });
     return video.id;
   }
 

@@ -127,7 +127,7 @@ export async function createPrediction(account: UpstreamAccount, mapping: Upstre
   );
   if (answer.status < 200 || answer.status >= 300) throw replicateError(answer, what, mapping.endpoint);
   const prediction = (answer.body ?? {}) as Prediction;
-  if (typeof prediction.id !== 'string' || prediction.id === '') throw new ProviderError('retryable', `the Replicate ${what} was accepted without a prediction id`);
+  if (typeof prediction.id !== 'string' || prediction.id === '') throw new ProviderError('retryable', `the Replicate ${what} was accepted without a prediction id`, { maybeAccepted: true });
   return prediction as Prediction & { id: string };
 }
 

@@ -24,6 +24,20 @@ export type AdminCapabilityName = Schemas['AdminCapabilityName'];
 
 const iso = (d: Date) => d.toISOString();
 
+/** The contract's maxLength of a member-health reason (AdminMemberHealth). */
+const REASON_MAX = 400;
+
+/**
+ * A member-health reason within the contract's length. The upstream's words (sanitized to 300
+ * characters) come with a prefix of ours (`HTTP 422 code: …`, `fal refused the input that the
+ * mapping made for … (…)`), so the whole can be longer; cut here, where every reason passes,
+ * including those written before. Counted in code points, as the validator counts them.
+ */
+function reasonOf(text: string): string {
+  const chars = Array.from(text);
+  return chars.length <= REASON_MAX ? text : `${chars.slice(0, REASON_MAX - 3).join('')}...`;
+}
+
 export function toAdminAccount(row: AccountRow): AdminAccount {
   return {
     id: row.id,
@@ -116,9 +130,9 @@ export function toAdminGroupMember(row: MemberRow): AdminGroupMember {
       // An open circuit stays open past its cooldown until a probe (or another success) closes it.
       circuit: row.health.cooldownReason !== 'circuit_open' ? 'closed' : row.health.cooldownUntil && row.health.cooldownUntil > new Date() ? 'open' : 'half_open',
       credentials_rejected: row.health.credentialsRejectedAt !== null,
-      account_disabled: row.health.accountDisabledAt ? { reason: row.health.accountDisabledReason ?? '', since: iso(row.health.accountDisabledAt) } : null,
-      model_faults: row.health.modelFaults.map((f) => ({ model: f.model, kind: f.kind, reason: f.reason, since: iso(new Date(f.since)), until: f.until && iso(new Date(f.until)) })),
-      last_error: row.health.lastError,
+      account_disabled: row.health.accountDisabledAt ? { reason: reasonOf(row.health.accountDisabledReason ?? ''), since: iso(row.health.accountDisabledAt) } : null,
+      model_faults: row.health.modelFaults.map((f) => ({ model: f.model, kind: f.kind, reason: reasonOf(f.reason), since: iso(new Date(f.since)), until: f.until && iso(new Date(f.until)) })),
+      last_error: row.health.lastError && reasonOf(row.health.lastError),
       last_error_at: row.health.lastErrorAt && iso(row.health.lastErrorAt),
       last_success_at: row.health.lastSuccessAt && iso(row.health.lastSuccessAt),
       recent: { since: row.health.windowStartedAt && iso(row.health.windowStartedAt), successes: row.health.successes ?? 0, failures: row.health.failures ?? 0 },
