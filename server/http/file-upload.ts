@@ -52,7 +52,7 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
       );
     });
 
-    let bb: busboy.Busboy;
+    let bb: busboy.Busboy | undefined;
     const finish = (err?: ApiError | StorageError) => {
       if (settled) return;
       settled = true;
@@ -60,6 +60,10 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
       clearTimeout(total);
       req.unpipe(bb);
       if (err) {
+        // Ends the file part too (busboy destroys it with the error): the store's write fails and
+        // drops what it wrote (its temporary file, its multipart upload) instead of waiting forever
+        // for bytes that will not come.
+        bb?.destroy(err);
         if (!req.complete && !req.destroyed) {
           res.setHeader('Connection', 'close');
           lingerAfterResponse(req, res);
@@ -100,8 +104,8 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
       }
       // Over the limit: answer 413 now, without reading the rest (the store drops what it wrote).
       stream.on('limit', () => {
-        finish(tooLarge());
         stream.destroy(new MediaTooLarge(limits.maxFileBytes));
+        finish(tooLarge());
       });
       const filename = (info.filename ?? '').slice(0, 255);
       saving = files.save({ accountId, purpose: 'upload', contentType: 'application/octet-stream', filename, expiresAt: new Date(Date.now() + 3_600_000) }, stream, { maxBytes: limits.maxFileBytes });

@@ -5,8 +5,9 @@
  * small JSON that remains, validated against the contract as every other body. Limits hold while
  * reading; the first one passed answers at once (413, 400) without reading the rest, and so does
  * a media store that cannot take an input (507 `storage_full`, 503 `storage_unavailable`); a body
- * that stalls or drips is cut off (408 `body_timeout`). When the response is over, every staged input
- * that no task adopted is removed — also when the client went away mid-body.
+ * that stalls or drips is cut off (408 `body_timeout`). Once the request is answered (also to a
+ * client that went away, mid-body or while its task was created), every staged input that no task
+ * adopted is removed.
  *
  * Runs after authentication (the staged files belong to the key's account) and before the other
  * body parsers, which then see a parsed body and skip it.
@@ -51,6 +52,22 @@ export function stagingOf(req: Request, files: FileService): InputStaging {
   return (r[STAGING] ??= new InputStaging(files, authOf(req).accountId));
 }
 
+/**
+ * Runs `then` once the answer is ended (`res.end`: the handler's answer, or the error
+ * middleware's), also when the client is already gone and nothing of it is sent, which no event of
+ * the response tells ('finish' waits for a socket that is gone). A handler that ends nothing after
+ * its client left (a synchronous image) has adopted its inputs already: it started the task first.
+ */
+function onAnswered(res: Response, then: () => void): void {
+  const end = res.end as (...args: unknown[]) => Response;
+  res.end = function (this: Response, ...args: unknown[]) {
+    res.end = end as Response['end'];
+    const answered = end.apply(this, args);
+    then();
+    return answered;
+  } as Response['end'];
+}
+
 function isJson(req: Request): boolean {
   return /^\s*application\/(?:[\w.+-]+\+)?json\s*(;|$)/i.test(String(req.headers['content-type'] ?? ''));
 }
@@ -77,12 +94,16 @@ export function mediaJsonBody(files: FileService, log: Logger, options: MediaBod
   return (req: Request, res: Response, next: NextFunction): void => {
     if (!isJson(req)) return next();
     const staging = stagingOf(req, files);
-    res.once('close', () => {
+    // Inputs no task adopted are removed once the request has been answered, not when its socket
+    // closes: a client that leaves while its task is being created must not lose the inputs the
+    // hold is about to adopt (the task would name files that are gone).
+    onAnswered(res, () => {
       staging.discardUnadopted().then(
         (n) => n > 0 && log.debug({ discarded: n }, 'removed media inputs no task adopted'),
         (err: unknown) => log.warn({ err }, 'could not remove media inputs no task adopted; the sweeper removes them when they expire'),
       );
     });
+    res.once('close', () => staging.responseOver());
     // A store that cannot take an input (full, failing) ends the request at once: 507/503.
     const scanner = new MediaJsonScanner(options.fields, options.limits, (param, mimeType) => staging.open(param, mimeType, (err) => finish(err)));
 

@@ -114,7 +114,7 @@ export interface ImageProvider {
  * part), or hands the upstream a short-lived signed URL to fetch it from.
  */
 export interface MediaInput {
-  /** `image/png`, `image/jpeg` or `image/webp` (a stored GIF is handed over as a PNG: `FileService.mediaInputs`; its `url` still serves the stored file). */
+  /** `image/png`, `image/jpeg` or `image/webp` (a stored GIF is handed over as a PNG of its first frame: `FileService.mediaInputs`; `open()` and `url()` both serve that stored PNG copy). */
   readonly contentType: string;
   /** Exact size in bytes. */
   readonly bytes: number;

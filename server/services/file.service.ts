@@ -4,7 +4,7 @@
  * The Files API (OpenAI's shape: list, retrieve, content, delete) shows a key's account its uploads
  * and generated outputs.
  */
-import { Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 import sharp from 'sharp';
 import type { components } from '../../generated/api.d.ts';
 import { ApiError } from '../errors.ts';
@@ -13,10 +13,11 @@ import { accountPage, invalidAfter, listPage, type ListPage, type ListQuery } fr
 import type { ByteRange, MediaStore, StoredObject } from '../storage/media-store.ts';
 import type { MediaInput } from '../providers/types.ts';
 import type { Transactor } from '../db/transaction.ts';
-import { newId } from '../lib/ids.ts';
+import { newId, randomHex } from '../lib/ids.ts';
+import { Semaphore } from '../lib/semaphore.ts';
 import { hmac, signatureMatches } from '../lib/signing.ts';
 import { inspectImage, type InspectedImage } from '../lib/image-inspect.ts';
-import { createWriteStream } from 'node:fs';
+import { createReadStream, createWriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -131,6 +132,9 @@ export interface OpenedFile {
 const SENDABLE_IMAGE_TYPES = new Set(['image/png', 'image/jpeg', 'image/webp']);
 
 export class FileService {
+  /** First frames converted at once (`sendableCopy`): each decodes a whole frame. */
+  private readonly conversions = new Semaphore(1);
+
   constructor(
     private readonly files: FileRepository,
     private readonly store: MediaStore,
@@ -248,18 +252,68 @@ export class FileService {
     const rows = await this.files.findMany(ids);
     if (rows.length !== ids.length) throw new Error(`input files of the task are missing: ${ids.filter((id) => !rows.some((r) => r.id === id)).join(', ')}`);
     return Promise.all(
-      rows.map(async (file) => {
+      rows.map(async (row) => {
+        // A GIF (an upload may be one) goes upstream as a PNG of its first frame: upstreams take
+        // PNG, JPEG and WebP (Veo, MiniMax and OpenAI refuse GIF). Opened and fetched by URL alike.
+        const file = SENDABLE_IMAGE_TYPES.has(row.contentType) ? row : await this.sendableCopy(row);
         // The row's key: an input named by file id is stored as an upload or an output, not under `input/`.
         const url = (minTtlSeconds = 0) => this.urlOf(file.id, file.storageKey, minTtlSeconds);
-        if (SENDABLE_IMAGE_TYPES.has(file.contentType)) {
-          return { contentType: file.contentType, bytes: file.bytes, width: file.width, height: file.height, open: () => this.store.read(file.storageKey), url };
-        }
-        // A GIF (an upload may be one) goes upstream as a PNG of its first frame: upstreams take
-        // PNG, JPEG and WebP (Veo, MiniMax and OpenAI refuse GIF). Small images, rare: made in memory.
-        const png = await sharp(await this.readAll(file.id)).png().toBuffer();
-        return { contentType: 'image/png', bytes: png.length, width: file.width, height: file.height, open: () => Readable.from([png]), url };
+        return { contentType: file.contentType, bytes: file.bytes, width: file.width, height: file.height, open: () => this.store.read(file.storageKey), url };
       }),
     );
+  }
+
+  /**
+   * The PNG of a stored image's first frame, made once and kept as an input file of its own that
+   * every later call finds (each attempt of the task, each task naming the same file): its id is the
+   * source's, `png` and the source's expiry, which it shares. A source whose expiry a later task
+   * extended gets a copy of its own that lives as long. The source stays as it is: an upload is the
+   * client's file, whatever it is sent upstream as.
+   */
+  private async sendableCopy(source: FileRow): Promise<FileRow> {
+    const expiry = source.expiresAt ? Math.floor(source.expiresAt.getTime() / 1000).toString(36) : '';
+    const id = `${source.id}png${expiry}`;
+    const known = await this.files.find(id);
+    if (known) return known;
+    const release = await this.conversions.acquire();
+    try {
+      // Made by another call of this process while this one waited.
+      const made = await this.files.find(id);
+      if (made) return made;
+      return await withTemporaryDir(async (dir) => {
+        // libvips reads the source from a file and writes the PNG to one, streamed into the store:
+        // neither image is ever whole in memory (only the decoded frame, in libvips).
+        const png = join(dir, 'frame.png');
+        const info = await this.withLocalFile(source, (path) => sharp(path, { sequentialRead: true }).png().toFile(png));
+        // A key of this write's own (not `storageKeyOf`): another instance converting the same
+        // source at once writes its own object, and the one whose row is not written removes it.
+        const row: FileRow = {
+          id,
+          accountId: source.accountId,
+          purpose: 'input',
+          contentType: 'image/png',
+          bytes: 0,
+          storageKey: `${storageKeyOf('input', id)}.${randomHex(4)}`,
+          width: info.width,
+          height: info.height,
+          taskId: source.taskId,
+          expiresAt: source.expiresAt,
+          filename: null,
+        };
+        row.bytes = (await this.store.put(row.storageKey, createReadStream(png), this.served(row))).bytes;
+        try {
+          row.expiresAt = await this.files.insert(row);
+        } catch (err) {
+          await this.store.delete(row.storageKey).catch(() => undefined);
+          const other = await this.files.find(id);
+          if (other) return other;
+          throw err;
+        }
+        return row;
+      });
+    } finally {
+      release();
+    }
   }
 
   /** The whole file in memory (inputs of an image edit, which are held in memory anyway). */
@@ -359,17 +413,19 @@ export class FileService {
    * reads a file: the store's own (filesystem), else a temporary copy streamed from the store
    * (S3) and removed afterwards — an input may be hundreds of MiB, never read into memory.
    */
-  async inspectStored(file: FileRow, param: string): Promise<InspectedImage> {
+  inspectStored(file: FileRow, param: string): Promise<InspectedImage> {
+    return this.withLocalFile(file, (path) => inspectImage(path, param));
+  }
+
+  /** Runs `use` with a path where the file's bytes are: the store's own, else a copy streamed from the store. */
+  private withLocalFile<T>(file: FileRow, use: (path: string) => Promise<T>): Promise<T> {
     const local = this.store.localPath?.(file.storageKey);
-    if (local) return inspectImage(local, param);
-    const dir = await mkdtemp(join(tmpdir(), 'mediagate-inspect-'));
-    try {
-      const copy = join(dir, 'image');
+    if (local) return use(local);
+    return withTemporaryDir(async (dir) => {
+      const copy = join(dir, 'source');
       await pipeline(this.store.read(file.storageKey), createWriteStream(copy));
-      return await inspectImage(copy, param);
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
+      return use(copy);
+    });
   }
 
   /**
@@ -393,5 +449,15 @@ export class FileService {
     const keys = await this.files.deleteUnadopted(ids);
     for (const key of keys) await this.store.delete(key);
     return keys.length;
+  }
+}
+
+/** Runs `use` with a new temporary directory, removed afterwards. */
+async function withTemporaryDir<T>(use: (dir: string) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(join(tmpdir(), 'mediagate-media-'));
+  try {
+    return await use(dir);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
   }
 }

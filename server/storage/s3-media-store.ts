@@ -13,7 +13,7 @@
 import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
-import { PassThrough, Readable, Transform } from 'node:stream';
+import { PassThrough, pipeline, Readable, Transform } from 'node:stream';
 import { MediaTooLarge, byteLimit, type ByteRange, type MediaStore, type PutOptions, type StoredObject } from './media-store.ts';
 import { StorageFull, StorageUnavailable, type StorageError } from './storage-error.ts';
 
@@ -126,15 +126,24 @@ export class S3MediaStore implements MediaStore {
 
   read(key: string, range?: ByteRange): Readable {
     const out = new PassThrough();
+    // A reader that stops (a client that went away, even before S3 answered) ends the request to
+    // S3: an answer whose body nobody reads would keep its socket, and once the client's sockets
+    // (50) are all held so, every S3 call of the process waits forever.
+    const abort = new AbortController();
+    out.once('close', () => abort.abort());
     this.client
-      .send(new GetObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key), ...(range && { Range: `bytes=${range.start}-${range.end}` }) }))
+      .send(new GetObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key), ...(range && { Range: `bytes=${range.start}-${range.end}` }) }), { abortSignal: abort.signal })
       .then(
         (res) => {
           const body = res.Body as Readable;
+          if (out.destroyed) {
+            body.destroy();
+            return;
+          }
+          // Before pipeline's own listener: the reader hears the store's failure as a StorageError.
           body.once('error', (err) => out.destroy(storageErrorOf(err, key)));
-          // A reader that stops (a client that went away) ends the download from S3 too.
-          out.once('close', () => body.destroy());
-          body.pipe(out);
+          // Either side ending early destroys the other (the body frees its socket).
+          pipeline(body, out, () => undefined);
         },
         (err: unknown) => out.destroy(storageErrorOf(err, key)),
       );

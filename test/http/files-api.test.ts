@@ -322,6 +322,32 @@ describe('GET /v1/files/{file_id}/content', () => {
   });
 });
 
+describe('a GIF upload', () => {
+  it('stays the GIF it was in the Files API, while a video task that uses it is sent the PNG of its first frame, made once', async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    const frame = await sharp({ create: { width: 320, height: 180, channels: 3, background: { r: 200, g: 40, b: 40 } } }).gif().toBuffer();
+    const up = await upload(c.key, frame, 'frame.gif');
+    expect([up.content_type, up.bytes]).toEqual(['image/gif', frame.length]);
+    const created = await postJson(c.key, '/v1/videos/generations', video({ firstFrame: up.id }));
+    expect(created.status).toBe(202);
+    await runWorkersUntil(async () => {
+      const v = await server.db.selectFrom('videoTasks').select('status').where('id', '=', created.body.id).executeTakeFirstOrThrow();
+      return v.status === 'completed' || v.status === 'failed';
+    });
+    const task = await server.db.selectFrom('videoTasks').select(['status', 'inputFileIds']).where('id', '=', created.body.id).executeTakeFirstOrThrow();
+    expect([task.status, task.inputFileIds]).toEqual(['completed', [up.id]]);
+    // One PNG copy, kept for every step that sends the frame (submit, the local renderer's download).
+    const copies = await server.db.selectFrom('files').select(['id', 'contentType', 'width', 'height', 'purpose']).where('accountId', '=', c.accountId).where('id', 'like', `${up.id}png%`).execute();
+    expect(copies).toEqual([{ id: expect.any(String), contentType: 'image/png', width: 320, height: 180, purpose: 'input' }]);
+
+    // The client's file is what it uploaded; the copy is not one of its Files API files.
+    const res = await content(c.key, up.id);
+    expect(res.headers.get('content-type')).toBe('image/gif');
+    expect(Buffer.from(await res.arrayBuffer()).equals(frame)).toBe(true);
+    expect((await list(c.key, { purpose: 'input' })).body.data.map((f: Json) => f.id)).toEqual([up.id]);
+  });
+});
+
 describe('DELETE /v1/files/{file_id}', () => {
   it('deletes an upload: its row and bytes go, and it can no longer be read, downloaded, used or deleted again', async () => {
     const c = await createCustomer(server.db, { balance: 100 });

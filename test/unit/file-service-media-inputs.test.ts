@@ -1,40 +1,60 @@
 // The media inputs a task's adapter gets: a stored PNG, JPEG or WebP as stored, streamed; a GIF (an
-// upload may be one) as a PNG of its first frame, since upstreams take PNG, JPEG and WebP only.
-import { mkdtemp, rm } from 'node:fs/promises';
+// upload may be one) as a PNG of its first frame, since upstreams take PNG, JPEG and WebP only. The
+// PNG is made once (streamed through files, never the whole GIF in memory) and kept as a stored
+// input, which adapters open and its URL serves; the client's GIF stays as it was uploaded.
+import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import sharp from 'sharp';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { FileRow } from '../../server/repositories/file.repository.ts';
 import { FileService } from '../../server/services/file.service.ts';
-import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
+import { FilesystemMediaStore, type MediaStore } from '../../server/storage/media-store.ts';
+import { startTestS3, type TestS3 } from '../support/s3-server.ts';
+
+const read = async (stream: NodeJS.ReadableStream) => {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+};
+
+/** A FileService over `store` whose repository keeps its rows in memory (what save, open and mediaInputs use). */
+function fileService(store: MediaStore, urls: 'gateway' | 'presigned', rows = new Map<string, FileRow>()) {
+  const repo = {
+    insert: async (row: FileRow) => {
+      if (rows.has(row.id)) throw new Error('duplicate key value violates unique constraint "files_pkey"');
+      rows.set(row.id, { ...row });
+      return row.expiresAt;
+    },
+    find: async (id: string) => rows.get(id),
+    findMany: async (ids: readonly string[]) => ids.map((id) => rows.get(id)).filter((r): r is FileRow => r !== undefined),
+  };
+  const files = new FileService(repo as never, store, {} as never, Buffer.alloc(32, 1), 'http://gateway.invalid', 3600, { urls, outputRetentionDays: 30 });
+  return { files, rows };
+}
+
+/** A two-frame GIF whose first frame is red and second blue. */
+async function twoFrameGif(width: number, height: number): Promise<Buffer> {
+  const frame = (r: number, b: number) => Buffer.alloc(width * height * 3).fill(Buffer.from([r, 0, b]));
+  const raw = Buffer.concat([frame(220, 0), frame(0, 220)]);
+  return sharp(raw, { raw: { width, height: height * 2, channels: 3, pageHeight: height } as never }).gif().toBuffer();
+}
 
 describe('FileService.mediaInputs', () => {
   let dir: string;
-  let files: FileService;
+  let s3: TestS3;
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'mg-media-inputs-'));
-    // Only what save and mediaInputs use of the repository: the rows, kept in memory.
-    const rows = new Map<string, FileRow>();
-    const repo = {
-      insert: async (row: FileRow) => {
-        rows.set(row.id, row);
-        return row.expiresAt;
-      },
-      find: async (id: string) => rows.get(id),
-      findMany: async (ids: readonly string[]) => ids.map((id) => rows.get(id)).filter((r): r is FileRow => r !== undefined),
-    };
-    files = new FileService(repo as never, new FilesystemMediaStore(dir), {} as never, Buffer.alloc(32, 1), 'http://gateway.invalid', 3600, { urls: 'gateway', outputRetentionDays: 30 });
+    s3 = await startTestS3();
   });
-  afterAll(async () => rm(dir, { recursive: true, force: true }));
-
-  const read = async (stream: NodeJS.ReadableStream) => {
-    const chunks: Buffer[] = [];
-    for await (const chunk of stream) chunks.push(chunk as Buffer);
-    return Buffer.concat(chunks);
-  };
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+    await s3?.close();
+  });
 
   it('hands a PNG, JPEG or WebP over as stored, and a GIF as a PNG of its first frame with its exact length', async () => {
+    const { files } = fileService(new FilesystemMediaStore(dir), 'gateway');
     const image = sharp({ create: { width: 40, height: 30, channels: 3, background: '#c04020' } });
     const stored = {
       'image/jpeg': await image.clone().jpeg().toBuffer(),
@@ -53,5 +73,67 @@ describe('FileService.mediaInputs', () => {
         expect([input!.contentType, sent.equals(bytes)]).toEqual([contentType, true]);
       }
     }
+  });
+
+  describe.each([
+    ['filesystem', 'gateway'],
+    ['S3', 'presigned'],
+  ] as const)('a GIF on the %s store', (name, urls) => {
+    it('is converted once, never read whole into memory; its URL serves the PNG; the upload stays a GIF', async () => {
+      const store = name === 'S3' ? s3.store(`gif-${randomBytes(3).toString('hex')}/`) : new FilesystemMediaStore(dir);
+      const { files, rows } = fileService(store, urls);
+      const gif = await twoFrameGif(48, 32);
+      const expiresAt = new Date(Date.now() + 7 * 86_400_000);
+      const upload = await files.save({ accountId: 'acct_gif', purpose: 'upload', contentType: 'image/gif', width: 48, height: 32, expiresAt, filename: 'anim.gif' }, gif);
+      const readAll = vi.spyOn(files, 'readAll');
+
+      // Every attempt of a task (and every task naming the upload) gets the same stored PNG.
+      const attempts = [];
+      for (let i = 0; i < 3; i++) attempts.push((await files.mediaInputs([upload.id]))[0]!);
+      expect(readAll).not.toHaveBeenCalled();
+      expect(rows.size).toBe(2);
+      const urlsOf = await Promise.all(attempts.map((input) => input.url(600)));
+      const fileIds = urlsOf.map((url) => (urls === 'gateway' ? /\/v1\/files\/(file_\w+)\?/.exec(url)![1] : undefined));
+      if (urls === 'gateway') expect(new Set(fileIds).size).toBe(1);
+
+      const [input] = attempts;
+      const sent = await read(input!.open());
+      expect([input!.contentType, sent.length, input!.width, input!.height]).toEqual(['image/png', input!.bytes, 48, 32]);
+      // The first frame: red, not the blue second one.
+      const { data } = await sharp(sent).raw().toBuffer({ resolveWithObject: true });
+      expect([data[0], data[2]]).toEqual([220, 0]);
+
+      // What an upstream fetching the input by URL gets is the PNG too.
+      if (urls === 'presigned') {
+        const res = await fetch(urlsOf[0]!);
+        expect([res.status, res.headers.get('content-type')]).toEqual([200, 'image/png']);
+        expect(Buffer.from(await res.arrayBuffer()).equals(sent)).toBe(true);
+      } else {
+        const url = new URL(urlsOf[0]!);
+        const opened = await files.open(fileIds[0]!, Number(url.searchParams.get('expires')), url.searchParams.get('signature')!);
+        expect(opened.file.contentType).toBe('image/png');
+        expect((await read(opened.read())).equals(sent)).toBe(true);
+      }
+
+      // The client's upload is unchanged: its row and its bytes.
+      expect(rows.get(upload.id)).toMatchObject({ contentType: 'image/gif', bytes: gif.length, filename: 'anim.gif' });
+      expect((await read(store.read(upload.storageKey))).equals(gif)).toBe(true);
+    });
+  });
+
+  it('two instances converting the same GIF at once keep one copy: the one whose row lost removes its bytes', async () => {
+    const root = await mkdtemp(join(dir, 'race-'));
+    const store = new FilesystemMediaStore(root);
+    const rows = new Map<string, FileRow>();
+    const a = fileService(store, 'gateway', rows).files;
+    const b = fileService(store, 'gateway', rows).files;
+    const upload = await a.save({ accountId: 'acct_gif', purpose: 'upload', contentType: 'image/gif', expiresAt: new Date(Date.now() + 86_400_000) }, await twoFrameGif(32, 32));
+    const [[fromA], [fromB]] = await Promise.all([a.mediaInputs([upload.id]), b.mediaInputs([upload.id])]);
+    const idOf = async (url: Promise<string>) => new URL(await url).pathname;
+    expect(await idOf(fromA!.url())).toBe(await idOf(fromB!.url()));
+    expect((await read(fromA!.open())).equals(await read(fromB!.open()))).toBe(true);
+    expect(rows.size).toBe(2);
+    const inputs = await readdir(join(root, 'input'), { recursive: true, withFileTypes: true });
+    expect(inputs.filter((e) => e.isFile())).toHaveLength(1);
   });
 });

@@ -2,10 +2,11 @@
  * The media inputs one request stores before its task exists (design §7). A data URL is decoded
  * while the body is read and streamed into the media store as an `input` file that expires an hour
  * later; an https URL input is fetched into the same kind of file. Creating the task adopts the
- * files it uses (in the statement that places the credit hold), and when the request is over,
+ * files it uses (in the statement that places the credit hold), and once the request is answered,
  * `discardUnadopted` removes the rest at once: a rejected request, a replayed one or a client that
- * went away mid-body leaves nothing behind. If the process dies first, the sweeper removes them
- * when they expire.
+ * went away leaves nothing behind. Not before: a client that leaves while its task is created
+ * must not take away the inputs the hold is about to adopt. If the process dies first, the
+ * sweeper removes them when they expire.
  *
  * A staged file is known in the request's JSON by a token (`mg-staged:<nonce>:<n>`); its identity
  * for idempotency and alias agreement is the SHA-256 of its bytes.
@@ -41,9 +42,11 @@ export class InputStaging {
   /** `sha256:<hex>` identity -> the input. */
   private readonly byIdentity = new Map<string, StagedInput>();
   private readonly pending = new Set<Promise<unknown>>();
-  /** The request is over: a file stored from now on is removed at once. */
+  /** The unadopted files are being removed: a file stored from now on is removed at once. */
   private closed = false;
-  /** Run when the request is over (the large-body budget its named inputs took). */
+  /** The response is over (sent, or its client gone). */
+  private over = false;
+  /** Run when the response is over (the large-body budget its named inputs took). */
   private readonly whenDone: (() => void)[] = [];
 
   constructor(
@@ -121,16 +124,24 @@ export class InputStaging {
     }
   }
 
-  /** Runs `release` once the request is over (at once when it already is). */
+  /** Runs `release` once the response is over (at once when it already is). */
   holdUntilDone(release: () => void): void {
-    if (this.closed) release();
+    if (this.over) release();
     else this.whenDone.push(release);
   }
 
-  /** Removes every staged file no task adopted; call once the request is over. */
+  /** The response is over: runs what `holdUntilDone` was given. */
+  responseOver(): void {
+    this.over = true;
+    for (const release of this.whenDone.splice(0)) release();
+  }
+
+  /**
+   * Removes every staged file no task adopted; call once the request's handler is done with them
+   * (it answered): called earlier, it races the hold that adopts them.
+   */
   async discardUnadopted(): Promise<number> {
     this.closed = true;
-    for (const release of this.whenDone.splice(0)) release();
     await Promise.allSettled([...this.pending]);
     const ids = [...this.staged.values()].map((s) => s.file.id);
     this.staged.clear();
