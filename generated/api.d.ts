@@ -1509,7 +1509,11 @@ export interface paths {
          * @description Lists the image and video tasks of every account together, newest first (`created_at`, then
          *     id), one page at a time (`limit`, `cursor`; another listing's cursor, or a malformed
          *     one, is `400 invalid_cursor`). A page continues strictly after the previous page's last task, so tasks
-         *     created meanwhile never shift the pages: nothing is listed twice or skipped. Filters combine:
+         *     created meanwhile never shift the pages: nothing is listed twice. A task is placed by its
+         *     `created_at`, taken when its creating request starts, and listed once that request commits (a
+         *     hold may wait a moment on a busy key): a task still being created may land among tasks already
+         *     listed, so for a complete listing of a period read it once the period is a minute or more in
+         *     the past. Filters combine:
          *     `kind`, `status` (`needs_attention` lists what waits for an operator; `queued,in_progress,processing`
          *     what is unfinished), `account_id`, `api_key_id`, `model`, `member_id`, `provider` (the kind of
          *     the member that ran it), `created_after` / `created_before`. A filter that names nothing gives an
@@ -5313,9 +5317,14 @@ export interface components {
         PreferRespondAsync: string;
         /**
          * @description The `id` of the last item of the previous page (its `last_id`); omit it for the first page. The
-         *     next page starts right after that item in the same order, whatever was created meanwhile, so no
-         *     item is listed twice or skipped. Send the same filters and `order` as on the first page. An `id`
-         *     that names no item of this listing of the key's account is `400 invalid_cursor`.
+         *     next page starts right after that item in the same order, so items created meanwhile never shift
+         *     the pages and nothing is listed twice. An item is placed by its `created_at`, taken when the
+         *     request that makes it starts (an upload's, when its bytes are in), and it is listed once that
+         *     request has committed, up to a few seconds later: an item still being created while you page may
+         *     land before the position you have reached and be missed by that walk. For a complete listing of
+         *     a period, read it once the period is a minute or more in the past. Send the same filters and
+         *     `order` as on the first page. An `id` that names no item of this listing of the key's account is
+         *     `400 invalid_cursor`.
          * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
          */
         ListAfter: string;
@@ -5872,9 +5881,14 @@ export interface operations {
             query?: {
                 /**
                  * @description The `id` of the last item of the previous page (its `last_id`); omit it for the first page. The
-                 *     next page starts right after that item in the same order, whatever was created meanwhile, so no
-                 *     item is listed twice or skipped. Send the same filters and `order` as on the first page. An `id`
-                 *     that names no item of this listing of the key's account is `400 invalid_cursor`.
+                 *     next page starts right after that item in the same order, so items created meanwhile never shift
+                 *     the pages and nothing is listed twice. An item is placed by its `created_at`, taken when the
+                 *     request that makes it starts (an upload's, when its bytes are in), and it is listed once that
+                 *     request has committed, up to a few seconds later: an item still being created while you page may
+                 *     land before the position you have reached and be missed by that walk. For a complete listing of
+                 *     a period, read it once the period is a minute or more in the past. Send the same filters and
+                 *     `order` as on the first page. An `id` that names no item of this listing of the key's account is
+                 *     `400 invalid_cursor`.
                  * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
                  */
                 after?: components["parameters"]["ListAfter"];
@@ -6247,9 +6261,14 @@ export interface operations {
             query?: {
                 /**
                  * @description The `id` of the last item of the previous page (its `last_id`); omit it for the first page. The
-                 *     next page starts right after that item in the same order, whatever was created meanwhile, so no
-                 *     item is listed twice or skipped. Send the same filters and `order` as on the first page. An `id`
-                 *     that names no item of this listing of the key's account is `400 invalid_cursor`.
+                 *     next page starts right after that item in the same order, so items created meanwhile never shift
+                 *     the pages and nothing is listed twice. An item is placed by its `created_at`, taken when the
+                 *     request that makes it starts (an upload's, when its bytes are in), and it is listed once that
+                 *     request has committed, up to a few seconds later: an item still being created while you page may
+                 *     land before the position you have reached and be missed by that walk. For a complete listing of
+                 *     a period, read it once the period is a minute or more in the past. Send the same filters and
+                 *     `order` as on the first page. An `id` that names no item of this listing of the key's account is
+                 *     `400 invalid_cursor`.
                  * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
                  */
                 after?: components["parameters"]["ListAfter"];
@@ -6424,9 +6443,14 @@ export interface operations {
             query?: {
                 /**
                  * @description The `id` of the last item of the previous page (its `last_id`); omit it for the first page. The
-                 *     next page starts right after that item in the same order, whatever was created meanwhile, so no
-                 *     item is listed twice or skipped. Send the same filters and `order` as on the first page. An `id`
-                 *     that names no item of this listing of the key's account is `400 invalid_cursor`.
+                 *     next page starts right after that item in the same order, so items created meanwhile never shift
+                 *     the pages and nothing is listed twice. An item is placed by its `created_at`, taken when the
+                 *     request that makes it starts (an upload's, when its bytes are in), and it is listed once that
+                 *     request has committed, up to a few seconds later: an item still being created while you page may
+                 *     land before the position you have reached and be missed by that walk. For a complete listing of
+                 *     a period, read it once the period is a minute or more in the past. Send the same filters and
+                 *     `order` as on the first page. An `id` that names no item of this listing of the key's account is
+                 *     `400 invalid_cursor`.
                  * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
                  */
                 after?: components["parameters"]["ListAfter"];

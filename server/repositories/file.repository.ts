@@ -228,7 +228,9 @@ export class FileRepository {
 
   /** Records an upload's image facts and expiry; returns its creation time. */
   async confirmUpload(id: string, o: { contentType: string; width: number; height: number; expiresAt: Date }): Promise<Date> {
-    const row = await this.db.updateTable('files').set(o).where('id', '=', id).returning('createdAt').executeTakeFirstOrThrow();
+    // Listed from now on (an unconfirmed upload is not), so placed now: a keyset page already past
+    // its insert time would otherwise never list it.
+    const row = await this.db.updateTable('files').set({ ...o, createdAt: sql`clock_timestamp()` }).where('id', '=', id).returning('createdAt').executeTakeFirstOrThrow();
     return row.createdAt;
   }
 

@@ -180,6 +180,22 @@ describe('GET /v1/files', () => {
     expect(new Set(oldestFirst).size).toBe(oldestFirst.length);
   });
 
+  it('places an upload when its bytes are in: one whose inspection ends after a later upload is listed after it, not missed oldest first', async () => {
+    const c = await createCustomer(server.db);
+    const files = server.ctx.repositories.files;
+    // Upload U's row is written once its bytes are stored (not listed yet: no type until inspected)…
+    const id = `file_slow${randomUUID().replace(/-/g, '').slice(0, 12)}`;
+    await files.insert({ id, accountId: c.accountId, purpose: 'upload', contentType: 'application/octet-stream', bytes: 10, storageKey: `upload/xx/${id}`, width: null, height: null, taskId: null, expiresAt: new Date(Date.now() + 3_600_000), filename: 'slow.png' });
+    // …a later upload is inspected first and a client walking oldest first passes it…
+    const quick = (await upload(c.key, await png())).id as string;
+    const first = (await list(c.key, { order: 'asc' })).body.data.map((f: Json) => f.id);
+    expect(first).toEqual([quick]);
+    // …then U's inspection ends: the walk's next page lists it.
+    await files.confirmUpload(id, { contentType: 'image/png', width: 1, height: 1, expiresAt: new Date(Date.now() + 3_600_000) });
+    const next = (await list(c.key, { order: 'asc', after: quick })).body.data.map((f: Json) => f.id);
+    expect(next).toEqual([id]);
+  });
+
   it('orders files of the same instant by id and pages through them without losing one', async () => {
     const c = await createCustomer(server.db);
     const at = new Date('2026-03-01T12:00:00.123456Z');
