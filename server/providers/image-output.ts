@@ -307,14 +307,17 @@ export async function imageMeta(data: Buffer): Promise<{ format?: string; width?
 
 /**
  * The image exactly as the client asked for it: resized (cover, centred) when the pixel size
- * differs, re-encoded when the size or the format differs, else the upstream's bytes untouched.
- * With the model's `resize: native` (`params.resize`) the size is the upstream's: only a format
- * that differs is re-encoded. Whether they match is read from the header (imageMeta).
+ * differs, re-encoded when the size or the format differs, or when the client asked for an
+ * `output_compression` the upstream was not sent (`upstreamCompressed`: the adapter passed it on);
+ * else the upstream's bytes untouched. With the model's `resize: native` (`params.resize`) the
+ * size is the upstream's: only a format that differs is re-encoded. Whether they match is read
+ * from the header (imageMeta).
  */
-export async function fitImage(data: Buffer, params: ImageParams): Promise<Buffer> {
+export async function fitImage(data: Buffer, params: ImageParams, upstreamCompressed = false): Promise<Buffer> {
   const meta = await imageMeta(data);
   const sameSize = params.resize === 'native' || (meta.width === params.width && meta.height === params.height);
-  if (sameSize && meta.format === params.outputFormat) return data;
+  const compress = params.outputCompression !== undefined && params.outputFormat !== 'png' && !upstreamCompressed;
+  if (sameSize && meta.format === params.outputFormat && !compress) return data;
   try {
     let img = sharp(data);
     if (!sameSize) img = img.resize(params.width, params.height, { fit: 'cover', position: 'centre' });

@@ -76,6 +76,19 @@ describe('fitImage', () => {
     await expect(fitImage(Buffer.from('not an image at all'), params(32, 32, 'png'))).rejects.toMatchObject({ kind: 'retryable' });
   });
 
+  it('applies an output_compression the upstream was not sent, even to an image of the asked size and format', async () => {
+    const noise = await sharp(Buffer.from(Array.from({ length: 96 * 64 * 3 }, (_, i) => (i * 7919) % 251)), { raw: { width: 96, height: 64, channels: 3 } }).jpeg({ quality: 95 }).toBuffer();
+    const compressed = (compression: number) => ({ ...params(96, 64, 'jpeg'), outputCompression: compression }) as ImageParams;
+    const strong = await fitImage(noise, compressed(90));
+    expect(headerSize(strong)).toEqual({ format: 'jpeg', width: 96, height: 64 });
+    expect(strong.length).toBeLessThan(noise.length);
+    expect(strong.length).toBeLessThan((await fitImage(noise, compressed(10))).length);
+    // Sent upstream (OpenAI's GPT image models take output_compression): its bytes are kept.
+    expect((await fitImage(noise, compressed(90), true)).equals(noise)).toBe(true);
+    // None asked: kept too.
+    expect((await fitImage(noise, params(96, 64, 'jpeg'))).equals(noise)).toBe(true);
+  });
+
   it("with the model's resize: native, keeps the upstream's size: its bytes as they came, or re-encoded only for another format", async () => {
     const png = await encoded(96, 64, 'png');
     const native = (format: 'png' | 'jpeg' | 'webp') => ({ ...params(128, 128, format), resize: 'native' as const });

@@ -145,7 +145,7 @@ export class OpenAIImageProvider implements ImageProvider {
       // A gateway that ignores `stream` answers JSON: read it as such.
       if (stream && /text\/event-stream/i.test(res.headers.get('content-type') ?? '')) {
         const { image, usage } = await readStream(res, index, signal, events, what);
-        await events.image(index, { image: await fitImage(image, job.params), ...(usage && { usage }) });
+        await events.image(index, { image: await fitImage(image, job.params, family === 'gpt'), ...(usage && { usage }) });
         index++;
         continue;
       }
@@ -154,7 +154,8 @@ export class OpenAIImageProvider implements ImageProvider {
       // A short answer is not an error as long as it holds an image: the loop asks for the rest.
       if (images.length === 0) throw new ProviderError('retryable', `the upstream ${what} answered no image`);
       for (const raw of images) {
-        const data = await fitImage(raw.data, job.params);
+        // GPT image models were sent the request's output_compression (requestFields); others were not.
+        const data = await fitImage(raw.data, job.params, family === 'gpt');
         await events.image(index, { image: data, ...(raw.revisedPrompt !== undefined && { revisedPrompt: raw.revisedPrompt }), ...(raw.usage && { usage: raw.usage }) });
         index++;
       }
