@@ -256,7 +256,11 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     }
   }
   const redisUrl = nonEmpty(env, 'REDIS_URL');
-  if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl)) throw new ConfigError(`REDIS_URL must be a redis:// or rediss:// URL, got '${redisUrl}'`);
+  // Not echoed, as DATABASE_URL is not: the value may hold a password. Its scheme says what is wrong.
+  if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl)) {
+    const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(redisUrl)?.[1];
+    throw new ConfigError(`REDIS_URL must be a redis:// or rediss:// URL (${scheme ? `it starts with ${scheme}://` : 'it has no scheme://'}; the value is not echoed)`);
+  }
   return {
     port,
     host,

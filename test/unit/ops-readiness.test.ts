@@ -71,6 +71,15 @@ describe('loadConfig: the database settings', () => {
     expect(refusal({ DATABASE_URL: 'postgresql://db/x', MEDIAGATE_SECRET_KEY: key })).toBe('accepted');
   });
 
+  it('names REDIS_URL when it is not a redis:// URL, without echoing it (its password)', () => {
+    for (const url of ['valkey://default:Sup3rS3cretPw@cache.internal:6379', 'redis//:Sup3rS3cretPw@cache.internal:6379']) {
+      const message = refusal({ REDIS_URL: url });
+      expect(message).toMatch(/^REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/);
+      expect(message).not.toContain('Sup3rS3cretPw');
+    }
+    expect(refusal({ REDIS_URL: 'rediss://default:pw@cache:6380' })).toBe('accepted');
+  });
+
   it('requires a well-formed MEDIAGATE_SECRET_KEY with DATABASE_URL, and checks one given in embedded mode', () => {
     const url = 'postgres://u:p@db:5432/x';
     expect(refusal({ DATABASE_URL: url })).toMatch(/^MEDIAGATE_SECRET_KEY is required with DATABASE_URL/);
