@@ -508,6 +508,8 @@ export async function startMiniMaxFake(options: MiniMaxFakeOptions = {}): Promis
       if (item.type === 'text') {
         if (prompt !== undefined) throw invalid('content takes one text item');
         if (typeof item.text !== 'string' || item.text.trim() === '') throw invalid(`content[${i}].text is required`);
+        // MiniMax's CLI (src/video/v2.ts @7af4b0ba): "MiniMax-H3 text content must not exceed 7000 characters".
+        if (item.text.length > 7000) throw invalid(`content[${i}].text must not exceed 7000 characters`);
         prompt = item.text;
         described.push(item);
       } else if (item.type === 'image_url') {

@@ -182,6 +182,7 @@ describe('minimax videos through the public API', () => {
       [{ model: 's2v-01', resolution: '720p', referenceImages: [await frame(), await frame()] }, 'too_many_reference_images'],
       [{ model: 'minimax-h3', seconds: 16 }, 'unsupported_duration'],
       [{ negative_prompt: 'rain' }, 'unsupported_by_upstream'],
+      [{ model: 'minimax-h3', seconds: 5, prompt: 'a'.repeat(7001) }, 'unsupported_by_upstream'],
     ];
     for (const [body, code] of refusals) {
       const res = await create(c.key, body);

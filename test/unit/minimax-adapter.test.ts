@@ -125,12 +125,18 @@ describe('models', () => {
       [{ model: 's2v-01', resolution: '720p', referenceImages: [frame, frame] }, /one subject reference image/],
       [{ negativePrompt: 'rain' }, /no negative prompt/],
       [{ durationSeconds: 3 }, /durations of 4 to 15/],
+      // MiniMax's prompt limits: 2,000 characters on v1, 7,000 on H3.
+      [{ prompt: 'a'.repeat(2001) }, /prompts of at most 2000 characters on MiniMax-Hailuo-2.3/],
+      [{ model: 'minimax-h3', durationSeconds: 5, prompt: 'a'.repeat(7001) }, /prompts of at most 7000 characters/],
     ];
     for (const [o, message] of cases) {
       const err = await providerErrorOf(provider.submit(account(), job(o), never));
       expect([err.kind, err.message], JSON.stringify(o)).toEqual(['invalid_request', expect.stringMatching(message)]);
     }
     expect(fake.counts.submit).toBe(before);
+    // At the limits, both are taken.
+    await provider.submit(account(), job({ prompt: 'a'.repeat(2000) }), never);
+    await provider.submit(account(), job({ model: 'minimax-h3', durationSeconds: 5, prompt: 'a'.repeat(7000) }), never);
   });
 });
 

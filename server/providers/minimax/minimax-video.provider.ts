@@ -53,6 +53,8 @@ const RATIOS = ['21:9', '16:9', '4:3', '1:1', '3:4', '9:16'];
 const DURATIONS = { min: 4, max: 15 };
 /** v2 takes up to 9 reference images; v1 one, as S2V-01's subject. */
 const MAX_REFERENCE_IMAGES = 9;
+/** MiniMax's prompt limits: v1 (Hailuo 02, 2.3, the 01 models) 2,000 characters, v2 (H3) 7,000. */
+const MAX_PROMPT_CHARS = { v1: 2000, v2: 7000 } as const;
 
 const v1Status = jobStatus({ running: ['Preparing', 'Queueing', 'Processing'], succeeded: ['Success'], failed: ['Fail', 'Failed'] }, 'Hailuo task');
 // `expired`: MiniMax's CLI (src/types/api.ts, src/commands/video/generate.ts) ends a v2 task so.
@@ -70,6 +72,9 @@ export class MiniMaxVideoProvider implements VideoProvider {
     if (shape.referenceImages > MAX_REFERENCE_IMAGES) return `at most ${MAX_REFERENCE_IMAGES} reference images`;
     if (shape.hasLastFrame && !shape.hasFirstFrame) return 'a last frame only together with a first frame';
     if (shape.referenceImages > 0 && shape.hasFirstFrame) return 'frames or reference images, not both';
+    // Checked at creation, before any charge: H3 (v2) takes 7,000 characters (MiniMax's CLI,
+    // src/video/v2.ts), the v1 models 2,000 (`modelRule`, which knows the model, at submit).
+    if (shape.promptLength > MAX_PROMPT_CHARS.v2) return `prompts of at most ${MAX_PROMPT_CHARS.v2} characters`;
     return undefined;
   }
 
@@ -121,6 +126,8 @@ export function parseJobId(jobId: string): { protocol: MiniMaxProtocol; taskId: 
 function modelRule(model: MiniMaxModel, job: VideoJob): string | undefined {
   const refs = job.referenceImages.length;
   if (model.protocol === 'v1') {
+    // Refused here, without a call to MiniMax (which answers 2013): the task fails and is refunded.
+    if (job.prompt.length > MAX_PROMPT_CHARS.v1) return `prompts of at most ${MAX_PROMPT_CHARS.v1} characters on ${model.name}`;
     if (job.aspectRatio !== '16:9') return `only 16:9 on ${model.name} (its output takes a first frame's own ratio)`;
     if (refs > 1) return `one subject reference image on ${model.name}`;
   }
