@@ -169,7 +169,7 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   app.post(
     '/v1/images/edits',
     largeBodySlots(ctx.services.largeBodies),
-    imageEditMultipart({ maxFiles: config.maxEditImages, maxFileBytes: config.maxEditFileBytes, maxTotalBytes: config.maxEditBodyBytes }),
+    imageEditMultipart({ maxFiles: config.maxEditImages, maxFileBytes: config.maxEditFileBytes, maxTotalBytes: config.maxEditBodyBytes, idleTimeoutMs: config.bodyIdleTimeoutMs, timeoutMs: config.bodyTimeoutMs }),
   );
   app.use(express.json({ limit: config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));
   app.use(rejectNulCharacters);

@@ -29,6 +29,10 @@ export interface MultipartLimits {
   maxFields: number;
   /** Bytes of one text field value (a 32,000-character prompt can be 128 KiB of UTF-8). */
   maxFieldBytes: number;
+  /** 408 body_timeout when no byte arrived for this long (BODY_IDLE_TIMEOUT_MS)… */
+  idleTimeoutMs: number;
+  /** …or the body was not complete within this (BODY_TIMEOUT_MS), as for every other body. */
+  timeoutMs: number;
 }
 
 export const DEFAULT_MULTIPART_LIMITS: Readonly<MultipartLimits> = Object.freeze({
@@ -37,6 +41,8 @@ export const DEFAULT_MULTIPART_LIMITS: Readonly<MultipartLimits> = Object.freeze
   maxTotalBytes: 200 * MiB,
   maxFields: 64,
   maxFieldBytes: 256 * KiB,
+  idleTimeoutMs: 30_000,
+  timeoutMs: 900_000,
 });
 
 export interface UploadedImage {
@@ -122,8 +128,22 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
     let total = 0;
     let bb: busboy.Busboy | undefined;
     let settled = false;
+    // A body that stops (or drips) is cut as any other is: it holds a share of the large-body
+    // budget (largeBodySlots) that other clients' edits wait for.
+    let idle: NodeJS.Timeout | undefined;
+    const armIdle = (): void => {
+      clearTimeout(idle);
+      idle = setTimeout(() => reject(new ApiError(408, 'body_timeout', `No part of the request body arrived for ${cfg.idleTimeoutMs} ms.`)), cfg.idleTimeoutMs);
+    };
+    const whole = setTimeout(() => reject(new ApiError(408, 'body_timeout', `The request body was not complete within ${cfg.timeoutMs} ms.`)), cfg.timeoutMs);
+    const clearTimers = (): void => {
+      clearTimeout(idle);
+      clearTimeout(whole);
+    };
+    armIdle();
 
     const onData = (chunk: Buffer): void => {
+      armIdle();
       total += chunk.length;
       if (total > cfg.maxTotalBytes) {
         reject(bodyTooLarge(cfg));
@@ -154,6 +174,7 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
     const reject = (err: ApiError): void => {
       if (settled) return;
       settled = true;
+      clearTimers();
       detachFromRequest();
       req.on('error', () => {});
       if (bb) {
@@ -266,6 +287,7 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
     bb.on('finish', () => {
       if (settled) return;
       settled = true;
+      clearTimers();
       const toImage = (e: PendingFile): UploadedImage => ({ ...e.info, buffer: Buffer.concat(e.chunks) });
       const uploads: UploadedFiles = { images: images.map(toImage), mask: mask ? toImage(mask) : undefined };
       detachFromRequest();

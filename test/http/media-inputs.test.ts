@@ -233,6 +233,28 @@ describe('media limits while the body is read', () => {
     await expectNothingLeft(c);
   });
 
+  it('cuts off a multipart image edit that stalls or drips the same way (it holds a share of the large-body budget others wait for)', async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    const boundary = 'mediagateTestBoundary';
+    const body = Buffer.concat([
+      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nlocal-image-1\r\n--${boundary}\r\nContent-Disposition: form-data; name="prompt"\r\n\r\nadd a hat\r\n`),
+      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="image"; filename="a.png"\r\nContent-Type: image/png\r\n\r\n`),
+      imageA,
+      Buffer.from(`\r\n--${boundary}--\r\n`),
+    ]);
+    const headers = { 'Content-Type': `multipart/form-data; boundary=${boundary}`, 'Content-Length': body.length };
+    const stalled = await rawPost(c.key, '/v1/images/edits', headers, (req) => void req.write(body.subarray(0, 300)));
+    expect(stalled !== 'closed' && [stalled.status, stalled.body.error.code]).toEqual([408, 'body_timeout']);
+    const dripped = await rawPost(c.key, '/v1/images/edits', headers, async (req) => {
+      for (let i = 0; i * 20 < body.length - 1 && !req.destroyed; i++) {
+        req.write(body.subarray(i * 20, Math.min((i + 1) * 20, body.length - 1))); // never idle for 400 ms, never complete
+        await new Promise((r) => setTimeout(r, 150));
+      }
+    });
+    expect(dripped !== 'closed' && [dripped.status, dripped.body.error.code]).toEqual([408, 'body_timeout']);
+    await expectNothingLeft(c);
+  });
+
   it('a client that goes away mid-body leaves no file and no hold', async () => {
     const c = await createCustomer(server.db, { balance: 100 });
     const json = Buffer.from(JSON.stringify(video({ referenceImages: [dataUrl(imageA), dataUrl(imageA)] })));
