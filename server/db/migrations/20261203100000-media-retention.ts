@@ -13,10 +13,12 @@ import { type Kysely, sql } from 'kysely';
 // 4. Files written before retention existed (outputs and adopted inputs, kept forever until now) get
 //    the default periods from their creation (30 days for outputs, 7 for inputs), and at least 7
 //    days from this upgrade: nothing disappears the minute an operator upgrades.
+// The statements run in an order that takes the strongest locks last (changed after release: the
+// same statements, the same schema). Each lock is held until the commit, and instances of the
+// previous version keep serving during an upgrade: the ACCESS EXCLUSIVE lock on accounts taken
+// first stopped every API key lookup for the whole rewrite of files (about 30 s at 2 million rows),
+// and the SHARE lock of the index build stopped writes of files for it too.
 const statements: string[] = [
-  `alter table accounts
-     add column output_retention_days integer constraint accounts_output_retention_days_check check (output_retention_days between 1 and 36500),
-     add column input_retention_days integer constraint accounts_input_retention_days_check check (input_retention_days between 1 and 36500)`,
   `create table sweepers (
      name text constraint sweepers_pkey primary key,
      owner text,
@@ -24,11 +26,14 @@ const statements: string[] = [
      cursor text,
      updated_at timestamptz not null default now()
    )`,
-  `create index files_created_at_idx on files (created_at, id)`,
   `update files set expires_at = greatest(created_at + interval '30 days', now() + interval '7 days')
      where expires_at is null and purpose in ('image_output', 'video_output')`,
   `update files set expires_at = greatest(created_at + interval '7 days', now() + interval '7 days')
      where expires_at is null and purpose = 'input'`,
+  `create index files_created_at_idx on files (created_at, id)`,
+  `alter table accounts
+     add column output_retention_days integer constraint accounts_output_retention_days_check check (output_retention_days between 1 and 36500),
+     add column input_retention_days integer constraint accounts_input_retention_days_check check (input_retention_days between 1 and 36500)`,
 ];
 
 export async function up(db: Kysely<any>): Promise<void> {

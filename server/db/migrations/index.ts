@@ -27,6 +27,7 @@ import * as m20261210100000 from './20261210100000-client-limits.ts';
 import * as m20261220100000 from './20261220100000-operator-views.ts';
 import * as m20261221100000 from './20261221100000-terminal-task-notify.ts';
 import * as m20261226100000 from './20261226100000-spend-shards.ts';
+import * as m20261227100000 from './20261227100000-files-task-index.ts';
 
 export const migrations: Record<string, Migration> = {
   '20261122100000-accounts-keys-groups': m20261122100000,
@@ -55,4 +56,5 @@ export const migrations: Record<string, Migration> = {
   '20261220100000-operator-views': m20261220100000,
   '20261221100000-terminal-task-notify': m20261221100000,
   '20261226100000-spend-shards': m20261226100000,
+  '20261227100000-files-task-index': m20261227100000,
 };
