@@ -151,7 +151,12 @@ export interface paths {
          *     **Size.** Choose it with `aspectRatio`/`aspect_ratio` + `resolution` (tiers of the model, table
          *     2.8 shows 1K/2K/4K) or with `size` (`auto`, a table 2.8 value or a custom `WIDTHxHEIGHT`; see
          *     the `ImageSize` schema for the two published variants and the decided rules). All unset: the
-         *     upstream decides.
+         *     output keeps the size of the first input image, billed at the tier a `size` of that value gets
+         *     (see `ImageSize`).
+         *
+         *     **Models that do not edit.** A model that generates from a prompt only (its catalog entry has
+         *     `edits: false`, e.g. FLUX, Ideogram and Kling image models) answers an edit
+         *     `400 edits_not_supported` (`param` `model`) before anything is read, held or charged.
          *
          *     **Delivery.** `response_format` chooses `b64_json` (default) or `url` (a signed, expiring URL of
          *     the stored image, default lifetime 1 hour); `output_format` chooses the file format.
@@ -174,7 +179,8 @@ export interface paths {
          *
          *     **Errors.**
          *     - `400`: `invalid_request` (schema; `param` names the field), `invalid_json`, `alias_conflict`
-         *       (`aspectRatio` ≠ `aspect_ratio`), `unsupported_resolution`, `unsupported_aspect_ratio`,
+         *       (`aspectRatio` ≠ `aspect_ratio`), `edits_not_supported` (the model generates from a prompt
+         *       only), `unsupported_resolution`, `unsupported_aspect_ratio`,
          *       `quality_not_supported`,
          *       `background_not_supported`, `transparent_background_requires_png_or_webp`,
          *       `output_compression_requires_jpeg_or_webp`, `invalid_size`, `size_conflict`,
@@ -1371,7 +1377,8 @@ export interface paths {
          *     Capabilities no request could use are `400 invalid_request` too: an image tier its
          *     `size_table` lacks (`param` `image.resolutions`: `512` only with `gemini-3.1-flash-image`), a
          *     ratio a Gemini table lacks, or an aspect ratio wider than `3:1` or `1:3` (`param`
-         *     `image.aspect_ratios` / `video.aspect_ratios`). The model is offered to keys only once a member
+         *     `image.aspect_ratios` / `video.aspect_ratios`), an offered image size outside `min_edge`–`max_edge`
+         *     (`param` `image.min_edge` / `image.max_edge`). The model is offered to keys only once a member
          *     of their group lists it in `models`.
          *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
@@ -1413,8 +1420,8 @@ export interface paths {
         head?: never;
         /**
          * Update a catalog model
-         * @description Changes a model's display name, enabled flag, prices or configurable reference-image limit;
-         *     send at least one member. Capabilities are otherwise fixed.
+         * @description Changes a model's display name, enabled flag, prices, configurable reference-image limit or
+         *     an image model's upstream settings; send at least one member. Capabilities are otherwise fixed.
          *
          *     - `pricing` replaces every price row and must follow the same rules as on creation (a video
          *       model: exactly one row per supported resolution), else `400 invalid_request`. A new price
@@ -1425,6 +1432,13 @@ export interface paths {
          *       whose limit is `configurable`, and from 0 up to the `max_count` the model was created with
          *       (its definition's: what its upstream takes), else `400 invalid_request` (`param`
          *       `reference_image_max_count`). The limit can be lowered and raised back, never above that.
+         *     - `resize`, `edits`, `custom_size_ratios`, `min_edge` and `max_edge` set those members of an
+         *       image model's `image` capabilities (what its upstream does and takes; see
+         *       `AdminImageModelCapabilities`), for requests made after the change; on a video model they
+         *       are `400 invalid_request`. `min_edge` and `max_edge` are checked as on creation. A model
+         *       created from a definition before these settings existed gets a definition's values this way
+         *       (`edits: false` on a prompt-only model, `custom_size_ratios: offered` on an upstream taking
+         *       a fixed list of ratios).
          *     - `enabled: false` hides the model from `GET /v1/models` and `GET /v1/videos/capabilities` and
          *       makes new requests for it `404 model_not_found`; running tasks finish.
          *
@@ -1876,6 +1890,7 @@ export interface components {
          *       `last_frame_requires_first_frame`, `frames_with_reference_images`, `too_many_reference_images`,
          *       `invalid_data_url`, `invalid_media_url`, `invalid_callback_url`, `quote_invalid` (malformed
          *       token), `quote_mismatch` (token of another key, model or resolution), `quality_not_supported`,
+         *       `edits_not_supported` (an image edit of a model that generates from a prompt only),
          *       `background_not_supported`, `transparent_background_requires_png_or_webp`,
          *       `output_compression_requires_jpeg_or_webp`, `invalid_size`, `size_conflict` (`size` disagrees
          *       with aspectRatio/resolution), `size_not_accepted` (the operator set `IMAGE_SIZE_PARAM=reject`),
@@ -1950,7 +1965,7 @@ export interface components {
          *       it was once space is freed, which needs no restart).
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "file_in_use" | "unsupported_by_upstream" | "invalid_mapping" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "range_not_satisfiable" | "rate_limited" | "too_many_in_flight" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "no_upstream_capacity" | "capability_disabled" | "not_ready" | "database_unavailable" | "server_busy" | "storage_unavailable" | "storage_full";
+        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "edits_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "file_in_use" | "unsupported_by_upstream" | "invalid_mapping" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "range_not_satisfiable" | "rate_limited" | "too_many_in_flight" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "no_upstream_capacity" | "capability_disabled" | "not_ready" | "database_unavailable" | "server_busy" | "storage_unavailable" | "storage_full";
         /**
          * VideoBillingRow
          * @description The current price of one model at one output resolution, with a quote token (one row per resolution
@@ -2126,15 +2141,30 @@ export interface components {
          *       aspect ratio at most 3:1 and both edges multiples of 16. Each violation is `400 invalid_size`.
          *
          *     A table size is billed at its resolution tier. A custom size is rendered at exactly its pixels
-         *     and billed by pixel count: up to 1248×1248 px as `1K`, up to 2048×2048 px as `2K`, above as `4K`.
+         *     and billed by pixel count: up to 1248×1248 px as `1K`, up to 2048×2048 px as `2K`, above as `4K`
+         *     (on a model with its own pixel table, see below, at the smallest tier that renders at least its
+         *     pixels).
+         *
+         *     **Models whose upstream limits custom sizes.** Some upstreams take only a fixed list of aspect
+         *     ratios (Replicate's FLUX and Ideogram models: `custom_size_ratios: offered` in the admin API);
+         *     on those a custom size must be within 1 % of one of the model's aspect ratios (it is asked for at
+         *     that ratio and delivered at exactly its pixels), any other is `400 unsupported_aspect_ratio`
+         *     (`param` `size`). Some take a limited edge length (fal's Seedream 4.0: 1024 to 4096 px a side:
+         *     `min_edge`/`max_edge`); a custom size with an edge outside it is `400 invalid_size`. Both are
+         *     refused before anything is held or sent.
          *
          *     Omitted means `auto` (variant B's default `1024x1024` is not applied). With no `aspectRatio` or
-         *     `resolution` either, a generation is made at the model's first resolution (its smallest) and
-         *     `1:1`: a request is priced, and its credits held, before the upstream is called, so the gateway
-         *     names the size it asks for. An edit keeps the size of its first input image, billed by its pixel
-         *     count as above; on a model without that tier, at the smallest larger tier the model offers (the
-         *     size kept), or, when it offers only smaller tiers, at its largest, the size scaled down (ratio
-         *     kept) to that tier's pixels.
+         *     `resolution` either, a generation is made at the model's first resolution (the first of its
+         *     `resolutions`, usually its smallest; Seedream 4.0 lists 2K first) and `1:1`: a request is
+         *     priced, and its credits held, before the upstream is called, so the gateway names the size it
+         *     asks for. An edit keeps the size of its first input image (scaled down into the custom-size
+         *     limits), billed at the tier a `size` of that value gets (by pixel count as above, or by the
+         *     model's own table); on a model without that tier, at the smallest larger tier the model offers
+         *     (the size kept), or, when it offers only smaller tiers, at its largest, the size scaled down
+         *     (ratio kept) to that tier's pixels. On a model that takes only its own ratios the upstream is
+         *     asked for the nearest of them and the image delivered at the kept size; on a model with edge
+         *     limits the kept size is scaled into them (`400 invalid_size` when its ratio cannot fit them:
+         *     name a size).
          *     **Models with an upstream's own pixel table.** The Gemini image models (Nano Banana:
          *     `gemini-2.5-flash-image`, `gemini-3-pro-image-preview`, `gemini-3.1-flash-image-preview`) do not
          *     use table 2.8 but Google's official pixel table (ai.google.dev image generation), because that is
@@ -2144,7 +2174,12 @@ export interface components {
          *     `512x2064`, `1:8` is `352x2928`) and a `512` resolution tier, half the 1K row (`16:9` is
          *     `688x384`). Such a model's table values are accepted as `size` and billed at their tier; a ratio
          *     or tier its table does not list is `400 unsupported_aspect_ratio` / `unsupported_resolution`
-         *     before anything is charged. The model's catalog entry says which table it uses (`size_table` in
+         *     before anything is charged. A custom size (or an edit's kept size) on such a model is billed at
+         *     the smallest tier whose size at the nearest ratio has at least its pixels, the tier Google is
+         *     asked for, so the image is never rendered smaller than it is delivered (3 Pro: `1120x1120` is
+         *     2K, as 1K `1:1` is `1024x1024`; an edit keeping `2752x1536` is 2K, as that `size` is; a
+         *     3.1 Flash edit of a `512x512` input is `512`); at the table's largest tier a size may exceed
+         *     that tier's pixels up to the tier's limit above (2.5 Flash, 1K only: up to 1248×1248 px). The model's catalog entry says which table it uses (`size_table` in
          *     the admin API).
          *     A `size` that disagrees with a given `aspectRatio`/`aspect_ratio` or `resolution` is
          *     `400 size_conflict`. When the operator sets `IMAGE_SIZE_PARAM=reject` (variant A), any `size`
@@ -2184,7 +2219,7 @@ export interface components {
              */
             aspect_ratio?: string;
             /**
-             * @description Resolution tier. The tiers come from the model and the provider's size configuration (table 2.8 shows `1K`, `2K`, `4K`); a tier the model does not offer is `400 unsupported_resolution`. Unset (with no `size`): the model's first tier, its smallest (an edit keeps its first input's size, see `size`); the request is priced at that tier before the upstream is called.
+             * @description Resolution tier. The tiers come from the model and the provider's size configuration (table 2.8 shows `1K`, `2K`, `4K`); a tier the model does not offer is `400 unsupported_resolution`. Unset (with no `size`): the model's first tier, the first of its `resolutions` (usually its smallest; Seedream 4.0 lists 2K first) (an edit keeps its first input's size, see `size`); the request is priced at that tier before the upstream is called.
              * @example 2K
              */
             resolution?: string;
@@ -2587,7 +2622,7 @@ export interface components {
              */
             aspect_ratio?: string;
             /**
-             * @description Resolution tier. The tiers come from the model and the provider's size configuration (table 2.8 shows `1K`, `2K`, `4K`); a tier the model does not offer is `400 unsupported_resolution`. Unset (with no `size`): the model's first tier, its smallest (an edit keeps its first input's size, see `size`); the request is priced at that tier before the upstream is called.
+             * @description Resolution tier. The tiers come from the model and the provider's size configuration (table 2.8 shows `1K`, `2K`, `4K`); a tier the model does not offer is `400 unsupported_resolution`. Unset (with no `size`): the model's first tier, the first of its `resolutions` (usually its smallest; Seedream 4.0 lists 2K first) (an edit keeps its first input's size, see `size`); the request is priced at that tier before the upstream is called.
              * @example 2K
              */
             resolution?: string;
@@ -2662,7 +2697,7 @@ export interface components {
              */
             aspect_ratio?: string;
             /**
-             * @description Resolution tier. The tiers come from the model and the provider's size configuration (table 2.8 shows `1K`, `2K`, `4K`); a tier the model does not offer is `400 unsupported_resolution`. Unset (with no `size`): the model's first tier, its smallest (an edit keeps its first input's size, see `size`); the request is priced at that tier before the upstream is called.
+             * @description Resolution tier. The tiers come from the model and the provider's size configuration (table 2.8 shows `1K`, `2K`, `4K`); a tier the model does not offer is `400 unsupported_resolution`. Unset (with no `size`): the model's first tier, the first of its `resolutions` (usually its smallest; Seedream 4.0 lists 2K first) (an edit keeps its first input's size, see `size`); the request is priced at that tier before the upstream is called.
              * @example 2K
              */
             resolution?: string;
@@ -4092,6 +4127,37 @@ export interface components {
              * @enum {string}
              */
             resize?: "exact" | "native";
+            /**
+             * @description Whether the model edits images (`POST /v1/images/edits`). `false` for a model that generates
+             *     from a prompt only (an upstream endpoint, or a mapping, that takes no input image: the
+             *     shipped FLUX, Seedream-on-fal, Ideogram and Kling image definitions): its edit is
+             *     `400 edits_not_supported` before anything is held, instead of a picture made from the prompt
+             *     alone and charged as an edit. The default is `true`, so that models created before this
+             *     setting existed keep editing; a model whose upstream takes no input image needs `false`
+             *     (set it with `PATCH /admin/v1/models/{model_id}`, `edits`).
+             * @default true
+             */
+            edits?: boolean;
+            /**
+             * @description Which aspect ratios a custom `size` (and an edit's kept input size) may have.
+             *     - `any` (the default): any ratio within the custom-size limits; the upstream is asked for the
+             *       size itself (a width and height), or the adapter snaps it to the nearest ratio its upstream
+             *       takes and the answer is resized (OpenAI, Gemini, Kling, Seedream on ModelArk).
+             *     - `offered`: only the model's `aspect_ratios`, for an upstream that takes an `aspect_ratio`
+             *       from a fixed list and refuses any other (Replicate's FLUX and Ideogram models; a mapping
+             *       passes `aspect_ratio` through). A custom `size` within 1 % of an offered ratio is asked for
+             *       at that ratio and resized to the size; any other is `400 unsupported_aspect_ratio`
+             *       (`param` `size`) before anything is held (the upstream's `422` would read as the member's
+             *       misconfiguration and take the model off every member serving it). An edit keeping its
+             *       input's size is asked for at the nearest offered ratio and resized to that size.
+             * @default any
+             * @enum {string}
+             */
+            custom_size_ratios?: "any" | "offered";
+            /** @description Shortest edge in pixels the upstream renders (fal's Seedream 4.0 takes 1024 to 4096 px a side); `null` (the default) - the custom-size limits only (256 px). A custom `size` with a shorter edge is `400 invalid_size`; an edit's kept input size is scaled up to it. Every size of the offered tiers and ratios must lie within `min_edge`–`max_edge`, else creating the model is `400 invalid_request` (`param` `image.min_edge` / `image.max_edge`). */
+            min_edge?: number | null;
+            /** @description Longest edge in pixels the upstream renders; `null` (the default) - the custom-size limits only (3840 px). A custom `size` with a longer edge is `400 invalid_size`; an edit's kept input size is scaled down to it. */
+            max_edge?: number | null;
         };
         /**
          * AdminVideoModelCapabilities
@@ -4412,6 +4478,17 @@ export interface components {
              * @enum {string}
              */
             resize?: "exact" | "native";
+            /** @description New `image.edits` (whether the model edits images); only for image models, else `400 invalid_request`. Applies to requests made after the change. */
+            edits?: boolean;
+            /**
+             * @description New `image.custom_size_ratios`; only for image models, else `400 invalid_request`. Applies to requests made after the change.
+             * @enum {string}
+             */
+            custom_size_ratios?: "any" | "offered";
+            /** @description New `image.min_edge` (`null` removes it); only for image models, and every offered size must lie within the edges, else `400 invalid_request`. */
+            min_edge?: number | null;
+            /** @description New `image.max_edge` (`null` removes it); as `min_edge`. */
+            max_edge?: number | null;
         };
         /**
          * AdminCapabilityName

@@ -22,6 +22,23 @@ export interface ImageCapabilities {
    * (`exact`, the default: the contract's promise) or returned at the upstream's native size.
    */
   resize?: ImageResize;
+  /**
+   * Whether the model edits (`POST /v1/images/edits`): `false` on a prompt-only model, whose edit
+   * is refused (`400 edits_not_supported`) before anything is held. Absent: it edits, the default
+   * of rows created before this was recorded and of models created without it. Stored only when
+   * `false`.
+   */
+  edits?: false;
+  /**
+   * Which ratios a custom `size` or an edit's kept input size may have: any (`any`, the default:
+   * the upstream takes a width and height) or only the model's `aspectRatios` (`offered`: the
+   * upstream takes an `aspect_ratio` from a fixed list, as Replicate's FLUX and Ideogram do).
+   * Stored only when `offered`.
+   */
+  customSizeRatios?: 'offered';
+  /** Shortest and longest edge in pixels the upstream renders (fal's Seedream: 1024–4096); absent: the custom-size limits only. */
+  minEdge?: number;
+  maxEdge?: number;
 }
 
 export type ImageResize = 'exact' | 'native';

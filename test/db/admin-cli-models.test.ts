@@ -123,7 +123,7 @@ describe('admin CLI: models', () => {
       id: 'image-pro',
       display_name: 'Image Pro',
       enabled: true,
-      image: { ...shipped.image, size_table: 'reference', max_input_images: null, resize: 'exact' },
+      image: { ...shipped.image, size_table: 'reference', max_input_images: null, resize: 'exact', edits: true, custom_size_ratios: 'any', min_edge: null, max_edge: null },
       video: null,
       pricing: [
         { resolution: '1K', quality: 'low', mode: 'per_item', unit_price: 0.02 },

@@ -83,7 +83,7 @@ describe('catalog models', () => {
     const { data, response } = await server.admin().POST('/admin/v1/models', { body: imageModel('gpt-image-1') });
     expect(response.status).toBe(201);
     const { enabled: _enabled, ...body } = imageModel('gpt-image-1');
-    expect(data).toEqual({ ...body, image: { ...body.image, size_table: 'reference', max_input_images: null, resize: 'exact' }, enabled: true, video: null, upstream_mappings: {} });
+    expect(data).toEqual({ ...body, image: { ...body.image, size_table: 'reference', max_input_images: null, resize: 'exact', edits: true, custom_size_ratios: 'any', min_edge: null, max_edge: null }, enabled: true, video: null, upstream_mappings: {} });
     expect(await pricesOf('gpt-image-1')).toEqual([
       { resolution: '1K', quality: 'high', mode: 'per_item', unitPrice: 167_000 },
       { resolution: '1K', quality: 'low', mode: 'per_item', unitPrice: 11_000 },
@@ -292,5 +292,52 @@ describe('capabilities no request could use', () => {
     expect((await server.admin().POST('/admin/v1/models', { body: videoModel('vid-21-9', ['21:9', '9:21']) })).response.status).toBe(201);
     const gemini = plainImage('img-gemini-8-1', { aspect_ratios: ['1:8', '8:1'], size_table: 'gemini-3.1-flash-image' });
     expect((await server.admin().POST('/admin/v1/models', { body: gemini })).response.status).toBe(201);
+  });
+
+  it("refuses edges that an offered size breaks (fal's Seedream takes 1024 to 4096 px a side)", async () => {
+    for (const [body, param, words] of [
+      [plainImage('img-edge-min', { aspect_ratios: ['1:1', '21:9'], min_edge: 1024 }), 'image.min_edge', '1K 21:9 is 1248x528'],
+      [plainImage('img-edge-max', { aspect_ratios: ['1:1'], max_edge: 1024 }), 'image.max_edge', '1K 1:1 is 1248x1248'],
+      [plainImage('img-edge-crossed', { aspect_ratios: ['1:1'], min_edge: 2048, max_edge: 1024 }), 'image.min_edge', 'larger than'],
+    ] as const) {
+      const { response, error } = await server.admin().POST('/admin/v1/models', { body });
+      expect(response.status, body.id).toBe(400);
+      expect(error?.error).toMatchObject({ code: 'invalid_request', param, message: expect.stringContaining(words) });
+      expect(await stored(body.id)).toBe(0);
+    }
+    const ok = await server.admin().POST('/admin/v1/models', { body: plainImage('img-edge-ok', { aspect_ratios: ['1:1', '16:9'], resolutions: ['2K'], min_edge: 1024, max_edge: 4096 }) });
+    expect(ok.response.status).toBe(201);
+    expect(ok.data!.image).toMatchObject({ min_edge: 1024, max_edge: 4096, edits: true, custom_size_ratios: 'any' });
+  });
+});
+
+describe("an image model's upstream settings", () => {
+  const capabilitiesOf = async (id: string) => (await server.db.selectFrom('catalogModels').select('capabilities').where('id', '=', id).executeTakeFirstOrThrow()).capabilities as Record<string, unknown>;
+  const patch = (id: string, body: Record<string, unknown>) => direct().PATCH('/admin/v1/models/{model_id}', { params: { path: { model_id: id } }, body: body as never });
+
+  it('are shown with their defaults, stored only when not the default, and changed with PATCH', async () => {
+    const created = await server.admin().POST('/admin/v1/models', { body: imageModel('img-settings') });
+    expect(created.data!.image).toMatchObject({ edits: true, custom_size_ratios: 'any', min_edge: null, max_edge: null });
+    expect(await capabilitiesOf('img-settings')).not.toHaveProperty('edits');
+
+    const set = await patch('img-settings', { edits: false, custom_size_ratios: 'offered', min_edge: 512, max_edge: 2048 });
+    expect(set.response.status).toBe(200);
+    expect(set.data!.image).toMatchObject({ edits: false, custom_size_ratios: 'offered', min_edge: 512, max_edge: 2048 });
+    expect(await capabilitiesOf('img-settings')).toMatchObject({ edits: false, customSizeRatios: 'offered', minEdge: 512, maxEdge: 2048 });
+
+    // An edge an offered size breaks changes nothing.
+    const broken = await patch('img-settings', { min_edge: 1024, edits: true });
+    expect([broken.response.status, broken.error?.error.param]).toEqual([400, 'image.min_edge']);
+    expect(await capabilitiesOf('img-settings')).toMatchObject({ edits: false, minEdge: 512 });
+
+    const back = await patch('img-settings', { edits: true, custom_size_ratios: 'any', min_edge: null, max_edge: null });
+    expect(back.data!.image).toMatchObject({ edits: true, custom_size_ratios: 'any', min_edge: null, max_edge: null });
+    const stored = await capabilitiesOf('img-settings');
+    for (const key of ['edits', 'customSizeRatios', 'minEdge', 'maxEdge']) expect(stored).not.toHaveProperty(key);
+  });
+
+  it('are refused on a video model', async () => {
+    const { response, error } = await patch('local-video-1', { edits: false });
+    expect([response.status, error?.error.code, error?.error.param]).toEqual([400, 'invalid_request', 'edits']);
   });
 });

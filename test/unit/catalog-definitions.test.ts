@@ -99,6 +99,20 @@ describe('shipped catalog definitions', () => {
     }
   });
 
+  it.each(image.map((d) => [d.id, d] as const))('%s edits only if its upstream reads the input images', (_id, def) => {
+    const caps = def.model.image!;
+    const mappings = Object.values(def.model.upstream_mappings ?? {}).flatMap((m) => (m ? [m] : []));
+    // A mapping that never names `images` would make a picture from the prompt alone, charged as an edit.
+    if (mappings.some((m) => !/\bimages\b/.test(m.input))) expect(caps.edits, 'a mapping without images').toBe(false);
+    // Kling's image adapter generates from a prompt only.
+    if (def.provider === 'kling') expect(caps.edits).toBe(false);
+  });
+
+  it.each(image.filter((d) => d.provider === 'replicate').map((d) => [d.id, d] as const))('%s takes custom sizes of its offered ratios only (Replicate takes an aspect_ratio list)', (_id, def) => {
+    const mapping = def.model.upstream_mappings!.replicate!;
+    if (/\baspect_ratio\b\s*[,}\n]/.test(mapping.input)) expect(def.model.image!.custom_size_ratios).toBe('offered');
+  });
+
   it.each(image.filter((d) => d.provider === 'openai').map((d) => [d.id, d] as const))('%s offers sizes the upstream renders in the same ratio', (_id, def) => {
     const caps = def.model.image!;
     expect(caps.size_table ?? 'reference').toBe('reference');

@@ -97,6 +97,9 @@ describe('imageEditMultipart', () => {
       maxTotalBytes: 200 * 1024 * 1024,
       maxFields: 64,
       maxFieldBytes: 256 * 1024,
+      // BODY_IDLE_TIMEOUT_MS and BODY_TIMEOUT_MS's defaults (app.ts passes the configured ones).
+      idleTimeoutMs: 30_000,
+      timeoutMs: 900_000,
     });
   });
 

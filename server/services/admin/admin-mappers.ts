@@ -153,6 +153,10 @@ export function toAdminImageCapabilities(c: ImageCapabilities): AdminImageModelC
     size_table: c.sizeTable ?? 'reference',
     max_input_images: c.maxInputImages ?? null,
     resize: c.resize ?? 'exact',
+    edits: c.edits ?? true,
+    custom_size_ratios: c.customSizeRatios ?? 'any',
+    min_edge: c.minEdge ?? null,
+    max_edge: c.maxEdge ?? null,
   };
 }
 
@@ -185,6 +189,11 @@ export function fromAdminImageCapabilities(c: AdminImageModelCapabilities): Imag
     ...(c.size_table && c.size_table !== 'reference' && { sizeTable: c.size_table }),
     ...(typeof c.max_input_images === 'number' && { maxInputImages: c.max_input_images }),
     ...(c.resize === 'native' && { resize: 'native' as const }),
+    // Stored only when not the default, as `resize`: rows created before these existed read the same.
+    ...(c.edits === false && { edits: false as const }),
+    ...(c.custom_size_ratios === 'offered' && { customSizeRatios: 'offered' as const }),
+    ...(typeof c.min_edge === 'number' && { minEdge: c.min_edge }),
+    ...(typeof c.max_edge === 'number' && { maxEdge: c.max_edge }),
   };
 }
 

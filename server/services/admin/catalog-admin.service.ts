@@ -1,11 +1,12 @@
 /**
  * Admin rules for the model catalog: capabilities are fixed at creation (except a configurable
- * reference-image limit and an image model's `resize`); price rows must match the capabilities exactly and are replaced whole.
+ * reference-image limit and an image model's upstream settings: `resize`, `edits`,
+ * `custom_size_ratios`, `min_edge`, `max_edge`); price rows must match the capabilities exactly and are replaced whole.
  */
 import type { components } from '../../../generated/api.d.ts';
 import type { ImageCapabilities, VideoCapabilities } from '../../catalog/capabilities.ts';
 import { ApiError, badRequest, conflict } from '../../errors.ts';
-import { CUSTOM_SIZE_LIMITS, SIZE_TABLES } from '../image/image-size.ts';
+import { CUSTOM_SIZE_LIMITS, SIZE_TABLES, resolveImageSize } from '../image/image-size.ts';
 import type { Transactor } from '../../db/transaction.ts';
 import type { CatalogRepository, PriceValues } from '../../repositories/catalog.repository.ts';
 import { fromCredits } from '../../lib/money.ts';
@@ -71,6 +72,31 @@ function checkRatioBound(ratios: readonly string[], param: string): void {
   if (wide.length > 0) throw badRequest('invalid_request', `Aspect ratios must lie between 1:${max} and ${max}:1; outside: ${wide.join(', ')}.`, param);
 }
 
+/**
+ * Every size the model offers (each tier at each ratio) lies within its upstream's edges
+ * (`minEdge`/`maxEdge`): a size outside them would be held for and refused upstream, a 422 that
+ * faults the member. `param` names the bound it breaks.
+ */
+function checkEdges(caps: ImageCapabilities): void {
+  const { minEdge, maxEdge } = caps;
+  if (minEdge === undefined && maxEdge === undefined) return;
+  if (minEdge !== undefined && maxEdge !== undefined && minEdge > maxEdge) {
+    throw badRequest('invalid_request', `'min_edge' (${minEdge}) is larger than 'max_edge' (${maxEdge}).`, 'image.min_edge');
+  }
+  for (const resolution of caps.resolutions) {
+    for (const aspectRatio of caps.aspectRatios) {
+      const { width, height } = resolveImageSize({ resolution, aspectRatio, caps, sizeParam: 'accept' });
+      const [short, long] = [Math.min(width, height), Math.max(width, height)];
+      if (minEdge !== undefined && short < minEdge) {
+        throw badRequest('invalid_request', `${resolution} ${aspectRatio} is ${width}x${height}, an edge under 'min_edge' (${minEdge} px); leave that ratio or tier out.`, 'image.min_edge');
+      }
+      if (maxEdge !== undefined && long > maxEdge) {
+        throw badRequest('invalid_request', `${resolution} ${aspectRatio} is ${width}x${height}, an edge over 'max_edge' (${maxEdge} px); leave that ratio or tier out.`, 'image.max_edge');
+      }
+    }
+  }
+}
+
 function capabilitiesFor(input: CatalogModelCreateInput): ImageCapabilities | VideoCapabilities {
   const other = input.kind === 'image' ? 'video' : 'image';
   if (input[other] !== undefined && input[other] !== null) {
@@ -89,6 +115,7 @@ function capabilitiesFor(input: CatalogModelCreateInput): ImageCapabilities | Vi
       const ratios = caps.aspectRatios.filter((a) => caps.resolutions.some((r) => !table[r]![a]));
       if (ratios.length > 0) throw badRequest('invalid_request', `Size table '${caps.sizeTable}' has no ${ratios.join(', ')} size at every tier the model offers.`, 'image.aspect_ratios');
     } else checkRatioBound(caps.aspectRatios, 'image.aspect_ratios');
+    checkEdges(caps);
     return caps;
   }
   if (!input.video) throw badRequest('invalid_request', "A video model needs 'video' capabilities.", 'video');
@@ -159,7 +186,7 @@ export class CatalogAdminService {
     return this.get(input.id);
   }
 
-  /** Changes name, enabled flag, prices (all rows at once), the reference-image limit and an image model's resize setting in one transaction. */
+  /** Changes name, enabled flag, prices (all rows at once), the reference-image limit and an image model's upstream settings (resize, edits, custom-size ratios, edges) in one transaction. */
   async update(id: string, input: CatalogModelUpdateInput): Promise<AdminCatalogModel> {
     if (Object.values(input).every((v) => v === undefined)) throw badRequest('invalid_request', 'Send at least one member to change.');
     await this.tx.run(async (trx) => {
@@ -187,13 +214,36 @@ export class CatalogAdminService {
         }
         capabilities = { ...video, referenceImages: { ...video.referenceImages, maxCount: input.reference_image_max_count } };
       }
-      if (input.resize !== undefined) {
-        if (kind !== 'image') throw badRequest('invalid_request', `'resize' is a setting of image models; '${id}' is a ${kind} model.`, 'resize');
-        const { resize: _old, ...image } = capabilities as ImageCapabilities;
-        // Stored only when it is not the default, as on creation (fromAdminImageCapabilities).
-        capabilities = input.resize === 'native' ? { ...image, resize: 'native' } : image;
+      // An image model's upstream settings, each stored only when it is not the default, as on
+      // creation (fromAdminImageCapabilities).
+      const imageSettings = (['resize', 'edits', 'custom_size_ratios', 'min_edge', 'max_edge'] as const).filter((k) => input[k] !== undefined);
+      if (imageSettings.length > 0) {
+        if (kind !== 'image') throw badRequest('invalid_request', `'${imageSettings[0]}' is a setting of image models; '${id}' is a ${kind} model.`, imageSettings[0]);
+        const image = { ...(capabilities as ImageCapabilities) };
+        if (input.resize !== undefined) {
+          delete image.resize;
+          if (input.resize === 'native') image.resize = 'native';
+        }
+        if (input.edits !== undefined) {
+          delete image.edits;
+          if (!input.edits) image.edits = false;
+        }
+        if (input.custom_size_ratios !== undefined) {
+          delete image.customSizeRatios;
+          if (input.custom_size_ratios === 'offered') image.customSizeRatios = 'offered';
+        }
+        if (input.min_edge !== undefined) {
+          delete image.minEdge;
+          if (input.min_edge !== null) image.minEdge = input.min_edge;
+        }
+        if (input.max_edge !== undefined) {
+          delete image.maxEdge;
+          if (input.max_edge !== null) image.maxEdge = input.max_edge;
+        }
+        checkEdges(image);
+        capabilities = image;
       }
-      const capabilitiesChanged = input.reference_image_max_count !== undefined || input.resize !== undefined;
+      const capabilitiesChanged = input.reference_image_max_count !== undefined || imageSettings.length > 0;
       const prices = input.pricing === undefined ? undefined : validatePricing(kind, capabilities, input.pricing);
       let upstreamMappings: UpstreamMappings | undefined;
       if (input.upstream_mappings !== undefined) {

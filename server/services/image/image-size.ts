@@ -104,7 +104,10 @@ export interface ResolvedImageSize {
   height: number;
   /** Billing tier: from the table for table sizes, by pixel count for custom sizes. */
   resolution: string;
-  /** `W:H` of the table row, or the reduced ratio of a custom size (e.g. `8:5` for 1024x640). */
+  /**
+   * `W:H` of the table row, or the reduced ratio of a custom size (e.g. `8:5` for 1024x640); on a
+   * model with `customSizeRatios: offered`, the offered ratio its upstream is asked for.
+   */
   aspectRatio: string;
   /** True for a custom `size` (rendered at exactly the requested pixels). */
   custom: boolean;
@@ -141,11 +144,91 @@ function gcd(a: number, b: number): number {
 }
 
 /** Scales a size down (keeping its ratio, even edges) into the custom-size limits: edges ≤ 3840, pixels ≤ 8,294,400. */
-export function fitWithinLimits(width: number, height: number, maxPixels: number = CUSTOM_SIZE_LIMITS.maxPixels): PixelSize {
-  const scale = Math.min(1, CUSTOM_SIZE_LIMITS.maxEdge / Math.max(width, height), Math.sqrt(maxPixels / (width * height)));
+export function fitWithinLimits(width: number, height: number, maxPixels: number = CUSTOM_SIZE_LIMITS.maxPixels, maxEdge: number = CUSTOM_SIZE_LIMITS.maxEdge): PixelSize {
+  const scale = Math.min(1, maxEdge / Math.max(width, height), Math.sqrt(maxPixels / (width * height)));
   if (scale === 1) return { width, height };
   const even = (n: number) => Math.max(2, Math.floor((n * scale) / 2) * 2);
   return { width: even(width), height: even(height) };
+}
+
+/** Scales a size up (keeping its ratio, even edges) until its shorter edge is at least `minEdge`. */
+function raiseToMinEdge(width: number, height: number, minEdge: number): PixelSize {
+  const scale = minEdge / Math.min(width, height);
+  if (scale <= 1) return { width, height };
+  const even = (n: number) => Math.ceil((n * scale) / 2) * 2;
+  return { width: even(width), height: even(height) };
+}
+
+const logRatio = (ratio: string) => {
+  const [w, h] = ratio.split(':').map(Number) as [number, number];
+  return Math.log(w / h);
+};
+
+/** The ratio of `ratios` nearest to `width`:`height` on a log scale (as the Kling and Gemini adapters snap). */
+export function nearestRatio(width: number, height: number, ratios: readonly string[]): string | undefined {
+  const target = Math.log(width / height);
+  let best: string | undefined;
+  for (const r of ratios) if (best === undefined || Math.abs(logRatio(r) - target) < Math.abs(logRatio(best) - target)) best = r;
+  return best;
+}
+
+/** The model's own pixel table (Gemini's), or undefined for the reference table 2.8. */
+function ownTable(caps: ImageCapabilities): Readonly<Record<string, Readonly<Record<string, Readonly<PixelSize>>>>> | undefined {
+  return caps.sizeTable && caps.sizeTable !== 'reference' ? SIZE_TABLES[caps.sizeTable] : undefined;
+}
+
+/** A tier row's size at the ratio nearest to `width`:`height`: what the upstream renders for that size at that tier. */
+function rowSizeNear(row: Readonly<Record<string, Readonly<PixelSize>>>, width: number, height: number): PixelSize {
+  return row[nearestRatio(width, height, Object.keys(row))!]!;
+}
+
+/**
+ * Most pixels a size billed at `tier` may have. The reference table: ≤ 1248×1248 px for `1K`,
+ * ≤ 2048×2048 px for `2K` ({@link CUSTOM_TIER_MAX_PIXELS}), `4K` unbounded. A model's own table:
+ * the tier's size at the nearest ratio, what its upstream renders at that tier, so an image is
+ * rendered at least as large as it is delivered and only ever scaled down; at the table's largest
+ * tier, up to the reference limit of that tier too (Gemini 2.5 Flash's only tier, 1K, keeps up to
+ * 1248×1248 px, as it did on the reference thresholds). Undefined: unbounded.
+ */
+function tierMaxPixels(tier: string, width: number, height: number, caps: ImageCapabilities): number | undefined {
+  const reference = CUSTOM_TIER_MAX_PIXELS.find(([t]) => t === tier)?.[1];
+  const table = ownTable(caps);
+  const row = table?.[tier];
+  if (!table || !row) return reference;
+  const px = rowSizeNear(row, width, height);
+  const own = px.width * px.height;
+  if (tier !== TIER_ORDER.filter((t) => table[t]).at(-1)) return own;
+  return reference === undefined ? undefined : Math.max(own, reference);
+}
+
+/**
+ * Billing tier of a custom size (or an edit's kept size): by pixel count on the reference table
+ * ({@link customSizeTier}); on a model's own pixel table, the smallest tier whose size at the
+ * nearest ratio has at least its pixels ({@link tierMaxPixels}), the tier its upstream is asked
+ * for. Every table value lands in its own tier, so a kept size and a `size` of the same value are
+ * billed alike.
+ */
+function sizeTier(width: number, height: number, caps: ImageCapabilities): string {
+  const table = ownTable(caps);
+  if (table) {
+    for (const tier of TIER_ORDER) {
+      if (!table[tier]) continue;
+      const max = tierMaxPixels(tier, width, height, caps);
+      if (max === undefined || width * height <= max) return tier;
+    }
+  }
+  return customSizeTier(width, height);
+}
+
+/** The offered ratio a custom size has (within 1 %, as `aspectRatio` is matched against a custom size), or undefined. */
+function offeredRatioOf(width: number, height: number, ratios: readonly string[]): string | undefined {
+  const near = nearestRatio(width, height, ratios.filter((r) => RATIO_PATTERN.test(r)));
+  return near !== undefined && Math.abs(width / height / Math.exp(logRatio(near)) - 1) <= 0.01 ? near : undefined;
+}
+
+/** The edges a model's upstream renders: the custom-size limits narrowed by the model's own (`minEdge`, `maxEdge`). */
+function edgeRange(caps: ImageCapabilities): { min: number; max: number } {
+  return { min: caps.minEdge ?? 1, max: Math.min(CUSTOM_SIZE_LIMITS.maxEdge, caps.maxEdge ?? Infinity) };
 }
 
 /** The reduced `W:H` ratio of a pixel size. */
@@ -154,29 +237,41 @@ export function ratioOf(width: number, height: number): string {
   return `${width / g}:${height / g}`;
 }
 
-const TIER_ORDER: readonly TableResolution[] = ['1K', '2K', '4K'];
+/** Every tier, smallest first (`512` exists only in gemini-3.1-flash-image's table). */
+const TIER_ORDER: readonly string[] = ['512', '1K', '2K', '4K'];
 
 /**
  * Rule 0: an edit that names no size keeps its first input's size, scaled down into the custom-size
- * limits, billed at the tier of its pixel count. On a model that does not offer that tier: the
- * smallest larger tier it offers (the output keeps the input's size: the model sells nothing
- * cheaper), else its largest tier, the size scaled down to that tier's pixels (the model makes
- * nothing larger). Never a tier the output's pixels do not fit.
+ * limits (and into the model's own edges, `minEdge`/`maxEdge`, scaled up to its shortest edge),
+ * billed at the tier a `size` of that value gets ({@link sizeTier}). On a model that does not offer that tier: the smallest larger tier
+ * it offers (the output keeps the input's size: the model sells nothing cheaper), else its largest
+ * tier, the size scaled down to that tier's pixels (the model makes nothing larger). Never a tier
+ * the output's pixels do not fit. On a model whose upstream takes only its offered ratios
+ * (`customSizeRatios: offered`) the upstream is asked for the nearest of them, and the answer is
+ * resized to the kept size as any other size is.
  */
-function keepInputSize(input: PixelSize, offered: readonly string[]): ResolvedImageSize {
-  let { width, height } = fitWithinLimits(input.width, input.height);
-  const tier = customSizeTier(width, height);
-  const offeredTiers = TIER_ORDER.filter((t) => offered.includes(t));
+function keepInputSize(input: PixelSize, caps: ImageCapabilities): ResolvedImageSize {
+  const edges = edgeRange(caps);
+  let { width, height } = fitWithinLimits(input.width, input.height, CUSTOM_SIZE_LIMITS.maxPixels, edges.max);
+  ({ width, height } = raiseToMinEdge(width, height, edges.min));
+  const tier = sizeTier(width, height, caps);
+  const offeredTiers = TIER_ORDER.filter((t) => caps.resolutions.includes(t));
   let billed = offeredTiers.find((t) => TIER_ORDER.indexOf(t) >= TIER_ORDER.indexOf(tier));
   if (billed === undefined) {
-    const largest = offeredTiers.at(-1);
-    // A model whose tiers are all outside table 2.8 (none today: Gemini's `512` comes with 1K–4K).
-    if (largest === undefined) return { width, height, resolution: offered.at(-1) ?? tier, aspectRatio: ratioOf(width, height), custom: true };
-    billed = largest;
-    const max = CUSTOM_TIER_MAX_PIXELS.find(([t]) => t === largest)?.[1];
-    if (max !== undefined) ({ width, height } = fitWithinLimits(width, height, max));
+    billed = offeredTiers.at(-1);
+    if (billed === undefined) throw badRequest('unsupported_resolution', 'This model offers no resolution.', 'resolution');
+    const max = tierMaxPixels(billed, width, height, caps);
+    if (max !== undefined) ({ width, height } = fitWithinLimits(width, height, max, edges.max));
   }
-  return { width, height, resolution: billed, aspectRatio: ratioOf(width, height), custom: true };
+  if (Math.min(width, height) < edges.min || Math.max(width, height) > edges.max || width * height > CUSTOM_SIZE_LIMITS.maxPixels) {
+    throw badRequest(
+      'invalid_size',
+      `The first input image is ${input.width}x${input.height}; kept as the output size it cannot be rendered by this model (each edge ${edges.min} to ${edges.max} px). Name a 'size', or 'aspectRatio' + 'resolution'.`,
+      'size',
+    );
+  }
+  const aspectRatio = caps.customSizeRatios === 'offered' ? (nearestRatio(width, height, caps.aspectRatios) ?? ratioOf(width, height)) : ratioOf(width, height);
+  return { width, height, resolution: billed, aspectRatio, custom: true };
 }
 
 /** Billing tier of a custom size (see {@link CUSTOM_TIER_MAX_PIXELS}). */
@@ -272,8 +367,8 @@ function tableSize(resolution: string, aspectRatio: string, table: SizeTableName
 /**
  * Decides the output size of an image request. Rules, in order:
  * 0. an edit (`inputSize`) with no `size` (or `auto`), `aspectRatio` or `resolution` keeps its
- *    first input's size ({@link keepInputSize}: billed at the tier of its pixel count, or the
- *    nearest tier the model offers), once rule 1 has passed;
+ *    first input's size ({@link keepInputSize}: billed at the tier a `size` of that value gets, or
+ *    the nearest tier the model offers), once rule 1 has passed;
  * 1. any `size` (`auto` included, an edit's too) while the operator set `IMAGE_SIZE_PARAM=reject`
  *    (variant A) → `400 size_not_accepted`;
  * 2. a `resolution` the model does not offer → `400 unsupported_resolution` (param `resolution`);
@@ -283,7 +378,9 @@ function tableSize(resolution: string, aspectRatio: string, table: SizeTableName
  *    a custom size with an `aspectRatio` more than 1 % off its width/height, or with a `resolution`
  *    other than its billing tier → `400 size_conflict` (all param `size`);
  * 6. a table size whose tier or ratio the model does not offer, or a custom size whose billing tier
- *    the model does not offer → `400 unsupported_resolution` / `unsupported_aspect_ratio` (param `size`);
+ *    the model does not offer (or, with `customSizeRatios: offered`, that is not within 1 % of an
+ *    offered ratio) → `400 unsupported_resolution` / `unsupported_aspect_ratio` (param `size`);
+ *    a custom size with an edge outside the model's `minEdge`–`maxEdge` → `400 invalid_size`;
  * 7. defaults (no `size` or `auto`): nothing given → the model's first resolution and `1:1` (the
  *    model's first ratio when it lacks `1:1`); only a resolution → `1:1`; only a ratio → the model's
  *    first resolution.
@@ -292,7 +389,9 @@ function tableSize(resolution: string, aspectRatio: string, table: SizeTableName
  * billed by pixel count: ≤ 1248×1248 px (1,557,504) → `1K`, ≤ 2048×2048 px (4,194,304) → `2K`,
  * otherwise `4K`. These thresholds are the squares of table 2.8's 1K and 2K rows, so every table
  * value would land in its own row's tier under the same rule. The contract (`ImageSize.yaml`)
- * accepts custom sizes but prices by tier; this is how a custom size maps to a tier.
+ * accepts custom sizes but prices by tier; this is how a custom size maps to a tier. A model with
+ * its own pixel table (Gemini) bills it at the smallest tier that renders at least its pixels
+ * ({@link sizeTier}): the tier its upstream is asked for.
  */
 export function resolveImageSize(input: ResolveImageSizeInput): ResolvedImageSize {
   const { size, aspectRatio, resolution, caps } = input;
@@ -304,7 +403,7 @@ export function resolveImageSize(input: ResolveImageSizeInput): ResolvedImageSiz
     );
   }
   if (input.inputSize && (size === undefined || size === 'auto') && aspectRatio === undefined && resolution === undefined) {
-    return keepInputSize(input.inputSize, caps.resolutions);
+    return keepInputSize(input.inputSize, caps);
   }
   if (resolution !== undefined && !caps.resolutions.includes(resolution)) {
     throw badRequest(
@@ -340,7 +439,7 @@ export function resolveImageSize(input: ResolveImageSizeInput): ResolvedImageSiz
 
   if (parsed.kind === 'custom') {
     const { width, height } = parsed;
-    const tier = customSizeTier(width, height);
+    const tier = sizeTier(width, height, caps);
     if (aspectRatio !== undefined) {
       const r = parseRatio(aspectRatio);
       if (r === undefined || Math.abs(width / height / r - 1) > 0.01) {
@@ -353,7 +452,26 @@ export function resolveImageSize(input: ResolveImageSizeInput): ResolvedImageSiz
     if (!caps.resolutions.includes(tier)) {
       throw badRequest('unsupported_resolution', `Size '${size}' is billed as resolution ${tier}, which this model does not support.`, 'size');
     }
-    return { width, height, resolution: tier, aspectRatio: ratioOf(width, height), custom: true };
+    // An upstream taking an aspect ratio from a fixed list (Replicate's FLUX, Ideogram) is asked for
+    // the offered ratio the size has, the answer resized to the size; a ratio it lacks is refused
+    // here: the upstream would answer 422, which reads as the member's misconfiguration.
+    let ratio = ratioOf(width, height);
+    if (caps.customSizeRatios === 'offered') {
+      const offered = offeredRatioOf(width, height, caps.aspectRatios);
+      if (offered === undefined) {
+        throw badRequest(
+          'unsupported_aspect_ratio',
+          `Size '${size}' is aspect ratio ${ratio}, which this model does not support: a custom size must have one of its aspect ratios (${caps.aspectRatios.join(', ')}).`,
+          'size',
+        );
+      }
+      ratio = offered;
+    }
+    const edges = edgeRange(caps);
+    if (Math.min(width, height) < edges.min || Math.max(width, height) > edges.max) {
+      throw invalidSize(size!, `this model renders each edge at ${edges.min} to ${edges.max} px`);
+    }
+    return { width, height, resolution: tier, aspectRatio: ratio, custom: true };
   }
 
   const res = resolution ?? caps.resolutions[0];

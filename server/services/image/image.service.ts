@@ -166,6 +166,11 @@ export class ImageService {
     }
     if (!model) throw new ApiError(404, 'model_not_found', `Image model '${fields.model}' does not exist or is not available to this key.`, 'model');
     if (!model.reachable) throw unavailable('no_reachable_member', `No enabled backend member serves model '${fields.model}' for this key.`);
+    // A prompt-only model would make a picture from the prompt alone (or its adapter refuse it
+    // after the hold): refused before the inputs are read and anything is held.
+    if (operation === 'edit' && model.capabilities.edits === false) {
+      throw badRequest('edits_not_supported', `Model '${fields.model}' generates from a prompt only and does not edit images; use POST /v1/images/generations, or a model that edits.`, 'model');
+    }
 
     const inputs: PreparedImageRequest['inputs'] = [];
     let mask: PreparedImageRequest['mask'];
