@@ -62,8 +62,10 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
       if (err) {
         // Ends the file part too (busboy destroys it with the error): the store's write fails and
         // drops what it wrote (its temporary file, its multipart upload) instead of waiting forever
-        // for bytes that will not come.
-        bb?.destroy(err);
+        // for bytes that will not come. Not synchronously: this may run inside one of busboy's own
+        // event emissions ('limit'), after which busboy still uses the part it would have dropped.
+        const parser = bb;
+        if (parser) process.nextTick(() => parser.destroy(err));
         if (!req.complete && !req.destroyed) {
           res.setHeader('Connection', 'close');
           lingerAfterResponse(req, res);
