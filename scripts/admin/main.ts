@@ -66,7 +66,8 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
   models create --from <definition id> | --file <body.json|->
               [--id ID] [--display-name NAME] [--enabled true|false] [--price RES[/QUALITY]=N ...] [--mode per_second|per_item]
   models update <model id> [--display-name NAME] [--enabled true|false] [--price RES[/QUALITY]=N ...] [--mode per_second|per_item]
-              [--reference-limit N] [--resize exact|native] [--file <patch.json|->]
+              [--reference-limit N] [--resize exact|native] [--edits true|false]
+              [--custom-size-ratios any|offered] [--min-edge N|none] [--max-edge N|none] [--file <patch.json|->]
   models set-price <model id> --resolution R [--quality low|medium|high] --price N [--mode per_second|per_item]
   models set-reference-limit <model id> --count N
   models set-mapping <model id> --provider fal|replicate --file <mapping.json|->   (an aggregator's mapping; see the README)

@@ -8,7 +8,7 @@ import { ApiError } from '../../server/errors.ts';
 import type { AdminServices } from '../../server/services/admin/index.ts';
 import type { AdminPriceRow } from '../../server/services/admin/admin-mappers.ts';
 import type { CatalogModelUpdateInput } from '../../server/services/admin/catalog-admin.service.ts';
-import { bool, defined, int, num, oneOf, optInt, required, UsageError, type Flags } from './args.ts';
+import { bool, defined, int, nullable, num, oneOf, optInt, required, UsageError, type Flags } from './args.ts';
 import type { Command, Commands } from './command.ts';
 import { checkBody, type AdminBodySchema } from './contract.ts';
 import { lines, table, type Output, type Row } from './output.ts';
@@ -143,7 +143,9 @@ export const modelCommands: Commands = {
 
   // Changes what the API's PATCH changes: display name, enabled, prices (the rows named by
   // --price; the others stay), the reference-image limit, an image model's resize setting
-  // (--resize exact|native); or a PATCH body of your own (--file).
+  // (--resize exact|native), whether it edits (--edits), the ratios a custom size may have
+  // (--custom-size-ratios any|offered) and its upstream's edges (--min-edge/--max-edge N|none);
+  // or a PATCH body of your own (--file).
   update: async ({ admin, flags, target }) => {
     const id = target();
     const fromFlags = defined({
@@ -151,9 +153,13 @@ export const modelCommands: Commands = {
       enabled: bool(flags.enabled, 'enabled'),
       reference_image_max_count: optInt(flags['reference-limit'], 'reference-limit'),
       resize: oneOf(flags.resize, 'resize', ['exact', 'native'] as const),
+      edits: bool(flags.edits, 'edits'),
+      custom_size_ratios: oneOf(flags['custom-size-ratios'], 'custom-size-ratios', ['any', 'offered'] as const),
+      min_edge: nullable(flags['min-edge'], (v) => int(v, 'min-edge')),
+      max_edge: nullable(flags['max-edge'], (v) => int(v, 'max-edge')),
     });
     if (flags.file === undefined && Object.keys(fromFlags).length === 0 && flags.price === undefined) {
-      throw new UsageError('models update needs --display-name, --enabled, --price, --reference-limit, --resize or --file');
+      throw new UsageError('models update needs --display-name, --enabled, --price, --reference-limit, --resize, --edits, --custom-size-ratios, --min-edge, --max-edge or --file');
     }
     const base = flags.file === undefined ? {} : objectBody('AdminCatalogModelUpdate', bodyFromFile(flags.file));
     const body = { ...base, ...fromFlags } as CatalogModelUpdateInput;

@@ -197,8 +197,16 @@ describe('admin CLI: models', () => {
     expect(fromFile.pricing).toEqual(patch.pricing);
     expect(fromFile.enabled).toBe(false);
 
+    // An image model's upstream limits: whether it edits, the ratios a custom size may have, its edges.
+    await models('create', '--from', 'replicate/flux-schnell-replicate');
+    const limited = (await models('update', 'flux-schnell-replicate', '--edits', 'true', '--custom-size-ratios', 'any', '--min-edge', '256', '--max-edge', '2048')).json as Model;
+    expect(limited.image).toMatchObject({ edits: true, custom_size_ratios: 'any', min_edge: 256, max_edge: 2048 });
+    const cleared = (await models('update', 'flux-schnell-replicate', '--edits', 'false', '--custom-size-ratios', 'offered', '--min-edge', 'none', '--max-edge', 'none')).json as Model;
+    expect(cleared.image).toMatchObject({ edits: false, custom_size_ratios: 'offered', min_edge: null, max_edge: null });
+
     await models('create', '--from', 'gemini/veo-3.1-fast-generate-preview');
     const cases: [string[], number, UpdateBody][] = [
+      [['veo-3.1-fast-generate-preview', '--edits', 'false'], 400, { edits: false }],
       [['veo-3.1-fast-generate-preview', '--reference-limit', '300'], 400, { reference_image_max_count: 300 }],
       [['veo-3.1-fast-generate-preview', '--reference-limit', '2'], 400, { reference_image_max_count: 2 }],
       [['veo-3.1-fast-generate-preview', '--display-name', ''], 400, { display_name: '' }],
@@ -227,7 +235,7 @@ describe('admin CLI: models', () => {
       [['update', 'gpt-image-1', '--price', '1K/ultra=1'], "--price quality must be one of low, medium, high, got 'ultra'"],
       [['create', '--from', 'openai/sora-2', '--id', 'z', '--price', '720p'], "--price must look like RESOLUTION=PRICE or RESOLUTION/QUALITY=PRICE (e.g. 720p=0.2, 1K/high=0.3), got '720p'"],
       [['create', '--from', 'openai/sora-2', '--id', 'z', '--price', '720p=cheap'], "--price must be a number, got 'cheap'"],
-      [['update', 'gpt-image-1'], 'models update needs --display-name, --enabled, --price, --reference-limit, --resize or --file'],
+      [['update', 'gpt-image-1'], 'models update needs --display-name, --enabled, --price, --reference-limit, --resize, --edits, --custom-size-ratios, --min-edge, --max-edge or --file'],
       [['update', 'gpt-image-1', '--enabled', 'true', '--mode', 'per_item'], '--mode changes the rows named by --price; name them'],
       [['set-price', 'gpt-image-1', '--resolution', '1K', '--quality', 'low', '--price', '1', '--price', '2'], 'set-price takes one --price; models update takes several'],
     ];
