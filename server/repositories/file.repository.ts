@@ -215,15 +215,20 @@ export class FileRepository {
    * Deletes the file's row and, in the same statement, detaches it from the task that generated
    * it: a video task's output_file_id is cleared, an image task's result_file_ids loses it (as
    * ImageTaskRepository.dropResultFiles), so their lookups no longer name a file that is gone.
+   * Returns the storage keys of the copies that went with it, whose bytes the caller removes.
    */
-  async deleteDetached(file: Pick<FileRow, 'id' | 'purpose' | 'taskId'>, trx: Executor): Promise<void> {
+  async deleteDetached(file: Pick<FileRow, 'id' | 'purpose' | 'taskId'>, trx: Executor): Promise<string[]> {
     const detach =
       file.purpose === 'video_output' && file.taskId
         ? sql`, v as (update video_tasks set output_file_id = null where id = ${file.taskId} and output_file_id = ${file.id})`
         : file.purpose === 'image_output' && file.taskId
           ? sql`, i as (update image_tasks set result_file_ids = array_remove(result_file_ids, ${file.id}) where id = ${file.taskId})`
           : sql``;
-    await sql`with d as (delete from files where id = ${file.id})${detach} select 1`.execute(trx);
+    // The copies made of it to send upstream (FileService.sendableCopy: `<id>png<expiry>`) go with it.
+    const { rows } = await sql<{ storageKey: string }>`with d as (delete from files where id = ${file.id}),
+      c as (delete from files where purpose = 'input' and starts_with(id, ${`${file.id}png`}) returning storage_key)${detach}
+      select storage_key as "storageKey" from c`.execute(trx);
+    return rows.map((r) => r.storageKey);
   }
 
   /** Records an upload's image facts and expiry; returns its creation time. */

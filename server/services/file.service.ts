@@ -393,8 +393,9 @@ export class FileService {
       if (!(await this.files.lockForDelete(id, trx))) throw fileNotFound(id);
       const user = await this.files.activeInputUser(id, accountId, trx);
       if (user) throw inUse(id, user);
-      await this.files.deleteDetached(file, trx);
+      const copies = await this.files.deleteDetached(file, trx);
       await this.store.delete(file.storageKey);
+      for (const key of copies) await this.store.delete(key);
     });
   }
 

@@ -361,6 +361,16 @@ describe('a GIF upload', () => {
     expect(res.headers.get('content-type')).toBe('image/gif');
     expect(Buffer.from(await res.arrayBuffer()).equals(frame)).toBe(true);
     expect((await list(c.key, { purpose: 'input' })).body.data.map((f: Json) => f.id)).toEqual([up.id]);
+
+    // Deleting the upload deletes its copy too: its row, its bytes and every signed URL of it.
+    const copyPath = await storedPath(copies[0]!.id);
+    expect(existsSync(copyPath)).toBe(true);
+    const copyUrl = await server.ctx.services.files.downloadUrl(copies[0]!.id, 'input');
+    expect((await fetch(copyUrl.replace(/^http:\/\/[^/]+/, server.directUrl))).status).toBe(200);
+    expect((await remove(c.key, up.id)).status).toBe(200);
+    expect(await server.db.selectFrom('files').select('id').where('id', 'like', `${up.id}%`).execute()).toEqual([]);
+    expect(existsSync(copyPath)).toBe(false);
+    expect((await fetch(copyUrl.replace(/^http:\/\/[^/]+/, server.directUrl))).status).toBe(404);
   });
 });
 
