@@ -95,6 +95,17 @@ describe('fal images', () => {
     await until(() => made.every((j) => j.cancelled), 5000, 'both fal requests to be cancelled');
   });
 
+  it('never waits past its wait for a long Retry-After: the request ends at its wait and is cancelled', async () => {
+    const before = fal.jobs.size;
+    fal.rateLimitNext('status', 600, 50);
+    const ended = await run(job(FAL_FLUX, 'a lighthouse [forever]'), undefined, 300);
+    // Its last look, at the end of the wait, met the rate limit again: that is what it ends with.
+    expect([ended.error?.kind, ended.error?.retryAfterMs]).toEqual(['rate_limited', 600_000]);
+    const made = newJobs(before);
+    expect(made).toHaveLength(1);
+    await until(() => made[0]!.cancelled, 5000, 'the fal request to be cancelled');
+  });
+
   it('fails a request whose status said it failed without asking again for its result, which answered 503', async () => {
     fal.serverErrorNext('result', 100);
     const before = fal.counts.result;

@@ -156,7 +156,7 @@ export interface paths {
          *
          *     **Models that do not edit.** A model that generates from a prompt only (its catalog entry has
          *     `edits: false`, e.g. FLUX, Ideogram and Kling image models) answers an edit
-         *     `400 edits_not_supported` (`param` `model`) before anything is read, held or charged.
+         *     `400 edits_not_supported` (`param` `model`) before anything is held or charged.
          *
          *     **Delivery.** `response_format` chooses `b64_json` (default) or `url` (a signed, expiring URL of
          *     the stored image, default lifetime 1 hour); `output_format` chooses the file format.

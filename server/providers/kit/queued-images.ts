@@ -23,6 +23,8 @@ const MAX_IMAGE_BYTES = 64 * 1024 * 1024;
 
 /** Attempts at one output image on a passing failure (the CDN's 5xx, 429, a dropped connection). */
 const DOWNLOAD_ATTEMPTS = 3;
+/** Longest pause between two of those attempts (a longer Retry-After ends them). */
+const MAX_DOWNLOAD_PAUSE_MS = 10_000;
 
 /** One upstream's queue, as the loop needs it. */
 export interface ImageQueue<Job> {
@@ -70,8 +72,10 @@ async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: Abo
         if (!(err instanceof ProviderError) || !err.transient || signal.aborted || Date.now() > deadline) throw err;
         wait = Math.max(pollMs, err.retryAfterMs ?? 0);
       }
-      if (Date.now() > deadline) throw new ProviderError('retryable', `the ${queue.name} image job did not complete within ${Math.round(maxWaitMs / 1000)} s`);
-      await sleep(wait, undefined, { signal });
+      const left = deadline - Date.now();
+      if (left <= 0) throw new ProviderError('retryable', `the ${queue.name} image job did not complete within ${Math.round(maxWaitMs / 1000)} s`);
+      // A long Retry-After never holds the request (or a task's lease) past the wait: one last look at its end.
+      await sleep(Math.min(wait, left), undefined, { signal });
     }
   } catch (err) {
     // Nobody will collect it: stop it spending the account's credit (not awaited by the client). A
@@ -88,7 +92,10 @@ async function downloadWithRetries(url: string, signal: AbortSignal, provider: s
       return await fetchOutputImage(url, signal, provider);
     } catch (err) {
       if (!(err instanceof ProviderError) || !err.transient || signal.aborted || attempt >= DOWNLOAD_ATTEMPTS) throw err;
-      await sleep(Math.max(250 * attempt, err.retryAfterMs ?? 0), undefined, { signal });
+      // A CDN asking to wait longer than a short pause fails the download now rather than holding the request.
+      const wait = Math.max(250 * attempt, err.retryAfterMs ?? 0);
+      if (wait > MAX_DOWNLOAD_PAUSE_MS) throw err;
+      await sleep(wait, undefined, { signal });
     }
   }
 }
