@@ -17,6 +17,7 @@ import { imageParams } from '../support/image-params.ts';
 import { noiseFrame } from '../support/video-adapter-conformance.ts';
 import { seedreamSize, seedreamVersion } from '../../server/providers/ark/seedream-sizes.ts';
 import { SIZE_TABLES } from '../../server/services/image/image-size.ts';
+import { videoJob } from '../support/video-job.ts';
 
 const dims = (size: string) => size.split('x').map(Number) as [number, number];
 
@@ -169,20 +170,7 @@ describe('Seedance tasks', () => {
   const never = new AbortController().signal;
   const provider = new ArkVideoProvider(50);
   const account = (): UpstreamAccount => ({ memberId: 'mem_unit', provider: 'ark', baseUrl: `${fake.url}/api/v3`, credentials: { api_key: 'ark-test' }, modelMap: {} });
-  const job = (o: Partial<VideoJob> = {}): VideoJob => ({
-    taskId: 'vid_unit',
-    model: 'seedance-1-0-pro-250528',
-    prompt: 'a boat',
-    negativePrompt: null,
-    durationSeconds: 5,
-    aspectRatio: '16:9',
-    resolution: '720p',
-    generateAudio: false,
-    referenceImages: [],
-    referenceVideos: [],
-    referenceAudios: [],
-    ...o,
-  });
+  const job = (o: Partial<VideoJob> = {}): VideoJob => videoJob({ taskId: 'vid_unit', model: 'seedance-1-0-pro-250528', prompt: 'a boat', ...o });
 
   it('refuses 1080p with reference images on the lite i2v model (an operator\'s own catalog model may offer it) without calling Ark', async () => {
     const tasks = fake.tasks.size;

@@ -15,6 +15,7 @@ import { startKlingFake, type KlingFake } from '../fakes/kling.ts';
 import { describeVideoConformance, mediaInputOf, noiseFrame, type ConformanceRoute } from '../support/video-adapter-conformance.ts';
 import { providerErrorOf } from '../support/api-error.ts';
 import { until } from '../support/tasks.ts';
+import { videoJob } from '../support/video-job.ts';
 
 let fake: KlingFake;
 beforeAll(async () => {
@@ -36,20 +37,7 @@ const account = (o: Partial<Record<'access_key' | 'secret_key', string>> = {}): 
   modelMap: {},
 });
 
-const job = (o: Partial<VideoJob> = {}): VideoJob => ({
-  taskId: `vid_kling_${Math.random().toString(36).slice(2)}`,
-  model: 'kling-v3-std',
-  prompt: 'a paper boat on a river',
-  negativePrompt: null,
-  durationSeconds: 5,
-  aspectRatio: '16:9',
-  resolution: '720p',
-  generateAudio: false,
-  referenceImages: [],
-  referenceVideos: [],
-  referenceAudios: [],
-  ...o,
-});
+const job = (o: Partial<VideoJob> = {}): VideoJob => videoJob({ taskId: `vid_kling_${Math.random().toString(36).slice(2)}`, model: 'kling-v3-std', prompt: 'a paper boat on a river', ...o });
 
 const taskOf = (jobId: string) => fake.tasks.get(jobId.slice(jobId.indexOf('/') + 1));
 const never = new AbortController().signal;

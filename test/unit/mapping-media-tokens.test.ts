@@ -7,28 +7,15 @@
 import { Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { checkMapping, imageContext, mappedInput, videoContext, type UpstreamMapping } from '../../server/providers/kit/mapping.ts';
-import type { ImageJob, MediaInput, VideoJob } from '../../server/providers/types.ts';
+import type { ImageJob, MediaInput } from '../../server/providers/types.ts';
 import { imageParams } from '../support/image-params.ts';
+import { videoJob } from '../support/video-job.ts';
 
 function media(name: string): MediaInput {
   const bytes = Buffer.from(`png bytes of ${name}`);
   return { contentType: 'image/png', bytes: bytes.length, width: 64, height: 64, open: () => Readable.from([bytes]), url: async (ttl = 0) => `https://gw.example/v1/files/${name}?ttl=${ttl}` };
 }
 
-const videoJob = (over: Partial<VideoJob> = {}): VideoJob => ({
-  taskId: 'vid_1',
-  model: 'x',
-  prompt: 'a fox',
-  negativePrompt: null,
-  durationSeconds: 5,
-  aspectRatio: '16:9',
-  resolution: '720p',
-  generateAudio: false,
-  referenceImages: [],
-  referenceVideos: [],
-  referenceAudios: [],
-  ...over,
-});
 
 const imageJob = (over: Partial<ImageJob> = {}): ImageJob => ({ operation: 'generation', model: 'x', prompt: 'a fox', n: 1, params: imageParams(), inputs: [], ...over });
 

@@ -6,21 +6,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { MappingError, checkMapping, mappedInput, videoContext, type UpstreamMapping } from '../../server/providers/kit/mapping.ts';
-import type { VideoJob } from '../../server/providers/types.ts';
+import { videoJob } from '../support/video-job.ts';
 
-const job = (prompt: string): VideoJob => ({
-  taskId: 'vid_1',
-  model: 'x',
-  prompt,
-  negativePrompt: null,
-  durationSeconds: 5,
-  aspectRatio: '16:9',
-  resolution: '720p',
-  generateAudio: false,
-  referenceImages: [],
-  referenceVideos: [],
-  referenceAudios: [],
-});
+const job = (prompt: string) => videoJob({ prompt });
 
 const mapping = (input: string): UpstreamMapping => ({ endpoint: 'fal-ai/wan-25-preview/text-to-video', input, output: 'video.url' });
 const run = (input: string, prompt: string) => mappedInput(mapping(input), videoContext(job(prompt)));
