@@ -14,6 +14,7 @@ import type { MediaInput, UpstreamAccount, VideoJob } from '../../server/provide
 import { startFalFake, type FalFake, type FalRoute } from '../fakes/fal.ts';
 import { startReplicateFake, type ReplicateFake, type ReplicateRoute } from '../fakes/replicate.ts';
 import { describeVideoConformance, type ConformanceRoute } from '../support/video-adapter-conformance.ts';
+import { videoJob } from '../support/video-job.ts';
 
 let fal: FalFake;
 let replicate: ReplicateFake;
@@ -35,20 +36,7 @@ function dataUrlImage(value: unknown): { mimeType: string; width: number; height
 }
 
 function baseJob(o: { prompt?: string; taskId?: string }, mapping: UpstreamMapping, model: string, durationSeconds: number): VideoJob {
-  return {
-    taskId: o.taskId ?? `vid_conformance_${Math.random().toString(36).slice(2)}`,
-    model,
-    mapping,
-    prompt: o.prompt ?? 'a paper boat on a river',
-    negativePrompt: null,
-    durationSeconds,
-    aspectRatio: '16:9',
-    resolution: '720p',
-    generateAudio: false,
-    referenceImages: [],
-    referenceVideos: [],
-    referenceAudios: [],
-  };
+  return videoJob({ taskId: o.taskId ?? `vid_conformance_${Math.random().toString(36).slice(2)}`, model, mapping, prompt: o.prompt ?? 'a paper boat on a river', durationSeconds });
 }
 
 const FAL_T2V: UpstreamMapping = { endpoint: 'fal-ai/wan-25-preview/text-to-video', input: '{"prompt": prompt, "duration": $string(duration), "aspect_ratio": aspect_ratio, "resolution": resolution}', output: 'video.url' };

@@ -7,6 +7,7 @@ import { ArkVideoProvider } from '../../server/providers/ark/ark-video.provider.
 import type { UpstreamAccount } from '../../server/providers/types.ts';
 import { startArkFake, type ArkFake, type ArkRoute } from '../fakes/ark.ts';
 import { describeVideoConformance, type ConformanceRoute } from '../support/video-adapter-conformance.ts';
+import { videoJob } from '../support/video-job.ts';
 
 let fake: ArkFake;
 beforeAll(async () => {
@@ -22,21 +23,14 @@ describeVideoConformance('ark (Seedance)', { idempotent: false, cancels: true },
   provider: new ArkVideoProvider(100),
   account: () => account('ark-conformance'),
   badAccount: () => account('ark-not-a-key-of-this-fake'),
-  job: (o = {}) => ({
-    taskId: o.taskId ?? `vid_conformance_${Math.random().toString(36).slice(2)}`,
-    model: o.model ?? 'seedance-1-0-pro-250528',
-    // A job the kit calls very long stays in Ark's queue (where it can still be cancelled).
-    prompt: o.prompt?.includes('very long') ? `${o.prompt} [ark:stay-queued]` : (o.prompt ?? 'a paper boat on a river'),
-    negativePrompt: null,
-    durationSeconds: 5,
-    aspectRatio: '16:9',
-    resolution: '720p',
-    generateAudio: false,
-    referenceImages: [],
-    referenceVideos: [],
-    referenceAudios: [],
-    ...(o.firstFrame && { firstFrame: o.firstFrame }),
-  }),
+  job: (o = {}) =>
+    videoJob({
+      taskId: o.taskId ?? `vid_conformance_${Math.random().toString(36).slice(2)}`,
+      model: o.model ?? 'seedance-1-0-pro-250528',
+      // A job the kit calls very long stays in Ark's queue (where it can still be cancelled).
+      prompt: o.prompt?.includes('very long') ? `${o.prompt} [ark:stay-queued]` : (o.prompt ?? 'a paper boat on a river'),
+      ...(o.firstFrame && { firstFrame: o.firstFrame }),
+    }),
   policyPrompt: 'a storm [ark:unsafe-video]',
   failPrompt: 'a storm [ark:fail]',
   unknownModel: 'seedance-9-0-pro-990101',

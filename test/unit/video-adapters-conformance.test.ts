@@ -9,6 +9,7 @@ import type { UpstreamAccount, VideoJob } from '../../server/providers/types.ts'
 import { startGeminiFake, type GeminiFake } from '../fakes/gemini.ts';
 import { startOpenAIVideosFake, type OpenAIVideosFake } from '../fakes/openai-video-upstream.ts';
 import { describeVideoConformance, type ConformanceRoute } from '../support/video-adapter-conformance.ts';
+import { videoJob } from '../support/video-job.ts';
 
 let openai: OpenAIVideosFake;
 let gemini: GeminiFake;
@@ -31,19 +32,8 @@ afterAll(async () => {
   await gemini?.close();
 });
 
-const baseJob = (o: { taskId?: string; model: string; prompt?: string; durationSeconds: number }): VideoJob => ({
-  taskId: o.taskId ?? `vid_conformance_${Math.random().toString(36).slice(2)}`,
-  model: o.model,
-  prompt: o.prompt ?? 'a paper boat on a river',
-  negativePrompt: null,
-  durationSeconds: o.durationSeconds,
-  aspectRatio: '16:9',
-  resolution: '720p',
-  generateAudio: false,
-  referenceImages: [],
-  referenceVideos: [],
-  referenceAudios: [],
-});
+const baseJob = (o: { taskId?: string; model: string; prompt?: string; durationSeconds: number }): VideoJob =>
+  videoJob({ taskId: o.taskId ?? `vid_conformance_${Math.random().toString(36).slice(2)}`, model: o.model, prompt: o.prompt ?? 'a paper boat on a river', durationSeconds: o.durationSeconds });
 
 const account = (provider: 'openai' | 'gemini', baseUrl: string, key: string): UpstreamAccount => ({ memberId: 'mem_conformance', provider, baseUrl, credentials: { api_key: key }, modelMap: {} });
 
