@@ -80,6 +80,15 @@ const twoMembers = () =>
 
 type Json = Record<string, any>;
 
+/** The task's worker is gone (its process died): another attempt takes the task over once the lease runs out. */
+function loseTheWorker(id: string) {
+  return server.db
+    .updateTable('videoTasks')
+    .set((eb) => ({ attempt: eb('attempt', '+', 1), leaseOwner: 'a-dead-worker', leaseExpiresAt: new Date(Date.now() + 500) }))
+    .where('id', '=', id)
+    .execute();
+}
+
 async function create(key: string, overrides: Record<string, unknown> = {}) {
   const res = await fetch(`${server.directUrl}/v1/videos/generations`, {
     method: 'POST',
@@ -291,11 +300,7 @@ describe('kling members in the pool', () => {
     const created = await create(c.key);
     await until(() => [...fake.tasks.values()].some((t) => t.externalTaskId === created.body.id), 10_000, 'the task at Kling');
     // The worker loses the task before the answer arrives (as when its process dies).
-    await server.db
-      .updateTable('videoTasks')
-      .set((eb) => ({ attempt: eb('attempt', '+', 1), leaseOwner: 'a-dead-worker', leaseExpiresAt: new Date(Date.now() + 500) }))
-      .where('id', '=', created.body.id)
-      .execute();
+    await loseTheWorker(created.body.id);
     const { task } = await waitVideoFinished(server, c.key, created.body.id);
     expect(task.status).toBe('completed');
     const submits = fake.requests.filter((r) => r.method === 'POST' && (r.json as Json)?.external_task_id === created.body.id);
@@ -312,11 +317,7 @@ describe('kling members in the pool', () => {
     await until(() => [...fake.tasks.values()].some((t) => t.externalTaskId === created.body.id), 10_000, 'the task at Kling');
     // The lookup after the refused resubmit is the next query Kling gets: rate-limited.
     fake.rateLimitNext('poll', 1);
-    await server.db
-      .updateTable('videoTasks')
-      .set((eb) => ({ attempt: eb('attempt', '+', 1), leaseOwner: 'a-dead-worker', leaseExpiresAt: new Date(Date.now() + 500) }))
-      .where('id', '=', created.body.id)
-      .execute();
+    await loseTheWorker(created.body.id);
     const { task } = await waitVideoFinished(server, c.key, created.body.id);
     expect(task.status).toBe('completed');
     // The rate-limited lookup, then the one that found the task.
