@@ -1,4 +1,4 @@
-import { describe, it, expect } from 'vitest';
+import { describe, it, expect, vi } from 'vitest';
 import {
   createMediagateClient,
   MediagateError,
@@ -237,32 +237,45 @@ describe('waitForVideo', () => {
     expect(error).toMatchObject({ status: 404, code: 'task_not_found', requestId: 'req_404' });
   });
 
-  it('rejects with a timeout error carrying the last state after timeoutMs', async () => {
-    const { client, fake } = clientWith([poll('in_progress', true)]);
-    const started = Date.now();
+  it('rejects with a timeout error carrying the last state after timeoutMs (on a fake clock)', async () => {
+    vi.useFakeTimers({ toFake: ['Date', 'setTimeout', 'clearTimeout'] });
+    try {
+      const { client, fake } = clientWith([poll('in_progress', true)]);
+      let error: unknown;
+      void client.waitForVideo('vid_1', { intervalMs: 10, timeoutMs: 80 }).catch((e: unknown) => (error = e));
 
-    const error = await client.waitForVideo('vid_1', { intervalMs: 10, timeoutMs: 80 }).catch((e: unknown) => e);
-
-    expect(error).toBeInstanceOf(VideoWaitTimeoutError);
-    expect(error).toMatchObject({ name: 'TimeoutError', taskId: 'vid_1', lastTask: { status: 'in_progress' } });
-    expect(Date.now() - started).toBeGreaterThanOrEqual(75);
-    expect(Date.now() - started).toBeLessThan(1_000);
-    expect(fake.calls).toBeGreaterThanOrEqual(2);
+      await vi.advanceTimersByTimeAsync(79);
+      expect(error).toBeUndefined(); // still polling
+      await vi.advanceTimersByTimeAsync(1);
+      expect(error).toBeInstanceOf(VideoWaitTimeoutError);
+      expect(error).toMatchObject({ name: 'TimeoutError', taskId: 'vid_1', lastTask: { status: 'in_progress' } });
+      expect(fake.calls).toBeGreaterThanOrEqual(2);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
-  it('rejects with an AbortError as soon as the signal aborts, cancelling the pause', async () => {
-    const controller = new AbortController();
-    const { client, fake } = clientWith([poll('in_progress', true)]);
-    const started = Date.now();
+  it('rejects with an AbortError as soon as the signal aborts, cancelling the pause (on a fake clock)', async () => {
+    vi.useFakeTimers({ toFake: ['Date', 'setTimeout', 'clearTimeout'] });
+    try {
+      const controller = new AbortController();
+      const { client, fake } = clientWith([poll('in_progress', true)]);
+      let error: unknown;
+      void client.waitForVideo('vid_1', { intervalMs: 60_000, signal: controller.signal }).catch((e: unknown) => (error = e));
 
-    const waiting = client.waitForVideo('vid_1', { intervalMs: 60_000, signal: controller.signal });
-    setTimeout(() => controller.abort(), 30);
-    const error = await waiting.catch((e: unknown) => e);
-
-    expect(error).toBeInstanceOf(DOMException);
-    expect(error).toMatchObject({ name: 'AbortError' });
-    expect(Date.now() - started).toBeLessThan(1_000);
-    expect(fake.calls).toBe(1);
+      // The first read is done and the one-minute pause has begun.
+      await vi.advanceTimersByTimeAsync(30);
+      expect([fake.calls, error]).toEqual([1, undefined]);
+      // Aborted with no time passing: the pause ends at once, and no timer is left behind.
+      controller.abort();
+      await vi.advanceTimersByTimeAsync(0);
+      expect(error).toBeInstanceOf(DOMException);
+      expect(error).toMatchObject({ name: 'AbortError' });
+      expect(vi.getTimerCount()).toBe(0);
+      expect(fake.calls).toBe(1);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('rejects at once without a request when the signal is already aborted', async () => {

@@ -181,8 +181,13 @@ describe('settlement', () => {
       // Concurrent whole captures of one account and key: none waits for the locked rows.
       expect(await Promise.all(whole.map((h) => ledger.settle(h, 3 * MICRO, t.db)))).toEqual([true, true, true]);
       // A partial capture gives credits back to the key and the account: it waits for their rows.
-      await new Promise((r) => setTimeout(r, 200));
+      const waitsForRows = async () => {
+        const { rows } = await sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and (query ilike '%api_keys%' or query ilike '%accounts%') and pid <> pg_backend_pid()`.execute(t.db);
+        return rows.length > 0 || partialDone;
+      };
+      for (let i = 0; i < 1000 && !(await waitsForRows()); i++) await new Promise((r) => setTimeout(r, 10));
       expect(partialDone).toBe(false);
+      expect(await waitsForRows()).toBe(true);
     } finally {
       release();
       await lock;

@@ -8,6 +8,7 @@ import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { until } from '../support/tasks.ts';
 
 let server: TestServer;
 let fileUrl: URL;
@@ -67,7 +68,8 @@ const linesOf = (requestId: string) => server.logs.map((l) => JSON.parse(l) as R
 describe('file downloads', () => {
   it('logs 40 back-to-back downloads by clients that close at the last byte as 40 finished requests, and nothing as failed', async () => {
     for (let i = 0; i < 40; i++) expect((await download(`dl-${i}`)).equals(expected)).toBe(true);
-    await new Promise((r) => setTimeout(r, 100));
+    // A request's line is written when the server sees its end, which may come after the client's last byte.
+    await until(() => Array.from({ length: 40 }, (_, i) => linesOf(`dl-${i}`).length > 0).every(Boolean), 5_000, 'a line of every download');
     for (let i = 0; i < 40; i++) {
       const lines = linesOf(`dl-${i}`);
       expect(lines).toEqual([expect.objectContaining({ msg: 'request', level: 30, status: 200, operation: 'getFile' })]);
@@ -78,7 +80,7 @@ describe('file downloads', () => {
   it('logs a client that goes away in the middle once, at info, with the bytes it was sent', async () => {
     const part = await download('dl-gone', 64 * 1024);
     expect(part.length).toBeLessThan(expected.length);
-    await new Promise((r) => setTimeout(r, 200));
+    await until(() => linesOf('dl-gone').length > 0, 5_000, 'the line of the download');
     const lines = linesOf('dl-gone');
     expect(lines).toEqual([expect.objectContaining({ msg: 'client went away before the response ended', level: 30, status: 200, operation: 'getFile', bytesSent: expect.any(Number) })]);
     const sent = lines[0]!.bytesSent as number;

@@ -280,8 +280,17 @@ describe('large bodies wait for a slot', () => {
     return { payload: Buffer.concat([head, Buffer.alloc(bytes, 7), tail]), contentType: `multipart/form-data; boundary=${boundary}` };
   }
 
-  /** Starts a large multipart edit that sends only its first bytes and then stalls, holding the one slot. */
-  function stalledLargeBody(): { done: Promise<number>; finish: () => void } {
+  /**
+   * Bytes of the large-body budget held right now. LargeBodyBudget keeps its semaphore private and
+   * exposes no count; the test reads it to know when a stalled upload holds its share.
+   */
+  const budgetInUse = () => (server.ctx.services.largeBodies as unknown as { budget: { inUse: number } }).budget.inUse;
+
+  /**
+   * Starts a large multipart edit that sends only its first bytes and then stalls; resolves once
+   * the server holds its Content-Length of the large-body budget.
+   */
+  async function stalledLargeBody(): Promise<{ done: Promise<number>; finish: () => void }> {
     const url = new URL(`${server.directUrl}/v1/images/edits`);
     const { payload, contentType } = multipartEdit(250_000);
     let finish: () => void = () => undefined;
@@ -297,12 +306,12 @@ describe('large bodies wait for a slot', () => {
       req.write(payload.subarray(0, 1000));
       finish = () => req.end(payload.subarray(1000));
     });
+    await until(() => budgetInUse() === payload.length, 5_000, 'the stalled upload to hold its share of the budget');
     return { done, finish: () => finish() };
   }
 
   it('a second large multipart body gets 503 server_busy with Retry-After while small requests pass', async () => {
-    const first = stalledLargeBody();
-    await new Promise((r) => setTimeout(r, 100));
+    const first = await stalledLargeBody();
     const small = await send('/v1/credits', { method: 'GET' });
     expect(small.status).toBe(200);
     const big = multipartEdit(300_000);
@@ -331,8 +340,7 @@ describe('large bodies wait for a slot', () => {
     expect(up.status).toBe(201);
     const edit = { model: 'local-image-1', prompt: 'x', images: [up.body.id] };
     // A stalled multipart edit holds 250 KB of the 400 KB: the named file's bytes do not fit.
-    const first = stalledLargeBody();
-    await new Promise((r) => setTimeout(r, 100));
+    const first = await stalledLargeBody();
     const busy = await postJson('/v1/images/edits', edit);
     expect([busy.status, busy.body.error?.code, busy.headers.get('retry-after')]).toEqual([503, 'server_busy', '1']);
     first.finish();

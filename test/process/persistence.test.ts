@@ -4,9 +4,10 @@
  * exactly one capture.
  */
 import { randomBytes } from 'node:crypto';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
-import { waitVideoTasksFinished } from '../support/tasks.ts';
+import { until, waitVideoTasksFinished } from '../support/tasks.ts';
 import { spawnServer, type ServerProcess } from '../support/server-process.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 import { totalSpentOf } from '../../server/repositories/account.repository.ts';
@@ -70,6 +71,32 @@ async function expectExactlyOnce(ids: string[], accountId: string, price: number
   const account = await t.db.selectFrom('accounts').select(['balance', totalSpentOf('accounts').as('totalSpent')]).where('id', '=', accountId).executeTakeFirstOrThrow();
   expect(account.totalSpent).toBe(price * ids.length);
   expect(account.balance).toBe(100_000_000 - price * ids.length);
+}
+
+/** The cluster listeners' sessions on the test database (every instance has one). */
+async function listeners() {
+  const { rows } = await sql<{ pid: number; state: string; query: string }>`
+    select pid, state, query from pg_stat_activity where datname = current_database() and application_name = 'mediagate-listener'`.execute(t.db);
+  return rows;
+}
+
+/** A worker session's claim of due video tasks (`claimDue`, leased-tasks.ts), by its text. */
+const VIDEO_CLAIM = '%update "video_tasks" t%set attempt = t.attempt + 1%';
+
+/** When the worker's video claim that waits for a lock started (full precision), if one waits. */
+async function waitingVideoClaim(): Promise<string | undefined> {
+  const { rows } = await sql<{ started: string }>`
+    select query_start::text as started from pg_stat_activity
+    where datname = current_database() and application_name = 'mediagate-worker' and wait_event_type = 'Lock' and query ilike ${VIDEO_CLAIM}`.execute(t.db);
+  return rows[0]?.started;
+}
+
+/** Whether a video claim of the worker that started after `started` is over (its session idle). */
+async function videoClaimAfter(started: string): Promise<boolean> {
+  const { rows } = await sql`
+    select 1 from pg_stat_activity
+    where datname = current_database() and application_name = 'mediagate-worker' and state = 'idle' and query ilike ${VIDEO_CLAIM} and query_start > ${started}::timestamptz`.execute(t.db);
+  return rows.length > 0;
 }
 
 describe('a server process killed with SIGKILL while tasks run', () => {
@@ -141,14 +168,37 @@ describe('--role api and --role worker', () => {
   it('a worker on another process starts a new task at once (LISTEN/NOTIFY), not at its periodic claim', async () => {
     const c = await createCustomer(t.db, { balance: 100 });
     const api = await start({}, ['--role', 'api']);
-    // A periodic claim once a minute: only a notification can start the task within seconds.
-    const worker = await start({ TASK_POLL_MS: '60000' }, ['--role', 'worker']);
-    await new Promise((r) => setTimeout(r, 1500)); // the listener connects and the start-up claim has passed
-    const started = Date.now();
+    const listenersBefore = new Set((await listeners()).map((l) => l.pid));
+    // The worker's video claims wait on this lock until the test knows where they stand: its
+    // start-up claim is the one that waits.
+    let release!: () => void;
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const lock = t.db.transaction().execute(async (trx) => {
+      await sql`lock table video_tasks in share mode`.execute(trx);
+      locked();
+      await new Promise<void>((r) => (release = r));
+    });
+    await isLocked;
+    // A periodic claim once a minute: only a notification can start the task within the test's 20 s.
+    const starting = start({ TASK_POLL_MS: '60000' }, ['--role', 'worker']);
+    let startupClaim: string;
+    try {
+      // The worker's listener ran its LISTEN (a new session, idle after it) ...
+      await until(async () => (await listeners()).some((l) => !listenersBefore.has(l.pid) && l.state === 'idle' && /^listen /i.test(l.query)), 30_000, "the worker's LISTEN");
+      // ... and its start-up video claim waits for the lock.
+      startupClaim = await until(waitingVideoClaim, 30_000, "the worker's start-up claim");
+    } finally {
+      release();
+      await lock;
+    }
+    const worker = await starting;
+    // Listening woke the engine, which claims again after its start-up claim. Once that claim is
+    // over, only a notification or the periodic claim (a minute away) can take new work.
+    await until(() => videoClaimAfter(startupClaim), 10_000, "the claim of the listener's wake-up");
     const ids = await createTasks(api.url, c.key, 1);
     const rows = await waitVideoTasksFinished(t.db, ids, 20_000);
     expect(rows[0]!.status).toBe('completed');
-    expect(Date.now() - started).toBeLessThan(10_000);
     await Promise.all([api.kill('SIGTERM'), worker.kill('SIGTERM')]);
   }, 120_000);
 });

@@ -84,10 +84,8 @@ describe('a mapping that does not end', () => {
       [LOOP, /was stopped: it ran longer than 250 ms/],
       [DEEP, /was stopped: it nests deeper than 500 steps/],
     ] as const) {
-      const started = Date.now();
       const err = await fails(checkMapping('fal', 'video', { ...KLING, input }));
       expect([err.path, err.message]).toEqual(['input', expect.stringMatching(said)]);
-      expect(Date.now() - started).toBeLessThan(5_000);
     }
   });
 
