@@ -280,11 +280,7 @@ describe('large bodies wait for a slot', () => {
     return { payload: Buffer.concat([head, Buffer.alloc(bytes, 7), tail]), contentType: `multipart/form-data; boundary=${boundary}` };
   }
 
-  /**
-   * Bytes of the large-body budget held right now. LargeBodyBudget keeps its semaphore private and
-   * exposes no count; the test reads it to know when a stalled upload holds its share.
-   */
-  const budgetInUse = () => (server.ctx.services.largeBodies as unknown as { budget: { inUse: number } }).budget.inUse;
+  const budgetInUse = () => server.ctx.services.largeBodies.inUse;
 
   /**
    * Starts a large multipart edit that sends only its first bytes and then stalls; resolves once

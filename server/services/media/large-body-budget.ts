@@ -23,6 +23,11 @@ export class LargeBodyBudget {
     this.budget = new Semaphore(opts.budgetBytes);
   }
 
+  /** Bytes of the budget held right now. */
+  get inUse(): number {
+    return this.budget.inUse;
+  }
+
   /** Waits up to LARGE_BODY_WAIT_MS for `bytes` (the whole budget at most); 503 server_busy after that. */
   async acquire(bytes: number, signal?: AbortSignal): Promise<() => void> {
     const gone = new AbortController();
