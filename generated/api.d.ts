@@ -1915,7 +1915,8 @@ export interface components {
          *     - **403** `api_key_inactive`, `account_suspended`.
          *     - **404** `not_found` (unknown route), `model_not_found`, `task_not_found` (unknown or another
          *       account's task), `file_not_found` (unknown file, bad signature or expired URL; a media input
-         *       naming a file id that is not a file of this account, or has expired),
+         *       naming a file id that is not a file of this account, or has expired, also when that happened
+         *       while the request was being made: nothing is then created or charged),
          *       `video_creation_endpoint_moved` (`POST /v1/videos`: use `POST /v1/videos/generations`),
          *       `account_not_found`, `api_key_not_found`, `group_not_found`, `member_not_found` (admin).
          *     - **405** `method_not_allowed`.

@@ -53,6 +53,9 @@ export class ApiError extends Error {
 
 export const badRequest = (code: ErrorCode, message: string, param: string | null = null) => new ApiError(400, code, message, param);
 export const notFound = (code: ErrorCode, message: string) => new ApiError(404, code, message);
+
+/** A file the request names was deleted or expired while the request was being made (the hold's `input_files_gone`). */
+export const inputFilesGone = () => notFound('file_not_found', 'A file this request names was deleted or expired while the request was being made; nothing was created or charged.');
 export const conflict = (code: ErrorCode, message: string, extra: Record<string, unknown> = {}, param: string | null = null) =>
   new ApiError(409, code, message, param, extra);
 export const paymentRequired = (code: 'key_quota_exceeded' | 'insufficient_balance', message: string) => new ApiError(402, code, message);

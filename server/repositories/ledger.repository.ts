@@ -80,7 +80,8 @@ export interface InputAdoption {
  */
 export type HoldCommit = 'flushed' | 'unflushed';
 
-export type HoldOutcome = 'ok' | 'key_quota_exceeded' | 'insufficient_balance' | 'key_too_many_in_flight' | 'account_too_many_in_flight';
+/** `input_files_gone`: a file the task names was deleted (or expired) after it was resolved; nothing was written. */
+export type HoldOutcome = 'ok' | 'key_quota_exceeded' | 'insufficient_balance' | 'key_too_many_in_flight' | 'account_too_many_in_flight' | 'input_files_gone';
 
 /** What the hold statement did, and with `ok` the task row as inserted (no second read). */
 export interface HoldResult<T extends TaskInsert> {
@@ -277,6 +278,10 @@ export class LedgerRepository {
             where id = any(${[...inputs.fileIds]}::text[]) and account_id = ${hold.accountId} and exists (select 1 from t)
             returning id
           )`;
+    // Every file the task names is adopted, or nothing is written: a file deleted (or expired) since
+    // it was resolved would leave a task whose submit can never read its inputs.
+    const inputsGone =
+      inputs.fileIds.length === 0 ? sql`` : sql`when (select count(*) from f) <> ${new Set(inputs.fileIds).size} then mg_abort('input_files_gone') `;
     // set_config(…, true) lasts until the end of the statement's own transaction, whose commit reads it.
     const unflushed = commit === 'unflushed' ? sql` cross join (select set_config('synchronous_commit', 'off', true)) c` : sql``;
     // With a cap on generations in flight, the gate comes first (its locks before the rows' locks)
@@ -286,20 +291,22 @@ export class LedgerRepository {
     const gate = gated ? sql`g as (select mg_in_flight_gate(${hold.accountId}, ${hold.apiKeyId}, ${caps.key}::int, ${caps.account}::int) as outcome), ` : sql``;
     const gateOpen = gated ? sql` and exists (select 1 from g where g.outcome = 'ok')` : sql``;
     const gateOutcome = gated ? sql`when (select g.outcome from g) <> 'ok' then (select g.outcome from g)` : sql``;
-    if (hold.amount === 0) {
-      // A free generation needs no reservation.
-      if (!gated) {
-        return result(await runPrepared(sql<Row>`with t as (insert into ${table} (${columns}) values (${values}) returning ${columnsOf(sqlTable)}) ${adopt} select 'ok' as outcome, t.* from t${unflushed}`, this.db));
-      }
-      return result(
-        await runPrepared(
-          sql<Row>`with ${gate}t as (insert into ${table} (${columns}) select ${values} where true${gateOpen} returning ${columnsOf(sqlTable)}) ${adopt}
-            select o.outcome, t.* from (select case ${gateOutcome} else 'ok' end as outcome) o left join t on true${unflushed}`,
-          this.db,
-        ),
-      );
-    }
     try {
+      if (hold.amount === 0) {
+        // A free generation needs no reservation.
+        if (!gated) {
+          return result(
+            await runPrepared(sql<Row>`with t as (insert into ${table} (${columns}) values (${values}) returning ${columnsOf(sqlTable)}) ${adopt} select ${inputs.fileIds.length === 0 ? sql`'ok'` : sql`case ${inputsGone}else 'ok' end`} as outcome, t.* from t${unflushed}`, this.db),
+          );
+        }
+        return result(
+          await runPrepared(
+            sql<Row>`with ${gate}t as (insert into ${table} (${columns}) select ${values} where true${gateOpen} returning ${columnsOf(sqlTable)}) ${adopt}
+              select o.outcome, t.* from (select case ${gateOutcome} ${inputsGone}else 'ok' end as outcome) o left join t on true${unflushed}`,
+            this.db,
+          ),
+        );
+      }
       const held = await runPrepared(sql<Row>`
         with ${gate}k as (
           update api_keys set credits_used = credits_used + ${hold.amount}
@@ -328,12 +335,13 @@ export class LedgerRepository {
             when not exists (select 1 from k) then 'key_quota_exceeded'
             when not exists (select 1 from a) then mg_abort('insufficient_balance')
             when not exists (select 1 from t) then mg_abort('task_not_inserted')
-            else 'ok'
+            ${inputsGone}else 'ok'
           end as outcome
         ) o left join t on true${unflushed}`, this.db);
       return result(held);
     } catch (err) {
       if ((err as { code?: string }).code === ABORT_SQLSTATE && (err as Error).message === 'insufficient_balance') return { outcome: 'insufficient_balance' };
+      if ((err as { code?: string }).code === ABORT_SQLSTATE && (err as Error).message === 'input_files_gone') return { outcome: 'input_files_gone' };
       throw err;
     }
   }

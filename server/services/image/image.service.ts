@@ -5,7 +5,7 @@
  * `Prefer: respond-async`. Exactly what was delivered is captured and the rest released.
  */
 import type { components } from '../../../generated/api.d.ts';
-import { ApiError, badRequest, notFound, paymentRequired, unavailable } from '../../errors.ts';
+import { ApiError, badRequest, inputFilesGone, notFound, paymentRequired, unavailable } from '../../errors.ts';
 import { newId } from '../../lib/ids.ts';
 import { Base64Bytes, Base64Source, type WithBase64 } from '../../lib/base64-json.ts';
 import { inspectImage } from '../../lib/image-inspect.ts';
@@ -310,6 +310,7 @@ export class ImageService {
     if (outcome === 'key_quota_exceeded') throw paymentRequired('key_quota_exceeded', `This API key's credit limit cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     if (outcome === 'insufficient_balance') throw paymentRequired('insufficient_balance', `The account balance cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     if (outcome === 'key_too_many_in_flight' || outcome === 'account_too_many_in_flight') throw inFlightRefusal(outcome, auth);
+    if (outcome === 'input_files_gone') throw inputFilesGone();
     // A synchronous task's request line carries this (http/images.handlers.ts): one line, not three.
     if (mode.async) {
       this.deps.log.info({ taskId, model: req.model, n: req.n, quotedMicroCredits: quoted }, 'image task created');

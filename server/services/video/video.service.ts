@@ -7,7 +7,7 @@ import type { Insertable } from 'kysely';
 import type { components } from '../../../generated/api.d.ts';
 import type { VideoTasks } from '../../../generated/db.d.ts';
 import type { BillingMode } from '../../catalog/capabilities.ts';
-import { ApiError, badRequest, conflict, notFound, paymentRequired, unavailable } from '../../errors.ts';
+import { ApiError, badRequest, conflict, inputFilesGone, notFound, paymentRequired, unavailable } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { ModelRepository, VideoCatalogRow } from '../../repositories/model.repository.ts';
@@ -184,6 +184,7 @@ export class VideoService {
       throw paymentRequired('insufficient_balance', `The account balance cannot cover this video (${quoted / 1e6} credits).`);
     }
     if (outcome === 'key_too_many_in_flight' || outcome === 'account_too_many_in_flight') throw inFlightRefusal(outcome, auth);
+    if (outcome === 'input_files_gone') throw inputFilesGone();
     this.deps.log.info({ taskId, model: model.id, quotedMicroCredits: quoted, apiKeyId: auth.apiKeyId }, 'video task created');
     this.deps.notifier.notify('video');
     // Everything the create shape shows was just written; no need to read the row back.
