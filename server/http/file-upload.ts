@@ -11,7 +11,7 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { ApiError, badRequest } from '../errors.ts';
 import { MediaTooLarge, StorageError, type FileRow, type FileService } from '../services/file.service.ts';
 import { authOf } from './auth.ts';
-import { lingerAfterResponse } from './request-guards.ts';
+import { bodyDeadline, lingerAfterResponse } from './request-guards.ts';
 
 export interface UploadLimits {
   maxFileBytes: number;
@@ -38,8 +38,7 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
     const body: Record<string, string> = {};
     let saving: Promise<FileRow> | undefined;
     let settled = false;
-    let idle: NodeJS.Timeout | undefined;
-    let total: NodeJS.Timeout | undefined;
+    let deadline: ReturnType<typeof bodyDeadline> | undefined;
     const tooLarge = () => new ApiError(413, 'media_too_large', `The file exceeds the limit of ${limits.maxFileBytes} bytes.`, 'file');
 
     res.once('close', () => {
@@ -56,8 +55,7 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
     const finish = (err?: ApiError | StorageError) => {
       if (settled) return;
       settled = true;
-      clearTimeout(idle);
-      clearTimeout(total);
+      deadline?.clear();
       req.unpipe(bb);
       if (err) {
         // Ends the file part too (busboy destroys it with the error): the store's write fails and
@@ -131,13 +129,9 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
       finish();
     });
 
-    const arm = () => {
-      clearTimeout(idle);
-      idle = setTimeout(() => finish(new ApiError(408, 'body_timeout', `No part of the request body arrived for ${limits.idleTimeoutMs} ms.`)), limits.idleTimeoutMs);
-    };
-    arm();
-    total = setTimeout(() => finish(new ApiError(408, 'body_timeout', `The request body was not complete within ${limits.timeoutMs} ms.`)), limits.timeoutMs);
-    req.on('data', arm);
+    const armed = bodyDeadline(limits.idleTimeoutMs, limits.timeoutMs, finish);
+    deadline = armed;
+    req.on('data', armed.touch);
     req.once('close', () => {
       if (!req.complete) finish(badRequest('invalid_request', 'The client went away before the request body was complete.'));
     });

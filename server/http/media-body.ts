@@ -21,7 +21,7 @@ import type { FileService } from '../services/file.service.ts';
 import { InputStaging } from '../services/media/input-staging.ts';
 import { authOf } from './auth.ts';
 import { MediaJsonScanner, type MediaJsonFields, type MediaJsonLimits } from '../lib/media-json-scanner.ts';
-import { lingerAfterResponse } from './request-guards.ts';
+import { bodyDeadline, lingerAfterResponse } from './request-guards.ts';
 
 /** The media fields of a video creation: frames (aliases included) and reference images. */
 export const VIDEO_MEDIA_FIELDS: MediaJsonFields = {
@@ -109,13 +109,11 @@ export function mediaJsonBody(files: FileService, log: Logger, options: MediaBod
 
     let settled = false;
     let source: Readable;
-    let idle: NodeJS.Timeout | undefined;
-    let total: NodeJS.Timeout | undefined;
+    let deadline: ReturnType<typeof bodyDeadline> | undefined;
     const finish = (err: unknown, body?: unknown) => {
       if (settled) return;
       settled = true;
-      clearTimeout(idle);
-      clearTimeout(total);
+      deadline?.clear();
       source?.removeAllListeners('data');
       if (err === undefined) {
         req.body = body;
@@ -140,17 +138,12 @@ export function mediaJsonBody(files: FileService, log: Logger, options: MediaBod
       finish(err);
       return;
     }
-    const timeout = (message: string) => finish(new ApiError(408, 'body_timeout', message));
-    const armIdle = () => {
-      clearTimeout(idle);
-      idle = setTimeout(() => timeout(`No part of the request body arrived for ${options.idleTimeoutMs} ms.`), options.idleTimeoutMs);
-    };
-    armIdle();
-    total = setTimeout(() => timeout(`The request body was not complete within ${options.timeoutMs} ms.`), options.timeoutMs);
+    const armed = bodyDeadline(options.idleTimeoutMs, options.timeoutMs, finish);
+    deadline = armed;
 
     let pushing: Promise<void> = Promise.resolve();
     source.on('data', (chunk: Buffer) => {
-      armIdle();
+      armed.touch();
       source.pause();
       pushing = scanner.push(chunk).then(
         () => void (settled || source.resume()),

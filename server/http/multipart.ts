@@ -13,7 +13,7 @@
 import busboy from 'busboy';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { ApiError } from '../errors.ts';
-import { lingerAfterResponse } from './request-guards.ts';
+import { bodyDeadline, lingerAfterResponse } from './request-guards.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -130,20 +130,10 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
     let settled = false;
     // A body that stops (or drips) is cut as any other is: it holds a share of the large-body
     // budget (largeBodySlots) that other clients' edits wait for.
-    let idle: NodeJS.Timeout | undefined;
-    const armIdle = (): void => {
-      clearTimeout(idle);
-      idle = setTimeout(() => reject(new ApiError(408, 'body_timeout', `No part of the request body arrived for ${cfg.idleTimeoutMs} ms.`)), cfg.idleTimeoutMs);
-    };
-    const whole = setTimeout(() => reject(new ApiError(408, 'body_timeout', `The request body was not complete within ${cfg.timeoutMs} ms.`)), cfg.timeoutMs);
-    const clearTimers = (): void => {
-      clearTimeout(idle);
-      clearTimeout(whole);
-    };
-    armIdle();
+    const deadline = bodyDeadline(cfg.idleTimeoutMs, cfg.timeoutMs, (err) => reject(err));
 
     const onData = (chunk: Buffer): void => {
-      armIdle();
+      deadline.touch();
       total += chunk.length;
       if (total > cfg.maxTotalBytes) {
         reject(bodyTooLarge(cfg));
@@ -174,7 +164,7 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
     const reject = (err: ApiError): void => {
       if (settled) return;
       settled = true;
-      clearTimers();
+      deadline.clear();
       detachFromRequest();
       req.on('error', () => {});
       if (bb) {
@@ -287,7 +277,7 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
     bb.on('finish', () => {
       if (settled) return;
       settled = true;
-      clearTimers();
+      deadline.clear();
       const toImage = (e: PendingFile): UploadedImage => ({ ...e.info, buffer: Buffer.concat(e.chunks) });
       const uploads: UploadedFiles = { images: images.map(toImage), mask: mask ? toImage(mask) : undefined };
       detachFromRequest();

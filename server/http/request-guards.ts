@@ -103,6 +103,28 @@ export function rejectBracketedQuery(req: Request, _res: Response, next: NextFun
   next();
 }
 
+/**
+ * The two limits every streamed body is read under (BODY_IDLE_TIMEOUT_MS, BODY_TIMEOUT_MS): `cut`
+ * gets 408 body_timeout when no byte arrived for `idleMs` (each `touch()` restarts that) or the
+ * body was not complete within `totalMs`. `clear()` once the body is over, whichever way.
+ */
+export function bodyDeadline(idleMs: number, totalMs: number, cut: (err: ApiError) => void): { touch(): void; clear(): void } {
+  let idle: NodeJS.Timeout | undefined;
+  const touch = () => {
+    clearTimeout(idle);
+    idle = setTimeout(() => cut(new ApiError(408, 'body_timeout', `No part of the request body arrived for ${idleMs} ms.`)), idleMs);
+  };
+  const total = setTimeout(() => cut(new ApiError(408, 'body_timeout', `The request body was not complete within ${totalMs} ms.`)), totalMs);
+  touch();
+  return {
+    touch,
+    clear: () => {
+      clearTimeout(idle);
+      clearTimeout(total);
+    },
+  };
+}
+
 /** How long a rejected upload is still read (and discarded) after the error response, in ms. */
 const LINGER_MS = 2_000;
 
