@@ -86,7 +86,7 @@ async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: Abo
 }
 
 /** An output image, tried again on a passing failure: the job that made it is paid for and done. */
-async function downloadWithRetries(url: string, signal: AbortSignal, provider: string): Promise<Buffer> {
+export async function downloadWithRetries(url: string, signal: AbortSignal, provider: string): Promise<Buffer> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await fetchOutputImage(url, signal, provider);

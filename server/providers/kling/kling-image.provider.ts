@@ -19,16 +19,14 @@
  * different operation per model: edits are refused before any call.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fitImage, readBounded } from '../image-output.ts';
-import { ProviderError, jobStatus, sanitizeMessage, upstreamFetch } from '../kit.ts';
+import { fitImage } from '../image-output.ts';
+import { ProviderError, downloadWithRetries, jobStatus, sanitizeMessage } from '../kit.ts';
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../kit.ts';
 import { KlingTokens } from './kling-auth.ts';
 import { klingCall, outcomeOf } from './kling-api.ts';
 
 export const KLING_IMAGE_POLL_MS = 2_000;
 export const KLING_IMAGE_TIMEOUT_MS = 600_000;
-const MAX_IMAGE_BYTES = 64 * 1024 * 1024;
-const DOWNLOAD_ATTEMPTS = 3;
 
 /** `aspect_ratio` values of the image API. */
 const RATIOS = ['16:9', '9:16', '1:1', '4:3', '3:4', '3:2', '2:3', '21:9'];
@@ -91,7 +89,8 @@ export class KlingImageProvider implements ImageProvider {
 
     const urls = await this.waitForImages(account, taskId, signal);
     for (const [i, url] of urls.slice(0, job.n).entries()) {
-      const data = await this.downloadImage(url, signal);
+      // Kling's CDN: no credentials, redirects followed anywhere, a passing failure tried again.
+      const data = await downloadWithRetries(url, signal, 'Kling');
       await events.image(i, { image: await fitImage(data, p) });
     }
   }
@@ -122,22 +121,6 @@ export class KlingImageProvider implements ImageProvider {
         return images.map((img) => img.url);
       }
       if (Date.now() > deadline) throw new ProviderError('retryable', `the upstream image task did not finish within ${Math.round(this.timeoutMs / 1000)} s`);
-    }
-  }
-
-  /** One result image from Kling's CDN (no credentials: its redirects are followed to any host), tried again on a transient failure. */
-  private async downloadImage(url: string, signal: AbortSignal): Promise<Buffer> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const res = await upstreamFetch(url, { headers: { Accept: 'image/*' }, redirect: 'anywhere' }, signal, 'image download');
-        if (res.ok) return await readBounded(res, MAX_IMAGE_BYTES, signal, 'image download');
-        res.discard();
-        const gone = res.status === 403 || res.status === 404 || res.status === 410;
-        throw new ProviderError(gone ? 'failed' : 'retryable', `the upstream image download answered HTTP ${res.status}`, { upstreamStatus: res.status });
-      } catch (err) {
-        if (!(err instanceof ProviderError) || !err.transient || attempt >= DOWNLOAD_ATTEMPTS) throw err;
-        await sleep(250 * attempt, undefined, { signal });
-      }
     }
   }
 }
