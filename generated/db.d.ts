@@ -167,6 +167,7 @@ export interface ImageTasks {
   status: Generated<string>;
   unitPrice: number;
   updatedAt: Generated<Timestamp>;
+  upstreamJob: Json | null;
 }
 
 export interface LedgerEntries {

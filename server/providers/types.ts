@@ -76,6 +76,12 @@ export interface ImageJob {
    * at once (absent: 1). Between 1 and the adapter's `parallelCalls`, as many as the member had free.
    */
   slots?: number;
+  /**
+   * An upstream job an earlier attempt of this task submitted and reported (`ImageEvents.submitted`),
+   * still to be collected: the adapter waits for it (on this same member) instead of submitting a
+   * new one, and submits further jobs only for images it does not make.
+   */
+  resume?: unknown;
 }
 
 export interface GeneratedImage {
@@ -95,6 +101,15 @@ export interface GeneratedImage {
 export interface ImageEvents {
   partial(imageIndex: number, partialIndex: number, image: Buffer): Promise<void>;
   image(imageIndex: number, image: GeneratedImage): Promise<void>;
+  /**
+   * Set for a task that can be resumed (a background task): an adapter whose upstream runs jobs
+   * (a queue) calls it once the upstream accepted one, with a JSON reference to the job that a later
+   * attempt gets back as `ImageJob.resume`. Once it resolved, the job is recorded: an abort of the
+   * call (the engine stopping, the lease lost) leaves it running for whoever resumes the task, where
+   * an unrecorded job given up on is cancelled. Should it reject, the job is cancelled and the
+   * call fails with its error.
+   */
+  submitted?(ref: unknown): Promise<void>;
 }
 
 export interface ImageProvider {

@@ -201,9 +201,18 @@ export class ImageTaskRepository {
     return (await this.leases.update(fence, { memberId, memberSlots: slots }, trx)) !== undefined;
   }
 
-  /** The upstream calls failed: the member's slots are free again. */
+  /** The upstream calls failed: the member's slots are free again, and no upstream job is waited for there. */
   async releaseMember(fence: Fence): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId: null, memberSlots: 1 }, this.db)) !== undefined;
+    return (await this.leases.update(fence, { memberId: null, memberSlots: 1, upstreamJob: null }, this.db)) !== undefined;
+  }
+
+  /**
+   * The member the task holds accepted an upstream job (`ref`, as the adapter reported it): a later
+   * step collects that job instead of submitting another (ImageRunner.step). False: the fence no
+   * longer holds.
+   */
+  async recordUpstreamJob(fence: Fence, ref: unknown): Promise<boolean> {
+    return (await this.leases.update(fence, { upstreamJob: JSON.stringify(ref) }, this.db)) !== undefined;
   }
 
   /**

@@ -50,6 +50,8 @@ export class FalImageProvider implements ImageProvider {
         return result.urls;
       },
       cancel: (jobId: string, signal: AbortSignal) => falCancel(account, jobId, signal),
+      refOf: (jobId: string) => jobId,
+      revive: (ref: unknown) => (typeof ref === 'string' && ref !== '' ? ref : undefined),
     };
     await generateQueuedImages(queue, job, signal, events, { pollMs: this.pollMs, maxWaitMs: this.maxWaitMs });
   }

@@ -11,6 +11,11 @@
  * attempts. A job given up on for any reason (the client left, `maxWaitMs`, an error that asking
  * again cannot fix) is cancelled, best effort, so that nobody's credit is spent on images no one
  * will collect.
+ *
+ * A background task's jobs are recorded as they are accepted (`ImageEvents.submitted`, with the
+ * queue's `refOf`): a run that stops while one is running (the process died, the engine stopped,
+ * the lease was lost) leaves that job alone, and the task's next run waits for it (`ImageJob.resume`,
+ * `revive`) instead of paying for another.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fitImage, readBounded } from '../image-output.ts';
@@ -35,6 +40,10 @@ export interface ImageQueue<Job> {
   /** One look at the job (`first`: right after submit): its output URLs once done, `undefined` while it runs; throws its failure (a transient ProviderError: the look failed, not the job). */
   check(job: Job, first: boolean, signal: AbortSignal): Promise<string[] | undefined>;
   cancel(job: Job, signal: AbortSignal): Promise<void>;
+  /** A JSON reference to the job, for `ImageEvents.submitted`. */
+  refOf(job: Job): unknown;
+  /** The job a reference names (`ImageJob.resume`), or undefined when it is not one of this queue's. */
+  revive(ref: unknown): Job | undefined;
 }
 
 export interface QueueTiming {
@@ -44,10 +53,24 @@ export interface QueueTiming {
 
 export async function generateQueuedImages<Job>(queue: ImageQueue<Job>, job: ImageJob, signal: AbortSignal, events: ImageEvents, timing: QueueTiming): Promise<void> {
   let delivered = 0;
+  // An earlier run's job goes first; its images count like those of any job (fewer: topped up).
+  let resumed = job.resume === undefined ? undefined : queue.revive(job.resume);
   while (delivered < job.n) {
     signal.throwIfAborted();
-    const submitted = await queue.submit(job.n - delivered, signal);
-    const urls = await waitForOutputs(queue, submitted, signal, timing);
+    const fresh = resumed === undefined;
+    const submitted = resumed ?? (await queue.submit(job.n - delivered, signal));
+    resumed = undefined;
+    if (fresh && events.submitted) {
+      try {
+        await events.submitted(queue.refOf(submitted));
+      } catch (err) {
+        // Not recorded, so never collected: stop it.
+        void queue.cancel(submitted, AbortSignal.timeout(10_000)).catch(() => undefined);
+        throw err;
+      }
+    }
+    const kept = events.submitted !== undefined;
+    const urls = await waitForOutputs(queue, submitted, signal, timing, { fresh, kept });
     let got = 0;
     for (const url of urls) {
       if (delivered >= job.n) break;
@@ -59,10 +82,14 @@ export async function generateQueuedImages<Job>(queue: ImageQueue<Job>, job: Ima
   }
 }
 
-async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: AbortSignal, { pollMs, maxWaitMs }: QueueTiming): Promise<string[]> {
+/**
+ * Looks at the job until it is done. `fresh`: submitted by this run (the first look may use what the
+ * submit answered); `kept`: recorded for a later run, so an abort leaves it running.
+ */
+async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: AbortSignal, { pollMs, maxWaitMs }: QueueTiming, { fresh, kept }: { fresh: boolean; kept: boolean }): Promise<string[]> {
   const deadline = Date.now() + maxWaitMs;
   try {
-    for (let first = true; ; first = false) {
+    for (let first = fresh; ; first = false) {
       let wait = pollMs;
       try {
         const urls = await queue.check(job, first, signal);
@@ -78,6 +105,8 @@ async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: Abo
       await sleep(Math.min(wait, left), undefined, { signal });
     }
   } catch (err) {
+    // A recorded job whose run stopped is the task's next run's to collect.
+    if (kept && signal.aborted) throw err;
     // Nobody will collect it: stop it spending the account's credit (not awaited by the client). A
     // job that has already ended is no error to cancel (fal: ALREADY_COMPLETED; Replicate: as it was).
     void queue.cancel(job, AbortSignal.timeout(10_000)).catch(() => undefined);

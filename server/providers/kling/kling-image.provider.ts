@@ -78,6 +78,18 @@ export class KlingImageProvider implements ImageProvider {
       aspect_ratio: klingImageRatio(p.aspectRatio, p.width, p.height),
       resolution: p.resolution === '2K' || p.resolution === '4K' ? '2k' : '1k',
     };
+    // A task an earlier run of this one submitted is collected, not submitted again (ImageJob.resume).
+    const taskId = typeof job.resume === 'string' && job.resume !== '' ? job.resume : await this.submit(account, fields, signal, events);
+    const urls = await this.waitForImages(account, taskId, signal);
+    for (const [i, url] of urls.slice(0, job.n).entries()) {
+      // Kling's CDN: no credentials, redirects followed anywhere, a passing failure tried again.
+      const data = await downloadWithRetries(url, signal, 'Kling');
+      await events.image(i, { image: await fitImage(data, p) });
+    }
+  }
+
+  /** Creates the image task; its id, recorded for a later run (Kling has no cancel: a task is always left to finish). */
+  private async submit(account: UpstreamAccount, fields: Record<string, unknown>, signal: AbortSignal, events: ImageEvents): Promise<string> {
     const text = JSON.stringify(fields);
     const created = outcomeOf(
       await klingCall<KlingImageTask>(this.tokens, account, { method: 'POST', path: '/v1/images/generations', body: () => ({ body: text, length: Buffer.byteLength(text) }) }, signal, 'image generation'),
@@ -86,13 +98,8 @@ export class KlingImageProvider implements ImageProvider {
     if (!created.ok) throw created.error;
     const taskId = created.data?.task_id;
     if (typeof taskId !== 'string' || taskId === '') throw new ProviderError('retryable', 'the upstream accepted the image task without returning its id');
-
-    const urls = await this.waitForImages(account, taskId, signal);
-    for (const [i, url] of urls.slice(0, job.n).entries()) {
-      // Kling's CDN: no credentials, redirects followed anywhere, a passing failure tried again.
-      const data = await downloadWithRetries(url, signal, 'Kling');
-      await events.image(i, { image: await fitImage(data, p) });
-    }
+    await events.submitted?.(taskId);
+    return taskId;
   }
 
   /** Polls the task until it is done; its images' URLs in index order. */

@@ -39,6 +39,12 @@ export class ReplicateImageProvider implements ImageProvider {
         return outcome.state === 'succeeded' ? outcome.urls : undefined;
       },
       cancel: (created: Prediction & { id: string }, signal: AbortSignal) => cancelPrediction(account, created.id, signal),
+      // A prediction is looked up by its id alone (a resumed one is read afresh: `first` is false).
+      refOf: (created: Prediction & { id: string }) => ({ id: created.id }),
+      revive: (ref: unknown) => {
+        const id = (ref as { id?: unknown } | null)?.id;
+        return typeof id === 'string' && id !== '' ? { id } : undefined;
+      },
     };
     await generateQueuedImages(queue, job, signal, events, { pollMs: this.pollMs, maxWaitMs: this.maxWaitMs });
   }

@@ -19,11 +19,11 @@
  */
 import { ApiError, apiErrorOf, apiErrorOfStorage, noUpstreamCapacity, sentence } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
-import { NoCapacity, upstreamModelOf, type Pool, type Preselection } from '../../pool/pool.ts';
+import { NoCapacity, isFailover, upstreamModelOf, type Pool, type Preselection } from '../../pool/pool.ts';
 import { imageMeta } from '../../providers/image-output.ts';
 import { ProviderError, asProviderError } from '../../providers/provider-error.ts';
 import type { ProviderKind, ProviderRegistry } from '../../providers/registry.ts';
-import type { GeneratedImage, ImageEvents, ImageJob, ImageParams } from '../../providers/types.ts';
+import type { GeneratedImage, ImageEvents, ImageJob, ImageParams, UpstreamAccount } from '../../providers/types.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
 import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
@@ -86,6 +86,11 @@ export interface ExecuteOptions {
   routeOrder?: readonly string[];
   /** The inputs' bytes when the caller holds them already (a synchronous edit read them to check them): not read again. */
   inputBytes?: InputBytes;
+  /**
+   * An upstream job an earlier attempt of this background task recorded (`ImageEvents.submitted`):
+   * collected on its member, with the slots the row holds there, without routing (no failover).
+   */
+  resume?: { account: UpstreamAccount; ref: unknown };
   /**
    * A JSON answer written while the task settles: called with what was delivered as the settlement
    * starts. The caller writes all of the answer but its last bytes, which wait until `execute` has
@@ -154,11 +159,14 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       await this.endInterrupted(task, log);
       return DONE;
     }
-    // A resumed task (its step stopped during the upstream call) gives back the member slots its row
-    // still names: counted as in use, they would keep the task itself off a full member.
-    if (task.memberId !== null && !(await this.deps.tasks.releaseMember(fenceOf(task)))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
+    // A task whose step stopped while an upstream job it recorded ran collects that job on its member
+    // (still holding the member's slots: the job runs there) instead of paying for another.
+    const resume = await this.resumable(task, log);
+    // Otherwise a task whose step stopped during the upstream call gives back the member slots its
+    // row still names: counted as in use, they would keep the task itself off a full member.
+    if (!resume && task.memberId !== null && !(await this.deps.tasks.releaseMember(fenceOf(task)))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
     try {
-      await this.execute(task, NULL_SINK, signal, log, { requeueWhenBusy: true });
+      await this.execute(task, NULL_SINK, signal, log, { requeueWhenBusy: true, ...(resume && { resume }) });
     } catch (err) {
       // Every member is busy: the task waits its turn (no retry counted, nothing charged).
       if (err instanceof NoCapacity) return later(Math.max(250, Math.min(err.retryAfterMs, 60_000)));
@@ -166,6 +174,19 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       if (!(err instanceof ApiError)) throw err;
     }
     return DONE;
+  }
+
+  /** The upstream job a background task recorded and can still collect: its member's account and the job's reference. */
+  private async resumable(task: ImageTaskRow, log: Logger): Promise<ExecuteOptions['resume']> {
+    if (task.upstreamJob === null || task.memberId === null) return undefined;
+    const account = await this.deps.pool.account(task.memberId);
+    // The member was deleted (or is no longer the provider of the job): the job cannot be reached.
+    if (!account) {
+      log.warn({ memberId: task.memberId }, 'the member that runs the image task\'s upstream job is gone; submitting a new job');
+      return undefined;
+    }
+    log.info({ memberId: task.memberId }, 'resuming the upstream image job an earlier attempt submitted');
+    return { account, ref: task.upstreamJob };
   }
 
   /**
@@ -287,11 +308,28 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         if (!sink.publishesFiles) unrecorded.push(file);
         images.push(generated.image);
       },
+      // A background task records each upstream job as it is accepted: a later step collects it.
+      ...(task.runAsync && {
+        submitted: async (ref: unknown) => {
+          if (!(await this.deps.tasks.recordUpstreamJob(fence, ref))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
+        },
+      }),
+    };
+    /** The provider's call on `account` (`resume`: the recorded job to collect there). */
+    const generate = async (account: UpstreamAccount, slots: number, resume?: unknown) => {
+      // An aggregator runs the model through its mapping, and may take the inputs by URL.
+      const mapping = await this.deps.pool.mappingFor(account, task.model);
+      const viaMapping = mapping && { mapping, inputFiles: await this.deps.files.mediaInputs([...task.inputFileIds, ...(task.maskFileId ? [task.maskFileId] : [])]) };
+      const upstreamJob = { ...job, model: upstreamModelOf(account, task.model), slots, ...viaMapping, ...(resume !== undefined && { resume }) };
+      return attempts.run('generate', account, null, () => this.deps.providers.image(account.provider)!.generate(account, upstreamJob, signal, events), { signal });
     };
 
     let failure: ApiError | undefined;
     try {
-      await this.deps.pool.route(
+      if (opts.resume) {
+        const { account, ref } = opts.resume;
+        await this.deps.pool.health.observeAccepted(account, () => generate(account, task.memberSlots, ref));
+      } else await this.deps.pool.route(
         {
           groupId: task.groupId,
           model: task.model,
@@ -310,12 +348,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           signal,
           log,
         },
-        async (account, slots) => {
-          // An aggregator runs the model through its mapping, and may take the inputs by URL.
-          const mapping = await this.deps.pool.mappingFor(account, task.model);
-          const viaMapping = mapping && { mapping, inputFiles: await this.deps.files.mediaInputs([...task.inputFileIds, ...(task.maskFileId ? [task.maskFileId] : [])]) };
-          return attempts.run('generate', account, null, () => this.deps.providers.image(account.provider)!.generate(account, { ...job, model: upstreamModelOf(account, task.model), slots, ...viaMapping }, signal, events), { signal });
-        },
+        generate,
       );
     } catch (err) {
       if (err instanceof NoCapacity) {
@@ -344,9 +377,13 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         log.warn({ err, delivered: files.length }, 'image provider failed');
         if (files.length === 0) {
           // A background task tries a passing failure again later (IMAGE_RETRY, or the upstream's
-          // Retry-After): the engine retries it; nothing is settled now.
-          if (opts.requeueWhenBusy && error.transient) {
+          // Retry-After): the engine retries it; nothing is settled now. So does a resumed job's
+          // member that cannot take work any more (its credentials, its account): the next try is
+          // routed afresh, as a first try would have failed over.
+          if (opts.requeueWhenBusy && (error.transient || (opts.resume && isFailover(error)))) {
             await attempts.write(this.deps.attempts, log);
+            // The attempt's upstream job (if any) was given up on and cancelled: the next one starts afresh.
+            if (!(await this.deps.tasks.releaseMember(fence))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
             throw error;
           }
           const api = apiErrorOf(error, task.model);

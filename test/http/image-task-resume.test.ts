@@ -1,0 +1,152 @@
+/**
+ * A background image task (`Prefer: respond-async`) on a job-queue upstream (fal, Kling; Replicate
+ * through the same kit loop) whose step stops while its upstream job runs (the engine stopping, a
+ * crash, a lost lease): the job was recorded as it was accepted (`image_tasks.upstream_job`), is
+ * left running, and the task's next step collects that same job on the same member instead of
+ * submitting (and paying the upstream for) a second one. The engines are driven by the test: one
+ * is stopped mid-job, another takes the task over once the lease has run out.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
+import { createLogger } from '../../server/logger.ts';
+import { FalImageProvider } from '../../server/providers/fal/fal-image.provider.ts';
+import { KlingImageProvider } from '../../server/providers/kling/kling-image.provider.ts';
+import { TaskEngine } from '../../server/workers/task-engine.ts';
+import { startFalFake, type FalFake } from '../fakes/fal.ts';
+import { startKlingFake, type KlingFake } from '../fakes/kling.ts';
+import { createAccount, createApiKey, createGroup } from '../support/factories.ts';
+import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { holdOf, until } from '../support/tasks.ts';
+
+/** A job long enough to stop its step while it runs, short enough for the resumed wait (FAL_WAIT_MS). */
+const SLOW_MS = 2500;
+const FAL_WAIT_MS = 2000;
+const slow = (prompt: string) => (prompt.includes('[forever]') ? ('never' as const) : prompt.includes('[slow]') ? SLOW_MS : undefined);
+
+let server: TestServer;
+let fal: FalFake;
+let kling: KlingFake;
+
+beforeAll(async () => {
+  fal = await startFalFake({ apiKeys: ['fal-a:secret'], queueMs: 50, jobDurationMs: 200, durationFor: slow });
+  kling = await startKlingFake({ accounts: [{ accessKey: 'ak-a', secretKey: 'sk-a-secret' }], jobDurationMs: 200, durationFor: slow });
+  // No engines of the server's own: each test runs (and stops) its own.
+  server = await startTestServer({
+    workers: false,
+    overrides: { providers: { fal: { image: new FalImageProvider(50, FAL_WAIT_MS) }, kling: { image: new KlingImageProvider({ pollIntervalMs: 50 }) } } },
+  });
+  for (const id of ['fal/flux-dev-fal', 'kling/kling-v3']) expect((await server.admin().POST('/admin/v1/models', { body: findCatalogDefinition(id)!.model })).response.status, id).toBe(201);
+});
+afterAll(async () => {
+  await server?.close();
+  await fal?.close();
+  await kling?.close();
+});
+
+async function customer(provider: 'fal' | 'kling') {
+  const account = await createAccount(server.db, { balance: 100 });
+  const group = await createGroup(server.db);
+  const member =
+    provider === 'fal'
+      ? { base_url: fal.url, credentials: { api_key: 'fal-a:secret' }, models: ['flux-dev-fal'] }
+      : { base_url: kling.url, credentials: { access_key: 'ak-a', secret_key: 'sk-a-secret' }, models: ['kling-v3'] };
+  const { response } = await server.admin().POST('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: group.id } }, body: { name: 'a', provider, priority: 0, ...member } });
+  expect(response.status).toBe(201);
+  const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+  return { key: key.key };
+}
+
+function engine() {
+  const e = new TaskEngine(server.ctx.runners.image, createLogger('silent'), { leaseMs: 1000, pollMs: 50, concurrency: 4 });
+  e.start();
+  return e;
+}
+
+async function startAsync(key: string, model: string, prompt: string): Promise<string> {
+  const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', Prefer: 'respond-async' },
+    body: JSON.stringify({ model, prompt, size: '1024x1024' }),
+  });
+  expect(res.status).toBe(202);
+  await res.arrayBuffer();
+  return res.headers.get('x-task-id')!;
+}
+
+const rowOf = (id: string) => server.db.selectFrom('imageTasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+
+describe('a background image task whose step stops while its upstream job runs', () => {
+  it('fal: leaves the queued request running and collects that same request on its next step', async () => {
+    const c = await customer('fal');
+    const id = await startAsync(c.key, 'flux-dev-fal', `a lighthouse [slow] ${Date.now()}`);
+    const first = engine();
+    const submitted = await until(() => {
+      const jobs = [...fal.jobs.values()].filter((j) => String(j.input.prompt).includes('lighthouse'));
+      return jobs.length > 0 && jobs;
+    }, 10_000, 'the fal request to be submitted');
+    await until(async () => (await rowOf(id)).upstreamJob !== null, 5000, 'the upstream job to be recorded');
+    // The process stops while fal runs the request.
+    await first.stop();
+    const stopped = await rowOf(id);
+    expect(stopped).toMatchObject({ status: 'processing', memberId: expect.any(String) });
+    expect(stopped.upstreamJob).toEqual(expect.stringContaining(submitted[0]!.id));
+    expect(submitted[0]!.cancelled).toBe(false);
+
+    const second = engine();
+    try {
+      const done = await until(async () => {
+        const row = await rowOf(id);
+        return row.status !== 'processing' && row;
+      }, 15_000, 'the task to finish');
+      expect(done).toMatchObject({ status: 'completed', delivered: 1, upstreamJob: stopped.upstreamJob });
+      // One request, collected: none cancelled, none submitted again.
+      const jobs = [...fal.jobs.values()].filter((j) => String(j.input.prompt).includes('lighthouse'));
+      expect(jobs.map((j) => [j.id, j.cancelled])).toEqual([[submitted[0]!.id, false]]);
+      expect(await holdOf(server.db, id)).toMatchObject({ status: 'captured' });
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('Kling: collects the image task its first step created instead of creating another', async () => {
+    const c = await customer('kling');
+    const id = await startAsync(c.key, 'kling-v3', `a harbour [slow] ${Date.now()}`);
+    const first = engine();
+    await until(async () => (await rowOf(id)).upstreamJob !== null, 10_000, 'the Kling task to be recorded');
+    await first.stop();
+    const created = [...kling.tasks.values()].filter((t) => t.kind === 'image' && t.prompt.includes('harbour'));
+    expect(created).toHaveLength(1);
+    expect((await rowOf(id)).upstreamJob).toBe(created[0]!.taskId);
+
+    const second = engine();
+    try {
+      const done = await until(async () => {
+        const row = await rowOf(id);
+        return row.status !== 'processing' && row;
+      }, 15_000, 'the task to finish');
+      expect(done).toMatchObject({ status: 'completed', delivered: 1 });
+      expect([...kling.tasks.values()].filter((t) => t.kind === 'image' && t.prompt.includes('harbour'))).toHaveLength(1);
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('a job given up on in passing (cancelled) is forgotten: the next try submits afresh', async () => {
+    const c = await customer('fal');
+    const id = await startAsync(c.key, 'flux-dev-fal', `a meadow [forever] ${Date.now()}`);
+    const e = engine();
+    try {
+      await until(async () => (await rowOf(id)).upstreamJob !== null, 10_000, 'the upstream job to be recorded');
+      // The request never finishes within the wait: cancelled, and the step fails in passing.
+      const retried = await until(async () => {
+        const row = await rowOf(id);
+        return row.retries === 1 && row;
+      }, 15_000, 'the first retry to be scheduled');
+      expect(retried).toMatchObject({ status: 'processing', upstreamJob: null, memberId: null });
+      const jobs = [...fal.jobs.values()].filter((j) => String(j.input.prompt).includes('meadow'));
+      await until(() => jobs[0]!.cancelled, 5000, 'the request to be cancelled');
+    } finally {
+      await e.stop();
+    }
+  });
+});
