@@ -4802,6 +4802,7 @@ export interface components {
          *       "held_credits": 0.6,
          *       "captured_credits": 0.6,
          *       "released_credits": 0,
+         *       "delivered_credits": null,
          *       "created_at": "2026-01-16T09:00:00Z",
          *       "updated_at": "2026-01-16T09:00:41Z",
          *       "completed_at": "2026-01-16T09:00:41Z",
@@ -4928,6 +4929,12 @@ export interface components {
             held_credits: components["schemas"]["AdminCredits"];
             captured_credits: components["schemas"]["AdminCredits"];
             released_credits: components["schemas"]["AdminCredits"];
+            /**
+             * @description An image task: the credits of the images its client has received (`delivered` images at the
+             *     task's unit price). For a `needs_attention` task this is what a `refunded` settlement still
+             *     captures; the rest of `held_credits` is released. Null for a video task.
+             */
+            delivered_credits: components["schemas"]["AdminCredits"] | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */

@@ -257,10 +257,15 @@ export class ImageTaskRepository {
   }
 
   /** The outcome is unknown: keep the hold, stop every worker, wait for an operator. */
-  needsAttention(fence: Fence, message: string, stored: { fileIds: string[]; unrecorded: readonly FileRow[] }, attempts: readonly AttemptRecord[] = []): Promise<ImageTaskRow | undefined> {
+  needsAttention(
+    fence: Fence,
+    message: string,
+    stored: { fileIds: string[]; unrecorded: readonly FileRow[]; delivered?: number },
+    attempts: readonly AttemptRecord[] = [],
+  ): Promise<ImageTaskRow | undefined> {
     return this.leases.finish(fence, {
       set: sql`status = 'needs_attention', error_code = 'outcome_unknown', error_message = ${message},
-               result_file_ids = ${stored.fileIds}, delivered = ${stored.fileIds.length}`,
+               result_file_ids = ${stored.fileIds}, delivered = ${stored.delivered ?? stored.fileIds.length}`,
       also: [...this.fileRows(stored.unrecorded), ...attemptRows(attempts)],
     });
   }

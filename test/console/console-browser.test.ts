@@ -311,6 +311,10 @@ describe('the operator console in headless Chromium', () => {
     await settle.getByLabel('Reason').fill('storage outage, image never delivered');
     await settle.getByRole('button', { name: 'Settle task' }).click();
     const dialog = page.getByRole('dialog', { name: 'Settle the task?' });
+    // Nothing was delivered (a JSON answer that failed): the refund releases the whole hold.
+    const before = (await api(`/admin/v1/tasks/${taskId}`)).body;
+    expect(before.delivered_credits).toBe(0);
+    await dialog.getByText(`Release ${before.held_credits} credits to ${before.account_id}? This cannot be undone.`).waitFor();
     await dialog.getByRole('button', { name: 'Refund' }).click();
     await expect.poll(async () => (await api(`/admin/v1/tasks/${taskId}`)).body.status).toBe('failed');
     await page.getByText('storage outage, image never delivered').first().waitFor();

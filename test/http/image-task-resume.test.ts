@@ -46,7 +46,7 @@ afterAll(async () => {
 async function customer(provider: 'fal' | 'kling') {
   const account = await createAccount(server.db, { balance: 100 });
   const group = await createGroup(server.db);
-  const member =
+  const member: { base_url: string; credentials: Record<string, string>; models: string[] } =
     provider === 'fal'
       ? { base_url: fal.url, credentials: { api_key: 'fal-a:secret' }, models: ['flux-dev-fal'] }
       : { base_url: kling.url, credentials: { access_key: 'ak-a', secret_key: 'sk-a-secret' }, models: ['kling-v3'] };

@@ -311,7 +311,7 @@ describe('needs_attention after some images were stored', () => {
   });
   afterAll(async () => server?.close());
 
-  it('keeps the stored images, and a refund charges only those', async () => {
+  it('keeps the stored images for the operator; a refund charges nothing, since a JSON answer (a 500) delivered none', async () => {
     const c = await createCustomer(server.db, { balance: 10 });
     const res = await fetch(`${server.directUrl}/v1/images/generations`, {
       method: 'POST',
@@ -321,13 +321,37 @@ describe('needs_attention after some images were stored', () => {
     expect(res.status).toBe(500);
     const id = res.headers.get('x-task-id')!;
     const row = await server.db.selectFrom('imageTasks').select(['status', 'delivered', 'resultFileIds']).where('id', '=', id).executeTakeFirstOrThrow();
-    expect(row).toMatchObject({ status: 'needs_attention', delivered: 1 });
+    expect(row).toMatchObject({ status: 'needs_attention', delivered: 0 });
     expect(row.resultFileIds).toHaveLength(1);
+    const story = await server.admin().GET('/admin/v1/tasks/{task_id}', { params: { path: { task_id: id } } });
+    expect(story.data).toMatchObject({ status: 'needs_attention', held_credits: 3, delivered_credits: 0, outputs: [expect.anything()] });
     const settled = await server.admin().POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: id } }, body: { outcome: 'refunded', reason: 'two images lost' } });
-    // `refunded` gives back what the client did not receive; the delivered image stays charged (the contract).
+    // `refunded` gives back what the client did not receive: all of it.
+    expect(settled.data).toMatchObject({ status: 'failed', held_credits: 3, captured_credits: 0, released_credits: 3, delivered_credits: 0 });
+    expect(await holdOf(server, id)).toEqual({ amount: 3_000_000, status: 'released', captured: 0 });
+    const ledger = await server.admin().GET('/admin/v1/ledger', { params: { query: { task_id: id } } });
+    const reasons = Object.fromEntries((ledger.data?.data ?? []).map((e) => [e.kind, e.reason]));
+    expect(reasons).toEqual({ hold: null, release: 'two images lost' });
+  });
+
+  it('a stream that delivered an image before the store failed: the refund still captures that image', async () => {
+    store.reset();
+    const c = await createCustomer(server.db, { balance: 10 });
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n: 3, stream: true, response_format: 'url' }),
+    });
+    const events = await res.text();
+    expect(events).toContain('image_generation.completed');
+    const id = res.headers.get('x-task-id')!;
+    const row = await server.db.selectFrom('imageTasks').select(['status', 'delivered']).where('id', '=', id).executeTakeFirstOrThrow();
+    expect(row).toMatchObject({ status: 'needs_attention', delivered: 1 });
+    const story = await server.admin().GET('/admin/v1/tasks/{task_id}', { params: { path: { task_id: id } } });
+    expect(story.data).toMatchObject({ held_credits: 3, delivered_credits: 1 });
+    const settled = await server.admin().POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: id } }, body: { outcome: 'refunded', reason: 'two images lost' } });
+    // The image the stream delivered stays charged (the contract); the operator's reason is on the capture and the release.
     expect(settled.data).toMatchObject({ status: 'failed', held_credits: 3, captured_credits: 1, released_credits: 2 });
-    expect(await holdOf(server, id)).toEqual({ amount: 3_000_000, status: 'captured', captured: 1_000_000 });
-    // The operator's reason is on the capture and the release, as on the task.
     const ledger = await server.admin().GET('/admin/v1/ledger', { params: { query: { task_id: id } } });
     const reasons = Object.fromEntries((ledger.data?.data ?? []).map((e) => [e.kind, e.reason]));
     expect(reasons).toEqual({ hold: null, capture: 'two images lost', release: 'two images lost' });

@@ -122,7 +122,7 @@ export class TaskAdminService {
     const summary = toSummary({
       ...row,
       kind,
-      upstreamJobId: 'upstreamJobId' in row ? row.upstreamJobId : null,
+      upstreamJobId: 'upstreamJobId' in row ? row.upstreamJobId : imageJobIdOf(row.upstreamJob),
       provider: provider ?? null,
       createdAtMicros: 0,
       holdAmount: hold?.amount ?? null,
@@ -135,6 +135,7 @@ export class TaskAdminService {
       ...summary,
       deadline_at: unfinished ? deadline.toISOString() : null,
       settled_reason: 'settledReason' in row ? row.settledReason : null,
+      delivered_credits: kind === 'image' ? toCredits((row as ImageTaskRow).delivered * (row as ImageTaskRow).unitPrice) : null,
       quote: kind === 'video' ? videoQuote(row as VideoTaskRow) : imageQuote(row as ImageTaskRow),
       hold: hold
         ? {
@@ -190,6 +191,12 @@ export class TaskAdminService {
       ),
     );
   }
+}
+
+/** The id of the upstream job a background image task recorded (ImageEvents.submitted): a queue's id, or a Replicate prediction's. */
+function imageJobIdOf(ref: unknown): string | null {
+  const id = typeof ref === 'string' ? ref : (ref as { id?: unknown } | null)?.id;
+  return typeof id === 'string' ? id.slice(0, 512) : null;
 }
 
 function toSummary(row: TaskSummaryRow): AdminTaskSummary {

@@ -370,7 +370,11 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         failure = new ApiError(api.status, api.code, `The gateway's media storage ${what}: ${files.length} of ${task.n} images were delivered and only those are charged.`, null, {}, api.headers);
       } else if (err instanceof NotStored) {
         log.error({ err: err.cause, stored: files.length }, 'image produced but not stored: task needs attention');
-        await this.deps.settlement.imageNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', { files, unrecorded }, attempts.take());
+        // Only a stream has handed images to its client before the task completes (a JSON answer
+        // is never written now, a background task shows its images once it completes): a refund
+        // charges for those alone.
+        const delivered = opts.deliveredOnlyIfAllSent || sink === NULL_SINK ? 0 : files.length;
+        await this.deps.settlement.imageNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', { files, unrecorded, delivered }, attempts.take());
         throw new ApiError(500, 'internal_error', `The image was generated but could not be stored; task ${task.id} needs attention and its credits stay held until an operator settles it.`);
       } else if (!(err instanceof NotDelivered) && !signal.aborted) {
         const error = asProviderError(err, 'The image provider failed to generate the image; the credits were released.');

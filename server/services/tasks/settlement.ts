@@ -97,14 +97,19 @@ export class Settlement {
     return row;
   }
 
-  /** The outcome is unknown (images produced but not stored): the hold stays until an operator settles. */
+  /**
+   * The outcome is unknown (images produced but not stored): the hold stays until an operator
+   * settles. `delivered`: how many of the stored `files` the client has received (a stream's; a
+   * JSON answer and a background task hand out nothing before they complete), which a refund
+   * still captures.
+   */
   async imageNeedsAttention(
     fence: Fence,
     message: string,
-    stored: { files: readonly FileRow[]; unrecorded: readonly FileRow[] },
+    stored: { files: readonly FileRow[]; unrecorded: readonly FileRow[]; delivered: number },
     attempts: readonly AttemptRecord[] = [],
   ): Promise<ImageTaskRow | undefined> {
-    const row = await this.deps.imageTasks.needsAttention(fence, message, { fileIds: stored.files.map((f) => f.id), unrecorded: stored.unrecorded }, attempts);
+    const row = await this.deps.imageTasks.needsAttention(fence, message, { fileIds: stored.files.map((f) => f.id), unrecorded: stored.unrecorded, delivered: stored.delivered }, attempts);
     if (row) this.deps.log.error({ taskId: row.id, delivered: row.delivered }, 'image task needs attention: its credits stay held until an operator settles it');
     return row;
   }

@@ -364,6 +364,9 @@ function Outputs({ task }: { task: Task }) {
 function SettleTask({ task, onSettled }: { task: Task; onSettled: (t: Task) => void }) {
   const [outcome, setOutcome] = useState<'completed' | 'refunded'>('refunded');
   const [reason, setReason] = useState('');
+  // A refund still captures the images the client received (the contract's `delivered_credits`).
+  const refundCaptures = task.delivered_credits ?? 0;
+  const refundReleases = Math.max(0, Math.round((task.held_credits - refundCaptures) * 1e6) / 1e6);
   const settle = useAction(async () => {
     const t = await call(api.POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: task.id } }, body: { outcome, reason } }));
     onSettled(t);
@@ -375,8 +378,10 @@ function SettleTask({ task, onSettled }: { task: Task; onSettled: (t: Task) => v
         Settle this task
       </Title>
       <Text size="sm" mb="sm">
-        An image was produced but could not be recorded: {credits(task.held_credits)} credits stay held until you decide. Completed captures them; refunded
-        releases them to the account.
+        An image was produced but could not be recorded: {credits(task.held_credits)} credits stay held until you decide. Completed captures them all; refunded
+        {refundCaptures > 0
+          ? ` still captures ${credits(refundCaptures)} for the images the client already received and releases the other ${credits(refundReleases)} to the account.`
+          : ' releases them to the account.'}
       </Text>
       <Group align="flex-end">
         <Select
@@ -395,7 +400,11 @@ function SettleTask({ task, onSettled }: { task: Task; onSettled: (t: Task) => v
           color="orange"
           disabled={reason.trim() === ''}
           title="Settle the task?"
-          message={outcome === 'refunded' ? `Release ${credits(task.held_credits)} credits to ${task.account_id}? This cannot be undone.` : `Capture ${credits(task.held_credits)} credits from ${task.account_id}? This cannot be undone.`}
+          message={
+            outcome === 'refunded'
+              ? `Release ${credits(refundReleases)} credits to ${task.account_id}${refundCaptures > 0 ? ` (${credits(refundCaptures)} stay captured for the images already delivered)` : ''}? This cannot be undone.`
+              : `Capture ${credits(task.held_credits)} credits from ${task.account_id}? This cannot be undone.`
+          }
           confirmLabel={outcome === 'refunded' ? 'Refund' : 'Complete'}
           onConfirm={() => settle.run()}
         >
