@@ -27,12 +27,18 @@ function wantsAsync(req: Request): boolean {
   return /\brespond-async\b/i.test(String(req.headers.prefer ?? ''));
 }
 
-/** An abort signal that fires when the client goes away before the response is finished. */
-function clientGone(res: Response): AbortSignal {
+/**
+ * An abort signal that fires when the client goes away before the response is finished: taken as
+ * the request is handled, before its task is created (which may take a while: a held row, inputs
+ * fetched by URL), so that a client gone meanwhile is known; one already gone aborts it at once.
+ */
+function clientGone(req: Request, res: Response): AbortSignal {
   const controller = new AbortController();
-  res.once('close', () => {
+  const gone = () => {
     if (!res.writableFinished) controller.abort(new Error('client disconnected'));
-  });
+  };
+  if (res.destroyed || req.socket.destroyed) gone();
+  else res.once('close', gone);
   return controller.signal;
 }
 
@@ -49,6 +55,8 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
   async function run(req: Request, res: Response, operation: ImageOperation, body: ImageRequestFields, edit?: ImageEdit): Promise<void> {
     const stream = wantsStream(req, body);
     const async = wantsAsync(req) && !stream;
+    // A synchronous task whose client left while it was being created delivers nothing and is charged nothing.
+    const signal = clientGone(req, res);
     const task = await images.create(authOf(req), operation, body, edit, { async, stream });
     res.setHeader('X-Task-Id', task.id);
     // The request's line names its task and, once it has settled, what it bought: a synchronous
@@ -61,7 +69,6 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       return;
     }
     const log = ctx.log.child({ taskId: task.id });
-    const signal = clientGone(res);
     if (stream) {
       const sink = openImageStream(res, { operation, task, fileUrl });
       try {

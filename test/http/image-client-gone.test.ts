@@ -1,0 +1,60 @@
+/**
+ * A synchronous image request whose client leaves while its task is still being created (the hold
+ * statement waits on a row another transaction holds, as it may under load, or the inputs are
+ * fetched by URL): the task must end `client_disconnected` with every credit released, as it does
+ * when the client leaves during the generation. The signal used to be taken only once the task had
+ * been created, after the connection's `close` had already been emitted, so the whole generation
+ * ran and was captured for a client that received nothing.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
+import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { holdOf, until } from '../support/tasks.ts';
+
+let server: TestServer;
+
+beforeAll(async () => {
+  server = await startTestServer();
+  await seedCatalog(server.db);
+});
+afterAll(async () => server?.close());
+
+describe('a client that leaves while its synchronous image task is being created', () => {
+  for (const stream of [false, true]) {
+    it(`${stream ? 'a stream' : 'a JSON answer'}: the task fails client_disconnected and nothing is charged`, async () => {
+      const c = await createCustomer(server.db, { balance: 10 });
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      // Another transaction holds the key's row: the request's hold statement waits for it.
+      const locked = server.db.transaction().execute(async (trx) => {
+        await sql`select 1 from api_keys where id = ${c.apiKeyId} for update`.execute(trx);
+        await released;
+      });
+      const client = new AbortController();
+      const request = fetch(`${server.directUrl}/v1/images/generations`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: 'a kite', model: 'local-image-1', n: 2, ...(stream && { stream: true }) }),
+        signal: client.signal,
+      }).catch((err: unknown) => err);
+      // The hold statement is waiting on the lock: the request is inside the task's creation.
+      await until(async () => {
+        const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()`.execute(server.db);
+        return rows[0]!.n > 0;
+      }, 10_000, 'the hold statement to wait on the lock');
+      client.abort();
+      expect(await request).toBeInstanceOf(Error);
+      // Let the server see the connection close before the creation goes on.
+      await new Promise((r) => setTimeout(r, 300));
+      release();
+      await locked;
+      const task = await until(async () => {
+        const row = await server.db.selectFrom('imageTasks').select(['id', 'status', 'errorCode', 'delivered']).where('accountId', '=', c.accountId).executeTakeFirst();
+        return row && row.status !== 'processing' && row;
+      }, 15_000, 'the task to end');
+      expect(task).toMatchObject({ status: 'failed', errorCode: 'client_disconnected', delivered: 0 });
+      expect(await holdOf(server.db, task.id)).toEqual({ amount: 2_000_000, status: 'released', captured: 0 });
+    });
+  }
+});
