@@ -21,6 +21,21 @@ export function sniff(data: Buffer): ImageFormat | undefined {
   return undefined;
 }
 
+/**
+ * An input image as an upstream takes it: PNG, JPEG and WebP go as they are (only PNG with
+ * `pngOnly`); anything else the gateway accepts (a GIF: its first frame) is converted to PNG, since
+ * the upstream goes by the declared type and refuses the others. `name` names the input in the error.
+ */
+export async function uploadableImage(data: Buffer, name: string, pngOnly = false): Promise<{ data: Buffer; format: ImageFormat }> {
+  const format = sniff(data);
+  if (format !== undefined && (!pngOnly || format === 'png')) return { data, format };
+  try {
+    return { data: await sharp(data).png().toBuffer(), format: 'png' };
+  } catch (err) {
+    throw new ProviderError('invalid_request', `the input '${name}' is not an image the upstream can take`, { cause: err });
+  }
+}
+
 /** An error while the body was being read: the caller's abort stays an abort, the rest is retryable. */
 export function bodyError(err: unknown, signal: AbortSignal, what: string): unknown {
   if (signal.aborted) return signal.reason ?? err;

@@ -27,19 +27,22 @@
  * …PerMinute… or …PerDay…) and `RetryInfo.retryDelay` in the body and **no Retry-After header**.
  *
  * Images: requests are proto3 JSON, camelCase or snake_case (`inlineData` / `inline_data`).
- * `imageConfig.aspectRatio` must be one the model knows, `imageSize` one of `512|1K|2K|4K` the model
- * takes (lowercase is refused; gemini-2.5-flash-image takes no `imageSize` at all, §3.2; `512` is
- * 3.1 Flash only, §3.1); the Vertex-only fields `outputMimeType`,
+ * `imageConfig.aspectRatio` must be one the model knows, `imageSize` one of `512|1K|2K|4K` the
+ * model takes (lowercase is refused; gemini-2.5-flash-image takes no `imageSize` at all, §3.2;
+ * `512` is 3.1 Flash only, §3.1); the Vertex-only fields `outputMimeType`,
  * `outputCompressionQuality`, `personGeneration`, … are refused as unknown names. Input images are
- * limited per model (2.5 Flash 3, 3 Pro 14). The answer is a real PNG of Google's official size
- * for the ratio and size (§3.4); without an aspect ratio it follows the first input image's ratio,
- * else 1:1. gemini-3-pro-image models first emit `thoughtImages` (default 2) interim images with
- * `thought: true` (smaller, a different colour, no signature); every final image carries a
- * `thoughtSignature`. Prompt outcomes (`outcome(prompt)`; default by keyword): `block-prompt` →
- * `promptFeedback.blockReason: SAFETY` and no candidates; `block-image` → finishReason
- * `IMAGE_SAFETY` without an image; `text-only` → finishReason `STOP` with text only; `no-image` →
- * finishReason `NO_IMAGE` (§3.3, §8) with no content; all at HTTP 200. A stream can fail after its
- * 200 (`streamErrorNext`): a frame `{"error":{code,message,status}}` (§3.1), then the end.
+ * limited per model (2.5 Flash 3, 3 Pro 14). An inline image is PNG, JPEG, WebP, HEIC or HEIF
+ * (Google's list; GIF is not on it) and its bytes must be of the type its `mimeType` declares: GIF
+ * bytes labelled `image/png` are a 400 INVALID_ARGUMENT (ASSUMPTION: the check by magic bytes and
+ * its text). The answer is a real PNG of Google's official size for the ratio and size (§3.4);
+ * without an aspect ratio it follows the first input image's ratio, else 1:1. gemini-3-pro-image
+ * models first emit `thoughtImages` (default 2) interim images with `thought: true` (smaller, a
+ * different colour, no signature); every final image carries a `thoughtSignature`. Prompt outcomes
+ * (`outcome(prompt)`; default by keyword): `block-prompt` → `promptFeedback.blockReason: SAFETY`
+ * and no candidates; `block-image` → finishReason `IMAGE_SAFETY` without an image; `text-only` →
+ * finishReason `STOP` with text only; `no-image` → finishReason `NO_IMAGE` (§3.3, §8) with no
+ * content; all at HTTP 200. A stream can fail after its 200 (`streamErrorNext`): a frame
+ * `{"error":{code,message,status}}` (§3.1), then the end.
  *
  * Veo: both image shapes are accepted (`{bytesBase64Encoded, mimeType}` as the SDK sends, and the
  * REST doc's `{inlineData:{mimeType,data}}`), `durationSeconds` as a number or a string, and
@@ -320,6 +323,20 @@ async function decodeImage(b64: unknown, where: string): Promise<{ buffer: Buffe
   }
 }
 
+/** The image type of `data` by its magic bytes (what Google checks an inline part's data against). */
+function magicType(data: Buffer): string | undefined {
+  if (data.length >= 8 && data.readUInt32BE(0) === 0x89504e47 && data.readUInt32BE(4) === 0x0d0a1a0a) return 'image/png';
+  if (data.length >= 3 && data[0] === 0xff && data[1] === 0xd8 && data[2] === 0xff) return 'image/jpeg';
+  if (data.length >= 12 && data.toString('latin1', 0, 4) === 'RIFF' && data.toString('latin1', 8, 12) === 'WEBP') return 'image/webp';
+  if (data.length >= 6 && /^GIF8[79]a$/.test(data.toString('latin1', 0, 6))) return 'image/gif';
+  if (data.length >= 12 && data.toString('latin1', 4, 8) === 'ftyp') {
+    const brand = data.toString('latin1', 8, 12);
+    if (['heic', 'heix', 'heim', 'heis'].includes(brand)) return 'image/heic';
+    if (['mif1', 'msf1', 'heif'].includes(brand)) return 'image/heif';
+  }
+  return undefined;
+}
+
 const renderCache = new Map<string, Promise<Buffer>>();
 
 /** A real PNG: a coloured background with a centred block; thought images are grey. */
@@ -477,7 +494,15 @@ export async function startGeminiFake(options: GeminiFakeOptions = {}): Promise<
         else if (isObject(inline)) {
           const mimeType = field(inline, 'mimeType');
           if (typeof mimeType !== 'string' || !/^image\/(png|jpeg|webp|heic|heif)$/.test(mimeType)) throw invalid(`Unsupported MIME type: ${String(mimeType)}`);
-          inputs.push({ ...(await decodeImage(inline.data, `contents[${ci}].parts[${pi}].inline_data.data`)), mimeType });
+          const decoded = await decodeImage(inline.data, `contents[${ci}].parts[${pi}].inline_data.data`);
+          // The bytes must be what the part says (GIF bytes labelled image/png are refused: GIF is
+          // not a type Gemini takes). ASSUMPTION: the text; HEIC and HEIF brands are not told apart.
+          const actual = magicType(decoded.buffer);
+          const heif = (t: string | undefined) => t === 'image/heic' || t === 'image/heif';
+          if (actual !== mimeType && !(heif(actual) && heif(mimeType))) {
+            throw invalid(`Unable to process input image: contents[${ci}].parts[${pi}].inline_data has mime type ${mimeType}, but its data is ${actual ?? 'not an image of a supported type'}.`);
+          }
+          inputs.push({ ...decoded, mimeType });
         } else throw invalid(`Invalid value at 'contents[${ci}].parts[${pi}]' (oneof data): no data set.`);
       }
     }

@@ -162,6 +162,37 @@ describe('gemini images', () => {
     expect(fake.calls.at(-1)!.images).toHaveLength(4);
   });
 
+  it('sends a GIF input as a PNG of its first frame: Gemini takes no GIF, and refuses GIF bytes labelled image/png', async () => {
+    const c = await customer();
+    // An animated GIF: a red frame, then a blue one.
+    const frame = (background: string) => sharp({ create: { width: 96, height: 64, channels: 3, background } }).png().toBuffer();
+    const gif = await sharp([await frame('#ff0000'), await frame('#0000ff')], { join: { animated: true } }).gif().toBuffer();
+    expect(gif.subarray(0, 6).toString('latin1')).toBe('GIF89a');
+    const res = await post(c.key, '/v1/images/edits', { model: NANO_BANANA.id, prompt: 'add a hat', images: [`data:image/gif;base64,${gif.toString('base64')}`] });
+    expect([res.status, res.body.error]).toEqual([200, undefined]);
+    const call = fake.calls.at(-1)!;
+    expect([call.prompt, call.status]).toEqual(['add a hat', 200]);
+    const sent = ((call.request.json as Json).contents[0].parts as Json[]).map((p) => p.inlineData).filter(Boolean);
+    expect(sent.map((d) => d.mimeType)).toEqual(['image/png']);
+    const bytes = Buffer.from(sent[0].data as string, 'base64');
+    expect(bytes.subarray(0, 8).toString('hex')).toBe('89504e470d0a1a0a');
+    // The first frame only, at its own size, and red.
+    expect(await sharp(bytes).metadata()).toMatchObject({ format: 'png', width: 96, height: 64 });
+    const { channels } = await sharp(bytes).stats();
+    expect(channels.slice(0, 3).map((ch) => Math.round(ch.mean))).toEqual([255, 0, 0]);
+    expect(await holdOf(server.db, res.taskId!)).toMatchObject({ status: 'captured', captured: Math.round(0.039 * 1_000_000) });
+
+    // What the adapter used to send: the fake refuses it as Google does (400 INVALID_ARGUMENT).
+    const raw = await fetch(`${fake.url}/v1beta/models/gemini-2.5-flash-image:generateContent`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-goog-api-key': 'gm-a' },
+      body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'add a hat' }, { inlineData: { mimeType: 'image/png', data: gif.toString('base64') } }] }] }),
+    });
+    const refused = (await raw.json()) as Json;
+    expect([raw.status, refused.error?.code, refused.error?.status]).toEqual([400, 400, 'INVALID_ARGUMENT']);
+    expect(refused.error.message).toContain('image/gif');
+  });
+
   it('turns HTTP-200 blocks into content_policy_violation and "no image" into upstream_error, charging nothing', async () => {
     const c = await customer();
     const balance = await balanceOf(c.accountId);
@@ -541,6 +572,22 @@ describe('veo', () => {
     expect(task.error).toMatchObject({ code: 'content_policy_violation' });
     expect(task.error!.message).toContain('You have not been charged');
     expect(task.billing).toMatchObject({ actualCredits: 0 });
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+  });
+
+  it('fails, without submitting again, a submit answered 200 with an error envelope, and refunds it', async () => {
+    const c = await customer();
+    const submits = fake.counts.submit;
+    // A relay's way of refusing: Google's error envelope, with status 200.
+    fake.faults.push('submit', { status: 200, body: { error: { code: 400, message: 'Request contains an invalid argument.', status: 'INVALID_ARGUMENT' } } });
+    const created = await createVideo(c.key);
+    expect(created.status).toBe(202);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('failed');
+    expect(task.error).toEqual({ code: 'upstream_rejected', message: 'Request contains an invalid argument.' });
+    expect(fake.counts.submit - submits).toBe(1);
+    const row = await server.db.selectFrom('videoTasks').select(['upstreamJobId']).where('id', '=', created.body.id).executeTakeFirstOrThrow();
+    expect(row.upstreamJobId).toBeNull();
     expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
   });
 

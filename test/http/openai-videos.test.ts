@@ -118,6 +118,20 @@ describe('openai videos: upstream failures', () => {
     expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
   });
 
+  it('a submit answered 200 with an error envelope (some gateways do) fails the task with its mapped code and reason, without submitting again', async () => {
+    const c = await customer();
+    fake.faults.push('create', { status: 200, body: { error: { message: 'Your request was blocked by our moderation system.', type: 'invalid_request_error', param: null, code: 'moderation_blocked' } } });
+    const created = await create(c.key);
+    expect(created.status).toBe(202);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect(task.status).toBe('failed');
+    expect(task.error).toEqual({ code: 'content_policy_violation', message: 'Your request was blocked by our moderation system.' });
+    expect(fake.requests.filter((r) => r.method === 'POST' && r.headers['idempotency-key'] === created.body.id)).toHaveLength(1);
+    expect([...fake.jobs.values()].filter((j) => j.idempotencyKey === created.body.id)).toEqual([]);
+    expect((await jobOf(created.body.id)).row.upstreamJobId).toBeNull();
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+  });
+
   it('an upstream that refuses the model of the member (not the request) fails the task as having no member for it, refunded, with the reason in member health', async () => {
     const c = await customer();
     fake.faults.push('create', { status: 400, body: { error: { message: "Invalid value: 'sora-2'. Your organization cannot use this model.", type: 'invalid_request_error', param: 'model', code: 'invalid_value' } } });

@@ -12,8 +12,9 @@
  *   `imageSize` is the tier (`2K`, `4K`, `512` on 3.1 Flash), left out for 1K (the default) and
  *   always for gemini-2.5-flash-image (no imageSize at all). The catalog gives these models
  *   Google's official pixel table, so the upstream's image normally has exactly the promised size.
- * - Edits send the input images as inline parts. Gemini has no mask parameter: a mask goes as one
- *   more inline image with an instruction to change only its transparent area.
+ * - Edits send the input images as inline parts (a GIF as a PNG of its first frame: Gemini takes
+ *   PNG, JPEG and WebP, not GIF). Gemini has no mask parameter: a mask goes as one more inline
+ *   image with an instruction to change only its transparent area.
  * - The answer's `thought: true` parts (3 Pro's interim images) are skipped; the image is the last
  *   non-thought inline image. `promptFeedback.blockReason` and a blocking `finishReason` (at HTTP
  *   200) are content-policy errors; an answer with no image is an upstream failure. Neither is
@@ -22,7 +23,7 @@
  * - Gemini has no partial images: a streaming client gets the completed images only.
  */
 import { Semaphore } from '../../lib/semaphore.ts';
-import { MIME, fitImage, readMediaJson, sniff, sseMediaFrames, type MediaAnswerLimits } from '../image-output.ts';
+import { MIME, fitImage, readMediaJson, sseMediaFrames, uploadableImage, type MediaAnswerLimits } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
 import { upstreamFetch, upstreamUrl, type UpstreamResponse } from '../upstream-http.ts';
@@ -78,7 +79,7 @@ export class GeminiImageProvider implements ImageProvider {
   }
 
   async generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void> {
-    const body = JSON.stringify(requestBody(job));
+    const body = JSON.stringify(await requestBody(job));
     // As many calls at once as the member slots the job holds; a failure or a client that went
     // away stops the others.
     const slots = new Semaphore(Math.max(1, Math.min(job.n, job.slots ?? 1)));
@@ -119,11 +120,13 @@ export class GeminiImageProvider implements ImageProvider {
   }
 }
 
-function requestBody(job: ImageJob): unknown {
+async function requestBody(job: ImageJob): Promise<unknown> {
   const p = job.params;
   const parts: unknown[] = [{ text: job.mask ? `${job.prompt}\n\n${MASK_INSTRUCTION}` : job.prompt }];
-  for (const input of [...job.inputs, ...(job.mask ? [job.mask] : [])]) {
-    parts.push({ inlineData: { mimeType: MIME[sniff(input) ?? 'png'], data: input.toString('base64') } });
+  // Gemini takes PNG, JPEG, WebP (and HEIC/HEIF) inline: a GIF input goes as a PNG of its first frame.
+  const named = [...job.inputs.map((data, i) => ({ data, name: `image-${i + 1}` })), ...(job.mask ? [{ data: job.mask, name: 'mask' }] : [])];
+  for (const { data, format } of await Promise.all(named.map((input) => uploadableImage(input.data, input.name)))) {
+    parts.push({ inlineData: { mimeType: MIME[format], data: data.toString('base64') } });
   }
   const imageConfig: Record<string, string> = { aspectRatio: geminiAspectRatio(job.model, p.aspectRatio, p.width, p.height) };
   const imageSize = geminiImageSize(job.model, p.resolution);

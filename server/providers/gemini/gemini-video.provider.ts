@@ -40,7 +40,7 @@ import {
   type VideoShape,
   type VideoStatus,
 } from '../kit.ts';
-import { googleError } from './gemini-errors.ts';
+import { googleError, googleErrorOf } from './gemini-errors.ts';
 
 /** Veo jobs take 11 s to 6 min (§4.2); the docs poll every 10 s. */
 export const VEO_POLL_MS = 10_000;
@@ -104,6 +104,10 @@ export class GeminiVideoProvider implements VideoProvider {
     );
     if (!res.ok) throw await googleError(res, 'video submit');
     const operation = (await readJson(res)) as Operation | undefined;
+    // An error envelope answered with status 200 (a relay's way): no operation was made, its status
+    // decides (a refusal is not an answer that may have started a job, to submit again for an hour).
+    const hasName = typeof operation?.name === 'string' && operation.name !== '';
+    if (!hasName && typeof operation?.error === 'object' && operation.error !== null) throw googleErrorOf(operation.error, 'video submit');
     if (typeof operation?.name !== 'string' || operation.name === '') throw new ProviderError('retryable', 'the upstream accepted the video job without returning its operation name', { maybeAccepted: true });
     return operation.name;
   }

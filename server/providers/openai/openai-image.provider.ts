@@ -30,8 +30,7 @@
  * reports that image's usage; a JSON answer reports the usage of all its images, shared out
  * between them (`shareUsage`). An answer without usage (dall-e, many gateways) leaves it unset.
  */
-import sharp from 'sharp';
-import { MIME, fitImage, readBounded, readMediaJson, sniff, sseMediaFrames, type MediaFrame } from '../image-output.ts';
+import { MIME, fitImage, readBounded, readMediaJson, sseMediaFrames, uploadableImage, type MediaFrame } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { GeneratedImage, ImageEvents, ImageFormat, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
 import { upstreamFetch, upstreamUrl, type UpstreamResponse } from '../upstream-http.ts';
@@ -211,16 +210,8 @@ async function editUploads(job: ImageJob, family: Family): Promise<{ images: Upl
   return { images, ...(mask && { mask }) };
 }
 
-async function upload(data: Buffer, name: string, pngOnly: boolean): Promise<Upload> {
-  let format = sniff(data);
-  if (format === undefined || (pngOnly && format !== 'png')) {
-    try {
-      data = await sharp(data).png().toBuffer();
-    } catch (err) {
-      throw new ProviderError('invalid_request', `the input '${name}' is not an image the upstream can take`, { cause: err });
-    }
-    format = 'png';
-  }
+async function upload(input: Buffer, name: string, pngOnly: boolean): Promise<Upload> {
+  const { data, format } = await uploadableImage(input, name, pngOnly);
   return { blob: new Blob([data], { type: MIME[format] }), filename: `${name}.${EXTENSION[format]}` };
 }
 

@@ -22,7 +22,7 @@ import { downloadOutput } from '../kit/output-download.ts';
 import { ProviderError } from '../provider-error.ts';
 import { shapeOf, type MediaInput, type UpstreamAccount, type VideoContent, type VideoJob, type VideoProvider, type VideoShape, type VideoStatus } from '../types.ts';
 import { readJson, sanitizeMessage, upstreamFetch, upstreamUrl } from '../upstream-http.ts';
-import { openaiError } from './openai-errors.ts';
+import { openaiError, openaiErrorOf } from './openai-errors.ts';
 
 /** The guide suggests polling every 10–20 s. */
 export const OPENAI_VIDEO_POLL_MS = 10_000;
@@ -79,6 +79,10 @@ export class OpenAIVideoProvider implements VideoProvider {
     );
     if (!res.ok) throw await openaiError(res, 'video submit');
     const video = (await readJson(res)) as OpenAIVideo | undefined;
+    // Some gateways answer an error envelope with status 200: no job was made, its code and type
+    // decide (a refusal is not an answer that may have started a job, to submit again for an hour).
+    const hasId = typeof video?.id === 'string' && video.id !== '';
+    if (!hasId && typeof video?.error === 'object' && video.error !== null) throw openaiErrorOf(video, 'video submit');
     if (typeof video?.id !== 'string' || video.id === '') throw new ProviderError('retryable', 'the upstream accepted the video job without returning its id', { maybeAccepted: true });
     return video.id;
   }
