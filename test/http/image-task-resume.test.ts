@@ -103,6 +103,9 @@ describe('a background image task whose step stops while its upstream job runs',
       const jobs = [...fal.jobs.values()].filter((j) => String(j.input.prompt).includes('lighthouse'));
       expect(jobs.map((j) => [j.id, j.cancelled])).toEqual([[submitted[0]!.id, false]]);
       expect(await holdOf(server.db, id)).toMatchObject({ status: 'captured' });
+      // The operator sees the job the task ran upstream.
+      const story = await server.admin().GET('/admin/v1/tasks/{task_id}', { params: { path: { task_id: id } } });
+      expect(story.data?.upstream_job_id).toContain(submitted[0]!.id);
     } finally {
       await second.stop();
     }
