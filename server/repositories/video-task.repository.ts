@@ -101,7 +101,11 @@ export class VideoTaskRepository {
     return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()`, ...STARTED }, trx)) !== undefined;
   }
 
-  /** The submit failed with an answer (the upstream did not take the job): the member's slot is free again. */
+  /**
+   * The submit failed with an answer (the upstream did not take the job): the member's slot is free
+   * again. Never after a submit that may have been accepted there (the resubmit keeps the mark while
+   * the member exists: VideoRunner.resubmit), or the next attempt would route to another member.
+   */
   async clearSubmitting(fence: Fence): Promise<boolean> {
     return (await this.leases.update(fence, { memberId: null, submitStartedAt: null }, this.db)) !== undefined;
   }

@@ -222,6 +222,13 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * An earlier attempt marked the submit as started and never saved a job id (its process died in
    * between, or its call got no answer: a timeout): the job goes to the same member with the same
    * idempotency key, so an upstream that honours it runs the job once; the warning says what happened.
+   * The mark stays until a job id is saved or the task ends (at its deadline at the latest): an
+   * answer to this resubmit says nothing of whether the earlier one created a job there (a 429, a
+   * 5xx, refused credentials or quota), so it is asked again of this member, never routed afresh to
+   * another one (design §8: failover only before the upstream accepted the work). An adapter that
+   * can tell reports what it found (Kling looks the task up by its idempotency key: the task's id,
+   * or maybe accepted when the lookup failed); a refusal of the job itself fails the task, which
+   * keeps naming the member (an upstream without idempotency keys may still run the earlier submit).
    */
   private async resubmit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<StepResult> {
     const fence = fenceOf(task);
@@ -236,7 +243,6 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       const job = await this.jobOf(task, account, true);
       jobId = await attempts.run('submit', account, (id) => id, () => this.deps.pool.health.observe(account, () => this.videoProvider(account).submit(account, job, signal)), { signal });
     } catch (err) {
-      if (err instanceof ProviderError && !err.maybeAccepted) await this.deps.tasks.clearSubmitting(fence);
       return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
     }
     return this.saveJob(task, account, jobId, log);
