@@ -53,8 +53,10 @@
  *     last_frame, driving_audio, first_clip; wan2.7-r2v reference_image, reference_video; media URLs
  *     public HTTP/HTTPS or OSS temporary URLs), docs.apiyi.com's DashScope pass-through pages
  *     (`input.media` required for i2v, else "image-to-video model ... must provide an image"; media
- *     must be a URL the upstream GETs), 3P tables of HappyHorse 1.0/1.1 (3–15 s, 720P/1080P and 480P
- *     on 1.1, r2v 1–9 reference images, i2v frame ≥ 300 px and ratio 1:2.5–2.5:1, references ≥ 400 px
+ *     must be a URL the upstream GETs), 3P tables of HappyHorse 1.0/1.1 (3–15 s, 720P/1080P; ⚠ DISAGREE:
+ *     one 3P table lists 480P on 1.1, while upstream-apis.md §10.5, Comfy's HappyHorse nodes and
+ *     router docs, apiyi's pass-through pages and WaveSpeed list 720P/1080P only: this fake refuses
+ *     480P on HappyHorse as on wan2.7; r2v 1–9 reference images, i2v frame ≥ 300 px and ratio 1:2.5–2.5:1, references ≥ 400 px
  *     short side, images ≤ 20 MB).
  *   - "Model not exist.": DashScope answers an unknown model (one its region does not serve)
  *     `{"code":"InvalidParameter","message":"Model not exist."}`, HTTP 400 in most reports and 404
@@ -182,9 +184,9 @@ export const MODELS: Record<string, ModelSpec> = {
   'wan2.7-t2v': { protocol: 'media', resolutions: ['720P', '1080P'], durations: [2, 15], ratios: RATIOS, media: {}, images: WAN27, audio: 'always' },
   'wan2.7-i2v': { protocol: 'media', resolutions: ['720P', '1080P'], durations: [2, 15], media: { first_frame: { min: 1, max: 1 }, last_frame: { min: 0, max: 1 } }, images: WAN27, audio: 'always' },
   'wan2.7-r2v': { protocol: 'media', resolutions: ['720P', '1080P'], durations: [2, 15], ratios: RATIOS, media: { reference_image: { min: 1, max: 5 } }, images: WAN27, audio: 'always' },
-  'happyhorse-1.1-t2v': { protocol: 'media', resolutions: ['480P', '720P', '1080P'], durations: [3, 15], ratios: RATIOS, media: {}, images: HAPPYHORSE_FRAME, audio: 'always' },
-  'happyhorse-1.1-i2v': { protocol: 'media', resolutions: ['480P', '720P', '1080P'], durations: [3, 15], media: { first_frame: { min: 1, max: 1 } }, images: HAPPYHORSE_FRAME, audio: 'always' },
-  'happyhorse-1.1-r2v': { protocol: 'media', resolutions: ['480P', '720P', '1080P'], durations: [3, 15], ratios: RATIOS, media: { reference_image: { min: 1, max: 9 } }, images: HAPPYHORSE_REF, audio: 'always' },
+  'happyhorse-1.1-t2v': { protocol: 'media', resolutions: ['720P', '1080P'], durations: [3, 15], ratios: RATIOS, media: {}, images: HAPPYHORSE_FRAME, audio: 'always' },
+  'happyhorse-1.1-i2v': { protocol: 'media', resolutions: ['720P', '1080P'], durations: [3, 15], media: { first_frame: { min: 1, max: 1 } }, images: HAPPYHORSE_FRAME, audio: 'always' },
+  'happyhorse-1.1-r2v': { protocol: 'media', resolutions: ['720P', '1080P'], durations: [3, 15], ratios: RATIOS, media: { reference_image: { min: 1, max: 9 } }, images: HAPPYHORSE_REF, audio: 'always' },
 };
 
 export interface DashScopeMediaInput {

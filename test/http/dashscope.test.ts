@@ -174,13 +174,13 @@ describe('dashscope bodies', () => {
   it('sends reference images as media reference_image with the ratio (r2v)', async () => {
     const c = await twoMembers();
     const refs = [await png(800, 600), await png(600, 800), await png(640, 640)].map(dataUrl);
-    const created = await createVideo(c.key, { model: 'happyhorse-1.1-r2v', referenceImages: refs, aspectRatio: '1:1', resolution: '480p', seconds: 3 });
+    const created = await createVideo(c.key, { model: 'happyhorse-1.1-r2v', referenceImages: refs, aspectRatio: '1:1', resolution: '720p', seconds: 3 });
     expect(created.status).toBe(202);
     expect((await waitVideoFinished(server, c.key, created.body.id)).task.status).toBe('completed');
     const upstream = await upstreamTask(created.body.id);
     expect(upstream.media.map((m) => `${m.type} ${m.width}x${m.height}`)).toEqual(['reference_image 800x600', 'reference_image 600x800', 'reference_image 640x640']);
-    expect(upstream.body.parameters).toMatchObject({ resolution: '480P', ratio: '1:1', duration: 3 });
-    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'captured', captured: 3 * micro(0.062) });
+    expect(upstream.body.parameters).toMatchObject({ resolution: '720P', ratio: '1:1', duration: 3 });
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'captured', captured: 3 * micro(0.123) });
   });
 
   it('turns the sound off only on the model that has a switch, and the watermark on only for a member that asks', async () => {
@@ -204,6 +204,8 @@ describe('dashscope bodies', () => {
       [{ model: 'wan2.5-t2v-preview', aspectRatio: '4:3' }, 'unsupported_aspect_ratio'],
       [{ model: 'wan2.2-i2v-plus', resolution: '480p', firstFrame: frame, lastFrame: last }, 'last_frame_not_supported'],
       [{ model: 'happyhorse-1.1-r2v', referenceImages: Array(10).fill(frame) }, 'too_many_reference_images'],
+      // Model Studio's new protocol takes 720P and 1080P: HappyHorse 1.1 offers no 480p.
+      [{ model: 'happyhorse-1.1-r2v', referenceImages: [frame], resolution: '480p' }, 'unsupported_resolution'],
       [{ model: 'wan2.7-t2v', seconds: 1 }, 'unsupported_duration'],
       [{ model: 'wan2.7-t2v', reference_videos: ['https://example.com/clip.mp4'] }, 'unsupported_by_upstream'],
     ];
