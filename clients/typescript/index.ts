@@ -18,7 +18,7 @@ import { waitForVideo, type WaitForVideoOptions } from './wait-for-video.ts';
 export type { MediagateApi } from './api.ts';
 export type { CreateVideoOptions } from './create-video.ts';
 export type { ImageStreamOptions } from './image-stream.ts';
-export { MediagateError, isMediagateError, type MediagateErrorInit } from './mediagate-error.ts';
+export { MediagateError, MediagateNetworkError, isMediagateError, type MediagateErrorInit } from './mediagate-error.ts';
 export type * from './types.ts';
 export { VideoWaitTimeoutError, type WaitForVideoOptions } from './wait-for-video.ts';
 export { verifyWebhook, WebhookVerificationError, type WebhookHeaders } from './verify-webhook.ts';

@@ -1,3 +1,4 @@
+import type { Middleware } from 'openapi-fetch';
 import type { ErrorCode, ErrorType, VideoBillingRow } from './types.ts';
 
 const ERROR_TYPES = [
@@ -26,6 +27,8 @@ export interface MediagateErrorInit {
   requestId: string | null;
   body: unknown;
   currentQuote?: VideoBillingRow | undefined;
+  retryAfterMs?: number | undefined;
+  clientRequestId?: string | undefined;
 }
 
 /**
@@ -48,6 +51,13 @@ export class MediagateError extends Error {
   readonly body: unknown;
   /** On `409 quote_stale` / `quote_expired`: the latest quote, with a fresh `quoteToken`. */
   readonly currentQuote: VideoBillingRow | undefined;
+  /** The response's `Retry-After` (seconds or an HTTP date) in milliseconds, when it had one. */
+  readonly retryAfterMs: number | undefined;
+  /**
+   * From `createVideo`: the `client_request_id` it sent (generated when the body had none). Send
+   * the same body with it to retry without creating a second task.
+   */
+  readonly clientRequestId: string | undefined;
 
   constructor(init: MediagateErrorInit) {
     super(init.message);
@@ -58,19 +68,23 @@ export class MediagateError extends Error {
     this.requestId = init.requestId;
     this.body = init.body;
     this.currentQuote = init.currentQuote;
+    this.retryAfterMs = init.retryAfterMs;
+    this.clientRequestId = init.clientRequestId;
   }
 
   /**
    * Builds the error of a non-2xx response from its parsed body. Tolerates bodies that are not
    * Mediagate error bodies (a proxy's HTML page, a mock server's problem+json): `code` is then null.
+   * `clientRequestId` is the idempotency key the request carried, if any.
    */
-  static fromResponse(response: Response, body: unknown): MediagateError {
+  static fromResponse(response: Response, body: unknown, clientRequestId?: string): MediagateError {
     return MediagateError.fromErrorObject(
       response.status,
       readErrorObject(body),
       body,
       response.headers.get('X-Request-Id'),
       `HTTP ${response.status}${response.statusText ? ` ${response.statusText}` : ''}`,
+      { retryAfterMs: parseRetryAfter(response.headers.get('Retry-After')), clientRequestId },
     );
   }
 
@@ -91,6 +105,7 @@ export class MediagateError extends Error {
     body: unknown,
     headerRequestId: string | null,
     fallbackMessage: string,
+    extra: Pick<MediagateErrorInit, 'retryAfterMs' | 'clientRequestId'> = {},
   ): MediagateError {
     const bodyRequestId = typeof error?.request_id === 'string' ? error.request_id : null;
     return new MediagateError({
@@ -103,8 +118,58 @@ export class MediagateError extends Error {
       requestId: headerRequestId ?? bodyRequestId,
       body,
       currentQuote: readCurrentQuote(body),
+      ...extra,
     });
   }
+}
+
+/**
+ * A request that got no HTTP answer: the connection was refused or reset, the host did not
+ * resolve, or the answer broke off. The request may or may not have reached the server; `cause` is
+ * the error fetch threw.
+ */
+export class MediagateNetworkError extends Error {
+  override readonly name = 'MediagateNetworkError';
+  /** From `createVideo`: the `client_request_id` it sent; retry with it (see `MediagateError`). */
+  readonly clientRequestId: string | undefined;
+
+  constructor(cause: unknown, clientRequestId?: string) {
+    const code = networkCodeOf(cause);
+    super(`No answer from Mediagate: ${cause instanceof Error ? cause.message : String(cause)}${code ? ` (${code})` : ''}`, { cause });
+    this.clientRequestId = clientRequestId;
+  }
+}
+
+/**
+ * Runs one openapi-fetch call and turns a failed connection (fetch's `TypeError`, an
+ * `ECONNREFUSED`-style code, a body that broke off) into a `MediagateNetworkError`, which the
+ * helpers retry. The caller's abort, and errors raised before the request left (an invalid
+ * `baseUrl`), pass through unchanged: they would only fail the same way again.
+ */
+export async function sendRequest<T>(
+  call: (middleware: Middleware[]) => Promise<T>,
+  signal: AbortSignal | undefined,
+  clientRequestId?: string,
+): Promise<T> {
+  let sent = false;
+  try {
+    return await call([{ onRequest: () => void (sent = true) }]);
+  } catch (err) {
+    if (!sent || signal?.aborted === true || !isNetworkFailure(err)) throw err;
+    throw new MediagateNetworkError(err, clientRequestId);
+  }
+}
+
+/**
+ * `Retry-After` as milliseconds from now: delay-seconds, or an HTTP date (RFC 9110 §10.2.3), which
+ * starts with a day name. `undefined` when absent or unreadable.
+ */
+export function parseRetryAfter(value: string | null): number | undefined {
+  const text = value?.trim();
+  if (!text) return undefined;
+  if (/^\d+$/.test(text)) return Number(text) * 1_000;
+  const at = /^[A-Za-z]{3}/.test(text) ? Date.parse(text) : Number.NaN;
+  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now());
 }
 
 /** True for errors whose `code` is one of `codes` (narrows to `MediagateError`). */
@@ -128,4 +193,35 @@ function readCurrentQuote(body: unknown): VideoBillingRow | undefined {
   if (!isRecord(body) || !isRecord(body.currentQuote)) return undefined;
   // Only the token is needed to retry; the rest of the row is the contract's business.
   return typeof body.currentQuote.quoteToken === 'string' ? (body.currentQuote as VideoBillingRow) : undefined;
+}
+
+/** Codes of a connection that failed or broke off (Node, undici, node-fetch). */
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ENETUNREACH',
+  'EHOSTUNREACH',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+]);
+
+function networkCodeOf(err: unknown): string | undefined {
+  // The socket's error is the `cause` of fetch's TypeError (undici), or the error itself (node-fetch).
+  let e = err;
+  for (let depth = 0; depth < 3 && isRecord(e); depth += 1, e = e.cause) {
+    if (typeof e.code === 'string' && NETWORK_CODES.has(e.code)) return e.code;
+  }
+  return undefined;
+}
+
+function isNetworkFailure(err: unknown): boolean {
+  // fetch rejects with a TypeError when it gets no answer (Node: `fetch failed`, with the socket's
+  // error as `cause`; browsers: `Failed to fetch`), and so does reading a body that broke off.
+  return err instanceof TypeError || networkCodeOf(err) !== undefined;
 }
