@@ -43,7 +43,7 @@ import { Settlement } from './services/tasks/settlement.ts';
 import { TaskNotifier } from './services/tasks/task-notifier.ts';
 import { DOWNLOAD_RETRY, VideoRunner } from './services/video/video-runner.ts';
 import { VideoService } from './services/video/video.service.ts';
-import { WebhookOutbox } from './services/webhooks/webhook-outbox.ts';
+import { WebhookOutbox, webhookUrlTtlSeconds } from './services/webhooks/webhook-outbox.ts';
 import { WebhookRunner, type WebhookRunnerDeps } from './services/webhooks/webhook-runner.ts';
 import { WebhookSecrets } from './services/webhooks/webhook-secrets.ts';
 import { WebhookTester } from './services/webhooks/webhook-tester.ts';
@@ -161,9 +161,8 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
     urls: config.mediaUrls,
     outputRetentionDays: config.outputRetentionDays,
   });
-  // Links in webhook bodies outlive the whole retry schedule by a day.
-  const webhookUrlTtlSeconds = Math.ceil(config.webhookRetryScheduleMs.reduce((a, b) => a + b, 0) / 1000) + 86_400;
-  const outbox = new WebhookOutbox(files, webhookUrlTtlSeconds);
+  // Links in webhook bodies outlive the whole retry schedule (its jitter and attempts' time limits included) by a day.
+  const outbox = new WebhookOutbox(files, webhookUrlTtlSeconds(config.webhookRetryScheduleMs, config.webhookTimeoutMs));
   const settlement = new Settlement({ tx, log, ledger: repositories.ledger, videoTasks: repositories.videoTasks, imageTasks: repositories.imageTasks, outbox });
   const webhookSecrets = new WebhookSecrets(repositories.webhooks, secretKey, config.webhookSecretOverlapSeconds);
   const attempts = new TaskAttemptRepository(db);

@@ -10,8 +10,8 @@
  *   3. the connection goes to the checked addresses (a `lookup` that answers from them), so DNS
  *      rebinding between check and connect is impossible; TLS still verifies the host name;
  *   4. no proxy (a fresh agent, never the environment's), no redirect followed (a 3xx is an answer),
- *      one time limit over the whole exchange (the lookup included), a status outside 100–599 taken
- *      for no answer, and the answer's body read up to a byte limit.
+ *      one time limit over the whole exchange (the lookup included), a status outside 100–599 or a
+ *      switch of protocols (101) taken for no answer, and the answer's body read up to a byte limit.
  *
  * `allowPrivate` (the operator's ALLOW_PRIVATE_TARGETS, for on-premises receivers) lifts the
  * address rules, never the others. Every failure is a `SafeFetchError` with a stable class.
@@ -21,6 +21,7 @@ import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import http from 'node:http';
 import https from 'node:https';
 import type { LookupFunction } from 'node:net';
+import type { Duplex } from 'node:stream';
 import ipaddr from 'ipaddr.js';
 import { isPublicAddress, OutboundUrlError, parseOutboundUrl, type OutboundUrl } from './outbound-url.ts';
 
@@ -150,7 +151,8 @@ export async function safeRequest(raw: string, opts: SafeFetchOptions): Promise<
     };
     // Plain http only ever reaches a loopback receiver the operator allowed (parseOutboundUrl).
     const transport = target.protocol === 'http:' ? http : https;
-    const res = await new Promise<IncomingMessage>((resolve, reject) => {
+    // Raced against the time limit and the caller's abort: whatever Node emits (or never does), the limit holds.
+    const answer = new Promise<IncomingMessage>((resolve, reject) => {
       const req = transport.request(
         {
           method: opts.method ?? 'GET',
@@ -167,8 +169,17 @@ export async function safeRequest(raw: string, opts: SafeFetchOptions): Promise<
         resolve,
       );
       req.on('error', reject);
+      // A 101 with `Upgrade` is taken for a switch of protocols, which no request of ours asks for; without
+      // this listener Node drops the socket and emits neither 'response' nor 'error'.
+      req.on('upgrade', (upgraded: IncomingMessage, socket: Duplex) => {
+        socket.destroy();
+        reject(new SafeFetchError('protocol_error', `the receiver switched protocols (HTTP ${upgraded.statusCode ?? 101}), which the request did not ask for`));
+      });
+      // Ended without an answer or an error (after 'response' or 'error' this settles nothing).
+      req.on('close', () => reject(new SafeFetchError('protocol_error', 'the connection closed without an answer')));
       req.end(opts.body);
     });
+    const res = await untilAborted(answer, signal);
     // Node's parser takes any three digits as a status (999, 000): outside HTTP's 100–599 it is no answer.
     if (res.statusCode === undefined || res.statusCode < 100 || res.statusCode > 599) {
       res.destroy();

@@ -30,6 +30,12 @@ export interface LeasedTableSpec<Name extends LeasedTableName> {
   active: readonly string[];
   /** The table has `last_error` / `last_error_at`, which a retry's reschedule writes (tasks; webhook deliveries keep their own). */
   recordsErrors?: boolean;
+  /**
+   * A step counts its own failures in `retries`, in the statement that records them (webhook
+   * deliveries: WebhookRepository.recordAttempt), so a reschedule that is not a failure keeps the
+   * count instead of starting it again.
+   */
+  stepsCountRetries?: boolean;
 }
 
 export const fenceOf = (row: { id: string; attempt: number }): Fence => ({ id: row.id, attempt: row.attempt });
@@ -137,7 +143,7 @@ export class LeasedTasks<Name extends LeasedTableName> {
         set next_run_at = now() + v.delay_ms * interval '1 millisecond',
             lease_owner = null,
             lease_expires_at = null,
-            retries = case when v.failed then t.retries + 1 else 0 end${errors}
+            retries = case when v.failed then t.retries + 1 else ${this.spec.stepsCountRetries ? sql`t.retries` : sql`0`} end${errors}
         from (values ${rows}) as v(id, attempt, delay_ms, failed, error)
         where t.id = v.id and t.attempt = v.attempt and t.status in (${this.activeStatuses()})
         returning t.id`.execute(this.db);

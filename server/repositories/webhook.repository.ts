@@ -44,7 +44,9 @@ export class WebhookRepository {
   readonly leases: LeasedTasks<'webhookDeliveries'>;
 
   constructor(private readonly db: Kysely<DB>) {
-    this.leases = new LeasedTasks(db, { table: 'webhookDeliveries', sqlTable: 'webhook_deliveries', active: ['pending'] });
+    // A failed attempt counts itself toward `retries` as it is recorded (recordAttempt): the
+    // runner's hand-back after it (`later`) keeps the count.
+    this.leases = new LeasedTasks(db, { table: 'webhookDeliveries', sqlTable: 'webhook_deliveries', active: ['pending'], stepsCountRetries: true });
   }
 
   // --- secrets
@@ -94,8 +96,10 @@ export class WebhookRepository {
   /**
    * Records an attempt and, when it ended the delivery (`final`), its final status; inside one
    * transaction, fenced, so a worker that lost its lease records nothing. False: the fence no longer holds.
-   * An attempt to be retried moves the row's next run to its `nextRetryAt` already (the engine's
-   * reschedule follows), so a worker that dies before that reschedule leaves it due then, not at its lease's end.
+   * An attempt to be retried counts itself in `retries` and moves the row's next run to its
+   * `nextRetryAt` here, with its record (the engine's reschedule only releases the lease after it,
+   * keeping the count: `stepsCountRetries`): a worker that dies before that reschedule, or a reschedule that fails,
+   * leaves the row due then, not at its lease's end, and its next attempt on the next delay of the schedule.
    */
   async recordAttempt(fence: Fence, attempt: AttemptRecord, final: { status: Exclude<WebhookDeliveryStatus, 'pending'> } | undefined, trx: Executor): Promise<boolean> {
     const error = capped(attempt.error);
@@ -105,7 +109,7 @@ export class WebhookRepository {
         lastStatusCode: attempt.statusCode,
         lastError: error,
         updatedAt: sql`now()`,
-        ...(attempt.nextRetryAt && { nextRunAt: attempt.nextRetryAt }),
+        ...(attempt.nextRetryAt && { nextRunAt: attempt.nextRetryAt, retries: sql`retries + 1` }),
         ...(final && { status: final.status, leaseOwner: null, leaseExpiresAt: null, ...(final.status === 'delivered' && { deliveredAt: sql`now()` }) }),
       },
       trx,
@@ -146,3 +150,4 @@ export class WebhookRepository {
     return row;
   }
 }
+

@@ -465,6 +465,42 @@ describe('webhooks in development (ALLOW_PRIVATE_TARGETS=1)', () => {
     }
   });
 
+  /** A receiver on this machine that answers every request with a switch of protocols (101 with Upgrade) and keeps the socket. */
+  async function switchingReceiver() {
+    const raw = createTcpServer((socket) => {
+      socket.on('error', () => undefined);
+      socket.once('data', () => socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n'));
+    });
+    await new Promise<void>((r) => raw.listen(0, '127.0.0.1', r));
+    return { url: `http://127.0.0.1:${(raw.address() as AddressInfo).port}/hook`, close: () => raw.close() };
+  }
+
+  // A hang shows as the test's own timeout (Node's client drops a 101 with Upgrade without an event).
+  it('reports a receiver that switches protocols (101 with Upgrade) as a protocol error', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const raw = await switchingReceiver();
+    try {
+      const { data, response } = await server.client(c.key).POST('/v1/webhooks/test', { body: { url: raw.url } });
+      expect(response.status).toBe(200);
+      expect(data).toMatchObject({ delivered: false, status_code: null, error: { class: 'protocol_error', message: 'the receiver switched protocols (HTTP 101), which the request did not ask for' } });
+    } finally {
+      raw.close();
+    }
+  }, 10_000);
+
+  it('records a delivery to a receiver that switches protocols as failed attempts, and gives it up after the schedule', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const raw = await switchingReceiver();
+    try {
+      const id = await createVideo(c.key, { callback_url: raw.url });
+      const delivery = await finished(id);
+      expect(delivery.status).toBe('failed');
+      expect(delivery.attempts.map((a) => [a.status_code, a.error_class])).toEqual(Array.from({ length: 4 }, () => [null, 'protocol_error']));
+    } finally {
+      raw.close();
+    }
+  }, 20_000);
+
   it('still refuses plain http to any other host, and a URL that is not one', async () => {
     const c = await createCustomer(server.db, { balance: 10 });
     for (const url of [`http://receiver.test:${receiver.port}/hook`, 'ftp://127.0.0.1/hook']) {

@@ -6,7 +6,8 @@
  *            attempt): `sendSignedWebhook` (webhook-send.ts)
  *   record   the attempt (status code or error class, latency, next retry) and the outcome, fenced:
  *            2xx delivered · 410 gone (stop) · refused target (blocked or invalid URL) failed at once ·
- *            anything else retried on the published schedule, then failed
+ *            anything else retried on the published schedule, then failed; a retried attempt counts
+ *            toward the schedule in that same fenced write, so no lost reschedule can repeat a delay
  *
  * Delivery is at least once: a worker that dies after the receiver answered and before the attempt
  * was recorded leaves the row to be claimed again, and the receiver sees the same `webhook-id` twice.
@@ -18,9 +19,12 @@ import type { Metrics } from '../../metrics.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { WebhookDeliveryRow, WebhookRepository } from '../../repositories/webhook.repository.ts';
 import { retryDelay, type RetryPolicy } from '../tasks/retry-policy.ts';
-import { DONE, LeaseLost, retryIn, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
+import { DONE, LeaseLost, later, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
 import type { WebhookSecrets } from './webhook-secrets.ts';
 import { sendSignedWebhook } from './webhook-send.ts';
+
+/** Most a retry's delay is lengthened at random (retry-policy.ts `jitter`): 10 % of the schedule's delay. */
+export const SCHEDULE_JITTER = 0.1;
 
 /** Refused targets: retrying cannot help, the delivery fails at once. */
 const FINAL_ERRORS = new Set(['blocked_address', 'invalid_url']);
@@ -42,7 +46,7 @@ export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
   readonly retry: RetryPolicy;
 
   constructor(private readonly deps: WebhookRunnerDeps) {
-    this.retry = { maxRetries: deps.scheduleMs.length, baseDelayMs: 0, maxDelayMs: 0, scheduleMs: deps.scheduleMs };
+    this.retry = { maxRetries: deps.scheduleMs.length, baseDelayMs: 0, maxDelayMs: 0, scheduleMs: deps.scheduleMs, scheduleJitter: SCHEDULE_JITTER };
   }
 
   get leases() {
@@ -78,7 +82,8 @@ export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
     else if (gone) log.info(fields, 'webhook receiver answered 410 Gone; not sending again');
     else if (final) log.warn({ ...fields, error }, refused ? 'webhook target refused; not sending' : 'webhook delivery failed after its last retry');
     else log.info({ ...fields, error, nextRetryAt }, 'webhook attempt failed; retrying');
-    return final ? DONE : retryIn(delay!);
+    // The attempt counted itself in `retries` where it was recorded: the hand-back only releases the row until then.
+    return final ? DONE : later(delay!);
   }
 
   /** The engine could not run the delivery (not a receiver failure): give it up, said in last_error. */
