@@ -78,6 +78,13 @@ export const invalidApiKey = () =>
   });
 
 /**
+ * A key deactivated, or an account suspended: what authentication answers, and what the credit hold
+ * answers when that happened after the request was authenticated (while its body arrived).
+ */
+export const apiKeyInactive = () => new ApiError(403, 'api_key_inactive', 'This API key is inactive.');
+export const accountSuspended = () => new ApiError(403, 'account_suspended', 'The account that owns this API key is suspended.');
+
+/**
  * `text` as a sentence: first letter capitalized, ending in a full stop (unless it already ends in
  * punctuation). Upstream reasons arrive as fragments ("the upstream … could not be reached"); every
  * message a client or an operator reads is made of whole sentences.

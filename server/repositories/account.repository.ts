@@ -103,12 +103,20 @@ export class AccountRepository {
     return this.db.updateTable('accounts').set(patch).where('id', '=', id).returning(ACCOUNT_COLUMNS).executeTakeFirst();
   }
 
-  /** Adds micro-credits to balance and total_earned. */
+  /**
+   * Guarded grant: adds micro-credits to balance and total_earned, or returns undefined when the
+   * account is missing or either would pass Number.MAX_SAFE_INTEGER, the most an int8 read back as
+   * a number holds exactly (db/database.ts). The guard is the UPDATE's, so concurrent grants cannot
+   * pass it together.
+   */
   grant(id: string, amount: number, trx: Executor): Promise<AccountRow | undefined> {
+    const room = Number.MAX_SAFE_INTEGER - amount;
     return trx
       .updateTable('accounts')
       .set((eb) => ({ balance: eb('balance', '+', amount), totalEarned: eb('totalEarned', '+', amount) }))
       .where('id', '=', id)
+      .where('balance', '<=', room)
+      .where('totalEarned', '<=', room)
       .returning(ACCOUNT_COLUMNS)
       .executeTakeFirst();
   }

@@ -1,6 +1,7 @@
 /**
  * The credit hot path (design §5). A hold reserves credits on the key quota and the account balance
- * with guarded conditional updates and inserts the task row, all in ONE statement: atomic without
+ * with guarded conditional updates (which also refuse a key deactivated or an account suspended
+ * since the request was authenticated) and inserts the task row, all in ONE statement: atomic without
  * BEGIN/COMMIT round trips, and about twice as fast on a hot key. Settlement (capture and/or
  * release) happens exactly once per hold: the hold row's status guard and the unique
  * (hold_id, kind) ledger index both enforce it. An account's total_spent is its row's column plus
@@ -80,8 +81,23 @@ export interface InputAdoption {
  */
 export type HoldCommit = 'flushed' | 'unflushed';
 
-/** `input_files_gone`: a file the task names was deleted (or expired) after it was resolved; nothing was written. */
-export type HoldOutcome = 'ok' | 'key_quota_exceeded' | 'insufficient_balance' | 'key_too_many_in_flight' | 'account_too_many_in_flight' | 'input_files_gone';
+/**
+ * `input_files_gone`: a file the task names was deleted (or expired) after it was resolved.
+ * `api_key_inactive`, `account_suspended`: the key was deactivated, or its account suspended, after
+ * the request was authenticated (a body can stream for minutes). On any outcome but `ok` nothing was written.
+ */
+export type HoldOutcome =
+  | 'ok'
+  | 'api_key_inactive'
+  | 'account_suspended'
+  | 'key_quota_exceeded'
+  | 'insufficient_balance'
+  | 'key_too_many_in_flight'
+  | 'account_too_many_in_flight'
+  | 'input_files_gone';
+
+/** The refusals the hold statement raises with mg_abort (after it wrote a row the abort takes back). */
+const ABORTED_OUTCOMES: ReadonlySet<string> = new Set<HoldOutcome>(['account_suspended', 'insufficient_balance', 'input_files_gone']);
 
 /** What the hold statement did, and with `ok` the task row as inserted (no second read). */
 export interface HoldResult<T extends TaskInsert> {
@@ -181,8 +197,9 @@ export class LedgerRepository {
   /**
    * The holds of several synchronous images in one statement, unflushed, all or nothing: the
    * statement writes what the single statements would have written one after the other, or (when
-   * any key's quota or any account's balance cannot cover its share of the batch, or any row
-   * fails) raises and writes nothing, and the batcher runs each hold alone. Keys and then accounts
+   * any key is inactive or its quota cannot cover its share of the batch, any account is suspended
+   * or its balance cannot cover its share, or any row fails) raises and writes nothing, and the
+   * batcher runs each hold alone (which tells which refusal it met). Keys and then accounts
    * are locked in id order before they are updated (the lock order of this file, and no deadlock
    * between two batches), with the lock an UPDATE takes (`for no key update`: the foreign-key checks
    * of concurrent settlements, `for key share`, do not wait for it).
@@ -218,7 +235,7 @@ export class LedgerRepository {
         select id from api_keys where id in (select api_key_id from kk) order by id for no key update
       ), k as (
         update api_keys set credits_used = credits_used + kk.s from kk
-        where api_keys.id = kk.api_key_id and (credit_limit is null or credits_used + kk.s <= credit_limit)
+        where api_keys.id = kk.api_key_id and is_active and (credit_limit is null or credits_used + kk.s <= credit_limit)
           and (select count(*) from kl) = (select count(*) from kk)
         returning api_keys.id
       ), aa as (
@@ -227,7 +244,7 @@ export class LedgerRepository {
         select id from accounts where id in (select account_id from aa) and (select count(*) from k) = (select count(*) from kk) order by id for no key update
       ), a as (
         update accounts set balance = balance - aa.s from aa
-        where accounts.id = aa.account_id and balance >= aa.s and (select count(*) from al) = (select count(*) from aa)
+        where accounts.id = aa.account_id and status = 'active' and balance >= aa.s and (select count(*) from al) = (select count(*) from aa)
         returning accounts.id
       ), h as (
         insert into credit_holds (id, account_id, api_key_id, task_id, amount)
@@ -293,28 +310,34 @@ export class LedgerRepository {
     const gateOutcome = gated ? sql`when (select g.outcome from g) <> 'ok' then (select g.outcome from g)` : sql``;
     try {
       if (hold.amount === 0) {
-        // A free generation needs no reservation.
-        if (!gated) {
-          return result(
-            await runPrepared(sql<Row>`with t as (insert into ${table} (${columns}) values (${values}) returning ${columnsOf(sqlTable)}) ${adopt} select ${inputs.fileIds.length === 0 ? sql`'ok'` : sql`case ${inputsGone}else 'ok' end`} as outcome, t.* from t${unflushed}`, this.db),
-          );
-        }
+        // A free generation needs no reservation, only a key and an account still in use (the
+        // request was authenticated before its body arrived, maybe minutes ago): read, not locked.
+        const keyActive = sql`exists (select 1 from api_keys where id = ${hold.apiKeyId} and is_active)`;
+        const accountActive = sql`exists (select 1 from accounts where id = ${hold.accountId} and status = 'active')`;
         return result(
           await runPrepared(
-            sql<Row>`with ${gate}t as (insert into ${table} (${columns}) select ${values} where true${gateOpen} returning ${columnsOf(sqlTable)}) ${adopt}
-              select o.outcome, t.* from (select case ${gateOutcome} ${inputsGone}else 'ok' end as outcome) o left join t on true${unflushed}`,
+            sql<Row>`with ${gate}t as (insert into ${table} (${columns}) select ${values} where ${keyActive} and ${accountActive}${gateOpen} returning ${columnsOf(sqlTable)}) ${adopt}
+              select o.outcome, t.* from (
+                select case when not ${keyActive} then 'api_key_inactive' when not ${accountActive} then 'account_suspended' ${gateOutcome} ${inputsGone}else 'ok' end as outcome
+              ) o left join t on true${unflushed}`,
             this.db,
           ),
         );
       }
+      // Why a refused hold was refused. The guards of k and a judged the rows' newest versions
+      // (an UPDATE waits for a concurrent change and re-checks it), which this statement's snapshot
+      // may predate: a read `for share` waits and re-reads likewise (`for key share` would not: a
+      // change of is_active or status is no key update). Read on refusals only, never on the hot path.
+      const keyInactive = sql`(select not is_active from api_keys where id = ${hold.apiKeyId} for share)`;
+      const accountSuspended = sql`(select status <> 'active' from accounts where id = ${hold.accountId} for share)`;
       const held = await runPrepared(sql<Row>`
         with ${gate}k as (
           update api_keys set credits_used = credits_used + ${hold.amount}
-          where id = ${hold.apiKeyId} and (credit_limit is null or credits_used + ${hold.amount} <= credit_limit)${gateOpen}
+          where id = ${hold.apiKeyId} and is_active and (credit_limit is null or credits_used + ${hold.amount} <= credit_limit)${gateOpen}
           returning id
         ), a as (
           update accounts set balance = balance - ${hold.amount}
-          where id = ${hold.accountId} and balance >= ${hold.amount} and exists (select 1 from k)
+          where id = ${hold.accountId} and status = 'active' and balance >= ${hold.amount} and exists (select 1 from k)
           returning id
         ), h as (
           insert into credit_holds (id, account_id, api_key_id, task_id, amount)
@@ -331,17 +354,17 @@ export class LedgerRepository {
           returning ${columnsOf(sqlTable)}
         ) ${adopt}
         select o.outcome, t.* from (
-          select case ${gateOutcome}
-            when not exists (select 1 from k) then 'key_quota_exceeded'
-            when not exists (select 1 from a) then mg_abort('insufficient_balance')
+          select case
+            when not exists (select 1 from k) then case
+              when ${keyInactive} then 'api_key_inactive' when ${accountSuspended} then 'account_suspended' ${gateOutcome} else 'key_quota_exceeded' end
+            when not exists (select 1 from a) then mg_abort(case when ${accountSuspended} then 'account_suspended' else 'insufficient_balance' end)
             when not exists (select 1 from t) then mg_abort('task_not_inserted')
             ${inputsGone}else 'ok'
           end as outcome
         ) o left join t on true${unflushed}`, this.db);
       return result(held);
     } catch (err) {
-      if ((err as { code?: string }).code === ABORT_SQLSTATE && (err as Error).message === 'insufficient_balance') return { outcome: 'insufficient_balance' };
-      if ((err as { code?: string }).code === ABORT_SQLSTATE && (err as Error).message === 'input_files_gone') return { outcome: 'input_files_gone' };
+      if ((err as { code?: string }).code === ABORT_SQLSTATE && ABORTED_OUTCOMES.has((err as Error).message)) return { outcome: (err as Error).message as HoldOutcome };
       throw err;
     }
   }

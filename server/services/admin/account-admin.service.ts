@@ -4,7 +4,7 @@ import { ApiError, badRequest, conflict, paymentRequired } from '../../errors.ts
 import type { Transactor } from '../../db/transaction.ts';
 import type { AccountRepository } from '../../repositories/account.repository.ts';
 import { newId } from '../../lib/ids.ts';
-import { fromCredits } from '../../lib/money.ts';
+import { fromCredits, MICRO } from '../../lib/money.ts';
 import { toAdminAccount, toAdminLedgerEntry, type AdminAccount } from './admin-mappers.ts';
 import { storedOf } from '../limits/client-limits.ts';
 import { decodeCreatedAtCursor, encodeCreatedAtCursor, pageSize, splitPage } from './cursor.ts';
@@ -18,9 +18,18 @@ export const INITIAL_CREDITS_REASON = 'initial credits';
 
 export const accountNotFound = (param: string | null = null) => new ApiError(404, 'account_not_found', 'No account has this id.', param);
 
+/**
+ * The most credits an account's balance or total earned can reach: Number.MAX_SAFE_INTEGER
+ * micro-credits (db/database.ts), written out exactly (as a number it would print as …740992).
+ */
+const MAX_ACCOUNT_CREDITS = `${Math.floor(Number.MAX_SAFE_INTEGER / MICRO)}.${String(Number.MAX_SAFE_INTEGER % MICRO).padStart(6, '0')}`;
+
 /** Decimal credits -> micro-credits, or `400 invalid_request` naming the field. */
 export function microCredits(credits: number, param: string): number {
   const micro = fromCredits(credits);
+  if (micro === undefined && Math.abs(credits) * MICRO >= Number.MAX_SAFE_INTEGER) {
+    throw badRequest('invalid_request', `'${param}' is too large: at most ${MAX_ACCOUNT_CREDITS} credits.`, param);
+  }
   if (micro === undefined) throw badRequest('invalid_request', `'${param}' must be a number of credits with at most 6 fractional digits.`, param);
   return micro;
 }
@@ -89,7 +98,9 @@ export class AccountAdminService {
 
   /**
    * A grant (amount > 0) or a debit (amount < 0) and its ledger entry, in one transaction. The
-   * debit is one guarded UPDATE (`balance >= amount`), so concurrent debits never overdraw.
+   * debit is one guarded UPDATE (`balance >= amount`), so concurrent debits never overdraw; the
+   * grant is one too, so concurrent grants never take the balance or total earned past what an
+   * account can hold (MAX_ACCOUNT_CREDITS).
    */
   async adjustCredits(id: string, input: CreditAdjustmentInput): Promise<Schemas['AdminCreditAdjustmentResult']> {
     const signed = microCredits(input.amount, 'amount');
@@ -100,6 +111,9 @@ export class AccountAdminService {
       const updated = kind === 'grant' ? await this.accounts.grant(id, amount, trx) : await this.accounts.debit(id, amount, trx);
       if (!updated) {
         if (!(await this.accounts.findById(id))) throw accountNotFound();
+        if (kind === 'grant') {
+          throw badRequest('invalid_request', `The grant would take the account's balance or total earned past ${MAX_ACCOUNT_CREDITS} credits, the most an account can hold; nothing was changed.`, 'amount');
+        }
         throw paymentRequired('insufficient_balance', 'The debit is larger than the available balance of the account.');
       }
       const ledger = await this.accounts.insertLedgerEntry({ accountId: id, kind, amount, reason: input.reason }, trx);

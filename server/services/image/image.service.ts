@@ -5,7 +5,7 @@
  * `Prefer: respond-async`. Exactly what was delivered is captured and the rest released.
  */
 import type { components } from '../../../generated/api.d.ts';
-import { ApiError, badRequest, inputFilesGone, notFound, paymentRequired, unavailable } from '../../errors.ts';
+import { accountSuspended, ApiError, apiKeyInactive, badRequest, inputFilesGone, notFound, paymentRequired, unavailable } from '../../errors.ts';
 import { newId } from '../../lib/ids.ts';
 import { Base64Bytes, Base64Source, type WithBase64 } from '../../lib/base64-json.ts';
 import { inspectImage } from '../../lib/image-inspect.ts';
@@ -307,6 +307,9 @@ export class ImageService {
       });
     // Inputs stored for a task that was not created are removed.
     if (outcome !== 'ok') for (const file of saved) await this.deps.files.discard(file);
+    // Deactivated or suspended since the request was authenticated: what authentication would answer now.
+    if (outcome === 'api_key_inactive') throw apiKeyInactive();
+    if (outcome === 'account_suspended') throw accountSuspended();
     if (outcome === 'key_quota_exceeded') throw paymentRequired('key_quota_exceeded', `This API key's credit limit cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     if (outcome === 'insufficient_balance') throw paymentRequired('insufficient_balance', `The account balance cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     if (outcome === 'key_too_many_in_flight' || outcome === 'account_too_many_in_flight') throw inFlightRefusal(outcome, auth);

@@ -7,7 +7,7 @@ import type { Insertable } from 'kysely';
 import type { components } from '../../../generated/api.d.ts';
 import type { VideoTasks } from '../../../generated/db.d.ts';
 import type { BillingMode } from '../../catalog/capabilities.ts';
-import { ApiError, badRequest, conflict, inputFilesGone, notFound, paymentRequired, unavailable } from '../../errors.ts';
+import { accountSuspended, ApiError, apiKeyInactive, badRequest, conflict, inputFilesGone, notFound, paymentRequired, unavailable } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { ModelRepository, VideoCatalogRow } from '../../repositories/model.repository.ts';
@@ -171,6 +171,10 @@ export class VideoService {
       }
       throw err;
     }
+    // Deactivated or suspended since the request was authenticated (its body may have streamed for
+    // minutes): what authentication would answer now, before any replay of a twin.
+    if (outcome === 'api_key_inactive') throw apiKeyInactive();
+    if (outcome === 'account_suspended') throw accountSuspended();
     if (outcome !== 'ok') {
       // A concurrent request under the same client_request_id may have been let in first: this
       // one then met the quota, balance or cap its twin used, not a refusal of its own.
