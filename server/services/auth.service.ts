@@ -4,7 +4,7 @@
  * in the background, so it never delays a response.
  */
 import type { Logger } from '../logger.ts';
-import { ApiError, invalidApiKey } from '../errors.ts';
+import { accountSuspended, apiKeyInactive, invalidApiKey } from '../errors.ts';
 import type { ApiKeyRepository, KeyAuthRow } from '../repositories/api-key.repository.ts';
 import { hashApiKey, looksLikeApiKey } from '../lib/api-key-material.ts';
 import { TtlCache } from '../lib/ttl-cache.ts';
@@ -42,8 +42,8 @@ export class AuthService {
     if (!key || !looksLikeApiKey(key)) throw invalidApiKey();
     const row = await this.lookup(hashApiKey(key));
     if (!row) throw invalidApiKey();
-    if (!row.isActive) throw new ApiError(403, 'api_key_inactive', 'This API key is inactive.');
-    if (row.accountStatus !== 'active') throw new ApiError(403, 'account_suspended', 'The account that owns this API key is suspended.');
+    if (!row.isActive) throw apiKeyInactive();
+    if (row.accountStatus !== 'active') throw accountSuspended();
     this.touch(row.id);
     return { apiKeyId: row.id, accountId: row.accountId, groupId: row.groupId, limits: this.limitsOf(row) };
   }
