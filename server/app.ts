@@ -31,6 +31,7 @@ import type { MediaJsonFields } from './lib/media-json-scanner.ts';
 import { fileUploadMultipart } from './http/file-upload.ts';
 import { largeBodySlots, rejectBracketedQuery, rejectEncodedMultipart, rejectNulCharacters } from './http/request-guards.ts';
 import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';
+import { STRICT_FORMATS } from './contract-schemas.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 const METHODS = ['get', 'post', 'put', 'patch', 'delete'] as const;
@@ -108,8 +109,9 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   const bearerCheck = (secret: string | undefined, error: () => ApiError) => {
     const hash = secret === undefined ? undefined : sha256(secret);
     return (req: Request) => {
-      const header = req.headers.authorization ?? '';
-      const token = header.startsWith('Bearer ') ? header.slice(7).trim() : '';
+      // The scheme in any case (RFC 7235), as API keys are read (services/auth.service.ts); the
+      // token is the rest, trimmed, as written (a configured token may hold spaces).
+      const token = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? '')?.[1]?.trim() ?? '';
       if (hash && token && timingSafeEqual(sha256(token), hash)) return true;
       throw error();
     };
@@ -186,6 +188,8 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
       validateRequests: { allowUnknownQueryParameters: false, removeAdditional: false },
       validateResponses: options.validateResponses ?? ctx.config.validateResponses,
       validateFormats: true,
+      // ajv-formats' fast mode, except a date-time must exist (contract-schemas.ts, which agrees).
+      formats: { ...STRICT_FORMATS },
       fileUploader: false,
       validateSecurity: {
         handlers: {

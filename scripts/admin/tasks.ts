@@ -1,4 +1,5 @@
 // `tasks list|show`: every task (images and videos) with filters, and one task's whole story.
+import { isDateTime } from '../../server/contract-schemas.ts';
 import { list, oneOf, optInt, UsageError } from './args.ts';
 import type { CommandContext, Commands } from './command.ts';
 import { lines, page, table, type Output, type Row } from './output.ts';
@@ -18,12 +19,13 @@ export function listOf<T extends string>(value: string | undefined, flag: string
   return values.length > 0 ? (values as T[]) : undefined;
 }
 
-/** An RFC 3339 time as the API takes it (checked here: the API's validator does not run for the CLI). */
+/**
+ * An RFC 3339 time as the API takes it (checked here with the validator's own check, which does not
+ * run for the CLI): a date and time that exist, so 2026-02-31 is a usage error, not PostgreSQL's.
+ */
 export function time(value: string | undefined, flag: string): string | undefined {
   if (value === undefined) return undefined;
-  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(value) || Number.isNaN(Date.parse(value))) {
-    throw new UsageError(`--${flag} takes an RFC 3339 time such as 2026-01-15T00:00:00Z, not '${value}'`);
-  }
+  if (!isDateTime(value)) throw new UsageError(`--${flag} takes an RFC 3339 time such as 2026-01-15T00:00:00Z (a date and time that exist), not '${value}'`);
   return value;
 }
 

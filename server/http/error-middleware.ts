@@ -7,6 +7,7 @@ import type { Logger } from '../logger.ts';
 import { isDatabaseUnavailable } from '../db/database.ts';
 import { ApiError, apiErrorOfStorage, databaseUnavailable, type ErrorCode } from '../errors.ts';
 import { StorageError } from '../services/file.service.ts';
+import { lingerAfterResponse } from './request-guards.ts';
 
 const AUTH_ERROR = Symbol('mediagate.authError');
 
@@ -95,16 +96,53 @@ const SQLSTATE: Record<string, [number, ErrorCode, string]> = {
   '23514': [400, 'invalid_request', 'The request violates a constraint.'],
   '22P02': [400, 'invalid_request', 'A value has an invalid format.'],
   '22003': [400, 'invalid_request', 'A number is out of range.'],
+  // A date-time the validator passes and PostgreSQL cannot take (year 0000, an offset past 15:59).
+  '22007': [400, 'invalid_request', 'A date or time has an invalid format.'],
+  '22008': [400, 'invalid_request', 'A date or time is out of range.'],
+  '22009': [400, 'invalid_request', 'A time zone offset is out of range.'],
   '57014': [503, 'not_ready', 'The database cancelled the statement; retry.'],
   '53300': [503, 'not_ready', 'The database has no free connections; retry.'],
   '40001': [503, 'not_ready', 'A concurrent update conflicted; retry.'],
   '40P01': [503, 'not_ready', 'A concurrent update conflicted; retry.'],
 };
 
-function fromDatabase(err: { code?: string; severity?: string }): ApiError | undefined {
+/**
+ * The query parameter whose value PostgreSQL quotes in its message (`date/time field value out of
+ * range: "0000-01-01T00:00:00Z"`), if one has exactly that value.
+ */
+function quotedParam(req: Request, message: string | undefined): string | null {
+  const quoted = /: "([^"]*)"$/.exec(message ?? '')?.[1];
+  if (quoted === undefined) return null;
+  return Object.entries(req.query).find(([, value]) => value === quoted)?.[0] ?? null;
+}
+
+function fromDatabase(err: { code?: string; severity?: string; message?: string }, req: Request): ApiError | undefined {
   const mapped = typeof err.code === 'string' && typeof err.severity === 'string' ? SQLSTATE[err.code] : undefined;
-  if (mapped) return new ApiError(mapped[0], mapped[1], mapped[2]);
+  if (mapped) {
+    // A data exception (class 22) is about a value the request sent: named when it can be told.
+    const [status, code, detail] = mapped;
+    const param = err.code!.startsWith('22') ? quotedParam(req, err.message) : null;
+    return new ApiError(status, code, param ? `Invalid '${param}': ${detail.charAt(0).toLowerCase()}${detail.slice(1)}` : detail, param);
+  }
   return isDatabaseUnavailable(err) ? databaseUnavailable() : undefined;
+}
+
+/**
+ * Up to this many bytes of a body left unread are read (and discarded) to keep the connection alive:
+ * an error is often answered before a small body has arrived, even one sent with its head.
+ */
+const READ_ON_BYTES = 64 * 1024;
+
+/**
+ * Whether the request announced a body that has not been read to its end and may be large: refused
+ * before it was read (credentials, requests per minute, the large-body budget, a declared length
+ * over a limit) or while it was read. Keeping such a connection alive means reading the rest, up to
+ * the whole declared length, for a request already answered.
+ */
+function hasLargeUnreadBody(req: Request): boolean {
+  if (req.complete || req.destroyed) return false;
+  const length = req.headers['content-length'];
+  return length === undefined ? req.headers['transfer-encoding'] !== undefined : Number(length) > READ_ON_BYTES;
 }
 
 /** What a known error says, without its stack. */
@@ -126,7 +164,7 @@ export function errorMiddleware(log: Logger): ErrorRequestHandler {
     else if (err instanceof StorageError) apiError = apiErrorOfStorage(err);
     else if (remembered && isValidatorError(err) && (err.status === 401 || err.status === 403)) apiError = remembered;
     else if (isValidatorError(err)) apiError = fromValidator(err, req);
-    else apiError = fromBodyParser(err as never, req) ?? fromDatabase(err as never);
+    else apiError = fromBodyParser(err as never, req) ?? fromDatabase(err as never, req);
 
     if (!apiError || apiError.status >= 500) {
       // An unknown error keeps its stack; a known one (the database away, an upstream failing) is one line.
@@ -144,6 +182,13 @@ export function errorMiddleware(log: Logger): ErrorRequestHandler {
     // An error is about this one request: never kept by a cache (whatever the route had set).
     res.setHeader('Cache-Control', 'no-store');
     for (const [name, value] of Object.entries(apiError.headers)) res.setHeader(name, value);
+    if (hasLargeUnreadBody(req)) {
+      // Close the connection after the answer instead of reading the body to keep it alive.
+      res.setHeader('Connection', 'close');
+      lingerAfterResponse(req, res);
+    }
+    // Discard (never buffer) what still arrives, also of a body a parser stopped reading.
+    if (!req.complete && !req.destroyed) req.resume();
     res.status(apiError.status).json(apiError.body(requestId));
   };
 }

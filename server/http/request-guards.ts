@@ -29,8 +29,7 @@ export function largeBodySlots(budget: LargeBodyBudget) {
       },
       (err: unknown) => {
         if (res.destroyed) return;
-        // The body was never read: close the connection instead of reading it to keep it alive.
-        res.setHeader('Connection', 'close');
+        // The body was never read: the error middleware closes the connection instead of reading it.
         next(err);
       },
     );
@@ -127,6 +126,7 @@ export function bodyDeadline(idleMs: number, totalMs: number, cut: (err: ApiErro
 
 /** How long a rejected upload is still read (and discarded) after the error response, in ms. */
 const LINGER_MS = 2_000;
+const lingering = new WeakSet<Response>();
 
 /**
  * After the error response of a body that was not read to its end: keep discarding what the client
@@ -135,6 +135,9 @@ const LINGER_MS = 2_000;
  * with a reset, which can discard the response before the client has read it.
  */
 export function lingerAfterResponse(req: Request, res: Response): void {
+  // Once per response: the parser that stopped reading and the error middleware may both ask.
+  if (lingering.has(res)) return;
+  lingering.add(res);
   res.once('finish', () => {
     if (req.complete) return;
     const socket: Socket = req.socket;

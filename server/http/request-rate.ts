@@ -1,7 +1,8 @@
 /**
  * The requests-per-minute gate of the generation operations (image generations and edits, video
  * creation at both paths), run right after the API key check and before the body is read: a
- * refused request reads nothing, stores nothing and holds nothing. Every generation response of a
+ * refused request reads nothing (the error middleware closes its connection after the answer
+ * instead of reading the body), stores nothing and holds nothing. Every generation response of a
  * key or account with a limit carries OpenAI's `x-ratelimit-limit-requests`,
  * `x-ratelimit-remaining-requests` and `x-ratelimit-reset-requests` (events streams and errors
  * included: they are set before anything is written).

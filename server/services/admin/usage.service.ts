@@ -1,5 +1,6 @@
 /** Admin: usage reports (GET /admin/v1/usage), as JSON or CSV; one SQL statement per report. */
 import type { components } from '../../../generated/api.d.ts';
+import { isDateTime } from '../../contract-schemas.ts';
 import { badRequest } from '../../errors.ts';
 import { toCredits } from '../../lib/money.ts';
 import type { Granularity, UsageDimension, UsageRepository, UsageRow } from '../../repositories/usage.repository.ts';
@@ -27,10 +28,13 @@ export const USAGE_CSV_COLUMNS = [
 ] as const satisfies readonly (keyof AdminUsageRow)[];
 
 /**
- * An RFC 3339 date-time as an instant. A leap second (`23:59:60`, valid RFC 3339 that JavaScript's
- * Date refuses) is the instant after second 59, as POSIX clocks count it: the next minute's start.
+ * An RFC 3339 date-time as an instant; an invalid date for one that does not exist (Feb 30, which
+ * JavaScript's Date would roll to Mar 2; the validator refuses it, the admin CLI's callers need not).
+ * A leap second (`23:59:60`, valid RFC 3339 that JavaScript's Date refuses) is the instant after
+ * second 59, as POSIX clocks count it: the next minute's start.
  */
 function instant(text: string): Date {
+  if (!isDateTime(text)) return new Date(NaN);
   const leap = /^(.*T\d\d:\d\d:)60(\.\d+)?(Z|[+-]\d\d:\d\d)$/i.exec(text);
   return leap ? new Date(new Date(`${leap[1]}59${leap[2] ?? ''}${leap[3]}`).getTime() + 1000) : new Date(text);
 }
@@ -41,8 +45,8 @@ export class UsageService {
   async report(params: UsageQueryParams): Promise<AdminUsageReport> {
     const from = instant(params.from);
     const to = instant(params.to);
-    if (Number.isNaN(from.getTime())) throw badRequest('invalid_request', `'from' must be an RFC 3339 date-time.`, 'from');
-    if (Number.isNaN(to.getTime())) throw badRequest('invalid_request', `'to' must be an RFC 3339 date-time.`, 'to');
+    if (Number.isNaN(from.getTime())) throw badRequest('invalid_request', `'from' must be an RFC 3339 date-time of a date and time that exist.`, 'from');
+    if (Number.isNaN(to.getTime())) throw badRequest('invalid_request', `'to' must be an RFC 3339 date-time of a date and time that exist.`, 'to');
     if (to <= from) throw badRequest('invalid_request', `'to' must be after 'from'.`, 'to');
     const granularity = params.granularity ?? 'day';
     const maxDays = MAX_RANGE_DAYS[granularity];
