@@ -19,12 +19,16 @@ async function main(): Promise<void> {
   }
   if (process.argv.length > 2) throw new Error(`unexpected arguments: ${process.argv.slice(2).join(' ')}\n${USAGE}`);
 
+  // Ctrl-C or SIGTERM (while waiting for another instance's migrations, say) stops between two
+  // migrations and still stops the embedded PostgreSQL this script started; the same signal again kills it.
+  const abort = new AbortController();
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => abort.abort());
   const embedded = process.env.DATABASE_URL
     ? undefined
     : await connectOrStartEmbedded(process.env.MEDIAGATE_DATA_DIR || './.mediagate', log);
   const db = createDatabase(process.env.DATABASE_URL || embedded!.url, { max: 1, applicationName: 'mediagate-migrate' });
   try {
-    const results = await migrateToLatest(db, log);
+    const results = await migrateToLatest(db, log, { signal: abort.signal });
     if (results.length === 0) log.info('database is up to date');
   } finally {
     await db.destroy();
@@ -33,6 +37,8 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  console.error(err instanceof Error ? err.message : err);
+  // Migrations applied before the signal stay applied; the next run does the rest.
+  if (err instanceof Error && err.name === 'AbortError') console.error('stopped by a signal');
+  else console.error(err instanceof Error ? err.message : err);
   process.exitCode = 1;
 });

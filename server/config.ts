@@ -207,8 +207,20 @@ export function isLoopbackHost(host: string): boolean {
 /** Reads `--role api|worker` from argv (overrides ROLE). */
 function roleFromArgs(argv: readonly string[]): string | undefined {
   const i = argv.indexOf('--role');
-  if (i >= 0) return argv[i + 1];
+  if (i >= 0) {
+    // A bare `--role` (its value lost in a script or a unit file) would otherwise run every role.
+    if (argv[i + 1] === undefined) throw new ConfigError('--role needs a value: --role api or --role worker');
+    return argv[i + 1];
+  }
   return argv.find((a) => a.startsWith('--role='))?.slice('--role='.length);
+}
+
+/**
+ * Whether `raw` is an http(s) URL. URL.canParse alone takes `media.example.com:8443` (scheme
+ * `media.example.com:`) and `minio:9000` (scheme `minio:`), which nothing could fetch.
+ */
+function isHttpUrl(raw: string): boolean {
+  return URL.canParse(raw) && ['http:', 'https:'].includes(new URL(raw).protocol);
 }
 
 export function loadConfig(env: Env = process.env, argv: readonly string[] = process.argv.slice(2)): Config {
@@ -223,11 +235,16 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
   const s3Bucket = nonEmpty(env, 'S3_BUCKET');
   if (mediaStore === 's3' && !s3Bucket) throw new ConfigError('MEDIA_STORE=s3 needs S3_BUCKET (and S3_REGION; S3_ENDPOINT for servers other than AWS)');
   const s3Endpoint = nonEmpty(env, 'S3_ENDPOINT');
-  if (s3Endpoint !== undefined && !URL.canParse(s3Endpoint)) throw new ConfigError(`S3_ENDPOINT must be an absolute URL, got '${s3Endpoint}'`);
+  if (s3Endpoint !== undefined && !isHttpUrl(s3Endpoint)) throw new ConfigError(`S3_ENDPOINT must be an http:// or https:// URL (e.g. http://minio:9000), got '${s3Endpoint}'`);
   const mediaUrls = oneOf(env, 'MEDIA_URLS', ['presigned', 'gateway'], mediaStore === 's3' ? 'presigned' : 'gateway');
   if (mediaUrls === 'presigned' && mediaStore !== 's3') throw new ConfigError('MEDIA_URLS=presigned needs MEDIA_STORE=s3 (the filesystem store has nothing to presign)');
   const publicBaseUrl = nonEmpty(env, 'PUBLIC_BASE_URL')?.replace(/\/+$/, '');
-  if (publicBaseUrl !== undefined && !URL.canParse(publicBaseUrl)) throw new ConfigError(`PUBLIC_BASE_URL must be an absolute URL, got '${publicBaseUrl}'`);
+  if (publicBaseUrl !== undefined) {
+    // Signed file URLs (and the video_url of webhooks) are this plus a path and a signed query.
+    if (!isHttpUrl(publicBaseUrl) || /[?#]/.test(publicBaseUrl)) {
+      throw new ConfigError(`PUBLIC_BASE_URL must be an http:// or https:// URL without a query or fragment (e.g. https://media.example.com), got '${publicBaseUrl}'`);
+    }
+  }
   const host = nonEmpty(env, 'HOST') ?? '127.0.0.1';
   // Signed media URLs are built on PUBLIC_BASE_URL, else on the listen address: on an address other
   // machines reach, that would be 0.0.0.0 or an interface clients may not see. A worker makes no

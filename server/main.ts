@@ -1,7 +1,7 @@
 /**
- * Composition root: config -> database (external or embedded) -> migrations -> demo data -> HTTP
- * listener -> runtime (services, runners) -> app, workers and the cluster listener. `npm start` runs this;
- * `--role api|worker` splits the roles.
+ * Composition root: config -> database (external or embedded) -> migrations -> HTTP listener ->
+ * runtime (services, runners) -> app -> demo data -> workers and the cluster listener. `npm start`
+ * runs this; `--role api|worker` splits the roles.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -48,6 +48,73 @@ export interface Lifecycle {
 
 /** startServer's rejection when a signal aborted start-up (what it had started is stopped). */
 export class StartAborted extends Error {}
+
+/**
+ * A start-up failure with a known cause (the database of DATABASE_URL, the port, the secret key
+ * file): one line that says what failed and which setting to change, as EmbeddedPostgresError does.
+ */
+class StartError extends Error {
+  constructor(what: string, hint: string) {
+    super(`${what}. ${hint}`);
+    this.name = 'StartError';
+  }
+}
+
+/** Socket and TLS codes of a connection to DATABASE_URL that could not be made. */
+const UNREACHABLE = new Set(['ECONNREFUSED', 'ECONNRESET', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH']);
+const TLS_FAILURES = new Set(['SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT', 'UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'CERT_HAS_EXPIRED', 'ERR_TLS_CERT_ALTNAME_INVALID']);
+
+/** What the first connection to DATABASE_URL failing says to change, or undefined for another failure. */
+function databaseFailure(err: unknown): StartError | undefined {
+  const e = (err ?? {}) as { code?: unknown; message?: unknown; errors?: unknown };
+  // A host name with several addresses fails with an AggregateError (no message) of one error each.
+  const reason = (typeof e.message === 'string' && e.message) || (Array.isArray(e.errors) ? e.errors.map((x: Error) => x.message).join('; ') : String(err));
+  // Neither the URL nor its password is echoed: PostgreSQL's messages name the user and database only.
+  switch (e.code) {
+    case '28P01':
+      return new StartError(`the database refused the password of DATABASE_URL (${reason})`, 'Fix the user name or the password in DATABASE_URL.');
+    case '28000':
+      return new StartError(`the database refused the user of DATABASE_URL (${reason})`, "Fix the user name in DATABASE_URL, or let that user connect from this machine (PostgreSQL's pg_hba.conf).");
+    case '3D000':
+      return new StartError(`the database named in DATABASE_URL does not exist (${reason})`, 'Create it (createdb <name>), or fix the database name at the end of DATABASE_URL.');
+  }
+  if ((typeof e.code === 'string' && TLS_FAILURES.has(e.code)) || /does not support SSL/i.test(reason)) {
+    return new StartError(`the TLS connection to the database of DATABASE_URL failed (${reason})`, "Fix DATABASE_URL's sslmode, or the certificate authority it trusts (sslrootcert).");
+  }
+  if ((typeof e.code === 'string' && UNREACHABLE.has(e.code)) || /^(timeout exceeded when trying to connect|Connection terminated due to connection timeout)/.test(reason)) {
+    return new StartError(`cannot connect to the database of DATABASE_URL (${reason})`, 'Check the host and port in DATABASE_URL, and that PostgreSQL runs and accepts connections from this machine.');
+  }
+  return undefined;
+}
+
+/** What listening on `variable` (PORT, or METRICS_PORT) failing says to change, or undefined. */
+function listenFailure(err: unknown, variable: string, port: number, host: string): StartError | undefined {
+  switch ((err as NodeJS.ErrnoException).code) {
+    case 'EADDRINUSE':
+      return new StartError(`${variable}=${port} is already in use on ${host}`, `Stop the program that uses it, or set ${variable} to a free port (0: any free port).`);
+    case 'EACCES':
+      return new StartError(`permission denied listening on ${variable}=${port} of ${host}`, `Ports below 1024 need privileges: set ${variable} to 1024 or above (with a reverse proxy on 80 and 443).`);
+    case 'EADDRNOTAVAIL':
+      return new StartError(`HOST=${host} is not an address of this machine`, 'Set HOST to one of its addresses (0.0.0.0: all of them), or leave it unset to listen on 127.0.0.1.');
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return new StartError(`HOST=${host} does not resolve to an address`, 'Set HOST to an address of this machine, or leave it unset to listen on 127.0.0.1.');
+  }
+  return undefined;
+}
+
+/** `<data dir>/secret.key` that could not be read or created (MEDIAGATE_SECRET_KEY unset, embedded database). */
+function secretKeyFailure(err: unknown): StartError {
+  const e = err as NodeJS.ErrnoException;
+  if (e.code === 'EACCES' || e.code === 'EPERM') {
+    return new StartError(`permission denied reading or creating the secret key ${e.path ?? ''}`.trim(), 'Run Mediagate as the owner of MEDIAGATE_DATA_DIR, or set MEDIAGATE_SECRET_KEY.');
+  }
+  if (e.code !== undefined) return new StartError(`cannot read or create the secret key (${e.message})`, 'Check MEDIAGATE_DATA_DIR (a folder, with free space), or set MEDIAGATE_SECRET_KEY.');
+  return new StartError(
+    `the secret key file is damaged: ${e.message}`,
+    'Restore it from a backup, or set MEDIAGATE_SECRET_KEY to the key it held: upstream credentials stored in the database are encrypted with it (removing the file makes a new key, which suits only a database with none stored).',
+  );
+}
 
 /** How much longer than SHUTDOWN_GRACE_MS a stop may take before the process exits without finishing it. */
 const STOP_MARGIN_MS = 5_000;
@@ -126,6 +193,7 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
   let db: Kysely<DB> | undefined;
   let dbClosed = false;
   let http: DrainableServer | undefined;
+  let built: Runtime | undefined;
   try {
     let databaseUrl = config.databaseUrl;
     if (!databaseUrl) {
@@ -148,9 +216,56 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
         if (!dbClosed) log.warn({ err: err.message, code: (err as { code?: string }).code }, 'database connection lost');
       },
     });
-    await migrateToLatest(db, log);
-    const secretKey = loadSecretKey({ envValue: config.secretKey, dataDir: config.databaseUrl ? undefined : config.dataDir });
+    try {
+      await migrateToLatest(db, log, { signal: lifecycle.signal });
+    } catch (err) {
+      if (lifecycle.signal.aborted) throw new StartAborted('start-up stopped by a signal');
+      // The first use of the database: a wrong DATABASE_URL shows here. A failure of the embedded
+      // database's connection is unexpected and keeps its stack.
+      throw (config.databaseUrl !== undefined && databaseFailure(err)) || err;
+    }
+    let secretKey: Buffer;
+    try {
+      secretKey = loadSecretKey({ envValue: config.secretKey, dataDir: config.databaseUrl ? undefined : config.dataDir });
+    } catch (err) {
+      // MEDIAGATE_SECRET_KEY was checked by loadConfig: what fails here is the file in the data directory.
+      throw config.secretKey === undefined ? secretKeyFailure(err) : err;
+    }
 
+    // Listen before building the runtime, so signed file URLs know the real address; requests are
+    // handled once the app is attached (in the same tick).
+    step('listening');
+    let url: string | undefined;
+    let metricsUrl: string | undefined;
+    // A worker listens only with METRICS_PORT, for the operations endpoints.
+    const port = config.role !== 'worker' ? config.port : config.metricsPort;
+    if (port !== undefined) {
+      http = drainableServer(config);
+      // A non-loopback HOST without PUBLIC_BASE_URL never gets here (loadConfig refuses it).
+      let address: string;
+      try {
+        address = await listen(http.server, port, config.host);
+      } catch (err) {
+        throw listenFailure(err, config.role !== 'worker' ? 'PORT' : 'METRICS_PORT', port, config.host) ?? err;
+      }
+      if (config.role !== 'worker') url = address;
+      else metricsUrl = address;
+    }
+    const runtime = createRuntime({ config, db, log, metrics, secretKey, publicBaseUrl: config.publicBaseUrl ?? url ?? `http://localhost:${config.port}`, clusterListener: true });
+    built = runtime;
+    if (http) {
+      const app = createApp(runtime, createHandlers(runtime));
+      // A worker answers the operations endpoints only, through the same app (tokens, errors, metrics).
+      const notFound = JSON.stringify({ error: { message: 'Not found.', type: errorTypeFor(404), code: 'not_found', param: null } });
+      http.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+        if (config.role !== 'worker' || WORKER_PATHS.has((req.url ?? '').split('?', 1)[0]!)) app(req, res);
+        else res.writeHead(404, { 'Content-Type': 'application/json' }).end(notFound);
+      });
+    }
+
+    // Only once the port is ours: the demo key is printed once and never again (the database is no
+    // longer empty), so a start that failed to listen after printing it would lose it for good.
+    // Requests answered meanwhile cannot use the demo data: its key is not out yet.
     if (config.demoData && config.databaseUrl) {
       log.warn('DEMO_DATA is on with an external database: an empty database gets a demo account with 1000 credits and a live API key');
     }
@@ -164,31 +279,6 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
             `Demo API key (shown only this once; store it now):\n\n    ${demo.apiKey}\n\n`,
         );
       }
-    }
-
-    // Listen before building the runtime, so signed file URLs know the real address; requests are
-    // handled once the app is attached (in the same tick).
-    step('listening');
-    let url: string | undefined;
-    let metricsUrl: string | undefined;
-    // A worker listens only with METRICS_PORT, for the operations endpoints.
-    const port = config.role !== 'worker' ? config.port : config.metricsPort;
-    if (port !== undefined) {
-      http = drainableServer(config);
-      // A non-loopback HOST without PUBLIC_BASE_URL never gets here (loadConfig refuses it).
-      const address = await listen(http.server, port, config.host);
-      if (config.role !== 'worker') url = address;
-      else metricsUrl = address;
-    }
-    const runtime = createRuntime({ config, db, log, metrics, secretKey, publicBaseUrl: config.publicBaseUrl ?? url ?? `http://localhost:${config.port}`, clusterListener: true });
-    if (http) {
-      const app = createApp(runtime, createHandlers(runtime));
-      // A worker answers the operations endpoints only, through the same app (tokens, errors, metrics).
-      const notFound = JSON.stringify({ error: { message: 'Not found.', type: errorTypeFor(404), code: 'not_found', param: null } });
-      http.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
-        if (config.role !== 'worker' || WORKER_PATHS.has((req.url ?? '').split('?', 1)[0]!)) app(req, res);
-        else res.writeHead(404, { 'Content-Type': 'application/json' }).end(notFound);
-      });
     }
 
     const workers = config.role !== 'api' ? createWorkers(runtime) : undefined;
@@ -222,6 +312,7 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
     return { runtime, url, metricsUrl, stop };
   } catch (err) {
     http?.server.close();
+    await built?.services.requestRates.close().catch(() => undefined);
     await db?.destroy().catch(() => undefined);
     await lifecycle.stopEmbedded?.().catch(() => undefined);
     throw err;
@@ -299,7 +390,7 @@ async function main(): Promise<void> {
       return;
     }
     // A failure with a known cause is one line that says what to do; anything else keeps its stack.
-    if (err instanceof EmbeddedPostgresError) log.fatal(err.message);
+    if (err instanceof EmbeddedPostgresError || err instanceof StartError) log.fatal(err.message);
     else log.fatal({ err }, 'failed to start');
     process.exit(1);
   }

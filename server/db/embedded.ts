@@ -8,10 +8,15 @@
  * disk, or another live Mediagate process owning the cluster. Left-overs of a killed server are
  * recovered: a stale `postmaster.pid` is removed, and a PostgreSQL orphaned by a killed server
  * (the server is gone, its PostgreSQL still runs) is shut down and started again.
+ *
+ * One process at a time starts the cluster of a data directory: it holds `<data dir>/pg-start.lock`
+ * from the first look at the cluster to the end of start-up (initdb included), so a second instance
+ * started at the same moment stops with an error instead of taking the first one's half-built
+ * cluster for a left-over.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, linkSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -48,13 +53,18 @@ export interface StartOptions {
 // Postmasters this process started: signalled synchronously on exit, so that a server that exits
 // without stopping cleanly (a fatal error) does not leave its PostgreSQL behind.
 const ownedPostmasters = new Map<string, ChildProcess>();
+// Start locks this process holds: released on exit too (a stop past its deadline during start-up).
+const heldStartLocks = new Set<string>();
 process.on('exit', () => {
   for (const child of ownedPostmasters.values()) child.kill('SIGINT');
+  for (const file of heldStartLocks) rmSync(file, { force: true });
 });
 
 const passwordFile = (dataDir: string) => join(resolve(dataDir), 'pg-password');
 /** The process that runs the cluster: `<pid> <start time>`, to tell a live owner from a killed one. */
 const ownerFile = (dataDir: string) => join(resolve(dataDir), 'pg-owner');
+/** The process starting the cluster (same format); exists only while one does (takeStartLock). */
+const startLockFile = (dataDir: string) => join(resolve(dataDir), 'pg-start.lock');
 
 function buildUrl(password: string, port: number, database: string): string {
   return `postgres://${SUPERUSER}:${encodeURIComponent(password)}@127.0.0.1:${port}/${encodeURIComponent(database)}`;
@@ -95,6 +105,11 @@ interface PostmasterPid {
   pid: number;
   port: number;
   status: string | undefined;
+  /**
+   * The file names a PostgreSQL running without a postmaster (initdb's bootstrap, single-user
+   * mode), which PostgreSQL marks with a negative pid; `pid` is then its absolute value.
+   */
+  standalone: boolean;
 }
 
 function readPostmasterPid(clusterDir: string): PostmasterPid | undefined {
@@ -108,24 +123,42 @@ function readPostmasterPid(clusterDir: string): PostmasterPid | undefined {
   const lines = text.split('\n');
   const pid = Number.parseInt(lines[0] ?? '', 10);
   const port = Number.parseInt(lines[3] ?? '', 10);
-  if (!Number.isInteger(pid) || !Number.isInteger(port)) return undefined;
-  return { pid, port, status: lines[7]?.trim() || undefined };
+  // Pid 0 is no process (and kill(0) would signal our own group).
+  if (!Number.isInteger(pid) || pid === 0 || !Number.isInteger(port)) return undefined;
+  return { pid: Math.abs(pid), port, status: lines[7]?.trim() || undefined, standalone: pid < 0 };
 }
 
-function readOwner(dataDir: string): { pid: number; startTime: string | undefined } | undefined {
+interface ProcessId {
+  pid: number;
+  startTime: string | undefined;
+}
+
+/** `<pid> <start time>` of this process, as the owner and start-lock files hold it. */
+const thisProcess = () => `${process.pid} ${startTimeOf(process.pid) ?? ''}\n`;
+
+function parseProcessId(text: string): ProcessId | undefined {
+  const [pid, startTime] = text.trim().split(' ');
+  const n = Number.parseInt(pid ?? '', 10);
+  return Number.isInteger(n) && n > 0 ? { pid: n, startTime: startTime || undefined } : undefined;
+}
+
+function readOwner(dataDir: string): ProcessId | undefined {
   try {
-    const [pid, startTime] = readFileSync(ownerFile(dataDir), 'utf8').trim().split(' ');
-    const n = Number.parseInt(pid ?? '', 10);
-    return Number.isInteger(n) ? { pid: n, startTime: startTime || undefined } : undefined;
+    return parseProcessId(readFileSync(ownerFile(dataDir), 'utf8'));
   } catch {
     return undefined;
   }
 }
 
-function ownerIsAlive(owner: { pid: number; startTime: string | undefined }): boolean {
-  if (owner.pid === process.pid || !isAlive(owner.pid)) return false;
-  const now = startTimeOf(owner.pid);
-  return owner.startTime === undefined || now === undefined || now === owner.startTime;
+/** Whether the process still runs (the pid is alive and was not reused by a process started later). */
+function isRunning(id: ProcessId): boolean {
+  if (!isAlive(id.pid)) return false;
+  const now = startTimeOf(id.pid);
+  return id.startTime === undefined || now === undefined || now === id.startTime;
+}
+
+function ownerIsAlive(owner: ProcessId): boolean {
+  return owner.pid !== process.pid && isRunning(owner);
 }
 
 /**
@@ -135,7 +168,7 @@ function ownerIsAlive(owner: { pid: number; startTime: string | undefined }): bo
 export function findRunningEmbeddedPostgres(dataDir: string, database: string = EMBEDDED_DATABASE): string | undefined {
   const clusterDir = recordedClusterDir(dataDir);
   const info = readPostmasterPid(clusterDir);
-  if (!info || !isOurPostmaster(info.pid, clusterDir)) return undefined;
+  if (!info || info.standalone || !isOurPostmaster(info.pid, clusterDir)) return undefined;
   if (info.status !== undefined && info.status !== 'ready') return undefined;
   let password: string;
   try {
@@ -204,10 +237,16 @@ export function classifyPostgresOutput(output: string, clusterDir: string): Embe
   if (/Permission denied/i.test(output)) {
     return new EmbeddedPostgresError(`permission denied (${lastLine(output, /Permission denied/i)})`, `Make ${clusterDir} and the folders above it reachable by the user PostgreSQL runs as, or set MEDIAGATE_DATA_DIR elsewhere.`);
   }
-  if (/lock file "postmaster.pid" already exists/i.test(output)) {
-    return new EmbeddedPostgresError(`another PostgreSQL already uses ${clusterDir}`, 'Stop the other Mediagate (or PostgreSQL) process that uses this data directory, or set MEDIAGATE_DATA_DIR to another folder.');
-  }
+  if (/lock file "postmaster.pid" already exists|pre-existing shared memory block .*is still in use/i.test(output)) return anotherPostgres(clusterDir);
   return undefined;
+}
+
+/** The cluster is in use by a process not ours: nothing about it may be removed, so no such advice. */
+function anotherPostgres(clusterDir: string, pid?: number): EmbeddedPostgresError {
+  return new EmbeddedPostgresError(
+    `another PostgreSQL${pid === undefined ? '' : ` (pid ${pid})`} already uses ${clusterDir}`,
+    'Stop the other Mediagate (or PostgreSQL) process that uses this data directory, or set MEDIAGATE_DATA_DIR to another folder.',
+  );
 }
 
 function lastLine(output: string, pattern: RegExp): string {
@@ -288,6 +327,63 @@ function checkMajorVersion(layout: EmbeddedLayout): void {
   );
 }
 
+/**
+ * Takes `<data dir>/pg-start.lock` for this process and returns its release, or throws naming the
+ * live process that holds it. The file appears whole (a hard link to a written temp file), so a
+ * reader never mistakes a half-written one for a dead holder's. A lock whose process is gone (killed
+ * while it started) is taken over.
+ */
+function takeStartLock(dataDir: string, log: DbLogger): () => void {
+  const file = startLockFile(dataDir);
+  const release = () => {
+    heldStartLocks.delete(file);
+    rmSync(file, { force: true });
+  };
+  for (let attempt = 1; ; attempt++) {
+    const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+    try {
+      writeFileSync(tmp, thisProcess(), { mode: 0o600, flag: 'wx' });
+      linkSync(tmp, file);
+      heldStartLocks.add(file);
+      return release;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw fsFailure(err, 'writing', file);
+    } finally {
+      rmSync(tmp, { force: true });
+    }
+    let held: string;
+    try {
+      held = readFileSync(file, 'utf8');
+    } catch {
+      continue; // released meanwhile
+    }
+    const holder = parseProcessId(held);
+    // A live holder, this process included (a second start of the same data directory meanwhile).
+    if (holder && isRunning(holder)) {
+      throw new EmbeddedPostgresError(
+        `another Mediagate process (pid ${holder.pid}) is starting the embedded PostgreSQL of ${resolve(dataDir)}`,
+        'Stop that process first, or set MEDIAGATE_DATA_DIR to another folder for this one.',
+      );
+    }
+    if (attempt >= 5) throw new EmbeddedPostgresError(`could not take over ${file}, left by a process that is gone`, `Make sure no other Mediagate uses ${resolve(dataDir)}, remove ${file} and start again.`);
+    log.warn(`taking over ${file}, left by ${holder ? `process ${holder.pid}, which is gone` : 'a process that is gone'}`);
+    // Moved aside, not removed: should another process have taken it over since we read it, what
+    // was moved is its lock, which goes back.
+    const aside = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.stale`;
+    try {
+      renameSync(file, aside);
+    } catch {
+      continue; // taken over by another process meanwhile
+    }
+    try {
+      if (readFileSync(aside, 'utf8') !== held) linkSync(aside, file);
+    } catch {
+      // A third process holds it now: the next attempt finds it.
+    }
+    rmSync(aside, { force: true });
+  }
+}
+
 async function waitForExit(pid: number, timeoutMs: number): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   while (isAlive(pid)) {
@@ -305,7 +401,15 @@ async function recoverLeftovers(dataDir: string, clusterDir: string, log: DbLogg
   const running = readPostmasterPid(clusterDir);
   if (!running) return;
   const pidFile = join(clusterDir, 'postmaster.pid');
-  if (!isOurPostmaster(running.pid, clusterDir)) {
+  // initdb's bootstrap and single-user backends need not name the cluster on their command line:
+  // while the process lives, it is taken to be building or using this cluster.
+  if (running.standalone && isAlive(running.pid)) {
+    throw new EmbeddedPostgresError(
+      `another process (pid ${running.pid}) runs PostgreSQL without a postmaster on ${clusterDir} (initdb, or single-user mode; ${pidFile} holds -${running.pid})`,
+      'Wait for it to finish, or stop it (another Mediagate may be creating this database), then start again; or set MEDIAGATE_DATA_DIR to another folder for this one.',
+    );
+  }
+  if (running.standalone || !isOurPostmaster(running.pid, clusterDir)) {
     log.warn(`removing stale ${pidFile} (process ${running.pid} is gone or is another program)`);
     unlinkSync(pidFile);
     return;
@@ -398,6 +502,9 @@ function launch(layout: EmbeddedLayout, port: number): Promise<{ child: ChildPro
     child.once('exit', (code, signal) => {
       const text = output();
       if (portTaken(text)) return fail(new PortTaken(port));
+      // Whatever the output says, a cluster another live process holds is not to be removed.
+      const holder = readPostmasterPid(layout.clusterDir);
+      if (holder && holder.pid !== child.pid && isAlive(holder.pid)) return fail(anotherPostgres(layout.clusterDir, holder.pid));
       fail(
         classifyPostgresOutput(text, layout.clusterDir) ??
           new EmbeddedPostgresError(`PostgreSQL exited during start (exit ${code ?? signal}): ${lastLine(text, /FATAL|ERROR|PANIC|could not/)}`, `See the lines above; remove ${layout.clusterDir} to start empty if the data is damaged.`),
@@ -457,6 +564,17 @@ export async function startEmbeddedPostgres(opts: StartOptions): Promise<Embedde
   if (layout.binariesCopied) {
     log.info(`running as root: PostgreSQL binaries in ${layout.binaries.nativeDir}`);
   }
+  const releaseStartLock = takeStartLock(dataDir, log);
+  try {
+    return await startLocked(dataDir, layout, opts);
+  } finally {
+    releaseStartLock();
+  }
+}
+
+/** The rest of startEmbeddedPostgres, under the start lock. */
+async function startLocked(dataDir: string, layout: EmbeddedLayout, opts: StartOptions): Promise<EmbeddedPostgresHandle & { clusterDir: string }> {
+  const { log } = opts;
   const password = readOrCreatePassword(dataDir, layout.clusterDir);
   await recoverLeftovers(dataDir, layout.clusterDir, log);
   checkMajorVersion(layout);
@@ -479,7 +597,7 @@ export async function startEmbeddedPostgres(opts: StartOptions): Promise<Embedde
     const { child } = started;
     ownedPostmasters.set(layout.clusterDir, child);
     try {
-      writeFileSync(ownerFile(dataDir), `${process.pid} ${startTimeOf(process.pid) ?? ''}\n`, { mode: 0o600 });
+      writeFileSync(ownerFile(dataDir), thisProcess(), { mode: 0o600 });
       await ensureDatabase(password, port, EMBEDDED_DATABASE);
     } catch (err) {
       await stopChild(child);

@@ -17,6 +17,11 @@ export interface MigrateOptions {
   attempts?: number;
   /** Pause between two tries, so the traffic queued behind the migration gets through (default 2 s). */
   retryDelayMs?: number;
+  /**
+   * Stops the wait for another instance's migrations, the pause between tries and the run between
+   * two migrations (a SIGTERM during start-up): the promise rejects with the signal's AbortError.
+   */
+  signal?: AbortSignal;
 }
 
 /**
@@ -42,11 +47,13 @@ export async function migrateToLatest(db: Kysely<any>, log?: DbLogger, opts: Mig
   const lockTimeoutMs = opts.lockTimeoutMs ?? 5_000;
   const attempts = opts.attempts ?? 10;
   const retryDelayMs = opts.retryDelayMs ?? 2_000;
+  const { signal } = opts;
+  signal?.throwIfAborted();
   return db.connection().execute(async (conn) => {
     // Polled, not waited for in pg_advisory_lock: a statement waiting for the lock is a transaction,
     // and a CREATE INDEX CONCURRENTLY of the instance migrating waits for every older transaction
     // (a deadlock that kills one of the two).
-    while (!(await tryMigrationLock(conn))) await sleep(LOCK_POLL_MS);
+    while (!(await tryMigrationLock(conn))) await sleep(LOCK_POLL_MS, undefined, { signal });
     try {
       const provider = { getMigrations: async () => withLockTimeout(migrations, lockTimeoutMs) };
       // One migration per call of migrateTo: Kysely records it in the same transaction it runs in.
@@ -55,6 +62,7 @@ export async function migrateToLatest(db: Kysely<any>, log?: DbLogger, opts: Mig
       const pending = (await inTransaction.getMigrations()).filter((m) => m.executedAt === undefined);
       const applied: MigrationResult[] = [];
       for (const { name } of pending) {
+        signal?.throwIfAborted();
         const migrator = runsInTransaction(migrations[name]!) ? inTransaction : outsideTransaction;
         for (let attempt = 1; ; attempt++) {
           const { error, results = [] } = await migrator.migrateTo(name);
@@ -67,7 +75,7 @@ export async function migrateToLatest(db: Kysely<any>, log?: DbLogger, opts: Mig
           const conflict = lockConflict(error);
           if (conflict !== undefined && attempt < attempts) {
             log?.warn(`migration ${name} rolled back: ${conflict} (attempt ${attempt} of ${attempts}); trying again in ${retryDelayMs} ms`);
-            await sleep(retryDelayMs);
+            await sleep(retryDelayMs, undefined, { signal });
             continue;
           }
           log?.warn(`migration ${name} failed`);

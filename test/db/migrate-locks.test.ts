@@ -2,7 +2,7 @@ import { type Kysely, Migrator, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createDatabase, type DbLogger } from '../../server/db/database.ts';
-import { migrateToLatest } from '../../server/db/migrate.ts';
+import { MIGRATION_LOCK_ID, migrateToLatest } from '../../server/db/migrate.ts';
 import { migrations } from '../../server/db/migrations/index.ts';
 import { createScratchDatabase, dropScratchDatabase, scratchDatabaseName, withDatabaseName } from '../../server/db/scratch-database.ts';
 import { newId } from '../../server/lib/ids.ts';
@@ -184,8 +184,10 @@ describe('migrateToLatest during an upgrade', () => {
   });
 
   it('an instance waiting for the migrating one is not a transaction its concurrent index build waits for (no deadlock)', async () => {
-    const { db, url } = await databaseAt(names.at(-2)!);
-    expect(migrations[names.at(-1)!]).toMatchObject({ inTransaction: false });
+    // The database as it was before the concurrent index build, which the upgrade then runs with what follows it.
+    const build = names.indexOf('20261227100000-files-task-index');
+    const { db, url } = await databaseAt(names[build - 1]!);
+    expect(migrations[names[build]!]).toMatchObject({ inTransaction: false });
     // An old instance storing an output in an open transaction: the concurrent build waits for it...
     const writer = new pg.Client({ connectionString: url });
     await writer.connect();
@@ -217,9 +219,35 @@ describe('migrateToLatest during an upgrade', () => {
       })
       .toBe(1);
     await writer.query('commit');
-    expect((await first).map((r) => [r.migrationName, r.status])).toEqual([[names.at(-1)!, 'Success']]);
+    expect((await first).map((r) => [r.migrationName, r.status])).toEqual(names.slice(build).map((name) => [name, 'Success']));
     await expect(waiting).resolves.toEqual([]);
     const { rows } = await sql<{ valid: boolean }>`select indisvalid as valid from pg_index where indexrelid = 'files_task_idx'::regclass`.execute(db);
     expect(rows).toEqual([{ valid: true }]);
+  });
+
+  it('an instance waiting for the migrating one stops waiting when its signal is aborted (a SIGTERM during start-up), and migrates nothing', async () => {
+    const { db, url } = await databaseAt(OLDER_VERSION);
+    // The instance migrating holds the migration lock.
+    const migrating = new pg.Client({ connectionString: url });
+    await migrating.connect();
+    cleanup.push(() => migrating.end());
+    await migrating.query('select pg_advisory_lock($1)', [MIGRATION_LOCK_ID]);
+    const waiter = createDatabase(url, { max: 1, applicationName: 'mediagate-waiting' });
+    cleanup.push(() => waiter.destroy());
+    const abort = new AbortController();
+    const waiting = migrateToLatest(waiter, undefined, { ...fast, signal: abort.signal });
+    waiting.catch(() => undefined); // asserted below
+    await expect
+      .poll(async () => {
+        const { rows } = await sql<{ n: number }>`
+          select count(*)::int as n from pg_stat_activity where application_name = 'mediagate-waiting' and query like '%advisory_lock%'`.execute(db);
+        return rows[0]!.n;
+      })
+      .toBe(1);
+    abort.abort();
+    // Were the wait blind to the signal, the waiter would take the lock now and migrate.
+    await migrating.query('select pg_advisory_unlock($1)', [MIGRATION_LOCK_ID]);
+    await expect(waiting).rejects.toMatchObject({ name: 'AbortError' });
+    expect(await appliedNames(db)).toEqual(names.slice(0, names.indexOf(OLDER_VERSION) + 1));
   });
 });

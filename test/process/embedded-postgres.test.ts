@@ -4,8 +4,9 @@
  * server was killed, and when something is broken: each failure is one clear log line and a
  * non-zero exit, never an unhandled 'error' event or a bare stack.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -41,6 +42,18 @@ function pgRootDir(): string {
 }
 
 const quiet = { info: () => undefined, warn: () => undefined };
+
+const sleepers: ChildProcess[] = [];
+afterAll(() => {
+  for (const child of sleepers) child.kill('SIGKILL');
+});
+
+/** A live process that is neither PostgreSQL nor Mediagate, killed after the tests. */
+function liveProcess(): ChildProcess {
+  const child = spawn('sleep', ['600'], { stdio: 'ignore' });
+  sleepers.push(child);
+  return child;
+}
 
 async function readyz(url: string): Promise<number> {
   return (await fetch(`${url}/readyz`)).status;
@@ -157,6 +170,90 @@ describe('left-overs of a killed server', () => {
     expect(warnings.some((w) => w.includes('removing stale') && w.includes(pidFile))).toBe(true);
     await second.stop();
   }, 120_000);
+
+  it('leaves alone a postmaster.pid with the negative pid of a live process (initdb, a single-user backend), and says another process owns the cluster', async () => {
+    const dataDir = join(privateFolder(), 'data');
+    const rootDir = pgRootDir();
+    const first = await startEmbeddedPostgres({ dataDir, log: quiet, rootDir });
+    const pidFile = join(first.clusterDir, 'postmaster.pid');
+    const lines = readFileSync(pidFile, 'utf8').split('\n');
+    await first.stop();
+    // PostgreSQL marks a backend running without a postmaster with its pid negated; its command
+    // line need not name the cluster (initdb passes it in PGDATA).
+    const other = liveProcess();
+    lines[0] = String(-other.pid!);
+    writeFileSync(pidFile, lines.join('\n'));
+    const refused = await startEmbeddedPostgres({ dataDir, log: quiet, rootDir }).then(
+      () => 'started',
+      (err: unknown) => err,
+    );
+    expect(refused).toBeInstanceOf(EmbeddedPostgresError);
+    expect((refused as Error).message).toMatch(new RegExp(`another process \\(pid ${other.pid}\\) runs PostgreSQL without a postmaster on ${first.clusterDir}.*Wait for it to finish, or stop it`));
+    expect((refused as Error).message).not.toMatch(/remove/);
+    expect(readFileSync(pidFile, 'utf8')).toBe(lines.join('\n'));
+
+    // Once that process is gone, the file is a left-over like any other.
+    other.kill('SIGKILL');
+    await once(other, 'exit');
+    const warnings: string[] = [];
+    const next = await startEmbeddedPostgres({ dataDir, log: { info: () => undefined, warn: (m) => warnings.push(m) }, rootDir });
+    expect(warnings.some((w) => w.includes('removing stale') && w.includes(pidFile))).toBe(true);
+    await next.stop();
+  }, 120_000);
+});
+
+describe('one process at a time starts the cluster of a data directory', () => {
+  it('refuses to start while a live process holds the start lock, touching nothing, and takes over the lock of a process that is gone', async () => {
+    const dataDir = join(privateFolder(), 'data');
+    mkdirSync(dataDir);
+    const rootDir = pgRootDir();
+    const lock = join(dataDir, 'pg-start.lock');
+    const holder = liveProcess();
+    writeFileSync(lock, `${holder.pid}\n`);
+    await expect(startEmbeddedPostgres({ dataDir, log: quiet, rootDir })).rejects.toThrow(
+      new RegExp(`another Mediagate process \\(pid ${holder.pid}\\) is starting the embedded PostgreSQL of ${dataDir}\\. Stop that process first`),
+    );
+    expect(readFileSync(lock, 'utf8')).toBe(`${holder.pid}\n`);
+    expect(existsSync(join(dataDir, 'pg-password'))).toBe(false); // nothing of the cluster was looked at or made
+
+    holder.kill('SIGKILL');
+    await once(holder, 'exit');
+    const warnings: string[] = [];
+    const handle = await startEmbeddedPostgres({ dataDir, log: { info: () => undefined, warn: (m) => warnings.push(m) }, rootDir });
+    expect(warnings).toContain(`taking over ${lock}, left by process ${holder.pid}, which is gone`);
+    expect(existsSync(lock)).toBe(false); // held only while starting
+    await handle.stop();
+  }, 120_000);
+
+  it('two starts at once in one process: one starts, the other is refused', async () => {
+    const dataDir = join(privateFolder(), 'data');
+    const rootDir = pgRootDir();
+    const [a, b] = await Promise.allSettled([startEmbeddedPostgres({ dataDir, log: quiet, rootDir }), startEmbeddedPostgres({ dataDir, log: quiet, rootDir })]);
+    const started = [a, b].filter((r) => r.status === 'fulfilled');
+    const refused = [a, b].filter((r) => r.status === 'rejected');
+    expect(started).toHaveLength(1);
+    expect(refused).toHaveLength(1);
+    expect(String(refused[0]!.reason)).toMatch(new RegExp(`another Mediagate process \\(pid ${process.pid}\\) is starting the embedded PostgreSQL`));
+    await started[0]!.value.stop();
+  }, 120_000);
+
+  it('two servers started at once on a fresh data directory: one runs, the other stops in one line without advice to remove the cluster', async () => {
+    const env = { MEDIAGATE_DATA_DIR: join(privateFolder(), 'data'), MEDIAGATE_PG_ROOT_DIR: pgRootDir() };
+    const results = await Promise.allSettled([start(env), start(env)]);
+    const up = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+    const down = results.flatMap((r) => (r.status === 'rejected' ? [String(r.reason)] : []));
+    expect(up).toHaveLength(1);
+    expect(down).toHaveLength(1);
+    expect(down[0]).toMatch(/server exited \(code 1, signal null\) before listening/);
+    const fatal = down[0]!.split('\n').filter((l) => l.includes('"level":60'));
+    expect(fatal).toHaveLength(1);
+    expect(fatal[0]).toMatch(/another Mediagate process \(pid \d+\) (is starting|runs) the embedded PostgreSQL/);
+    expect(down[0]).not.toMatch(/to start empty|"stack"/);
+    // The cluster the first one built is whole: it serves, and stops cleanly.
+    expect(await readyz(up[0]!.url)).toBe(200);
+    expect(up[0]!.stdout()).toMatch(/Demo API key/);
+    expect((await up[0]!.kill('SIGTERM')).code).toBe(0);
+  }, 180_000);
 });
 
 describe('failures end in one clear log line and a non-zero exit', () => {
@@ -236,6 +333,10 @@ describe('failures end in one clear log line and a non-zero exit', () => {
     expect(classifyPostgresOutput('FATAL:  could not write lock file "postmaster.pid": No space left on device', dir)?.message).toMatch(/disk is full.*Free some disk space on the filesystem of \/data\/pg/);
     expect(classifyPostgresOutput('FATAL:  database files are incompatible with server\nDETAIL:  The data directory was initialized by PostgreSQL version 19', dir)?.message).toMatch(/incompatible with this PostgreSQL/);
     expect(classifyPostgresOutput('FATAL:  lock file "postmaster.pid" already exists', dir)?.message).toMatch(/another PostgreSQL already uses/);
+    // What a postmaster started on a cluster another one (or initdb) holds says; nothing to remove.
+    const sharedMemory = classifyPostgresOutput('FATAL:  pre-existing shared memory block (key 1234, ID 5) is still in use', dir)?.message;
+    expect(sharedMemory).toMatch(/another PostgreSQL already uses \/data\/pg\. Stop the other Mediagate/);
+    expect(sharedMemory).not.toMatch(/remove/);
     expect(classifyPostgresOutput('FATAL:  could not open directory "/data/pg": Permission denied', dir)?.message).toMatch(/permission denied/);
     expect(classifyPostgresOutput('LOG:  starting PostgreSQL 18', dir)).toBeUndefined();
   });

@@ -1,24 +1,64 @@
 /**
  * `npm start` exactly as the README says, on a machine with no PostgreSQL configured: the server
  * starts an embedded PostgreSQL, creates demo data and prints the key once, serves the API, stops
- * cleanly on Ctrl-C, and a second start reuses the data and creates nothing.
+ * cleanly on Ctrl-C, and a second start reuses the data and creates nothing. A start that fails for
+ * a common reason (a wrong DATABASE_URL, a port in use, a damaged secret key file) says so in one
+ * line naming the setting to change, and a fresh install's demo key is not spent by it.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, inject, it } from 'vitest';
+import { withDatabaseName } from '../../server/db/scratch-database.ts';
 import { spawnServer, repoRoot, type ServerProcess } from '../support/server-process.ts';
 
 const KEY_LINE = /Demo API key \(shown only this once; store it now\):\s+(mg_[0-9A-Za-z]+)/;
 let dataDir: string;
 let current: ServerProcess | undefined;
 
+const scratchDirs: string[] = [];
+
 afterAll(async () => {
   await current?.kill('SIGKILL');
   if (dataDir) await rm(dataDir, { recursive: true, force: true });
+  for (const dir of scratchDirs) await rm(dir, { recursive: true, force: true });
 });
+
+async function scratchDataDir(): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'mediagate-start-fail-'));
+  scratchDirs.push(dir);
+  return dir;
+}
+
+/** Runs the server expecting it to fail at start: its exit code, stdout and the one fatal (level 60) log line. */
+function failingStart(env: Record<string, string>): { status: number | null; stdout: string; fatal: Record<string, unknown>[]; stderr: string } {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', 'server/main.ts'], {
+    cwd: repoRoot,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    encoding: 'utf8',
+    timeout: 90_000,
+  });
+  const fatal = r.stdout
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
+    .filter((l) => l.level === 60);
+  return { status: r.status, stdout: r.stdout, fatal, stderr: r.stderr };
+}
+
+/** Exit code 1 and one fatal line matching `pattern`, without a stack (it says what to change instead). */
+function expectOneLine(result: ReturnType<typeof failingStart>, pattern: RegExp) {
+  expect(result.status).toBe(1);
+  expect(result.fatal).toHaveLength(1);
+  expect(result.fatal[0]!.msg).toMatch(pattern);
+  expect(result.fatal[0]).not.toHaveProperty('err');
+  expect(result.stdout).not.toMatch(/"stack"/);
+  expect(result.stderr).not.toMatch(/\n\s+at /);
+}
 
 async function npmStart(): Promise<ServerProcess> {
   current = await spawnServer({
@@ -116,4 +156,55 @@ describe('npm start on a fresh machine', () => {
     await second.kill('SIGTERM');
     await expectCleanStop(second);
   }, 180_000);
+});
+
+describe('a start that fails for a common reason ends in one line naming the setting to change', () => {
+  const secretKey = randomBytes(32).toString('hex');
+
+  it('a DATABASE_URL nothing listens on, whose user is refused, or whose database does not exist', () => {
+    const adminUrl = inject('pgAdminUrl');
+    expectOneLine(
+      failingStart({ DATABASE_URL: 'postgres://postgres@127.0.0.1:1/mediagate', MEDIAGATE_SECRET_KEY: secretKey }),
+      /^cannot connect to the database of DATABASE_URL \(connect ECONNREFUSED 127\.0\.0\.1:1\)\. Check the host and port in DATABASE_URL/,
+    );
+    const noRole = new URL(adminUrl);
+    noRole.username = 'mediagate_no_such_role';
+    noRole.password = 'not-the-password';
+    // Refused as an unknown role (28000), or as a failed password where PostgreSQL does not say which (28P01).
+    expectOneLine(
+      failingStart({ DATABASE_URL: noRole.toString(), MEDIAGATE_SECRET_KEY: secretKey }),
+      /^the database refused the (user|password) of DATABASE_URL \(.*"mediagate_no_such_role".*\)\. Fix the user name/,
+    );
+    const name = `mediagate_missing_${randomBytes(4).toString('hex')}`;
+    expectOneLine(
+      failingStart({ DATABASE_URL: withDatabaseName(adminUrl, name), MEDIAGATE_SECRET_KEY: secretKey }),
+      new RegExp(`^the database named in DATABASE_URL does not exist \\(database "${name}" does not exist\\)\\. Create it`),
+    );
+  }, 120_000);
+
+  it('a PORT in use, on a fresh data directory: no demo key is printed (and spent), and the next start prints it', async () => {
+    const dir = await scratchDataDir();
+    const busy = createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    const port = (busy.address() as { port: number }).port;
+    try {
+      const result = failingStart({ MEDIAGATE_DATA_DIR: dir, PORT: String(port) });
+      expectOneLine(result, new RegExp(`^PORT=${port} is already in use on 127\\.0\\.0\\.1\\. Stop the program that uses it, or set PORT to a free port`));
+      expect(result.stdout).not.toMatch(/Demo API key/);
+    } finally {
+      busy.close();
+    }
+    current = await spawnServer({ env: { MEDIAGATE_DATA_DIR: dir }, timeoutMs: 90_000 });
+    expect(current.stdout()).toMatch(KEY_LINE);
+    await current.kill('SIGTERM');
+  }, 180_000);
+
+  it('a damaged secret key file in the data directory', async () => {
+    const dir = await scratchDataDir();
+    writeFileSync(join(dir, 'secret.key'), 'not a key\n', { mode: 0o600 });
+    expectOneLine(
+      failingStart({ MEDIAGATE_DATA_DIR: dir }),
+      new RegExp(`^the secret key file is damaged: ${join(dir, 'secret.key')} does not hold 64 hex characters\\. Restore it from a backup, or set MEDIAGATE_SECRET_KEY`),
+    );
+  }, 120_000);
 });

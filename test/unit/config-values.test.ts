@@ -1,0 +1,66 @@
+/**
+ * loadConfig refuses values it used to accept silently: a PUBLIC_BASE_URL or S3_ENDPOINT without
+ * http:// or https:// (URL.canParse reads `media.example.com:8443` as a URL of scheme
+ * `media.example.com:`, so every signed URL was unusable), a PUBLIC_BASE_URL with a query or a
+ * fragment (the signed query is appended to it), and a bare `--role` (it ran every role).
+ */
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../server/config.ts';
+
+/** loadConfig's ConfigError message, or 'accepted'. */
+function refusal(env: Record<string, string>, argv: string[] = []): string {
+  try {
+    loadConfig(env, argv);
+    return 'accepted';
+  } catch (err) {
+    return err instanceof ConfigError ? err.message : `not a ConfigError: ${String(err)}`;
+  }
+}
+
+describe('loadConfig: URLs', () => {
+  it('refuses a PUBLIC_BASE_URL that is not an http:// or https:// URL, naming it and the value', () => {
+    for (const value of ['media.example.com:8443', 'localhost:8080', 'ftp://media.example.com', 'mailto:ops@example.com']) {
+      expect(refusal({ PUBLIC_BASE_URL: value })).toBe(
+        `PUBLIC_BASE_URL must be an http:// or https:// URL without a query or fragment (e.g. https://media.example.com), got '${value}'`,
+      );
+    }
+  });
+
+  it('refuses a PUBLIC_BASE_URL with a query or a fragment', () => {
+    for (const value of ['https://media.example.com/?x=1', 'https://media.example.com/#top', 'https://media.example.com?']) {
+      expect(refusal({ PUBLIC_BASE_URL: value })).toMatch(/^PUBLIC_BASE_URL must be an http:\/\/ or https:\/\/ URL without a query or fragment/);
+    }
+  });
+
+  it('accepts http:// and https:// base URLs, with a port or a path prefix', () => {
+    for (const value of ['https://media.example.com', 'http://media.example.com:8443/', 'https://example.com/mediagate']) {
+      expect(refusal({ PUBLIC_BASE_URL: value })).toBe('accepted');
+    }
+    expect(loadConfig({ PUBLIC_BASE_URL: 'http://media.example.com:8443/' }, []).publicBaseUrl).toBe('http://media.example.com:8443');
+  });
+
+  it('refuses an S3_ENDPOINT that is not an http:// or https:// URL', () => {
+    const s3 = { MEDIA_STORE: 's3', S3_BUCKET: 'media' };
+    for (const value of ['minio:9000', 's3.example.com', 'ftp://minio:9000']) {
+      expect(refusal({ ...s3, S3_ENDPOINT: value })).toBe(`S3_ENDPOINT must be an http:// or https:// URL (e.g. http://minio:9000), got '${value}'`);
+    }
+    expect(refusal({ ...s3, S3_ENDPOINT: 'http://minio:9000' })).toBe('accepted');
+    expect(loadConfig({ ...s3, S3_ENDPOINT: 'https://acct.r2.cloudflarestorage.com' }, []).s3?.endpoint).toBe('https://acct.r2.cloudflarestorage.com');
+  });
+});
+
+describe('loadConfig: --role', () => {
+  it('refuses --role without a value instead of running every role', () => {
+    expect(refusal({}, ['--role'])).toBe('--role needs a value: --role api or --role worker');
+    expect(refusal({ ROLE: 'worker' }, ['--role'])).toBe('--role needs a value: --role api or --role worker');
+  });
+
+  it('takes --role api, --role=worker and ROLE, and refuses other values', () => {
+    expect(loadConfig({}, ['--role', 'api']).role).toBe('api');
+    expect(loadConfig({}, ['--role=worker']).role).toBe('worker');
+    expect(loadConfig({ ROLE: 'worker' }, []).role).toBe('worker');
+    expect(loadConfig({}, []).role).toBe('all');
+    expect(refusal({}, ['--role', 'web'])).toBe("--role must be api or worker, got 'web'");
+    expect(refusal({}, ['--role='])).toBe("--role must be api or worker, got ''");
+  });
+});
