@@ -6,7 +6,9 @@
  * tier first, a weighted random order inside each tier (`orderMembers`), drawn once per piece of
  * work (by `preselect` when the work names its first member on its row, else by `route` itself) and
  * followed for all of it, waits for capacity included: drawing again whenever the head could not be
- * named or taken would favour the members that can (issue 26, item 1). It skips members that are
+ * named or taken would favour the members that can (issue 26, item 1). Members whose upstream cannot
+ * run the work (`accepts`: a video request one provider kind serving the model refuses) are left
+ * out of the draw while another member can run it. It skips members that are
  * cooling down (shared member health) or at their `concurrency_limit` (in-flight work counted in
  * PostgreSQL, so the limit holds across instances), takes slots on the first one left (the caller
  * writes the member and the slots on its task row inside the slot lock), and runs the work there.
@@ -92,6 +94,12 @@ export interface RouteRequest {
   release(): Promise<void>;
   /** Whether a failure may still move to the next member (default: yes). */
   canFailover?(err: ProviderError): boolean;
+  /**
+   * Whether the member's upstream can run the work at all (default: yes). The members that cannot
+   * are skipped while another one can: neither tried nor counted as full or cooling down. When
+   * none can, none is skipped: the work meets its adapter's own refusal, as it would without this.
+   */
+  accepts?(account: UpstreamAccount): boolean;
   /** Wait up to this long for a member to be free before throwing NoCapacity (default 0). */
   waitMs?: number;
   /**
@@ -159,7 +167,7 @@ export class Pool {
     let drawn = req.order;
     for (let first = req.first; ; first = undefined) {
       try {
-        const members = await this.loadCandidates(req);
+        const members = accepting(await this.loadCandidates(req), req);
         if (members.length === 0) throw new NoCapacity('none', 0);
         const order = drawn ? followOrder(members, drawn, this.random) : orderMembers(members, this.random);
         drawn = order.map((m) => m.id);
@@ -331,6 +339,13 @@ export class Pool {
     const credentials = member.credentialsCiphertext ? (JSON.parse(decryptSecret(this.secretKey, member.credentialsCiphertext)) as Record<string, string>) : {};
     return { memberId: member.id, provider: member.provider as UpstreamAccount['provider'], baseUrl: member.baseUrl, credentials, modelMap: member.modelMap ?? {} };
   }
+}
+
+/** The members whose upstream accepts the work (`RouteRequest.accepts`); all of them when none does. */
+function accepting<M extends { account: UpstreamAccount }>(members: M[], req: Pick<RouteRequest, 'accepts'>): M[] {
+  if (!req.accepts) return members;
+  const accepted = members.filter((m) => req.accepts!(m.account));
+  return accepted.length > 0 ? accepted : members;
 }
 
 /** The slots the work would like on the member: its upstream calls at once (at least 1). */

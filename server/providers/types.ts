@@ -235,10 +235,13 @@ export interface VideoProvider {
   /** Default delay between polls of a running job. */
   readonly pollIntervalMs: number;
   /**
-   * Why the upstream cannot run a request of this shape (e.g. "durations of 4, 8, 12 seconds
-   * only"), or undefined. Checked when a task is created, so nothing is charged for it.
+   * Why the upstream cannot run a request of this shape on `upstreamModel` (absent: on any model it
+   * serves), e.g. "durations of 4, 8, 12 seconds only", or undefined. Checked when a task is created,
+   * so nothing is charged for it (with the catalog id as `upstreamModel`: a member's model map is not
+   * known there, and the shipped definitions' catalog id is the upstream id), and again when the
+   * task is routed, with each member's own id: a member whose upstream refuses is skipped.
    */
-  check?(shape: VideoShape): string | undefined;
+  check?(shape: VideoShape, upstreamModel?: string): string | undefined;
   /** Sends the job; returns the upstream's job id (saved before any poll). */
   submit(account: UpstreamAccount, job: VideoJob, signal: AbortSignal): Promise<string>;
   /** One status call. */

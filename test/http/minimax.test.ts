@@ -41,7 +41,7 @@ beforeEach(() => {
   fake.urlTtlMs = 9 * 3_600_000;
 });
 
-type Member = { name: string; key: string; priority?: number; models?: string[] };
+type Member = { name: string; key: string; priority?: number; models?: string[]; modelMap?: Record<string, string> };
 
 /** A customer whose group has MiniMax members added through the admin API (`a` first by priority). */
 async function customer(members: Member[] = [{ name: 'a', key: 'mm-a' }], balance = 100) {
@@ -51,7 +51,7 @@ async function customer(members: Member[] = [{ name: 'a', key: 'mm-a' }], balanc
   for (const m of members) {
     const { data, response } = await server.admin().POST('/admin/v1/groups/{group_id}/members', {
       params: { path: { group_id: group.id } },
-      body: { name: m.name, provider: 'minimax', base_url: fake.url, credentials: { api_key: m.key }, models: m.models ?? MODELS, priority: m.priority ?? 0 },
+      body: { name: m.name, provider: 'minimax', base_url: fake.url, credentials: { api_key: m.key }, models: m.models ?? MODELS, priority: m.priority ?? 0, ...(m.modelMap && { model_map: m.modelMap }) },
     });
     expect(response.status).toBe(201);
     ids[m.name] = data!.id;
@@ -192,6 +192,25 @@ describe('minimax videos through the public API', () => {
     expect(await server.db.selectFrom('creditHolds').select('id').where('accountId', '=', c.accountId).execute()).toEqual([]);
   });
 
+  it('refuses at creation, nothing held, a prompt over 2,000 characters on a v1 model, and takes it on H3 (7,000)', async () => {
+    const c = await customer();
+    const before = fake.counts.submit;
+    const prompt = 'a paper boat drifting '.repeat(114).slice(0, 2500);
+    const v1 = await create(c.key, { prompt });
+    expect([v1.status, v1.body.error?.code, v1.body.error?.message]).toEqual([
+      400,
+      'unsupported_by_upstream',
+      "Model 'minimax-hailuo-2.3' runs on an upstream that accepts prompts of at most 2000 characters on MiniMax-Hailuo-2.3; change the request.",
+    ]);
+    expect(fake.counts.submit).toBe(before);
+    expect(await server.db.selectFrom('creditHolds').select('id').where('accountId', '=', c.accountId).execute()).toEqual([]);
+
+    const h3 = await create(c.key, { model: 'minimax-h3', seconds: 5, prompt });
+    expect(h3.status, JSON.stringify(h3.body)).toBe(202);
+    expect((await waitVideoFinished(server, c.key, h3.body.id)).task.status).toBe('completed');
+    expect(((await upstreamOf(h3.body.id)).task.body as { content: Json[] }).content[0]).toEqual({ type: 'text', text: prompt });
+  });
+
   it('fails and refunds, without calling MiniMax, what a definition cannot refuse: a text-only image-to-video model, 512p without a frame', async () => {
     const c = await customer();
     const before = fake.counts.submit;
@@ -315,6 +334,28 @@ describe('minimax members in the pool', () => {
     } finally {
       fake.permitModels('mm-a', undefined);
     }
+  });
+
+  it('routes a prompt a member\'s own v1 model cannot take to a member whose model can; with none left, MiniMax\'s own refusal, refunded', async () => {
+    // Member a runs the catalog's H3 as Hailuo 2.3 (its model map): creation judges by the catalog id.
+    const mapped = { name: 'a', key: 'mm-a', priority: 10, modelMap: { 'minimax-h3': 'MiniMax-Hailuo-2.3' } };
+    const prompt = 'a paper boat drifting '.repeat(114).slice(0, 2500);
+    const c = await customer([mapped, { name: 'b', key: 'mm-b', priority: 0 }]);
+    const aBefore = submitsBy('mm-a');
+    const created = await create(c.key, { model: 'minimax-h3', seconds: 5, prompt });
+    expect(created.status, JSON.stringify(created.body)).toBe(202);
+    expect((await waitVideoFinished(server, c.key, created.body.id)).task.status).toBe('completed');
+    const { row, task: upstream } = await upstreamOf(created.body.id);
+    expect([row.memberId, upstream.apiKey, (upstream.body as { model: string }).model]).toEqual([c.ids.b, 'mm-b', 'MiniMax-H3']);
+    expect(submitsBy('mm-a')).toBe(aBefore);
+
+    const alone = await customer([mapped]);
+    const refused = await create(alone.key, { model: 'minimax-h3', seconds: 5, prompt });
+    expect(refused.status, JSON.stringify(refused.body)).toBe(202);
+    const { task } = await waitVideoFinished(server, alone.key, refused.body.id);
+    expect([task.status, task.error?.code, task.error?.message]).toEqual(['failed', 'upstream_rejected', 'MiniMax accepts prompts of at most 2000 characters on MiniMax-Hailuo-2.3.']);
+    expect(submitsBy('mm-a')).toBe(aBefore);
+    expect(await holdOf(server.db, refused.body.id)).toMatchObject({ status: 'released', captured: 0 });
   });
 
   it('takes a member whose key MiniMax refuses (2049) out until an admin updates it', async () => {

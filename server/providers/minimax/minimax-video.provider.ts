@@ -63,7 +63,7 @@ const v2Status = jobStatus({ running: ['queued', 'running'], succeeded: ['succee
 export class MiniMaxVideoProvider implements VideoProvider {
   constructor(readonly pollIntervalMs = MINIMAX_POLL_MS) {}
 
-  check(shape: VideoShape): string | undefined {
+  check(shape: VideoShape, upstreamModel?: string): string | undefined {
     if (!Number.isInteger(shape.durationSeconds) || shape.durationSeconds < DURATIONS.min || shape.durationSeconds > DURATIONS.max) return `durations of ${DURATIONS.min} to ${DURATIONS.max} seconds only`;
     if (!RATIOS.includes(shape.aspectRatio)) return `aspect ratios ${RATIOS.join(', ')} only`;
     if (!RESOLUTIONS.includes(shape.resolution)) return `resolutions ${RESOLUTIONS.join(', ')} only`;
@@ -73,14 +73,16 @@ export class MiniMaxVideoProvider implements VideoProvider {
     if (shape.hasLastFrame && !shape.hasFirstFrame) return 'a last frame only together with a first frame';
     if (shape.referenceImages > 0 && shape.hasFirstFrame) return 'frames or reference images, not both';
     // Checked at creation, before any charge: H3 (v2) takes 7,000 characters (MiniMax's CLI,
-    // src/video/v2.ts), the v1 models 2,000 (`modelRule`, which knows the model, at submit).
-    if (shape.promptLength > MAX_PROMPT_CHARS.v2) return `prompts of at most ${MAX_PROMPT_CHARS.v2} characters`;
+    // src/video/v2.ts), the v1 models 2,000 (MiniMax answers 2013 after the 202 otherwise).
+    const model = upstreamModel === undefined ? undefined : minimaxModel(upstreamModel);
+    const maxPrompt = MAX_PROMPT_CHARS[model?.protocol ?? 'v2'];
+    if (shape.promptLength > maxPrompt) return `prompts of at most ${maxPrompt} characters${model ? ` on ${model.name}` : ''}`;
     return undefined;
   }
 
   async submit(account: UpstreamAccount, job: VideoJob, signal: AbortSignal): Promise<string> {
     const model = minimaxModel(job.model);
-    const unsupported = this.check(shapeOf(job)) ?? modelRule(model, job);
+    const unsupported = this.check(shapeOf(job), job.model) ?? modelRule(model, job);
     if (unsupported) throw new ProviderError('invalid_request', `MiniMax accepts ${unsupported}`);
     const body = model.protocol === 'v1' ? v1Body(model, job) : v2Body(model, job);
     const answer = await minimaxCall(account, { method: 'POST', path: `/${model.protocol}/video_generation`, body: jsonStream(body) }, signal, 'video submit');
@@ -126,8 +128,6 @@ export function parseJobId(jobId: string): { protocol: MiniMaxProtocol; taskId: 
 function modelRule(model: MiniMaxModel, job: VideoJob): string | undefined {
   const refs = job.referenceImages.length;
   if (model.protocol === 'v1') {
-    // Refused here, without a call to MiniMax (which answers 2013): the task fails and is refunded.
-    if (job.prompt.length > MAX_PROMPT_CHARS.v1) return `prompts of at most ${MAX_PROMPT_CHARS.v1} characters on ${model.name}`;
     if (job.aspectRatio !== '16:9') return `only 16:9 on ${model.name} (its output takes a first frame's own ratio)`;
     if (refs > 1) return `one subject reference image on ${model.name}`;
   }

@@ -2,7 +2,8 @@
  * Runs video tasks as a sequence of short steps (design §6), each claimed under a lease and fenced
  * by attempt; no step sleeps:
  *
- *   submit    the pool picks a member with a free slot (mark the submit as started, naming the
+ *   submit    the pool picks a member with a free slot whose upstream can express the task (its
+ *             adapter's `check`, while some member's can; mark the submit as started, naming the
  *             member: its slot from now to a terminal state), send the job (with the task id as the
  *             upstream's idempotency key where it takes one), failing over to the next member when
  *             one cannot take it; save the upstream job id and member (the commit point: a retried
@@ -27,7 +28,7 @@ import type { Logger } from '../../logger.ts';
 import { NoCapacity, upstreamModelOf, type Pool } from '../../pool/pool.ts';
 import { ProviderError, asProviderError } from '../../providers/provider-error.ts';
 import type { ProviderRegistry } from '../../providers/registry.ts';
-import type { UpstreamAccount, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoStatus } from '../../providers/types.ts';
+import { shapeOf, type UpstreamAccount, type VideoContent, type VideoJob, type VideoOutputRef, type VideoProvider, type VideoStatus } from '../../providers/types.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
 import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
 import { type VideoTaskRepository, type VideoTaskRow } from '../../repositories/video-task.repository.ts';
@@ -173,11 +174,16 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     let submitted: { account: UpstreamAccount; jobId: string };
     try {
       const job = await this.jobOf(task, undefined, true);
+      // The shape creation checked (video.service.ts), now against each member's own upstream model.
+      const shape = shapeOf(job);
       submitted = await this.deps.pool.route(
         {
           groupId: task.groupId,
           model: task.model,
           capability: 'video',
+          // A member whose upstream cannot express the task is skipped while another one can (one
+          // catalog model served through several provider kinds); creation let it in for that one.
+          accepts: (account) => this.deps.providers.video(account.provider)?.check?.(shape, upstreamModelOf(account, task.model)) === undefined,
           take: async (memberId, db) => {
             if (!(await this.deps.tasks.markSubmitting(fence, memberId, db))) throw new LeaseLost('lease lost before submit');
           },

@@ -259,10 +259,14 @@ export class VideoService {
     return this.deps.files.downloadUrl(row.outputFileId, 'video_output');
   }
 
-  /** Refuses (before any charge) a request that no upstream serving the model can express. */
+  /**
+   * Refuses (before any charge) a request that no upstream serving the model can express. The task
+   * is then routed to a member whose upstream can (VideoRunner.submit), by the same `shapeOf`.
+   */
   private checkUpstreamCanExpress(model: VideoCatalogRow, req: NormalizedVideoRequest, generateAudio: boolean): void {
     const shape = shapeOf({ ...req, generateAudio });
-    const reasons = model.providers.map((kind) => this.deps.providers.video(kind)?.check?.(shape));
+    // The catalog id stands for the upstream's: members' model maps are not known here.
+    const reasons = model.providers.map((kind) => this.deps.providers.video(kind)?.check?.(shape, model.id));
     if (reasons.length === 0 || reasons.some((r) => r === undefined)) return;
     throw badRequest('unsupported_by_upstream', `Model '${model.id}' runs on an upstream that accepts ${reasons[0]}; change the request.`);
   }
