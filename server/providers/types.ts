@@ -120,6 +120,8 @@ export interface ImageProvider {
   parallelCalls?(job: ImageJob): number;
   /** Produces the job's `n` images, reporting partials and finished images through `events`. */
   generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void>;
+  /** Stops an upstream job it reported (`ImageEvents.submitted`) that nobody will collect, where the upstream can. */
+  cancel?(account: UpstreamAccount, ref: unknown, signal: AbortSignal): Promise<void>;
 }
 
 /**

@@ -20,7 +20,7 @@ import { holdOf, until } from '../support/tasks.ts';
 
 /** A job long enough to stop its step while it runs, short enough for the resumed wait (FAL_WAIT_MS). */
 const SLOW_MS = 2500;
-const FAL_WAIT_MS = 2000;
+const FAL_WAIT_MS = 3500;
 const slow = (prompt: string) => (prompt.includes('[forever]') ? ('never' as const) : prompt.includes('[slow]') ? SLOW_MS : undefined);
 
 let server: TestServer;
@@ -151,5 +151,43 @@ describe('a background image task whose step stops while its upstream job runs',
     } finally {
       await e.stop();
     }
+  });
+
+  it('a resumed job whose outputs the upstream no longer has is given up: the next try submits afresh and completes', async () => {
+    const c = await customer('fal');
+    const id = await startAsync(c.key, 'flux-dev-fal', `a windmill [slow] ${Date.now()}`);
+    const first = engine();
+    await until(async () => (await rowOf(id)).upstreamJob !== null, 10_000, 'the upstream job to be recorded');
+    await first.stop();
+    const jobsOf = () => [...fal.jobs.values()].filter((j) => String(j.input.prompt).includes('windmill'));
+    // Collected too late: its links have expired (fal's CDN answers 403).
+    fal.expire(jobsOf()[0]!.id);
+    const second = engine();
+    try {
+      const done = await until(async () => {
+        const row = await rowOf(id);
+        return row.status !== 'processing' && row;
+      }, 30_000, 'the task to finish');
+      expect(done, JSON.stringify({ errorCode: done.errorCode, errorMessage: done.errorMessage, lastError: done.lastError, retries: done.retries })).toMatchObject({ status: 'completed', delivered: 1 });
+      expect(jobsOf()).toHaveLength(2);
+    } finally {
+      await second.stop();
+    }
+  }, 40_000);
+
+  it('a recorded job of a task the sweeper fails past its lifetime is cancelled upstream', async () => {
+    const c = await customer('fal');
+    const id = await startAsync(c.key, 'flux-dev-fal', `a glacier [forever] ${Date.now()}`);
+    const first = engine();
+    await until(async () => (await rowOf(id)).upstreamJob !== null, 10_000, 'the upstream job to be recorded');
+    await first.stop();
+    const job = [...fal.jobs.values()].find((j) => String(j.input.prompt).includes('glacier'))!;
+    expect(job.cancelled).toBe(false);
+    // Past its lifetime, and its lease over: the task sweeper ends it.
+    await server.db.updateTable('imageTasks').set({ createdAt: new Date(Date.now() - 10 * 3600_000), leaseExpiresAt: new Date(Date.now() - 1000) }).where('id', '=', id).execute();
+    await server.ctx.taskSweeper.run();
+    expect(await rowOf(id)).toMatchObject({ status: 'failed', errorCode: 'timeout' });
+    expect(await holdOf(server.db, id)).toMatchObject({ status: 'released', captured: 0 });
+    await until(() => job.cancelled, 5000, 'the fal request to be cancelled');
   });
 });

@@ -55,4 +55,8 @@ export class FalImageProvider implements ImageProvider {
     };
     await generateQueuedImages(queue, job, signal, events, { pollMs: this.pollMs, maxWaitMs: this.maxWaitMs });
   }
+
+  async cancel(account: UpstreamAccount, ref: unknown, signal: AbortSignal): Promise<void> {
+    if (typeof ref === 'string' && ref !== '') await falCancel(account, ref, signal);
+  }
 }

@@ -48,4 +48,9 @@ export class ReplicateImageProvider implements ImageProvider {
     };
     await generateQueuedImages(queue, job, signal, events, { pollMs: this.pollMs, maxWaitMs: this.maxWaitMs });
   }
+
+  async cancel(account: UpstreamAccount, ref: unknown, signal: AbortSignal): Promise<void> {
+    const id = (ref as { id?: unknown } | null)?.id;
+    if (typeof id === 'string' && id !== '') await cancelPrediction(account, id, signal);
+  }
 }

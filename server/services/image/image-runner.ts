@@ -115,6 +115,9 @@ async function nativeSize(image: Buffer): Promise<{ width: number; height: numbe
   return { width: meta.width, height: meta.height };
 }
 
+/** The upstream no longer has a job or its outputs (a resumed job collected too late). */
+const jobGone = (err: ProviderError) => err.kind === 'failed' && [403, 404, 410].includes(err.upstreamStatus ?? 0);
+
 /** An image the provider produced could not be stored: the outcome is unknown. */
 class NotStored extends Error {}
 /** The sink could not deliver an image: the client went away. */
@@ -174,6 +177,23 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       if (!(err instanceof ApiError)) throw err;
     }
     return DONE;
+  }
+
+  /**
+   * Stops, where its upstream can, the job a background task recorded and nobody will collect now
+   * (the task ended without it: the task sweeper failed it past its lifetime). Best effort: logged.
+   */
+  async cancelRecorded(task: ImageTaskRow, log: Logger): Promise<void> {
+    if (task.upstreamJob === null || task.memberId === null) return;
+    try {
+      const account = await this.deps.pool.account(task.memberId);
+      const provider = account && this.deps.providers.image(account.provider);
+      if (!account || !provider?.cancel) return;
+      await provider.cancel(account, task.upstreamJob, AbortSignal.timeout(10_000));
+      log.info({ memberId: task.memberId }, 'cancelled the upstream image job of a task that ended without it');
+    } catch (err) {
+      log.warn({ err, memberId: task.memberId }, 'could not cancel the upstream image job of a task that ended without it');
+    }
   }
 
   /** The upstream job a background task recorded and can still collect: its member's account and the job's reference. */
@@ -382,9 +402,10 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         if (files.length === 0) {
           // A background task tries a passing failure again later (IMAGE_RETRY, or the upstream's
           // Retry-After): the engine retries it; nothing is settled now. So does a resumed job's
-          // member that cannot take work any more (its credentials, its account): the next try is
-          // routed afresh, as a first try would have failed over.
-          if (opts.requeueWhenBusy && (error.transient || (opts.resume && isFailover(error)))) {
+          // member that cannot take work any more (its credentials, its account), or a job (or its
+          // output links) the upstream no longer has (404/410, an expired link's 403): the next try
+          // is routed afresh and submits a new job, as a first try would have failed over.
+          if (opts.requeueWhenBusy && (error.transient || (opts.resume && (isFailover(error) || jobGone(error))))) {
             await attempts.write(this.deps.attempts, log);
             // The attempt's upstream job (if any) was given up on and cancelled: the next one starts afresh.
             if (!(await this.deps.tasks.releaseMember(fence))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);

@@ -49,7 +49,7 @@ export interface TaskSweeperDeps {
   ledger: LedgerRepository;
   settlement: Settlement;
   videoRunner: VideoRunner;
-  imageRunner: Pick<ImageRunner, 'endInterrupted'>;
+  imageRunner: Pick<ImageRunner, 'endInterrupted' | 'cancelRecorded'>;
   db: Executor;
   log: Logger;
   taskMaxLifetimeSeconds: number;
@@ -113,6 +113,8 @@ export class TaskSweeper {
         } else if (await this.deps.settlement.failImage(fenceOf(task), 'timeout', 'The task exceeded its maximum lifetime and was refunded.')) {
           ended++;
           log.warn('image task past its lifetime and unclaimed: failed and released by the task sweeper');
+          // A job its last step recorded and left running (fal, Replicate) is nobody's now.
+          await this.deps.imageRunner.cancelRecorded(task, log);
         }
       }
       if (tasks.length < BATCH) break;
