@@ -211,6 +211,17 @@ describe('minimax videos through the public API', () => {
     expect(((await upstreamOf(h3.body.id)).task.body as { content: Json[] }).content[0]).toEqual({ type: 'text', text: prompt });
   });
 
+  it('takes a long prompt on a catalog model of the operator\'s own id that its members map to H3 (the id is no MiniMax model: the members decide)', async () => {
+    const { response } = await server.admin().POST('/admin/v1/models', { body: { ...findCatalogDefinition('minimax/minimax-h3')!.model, id: 'acme-h3', display_name: 'Acme H3' } });
+    expect(response.status).toBe(201);
+    const c = await customer([{ name: 'a', key: 'mm-a', models: ['acme-h3'], modelMap: { 'acme-h3': 'MiniMax-H3' } }]);
+    const prompt = 'a paper boat drifting '.repeat(140).slice(0, 3000);
+    const created = await create(c.key, { model: 'acme-h3', seconds: 5, prompt });
+    expect(created.status, JSON.stringify(created.body)).toBe(202);
+    expect((await waitVideoFinished(server, c.key, created.body.id)).task.status).toBe('completed');
+    expect(((await upstreamOf(created.body.id)).task.body as { model: string; content: Json[] })).toMatchObject({ model: 'MiniMax-H3', content: [{ type: 'text', text: prompt }] });
+  });
+
   it('fails and refunds, without calling MiniMax, what a definition cannot refuse: a text-only image-to-video model, 512p without a frame', async () => {
     const c = await customer();
     const before = fake.counts.submit;

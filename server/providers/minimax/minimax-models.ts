@@ -41,9 +41,13 @@ const BY_NAME = new Map(KNOWN.map((m) => [m.name.toLowerCase(), m]));
 
 export const PROMPT_OPTIMIZER_SUFFIX = '-prompt-optimizer';
 
-/** The model an upstream model id names, and whether the prompt optimizer is asked for. */
-export function minimaxModel(upstreamModel: string): MiniMaxModel & { promptOptimizer: boolean } {
+/**
+ * The model an upstream model id names, and whether the prompt optimizer is asked for. `known`: the
+ * name is one of MiniMax's models above (another name is sent as a v1 model, whose rules are not known).
+ */
+export function minimaxModel(upstreamModel: string): MiniMaxModel & { promptOptimizer: boolean; known: boolean } {
   const promptOptimizer = upstreamModel.toLowerCase().endsWith(PROMPT_OPTIMIZER_SUFFIX);
   const name = promptOptimizer ? upstreamModel.slice(0, -PROMPT_OPTIMIZER_SUFFIX.length) : upstreamModel;
-  return { ...(BY_NAME.get(name.toLowerCase()) ?? { name, protocol: 'v1' }), promptOptimizer };
+  const model = BY_NAME.get(name.toLowerCase());
+  return { ...(model ?? { name, protocol: 'v1' }), promptOptimizer, known: model !== undefined };
 }
