@@ -324,12 +324,18 @@ export class LedgerRepository {
           ),
         );
       }
-      // Why a refused hold was refused. The guards of k and a judged the rows' newest versions
-      // (an UPDATE waits for a concurrent change and re-checks it), which this statement's snapshot
-      // may predate: a read `for share` waits and re-reads likewise (`for key share` would not: a
-      // change of is_active or status is no key update). Read on refusals only, never on the hot path.
+      // Why a refused hold was refused, read on refusals only, never on the hot path. The guards of
+      // k and a judged the rows' newest versions (an UPDATE waits for a concurrent change and
+      // re-checks it), which this statement's snapshot may predate: the key (the client's own row)
+      // is read `for share`, which waits and re-reads likewise (`for key share` would not: a change
+      // of is_active is no key update). The account, which every key of it shares, is read without
+      // a lock first, and `for share` only when that read cannot explain the refusal (the snapshot
+      // shows it active with the balance to cover the hold): a client looping on its refusals never
+      // holds up the holds of the account's other keys.
       const keyInactive = sql`(select not is_active from api_keys where id = ${hold.apiKeyId} for share)`;
-      const accountSuspended = sql`(select status <> 'active' from accounts where id = ${hold.accountId} for share)`;
+      const accountSuspended = sql`(select status <> 'active' from accounts where id = ${hold.accountId})`;
+      const balanceShort = sql`(select balance < ${hold.amount} from accounts where id = ${hold.accountId})`;
+      const accountSuspendedSince = sql`(select status <> 'active' from accounts where id = ${hold.accountId} for share)`;
       const held = await runPrepared(sql<Row>`
         with ${gate}k as (
           update api_keys set credits_used = credits_used + ${hold.amount}
@@ -357,7 +363,9 @@ export class LedgerRepository {
           select case
             when not exists (select 1 from k) then case
               when ${keyInactive} then 'api_key_inactive' when ${accountSuspended} then 'account_suspended' ${gateOutcome} else 'key_quota_exceeded' end
-            when not exists (select 1 from a) then mg_abort(case when ${accountSuspended} then 'account_suspended' else 'insufficient_balance' end)
+            when not exists (select 1 from a) then mg_abort(case
+              when ${accountSuspended} then 'account_suspended' when ${balanceShort} then 'insufficient_balance'
+              when ${accountSuspendedSince} then 'account_suspended' else 'insufficient_balance' end)
             when not exists (select 1 from t) then mg_abort('task_not_inserted')
             ${inputsGone}else 'ok'
           end as outcome
