@@ -10,7 +10,7 @@ export interface Metrics {
   taskSteps: Counter<'kind' | 'outcome'>;
   /** SQL statements this process sent (all pools that were given `countQuery`). */
   dbQueries: Counter;
-  /** Upstream calls by provider, member (id) and outcome (`ok` or the ProviderError kind). */
+  /** Upstream calls by provider, member (id) and outcome (`ok`, the ProviderError kind, `aborted` or `error`). */
   upstreamRequests: Counter<'provider' | 'member' | 'outcome'>;
   upstreamDuration: Histogram<'provider' | 'member'>;
   /** Upstream calls this process has open right now. */
@@ -38,14 +38,14 @@ export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics 
   });
   const taskSteps = new Counter({
     name: 'mediagate_task_steps_total',
-    help: 'Task steps run by this process: outcome done (settled), next (rescheduled), retry (transient failure), lost (lease lost).',
+    help: 'Task steps run by this process: outcome done (settled), next (rescheduled), retry (transient failure), gave_up (failed after the last retry), lost (lease lost).',
     labelNames: ['kind', 'outcome'] as const,
     registers: [registry],
   });
   const dbQueries = new Counter({ name: 'mediagate_db_queries_total', help: 'SQL statements sent to PostgreSQL by this process.', registers: [registry] });
   const upstreamRequests = new Counter({
     name: 'mediagate_upstream_requests_total',
-    help: 'Upstream calls by provider, member id and outcome: ok, or the error class (retryable, rate_limited, quota_exhausted, auth, policy, invalid_request, failed).',
+    help: 'Upstream calls by provider, member id and outcome: ok, the error class the upstream answered (retryable, rate_limited, quota_exhausted, auth, policy, invalid_request, misconfigured, model_not_open, account_disabled, failed), aborted (cut short by its caller), or error (the gateway failed during the call).',
     labelNames: ['provider', 'member', 'outcome'] as const,
     registers: [registry],
   });
@@ -88,15 +88,24 @@ export interface OperatorGaugeSource {
   }>;
 }
 
+/** A scrape waits this long at most for the operator gauges' read (a frozen database never answers). */
+export const OPERATOR_GAUGES_TIMEOUT_MS = 1_500;
+
 /**
  * Gauges of the whole gateway (every instance shows the same values, read from PostgreSQL when
  * /metrics is scraped: one statement per scrape, shared by the gauges): credits held, unfinished
  * tasks by kind and status, and the needs_attention tasks with the age of the oldest. A scrape
- * while the database is away keeps the last values.
+ * while the database is away, or that gets no answer within `timeoutMs` (a frozen database, a
+ * saturated pool), keeps the last values: prom-client waits for every gauge, and a scrape that
+ * hangs loses the process's other metrics too.
  */
-export function registerOperatorGauges(registry: Registry, source: OperatorGaugeSource): void {
+export function registerOperatorGauges(registry: Registry, source: OperatorGaugeSource, timeoutMs = OPERATOR_GAUGES_TIMEOUT_MS): void {
+  type Stats = Awaited<ReturnType<OperatorGaugeSource>>;
   // A scrape collects every gauge at once: the ones collected while a read is in flight share it.
-  let pending: ReturnType<OperatorGaugeSource> | undefined;
+  let pending: Promise<Stats> | undefined;
+  // What the gauges of one scrape wait for: the read, or `timeoutMs` from the first of them. A
+  // later scrape, while a stuck read is still pending, shares that read with a timeout of its own.
+  let waiting: Promise<Stats | undefined> | undefined;
   const read = () => {
     if (!pending) {
       const stats = source();
@@ -106,7 +115,19 @@ export function registerOperatorGauges(registry: Registry, source: OperatorGauge
       };
       stats.then(done, done);
     }
-    return pending.catch(() => undefined);
+    if (!waiting) {
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<undefined>((resolve) => {
+        timer = setTimeout(resolve, timeoutMs, undefined);
+      });
+      // The read itself is left to finish (or fail) on its own: its connection returns to the pool then.
+      const answer: Promise<Stats | undefined> = Promise.race([pending.catch(() => undefined), timeout]).finally(() => {
+        clearTimeout(timer);
+        if (waiting === answer) waiting = undefined;
+      });
+      waiting = answer;
+    }
+    return waiting;
   };
   new Gauge({
     name: 'mediagate_credits_held',

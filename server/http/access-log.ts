@@ -7,7 +7,9 @@
  *
  * A handler adds what the request did to its line (`logWith`): a synchronous image request's line
  * carries its task, model and charge, and is the only line such a request writes at `info`
- * (docs/BENCHMARKS.md, seventh look: three lines a request added 2–3 ms at concurrency 1 there).
+ * (docs/BENCHMARKS.md, seventh look: three lines a request added 2–3 ms at concurrency 1 there),
+ * unless its client left before it settled: the line went out when the connection closed, so the
+ * charge is logged on a line of its own (`logWith` says so).
  *
  * The `operation` label is the operationId the validator (or a fast path) matched; a request refused
  * before it (401, 429, 413, 408, 415, 503 server_busy) is labelled by its method and path in the
@@ -22,9 +24,14 @@ import type { OpenApiDocument } from '../openapi.ts';
 type CounterChild = ReturnType<Counter<'operation' | 'method' | 'status'>['labels']>;
 type HistogramChild = ReturnType<Histogram<'operation' | 'method'>['labels']>;
 
-/** Adds `fields` to the access log line of `res`'s request (later fields win), kept in `res.locals` until it closes. */
-export function logWith(res: Response, fields: Record<string, unknown>): void {
+/**
+ * Adds `fields` to the access log line of `res`'s request (later fields win), kept in `res.locals`
+ * until it closes. False when the line was already written (the client left first: the response
+ * closed with it), so a caller whose fields matter logs them on a line of their own.
+ */
+export function logWith(res: Response, fields: Record<string, unknown>): boolean {
   res.locals.logFields = Object.assign((res.locals.logFields as Record<string, unknown> | undefined) ?? {}, fields);
+  return res.locals.logWritten !== true;
 }
 
 /**
@@ -73,8 +80,11 @@ export function accessLog(log: Logger, metrics: Metrics, operationOf: (req: Requ
     // request gets exactly one line.
     res.once('close', () => {
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      res.locals.logWritten = true;
       const operation = operationOf(req) ?? 'unmatched';
-      const status = res.statusCode;
+      // A response abandoned before its head went out has no status of its own (statusCode is still
+      // the default 200): nginx's 499, client closed request.
+      const status = res.headersSent ? res.statusCode : 499;
       counter(operation, req.method, String(status)).inc();
       histogram(operation, req.method).observe(seconds);
       const line = {

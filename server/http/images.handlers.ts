@@ -62,13 +62,17 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     // The request's line names its task and, once it has settled, what it bought: a synchronous
     // image's only line at info (a respond-async task's creation and completion are logged apart).
     logWith(res, { taskId: task.id, model: task.model, n: task.n });
-    const charged = (r: ExecuteResult) => logWith(res, { delivered: r.files.length, capturedMicroCredits: r.captured });
+    const log = ctx.log.child({ taskId: task.id });
+    const charged = (r: ExecuteResult) => {
+      const settled = { delivered: r.files.length, capturedMicroCredits: r.captured };
+      // A client that left took the request's line with it (written when the connection closed).
+      if (!logWith(res, settled)) log.info({ reqId: (req as Request & { id?: string }).id, ...settled }, 'image task settled after its client went away');
+    };
     if (async) {
       res.setHeader('Location', `/v1/images/${task.id}`);
       await sendJsonWithImages(res, operation === 'generation' ? 'createImage' : 'editImage', 202, await images.toImageTask(task));
       return;
     }
-    const log = ctx.log.child({ taskId: task.id });
     if (stream) {
       const sink = openImageStream(res, { operation, task, fileUrl });
       try {

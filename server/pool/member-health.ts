@@ -71,9 +71,10 @@ export class MemberHealth {
    * recording what it says about the member.
    * `probe`: the call is the probe of a half-open circuit (`claimProbe`): its outcome is written at
    * once, and a call that ends without one (not a ProviderError) gives the claim back.
+   * `signal`: the caller's, so that a call it cut short is counted `aborted`, not `error`.
    */
-  observe<T>(account: UpstreamAccount, call: () => Promise<T>, probe?: ProbeClaim): Promise<T> {
-    return this.run(account, call, true, probe);
+  observe<T>(account: UpstreamAccount, call: () => Promise<T>, probe?: ProbeClaim, signal?: AbortSignal): Promise<T> {
+    return this.run(account, call, true, probe, signal);
   }
 
   /**
@@ -81,30 +82,38 @@ export class MemberHealth {
    * `observe` does, except that its success does not end a 429 backoff: an answered poll does not
    * mean a submit would be.
    */
-  observeAccepted<T>(account: UpstreamAccount, call: () => Promise<T>): Promise<T> {
-    return this.run(account, call, false);
+  observeAccepted<T>(account: UpstreamAccount, call: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    return this.run(account, call, false, undefined, signal);
   }
 
-  private async run<T>(account: UpstreamAccount, call: () => Promise<T>, newWork: boolean, probe?: ProbeClaim): Promise<T> {
+  private async run<T>(account: UpstreamAccount, call: () => Promise<T>, newWork: boolean, probe?: ProbeClaim, signal?: AbortSignal): Promise<T> {
     const labels = { provider: account.provider, member: account.memberId };
     const started = process.hrtime.bigint();
     const startedAt = performance.now();
     this.metrics.upstreamInFlight.inc(labels);
-    try {
-      const result = await call();
-      this.metrics.upstreamRequests.inc({ ...labels, outcome: 'ok' });
-      await this.succeeded(account.memberId, startedAt, newWork, probe);
-      return result;
-    } catch (err) {
-      if (err instanceof ProviderError) {
-        this.metrics.upstreamRequests.inc({ ...labels, outcome: err.kind });
-        await this.failed(account, err, startedAt, probe);
-      } else if (probe) await this.releaseProbe(probe);
-      throw err;
-    } finally {
+    // The call's metrics end with the call: the health writes after it (a 429's two round trips) are not upstream latency.
+    const ended = (outcome: string) => {
       this.metrics.upstreamInFlight.dec(labels);
       this.metrics.upstreamDuration.observe(labels, Number(process.hrtime.bigint() - started) / 1e9);
+      this.metrics.upstreamRequests.inc({ ...labels, outcome });
+    };
+    let result: T;
+    try {
+      result = await call();
+    } catch (err) {
+      if (err instanceof ProviderError) {
+        ended(err.kind);
+        await this.failed(account, err, startedAt, probe);
+      } else {
+        // No answer about the member: the caller cut the call short, or the gateway failed inside it.
+        ended(signal?.aborted || (err instanceof Error && err.name === 'AbortError') ? 'aborted' : 'error');
+        if (probe) await this.releaseProbe(probe);
+      }
+      throw err;
     }
+    ended('ok');
+    await this.succeeded(account.memberId, startedAt, newWork, probe);
+    return result;
   }
 
   /**

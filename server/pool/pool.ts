@@ -258,7 +258,7 @@ export class Pool {
       attempts++;
       const { account } = member;
       try {
-        const result = await this.health.observe(account, () => work(account, slots), probe);
+        const result = await this.health.observe(account, () => work(account, slots), probe, req.signal);
         // The probe's success closed the circuit: this instance routes there at once too.
         if (probe) this.invalidate();
         return result;

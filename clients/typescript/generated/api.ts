@@ -928,8 +928,8 @@ export interface paths {
         /**
          * Prometheus metrics
          * @description Prometheus text exposition (format 0.0.4) of the process: request counts by operationId,
-         *     method and status, request latency histograms by operationId, and the default Node.js process
-         *     metrics. Not public: the scraper sends `Authorization: Bearer <METRICS_TOKEN>`; without
+         *     method and status (`499`: the client left before the response began), request latency
+         *     histograms by operationId and method, and the default Node.js process metrics. Not public: the scraper sends `Authorization: Bearer <METRICS_TOKEN>`; without
          *     `METRICS_TOKEN` set, `/metrics` is not served at all (`404`).
          *
          *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_metrics_token`;
@@ -7199,12 +7199,12 @@ export interface operations {
                      * @example # HELP mediagate_http_requests_total HTTP requests by operationId, method and status code.
                      *     # TYPE mediagate_http_requests_total counter
                      *     mediagate_http_requests_total{operation="getVideo",method="GET",status="200"} 42
-                     *     # HELP mediagate_http_request_duration_seconds HTTP request latency by operationId.
+                     *     # HELP mediagate_http_request_duration_seconds HTTP request latency by operationId (time to the last byte of the response).
                      *     # TYPE mediagate_http_request_duration_seconds histogram
-                     *     mediagate_http_request_duration_seconds_bucket{operation="getVideo",le="0.005"} 40
-                     *     mediagate_http_request_duration_seconds_bucket{operation="getVideo",le="+Inf"} 42
-                     *     mediagate_http_request_duration_seconds_sum{operation="getVideo"} 0.087
-                     *     mediagate_http_request_duration_seconds_count{operation="getVideo"} 42
+                     *     mediagate_http_request_duration_seconds_bucket{le="0.005",operation="getVideo",method="GET"} 40
+                     *     mediagate_http_request_duration_seconds_bucket{le="+Inf",operation="getVideo",method="GET"} 42
+                     *     mediagate_http_request_duration_seconds_sum{operation="getVideo",method="GET"} 0.087
+                     *     mediagate_http_request_duration_seconds_count{operation="getVideo",method="GET"} 42
                      */
                     "text/plain": string;
                 };

@@ -348,7 +348,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     try {
       if (opts.resume) {
         const { account, ref } = opts.resume;
-        await this.deps.pool.health.observeAccepted(account, () => generate(account, task.memberSlots, ref));
+        await this.deps.pool.health.observeAccepted(account, () => generate(account, task.memberSlots, ref), signal);
       } else await this.deps.pool.route(
         {
           groupId: task.groupId,

@@ -15,9 +15,9 @@
  * by the operator applies to the current window at once: the count is kept per client, the limit is
  * read per request.
  *
- * When Redis cannot be reached (down, restarting, too slow: 500 ms), each instance counts in memory
- * instead, logged once per outage; requests are never refused, or let through unlimited, because
- * Redis is away.
+ * When Redis cannot be reached (down, restarting, too slow: 500 ms) or refuses the script (READONLY,
+ * OOM, NOPERM), each instance counts in memory instead, logged once per outage (and once when Redis
+ * answers again); requests are never refused, or let through unlimited, because Redis is away.
  */
 import { Redis, type Result } from 'ioredis';
 import type { Logger } from '../../logger.ts';
@@ -121,16 +121,8 @@ export class RequestRateLimiter {
         retryStrategy: (times) => Math.min(200 * times, 2_000),
       });
       this.redis.defineCommand('takeRequestTokens', { lua: TAKE_SCRIPT });
-      this.redis.on('error', (err: Error) => {
-        if (this.redisDown) return;
-        this.redisDown = true;
-        opts.log.warn({ err: { message: err.message } }, 'Redis is unreachable: request rates are counted by each instance in its own memory until it is back');
-      });
-      this.redis.on('ready', () => {
-        if (!this.redisDown) return;
-        this.redisDown = false;
-        opts.log.info('Redis is reachable again: request rates are counted across instances');
-      });
+      this.redis.on('error', (err: Error) => this.wentDown(err));
+      this.redis.on('ready', () => this.cameBack());
     }
   }
 
@@ -159,12 +151,29 @@ export class RequestRateLimiter {
       try {
         const keys = buckets.map((b) => this.prefix + b.name);
         const out = await this.redis.takeRequestTokens(keys.length, ...keys, ...buckets.map((b) => b.limit), WINDOW_MS);
+        this.cameBack();
         return { allowed: out[0] === 1, counts: buckets.map((_, i) => ({ count: out[2 * i + 1]!, resetMs: Math.max(0, out[2 * i + 2]!) })) };
-      } catch {
-        // Redis away or too slow (its 'error' listener logs the outage): this instance counts alone.
+      } catch (err) {
+        // Redis away, too slow or refusing (a timeout and a reply error such as READONLY or OOM are
+        // no 'error' event of the connection): this instance counts alone.
+        this.wentDown(err instanceof Error ? err : new Error(String(err)));
       }
     }
     return this.takeInMemory(buckets);
+  }
+
+  /** Counting moves to memory: said once per outage, with the error's message only (never REDIS_URL). */
+  private wentDown(err: Error): void {
+    if (this.redisDown) return;
+    this.redisDown = true;
+    this.opts.log.warn({ err: { message: err.message } }, 'Redis is unreachable: request rates are counted by each instance in its own memory until it is back');
+  }
+
+  /** Redis answers again (reconnected, or a command succeeded after failing ones): said once. */
+  private cameBack(): void {
+    if (!this.redisDown) return;
+    this.redisDown = false;
+    this.opts.log.info('Redis is reachable again: request rates are counted across instances');
   }
 
   /** TAKE_SCRIPT's step on this process's windows, synchronous: nothing else runs in between. */

@@ -93,7 +93,10 @@ export class Settlement {
   /** Fails an image task and releases its hold. One statement (with the task's `attempts`). */
   async failImage(fence: Fence, code: string, message: string, attempts: readonly AttemptRecord[] = []): Promise<ImageTaskRow | undefined> {
     const row = await this.deps.imageTasks.fail(fence, code, message, (hold) => this.deps.ledger.settlement(hold, 0), attempts);
-    if (row) this.deps.log.info({ taskId: row.id, code }, 'image task failed; credits released');
+    // As a completion: a synchronous task's failure is on its request's line (its status and, once it
+    // settled, delivered 0) or on the line its caller writes when the request is gone.
+    if (row?.runAsync) this.deps.log.info({ taskId: row.id, code }, 'image task failed; credits released');
+    else if (row) this.deps.log.debug({ taskId: row.id, code }, 'image task failed; credits released');
     return row;
   }
 

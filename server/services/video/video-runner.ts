@@ -121,7 +121,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     try {
       const job = await this.jobOf(task, account, false);
       // A status check that says "still running" is not recorded: one every few seconds for minutes.
-      status = await attempts.run('poll', account, task.upstreamJobId, () => this.deps.pool.health.observeAccepted(account, () => provider.poll(account, task.upstreamJobId!, job, signal)), {
+      status = await attempts.run('poll', account, task.upstreamJobId, () => this.deps.pool.health.observeAccepted(account, () => provider.poll(account, task.upstreamJobId!, job, signal), signal), {
         keep: (s) => s.state !== 'running',
         signal,
       });
@@ -151,7 +151,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     const provider = account && this.deps.providers.video(account.provider);
     if (!account || !provider?.cancel) return;
     try {
-      await attempts.run('cancel', account, task.upstreamJobId, () => this.deps.pool.health.observeAccepted(account, () => provider.cancel!(account, task.upstreamJobId!, signal)), { signal });
+      await attempts.run('cancel', account, task.upstreamJobId, () => this.deps.pool.health.observeAccepted(account, () => provider.cancel!(account, task.upstreamJobId!, signal), signal), { signal });
       log.info({ memberId: account.memberId, upstreamJobId: task.upstreamJobId }, 'upstream job of a task past its deadline cancelled');
     } catch (err) {
       log.warn({ memberId: account.memberId, upstreamJobId: task.upstreamJobId, err: err instanceof Error ? err.message : String(err) }, 'could not cancel the upstream job of a task past its deadline');
@@ -247,7 +247,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     let jobId: string;
     try {
       const job = await this.jobOf(task, account, true);
-      jobId = await attempts.run('submit', account, (id) => id, () => this.deps.pool.health.observe(account, () => this.videoProvider(account).submit(account, job, signal)), { signal });
+      jobId = await attempts.run('submit', account, (id) => id, () => this.deps.pool.health.observe(account, () => this.videoProvider(account).submit(account, job, signal), undefined, signal), { signal });
     } catch (err) {
       return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
     }
@@ -289,7 +289,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     let content: VideoContent;
     try {
       const job = await this.jobOf(task, account, true);
-      content = await attempts.run('download', account, task.upstreamJobId, () => this.deps.pool.health.observeAccepted(account, () => provider.download(account, task.upstreamJobId!, output, job, signal)), { signal });
+      content = await attempts.run('download', account, task.upstreamJobId, () => this.deps.pool.health.observeAccepted(account, () => provider.download(account, task.upstreamJobId!, output, job, signal), signal), { signal });
     } catch (err) {
       // The lease was lost or the worker is stopping: nothing to record; the next claim downloads again.
       if (signal.aborted || (err instanceof Error && err.name === 'AbortError')) throw err;
