@@ -3,13 +3,11 @@
  * views allow is cut where it is recorded, and an attempt to be retried leaves its row due at the
  * next retry even when the worker dies before the engine reschedules it.
  */
-import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newId } from '../../server/lib/ids.ts';
 import { fenceOf } from '../../server/repositories/leased-tasks.ts';
 import { MAX_ERROR_LENGTH, WebhookRepository, type AttemptRecord } from '../../server/repositories/webhook.repository.ts';
-import { createCustomer } from '../support/factories.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
+import { insertPendingDelivery } from '../support/webhook-delivery.ts';
 
 let t: TestDatabase;
 let repo: WebhookRepository;
@@ -22,31 +20,7 @@ afterAll(async () => t?.destroy());
 
 /** A finished video task with a pending delivery, claimed by a worker for `leaseMs`. */
 async function claimedDelivery(leaseMs = 30_000) {
-  const c = await createCustomer(t.db);
-  const taskId = newId('vid');
-  await t.db
-    .insertInto('videoTasks')
-    .values({
-      id: taskId,
-      accountId: c.accountId,
-      apiKeyId: c.apiKeyId,
-      groupId: c.groupId,
-      clientRequestId: randomUUID(),
-      model: 'local-video-1',
-      prompt: 'a lighthouse',
-      durationSeconds: 4,
-      aspectRatio: '16:9',
-      resolution: '720p',
-      generateAudio: false,
-      inputMode: 'text',
-      deadlineAt: new Date(Date.now() + 3600_000),
-      status: 'failed',
-      completedAt: new Date(),
-      errorMessage: 'The upstream rejected the prompt.',
-    })
-    .execute();
-  const id = newId('msg');
-  await t.db.insertInto('webhookDeliveries').values({ id, accountId: c.accountId, taskId, eventType: 'video.failed', url: 'https://hooks.example.com/x', payload: '{}' }).execute();
+  const id = await insertPendingDelivery(t.db, 'https://hooks.example.com/x');
   const claimed = (await repo.leases.claimDue('w_test', 100, leaseMs)).find((d) => d.id === id);
   expect(claimed).toBeDefined();
   return claimed!;

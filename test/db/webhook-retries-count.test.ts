@@ -5,13 +5,12 @@
  * died, the statement failed) cannot make the next attempt reuse a delay and add one past the
  * schedule; one that lands does not count the attempt twice; the task engine itself runs it to the end.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTransactor } from '../../server/db/transaction.ts';
-import { newId } from '../../server/lib/ids.ts';
 import { createLogger } from '../../server/logger.ts';
 import { createMetrics } from '../../server/metrics.ts';
 import { fenceOf } from '../../server/repositories/leased-tasks.ts';
@@ -19,8 +18,8 @@ import { WebhookRepository, type WebhookDeliveryRow } from '../../server/reposit
 import { WebhookRunner } from '../../server/services/webhooks/webhook-runner.ts';
 import { WebhookSecrets } from '../../server/services/webhooks/webhook-secrets.ts';
 import { TaskEngine } from '../../server/workers/task-engine.ts';
-import { createCustomer } from '../support/factories.ts';
 import { until } from '../support/tasks.ts';
+import { insertPendingDelivery } from '../support/webhook-delivery.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 
 const log = createLogger('silent');
@@ -64,34 +63,7 @@ function runnerWith(scheduleMs: number[]) {
 }
 
 /** A finished video task with a pending delivery to the receiver. */
-async function pendingDelivery(): Promise<string> {
-  const c = await createCustomer(t.db);
-  const taskId = newId('vid');
-  await t.db
-    .insertInto('videoTasks')
-    .values({
-      id: taskId,
-      accountId: c.accountId,
-      apiKeyId: c.apiKeyId,
-      groupId: c.groupId,
-      clientRequestId: randomUUID(),
-      model: 'local-video-1',
-      prompt: 'a lighthouse',
-      durationSeconds: 4,
-      aspectRatio: '16:9',
-      resolution: '720p',
-      generateAudio: false,
-      inputMode: 'text',
-      deadlineAt: new Date(Date.now() + 3600_000),
-      status: 'failed',
-      completedAt: new Date(),
-      errorMessage: 'The upstream rejected the prompt.',
-    })
-    .execute();
-  const id = newId('msg');
-  await t.db.insertInto('webhookDeliveries').values({ id, accountId: c.accountId, taskId, eventType: 'video.failed', url: hookUrl, payload: '{}' }).execute();
-  return id;
-}
+const pendingDelivery = () => insertPendingDelivery(t.db, hookUrl);
 
 /** The next retry and the lease of a worker that died are both over: the row is due again. */
 async function timePasses(id: string): Promise<void> {

@@ -74,6 +74,12 @@ async function startAsync(key: string, model: string, prompt: string): Promise<s
 }
 
 const rowOf = (id: string) => server.db.selectFrom('imageTasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+/** The task's row once it is no longer processing. */
+const finished = (id: string, timeoutMs: number) =>
+  until(async () => {
+    const row = await rowOf(id);
+    return row.status !== 'processing' && row;
+  }, timeoutMs, 'the task to finish');
 
 describe('a background image task whose step stops while its upstream job runs', () => {
   it('fal: leaves the queued request running and collects that same request on its next step', async () => {
@@ -94,10 +100,7 @@ describe('a background image task whose step stops while its upstream job runs',
 
     const second = engine();
     try {
-      const done = await until(async () => {
-        const row = await rowOf(id);
-        return row.status !== 'processing' && row;
-      }, 15_000, 'the task to finish');
+      const done = await finished(id, 15_000);
       expect(done).toMatchObject({ status: 'completed', delivered: 1, upstreamJob: stopped.upstreamJob });
       // One request, collected: none cancelled, none submitted again.
       const jobs = [...fal.jobs.values()].filter((j) => String(j.input.prompt).includes('lighthouse'));
@@ -123,10 +126,7 @@ describe('a background image task whose step stops while its upstream job runs',
 
     const second = engine();
     try {
-      const done = await until(async () => {
-        const row = await rowOf(id);
-        return row.status !== 'processing' && row;
-      }, 15_000, 'the task to finish');
+      const done = await finished(id, 15_000);
       expect(done).toMatchObject({ status: 'completed', delivered: 1 });
       expect([...kling.tasks.values()].filter((t) => t.kind === 'image' && t.prompt.includes('harbour'))).toHaveLength(1);
     } finally {
@@ -164,10 +164,7 @@ describe('a background image task whose step stops while its upstream job runs',
     fal.expire(jobsOf()[0]!.id);
     const second = engine();
     try {
-      const done = await until(async () => {
-        const row = await rowOf(id);
-        return row.status !== 'processing' && row;
-      }, 30_000, 'the task to finish');
+      const done = await finished(id, 30_000);
       expect(done, JSON.stringify({ errorCode: done.errorCode, errorMessage: done.errorMessage, lastError: done.lastError, retries: done.retries })).toMatchObject({ status: 'completed', delivered: 1 });
       expect(jobsOf()).toHaveLength(2);
     } finally {

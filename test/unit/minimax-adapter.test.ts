@@ -80,10 +80,10 @@ describe("MiniMax's codes", () => {
 
 describe('models', () => {
   it("finds a model whatever its case and sends MiniMax's spelling; an unknown one goes as given, on v1", () => {
-    expect(minimaxModel('minimax-hailuo-2.3')).toEqual({ name: 'MiniMax-Hailuo-2.3', protocol: 'v1', promptOptimizer: false });
+    expect(minimaxModel('minimax-hailuo-2.3')).toEqual({ name: 'MiniMax-Hailuo-2.3', protocol: 'v1', promptOptimizer: false, known: true });
     expect(minimaxModel('MiniMax-H3')).toMatchObject({ name: 'MiniMax-H3', protocol: 'v2' });
     expect(minimaxModel('s2v-01')).toMatchObject({ name: 'S2V-01', needs: 'subject' });
-    expect(minimaxModel('MiniMax-Hailuo-3')).toEqual({ name: 'MiniMax-Hailuo-3', protocol: 'v1', promptOptimizer: false });
+    expect(minimaxModel('MiniMax-Hailuo-3')).toEqual({ name: 'MiniMax-Hailuo-3', protocol: 'v1', promptOptimizer: false, known: false });
     expect(minimaxModel('minimax-hailuo-2.3-fast-prompt-optimizer')).toMatchObject({ name: 'MiniMax-Hailuo-2.3-Fast', needs: 'first-frame', promptOptimizer: true });
   });
 
