@@ -10,13 +10,17 @@ import { ApiError } from '../errors.ts';
 import type { LargeBodyBudget } from '../services/media/large-body-budget.ts';
 
 /**
- * Holds a share of the large-body budget from before a large body is read until its response is
- * finished, so the memory of parsing and handling large bodies is bounded whatever the number of
- * clients; waiting bodies stay unread in the socket. Requests with small bodies pass at once.
+ * Holds a share of the large-body budget from before a large multipart body is read until its
+ * response is finished, so the memory of parsing and handling large bodies is bounded whatever the
+ * number of clients; waiting bodies stay unread in the socket. Requests with small bodies pass at
+ * once, and so does any body that is not multipart: a JSON edit's data URLs were streamed to the
+ * store before this (media-body.ts), and its inputs take their share when they are read
+ * (ImageService), once: counting its body here too made a large one wait for its own share.
  */
 export function largeBodySlots(budget: LargeBodyBudget) {
   const opts = budget.opts;
   return (req: Request, res: Response, next: NextFunction): void => {
+    if (!/^\s*multipart\//i.test(String(req.headers['content-type'] ?? ''))) return next();
     const length = req.headers['content-length'];
     const large = length === undefined ? req.headers['transfer-encoding'] !== undefined : Number(length) > opts.largeBodyBytes;
     if (!large) return next();

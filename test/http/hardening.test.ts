@@ -352,6 +352,17 @@ describe('large bodies wait for a slot', () => {
     }
   });
 
+  it('a JSON edit whose data URL is over the large-body size takes its share of the budget once (its body is not counted as well)', async () => {
+    // Noise: a PNG of about 270 KB; as a data URL the body is about 360 KB. Body and input together
+    // (630 KB) would not fit the 400 KB budget, so counting both made the edit wait for itself.
+    const noisy = await sharp(randomBytes(300 * 300 * 3), { raw: { width: 300, height: 300, channels: 3 } }).png().toBuffer();
+    const edit = { model: 'local-image-1', prompt: 'x', images: [`data:image/png;base64,${noisy.toString('base64')}`] };
+    expect(JSON.stringify(edit).length).toBeGreaterThan(200_000);
+    const ran = await postJson('/v1/images/edits', edit);
+    expect(ran.status, JSON.stringify(ran.body)).toBe(200);
+    expect(budgetInUse()).toBe(0);
+  });
+
   it('a large body that is not JSON is 400 invalid_json', async () => {
     const res = await send('/v1/videos/generations', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: `{"prompt":"${'x'.repeat(300_000)}` });
     expect([res.status, res.body.error.code]).toEqual([400, 'invalid_json']);
