@@ -2,6 +2,11 @@
  * Input images are decoded to their end before anything is charged or sent upstream: an empty,
  * truncated, undecodable or tiny image is the client's mistake (400 `invalid_image`), not an
  * upstream failure. Decoding runs on sharp's threads, not the event loop.
+ *
+ * The size is the one a viewer shows: with the EXIF orientation applied (a phone's JPEG is stored
+ * sideways, tagged 6 or 8). A mask is drawn, and an edit with no size keeps its size, over what the
+ * client sees; the adapters send such an input turned upright (uploadableImage), the local renderer
+ * turns it itself.
  */
 import sharp, { type Metadata } from 'sharp';
 import { badRequest } from '../errors.ts';
@@ -33,14 +38,16 @@ export async function inspectImage(source: Buffer | string, param: string): Prom
     throw invalid('is not a complete image in a format we can decode (PNG, JPEG, WebP, GIF)');
   }
   if (!meta.width || !meta.height || !meta.format) throw invalid('is not a decodable image');
-  if (meta.width < MIN_IMAGE_EDGE || meta.height < MIN_IMAGE_EDGE) {
-    throw invalid(`is ${meta.width}x${meta.height} pixels; images need at least ${MIN_IMAGE_EDGE} pixels on each edge`);
+  const width = meta.autoOrient?.width ?? meta.width;
+  const height = meta.autoOrient?.height ?? meta.height;
+  if (width < MIN_IMAGE_EDGE || height < MIN_IMAGE_EDGE) {
+    throw invalid(`is ${width}x${height} pixels; images need at least ${MIN_IMAGE_EDGE} pixels on each edge`);
   }
   return {
     format: meta.format,
     mimeType: meta.format === 'jpeg' ? 'image/jpeg' : `image/${meta.format}`,
-    width: meta.width,
-    height: meta.height,
+    width,
+    height,
     hasAlpha: meta.hasAlpha ?? false,
   };
 }

@@ -4,7 +4,7 @@
  * (resize and re-encode with sharp only when the upstream's image differs; otherwise pass its bytes
  * through untouched).
  */
-import sharp, { type Sharp } from 'sharp';
+import sharp, { type Metadata, type Sharp } from 'sharp';
 import { ApiError } from '../errors.ts';
 import { MediaJsonScanner, indexOfEither, type MediaJsonFields } from '../lib/media-json-scanner.ts';
 import { ProviderError } from './provider-error.ts';
@@ -21,19 +21,33 @@ export function sniff(data: Buffer): ImageFormat | undefined {
   return undefined;
 }
 
+/** JPEG and WebP quality of an input re-encoded on its way upstream (turned upright). */
+const UPRIGHT_QUALITY = 95;
+
 /**
  * An input image as an upstream takes it: PNG, JPEG and WebP go as they are (only PNG with
  * `pngOnly`); anything else the gateway accepts (a GIF: its first frame) is converted to PNG, since
- * the upstream goes by the declared type and refuses the others. `name` names the input in the error.
+ * the upstream goes by the declared type and refuses the others. An image stored turned (EXIF
+ * orientation other than 1, as phones store photos) is turned upright and re-encoded without the
+ * tag: the gateway measured it upright (inspectImage), a mask was drawn over it upright, and an
+ * upstream that ignores the tag would see it sideways. `name` names the input in the error.
  */
 export async function uploadableImage(data: Buffer, name: string, pngOnly = false): Promise<{ data: Buffer; format: ImageFormat }> {
-  const format = sniff(data);
-  if (format !== undefined && (!pngOnly || format === 'png')) return { data, format };
+  const sniffed = sniff(data);
+  const format = sniffed !== undefined && (!pngOnly || sniffed === 'png') ? sniffed : 'png';
   try {
-    return { data: await sharp(data).png().toBuffer(), format: 'png' };
+    if (format === sniffed && !isTurned(await sharp(data).metadata())) return { data, format };
+    const upright = sharp(data).autoOrient();
+    const encoded = format === 'jpeg' ? upright.jpeg({ quality: UPRIGHT_QUALITY }) : format === 'webp' ? upright.webp({ quality: UPRIGHT_QUALITY }) : upright.png();
+    return { data: await encoded.toBuffer(), format };
   } catch (err) {
     throw new ProviderError('invalid_request', `the input '${name}' is not an image the upstream can take`, { cause: err });
   }
+}
+
+/** Whether an image is stored turned: an EXIF orientation other than 1 (a viewer rotates or mirrors it). */
+export function isTurned(meta: Pick<Metadata, 'orientation'>): boolean {
+  return meta.orientation !== undefined && meta.orientation !== 1;
 }
 
 /** An error while the body was being read: the caller's abort stays an abort, the rest is retryable. */

@@ -26,12 +26,15 @@
  *   each image as soon as it is done (`image_generation.partial_succeeded` / `partial_failed` /
  *   `completed`, then `[DONE]`), so the client's events follow the upstream's. Otherwise one JSON
  *   answer. An upstream that answers JSON to a stream request is read as JSON.
+ * - Each input goes within Seedream's limits (10 MB, 36 MP): a phone's 48 MP photo is scaled down and
+ *   re-encoded rather than refused by the upstream after the hold (seedreamInput); inputs stored
+ *   turned (EXIF orientation) go upright, as the gateway measured them.
  * - A mask, which Seedream has no parameter for, goes as one more input image with an instruction
  *   to change only its transparent area (as for Gemini); the catalog counts it as an input.
  */
 import { Readable } from 'node:stream';
-import sharp from 'sharp';
-import { MIME, fitImage, readMediaJson, sniff, sseMediaFrames, type MediaAnswerLimits, type MediaJson } from '../image-output.ts';
+import sharp, { type Metadata } from 'sharp';
+import { MIME, fitImage, readMediaJson, sseMediaFrames, uploadableImage, type MediaAnswerLimits, type MediaJson } from '../image-output.ts';
 import { Base64Source, ProviderError, jsonStream, upstreamFetch, type ImageEvents, type ImageJob, type ImageProvider, type UpstreamAccount, type UpstreamResponse } from '../kit.ts';
 import { arkError, arkErrorOf, type ArkErrorBody } from './ark-errors.ts';
 import { arkAuth, arkEndpoint, arkUrl } from './ark-endpoint.ts';
@@ -41,6 +44,8 @@ import { seedreamSize, seedreamVersion } from './seedream-sizes.ts';
 export const ARK_IMAGE_TIMEOUT_MS = 600_000;
 /** Input images plus images asked for, per call (§5.1). */
 const MAX_PER_CALL = 15;
+/** Each input image (§5.1): bytes, pixels, sides over `minSide`, ratio; `quality` of one re-encoded to fit. */
+const SEEDREAM_INPUT = { maxBytes: 10_000_000, maxPixels: 36_000_000, minSide: 14, maxRatio: 16, quality: 85 };
 const LIMITS: MediaAnswerLimits = { maxBytes: 512 * 1024 * 1024, maxMediaBytes: 512 * 1024 * 1024, maxOtherBytes: 1024 * 1024 };
 const FRAME_LIMITS: MediaAnswerLimits = { maxBytes: 512 * 1024 * 1024, maxMediaBytes: 96 * 1024 * 1024, maxOtherBytes: 1024 * 1024 };
 const ANSWER_IMAGES = { base64Paths: new Set(['data[].b64_json']) };
@@ -108,27 +113,65 @@ export class ArkImageProvider implements ImageProvider {
 }
 
 /**
- * The edit's inputs (and the mask, as the last one) as data URLs streamed into the body. Formats
- * Seedream takes go as they are; anything else (a format the sniffer does not know) as PNG.
+ * The edit's inputs (and the mask, as the last one) as data URLs streamed into the body, each
+ * within Seedream's limits (seedreamInput).
  */
 async function inputImages(job: ImageJob): Promise<Base64Source[]> {
   const all = [...job.inputs, ...(job.mask ? [job.mask] : [])];
   return Promise.all(
     all.map(async (data, i) => {
-      const format = sniff(data);
-      let type = format ? MIME[format] : data.subarray(0, 4).toString('latin1') === 'GIF8' ? 'image/gif' : undefined;
-      if (!type) {
-        try {
-          data = await sharp(data).png().toBuffer();
-        } catch (err) {
-          throw new ProviderError('invalid_request', `input image ${i + 1} is not an image the upstream can take`, { cause: err });
-        }
-        type = 'image/png';
-      }
-      const bytes = data;
-      return new Base64Source(() => Readable.from([bytes]), bytes.length, `data:${type};base64,`);
+      const mask = job.mask !== undefined && i === all.length - 1;
+      const input = await seedreamInput(data, mask ? 'the mask' : `input image ${i + 1}`, mask);
+      return new Base64Source(() => Readable.from([input.data]), input.data.length, `data:${input.type};base64,`);
     }),
   );
+}
+
+/**
+ * One input as Seedream takes it (§5.1: at most 10 MB and 36 MP, sides over 14 px, a ratio within
+ * [1/16, 16]). One within the limits goes as uploadableImage makes it (upright, in its own format);
+ * one over them is turned upright, scaled down into 36 MP and encoded as JPEG (PNG for the mask and
+ * for an image with alpha, whose transparency matters), smaller again until it is within 10 MB. A
+ * side or ratio no scaling fixes is refused (`invalid_request`) before any call.
+ */
+async function seedreamInput(data: Buffer, name: string, mask: boolean): Promise<{ data: Buffer; type: string }> {
+  let meta: Metadata;
+  try {
+    meta = await sharp(data).metadata();
+  } catch (err) {
+    throw new ProviderError('invalid_request', `${name} is not an image the upstream can take`, { cause: err });
+  }
+  const width = meta.autoOrient?.width ?? meta.width;
+  const height = meta.autoOrient?.height ?? meta.height;
+  if (Math.min(width, height) <= SEEDREAM_INPUT.minSide) {
+    throw new ProviderError('invalid_request', `Seedream takes input images over ${SEEDREAM_INPUT.minSide} pixels on each side; ${name} is ${width}x${height}`);
+  }
+  if (Math.max(width, height) / Math.min(width, height) > SEEDREAM_INPUT.maxRatio) {
+    throw new ProviderError('invalid_request', `Seedream takes input images with an aspect ratio from 1:${SEEDREAM_INPUT.maxRatio} to ${SEEDREAM_INPUT.maxRatio}:1; ${name} is ${width}x${height}`);
+  }
+  if (width * height <= SEEDREAM_INPUT.maxPixels && data.length <= SEEDREAM_INPUT.maxBytes) {
+    const upload = await uploadableImage(data, name);
+    if (upload.data.length <= SEEDREAM_INPUT.maxBytes) return { data: upload.data, type: MIME[upload.format] };
+  }
+  const png = mask || (meta.hasAlpha ?? false);
+  const scale = Math.min(1, Math.sqrt(SEEDREAM_INPUT.maxPixels / (width * height)));
+  let size = { width: Math.floor(width * scale), height: Math.floor(height * scale) };
+  for (let attempt = 1; ; attempt++) {
+    let out: Buffer;
+    try {
+      const img = sharp(data, { limitInputPixels: false }).autoOrient().resize(size.width, size.height, { fit: 'fill' });
+      out = await (png ? img.png() : img.jpeg({ quality: SEEDREAM_INPUT.quality })).toBuffer();
+    } catch (err) {
+      throw new ProviderError('invalid_request', `${name} is not an image the upstream can take`, { cause: err });
+    }
+    if (out.length <= SEEDREAM_INPUT.maxBytes) return { data: out, type: png ? 'image/png' : 'image/jpeg' };
+    // Bytes go with pixels: scale by the ratio of the limit to the size, with a margin.
+    const shrink = Math.sqrt(SEEDREAM_INPUT.maxBytes / out.length) * 0.9;
+    size = { width: Math.floor(size.width * shrink), height: Math.floor(size.height * shrink) };
+    if (attempt === 4 || Math.min(size.width, size.height) <= SEEDREAM_INPUT.minSide) {
+      throw new ProviderError('invalid_request', `${name} cannot be made to fit Seedream's ${SEEDREAM_INPUT.maxBytes / 1_000_000} MB per input image`);
+    }
+  }
 }
 
 interface ImagesAnswer {
