@@ -239,9 +239,9 @@ export interface VideoProvider {
   /**
    * Why the upstream cannot run a request of this shape on `upstreamModel` (absent: on any model it
    * serves), e.g. "durations of 4, 8, 12 seconds only", or undefined. Checked when a task is created,
-   * so nothing is charged for it (with the catalog id as `upstreamModel`: a member's model map is not
-   * known there, and the shipped definitions' catalog id is the upstream id), and again when the
-   * task is routed, with each member's own id: a member whose upstream refuses is skipped.
+   * so nothing is charged for it, with each serving member's own upstream id (its model map's, else
+   * the catalog id): refused only when every member's upstream refuses; and again when the task is
+   * routed, the same way: a member whose upstream refuses is skipped.
    */
   check?(shape: VideoShape, upstreamModel?: string): string | undefined;
   /** Sends the job; returns the upstream's job id (saved before any poll). */

@@ -15,8 +15,12 @@ export interface VideoCatalogRow {
   capabilities: VideoCapabilities;
   /** Some enabled member of the group can run it (configuration only). */
   reachable: boolean;
-  /** Provider kinds of the members that can run it here. */
-  providers: string[];
+  /**
+   * Provider kinds of the enabled members that can run it here, each with the distinct upstream
+   * models those members send for it (a member's model map, else the catalog id: `upstreamModelOf`),
+   * kinds and models in order.
+   */
+  providers: { kind: string; models: string[] }[];
   prices: { resolution: string; mode: BillingMode; unitPrice: number }[];
 }
 
@@ -107,10 +111,16 @@ export class ModelRepository {
 
   private async videoCatalog(groupId: string, modelId: string | undefined): Promise<VideoCatalogRow[]> {
     const serving = sql`g.enabled and ${this.runnable(sql`'video'`)}`;
+    // The (kind, upstream model) pairs of the serving members, then grouped by kind. The upstream
+    // model is what `upstreamModelOf` (pool.ts) sends: the member's model map, else the catalog id.
+    const pair = sql`jsonb_build_array(g.provider, coalesce(g.model_map->>m.id, m.id))`;
     const result = await sql<VideoCatalogRow>`
       select m.id, m.display_name as "displayName", m.capabilities,
              bool_or(${serving}) as reachable,
-             coalesce(array_agg(distinct g.provider) filter (where ${serving}), '{}') as providers,
+             coalesce((select json_agg(json_build_object('kind', k.kind, 'models', k.models) order by k.kind)
+                       from (select e->>0 as kind, json_agg(e->>1 order by e->>1) as models
+                             from jsonb_array_elements(jsonb_agg(distinct ${pair}) filter (where ${serving})) e
+                             group by e->>0) k), '[]'::json) as providers,
              coalesce((select json_agg(json_build_object('resolution', p.resolution, 'mode', p.mode, 'unitPrice', p.unit_price) order by p.resolution)
                        from model_prices p where p.model_id = m.id and p.quality = ''), '[]'::json) as prices
       from catalog_models m

@@ -222,6 +222,34 @@ describe('minimax videos through the public API', () => {
     expect(((await upstreamOf(created.body.id)).task.body as { model: string; content: Json[] })).toMatchObject({ model: 'MiniMax-H3', content: [{ type: 'text', text: prompt }] });
   });
 
+  it('refuses at creation, nothing held, a prompt the only member\'s own v1 model cannot take under an operator\'s id that is no MiniMax model', async () => {
+    const { response } = await server.admin().POST('/admin/v1/models', { body: { ...findCatalogDefinition('minimax/minimax-hailuo-02')!.model, id: 'hailuo', display_name: 'Hailuo' } });
+    expect(response.status).toBe(201);
+    const c = await customer([{ name: 'a', key: 'mm-a', models: ['hailuo'], modelMap: { hailuo: 'MiniMax-Hailuo-02' } }]);
+    const before = fake.counts.submit;
+    const refused = await create(c.key, { model: 'hailuo', prompt: 'a paper boat drifting '.repeat(140).slice(0, 3000) });
+    expect([refused.status, refused.body.error?.code, refused.body.error?.message]).toEqual([
+      400,
+      'unsupported_by_upstream',
+      "Model 'hailuo' runs on an upstream that accepts prompts of at most 2000 characters on MiniMax-Hailuo-02; change the request.",
+    ]);
+    expect(fake.counts.submit).toBe(before);
+    expect(await server.db.selectFrom('creditHolds').select('id').where('accountId', '=', c.accountId).execute()).toEqual([]);
+  });
+
+  it('takes a prompt over 2,000 characters on a v1 catalog id that every member maps to H3 (7,000)', async () => {
+    const toH3 = { 'minimax-hailuo-2.3': 'MiniMax-H3' };
+    const c = await customer([
+      { name: 'a', key: 'mm-a', priority: 10, modelMap: toH3 },
+      { name: 'b', key: 'mm-b', priority: 0, modelMap: toH3 },
+    ]);
+    const prompt = 'a paper boat drifting '.repeat(230).slice(0, 5000);
+    const created = await create(c.key, { prompt });
+    expect(created.status, JSON.stringify(created.body)).toBe(202);
+    expect((await waitVideoFinished(server, c.key, created.body.id)).task.status).toBe('completed');
+    expect(((await upstreamOf(created.body.id)).task.body as { model: string; content: Json[] })).toMatchObject({ model: 'MiniMax-H3', content: [{ type: 'text', text: prompt }] });
+  });
+
   it('fails and refunds, without calling MiniMax, what a definition cannot refuse: a text-only image-to-video model, 512p without a frame', async () => {
     const c = await customer();
     const before = fake.counts.submit;
@@ -347,8 +375,8 @@ describe('minimax members in the pool', () => {
     }
   });
 
-  it('routes a prompt a member\'s own v1 model cannot take to a member whose model can; with none left, MiniMax\'s own refusal, refunded', async () => {
-    // Member a runs the catalog's H3 as Hailuo 2.3 (its model map): creation judges by the catalog id.
+  it('routes a prompt a member\'s own v1 model cannot take to a member whose model can; with none left, refused at creation', async () => {
+    // Member a runs the catalog's H3 as Hailuo 2.3 (its model map): each member is judged by its own model.
     const mapped = { name: 'a', key: 'mm-a', priority: 10, modelMap: { 'minimax-h3': 'MiniMax-Hailuo-2.3' } };
     const prompt = 'a paper boat drifting '.repeat(114).slice(0, 2500);
     const c = await customer([mapped, { name: 'b', key: 'mm-b', priority: 0 }]);
@@ -362,11 +390,13 @@ describe('minimax members in the pool', () => {
 
     const alone = await customer([mapped]);
     const refused = await create(alone.key, { model: 'minimax-h3', seconds: 5, prompt });
-    expect(refused.status, JSON.stringify(refused.body)).toBe(202);
-    const { task } = await waitVideoFinished(server, alone.key, refused.body.id);
-    expect([task.status, task.error?.code, task.error?.message]).toEqual(['failed', 'upstream_rejected', 'MiniMax accepts prompts of at most 2000 characters on MiniMax-Hailuo-2.3.']);
+    expect([refused.status, refused.body.error?.code, refused.body.error?.message]).toEqual([
+      400,
+      'unsupported_by_upstream',
+      "Model 'minimax-h3' runs on an upstream that accepts prompts of at most 2000 characters on MiniMax-Hailuo-2.3; change the request.",
+    ]);
     expect(submitsBy('mm-a')).toBe(aBefore);
-    expect(await holdOf(server.db, refused.body.id)).toMatchObject({ status: 'released', captured: 0 });
+    expect(await server.db.selectFrom('creditHolds').select('id').where('accountId', '=', alone.accountId).execute()).toEqual([]);
   });
 
   it('takes a member whose key MiniMax refuses (2049) out until an admin updates it', async () => {

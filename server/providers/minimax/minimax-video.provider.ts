@@ -73,9 +73,9 @@ export class MiniMaxVideoProvider implements VideoProvider {
     if (shape.hasLastFrame && !shape.hasFirstFrame) return 'a last frame only together with a first frame';
     if (shape.referenceImages > 0 && shape.hasFirstFrame) return 'frames or reference images, not both';
     // Checked at creation, before any charge: H3 (v2) takes 7,000 characters (MiniMax's CLI,
-    // src/video/v2.ts), the v1 models 2,000 (MiniMax answers 2013 after the 202 otherwise). A name
-    // that is not one of MiniMax's (an operator's own catalog id, mapped by its members) is held to
-    // the larger limit: the members' own model decides when the task is routed.
+    // src/video/v2.ts), the v1 models 2,000 (MiniMax answers 2013 after the 202 otherwise). Judged
+    // by each member's own upstream model, at creation as when routed; a name that is not one of
+    // MiniMax's (whose rules are not known here) is held to the larger limit: MiniMax decides.
     const named = upstreamModel === undefined ? undefined : minimaxModel(upstreamModel);
     const model = named?.known ? named : undefined;
     const maxPrompt = MAX_PROMPT_CHARS[model?.protocol ?? 'v2'];

@@ -261,12 +261,12 @@ export class VideoService {
 
   /**
    * Refuses (before any charge) a request that no upstream serving the model can express. The task
-   * is then routed to a member whose upstream can (VideoRunner.submit), by the same `shapeOf`.
+   * is then routed to a member whose upstream can (VideoRunner.submit), by the same rule: the same
+   * `shapeOf`, each member judged by its provider kind and its own upstream model.
    */
   private checkUpstreamCanExpress(model: VideoCatalogRow, req: NormalizedVideoRequest, generateAudio: boolean): void {
     const shape = shapeOf({ ...req, generateAudio });
-    // The catalog id stands for the upstream's: members' model maps are not known here.
-    const reasons = model.providers.map((kind) => this.deps.providers.video(kind)?.check?.(shape, model.id));
+    const reasons = model.providers.flatMap(({ kind, models }) => models.map((upstream) => this.deps.providers.video(kind)?.check?.(shape, upstream)));
     if (reasons.length === 0 || reasons.some((r) => r === undefined)) return;
     throw badRequest('unsupported_by_upstream', `Model '${model.id}' runs on an upstream that accepts ${reasons[0]}; change the request.`);
   }
