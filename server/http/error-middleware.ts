@@ -2,6 +2,7 @@
  * The one error middleware: domain errors, validator errors, body-parser errors and database errors
  * all become the contract's error body. Unknown errors are 500 with the request id and nothing else.
  */
+import { logWith } from './access-log.ts';
 import type { ErrorRequestHandler, Request } from 'express';
 import type { Logger } from '../logger.ts';
 import { isDatabaseUnavailable } from '../db/database.ts';
@@ -179,6 +180,8 @@ export function errorMiddleware(log: Logger): ErrorRequestHandler {
       next(err);
       return;
     }
+    // The request's line says which error it was answered (its status alone does not).
+    logWith(res, { errorCode: apiError.code });
     // An error is about this one request: never kept by a cache (whatever the route had set).
     res.setHeader('Cache-Control', 'no-store');
     for (const [name, value] of Object.entries(apiError.headers)) res.setHeader(name, value);

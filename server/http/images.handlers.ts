@@ -78,9 +78,15 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       try {
         const result = await images.runSync(task, sink, signal, log);
         charged(result);
-        if (result.error) sink.error(result.error);
+        if (result.error) {
+          logWith(res, { errorCode: result.error.code });
+          sink.error(result.error);
+        }
       } catch (err) {
-        sink.error(err instanceof ApiError ? err : new ApiError(500, 'internal_error', `Internal error. Quote request id '${String((req as Request & { id?: string }).id)}' when reporting it.`));
+        // The task failed with nothing delivered: the stream's status was 200, its line says the error.
+        const api = err instanceof ApiError ? err : new ApiError(500, 'internal_error', `Internal error. Quote request id '${String((req as Request & { id?: string }).id)}' when reporting it.`);
+        logWith(res, { errorCode: api.code, delivered: 0 });
+        sink.error(api);
         if (!(err instanceof ApiError)) log.error({ err }, 'image stream failed');
       }
       sink.end();

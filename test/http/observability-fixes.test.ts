@@ -126,8 +126,18 @@ describe('a failed image task', () => {
     await res.text();
     await until(() => linesOf(taskId).some((l) => l.msg === 'request'), 10_000, 'the request line');
     expect((await server.db.selectFrom('imageTasks').select('status').where('id', '=', taskId).executeTakeFirstOrThrow()).status).toBe('failed');
-    expect(linesOf(taskId).filter((l) => l.msg === 'request')).toEqual([expect.objectContaining({ level: 40, status: 400, reqId: 'refused-sync' })]);
+    expect(linesOf(taskId).filter((l) => l.msg === 'request')).toEqual([expect.objectContaining({ level: 40, status: 400, reqId: 'refused-sync', errorCode: expect.any(String) })]);
     expect(linesOf(taskId).filter((l) => l.level <= 30)).toEqual([]);
+  });
+
+  it('streamed: the request line (status 200) names the error the stream ended with', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const res = await generate(c.key, { prompt: 'refuse', stream: true }, { 'X-Request-Id': 'refused-stream' });
+    expect(res.status).toBe(200);
+    const taskId = res.headers.get('x-task-id')!;
+    expect(await res.text()).toContain('event: error');
+    const line = await until(() => linesOf(taskId).find((l) => l.msg === 'request'), 10_000, 'the request line');
+    expect(line).toMatchObject({ status: 200, reqId: 'refused-stream', errorCode: expect.any(String), delivered: 0 });
   });
 
   it('respond-async: its failure is logged, apart from its request', async () => {
