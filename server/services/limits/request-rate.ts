@@ -97,6 +97,9 @@ export interface RequestRateOptions {
   redisTimeoutMs?: number;
 }
 
+/** Redis commands failing in a row (the connection up) that make an outage worth a log line. */
+const COMMAND_FAILURES_DOWN = 3;
+
 export class RequestRateLimiter {
   private readonly redis: Redis | undefined;
   /** Counter names as rate-limiter-flexible wrote them: old and new instances share one count during an update. */
@@ -105,6 +108,8 @@ export class RequestRateLimiter {
   private readonly windows = new Map<string, { count: number; endsAt: number }>();
   private sweepAt = 0;
   private redisDown = false;
+  /** Commands that failed in a row while the connection stood (timeouts, reply errors). */
+  private commandFailures = 0;
 
   constructor(private readonly opts: RequestRateOptions) {
     this.prefix = `${opts.keyPrefix}rpm:`;
@@ -151,12 +156,14 @@ export class RequestRateLimiter {
       try {
         const keys = buckets.map((b) => this.prefix + b.name);
         const out = await this.redis.takeRequestTokens(keys.length, ...keys, ...buckets.map((b) => b.limit), WINDOW_MS);
+        this.commandFailures = 0;
         this.cameBack();
         return { allowed: out[0] === 1, counts: buckets.map((_, i) => ({ count: out[2 * i + 1]!, resetMs: Math.max(0, out[2 * i + 2]!) })) };
       } catch (err) {
         // Redis away, too slow or refusing (a timeout and a reply error such as READONLY or OOM are
-        // no 'error' event of the connection): this instance counts alone.
-        this.wentDown(err instanceof Error ? err : new Error(String(err)));
+        // no 'error' event of the connection): this instance counts alone. One slow command is no
+        // outage: said once COMMAND_FAILURES_DOWN fail in a row (a connection error says it at once).
+        if (++this.commandFailures >= COMMAND_FAILURES_DOWN) this.wentDown(err instanceof Error ? err : new Error(String(err)));
       }
     }
     return this.takeInMemory(buckets);
