@@ -181,15 +181,16 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
 
   /**
    * Stops, where its upstream can, the job a background task recorded and nobody will collect now
-   * (the task ended without it: the task sweeper failed it past its lifetime). Best effort: logged.
+   * (the task ended without it: the task sweeper failed it past its lifetime). Best effort: logged;
+   * `signal` (the sweeper stopping) cuts it short.
    */
-  async cancelRecorded(task: ImageTaskRow, log: Logger): Promise<void> {
+  async cancelRecorded(task: ImageTaskRow, signal: AbortSignal, log: Logger): Promise<void> {
     if (task.upstreamJob === null || task.memberId === null) return;
     try {
       const account = await this.deps.pool.account(task.memberId);
       const provider = account && this.deps.providers.image(account.provider);
       if (!account || !provider?.cancel) return;
-      await provider.cancel(account, task.upstreamJob, AbortSignal.timeout(10_000));
+      await provider.cancel(account, task.upstreamJob, AbortSignal.any([signal, AbortSignal.timeout(10_000)]));
       log.info({ memberId: task.memberId }, 'cancelled the upstream image job of a task that ended without it');
     } catch (err) {
       log.warn({ err, memberId: task.memberId }, 'could not cancel the upstream image job of a task that ended without it');

@@ -102,7 +102,7 @@ export class TaskSweeper {
 
   private async expireImages(): Promise<number> {
     let ended = 0;
-    for (let batch = 0; batch < MAX_BATCHES; batch++) {
+    for (let batch = 0; batch < MAX_BATCHES && !this.abort.signal.aborted; batch++) {
       const tasks = await this.deps.repo.claimOverdueImages(this.owner, TASK_LEASE_MS, this.deps.taskMaxLifetimeSeconds, BATCH);
       for (const task of tasks) {
         const log = this.deps.log.child({ taskId: task.id });
@@ -114,7 +114,7 @@ export class TaskSweeper {
           ended++;
           log.warn('image task past its lifetime and unclaimed: failed and released by the task sweeper');
           // A job its last step recorded and left running (fal, Replicate) is nobody's now.
-          await this.deps.imageRunner.cancelRecorded(task, log);
+          await this.deps.imageRunner.cancelRecorded(task, this.abort.signal, log);
         }
       }
       if (tasks.length < BATCH) break;
