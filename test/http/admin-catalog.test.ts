@@ -223,6 +223,21 @@ describe('reference-image limits', () => {
     }
   });
 
+  it('a model stored before its ceiling was recorded keeps its creation limit through a lowering: it can be raised back', async () => {
+    const { model } = findCatalogDefinition('kling/kling-v3-omni-std')!;
+    const legacy = { ...model, id: 'kling-omni-legacy' };
+    expect((await server.admin().POST('/admin/v1/models', { body: legacy })).response.status).toBe(201);
+    // As an older version stored it: no ceiling in its capabilities.
+    const row = await server.db.selectFrom('catalogModels').select('capabilities').where('id', '=', legacy.id).executeTakeFirstOrThrow();
+    const { ceiling: _ceiling, ...referenceImages } = (row.capabilities as { referenceImages: Record<string, unknown> }).referenceImages;
+    await server.db.updateTable('catalogModels').set({ capabilities: JSON.stringify({ ...(row.capabilities as object), referenceImages }) }).where('id', '=', legacy.id).execute();
+    const path = { model_id: legacy.id };
+    const lowered = await server.admin().PATCH('/admin/v1/models/{model_id}', { params: { path }, body: { reference_image_max_count: 3 } });
+    expect(lowered.data?.video?.reference_images).toEqual({ max_count: 3, configurable: true });
+    const back = await server.admin().PATCH('/admin/v1/models/{model_id}', { params: { path }, body: { reference_image_max_count: 7 } });
+    expect([back.response.status, back.data?.video?.reference_images]).toEqual([200, { max_count: 7, configurable: true }]);
+  });
+
   it('publishes only the limit the upstream takes in GET /v1/videos/capabilities', async () => {
     const customer = await createCustomer(server.db, { models: ['kling-v3-omni-std'] });
     const raise = await server.admin().PATCH('/admin/v1/models/{model_id}', { params: { path: { model_id: 'kling-v3-omni-std' } }, body: { reference_image_max_count: 12 } });

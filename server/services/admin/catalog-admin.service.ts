@@ -212,7 +212,8 @@ export class CatalogAdminService {
             'reference_image_max_count',
           );
         }
-        capabilities = { ...video, referenceImages: { ...video.referenceImages, maxCount: input.reference_image_max_count } };
+        // The ceiling is written with the lowered limit: a model stored before it was recorded keeps it for the next raise.
+        capabilities = { ...video, referenceImages: { ...video.referenceImages, maxCount: input.reference_image_max_count, ceiling } };
       }
       // An image model's upstream settings, each stored only when it is not the default, as on
       // creation (fromAdminImageCapabilities).
