@@ -3961,8 +3961,9 @@ export interface components {
         /**
          * AdminMemberCredentials
          * @description Upstream credentials, write-only: encrypted at rest with AES-256-GCM and never returned (members
-         *     show only `has_credentials`). Names by provider: `openai`, `gemini`, `ark`: `api_key`;
-         *     `kling`: `access_key` and `secret_key`. `local` uses none.
+         *     show only `has_credentials`). Names by provider: `openai`, `gemini`, `ark`, `minimax`,
+         *     `dashscope`, `fal`: `api_key` (fal's is its `key_id:key_secret` pair as one string);
+         *     `replicate`: `api_token`; `kling`: `access_key` and `secret_key`. `local` uses none.
          * @example {
          *       "api_key": "sk-proj-REPLACE_ME"
          *     }
