@@ -73,7 +73,8 @@ export interface paths {
          *     **Size.** Choose it with `aspectRatio`/`aspect_ratio` + `resolution` (tiers of the model, table
          *     2.8 shows 1K/2K/4K) or with `size` (`auto`, a table 2.8 value or a custom `WIDTHxHEIGHT`; see
          *     the `ImageSize` schema for the two published variants and the decided rules). All unset: the
-         *     upstream decides.
+         *     model's first resolution at `1:1`, priced and held as such (the gateway names the size it asks
+         *     the upstream for; see `ImageSize`).
          *
          *     **Delivery.** `response_format` chooses `b64_json` (default) or `url` (a signed, expiring URL of
          *     the stored image, default lifetime 1 hour); `output_format` chooses the file format.

@@ -20,7 +20,18 @@ import { openImageStream, openJsonAnswer } from './image-answer.ts';
 import { sendJsonWithImages, type HandlerMap, type ResponseBody } from './types.ts';
 
 function wantsStream(req: Request, body: { stream?: boolean }): boolean {
-  return body.stream === true || /\btext\/event-stream\b/.test(req.headers.accept ?? '');
+  return body.stream === true || acceptsEventStream(req.headers.accept);
+}
+
+/** `Accept` names `text/event-stream` (media types in any case) and does not refuse it with `q=0`. */
+export function acceptsEventStream(accept: string | undefined): boolean {
+  if (!accept) return false;
+  return accept.split(',').some((range) => {
+    const [type, ...params] = range.split(';').map((p) => p.trim().toLowerCase());
+    if (type !== 'text/event-stream') return false;
+    const q = params.find((p) => p.startsWith('q='));
+    return q === undefined || Number(q.slice(2)) > 0;
+  });
 }
 
 function wantsAsync(req: Request): boolean {

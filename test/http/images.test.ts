@@ -354,6 +354,16 @@ describe('streaming (§6.1)', () => {
     expect(events[0]!.data).not.toHaveProperty('b64_json');
   });
 
+  it('reads Accept as media types are read: in any case, and never streams what it refuses with q=0', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const mixed = await generate(c.key, {}, { Accept: 'application/json, Text/Event-Stream' });
+    expect([mixed.status, mixed.headers.get('content-type')]).toEqual([200, 'text/event-stream; charset=utf-8']);
+    const refused = await generate(c.key, {}, { Accept: 'application/json, text/event-stream;q=0' });
+    expect(refused.status).toBe(200);
+    expect(refused.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(refused.body.data).toHaveLength(1);
+  });
+
   it('answers errors before the stream begins with the JSON error body', async () => {
     const c = await createCustomer(server.db, { balance: 10 });
     const res = await generate(c.key, { stream: true, model: 'nope' });
