@@ -154,6 +154,17 @@ describe('the usage of a streamed completed event', () => {
   });
 });
 
+describe("the upstream's revised prompt (dall-e-3)", () => {
+  it('is on each image of the answer and of the task looked up after', async () => {
+    const res = await generate({ model: 'dalle', prompt: 'a lighthouse at dusk' });
+    expect(res.status).toBe(200);
+    const revised = 'a lighthouse at dusk, rendered in rich detail.';
+    expect((JSON.parse(res.text) as Json).data).toEqual([expect.objectContaining({ revised_prompt: revised })]);
+    const lookup = await fetch(`${server.directUrl}/v1/images/${res.taskId}`, { headers: { Authorization: `Bearer ${key}` } });
+    expect(((await lookup.json()) as Json).data).toEqual([expect.objectContaining({ revised_prompt: revised })]);
+  });
+});
+
 describe('partial_images without streaming', () => {
   it('is ignored by a JSON request: one upstream call for every image, not streamed', async () => {
     const { result, calls } = await callsDuring(() => generate({ n: 3, partial_images: 3 }));
