@@ -14,6 +14,18 @@ import { badRequest } from '../errors.ts';
 /** Smallest accepted edge of an input image, in pixels. */
 export const MIN_IMAGE_EDGE = 16;
 
+/**
+ * Most pixels an image the gateway decodes may have (inputs here; upstream answers in fitImage),
+ * passed to sharp as `limitInputPixels` (its default, about 268 MP, is far above). An interlaced
+ * PNG or a progressive JPEG cannot be decoded row by row: libvips holds all of it, and a solid
+ * 16000x16000 PNG of 1 MB would cost gigabytes. Nothing the gateway makes needs more than about
+ * 17 MP: the largest output is a 4K-class table size (Gemini's 4K 1:1, 4096x4096 = 16.8 MP) and a
+ * custom size or a kept input size is at most 8,294,400 px (CUSTOM_SIZE_LIMITS). 50 MP still takes
+ * a phone's full-resolution photo (48 MP 8000x6000, 50 MP 8160x6120 = 49.9 MP) as an edit's or a
+ * video's input; held whole it costs at most 200 MB (8-bit RGBA), 400 MB (16-bit).
+ */
+export const MAX_IMAGE_PIXELS = 50_000_000;
+
 export interface InspectedImage {
   format: string;
   mimeType: string;
@@ -26,20 +38,32 @@ export interface InspectedImage {
 export async function inspectImage(source: Buffer | string, param: string): Promise<InspectedImage> {
   const invalid = (why: string) => badRequest('invalid_image', `'${param}' ${why}.`, param);
   if (Buffer.isBuffer(source) && source.length === 0) throw invalid('is empty');
+  const undecodable = (err: unknown) => {
+    if (typeof source === 'string' && /Input file is missing|ENOENT/.test(String(err))) return err;
+    return invalid('is not a complete image in a format we can decode (PNG, JPEG, WebP, GIF)');
+  };
   let meta: Metadata;
   try {
-    const image = sharp(source, { failOn: 'truncated', sequentialRead: true });
-    meta = await image.metadata();
-    // The header can be intact while the pixels are cut off: decode down to the last row (an
-    // order of magnitude cheaper than computing statistics over every pixel).
-    if (meta.width && meta.height) await image.extract({ left: 0, top: meta.height - 1, width: 1, height: 1 }).raw().toBuffer();
+    // The header only, nothing decoded yet: without the pixel limit, which sharp applies even
+    // here, so that an image over it is told its size.
+    meta = await sharp(source, { failOn: 'truncated', limitInputPixels: false }).metadata();
   } catch (err) {
-    if (typeof source === 'string' && /Input file is missing|ENOENT/.test(String(err))) throw err;
-    throw invalid('is not a complete image in a format we can decode (PNG, JPEG, WebP, GIF)');
+    throw undecodable(err);
   }
   if (!meta.width || !meta.height || !meta.format) throw invalid('is not a decodable image');
   const width = meta.autoOrient?.width ?? meta.width;
   const height = meta.autoOrient?.height ?? meta.height;
+  if (width * height > MAX_IMAGE_PIXELS) {
+    throw invalid(`is too large: ${width}x${height} pixels, at most ${MAX_IMAGE_PIXELS.toLocaleString('en-US')} pixels`);
+  }
+  try {
+    // The header can be intact while the pixels are cut off: decode down to the last row (an
+    // order of magnitude cheaper than computing statistics over every pixel).
+    const image = sharp(source, { failOn: 'truncated', sequentialRead: true, limitInputPixels: MAX_IMAGE_PIXELS });
+    await image.extract({ left: 0, top: meta.height - 1, width: 1, height: 1 }).raw().toBuffer();
+  } catch (err) {
+    throw undecodable(err);
+  }
   if (width < MIN_IMAGE_EDGE || height < MIN_IMAGE_EDGE) {
     throw invalid(`is ${width}x${height} pixels; images need at least ${MIN_IMAGE_EDGE} pixels on each edge`);
   }

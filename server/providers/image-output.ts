@@ -6,6 +6,7 @@
  */
 import sharp, { type Metadata, type Sharp } from 'sharp';
 import { ApiError } from '../errors.ts';
+import { MAX_IMAGE_PIXELS } from '../lib/image-inspect.ts';
 import { MediaJsonScanner, indexOfEither, type MediaJsonFields } from '../lib/media-json-scanner.ts';
 import { ProviderError } from './provider-error.ts';
 import type { ImageFormat, ImageParams } from './types.ts';
@@ -340,15 +341,20 @@ export async function imageMeta(data: Buffer): Promise<{ format?: string; width?
  * `output_compression` the upstream was not sent (`upstreamCompressed`: the adapter passed it on);
  * else the upstream's bytes untouched. With the model's `resize: native` (`params.resize`) the
  * size is the upstream's: only a format that differs is re-encoded. Whether they match is read
- * from the header (imageMeta).
+ * from the header (imageMeta). An image to decode over {@link MAX_IMAGE_PIXELS} (an interlaced PNG
+ * is held whole while decoded) is not decoded: the upstream's failure, retryable, as an
+ * undecodable one.
  */
 export async function fitImage(data: Buffer, params: ImageParams, upstreamCompressed = false): Promise<Buffer> {
   const meta = await imageMeta(data);
   const sameSize = params.resize === 'native' || (meta.width === params.width && meta.height === params.height);
   const compress = params.outputCompression !== undefined && params.outputFormat !== 'png' && !upstreamCompressed;
   if (sameSize && meta.format === params.outputFormat && !compress) return data;
+  if (meta.width && meta.height && meta.width * meta.height > MAX_IMAGE_PIXELS) {
+    throw new ProviderError('retryable', `the upstream answered an image too large to decode (${meta.width}x${meta.height} pixels, at most ${MAX_IMAGE_PIXELS.toLocaleString('en-US')})`);
+  }
   try {
-    let img = sharp(data);
+    let img = sharp(data, { limitInputPixels: MAX_IMAGE_PIXELS });
     if (!sameSize) img = img.resize(params.width, params.height, { fit: 'cover', position: 'centre' });
     return await encode(img, params.outputFormat, params.outputCompression);
   } catch (err) {

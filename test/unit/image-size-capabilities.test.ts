@@ -121,6 +121,65 @@ describe('an edit keeping its input size on a model with its own pixel table', (
   });
 });
 
+describe('a table 2.8 value on a model with its own pixel table', () => {
+  const gemini = loadCatalogDefinitions().filter((d) => d.model.kind === 'image' && d.model.image!.size_table && d.model.image!.size_table !== 'reference');
+
+  it('is billed as the custom size it is on Nano Banana 2: 1248x1248 at 2K as 1232x1232, not 1K and scaled up', () => {
+    const flash = shipped('gemini/gemini-3.1-flash-image-preview');
+    const reference = flash.normalize({ size: '1248x1248' });
+    const custom = flash.normalize({ size: '1232x1232' });
+    expect([reference.params.width, reference.params.height, reference.params.resolution, reference.unitPrice]).toEqual([1248, 1248, '2K', 101_000]);
+    expect([custom.params.resolution, custom.unitPrice]).toEqual(['2K', 101_000]);
+    // Rendered at 2K 1:1 (2048x2048): at least the delivered pixels, scaled down only.
+    const rendered = SIZE_TABLES['gemini-3.1-flash-image']['2K']!['1:1']!;
+    expect(rendered.width * rendered.height).toBeGreaterThanOrEqual(1248 * 1248);
+    expectRefused(() => resolve(flash.caps, { size: '1248x1248', resolution: '1K' }), 'size_conflict', 'size', /billed as resolution 2K/);
+  });
+
+  it("leaves a value of the model's own table as it was", () => {
+    const flash = shipped('gemini/gemini-3.1-flash-image-preview').caps;
+    expect(resolve(flash, { size: '1024x1024' })).toEqual({ width: 1024, height: 1024, resolution: '1K', aspectRatio: '1:1', custom: false });
+    // 2048x2048 is in both tables: the model's own 2K 1:1.
+    expect(resolve(flash, { size: '2048x2048' })).toEqual({ width: 2048, height: 2048, resolution: '2K', aspectRatio: '1:1', custom: false });
+    expect(resolve(flash, { size: '688x384' })).toMatchObject({ resolution: '512', aspectRatio: '16:9', custom: false });
+    // Gemini 2.5 Flash's 1K 3:2 is table 2.8's too.
+    expect(resolve(shipped('gemini/gemini-2.5-flash-image').caps, { size: '1248x832' })).toEqual({ width: 1248, height: 832, resolution: '1K', aspectRatio: '3:2', custom: false });
+  });
+
+  it('still takes the ratio table 2.8 names for it (21:9 for 1248x528, 1.3 % off)', () => {
+    const flash = shipped('gemini/gemini-3.1-flash-image-preview').caps;
+    expect(resolve(flash, { size: '1248x528', aspectRatio: '21:9' })).toMatchObject({ width: 1248, height: 528, custom: true });
+    expectRefused(() => resolve(flash, { size: '1248x528', aspectRatio: '16:9' }), 'size_conflict', 'size');
+  });
+
+  it.each(gemini.map((d) => [d.id, d] as const))('%s: every table 2.8 value is billed as a kept size of that value, rendered at a tier at least as large', (_id, def) => {
+    const { caps, normalize } = modelOf(def);
+    const own = SIZE_TABLES[caps.sizeTable!];
+    const largest = Object.keys(own).filter((t) => caps.resolutions.includes(t)).at(-1);
+    let checked = 0;
+    for (const row of Object.values(SIZE_TABLES.reference)) {
+      for (const px of Object.values(row)) {
+        let asSize;
+        try {
+          asSize = normalize({ size: `${px.width}x${px.height}` });
+        } catch {
+          continue; // a tier the model does not sell (2.5 Flash: 1K only)
+        }
+        const kept = normalize({}, px);
+        expect([asSize.params.width, asSize.params.height, asSize.params.resolution, asSize.unitPrice], `${px.width}x${px.height}`).toEqual([px.width, px.height, kept.params.resolution, kept.unitPrice]);
+        // Below the model's largest tier, the tier it renders holds at least the delivered pixels.
+        if (asSize.params.resolution !== largest) {
+          const tierRow = own[asSize.params.resolution]!;
+          const near = Object.values(tierRow).reduce((a, b) => (Math.abs(Math.log(b.width / b.height / (px.width / px.height))) < Math.abs(Math.log(a.width / a.height / (px.width / px.height))) ? b : a));
+          expect(near.width * near.height, `${px.width}x${px.height}`).toBeGreaterThanOrEqual(px.width * px.height);
+        }
+        checked++;
+      }
+    }
+    expect(checked).toBeGreaterThan(0);
+  });
+});
+
 describe('a model whose upstream takes only its offered ratios (customSizeRatios: offered)', () => {
   const flux = shipped('replicate/flux-schnell-replicate').caps;
   const ideogram = shipped('replicate/ideogram-v3-turbo-replicate').caps;

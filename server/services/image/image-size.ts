@@ -97,7 +97,12 @@ export type ParsedSize =
   | { kind: 'auto' }
   /** A value of table 2.8 (`TableResolution`/`TableAspectRatio`) or of the model's own table (any tier, e.g. `512`). */
   | { kind: 'table'; resolution: string; aspectRatio: string; width: number; height: number }
-  | { kind: 'custom'; width: number; height: number };
+  /**
+   * A custom `WIDTHxHEIGHT`. `tableRatio`: a table 2.8 value read as a custom size (on a model with
+   * its own pixel table, {@link parseModelSize}): the ratio the table names for it, which an
+   * `aspectRatio` may name too (`21:9` for 1248x528, 1.3 % off its width/height).
+   */
+  | { kind: 'custom'; width: number; height: number; tableRatio?: string };
 
 export interface ResolvedImageSize {
   width: number;
@@ -294,7 +299,12 @@ export function parseSize(size: string): ParsedSize {
   const height = Number(m[2]);
   const row = TABLE_BY_SIZE.get(`${width}x${height}`);
   if (row) return { kind: 'table', ...row, width, height };
+  checkCustomSize(size, width, height);
+  return { kind: 'custom', width, height };
+}
 
+/** Refuses a custom size outside the limits ({@link CUSTOM_SIZE_LIMITS}), naming the violated rule. */
+function checkCustomSize(size: string, width: number, height: number): void {
   const L = CUSTOM_SIZE_LIMITS;
   if (width < L.minEdge || width > L.maxEdge || height < L.minEdge || height > L.maxEdge) {
     throw invalidSize(size, `each edge must be ${L.minEdge} to ${L.maxEdge} px`);
@@ -309,7 +319,6 @@ export function parseSize(size: string): ParsedSize {
   if (width % L.edgeMultiple !== 0 || height % L.edgeMultiple !== 0) {
     throw invalidSize(size, `both edges must be multiples of ${L.edgeMultiple}`);
   }
-  return { kind: 'custom', width, height };
 }
 
 /** A `size` that is a value of the model's own (non-reference) pixel table. */
@@ -321,6 +330,24 @@ function modelTableSize(size: string, table: SizeTableName | undefined): ParsedS
     }
   }
   return undefined;
+}
+
+/**
+ * Parses a `size` for a model: a value of its own pixel table (Gemini's) is that tier and ratio. On
+ * a model with its own table, a table 2.8 value that is not also one of the model's is a custom
+ * size (every table 2.8 value is within the custom-size limits): billed by {@link sizeTier}, at the
+ * tier whose upstream size holds at least its pixels, as a custom size or a kept size of the same
+ * pixels is, and only ever scaled down. 1248x1248 (table 2.8's 1K 1:1) on Gemini 3.1 Flash, whose
+ * 1K renders 1024x1024, is 2K, as 1232x1232 is; read as table 2.8's 1K it was billed 1K and the
+ * 1024x1024 answer scaled up.
+ */
+function parseModelSize(size: string, caps: ImageCapabilities): ParsedSize {
+  const own = modelTableSize(size, caps.sizeTable);
+  if (own) return own;
+  const parsed = parseSize(size);
+  if (parsed.kind !== 'table' || !ownTable(caps)) return parsed;
+  checkCustomSize(size, parsed.width, parsed.height);
+  return { kind: 'custom', width: parsed.width, height: parsed.height, tableRatio: parsed.aspectRatio };
 }
 
 function parseRatio(ratio: string): number | undefined {
@@ -373,10 +400,12 @@ function tableSize(resolution: string, aspectRatio: string, table: SizeTableName
  *    (variant A) → `400 size_not_accepted`;
  * 2. a `resolution` the model does not offer → `400 unsupported_resolution` (param `resolution`);
  * 3. an `aspectRatio` the model does not offer → `400 unsupported_aspect_ratio` (param `aspectRatio`);
- * 4. a malformed or out-of-limits `size` → `400 invalid_size` (see {@link parseSize});
+ * 4. a malformed or out-of-limits `size` → `400 invalid_size` (see {@link parseSize}); on a model
+ *    with its own pixel table, a table 2.8 value it lacks is a custom size ({@link parseModelSize});
  * 5. a table size with an `aspectRatio` or `resolution` other than its own → `400 size_conflict`;
- *    a custom size with an `aspectRatio` more than 1 % off its width/height, or with a `resolution`
- *    other than its billing tier → `400 size_conflict` (all param `size`);
+ *    a custom size with an `aspectRatio` more than 1 % off its width/height (and not the ratio
+ *    table 2.8 names for it), or with a `resolution` other than its billing tier → `400
+ *    size_conflict` (all param `size`);
  * 6. a table size whose tier or ratio the model does not offer, or a custom size whose billing tier
  *    the model does not offer (or, with `customSizeRatios: offered`, that is not within 1 % of an
  *    offered ratio) → `400 unsupported_resolution` / `unsupported_aspect_ratio` (param `size`);
@@ -420,7 +449,7 @@ export function resolveImageSize(input: ResolveImageSizeInput): ResolvedImageSiz
     );
   }
 
-  const parsed: ParsedSize = size === undefined ? { kind: 'auto' } : (modelTableSize(size, caps.sizeTable) ?? parseSize(size));
+  const parsed: ParsedSize = size === undefined ? { kind: 'auto' } : parseModelSize(size, caps);
   if (parsed.kind === 'table') {
     if (aspectRatio !== undefined && aspectRatio !== parsed.aspectRatio) {
       throw badRequest('size_conflict', `Size '${size}' is ${parsed.aspectRatio}, not aspect ratio '${aspectRatio}'.`, 'size');
@@ -440,7 +469,7 @@ export function resolveImageSize(input: ResolveImageSizeInput): ResolvedImageSiz
   if (parsed.kind === 'custom') {
     const { width, height } = parsed;
     const tier = sizeTier(width, height, caps);
-    if (aspectRatio !== undefined) {
+    if (aspectRatio !== undefined && aspectRatio !== parsed.tableRatio) {
       const r = parseRatio(aspectRatio);
       if (r === undefined || Math.abs(width / height / r - 1) > 0.01) {
         throw badRequest('size_conflict', `Size '${size}' does not have aspect ratio '${aspectRatio}'.`, 'size');
