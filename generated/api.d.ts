@@ -185,7 +185,7 @@ export interface paths {
          *       `quality_not_supported`,
          *       `background_not_supported`, `transparent_background_requires_png_or_webp`,
          *       `output_compression_requires_jpeg_or_webp`, `invalid_size`, `size_conflict`,
-         *       `size_not_accepted` (operator setting `IMAGE_SIZE_PARAM=reject`), `too_many_images` (more than 16 files, or more input images than the model takes, a mask counting as one: 3 for Gemini 2.5 Flash Image, 14 for Gemini 3 Pro Image; refused before any upstream call), `invalid_image` (an input is not a decodable image), `invalid_data_url`, `invalid_media_url` / `media_url_unavailable` (an https input refused, or not fetched), `mask_size_mismatch`; `content_policy_violation`
+         *       `size_not_accepted` (operator setting `IMAGE_SIZE_PARAM=reject`), `too_many_images` (more than 16 images: files of a multipart body, or JSON `images`, refused as the 17th arrives, `param` naming it; or more input images than the model takes, a mask counting as one: 3 for Gemini 2.5 Flash Image, 14 for Gemini 3 Pro Image; refused before any upstream call), `invalid_image` (an input is not a decodable image), `invalid_data_url`, `invalid_media_url` / `media_url_unavailable` (an https input refused, or not fetched), `mask_size_mismatch`; `content_policy_violation`
          *       (the upstream refused the prompt or an input under its content policy) and `upstream_rejected`
          *       (the upstream refused the request as invalid; its reason in the message): after the upstream
          *       was called, the task `failed` and its credits released.
@@ -2682,7 +2682,7 @@ export interface components {
         ImageEditRequest: {
             /** @description The edit instruction, 1 to 32,000 characters. */
             prompt: string;
-            /** @description The input images, 1 to 16, in order (more fails schema validation: `400 invalid_request`, `param: images`). Each item is a base64 image data URL (`data:image/png;base64,…`, decoded into storage while the body is read), the id (`file_…`) of a file of this account (an upload from `POST /v1/files`, or an earlier input or result; unknown, expired or another account's: `404 file_not_found`), or an https URL (fetched SSRF-safely: `400 invalid_media_url` for a private target, `400 media_url_unavailable` when it cannot be fetched). */
+            /** @description The input images, 1 to 16, in order (a 17th is refused as it arrives: `400 too_many_images`, `param: images[16]`, as a 17th multipart file is). Each item is a base64 image data URL (`data:image/png;base64,…`, decoded into storage while the body is read), the id (`file_…`) of a file of this account (an upload from `POST /v1/files`, or an earlier input or result; unknown, expired or another account's: `404 file_not_found`), or an https URL (fetched SSRF-safely: `400 invalid_media_url` for a private target, `400 media_url_unavailable` when it cannot be fetched). */
             images: string[];
             /** @description Mask image as a base64 image data URL, a file id of this account or an https URL. Its transparent area marks the region to edit; its dimensions must match the first input image (`400 mask_size_mismatch`). Its limits are byte limits enforced while the body is read: over the per-input limit is `413 media_too_large`; an image that does not decode completely is `400 invalid_image`. */
             mask?: string;

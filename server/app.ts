@@ -26,7 +26,7 @@ import type { HandlerMap } from './http/types.ts';
 import { hasAuth, setAuth } from './http/auth.ts';
 import { GENERATION_PATHS, requestRateGate } from './http/request-rate.ts';
 import { imageEditMultipart } from './http/multipart.ts';
-import { EDIT_MEDIA_FIELDS, MAX_REFERENCE_CHARS, VIDEO_MEDIA_FIELDS, mediaJsonBody } from './http/media-body.ts';
+import { MAX_REFERENCE_CHARS, VIDEO_MEDIA_FIELDS, editMediaFields, mediaJsonBody } from './http/media-body.ts';
 import type { MediaJsonFields } from './lib/media-json-scanner.ts';
 import { fileUploadMultipart } from './http/file-upload.ts';
 import { largeBodySlots, rejectBracketedQuery, rejectEncodedMultipart, rejectNulCharacters } from './http/request-guards.ts';
@@ -162,7 +162,7 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
     ['/v1/videos/generations', '/api/v1/videos/generations'],
     mediaBody(VIDEO_MEDIA_FIELDS, { maxMediaBytes: config.maxMediaInputBytes, maxItemBytes: config.maxMediaInputBytes, maxMediaCount: config.maxMediaInputCount }),
   );
-  app.post('/v1/images/edits', mediaBody(EDIT_MEDIA_FIELDS, { maxMediaBytes: config.maxEditBodyBytes, maxItemBytes: config.maxEditFileBytes, maxMediaCount: config.maxEditImages + 1 }));
+  app.post('/v1/images/edits', mediaBody(editMediaFields(config.maxEditImages), { maxMediaBytes: config.maxEditBodyBytes, maxItemBytes: config.maxEditFileBytes, maxMediaCount: config.maxEditImages + 1 }));
   // Before any multipart parser: a compressed multipart body is 415, not a parse error (or a stored upload).
   app.use(rejectEncodedMultipart);
   app.post('/v1/files', fileUploadMultipart(ctx.services.files, { maxFileBytes: config.uploadMaxBytes, idleTimeoutMs: config.bodyIdleTimeoutMs, timeoutMs: config.bodyTimeoutMs }));

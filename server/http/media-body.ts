@@ -23,13 +23,37 @@ import { authOf } from './auth.ts';
 import { MediaJsonScanner, type MediaJsonFields, type MediaJsonLimits } from '../lib/media-json-scanner.ts';
 import { bodyDeadline, lingerAfterResponse } from './request-guards.ts';
 
-/** The media fields of a video creation: frames (aliases included) and reference images. */
+/** Each path of the pairs mapped to the other. */
+function aliasPairs(pairs: [string, string][]): ReadonlyMap<string, string> {
+  return new Map(pairs.flatMap(([a, b]) => [[a, b] as const, [b, a] as const]));
+}
+
+/**
+ * The media fields of a video creation: frames and reference images, aliases included (the same
+ * data URL under both spellings is read, counted and stored once).
+ */
 export const VIDEO_MEDIA_FIELDS: MediaJsonFields = {
   dataUrlPaths: new Set(['firstFrame', 'first_frame', 'lastFrame', 'last_frame', 'referenceImages[]', 'reference_images[]']),
+  aliases: aliasPairs([
+    ['firstFrame', 'first_frame'],
+    ['lastFrame', 'last_frame'],
+    ['referenceImages[]', 'reference_images[]'],
+  ]),
 };
 
-/** The media fields of a JSON image edit. */
-export const EDIT_MEDIA_FIELDS: MediaJsonFields = { dataUrlPaths: new Set(['mask', 'images[]']) };
+/**
+ * The media fields of a JSON image edit: at most `maxImages` images and one mask, refused as the
+ * one more arrives, as a multipart edit's files are (`400 too_many_images`).
+ */
+export function editMediaFields(maxImages: number): MediaJsonFields {
+  return {
+    dataUrlPaths: new Set(['mask', 'images[]']),
+    maxCounts: new Map([
+      ['images[]', { max: maxImages, tooMany: (param: string) => new ApiError(400, 'too_many_images', `Too many images: at most ${maxImages} images per request.`, param) }],
+      ['mask', { max: 1, tooMany: (param: string) => badRequest('invalid_request', "Only one 'mask' is allowed.", param) }],
+    ]),
+  };
+}
 
 /** Longest media string that is not a data URL (a file id or an https URL). */
 export const MAX_REFERENCE_CHARS = 4096;

@@ -14,13 +14,20 @@
  * in the JSON as they are, up to `maxReferenceChars`; strings at `base64Paths` (upstream answers)
  * are bare base64. A media string is named by its path with the indexes (`referenceImages[2]`).
  * Limits are enforced while reading: total decoded media bytes, bytes per input, number of media
- * strings and the size of the rest of the JSON; the first one passed throws at once. Errors are
- * ApiErrors for a client's body; a caller reading an upstream turns them into its own.
+ * strings (of all paths, and of a path that has its own limit) and the size of the rest of the
+ * JSON; the first one passed throws at once. Errors are ApiErrors for a client's body; a caller
+ * reading an upstream turns them into its own.
+ *
+ * Two spellings of one field (`firstFrame`, `first_frame`) may both carry a data URL. The second
+ * one read, at the same indexes, is compared with the first (by the SHA-256 of its decoded bytes,
+ * taken while it streams) instead of being stored: the same image is neither counted nor stored
+ * again (it gets the first one's token), a different one is `400 alias_conflict` at once.
  *
  * The scanner tracks only what it needs (strings, nesting, the current top-level key); the JSON
  * that remains is parsed in full afterwards, so malformed input is still reported by JSON.parse.
  * Escapes inside data URLs are honoured (`\/`, as PHP's json_encode writes, and `\uXXXX`).
  */
+import { createHash, type Hash } from 'node:crypto';
 import { ApiError, badRequest, tooLarge } from '../errors.ts';
 
 export interface MediaSink {
@@ -50,6 +57,21 @@ export interface MediaJsonFields {
   dataUrlPaths?: ReadonlySet<string>;
   /** Paths whose strings are bare base64 (no data URL prefix, never a reference). */
   base64Paths?: ReadonlySet<string>;
+  /** Data URL paths that spell one field two ways, each mapped to the other (`firstFrame` ↔ `first_frame`). */
+  aliases?: ReadonlyMap<string, string>;
+  /**
+   * Most strings one path holds (all elements of `images[]` together) and the error for the one
+   * more; `maxMediaCount` still bounds all paths together.
+   */
+  maxCounts?: ReadonlyMap<string, { max: number; tooMany: (param: string) => ApiError }>;
+}
+
+/** A data URL read at an aliased path: what its twin under the other spelling is compared with. */
+interface ReadDataUrl {
+  param: string;
+  token: string;
+  bytes: number;
+  sha256: string;
 }
 
 /** Deepest path looked at: media is never nested deeper, and junk nesting costs nothing. */
@@ -77,10 +99,17 @@ type StringMode =
   | { kind: 'none' }
   /** A string copied to the output as it is (keys are also captured, up to MAX_KEY_BYTES). */
   | { kind: 'plain'; isKey: boolean; escape: boolean; key: number[] | undefined }
-  /** A media string whose first characters (UTF-8 bytes, unescaped) decide what it is. */
-  | { kind: 'media'; param: string; bytes: number[]; escape: EscapeState }
-  /** The base64 body of a data URL (or a bare base64 string) being decoded into a sink. */
-  | { kind: 'data'; param: string; sink: MediaSink; escape: EscapeState; carry: string; padded: boolean; bytes: number; bare: boolean }
+  /**
+   * A media string whose first characters (UTF-8 bytes, unescaped) decide what it is. `aliased`:
+   * at an aliased path (hashed); `twin`: the data URL its other spelling already carried (then it
+   * is not counted yet: a copy of the twin never is).
+   */
+  | { kind: 'media'; param: string; path: string; bytes: number[]; escape: EscapeState; aliased: boolean; twin: ReadDataUrl | undefined }
+  /**
+   * The base64 body of a data URL (or a bare base64 string) being decoded into a sink; no sink
+   * for the twin of a data URL already read, which is only compared with it (`hash`).
+   */
+  | { kind: 'data'; param: string; sink: MediaSink | undefined; escape: EscapeState; carry: string; padded: boolean; bytes: number; bare: boolean; hash: Hash | undefined; twin: ReadDataUrl | undefined }
   /** A media string that is a reference (file id, URL): kept (UTF-8 bytes, unescaped). */
   | { kind: 'reference'; param: string; bytes: number[]; escape: EscapeState };
 
@@ -103,6 +132,10 @@ export class MediaJsonScanner {
   private outLength = 0;
   private mediaBytes = 0;
   private mediaCount = 0;
+  /** Strings read at each path with a limit of its own (`maxCounts`). */
+  private readonly pathCounts = new Map<string, number>();
+  /** Data URLs read at aliased paths, by param (`referenceImages[1]`). */
+  private readonly aliasedRead = new Map<string, ReadDataUrl>();
   private scratchBuffer: Buffer | undefined;
   private scratchLength = 0;
   private openSink: MediaSink | undefined;
@@ -128,6 +161,8 @@ export class MediaJsonScanner {
     this.outLength = 0;
     this.mediaBytes = 0;
     this.mediaCount = 0;
+    this.pathCounts.clear();
+    this.aliasedRead.clear();
     this.scratchLength = 0;
     this.openSink = undefined;
   }
@@ -207,28 +242,45 @@ export class MediaJsonScanner {
       this.mode = { kind: 'plain', isKey: false, escape: false, key: undefined };
       return pos;
     }
-    const { param, base64 } = media;
+    const { param, path, base64, twinParam } = media;
+    const twin = twinParam === undefined ? undefined : this.aliasedRead.get(twinParam);
+    if (twin === undefined) this.count(path, param);
+    if (base64) {
+      const sink = this.open(param, '');
+      this.openSink = sink;
+      this.mode = { kind: 'data', param, sink, escape: { at: 'none' }, carry: '', padded: false, bytes: 0, bare: true, hash: undefined, twin: undefined };
+    } else this.mode = { kind: 'media', param, path, bytes: [], escape: { at: 'none' }, aliased: twinParam !== undefined, twin };
+    return pos;
+  }
+
+  /** Counts a media string against the limit of its path, if it has one, and of all paths. */
+  private count(path: string, param: string): void {
+    const own = this.fields.maxCounts?.get(path);
+    if (own) {
+      const n = (this.pathCounts.get(path) ?? 0) + 1;
+      this.pathCounts.set(path, n);
+      if (n > own.max) throw own.tooMany(param);
+    }
     this.mediaCount++;
     if (this.mediaCount > this.limits.maxMediaCount) {
       throw tooLarge('too_many_media_inputs', `At most ${this.limits.maxMediaCount} media inputs are accepted per request.`, param);
     }
-    if (base64) {
-      const sink = this.open(param, '');
-      this.openSink = sink;
-      this.mode = { kind: 'data', param, sink, escape: { at: 'none' }, carry: '', padded: false, bytes: 0, bare: true };
-    } else this.mode = { kind: 'media', param, bytes: [], escape: { at: 'none' } };
-    return pos;
   }
 
-  /** The media parameter name of a value string (and whether it is bare base64), or undefined when it is not one. */
-  private mediaParam(): { param: string; base64: boolean } | undefined {
+  /**
+   * The media parameter name and path of a value string, whether it is bare base64, and at an
+   * aliased path the param of its twin (`first_frame` for `firstFrame`); undefined when it is none.
+   */
+  private mediaParam(): { param: string; path: string; base64: boolean; twinParam?: string } | undefined {
     if (this.stack.length > MAX_PATH_DEPTH) return undefined;
     let path = '';
     let param = '';
+    const indexes: number[] = [];
     for (const c of this.stack) {
       if (c.kind === 'array') {
         path += '[]';
         param += `[${c.index}]`;
+        indexes.push(c.index);
       } else {
         if (c.key === undefined) return undefined;
         const name = path === '' ? c.key : `.${c.key}`;
@@ -236,8 +288,13 @@ export class MediaJsonScanner {
         param += name;
       }
     }
-    if (this.fields.dataUrlPaths?.has(path)) return { param, base64: false };
-    if (this.fields.base64Paths?.has(path)) return { param, base64: true };
+    if (this.fields.dataUrlPaths?.has(path)) {
+      const alias = this.fields.aliases?.get(path);
+      if (alias === undefined) return { param, path, base64: false };
+      let i = 0;
+      return { param, path, base64: false, twinParam: alias.replace(/\[\]/g, () => `[${indexes[i++]}]`) };
+    }
+    if (this.fields.base64Paths?.has(path)) return { param, path, base64: true };
     return undefined;
   }
 
@@ -353,6 +410,8 @@ export class MediaJsonScanner {
       rest = rest.subarray(upto);
       const head = Buffer.from(mode.bytes).toString('latin1');
       if (!'data:'.startsWith(head.slice(0, 5).toLowerCase())) {
+        // Not a copy of its twin's data URL: counted as every other media string.
+        if (mode.twin) this.count(mode.path, mode.param);
         this.mode = mode = { kind: 'reference', param: mode.param, bytes: mode.bytes, escape: mode.escape };
       } else if (comma === -1) {
         if (head.length > MAX_PREFIX) throw this.notADataUrl(mode.param);
@@ -360,9 +419,11 @@ export class MediaJsonScanner {
       } else {
         const match = DATA_URL_PREFIX.exec(head);
         if (!match || match[0].length !== head.length) throw this.notADataUrl(mode.param);
-        const sink = this.open(mode.param, match[1]!.toLowerCase().replace('jpg', 'jpeg'));
+        // The twin of a data URL already read is only compared with it: no sink.
+        const sink = mode.twin ? undefined : this.open(mode.param, match[1]!.toLowerCase().replace('jpg', 'jpeg'));
         this.openSink = sink;
-        this.mode = mode = { kind: 'data', param: mode.param, sink, escape: mode.escape, carry: '', padded: false, bytes: 0, bare: false };
+        const hash = mode.aliased ? createHash('sha256') : undefined;
+        this.mode = mode = { kind: 'data', param: mode.param, sink, escape: mode.escape, carry: '', padded: false, bytes: 0, bare: false, hash, twin: mode.twin };
       }
     }
     if (mode.kind === 'reference') {
@@ -404,12 +465,17 @@ export class MediaJsonScanner {
     // Buffer.from skips characters outside the alphabet: a clean body decodes to exactly 3/4 of it.
     if (quads.endsWith('===') || data.length !== (usable / 4) * 3 - padding) throw this.invalidBase64(mode.param);
     mode.bytes += data.length;
+    mode.hash?.update(data);
+    if (mode.twin) {
+      if (mode.bytes > mode.twin.bytes) throw this.aliasConflict(mode.twin, mode.param);
+      return;
+    }
     this.mediaBytes += data.length;
     if (this.mediaBytes > this.limits.maxMediaBytes) {
       throw tooLarge('media_total_too_large', `Media inputs exceed ${this.limits.maxMediaBytes} bytes in total.`, mode.param);
     }
     if (mode.bytes > this.limits.maxItemBytes) throw tooLarge('media_too_large', `'${mode.param}' is larger than ${this.limits.maxItemBytes} bytes.`, mode.param);
-    await mode.sink.write(data);
+    await mode.sink?.write(data);
   }
 
   private async closeMedia(): Promise<void> {
@@ -421,21 +487,36 @@ export class MediaJsonScanner {
       if (mode.bytes === 0) {
         // An empty data URL is a mistake; an empty bare string is as good as absent (an answer with a `url` instead).
         if (!mode.bare) throw badRequest('invalid_data_url', `'${mode.param}' is empty.`, mode.param);
-        mode.sink.abort(new Error('empty'));
+        mode.sink?.abort(new Error('empty'));
         this.emitString('');
         return;
       }
-      this.emitString(await mode.sink.end());
+      const sha256 = mode.hash?.digest('hex');
+      if (mode.twin) {
+        // The same image under the field's other spelling: the twin's token, nothing counted or stored.
+        if (mode.bytes !== mode.twin.bytes || sha256 !== mode.twin.sha256) throw this.aliasConflict(mode.twin, mode.param);
+        this.emitString(mode.twin.token);
+        return;
+      }
+      const token = await mode.sink!.end();
+      if (sha256 !== undefined && !this.aliasedRead.has(mode.param)) this.aliasedRead.set(mode.param, { param: mode.param, token, bytes: mode.bytes, sha256 });
+      this.emitString(token);
       return;
     }
     const value = Buffer.from(mode.bytes).toString('utf8');
     if (mode.kind === 'media' && value.toLowerCase().startsWith('data:')) throw this.notADataUrl(mode.param);
+    // A short string (`""`) that never showed what it is: no copy of its twin either.
+    if (mode.kind === 'media' && mode.twin) this.count(mode.path, mode.param);
     this.mode = { kind: 'none' };
     this.emitString(value);
   }
 
   private notADataUrl(param: string): ApiError {
     return badRequest('invalid_data_url', `'${param}' must be a base64 image data URL (data:image/png;base64,...), a file id or an https URL.`, param);
+  }
+
+  private aliasConflict(twin: ReadDataUrl, param: string): ApiError {
+    return badRequest('alias_conflict', `'${twin.param}' and '${param}' are the same field and must agree (they carry different images).`, param);
   }
 
   private invalidBase64(param: string): ApiError {

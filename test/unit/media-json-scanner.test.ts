@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { ApiError } from '../../server/errors.ts';
+import { ApiError, badRequest } from '../../server/errors.ts';
 import { MediaJsonScanner, type MediaJsonFields, type MediaJsonLimits, type MediaSink } from '../../server/lib/media-json-scanner.ts';
 
 const FIELDS = { dataUrlPaths: new Set(['firstFrame', 'mask', 'referenceImages[]', 'images[]']) };
@@ -214,6 +214,76 @@ describe('MediaJsonScanner', () => {
       const empty = await scan(JSON.stringify({ data: [{ b64_json: '', url: 'https://x.example/1.png' }] }), [4], {}, B64);
       expect(empty.json).toEqual({ data: [{ b64_json: '', url: 'https://x.example/1.png' }] });
       expect(empty.opened.map((o) => [o.ended, o.aborted])).toEqual([[false, true]]);
+    });
+  });
+
+  describe('a limit of its own for a path (a JSON edit: 16 images and a mask)', () => {
+    const EDIT: MediaJsonFields = {
+      dataUrlPaths: new Set(['mask', 'images[]']),
+      maxCounts: new Map([
+        ['images[]', { max: 2, tooMany: (param: string) => badRequest('too_many_images', 'too many', param) }],
+        ['mask', { max: 1, tooMany: (param: string) => badRequest('invalid_request', 'one mask', param) }],
+      ]),
+    };
+
+    it('counts the elements of the path, apart from other paths, and refuses one more as it starts', async () => {
+      await expect(scan(JSON.stringify({ images: [dataUrl(b), 'file_a'], mask: dataUrl(b) }), [7], {}, EDIT)).resolves.toBeDefined();
+      const images = await apiError(scan(JSON.stringify({ mask: dataUrl(b), images: [dataUrl(b), 'file_a', dataUrl(b)] }), [7], {}, EDIT));
+      expect([images.status, images.code, images.param, images.opened.length]).toEqual([400, 'too_many_images', 'images[2]', 2]);
+      // A repeated key counts too (JSON.parse would keep the last; the first one was already read).
+      const masks = await apiError(scan(`{"mask":"file_a","mask":"file_b"}`, [65536], {}, EDIT));
+      expect([masks.code, masks.param]).toEqual(['invalid_request', 'mask']);
+    });
+
+    it('keeps the count limit of all paths together', async () => {
+      const err = await apiError(scan(JSON.stringify({ images: ['file_a', 'file_b'], mask: 'file_c' }), [65536], { maxMediaCount: 2 }, EDIT));
+      expect([err.status, err.code, err.param]).toEqual([413, 'too_many_media_inputs', 'mask']);
+    });
+  });
+
+  describe('both spellings of an aliased field (firstFrame and first_frame)', () => {
+    const ALIASED: MediaJsonFields = {
+      dataUrlPaths: new Set(['firstFrame', 'first_frame', 'referenceImages[]', 'reference_images[]']),
+      aliases: new Map([
+        ['firstFrame', 'first_frame'],
+        ['first_frame', 'firstFrame'],
+        ['referenceImages[]', 'reference_images[]'],
+        ['reference_images[]', 'referenceImages[]'],
+      ]),
+    };
+
+    it.each([[[65536]], [[1]], [[7, 3, 1, 2000]]])('reads, counts and stores the same data URL once, for chunk sizes %j', async (sizes) => {
+      // Escaped differently and with another type: the same image all the same.
+      const twin = dataUrl(a, 'image/jpeg').replaceAll('/', '\\/');
+      const body = `{"firstFrame":${JSON.stringify(dataUrl(a))},"prompt":"x","first_frame":"${twin}"}`;
+      const { json, opened, bytes } = await scan(body, sizes, { maxMediaBytes: a.length, maxMediaCount: 1 }, ALIASED);
+      expect(opened.map((o) => [o.param, o.ended])).toEqual([['firstFrame', true]]);
+      expect(bytes).toBe(a.length);
+      expect(json).toEqual({ firstFrame: 'tok:0', prompt: 'x', first_frame: 'tok:0' });
+    });
+
+    it('pairs the elements of aliased arrays by index, in either order', async () => {
+      const body = JSON.stringify({ reference_images: [dataUrl(b), 'file_x'], referenceImages: [dataUrl(b), 'file_x', dataUrl(a)] });
+      const { json, opened } = await scan(body, [100], {}, ALIASED);
+      expect(opened.map((o) => o.param)).toEqual(['reference_images[0]', 'referenceImages[2]']);
+      expect(json).toEqual({ reference_images: ['tok:0', 'file_x'], referenceImages: ['tok:0', 'file_x', 'tok:1'] });
+    });
+
+    it.each([
+      ['another image of the same size', randomBytes(a.length)],
+      ['a longer image', Buffer.concat([a, Buffer.from([1])])],
+      ['a shorter image', a.subarray(1)],
+    ])('refuses %s under the other spelling with 400 alias_conflict, storing nothing of it', async (_what, other) => {
+      const err = await apiError(scan(JSON.stringify({ firstFrame: dataUrl(a), first_frame: dataUrl(other) }), [4096], {}, ALIASED));
+      expect([err.status, err.code, err.param]).toEqual([400, 'alias_conflict', 'first_frame']);
+      expect(err.opened.map((o) => o.param)).toEqual(['firstFrame']);
+    });
+
+    it('counts a reference under the other spelling (the contract then refuses the disagreement), and a repeated key', async () => {
+      const ref = await apiError(scan(JSON.stringify({ firstFrame: dataUrl(b), first_frame: 'file_x' }), [65536], { maxMediaCount: 1 }, ALIASED));
+      expect([ref.code, ref.param]).toEqual(['too_many_media_inputs', 'first_frame']);
+      const { opened } = await scan(`{"firstFrame":${JSON.stringify(dataUrl(b))},"firstFrame":${JSON.stringify(dataUrl(b))}}`, [65536], {}, ALIASED);
+      expect(opened).toHaveLength(2);
     });
   });
 });
