@@ -5,8 +5,10 @@
  *
  * The size is the one a viewer shows: with the EXIF orientation applied (a phone's JPEG is stored
  * sideways, tagged 6 or 8). A mask is drawn, and an edit with no size keeps its size, over what the
- * client sees; the adapters send such an input turned upright (uploadableImage), the local renderer
- * turns it itself.
+ * client sees; the adapters that send an edit's bytes send such an input turned upright
+ * (uploadableImage: OpenAI, Gemini, Ark), the local renderer turns it itself. Adapters that hand
+ * the stored file over as it is (fal and Replicate mappings, video frames: `FileService.mediaInputs`)
+ * send it with its EXIF tag, for the upstream to apply (a known gap: no upright copy is stored).
  */
 import sharp, { type Metadata } from 'sharp';
 import { badRequest } from '../errors.ts';
