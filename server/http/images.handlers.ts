@@ -94,9 +94,10 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
           sink.error(result.error);
         }
       } catch (err) {
-        // The task failed with nothing delivered: the stream's status was 200, its line says the error.
+        // The stream's status was 200: its line says the error (what was delivered, if anything, is
+        // on the task: failed with nothing, or needs_attention with what the stream delivered).
         const api = err instanceof ApiError ? err : new ApiError(500, 'internal_error', `Internal error. Quote request id '${String((req as Request & { id?: string }).id)}' when reporting it.`);
-        logWith(res, { errorCode: api.code, delivered: 0 });
+        logWith(res, { errorCode: api.code });
         sink.error(api);
         if (!(err instanceof ApiError)) log.error({ err }, 'image stream failed');
       }

@@ -127,7 +127,11 @@ export class RequestRateLimiter {
       });
       this.redis.defineCommand('takeRequestTokens', { lua: TAKE_SCRIPT });
       this.redis.on('error', (err: Error) => this.wentDown(err));
-      this.redis.on('ready', () => this.cameBack());
+      this.redis.on('ready', () => {
+        // A new connection: the failures of the old one are not a streak of this one.
+        this.commandFailures = 0;
+        this.cameBack();
+      });
     }
   }
 
