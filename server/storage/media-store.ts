@@ -146,6 +146,11 @@ export class FilesystemMediaStore implements MediaStore {
         throw asStorageError(err, key);
       });
     } catch (err) {
+      // pipeline() settles as soon as it knows of the failure, before the file stream has closed,
+      // even before its open(2) has run: removing the file now would race that open, which then
+      // creates it again (an empty temporary file nobody removes). Wait for the stream to close
+      // (a plain listener: its own 'error' comes just before).
+      if (!file.closed) await new Promise<void>((closed) => file.destroy().once('close', () => closed()));
       await this.dropTemporary(tmp, dir);
       throw err;
     }
