@@ -5,29 +5,17 @@
  * images under the two spellings are `400 alias_conflict`, leaving nothing.
  */
 import { randomUUID } from 'node:crypto';
-import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { accountState, until } from '../support/tasks.ts';
+import { noisePng } from '../support/noise-png.ts';
 
 type Json = Record<string, any>;
 let server: TestServer;
 let frame: Buffer;
 let other: Buffer;
 
-/** A PNG of random pixels that does not compress: its size is its pixel count. */
-async function noisePng(width: number, height: number, seed: number): Promise<Buffer> {
-  const raw = Buffer.alloc(width * height * 3);
-  let a = seed >>> 0;
-  for (let i = 0; i < raw.length; i++) {
-    a = (a + 0x6d2b79f5) >>> 0; // mulberry32
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    raw[i] = (t ^ (t >>> 14)) >>> 24;
-  }
-  return sharp(raw, { raw: { width, height, channels: 3 } }).png({ compressionLevel: 0 }).toBuffer();
-}
 
 beforeAll(async () => {
   frame = await noisePng(120, 100, 1);

@@ -10,12 +10,12 @@ import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
-import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { TEST_CA, startHttpsReceiver, type HttpsReceiver } from '../support/tls.ts';
 import { accountState, until } from '../support/tasks.ts';
+import { noisePng } from '../support/noise-png.ts';
 
 type Json = Record<string, any>;
 let server: TestServer;
@@ -26,17 +26,6 @@ let LIMIT: number;
 /** Requests to /hang are never answered. */
 const dns: Record<string, string> = { 'receiver.test': '127.0.0.1', 'internal.example': '10.0.0.7' };
 
-async function noisePng(width: number, height: number, seed: number): Promise<Buffer> {
-  const raw = Buffer.alloc(width * height * 3);
-  let a = seed >>> 0;
-  for (let i = 0; i < raw.length; i++) {
-    a = (a + 0x6d2b79f5) >>> 0; // mulberry32
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    raw[i] = (t ^ (t >>> 14)) >>> 24;
-  }
-  return sharp(raw, { raw: { width, height, channels: 3 } }).png({ compressionLevel: 0 }).toBuffer();
-}
 
 beforeAll(async () => {
   imageA = await noisePng(120, 100, 1);
