@@ -11,7 +11,7 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { ApiError, badRequest } from '../errors.ts';
 import { MediaTooLarge, StorageError, type FileRow, type FileService } from '../services/file.service.ts';
 import { authOf } from './auth.ts';
-import { bodyDeadline, lingerAfterResponse } from './request-guards.ts';
+import { bodyDeadline } from './request-guards.ts';
 
 export interface UploadLimits {
   maxFileBytes: number;
@@ -64,11 +64,8 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
         // event emissions ('limit'), after which busboy still uses the part it would have dropped.
         const parser = bb;
         if (parser) process.nextTick(() => parser.destroy(err));
-        if (!req.complete && !req.destroyed) {
-          res.setHeader('Connection', 'close');
-          lingerAfterResponse(req, res);
-          req.resume();
-        }
+        // Discard (never buffer) what still arrives; the error middleware closes the connection after its answer.
+        if (!req.complete && !req.destroyed) req.resume();
         next(err);
         return;
       }

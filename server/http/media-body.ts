@@ -21,7 +21,7 @@ import type { FileService } from '../services/file.service.ts';
 import { InputStaging } from '../services/media/input-staging.ts';
 import { authOf } from './auth.ts';
 import { MediaJsonScanner, type MediaJsonFields, type MediaJsonLimits } from '../lib/media-json-scanner.ts';
-import { bodyDeadline, lingerAfterResponse } from './request-guards.ts';
+import { bodyDeadline } from './request-guards.ts';
 
 /** Each path of the pairs mapped to the other. */
 function aliasPairs(pairs: [string, string][]): ReadonlyMap<string, string> {
@@ -146,10 +146,9 @@ export function mediaJsonBody(files: FileService, log: Logger, options: MediaBod
         return;
       }
       scanner.abort(err instanceof Error ? err : new Error(String(err)));
-      // Stop reading: answer now, discard (never buffer) what still arrives, then close.
+      // Stop reading: answer now and discard (never buffer) what still arrives; the error middleware
+      // closes the connection after its answer.
       if (!req.complete && !req.destroyed) {
-        res.setHeader('Connection', 'close');
-        lingerAfterResponse(req, res);
         if (source !== req) req.unpipe();
         req.resume();
       }

@@ -13,7 +13,7 @@
 import busboy from 'busboy';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { ApiError } from '../errors.ts';
-import { bodyDeadline, lingerAfterResponse } from './request-guards.ts';
+import { bodyDeadline } from './request-guards.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -180,12 +180,8 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
       }
       images.length = 0;
       mask = undefined;
-      if (!req.complete && !req.destroyed) {
-        res.setHeader('Connection', 'close');
-        lingerAfterResponse(req, res);
-        // Discard (never buffer) whatever still arrives.
-        req.resume();
-      }
+      // Discard (never buffer) whatever still arrives; the error middleware closes the connection after its answer.
+      if (!req.complete && !req.destroyed) req.resume();
       next(err);
     };
 
