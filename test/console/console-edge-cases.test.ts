@@ -163,6 +163,36 @@ describe(`the operator console at the edges (browser in ${TIME_ZONE})`, () => {
     expect((await api('/admin/v1/models/local-video-1')).body.pricing).toEqual(before);
   });
 
+  it("shows what a model accepts and changes an image model's settings and a video model's reference-image limit", async () => {
+    await open('/models/local-image-pro', 'Local Image Pro (quality tiers, transparency) local-image-pro');
+    const caps = page.getByRole('table', { name: 'Image capabilities' });
+    expect(await caps.getByRole('row').filter({ hasText: 'Resolution tiers' }).textContent()).toContain('1K, 2K, 4K');
+    expect(await caps.getByRole('row').filter({ hasText: 'Transparent background' }).textContent()).toContain('yes');
+    expect(await caps.getByRole('row').filter({ hasText: 'Images per request' }).textContent()).toContain('up to 10');
+    const form = page.getByRole('form', { name: 'Edit the model' });
+    await form.getByLabel('Edits images').uncheck();
+    await form.getByLabel('Answer size', { exact: true }).first().click();
+    await page.getByRole('option', { name: "Native: the upstream's nearest size" }).click();
+    await form.getByRole('button', { name: 'Save model' }).click();
+    await page.getByTestId('price-change').waitFor();
+    const image = (await api('/admin/v1/models/local-image-pro')).body;
+    expect(image.image).toMatchObject({ edits: false, resize: 'native', custom_size_ratios: 'any' });
+
+    // A video model: its facts, and the limit it lets an operator lower (only what changed is sent).
+    await open('/models/local-video-1', 'Local Video 1 (per second, first and last frame) local-video-1');
+    const video = page.getByRole('table', { name: 'Video capabilities' });
+    expect(await video.getByRole('row').filter({ hasText: 'Durations' }).textContent()).toContain('2, 4, 6, 8');
+    expect(await video.getByRole('row').filter({ hasText: 'Frames' }).textContent()).toContain('a first frame and an optional last frame');
+    await form.getByLabel('Reference images').fill('3');
+    await form.getByRole('button', { name: 'Save model' }).click();
+    await page.getByTestId('price-change').waitFor();
+    expect((await api('/admin/v1/models/local-video-1')).body.video.reference_images.max_count).toBe(3);
+    await form.getByLabel('Reference images').fill('11');
+    await form.getByRole('button', { name: 'Save model' }).click();
+    expect(await form.getByTestId('api-error').textContent()).toContain('takes at most 10 reference images');
+    expect((await api('/admin/v1/models/local-video-1')).body.video.reference_images.max_count).toBe(3);
+  });
+
   it('names usage periods in UTC, the range inputs too: a UTC day is not labelled with the local date', async () => {
     // A task at 20:00 UTC on 10 March, 10:00 on 11 March in Kiritimati.
     customer = await createCustomer(server.db, { balance: 100 });

@@ -1,6 +1,10 @@
-/** Catalog models (kind filter) and one model: name, enabled, prices; a price change lists the quotes it invalidates. */
+/**
+ * Catalog models (kind filter) and one model: name, enabled, prices, what it accepts (its image or
+ * video capabilities, with the settings an operator may change) and its aggregator mappings; a price
+ * change lists the quotes it invalidates.
+ */
 import { Alert, Button, Group, List, NumberInput, Select, Stack, Switch, Table, Text, TextInput, Title } from '@mantine/core';
-import { useState, type FormEvent } from 'react';
+import { useState, type FormEvent, type ReactNode } from 'react';
 import { api, call, type CatalogModel, type PriceRow } from '../api.ts';
 import { Link } from '../router.tsx';
 import { ConfirmButton, ErrorAlert, credits, requiredNumber, useAction, useLoad } from '../ui.tsx';
@@ -160,11 +164,15 @@ function EditModel({ model, onSaved }: { model: CatalogModel; onSaved: (before: 
   const [displayName, setDisplayName] = useState(model.display_name);
   const [enabled, setEnabled] = useState(model.enabled);
   const [prices, setPrices] = useState<(number | string)[]>(model.pricing.map((p) => p.unit_price));
+  const [settings, setSettings] = useState<ModelSettings>(() => settingsOf(model));
   const save = useAction(async () => {
     // An emptied price is refused here, not sent as 0: that would make the row free.
     const pricing = model.pricing.map((p, i) => ({ ...p, unit_price: requiredNumber(prices[i]!, `Unit price for ${rowLabel(p)}`) }));
     const after = await call(
-      api.PATCH('/admin/v1/models/{model_id}', { params: { path: { model_id: model.id } }, body: { display_name: displayName, enabled, pricing } }),
+      api.PATCH('/admin/v1/models/{model_id}', {
+        params: { path: { model_id: model.id } },
+        body: { display_name: displayName, enabled, pricing, ...changedSettings(model, settings) },
+      }),
     );
     onSaved(model, after);
     return after;
@@ -213,6 +221,9 @@ function EditModel({ model, onSaved }: { model: CatalogModel; onSaved: (before: 
             ))}
           </Table.Tbody>
         </Table>
+        {model.image && <ImageCapabilities caps={model.image} settings={settings} onChange={setSettings} />}
+        {model.video && <VideoCapabilities caps={model.video} settings={settings} onChange={setSettings} />}
+        <Mappings model={model} />
         <Group>
           {disabling ? (
             <ConfirmButton color="red" title="Disable this model?" message={`${model.id} is refused for new tasks until it is enabled again.`} confirmLabel="Disable and save" onConfirm={submit}>
@@ -227,5 +238,180 @@ function EditModel({ model, onSaved }: { model: CatalogModel; onSaved: (before: 
         <ErrorAlert error={save.error} title="Could not save the model" />
       </Stack>
     </form>
+  );
+}
+
+/** What the console lets an operator change besides name, state and prices (AdminCatalogModelUpdate). */
+interface ModelSettings {
+  edits: boolean;
+  resize: 'exact' | 'native';
+  customSizeRatios: 'any' | 'offered';
+  referenceMax: number | string;
+}
+
+function settingsOf(model: CatalogModel): ModelSettings {
+  return {
+    edits: model.image?.edits ?? true,
+    resize: model.image?.resize ?? 'exact',
+    customSizeRatios: model.image?.custom_size_ratios ?? 'any',
+    referenceMax: model.video?.reference_images.max_count ?? 0,
+  };
+}
+
+/**
+ * Only the settings that changed go in the update: each is refused for the other kind of model, and
+ * the reference-image limit for a model whose limit is not configurable.
+ */
+function changedSettings(model: CatalogModel, s: ModelSettings): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  const before = settingsOf(model);
+  if (model.image) {
+    if (s.edits !== before.edits) out.edits = s.edits;
+    if (s.resize !== before.resize) out.resize = s.resize;
+    if (s.customSizeRatios !== before.customSizeRatios) out.custom_size_ratios = s.customSizeRatios;
+  }
+  if (model.video?.reference_images.configurable) {
+    const max = requiredNumber(s.referenceMax, 'Reference images');
+    if (max !== before.referenceMax) out.reference_image_max_count = max;
+  }
+  return out;
+}
+
+type SettingsProps<C> = { caps: C; settings: ModelSettings; onChange: (s: ModelSettings) => void };
+
+function Facts({ label, rows }: { label: string; rows: [string, ReactNode][] }) {
+  return (
+    <Table aria-label={label} maw={640} variant="vertical" withTableBorder>
+      <Table.Tbody>
+        {rows.map(([k, v]) => (
+          <Table.Tr key={k}>
+            <Table.Th w={220}>{k}</Table.Th>
+            <Table.Td>{v}</Table.Td>
+          </Table.Tr>
+        ))}
+      </Table.Tbody>
+    </Table>
+  );
+}
+
+const list = (xs: readonly (string | number)[]) => xs.join(', ');
+const yesNo = (b: boolean | undefined) => (b ? 'yes' : 'no');
+
+function ImageCapabilities({ caps, settings, onChange }: SettingsProps<NonNullable<CatalogModel['image']>>) {
+  const edges = caps.min_edge || caps.max_edge ? `${caps.min_edge ?? 256}–${caps.max_edge ?? 3840} px` : 'the custom-size limits (256–3840 px)';
+  return (
+    <>
+      <Title order={2} size="h3">
+        Image capabilities
+      </Title>
+      <Facts
+        label="Image capabilities"
+        rows={[
+          ['Resolution tiers', list(caps.resolutions)],
+          ['Aspect ratios', list(caps.aspect_ratios)],
+          ['Size table', caps.size_table ?? 'reference'],
+          ['Output formats', list(caps.output_formats)],
+          ['Quality tiers', yesNo(caps.supports_quality)],
+          ['Transparent background', yesNo(caps.supports_transparent_background)],
+          ['Images per request', `up to ${caps.max_n}`],
+          ['Input images of an edit', caps.max_input_images ? `up to ${caps.max_input_images}` : 'up to 16 (the server limit)'],
+          ['Edges of a custom size', edges],
+        ]}
+      />
+      <Group align="flex-end">
+        <Switch label="Edits images" checked={settings.edits} onChange={(e) => onChange({ ...settings, edits: e.currentTarget.checked })} />
+        <Select
+          label="Answer size"
+          description="Resize to the size asked for, or return the upstream's own"
+          w={300}
+          data={[
+            { value: 'exact', label: 'Exact: resized to the size asked for' },
+            { value: 'native', label: "Native: the upstream's nearest size" },
+          ]}
+          value={settings.resize}
+          onChange={(v) => v && onChange({ ...settings, resize: v as ModelSettings['resize'] })}
+          allowDeselect={false}
+        />
+        <Select
+          label="Custom size ratios"
+          description="Which ratios a custom size may have"
+          w={300}
+          data={[
+            { value: 'any', label: 'Any ratio within the limits' },
+            { value: 'offered', label: "Only the model's aspect ratios" },
+          ]}
+          value={settings.customSizeRatios}
+          onChange={(v) => v && onChange({ ...settings, customSizeRatios: v as ModelSettings['customSizeRatios'] })}
+          allowDeselect={false}
+        />
+      </Group>
+    </>
+  );
+}
+
+const FRAMES: Record<string, string> = { none: 'none', 'first-only': 'a first frame', 'first-and-optional-last': 'a first frame and an optional last frame' };
+
+function VideoCapabilities({ caps, settings, onChange }: SettingsProps<NonNullable<CatalogModel['video']>>) {
+  const audio = !caps.audio.supported ? 'no' : caps.audio.always_on ? 'always on' : caps.audio.default_enabled ? 'yes, on unless turned off' : 'yes, off unless asked for';
+  return (
+    <>
+      <Title order={2} size="h3">
+        Video capabilities
+      </Title>
+      <Facts
+        label="Video capabilities"
+        rows={[
+          ['Durations (seconds)', list(caps.durations)],
+          ['Aspect ratios', list(caps.aspect_ratios)],
+          ['Resolutions', list(caps.resolutions)],
+          ['Frames', FRAMES[caps.frames] ?? caps.frames],
+          ['Audio', audio],
+          ...(caps.reference_images.configurable ? [] : ([['Reference images', `up to ${caps.reference_images.max_count}`]] as [string, string][])),
+          ...(caps.duration_constraints ?? []).map(
+            (c, i) =>
+              [
+                `Duration rule ${i + 1}`,
+                `${[c.resolutions && `at ${list(c.resolutions)}`, c.last_frame && 'with a last frame', c.reference_images && 'with reference images'].filter(Boolean).join(', ')}: ${list(c.durations)} s`,
+              ] as [string, string],
+          ),
+        ]}
+      />
+      {caps.reference_images.configurable && (
+        <NumberInput
+          label="Reference images"
+          description="Most reference images a task may send (0 turns them off)"
+          min={0}
+          allowDecimal={false}
+          value={settings.referenceMax}
+          onChange={(v) => onChange({ ...settings, referenceMax: v })}
+          w={300}
+        />
+      )}
+    </>
+  );
+}
+
+function Mappings({ model }: { model: CatalogModel }) {
+  const entries = Object.entries(model.upstream_mappings ?? {}).filter(([, m]) => m);
+  if (entries.length === 0) return null;
+  return (
+    <>
+      <Title order={2} size="h3">
+        Aggregator mappings
+      </Title>
+      <Facts
+        label="Aggregator mappings"
+        rows={entries.map(([provider, m]) => [
+          provider,
+          <Stack key={provider} gap={4}>
+            <code>{m!.endpoint}</code>
+            <Text size="xs" component="pre" style={{ whiteSpace: 'pre-wrap', margin: 0 }}>
+              input: {m!.input}
+              {'\n'}output: {m!.output}
+            </Text>
+          </Stack>,
+        ])}
+      />
+    </>
   );
 }
