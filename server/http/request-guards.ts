@@ -24,10 +24,16 @@ export function largeBodySlots(budget: LargeBodyBudget) {
     const length = req.headers['content-length'];
     const large = length === undefined ? req.headers['transfer-encoding'] !== undefined : Number(length) > opts.largeBodyBytes;
     if (!large) return next();
+    // A client that left during an earlier async step (the key lookup, the rate gate) had its
+    // 'close' already: a listener added now never runs, so a share taken now would never be given
+    // back. Nobody is left to answer either.
+    if (res.destroyed || req.socket.destroyed) return;
     const gone = new AbortController();
     res.once('close', () => gone.abort(new Error('client gone')));
     budget.acquire(length === undefined ? opts.budgetBytes : Number(length), gone.signal).then(
       (release) => {
+        // Closed between the grant and here: its 'close' has passed too.
+        if (gone.signal.aborted) return release();
         res.once('close', release);
         next();
       },

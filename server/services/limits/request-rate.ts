@@ -17,7 +17,10 @@
  *
  * When Redis cannot be reached (down, restarting, too slow: 500 ms) or refuses the script (READONLY,
  * OOM, NOPERM), each instance counts in memory instead, logged once per outage (and once when Redis
- * answers again); requests are never refused, or let through unlimited, because Redis is away.
+ * answers again); requests are never refused, or let through unlimited, because Redis is away. Once
+ * that is an outage, Redis is asked again by one request every few seconds, not by each: a Redis
+ * that hangs with its connection up would otherwise cost every request the whole timeout; and a
+ * connection whose commands keep timing out is replaced.
  */
 import { Redis, type Result } from 'ioredis';
 import type { Logger } from '../../logger.ts';
@@ -95,9 +98,15 @@ export interface RequestRateOptions {
   log: Logger;
   /** Longest wait for Redis before counting in memory (ms). */
   redisTimeoutMs?: number;
+  /** During an outage, how long requests count in memory before one asks Redis again (ms). */
+  redisRetryMs?: number;
 }
 
-/** Redis commands failing in a row (the connection up) that make an outage worth a log line. */
+/**
+ * Redis commands failing in a row (the connection up) that make an outage: logged, and requests
+ * count in memory without asking Redis until the next probe. Timeouts in a row as many also
+ * replace the connection.
+ */
 const COMMAND_FAILURES_DOWN = 3;
 
 export class RequestRateLimiter {
@@ -110,6 +119,14 @@ export class RequestRateLimiter {
   private redisDown = false;
   /** Commands that failed in a row while the connection stood (timeouts, reply errors). */
   private commandFailures = 0;
+  /** Commands that timed out in a row, over connections: no reply at all, whatever the connection's status says. */
+  private timeouts = 0;
+  /**
+   * Set during an outage (COMMAND_FAILURES_DOWN failures in a row, until a command succeeds): when
+   * the next request may ask Redis. Until then, and while that probe is out, requests count in memory.
+   */
+  private retryAt: number | undefined;
+  private probing = false;
 
   constructor(private readonly opts: RequestRateOptions) {
     this.prefix = `${opts.keyPrefix}rpm:`;
@@ -128,9 +145,10 @@ export class RequestRateLimiter {
       this.redis.defineCommand('takeRequestTokens', { lua: TAKE_SCRIPT });
       this.redis.on('error', (err: Error) => this.wentDown(err));
       this.redis.on('ready', () => {
-        // A new connection: the failures of the old one are not a streak of this one.
+        // A new connection: the failures of the old one are not a streak of this one. During an
+        // outage it is asked at the next probe, and Redis is said back once a command succeeds: a
+        // hung server still accepts connections (the connection replaced after timeouts is one).
         this.commandFailures = 0;
-        this.cameBack();
       });
     }
   }
@@ -156,21 +174,52 @@ export class RequestRateLimiter {
   }
 
   private async take(buckets: Bucket[]): Promise<Taken> {
-    if (this.redis) {
+    if (this.redis && this.mayAskRedis()) {
+      const probe = this.retryAt !== undefined;
+      if (probe) this.probing = true;
       try {
         const keys = buckets.map((b) => this.prefix + b.name);
         const out = await this.redis.takeRequestTokens(keys.length, ...keys, ...buckets.map((b) => b.limit), WINDOW_MS);
         this.commandFailures = 0;
+        this.timeouts = 0;
+        this.retryAt = undefined;
         this.cameBack();
         return { allowed: out[0] === 1, counts: buckets.map((_, i) => ({ count: out[2 * i + 1]!, resetMs: Math.max(0, out[2 * i + 2]!) })) };
       } catch (err) {
-        // Redis away, too slow or refusing (a timeout and a reply error such as READONLY or OOM are
-        // no 'error' event of the connection): this instance counts alone. One slow command is no
-        // outage: said once COMMAND_FAILURES_DOWN fail in a row (a connection error says it at once).
-        if (++this.commandFailures >= COMMAND_FAILURES_DOWN) this.wentDown(err instanceof Error ? err : new Error(String(err)));
+        this.failed(err instanceof Error ? err : new Error(String(err)), probe);
+      } finally {
+        if (probe) this.probing = false;
       }
     }
     return this.takeInMemory(buckets);
+  }
+
+  /** Outside an outage always; during one, one request at a time once its wait is over. */
+  private mayAskRedis(): boolean {
+    return this.retryAt === undefined || (!this.probing && Date.now() >= this.retryAt);
+  }
+
+  /**
+   * Redis away, too slow or refusing (a timeout and a reply error such as READONLY or OOM are no
+   * 'error' event of the connection): this instance counts alone. One slow command is no outage:
+   * COMMAND_FAILURES_DOWN in a row are (a connection error says it at once), and so is a failed probe.
+   */
+  private failed(err: Error, probe: boolean): void {
+    if (++this.commandFailures >= COMMAND_FAILURES_DOWN || probe) {
+      this.retryAt = Date.now() + (this.opts.redisRetryMs ?? 5_000);
+      this.wentDown(err);
+    }
+    // ioredis rejects a command with this plain Error when `commandTimeout` passes. Any other
+    // failure is an answer, or a connection ioredis already knows is down.
+    if (err.message !== 'Command timed out') {
+      this.timeouts = 0;
+      return;
+    }
+    // No answer at all, the connection still 'ready' (a hung server, a path that drops packets): a
+    // new connection, where ioredis's reconnection finds out whether Redis is there. The streak
+    // outlives it: a probe that times out on the new one replaces that too, as replies to its
+    // commands may never come, or come for the commands that timed out before.
+    if (++this.timeouts >= COMMAND_FAILURES_DOWN && this.redis!.status === 'ready') this.redis!.disconnect(true);
   }
 
   /** Counting moves to memory: said once per outage, with the error's message only (never REDIS_URL). */

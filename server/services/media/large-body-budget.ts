@@ -28,12 +28,18 @@ export class LargeBodyBudget {
     return this.budget.inUse;
   }
 
-  /** Waits up to LARGE_BODY_WAIT_MS for `bytes` (the whole budget at most); 503 server_busy after that. */
+  /**
+   * Waits up to LARGE_BODY_WAIT_MS for `bytes` (the whole budget at most); 503 server_busy after that,
+   * or as soon as `signal` aborts (at once when it already has).
+   */
   async acquire(bytes: number, signal?: AbortSignal): Promise<() => void> {
     const gone = new AbortController();
     const timer = setTimeout(() => gone.abort(new Error('timeout')), this.opts.waitMs);
     const onAbort = () => gone.abort(signal?.reason);
-    signal?.addEventListener('abort', onAbort, { once: true });
+    // An 'abort' listener added to a signal already aborted never runs: that would grant the budget
+    // to a caller that is gone, and nothing would give it back.
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener('abort', onAbort, { once: true });
     try {
       return await this.budget.acquire(gone.signal, bytes);
     } catch {
