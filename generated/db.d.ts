@@ -109,6 +109,7 @@ export interface Files {
   filename: string | null;
   height: number | null;
   id: string;
+  orientation: number | null;
   purpose: string;
   storageKey: string;
   taskId: string | null;

@@ -5,10 +5,12 @@
  *
  * The size is the one a viewer shows: with the EXIF orientation applied (a phone's JPEG is stored
  * sideways, tagged 6 or 8). A mask is drawn, and an edit with no size keeps its size, over what the
- * client sees; the adapters that send an edit's bytes send such an input turned upright
- * (uploadableImage: OpenAI, Gemini, Ark), the local renderer turns it itself. Adapters that hand
- * the stored file over as it is (fal and Replicate mappings, video frames: `FileService.mediaInputs`)
- * send it with its EXIF tag, for the upstream to apply (a known gap: no upright copy is stored).
+ * client sees, so every upstream is sent such an input upright: the adapters that send an edit's
+ * bytes turn it themselves (uploadableImage: OpenAI, Gemini, Ark), the local renderer too; the ones
+ * handed the stored file (fal and Replicate mappings, video frames) get an upright copy stored once
+ * (`FileService.mediaInputs`): an upstream that ignores the tag would see the photo sideways. The
+ * orientation found here is recorded on the file's row, so that which inputs need that copy is
+ * known without decoding them again.
  */
 import sharp, { type Metadata } from 'sharp';
 import { badRequest } from '../errors.ts';
@@ -34,6 +36,8 @@ export interface InspectedImage {
   width: number;
   height: number;
   hasAlpha: boolean;
+  /** The EXIF orientation the bytes carry, when it is not 1 (absent: upright as stored). */
+  orientation?: number;
 }
 
 /** `source`: the bytes, or the path of a file holding them (read by libvips as it decodes). */
@@ -75,5 +79,6 @@ export async function inspectImage(source: Buffer | string, param: string): Prom
     width,
     height,
     hasAlpha: meta.hasAlpha ?? false,
+    ...(meta.orientation !== undefined && meta.orientation !== 1 && { orientation: meta.orientation }),
   };
 }

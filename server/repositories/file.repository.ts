@@ -18,9 +18,14 @@ export interface FileRow {
   expiresAt: Date | null;
   /** The name an upload was sent with. */
   filename: string | null;
+  /**
+   * The EXIF orientation the stored bytes carry (1: upright as stored), recorded when the image was
+   * inspected; absent or null when not known (an output, a row written before it was recorded).
+   */
+  orientation?: number | null;
 }
 
-const COLUMNS = ['id', 'accountId', 'purpose', 'contentType', 'bytes', 'storageKey', 'width', 'height', 'taskId', 'expiresAt', 'filename'] as const;
+const COLUMNS = ['id', 'accountId', 'purpose', 'contentType', 'bytes', 'storageKey', 'width', 'height', 'taskId', 'expiresAt', 'filename', 'orientation'] as const;
 
 /**
  * The files of the Files API (GET/DELETE /v1/files…): uploads and generated outputs. Media inputs
@@ -77,6 +82,7 @@ function snakeRow(r: FileRow) {
     task_id: r.taskId,
     expires_at: r.expiresAt,
     filename: r.filename,
+    orientation: r.orientation ?? null,
   };
 }
 
@@ -97,8 +103,8 @@ export class FileRepository {
 
   /** Writes the row; returns the expiry it got (its account's own retention may differ from the row's). */
   async insert(row: FileRow): Promise<Date | null> {
-    const { rows } = await sql<{ expiresAt: Date | null }>`insert into files (id, account_id, purpose, content_type, bytes, storage_key, width, height, task_id, expires_at, filename)
-      select r.id, r.account_id, r.purpose, r.content_type, r.bytes, r.storage_key, r.width, r.height, r.task_id, ${expiresOf(sql`r`)}, r.filename
+    const { rows } = await sql<{ expiresAt: Date | null }>`insert into files (id, account_id, purpose, content_type, bytes, storage_key, width, height, task_id, expires_at, filename, orientation)
+      select r.id, r.account_id, r.purpose, r.content_type, r.bytes, r.storage_key, r.width, r.height, r.task_id, ${expiresOf(sql`r`)}, r.filename, r.orientation
       from jsonb_populate_record(null::files, ${JSON.stringify(snakeRow(row))}::jsonb) r
       returning expires_at as "expiresAt"`.execute(this.db);
     return rows[0]!.expiresAt;
@@ -112,8 +118,8 @@ export class FileRepository {
   insertWithTask(name: string, rows: readonly FileRow[], when: RawBuilder<boolean> = sql`exists (select 1 from t)`): RawBuilder<unknown> {
     const json = JSON.stringify(rows.map(snakeRow));
     return sql`${sql.id(name)} as (
-      insert into files (id, account_id, purpose, content_type, bytes, storage_key, width, height, task_id, expires_at, filename)
-      select r.id, r.account_id, r.purpose, r.content_type, r.bytes, r.storage_key, r.width, r.height, r.task_id, ${expiresOf(sql`r`)}, r.filename
+      insert into files (id, account_id, purpose, content_type, bytes, storage_key, width, height, task_id, expires_at, filename, orientation)
+      select r.id, r.account_id, r.purpose, r.content_type, r.bytes, r.storage_key, r.width, r.height, r.task_id, ${expiresOf(sql`r`)}, r.filename, r.orientation
       from jsonb_populate_recordset(null::files, ${json}::jsonb) r
       where ${when}
     )`;
@@ -224,23 +230,28 @@ export class FileRepository {
         : file.purpose === 'image_output' && file.taskId
           ? sql`, i as (update image_tasks set result_file_ids = array_remove(result_file_ids, ${file.id}) where id = ${file.taskId})`
           : sql``;
-    // The copies made of it to send upstream (FileService.sendableCopy: `<id>png<expiry>`) go with it.
+    // The copies made of it to send upstream (FileService.sendableCopy: `<id>png<expiry>`, `<id>jpg<expiry>`) go with it.
     const { rows } = await sql<{ storageKey: string }>`with d as (delete from files where id = ${file.id}),
-      c as (delete from files where purpose = 'input' and starts_with(id, ${`${file.id}png`}) returning storage_key)${detach}
+      c as (delete from files where purpose = 'input' and (starts_with(id, ${`${file.id}png`}) or starts_with(id, ${`${file.id}jpg`})) returning storage_key)${detach}
       select storage_key as "storageKey" from c`.execute(trx);
     return rows.map((r) => r.storageKey);
   }
 
   /** Records an upload's image facts and expiry; returns its creation time. */
-  async confirmUpload(id: string, o: { contentType: string; width: number; height: number; expiresAt: Date }): Promise<Date> {
+  async confirmUpload(id: string, o: { contentType: string; width: number; height: number; orientation?: number; expiresAt: Date }): Promise<Date> {
     // Listed from now on (an unconfirmed upload is not), so placed now: a keyset page already past
     // its insert time would otherwise never list it.
     const row = await this.db.updateTable('files').set({ ...o, createdAt: sql`clock_timestamp()` }).where('id', '=', id).returning('createdAt').executeTakeFirstOrThrow();
     return row.createdAt;
   }
 
-  async describeImage(id: string, contentType: string, width: number, height: number): Promise<void> {
-    await this.db.updateTable('files').set({ contentType, width, height }).where('id', '=', id).execute();
+  async describeImage(id: string, image: { contentType: string; width: number; height: number; orientation: number }): Promise<void> {
+    await this.db.updateTable('files').set(image).where('id', '=', id).execute();
+  }
+
+  /** Records the EXIF orientation of a row stored without it (read from its header when first needed). */
+  async recordOrientation(id: string, orientation: number): Promise<void> {
+    await this.db.updateTable('files').set({ orientation }).where('id', '=', id).execute();
   }
 
   /** Removes the rows of inputs among `ids` that no task adopted; returns their storage keys. */
@@ -257,21 +268,22 @@ export class FileRepository {
   }
 
   /**
-   * Inside a transaction: locks up to `limit` expired files that no other sweeper holds, deletes
-   * their rows (gone when the transaction commits) and detaches them from the tasks that made them
-   * (a video loses its output, an image task the image: their lookups answer without those URLs).
+   * Inside a transaction: locks up to `limit` expired files, oldest expiry first, that nothing else
+   * holds, leaving out `skip` (files whose bytes the sweep failed to delete in this run). Their rows
+   * are deleted with `deleteRows` once their bytes are gone.
    */
-  async takeExpired(limit: number, trx: Executor): Promise<{ id: string; storageKey: string }[]> {
+  async lockExpired(limit: number, skip: readonly string[], trx: Executor): Promise<{ id: string; storageKey: string }[]> {
     const { rows } = await sql<{ id: string; storageKey: string }>`
-      with x as (select id from files where expires_at < now() order by expires_at limit ${limit} for update skip locked),
-      ${deleteDetaching(sql`select id from x`)}
-      select id, storage_key as "storageKey" from d`.execute(trx);
+      select id, storage_key as "storageKey" from files
+      where expires_at < now() and id <> all(${[...skip]}::text[])
+      order by expires_at limit ${limit} for update skip locked`.execute(trx);
     return rows;
   }
 
   /**
-   * The rows of `ids`, deleted and detached from their tasks (the bytes of these files never
-   * landed: a process died while writing them).
+   * The rows of `ids`, deleted and detached from the tasks that made them (a video loses its output,
+   * an image task the image: their lookups answer without those URLs): expired files whose bytes
+   * are gone, image outputs whose bytes never landed (a process died while writing them).
    */
   async deleteRows(ids: readonly string[], trx: Executor): Promise<void> {
     if (ids.length === 0) return;

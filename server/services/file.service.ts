@@ -79,6 +79,8 @@ export interface StoreFileInput {
   /** When the sweeper may remove it (inputs not yet adopted by a task, uploads). */
   expiresAt?: Date;
   filename?: string;
+  /** The EXIF orientation inspection found the bytes to carry (1 when none), for bytes inspected before they are stored. */
+  orientation?: number;
 }
 
 /**
@@ -116,6 +118,7 @@ function unstoredRow(input: StoreFileInput, outputExpiresAt: Date): FileRow {
     taskId: input.taskId ?? null,
     expiresAt: input.expiresAt ?? (OUTPUTS.includes(input.purpose) ? outputExpiresAt : null),
     filename: input.filename ?? null,
+    orientation: input.orientation ?? null,
   };
 }
 
@@ -131,8 +134,14 @@ export interface OpenedFile {
 /** The image types every upstream takes as an input: others are sent as PNG (`mediaInputs`). */
 const SENDABLE_IMAGE_TYPES = new Set(['image/png', 'image/jpeg', 'image/webp']);
 
+/**
+ * JPEG quality of an upright copy of a JPEG input (`sendableCopy`): as high as uploadableImage
+ * re-encodes one for the adapters that send an edit's bytes, so both paths send the same image.
+ */
+const UPRIGHT_JPEG_QUALITY = 95;
+
 export class FileService {
-  /** First frames converted at once (`sendableCopy`): each decodes a whole frame. */
+  /** Copies made at once (`sendableCopy`): each decodes a whole image. */
   private readonly conversions = new Semaphore(1);
 
   constructor(
@@ -253,9 +262,8 @@ export class FileService {
     if (rows.length !== ids.length) throw new Error(`input files of the task are missing: ${ids.filter((id) => !rows.some((r) => r.id === id)).join(', ')}`);
     return Promise.all(
       rows.map(async (row) => {
-        // A GIF (an upload may be one) goes upstream as a PNG of its first frame: upstreams take
-        // PNG, JPEG and WebP (Veo, MiniMax and OpenAI refuse GIF). Opened and fetched by URL alike.
-        const file = SENDABLE_IMAGE_TYPES.has(row.contentType) ? row : await this.sendableCopy(row);
+        // Opened and fetched by URL alike: the copy when one is needed, else the file as stored.
+        const file = (await this.needsCopy(row)) ? await this.sendableCopy(row) : row;
         // The row's key: an input named by file id is stored as an upload or an output, not under `input/`.
         const url = (minTtlSeconds = 0) => this.urlOf(file.id, file.storageKey, minTtlSeconds);
         return { contentType: file.contentType, bytes: file.bytes, width: file.width, height: file.height, open: () => this.store.read(file.storageKey), url };
@@ -264,15 +272,44 @@ export class FileService {
   }
 
   /**
-   * The PNG of a stored image's first frame, made once and kept as an input file of its own that
-   * every later call finds (each attempt of the task, each task naming the same file): its id is the
-   * source's, `png` and the source's expiry, which it shares. A source whose expiry a later task
-   * extended gets a copy of its own that lives as long. The source stays as it is: an upload is the
-   * client's file, whatever it is sent upstream as.
+   * Whether an input goes upstream as a copy (`sendableCopy`) rather than as stored: a GIF (an
+   * upload may be one), since upstreams take PNG, JPEG and WebP (Veo, MiniMax and OpenAI refuse
+   * GIF); and an image stored turned (an EXIF orientation other than 1: a phone's photo), since it
+   * was measured upright (inspectImage), a mask was checked against it upright, and an upstream
+   * that ignores the tag would see it sideways. The orientation is the row's, recorded when the
+   * image was inspected: nothing is decoded here, except once for a row that has none.
+   */
+  private async needsCopy(row: FileRow): Promise<boolean> {
+    if (!SENDABLE_IMAGE_TYPES.has(row.contentType)) return true;
+    return (row.orientation ?? (await this.recordOrientation(row))) !== 1;
+  }
+
+  /**
+   * The orientation of a row written without one (before it was recorded, an output named as an
+   * input by a writer that did not inspect it): read from the file's header once, and recorded.
+   */
+  private async recordOrientation(row: FileRow): Promise<number> {
+    const meta = await this.withLocalFile(row, (path) => sharp(path).metadata());
+    const orientation = meta.orientation ?? 1;
+    await this.files.recordOrientation(row.id, orientation);
+    return orientation;
+  }
+
+  /**
+   * The copy a stored image is sent upstream as (`needsCopy`), made once and kept as an input file
+   * of its own that every later call finds (each attempt of the task, each task naming the same
+   * file): turned upright, without the tag (no metadata is kept), a GIF's first frame. A JPEG stays
+   * a JPEG, at high quality: a PNG of a phone's photo is several times its size, past what some
+   * upstreams take. Anything else becomes a PNG, which loses nothing (a WebP may be lossless).
+   * Its id is the source's, its extension (`png`, `jpg`) and the source's expiry, which it shares;
+   * a source whose expiry a later task extended gets a copy of its own that lives as long. The
+   * source stays as it is: an upload is the client's file, whatever it is sent upstream as.
    */
   private async sendableCopy(source: FileRow): Promise<FileRow> {
+    const jpeg = source.contentType === 'image/jpeg';
+    const extension = jpeg ? 'jpg' : 'png';
     const expiry = source.expiresAt ? Math.floor(source.expiresAt.getTime() / 1000).toString(36) : '';
-    const id = `${source.id}png${expiry}`;
+    const id = `${source.id}${extension}${expiry}`;
     const known = await this.files.find(id);
     if (known) return known;
     const release = await this.conversions.acquire();
@@ -281,17 +318,20 @@ export class FileService {
       const made = await this.files.find(id);
       if (made) return made;
       return await withTemporaryDir(async (dir) => {
-        // libvips reads the source from a file and writes the PNG to one, streamed into the store:
-        // neither image is ever whole in memory (only the decoded frame, in libvips).
-        const png = join(dir, 'frame.png');
-        const info = await this.withLocalFile(source, (path) => sharp(path, { sequentialRead: true }).png().toFile(png));
+        // libvips reads the source from a file and writes the copy to one, streamed into the store:
+        // neither file is ever whole in memory (only the decoded image, in libvips).
+        const out = join(dir, `copy.${extension}`);
+        const info = await this.withLocalFile(source, (path) => {
+          const upright = sharp(path).autoOrient();
+          return (jpeg ? upright.jpeg({ quality: UPRIGHT_JPEG_QUALITY }) : upright.png()).toFile(out);
+        });
         // A key of this write's own (not `storageKeyOf`): another instance converting the same
         // source at once writes its own object, and the one whose row is not written removes it.
         const row: FileRow = {
           id,
           accountId: source.accountId,
           purpose: 'input',
-          contentType: 'image/png',
+          contentType: jpeg ? 'image/jpeg' : 'image/png',
           bytes: 0,
           storageKey: `${storageKeyOf('input', id)}.${randomHex(4)}`,
           width: info.width,
@@ -299,8 +339,9 @@ export class FileService {
           taskId: source.taskId,
           expiresAt: source.expiresAt,
           filename: null,
+          orientation: 1,
         };
-        row.bytes = (await this.store.put(row.storageKey, createReadStream(png), this.served(row))).bytes;
+        row.bytes = (await this.store.put(row.storageKey, createReadStream(out), this.served(row))).bytes;
         try {
           row.expiresAt = await this.files.insert(row);
         } catch (err) {
@@ -436,13 +477,14 @@ export class FileService {
   async confirmUpload(file: FileRow, expiresInSeconds: number): Promise<FileRow & { createdAt: Date }> {
     const image = await this.inspectStored(file, 'file');
     const expiresAt = new Date(this.now() + expiresInSeconds * 1000);
-    const createdAt = await this.files.confirmUpload(file.id, { contentType: image.mimeType, width: image.width, height: image.height, expiresAt });
-    return { ...file, contentType: image.mimeType, width: image.width, height: image.height, expiresAt, createdAt };
+    const facts = { contentType: image.mimeType, width: image.width, height: image.height, orientation: image.orientation ?? 1 };
+    const createdAt = await this.files.confirmUpload(file.id, { ...facts, expiresAt });
+    return { ...file, ...facts, expiresAt, createdAt };
   }
 
-  /** Records what inspection found an input to be (its real type and size). */
-  describeImage(id: string, image: { mimeType: string; width: number; height: number }): Promise<void> {
-    return this.files.describeImage(id, image.mimeType, image.width, image.height);
+  /** Records what inspection found an input to be (its real type, size and EXIF orientation). */
+  describeImage(id: string, image: Pick<InspectedImage, 'mimeType' | 'width' | 'height' | 'orientation'>): Promise<void> {
+    return this.files.describeImage(id, { contentType: image.mimeType, width: image.width, height: image.height, orientation: image.orientation ?? 1 });
   }
 
   /** Removes the inputs among `ids` that no task adopted (a request that created no task). */

@@ -50,7 +50,10 @@ export interface MediaStore {
   put(key: string, data: Buffer | Readable, opts?: PutOptions): Promise<{ bytes: number }>;
   /** The bytes (or `range` of them) as a stream; a missing object fails the stream. */
   read(key: string, range?: ByteRange): Readable;
-  /** Size and last change of the object, or undefined when there is none. */
+  /**
+   * Size and last change of the object, or undefined when there is none. A store that cannot tell
+   * (an I/O error, unreachable) fails with a StorageError: the object may well be there.
+   */
   stat(key: string): Promise<StoredObject | undefined>;
   delete(key: string): Promise<void>;
   /**
@@ -226,11 +229,17 @@ export class FilesystemMediaStore implements MediaStore {
   }
 
   async stat(key: string): Promise<StoredObject | undefined> {
+    const path = this.path(key);
     try {
-      const s = await stat(this.path(key));
+      const s = await stat(path);
       return { key, bytes: s.size, modifiedAt: s.mtime };
-    } catch {
-      return undefined;
+    } catch (err) {
+      // Only "no such file" is an object that is not there (ENOTDIR: a part of its path is a file).
+      // Any other failure (EIO, ESTALE, EACCES, EMFILE) says nothing of the object: reported as
+      // missing, the sweeper would delete the row of a stored output and a download would answer 404.
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT' || code === 'ENOTDIR') return undefined;
+      throw asStorageError(err, key);
     }
   }
 

@@ -6,9 +6,10 @@
  * failed or abandoned write leaves no object; `@aws-sdk/s3-request-presigner` signs GET URLs.
  * Credentials come from the standard AWS chain (environment, profiles, instance roles) unless given.
  *
- * Keys are the store keys under S3_PREFIX. Errors of the store itself (unreachable, refused, a
- * missing bucket, a full quota) are StorageErrors; an error of the data being written (a client
- * that went away, a byte limit) is passed on as it is.
+ * Keys are the store keys under S3_PREFIX, prepended as it is: `prod/` makes a folder, `prod` makes
+ * `prodimage_output/…` (deployments that stored objects so keep finding them). Errors of the store
+ * itself (unreachable, refused, a missing bucket, a full quota) are StorageErrors; an error of the
+ * data being written (a client that went away, a byte limit) is passed on as it is.
  */
 import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
@@ -28,7 +29,10 @@ export interface S3StoreOptions {
   endpoint?: string;
   /** Path-style URLs (`https://host/bucket/key`), as MinIO-style servers need. */
   forcePathStyle?: boolean;
-  /** Prepended to every key (several deployments in one bucket). */
+  /**
+   * Prepended to every key as it is (several deployments in one bucket). Not made a folder here:
+   * that would move the objects of a deployment that stored them under `prod` without a slash.
+   */
   prefix?: string;
   /** Explicit credentials (tests); unset: the standard AWS chain. */
   credentials?: S3ClientConfig['credentials'];
@@ -168,6 +172,12 @@ export class S3MediaStore implements MediaStore {
     }
   }
 
+  /**
+   * Lists the bucket's keys that begin with the prefix, without it. A prefix that is not a folder
+   * (`prod`) lists other prefixes' objects too (`prod2/image_output/…` as `2/image_output/…`), and
+   * an empty one every object of a shared bucket: what is listed is not all Mediagate's (the sweep
+   * deletes only keys of its own shape, isMediaKey in media-sweeper.ts).
+   */
   async list(after: string | undefined, limit: number): Promise<StoredObject[]> {
     try {
       // One page as S3 sends it (up to 1,000 keys), cut to `limit` here: MaxKeys with StartAfter

@@ -6,15 +6,17 @@
  * names.
  */
 import { existsSync } from 'node:fs';
-import { utimes } from 'node:fs/promises';
-import { join } from 'node:path';
+import { mkdir, symlink, utimes } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MediaSweeper } from '../../server/services/media/media-sweeper.ts';
 import { SweeperRepository } from '../../server/repositories/sweeper.repository.ts';
 import { createTransactor } from '../../server/db/transaction.ts';
+import { StorageUnavailable, type MediaStore } from '../../server/storage/media-store.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
+import { startTestS3, type TestS3 } from '../support/s3-server.ts';
 import { until, waitVideoFinished } from '../support/tasks.ts';
 
 const DAY = 86_400_000;
@@ -198,10 +200,10 @@ describe('the media sweeper', () => {
     const task = await finishedVideo(c.key);
     const { outputFileId } = await server.db.selectFrom('videoTasks').select('outputFileId').where('id', '=', task.id).executeTakeFirstOrThrow();
     const named = (await fileRow(outputFileId!))!.storageKey;
-    await store.put('video_output/zz/file_orphan_old', Buffer.from('left behind by a crash'), {});
-    await store.put('video_output/zz/file_orphan_young', Buffer.from('a write in flight'), {});
+    await store.put('video_output/zz/file_zzOrphanOld', Buffer.from('left behind by a crash'), {});
+    await store.put('video_output/zz/file_zzOrphanYoung', Buffer.from('a write in flight'), {});
     const hourAgo = new Date(Date.now() - 2 * 3600_000);
-    await utimes(join(server.config.mediaDir, 'video_output/zz/file_orphan_old'), hourAgo, hourAgo);
+    await utimes(join(server.config.mediaDir, 'video_output/zz/file_zzOrphanOld'), hourAgo, hourAgo);
     await utimes(join(server.config.mediaDir, named), hourAgo, hourAgo);
     await server.db.deleteFrom('sweepers').execute();
 
@@ -209,11 +211,11 @@ describe('the media sweeper', () => {
     // A walk of several runs when the store holds more than a page.
     for (let i = 0; i < 5; i++) orphans += (await sweep()).orphans;
     expect(orphans).toBe(1);
-    expect(await store.stat('video_output/zz/file_orphan_old')).toBeUndefined();
-    expect(await store.stat('video_output/zz/file_orphan_young')).toBeDefined();
+    expect(await store.stat('video_output/zz/file_zzOrphanOld')).toBeUndefined();
+    expect(await store.stat('video_output/zz/file_zzOrphanYoung')).toBeDefined();
     expect(await store.stat(named)).toBeDefined();
-    expect(server.logs.some((l) => l.includes('removed stored media no file row names') && l.includes('file_orphan_old'))).toBe(true);
-    await store.delete('video_output/zz/file_orphan_young');
+    expect(server.logs.some((l) => l.includes('removed stored media no file row names') && l.includes('file_zzOrphanOld'))).toBe(true);
+    await store.delete('video_output/zz/file_zzOrphanYoung');
   });
 
   it('removes the rows of image outputs whose bytes never landed (10 minutes after they were written) and detaches them from their task', async () => {
@@ -234,5 +236,114 @@ describe('the media sweeper', () => {
     expect((await server.db.selectFrom('imageTasks').select('resultFileIds').where('id', '=', id).executeTakeFirstOrThrow()).resultFileIds).toEqual([landed]);
     // Checked once: the cursor moved past them.
     expect((await sweep()).unlanded).toBe(0);
+  });
+});
+
+/**
+ * A store failing, or holding what is not Mediagate's: the sweeper deletes only keys of its own
+ * shape (another deployment's prefix, other data in a shared bucket or in MEDIA_DIR survive), a
+ * file whose bytes cannot be deleted keeps its row without holding back the others, an object the
+ * store cannot stat is not taken for missing, and one phase failing does not stop the others.
+ */
+describe('the media sweeper on a store it does not own alone, or that fails', () => {
+  let own: TestServer;
+  let s3: TestS3;
+  beforeAll(async () => {
+    own = await startTestServer();
+    s3 = await startTestS3();
+  });
+  afterAll(async () => {
+    await s3?.close();
+    await own?.close();
+  });
+
+  /** One run with `store`, two hours from now (every object is old enough to be an orphan). */
+  const runWith = async (store: MediaStore) => {
+    await own.db.deleteFrom('sweepers').execute();
+    const sweeper = new MediaSweeper({ files: own.ctx.repositories.files, sweepers: new SweeperRepository(own.db), store, tx: createTransactor(own.db, own.ctx.log), log: own.ctx.log, now: () => Date.now() + 2 * 3600_000 });
+    return (await sweeper.run())!;
+  };
+  const insertFile = async (accountId: string, purpose: 'upload' | 'image_output', id: string, expiresAt: Date) => {
+    const storageKey = `${purpose}/${id.slice(5, 7)}/${id}`;
+    await own.ctx.repositories.files.insert({ id, accountId, purpose, contentType: 'image/png', bytes: 1, storageKey, width: 1, height: 1, taskId: null, expiresAt, filename: null });
+    return storageKey;
+  };
+
+  it('in MEDIA_DIR, deletes orphans of its own key shape (temporary files and sendable copies too) and nothing else', async () => {
+    const store = own.ctx.mediaStore;
+    const ours = ['image_output/ab/file_abOrphan1', 'input/cd/file_cdSourcepngm3k2.0a1b2c3d', 'upload/ef/file_efHalfWritten.0123456789ab.tmp', 'video_output/gh/file_ghOld.mp4'];
+    const foreign = ['photos/2026/holiday.jpg', 'backup.sql', 'image_output/ab/file_other', 'image_output/ab/file_ab_not_an_id', 'upload/ef/file_efX/notes.txt'];
+    for (const key of [...ours, ...foreign]) await store.put(key, Buffer.from(key));
+    expect((await runWith(store)).orphans).toBe(ours.length);
+    for (const key of ours) expect(await store.stat(key)).toBeUndefined();
+    for (const key of foreign) expect(await store.stat(key), key).toBeDefined();
+  });
+
+  it("on S3, a deployment under prefix 'prod' keeps the objects of 'prod2', and an empty prefix the other data of its bucket", async () => {
+    const prod = s3.store('prod');
+    const prod2 = s3.store('prod2');
+    const bucket = s3.store('');
+    await prod.put('image_output/ab/file_abOrphan', Buffer.from('left behind by a crash'));
+    await prod2.put('image_output/ab/file_abTheirs', Buffer.from("another deployment's output"));
+    await bucket.put('backups/db.dump', Buffer.from('not media at all'));
+    // `prod` lists `prod2image_output/…` as `2image_output/…`: not a key of its shape.
+    expect((await prod.list(undefined, 1000)).map((o) => o.key)).toContain('2image_output/ab/file_abTheirs');
+    expect((await runWith(prod)).orphans).toBe(1);
+    expect(await prod.stat('image_output/ab/file_abOrphan')).toBeUndefined();
+    expect(await prod2.stat('image_output/ab/file_abTheirs')).toBeDefined();
+
+    await bucket.put('image_output/cd/file_cdOrphan', Buffer.from('left behind by a crash'));
+    expect((await runWith(bucket)).orphans).toBe(1);
+    expect(await bucket.stat('image_output/cd/file_cdOrphan')).toBeUndefined();
+    expect(await bucket.stat('backups/db.dump')).toBeDefined();
+    expect(await prod2.stat('image_output/ab/file_abTheirs')).toBeDefined();
+  });
+
+  it('keeps the row of an expired file whose bytes the store refuses to delete, unchanged, and still expires the others and sweeps orphans', async () => {
+    const c = await createCustomer(own.db, { balance: 100 });
+    const store = own.ctx.mediaStore;
+    const expired = new Date(Date.now() - 10_000);
+    // The undeletable one expired first: it is the first of every batch.
+    const locked = await insertFile(c.accountId, 'upload', 'file_loLocked', expired);
+    const other = await insertFile(c.accountId, 'upload', 'file_otOther', new Date(Date.now() - 5_000));
+    for (const key of [locked, other, 'image_output/or/file_orOrphan']) await store.put(key, Buffer.from('x'));
+    const refusing: MediaStore = Object.assign(Object.create(store) as MediaStore, {
+      delete: async (key: string) => {
+        if (key === locked) throw new StorageUnavailable(key, Object.assign(new Error('EACCES: permission denied, unlink'), { code: 'EACCES', syscall: 'unlink' }));
+        return store.delete(key);
+      },
+    });
+    expect(await runWith(refusing)).toMatchObject({ expired: 1, orphans: 1 });
+    expect(await own.ctx.repositories.files.find('file_otOther')).toBeUndefined();
+    expect(await store.stat(other)).toBeUndefined();
+    expect(await store.stat('image_output/or/file_orOrphan')).toBeUndefined();
+    // Kept as it was (not shown again as unexpired), and tried again at the next run.
+    expect((await own.ctx.repositories.files.find('file_loLocked'))?.expiresAt).toEqual(expired);
+    expect(own.logs.some((l) => l.includes('could not delete the bytes of expired files') && l.includes('file_loLocked') && l.includes('EACCES'))).toBe(true);
+    expect((await runWith(refusing)).expired).toBe(0);
+    expect(await own.ctx.repositories.files.find('file_loLocked')).toBeDefined();
+    // Once the store lets it go, it goes.
+    expect((await runWith(store)).expired).toBe(1);
+    expect(await own.ctx.repositories.files.find('file_loLocked')).toBeUndefined();
+  });
+
+  it('does not take an output the store cannot stat (an I/O error) for missing: its row stays, its download answers 503, the other phases run', async () => {
+    const c = await createCustomer(own.db, { balance: 100 });
+    const store = own.ctx.mediaStore;
+    const key = await insertFile(c.accountId, 'image_output', 'file_ioUnreadable', new Date(Date.now() + 86_400_000));
+    await own.db.updateTable('files').set({ createdAt: new Date(Date.now() - 20 * 60_000) }).where('id', '=', 'file_ioUnreadable').execute();
+    // A path the filesystem cannot resolve (ELOOP): stat fails with an error other than "no such file".
+    const path = store.localPath!(key);
+    await mkdir(dirname(path), { recursive: true });
+    await symlink(path, path);
+    await expect(store.stat(key)).rejects.toBeInstanceOf(StorageUnavailable);
+    const download = await fetch(`${own.directUrl}/v1/files/file_ioUnreadable/content`, { headers: { Authorization: `Bearer ${c.key}` } });
+    expect([download.status, ((await download.json()) as { error: { code: string } }).error.code, download.headers.get('retry-after')]).toEqual([503, 'storage_unavailable', '30']);
+
+    await store.put('image_output/or/file_orOrphan2', Buffer.from('x'));
+    await insertFile(c.accountId, 'upload', 'file_exExpired', new Date(Date.now() - 1000));
+    expect(await runWith(store)).toMatchObject({ expired: 1, unlanded: 0, orphans: 1 });
+    expect(await own.ctx.repositories.files.find('file_ioUnreadable')).toBeDefined();
+    expect(own.logs.some((l) => l.includes('media sweep phase failed') && l.includes('unlanded') && l.includes('ELOOP'))).toBe(true);
   });
 });

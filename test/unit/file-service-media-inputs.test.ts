@@ -1,7 +1,9 @@
 // The media inputs a task's adapter gets: a stored PNG, JPEG or WebP as stored, streamed; a GIF (an
 // upload may be one) as a PNG of its first frame, since upstreams take PNG, JPEG and WebP only. The
 // PNG is made once (streamed through files, never the whole GIF in memory) and kept as a stored
-// input, which adapters open and its URL serves; the client's GIF stays as it was uploaded.
+// input, which adapters open and its URL serves; the client's GIF stays as it was uploaded. An image
+// stored turned (an EXIF orientation other than 1: a phone's photo) is handed over as an upright copy
+// in the same way, known from the orientation its row records (read once for a row without one).
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -29,6 +31,7 @@ function fileService(store: MediaStore, urls: 'gateway' | 'presigned', rows = ne
     },
     find: async (id: string) => rows.get(id),
     findMany: async (ids: readonly string[]) => ids.map((id) => rows.get(id)).filter((r): r is FileRow => r !== undefined),
+    recordOrientation: async (id: string, orientation: number) => void Object.assign(rows.get(id)!, { orientation }),
   };
   const files = new FileService(repo as never, store, {} as never, Buffer.alloc(32, 1), 'http://gateway.invalid', 3600, { urls, outputRetentionDays: 30 });
   return { files, rows };
@@ -119,6 +122,54 @@ describe('FileService.mediaInputs', () => {
       expect(rows.get(upload.id)).toMatchObject({ contentType: 'image/gif', bytes: gif.length, filename: 'anim.gif' });
       expect((await read(store.read(upload.storageKey))).equals(gif)).toBe(true);
     });
+  });
+
+  it.each([
+    ['image/jpeg', 6, 'jpeg'],
+    ['image/png', 8, 'png'],
+    ['image/webp', 6, 'png'],
+  ] as const)('hands a %s tagged with orientation %d over as an upright %s copy without the tag, made once', async (contentType, orientation, copyFormat) => {
+    const store = new FilesystemMediaStore(dir);
+    const { files, rows } = fileService(store, 'gateway');
+    // Stored 60x30, its left half red: shown 30x60, red on top (6) or at the bottom (8).
+    const image = sharp({ create: { width: 60, height: 30, channels: 3, background: '#dd1010' } }).composite([{ input: { create: { width: 30, height: 30, channels: 3, background: '#1010dd' } }, left: 30, top: 0 }]);
+    const format = contentType.slice('image/'.length) as 'jpeg' | 'png' | 'webp';
+    const bytes = await image[format]({ quality: 95 }).withMetadata({ orientation }).toBuffer();
+    const upload = await files.save({ accountId: 'acct_turned', purpose: 'upload', contentType, width: 30, height: 60, orientation, expiresAt: new Date(Date.now() + 86_400_000) }, bytes);
+    const reads = vi.spyOn(store, 'localPath');
+
+    const attempts = [];
+    for (let i = 0; i < 3; i++) attempts.push((await files.mediaInputs([upload.id]))[0]!);
+    // Decoded once, for the copy; later calls find it.
+    expect(reads).toHaveBeenCalledTimes(1);
+    expect(rows.size).toBe(2);
+    const [input] = attempts;
+    const sent = await read(input!.open());
+    const meta = await sharp(sent).metadata();
+    expect([input!.contentType, input!.bytes, input!.width, input!.height]).toEqual([`image/${copyFormat}`, sent.length, 30, 60]);
+    expect([meta.format, meta.width, meta.height, meta.orientation]).toEqual([copyFormat, 30, 60, undefined]);
+    const { data } = await sharp(sent).raw().toBuffer({ resolveWithObject: true });
+    const redAt = (y: number) => data[(y * 30 + 15) * 3]! > 150;
+    expect([redAt(10), redAt(50)]).toEqual(orientation === 6 ? [true, false] : [false, true]);
+    // The client's file is unchanged.
+    expect((await read(store.read(upload.storageKey))).equals(bytes)).toBe(true);
+  });
+
+  it('decides from the row: a recorded upright input is handed over unread; one without an orientation is read once and recorded', async () => {
+    const store = new FilesystemMediaStore(dir);
+    const { files, rows } = fileService(store, 'gateway');
+    const jpeg = await sharp({ create: { width: 40, height: 20, channels: 3, background: '#208040' } }).jpeg().withMetadata({ orientation: 6 }).toBuffer();
+    const reads = vi.spyOn(store, 'localPath');
+    // Recorded upright (whatever the bytes say): sent as stored, nothing decoded.
+    const upright = await files.save({ accountId: 'acct_rows', purpose: 'upload', contentType: 'image/jpeg', width: 40, height: 20, orientation: 1 }, jpeg);
+    for (let i = 0; i < 2; i++) expect((await read((await files.mediaInputs([upright.id]))[0]!.open())).equals(jpeg)).toBe(true);
+    expect(reads).not.toHaveBeenCalled();
+    // Not recorded (a row from before): its header is read once, the orientation kept on the row.
+    const unknown = await files.save({ accountId: 'acct_rows', purpose: 'upload', contentType: 'image/jpeg', width: 20, height: 40 }, jpeg);
+    expect(rows.get(unknown.id)!.orientation).toBeNull();
+    for (let i = 0; i < 2; i++) expect((await files.mediaInputs([unknown.id]))[0]).toMatchObject({ width: 20, height: 40 });
+    expect(rows.get(unknown.id)!.orientation).toBe(6);
+    expect(reads).toHaveBeenCalledTimes(2); // the header, then the copy
   });
 
   it('two instances converting the same GIF at once keep one copy: the one whose row lost removes its bytes', async () => {

@@ -25,7 +25,8 @@ describe('FileService.mediaInputs on S3 with presigned URLs', () => {
     const files = new FileService(repo as never, s3.store(), {} as never, Buffer.alloc(32, 1), 'http://gateway.invalid', 3600, { urls: 'presigned', outputRetentionDays: 30 });
     const bytes = Buffer.from('the bytes of an input image');
     for (const purpose of ['upload', 'image_output', 'video_output', 'input'] as const) {
-      const row = await files.save({ accountId: 'acct_presign', purpose, contentType: 'image/png' }, bytes);
+      // Recorded upright, as inspection records an image: these bytes are none, only the upstream reads them.
+      const row = await files.save({ accountId: 'acct_presign', purpose, contentType: 'image/png', orientation: 1 }, bytes);
       const [input] = await files.mediaInputs([row.id]);
       const url = new URL(await input!.url(3600));
       expect([purpose, url.pathname.endsWith(`/${row.storageKey}`)]).toEqual([purpose, true]);

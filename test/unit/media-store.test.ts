@@ -6,7 +6,7 @@
  * serve the object with its type and name.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -155,6 +155,16 @@ describe('S3 media store only', () => {
 });
 
 describe('filesystem media store only', () => {
+  it('stats a missing object (ENOENT, or ENOTDIR: a file where a directory is) as none, and fails as the store when the filesystem cannot tell (ELOOP)', async () => {
+    const store = new FilesystemMediaStore(root);
+    expect(await store.stat('stat/ab/missing')).toBeUndefined();
+    await store.put('stat/ab/file', Buffer.from('x'));
+    expect(await store.stat('stat/ab/file/under')).toBeUndefined();
+    // Not "no such file": the object may be there, so the caller must not act as if it were gone.
+    symlinkSync(join(root, 'stat/ab/loop'), join(root, 'stat/ab/loop'));
+    await expect(store.stat('stat/ab/loop')).rejects.toMatchObject({ name: 'StorageUnavailable', code: 'ELOOP', key: 'stat/ab/loop' });
+  });
+
   it('recreates a directory removed after it was first used', async () => {
     const store = new FilesystemMediaStore(root);
     await store.put('gone/cc/one.png', Buffer.from('x'));

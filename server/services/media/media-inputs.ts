@@ -81,12 +81,17 @@ export class MediaInputs {
     throw badRequest('invalid_data_url', `'${param}' must be a base64 image data URL (data:image/png;base64,...), a file id (file_...) or an https URL.`, param);
   }
 
-  /** Inspects an input the service has not seen decoded yet; uploads and outputs were checked when stored. */
+  /**
+   * Inspects an input the service has not seen decoded yet; uploads and outputs were checked when
+   * stored. What it found is recorded where the row differs (a staged input has no size yet; a row
+   * without its EXIF orientation gets it, which tells `FileService.mediaInputs` to send an upright copy).
+   */
   private async inspect(file: FileRow, param: string): Promise<InspectedImage> {
     const image = await this.files.inspectStored(file, param);
-    if (file.contentType !== image.mimeType || file.width !== image.width || file.height !== image.height) {
+    const orientation = image.orientation ?? 1;
+    if (file.contentType !== image.mimeType || file.width !== image.width || file.height !== image.height || file.orientation !== orientation) {
       await this.files.describeImage(file.id, image);
-      Object.assign(file, { contentType: image.mimeType, width: image.width, height: image.height });
+      Object.assign(file, { contentType: image.mimeType, width: image.width, height: image.height, orientation });
     }
     return image;
   }
