@@ -1895,7 +1895,7 @@ export interface components {
          *       `background_not_supported`, `transparent_background_requires_png_or_webp`,
          *       `output_compression_requires_jpeg_or_webp`, `invalid_size`, `size_conflict` (`size` disagrees
          *       with aspectRatio/resolution), `size_not_accepted` (the operator set `IMAGE_SIZE_PARAM=reject`),
-         *       `invalid_image` (not decodable, or over 50,000,000 pixels), `mask_size_mismatch`, `too_many_images`, `image_not_found`
+         *       `invalid_image` (not decodable, over 50,000,000 pixels, or a size or ratio no upstream serving the model takes, such as Seedream's beyond 16:1), `mask_size_mismatch`, `too_many_images`, `image_not_found`
          *       (no longer returned: a media input naming no file of the account is `404 file_not_found`),
          *       `media_url_unavailable` (an https media input could not be fetched: a network error, a
          *       timeout, a status other than 200, too many redirects), `invalid_file_purpose` (no longer

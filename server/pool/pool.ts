@@ -7,11 +7,12 @@
  * work (by `preselect` when the work names its first member on its row, else by `route` itself) and
  * followed for all of it, waits for capacity included: drawing again whenever the head could not be
  * named or taken would favour the members that can (issue 26, item 1). Members whose upstream cannot
- * run the work (`accepts`: a video request one provider kind serving the model refuses) are left
- * out of the draw while another member can run it. It skips members that are
- * cooling down (shared member health) or at their `concurrency_limit` (in-flight work counted in
- * PostgreSQL, so the limit holds across instances), takes slots on the first one left (the caller
- * writes the member and the slots on its task row inside the slot lock), and runs the work there.
+ * run the work (`accepts`: a video request one provider kind serving the model refuses, an edit's
+ * input an image upstream cannot take) are left out of the draw while another member can run it.
+ * It skips members that are cooling down (shared member health) or at their `concurrency_limit`
+ * (in-flight work counted in PostgreSQL, so the limit holds across instances), takes slots on the
+ * first one left (the caller writes the member and the slots on its task row inside the slot lock),
+ * and runs the work there.
  * The limit counts upstream calls: work that would run several calls at once (`slots`) takes as
  * many slots as it wants and the member has free, at least one, and is told how many. A failure
  * before the upstream accepted the work (connection error, timeout, 5xx, 429, rejected credentials,
@@ -206,8 +207,9 @@ export class Pool {
    * one statement fewer than `take` after it. A head with a limit is not named: its slots are
    * counted under its slot lock, by `route`, which still tries it first.
    */
-  async preselect(req: CandidateQuery): Promise<Preselection> {
-    const members = await this.loadCandidates(req);
+  async preselect(req: CandidateQuery & Pick<RouteRequest, 'accepts'>): Promise<Preselection> {
+    // Drawn among the members that accept the work, as route draws it.
+    const members = accepting(await this.loadCandidates(req), req);
     const now = Date.now();
     // The whole order is drawn (cooling members included, as route draws it): its first member not
     // cooling down is distributed as the head of a draw among those members alone.
@@ -217,6 +219,14 @@ export class Pool {
     // A half-open head is not named either: route claims its probe first.
     if (!head || head.concurrencyLimit !== null || head.circuitOpen) return { order: ids };
     return { order: ids, first: { memberId: head.id, slots: wantedSlots(head, req) } };
+  }
+
+  /**
+   * The accounts of the members `route` would choose from (before `accepts`), cooling ones
+   * included: for a check of the work against each member's upstream before anything is held.
+   */
+  async serving(req: Pick<RouteRequest, 'groupId' | 'model' | 'capability'>): Promise<UpstreamAccount[]> {
+    return (await this.loadCandidates(req)).map((m) => m.account);
   }
 
   private loadCandidates(req: CandidateQuery): Promise<CachedCandidate[]> {

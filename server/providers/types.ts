@@ -112,7 +112,35 @@ export interface ImageEvents {
   submitted?(ref: unknown): Promise<void>;
 }
 
+/** A pixel size, upright (EXIF orientation applied) as the gateway measures an input (inspectImage). */
+export interface ImageInputSize {
+  width: number;
+  height: number;
+}
+
+/** What decides, before anything is held, whether an upstream can take an edit's input images. */
+export interface ImageInputShape {
+  /** The input images in order (none for a generation). */
+  images: readonly ImageInputSize[];
+  mask?: ImageInputSize;
+}
+
+/** Which input an upstream cannot take (an index into `ImageInputShape.images`, or the mask), and why. */
+export interface ImageInputRefusal {
+  input: number | 'mask';
+  /** What the upstream takes, e.g. "input images with an aspect ratio from 1:16 to 16:1". */
+  reason: string;
+}
+
 export interface ImageProvider {
+  /**
+   * Why the upstream cannot take an edit's inputs on `upstreamModel` (absent: on any model it
+   * serves), or undefined. Checked when the request is validated, before the hold, with each
+   * serving member's own upstream id: refused (400) only when every member's upstream refuses; and
+   * again when the task is routed: a member whose upstream refuses is skipped. The adapter still
+   * checks the bytes it sends, as the last guard.
+   */
+  checkInputs?(shape: ImageInputShape, upstreamModel?: string): ImageInputRefusal | undefined;
   /**
    * How many upstream calls the adapter would like to run at once for `job` (absent: 1, one call at
    * a time). Each takes one of the member's concurrency slots; `job.slots` says how many it got.

@@ -3,7 +3,8 @@
  * each, sides over 14 px, a ratio within [1/16, 16]; test/fakes/ark.ts refuses anything else with
  * 400 InvalidParameter): a phone's 48 MP photo of over 10 MB, and its 48 MP mask, are scaled down
  * and re-encoded rather than refused by the upstream after the hold; an input stored turned (EXIF
- * orientation) goes upright; a ratio no scaling fixes is refused before any upstream call.
+ * orientation) goes upright; a ratio no scaling fixes is the client's 400 before the hold (more in
+ * test/seedream-input-check.test.ts).
  */
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -96,12 +97,12 @@ describe('Seedream edit inputs', () => {
     expect(images.map((i) => `${i.mimeType} ${i.width}x${i.height}`)).toEqual(['image/jpeg 160x320', 'image/png 160x320']);
   });
 
-  it('refuses an input whose aspect ratio Seedream does not take before any upstream call, charging nothing', async () => {
+  it('refuses an input whose aspect ratio Seedream does not take (17:1) before the hold, as 400 invalid_image', async () => {
     const calls = fake.imageCalls.length;
     const before = await server.db.selectFrom('accounts').select('balance').where('id', '=', accountId).executeTakeFirstOrThrow();
     const res = await edit({ images: [dataUrl('image/png', await sharp({ create: { width: 680, height: 40, channels: 3, background: '#808080' } }).png().toBuffer())] });
-    expect([res.status, res.body.error.code]).toEqual([400, 'upstream_rejected']);
-    expect(res.body.error.message).toMatch(/aspect ratio .*680x40/);
+    expect([res.status, res.body.error.code, res.body.error.param, res.taskId]).toEqual([400, 'invalid_image', 'images[0]', null]);
+    expect(res.body.error.message).toMatch(/680x40 .*aspect ratio from 1:16 to 16:1/);
     expect(fake.imageCalls.length).toBe(calls);
     const after = await server.db.selectFrom('accounts').select('balance').where('id', '=', accountId).executeTakeFirstOrThrow();
     expect(after.balance).toBe(before.balance);

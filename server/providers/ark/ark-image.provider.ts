@@ -28,7 +28,9 @@
  *   answer. An upstream that answers JSON to a stream request is read as JSON.
  * - Each input goes within Seedream's limits (10 MB, 36 MP): a phone's 48 MP photo is scaled down and
  *   re-encoded rather than refused by the upstream after the hold (seedreamInput); inputs stored
- *   turned (EXIF orientation) go upright, as the gateway measured them.
+ *   turned (EXIF orientation) go upright, as the gateway measured them. An input no scaling fits (a
+ *   side of 14 px or less, a ratio beyond 16:1) is refused before the hold (checkInputs: the
+ *   client's 400 invalid_image, or the task goes to a member whose upstream takes it).
  * - A mask, which Seedream has no parameter for, goes as one more input image with an instruction
  *   to change only its transparent area (as for Gemini); the catalog counts it as an input.
  */
@@ -36,6 +38,7 @@ import { Readable } from 'node:stream';
 import sharp, { type Metadata } from 'sharp';
 import { MIME, fitImage, readMediaJson, sseMediaFrames, uploadableImage, type MediaAnswerLimits, type MediaJson } from '../image-output.ts';
 import { Base64Source, ProviderError, jsonStream, upstreamFetch, type ImageEvents, type ImageJob, type ImageProvider, type UpstreamAccount, type UpstreamResponse } from '../kit.ts';
+import type { ImageInputRefusal, ImageInputShape, ImageInputSize } from '../types.ts';
 import { arkError, arkErrorOf, type ArkErrorBody } from './ark-errors.ts';
 import { arkAuth, arkEndpoint, arkUrl } from './ark-endpoint.ts';
 import { seedreamSize, seedreamVersion } from './seedream-sizes.ts';
@@ -65,6 +68,17 @@ interface CallOutcome {
 
 export class ArkImageProvider implements ImageProvider {
   constructor(private readonly timeoutMs = ARK_IMAGE_TIMEOUT_MS) {}
+
+  /** An input no scaling fits into Seedream's limits (its sides, its ratio; every version alike), found before the hold. */
+  checkInputs(shape: ImageInputShape): ImageInputRefusal | undefined {
+    for (const [input, size] of shape.images.entries()) {
+      const reason = seedreamRefusal(size);
+      if (reason) return { input, reason };
+    }
+    // The mask goes as one more input image.
+    const reason = shape.mask && seedreamRefusal(shape.mask);
+    return reason ? { input: 'mask', reason } : undefined;
+  }
 
   async generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void> {
     const what = job.operation === 'edit' ? 'image edit' : 'image generation';
@@ -132,7 +146,8 @@ async function inputImages(job: ImageJob): Promise<Base64Source[]> {
  * [1/16, 16]). One within the limits goes as uploadableImage makes it (upright, in its own format);
  * one over them is turned upright, scaled down into 36 MP and encoded as JPEG (PNG for the mask and
  * for an image with alpha, whose transparency matters), smaller again until it is within 10 MB. A
- * side or ratio no scaling fixes is refused (`invalid_request`) before any call.
+ * side or ratio no scaling fixes was refused before the hold (checkInputs); should one get here, it
+ * is refused (`invalid_request`) before any call.
  */
 async function seedreamInput(data: Buffer, name: string, mask: boolean): Promise<{ data: Buffer; type: string }> {
   let meta: Metadata;
@@ -143,12 +158,9 @@ async function seedreamInput(data: Buffer, name: string, mask: boolean): Promise
   }
   const width = meta.autoOrient?.width ?? meta.width;
   const height = meta.autoOrient?.height ?? meta.height;
-  if (Math.min(width, height) <= SEEDREAM_INPUT.minSide) {
-    throw new ProviderError('invalid_request', `Seedream takes input images over ${SEEDREAM_INPUT.minSide} pixels on each side; ${name} is ${width}x${height}`);
-  }
-  if (Math.max(width, height) / Math.min(width, height) > SEEDREAM_INPUT.maxRatio) {
-    throw new ProviderError('invalid_request', `Seedream takes input images with an aspect ratio from 1:${SEEDREAM_INPUT.maxRatio} to ${SEEDREAM_INPUT.maxRatio}:1; ${name} is ${width}x${height}`);
-  }
+  // The last guard: the request was checked before the hold (checkInputs), from the same measure.
+  const refusal = seedreamRefusal({ width, height });
+  if (refusal) throw new ProviderError('invalid_request', `Seedream takes ${refusal}; ${name} is ${width}x${height}`);
   if (width * height <= SEEDREAM_INPUT.maxPixels && data.length <= SEEDREAM_INPUT.maxBytes) {
     const upload = await uploadableImage(data, name);
     if (upload.data.length <= SEEDREAM_INPUT.maxBytes) return { data: upload.data, type: MIME[upload.format] };
@@ -172,6 +184,15 @@ async function seedreamInput(data: Buffer, name: string, mask: boolean): Promise
       throw new ProviderError('invalid_request', `${name} cannot be made to fit Seedream's ${SEEDREAM_INPUT.maxBytes / 1_000_000} MB per input image`);
     }
   }
+}
+
+/** What Seedream takes that `size` is not, when no scaling fits it (a side too short, a ratio too far from square). */
+function seedreamRefusal({ width, height }: ImageInputSize): string | undefined {
+  if (Math.min(width, height) <= SEEDREAM_INPUT.minSide) return `input images over ${SEEDREAM_INPUT.minSide} pixels on each side`;
+  if (Math.max(width, height) / Math.min(width, height) > SEEDREAM_INPUT.maxRatio) {
+    return `input images with an aspect ratio from 1:${SEEDREAM_INPUT.maxRatio} to ${SEEDREAM_INPUT.maxRatio}:1`;
+  }
+  return undefined;
 }
 
 interface ImagesAnswer {

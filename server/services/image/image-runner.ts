@@ -17,13 +17,14 @@
  * (the two overlap instead of taking turns before the answer). Should a copy fail to be written,
  * the client still gets the image and pays for it, and the task's `data` leaves it out.
  */
+import sharp from 'sharp';
 import { ApiError, apiErrorOf, apiErrorOfStorage, noUpstreamCapacity, sentence } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import { NoCapacity, isFailover, upstreamModelOf, type Pool, type Preselection } from '../../pool/pool.ts';
 import { imageMeta } from '../../providers/image-output.ts';
 import { ProviderError, asProviderError } from '../../providers/provider-error.ts';
 import type { ProviderKind, ProviderRegistry } from '../../providers/registry.ts';
-import type { GeneratedImage, ImageEvents, ImageJob, ImageParams, UpstreamAccount } from '../../providers/types.ts';
+import type { GeneratedImage, ImageEvents, ImageInputRefusal, ImageInputShape, ImageInputSize, ImageJob, ImageParams, UpstreamAccount } from '../../providers/types.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
 import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
@@ -115,6 +116,18 @@ async function nativeSize(image: Buffer): Promise<{ width: number; height: numbe
   return { width: meta.width, height: meta.height };
 }
 
+/**
+ * The inputs' sizes as inspectImage measured them before the task was created (upright: the EXIF
+ * orientation applied), read again from their headers: the task keeps only their files.
+ */
+async function measureInputs(inputs: Buffer[], mask: Buffer | undefined): Promise<ImageInputShape> {
+  const size = async (image: Buffer): Promise<ImageInputSize> => {
+    const meta = await sharp(image, { limitInputPixels: false }).metadata();
+    return { width: meta.autoOrient?.width ?? meta.width, height: meta.autoOrient?.height ?? meta.height };
+  };
+  return { images: await Promise.all(inputs.map(size)), ...(mask && { mask: await size(mask) }) };
+}
+
 /** The upstream no longer has a job or its outputs (a resumed job collected too late). */
 const jobGone = (err: ProviderError) => err.kind === 'failed' && [403, 404, 410].includes(err.upstreamStatus ?? 0);
 
@@ -147,9 +160,34 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
    * `first` member is named on the row as it is inserted (else the member is taken after the
    * insert), and `execute` follows its `order` (`ExecuteOptions.routeOrder`).
    */
-  preselect(task: { groupId: string; model: string; operation: ImageOperation; prompt: string; n: number; params: ImageParams }): Promise<Preselection> {
+  preselect(task: { groupId: string; model: string; operation: ImageOperation; prompt: string; n: number; params: ImageParams; inputs?: ImageInputShape }): Promise<Preselection> {
     const job: ImageJob = { ...task, inputs: [] };
-    return this.deps.pool.preselect({ groupId: task.groupId, model: task.model, capability: 'image', slots: (provider) => this.slotsFor(provider, job) });
+    const { inputs } = task;
+    return this.deps.pool.preselect({
+      groupId: task.groupId,
+      model: task.model,
+      capability: 'image',
+      slots: (provider) => this.slotsFor(provider, job),
+      // Drawn among the members `execute` routes the edit to.
+      ...(inputs && { accepts: (account: UpstreamAccount) => this.refusal(account, task.model, inputs) === undefined }),
+    });
+  }
+
+  /**
+   * Why the upstreams serving the model cannot take an edit's inputs, before anything is held: the
+   * first member's refusal when every member's upstream refuses (each with its own upstream model),
+   * else undefined, and the task goes only to members whose upstream takes them (`execute`).
+   */
+  async inputRefusal(task: { groupId: string; model: string }, inputs: ImageInputShape): Promise<ImageInputRefusal | undefined> {
+    const accounts = await this.deps.pool.serving({ groupId: task.groupId, model: task.model, capability: 'image' });
+    const refusals = accounts.map((account) => this.refusal(account, task.model, inputs));
+    if (refusals.length === 0 || refusals.some((r) => r === undefined)) return undefined;
+    return refusals[0];
+  }
+
+  /** Why the member's adapter cannot take the inputs on its upstream model (ImageProvider.checkInputs), or undefined. */
+  private refusal(account: UpstreamAccount, model: string, inputs: ImageInputShape): ImageInputRefusal | undefined {
+    return this.deps.providers.image(account.provider)?.checkInputs?.(inputs, upstreamModelOf(account, model));
   }
 
   /** Upstream calls the provider's adapter would run at once for the job (one member slot each). */
@@ -267,6 +305,8 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     const inputs = opts.inputBytes?.images ?? (await Promise.all(task.inputFileIds.map((id) => this.deps.files.readAll(id))));
     const mask = opts.inputBytes ? opts.inputBytes.mask : task.maskFileId ? await this.deps.files.readAll(task.maskFileId) : undefined;
     const job = { operation: task.operation as ImageOperation, model: task.model, prompt: task.prompt, n: task.n, params, inputs, ...(mask && { mask }) };
+    // An edit's inputs as the adapters judge them: a routed task goes only to members that take them.
+    const shape = !opts.resume && inputs.length > 0 ? await measureInputs(inputs, mask) : undefined;
     /** Something reached the sink (a partial or an image): from then on there is no failover. */
     let reachedSink = false;
     /** Each member's generate call, written by the statement that settles the task. */
@@ -357,6 +397,9 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           capability: 'image',
           // An adapter that splits the job into parallel calls takes a member slot for each.
           slots: (provider) => this.slotsFor(provider, job),
+          // An edit goes only to members whose upstream takes its inputs, never to one that would
+          // refuse them after the hold (creation refused it when none takes them: ImageService.prepare).
+          ...(shape && { accepts: (account: UpstreamAccount) => this.refusal(account, task.model, shape) === undefined }),
           // A synchronous task was inserted with its routing order drawn, naming its first member (preselect).
           ...(opts.routeOrder && { order: opts.routeOrder }),
           ...(!task.runAsync && task.memberId !== null && { first: { memberId: task.memberId, slots: task.memberSlots } }),

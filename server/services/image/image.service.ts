@@ -11,7 +11,7 @@ import { Base64Bytes, Base64Source, type WithBase64 } from '../../lib/base64-jso
 import { inspectImage } from '../../lib/image-inspect.ts';
 import { toCredits } from '../../lib/money.ts';
 import type { Logger } from '../../logger.ts';
-import type { ImageParams } from '../../providers/types.ts';
+import type { ImageInputShape, ImageInputSize, ImageParams } from '../../providers/types.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow, ListedImageTaskRow, PolledImageTaskRow } from '../../repositories/image-task.repository.ts';
 import { fenceOf } from '../../repositories/leased-tasks.ts';
@@ -52,8 +52,15 @@ export interface PreparedImageRequest {
   n: number;
   unitPrice: number;
   params: ImageParams;
-  inputs: { fileId?: string; data?: Buffer; mimeType: string; width: number; height: number }[];
-  mask: { fileId?: string; data?: Buffer; mimeType: string } | undefined;
+  /** `orientation`: the EXIF orientation of bytes read here (1 when none), recorded with the file they are stored as. */
+  inputs: { fileId?: string; data?: Buffer; mimeType: string; width: number; height: number; orientation?: number }[];
+  mask: { fileId?: string; data?: Buffer; mimeType: string; width: number; height: number; orientation?: number } | undefined;
+}
+
+/** An edit's inputs as the adapters judge them (ImageProvider.checkInputs): their sizes as inspected. */
+function inputShapeOf(inputs: readonly ImageInputSize[], mask: ImageInputSize | undefined): ImageInputShape {
+  const size = ({ width, height }: ImageInputSize) => ({ width, height });
+  return { images: inputs.map(size), ...(mask && { mask: size(mask) }) };
 }
 
 /**
@@ -195,6 +202,14 @@ export class ImageService {
         }
         mask = m;
       }
+      // An input no upstream serving the model can take (a Seedream ratio past 16:1) is the
+      // client's 400 now, not a task failed by its upstream after the hold.
+      const refusal = await this.deps.runner.inputRefusal({ groupId: auth.groupId, model: model.id }, inputShapeOf(inputs, mask));
+      if (refusal) {
+        const { param } = refusal.input === 'mask' ? edit!.mask! : images[refusal.input]!;
+        const { width, height } = refusal.input === 'mask' ? mask! : inputs[refusal.input]!;
+        throw badRequest('invalid_image', `'${param}' is ${width}x${height} pixels; model '${model.id}' runs on an upstream that takes only ${refusal.reason}.`, param);
+      }
     }
 
     // One pass: every rule, the size (an edit with no size keeps its first input's) and its price.
@@ -225,7 +240,7 @@ export class ImageService {
         loaded.push({ fileId: file.id, data: await this.deps.files.readAll(file.id), mimeType: image.mimeType, width: image.width, height: image.height, hasAlpha: image.hasAlpha });
       } else {
         const image = await inspectImage(input.data, input.param);
-        loaded.push({ data: input.data, mimeType: image.mimeType, width: image.width, height: image.height, hasAlpha: image.hasAlpha });
+        loaded.push({ data: input.data, mimeType: image.mimeType, width: image.width, height: image.height, hasAlpha: image.hasAlpha, orientation: image.orientation ?? 1 });
       }
     }
     return loaded;
@@ -238,10 +253,18 @@ export class ImageService {
   async start(auth: AuthContext, req: PreparedImageRequest, mode: { async: boolean; stream?: boolean }): Promise<StartedImageTask> {
     const taskId = newId('img');
     const saved: FileRow[] = [];
-    const store = async (input: { fileId?: string; data?: Buffer; mimeType: string; width?: number; height?: number }) => {
+    const store = async (input: { fileId?: string; data?: Buffer; mimeType: string; width?: number; height?: number; orientation?: number }) => {
       if (input.fileId) return input.fileId;
       const file = await this.deps.files.save(
-        { accountId: auth.accountId, purpose: 'input', contentType: input.mimeType, taskId, ...(input.width && { width: input.width }), ...(input.height && { height: input.height }) },
+        {
+          accountId: auth.accountId,
+          purpose: 'input',
+          contentType: input.mimeType,
+          taskId,
+          ...(input.width && { width: input.width }),
+          ...(input.height && { height: input.height }),
+          ...(input.orientation && { orientation: input.orientation }),
+        },
         input.data!,
       );
       saved.push(file);
@@ -267,7 +290,17 @@ export class ImageService {
     const params: ImageParams = mode.stream ? { ...req.params, stream: true } : { ...req.params, partialImages: 0 };
     // A synchronous task's routing order is drawn now: it names its first member as it is inserted
     // (one statement fewer on the way to the upstream), and runSync follows the same order.
-    const route = mode.async ? undefined : await this.deps.runner.preselect({ groupId: auth.groupId, model: req.model, operation: req.operation, prompt: req.prompt, n: req.n, params });
+    const route = mode.async
+      ? undefined
+      : await this.deps.runner.preselect({
+          groupId: auth.groupId,
+          model: req.model,
+          operation: req.operation,
+          prompt: req.prompt,
+          n: req.n,
+          params,
+          ...(req.inputs.length > 0 && { inputs: inputShapeOf(req.inputs, req.mask) }),
+        });
     const first = route?.first;
     const { outcome, task } = await this.deps.ledger
       .holdAndInsertTask(
