@@ -78,6 +78,12 @@ export function createWorkers(runtime: Runtime): Workers {
       runtime.taskSweeper.stop();
       await Promise.all([sweeping, taskSweeping]);
       unsubscribe?.();
+      // Steps are aborted, except a video submit in flight: the engine waits for its answer and its
+      // saved job id (TaskEngine.stop), at most its upstream timeout (UPSTREAM_TIMEOUT_MS, 60 s a
+      // call). The process gives its whole stop SHUTDOWN_GRACE_MS + 5 s (main.ts; 15 s by default),
+      // less than that: a submit still unanswered then is cut by the forced exit (logged, exit 1) as
+      // a crash would cut it, and its task resubmits after its lease (VideoRunner.resubmit). Where
+      // upstreams answer submits slowly, SHUTDOWN_GRACE_MS above 60 s lets every one end.
       await Promise.all(Object.values(engines).map((e) => e.stop()));
     },
   };

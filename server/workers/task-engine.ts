@@ -1,9 +1,10 @@
 /**
  * The durable task engine (design §6), one per task runner in every worker process. It claims due
  * rows in batches with the shared leased-task helper, runs one short step of each under a lease
- * kept by heartbeat (aborted when the lease is lost or the engine stops), and then does what the
- * step asked: nothing (the task was settled), reschedule its next step, or — when the step threw —
- * retry it later per the runner's retry policy, or give up. It never sleeps while holding a lease.
+ * kept by heartbeat (aborted when the lease is lost or the engine stops; a call the upstream may
+ * have accepted, only when the lease is lost: see stop()), and then does what the step asked:
+ * nothing (the task was settled), reschedule its next step, or — when the step threw — retry it
+ * later per the runner's retry policy, or give up. It never sleeps while holding a lease.
  * A crashed worker's rows are claimed again once their lease expires, so nothing is lost.
  */
 import { randomBytes } from 'node:crypto';
@@ -66,7 +67,14 @@ export class TaskEngine<Row extends LeasedRow> {
     this.wakeUp?.();
   }
 
-  /** Stops claiming and aborts running steps; their rows are claimed again after their lease. */
+  /**
+   * Stops claiming and aborts running steps; their rows are claimed again after their lease. A call
+   * a step makes under the lease-lost signal alone (a video submit: the upstream may have accepted
+   * the job, and without its id saved the next attempt would submit it again, a second billed job
+   * on an upstream without idempotency keys) is not aborted: this waits for it and for the step to
+   * save what it learned. Such a call is bounded by its own upstream timeout (UPSTREAM_TIMEOUT_MS,
+   * 60 s a call); what a process stop does with a longer wait is in workers/index.ts.
+   */
   async stop(): Promise<void> {
     this.stopping.abort(new Error('worker stopping'));
     this.wake();
@@ -187,7 +195,7 @@ export class TaskEngine<Row extends LeasedRow> {
     const lease = keepLease(this.runner.leases, fence, this.workerId, this.options.leaseMs, log, this.stopping.signal);
     const outcome = (o: StepOutcome) => this.options.onStep?.(o);
     try {
-      const result = await this.runner.step(task, lease.signal, log);
+      const result = await this.runner.step(task, lease.signal, log, lease.lost);
       if (!result.done) this.handBack(fence, result.nextInMs, result.failed ?? false, log, result.error);
       outcome(result.done ? 'done' : result.failed ? 'retry' : 'next');
     } catch (err) {

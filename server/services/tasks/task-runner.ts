@@ -27,8 +27,13 @@ export interface TaskRunner<Row extends LeasedRow> {
   readonly name: string;
   readonly leases: LeasedTasks<LeasedTableName>;
   readonly retry: RetryPolicy;
-  /** Runs one step of a claimed row. Throws on a transient failure: the engine retries per `retry`. */
-  step(task: Row, signal: AbortSignal, log: Logger): Promise<StepResult>;
+  /**
+   * Runs one step of a claimed row. Throws on a transient failure: the engine retries per `retry`.
+   * `signal` aborts when the lease is lost or the engine stops; `leaseLost` only when the lease is
+   * lost — for a call a stop must let finish (the engine waits for it): one the upstream may have
+   * accepted and whose answer is what the task commits (a video submit's job id).
+   */
+  step(task: Row, signal: AbortSignal, log: Logger, leaseLost: AbortSignal): Promise<StepResult>;
   /** The retries are used up: settle the task as failed. */
   giveUp(task: Row, err: unknown, log: Logger): Promise<void>;
 }

@@ -62,11 +62,19 @@ export class TaskSweeper {
 
   constructor(private readonly deps: TaskSweeperDeps) {}
 
-  /** One run, when no other instance is running one; undefined when another holds the lease. */
+  /** One run, when no other instance is running one; undefined when another holds the lease or stop() came first. */
   async run(): Promise<TaskSweepReport | undefined> {
+    // Made before the lease is taken: a stop() while that statement runs aborts this run's controller,
+    // not one this run would replace afterwards and then go ahead with (claims, upstream cancels)
+    // while the stopping process waits for it.
+    const abort = new AbortController();
+    this.abort = abort;
     const taken = await this.deps.sweepers.take(NAME, this.owner, LEASE_MS);
     if (!taken) return undefined;
-    this.abort = new AbortController();
+    if (abort.signal.aborted) {
+      await this.deps.sweepers.save(NAME, this.owner, null, true);
+      return undefined;
+    }
     const report: TaskSweepReport = { videos: 0, images: 0, holds: 0 };
     try {
       report.videos = await this.expireVideos();
@@ -79,7 +87,7 @@ export class TaskSweeper {
     return report;
   }
 
-  /** Stops the run in progress at its next upstream call (a stopping process); a later run starts afresh. */
+  /** Stops the run in progress at its next upstream call or batch (a stopping process); a later run starts afresh. */
   stop(): void {
     this.abort.abort();
   }
@@ -124,7 +132,7 @@ export class TaskSweeper {
 
   private async settleStrandedHolds(): Promise<number> {
     let settled = 0;
-    for (let batch = 0; batch < MAX_BATCHES; batch++) {
+    for (let batch = 0; batch < MAX_BATCHES && !this.abort.signal.aborted; batch++) {
       const holds = await this.deps.repo.strandedHolds(BATCH);
       let progressed = 0;
       for (const hold of holds) {

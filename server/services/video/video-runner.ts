@@ -72,10 +72,11 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     this.downloadRetry = deps.downloadRetry ?? DOWNLOAD_RETRY;
   }
 
-  async step(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
+  /** `leaseLost`: what alone may cut a submit short (TaskRunner.step); without one, the step's signal. */
+  async step(task: VideoTaskRow, signal: AbortSignal, log: Logger, leaseLost: AbortSignal = signal): Promise<StepResult> {
     const attempts = new AttemptLog(task.id);
     try {
-      return await this.run(task, attempts, signal, log);
+      return await this.run(task, attempts, signal, leaseLost, log);
     } finally {
       await attempts.write(this.deps.attempts, log);
     }
@@ -101,12 +102,12 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     return true;
   }
 
-  private async run(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<StepResult> {
+  private async run(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, leaseLost: AbortSignal, log: Logger): Promise<StepResult> {
     if (task.deadlineAt.getTime() <= Date.now()) {
       await this.failPastDeadline(task, attempts, signal, log);
       return DONE;
     }
-    if (!task.upstreamJobId) return this.submit(task, attempts, signal, log);
+    if (!task.upstreamJobId) return this.submit(task, attempts, leaseLost, log);
 
     const account = task.memberId ? await this.deps.pool.account(task.memberId) : undefined;
     const provider = account && this.deps.providers.video(account.provider);
@@ -167,6 +168,12 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * Sends the job to a member the pool picks (failing over to the next one when a member cannot
    * take it), then saves the job id: the commit point. With every member busy the task stays
    * queued (no retry counted, nothing charged) and looks again shortly.
+   *
+   * `signal` is the lease-lost signal alone, not the step's: a submit that reached the upstream may
+   * have created the job (billed), and only its saved id keeps the next attempt from submitting it
+   * again — on an upstream without idempotency keys (Ark, MiniMax, DashScope) a second, billed job.
+   * So a stopping worker waits for the answer and saves it (TaskEngine.stop), within the call's own
+   * upstream timeout; a lost lease still cuts it short (the row is another worker's by then).
    */
   private async submit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<StepResult> {
     const fence = fenceOf(task);
@@ -235,6 +242,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * can tell reports what it found (Kling looks the task up by its idempotency key: the task's id,
    * or maybe accepted when the lookup failed); a refusal of the job itself fails the task, which
    * keeps naming the member (an upstream without idempotency keys may still run the earlier submit).
+   * `signal`: the lease-lost signal alone, as for `submit`.
    */
   private async resubmit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<StepResult> {
     const fence = fenceOf(task);
