@@ -46,12 +46,16 @@
  * 300 px a side, ratio 1:2.5–2.5:1; image2video: `image`
  * required, `image_tail` only where the capability map has first+last frames; multi-image2video:
  * 1–4 `image_list[].image`; omni: `image_list[] {image_url, type?}` up to 7, an end frame only with
- * a first frame and at most 2 images then. `external_task_id` is unique per account: a second
- * create with one is 400 1201 (ASSUMPTION: Kling's answer to a duplicate is not documented; the
- * table's invalid-parameter code); the query by id takes either the task id or the external_task_id
- * in the path (the documents' "与 external_task_id 二选一"), and a task that failed risk control is
- * answered 1301 with the task there too. Content the "risk control" refuses at create: a prompt with
- * `kling-block` → 400 1301.
+ * a first frame and at most 2 images then. `external_task_id` (an optional string on every video
+ * create and on the image create: image-generation.md's "自定义任务ID，单用户下需要保证唯一性") is
+ * unique per account: a second create with one, video or image, is 400 1201 (ASSUMPTION: Kling's
+ * answer to a duplicate is not documented; the table's invalid-parameter code; ASSUMPTION: one
+ * namespace for videos and images, "单用户" being the user); it is kept on the task and echoed in
+ * `task_info.external_task_id` by the create and every query. The single-task query of each
+ * endpoint, images included, takes either the task id or the external_task_id in the path (the
+ * documents' "与 external_task_id 二选一"; image-generation.md's query has the same pair), an id
+ * neither is → 404 1203, and a task that failed risk control is answered 1301 with the task there
+ * too. Content the "risk control" refuses at create: a prompt with `kling-block` → 400 1301.
  *
  * Accounts: `accounts[]` of access and secret keys; `permitModels(ak, models)` limits the model
  * names an account may use (others → 403 1103); `setResourcePack(ak, 'exhausted')` answers every

@@ -358,7 +358,9 @@ describe('kling images', () => {
     expect(body.data).toHaveLength(2);
     for (const item of body.data as Json[]) expect(await sharp(Buffer.from(item.b64_json, 'base64')).metadata()).toMatchObject({ width: 2048, height: 1152, format: 'png' });
     const upstream = [...fake.tasks.values()].find((t) => t.kind === 'image' && t.prompt === 'a lighthouse at dawn')!;
-    expect(upstream.body).toEqual({ model_name: 'kling-v2-1', prompt: 'a lighthouse at dawn', n: 2, aspect_ratio: '16:9', resolution: '2k' });
+    // external_task_id: what a submit without an answer is looked up by (kling-image-once.test.ts).
+    expect(upstream.body).toEqual({ model_name: 'kling-v2-1', prompt: 'a lighthouse at dawn', n: 2, aspect_ratio: '16:9', resolution: '2k', external_task_id: expect.any(String) });
+    expect(upstream.externalTaskId).toBe(upstream.body.external_task_id);
     expect(upstream.downloads).toBe(2);
     expect(await holdOf(server.db, res.headers.get('x-task-id')!)).toMatchObject({ status: 'captured', captured: 28_000 });
   });

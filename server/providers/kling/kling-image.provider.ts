@@ -2,28 +2,48 @@
  * Provider kind `kling`, images: Kling's image generation (upstream-apis.md §10.2, the Kling image
  * API), asynchronous like its videos, run within the synchronous image request:
  *
- *   POST /v1/images/generations        {model_name, prompt, n, aspect_ratio, resolution "1k"|"2k"}
+ *   POST /v1/images/generations        {model_name, prompt, n, aspect_ratio, resolution "1k"|"2k",
+ *                                      external_task_id}
  *   GET  /v1/images/generations/{id}   until `succeed` (→ `task_result.images[] {index, url}`) or
  *                                      `failed` (→ `task_status_msg`), every `pollIntervalMs`
  *
- * bounded by the request's signal and `timeoutMs`. A poll answered with a rate limit or a 5xx is
- * asked again (the task runs on regardless, and is paid for); other errors end the request. Each
- * image is then downloaded from Kling's CDN (no credentials; a transient failure is tried again, up
- * to three times: failing over would pay for the images a second time), fitted to the size and
- * format the client asked for (`fitImage`) and reported in index order. `n` images are one task
- * (Kling takes 1–9); a task that returns fewer is reported as it is (only delivered images are
+ * bounded by the request's signal and `timeoutMs` (from the start of the call, submit included).
+ *
+ * One request, one paid Kling task: Kling has no cancel, so a task it accepted runs and is billed
+ * whatever the gateway does next, and an error out of here may send the request to another member
+ * (or a later attempt) with a new task. So:
+ *   - a status call that fails in passing (no connection, a timeout, an unreadable answer, a 5xx or
+ *     rate limit, a status word not known) is asked again until `timeoutMs`, honouring Retry-After,
+ *     as the queued image upstreams are (kit/queued-images.ts); any other failure once the task
+ *     exists, and the deadline itself, is thrown as `maybeAccepted` (the runner does not move it to
+ *     another member); Kling saying it has no such task (1203, or a 404 without its envelope) fails
+ *     it (`failed`: nothing runs, and a resumed task's next try starts afresh), as for videos;
+ *   - every submit carries a fresh `external_task_id` (Kling keeps it unique per account, and its
+ *     single-task query takes it in place of the task id: image-generation.md). A submit without a
+ *     usable answer (a timeout or a connection lost after sending, a 2xx without the envelope or
+ *     the task id) is looked up by it on the same member: found, the task is collected (and
+ *     recorded, `events.submitted`) as if the submit had answered; Kling says there is no such task:
+ *     the submit's error is thrown as not accepted (safe to try elsewhere); the lookup fails in
+ *     passing: asked again until `timeoutMs`; it fails otherwise (or the deadline passes):
+ *     thrown as `maybeAccepted`.
+ *
+ * Each image is then downloaded from Kling's CDN (no credentials; a transient failure is tried
+ * again, up to three times: failing over would pay for the images a second time), fitted to the
+ * size and format the client asked for (`fitImage`) and reported in index order. `n` images are one
+ * task (Kling takes 1–9); a task that returns fewer is reported as it is (only delivered images are
  * charged).
  *
  * `aspect_ratio` is the request's when Kling has it, else the nearest of Kling's eight; `resolution`
  * is `2k` for 2K and 4K tiers, else `1k`. Kling has no mask and its reference-image input is a
  * different operation per model: edits are refused before any call.
  */
+import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fitImage } from '../image-output.ts';
-import { ProviderError, downloadWithRetries, jobStatus, sanitizeMessage } from '../kit.ts';
+import { ProviderError, asProviderError, downloadWithRetries, jobStatus, sanitizeMessage } from '../kit.ts';
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../kit.ts';
 import { KlingTokens } from './kling-auth.ts';
-import { klingCall, outcomeOf } from './kling-api.ts';
+import { klingCall, outcomeOf, type KlingOutcome } from './kling-api.ts';
 
 export const KLING_IMAGE_POLL_MS = 2_000;
 export const KLING_IMAGE_TIMEOUT_MS = 600_000;
@@ -37,8 +57,12 @@ interface KlingImageTask {
   task_id?: unknown;
   task_status?: unknown;
   task_status_msg?: unknown;
+  task_info?: { external_task_id?: unknown };
   task_result?: { images?: { index?: unknown; url?: unknown }[] };
 }
+
+/** What one status call saw of the task. */
+type Seen = { state: 'running' } | { state: 'failed'; error: ProviderError } | { state: 'succeeded'; urls: string[] };
 
 /** The nearest ratio Kling knows (on a log scale). */
 export function klingImageRatio(aspectRatio: string, width: number, height: number): string {
@@ -54,22 +78,27 @@ export function klingImageRatio(aspectRatio: string, width: number, height: numb
 export interface KlingImageOptions {
   pollIntervalMs?: number;
   timeoutMs?: number;
+  /** How long one call to Kling's API may take (default: the gateway's upstream timeout, 60 s). */
+  callTimeoutMs?: number;
   tokens?: KlingTokens;
 }
 
 export class KlingImageProvider implements ImageProvider {
   private readonly pollIntervalMs: number;
   private readonly timeoutMs: number;
+  private readonly callTimeoutMs: number | undefined;
   private readonly tokens: KlingTokens;
 
   constructor(options: KlingImageOptions = {}) {
     this.pollIntervalMs = options.pollIntervalMs ?? KLING_IMAGE_POLL_MS;
     this.timeoutMs = options.timeoutMs ?? KLING_IMAGE_TIMEOUT_MS;
+    this.callTimeoutMs = options.callTimeoutMs;
     this.tokens = options.tokens ?? new KlingTokens();
   }
 
   async generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void> {
     if (job.operation === 'edit') throw new ProviderError('invalid_request', 'Kling image models here generate from a prompt only (no image edits)');
+    const deadline = Date.now() + this.timeoutMs;
     const p = job.params;
     const fields = {
       model_name: job.model,
@@ -79,8 +108,8 @@ export class KlingImageProvider implements ImageProvider {
       resolution: p.resolution === '2K' || p.resolution === '4K' ? '2k' : '1k',
     };
     // A task an earlier run of this one submitted is collected, not submitted again (ImageJob.resume).
-    const taskId = typeof job.resume === 'string' && job.resume !== '' ? job.resume : await this.submit(account, fields, signal, events);
-    const urls = await this.waitForImages(account, taskId, signal);
+    const taskId = typeof job.resume === 'string' && job.resume !== '' ? job.resume : await this.submit(account, fields, deadline, signal, events);
+    const urls = await this.waitForImages(account, taskId, deadline, signal);
     for (const [i, url] of urls.slice(0, job.n).entries()) {
       // Kling's CDN: no credentials, redirects followed anywhere, a passing failure tried again.
       const data = await downloadWithRetries(url, signal, 'Kling');
@@ -88,46 +117,132 @@ export class KlingImageProvider implements ImageProvider {
     }
   }
 
-  /** Creates the image task; its id, recorded for a later run (Kling has no cancel: a task is always left to finish). */
-  private async submit(account: UpstreamAccount, fields: Record<string, unknown>, signal: AbortSignal, events: ImageEvents): Promise<string> {
-    const text = JSON.stringify(fields);
-    const created = outcomeOf(
-      await klingCall<KlingImageTask>(this.tokens, account, { method: 'POST', path: '/v1/images/generations', body: () => ({ body: text, length: Buffer.byteLength(text) }) }, signal, 'image generation'),
-      'image generation',
-    );
-    if (!created.ok) throw created.error;
-    const taskId = created.data?.task_id;
-    if (typeof taskId !== 'string' || taskId === '') throw new ProviderError('retryable', 'the upstream accepted the image task without returning its id');
+  /**
+   * Creates the image task; its id, recorded for a later run (Kling has no cancel: a task is always
+   * left to finish). A submit that got no usable answer is looked up by its external_task_id.
+   */
+  private async submit(account: UpstreamAccount, fields: Record<string, unknown>, deadline: number, signal: AbortSignal, events: ImageEvents): Promise<string> {
+    // Fresh for each submit: a resubmit is a new task anyway, and Kling refuses an id used before.
+    const externalId = randomUUID();
+    const text = JSON.stringify({ ...fields, external_task_id: externalId });
+    let taskId: string;
+    try {
+      const created = outcomeOf(
+        await klingCall<KlingImageTask>(this.tokens, account, { method: 'POST', path: '/v1/images/generations', body: () => ({ body: text, length: Buffer.byteLength(text) }), timeoutMs: this.callTimeoutMs }, signal, 'image generation'),
+        'image generation',
+      );
+      if (!created.ok) throw created.error;
+      const id = created.data?.task_id;
+      if (typeof id !== 'string' || id === '') throw new ProviderError('retryable', 'the upstream accepted the image task without returning its id', { maybeAccepted: true });
+      taskId = id;
+    } catch (err) {
+      // Sent, but what Kling did is unknown: ask it, on this member, before anything is sent elsewhere.
+      if (signal.aborted || !(err instanceof ProviderError) || !err.maybeAccepted) throw err;
+      taskId = await this.findByExternalId(account, externalId, err, deadline, signal);
+    }
     await events.submitted?.(taskId);
     return taskId;
   }
 
-  /** Polls the task until it is done; its images' URLs in index order. */
-  private async waitForImages(account: UpstreamAccount, taskId: string, signal: AbortSignal): Promise<string[]> {
-    const deadline = Date.now() + this.timeoutMs;
+  /**
+   * The id of the task a submit without a usable answer (`unanswered`) created. Kling saying there
+   * is no such task throws `unanswered` as not accepted: nothing runs, another member may take the
+   * request. A lookup failing in passing is asked again until the deadline; any other failure, or
+   * the deadline, is thrown as maybe accepted.
+   */
+  private async findByExternalId(account: UpstreamAccount, externalId: string, unanswered: ProviderError, deadline: number, signal: AbortSignal): Promise<string> {
     for (;;) {
-      await sleep(this.pollIntervalMs, undefined, { signal });
-      const outcome = outcomeOf(
-        await klingCall<KlingImageTask>(this.tokens, account, { method: 'GET', path: `/v1/images/generations/${encodeURIComponent(taskId)}` }, signal, 'image status'),
-        'image status',
-      );
-      if (!outcome.ok) {
-        if (outcome.data?.task_status === 'failed') throw outcome.error;
-        if (!outcome.error.transient || Date.now() > deadline) throw outcome.error;
-        if (outcome.error.retryAfterMs) await sleep(outcome.error.retryAfterMs, undefined, { signal });
-        continue;
+      let outcome: KlingOutcome<KlingImageTask>;
+      try {
+        outcome = await this.query(account, externalId, signal, 'image lookup');
+      } catch (err) {
+        if (signal.aborted) throw err;
+        outcome = { ok: false, error: asProviderError(err, 'the upstream image lookup failed'), data: undefined };
       }
       const task = outcome.data;
-      const state = status(task?.task_status);
-      if (state === 'failed') throw new ProviderError('failed', sanitizeMessage(task?.task_status_msg, 'the upstream reported the image task as failed'));
-      if (state === 'succeeded') {
-        const images = (task?.task_result?.images ?? [])
-          .filter((img): img is { index?: unknown; url: string } => typeof img?.url === 'string' && img.url !== '')
-          .sort((a, b) => Number(a.index ?? 0) - Number(b.index ?? 0));
-        if (images.length === 0) throw new ProviderError('failed', 'the upstream finished the image task without an image');
-        return images.map((img) => img.url);
+      // The task, whatever its state or the answer's code (risk control answers 1301 with the failed task).
+      if (task?.task_info?.external_task_id === externalId && typeof task.task_id === 'string' && task.task_id !== '') return task.task_id;
+      if (outcome.ok) throw possiblyAccepted(new ProviderError('retryable', 'the upstream image lookup answered without the task'));
+      if (isUnknownTask(outcome.error)) {
+        throw new ProviderError(unanswered.kind, unanswered.message, { retryAfterMs: unanswered.retryAfterMs, upstreamStatus: unanswered.upstreamStatus, upstreamCode: unanswered.upstreamCode, cause: unanswered });
       }
-      if (Date.now() > deadline) throw new ProviderError('retryable', `the upstream image task did not finish within ${Math.round(this.timeoutMs / 1000)} s`);
+      const left = deadline - Date.now();
+      if (!outcome.error.transient || left <= 0) throw possiblyAccepted(outcome.error);
+      await sleep(Math.min(Math.max(this.pollIntervalMs, outcome.error.retryAfterMs ?? 0), left), undefined, { signal });
     }
   }
+
+  /**
+   * Polls the task until it is done; its images' URLs in index order. The task runs (and is paid
+   * for) whatever a status call meets: a passing failure is asked again, a lasting one is thrown
+   * as maybe accepted.
+   */
+  private async waitForImages(account: UpstreamAccount, taskId: string, deadline: number, signal: AbortSignal): Promise<string[]> {
+    for (let wait = this.pollIntervalMs; ; ) {
+      await sleep(wait, undefined, { signal });
+      wait = this.pollIntervalMs;
+      let seen: Seen;
+      try {
+        seen = await this.look(account, taskId, signal);
+      } catch (err) {
+        if (signal.aborted) throw err;
+        // An unreadable answer of an error status, or anything unclassified: a look that failed, not the task.
+        const error = asProviderError(err, 'the upstream image status failed');
+        if (!error.transient || Date.now() >= deadline) throw possiblyAccepted(error);
+        wait = Math.max(wait, error.retryAfterMs ?? 0);
+        seen = { state: 'running' };
+      }
+      if (seen.state === 'failed') throw seen.error;
+      if (seen.state === 'succeeded') return seen.urls;
+      // A long Retry-After never holds the request past the deadline: one last look at its end.
+      const left = deadline - Date.now();
+      if (left <= 0) throw new ProviderError('retryable', `the upstream image task did not finish within ${Math.round(this.timeoutMs / 1000)} s`, { maybeAccepted: true });
+      wait = Math.min(wait, left);
+    }
+  }
+
+  /** One status call: the task's state; throws when the call (not the task) failed. */
+  private async look(account: UpstreamAccount, taskId: string, signal: AbortSignal): Promise<Seen> {
+    const outcome = await this.query(account, taskId, signal, 'image status');
+    if (!outcome.ok) {
+      // The task itself failed (risk control answers its code with the task): it is over.
+      if (outcome.data?.task_status === 'failed') return { state: 'failed', error: outcome.error };
+      // Kling does not know the task (any more): nothing runs, and asking again cannot help.
+      if (isUnknownTask(outcome.error)) {
+        return { state: 'failed', error: new ProviderError('failed', 'the upstream no longer knows this image task', { upstreamStatus: outcome.error.upstreamStatus, upstreamCode: outcome.error.upstreamCode }) };
+      }
+      throw outcome.error;
+    }
+    const task = outcome.data;
+    // An unknown word throws (retryable): asked again, never guessed.
+    const state = status(task?.task_status);
+    if (state === 'failed') return { state, error: new ProviderError('failed', sanitizeMessage(task?.task_status_msg, 'the upstream reported the image task as failed')) };
+    if (state === 'running') return { state };
+    const images = (task?.task_result?.images ?? [])
+      .filter((img): img is { index?: unknown; url: string } => typeof img?.url === 'string' && img.url !== '')
+      .sort((a, b) => Number(a.index ?? 0) - Number(b.index ?? 0));
+    if (images.length === 0) return { state: 'failed', error: new ProviderError('failed', 'the upstream finished the image task without an image') };
+    return { state, urls: images.map((img) => img.url) };
+  }
+
+  /** The single-task query; `id` is the task id or the external_task_id (Kling takes either in the path). */
+  private async query(account: UpstreamAccount, id: string, signal: AbortSignal, what: string): Promise<KlingOutcome<KlingImageTask>> {
+    const answer = await klingCall<KlingImageTask>(this.tokens, account, { method: 'GET', path: `/v1/images/generations/${encodeURIComponent(id)}`, timeoutMs: this.callTimeoutMs }, signal, what);
+    return outcomeOf(answer, what);
+  }
+}
+
+/** Kling says it has no such task (1203, or a 404 of something without its envelope). */
+function isUnknownTask(err: ProviderError): boolean {
+  return err.upstreamCode === '1203' || (err.upstreamCode === undefined && err.upstreamStatus === 404);
+}
+
+/**
+ * A failure once the task may exist, thrown as maybe accepted: the runner keeps the request off
+ * other members, where a second task would be paid for too. A refusal of a query is no fault of
+ * the client's request: retryable.
+ */
+function possiblyAccepted(err: ProviderError): ProviderError {
+  const kind = err.kind === 'invalid_request' || err.kind === 'policy' || err.kind === 'failed' ? 'retryable' : err.kind;
+  return new ProviderError(kind, err.message, { retryAfterMs: err.retryAfterMs, upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode, cause: err, maybeAccepted: true });
 }

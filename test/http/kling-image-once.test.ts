@@ -1,0 +1,265 @@
+/**
+ * One image request, one paid Kling task (the Kling image adapter against test/fakes/kling.ts).
+ * Kling has no cancel: a task it accepted runs and is billed, so whatever goes wrong once it may
+ * exist must never lead to a second task, neither on another member (a synchronous request failing
+ * over) nor on a later attempt (a background task retried). Through the public API: a status call
+ * whose connection drops, a status word Kling does not document, a submit answered only after the
+ * adapter stopped waiting (looked up by its external_task_id on the same member), and a submit
+ * Kling never carried out (safe to fail over, and it does). Then the adapter's own errors once the
+ * task exists: thrown as maybe accepted.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
+import { ProviderError } from '../../server/providers/provider-error.ts';
+import { KlingTokens } from '../../server/providers/kling/kling-auth.ts';
+import { klingCall } from '../../server/providers/kling/kling-api.ts';
+import { KlingImageProvider } from '../../server/providers/kling/kling-image.provider.ts';
+import type { ImageEvents, ImageJob, UpstreamAccount } from '../../server/providers/types.ts';
+import { startKlingFake, type KlingFake } from '../fakes/kling.ts';
+import { createAccount, createApiKey, createGroup } from '../support/factories.ts';
+import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { imageParams } from '../support/image-params.ts';
+import { holdOf, until } from '../support/tasks.ts';
+
+/** How long one call to Kling may take here (the adapter's default is the gateway's 60 s). */
+const CALL_TIMEOUT_MS = 1_000;
+
+let server: TestServer;
+let fake: KlingFake;
+let seq = 0;
+
+beforeAll(async () => {
+  fake = await startKlingFake({
+    accounts: [
+      { accessKey: 'ak-a', secretKey: 'sk-a-secret' },
+      { accessKey: 'ak-b', secretKey: 'sk-b-secret' },
+    ],
+    jobDurationMs: 300,
+    durationFor: (p) => (p.includes('[never]') ? 'never' : undefined),
+  });
+  const tokens = new KlingTokens();
+  server = await startTestServer({ workers: true, overrides: { providers: { kling: { image: new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS, tokens }) } } } });
+  const { response } = await server.admin().POST('/admin/v1/models', { body: findCatalogDefinition('kling/kling-v2-1')!.model });
+  expect(response.status).toBe(201);
+});
+afterAll(async () => {
+  await server?.close();
+  await fake?.close();
+});
+
+/** A customer whose group has member `a` (ak-a, first by priority) and, with `two`, member `b` (ak-b). */
+async function customer(two: boolean) {
+  const account = await createAccount(server.db, { balance: 100 });
+  const group = await createGroup(server.db);
+  const members = [['a', 'ak-a', 'sk-a-secret', 10], ...(two ? [['b', 'ak-b', 'sk-b-secret', 0] as const] : [])] as const;
+  for (const [name, ak, sk, priority] of members) {
+    const { response } = await server.admin().POST('/admin/v1/groups/{group_id}/members', {
+      params: { path: { group_id: group.id } },
+      body: { name, provider: 'kling', base_url: fake.url, credentials: { access_key: ak, secret_key: sk }, models: ['kling-v2-1'], priority },
+    });
+    expect(response.status).toBe(201);
+  }
+  const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+  return key.key;
+}
+
+const prompt = (what: string) => `${what} #${Date.now()}-${++seq}`;
+
+async function generate(key: string, text: string, background = false) {
+  const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', ...(background && { Prefer: 'respond-async' }) },
+    body: JSON.stringify({ model: 'kling-v2-1', prompt: text }),
+  });
+  return { status: res.status, taskId: res.headers.get('x-task-id')!, body: (await res.json()) as Record<string, any> };
+}
+
+/** The Kling tasks created for a prompt: which account each is on. */
+const tasksOf = (text: string) => [...fake.tasks.values()].filter((t) => t.prompt === text);
+
+const rowOf = (id: string) => server.db.selectFrom('imageTasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+
+describe('a synchronous Kling image request with two members', () => {
+  it('a status call whose connection drops is asked again: one Kling task, delivered and charged once', async () => {
+    const key = await customer(true);
+    const text = prompt('a dropped status call');
+    fake.faults.push('image-poll', { destroy: true });
+    const res = await generate(key, text);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(tasksOf(text).map((t) => t.accessKey)).toEqual(['ak-a']);
+    expect(await holdOf(server.db, res.taskId)).toMatchObject({ status: 'captured' });
+  });
+
+  it('a status word Kling does not document is asked again, never guessed: one Kling task', async () => {
+    const key = await customer(true);
+    const text = prompt('an unknown status word');
+    fake.faults.push('image-poll', { status: 200, body: { code: 0, message: 'SUCCEED', request_id: 'r-1', data: { task_id: 'whatever', task_status: 'queueing' } } });
+    const res = await generate(key, text);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(tasksOf(text).map((t) => t.accessKey)).toEqual(['ak-a']);
+  });
+
+  it('a submit answered only after the adapter stopped waiting is found by its external_task_id on the same member: no failover, one Kling task', async () => {
+    const key = await customer(true);
+    const text = prompt('a slow submit');
+    const since = fake.requests.length;
+    // Kling creates the task at once and answers long after the call's timeout.
+    fake.delayAnswerNext('image-submit', CALL_TIMEOUT_MS * 3);
+    const res = await generate(key, text);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const tasks = tasksOf(text);
+    expect(tasks.map((t) => t.accessKey)).toEqual(['ak-a']);
+    // Looked up by the external id it was sent with (the query takes it in place of the task id).
+    const external = tasks[0]!.externalTaskId!;
+    expect(external).toEqual(expect.any(String));
+    expect(fake.requests.some((r) => r.method === 'GET' && r.path === `/v1/images/generations/${external}`)).toBe(true);
+    // Member b was never asked for anything.
+    expect(new Set(fake.requests.slice(since).map((r) => keyOf(r.headers.authorization)))).toEqual(new Set(['ak-a']));
+    expect(await holdOf(server.db, res.taskId)).toMatchObject({ status: 'captured' });
+  });
+
+  it('a submit that timed out and that Kling never carried out (the lookup finds no task) fails over: one Kling task, on the second member', async () => {
+    const key = await customer(true);
+    const text = prompt('a lost submit');
+    // The connection is held past the timeout and then dropped; nothing is created.
+    fake.faults.push('image-submit', { delayMs: CALL_TIMEOUT_MS * 2, destroy: true });
+    const res = await generate(key, text);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(tasksOf(text).map((t) => t.accessKey)).toEqual(['ak-b']);
+  });
+});
+
+describe('a background Kling image task', () => {
+  it('a dropped status call does not make a later attempt submit a second Kling task', async () => {
+    const key = await customer(false);
+    const text = prompt('a dropped background status call');
+    fake.faults.push('image-poll', { destroy: true });
+    const res = await generate(key, text, true);
+    expect(res.status).toBe(202);
+    const row = await until(async () => {
+      const r = await rowOf(res.taskId);
+      return r.status !== 'processing' && r;
+    }, 20_000, 'the task to finish');
+    const tasks = tasksOf(text);
+    expect(tasks).toHaveLength(1);
+    expect(row).toMatchObject({ status: 'completed', upstreamJob: tasks[0]!.taskId });
+  });
+
+  it('a submit answered late is found and recorded for a later attempt, as an answered one is', async () => {
+    const key = await customer(false);
+    const text = prompt('a slow background submit');
+    fake.delayAnswerNext('image-submit', CALL_TIMEOUT_MS * 3);
+    const res = await generate(key, text, true);
+    expect(res.status).toBe(202);
+    const row = await until(async () => {
+      const r = await rowOf(res.taskId);
+      return r.status !== 'processing' && r;
+    }, 20_000, 'the task to finish');
+    const tasks = tasksOf(text);
+    expect(tasks).toHaveLength(1);
+    expect(row).toMatchObject({ status: 'completed', upstreamJob: tasks[0]!.taskId });
+  });
+});
+
+describe('the fake, after image-generation.md', () => {
+  it('keeps an image create\'s external_task_id unique per account and answers the single-task query by it', async () => {
+    const tokens = new KlingTokens();
+    const as = (ak: string): UpstreamAccount => ({ memberId: `mem_${ak}`, provider: 'kling', baseUrl: fake.url, credentials: { access_key: ak, secret_key: `sk-${ak.slice(3)}-secret` }, modelMap: {} });
+    const signal = new AbortController().signal;
+    const create = (ak: string, external: string) => {
+      const text = JSON.stringify({ model_name: 'kling-v2-1', prompt: 'a fake check', external_task_id: external });
+      return klingCall<Record<string, any>>(tokens, as(ak), { method: 'POST', path: '/v1/images/generations', body: () => ({ body: text, length: Buffer.byteLength(text) }) }, signal, 'image generation');
+    };
+    const query = (ak: string, id: string) => klingCall<Record<string, any>>(tokens, as(ak), { method: 'GET', path: `/v1/images/generations/${id}` }, signal, 'image status');
+    const external = `ext-${Date.now()}-${++seq}`;
+    const first = await create('ak-a', external);
+    expect([first.status, first.body?.code, first.body?.data?.task_info]).toEqual([200, 0, { external_task_id: external }]);
+    const byExternal = await query('ak-a', external);
+    expect([byExternal.body?.code, byExternal.body?.data?.task_id, byExternal.body?.data?.task_info]).toEqual([0, first.body!.data!.task_id, { external_task_id: external }]);
+    expect((await query('ak-a', first.body!.data!.task_id)).body?.data?.task_info).toEqual({ external_task_id: external });
+    const again = await create('ak-a', external);
+    expect([again.status, again.body?.code]).toEqual([400, 1201]);
+    // Another account's tasks are its own: the id is free there, and the first account's task unknown.
+    expect([(await query('ak-b', external)).status, (await query('ak-b', external)).body?.code]).toEqual([404, 1203]);
+    expect((await create('ak-b', external)).body?.code).toBe(0);
+  });
+});
+
+describe('the adapter, once the task may exist', () => {
+  const account = (): UpstreamAccount => ({ memberId: 'mem_kling_once', provider: 'kling', baseUrl: fake.url, credentials: { access_key: 'ak-a', secret_key: 'sk-a-secret' }, modelMap: {} });
+  const job = (text: string): ImageJob => ({ operation: 'generation', model: 'kling-v2-1', prompt: text, n: 1, params: imageParams(), inputs: [] });
+  const events = (): ImageEvents & { refs: unknown[] } => {
+    const refs: unknown[] = [];
+    return { refs, partial: async () => undefined, image: async () => undefined, submitted: async (ref) => void refs.push(ref) };
+  };
+  const failureOf = (p: Promise<unknown>) =>
+    p.then(
+      () => expect.unreachable('the call succeeded'),
+      (err: unknown) => {
+        expect(err).toBeInstanceOf(ProviderError);
+        return err as ProviderError;
+      },
+    );
+
+  it('the deadline of a task that does not finish is thrown as maybe accepted', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, timeoutMs: 500, callTimeoutMs: CALL_TIMEOUT_MS });
+    const text = prompt('a task that never ends [never]');
+    const err = await failureOf(provider.generate(account(), job(text), new AbortController().signal, events()));
+    expect([err.kind, err.maybeAccepted]).toEqual(['retryable', true]);
+    expect(tasksOf(text)).toHaveLength(1);
+  });
+
+  it('a status call refused for good (not "no such task") is thrown as maybe accepted, blaming no client', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+    const text = prompt('a refused status call');
+    fake.errorNext('image-poll', 1200);
+    const err = await failureOf(provider.generate(account(), job(text), new AbortController().signal, events()));
+    expect([err.kind, err.maybeAccepted, err.upstreamCode]).toEqual(['retryable', true, '1200']);
+  });
+
+  it('a task Kling says it does not know (1203) fails as gone, not as the member\'s misconfiguration to fail over from', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+    const text = prompt('a task Kling forgot');
+    fake.errorNext('image-poll', 1203);
+    const err = await failureOf(provider.generate(account(), job(text), new AbortController().signal, events()));
+    expect([err.kind, err.maybeAccepted, err.upstreamStatus, err.upstreamCode]).toEqual(['failed', false, 404, '1203']);
+  });
+
+  it('a submit without an answer that Kling has no task for is thrown as not accepted (safe elsewhere), after one lookup', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+    const text = prompt('a submit Kling never carried out');
+    const since = fake.requests.length;
+    fake.faults.push('image-submit', { delayMs: CALL_TIMEOUT_MS * 2, destroy: true });
+    const seen = events();
+    const err = await failureOf(provider.generate(account(), job(text), new AbortController().signal, seen));
+    expect([err.kind, err.maybeAccepted]).toEqual(['retryable', false]);
+    const sent = fake.requests.slice(since).find((r) => r.method === 'POST')!;
+    const external = (sent.json as { external_task_id: string }).external_task_id;
+    expect(fake.requests.slice(since).filter((r) => r.method === 'GET').map((r) => r.path)).toEqual([`/v1/images/generations/${external}`]);
+    expect(tasksOf(text)).toEqual([]);
+    expect(seen.refs).toEqual([]);
+  });
+
+  it('a lookup after a late submit that is refused for good is thrown as maybe accepted; one asked again in passing finds the task', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+    const refused = prompt('a late submit, its lookup refused');
+    fake.delayAnswerNext('image-submit', CALL_TIMEOUT_MS * 3);
+    fake.errorNext('image-poll', 1200);
+    const err = await failureOf(provider.generate(account(), job(refused), new AbortController().signal, events()));
+    expect([err.kind, err.maybeAccepted]).toEqual(['retryable', true]);
+    expect(tasksOf(refused)).toHaveLength(1);
+
+    const text = prompt('a late submit, its lookup rate-limited');
+    fake.delayAnswerNext('image-submit', CALL_TIMEOUT_MS * 3);
+    fake.rateLimitNext('image-poll', 0);
+    const seen = events();
+    await provider.generate(account(), job(text), new AbortController().signal, seen);
+    expect(tasksOf(text)).toHaveLength(1);
+    expect(seen.refs).toEqual([tasksOf(text)[0]!.taskId]);
+  });
+});
+
+/** The access key (the JWT's `iss`) a request was signed for. */
+function keyOf(authorization: string | string[] | undefined): string {
+  return JSON.parse(Buffer.from(String(authorization).split('.')[1]!, 'base64url').toString()).iss as string;
+}
