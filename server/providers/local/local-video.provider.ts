@@ -3,7 +3,8 @@
  * (procedural, not AI). It behaves like an upstream: `submit` returns a job id, `poll` reports the
  * job running until its simulated latency (LOCAL_RENDER_DELAY_MS) has passed, and `download`
  * renders the clip and streams it. The render is CPU work, so renders have a small concurrency of
- * their own, whatever the number of jobs in flight.
+ * their own, whatever the number of jobs in flight; its JavaScript runs on this event loop in short
+ * slices, so that other requests are answered while a clip renders.
  */
 import { createReadStream } from 'node:fs';
 import { buffer } from 'node:stream/consumers';
@@ -11,6 +12,7 @@ import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Semaphore } from '../../lib/semaphore.ts';
 import type { MediaInput, UpstreamAccount, VideoContent, VideoJob, VideoProvider, VideoStatus } from '../types.ts';
+import { TimeSlicer } from './video/time-slicer.ts';
 import { videoSize } from './video/video-size.ts';
 
 /**
@@ -26,6 +28,8 @@ export class LocalVideoProvider implements VideoProvider {
   /** No latency: the job is "done" at once, so the first poll is due right after the submit. */
   readonly pollIntervalMs: number;
   private readonly renders = new Semaphore(LOCAL_RENDER_CONCURRENCY);
+  /** Shared by the renders, so that two at once still take one slice's budget per turn of the event loop, not two. */
+  private readonly slicer = new TimeSlicer();
 
   constructor(
     private readonly workDir: string,
@@ -64,6 +68,7 @@ export class LocalVideoProvider implements VideoProvider {
         lastFrame: await bytesOf(job.lastFrame),
         outputPath: path,
         signal,
+        slicer: this.slicer,
       });
     } catch (err) {
       await rm(path, { force: true });

@@ -1,23 +1,37 @@
 /**
  * Per-frame painting into a YUV 4:2:0 picture: backgrounds (animated gradient or the
  * caller's images, cross-faded), the text overlay, the time counter and the progress bar.
+ * The painters that cover the whole picture give the event loop its turns between rows (or runs
+ * of SLICE_PIXELS); the counter and the progress bar touch a few rows and run in one go.
  */
 import sharp from 'sharp';
 import type { GlyphAtlas, Overlay } from './text-layer.ts';
+import type { TimeSlicer } from './time-slicer.ts';
 import { hslToRgb, rgbToYuv, rgbToYuvPicture, type Yuv } from './yuv-picture.ts';
 
-export function blendOverlay(pic: Yuv, o: Overlay): void {
+/** Pixels the flat loops paint between two looks at the clock: a few rows of a 1080p frame, tens of microseconds. */
+const SLICE_PIXELS = 8192;
+
+export async function blendOverlay(pic: Yuv, o: Overlay, slicer: TimeSlicer): Promise<void> {
   const { lumaIdx, chromaIdx } = o;
-  for (let k = 0; k < lumaIdx.length; k++) {
-    const i = lumaIdx[k]!;
-    const al = o.a[i]!;
-    pic.y[i] = (pic.y[i]! * (255 - al) + o.y[i]! * al + 127) / 255;
+  for (let k0 = 0; k0 < lumaIdx.length; k0 += SLICE_PIXELS) {
+    const end = Math.min(lumaIdx.length, k0 + SLICE_PIXELS);
+    for (let k = k0; k < end; k++) {
+      const i = lumaIdx[k]!;
+      const al = o.a[i]!;
+      pic.y[i] = (pic.y[i]! * (255 - al) + o.y[i]! * al + 127) / 255;
+    }
+    if (slicer.due()) await slicer.nextTurn();
   }
-  for (let k = 0; k < chromaIdx.length; k++) {
-    const i = chromaIdx[k]!;
-    const al = o.ca[i]!;
-    pic.u[i] = (pic.u[i]! * (255 - al) + o.u[i]! * al + 127) / 255;
-    pic.v[i] = (pic.v[i]! * (255 - al) + o.v[i]! * al + 127) / 255;
+  for (let k0 = 0; k0 < chromaIdx.length; k0 += SLICE_PIXELS) {
+    const end = Math.min(chromaIdx.length, k0 + SLICE_PIXELS);
+    for (let k = k0; k < end; k++) {
+      const i = chromaIdx[k]!;
+      const al = o.ca[i]!;
+      pic.u[i] = (pic.u[i]! * (255 - al) + o.u[i]! * al + 127) / 255;
+      pic.v[i] = (pic.v[i]! * (255 - al) + o.v[i]! * al + 127) / 255;
+    }
+    if (slicer.due()) await slicer.nextTurn();
   }
 }
 
@@ -73,7 +87,7 @@ export function drawProgress(pic: Yuv, w: number, h: number, progress: number): 
 
 // Backgrounds
 
-export function drawGradient(pic: Yuv, w: number, h: number, seed: number, t: number, progress: number): void {
+export async function drawGradient(pic: Yuv, w: number, h: number, seed: number, t: number, progress: number, slicer: TimeSlicer): Promise<void> {
   const hue0 = seed % 360;
   const hueShift = 70 * progress;
   const [y0, u0, v0] = rgbToYuv(...hslToRgb(hue0 + hueShift, 0.65, 0.42));
@@ -103,6 +117,7 @@ export function drawGradient(pic: Yuv, w: number, h: number, seed: number, t: nu
       }
       pic.y[row + xx] = val > 235 ? 235 : val;
     }
+    if (slicer.due()) await slicer.nextTurn();
   }
   const cw = w / 2, ch = h / 2;
   const dU = u1 - u0, dV = v1 - v0;
@@ -114,20 +129,22 @@ export function drawGradient(pic: Yuv, w: number, h: number, seed: number, t: nu
       pic.u[row + xx] = u0 + dU * ss;
       pic.v[row + xx] = v0 + dV * ss;
     }
+    if (slicer.due()) await slicer.nextTurn();
   }
 }
 
 /** Decodes an image and fits it into w×h: whole image centred over a blurred, cropped copy of itself. */
-export async function loadImage(bytes: Buffer, w: number, h: number): Promise<Yuv> {
+export async function loadImage(bytes: Buffer, w: number, h: number, slicer: TimeSlicer): Promise<Yuv> {
   const src = sharp(bytes, { failOn: 'error' }).rotate();
   const bg = await src.clone().resize(w, h, { fit: 'cover' }).blur(Math.max(4, Math.min(w, h) / 30)).modulate({ brightness: 0.6 }).removeAlpha().png().toBuffer();
   const fg = await src.clone().resize(w, h, { fit: 'inside' }).png().toBuffer();
   const raw = await sharp(bg).composite([{ input: fg, gravity: 'centre' }]).removeAlpha().raw().toBuffer({ resolveWithObject: true });
   if (raw.info.width !== w || raw.info.height !== h) throw new Error('image fit produced an unexpected size');
-  return rgbToYuvPicture(raw.data, raw.info.channels, w, h);
+  return rgbToYuvPicture(raw.data, raw.info.channels, w, h, slicer);
 }
 
-export function mixPictures(out: Yuv, a: Yuv, b: Yuv | null, weight: number): void {
+export async function mixPictures(out: Yuv, a: Yuv, b: Yuv | null, weight: number, slicer: TimeSlicer): Promise<void> {
+  // The whole-picture copies are one memcpy each (a millisecond for 1080p), not worth slicing.
   if (!b || weight <= 0) {
     out.buf.set(a.buf);
     return;
@@ -138,5 +155,9 @@ export function mixPictures(out: Yuv, a: Yuv, b: Yuv | null, weight: number): vo
   }
   const wb = Math.round(weight * 256), wa = 256 - wb;
   const A = a.buf, B = b.buf, O = out.buf;
-  for (let i = 0; i < O.length; i++) O[i] = (A[i]! * wa + B[i]! * wb + 128) >> 8;
+  for (let i0 = 0; i0 < O.length; i0 += SLICE_PIXELS) {
+    const end = Math.min(O.length, i0 + SLICE_PIXELS);
+    for (let i = i0; i < end; i++) O[i] = (A[i]! * wa + B[i]! * wb + 128) >> 8;
+    if (slicer.due()) await slicer.nextTurn();
+  }
 }

@@ -150,7 +150,7 @@ export async function openMp4Writer(path: string, opts: Mp4WriterOptions): Promi
     }
   };
 
-  const totalSamples = audio?.left.length ?? 0;
+  const totalSamples = audio?.totalSamples ?? 0;
   let samplesSent = 0;
   const pushAudioUntil = async (sampleLimit: number): Promise<void> => {
     if (!aenc || !audio) return;
@@ -158,8 +158,7 @@ export async function openMp4Writer(path: string, opts: Mp4WriterOptions): Promi
       const n = Math.min(AAC_FRAME_SIZE, totalSamples - samplesSent);
       const planar = Buffer.alloc(n * 4 * 2);
       const f32 = new Float32Array(planar.buffer, planar.byteOffset, n * 2);
-      f32.set(audio.left.subarray(samplesSent, samplesSent + n), 0);
-      f32.set(audio.right.subarray(samplesSent, samplesSent + n), n);
+      audio.render(samplesSent, f32.subarray(0, n), f32.subarray(n));
       const frame = Frame.fromAudioBuffer(planar, {
         nbSamples: n,
         format: AV_SAMPLE_FMT_FLTP,

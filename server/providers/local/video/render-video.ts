@@ -11,13 +11,15 @@
  * shipped inside the npm package `@seydx/node-av-<platform>`; no system ffmpeg,
  * nothing fetched from outside the npm registry). Frames are drawn directly in
  * YUV 4:2:0 in JavaScript; the static text layer is rasterised once by sharp.
+ * The JavaScript pixel work runs on the caller's event loop in slices of a few
+ * milliseconds (time-slicer.ts); encoding and muxing run on FFmpeg's threads.
  *
  * Pixel sizes must be even (4:2:0 chroma subsampling halves both dimensions):
  * renderVideo throws a RangeError on odd width/height. Use videoSize() to map a
  * resolution + aspect ratio to a valid size.
  *
  * This module orchestrates one render; the pieces live next to it (video-size,
- * yuv-picture, text-layer, frame-painter, audio-track, mp4-encoder, mp4-probe).
+ * yuv-picture, text-layer, frame-painter, audio-track, mp4-encoder, mp4-probe, time-slicer).
  * It re-exports their public API so importers keep one entry point.
  */
 import { randomBytes } from 'node:crypto';
@@ -26,11 +28,13 @@ import { AUDIO_SAMPLE_RATE, makeAudio } from './audio-track.ts';
 import { blendOverlay, drawCounter, drawGradient, drawProgress, loadImage, mixPictures } from './frame-painter.ts';
 import { encoderAvailable, openMp4Writer, quietFfmpegLog, type Mp4Writer } from './mp4-encoder.ts';
 import { buildGlyphs, buildOverlay, cleanPrompt } from './text-layer.ts';
+import { TimeSlicer } from './time-slicer.ts';
 import { MAX_DIMENSION } from './video-size.ts';
 import { allocYuv } from './yuv-picture.ts';
 
 export { encoderAvailable } from './mp4-encoder.ts';
 export { probeMp4, readVideoFrame, type Mp4Info } from './mp4-probe.ts';
+export { SLICE_BUDGET_MS, TimeSlicer } from './time-slicer.ts';
 export { MAX_DIMENSION, videoSize } from './video-size.ts';
 
 export interface RenderVideoOptions {
@@ -53,6 +57,12 @@ export interface RenderVideoOptions {
   outputPath: string;
   /** Aborting stops encoding, removes the partial file and rejects with the signal's reason. */
   signal?: AbortSignal;
+  /**
+   * Gives the event loop its turns between slices of pixel work. Renders that run side by side
+   * should share one, so that together they stay within its budget per turn. Default: one of
+   * this render's own, with SLICE_BUDGET_MS.
+   */
+  slicer?: TimeSlicer;
 }
 
 export interface RenderVideoResult {
@@ -87,6 +97,7 @@ function formatSeconds(s: number): string {
 /** Renders the clip to opts.outputPath; rejects with a RangeError on invalid options. */
 export async function renderVideo(opts: RenderVideoOptions): Promise<RenderVideoResult> {
   const { width: w, height: h, signal } = opts;
+  const slicer = opts.slicer ?? new TimeSlicer();
   const fps = opts.fps ?? DEFAULT_FPS;
   if (!Number.isInteger(w) || !Number.isInteger(h) || w < 2 || h < 2 || w > MAX_DIMENSION || h > MAX_DIMENSION) {
     throw new RangeError(`width and height must be integers in 2..${MAX_DIMENSION} (got ${w}x${h})`);
@@ -111,10 +122,10 @@ export async function renderVideo(opts: RenderVideoOptions): Promise<RenderVideo
   const seed = hashString(prompt);
   const short = Math.min(w, h);
   const [overlay, glyphs, first, last] = await Promise.all([
-    buildOverlay(prompt, w, h, 'Mediagate · local preview'),
+    buildOverlay(prompt, w, h, 'Mediagate · local preview', slicer),
     buildGlyphs(Math.max(8, Math.round(short * 0.04))).catch(() => null),
-    opts.firstFrame ? loadImage(opts.firstFrame, w, h) : Promise.resolve(null),
-    opts.lastFrame ? loadImage(opts.lastFrame, w, h) : Promise.resolve(null),
+    opts.firstFrame ? loadImage(opts.firstFrame, w, h, slicer) : Promise.resolve(null),
+    opts.lastFrame ? loadImage(opts.lastFrame, w, h, slicer) : Promise.resolve(null),
   ]);
   if (signal?.aborted) throw abortError(signal);
 
@@ -134,15 +145,15 @@ export async function renderVideo(opts: RenderVideoOptions): Promise<RenderVideo
       if (first) {
         // hold the first image, cross-fade over the middle 60%, hold the last one
         const x = Math.min(1, Math.max(0, (progress - 0.2) / 0.6));
-        mixPictures(pic, first, last, x * x * (3 - 2 * x));
+        await mixPictures(pic, first, last, x * x * (3 - 2 * x), slicer);
       } else if (last) {
-        drawGradient(pic, w, h, seed, t, progress);
+        await drawGradient(pic, w, h, seed, t, progress, slicer);
         const x = Math.min(1, Math.max(0, (progress - 0.2) / 0.6));
-        mixPictures(pic, pic, last, x * x * (3 - 2 * x));
+        await mixPictures(pic, pic, last, x * x * (3 - 2 * x), slicer);
       } else {
-        drawGradient(pic, w, h, seed, t, progress);
+        await drawGradient(pic, w, h, seed, t, progress, slicer);
       }
-      blendOverlay(pic, overlay);
+      await blendOverlay(pic, overlay, slicer);
       const margin = Math.round(short * 0.06);
       if (glyphs && h >= 120) drawCounter(pic, w, h, glyphs, `${formatSeconds((i + 1) / fps)} / ${formatSeconds(duration)}`, w - margin, Math.round(margin / 2));
       drawProgress(pic, w, h, (i + 1) / frameCount);

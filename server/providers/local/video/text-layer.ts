@@ -4,6 +4,7 @@
  */
 import sharp from 'sharp';
 import type { OverlayOptions } from 'sharp';
+import type { TimeSlicer } from './time-slicer.ts';
 import { clamp8, rgbToYuv } from './yuv-picture.ts';
 
 function escapeMarkup(s: string): string {
@@ -59,7 +60,8 @@ export interface Overlay {
   chromaIdx: Int32Array;
 }
 
-export async function buildOverlay(prompt: string, w: number, h: number, label: string): Promise<Overlay> {
+/** Rasterises the overlay (sharp, off the event loop), then converts it with turns of the event loop between rows. */
+export async function buildOverlay(prompt: string, w: number, h: number, label: string, slicer: TimeSlicer): Promise<Overlay> {
   const short = Math.min(w, h);
   const margin = Math.round(short * 0.06);
   const fontPx = Math.max(10, Math.round(short * 0.065));
@@ -91,23 +93,30 @@ export async function buildOverlay(prompt: string, w: number, h: number, label: 
     .toBuffer();
   if (rgba.length !== w * h * 4) throw new Error('overlay rasterised at an unexpected size');
 
-  const n = w * h;
-  const y = new Uint8Array(n);
-  const a = new Uint8Array(n);
-  const luma: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const p = i * 4;
-    const alpha = rgba[p + 3]!;
-    if (alpha === 0) continue;
-    a[i] = alpha;
-    y[i] = clamp8(16 + (219 / 255) * (0.2126 * rgba[p]! + 0.7152 * rgba[p + 1]! + 0.0722 * rgba[p + 2]!) + 0.5);
-    luma.push(i);
+  // The pixel lists are filled into arrays of the largest size they can have, then copied to
+  // arrays of their own length a slice at a time: pushed onto a growing array and converted at the
+  // end, a large panel's million indices were milliseconds of copying in one go.
+  const y = new Uint8Array(w * h);
+  const a = new Uint8Array(w * h);
+  const luma = new Int32Array(w * h);
+  let lumaCount = 0;
+  for (let yy = 0; yy < h; yy++) {
+    for (let i = yy * w, end = i + w; i < end; i++) {
+      const p = i * 4;
+      const alpha = rgba[p + 3]!;
+      if (alpha === 0) continue;
+      a[i] = alpha;
+      y[i] = clamp8(16 + (219 / 255) * (0.2126 * rgba[p]! + 0.7152 * rgba[p + 1]! + 0.0722 * rgba[p + 2]!) + 0.5);
+      luma[lumaCount++] = i;
+    }
+    if (slicer.due()) await slicer.nextTurn();
   }
   const cw = w / 2, ch = h / 2;
   const u = new Uint8Array(cw * ch);
   const v = new Uint8Array(cw * ch);
   const ca = new Uint8Array(cw * ch);
-  const chroma: number[] = [];
+  const chroma = new Int32Array(cw * ch);
+  let chromaCount = 0;
   for (let cy = 0; cy < ch; cy++) {
     for (let cx = 0; cx < cw; cx++) {
       let r = 0, g = 0, b = 0, sa = 0;
@@ -127,10 +136,22 @@ export async function buildOverlay(prompt: string, w: number, h: number, label: 
       u[ci] = clamp8(uu + 0.5);
       v[ci] = clamp8(vv + 0.5);
       ca[ci] = Math.round(sa / 4);
-      chroma.push(ci);
+      chroma[chromaCount++] = ci;
     }
+    if (slicer.due()) await slicer.nextTurn();
   }
-  return { y, a, u, v, ca, lumaIdx: Int32Array.from(luma), chromaIdx: Int32Array.from(chroma) };
+  return { y, a, u, v, ca, lumaIdx: await firstEntries(luma, lumaCount, slicer), chromaIdx: await firstEntries(chroma, chromaCount, slicer) };
+}
+
+/** A copy of the first `count` entries of `list`, made a slice at a time. */
+async function firstEntries(list: Int32Array, count: number, slicer: TimeSlicer): Promise<Int32Array> {
+  const out = new Int32Array(count);
+  const slice = 65_536;
+  for (let k = 0; k < count; k += slice) {
+    out.set(list.subarray(k, Math.min(count, k + slice)), k);
+    if (slicer.due()) await slicer.nextTurn();
+  }
+  return out;
 }
 
 // Counter glyphs ("1.2s / 4.0s"): rasterised once, blitted per frame (luma only).

@@ -2,6 +2,7 @@
  * YUV 4:2:0 pictures and colour conversions (BT.709, limited range; the encoded stream is
  * tagged accordingly). Frames are painted directly in YUV so no per-frame conversion is needed.
  */
+import type { TimeSlicer } from './time-slicer.ts';
 
 export function rgbToYuv(r: number, g: number, b: number): [number, number, number] {
   const l = 0.2126 * r + 0.7152 * g + 0.0722 * b;
@@ -42,8 +43,8 @@ export function allocYuv(w: number, h: number): Yuv {
   };
 }
 
-/** Converts packed RGB/RGBA (alpha ignored) to YUV 4:2:0. */
-export function rgbToYuvPicture(rgb: Buffer, channels: number, w: number, h: number): Yuv {
+/** Converts packed RGB/RGBA (alpha ignored) to YUV 4:2:0, with turns of the event loop between rows. */
+export async function rgbToYuvPicture(rgb: Buffer, channels: number, w: number, h: number, slicer: TimeSlicer): Promise<Yuv> {
   const out = allocYuv(w, h);
   const cw = w / 2;
   for (let yy = 0; yy < h; yy++) {
@@ -52,6 +53,7 @@ export function rgbToYuvPicture(rgb: Buffer, channels: number, w: number, h: num
       const r = rgb[p]!, g = rgb[p + 1]!, b = rgb[p + 2]!;
       out.y[yy * w + xx] = clamp8(16 + (219 / 255) * (0.2126 * r + 0.7152 * g + 0.0722 * b) + 0.5);
     }
+    if (slicer.due()) await slicer.nextTurn();
   }
   for (let cy = 0; cy < h / 2; cy++) {
     for (let cx = 0; cx < cw; cx++) {
@@ -68,6 +70,7 @@ export function rgbToYuvPicture(rgb: Buffer, channels: number, w: number, h: num
       out.u[cy * cw + cx] = clamp8(u + 0.5);
       out.v[cy * cw + cx] = clamp8(v + 0.5);
     }
+    if (slicer.due()) await slicer.nextTurn();
   }
   return out;
 }
