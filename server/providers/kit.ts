@@ -2,8 +2,9 @@
  * The adapter toolkit: everything an upstream adapter is built from, in one import, so that each
  * adapter is mostly its wire mapping (design §8; docs/ARCHITECTURE.md, "How to add a provider").
  *
- *   HTTP          upstreamFetch (one keep-alive pool, timeouts, abort), readJson, retryAfterMs,
- *                 sanitizeMessage, kindOfStatus                                  upstream-http.ts
+ *   HTTP          upstreamFetch (one keep-alive pool, timeouts, abort), readJson,
+ *                 readJsonWithMedia (an answer carrying data URLs, decoded as
+ *                 it arrives), retryAfterMs, sanitizeMessage, kindOfStatus       upstream-http.ts
  *   errors        ProviderError and its kinds; an upstream's own codes → kinds   provider-error.ts, kit/error-codes.ts
  *   job status    an upstream's status words → running | succeeded | failed      kit/job-status.ts
  *   outputs       a finished job's output URL streamed, credentials only to
@@ -17,7 +18,7 @@
  * (test/support/video-adapter-conformance.ts).
  */
 export { ProviderError, asProviderError, type ProviderErrorKind } from './provider-error.ts';
-export { contentOf, isTimeout, kindOfStatus, readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, type UpstreamRequest, type UpstreamResponse } from './upstream-http.ts';
+export { contentOf, isTimeout, kindOfStatus, readJson, readJsonWithMedia, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, type UpstreamRequest, type UpstreamResponse } from './upstream-http.ts';
 export { kindOfCode, type CodeTable } from './kit/error-codes.ts';
 export { jobStatus, type JobState, type StatusVocabulary } from './kit/job-status.ts';
 export { downloadOutput, type DownloadOptions } from './kit/output-download.ts';

@@ -8,9 +8,11 @@
  * Every answer's body must be read, handed on as a stream, or discarded (`discard()`): an unread
  * body keeps its connection from being reused.
  */
+import { randomBytes } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import { pipeline, Transform, type Readable } from 'node:stream';
 import { Agent, request, type Dispatcher } from 'undici';
+import { indexOfEither } from '../lib/media-json-scanner.ts';
 import { ProviderError, type ProviderErrorKind } from './provider-error.ts';
 import { PROVIDERS, type ProviderKind } from './provider-kinds.ts';
 import type { UpstreamAccount, VideoContent } from './types.ts';
@@ -321,5 +323,259 @@ export async function readJson(res: UpstreamResponse): Promise<unknown> {
     return JSON.parse(text) as unknown;
   } catch {
     return undefined;
+  }
+}
+
+/** Limits of an answer read with its data URLs decoded (readJsonWithMedia). */
+export interface InlineMediaLimits {
+  /** Bytes of the whole answer, as received. */
+  maxBytes: number;
+  /** Decoded bytes of all its data URLs. */
+  maxMediaBytes: number;
+  /** Bytes of the JSON besides its data URLs. */
+  maxOtherBytes: number;
+}
+
+/**
+ * An aggregator's finished job (a fal result, a Replicate prediction) may carry its outputs inline
+ * as data URLs (fal's `sync_mode`, on by default on some endpoints; Replicate's sync mode): a few
+ * MB to tens of MB an image, up to several images. Hundreds of MiB in all, as Ark's image answers;
+ * the JSON besides them what a short answer could always hold (prompt echoes, Replicate's logs).
+ */
+export const INLINE_MEDIA_LIMITS: InlineMediaLimits = { maxBytes: 512 * 1024 * 1024, maxMediaBytes: 512 * 1024 * 1024, maxOtherBytes: MAX_TEXT_BYTES };
+
+/** A data URL of an answer, decoded. */
+export interface InlineMedia {
+  mimeType: string;
+  bytes: Buffer;
+}
+
+export interface JsonWithMedia {
+  /**
+   * The answer's JSON (undefined when it is not JSON), each base64 data URL replaced by a token:
+   * a short `data:<type>;…,` string, which an aggregator's output mapping finds where the data URL was.
+   */
+  body: unknown;
+  /** The media of each token. */
+  media: ReadonlyMap<string, InlineMedia>;
+}
+
+/**
+ * Reads a 2xx JSON answer whose strings may be media: every base64 data URL, wherever it is, is
+ * decoded as it arrives and kept as bytes (`media`), never as text; the rest is parsed as
+ * `readJson` does. An answer over `limits`, or with a data URL that is not base64, fails as
+ * `failed`: it is what the upstream has to say, so reading it again (a re-poll, a billed new job
+ * elsewhere) cannot help. A body that breaks off fails as `readJson`'s does (`unreadAnswer`).
+ */
+export async function readJsonWithMedia(res: UpstreamResponse, what: string, limits: InlineMediaLimits = INLINE_MEDIA_LIMITS): Promise<JsonWithMedia> {
+  const scanner = new DataUrlScanner(limits, what);
+  let total = 0;
+  try {
+    for await (const chunk of res.body as AsyncIterable<Buffer>) {
+      total += chunk.byteLength;
+      if (total > limits.maxBytes) throw new ProviderError('failed', `the upstream ${what} answered more than ${sizeOf(limits.maxBytes)}`);
+      scanner.push(chunk);
+    }
+  } catch (err) {
+    res.body.destroy();
+    if (err instanceof ProviderError && err.kind === 'failed') throw err;
+    throw res.ok ? res.unreadAnswer(err) : err;
+  }
+  return scanner.end();
+}
+
+const sizeOf = (n: number) => (n % (1024 * 1024) === 0 ? `${n / 1024 / 1024} MiB` : `${n} bytes`);
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const COMMA = 0x2c;
+const SLASH = 0x2f;
+/** Longest start of a string read to see whether it is a data URL (`data:<type>[;<param>…];base64,`). */
+const MAX_DATA_URL_HEAD = 256;
+const DATA_URL_HEAD = /^data:([a-z0-9!#$&^_.+-]+\/[a-z0-9!#$&^_.+-]+)(?:;[^;,]*)*;base64,$/i;
+const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
+/**
+ * The JSON of an answer as it arrives, its base64 data URLs decoded into `media` and replaced by
+ * tokens. It tracks only strings (the rest is copied as it is; JSON.parse judges it at the end):
+ * a string's first bytes say whether it is a data URL; one that is not is copied through.
+ */
+class DataUrlScanner {
+  private at: 'outside' | 'head' | 'plain' | 'data' = 'outside';
+  /** The last byte read inside a string was a backslash escaping the next one. */
+  private escaped = false;
+  /** The start of the string being read, until it shows whether it is a data URL. */
+  private head: number[] = [];
+  private readonly out: Buffer[] = [];
+  private outBytes = 0;
+  /** The data URL being decoded: its type, its bytes, its base64 characters not decoded yet (under 4), whether its padding began. */
+  private mimeType = '';
+  private parts: Buffer[] = [];
+  private carry = '';
+  private padded = false;
+  private mediaBytes = 0;
+  private readonly media = new Map<string, InlineMedia>();
+  /** Tokens name this answer only: a string of the answer that spells one is never taken for its media. */
+  private readonly nonce = randomBytes(8).toString('hex');
+
+  constructor(
+    private readonly limits: InlineMediaLimits,
+    private readonly what: string,
+  ) {}
+
+  push(chunk: Buffer): void {
+    let pos = 0;
+    while (pos < chunk.length) {
+      if (this.at === 'outside') pos = this.outside(chunk, pos);
+      else if (this.at === 'head') pos = this.readHead(chunk, pos);
+      else if (this.at === 'plain') pos = this.plain(chunk, pos);
+      else pos = this.data(chunk, pos);
+    }
+  }
+
+  end(): JsonWithMedia {
+    // An answer that ends inside a string is no JSON.
+    if (this.at !== 'outside') return { body: undefined, media: new Map() };
+    try {
+      return { body: JSON.parse(Buffer.concat(this.out, this.outBytes).toString('utf8')) as unknown, media: this.media };
+    } catch {
+      return { body: undefined, media: new Map() };
+    }
+  }
+
+  private outside(chunk: Buffer, pos: number): number {
+    const quote = chunk.indexOf(QUOTE, pos);
+    this.emit(chunk.subarray(pos, quote === -1 ? chunk.length : quote));
+    if (quote === -1) return chunk.length;
+    this.at = 'head';
+    this.head = [];
+    this.escaped = false;
+    return quote + 1;
+  }
+
+  /** A string's first bytes, one at a time until they show whether it is a data URL. */
+  private readHead(chunk: Buffer, pos: number): number {
+    for (; pos < chunk.length; pos++) {
+      const c = chunk[pos]!;
+      if (c === QUOTE && !this.escaped) {
+        this.emit(Buffer.from([QUOTE, ...this.head, QUOTE]));
+        this.at = 'outside';
+        return pos + 1;
+      }
+      this.escaped = !this.escaped && c === BACKSLASH;
+      this.head.push(c);
+      if (c === COMMA) {
+        // JSON may escape the slash of the type (`image\/png`).
+        const match = DATA_URL_HEAD.exec(Buffer.from(this.head).toString('latin1').replace(/\\\//g, '/'));
+        if (match) {
+          this.at = 'data';
+          this.mimeType = match[1]!.toLowerCase();
+          this.parts = [];
+          this.carry = '';
+          this.padded = false;
+          return pos + 1;
+        }
+        return this.toPlain(pos);
+      }
+      if (this.head.length > MAX_DATA_URL_HEAD || (this.head.length <= 5 && !'data:'.startsWith(Buffer.from(this.head).toString('latin1').toLowerCase()))) return this.toPlain(pos);
+    }
+    return pos;
+  }
+
+  /** The string is no data URL: what was read of it is copied, and the rest as it comes. */
+  private toPlain(pos: number): number {
+    this.emit(Buffer.from([QUOTE, ...this.head]));
+    this.at = 'plain';
+    return pos + 1;
+  }
+
+  private plain(chunk: Buffer, start: number): number {
+    let pos = start;
+    while (pos < chunk.length) {
+      if (this.escaped) {
+        this.escaped = false;
+        pos++;
+        continue;
+      }
+      const stop = indexOfEither(chunk, QUOTE, BACKSLASH, pos);
+      if (stop === -1) break;
+      if (chunk[stop] === BACKSLASH) {
+        this.escaped = true;
+        pos = stop + 1;
+        continue;
+      }
+      this.emit(chunk.subarray(start, stop + 1));
+      this.at = 'outside';
+      return stop + 1;
+    }
+    this.emit(chunk.subarray(start));
+    return chunk.length;
+  }
+
+  /** A data URL's base64, decoded as it comes; its closing quote puts its token in its place. */
+  private data(chunk: Buffer, pos: number): number {
+    while (pos < chunk.length) {
+      if (this.escaped) {
+        // JSON may escape the slash (`\/`); no other escape belongs in base64.
+        if (chunk[pos] !== SLASH) throw this.notBase64();
+        this.escaped = false;
+        this.decode('/');
+        pos++;
+        continue;
+      }
+      const stop = indexOfEither(chunk, QUOTE, BACKSLASH, pos);
+      this.decode(chunk.toString('latin1', pos, stop === -1 ? chunk.length : stop));
+      if (stop === -1) return chunk.length;
+      if (chunk[stop] === BACKSLASH) {
+        this.escaped = true;
+        pos = stop + 1;
+        continue;
+      }
+      this.closeData();
+      this.at = 'outside';
+      return stop + 1;
+    }
+    return pos;
+  }
+
+  /** Decodes whole quads of base64 (padding only at the very end); the rest waits for more. */
+  private decode(text: string): void {
+    if (text === '') return;
+    const all = this.carry + text;
+    if (this.padded || !BASE64.test(all)) throw this.notBase64();
+    const usable = all.length - (all.length % 4);
+    this.carry = all.slice(usable);
+    if (usable === 0) return;
+    const quads = all.slice(0, usable);
+    this.padded = quads.endsWith('=');
+    this.keep(Buffer.from(quads, 'base64'));
+  }
+
+  private keep(bytes: Buffer): void {
+    this.mediaBytes += bytes.length;
+    if (this.mediaBytes > this.limits.maxMediaBytes) throw new ProviderError('failed', `the upstream ${this.what} answered more than ${sizeOf(this.limits.maxMediaBytes)} of media`);
+    this.parts.push(bytes);
+  }
+
+  private closeData(): void {
+    // Unpadded base64 ends in 2 or 3 characters; padding that does not complete a quad is no base64.
+    if (this.carry.length === 1 || this.carry.includes('=')) throw this.notBase64();
+    if (this.carry !== '') this.keep(Buffer.from(this.carry, 'base64'));
+    const token = `data:${this.mimeType};mediagate-inline=${this.nonce}.${this.media.size},`;
+    this.media.set(token, { mimeType: this.mimeType, bytes: this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts) });
+    this.parts = [];
+    this.emit(Buffer.from(JSON.stringify(token)));
+  }
+
+  private emit(bytes: Buffer): void {
+    if (bytes.length === 0) return;
+    this.outBytes += bytes.length;
+    if (this.outBytes > this.limits.maxOtherBytes) throw new ProviderError('failed', `the upstream ${this.what} answered more than ${sizeOf(this.limits.maxOtherBytes)} besides its media`);
+    // A copy: a slice would keep the whole chunk (media included) alive.
+    this.out.push(Buffer.from(bytes));
+  }
+
+  private notBase64(): ProviderError {
+    return new ProviderError('failed', `the upstream ${this.what} answered a data URL that is not valid base64`);
   }
 }

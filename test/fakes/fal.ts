@@ -24,13 +24,18 @@
  *
  * Inputs are validated as fal's model runners do, after the queue accepted the request (§7.1:
  * "Failed requests still reach COMPLETED; the failure surfaces when fetching the result"): the
- * result then answers 422 with pydantic's `detail: [{loc: ["body", field], msg, type}]` and
- * `X-Fal-Retryable: false` (fal's error reference, docs.fal.ai/errors). A prompt with `[fal:nsfw]`
- * is refused by the content checker (422, `type: content_policy_violation`); `[fal:fail]` makes the
- * runner fail (result 500 with `X-Fal-Error-Type: runner_disconnected`, the status body's `error`
- * and `error_type`). Media fields (`image_url`, `tail_image_url`, …) are URLs fal downloads — the
- * fake really fetches them (a Mediagate signed URL must serve the bytes; a download that fails is
- * 422 `file_download_error`) — or data URLs.
+ * result then answers 422 with `X-Fal-Retryable: false` and a `detail` list: pydantic's `[{loc:
+ * ["body", field], msg, type}]` for the input's shape (a missing field, an enum), or fal's typed
+ * model errors `[{loc, msg, type, url: "https://docs.fal.ai/errors/#<type>", ctx?}]` as fal's
+ * "Model Errors" reference lists them (docs.fal.ai/errors, fal.ai/docs/documentation/model-apis/
+ * errors, its copy of 2025-10-27). A prompt with `[fal:nsfw]` is refused by the content checker
+ * (`content_policy_violation`); `[fal:fail]` makes the runner fail (result 500 with
+ * `X-Fal-Error-Type: runner_disconnected`, the status body's `error` and `error_type`). Media
+ * fields (`image_url`, `tail_image_url`, `image_urls[]`) are URLs fal downloads — the fake really
+ * fetches them (a Mediagate signed URL must serve the bytes; a download that fails is
+ * `file_download_error`) — or data URLs; an image that cannot be read is `image_load_error`, and
+ * one outside the model's limits `image_too_small` (ctx min_width, min_height), `file_too_large`
+ * (ctx max_size) or `unsupported_image_format` (ctx supported_formats).
  *
  * ⚠ DISAGREE (§10.1): fal-js knows only IN_QUEUE / IN_PROGRESS / COMPLETED; LiteLLM also reads
  * FAILED and CANCELLED. `failureWords` (default false) makes a failed request's status `FAILED`
@@ -41,7 +46,9 @@
  * llms.txt, read November 2026):
  *   fal-ai/kling-video/v2.1/pro/image-to-video   prompt*, image_url*, duration "5"|"10",
  *                                                negative_prompt, cfg_scale 0–1, tail_image_url
- *                                                → {video: {url, content_type, file_name, file_size}}
+ *                                                → {video: {url, content_type, file_name, file_size}};
+ *                                                frames as Kling takes them (upstream-apis.md §6.3:
+ *                                                jpg/png, ≤ 10 MB, ≥ 300 px a side)
  *   fal-ai/wan-25-preview/text-to-video          prompt*, aspect_ratio 16:9|9:16|1:1, resolution
  *                                                480p|720p|1080p, duration "5"|"10", negative_prompt,
  *                                                enable_prompt_expansion, seed → {video: {url}, seed}
@@ -54,6 +61,14 @@
  *   fal-ai/bytedance/seedream/v4/text-to-image   prompt*, image_size ({width, height} 1024–4096, or
  *                                                an enum), num_images 1–6, max_images 1–6, seed,
  *                                                enable_safety_checker, sync_mode → {images: [{url}], seed}
+ *   fal-ai/bytedance/seedream/v4/edit            the same, and image_urls* (1–10); input images as
+ *                                                Seedream takes them (upstream-apis.md §5.1: over 14
+ *                                                px a side, ≤ 10 MB; ASSUMPTION: fal passes
+ *                                                ByteDance's limits on)
+ * Seedream's images with `sync_mode: true` come inside the result as data URLs (fal's model pages:
+ * "the media will be returned as a data URI"), at the size asked for and of seeded noise
+ * (test/support/noise-png.ts), so that they weigh what a real image of that size does (MBs); its
+ * CDN links are to small flat images (seedreamOutput says why).
  * Unknown fields are ignored, as pydantic's default models do.
  *
  * Faults per route (`submit`, `status`, `result`, `cancel`, `cdn`): `rateLimitNext` (429 with
@@ -63,6 +78,7 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import sharp from 'sharp';
+import { noisePng } from '../support/noise-png.ts';
 import { applyFault, sendJson, startFakeServer, type FakeServer, type RecordedRequest } from './fake-http.ts';
 
 export type FalRoute = 'submit' | 'status' | 'result' | 'cancel' | 'cdn';
@@ -119,9 +135,11 @@ export interface FalFake extends FakeServer {
   submitsTo(endpoint: string): FalJob[];
 }
 
+type Loc = (string | number)[];
+
 class Invalid extends Error {
   constructor(
-    readonly detail: { loc: string[]; msg: string; type: string; input?: unknown }[],
+    readonly detail: { loc: Loc; msg: string; type: string; url?: string; ctx?: Record<string, unknown>; input?: unknown }[],
     readonly status = 422,
   ) {
     super(detail.map((d) => d.msg).join('; '));
@@ -129,6 +147,8 @@ class Invalid extends Error {
 }
 
 const invalid = (field: string, msg: string, type = 'value_error') => new Invalid([{ loc: ['body', field], msg, type }]);
+/** One of fal's typed model errors (docs.fal.ai/errors), with its documentation link and context. */
+const modelError = (loc: Loc, type: string, msg: string, ctx?: Record<string, unknown>) => new Invalid([{ loc: ['body', ...loc], msg, type, url: `https://docs.fal.ai/errors/#${type}`, ...(ctx && { ctx }) }]);
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 function mp4Bytes(size: number): Buffer {
@@ -189,9 +209,17 @@ function imageSize(input: Record<string, unknown>, fallback: string, limits: { m
   return [v.width as number, v.height as number];
 }
 
+/** What a model takes of an input image. */
+interface ImageLimits {
+  minSide: number;
+  maxBytes: number;
+  formats: string[];
+}
+
 interface Model {
-  /** Media fields (URLs fal downloads). */
+  /** Media fields (URLs fal downloads; a list field's every item). */
   media: string[];
+  imageLimits?: ImageLimits;
   validate(input: Record<string, unknown>): void;
   /** The output, given a function that publishes a file on the CDN. */
   output(input: Record<string, unknown>, publish: (bytes: Buffer, name: string, type: string) => string): Promise<Record<string, unknown>>;
@@ -205,9 +233,38 @@ async function png(width: number, height: number, format: 'png' | 'jpeg' = 'png'
   return format === 'png' ? img.png().toBuffer() : img.jpeg().toBuffer();
 }
 
+/**
+ * Seedream's images. With `sync_mode`, data URLs of noise at the full size: a result weighs what
+ * fal's does (MBs an image). Otherwise CDN links to small flat images, a quarter of the size: a
+ * download is fetched the same whatever it weighs, and a full-size render per result would make
+ * the enumeration of every accepted size (images-capabilities-upstreams.test.ts) take minutes.
+ */
+async function seedreamOutput(input: Record<string, unknown>, publish: (b: Buffer, n: string, t: string) => string): Promise<Record<string, unknown>> {
+  const [width, height] = imageSize(input, 'square_hd', { min: 1024, max: 4096 });
+  const n = (input.num_images as number | undefined) ?? 1;
+  const images = [];
+  for (let i = 0; i < n; i++) {
+    if (input.sync_mode === true) images.push({ url: `data:image/png;base64,${(await noisePng(width, height, 7 + i)).toString('base64')}`, content_type: 'image/png' });
+    else images.push({ url: publish(await png(Math.round(width / 4), Math.round(height / 4)), `${i}.png`, 'image/png'), content_type: 'image/png' });
+  }
+  return { images, seed: input.seed ?? 777 };
+}
+
+function seedreamValidate(input: Record<string, unknown>): void {
+  check.required(input, 'prompt');
+  check.string(input, 'prompt');
+  imageSize(input, 'square_hd', { min: 1024, max: 4096 });
+  check.number(input, 'num_images', 1, 6, true);
+  check.number(input, 'max_images', 1, 6, true);
+  check.number(input, 'seed', 0, 2 ** 31 - 1, true);
+  check.boolean(input, 'enable_safety_checker');
+  check.boolean(input, 'sync_mode');
+}
+
 const MODELS: Record<string, Model> = {
   'fal-ai/kling-video/v2.1/pro/image-to-video': {
     media: ['image_url', 'tail_image_url'],
+    imageLimits: { minSide: 300, maxBytes: 10 * 1024 * 1024, formats: ['jpeg', 'png'] },
     validate(input) {
       check.required(input, 'prompt');
       check.string(input, 'prompt');
@@ -257,26 +314,19 @@ const MODELS: Record<string, Model> = {
   },
   'fal-ai/bytedance/seedream/v4/text-to-image': {
     media: [],
+    validate: seedreamValidate,
+    output: seedreamOutput,
+  },
+  'fal-ai/bytedance/seedream/v4/edit': {
+    media: ['image_urls'],
+    imageLimits: { minSide: 15, maxBytes: 10 * 1024 * 1024, formats: ['jpeg', 'png', 'webp'] },
     validate(input) {
-      check.required(input, 'prompt');
-      check.string(input, 'prompt');
-      imageSize(input, 'square_hd', { min: 1024, max: 4096 });
-      check.number(input, 'num_images', 1, 6, true);
-      check.number(input, 'max_images', 1, 6, true);
-      check.number(input, 'seed', 0, 2 ** 31 - 1, true);
-      check.boolean(input, 'enable_safety_checker');
-      check.boolean(input, 'sync_mode');
+      seedreamValidate(input);
+      check.required(input, 'image_urls');
+      const urls = input.image_urls;
+      if (!Array.isArray(urls) || urls.length < 1 || urls.length > 10) throw invalid('image_urls', 'ensure this value has between 1 and 10 items', 'value_error.list');
     },
-    output: async (input, publish) => {
-      const [width, height] = imageSize(input, 'square_hd', { min: 1024, max: 4096 });
-      const n = (input.num_images as number | undefined) ?? 1;
-      const images = [];
-      for (let i = 0; i < n; i++) {
-        const bytes = await png(Math.round(width / 4), Math.round(height / 4));
-        images.push({ url: input.sync_mode === true ? `data:image/png;base64,${bytes.toString('base64')}` : publish(bytes, `${i}.png`, 'image/png') });
-      }
-      return { images, seed: input.seed ?? 777 };
-    },
+    output: seedreamOutput,
   },
 };
 
@@ -286,13 +336,20 @@ const appOf = (endpoint: string) => {
   return parts.slice(0, NAMESPACES.includes(parts[0]!) ? 3 : 2).join('/');
 };
 
-async function readMedia(value: unknown, field: string): Promise<FalMedia> {
-  if (typeof value !== 'string' || value === '') throw invalid(field, 'str type expected', 'type_error.str');
+/** A media field's value (a list field's items in turn), read as the model's runner does, checked against its limits. */
+async function readMedia(value: unknown, field: string, limits: ImageLimits | undefined, index?: number): Promise<FalMedia[]> {
+  if (Array.isArray(value) && index === undefined) {
+    const all: FalMedia[] = [];
+    for (let i = 0; i < value.length; i++) all.push(...(await readMedia(value[i], field, limits, i)));
+    return all;
+  }
+  const loc: Loc = index === undefined ? [field] : [field, index];
+  if (typeof value !== 'string' || value === '') throw new Invalid([{ loc: ['body', ...loc], msg: 'str type expected', type: 'type_error.str' }]);
   let bytes: Buffer;
   let form: FalMedia['form'];
   if (value.startsWith('data:')) {
     const m = /^data:image\/(png|jpeg|jpg|webp);base64,/i.exec(value.slice(0, 40));
-    if (!m) throw invalid(field, 'Unsupported data URL', 'file_download_error');
+    if (!m) throw modelError(loc, 'file_download_error', 'Unsupported data URL');
     form = 'data';
     bytes = Buffer.from(value.slice(m[0].length), 'base64');
   } else {
@@ -302,15 +359,27 @@ async function readMedia(value: unknown, field: string): Promise<FalMedia> {
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       bytes = Buffer.from(await res.arrayBuffer());
     } catch {
-      throw new Invalid([{ loc: ['body', field], msg: 'Failed to download the file. Please check if the URL is accessible.', type: 'file_download_error', input: '[url]' }]);
+      throw modelError(loc, 'file_download_error', 'Failed to download the file. Please check if the URL is accessible.');
     }
   }
+  let meta: Awaited<ReturnType<ReturnType<typeof sharp>['metadata']>>;
   try {
-    const meta = await sharp(bytes).metadata();
-    return { field, form, mimeType: `image/${meta.format}`, width: meta.width ?? 0, height: meta.height ?? 0 };
+    meta = await sharp(bytes).metadata();
   } catch {
-    throw invalid(field, 'The file is not a valid image.', 'image_load_error');
+    throw modelError(loc, 'image_load_error', 'The file is not a valid image.');
   }
+  const media: FalMedia = { field: index === undefined ? field : `${field}[${index}]`, form, mimeType: `image/${meta.format}`, width: meta.width ?? 0, height: meta.height ?? 0 };
+  if (limits) {
+    if (!limits.formats.includes(meta.format ?? '')) {
+      const extensions = limits.formats.flatMap((f) => (f === 'jpeg' ? ['.jpg', '.jpeg'] : [`.${f}`]));
+      throw modelError(loc, 'unsupported_image_format', `Unsupported image format. Supported formats are ${extensions.join(', ')}.`, { supported_formats: extensions });
+    }
+    if (bytes.length > limits.maxBytes) throw modelError(loc, 'file_too_large', `File too large. Maximum size is ${limits.maxBytes} bytes.`, { max_size: limits.maxBytes });
+    if (Math.min(media.width, media.height) < limits.minSide) {
+      throw modelError(loc, 'image_too_small', `Image dimensions are too small. Minimum dimensions are ${limits.minSide}x${limits.minSide} pixels.`, { min_height: limits.minSide, min_width: limits.minSide });
+    }
+  }
+  return [media];
 }
 
 export async function startFalFake(options: FalFakeOptions = {}): Promise<FalFake> {
@@ -359,9 +428,9 @@ export async function startFalFake(options: FalFakeOptions = {}): Promise<FalFak
     const model = MODELS[job.endpoint]!;
     try {
       model.validate(job.input);
-      for (const field of model.media) if (job.input[field] !== undefined) job.media.push(await readMedia(job.input[field], field));
+      for (const field of model.media) if (job.input[field] !== undefined) job.media.push(...(await readMedia(job.input[field], field, model.imageLimits)));
       const prompt = typeof job.input.prompt === 'string' ? job.input.prompt : '';
-      if (prompt.includes('[fal:nsfw]')) throw new Invalid([{ loc: ['body', 'prompt'], msg: 'The content was flagged by a content checker.', type: 'content_policy_violation' }]);
+      if (prompt.includes('[fal:nsfw]')) throw modelError(['prompt'], 'content_policy_violation', 'The content could not be processed because it contained material flagged by a content checker.');
       if (prompt.includes('[fal:fail]')) {
         job.outcome = { ok: false, status: 500, detail: 'Runner disconnected while processing the request', errorType: 'runner_disconnected' };
         return;

@@ -17,7 +17,12 @@
  * cancel, stream, web}. Statuses: starting (for `queueMs`) → processing → succeeded | failed, and
  * canceled (cancel) or aborted (a prompt with `[replicate:abort]`: Replicate gave up before the
  * prediction started; §10.1, not charged). `Prefer: wait` / `Prefer: wait=N` (1–60) holds the
- * create answer until the prediction ends or N s pass (§7.2), answering it as it is then.
+ * create answer until the prediction ends or N s pass (§7.2), answering it as it is then. With
+ * `inlineOutputs`, such a prediction's image files come in `output` as data URLs instead of links,
+ * as Replicate does in sync mode for some models (replicate-javascript's README before 5a98ca7c:
+ * "the url() method … may refer to either a remote URL or base64 encoded data-uri. The latter is an
+ * optimization we make on certain models"); they are seeded noise of the file's size and format,
+ * so that they weigh what a real one does (MBs).
  *
  * Auth: `Authorization: Bearer <token>`; none or unknown → 401 `{title: "Unauthenticated", detail,
  * status}`. A token without credit (`setCredit`) → 402 "Insufficient credit" on creates. An unknown
@@ -55,6 +60,7 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import sharp from 'sharp';
+import { noisePng } from '../support/noise-png.ts';
 import { applyFault, sendJson, startFakeServer, type FakeServer, type RecordedRequest } from './fake-http.ts';
 
 export type ReplicateRoute = 'create' | 'get' | 'cancel' | 'cdn';
@@ -96,6 +102,8 @@ export interface ReplicateFakeOptions {
   jobDurationMs?: number;
   durationFor?: (prompt: string) => number | 'never' | undefined;
   urlTtlMs?: number;
+  /** Image outputs of a prediction created with `Prefer: wait` as data URLs (sync mode). */
+  inlineOutputs?: boolean;
 }
 
 export interface ReplicateFake extends FakeServer {
@@ -105,6 +113,8 @@ export interface ReplicateFake extends FakeServer {
   predictions: Map<string, FakePrediction>;
   counts: Record<ReplicateRoute, number>;
   urlTtlMs: number;
+  /** Image outputs of a prediction created with `Prefer: wait` as data URLs (sync mode); settable. */
+  inlineOutputs: boolean;
   cdnSawAuth: number;
   /** Version id of each model (for `owner/name:<version>` endpoints). */
   versions: Record<string, string>;
@@ -156,7 +166,7 @@ interface Model {
   version: string;
   media: string[];
   validate(input: Record<string, unknown>): void;
-  output(input: Record<string, unknown>, publish: (bytes: Buffer, name: string, type: string) => string): Promise<unknown>;
+  output(input: Record<string, unknown>, publish: (bytes: Buffer, name: string, type: string) => Promise<string>): Promise<unknown>;
 }
 
 function mp4Bytes(size: number): Buffer {
@@ -173,6 +183,13 @@ const version = (name: string) => createHmac('sha256', 'replicate-fake').update(
 async function image(width: number, height: number, format: 'png' | 'jpg' | 'webp'): Promise<Buffer> {
   const img = sharp({ create: { width, height, channels: 3, background: { r: 30, g: (width * 7) % 256, b: (height * 3) % 256 } } });
   return format === 'png' ? img.png().toBuffer() : format === 'jpg' ? img.jpeg().toBuffer() : img.webp().toBuffer();
+}
+
+/** Noise at the size and in the format of `file`: what a real image of that size weighs. */
+async function noiseLike(file: Buffer, seed: number): Promise<Buffer> {
+  const { width = 1, height = 1, format } = await sharp(file).metadata();
+  const png = await noisePng(width, height, seed);
+  return format === 'png' ? png : format === 'jpeg' ? sharp(png).jpeg().toBuffer() : sharp(png).webp().toBuffer();
 }
 
 /** Pixel size of a ratio at about `megapixels` (multiples of 16), as flux-schnell renders it. */
@@ -234,7 +251,7 @@ const MODELS: Record<string, Model> = {
       const format = (input.output_format as 'webp' | 'jpg' | 'png' | undefined) ?? 'webp';
       const [w, h] = ratioSize((input.aspect_ratio as string | undefined) ?? '1:1', input.megapixels === '0.25' ? 0.25 : 1);
       const out: string[] = [];
-      for (let i = 0; i < ((input.num_outputs as number | undefined) ?? 1); i++) out.push(publish(await image(w, h, format), `out-${i}.${format}`, format === 'jpg' ? 'image/jpeg' : `image/${format}`));
+      for (let i = 0; i < ((input.num_outputs as number | undefined) ?? 1); i++) out.push(await publish(await image(w, h, format), `out-${i}.${format}`, format === 'jpg' ? 'image/jpeg' : `image/${format}`));
       return out;
     },
   },
@@ -308,7 +325,9 @@ export async function startReplicateFake(options: ReplicateFakeOptions = {}): Pr
     res.end(file.bytes);
   });
 
-  const publisher = (p: FakePrediction) => (bytes: Buffer, name: string, type: string) => {
+  let inlined = 0;
+  const publisher = (p: FakePrediction) => async (bytes: Buffer, name: string, type: string) => {
+    if (fake.inlineOutputs && /^wait/.test(p.prefer ?? '') && type.startsWith('image/')) return `data:${type};base64,${(await noiseLike(bytes, ++inlined)).toString('base64')}`;
     const path = `/${randomBytes(8).toString('hex')}/${name}`;
     files.set(path, { bytes, type, prediction: p });
     const expires = Math.floor((Date.now() + fake.urlTtlMs) / 1000);
@@ -459,6 +478,7 @@ export async function startReplicateFake(options: ReplicateFakeOptions = {}): Pr
     predictions,
     counts,
     urlTtlMs: options.urlTtlMs ?? 3_600_000,
+    inlineOutputs: options.inlineOutputs ?? false,
     cdnSawAuth: 0,
     versions: Object.fromEntries(Object.entries(MODELS).map(([name, m]) => [name, m.version])),
     rateLimitNext(route: ReplicateRoute, seconds: number, times = 1) {

@@ -5,7 +5,8 @@
  * Each shipped mapping runs once and the fake checks the input names it received; media inputs go
  * as signed Mediagate URLs the fakes really download, or as data URLs once the mapping says so;
  * failures, canceled and aborted predictions fail and refund; a 422 is said in full in member
- * health and generically to the client; a 429's Retry-After cools the member; a task failed by its
+ * health and generically to the client, unless fal says it refused the client's own media, which
+ * the client is told in fal's words; a 429's Retry-After cools the member; a task failed by its
  * deadline is cancelled upstream; expiring output links are fetched at once or fail the task; a
  * model without a mapping is the member's misconfiguration.
  */
@@ -16,6 +17,7 @@ import { startFalFake, type FalFake, type FalJob } from '../fakes/fal.ts';
 import { startReplicateFake, type FakePrediction, type ReplicateFake } from '../fakes/replicate.ts';
 import { createAccount, createApiKey, createGroup } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { noisePng } from '../support/noise-png.ts';
 import { holdOf, until, waitVideoFinished } from '../support/tasks.ts';
 
 const FAL_MODELS = ['kling-v2.1-pro-fal', 'wan-2.5-t2v-fal', 'flux-dev-fal', 'seedream-4-fal'];
@@ -208,6 +210,40 @@ describe('fal through the public API', () => {
     expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
     const health = (await healthOf(c.groupId)).a!;
     expect(health.last_error).toBe("fal refused the input that the mapping made for fal-ai/wan-25-preview/text-to-video (HTTP 422: duration: value is not a valid enumeration member; permitted: '5', '10')");
+  });
+
+  it('fails a video whose first frame fal refuses as too small (422 image_too_small) as the client\'s request, in fal\'s words; no member failure, refunded', async () => {
+    const c = await falCustomer();
+    const created = await createVideo(c.key, { model: 'kling-v2.1-pro-fal', resolution: '1080p', aspectRatio: '1:1', firstFrame: await frame(120, 120) });
+    expect(created.status, JSON.stringify(created.body)).toBe(202);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect([task.status, task.error?.code, task.error?.message]).toEqual(['failed', 'upstream_rejected', 'Image dimensions are too small. Minimum dimensions are 300x300 pixels.']);
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+    expect((await falJobOf(created.body.id)).outcome).toMatchObject({ ok: false, status: 422, detail: [{ loc: ['body', 'image_url'], type: 'image_too_small', url: 'https://docs.fal.ai/errors/#image_too_small', ctx: { min_height: 300, min_width: 300 } }] });
+    const health = (await healthOf(c.groupId)).a!;
+    expect([health.last_error, health.model_faults]).toEqual([null, []]);
+  });
+
+  it('answers an image edit whose input fal refuses as too large (422 file_too_large) as the client\'s 400, in fal\'s words; one submit, no model fault on the member', async () => {
+    // An operator's own model: Seedream 4's edit endpoint on fal, which takes input images of up to 10 MB.
+    const seedream = findCatalogDefinition('fal/seedream-4-fal')!.model;
+    const body = {
+      ...seedream,
+      id: 'seedream-4-edit-fal',
+      image: { ...seedream.image!, edits: true },
+      upstream_mappings: { fal: { endpoint: 'fal-ai/bytedance/seedream/v4/edit', input: '{"prompt": prompt, "image_urls": images, "image_size": {"width": width, "height": height}, "num_images": n}', output: 'images.url' } },
+    };
+    expect((await server.admin().POST('/admin/v1/models', { body })).response.status).toBe(201);
+    const c = await customer([{ name: 'a', provider: 'fal', secret: 'fal-a:secret', models: ['seedream-4-edit-fal'] }]);
+    const before = fal.submitsTo('fal-ai/bytedance/seedream/v4/edit').length;
+    const photo = await noisePng(2000, 2000, 3);
+    expect(photo.length).toBeGreaterThan(10 * 1024 * 1024);
+    const res = await post(c.key, '/v1/images/edits', { model: 'seedream-4-edit-fal', prompt: 'add a boat', size: '2048x2048', images: [`data:image/png;base64,${photo.toString('base64')}`] });
+    expect([res.status, res.body.error?.code, res.body.error?.message]).toEqual([400, 'upstream_rejected', `The upstream rejected the request: File too large. Maximum size is 10485760 bytes. Task ${res.taskId} failed; nothing was charged.`]);
+    expect(fal.submitsTo('fal-ai/bytedance/seedream/v4/edit').length - before).toBe(1);
+    expect(await server.db.selectFrom('memberModelFaults').select('model').where('memberId', '=', c.ids.a!).execute()).toEqual([]);
+    expect((await healthOf(c.groupId)).a!.last_error).toBeNull();
+    expect(await holdOf(server.db, res.taskId!)).toMatchObject({ status: 'released', captured: 0 });
   });
 
   it('cools a member that fal rate-limits for its Retry-After and fails over to the other, billed once', async () => {

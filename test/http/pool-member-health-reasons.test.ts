@@ -25,7 +25,7 @@ describe('member health reasons', () => {
     const account: UpstreamAccount = { memberId: id, provider: 'fal', baseUrl: null, credentials: {}, modelMap: {} };
     // fal's 422 for an input the mapping made (fal-api.ts: falError), with a long validation message.
     const headers = { get: (name: string) => (name === 'x-fal-retryable' ? 'false' : null) };
-    const detail = [{ loc: ['body', 'image_url'], msg: `The image could not be processed: ${'x'.repeat(300)}`, type: 'image_load_error' }];
+    const detail = [{ loc: ['body', 'image_size'], msg: `Input should be one of the sizes of the model: ${'x'.repeat(300)}`, type: 'one_of' }];
     const refused = falError({ status: 422, headers, body: { detail } }, 'video submit', 'fal-ai/kling-video/v2.1/master/image-to-video');
     expect(refused.kind).toBe('misconfigured');
     await server.ctx.pool.health.failed(account, refused, performance.now());

@@ -4,8 +4,11 @@
  * whether or not anyone collects it, and an error out of the adapter makes the pool submit a NEW
  * job elsewhere: so a poll that meets a passing error (5xx, 429) is asked again and the same job
  * collected, as fal-js and Replicate's SDK retry their polls (upstream-apis.md §7.1, §7.2); an output
- * download gets a few attempts; and a job given up on for any reason is cancelled.
+ * download gets a few attempts; and a job given up on for any reason is cancelled. Images a result
+ * carries inline (fal's sync_mode, Replicate's sync mode: data URLs of MBs) are taken from it, read
+ * once; a result that cannot be read that way fails the request at once, never read again.
  */
+import sharp from 'sharp';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { FalImageProvider } from '../../server/providers/fal/fal-image.provider.ts';
 import type { UpstreamMapping } from '../../server/providers/kit/mapping.ts';
@@ -106,6 +109,25 @@ describe('fal images', () => {
     await until(() => made[0]!.cancelled, 5000, 'the fal request to be cancelled');
   });
 
+  it('delivers a 2048x2048 image fal put inside its result (sync_mode, a data URL of 16 MB): one submit, one result read', async () => {
+    const mapping: UpstreamMapping = { endpoint: 'fal-ai/bytedance/seedream/v4/text-to-image', input: '{"prompt": prompt, "image_size": {"width": 2048, "height": 2048}, "num_images": n, "sync_mode": true}', output: 'images.url' };
+    const [submits, results, cdn] = [fal.counts.submit, fal.counts.result, fal.counts.cdn];
+    const { images, error } = await run({ ...job(mapping), params: imageParams({ width: 2048, height: 2048, resolution: '2K' }) });
+    expect(error).toBeUndefined();
+    expect([fal.counts.submit - submits, fal.counts.result - results, fal.counts.cdn - cdn]).toEqual([1, 1, 0]);
+    expect(images).toHaveLength(1);
+    const meta = await sharp(images[0]!).metadata();
+    expect([meta.width, meta.height, meta.format]).toEqual([2048, 2048, 'png']);
+  });
+
+  it('fails at once, after one result read, a result it cannot read (a data URL that is not base64): not asked again, not submitted again', async () => {
+    const [submits, results] = [fal.counts.submit, fal.counts.result];
+    fal.faults.push('result', { status: 200, body: { images: [{ url: 'data:image/png;base64,iVBORw0K!!!!' }] } }, 50);
+    const { error } = await run(job(FAL_FLUX), undefined, 600_000);
+    expect([error?.kind, error?.message]).toEqual(['failed', 'the upstream image result answered a data URL that is not valid base64']);
+    expect([fal.counts.submit - submits, fal.counts.result - results]).toEqual([1, 1]);
+  });
+
   it('fails a request whose status said it failed without asking again for its result, which answered 503', async () => {
     fal.serverErrorNext('result', 100);
     const before = fal.counts.result;
@@ -132,6 +154,21 @@ describe('Replicate images', () => {
       expect(newPredictions(before).map((p) => ({ status: p.status, downloads: p.downloads }))).toEqual([{ status: 'succeeded', downloads: 1 }]);
     });
   }
+
+  it('delivers images a waited-for prediction carries inline (data URLs over 4 MiB in all): one create, nothing downloaded', async () => {
+    const before = replicate.predictions.size;
+    replicate.inlineOutputs = true;
+    try {
+      const { images, error } = await run({ ...job({ ...REPLICATE_FLUX, wait: 10 }), n: 2 });
+      expect(error).toBeUndefined();
+      expect(images).toHaveLength(2);
+    } finally {
+      replicate.inlineOutputs = false;
+    }
+    const made = newPredictions(before);
+    expect(made.map((p) => ({ status: p.status, prefer: p.prefer, gets: p.gets, downloads: p.downloads }))).toEqual([{ status: 'succeeded', prefer: 'wait=10', gets: 0, downloads: 0 }]);
+    expect((made[0]!.output as string[]).reduce((sum, url) => sum + url.length, 0)).toBeGreaterThan(4 * 1024 * 1024);
+  });
 
   it('cancels the prediction when a GET fails in a way asking again cannot fix', async () => {
     const before = replicate.predictions.size;

@@ -13,15 +13,21 @@
  * `parseEndpointId`). The job id the gateway keeps is `{owner}/{app}/{request_id}`, so polls and a
  * deadline's cancel need nothing else.
  *
- * Errors: fal answers `{detail: …}`, a string or pydantic's list `[{loc, msg, type}]` (422). The
- * list is said in full to the operator (member health): with a mapping, a refused input is the
- * mapping's fault far more often than the client's, whose request the catalog already checked.
- * A `detail[].type` of `content_policy_violation` is fal's content checker: the request's fault.
- * 401/403 are the key, 404/405 the endpoint id, 429 (with Retry-After) a rate limit, 5xx retryable
- * (fal-js retries 429, 502, 503, 504; a 504 with `x-fal-request-timeout-type: user` is the request's
- * own start timeout, not retried).
+ * Results: a model's output JSON, its media as links to fal's CDN or, with `sync_mode` (on by
+ * default on some endpoints), inline as data URLs: megabytes an image, read as media
+ * (readJsonWithMedia), never as a short answer.
+ *
+ * Errors: fal answers `{detail: …}`, a string or pydantic's list `[{loc, msg, type, url?, ctx?}]`
+ * (422). A list is classified by its types (`falError`): fal's content checker is the request's
+ * fault, a refusal of the client's media (too small, unreadable, …) the client's, told fal's
+ * words; anything else is said in full to the operator (member health): with a mapping, a refused
+ * input is the mapping's fault far more often than the client's, whose request the catalog
+ * already checked. 401/403 are the key, 404/405 the endpoint id, 429 (with Retry-After) a rate
+ * limit, 5xx retryable (fal-js retries 429, 502, 503, 504; a 504 with
+ * `x-fal-request-timeout-type: user` is the request's own start timeout, not retried).
  */
 import { ProviderError, kindOfStatus, readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, type ProviderErrorKind, type UpstreamAccount, type UpstreamMapping, type UpstreamRequest, type UpstreamResponse } from '../kit.ts';
+import { readJsonWithMedia, type InlineMedia } from '../upstream-http.ts';
 
 export function falAuth(account: UpstreamAccount): Record<string, string> {
   return { Authorization: `Key ${account.credentials.api_key ?? ''}` };
@@ -59,14 +65,22 @@ export interface FalAnswer {
   status: number;
   headers: UpstreamResponse['headers'];
   body: unknown;
+  /** The media of the data URLs a result held, by the token in their place in `body` (readJsonWithMedia). */
+  media: ReadonlyMap<string, InlineMedia>;
 }
 
-/** One call to the member's fal queue, its (short JSON) answer read whole. */
+const NO_MEDIA: ReadonlyMap<string, InlineMedia> = new Map();
+
+/**
+ * One call to the member's fal queue, its answer read whole: a short JSON answer, or with
+ * `read: 'media'` a result whose media may be inline (a 2xx answer; an error answer is short).
+ */
 export async function falCall(
   account: UpstreamAccount,
   call: { method: 'GET' | 'POST' | 'PUT'; path: string; body?: { body: NonNullable<UpstreamRequest['body']>; length: number } },
   signal: AbortSignal,
   what: string,
+  read: 'json' | 'media' = 'json',
 ): Promise<FalAnswer> {
   const headers: Record<string, string> = { ...falAuth(account), Accept: 'application/json' };
   if (call.body) {
@@ -75,7 +89,8 @@ export async function falCall(
   }
   // A streamed body cannot follow a redirect; fal answers where it is asked.
   const res = await upstreamFetch(upstreamUrl(account, call.path), { method: call.method, headers, body: call.body?.body ?? (call.method === 'PUT' ? '' : undefined), redirect: 'manual' }, signal, what);
-  return { status: res.status, headers: res.headers, body: await readJson(res) };
+  if (read === 'media' && res.ok) return { status: res.status, headers: res.headers, ...(await readJsonWithMedia(res, what)) };
+  return { status: res.status, headers: res.headers, body: await readJson(res), media: NO_MEDIA };
 }
 
 /** fal's `detail` as one line: a string as it is, a pydantic list as `loc: msg` items. */
@@ -91,22 +106,71 @@ export function detailText(body: unknown): string | undefined {
   return items.length ? items.join('; ') : undefined;
 }
 
-function detailTypes(body: unknown): string[] {
+/** The items of a pydantic `detail` list (none for a string or anything else). */
+function detailItems(body: unknown): { type?: unknown; msg?: unknown }[] {
   const detail = (body as { detail?: unknown } | undefined)?.detail;
-  return Array.isArray(detail) ? detail.map((d) => (d as { type?: unknown } | null)?.type).filter((t): t is string => typeof t === 'string') : [];
+  return Array.isArray(detail) ? detail.map((d) => (d && typeof d === 'object' ? (d as { type?: unknown; msg?: unknown }) : {})) : [];
 }
 
 /**
- * A fal error answer as a ProviderError. `where` names the endpoint (for the operator); `what` the
- * call. A 422 (or 400) is the mapping's input refused: the member's configuration (`misconfigured`:
- * said in full in member health, the client gets a generic error), unless fal's content checker
- * refused it (`policy`).
+ * fal's model error types about the content of an input (an image, a video, an audio, an
+ * archive), not its place or shape in the request: what the client sent, which the catalog's
+ * rules cannot see (pixels, duration, format, a face). Checked against fal's "Model Errors" page
+ * (docs.fal.ai/errors, fal.ai/docs/documentation/model-apis/errors; its copy of 2025-10-27 lists
+ * internal_server_error, generation_timeout, downstream_service_error,
+ * downstream_service_unavailable, content_policy_violation, image_too_small, image_too_large,
+ * image_load_error, file_download_error, face_detection_error, file_too_large, greater_than,
+ * greater_than_equal, less_than, less_than_equal, multiple_of, sequence_too_short,
+ * sequence_too_long, one_of, feature_not_supported, invalid_archive,
+ * archive_file_count_below_minimum, archive_file_count_exceeds_maximum, audio_duration_too_long,
+ * audio_duration_too_short, unsupported_audio_format, unsupported_image_format,
+ * unsupported_video_format, video_duration_too_long, video_duration_too_short). Not here, so the
+ * operator's: the schema types (greater_than…, one_of, sequence_*, feature_not_supported, and
+ * pydantic's missing, enum, …: the mapping's values), `file_download_error` (fal could not fetch
+ * the signed URL the gateway gave it: PUBLIC_BASE_URL, or the media store), and any type not listed.
  */
-export function falError(answer: FalAnswer, what: string, where: string): ProviderError {
+const INPUT_CONTENT_TYPES: ReadonlySet<string> = new Set([
+  'image_too_small',
+  'image_too_large',
+  'image_load_error',
+  'face_detection_error',
+  'file_too_large',
+  'invalid_archive',
+  'archive_file_count_below_minimum',
+  'archive_file_count_exceeds_maximum',
+  'audio_duration_too_long',
+  'audio_duration_too_short',
+  'video_duration_too_long',
+  'video_duration_too_short',
+  'unsupported_audio_format',
+  'unsupported_image_format',
+  'unsupported_video_format',
+]);
+
+/**
+ * A fal error answer as a ProviderError. `where` names the endpoint (for the operator); `what` the
+ * call. fal's content checker refusing the request is `policy`; a refusal whose every item is
+ * about the client's media is the client's (`invalid_request`, with fal's messages: they say what
+ * to change, "Minimum dimensions are 300x300 pixels"); any other 422 (or 400) is the mapping's
+ * input refused: the member's configuration (`misconfigured`: said in full in member health, the
+ * client gets a generic error).
+ */
+export function falError(answer: Pick<FalAnswer, 'status' | 'headers' | 'body'>, what: string, where: string): ProviderError {
   const { status, headers, body } = answer;
   const said = sanitizeMessage(detailText(body), `HTTP ${status}`);
   const opts = { upstreamStatus: status, upstreamCode: headers.get('x-fal-error-type') ?? undefined };
-  if (detailTypes(body).some((t) => t === 'content_policy_violation')) return new ProviderError('policy', `fal refused the request under its content policy (${said})`, opts);
+  const items = detailItems(body);
+  if (items.some((d) => d.type === 'content_policy_violation')) return new ProviderError('policy', `fal refused the request under its content policy (${said})`, opts);
+  if (items.length > 0 && items.every((d) => typeof d.type === 'string' && INPUT_CONTENT_TYPES.has(d.type))) {
+    // fal's own words, without the field: `loc` names the mapping's field (`image_url`), not the client's (`firstFrame`).
+    const msgs = items.map((d) => (typeof d.msg === 'string' ? d.msg.trim() : '')).filter((m) => m !== '');
+    return new ProviderError('invalid_request', sanitizeMessage(msgs.join('; '), 'fal could not use an input of the request'), { upstreamStatus: status, upstreamCode: String(items[0]!.type) });
+  }
+  // A partner service fal relies on failed: neither the request's fault nor the member's.
+  if (items.length > 0 && items.every((d) => d.type === 'downstream_service_error')) {
+    const kind = headers.get('x-fal-retryable') === 'true' ? 'retryable' : 'failed';
+    return new ProviderError(kind, `a service fal relies on failed (${said})`, { upstreamStatus: status, upstreamCode: 'downstream_service_error' });
+  }
   // fal's request errors (timeouts, runner failures, a cancelled request) name their type in a header: the request's end, not the member's.
   const errorType = headers.get('x-fal-error-type');
   if (errorType && status !== 429 && status !== 401 && status !== 403 && headers.get('x-fal-retryable') !== 'true') return new ProviderError('failed', `the fal request failed (${errorType}: ${said})`, opts);

@@ -12,8 +12,9 @@
  * The mapping decides how many images one request asks for (`num_images: n`, say) and where its
  * result lists them (`images.url`); when a request yields fewer than `n`, further requests are made
  * for the rest, so a mapping without `n` still delivers `n` images (charged per delivered image).
- * Each output is fetched at once (fal's CDN links, or data URLs with `sync_mode`) and re-encoded to
- * the size and format the client was promised (`fitImage`).
+ * Each output is fetched at once (fal's CDN links; with `sync_mode` the images come inside the
+ * result, decoded as it is read) and re-encoded to the size and format the client was promised
+ * (`fitImage`).
  */
 import { ProviderError, generateQueuedImages, imageContext, type ImageEvents, type ImageJob, type ImageProvider, type UpstreamAccount } from '../kit.ts';
 import { mappingOf } from './fal-api.ts';
@@ -47,7 +48,7 @@ export class FalImageProvider implements ImageProvider {
         });
         if ('error' in result) throw result.error;
         if (progress.error) throw progress.error;
-        return result.urls;
+        return result.outputs;
       },
       cancel: (jobId: string, signal: AbortSignal) => falCancel(account, jobId, signal),
       refOf: (jobId: string) => jobId,

@@ -1,6 +1,6 @@
 /**
  * The calls of fal's queue (fal-api.ts) that both adapters make: submit a mapped input, one status
- * check, the result's output URLs as the mapping finds them, cancel.
+ * check, the result's outputs as the mapping finds them, cancel.
  *
  * Status words: fal-js polls until `COMPLETED` only, and a request that failed still reaches
  * `COMPLETED` (its failure is the result's error answer). LiteLLM's fal adapter also reads `FAILED`
@@ -9,6 +9,7 @@
  */
 import { ProviderError, jobStatus, jsonStream, mappedInput, mappedOutputs, sanitizeMessage, MappingError, type UpstreamAccount, type UpstreamMapping } from '../kit.ts';
 import type { MappingRequest } from '../kit/mapping.ts';
+import type { InlineMedia } from '../upstream-http.ts';
 import { falCall, falError, jobIdOf, parseJobId, type FalAnswer } from './fal-api.ts';
 
 const falStatus = jobStatus({ running: ['IN_QUEUE', 'IN_PROGRESS'], succeeded: ['COMPLETED'], failed: ['FAILED', 'ERROR', 'CANCELLED', 'CANCELED'] }, 'fal request');
@@ -57,13 +58,15 @@ export async function falStatusOf(account: UpstreamAccount, jobId: string, signa
 }
 
 /**
- * The output URLs of a completed request, as the mapping's `output` finds them in its result; a
- * result that is an error answer is the request's failure (returned, not thrown), except what may
- * pass (5xx, 429: thrown, to be asked again).
+ * The outputs of a completed request, as the mapping's `output` finds them in its result: URLs,
+ * or the media of data URLs (`sync_mode`), decoded while the result was read. A result that is an
+ * error answer is the request's failure (returned, not thrown), except what may pass (5xx, 429:
+ * thrown, to be asked again); so is a result too large to read (readJsonWithMedia: `failed`,
+ * thrown), which reading again would only download again.
  */
-export async function falResult(account: UpstreamAccount, jobId: string, mapping: UpstreamMapping, signal: AbortSignal, what: string): Promise<{ urls: string[] } | { error: ProviderError }> {
+export async function falResult(account: UpstreamAccount, jobId: string, mapping: UpstreamMapping, signal: AbortSignal, what: string): Promise<{ outputs: (string | InlineMedia)[] } | { error: ProviderError }> {
   const { app, requestId } = parseJobId(jobId);
-  const answer: FalAnswer = await falCall(account, { method: 'GET', path: `/${app}/requests/${encodeURIComponent(requestId)}` }, signal, what);
+  const answer: FalAnswer = await falCall(account, { method: 'GET', path: `/${app}/requests/${encodeURIComponent(requestId)}` }, signal, what, 'media');
   if (answer.status < 200 || answer.status >= 300) {
     const error = falError(answer, what, mapping.endpoint);
     // The request has ended: only what may pass (a rate limit, fal's edge failing, the key) is asked again.
@@ -79,7 +82,7 @@ export async function falResult(account: UpstreamAccount, jobId: string, mapping
     throw err;
   }
   if (urls.length === 0) return { error: new ProviderError('misconfigured', `the fal mapping's output '${mapping.output}' found no URL in the result of ${mapping.endpoint}`, { upstreamCode: 'mapping' }) };
-  return { urls };
+  return { outputs: urls.map((url) => answer.media.get(url) ?? url) };
 }
 
 /** Cancels a request (best effort): a request already finished or unknown is no error. */

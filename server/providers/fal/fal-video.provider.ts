@@ -9,7 +9,8 @@
  *   poll      the status under `owner/app`; COMPLETED → the result, whose output URL the mapping's
  *             `output` finds (recorded by the runner); a result that is an error answer fails the
  *             task: a 422 `detail[]` as the member's misconfiguration (the whole list in member
- *             health, a generic error for the client), a content refusal as such
+ *             health, a generic error for the client), a content refusal as such, a refusal of
+ *             the client's frame (too small, unreadable) as the client's, in fal's words
  *   download  the output URL (fal's CDN, another origin: no credentials), streamed
  *   cancel    PUT …/cancel when the task failed by its deadline
  *
@@ -42,10 +43,16 @@ export class FalVideoProvider implements VideoProvider {
   async poll(account: UpstreamAccount, jobId: string, job: VideoJob, signal: AbortSignal): Promise<VideoStatus> {
     const progress = await falStatusOf(account, jobId, signal, 'video status');
     if (progress.state !== 'completed') return progress.state === 'running' ? { state: 'running' } : progress;
-    const result = await falResult(account, jobId, mappingOf(job), signal, 'video result');
+    const mapping = mappingOf(job);
+    const result = await falResult(account, jobId, mapping, signal, 'video result');
     if ('error' in result) return { state: 'failed', error: result.error };
     if (progress.error) return { state: 'failed', error: progress.error };
-    return { state: 'succeeded', output: { url: result.urls[0]! } };
+    const [output] = result.outputs;
+    // The runner records the output to download it later (a link); a video inside the result has none.
+    if (typeof output !== 'string') {
+      return { state: 'failed', error: new ProviderError('misconfigured', `fal answered the video of ${mapping.endpoint} inside its result (a data URL: sync_mode); the gateway takes videos by their link, so the mapping must not ask for sync_mode`, { upstreamCode: 'mapping' }) };
+    }
+    return { state: 'succeeded', output: { url: output } };
   }
 
   async download(_account: UpstreamAccount, _jobId: string, output: VideoOutputRef, _job: VideoJob, signal: AbortSignal): Promise<VideoContent> {

@@ -16,12 +16,15 @@
  * queue's `refOf`): a run that stops while one is running (the process died, the engine stopped,
  * the lease was lost) leaves that job alone, and the task's next run waits for it (`ImageJob.resume`,
  * `revive`) instead of paying for another.
+ *
+ * A job's outputs are links to fetch, or images its answer carried inline (data URLs, decoded while
+ * the answer was read: readJsonWithMedia), which need no fetching.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fitImage, readBounded } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { ImageEvents, ImageJob } from '../types.ts';
-import { upstreamFetch } from '../upstream-http.ts';
+import { upstreamFetch, type InlineMedia } from '../upstream-http.ts';
 
 /** Largest image fetched from an output URL. */
 const MAX_IMAGE_BYTES = 64 * 1024 * 1024;
@@ -37,14 +40,17 @@ export interface ImageQueue<Job> {
   name: string;
   /** Submits a job for `n` images (n goes into the mapping's context). */
   submit(n: number, signal: AbortSignal): Promise<Job>;
-  /** One look at the job (`first`: right after submit): its output URLs once done, `undefined` while it runs; throws its failure (a transient ProviderError: the look failed, not the job). */
-  check(job: Job, first: boolean, signal: AbortSignal): Promise<string[] | undefined>;
+  /** One look at the job (`first`: right after submit): its outputs once done, `undefined` while it runs; throws its failure (a transient ProviderError: the look failed, not the job). */
+  check(job: Job, first: boolean, signal: AbortSignal): Promise<ImageOutput[] | undefined>;
   cancel(job: Job, signal: AbortSignal): Promise<void>;
   /** A JSON reference to the job, for `ImageEvents.submitted`. */
   refOf(job: Job): unknown;
   /** The job a reference names (`ImageJob.resume`), or undefined when it is not one of this queue's. */
   revive(ref: unknown): Job | undefined;
 }
+
+/** An output of a job: the URL of an image to fetch, or the image its answer carried. */
+export type ImageOutput = string | InlineMedia;
 
 export interface QueueTiming {
   pollMs: number;
@@ -70,11 +76,11 @@ export async function generateQueuedImages<Job>(queue: ImageQueue<Job>, job: Ima
       }
     }
     const kept = events.submitted !== undefined;
-    const urls = await waitForOutputs(queue, submitted, signal, timing, { fresh, kept });
+    const outputs = await waitForOutputs(queue, submitted, signal, timing, { fresh, kept });
     let got = 0;
-    for (const url of urls) {
+    for (const output of outputs) {
       if (delivered >= job.n) break;
-      const image = await downloadWithRetries(url, signal, queue.name);
+      const image = typeof output === 'string' ? await downloadWithRetries(output, signal, queue.name) : output.bytes;
       await events.image(delivered++, { image: await fitImage(image, job.params) });
       got++;
     }
@@ -86,14 +92,14 @@ export async function generateQueuedImages<Job>(queue: ImageQueue<Job>, job: Ima
  * Looks at the job until it is done. `fresh`: submitted by this run (the first look may use what the
  * submit answered); `kept`: recorded for a later run, so an abort leaves it running.
  */
-async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: AbortSignal, { pollMs, maxWaitMs }: QueueTiming, { fresh, kept }: { fresh: boolean; kept: boolean }): Promise<string[]> {
+async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: AbortSignal, { pollMs, maxWaitMs }: QueueTiming, { fresh, kept }: { fresh: boolean; kept: boolean }): Promise<ImageOutput[]> {
   const deadline = Date.now() + maxWaitMs;
   try {
     for (let first = fresh; ; first = false) {
       let wait = pollMs;
       try {
-        const urls = await queue.check(job, first, signal);
-        if (urls) return urls;
+        const outputs = await queue.check(job, first, signal);
+        if (outputs) return outputs;
       } catch (err) {
         // A look that failed in passing says nothing of the job, which goes on (and is billed): look again.
         if (!(err instanceof ProviderError) || !err.transient || signal.aborted || Date.now() > deadline) throw err;

@@ -18,11 +18,15 @@
  * in member health (the client gets a generic error); 401/403 the token; 402 billing (out until the
  * operator acts); 404 the endpoint; 429 with Retry-After a rate limit; 5xx retryable. Output files
  * (`replicate.delivery`, another origin) expire an hour after the prediction: downloaded at once,
- * without credentials.
+ * without credentials. In sync mode Replicate may put a model's files in `output` as data URLs
+ * instead (replicate-javascript's README: "an optimization we make on certain models"), and a
+ * prediction echoes its `input` (data URLs included, with `media: data_url`): a prediction is read
+ * as an answer that may carry media (readJsonWithMedia), never as a short one.
  */
 import { ProviderError, kindOfStatus, readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, MappingError, mappedInput, mappedOutputs, jsonStream, type ProviderErrorKind, type UpstreamAccount, type UpstreamMapping, type UpstreamResponse } from '../kit.ts';
 import { jobStatus } from '../kit.ts';
 import type { MappingRequest } from '../kit/mapping.ts';
+import { readJsonWithMedia, type InlineMedia } from '../upstream-http.ts';
 
 export function replicateAuth(account: UpstreamAccount): Record<string, string> {
   return { Authorization: `Bearer ${account.credentials.api_token ?? ''}` };
@@ -59,11 +63,27 @@ export interface ReplicateAnswer {
   status: number;
   headers: UpstreamResponse['headers'];
   body: unknown;
+  /** The media of the data URLs a prediction held, by the token in their place in `body` (readJsonWithMedia). */
+  media: ReadonlyMap<string, InlineMedia>;
 }
 
+/** A prediction as read, and the media of its data URLs. */
+export interface PredictionAnswer {
+  prediction: Prediction;
+  media: ReadonlyMap<string, InlineMedia>;
+}
+
+const NO_MEDIA: ReadonlyMap<string, InlineMedia> = new Map();
+
+/**
+ * One call to Replicate's API; a 2xx answer (a prediction) is read as one that may carry media, an
+ * error answer as a short one. A prediction too large to read is final (`failed`: reading it again
+ * reads the same), except the answer of a create that only accepted the job (`accepts`): like any
+ * submit whose answer cannot be read, it may have been accepted (retryable, `maybeAccepted`).
+ */
 export async function replicateCall(
   account: UpstreamAccount,
-  call: { method: 'GET' | 'POST'; path: string; body?: { body: NonNullable<Parameters<typeof upstreamFetch>[1]['body']>; length: number }; headers?: Record<string, string>; timeoutMs?: number },
+  call: { method: 'GET' | 'POST'; path: string; body?: { body: NonNullable<Parameters<typeof upstreamFetch>[1]['body']>; length: number }; headers?: Record<string, string>; timeoutMs?: number; accepts?: boolean },
   signal: AbortSignal,
   what: string,
 ): Promise<ReplicateAnswer> {
@@ -73,7 +93,14 @@ export async function replicateCall(
     headers['content-length'] = String(call.body.length);
   }
   const res = await upstreamFetch(upstreamUrl(account, call.path), { method: call.method, headers, body: call.body?.body, redirect: 'manual', timeoutMs: call.timeoutMs }, signal, what);
-  return { status: res.status, headers: res.headers, body: await readJson(res) };
+  if (res.ok) {
+    try {
+      return { status: res.status, headers: res.headers, ...(await readJsonWithMedia(res, what)) };
+    } catch (err) {
+      throw call.accepts ? res.unreadAnswer(err) : err;
+    }
+  }
+  return { status: res.status, headers: res.headers, body: await readJson(res), media: NO_MEDIA };
 }
 
 /** Problem details as one line: `detail`, and the fields a 422 names. */
@@ -117,26 +144,27 @@ export async function inputOf(mapping: UpstreamMapping, request: MappingRequest)
 }
 
 /** Creates a prediction; returns it (finished already when `wait` was long enough). */
-export async function createPrediction(account: UpstreamAccount, mapping: UpstreamMapping, input: Record<string, unknown>, signal: AbortSignal, what: string, wait?: number): Promise<Prediction & { id: string }> {
+export async function createPrediction(account: UpstreamAccount, mapping: UpstreamMapping, input: Record<string, unknown>, signal: AbortSignal, what: string, wait?: number): Promise<PredictionAnswer & { id: string }> {
   const { path, version } = createPathOf(mapping.endpoint);
   const answer = await replicateCall(
     account,
-    { method: 'POST', path, body: jsonStream(version ? { version, input } : { input }), ...(wait && { headers: { Prefer: `wait=${wait}` }, timeoutMs: (wait + 30) * 1000 }) },
+    // Waited for, the answer may be the prediction's end, its outputs inline.
+    { method: 'POST', path, body: jsonStream(version ? { version, input } : { input }), ...(wait ? { headers: { Prefer: `wait=${wait}` }, timeoutMs: (wait + 30) * 1000 } : { accepts: true }) },
     signal,
     what,
   );
   if (answer.status < 200 || answer.status >= 300) throw replicateError(answer, what, mapping.endpoint);
   const prediction = (answer.body ?? {}) as Prediction;
   if (typeof prediction.id !== 'string' || prediction.id === '') throw new ProviderError('retryable', `the Replicate ${what} was accepted without a prediction id`, { maybeAccepted: true });
-  return prediction as Prediction & { id: string };
+  return { id: prediction.id, prediction, media: answer.media };
 }
 
-export async function getPrediction(account: UpstreamAccount, id: string, signal: AbortSignal, what: string): Promise<Prediction | { gone: true }> {
+export async function getPrediction(account: UpstreamAccount, id: string, signal: AbortSignal, what: string): Promise<PredictionAnswer | { gone: true }> {
   const answer = await replicateCall(account, { method: 'GET', path: `/predictions/${encodeURIComponent(id)}` }, signal, what);
   // A prediction Replicate does not know (any more): asking again cannot help.
   if (answer.status === 404) return { gone: true };
   if (answer.status < 200 || answer.status >= 300) throw replicateError(answer, what, `prediction ${id}`);
-  return (answer.body ?? {}) as Prediction;
+  return { prediction: (answer.body ?? {}) as Prediction, media: answer.media };
 }
 
 export async function cancelPrediction(account: UpstreamAccount, id: string, signal: AbortSignal): Promise<void> {
@@ -150,11 +178,12 @@ const predictionState = jobStatus({ running: ['starting', 'processing'], succeed
 /** Replicate's error text for a refusal of its safety checker (Flux's "NSFW content detected", …). */
 const POLICY = /nsfw|safety (checker|filter)|content (policy|moderation)|flagged as sensitive|sensitive content/i;
 
-export type PredictionOutcome = { state: 'running' } | { state: 'failed'; error: ProviderError } | { state: 'succeeded'; urls: string[] };
+export type PredictionOutcome = { state: 'running' } | { state: 'failed'; error: ProviderError } | { state: 'succeeded'; outputs: (string | InlineMedia)[] };
 
-/** A prediction's state, and for a succeeded one the output URLs the mapping finds in it. */
-export async function outcomeOf(prediction: Prediction | { gone: true }, mapping: UpstreamMapping): Promise<PredictionOutcome> {
-  if ('gone' in prediction) return { state: 'failed', error: new ProviderError('failed', 'Replicate does not know this prediction (any more)', { upstreamStatus: 404 }) };
+/** A prediction's state, and for a succeeded one the outputs the mapping finds in it: URLs, or the media of its data URLs. */
+export async function outcomeOf(answer: PredictionAnswer | { gone: true }, mapping: UpstreamMapping): Promise<PredictionOutcome> {
+  if ('gone' in answer) return { state: 'failed', error: new ProviderError('failed', 'Replicate does not know this prediction (any more)', { upstreamStatus: 404 }) };
+  const { prediction } = answer;
   const state = predictionState(prediction.status);
   if (state === 'running') return { state };
   if (state === 'failed') {
@@ -173,5 +202,5 @@ export async function outcomeOf(prediction: Prediction | { gone: true }, mapping
     throw err;
   }
   if (urls.length === 0) return { state: 'failed', error: new ProviderError('misconfigured', `the replicate mapping's output '${mapping.output}' found no URL in the prediction of ${mapping.endpoint}`, { upstreamCode: 'mapping' }) };
-  return { state: 'succeeded', urls };
+  return { state: 'succeeded', outputs: urls.map((url) => answer.media.get(url) ?? url) };
 }

@@ -40,8 +40,12 @@ export class ReplicateVideoProvider implements VideoProvider {
 
   async poll(account: UpstreamAccount, jobId: string, job: VideoJob, signal: AbortSignal): Promise<VideoStatus> {
     const outcome = await outcomeOf(await getPrediction(account, jobId, signal, 'video status'), mappingOf(job));
-    if (outcome.state === 'succeeded') return { state: 'succeeded', output: { url: outcome.urls[0]! } };
-    return outcome;
+    if (outcome.state !== 'succeeded') return outcome;
+    const [output] = outcome.outputs;
+    // The runner records the output to download it later (a link); a video inside the prediction
+    // has none. Replicate inlines files only in sync mode, which videos never use.
+    if (typeof output !== 'string') return { state: 'failed', error: new ProviderError('failed', 'the Replicate prediction answered its video inline (a data URL), which the gateway cannot keep for its download') };
+    return { state: 'succeeded', output: { url: output } };
   }
 
   async download(_account: UpstreamAccount, _jobId: string, output: VideoOutputRef, _job: VideoJob, signal: AbortSignal): Promise<VideoContent> {
