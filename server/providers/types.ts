@@ -193,6 +193,12 @@ export interface VideoJob {
   referenceAudios: string[];
   /** The catalog model's mapping for this member's provider (aggregators: fal, Replicate). */
   mapping?: UpstreamMapping;
+  /**
+   * When the gateway gives the task up (fails and refunds it). Adapters whose upstream takes a
+   * lifetime for the job send what is left of it, so that a job whose cancel at the deadline got
+   * no answer does not run later, billed, for a client already refunded.
+   */
+  deadline?: Date;
 }
 
 /** What decides whether an upstream's wire format can express a video request at all. */

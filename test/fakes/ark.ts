@@ -74,12 +74,16 @@
  * images as data URLs or https URLs with ratio (0.4, 2.5), sides (300, 6000) px and < 30 MB;
  * `video_url` / `audio_url` items on 2.0 only; `camera_fixed` not with reference images;
  * `generate_audio` ignored before 1.5 pro; `service_tier` `flex` not on 2.0;
- * `execution_expires_after` in [3600, 259200]. A task is `queued` for `queuedMs`, `running` for
- * `runningMs`, then by prompt: `[ark:unsafe-video]` → failed OutputVideoSensitiveContentDetected,
+ * `execution_expires_after` an integer in [3600, 259200] (default 172800). A task is `queued`
+ * for `queuedMs`, `running` for `runningMs`, then by prompt: `[ark:unsafe-video]` → failed
+ * OutputVideoSensitiveContentDetected,
  * `[ark:fail]` → failed InternalServiceError, `[ark:expire]` → `expired` (its execution time ran
  * out in the queue; ASSUMPTION: `error` stays null), else succeeded with `content.video_url` (a
  * storage URL of an MP4, valid `urlTtlMs`) and `usage`. `[ark:stay-queued]` / `[ark:stay-running]`
- * never move on. In-flight tasks have no `content` or `usage` (§5.2: the callback example). DELETE
+ * never move on. A task still queued `execution_expires_after` seconds after its creation is
+ * `expired` (§5.2; `error` null as above) and never runs; one running by then runs on (ASSUMPTION:
+ * the reference names the expiry for the queue only). A test moves a task's clock by moving its
+ * `createdAt` back. In-flight tasks have no `content` or `usage` (§5.2: the callback example). DELETE
  * (https://docs.ai-tokenhub.com and docs.powertokens.ai copies of BytePlus's table agree): queued →
  * `cancelled`; succeeded, failed, expired → the record is deleted (later GETs answer 404
  * ResourceNotFound); running or cancelled → refused (ASSUMPTION: 400 InvalidParameter, the code of
@@ -158,9 +162,12 @@ export interface ArkTask {
   body: Record<string, unknown>;
   prompt: string;
   images: ArkFrame[];
+  /** Creation time (ms); a test moves it back to make the task as old as it would be later. */
   createdAt: number;
   queuedMs: number;
   runningMs: number;
+  /** `execution_expires_after` in ms: a task still queued this long after its creation is `expired`. */
+  expiresAfterMs: number;
   outcome: 'succeeded' | 'unsafe' | 'fail' | 'expire';
   cancelled: boolean;
   deleted: boolean;
@@ -714,7 +721,7 @@ export async function startArkFake(options: ArkFakeOptions = {}): Promise<ArkFak
     if (body.seed !== undefined && (typeof body.seed !== 'number' || !Number.isInteger(body.seed) || body.seed < -1 || body.seed > 4_294_967_295)) throw invalid('seed', 'The parameter `seed` specified in the request is not valid.');
     if (body.service_tier !== undefined && body.service_tier !== 'default' && !(body.service_tier === 'flex' && spec.flex)) throw invalid('service_tier', 'The parameter `service_tier` specified in the request is not valid.');
     const expiresAfter = body.execution_expires_after ?? 172_800;
-    if (typeof expiresAfter !== 'number' || expiresAfter < 3600 || expiresAfter > 259_200) throw invalid('execution_expires_after', 'The parameter `execution_expires_after` specified in the request is not valid.');
+    if (typeof expiresAfter !== 'number' || !Number.isInteger(expiresAfter) || expiresAfter < 3600 || expiresAfter > 259_200) throw invalid('execution_expires_after', 'The parameter `execution_expires_after` specified in the request is not valid.');
     if (prompt.includes('[ark:unsafe-prompt]')) throw new ArkError(400, 'InputTextSensitiveContentDetected', 'The request failed because the input text may contain sensitive information.');
     tableError('submit', apiKey, name);
 
@@ -733,6 +740,7 @@ export async function startArkFake(options: ArkFakeOptions = {}): Promise<ArkFak
       createdAt: now,
       queuedMs: stayQueued ? Infinity : (timing.queuedMs ?? fake.queuedMs),
       runningMs: stayRunning ? Infinity : (timing.runningMs ?? fake.runningMs),
+      expiresAfterMs: expiresAfter * 1000,
       outcome: prompt.includes('[ark:unsafe-video]') ? 'unsafe' : prompt.includes('[ark:fail]') ? 'fail' : prompt.includes('[ark:expire]') ? 'expire' : 'succeeded',
       cancelled: false,
       deleted: false,
@@ -745,6 +753,8 @@ export async function startArkFake(options: ArkFakeOptions = {}): Promise<ArkFak
   function statusOf(task: ArkTask, now = Date.now()): SeedanceStatus {
     if (task.cancelled) return 'cancelled';
     const age = now - task.createdAt;
+    // Ark's queue keeps a task `execution_expires_after` seconds at most: past it, it never runs.
+    if (age >= task.expiresAfterMs && age < task.queuedMs) return 'expired';
     if (age < task.queuedMs) return 'queued';
     if (task.outcome === 'expire') return 'expired';
     if (age < task.queuedMs + task.runningMs) return 'running';

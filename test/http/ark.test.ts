@@ -314,7 +314,7 @@ describe('ark and the pool', () => {
     expect(first.status).toBe(202);
     expect((await waitVideoFinished(server, c.key, first.body.id)).task.status).toBe('completed');
     expect((await upstreamTask(first.body.id)).apiKey).toBe('ark-b');
-    expect(await holdOf(server.db, first.body.id)).toMatchObject({ status: 'captured', captured: 5 * micro(0.0518) });
+    expect(await holdOf(server.db, first.body.id)).toMatchObject({ status: 'captured', captured: 5 * micro(0.0528) });
     const health = (await healthOf(c.groupId)).a!;
     expect(health.model_faults).toEqual([{ model: SEEDANCE_15, kind: 'model_not_open', reason: expect.stringContaining('HTTP 404 ModelNotOpen'), since: expect.any(String), until: null }]);
     expect(health).toMatchObject({ cooldown_until: null, credentials_rejected: false, account_disabled: null });
@@ -419,13 +419,14 @@ describe('seedance', () => {
     expect(upstream.images.map((i) => `${i.role} ${i.mimeType} ${i.width}x${i.height}`)).toEqual(['first_frame image/png 640x360', 'last_frame image/png 640x360']);
     const { content, ...params } = upstream.body;
     expect((content as Json[])[0]).toEqual({ type: 'text', text: 'a paper boat on a river' });
-    // Audio is 1.5 pro's default; no seed or camera_fixed: the contract has neither.
-    expect(params).toEqual({ model: SEEDANCE_15, resolution: '720p', ratio: '16:9', duration: 5, generate_audio: true, watermark: false });
+    // Audio is 1.5 pro's default; no seed or camera_fixed: the contract has neither. What is left
+    // of the task's hour of lifetime is less than Ark's shortest queue lifetime, so that is sent.
+    expect(params).toEqual({ model: SEEDANCE_15, resolution: '720p', ratio: '16:9', duration: 5, generate_audio: true, watermark: false, execution_expires_after: 3600 });
     const url = new URL(task.video_url!);
     const bytes = Buffer.from(await (await fetch(`${server.directUrl}${url.pathname}${url.search}`)).arrayBuffer());
     expect(bytes.subarray(4, 8).toString('latin1')).toBe('ftyp');
     expect(fake.storageSawAuth).toBe(0);
-    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'captured', captured: 5 * micro(0.0518) });
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'captured', captured: 5 * micro(0.0528) });
   });
 
   it('sends reference images with role reference_image', async () => {

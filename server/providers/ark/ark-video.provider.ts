@@ -6,9 +6,10 @@
  *             image_url: {url: <data URL>}, role: first_frame | last_frame}` or the reference images
  *             with `role: reference_image` — and `resolution`, `ratio`, an integer `duration`,
  *             `generate_audio` (ignored before 1.5 pro), `watermark` (false unless the member's
- *             base URL says `?watermark=true`). No `seed` or `camera_fixed` (the contract has
- *             neither: the upstream draws a seed, the camera moves). Ark documents no idempotency
- *             key: a resubmit after a crash is the runner's intent marker's business. → `cgt-…`
+ *             base URL says `?watermark=true`), `execution_expires_after` (see below). No `seed` or
+ *             `camera_fixed` (the contract has neither: the upstream draws a seed, the camera
+ *             moves). Ark documents no idempotency key: a resubmit after a crash is the runner's
+ *             intent marker's business. → `cgt-…`
  *   poll      GET {base}/contents/generations/tasks/{id}: queued | running → running; succeeded →
  *             `content.video_url`; failed (with `error {code, message}`), expired (its
  *             `execution_expires_after` ran out in the queue), cancelled → failed
@@ -19,6 +20,14 @@
  *             collected): Ark's refusal is reported as a permanent failure of the cancel, which the
  *             runner logs. A task that already ended has its record deleted; one Ark no longer knows
  *             is nothing to cancel.
+ *
+ * The runner cancels once, at the task's deadline, after refunding it; a cancel that gets no answer
+ * (a timeout, a 5xx, a 429) would leave the task in Ark's queue for its default 48 hours, to run
+ * there later, billed to the member, for a client refunded long before. So every submit gives the
+ * task `execution_expires_after`: what is left of the gateway task's lifetime, rounded up, within
+ * Ark's [3600, 259200] seconds; past it a task still queued is `expired` and never runs. With less
+ * than an hour left, Ark's shortest (an hour) applies: such a task may outlive its deadline in the
+ * queue by the difference.
  *
  * What each model takes (durations, resolutions, frames, reference images, audio) is in its catalog
  * definition, so creation refuses the rest before anything is charged; `check` refuses what no
@@ -55,6 +64,8 @@ const RESOLUTIONS = ['480p', '720p', '1080p'];
 const DURATIONS = { min: 2, max: 15 };
 /** 2.0 takes up to 9 reference images, 1.0 lite i2v up to 4. */
 const MAX_REFERENCE_IMAGES = 9;
+/** What `execution_expires_after` takes, in seconds (§5.2: default 172,800, range [3600, 259200]). */
+const EXPIRES_AFTER = { min: 3600, max: 259_200 };
 
 const status = jobStatus({ running: ['queued', 'running'], succeeded: ['succeeded'], failed: ['failed', 'expired', 'cancelled'] }, 'Seedance task');
 
@@ -96,6 +107,7 @@ export class ArkVideoProvider implements VideoProvider {
       duration: job.durationSeconds,
       generate_audio: job.generateAudio,
       watermark: arkEndpoint(account).watermark,
+      ...(job.deadline && { execution_expires_after: executionExpiresAfter(job.deadline) }),
     });
     const res = await upstreamFetch(
       arkUrl(account, '/contents/generations/tasks'),
@@ -143,10 +155,38 @@ export class ArkVideoProvider implements VideoProvider {
       return;
     }
     const err = await arkError(res, 'video cancel');
-    if (err.kind !== 'invalid_request') throw err;
-    // Refused for the task's state: it is running (Ark cancels queued tasks only) and will finish upstream.
-    throw new ProviderError('failed', `the upstream cannot cancel a running Seedance task; it runs to its end (${err.message})`, { upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode });
+    if (!refusedForItsState(res.status, err.upstreamCode)) throw err;
+    // The task is running (Ark cancels queued tasks only) and will finish upstream. What a refusal
+    // read as `auth` by its status alone said is not quoted (it may quote the key).
+    const said = err.kind === 'auth' ? [`HTTP ${res.status}`, err.upstreamCode].filter(Boolean).join(' ') : err.message;
+    throw new ProviderError('failed', `the upstream cannot cancel a running Seedance task; it runs to its end (${said})`, { upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode });
   }
+}
+
+/**
+ * Seconds from now to the deadline, rounded up, within what Ark takes: the task's
+ * `execution_expires_after`.
+ */
+export function executionExpiresAfter(deadline: Date, now = Date.now()): number {
+  return Math.min(EXPIRES_AFTER.max, Math.max(EXPIRES_AFTER.min, Math.ceil((deadline.getTime() - now) / 1000)));
+}
+
+/**
+ * Whether Ark refused a cancel for the task's state (no longer queued). Ark documents no answer for
+ * it: a 400 InvalidParameter (what the fake answers), a 409 Conflict, or a 403 Forbidden of the
+ * `OperationDenied` family of Volcengine's error-code table (https://www.volcengine.com/docs/82379/1299023):
+ * `OperationDenied.UnsupportedPhase` ("operation is not supported while the target is in its current
+ * phase"), `OperationDenied.InvalidState`. Read by its status alone, such a 403 would take the member
+ * out as if its credentials were rejected, a 409 would count towards its circuit. So any 4xx is
+ * that refusal but what says something else: 401, 408 (no answer about the task), 429, and the
+ * codes ARK_CODES gives the member's key or account — 403 `AccessDenied` (no permission for the
+ * resource), `AccountOverdueError` and `OperationDenied.ServiceOverdue` (arrears),
+ * `OperationDenied.ServiceNotOpen` — or Ark's own failure (`ContentSecurityDetectionError`).
+ */
+function refusedForItsState(status: number, code: string | undefined): boolean {
+  if (status < 400 || status >= 500 || status === 401 || status === 408 || status === 429) return false;
+  const byCode = kindOfCode(ARK_CODES, code);
+  return byCode === undefined || byCode === 'invalid_request';
 }
 
 /** Why a finished task failed: its error code's kind (a refusal under the content policy, a bad input) or the upstream's failure. */

@@ -404,6 +404,8 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       referenceImages: [],
       referenceVideos: task.referenceVideos,
       referenceAudios: task.referenceAudios,
+      // Read again at every step: a resubmit sends what is left of the task's lifetime then.
+      deadline: task.deadlineAt,
     };
     if (task.inputMode === 'reference_images') job.referenceImages = inputs;
     else {
