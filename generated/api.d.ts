@@ -742,7 +742,21 @@ export interface paths {
          */
         delete: operations["deleteFile"];
         options?: never;
-        head?: never;
+        /**
+         * Check a file, or a signed URL's download, without its body
+         * @description `GET /v1/files/{file_id}` without a body (RFC 9110 §9.3.2): the same status and header fields,
+         *     for the file object with the API key, or for the download of a signed URL (`Content-Length`,
+         *     `Content-Type`, `ETag`, `Last-Modified`, `Accept-Ranges: bytes`, `Content-Disposition`,
+         *     `Cache-Control`), as a player or a download tool asks before it fetches. The bytes are not read.
+         *     `Range` and `If-Range` are ignored (range requests are defined for GET only, RFC 9110 §14.2):
+         *     the answer describes the whole file. `If-None-Match` naming the file is `304`. An expired URL,
+         *     a bad signature and an unknown file are `404`, as for GET.
+         *
+         *     Errors: as for GET, without a body: `400 invalid_request`; `401 invalid_api_key`;
+         *     `403 api_key_inactive` or `account_suspended`; `404 file_not_found`; `500 internal_error`;
+         *     `503 database_unavailable` or `storage_unavailable`.
+         */
+        head: operations["headFile"];
         patch?: never;
         trace?: never;
     };
@@ -777,7 +791,19 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /**
+         * Check a file's download without its body
+         * @description `GET /v1/files/{file_id}/content` without a body (RFC 9110 §9.3.2): the same status and header
+         *     fields (`Content-Length`, `Content-Type`, `ETag`, `Last-Modified`, `Accept-Ranges: bytes`,
+         *     `Content-Disposition`), as a player or a download tool asks before it fetches. The bytes are
+         *     not read. `Range` and `If-Range` are ignored (range requests are defined for GET only, RFC 9110
+         *     §14.2): the answer describes the whole file. `If-None-Match` naming the file is `304`.
+         *
+         *     Errors: as for GET, without a body: `400 invalid_request`; `401 invalid_api_key`;
+         *     `403 api_key_inactive` or `account_suspended`; `404 file_not_found`; `500 internal_error`;
+         *     `503 database_unavailable` or `storage_unavailable`.
+         */
+        head: operations["headFileContent"];
         patch?: never;
         trace?: never;
     };
@@ -6885,6 +6911,81 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    headFile: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Expiry of a signed URL, Unix seconds. Part of the signed URL (send it with `signature`, unchanged); omit both to read the file object with the API key.
+                 * @example 1767229200
+                 */
+                expires?: components["parameters"]["FileExpires"];
+                /**
+                 * @description HMAC signature over the file id and `expires`. Part of the signed URL (send it with `expires`, unchanged); omit both to read the file object with the API key.
+                 * @example 3fa9c1d2e4b5a6978877665544332211
+                 */
+                signature?: components["parameters"]["FileSignature"];
+            };
+            header?: {
+                /**
+                 * @description The `ETag` of a copy the client already has; the answer is `304` without a body while it is current.
+                 * @example "3tq2zqGkGkq0a6n7yS8m0lJ9b1Q5vFv1qk8Wm2c2y4E"
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
+            path: {
+                /**
+                 * @description File id (`file_…`).
+                 * @example file_01JTXK4D2M8Q6N3V5B7C9E1F2G
+                 */
+                file_id: components["parameters"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The header fields of the file object (with the API key) or of the whole file's download (signed URL); no body. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description Downloads only. The file's id, quoted. */
+                    ETag?: string;
+                    "Last-Modified": components["headers"]["LastModified"];
+                    "Accept-Ranges": components["headers"]["AcceptRanges"];
+                    "Content-Disposition": components["headers"]["ContentDisposition"];
+                    /** @description The size in bytes of the body a GET would send. */
+                    "Content-Length"?: number;
+                    /** @description `no-store` for the file object; `private, max-age=<seconds until the URL expires>` for a signed download. */
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["File"];
+                    "image/png": string;
+                    "image/jpeg": string;
+                    "image/webp": string;
+                    "image/gif": string;
+                    "video/mp4": string;
+                    "application/octet-stream": string;
+                };
+            };
+            /** @description The copy the client named in `If-None-Match` is current. */
+            304: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description The file's id, quoted. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     getFileContent: {
         parameters: {
             query?: never;
@@ -6982,6 +7083,68 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             416: components["responses"]["RangeNotSatisfiable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    headFileContent: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The `ETag` of a copy the client already has; the answer is `304` without a body while it is current.
+                 * @example "3tq2zqGkGkq0a6n7yS8m0lJ9b1Q5vFv1qk8Wm2c2y4E"
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
+            path: {
+                /**
+                 * @description File id (`file_…`).
+                 * @example file_01JTXK4D2M8Q6N3V5B7C9E1F2G
+                 */
+                file_id: components["parameters"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The header fields of the whole file's download; no body. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description The file's id, quoted. */
+                    ETag?: string;
+                    "Last-Modified": components["headers"]["LastModified"];
+                    "Accept-Ranges": components["headers"]["AcceptRanges"];
+                    "Content-Disposition": components["headers"]["ContentDisposition"];
+                    /** @description The file's size in bytes. */
+                    "Content-Length"?: number;
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "image/png": string;
+                    "image/jpeg": string;
+                    "image/webp": string;
+                    "image/gif": string;
+                    "video/mp4": string;
+                    "application/octet-stream": string;
+                };
+            };
+            /** @description The copy the client named in `If-None-Match` is current. */
+            304: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description The file's id, quoted. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

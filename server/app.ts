@@ -34,7 +34,9 @@ import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';
 import { STRICT_FORMATS } from './contract-schemas.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-const METHODS = ['get', 'post', 'put', 'patch', 'delete'] as const;
+// `head` before `get`: Express answers a HEAD with a path's GET route when that route comes first,
+// and a contract's HEAD operation has its own handler.
+const METHODS = ['head', 'get', 'post', 'put', 'patch', 'delete'] as const;
 
 /** `/v1/videos/{id}` -> `/v1/videos/:id` */
 export function toExpressPath(path: string): string {
@@ -227,7 +229,8 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
 function mountHandlers(app: express.Express, spec: OpenApiDocument, handlers: HandlerMap): void {
   const paths = Object.keys(spec.paths).sort((a, b) => (a.includes('{') ? 1 : 0) - (b.includes('{') ? 1 : 0));
   for (const path of paths) {
-    const item = spec.paths[path] ?? {};
+    // OpenApiDocument's path items name no `head`; the bundled contract's do.
+    const item: Partial<Record<(typeof METHODS)[number], { operationId?: string }>> = spec.paths[path] ?? {};
     for (const method of METHODS) {
       const operationId = item[method]?.operationId as keyof HandlerMap | undefined;
       if (!operationId) continue;

@@ -153,12 +153,13 @@ export const STORAGE_RETRY_AFTER_SECONDS = { full: 60, unavailable: 30 } as cons
 /**
  * The one mapping of a media store failure (storage/storage-error.ts) to the API error a client
  * sees: the gateway's own fault, never the request's nor the upstream's. The message says nothing
- * of paths or system details; the log line has them.
+ * of paths or system details; the log line has them. An unavailable store fails writes and reads
+ * (stat, download) alike, so its message names neither.
  */
 export function apiErrorOfStorage(err: StorageError): ApiError {
   const seconds = STORAGE_RETRY_AFTER_SECONDS[err.condition];
   const headers = { 'Retry-After': String(seconds) };
   return err.condition === 'full'
     ? new ApiError(507, 'storage_full', `The gateway's media storage is full, so the request could not be carried out (not a fault of the request); retry in ${seconds} s. The operator has been notified in the logs.`, null, {}, headers)
-    : new ApiError(503, 'storage_unavailable', `The gateway's media storage cannot be written right now, so the request could not be carried out (not a fault of the request); retry in ${seconds} s. The operator has been notified in the logs.`, null, {}, headers);
+    : new ApiError(503, 'storage_unavailable', `The gateway's media storage is unavailable right now, so the request could not be carried out (not a fault of the request); retry in ${seconds} s. The operator has been notified in the logs.`, null, {}, headers);
 }

@@ -27,6 +27,8 @@ interface ValidatorError {
   message: string;
   path?: string;
   errors?: { path?: string; message?: string; errorCode?: string }[];
+  /** A 405's `Allow`: the methods of the contract's path item, in lower case. */
+  headers?: { Allow?: string };
 }
 
 function isValidatorError(err: unknown): err is ValidatorError {
@@ -45,6 +47,9 @@ export function paramFromPath(path: string | undefined, message = ''): string | 
   return parts.length ? parts.join('.') : null;
 }
 
+/** The methods a contract's path item can have, in the order an `Allow` header lists them. */
+const ALLOW_ORDER = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'TRACE'];
+
 function fromValidator(err: ValidatorError, req: Request): ApiError {
   const first = err.errors?.[0];
   switch (err.status) {
@@ -60,8 +65,13 @@ function fromValidator(err: ValidatorError, req: Request): ApiError {
       return new ApiError(401, 'invalid_api_key', "Missing or invalid API key. Send 'Authorization: Bearer <API_KEY>'.", null, {}, { 'WWW-Authenticate': 'Bearer' });
     case 404:
       return new ApiError(404, 'not_found', `No route for ${req.method} ${req.path}.`);
-    case 405:
-      return new ApiError(405, 'method_not_allowed', `Method ${req.method} is not allowed on ${req.path}.`);
+    case 405: {
+      // RFC 9110 §15.5.6: a 405 says which methods the resource has (method names are upper case),
+      // here in one order whatever the validator's.
+      const given = (err.headers?.Allow ?? '').split(',').map((method) => method.trim().toUpperCase());
+      const allow = ALLOW_ORDER.filter((method) => given.includes(method)).join(', ');
+      return new ApiError(405, 'method_not_allowed', `Method ${req.method} is not allowed on ${req.path}${allow ? `; it answers ${allow}` : ''}.`, null, {}, allow ? { Allow: allow } : {});
+    }
     case 413:
       return new ApiError(413, 'body_too_large', 'The request body is too large.');
     case 415:

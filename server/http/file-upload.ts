@@ -21,6 +21,21 @@ export interface UploadLimits {
 
 const MAX_FIELDS = 8;
 const MAX_FIELD_BYTES = 1024;
+/** Characters (code points, as the column's check and the contract count them) of a file name kept. */
+const MAX_FILENAME_CHARS = 255;
+
+/**
+ * The name an upload is kept and later downloaded under, from the one the client sent: control
+ * characters (C0, DEL, C1; busboy decodes `filename*=UTF-8''a%00b.png` to a NUL) become `_`, as
+ * they must never reach a `Content-Disposition` and PostgreSQL refuses a NUL in the row; lone
+ * surrogates (no character at all, and refused by PostgreSQL too) are dropped; and the name is cut
+ * to 255 code points, never inside a surrogate pair (a `slice` of UTF-16 units halved an emoji).
+ */
+export function uploadFileName(given: string): string {
+  return Array.from(given.replace(/\p{Cc}/gu, '_').replace(/\p{Cs}/gu, ''))
+    .slice(0, MAX_FILENAME_CHARS)
+    .join('');
+}
 
 const UPLOAD = Symbol('mediagate.upload');
 type WithUpload = Request & { [UPLOAD]?: { file: FileRow; confirmed: boolean } };
@@ -104,7 +119,7 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
         stream.destroy(new MediaTooLarge(limits.maxFileBytes));
         finish(tooLarge());
       });
-      const filename = (info.filename ?? '').slice(0, 255);
+      const filename = uploadFileName(info.filename ?? '');
       saving = files.save({ accountId, purpose: 'upload', contentType: 'application/octet-stream', filename, expiresAt: new Date(Date.now() + 3_600_000) }, stream, { maxBytes: limits.maxFileBytes });
       // The store failed (full, I/O): answer now instead of waiting for a body it no longer reads.
       // Any other outcome is observed by finish() or the close hook.

@@ -1,7 +1,8 @@
 /**
  * The Files API in OpenAI's shape: POST /v1/files (a reusable media input), GET /v1/files (list),
  * GET /v1/files/{file_id} (the file object with the key; the bytes for a signed URL),
- * GET /v1/files/{file_id}/content (the bytes with the key), DELETE /v1/files/{file_id}.
+ * GET /v1/files/{file_id}/content (the bytes with the key), DELETE /v1/files/{file_id}. HEAD on
+ * both GETs answers as they do, without a body (and without reading the bytes).
  */
 import type { Request, Response } from 'express';
 import { pipeline } from 'node:stream/promises';
@@ -45,9 +46,12 @@ const INLINE_TYPES: Record<Schemas['File']['content_type'], true> = { 'image/png
  * and a download tool need — a file never changes, so its id is a strong `ETag` — and `304` for a
  * copy the client already has, checked before the range (RFC 9110 §13.2.2). Several ranges in one
  * request are answered with the whole file (allowed by RFC 9110), an unsatisfiable one with `416`.
+ * A HEAD gets the whole file's header fields and no body: the store is never asked for the bytes
+ * (S3 would start sending a whole video), and its `Range` is ignored (RFC 9110 §14.2: GET only).
  */
-async function sendFile(req: Pick<Request, 'headers'>, res: Response, opened: OpenedFile, cacheControl: string): Promise<void> {
+async function sendFile(req: Pick<Request, 'headers' | 'method'>, res: Response, opened: OpenedFile, cacheControl: string): Promise<void> {
   const { file, stored, name } = opened;
+  const head = req.method === 'HEAD';
   const etag = `"${file.id}"`;
   res.setHeader('Cache-Control', cacheControl);
   res.setHeader('ETag', etag);
@@ -63,14 +67,15 @@ async function sendFile(req: Pick<Request, 'headers'>, res: Response, opened: Op
   }
   // If-Range: the range only applies to the copy the client names (a file never changes: its ETag).
   const ifRange = req.headers['if-range'];
-  const range = ifRange === undefined || ifRange === etag ? byteRange(req.headers.range, stored.bytes) : 'whole';
+  const range = !head && (ifRange === undefined || ifRange === etag) ? byteRange(req.headers.range, stored.bytes) : 'whole';
   if (range === 'unsatisfiable') {
     throw new ApiError(416, 'range_not_satisfiable', `The range asked for is outside the file's ${stored.bytes} bytes.`, null, {}, { 'Content-Range': `bytes */${stored.bytes}` });
   }
   const inline = Object.hasOwn(INLINE_TYPES, file.contentType);
   res.setHeader('Content-Type', inline ? file.contentType : 'application/octet-stream');
   // An ASCII fallback and the name itself in UTF-8 (RFC 6266): a header cannot carry non-Latin-1 text.
-  const ascii = name.replace(/[^\x20-\x7e]/g, '_').replace(/["\\]/g, '');
+  // One `_` per character (`u`): an emoji is one, not one per UTF-16 unit.
+  const ascii = name.replace(/[^\x20-\x7e]/gu, '_').replace(/["\\]/g, '');
   res.setHeader('Content-Disposition', `${inline ? 'inline' : 'attachment'}; filename="${ascii}"${ascii === name ? '' : `; filename*=UTF-8''${encodeURIComponent(name)}`}`);
   if (range !== 'whole') {
     res.status(206);
@@ -81,13 +86,19 @@ async function sendFile(req: Pick<Request, 'headers'>, res: Response, opened: Op
   }
   res.status(200);
   res.setHeader('Content-Length', String(stored.bytes));
+  if (head) {
+    res.end();
+    return;
+  }
   await pipeline(opened.read(), res);
 }
 
-export function filesHandlers(ctx: AppContext): Pick<HandlerMap, 'createFile' | 'listFiles' | 'getFile' | 'getFileContent' | 'deleteFile'> {
+type FilesOperation = 'createFile' | 'listFiles' | 'getFile' | 'headFile' | 'getFileContent' | 'headFileContent' | 'deleteFile';
+
+export function filesHandlers(ctx: AppContext): Pick<HandlerMap, FilesOperation> {
   const { config } = ctx;
   const files = ctx.services.files;
-  return {
+  const handlers: Omit<Pick<HandlerMap, FilesOperation>, 'headFile' | 'headFileContent'> = {
     async createFile(req, res) {
       const upload = uploadOf(req);
       if (!upload) throw badRequest('invalid_request', "The request has no 'file' part.", 'file');
@@ -143,5 +154,11 @@ export function filesHandlers(ctx: AppContext): Pick<HandlerMap, 'createFile' | 
       noStore(res);
       sendJson(res, 'deleteFile', 200, { id: req.params.file_id, object: 'file', deleted: true });
     },
+  };
+  // A HEAD is its GET: Node sends no body for it, and sendFile does not read the bytes.
+  return {
+    ...handlers,
+    headFile: (req, res, next) => handlers.getFile(req, res, next),
+    headFileContent: (req, res, next) => handlers.getFileContent(req, res, next),
   };
 }

@@ -1,10 +1,11 @@
 /**
  * Operations the other files of the contract lane (test/contract-lane.json) only send to the server
  * directly, each exercised here through `client()` (Prism in the contract lane): health, readiness and
- * metrics, a JSON image edit and its output's bytes, both other video creation paths (the
- * deprecated POST /v1/videos answers 404), the capabilities, and a lookup of a task that does not
- * exist. The contract step of `npm test` fails when an operation of openapi/ goes through Prism in
- * no file of the lane (scripts/contract-lane.ts), so each of these stays covered here.
+ * metrics, a JSON image edit and its output's bytes (GET, and HEAD with the key and by the signed
+ * URL), both other video creation paths (the deprecated POST /v1/videos answers 404), the
+ * capabilities, and a lookup of a task that does not exist. The contract step of `npm test` fails
+ * when an operation of openapi/ goes through Prism in no file of the lane (scripts/contract-lane.ts),
+ * so each of these stays covered here.
  */
 import { randomUUID } from 'node:crypto';
 import sharp from 'sharp';
@@ -64,6 +65,15 @@ describe('media operations through the lane', () => {
     // The bytes from the server itself: the proxy re-encodes binary bodies.
     const direct = await fetch(`${server.directUrl}/v1/files/${fileId}/content`, { headers: { Authorization: `Bearer ${customer.key}` } });
     expect(await sharp(Buffer.from(await direct.arrayBuffer())).metadata()).toMatchObject({ width: 320, height: 240 });
+
+    // HEAD on both download paths: GET's header fields, no body (Prism's proxy rewrites a HEAD's
+    // Content-Length to 0; test/http/file-names-head.test.ts checks it from the server itself).
+    const head = await server.client(customer.key).HEAD('/v1/files/{file_id}/content', { params: { path: { file_id: fileId } } });
+    expect([head.response.status, head.response.headers.get('etag'), head.response.headers.get('accept-ranges')]).toEqual([200, `"${fileId}"`, 'bytes']);
+    const signed = new URL((edit.data as Json).data[0].url as string);
+    const query = { expires: Number(signed.searchParams.get('expires')), signature: signed.searchParams.get('signature')! };
+    const headSigned = await server.client().HEAD('/v1/files/{file_id}', { params: { path: { file_id: fileId }, query } });
+    expect([headSigned.response.status, headSigned.response.headers.get('etag'), headSigned.response.headers.get('accept-ranges')]).toEqual([200, `"${fileId}"`, 'bytes']);
   });
 
   it('creates videos on /api/v1/videos/generations; the deprecated POST /v1/videos is 404', async () => {
