@@ -1984,8 +1984,9 @@ export interface components {
          *       as it was: an image whose answer was not sent is not charged, and a video creation retried
          *       with its `client_request_id` returns the task if it was created),
          *       `server_busy` (too many large request bodies at once; with `Retry-After`),
-         *       `storage_unavailable` (with `Retry-After`: the gateway's media storage cannot be written right
-         *       now, e.g. an I/O error or a read-only volume; otherwise as `storage_full` below).
+         *       `storage_unavailable` (with `Retry-After`: the gateway's media storage cannot be written or
+         *       read right now, e.g. an I/O error, a read-only volume, an unreachable bucket; otherwise as
+         *       `storage_full` below).
          *     - **507** `storage_full` (with `Retry-After`: the gateway's media storage, or its quota, is full;
          *       the gateway's fault, not the request's: the request is refused as soon as a write fails,
          *       nothing is charged or held and nothing of it is kept — except that an image stream that
@@ -5178,7 +5179,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), the upstream account cannot take work (`upstream_unavailable`), the database cannot be reached right now (`database_unavailable`; retry after `Retry-After`) or refused the statement for a passing reason (`not_ready`; retry), too many large bodies are being processed (`server_busy`; retry after `Retry-After`), or the gateway's media storage cannot be written (`storage_unavailable`; the gateway's fault: nothing was charged or held; retry after `Retry-After`). */
+        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), the upstream account cannot take work (`upstream_unavailable`), the database cannot be reached right now (`database_unavailable`; retry after `Retry-After`) or refused the statement for a passing reason (`not_ready`; retry), too many large bodies are being processed (`server_busy`; retry after `Retry-After`), or the gateway's media storage cannot be written or read (`storage_unavailable`; the gateway's fault: nothing was charged or held; retry after `Retry-After`). */
         ServiceUnavailable: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -5624,7 +5625,7 @@ export interface components {
         /** @description Always `bytes`: a download can ask for one byte range of the file. */
         AcceptRanges: "bytes";
         /**
-         * @description `inline; filename="<name>"`: shown in the browser, saved under the file's name (an upload's own name, else its id and extension).
+         * @description `inline; filename="<name>"`: shown in the browser, saved under the file's name (an upload's own name, else its id and extension); a name outside ASCII also comes as `filename*=UTF-8''<percent-encoded>` (RFC 6266), with an ASCII `filename` fallback.
          * @example inline; filename="file_01JTXJ0A2B4C6D8E0F2G4H6J8K.mp4"
          */
         ContentDisposition: string;

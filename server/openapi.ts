@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 export interface OpenApiDocument {
-  paths: Record<string, Partial<Record<'get' | 'post' | 'put' | 'patch' | 'delete', { operationId?: string; security?: unknown[] }>>>;
+  paths: Record<string, Partial<Record<'get' | 'head' | 'post' | 'put' | 'patch' | 'delete', { operationId?: string; security?: unknown[] }>>>;
   [key: string]: unknown;
 }
 

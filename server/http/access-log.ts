@@ -47,9 +47,10 @@ export function operationMatcher(spec: OpenApiDocument): (method: string, path: 
     }))
     .sort((a, b) => a.params - b.params);
   return (method, path) => {
-    const verb = (method === 'HEAD' ? 'get' : method.toLowerCase()) as keyof OpenApiDocument['paths'][string];
+    const verb = method.toLowerCase() as keyof OpenApiDocument['paths'][string];
     for (const route of routes) {
-      const operationId = route.regexp.test(path) ? route.item[verb]?.operationId : undefined;
+      // HEAD is served as GET where the contract declares no HEAD of its own (Express's default).
+      const operationId = route.regexp.test(path) ? (route.item[verb] ?? (verb === 'head' ? route.item.get : undefined))?.operationId : undefined;
       if (operationId) return operationId;
     }
     return undefined;

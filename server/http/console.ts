@@ -57,7 +57,9 @@ export function consoleRouter(enabled: boolean, dist = CONSOLE_DIST): express.Ro
   const router = express.Router();
   router.use((req: Request, res: Response, next: NextFunction) => {
     if (!enabled) return next(new ApiError(404, 'not_found', 'Not found.'));
-    if (req.method !== 'GET' && req.method !== 'HEAD') return next(new ApiError(405, 'method_not_allowed', `The console answers GET and HEAD only, not ${req.method}.`));
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      return next(new ApiError(405, 'method_not_allowed', `The console answers GET and HEAD only, not ${req.method}.`, null, {}, { Allow: 'GET, HEAD' }));
+    }
     securityHeaders(res);
     next();
   });

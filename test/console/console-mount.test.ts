@@ -60,6 +60,7 @@ describe('/console', () => {
   it('answers GET and HEAD only', async () => {
     const res = await fetch(`${on.directUrl}/console/`, { method: 'POST' });
     expect(res.status).toBe(405);
+    expect(res.headers.get('allow')).toBe('GET, HEAD');
     expect(((await res.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: 'method_not_allowed', message: 'The console answers GET and HEAD only, not POST.' });
   });
 

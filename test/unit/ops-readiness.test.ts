@@ -103,7 +103,8 @@ describe('metrics: the operation of a request the validator never matched', () =
     expect(operationAt('POST', '/api/v1/videos/generations')).toBe('createVideoApiV1');
     expect(operationAt('GET', '/v1/videos/capabilities')).toBe('getVideoCapabilities');
     expect(operationAt('GET', '/v1/videos/vid_123')).toBe('getVideo');
-    expect(operationAt('HEAD', '/v1/files/file_1/content')).toBe('getFileContent');
+    expect(operationAt('HEAD', '/v1/files/file_1/content')).toBe('headFileContent');
+    expect(operationAt('HEAD', '/v1/models')).toBe('listModels');
     expect(operationAt('PATCH', '/admin/v1/groups/grp_1/members/mem_1')).toBe('updateGroupMember');
     expect(operationAt('GET', '/metrics')).toBe('getMetrics');
   });
