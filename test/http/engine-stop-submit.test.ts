@@ -9,13 +9,14 @@
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../server/logger.ts';
+import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { VideoProvider } from '../../server/providers/types.ts';
 import type { SweeperRepository } from '../../server/repositories/sweeper.repository.ts';
 import type { TaskSweepRepository } from '../../server/repositories/task-sweep.repository.ts';
 import { LeaseLost } from '../../server/services/tasks/task-runner.ts';
 import { TaskSweeper, type TaskSweeperDeps } from '../../server/services/tasks/task-sweeper.ts';
 import { TaskEngine, type StepOutcome } from '../../server/workers/task-engine.ts';
-import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { createCustomer, createMember, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { until, waitVideoFinished } from '../support/tasks.ts';
 
@@ -101,6 +102,32 @@ describe('a worker stopping while a video submit is in flight', () => {
     }
     expect(submits.filter((t) => t === id)).toHaveLength(1);
     expect(polls).toContain('job-1');
+  });
+
+  it('starts no submit on another member once it is stopping: a failed one is left for the next worker', async () => {
+    const { key, groupId } = await createCustomer(server.db, { balance: 100 });
+    await createMember(server.db, groupId, { name: 'spare' });
+    let arrived!: () => void;
+    const arrival = new Promise<void>((r) => (arrived = r));
+    let answer!: () => void;
+    const answered = new Promise<void>((r) => (answer = r));
+    onSubmit = async () => {
+      arrived();
+      await answered;
+      // Answered (not maybe accepted): a running worker would fail over to the spare member.
+      throw new ProviderError('retryable', 'upstream answered 503', { upstreamStatus: 503 });
+    };
+    const id = await createVideo(key);
+    const engine = new TaskEngine(server.ctx.runners.video, createLogger('silent'), LEASE);
+    engine.start();
+    await arrival;
+    const stopping = engine.stop();
+    answer();
+    await stopping;
+    // The spare member was not asked: a submit started now the stop's deadline could cut (billed,
+    // and submitted again by the next worker on an upstream without idempotency keys).
+    expect(submits.filter((t) => t === id)).toHaveLength(1);
+    expect((await rowOf(id)).upstreamJobId).toBeNull();
   });
 
   it('still cuts the submit short when another worker took the lease over', async () => {

@@ -107,7 +107,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       await this.failPastDeadline(task, attempts, signal, log);
       return DONE;
     }
-    if (!task.upstreamJobId) return this.submit(task, attempts, leaseLost, log);
+    if (!task.upstreamJobId) return this.submit(task, attempts, leaseLost, log, signal);
 
     const account = task.memberId ? await this.deps.pool.account(task.memberId) : undefined;
     const provider = account && this.deps.providers.video(account.provider);
@@ -174,8 +174,10 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * again — on an upstream without idempotency keys (Ark, MiniMax, DashScope) a second, billed job.
    * So a stopping worker waits for the answer and saves it (TaskEngine.stop), within the call's own
    * upstream timeout; a lost lease still cuts it short (the row is another worker's by then).
+   * `stopping` (the step's signal) only keeps a stopping worker from starting a submit on another
+   * member after a failure: that one the stop's deadline could cut, to be submitted again later.
    */
-  private async submit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<StepResult> {
+  private async submit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger, stopping: AbortSignal = signal): Promise<StepResult> {
     const fence = fenceOf(task);
     if (task.submitStartedAt && task.memberId) return this.resubmit(task, attempts, signal, log);
     let submitted: { account: UpstreamAccount; jobId: string };
@@ -198,7 +200,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
           // A submit that may have reached its member (a timeout) is never sent to another one: the
           // upstream may run it, and a second account would run it again. It is retried on the
           // same member with the same idempotency key (resubmit).
-          canFailover: (err) => !err.maybeAccepted,
+          canFailover: (err) => !err.maybeAccepted && !stopping.aborted,
           signal,
           log,
         },
