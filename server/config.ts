@@ -216,6 +216,19 @@ function roleFromArgs(argv: readonly string[]): string | undefined {
 }
 
 /**
+ * A token a client sends as `Authorization: Bearer <token>`: at least 16 characters, visible ASCII
+ * only. A header arrives as latin1 bytes and the environment as UTF-8, so a token with `ä` could
+ * never match (401 forever, with no clue why), and a browser cannot send it at all.
+ */
+function bearerToken(env: Env, name: string): string | undefined {
+  const token = nonEmpty(env, name);
+  if (token === undefined) return undefined;
+  if (token.length < 16) throw new ConfigError(`${name} must be at least 16 characters`);
+  if (!/^[\x21-\x7e]+$/.test(token)) throw new ConfigError(`${name} must be visible ASCII characters only (letters, digits, punctuation; no spaces): it is sent in an HTTP header`);
+  return token;
+}
+
+/**
  * Whether `raw` is an http(s) URL. URL.canParse alone takes `media.example.com:8443` (scheme
  * `media.example.com:`) and `minio:9000` (scheme `minio:`), which nothing could fetch.
  */
@@ -225,10 +238,8 @@ function isHttpUrl(raw: string): boolean {
 
 export function loadConfig(env: Env = process.env, argv: readonly string[] = process.argv.slice(2)): Config {
   const port = int(env, 'PORT', 8080, 0, 65535);
-  const adminToken = nonEmpty(env, 'ADMIN_TOKEN');
-  if (adminToken !== undefined && adminToken.length < 16) throw new ConfigError('ADMIN_TOKEN must be at least 16 characters');
-  const metricsToken = nonEmpty(env, 'METRICS_TOKEN');
-  if (metricsToken !== undefined && metricsToken.length < 16) throw new ConfigError('METRICS_TOKEN must be at least 16 characters');
+  const adminToken = bearerToken(env, 'ADMIN_TOKEN');
+  const metricsToken = bearerToken(env, 'METRICS_TOKEN');
   const role = roleFromArgs(argv) ?? env.ROLE ?? 'all';
   if (!['all', 'api', 'worker'].includes(role)) throw new ConfigError(`--role must be api or worker, got '${role}'`);
   const mediaStore = oneOf(env, 'MEDIA_STORE', ['fs', 's3'], 'fs');

@@ -114,14 +114,13 @@ export async function resolveTarget(
   if (!opts.allowPrivate) {
     const refused = addresses.filter((a) => !isPublic(a.address));
     if (refused.length > 0) {
-      // What kind of address, not which: the message reaches the client, and an internal name's
-      // address is the operator's (`detail`: logs and the admin views).
+      // Neither which address nor what kind: the message reaches the client, who could otherwise map
+      // the operator's internal names by their ranges; the addresses go to `detail` (logs, admin views).
       const rangeOf = (address: string) => (ipaddr.isValid(address) ? ipaddr.process(address).range() : 'invalid');
-      const kinds = [...new Set(refused.map((a) => rangeOf(a.address)))].join(', ');
       const described = (a: ResolvedAddress) => `${a.address} (${rangeOf(a.address)})`;
       // A name may resolve to dozens of addresses: a few are named, more are counted.
       const list = refused.length <= 3 ? refused.map(described).join(', ') : `${refused.length} addresses, first: ${described(refused[0]!)}`;
-      throw new SafeFetchError('blocked_address', `refused target: '${target.host}' resolves to a non-public address (${kinds})`, {
+      throw new SafeFetchError('blocked_address', `refused target: '${target.host}' resolves to a non-public address`, {
         detail: `refused target: '${target.host}' resolves to ${list}, not a public address`,
       });
     }

@@ -46,6 +46,11 @@ describe('admin API gate', () => {
     const missing = await fetch(`${server.directUrl}/admin/v1/accounts`);
     expect(missing.status).toBe(401);
     expect(((await missing.json()) as { error: { code: string } }).error.code).toBe('invalid_admin_token');
+    // Paths match in any letter case, and so does the blame: not the client key's 401.
+    const shouting = await fetch(`${server.directUrl}/ADMIN/v1/accounts`);
+    expect(shouting.status).toBe(401);
+    expect(((await shouting.json()) as { error: { code: string } }).error.code).toBe('invalid_admin_token');
+    expect(shouting.headers.get('www-authenticate')).toBeNull();
   });
 });
 

@@ -64,3 +64,14 @@ describe('loadConfig: --role', () => {
     expect(refusal({}, ['--role='])).toBe("--role must be api or worker, got ''");
   });
 });
+
+describe('loadConfig: bearer tokens', () => {
+  it('refuses an ADMIN_TOKEN or METRICS_TOKEN outside visible ASCII (a header carries latin1: it could never match)', () => {
+    expect(refusal({ ADMIN_TOKEN: 'pässwörd-0123456789abcdef' })).toBe(
+      'ADMIN_TOKEN must be visible ASCII characters only (letters, digits, punctuation; no spaces): it is sent in an HTTP header',
+    );
+    expect(refusal({ METRICS_TOKEN: 'metrics token with spaces' })).toContain('METRICS_TOKEN must be visible ASCII characters only');
+    expect(refusal({ ADMIN_TOKEN: 'short' })).toBe('ADMIN_TOKEN must be at least 16 characters');
+    expect(refusal({ ADMIN_TOKEN: 'Ab0-._~+/=!#$%&*()[]{}', METRICS_TOKEN: 'metrics-token-0123456789' })).toBe('accepted');
+  });
+});
