@@ -10,11 +10,13 @@
  * not reached). A shorter one (links, or small images) goes out whole, in one write, after the
  * commit: its head written early would cost a second write — a second wake-up of the client, about
  * 0.2 ms of CPU on the bench machine — and gain nothing, since one write of it takes no longer than
- * its last byte would.
+ * its last byte would. Links (`url`) come made with the images (ImageRunner, before the charge):
+ * nothing here can fail after the commit but the socket.
  *
  * Stream: for each image, `partial_image` events and then `completed`, written and flushed as they
- * happen. An image counts as delivered once its `completed` event was handed to the socket;
- * `event: error` reports a failure after the stream began.
+ * happen. An image counts as delivered once its `completed` event was handed to the socket (a write
+ * that fails rejects with ClientGone: the client went away); `event: error` reports a failure after
+ * the stream began.
  */
 import type { Response } from 'express';
 import type { components } from '../../generated/api.d.ts';
@@ -22,35 +24,37 @@ import type { ApiError } from '../errors.ts';
 import { Base64Bytes, CORKED_BYTES, joinJsonParts, jsonParts, jsonPartsLength, writeJsonParts, type JsonParts, type WithBase64 } from '../lib/base64-json.ts';
 import type { GeneratedImage, ImageParams } from '../providers/types.ts';
 import type { ImageTaskRow } from '../repositories/image-task.repository.ts';
-import type { ExecuteResult, ImageOperation, ImageSink } from '../services/image/image-runner.ts';
+import { ClientGone, type DeliveredImages, type ExecuteResult, type ImageOperation, type ImageSink } from '../services/image/image-runner.ts';
 
 type Schemas = components['schemas'];
-type Delivered = Pick<ExecuteResult, 'files' | 'images' | 'revisedPrompt'>;
 
 /** The JSON answer of a synchronous request: begun while its task settles, ended after the commit. */
 export interface JsonImageAnswer {
   /** `ExecuteOptions.whileSettling`: writes all of the answer but its last byte; resolves once handed to the socket, rejects when the client went away. */
-  whileSettling(delivered: Delivered): Promise<void>;
+  whileSettling(delivered: DeliveredImages): Promise<void>;
   /** After `runSync` returned: the last byte (the whole answer when nothing was begun), then the end (nothing when the client went away). */
   end(result: ExecuteResult): Promise<void>;
 }
 
+/** A `url` answer's image without the link the runner makes to each (a bug). */
+function missingLink(fileId: string): never {
+  throw new Error(`no link was made to the delivered file ${fileId}`);
+}
+
 /**
- * The `ImageResult` of what was delivered: images as bytes, or signed links to their files; `size`
- * is the delivered images' (their files'): the resolved size, or the upstream's native one on a
- * model with `resize: native`.
+ * The `ImageResult` of what was delivered: images as bytes, or the links made to their files as they
+ * were stored; `size` is the delivered images' (their files'): the resolved size, or the upstream's
+ * native one on a model with `resize: native`.
  */
-async function imageResult(task: ImageTaskRow, delivered: Delivered, fileUrl: (fileId: string) => Promise<string>): Promise<WithBase64<Schemas['ImageResult']>> {
+function imageResult(task: ImageTaskRow, delivered: DeliveredImages): WithBase64<Schemas['ImageResult']> {
   const params = task.params as unknown as ImageParams;
   const first = delivered.files[0];
   return {
     created: Math.floor(task.createdAt.getTime() / 1000),
-    data: await Promise.all(
-      delivered.files.map(async (file, i) => ({
-        ...(params.responseFormat === 'url' ? { url: await fileUrl(file.id) } : { b64_json: new Base64Bytes(delivered.images[i]!) }),
-        ...(delivered.revisedPrompt && { revised_prompt: delivered.revisedPrompt }),
-      })),
-    ),
+    data: delivered.files.map((file, i) => ({
+      ...(params.responseFormat === 'url' ? { url: delivered.links[i] ?? missingLink(file.id) } : { b64_json: new Base64Bytes(delivered.images[i]!) }),
+      ...(delivered.revisedPrompt && { revised_prompt: delivered.revisedPrompt }),
+    })),
     output_format: params.outputFormat,
     size: `${first?.width ?? params.width}x${first?.height ?? params.height}`,
     quality: params.resolvedQuality,
@@ -58,11 +62,11 @@ async function imageResult(task: ImageTaskRow, delivered: Delivered, fileUrl: (f
   };
 }
 
-export function openJsonAnswer(res: Response, opts: { task: ImageTaskRow; fileUrl: (fileId: string) => Promise<string> }): JsonImageAnswer {
+export function openJsonAnswer(res: Response, opts: { task: ImageTaskRow }): JsonImageAnswer {
   /** The body, and (when it is longer than one write) all of its JSON but its last character, written early, then that character. */
   let held: { parts: JsonParts; head?: Promise<void>; last?: string } | undefined;
-  const begin = async (delivered: Delivered) => {
-    const parts = jsonParts(await imageResult(opts.task, delivered, opts.fileUrl));
+  const begin = async (delivered: DeliveredImages) => {
+    const parts = jsonParts(imageResult(opts.task, delivered));
     const length = jsonPartsLength(parts);
     res.status(200);
     res.setHeader('Content-Type', 'application/json; charset=utf-8');
@@ -107,7 +111,7 @@ function streamUsage(usage: GeneratedImage['usage']): Schemas['ImageStreamUsage'
   return { input_tokens: u.inputTokens, output_tokens: u.outputTokens, total_tokens: u.totalTokens, input_tokens_details: { text_tokens: u.textTokens, image_tokens: u.imageTokens } };
 }
 
-export function openImageStream(res: Response, opts: { operation: ImageOperation; task: ImageTaskRow; fileUrl: (fileId: string) => Promise<string> }): ImageStream {
+export function openImageStream(res: Response, opts: { operation: ImageOperation; task: ImageTaskRow }): ImageStream {
   const params = opts.task.params as unknown as ImageParams;
   const prefix = opts.operation === 'generation' ? 'image_generation' : 'image_edit';
   res.status(200);
@@ -124,6 +128,11 @@ export function openImageStream(res: Response, opts: { operation: ImageOperation
 
   /** Writes one frame (images as base64 slices: lib/base64-json.ts); resolves once handed to the socket, rejects when the client is gone. */
   const write = (event: string, data: unknown) => writeJsonParts(res, jsonParts(data), `event: ${event}\ndata: `, '\n\n');
+  /** `write` of an image's event: only the socket can fail it, which means the client went away (ClientGone). */
+  const deliver = (event: string, data: unknown) =>
+    write(event, data).catch((err: unknown) => {
+      throw new ClientGone('the client went away while an image was being sent', { cause: err });
+    });
 
   const now = () => Math.floor(Date.now() / 1000);
   const requested = {
@@ -139,9 +148,9 @@ export function openImageStream(res: Response, opts: { operation: ImageOperation
   };
 
   return {
-    publishesFiles: params.responseFormat === 'url',
+    publishesFiles: true,
     partial: (imageIndex, partialIndex, image) =>
-      write(`${prefix}.partial_image`, {
+      deliver(`${prefix}.partial_image`, {
         type: `${prefix}.partial_image`,
         b64_json: new Base64Bytes(image),
         partial_image_index: partialIndex,
@@ -149,10 +158,10 @@ export function openImageStream(res: Response, opts: { operation: ImageOperation
         created_at: now(),
         ...requested,
       }),
-    image: async (imageIndex, image, file, usage) =>
-      write(`${prefix}.completed`, {
+    image: (imageIndex, { bytes, file, url, usage }) =>
+      deliver(`${prefix}.completed`, {
         type: `${prefix}.completed`,
-        ...(params.responseFormat === 'url' ? { url: await opts.fileUrl(file.id) } : { b64_json: new Base64Bytes(image) }),
+        ...(params.responseFormat === 'url' ? { url: url ?? missingLink(file.id) } : { b64_json: new Base64Bytes(bytes) }),
         image_index: imageIndex,
         created_at: now(),
         // The delivered image's own size: the resolved one, or the upstream's native one (`resize: native`).

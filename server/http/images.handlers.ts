@@ -10,6 +10,7 @@ import type { AppContext } from '../context.ts';
 import { ApiError } from '../errors.ts';
 import type { ImageRequestFields } from '../services/image/image-request.ts';
 import { NULL_SINK, type ExecuteResult, type ImageOperation } from '../services/image/image-runner.ts';
+import { LeaseLost } from '../services/tasks/task-runner.ts';
 import type { ImageEdit } from '../services/image/image.service.ts';
 import { jsonStream, type Base64Source, type WithBase64 } from '../lib/base64-json.ts';
 import { logWith } from './access-log.ts';
@@ -56,8 +57,6 @@ function clientGone(req: Request, res: Response): AbortSignal {
 export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' | 'editImage' | 'getImageTask' | 'listImageTasks'> {
   const images = ctx.services.images;
 
-  const fileUrl = (fileId: string) => ctx.services.files.downloadUrl(fileId, 'image_output');
-
   /**
    * A request from its fields to its answer: the task created (validated, priced, held and
    * inserted: `ImageService.create`), then answered 202 (`Prefer: respond-async`), streamed, or run
@@ -85,7 +84,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       return;
     }
     if (stream) {
-      const sink = openImageStream(res, { operation, task, fileUrl });
+      const sink = openImageStream(res, { operation, task });
       try {
         const result = await images.runSync(task, sink, signal, log);
         charged(result);
@@ -96,16 +95,23 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       } catch (err) {
         // The stream's status was 200: its line says the error (what was delivered, if anything, is
         // on the task: failed with nothing, or needs_attention with what the stream delivered).
-        const api = err instanceof ApiError ? err : new ApiError(500, 'internal_error', `Internal error. Quote request id '${String((req as Request & { id?: string }).id)}' when reporting it.`);
+        const api =
+          err instanceof ApiError
+            ? err
+            : err instanceof LeaseLost
+              ? // This request stalled and another worker ended the task with the images it recorded as sent.
+                new ApiError(500, 'internal_error', `The stream stopped: task ${task.id} was taken over by another worker. The images sent so far are recorded on it, and an operator will settle it.`)
+              : new ApiError(500, 'internal_error', `Internal error. Quote request id '${String((req as Request & { id?: string }).id)}' when reporting it.`);
         logWith(res, { errorCode: api.code });
         sink.error(api);
-        if (!(err instanceof ApiError)) log.error({ err }, 'image stream failed');
+        if (err instanceof LeaseLost) log.warn({ err: err.message }, 'image stream stopped: its task was taken over');
+        else if (!(err instanceof ApiError)) log.error({ err }, 'image stream failed');
       }
       sink.end();
       return;
     }
     // The answer is written while the task settles; its last byte waits for the commit.
-    const answer = openJsonAnswer(res, { task, fileUrl });
+    const answer = openJsonAnswer(res, { task });
     let result: ExecuteResult;
     try {
       result = await images.runSync(task, NULL_SINK, signal, log, { deliveredOnlyIfAllSent: true, whileSettling: answer.whileSettling });

@@ -247,6 +247,26 @@ export class ImageTaskRepository {
       where id = ${taskId}`.execute(this.db);
   }
 
+  /**
+   * Writes the row of an image a stream is about to send, while the task is still processing at the
+   * fence's attempt; false (nothing written) when it is not. The task row is locked (FOR SHARE) until
+   * the row commits: a takeover claims the task (attempt + 1, `FOR UPDATE SKIP LOCKED`) only before
+   * or after, so the statement that then ends it (`interruptedStream`) sees every row written at the
+   * old attempt and the old attempt writes none after. The settlement leaves these rows out of its
+   * own inserts (they are not `unrecorded`).
+   */
+  async recordStreamed(fence: Fence, file: FileRow): Promise<boolean> {
+    const [row] = await runPrepared(
+      sql<{ held: boolean }>`
+        with t as (
+          select id from image_tasks where id = ${fence.id} and attempt = ${fence.attempt} and status = 'processing' for share
+        ), ${this.files.insertWithTask('f', [file])}
+        select exists (select 1 from t) as held`,
+      this.db,
+    );
+    return row!.held;
+  }
+
   /** Failed: nothing delivered, the hold released in the same statement. */
   fail(fence: Fence, code: string, message: string, settle: HoldSettlement, attempts: readonly AttemptRecord[] = []): Promise<ImageTaskRow | undefined> {
     return this.leases.finish(fence, {
@@ -273,7 +293,8 @@ export class ImageTaskRepository {
   /**
    * A streamed synchronous task whose process stopped (its lease ran out): its events may have
    * delivered images before the settlement, so its hold is kept for an operator, with the files
-   * recorded for it (a `url` stream writes each file's row before its event) as its results.
+   * recorded for it (a stream writes each file's row before its event: `recordStreamed`) as its
+   * results and their number as delivered, which an operator's refund captures.
    */
   interruptedStream(fence: Fence, message: string): Promise<ImageTaskRow | undefined> {
     const recorded = sql`(select coalesce(array_agg(f.id order by f.id), '{}') from files f where f.task_id = ${fence.id} and f.purpose = 'image_output')`;

@@ -141,7 +141,7 @@ describe('a synchronous task whose process died', () => {
     const auth = { accountId: c.accountId, apiKeyId: c.apiKeyId, groupId: c.groupId, limits: NO_LIMITS };
     const prepared = await server.ctx.services.images.prepare(auth, 'generation', { prompt: 'x', model: 'local-image-1', n: 2, stream: true });
     const task = await server.ctx.services.images.start(auth, prepared, { async: false, stream: true });
-    // A `url` stream writes a file's row before the event that names it: one image went out, then the process died.
+    // A stream writes each file's row before the event that carries it: one image went out, then the process died.
     const fileId = `file_streamed${Date.now()}`;
     await server.db
       .insertInto('files')

@@ -5,12 +5,13 @@
  *
  * `execute` picks the member, asks the provider for the task's images, stores each one and hands
  * it to a sink (the JSON response, the event stream, or nothing), then settles: completed with
- * exactly the delivered images captured and the rest released. When the media store is full or
- * failing (a StorageError: the gateway's own fault), the images not delivered are released at once
- * and the client gets 507/503 (a stream that delivered some keeps them charged and gets its error
- * event): the task fails, or completes with what was delivered. An image that was produced but
- * could not be recorded for another reason leaves the task `needs_attention` with its credits held
- * for an operator.
+ * exactly the delivered images captured and the rest released. A `url` answer's links are made as
+ * each image is stored, before anything is charged. When the media store is full or failing (a
+ * StorageError: the gateway's own fault, a link it cannot sign included), the images not delivered
+ * are released at once and the client gets 507/503 (a stream that delivered some keeps them charged
+ * and gets its error event): the task fails, or completes with what was delivered. An image that
+ * was produced but could not be recorded for another reason leaves the task `needs_attention` with
+ * its credits held for an operator.
  *
  * The one exception is an answer that carries the images' bytes (a synchronous JSON response with
  * `b64_json`): it does not need their stored copies, so each is written while the settlement runs
@@ -28,8 +29,9 @@ import type { GeneratedImage, ImageEvents, ImageInputRefusal, ImageInputShape, I
 import type { FileRow } from '../../repositories/file.repository.ts';
 import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image-task.repository.ts';
 import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
-import { fenceOf } from '../../repositories/leased-tasks.ts';
+import { fenceOf, type Fence } from '../../repositories/leased-tasks.ts';
 import { StorageError, type FileService, type StoreFileInput } from '../file.service.ts';
+import { StorageUnavailable } from '../../storage/storage-error.ts';
 import type { RetryPolicy } from '../tasks/retry-policy.ts';
 import { AttemptLog } from '../tasks/attempt-log.ts';
 import type { Settlement } from '../tasks/settlement.ts';
@@ -39,27 +41,51 @@ export const IMAGE_RETRY: RetryPolicy = { maxRetries: 2, baseDelayMs: 2000, maxD
 
 export type ImageOperation = 'generation' | 'edit';
 
+/** An image as a sink receives it. */
+export interface SinkImage {
+  bytes: Buffer;
+  /** Its stored file (its row written already when the sink publishes files). */
+  file: FileRow;
+  /** The link to its file, for a `url` answer (made before the sink sees it). */
+  url?: string;
+  /** Its token usage as the upstream reported it (a stream's `completed` event carries it). */
+  usage?: GeneratedImage['usage'];
+}
+
+/** An ImageSink's rejection when its client went away: the image was not delivered. Any other rejection is a failure of its own. */
+export class ClientGone extends Error {
+  override readonly name = 'ClientGone';
+}
+
 /** Where finished images go. `image` resolves once the client has the image (stream) or at once. */
 export interface ImageSink {
   /**
-   * The sink hands out links to stored files while the task runs (a stream with URLs): each file's
-   * row is written before the sink sees it. Otherwise the rows are written when the task completes,
-   * by the statement that settles it.
+   * The sink hands images to its client while the task runs (a stream): each file's row is written,
+   * fenced by the task's attempt, before the sink sees it, so that a task whose request stops
+   * records exactly the images sent. Otherwise the rows are written when the task completes, by the
+   * statement that settles it.
    */
   readonly publishesFiles?: boolean;
+  /** Rejects with ClientGone when the client went away. */
   partial(imageIndex: number, partialIndex: number, image: Buffer): Promise<void>;
-  /** `usage`: the image's token usage as the upstream reported it (a stream's `completed` event carries it). */
-  image(imageIndex: number, image: Buffer, file: FileRow, usage?: GeneratedImage['usage']): Promise<void>;
+  /** Rejects with ClientGone when the client went away. */
+  image(imageIndex: number, image: SinkImage): Promise<void>;
 }
 
 export const NULL_SINK: ImageSink = { partial: async () => undefined, image: async () => undefined };
 
-export interface ExecuteResult {
-  status: 'completed' | 'failed' | 'needs_attention';
+/** What a synchronous answer carries: the delivered images, their files and (a `url` answer) their links. */
+export interface DeliveredImages {
   files: FileRow[];
   images: Buffer[];
+  /** The links to `files`, in their order, for a `url` answer; empty otherwise. */
+  links: string[];
   /** The upstream's revised prompt, when it gives one. */
   revisedPrompt?: string;
+}
+
+export interface ExecuteResult extends DeliveredImages {
+  status: 'completed' | 'failed' | 'needs_attention';
   /** Set when the provider failed after some images were delivered (streams report it as `event: error`). */
   error?: ApiError;
   /** Micro-credits the settlement captured (0 when nothing was delivered). */
@@ -98,7 +124,7 @@ export interface ExecuteOptions {
    * returned, i.e. until the settlement has committed: an answer is never complete before its charge
    * is durable, and a crash before the commit leaves a truncated, uncharged answer.
    */
-  whileSettling?: (delivered: { files: FileRow[]; images: Buffer[]; revisedPrompt?: string }) => Promise<void>;
+  whileSettling?: (delivered: DeliveredImages) => Promise<void>;
 }
 
 /** What a client is told when no member can take its image now: the gateway's side (503), never the client's limits (429). */
@@ -135,6 +161,17 @@ const jobGone = (err: ProviderError) => err.kind === 'failed' && [403, 404, 410]
 class NotStored extends Error {}
 /** The sink could not deliver an image: the client went away. */
 class NotDelivered extends Error {}
+
+/**
+ * A link the media store could not make (S3 presigning, its credentials failing to load) as the
+ * store's failure it is: the gateway's own, 503 storage_unavailable, as a write that failed.
+ */
+function linkFailure(err: unknown, key: string): StorageError {
+  if (err instanceof StorageError) return err;
+  const name = err instanceof Error && err.name !== 'Error' ? err.name : 'LinkError';
+  const cause = Object.assign(new Error(`${name}: ${err instanceof Error ? err.message : String(err)}`, { cause: err }), { code: name, syscall: 'presign' });
+  return new StorageUnavailable(key, cause);
+}
 
 export interface ImageRunnerDeps {
   tasks: ImageTaskRepository;
@@ -295,6 +332,26 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
   }
 
   /**
+   * Writes the row of an image a stream is about to send, in one statement fenced by the task's
+   * attempt (ImageTaskRepository.recordStreamed), so that a task whose request stops counts exactly
+   * the images sent. Refused, the task was taken over: its new owner settles it with the images
+   * recorded so far, and nothing more goes to the client (LeaseLost).
+   */
+  private async recordStreamed(fence: Fence, file: FileRow): Promise<void> {
+    let recorded: boolean;
+    try {
+      recorded = await this.deps.tasks.recordStreamed(fence, file);
+    } catch (err) {
+      await this.deps.files.discardUnrecorded(file);
+      throw new NotStored('the image could not be recorded', { cause: err });
+    }
+    if (!recorded) {
+      await this.deps.files.discardUnrecorded(file);
+      throw new LeaseLost(`task ${fence.id} was taken over by another worker`);
+    }
+  }
+
+  /**
    * Produces the task's images into `sink`, then settles. Stops early when `signal` aborts (the
    * client went away). With `deliveredOnlyIfAllSent` (a JSON response: nothing reaches the client
    * until it is written) an aborted request delivers nothing. Fenced by the task's attempt.
@@ -317,6 +374,15 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     const unrecorded: FileRow[] = [];
     const discard = (file: FileRow) => (sink.publishesFiles ? this.deps.files.discard(file) : this.deps.files.discardUnrecorded(file));
     const images: Buffer[] = [];
+    /**
+     * A synchronous `url` answer's links (`links`, in `files` order), each made as its image is
+     * stored, before anything is charged: a store that cannot sign one fails the request as a store
+     * that cannot write does, never after the charge. A background task's are made when it is polled.
+     */
+    const linked = params.responseFormat === 'url' && !task.runAsync;
+    const links: string[] = [];
+    /** An upstream job this attempt recorded (`events.submitted`), or the recorded one it resumed: a later step can collect it. */
+    let jobRecorded = opts.resume !== undefined;
     // The answer carries the bytes (see the class comment): files are written while the task settles.
     const storeWhileSettling = opts.deliveredOnlyIfAllSent === true && !sink.publishesFiles && params.responseFormat !== 'url';
     /**
@@ -338,9 +404,13 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     // Set inside the event callbacks; an object so TypeScript does not narrow it to null.
     const upstream: { revisedPrompt: string | null } = { revisedPrompt: null };
     const events: ImageEvents = {
-      partial: (imageIndex, partialIndex, image) => {
+      partial: async (imageIndex, partialIndex, image) => {
         reachedSink = true;
-        return sink.partial(imageIndex, partialIndex, image);
+        try {
+          await sink.partial(imageIndex, partialIndex, image);
+        } catch (err) {
+          throw err instanceof ClientGone ? new NotDelivered() : err;
+        }
       },
       image: async (imageIndex, generated) => {
         if (signal.aborted) throw new NotDelivered();
@@ -351,21 +421,31 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         let file: FileRow;
         try {
           const meta = { accountId: task.accountId, purpose: 'image_output' as const, contentType: MIME[params.outputFormat]!, taskId: task.id, width, height };
-          if (sink.publishesFiles) file = await this.deps.files.save(meta, generated.image);
-          else file = storeWhileSettling ? storeLater(meta, generated.image) : await this.deps.files.put(meta, generated.image);
+          file = storeWhileSettling ? storeLater(meta, generated.image) : await this.deps.files.put(meta, generated.image);
         } catch (err) {
           // A full or failing store is known and the gateway's own: not an unknown outcome.
           if (err instanceof StorageError) throw err;
           throw new NotStored('the image could not be stored', { cause: err });
         }
+        let url: string | undefined;
+        if (linked) {
+          try {
+            url = await this.deps.files.downloadUrl(file.id, 'image_output');
+          } catch (err) {
+            await this.deps.files.discardUnrecorded(file);
+            throw linkFailure(err, file.storageKey);
+          }
+        }
+        if (sink.publishesFiles) await this.recordStreamed(fence, file);
         try {
-          await sink.image(imageIndex, generated.image, file, generated.usage);
-        } catch {
-          // The client went away while this image was being delivered: it is not counted.
+          await sink.image(imageIndex, { bytes: generated.image, file, ...(url !== undefined && { url }), ...(generated.usage && { usage: generated.usage }) });
+        } catch (err) {
+          // Not delivered: not counted (the client went away while it was being sent, or the sink failed).
           await discard(file);
-          throw new NotDelivered();
+          throw err instanceof ClientGone ? new NotDelivered() : err;
         }
         files.push(file);
+        if (url !== undefined) links.push(url);
         if (!sink.publishesFiles) unrecorded.push(file);
         images.push(generated.image);
       },
@@ -373,6 +453,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       ...(task.runAsync && {
         submitted: async (ref: unknown) => {
           if (!(await this.deps.tasks.recordUpstreamJob(fence, ref))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
+          jobRecorded = true;
         },
       }),
     };
@@ -407,7 +488,9 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
             if (!(await this.deps.tasks.assignMember(fence, memberId, slots, db))) throw new LeaseLost('lease lost before the upstream call');
           },
           release: async () => void (await this.deps.tasks.releaseMember(fence)),
-          canFailover: () => !reachedSink,
+          // Neither once the client has something, nor after a call the upstream may have taken (its
+          // job billed: another member would run, and bill, a second one; design §8).
+          canFailover: (err) => !reachedSink && !err.maybeAccepted,
           waitMs: opts.capacityWaitMs ?? 0,
           signal,
           log,
@@ -415,6 +498,14 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         generate,
       );
     } catch (err) {
+      // Another worker owns the task now (a stream's image row was refused, the member could not be
+      // taken): it settles the task, with the images this request recorded; nothing more is sent.
+      if (err instanceof LeaseLost) {
+        for (const file of unrecorded) await this.deps.files.discardUnrecorded(file);
+        // The calls it made upstream (paid for) stay on record for whoever settles the task.
+        await attempts.write(this.deps.attempts, log);
+        throw err;
+      }
       if (err instanceof NoCapacity) {
         if (opts.requeueWhenBusy && err.reason !== 'none') throw err;
         const api = noCapacityError(err, task.model);
@@ -423,12 +514,12 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       }
       if (err instanceof StorageError) {
         const api = apiErrorOfStorage(err);
-        const what = err.condition === 'full' ? 'is full' : 'cannot be written';
+        const what = err.condition === 'full' ? 'is full' : 'is unavailable';
         log.error({ err, delivered: files.length, n: task.n }, `an image could not be stored: the media store ${what}; the images not delivered are released`);
         // Nothing reached the client yet (or, in a JSON answer, nothing will): the task fails, every credit released.
         if (files.length === 0 || opts.deliveredOnlyIfAllSent) {
           for (const file of files) await discard(file);
-          await this.deps.settlement.failImage(fence, api.code, `The gateway's media storage ${what}, so the images could not be stored; the credits were released.`, attempts.take());
+          await this.deps.settlement.failImage(fence, api.code, `The gateway's media storage ${what}, so the images could not be delivered; the credits were released.`, attempts.take());
           throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, null, {}, api.headers);
         }
         failure = new ApiError(api.status, api.code, `The gateway's media storage ${what}: ${files.length} of ${task.n} images were delivered and only those are charged.`, null, {}, api.headers);
@@ -449,7 +540,11 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           // member that cannot take work any more (its credentials, its account), or a job (or its
           // output links) the upstream no longer has (404/410, an expired link's 403): the next try
           // is routed afresh and submits a new job, as a first try would have failed over.
-          if (opts.requeueWhenBusy && (error.transient || (opts.resume && (isFailover(error) || jobGone(error))))) {
+          // Not so a call the upstream may have taken without a job this task recorded: a new submit
+          // would pay for the images twice, with no way to find the first job; the task fails and
+          // is released (a recorded job is collected by the next step instead: `resumable`).
+          const unfindable = error.maybeAccepted && !jobRecorded;
+          if (opts.requeueWhenBusy && !unfindable && (error.transient || (opts.resume && (isFailover(error) || jobGone(error))))) {
             await attempts.write(this.deps.attempts, log);
             // The attempt's upstream job (if any) was given up on and cancelled: the next one starts afresh.
             if (!(await this.deps.tasks.releaseMember(fence))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
@@ -477,12 +572,13 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       for (const file of files) await discard(file);
       files.length = 0;
       unrecorded.length = 0;
+      links.length = 0;
     }
     if (files.length === 0) {
       const failed = await this.deps.settlement.failImage(fence, 'client_disconnected', 'The client disconnected before any image was delivered; the credits were released.', attempts.take());
       // The fence did not hold: another worker owns the task, and this request answers nothing as if it had.
       if (!failed) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
-      return { status: 'failed', files, images, captured: 0 };
+      return { status: 'failed', files, images, links, captured: 0 };
     }
     const { revisedPrompt } = upstream;
     const settling = this.deps.settlement.completeImage(task, { files, unrecorded, revisedPrompt }, attempts.take());
@@ -494,7 +590,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       await new Promise((resolve) => setImmediate(resolve));
     }
     const storing = copies.map((write) => write());
-    const answering = opts.whileSettling?.({ files, images, ...(revisedPrompt !== null && { revisedPrompt }) }).catch((err: unknown) => log.debug({ err }, 'the answer could not be written while the task settled'));
+    const answering = opts.whileSettling?.({ files, images, links, ...(revisedPrompt !== null && { revisedPrompt }) }).catch((err: unknown) => log.debug({ err }, 'the answer could not be written while the task settled'));
     // With storeWhileSettling the answer waits for both: a client that leaves meanwhile is charged,
     // as one that leaves during the settlement always was.
     const [captured] = await Promise.all([settling, Promise.all(storing)]);
@@ -505,6 +601,6 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     }
     if (lost.length > 0) await this.forgetLost(task, lost, log);
     await answering;
-    return { status: 'completed', files, images, captured, ...(revisedPrompt !== null && { revisedPrompt }), ...(failure && { error: failure }) };
+    return { status: 'completed', files, images, links, captured, ...(revisedPrompt !== null && { revisedPrompt }), ...(failure && { error: failure }) };
   }
 }
