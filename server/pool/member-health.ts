@@ -20,6 +20,14 @@
  * Successes are counted in memory and written once a second in one statement, so the hot path
  * adds no SQL; failures are written at once, because they change where the next request goes.
  *
+ * What blames the member's configuration (rejected credentials, a disabled account, a model it
+ * cannot serve: the rows "until an admin changes it") is fenced on the configuration the call used
+ * (`UpstreamAccount.configVersion`): once an admin has changed the member, an answer to the old
+ * credentials — a call in flight across the change, or one made from a cache that had not yet
+ * heard of it — records nothing, instead of taking the fixed member out again. Cooldowns, the
+ * circuit and the 429 backoff are not fenced: they are about the upstream's state, not what the
+ * admin changed, and they end by themselves.
+ *
  * The circuit (issue 26, item 7). "In a row" counts outages, not calls: a failure counts only when
  * its call started after the last counted failure was recorded, so the twenty calls in flight when
  * an upstream went away count once, and a five-second outage opens the circuit for 30 s, not
@@ -141,6 +149,8 @@ export class MemberHealth {
   async failed(account: UpstreamAccount, err: ProviderError, startedAt: number, probe?: ProbeClaim): Promise<void> {
     const memberId = account.memberId;
     const message = err.message;
+    // For the kinds that blame the configuration (see above).
+    const configVersion = account.configVersion;
     try {
       switch (err.kind) {
         case 'rate_limited': {
@@ -167,14 +177,14 @@ export class MemberHealth {
         case 'model_not_open':
           // The member's configuration, for one model (the pool records that: faultModel); the
           // member itself answered, so no cooldown or circuit — its other models keep working.
-          await this.repo.recordFailure(memberId, { message, startedAt });
+          await this.repo.recordFailure(memberId, { message, startedAt, configVersion });
           return;
         case 'account_disabled':
-          await this.repo.recordFailure(memberId, { message, startedAt, disableAccount: message });
+          if (!(await this.repo.recordFailure(memberId, { message, startedAt, disableAccount: message, configVersion })).recorded) return this.changedSince(account, err);
           this.log.error({ memberId, provider: account.provider, reason: message }, 'upstream account cannot take work (billing: arrears, balance or resource pack); it takes no new work until an admin updates it');
           return;
         case 'auth':
-          await this.repo.recordFailure(memberId, { message, startedAt, rejectCredentials: true });
+          if (!(await this.repo.recordFailure(memberId, { message, startedAt, rejectCredentials: true, configVersion })).recorded) return this.changedSince(account, err);
           this.log.error({ memberId, provider: account.provider }, 'upstream member credentials rejected; it takes no new work until an admin updates it');
           return;
         default:
@@ -204,7 +214,9 @@ export class MemberHealth {
     const notOpen = err.kind === 'model_not_open';
     const untilMs = notOpen ? null : MISCONFIGURED_FAULT_MS;
     try {
-      await this.repo.recordModelFault(account.memberId, model, { kind: notOpen ? 'model_not_open' : 'misconfigured', reason, untilMs });
+      if (!(await this.repo.recordModelFault(account.memberId, model, { kind: notOpen ? 'model_not_open' : 'misconfigured', reason, untilMs, configVersion: account.configVersion }))) {
+        return this.changedSince(account, err);
+      }
       this.log.error(
         { memberId: account.memberId, provider: account.provider, model, reason, retryInMs: untilMs },
         notOpen
@@ -214,6 +226,11 @@ export class MemberHealth {
     } catch (recordErr) {
       this.log.warn({ err: recordErr, memberId: account.memberId }, 'could not record a model fault of the member');
     }
+  }
+
+  /** A failure that blamed a configuration the member no longer has (or a member since deleted): not recorded. */
+  private changedSince(account: UpstreamAccount, err: ProviderError): void {
+    this.log.warn({ memberId: account.memberId, provider: account.provider, kind: err.kind, err: err.message }, 'upstream answer about a member configuration changed since the call was made; not recorded');
   }
 
   /**

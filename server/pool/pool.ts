@@ -15,9 +15,10 @@
  * and runs the work there.
  * The limit counts upstream calls: work that would run several calls at once (`slots`) takes as
  * many slots as it wants and the member has free, at least one, and is told how many. A failure
- * before the upstream accepted the work (connection error, timeout, 5xx, 429, rejected credentials,
- * exhausted quota) gives the slot back and moves on, at most MAX_ATTEMPTS members per call; the
- * work decides with `canFailover` whether it still can (a stream that reached the client cannot).
+ * the upstream answered or that never reached it (a connection not made, 5xx, 429, rejected
+ * credentials, exhausted quota) gives the slot back and moves on, at most MAX_ATTEMPTS members per
+ * call; the work decides with `canFailover` whether it still can (a stream that reached the
+ * client cannot; a call the upstream may have accepted, `maybeAccepted`, is never moved).
  * With no member free, `route` throws `NoCapacity` (after waiting up to `waitMs` for one).
  *
  * A member whose circuit is open and whose cooldown is over is half-open (member-health.ts): the
@@ -32,8 +33,11 @@
  * slot lock.
  *
  * Jobs already accepted upstream always go back to the member that accepted them
- * (`account(memberId)`, cached for a few seconds: a changed or deleted member is seen by running
- * jobs within ACCOUNT_CACHE_MS).
+ * (`account(memberId)`, cached for a few seconds and dropped with the candidates: a changed or
+ * deleted member is seen by running jobs at once where the change is heard, within ACCOUNT_CACHE_MS
+ * elsewhere). Each account carries the version of the configuration it was read from, so a call made
+ * with the old one (in flight across the change, or from a cache not yet dropped) cannot mark the
+ * fixed member's credentials, account or model as failed (member-health.ts).
  */
 import type { Executor } from '../db/database.ts';
 import type { Transactor } from '../db/transaction.ts';
@@ -140,7 +144,7 @@ export interface Preselection {
 type CandidateQuery = Pick<RouteRequest, 'groupId' | 'model' | 'capability' | 'slots'>;
 
 export class Pool {
-  private readonly accounts = new Map<string, { account: UpstreamAccount | undefined; until: number }>();
+  private readonly accounts = new TtlCache<UpstreamAccount | undefined>(ACCOUNT_CACHE_MS);
   private readonly candidates: TtlCache<CachedCandidate[]>;
   private readonly mappings: TtlCache<Record<string, unknown>>;
   private readonly random: () => number;
@@ -182,10 +186,12 @@ export class Pool {
     }
   }
 
-  /** Forgets the cached candidates (a member failed here, or an admin changed a group). */
+  /** Forgets the cached candidates and accounts (a member failed here, or an admin changed a group). */
   invalidate(): void {
     this.candidates.clear();
     this.mappings.clear();
+    // Or the next poll of a running job would still call with the credentials an admin just replaced.
+    this.accounts.clear();
   }
 
   /**
@@ -334,20 +340,24 @@ export class Pool {
   }
 
   /** The account of a member that already holds a job (sticky), or undefined when it was deleted. */
-  async account(memberId: string): Promise<UpstreamAccount | undefined> {
-    const now = Date.now();
-    const cached = this.accounts.get(memberId);
-    if (cached && cached.until > now) return cached.account;
-    const member = await this.routing.find(memberId);
-    const account = member && this.toAccount(member);
-    if (this.accounts.size > 10_000) this.accounts.clear();
-    this.accounts.set(memberId, { account, until: now + ACCOUNT_CACHE_MS });
-    return account;
+  account(memberId: string): Promise<UpstreamAccount | undefined> {
+    // A TtlCache: a read that started before `invalidate` cannot put the old account back after it.
+    return this.accounts.get(memberId, async () => {
+      const member = await this.routing.find(memberId);
+      return member && this.toAccount(member);
+    });
   }
 
   private toAccount(member: MemberCandidate): UpstreamAccount {
     const credentials = member.credentialsCiphertext ? (JSON.parse(decryptSecret(this.secretKey, member.credentialsCiphertext)) as Record<string, string>) : {};
-    return { memberId: member.id, provider: member.provider as UpstreamAccount['provider'], baseUrl: member.baseUrl, credentials, modelMap: member.modelMap ?? {} };
+    return {
+      memberId: member.id,
+      provider: member.provider as UpstreamAccount['provider'],
+      baseUrl: member.baseUrl,
+      credentials,
+      modelMap: member.modelMap ?? {},
+      configVersion: member.configVersion,
+    };
   }
 }
 

@@ -20,6 +20,13 @@ export interface UpstreamAccount {
   credentials: Readonly<Record<string, string>>;
   /** Catalog model id -> the upstream's model id, where they differ (jobs already carry the upstream's id). */
   modelMap: Readonly<Record<string, string>>;
+  /**
+   * The version of the member's configuration this account was read from (opaque; set by the pool).
+   * What a call's failure says about the configuration (rejected credentials, a disabled account, a
+   * model it cannot serve) is recorded only while the member still has this version: an answer to
+   * the old credentials must not take out a member an admin has just fixed. Absent: not fenced.
+   */
+  configVersion?: string;
 }
 
 export type ImageFormat = 'png' | 'jpeg' | 'webp';

@@ -10,6 +10,7 @@
  */
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
+import { MEMBER_CONFIG_VERSION } from './routing.repository.ts';
 
 export type CooldownReason = 'rate_limited' | 'quota_exhausted' | 'circuit_open';
 
@@ -40,6 +41,19 @@ export interface SuccessCount {
 /** Recent counts restart after this long. */
 const WINDOW = sql`interval '1 hour'`;
 
+/**
+ * The member (group_members `m`) a health write applies to, fenced on the configuration version the
+ * call used when one is given. FOR SHARE waits for an admin's update of the row in progress and
+ * then re-reads it (read committed), so a write whose snapshot predates the change still sees the
+ * new version and applies nothing; the admin clears the member's health after updating the row, so
+ * a write that passed first is cleared with the rest.
+ */
+function memberOf(memberId: string, configVersion: string | undefined) {
+  return configVersion === undefined
+    ? sql`from group_members m where m.id = ${memberId}`
+    : sql`from group_members m where m.id = ${memberId} and ${MEMBER_CONFIG_VERSION} = ${configVersion} for share of m`;
+}
+
 export class MemberHealthRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
@@ -58,7 +72,9 @@ export class MemberHealthRepository {
   /**
    * Records a failed call that started at `startedAt` (`performance.now()`). `cooldown` (when set)
    * puts the member aside for `ms` (keeping a longer cooldown already in place); `rejectCredentials`
-   * takes the member out until an admin changes it.
+   * takes the member out until an admin changes it. `configVersion` (a failure that blames the
+   * member's configuration) records it only while the member still has that version: else, or for
+   * a member since deleted, nothing is written and `recorded` is false.
    *
    * `circuit` makes the failure one of a streak (5xx, timeouts, connection errors). It counts only
    * when its call started after the last counted failure was recorded: the calls in flight when an
@@ -78,8 +94,10 @@ export class MemberHealthRepository {
       rejectCredentials?: boolean;
       /** The upstream account cannot take work until its owner acts (arrears, an exhausted resource pack): why. */
       disableAccount?: string;
+      /** The member's configuration version the call used (`UpstreamAccount.configVersion`). */
+      configVersion?: string;
     },
-  ): Promise<{ consecutiveFailures: number; counted: boolean }> {
+  ): Promise<{ consecutiveFailures: number; counted: boolean; recorded: boolean }> {
     const cooldown = f.cooldown ? sql`now() + ${Math.round(f.cooldown.ms)} * interval '1 millisecond'` : sql`null::timestamptz`;
     const c = f.circuit;
     return this.withElapsed(async (db, msSince) => {
@@ -93,8 +111,9 @@ export class MemberHealthRepository {
       const { rows } = await sql<{ streak: number; counted: boolean }>`
         insert into member_health as member_health (member_id, cooldown_until, cooldown_reason, rate_limit_strikes, consecutive_failures, failure_counted_at,
           credentials_rejected_at, account_disabled_at, account_disabled_reason, last_error, last_error_at, failures, updated_at)
-        values (${memberId}, ${cooldown}, ${f.cooldown?.reason ?? null}, ${f.rateLimited ? 1 : 0}, ${c ? 1 : 0}, ${c ? sql`now()` : sql`null::timestamptz`},
-          ${f.rejectCredentials ? sql`now()` : null}, ${f.disableAccount ? sql`now()` : null}, ${f.disableAccount ?? null}, ${f.message}, now(), 1, now())
+        select m.id, ${cooldown}, ${f.cooldown?.reason ?? null}, ${f.rateLimited ? 1 : 0}, ${c ? 1 : 0}, ${c ? sql`now()` : sql`null::timestamptz`},
+          ${f.rejectCredentials ? sql`now()` : null}::timestamptz, ${f.disableAccount ? sql`now()` : null}::timestamptz, ${f.disableAccount ?? null}, ${f.message}, now(), 1, now()
+        ${memberOf(memberId, f.configVersion)}
         on conflict (member_id) do update set
           cooldown_until = case
             when ${opens} and (member_health.cooldown_until is null or member_health.cooldown_until < ${circuitUntil}) then ${circuitUntil}
@@ -118,7 +137,8 @@ export class MemberHealthRepository {
           failures = case when member_health.window_started_at < now() - ${WINDOW} then 1 else member_health.failures + 1 end,
           updated_at = now()
         returning consecutive_failures as streak, coalesce(failure_counted_at = now(), false) as counted`.execute(db);
-      return { consecutiveFailures: rows[0]!.streak, counted: rows[0]!.counted };
+      const row = rows[0];
+      return row ? { consecutiveFailures: row.streak, counted: row.counted, recorded: true } : { consecutiveFailures: 0, counted: false, recorded: false };
     });
   }
 
@@ -207,13 +227,20 @@ export class MemberHealthRepository {
   /**
    * Records that the member cannot serve `model` (the upstream said so): the pool leaves the member
    * out for that model until `untilMs` from now (null: until an operator changes the member). A
-   * fault already recorded is replaced, so the latest reason shows.
+   * fault already recorded is replaced, so the latest reason shows. `configVersion`: only while the
+   * member still has the configuration the call used. Returns whether it was recorded (false: the
+   * member was changed since, or deleted).
    */
-  async recordModelFault(memberId: string, model: string, fault: { kind: 'misconfigured' | 'model_not_open'; reason: string; untilMs: number | null }): Promise<void> {
+  async recordModelFault(
+    memberId: string,
+    model: string,
+    fault: { kind: 'misconfigured' | 'model_not_open'; reason: string; untilMs: number | null; configVersion?: string },
+  ): Promise<boolean> {
     const until = fault.untilMs === null ? sql`null::timestamptz` : sql`now() + ${Math.round(fault.untilMs)} * interval '1 millisecond'`;
-    await sql`
+    const { numAffectedRows } = await sql`
       insert into member_model_faults (member_id, model, kind, reason, until)
-      select id, ${model}, ${fault.kind}, ${fault.reason}, ${until} from group_members where id = ${memberId}
+      select m.id, ${model}, ${fault.kind}, ${fault.reason}, ${until} ${memberOf(memberId, fault.configVersion)}
       on conflict (member_id, model) do update set kind = excluded.kind, reason = excluded.reason, until = excluded.until, created_at = now()`.execute(this.db);
+    return (numAffectedRows ?? 0n) > 0n;
   }
 }

@@ -23,6 +23,8 @@ export interface MemberCandidate {
   concurrencyLimit: number | null;
   /** Catalog model id -> upstream model id. */
   modelMap: Record<string, string>;
+  /** The version of this configuration (`MEMBER_CONFIG_VERSION`): health that blames it is fenced on it. */
+  configVersion: string;
 }
 
 export interface RoutableMember extends MemberCandidate {
@@ -34,6 +36,14 @@ export interface RoutableMember extends MemberCandidate {
   /** Its circuit is open: once `cooldownMs` is over, the next call must claim the probe (MemberHealth.claimProbe). */
   circuitOpen: boolean;
 }
+
+/**
+ * The configuration version of the member aliased `m` (a group_members row): its updated_at, which
+ * the set_updated_at trigger moves on every change of the row (credentials included), as exact
+ * microseconds since the epoch in text. Not a Date: it would drop the microseconds, and the version
+ * could never be matched again.
+ */
+export const MEMBER_CONFIG_VERSION = sql<string>`(extract(epoch from m.updated_at) * 1000000)::bigint::text`;
 
 /** A member's slots in use: the active task rows naming it (one per video task, `member_slots` per image task). */
 export function inFlightOf(memberId: ReturnType<typeof sql.ref> | string) {
@@ -67,6 +77,7 @@ export class RoutingRepository {
         'm.weight',
         'm.concurrencyLimit',
         'm.modelMap',
+        MEMBER_CONFIG_VERSION.as('configVersion'),
         // A probe's claim matters only while the circuit is open (greatest() skips a null).
         sql<number>`greatest(0, coalesce(ceil(extract(epoch from
           case when h.cooldown_reason = 'circuit_open' then greatest(h.cooldown_until, h.probe_until) else h.cooldown_until end - now()) * 1000), 0))::int`.as('cooldownMs'),
@@ -105,9 +116,9 @@ export class RoutingRepository {
 
   find(id: string): Promise<MemberCandidate | undefined> {
     return this.db
-      .selectFrom('groupMembers')
-      .select(['id', 'name', 'provider', 'baseUrl', 'credentialsCiphertext', 'priority', 'weight', 'concurrencyLimit', 'modelMap'])
-      .where('id', '=', id)
+      .selectFrom('groupMembers as m')
+      .select(['m.id', 'm.name', 'm.provider', 'm.baseUrl', 'm.credentialsCiphertext', 'm.priority', 'm.weight', 'm.concurrencyLimit', 'm.modelMap', MEMBER_CONFIG_VERSION.as('configVersion')])
+      .where('m.id', '=', id)
       .executeTakeFirst() as Promise<MemberCandidate | undefined>;
   }
 
