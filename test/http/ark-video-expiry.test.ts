@@ -160,9 +160,10 @@ describe('through the gateway', () => {
 
   const jobIdOf = (taskId: string) => until(async () => (await server.db.selectFrom('videoTasks').select('upstreamJobId').where('id', '=', taskId).executeTakeFirstOrThrow()).upstreamJobId ?? undefined, 10_000, 'the upstream task id');
   const pastDeadline = (taskId: string) => server.db.updateTable('videoTasks').set({ deadlineAt: new Date(Date.now() - 1000), nextRunAt: new Date() }).where('id', '=', taskId).execute();
+  const cancels = (jobId: string) => fake.requests.filter((r) => r.method === 'DELETE' && r.path.endsWith(`/tasks/${jobId}`)).length;
   const healthOf = async (groupId: string) => (await server.admin().GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: groupId } } })).data!.data[0]!.health;
 
-  it('a queued task whose cancel at the deadline meets a 429 expires in Ark\'s queue by the task\'s deadline instead of running later', async () => {
+  it('a queued task whose cancel at the deadline meets 429s expires in Ark\'s queue by the task\'s deadline instead of running later', async () => {
     const c = await customer();
     const id = await createVideo(c.key, 'a long queue [ark:stay-queued]');
     const jobId = await jobIdOf(id);
@@ -173,16 +174,29 @@ describe('through the gateway', () => {
     expect(sent).toBeGreaterThan(LIFETIME_S - 60);
     expect(task.createdAt + sent * 1000).toBeLessThanOrEqual(deadlineAt.getTime() + 1000);
 
-    fake.rateLimitNext('cancel');
+    // Every attempt of the cancel is refused (it is asked three times through passing failures).
+    fake.rateLimitNext('cancel', 1, 3);
     await pastDeadline(id);
     const { task: failed } = await waitVideoFinished(server, c.key, id);
     expect(failed.status).toBe('failed');
     expect(await holdOf(server.db, id)).toMatchObject({ status: 'released', captured: 0 });
-    await until(() => server.logs.some((l) => l.includes(jobId) && l.includes('could not cancel')), 5000, 'the warning');
+    await until(() => server.logs.some((l) => l.includes(jobId) && l.includes('could not cancel')), 10_000, 'the warning');
+    expect(cancels(jobId)).toBe(3);
     expect(fake.statusOf(jobId)).toBe('queued');
     // By the task's own deadline Ark's queue has given the task up: it never runs.
     task.createdAt -= sent * 1000;
     expect(fake.statusOf(jobId)).toBe('expired');
+  });
+
+  it('a cancel at the deadline answered 429 once is asked again after its Retry-After, and the queued task is cancelled', async () => {
+    const c = await customer();
+    const id = await createVideo(c.key, 'another long queue [ark:stay-queued]');
+    const jobId = await jobIdOf(id);
+    fake.rateLimitNext('cancel', 1);
+    await pastDeadline(id);
+    expect((await waitVideoFinished(server, c.key, id)).task.status).toBe('failed');
+    await until(() => fake.statusOf(jobId) === 'cancelled', 10_000, 'the second cancel');
+    expect(cancels(jobId)).toBe(2);
   });
 
   it('a resubmit sends what is left of the lifetime then', async () => {

@@ -23,6 +23,7 @@
  * upstream's Retry-After) until the task's deadline; a task past its deadline fails and is refunded
  * at its next step.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { apiErrorOf, ended, sentence, taskErrorCodeOf } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import { NoCapacity, upstreamModelOf, type Pool } from '../../pool/pool.ts';
@@ -45,6 +46,9 @@ export const VIDEO_RETRY: RetryPolicy = { maxRetries: Number.POSITIVE_INFINITY, 
  * Retry-After each time), and never past the task's deadline.
  */
 export const DOWNLOAD_RETRY: RetryPolicy = { maxRetries: 10, baseDelayMs: 2000, maxDelayMs: 5 * 60_000 };
+/** The cancel of a job past its task's deadline: asked this many times through passing failures, each wait at most CANCEL_WAIT_MAX_MS. */
+const CANCEL_ATTEMPTS = 3;
+const CANCEL_WAIT_MAX_MS = 5000;
 
 export interface VideoRunnerDeps {
   tasks: VideoTaskRepository;
@@ -96,10 +100,14 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     }
   }
 
+  /**
+   * The job is cancelled upstream first, while this step still holds the task's lease (once the task
+   * has ended, the lease is gone and with it the step's signal: a cancel asked again after a 429
+   * would be cut short), then the task is failed and refunded.
+   */
   private async failPastDeadline(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<boolean> {
-    if (!(await this.deps.settlement.failVideo(task, 'timeout', 'The task exceeded its maximum lifetime and was refunded.'))) return false;
     await this.cancelUpstream(task, attempts, signal, log);
-    return true;
+    return this.deps.settlement.failVideo(task, 'timeout', 'The task exceeded its maximum lifetime and was refunded.');
   }
 
   private async run(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, leaseLost: AbortSignal, log: Logger): Promise<StepResult> {
@@ -143,19 +151,31 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
 
   /**
    * A job still running upstream when its task failed by its deadline is cancelled there, where the
-   * adapter can (it would spend the account's quota on a result nobody collects). Best effort: a
-   * failure is logged, the task is failed and refunded either way.
+   * adapter can (it would spend the account's quota on a result nobody collects). A cancel answered
+   * with a passing failure (429, 5xx, a timeout: the likeliest answers exactly when the upstream is
+   * so congested that tasks reach their deadline) is asked again, CANCEL_ATTEMPTS in all, waiting
+   * its Retry-After (at most CANCEL_WAIT_MAX_MS). Best effort beyond that: the failure is logged, and
+   * the task is failed and refunded either way (an adapter whose upstream takes a job lifetime also
+   * sent what was left of the deadline: VideoJob.deadline).
    */
   private async cancelUpstream(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<void> {
     if (!task.upstreamJobId || task.upstreamOutput || !task.memberId) return;
     const account = await this.deps.pool.account(task.memberId);
     const provider = account && this.deps.providers.video(account.provider);
     if (!account || !provider?.cancel) return;
-    try {
-      await attempts.run('cancel', account, task.upstreamJobId, () => this.deps.pool.health.observeAccepted(account, () => provider.cancel!(account, task.upstreamJobId!, signal), signal), { signal });
-      log.info({ memberId: account.memberId, upstreamJobId: task.upstreamJobId }, 'upstream job of a task past its deadline cancelled');
-    } catch (err) {
-      log.warn({ memberId: account.memberId, upstreamJobId: task.upstreamJobId, err: err instanceof Error ? err.message : String(err) }, 'could not cancel the upstream job of a task past its deadline');
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await attempts.run('cancel', account, task.upstreamJobId, () => this.deps.pool.health.observeAccepted(account, () => provider.cancel!(account, task.upstreamJobId!, signal), signal), { signal });
+        log.info({ memberId: account.memberId, upstreamJobId: task.upstreamJobId, attempt }, 'upstream job of a task past its deadline cancelled');
+        return;
+      } catch (err) {
+        const passing = err instanceof ProviderError && (err.kind === 'retryable' || err.kind === 'rate_limited');
+        if (!passing || attempt >= CANCEL_ATTEMPTS || signal.aborted) {
+          log.warn({ memberId: account.memberId, upstreamJobId: task.upstreamJobId, attempt, err: err instanceof Error ? err.message : String(err) }, 'could not cancel the upstream job of a task past its deadline');
+          return;
+        }
+        await sleep(Math.min(err.retryAfterMs ?? 1000 * attempt, CANCEL_WAIT_MAX_MS), undefined, { signal }).catch(() => undefined);
+      }
     }
   }
 
