@@ -130,6 +130,27 @@ describe('a worker stopping while a video submit is in flight', () => {
     expect((await rowOf(id)).upstreamJobId).toBeNull();
   });
 
+  it('sends no submit at all from a step that starts once the stop has fired (claimed in the same pass), nor a resubmit', async () => {
+    const { key } = await createCustomer(server.db, { balance: 100 });
+    onSubmit = async () => 'job-never';
+    const id = await createVideo(key);
+    const runner = server.ctx.runners.video;
+    const claimed = (await runner.leases.claimDue('w_test', 50, 60_000)) as Parameters<typeof runner.step>[0][];
+    const task = claimed.find((t) => t.id === id)!;
+    // What TaskEngine.run passes once stop() has fired: the step's signal aborted, the lease-lost one not.
+    const stopped = new AbortController();
+    stopped.abort(new Error('worker stopping'));
+    const lost = new AbortController();
+    await expect(runner.step(task, stopped.signal, createLogger('silent'), lost.signal)).rejects.toThrow(/not submitting/);
+    expect(submits.filter((t) => t === id)).toHaveLength(0);
+    expect(await rowOf(id)).toMatchObject({ upstreamJobId: null, submitStartedAt: null });
+
+    // A task whose earlier submit may have reached its member: the resubmit waits for the next worker too.
+    const member = (await server.db.selectFrom('groupMembers').select('id').limit(1).executeTakeFirstOrThrow()).id;
+    await expect(runner.step({ ...task, submitStartedAt: new Date(), memberId: member }, stopped.signal, createLogger('silent'), lost.signal)).rejects.toThrow(/not submitting/);
+    expect(submits.filter((t) => t === id)).toHaveLength(0);
+  });
+
   it('still cuts the submit short when another worker took the lease over', async () => {
     const { key } = await createCustomer(server.db, { balance: 100 });
     let arrived!: () => void;

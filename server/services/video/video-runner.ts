@@ -107,7 +107,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    */
   private async failPastDeadline(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<boolean> {
     await this.cancelUpstream(task, attempts, signal, log);
-    return this.deps.settlement.failVideo(task, 'timeout', 'The task exceeded its maximum lifetime and was refunded.');
+    return (await this.deps.settlement.failVideo(task, 'timeout', 'The task exceeded its maximum lifetime and was refunded.')) !== undefined;
   }
 
   private async run(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, leaseLost: AbortSignal, log: Logger): Promise<StepResult> {
@@ -194,12 +194,15 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * again — on an upstream without idempotency keys (Ark, MiniMax, DashScope) a second, billed job.
    * So a stopping worker waits for the answer and saves it (TaskEngine.stop), within the call's own
    * upstream timeout; a lost lease still cuts it short (the row is another worker's by then).
-   * `stopping` (the step's signal) only keeps a stopping worker from starting a submit on another
-   * member after a failure: that one the stop's deadline could cut, to be submitted again later.
+   * `stopping` (the step's signal) keeps a stopping worker from starting a submit at all, first or
+   * on another member after a failure: one the stop's deadline could cut, to be submitted again by
+   * the next worker (a second, billed job where the upstream has no idempotency key). The step ends
+   * as stopped and the task resumes after its lease.
    */
   private async submit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger, stopping: AbortSignal = signal): Promise<StepResult> {
     const fence = fenceOf(task);
-    if (task.submitStartedAt && task.memberId) return this.resubmit(task, attempts, signal, log);
+    notStopping(stopping);
+    if (task.submitStartedAt && task.memberId) return this.resubmit(task, attempts, signal, log, stopping);
     let submitted: { account: UpstreamAccount; jobId: string };
     try {
       const job = await this.jobOf(task, undefined, true);
@@ -214,6 +217,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
           // catalog model served through several provider kinds); creation let it in for that one.
           accepts: (account) => this.deps.providers.video(account.provider)?.check?.(shape, upstreamModelOf(account, task.model)) === undefined,
           take: async (memberId, db) => {
+            notStopping(stopping);
             if (!(await this.deps.tasks.markSubmitting(fence, memberId, db))) throw new LeaseLost('lease lost before submit');
           },
           release: async () => void (await this.deps.tasks.clearSubmitting(fence)),
@@ -266,17 +270,20 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * keeps naming the member (an upstream without idempotency keys may still run the earlier submit).
    * `signal`: the lease-lost signal alone, as for `submit`.
    */
-  private async resubmit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<StepResult> {
+  private async resubmit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger, stopping: AbortSignal = signal): Promise<StepResult> {
     const fence = fenceOf(task);
     const account = await this.deps.pool.account(task.memberId!);
     if (!account || !this.deps.providers.video(account.provider)) {
       await this.deps.tasks.clearSubmitting(fence);
       return later(0);
     }
+    notStopping(stopping);
     log.warn({ memberId: task.memberId, submitStartedAt: task.submitStartedAt }, 'resubmitting: an earlier submit of this task may have reached the upstream before its job id was saved; the same idempotency key is sent');
     let jobId: string;
     try {
       const job = await this.jobOf(task, account, true);
+      // Making the job can take a while (inputs turned upright): a stop meanwhile sends nothing.
+      notStopping(stopping);
       jobId = await attempts.run('submit', account, (id) => id, () => this.deps.pool.health.observe(account, () => this.videoProvider(account).submit(account, job, signal), undefined, signal), { signal });
     } catch (err) {
       return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
@@ -446,4 +453,15 @@ function memberFault(error: ProviderError): boolean {
 
 function operatorCanFix(error: ProviderError): boolean {
   return error.transient || ['auth', 'quota_exhausted', 'misconfigured', 'model_not_open', 'account_disabled'].includes(error.kind);
+}
+
+/**
+ * Throws when the worker is stopping, before a submit goes out: as an abort (rethrown by
+ * failOrRetry), so the engine ends the step as stopped and the task resumes after its lease.
+ */
+function notStopping(stopping: AbortSignal): void {
+  if (!stopping.aborted) return;
+  const err = new Error(`not submitting: ${String((stopping.reason as Error | undefined)?.message ?? 'the worker is stopping')}`);
+  err.name = 'AbortError';
+  throw err;
 }
