@@ -5,7 +5,7 @@
  * and generated outputs.
  */
 import type { Readable } from 'node:stream';
-import sharp from 'sharp';
+import sharp, { type OutputInfo } from 'sharp';
 import type { components } from '../../generated/api.d.ts';
 import { ApiError } from '../errors.ts';
 import type { FileRepository, FileRow, FileUser, ListedFileRow, ListedPurpose } from '../repositories/file.repository.ts';
@@ -135,10 +135,12 @@ export interface OpenedFile {
 const SENDABLE_IMAGE_TYPES = new Set(['image/png', 'image/jpeg', 'image/webp']);
 
 /**
- * JPEG quality of an upright copy of a JPEG input (`sendableCopy`): as high as uploadableImage
- * re-encodes one for the adapters that send an edit's bytes, so both paths send the same image.
+ * JPEG qualities tried for an upright copy (`sendableCopy`), best first: 95, as uploadableImage
+ * re-encodes one for the adapters that send an edit's bytes, then lower until the copy is no larger
+ * than the client's file (upstreams limit an input's bytes: Kling and DashScope 10 MB; a copy
+ * larger than the file the gateway checked would be refused after the hold).
  */
-const UPRIGHT_JPEG_QUALITY = 95;
+const UPRIGHT_JPEG_QUALITIES = [95, 90, 85, 80];
 
 export class FileService {
   /** Copies made at once (`sendableCopy`): each decodes a whole image. */
@@ -299,32 +301,49 @@ export class FileService {
    * The copy a stored image is sent upstream as (`needsCopy`), made once and kept as an input file
    * of its own that every later call finds (each attempt of the task, each task naming the same
    * file): turned upright, without the tag (no metadata is kept), a GIF's first frame. A JPEG stays
-   * a JPEG, at high quality: a PNG of a phone's photo is several times its size, past what some
-   * upstreams take. Anything else becomes a PNG, which loses nothing (a WebP may be lossless).
+   * a JPEG (a WebP without alpha becomes one), at high quality but no larger than the client's file:
+   * a PNG of a phone's photo is several times its size, past what some upstreams take. Anything
+   * else becomes a PNG, which loses nothing (transparency kept).
    * Its id is the source's, its extension (`png`, `jpg`) and the source's expiry, which it shares;
    * a source whose expiry a later task extended gets a copy of its own that lives as long. The
    * source stays as it is: an upload is the client's file, whatever it is sent upstream as.
    */
   private async sendableCopy(source: FileRow): Promise<FileRow> {
-    const jpeg = source.contentType === 'image/jpeg';
-    const extension = jpeg ? 'jpg' : 'png';
     const expiry = source.expiresAt ? Math.floor(source.expiresAt.getTime() / 1000).toString(36) : '';
-    const id = `${source.id}${extension}${expiry}`;
-    const known = await this.files.find(id);
+    const idOf = (jpeg: boolean) => `${source.id}${jpeg ? 'jpg' : 'png'}${expiry}`;
+    // A JPEG stays a JPEG; a WebP that has no alpha becomes one too (a photo: as PNG it would be
+    // many times the size), which only its decoding tells; a GIF's frame, a PNG and a WebP with
+    // alpha become a PNG. A WebP's copy made earlier is found under either id without a read.
+    const candidates = source.contentType === 'image/jpeg' ? [true] : source.contentType === 'image/webp' ? [true, false] : [false];
+    const findMade = async () => {
+      for (const jpeg of candidates) {
+        const made = await this.files.find(idOf(jpeg));
+        if (made) return made;
+      }
+      return undefined;
+    };
+    const known = await findMade();
     if (known) return known;
     const release = await this.conversions.acquire();
     try {
       // Made by another call of this process while this one waited.
-      const made = await this.files.find(id);
+      const made = await findMade();
       if (made) return made;
       return await withTemporaryDir(async (dir) => {
         // libvips reads the source from a file and writes the copy to one, streamed into the store:
         // neither file is ever whole in memory (only the decoded image, in libvips).
-        const out = join(dir, `copy.${extension}`);
-        const info = await this.withLocalFile(source, (path) => {
-          const upright = sharp(path).autoOrient();
-          return (jpeg ? upright.jpeg({ quality: UPRIGHT_JPEG_QUALITY }) : upright.png()).toFile(out);
+        const out = join(dir, 'copy');
+        const { info, jpeg } = await this.withLocalFile(source, async (path) => {
+          const jpeg = source.contentType === 'image/jpeg' || (source.contentType === 'image/webp' && !((await sharp(path).metadata()).hasAlpha ?? false));
+          if (!jpeg) return { info: await sharp(path).autoOrient().png().toFile(out), jpeg };
+          let info!: OutputInfo;
+          for (const quality of UPRIGHT_JPEG_QUALITIES) {
+            info = await sharp(path).autoOrient().jpeg({ quality }).toFile(out);
+            if (info.size <= source.bytes) break;
+          }
+          return { info, jpeg };
         });
+        const id = idOf(jpeg);
         // A key of this write's own (not `storageKeyOf`): another instance converting the same
         // source at once writes its own object, and the one whose row is not written removes it.
         const row: FileRow = {

@@ -14,6 +14,7 @@ import type { FileRow } from '../../server/repositories/file.repository.ts';
 import { FileService } from '../../server/services/file.service.ts';
 import { FilesystemMediaStore, type MediaStore } from '../../server/storage/media-store.ts';
 import { startTestS3, type TestS3 } from '../support/s3-server.ts';
+import { noisePng } from '../support/noise-png.ts';
 
 const read = async (stream: NodeJS.ReadableStream) => {
   const chunks: Buffer[] = [];
@@ -127,7 +128,7 @@ describe('FileService.mediaInputs', () => {
   it.each([
     ['image/jpeg', 6, 'jpeg'],
     ['image/png', 8, 'png'],
-    ['image/webp', 6, 'png'],
+    ['image/webp', 6, 'jpeg'],
   ] as const)('hands a %s tagged with orientation %d over as an upright %s copy without the tag, made once', async (contentType, orientation, copyFormat) => {
     const store = new FilesystemMediaStore(dir);
     const { files, rows } = fileService(store, 'gateway');
@@ -153,6 +154,25 @@ describe('FileService.mediaInputs', () => {
     expect([redAt(10), redAt(50)]).toEqual(orientation === 6 ? [true, false] : [false, true]);
     // The client's file is unchanged.
     expect((await read(store.read(upload.storageKey))).equals(bytes)).toBe(true);
+  });
+
+  it('makes an upright copy no larger than the client\'s file (upstreams limit an input\'s bytes), and keeps a WebP\'s transparency as PNG', async () => {
+    const store = new FilesystemMediaStore(dir);
+    const { files } = fileService(store, 'gateway');
+    // A photo-like image (noise) saved at quality 80: re-encoded at 95 it would grow by half.
+    const noise = await noisePng(800, 600, 7);
+    const photo = await sharp(noise).jpeg({ quality: 80 }).withMetadata({ orientation: 6 }).toBuffer();
+    const upload = await files.save({ accountId: 'acct_big', purpose: 'upload', contentType: 'image/jpeg', width: 600, height: 800, orientation: 6, expiresAt: new Date(Date.now() + 86_400_000) }, photo);
+    const [input] = await files.mediaInputs([upload.id]);
+    expect([input!.contentType, input!.width, input!.height]).toEqual(['image/jpeg', 600, 800]);
+    expect(input!.bytes).toBeLessThanOrEqual(photo.length);
+    expect(await sharp(await noisePng(800, 600, 7)).jpeg({ quality: 95 }).toBuffer().then((b) => b.length)).toBeGreaterThan(photo.length);
+
+    const clear = await sharp({ create: { width: 40, height: 20, channels: 4, background: { r: 200, g: 10, b: 10, alpha: 0.5 } } }).webp().withMetadata({ orientation: 8 }).toBuffer();
+    const webp = await files.save({ accountId: 'acct_big', purpose: 'upload', contentType: 'image/webp', width: 20, height: 40, orientation: 8, expiresAt: new Date(Date.now() + 86_400_000) }, clear);
+    const [copy] = await files.mediaInputs([webp.id]);
+    expect([copy!.contentType, copy!.width, copy!.height]).toEqual(['image/png', 20, 40]);
+    expect((await sharp(await read(copy!.open())).metadata()).hasAlpha).toBe(true);
   });
 
   it('decides from the row: a recorded upright input is handed over unread; one without an orientation is read once and recorded', async () => {
