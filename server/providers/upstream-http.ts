@@ -363,11 +363,16 @@ export interface JsonWithMedia {
 /**
  * Reads a 2xx JSON answer whose strings may be media: every base64 data URL, wherever it is, is
  * decoded as it arrives and kept as bytes (`media`), never as text; the rest is parsed as
- * `readJson` does. An answer over `limits`, or with a data URL that is not base64, fails as
- * `failed`: it is what the upstream has to say, so reading it again (a re-poll, a billed new job
- * elsewhere) cannot help. A body that breaks off fails as `readJson`'s does (`unreadAnswer`).
+ * `readJson` does. A string that only starts like one (a prompt echoed back, `data:text/plain;
+ * base64,a fox`) stays the string it was. An answer over `limits` fails as `failed`: it is what
+ * the upstream has to say, so reading it again (a re-poll, a billed new job elsewhere) cannot
+ * help. A body that breaks off fails as `readJson`'s does (`unreadAnswer`).
+ *
+ * `unread`, when the answer cannot be read (it fails, or is no JSON), is handed the JSON read
+ * before that (its data URLs as tokens): a caller may still find in it what it cannot do without
+ * (a create answer's id: `topLevelString`).
  */
-export async function readJsonWithMedia(res: UpstreamResponse, what: string, limits: InlineMediaLimits = INLINE_MEDIA_LIMITS): Promise<JsonWithMedia> {
+export async function readJsonWithMedia(res: UpstreamResponse, what: string, limits: InlineMediaLimits = INLINE_MEDIA_LIMITS, unread?: (partial: string) => void): Promise<JsonWithMedia> {
   const scanner = new DataUrlScanner(limits, what);
   let total = 0;
   try {
@@ -378,10 +383,57 @@ export async function readJsonWithMedia(res: UpstreamResponse, what: string, lim
     }
   } catch (err) {
     res.body.destroy();
+    unread?.(scanner.partial());
     if (err instanceof ProviderError && err.kind === 'failed') throw err;
     throw res.ok ? res.unreadAnswer(err) : err;
   }
-  return scanner.end();
+  const read = scanner.end();
+  if (read.body === undefined) unread?.(scanner.partial());
+  return read;
+}
+
+/**
+ * The string value of `key` in the object at the top of `json`, read as far as it goes (an answer
+ * that broke off, or is no JSON past some point), or undefined when that far holds none.
+ */
+export function topLevelString(json: string, key: string): string | undefined {
+  let depth = 0;
+  /** The last string read in the top object, and whether a colon made it the key of what follows. */
+  let last: string | undefined;
+  let valueOf: string | undefined;
+  for (let i = 0; i < json.length; i++) {
+    const c = json[i];
+    if (c === '"') {
+      let end = i + 1;
+      while (end < json.length && json[end] !== '"') end += json[end] === '\\' ? 2 : 1;
+      if (end >= json.length) return undefined;
+      if (depth === 1) {
+        let text: string;
+        try {
+          text = JSON.parse(json.slice(i, end + 1)) as string;
+        } catch {
+          return undefined;
+        }
+        if (valueOf === key) return text;
+        last = text;
+        valueOf = undefined;
+      }
+      i = end;
+    } else if (c === '{' || c === '[') {
+      if (depth === 0 && c === '[') return undefined;
+      depth++;
+      valueOf = undefined;
+    } else if (c === '}' || c === ']') {
+      depth--;
+      if (depth <= 0) return undefined;
+    } else if (depth === 1 && c === ':') {
+      valueOf = last;
+      last = undefined;
+    } else if (depth === 1 && c === ',') {
+      last = valueOf = undefined;
+    }
+  }
+  return undefined;
 }
 
 const sizeOf = (n: number) => (n % (1024 * 1024) === 0 ? `${n / 1024 / 1024} MiB` : `${n} bytes`);
@@ -398,21 +450,35 @@ const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 /**
  * The JSON of an answer as it arrives, its base64 data URLs decoded into `media` and replaced by
  * tokens. It tracks only strings (the rest is copied as it is; JSON.parse judges it at the end):
- * a string's first bytes say whether it is a data URL; one that is not is copied through.
+ * a string's first bytes say whether it may be a data URL; one that is not is copied through.
+ *
+ * A string that starts like a data URL is only a candidate until its closing quote: it is decoded
+ * as it comes, and its text kept as it came, so that one that turns out not to be base64 (any
+ * other character, an escape other than `\/`, data after the padding, a lone last character) is
+ * copied as the ordinary string it is: an upstream echoes the client's own text (a prompt, a
+ * Replicate prediction's `input`), which must neither fail the answer nor become media. The text
+ * is kept only while copying it would leave the JSON besides the media within `maxOtherBytes`:
+ * past that a candidate is media or nothing, and one that then turns out not to be base64 fails
+ * the answer (`failed`), as copying it would have. So memory stays the decoded media and at most
+ * `maxOtherBytes` of text.
  */
 class DataUrlScanner {
   private at: 'outside' | 'head' | 'plain' | 'data' = 'outside';
   /** The last byte read inside a string was a backslash escaping the next one. */
   private escaped = false;
-  /** The start of the string being read, until it shows whether it is a data URL. */
+  /** The start of the string being read, until it shows whether it may be a data URL. */
   private head: number[] = [];
   private readonly out: Buffer[] = [];
   private outBytes = 0;
-  /** The data URL being decoded: its type, its bytes, its base64 characters not decoded yet (under 4), whether its padding began. */
+  /** The candidate being decoded: its type, its bytes, its base64 characters not decoded yet (under 4), whether its padding began. */
   private mimeType = '';
   private parts: Buffer[] = [];
+  private partBytes = 0;
   private carry = '';
   private padded = false;
+  /** The candidate's text as it came, after its opening quote (undefined once too long to copy). */
+  private raw: Buffer[] | undefined;
+  private rawBytes = 0;
   private mediaBytes = 0;
   private readonly media = new Map<string, InlineMedia>();
   /** Tokens name this answer only: a string of the answer that spells one is never taken for its media. */
@@ -437,10 +503,15 @@ class DataUrlScanner {
     // An answer that ends inside a string is no JSON.
     if (this.at !== 'outside') return { body: undefined, media: new Map() };
     try {
-      return { body: JSON.parse(Buffer.concat(this.out, this.outBytes).toString('utf8')) as unknown, media: this.media };
+      return { body: JSON.parse(this.partial()) as unknown, media: this.media };
     } catch {
       return { body: undefined, media: new Map() };
     }
+  }
+
+  /** The JSON copied so far, its data URLs as tokens. */
+  partial(): string {
+    return Buffer.concat(this.out, this.outBytes).toString('utf8');
   }
 
   private outside(chunk: Buffer, pos: number): number {
@@ -453,7 +524,7 @@ class DataUrlScanner {
     return quote + 1;
   }
 
-  /** A string's first bytes, one at a time until they show whether it is a data URL. */
+  /** A string's first bytes, one at a time until they show whether it may be a data URL. */
   private readHead(chunk: Buffer, pos: number): number {
     for (; pos < chunk.length; pos++) {
       const c = chunk[pos]!;
@@ -471,8 +542,12 @@ class DataUrlScanner {
           this.at = 'data';
           this.mimeType = match[1]!.toLowerCase();
           this.parts = [];
+          this.partBytes = 0;
           this.carry = '';
           this.padded = false;
+          this.raw = [];
+          this.rawBytes = 0;
+          this.remember(Buffer.from(this.head));
           return pos + 1;
         }
         return this.toPlain(pos);
@@ -512,59 +587,95 @@ class DataUrlScanner {
     return chunk.length;
   }
 
-  /** A data URL's base64, decoded as it comes; its closing quote puts its token in its place. */
+  /**
+   * A candidate's base64, decoded as it comes; its closing quote puts its token in its place. At
+   * the first byte that shows it is no base64 it goes on as an ordinary string from that byte
+   * (`notMedia`): `raw` then holds every byte before it, `escaped` whether the last one escapes it.
+   */
   private data(chunk: Buffer, pos: number): number {
     while (pos < chunk.length) {
       if (this.escaped) {
         // JSON may escape the slash (`\/`); no other escape belongs in base64.
-        if (chunk[pos] !== SLASH) throw this.notBase64();
+        if (chunk[pos] !== SLASH || !this.decode('/')) return this.notMedia(pos);
         this.escaped = false;
-        this.decode('/');
+        this.remember(chunk.subarray(pos, pos + 1));
         pos++;
         continue;
       }
       const stop = indexOfEither(chunk, QUOTE, BACKSLASH, pos);
-      this.decode(chunk.toString('latin1', pos, stop === -1 ? chunk.length : stop));
+      const end = stop === -1 ? chunk.length : stop;
+      if (!this.decode(chunk.toString('latin1', pos, end))) return this.notMedia(pos);
+      this.remember(chunk.subarray(pos, end));
       if (stop === -1) return chunk.length;
       if (chunk[stop] === BACKSLASH) {
         this.escaped = true;
+        this.remember(chunk.subarray(stop, stop + 1));
         pos = stop + 1;
         continue;
       }
-      this.closeData();
+      // The closing quote: plain copies it as the end of the ordinary string.
+      if (!this.closeData()) return this.notMedia(stop);
       this.at = 'outside';
       return stop + 1;
     }
     return pos;
   }
 
-  /** Decodes whole quads of base64 (padding only at the very end); the rest waits for more. */
-  private decode(text: string): void {
-    if (text === '') return;
+  /** Decodes whole quads of base64 (padding only at the very end); the rest waits for more. False: the text is no base64. */
+  private decode(text: string): boolean {
+    if (text === '') return true;
     const all = this.carry + text;
-    if (this.padded || !BASE64.test(all)) throw this.notBase64();
+    if (this.padded || !BASE64.test(all)) return false;
     const usable = all.length - (all.length % 4);
     this.carry = all.slice(usable);
-    if (usable === 0) return;
+    if (usable === 0) return true;
     const quads = all.slice(0, usable);
     this.padded = quads.endsWith('=');
     this.keep(Buffer.from(quads, 'base64'));
+    return true;
   }
 
   private keep(bytes: Buffer): void {
     this.mediaBytes += bytes.length;
     if (this.mediaBytes > this.limits.maxMediaBytes) throw new ProviderError('failed', `the upstream ${this.what} answered more than ${sizeOf(this.limits.maxMediaBytes)} of media`);
     this.parts.push(bytes);
+    this.partBytes += bytes.length;
   }
 
-  private closeData(): void {
+  /** The candidate's text so far, kept while copying it could still fit in `maxOtherBytes` (with its two quotes). */
+  private remember(bytes: Buffer): void {
+    if (this.raw === undefined) return;
+    this.rawBytes += bytes.length;
+    if (this.outBytes + this.rawBytes + 2 > this.limits.maxOtherBytes) {
+      this.raw = undefined;
+      return;
+    }
+    // A copy: a slice would keep the whole chunk (media included) alive.
+    this.raw.push(Buffer.from(bytes));
+  }
+
+  /** A candidate that turned out to be no base64, from `pos` on: an ordinary string, copied as it came. */
+  private notMedia(pos: number): number {
+    if (this.raw === undefined) throw new ProviderError('failed', `the upstream ${this.what} answered a data URL that is not valid base64 (too long to keep as text)`);
+    this.mediaBytes -= this.partBytes;
+    this.parts = [];
+    this.emit(Buffer.concat([Buffer.from([QUOTE]), ...this.raw]));
+    this.raw = undefined;
+    this.at = 'plain';
+    return pos;
+  }
+
+  /** The candidate ends: false when its end is no base64's (a lone character, padding that completes no quad). */
+  private closeData(): boolean {
     // Unpadded base64 ends in 2 or 3 characters; padding that does not complete a quad is no base64.
-    if (this.carry.length === 1 || this.carry.includes('=')) throw this.notBase64();
+    if (this.carry.length === 1 || this.carry.includes('=')) return false;
     if (this.carry !== '') this.keep(Buffer.from(this.carry, 'base64'));
     const token = `data:${this.mimeType};mediagate-inline=${this.nonce}.${this.media.size},`;
     this.media.set(token, { mimeType: this.mimeType, bytes: this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts) });
     this.parts = [];
+    this.raw = undefined;
     this.emit(Buffer.from(JSON.stringify(token)));
+    return true;
   }
 
   private emit(bytes: Buffer): void {
@@ -573,9 +684,5 @@ class DataUrlScanner {
     if (this.outBytes > this.limits.maxOtherBytes) throw new ProviderError('failed', `the upstream ${this.what} answered more than ${sizeOf(this.limits.maxOtherBytes)} besides its media`);
     // A copy: a slice would keep the whole chunk (media included) alive.
     this.out.push(Buffer.from(bytes));
-  }
-
-  private notBase64(): ProviderError {
-    return new ProviderError('failed', `the upstream ${this.what} answered a data URL that is not valid base64`);
   }
 }

@@ -175,6 +175,21 @@ describe('fal through the public API', () => {
     expect([health.a!.model_faults, health.b!.model_faults]).toEqual([[], []]);
   });
 
+  it('completes an image whose prompt starts like a data URL, which fal\'s result echoes: one request, billed once', async () => {
+    const c = await falCustomer();
+    for (const prompt of ['data:image/png;base64,A', 'data:text/plain;base64,a lighthouse at dusk']) {
+      const before = fal.submitsTo('fal-ai/flux/dev').length;
+      const res = await post(c.key, '/v1/images/generations', { model: 'flux-dev-fal', prompt });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      expect(res.body.data).toHaveLength(1);
+      const jobs = fal.submitsTo('fal-ai/flux/dev').slice(before);
+      expect(jobs.map((j) => j.input.prompt)).toEqual([prompt]);
+      // The fake's flux/dev result carries the prompt back, as fal's does.
+      expect((jobs[0]!.outcome as { output: Json }).output.prompt).toBe(prompt);
+      expect(await holdOf(server.db, res.taskId!)).toMatchObject({ status: 'captured', captured: micro(0.04) });
+    }
+  });
+
   it('collects the same fal request through a 503 of its status check: one submit on one member, billed once', async () => {
     const c = await customer([
       { name: 'a', provider: 'fal', secret: 'fal-a:secret', priority: 10 },
@@ -364,6 +379,24 @@ describe('replicate through the public API', () => {
       { prompt: 'a poster', aspect_ratio: '3:4', magic_prompt_option: 'Off' },
     ]);
     expect(await holdOf(server.db, ideogram.taskId!)).toMatchObject({ status: 'captured', captured: 2 * micro(0.03) });
+  });
+
+  it('completes a video and an image whose prompt starts like a data URL, which every prediction echoes in its input: one prediction each, billed once', async () => {
+    const c = await replicateCustomer();
+    const prompt = 'data:text/plain;base64,a paper boat on a river';
+    const before = replicate.counts.create;
+    const video = await createVideo(c.key, { model: 'kling-v2.1-replicate', resolution: '720p', prompt, firstFrame: await frame() });
+    expect(video.status, JSON.stringify(video.body)).toBe(202);
+    expect((await waitVideoFinished(server, c.key, video.body.id)).task.status).toBe('completed');
+    expect(replicate.counts.create - before).toBe(1);
+    expect((await predictionOf(video.body.id)).input.prompt).toBe(prompt);
+    expect(await holdOf(server.db, video.body.id)).toMatchObject({ status: 'captured', captured: 5 * micro(0.05) });
+
+    const image = await post(c.key, '/v1/images/generations', { model: 'flux-schnell-replicate', prompt: 'data:image/png;base64,A' });
+    expect(image.status, JSON.stringify(image.body)).toBe(200);
+    expect(image.body.data).toHaveLength(1);
+    expect(replicate.counts.create - before).toBe(2);
+    expect(replicate.of('black-forest-labs/flux-schnell').at(-1)!.input.prompt).toBe('data:image/png;base64,A');
   });
 
   it('fails failed, aborted and canceled predictions, refunded; a safety refusal as content_policy_violation', async () => {

@@ -1,18 +1,23 @@
 /**
  * readJsonWithMedia (upstream-http.ts): an aggregator's result or prediction read with its data
  * URLs decoded as they arrive, wherever they are, each replaced by a token the output mapping finds
- * in its place; bounded like a media answer, and an answer over its bounds (or with a data URL that
- * is not base64) fails as final (`failed`), not as a body to read again. A video's adapter, which
- * hands the runner a link to download later, refuses a video that came inline.
+ * in its place; a string that only starts like one (a prompt echoed back) stays the string it was;
+ * bounded like a media answer, and an answer over its bounds fails as final (`failed`), not as a
+ * body to read again. A Replicate create answer that cannot be read whole still gives its
+ * prediction's id when that much came. A video's adapter, which hands the runner a link to
+ * download later, refuses a video that came inline.
  */
 import { randomBytes } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FalVideoProvider } from '../../server/providers/fal/fal-video.provider.ts';
 import { mappedOutputs } from '../../server/providers/kit/mapping.ts';
 import type { ProviderError } from '../../server/providers/provider-error.ts';
+import { createPrediction, outcomeOf } from '../../server/providers/replicate/replicate-api.ts';
 import type { UpstreamAccount } from '../../server/providers/types.ts';
-import { MAX_TEXT_BYTES, UpstreamResponse, readJsonWithMedia, type JsonWithMedia } from '../../server/providers/upstream-http.ts';
+import { MAX_TEXT_BYTES, UpstreamResponse, readJsonWithMedia, topLevelString, type JsonWithMedia } from '../../server/providers/upstream-http.ts';
 import { startFalFake, type FalFake } from '../fakes/fal.ts';
 import { until } from '../support/tasks.ts';
 import { videoJob } from '../support/video-job.ts';
@@ -97,19 +102,60 @@ describe('readJsonWithMedia', () => {
     for (const body of ['<html><body>OK</body></html>', '{"a": "unterminated', '']) expect((await readJsonWithMedia(answer(body), 'result')).body).toBeUndefined();
   });
 
-  it('fails as final an answer over its limits, of media or of the rest, and a data URL that is not base64', async () => {
+  it('fails as final an answer over its limits, of media or of the rest, and a data URL too long to keep as text that is not base64', async () => {
     const limits = { maxBytes: 10_000, maxMediaBytes: 2_000, maxOtherBytes: 500 };
     const cases: [string, string, RegExp, typeof limits][] = [
       ['too much in all', `{"a":"data:image/png;base64,${'A'.repeat(20_000)}"}`, /more than 10000 bytes$/, { ...limits, maxMediaBytes: 100_000 }],
       ['too much media', `{"a":"data:image/png;base64,${'A'.repeat(4_000)}"}`, /more than 2000 bytes of media$/, limits],
       ['too much besides the media', `{"logs":"${'x'.repeat(600)}"}`, /more than 500 bytes besides its media$/, limits],
-      ['not base64', '{"a":"data:image/png;base64,AAAA!!!!"}', /not valid base64$/, limits],
-      ['data after the padding', '{"a":"data:image/png;base64,AA==AAAA"}', /not valid base64$/, limits],
-      ['an escape that is no slash', '{"a":"data:image/png;base64,AA\\nAA"}', /not valid base64$/, limits],
+      ['not base64, past what the rest may hold', `{"a":"data:image/png;base64,${'A'.repeat(1_000)}!"}`, /not valid base64 \(too long to keep as text\)$/, { ...limits, maxMediaBytes: 100_000 }],
     ];
     for (const [what, body, message, bounds] of cases) {
       const err = await failure(readJsonWithMedia(answer(body, 1000), 'image result', bounds));
       expect([err?.kind, err?.maybeAccepted, err?.message], what).toEqual(['failed', false, expect.stringMatching(message)]);
+    }
+  });
+
+  it('keeps a string that only starts like a data URL as the string it was, wherever the chunks split it, and still decodes the data URLs', async () => {
+    const bytes = Buffer.from([0xff, 0xfe, 0xfd, 0xfc, 0xfb]);
+    const b64 = bytes.toString('base64');
+    expect(b64).toContain('/');
+    const echoes = [
+      'data:text/plain;base64,a fox',
+      'data:image/png;base64,A',
+      'data:image/png;base64,AAAA AAAA',
+      'data:image/png;base64,AAAA\nAAAA',
+      'data:image/png;base64,AAAA"AAAA',
+      'data:image/png;base64,AA==AAAA',
+      'data:image/png;base64,AAA=A',
+      'data:image/png;base64,AA=',
+      'data:image/png;base64,AAAA\u00e9',
+    ];
+    // As an upstream may write them: escaped slashes, then no base64; an escape base64 has no use for.
+    const raw = ['"data:image\\/png;base64,AB\\/A\\/!"', '"data:image/png;base64,AAAA\\u0041AAA"', '"data:image/png;base64,AAAA\\\\"'];
+    const text = `{"prompt":${JSON.stringify(echoes)},"raw":[${raw.join(',')}],"images":[{"url":"data:image/png;base64,${b64}"},{"url":"data:image\\/png;base64,${b64.replace(/\//g, '\\/')}"}],"seed":1}`;
+    const parsed = JSON.parse(text) as { prompt: string[]; raw: string[] };
+    expect(parsed.raw).toEqual(['data:image/png;base64,AB/A/!', 'data:image/png;base64,AAAAAAAA', 'data:image/png;base64,AAAA\\']);
+    const whole = Buffer.from(text);
+    const splits = [...Array(whole.length + 1).keys()].map((k) => [whole.subarray(0, k), whole.subarray(k)]);
+    for (const chunks of [...splits, ...[1, 2, 3].map((size) => [...Array(Math.ceil(whole.length / size)).keys()].map((i) => whole.subarray(i * size, (i + 1) * size)))]) {
+      const read = await readJsonWithMedia(new UpstreamResponse(200, {}, Readable.from(chunks)), 'image result');
+      const where = `chunks of ${chunks.map((c) => c.length).join(',')}`;
+      expect(read.body, where).toMatchObject({ prompt: parsed.prompt, raw: parsed.raw, seed: 1 });
+      expect([...read.media.values()].map((m) => [m.mimeType, m.bytes.equals(bytes)]), where).toEqual([
+        ['image/png', true],
+        ['image/png', true],
+      ]);
+      expect(restored(read), where).toEqual(parsed);
+    }
+  });
+
+  it('keeps as it was a long string that starts like a data URL and turns out not to be one at its end', async () => {
+    const prompt = `data:image/png;base64,${'QUJD'.repeat(100_000)}!`;
+    for (const size of [1000, 64 * 1024]) {
+      const read = await readJsonWithMedia(answer(JSON.stringify({ input: { prompt }, status: 'starting' }), size), 'prediction');
+      expect(read.body, `chunks of ${size}`).toEqual({ input: { prompt }, status: 'starting' });
+      expect(read.media.size).toBe(0);
     }
   });
 
@@ -150,5 +196,64 @@ describe('a fal video that came inside its result (sync_mode)', () => {
     expect(status.state).toBe('failed');
     const error = (status as { error: ProviderError }).error;
     expect([error.kind, error.message]).toEqual(['misconfigured', expect.stringContaining('the mapping must not ask for sync_mode')]);
+  });
+});
+
+describe('topLevelString', () => {
+  it('finds a string member of the top object in as much of it as came, and nothing nested or unfinished', () => {
+    expect(topLevelString('{"input":{"id":"nested","a":[1,"id"]},"id":"p\\"1","logs":"', 'id')).toBe('p"1');
+    expect(topLevelString('{"id":"p1","output":', 'id')).toBe('p1');
+    for (const json of ['{"input":{"id":"nested"},"logs":"', '{"id":"p1', '{"id":', '["id","x"]', '{"x":"id","y":"z"}', '<html>"id":"x"</html>', '{"a":{}},{"id":"x"}']) expect(topLevelString(json, 'id'), json).toBeUndefined();
+  });
+});
+
+describe('a Replicate create answer that cannot be read whole', () => {
+  let server: Server;
+  let answerWith: (res: import('node:http').ServerResponse) => void = () => undefined;
+  let account: UpstreamAccount;
+  const mapping = { endpoint: 'owner/model', input: '{}', output: 'output' };
+  beforeAll(async () => {
+    server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => answerWith(res));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    account = { memberId: 'mem_r', provider: 'replicate', baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, credentials: { api_token: 'r8_x' }, modelMap: {} };
+  });
+  afterAll(async () => new Promise<void>((resolve) => server.close(() => resolve())));
+
+  /** A 201 whose body is `head`, then (`breaks`) a lost connection instead of the rest. */
+  const answering = (head: string, breaks: boolean) => {
+    answerWith = (res) => {
+      res.writeHead(201, { 'content-type': 'application/json' });
+      res.write(head, () => {
+        if (breaks) setTimeout(() => res.socket?.destroy(), 20);
+        else res.end();
+      });
+    };
+  };
+
+  it('gives the prediction id it read, to be looked at again, whether it broke off or passed a limit, waited for or not', async () => {
+    const cases: [string, string, boolean][] = [
+      ['broke off', '{"id":"p1","model":"owner/model","input":{"prompt":"a fox"},"logs":"', true],
+      ['too much besides the media', `{"id":"p1","input":{"prompt":"a fox"},"logs":"${'x'.repeat(MAX_TEXT_BYTES)}","status":"starting"}`, false],
+      ['no JSON past the id', '{"id":"p1","input":{"prompt":"a fox"}}}', false],
+    ];
+    for (const [what, head, breaks] of cases) {
+      for (const wait of [undefined, 10]) {
+        answering(head, breaks);
+        const created = await createPrediction(account, mapping, { prompt: 'a fox' }, new AbortController().signal, 'video submit', wait);
+        expect([created.id, created.unread], `${what}, wait ${wait}`).toEqual(['p1', true]);
+        expect(await outcomeOf(created, mapping)).toEqual({ state: 'running' });
+      }
+    }
+  });
+
+  it('may still have been accepted when no id of its own came before the answer broke off', async () => {
+    for (const head of ['{"model":"owner/model","input":{"id":"nested","prompt":"a fox"},"logs":"', '{"id":"p1']) {
+      answering(head, true);
+      const err = await failure(createPrediction(account, mapping, { prompt: 'a fox' }, new AbortController().signal, 'video submit'));
+      expect([err?.kind, err?.maybeAccepted], head).toEqual(['retryable', true]);
+    }
   });
 });

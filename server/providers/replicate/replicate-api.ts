@@ -26,7 +26,7 @@
 import { ProviderError, kindOfStatus, readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, MappingError, mappedInput, mappedOutputs, jsonStream, type ProviderErrorKind, type UpstreamAccount, type UpstreamMapping, type UpstreamResponse } from '../kit.ts';
 import { jobStatus } from '../kit.ts';
 import type { MappingRequest } from '../kit/mapping.ts';
-import { readJsonWithMedia, type InlineMedia } from '../upstream-http.ts';
+import { readJsonWithMedia, topLevelString, type InlineMedia } from '../upstream-http.ts';
 
 export function replicateAuth(account: UpstreamAccount): Record<string, string> {
   return { Authorization: `Bearer ${account.credentials.api_token ?? ''}` };
@@ -65,12 +65,16 @@ export interface ReplicateAnswer {
   body: unknown;
   /** The media of the data URLs a prediction held, by the token in their place in `body` (readJsonWithMedia). */
   media: ReadonlyMap<string, InlineMedia>;
+  /** A create answer that could not be read whole: `body` is only the prediction's id, read from what came. */
+  unread?: true;
 }
 
 /** A prediction as read, and the media of its data URLs. */
 export interface PredictionAnswer {
   prediction: Prediction;
   media: ReadonlyMap<string, InlineMedia>;
+  /** Only its id could be read (a create answer that could not be read whole): its state is read afresh. */
+  unread?: true;
 }
 
 const NO_MEDIA: ReadonlyMap<string, InlineMedia> = new Map();
@@ -80,10 +84,15 @@ const NO_MEDIA: ReadonlyMap<string, InlineMedia> = new Map();
  * error answer as a short one. A prediction too large to read is final (`failed`: reading it again
  * reads the same), except the answer of a create that only accepted the job (`accepts`): like any
  * submit whose answer cannot be read, it may have been accepted (retryable, `maybeAccepted`).
+ *
+ * A create's answer (`creates`) that arrived but cannot be read whole (it breaks off, passes a
+ * limit, or is no JSON past some point) is the prediction's id when that much of it could be read
+ * (Replicate answers `id` first): the prediction exists, is paid for, and is looked at by its id
+ * (`unread`), never created again nor left running unseen.
  */
 export async function replicateCall(
   account: UpstreamAccount,
-  call: { method: 'GET' | 'POST'; path: string; body?: { body: NonNullable<Parameters<typeof upstreamFetch>[1]['body']>; length: number }; headers?: Record<string, string>; timeoutMs?: number; accepts?: boolean },
+  call: { method: 'GET' | 'POST'; path: string; body?: { body: NonNullable<Parameters<typeof upstreamFetch>[1]['body']>; length: number }; headers?: Record<string, string>; timeoutMs?: number; accepts?: boolean; creates?: boolean },
   signal: AbortSignal,
   what: string,
 ): Promise<ReplicateAnswer> {
@@ -94,9 +103,16 @@ export async function replicateCall(
   }
   const res = await upstreamFetch(upstreamUrl(account, call.path), { method: call.method, headers, body: call.body?.body, redirect: 'manual', timeoutMs: call.timeoutMs }, signal, what);
   if (res.ok) {
+    let partial = '';
+    const idOf = () => (call.creates && !signal.aborted ? topLevelString(partial, 'id') : undefined);
+    const salvaged = (id: string): ReplicateAnswer => ({ status: res.status, headers: res.headers, body: { id }, media: NO_MEDIA, unread: true });
     try {
-      return { status: res.status, headers: res.headers, ...(await readJsonWithMedia(res, what)) };
+      const read = await readJsonWithMedia(res, what, undefined, (text) => (partial = text));
+      const id = read.body === undefined ? idOf() : undefined;
+      return id ? salvaged(id) : { status: res.status, headers: res.headers, ...read };
     } catch (err) {
+      const id = idOf();
+      if (id) return salvaged(id);
       throw call.accepts ? res.unreadAnswer(err) : err;
     }
   }
@@ -149,14 +165,14 @@ export async function createPrediction(account: UpstreamAccount, mapping: Upstre
   const answer = await replicateCall(
     account,
     // Waited for, the answer may be the prediction's end, its outputs inline.
-    { method: 'POST', path, body: jsonStream(version ? { version, input } : { input }), ...(wait ? { headers: { Prefer: `wait=${wait}` }, timeoutMs: (wait + 30) * 1000 } : { accepts: true }) },
+    { method: 'POST', path, body: jsonStream(version ? { version, input } : { input }), creates: true, ...(wait ? { headers: { Prefer: `wait=${wait}` }, timeoutMs: (wait + 30) * 1000 } : { accepts: true }) },
     signal,
     what,
   );
   if (answer.status < 200 || answer.status >= 300) throw replicateError(answer, what, mapping.endpoint);
   const prediction = (answer.body ?? {}) as Prediction;
   if (typeof prediction.id !== 'string' || prediction.id === '') throw new ProviderError('retryable', `the Replicate ${what} was accepted without a prediction id`, { maybeAccepted: true });
-  return { id: prediction.id, prediction, media: answer.media };
+  return { id: prediction.id, prediction, media: answer.media, ...(answer.unread && { unread: true as const }) };
 }
 
 export async function getPrediction(account: UpstreamAccount, id: string, signal: AbortSignal, what: string): Promise<PredictionAnswer | { gone: true }> {
@@ -183,6 +199,8 @@ export type PredictionOutcome = { state: 'running' } | { state: 'failed'; error:
 /** A prediction's state, and for a succeeded one the outputs the mapping finds in it: URLs, or the media of its data URLs. */
 export async function outcomeOf(answer: PredictionAnswer | { gone: true }, mapping: UpstreamMapping): Promise<PredictionOutcome> {
   if ('gone' in answer) return { state: 'failed', error: new ProviderError('failed', 'Replicate does not know this prediction (any more)', { upstreamStatus: 404 }) };
+  // Only its id was read: the next look (getPrediction) says where it is.
+  if (answer.unread) return { state: 'running' };
   const { prediction } = answer;
   const state = predictionState(prediction.status);
   if (state === 'running') return { state };
