@@ -48,8 +48,14 @@ export class ProviderError extends Error {
    * member on it, and retries on the same one with the same idempotency key.
    */
   readonly maybeAccepted: boolean;
+  /**
+   * The upstream job the call ran is still there to collect: neither cancelled nor reported gone
+   * (it runs, or it finished and is billed, its output not fetched yet). A later call on the same
+   * member collects it (`ImageJob.resume`) rather than paying for another one.
+   */
+  readonly jobKept: boolean;
 
-  constructor(kind: ProviderErrorKind, message: string, opts: { retryAfterMs?: number; upstreamStatus?: number; upstreamCode?: string; cause?: unknown; maybeAccepted?: boolean } = {}) {
+  constructor(kind: ProviderErrorKind, message: string, opts: { retryAfterMs?: number; upstreamStatus?: number; upstreamCode?: string; cause?: unknown; maybeAccepted?: boolean; jobKept?: boolean } = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = 'ProviderError';
     this.kind = kind;
@@ -57,6 +63,7 @@ export class ProviderError extends Error {
     this.upstreamStatus = opts.upstreamStatus;
     this.upstreamCode = opts.upstreamCode;
     this.maybeAccepted = opts.maybeAccepted ?? false;
+    this.jobKept = opts.jobKept ?? false;
   }
 
   /** Worth trying again (later, or on another member). */

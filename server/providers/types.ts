@@ -64,6 +64,13 @@ export interface ImageParams {
 }
 
 export interface ImageJob {
+  /**
+   * The gateway's image task: the same on every call made for it (a failover, a later attempt), so
+   * that an upstream that keys its jobs by the caller's id (Kling's `external_task_id`) knows a
+   * resubmit for one it already took. Absent where only the job's shape is asked about
+   * (`parallelCalls`, before the task exists) or an adapter is called on its own.
+   */
+  taskId?: string;
   operation: 'generation' | 'edit';
   /** The upstream's model id. */
   model: string;

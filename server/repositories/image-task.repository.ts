@@ -201,7 +201,11 @@ export class ImageTaskRepository {
     return (await this.leases.update(fence, { memberId, memberSlots: slots }, trx)) !== undefined;
   }
 
-  /** The upstream calls failed: the member's slots are free again, and no upstream job is waited for there. */
+  /**
+   * The upstream calls failed: the member's slots are free again, and no upstream job is waited for
+   * there. Only for a job given up on (cancelled, gone, never recorded): a recorded job the upstream
+   * still has stays on the row for the next step to collect (ImageRunner.execute).
+   */
   async releaseMember(fence: Fence): Promise<boolean> {
     return (await this.leases.update(fence, { memberId: null, memberSlots: 1, upstreamJob: null }, this.db)) !== undefined;
   }

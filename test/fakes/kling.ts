@@ -72,7 +72,9 @@
  * Faults per route (`submit`, `poll`, `image-submit`, `image-poll`, `cdn`) through
  * `faults.push(route, fault)` (checked after auth), `rateLimitNext`, `serverErrorNext`, `errorNext`;
  * `delayAnswerNext(route, ms)` carries a create out at once and answers it late (a caller that gives
- * up meanwhile). Logs: `tasks` (with each create body, images described), `tokens`, `authRefusals`,
+ * up meanwhile); `createLateNext(route, ms)` carries it out only `ms` after it arrived and never
+ * answers it (a Kling still at work on a create its caller gave up on, whose task shows up after the
+ * caller first looked for it). Logs: `tasks` (with each create body, images described), `tokens`, `authRefusals`,
  * `counts`. Decisions the documents leave open are marked `ASSUMPTION:`.
  */
 import { createHash, createHmac, randomBytes, randomUUID } from 'node:crypto';
@@ -167,6 +169,8 @@ export interface KlingFake extends FakeServer {
   expire(taskId: string): void;
   /** The next request of `route` is carried out at once but answered `ms` later (a slow network: the caller may give up first). */
   delayAnswerNext(route: KlingRoute, ms: number): void;
+  /** The next create of `route` is carried out `ms` after it arrived and never answered: its connection is dropped then. */
+  createLateNext(route: 'submit' | 'image-submit', ms: number): void;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -321,6 +325,21 @@ export async function startKlingFake(options: KlingFakeOptions = {}): Promise<Kl
     const ms = answerDelays.get(route)?.shift();
     if (ms) await new Promise((r) => setTimeout(r, ms));
   };
+  const lateCreates = new Map<KlingRoute, number[]>();
+  /** A create `createLateNext` holds: true once it was carried out late and its connection dropped. */
+  const createLate = async (route: KlingRoute, res: ServerResponse, create: () => Promise<unknown>): Promise<boolean> => {
+    const ms = lateCreates.get(route)?.shift();
+    if (ms === undefined) return false;
+    await new Promise((r) => setTimeout(r, ms));
+    try {
+      await create();
+    } catch (err) {
+      // Refused: nothing was created, and nobody is told.
+      if (!(err instanceof KlingError)) throw err;
+    }
+    res.socket?.destroy();
+    return true;
+  };
 
   const sign = (file: string, expires: number) => createHmac('sha256', signKey).update(`${file}:${expires}`).digest('hex').slice(0, 32);
 
@@ -396,11 +415,13 @@ export async function startKlingFake(options: KlingFakeOptions = {}): Promise<Kl
       if (await applyFault(res, fault)) return;
       switch (route.name) {
         case 'submit': {
+          if (await createLate(route.name, res, () => createVideo(recorded, accessKey, route.endpoint!))) return;
           const data = await createVideo(recorded, accessKey, route.endpoint!);
           await answerDelay(route.name);
           return ok(res, data);
         }
         case 'image-submit': {
+          if (await createLate(route.name, res, () => createImages(recorded, accessKey))) return;
           const data = await createImages(recorded, accessKey);
           await answerDelay(route.name);
           return ok(res, data);
@@ -670,6 +691,9 @@ export async function startKlingFake(options: KlingFakeOptions = {}): Promise<Kl
     },
     delayAnswerNext(route: KlingRoute, ms: number) {
       answerDelays.set(route, [...(answerDelays.get(route) ?? []), ms]);
+    },
+    createLateNext(route: 'submit' | 'image-submit', ms: number) {
+      lateCreates.set(route, [...(lateCreates.get(route) ?? []), ms]);
     },
   });
   // CDN faults go to the CDN's own queue.

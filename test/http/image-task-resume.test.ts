@@ -4,7 +4,11 @@
  * crash, a lost lease): the job was recorded as it was accepted (`image_tasks.upstream_job`), is
  * left running, and the task's next step collects that same job on the same member instead of
  * submitting (and paying the upstream for) a second one. The engines are driven by the test: one
- * is stopped mid-job, another takes the task over once the lease has run out.
+ * is stopped mid-job, another takes the task over once the lease has run out. So does a step that
+ * fails in passing while its recorded job is still there (a finished job whose output the CDN fails
+ * to serve, a Kling task slower than the adapter's wait: Kling cannot cancel): the next try collects
+ * it. A step stopped during a Kling submit, before the task was recorded, finds it by its
+ * external_task_id (the task's id) on the next step.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
@@ -18,10 +22,13 @@ import { createAccount, createApiKey, createGroup } from '../support/factories.t
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { holdOf, until } from '../support/tasks.ts';
 
-/** A job long enough to stop its step while it runs, short enough for the resumed wait (FAL_WAIT_MS). */
+/** A job long enough to stop its step while it runs, short enough for the resumed wait (FAL_WAIT_MS, KLING_WAIT_MS). */
 const SLOW_MS = 2500;
 const FAL_WAIT_MS = 3500;
-const slow = (prompt: string) => (prompt.includes('[forever]') ? ('never' as const) : prompt.includes('[slow]') ? SLOW_MS : undefined);
+const KLING_WAIT_MS = 3500;
+/** A Kling task longer than the adapter's wait, shorter than two. */
+const LATE_MS = 5000;
+const slow = (prompt: string) => (prompt.includes('[forever]') ? ('never' as const) : prompt.includes('[slow]') ? SLOW_MS : prompt.includes('[late]') ? LATE_MS : undefined);
 
 let server: TestServer;
 let fal: FalFake;
@@ -33,7 +40,7 @@ beforeAll(async () => {
   // No engines of the server's own: each test runs (and stops) its own.
   server = await startTestServer({
     workers: false,
-    overrides: { providers: { fal: { image: new FalImageProvider(50, FAL_WAIT_MS) }, kling: { image: new KlingImageProvider({ pollIntervalMs: 50 }) } } },
+    overrides: { providers: { fal: { image: new FalImageProvider(50, FAL_WAIT_MS) }, kling: { image: new KlingImageProvider({ pollIntervalMs: 50, timeoutMs: KLING_WAIT_MS }) } } },
   });
   for (const id of ['fal/flux-dev-fal', 'kling/kling-v3']) expect((await server.admin().POST('/admin/v1/models', { body: findCatalogDefinition(id)!.model })).response.status, id).toBe(201);
 });
@@ -134,6 +141,93 @@ describe('a background image task whose step stops while its upstream job runs',
     }
   });
 
+  it('Kling: a step stopped during its submit, before the task was recorded, finds that task by its external_task_id on the next step', async () => {
+    const c = await customer('kling');
+    const id = await startAsync(c.key, 'kling-v3', `a quay ${Date.now()}`);
+    const createdOf = () => [...kling.tasks.values()].filter((t) => t.kind === 'image' && t.prompt.includes('quay'));
+    // Kling creates the task at once and answers long after the step has stopped.
+    kling.delayAnswerNext('image-submit', 10_000);
+    const first = engine();
+    await until(() => createdOf().length > 0, 10_000, 'the Kling task to be created');
+    await first.stop();
+    expect(await rowOf(id)).toMatchObject({ status: 'processing', upstreamJob: null });
+
+    const second = engine();
+    try {
+      const done = await finished(id, 15_000);
+      const created = createdOf();
+      expect(created.map((t) => t.externalTaskId)).toEqual([id]);
+      expect(done).toMatchObject({ status: 'completed', delivered: 1, upstreamJob: created[0]!.taskId });
+      expect(await holdOf(server.db, id)).toMatchObject({ status: 'captured' });
+    } finally {
+      await second.stop();
+    }
+  });
+});
+
+describe('a background image task whose step fails in passing while its recorded job is still there', () => {
+  it('Kling: a finished task whose image the CDN fails to serve is collected by the next try, not created again', async () => {
+    const c = await customer('kling');
+    const createdOf = () => [...kling.tasks.values()].filter((t) => t.kind === 'image' && t.prompt.includes('beacon'));
+    // Every download attempt of the first try (three) meets a 503.
+    kling.serverErrorNext('cdn', 503, 3);
+    const id = await startAsync(c.key, 'kling-v3', `a beacon ${Date.now()}`);
+    const e = engine();
+    try {
+      const retried = await until(async () => {
+        const row = await rowOf(id);
+        return row.retries === 1 && row;
+      }, 15_000, 'the first retry to be scheduled');
+      // The task stays recorded on its member for the next try.
+      expect(retried).toMatchObject({ status: 'processing', upstreamJob: createdOf()[0]!.taskId, memberId: expect.any(String) });
+      const done = await finished(id, 15_000);
+      expect(done).toMatchObject({ status: 'completed', delivered: 1 });
+      expect(createdOf()).toHaveLength(1);
+      expect(await holdOf(server.db, id)).toMatchObject({ status: 'captured' });
+    } finally {
+      await e.stop();
+    }
+  });
+
+  it('Kling: a task slower than the adapter\'s wait is waited for again by the next try, not created again', async () => {
+    const c = await customer('kling');
+    const id = await startAsync(c.key, 'kling-v3', `a dune [late] ${Date.now()}`);
+    const createdOf = () => [...kling.tasks.values()].filter((t) => t.kind === 'image' && t.prompt.includes('dune'));
+    const e = engine();
+    try {
+      const retried = await until(async () => {
+        const row = await rowOf(id);
+        return row.retries === 1 && row;
+      }, 15_000, 'the first retry to be scheduled');
+      // Kling cannot cancel it: it stays recorded on its member for the next try.
+      expect(retried).toMatchObject({ status: 'processing', upstreamJob: createdOf()[0]!.taskId, memberId: expect.any(String) });
+      const done = await finished(id, 20_000);
+      expect(done).toMatchObject({ status: 'completed', delivered: 1, upstreamJob: createdOf()[0]!.taskId });
+      expect(createdOf()).toHaveLength(1);
+    } finally {
+      await e.stop();
+    }
+  }, 30_000);
+
+  it('fal: a completed request whose output the CDN fails to serve is collected by the next try: one request, never cancelled', async () => {
+    const c = await customer('fal');
+    fal.serverErrorNext('cdn', 3);
+    const id = await startAsync(c.key, 'flux-dev-fal', `an estuary ${Date.now()}`);
+    const e = engine();
+    try {
+      const done = await finished(id, 15_000);
+      expect(done).toMatchObject({ status: 'completed', delivered: 1 });
+      expect(done.retries).toBeGreaterThanOrEqual(1);
+      const jobs = [...fal.jobs.values()].filter((j) => String(j.input.prompt).includes('estuary'));
+      expect(jobs.map((j) => j.cancelled)).toEqual([false]);
+      expect(await holdOf(server.db, id)).toMatchObject({ status: 'captured' });
+    } finally {
+      await e.stop();
+    }
+  });
+});
+
+describe('a background image task whose job is given up on', () => {
   it('a job given up on in passing (cancelled) is forgotten: the next try submits afresh', async () => {
     const c = await customer('fal');
     const id = await startAsync(c.key, 'flux-dev-fal', `a meadow [forever] ${Date.now()}`);

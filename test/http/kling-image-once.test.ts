@@ -4,9 +4,12 @@
  * exist must never lead to a second task, neither on another member (a synchronous request failing
  * over) nor on a later attempt (a background task retried). Through the public API: a status call
  * whose connection drops, a status word Kling does not document, a submit answered only after the
- * adapter stopped waiting (looked up by its external_task_id on the same member), and a submit
- * Kling never carried out (safe to fail over, and it does). Then the adapter's own errors once the
- * task exists: thrown as maybe accepted.
+ * adapter stopped waiting (looked up by its external_task_id, the gateway's task id, on the same
+ * member), a submit Kling carries out only after it was first looked up (looked up again until the
+ * grace since it was sent is over), a submit Kling never carried out (safe to fail over once that
+ * grace is over, and it does), and a finished task whose images the CDN fails to serve (not run
+ * again elsewhere). Then the adapter's own errors once the task exists: thrown as maybe accepted,
+ * and as kept for a later try to collect, and a resubmit of a task Kling has: continued with it.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
@@ -23,6 +26,8 @@ import { holdOf, until } from '../support/tasks.ts';
 
 /** How long one call to Kling may take here (the adapter's default is the gateway's 60 s). */
 const CALL_TIMEOUT_MS = 1_000;
+/** How long after a submit Kling's "no such task" is believed here (the adapter's default: the call timeout + 30 s). */
+const LOOKUP_GRACE_MS = CALL_TIMEOUT_MS * 3;
 
 let server: TestServer;
 let fake: KlingFake;
@@ -38,7 +43,10 @@ beforeAll(async () => {
     durationFor: (p) => (p.includes('[never]') ? 'never' : undefined),
   });
   const tokens = new KlingTokens();
-  server = await startTestServer({ workers: true, overrides: { providers: { kling: { image: new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS, tokens }) } } } });
+  server = await startTestServer({
+    workers: true,
+    overrides: { providers: { kling: { image: new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS, lookupGraceMs: LOOKUP_GRACE_MS, tokens }) } } },
+  });
   const { response } = await server.admin().POST('/admin/v1/models', { body: findCatalogDefinition('kling/kling-v2-1')!.model });
   expect(response.status).toBe(201);
 });
@@ -109,16 +117,37 @@ describe('a synchronous Kling image request with two members', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const tasks = tasksOf(text);
     expect(tasks.map((t) => t.accessKey)).toEqual(['ak-a']);
-    // Looked up by the external id it was sent with (the query takes it in place of the task id).
+    // Sent with the gateway's task id as its external id, and looked up by it (the query takes it in place of the task id).
     const external = tasks[0]!.externalTaskId!;
-    expect(external).toEqual(expect.any(String));
+    expect(external).toBe(res.taskId);
     expect(fake.requests.some((r) => r.method === 'GET' && r.path === `/v1/images/generations/${external}`)).toBe(true);
     // Member b was never asked for anything.
     expect(new Set(fake.requests.slice(since).map((r) => keyOf(r.headers.authorization)))).toEqual(new Set(['ak-a']));
     expect(await holdOf(server.db, res.taskId)).toMatchObject({ status: 'captured' });
   });
 
-  it('a submit that timed out and that Kling never carried out (the lookup finds no task) fails over: one Kling task, on the second member', async () => {
+  it('a submit Kling carries out only after the adapter first looked for it is found by a later lookup: no failover, one Kling task', async () => {
+    const key = await customer(true);
+    const text = prompt('a create still under way');
+    const since = fake.requests.length;
+    // Kling is still at work on the create when the call times out (and is first looked up), and
+    // never answers it; the task shows up a second later.
+    fake.createLateNext('image-submit', CALL_TIMEOUT_MS * 2);
+    const res = await generate(key, text);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const tasks = tasksOf(text);
+    expect(tasks.map((t) => t.accessKey)).toEqual(['ak-a']);
+    const sent = fake.requests.slice(since).find((r) => r.method === 'POST')!;
+    const lookups = fake.requests.slice(since).filter((r) => r.method === 'GET' && r.path === `/v1/images/generations/${res.taskId}`);
+    // Looked up before the task existed, and again after.
+    expect(lookups[0]!.receivedAt).toBeLessThan(tasks[0]!.createdAt);
+    expect(lookups.at(-1)!.receivedAt).toBeGreaterThanOrEqual(tasks[0]!.createdAt);
+    expect(lookups.at(-1)!.receivedAt - sent.receivedAt).toBeLessThan(LOOKUP_GRACE_MS);
+    expect(new Set(fake.requests.slice(since).map((r) => keyOf(r.headers.authorization)))).toEqual(new Set(['ak-a']));
+    expect(await holdOf(server.db, res.taskId)).toMatchObject({ status: 'captured' });
+  });
+
+  it('a submit that timed out and that Kling never carried out (no task once the grace is over) fails over: one Kling task, on the second member', async () => {
     const key = await customer(true);
     const text = prompt('a lost submit');
     // The connection is held past the timeout and then dropped; nothing is created.
@@ -126,6 +155,17 @@ describe('a synchronous Kling image request with two members', () => {
     const res = await generate(key, text);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(tasksOf(text).map((t) => t.accessKey)).toEqual(['ak-b']);
+  });
+
+  it('a finished task whose images the CDN fails to serve is not run again on the other member: one Kling task, nothing charged', async () => {
+    const key = await customer(true);
+    const text = prompt('a CDN that keeps failing');
+    // Every download attempt of the one image (three) meets a 503.
+    fake.serverErrorNext('cdn', 503, 3);
+    const res = await generate(key, text);
+    expect([res.status, res.body.error?.code]).toEqual([502, 'upstream_error']);
+    expect(tasksOf(text).map((t) => t.accessKey)).toEqual(['ak-a']);
+    expect(await holdOf(server.db, res.taskId)).toMatchObject({ status: 'released', captured: 0 });
   });
 });
 
@@ -201,12 +241,65 @@ describe('the adapter, once the task may exist', () => {
       },
     );
 
-  it('the deadline of a task that does not finish is thrown as maybe accepted', async () => {
+  it('the deadline of a task that does not finish is thrown as maybe accepted, the task kept for a later try', async () => {
     const provider = new KlingImageProvider({ pollIntervalMs: 50, timeoutMs: 500, callTimeoutMs: CALL_TIMEOUT_MS });
     const text = prompt('a task that never ends [never]');
     const err = await failureOf(provider.generate(account(), job(text), new AbortController().signal, events()));
-    expect([err.kind, err.maybeAccepted]).toEqual(['retryable', true]);
+    expect([err.kind, err.maybeAccepted, err.jobKept]).toEqual(['retryable', true, true]);
     expect(tasksOf(text)).toHaveLength(1);
+  });
+
+  it('a finished task whose image the CDN fails to serve three times is kept for a later try; one whose link is gone is not', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+    const text = prompt('a finished task, its CDN failing');
+    fake.serverErrorNext('cdn', 503, 3);
+    const err = await failureOf(provider.generate(account(), job(text), new AbortController().signal, events()));
+    expect([err.kind, err.upstreamStatus, err.jobKept]).toEqual(['retryable', 503, true]);
+    // Collected by the next try as it is (ImageJob.resume): no second task.
+    const [task] = tasksOf(text);
+    const images: Buffer[] = [];
+    await provider.generate(account(), { ...job(text), resume: task!.taskId }, new AbortController().signal, { ...events(), image: async (_i, img) => void images.push(img.image) });
+    expect([images.length, tasksOf(text).length]).toEqual([1, 1]);
+
+    fake.expire(task!.taskId);
+    const gone = await failureOf(provider.generate(account(), { ...job(text), resume: task!.taskId }, new AbortController().signal, events()));
+    expect([gone.kind, gone.upstreamStatus, gone.jobKept]).toEqual(['failed', 403, false]);
+  });
+
+  it('a task that failed, or that Kling no longer knows, is not kept', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+    const failed = await failureOf(provider.generate(account(), job(prompt('a task that fails kling-fail')), new AbortController().signal, events()));
+    expect([failed.kind, failed.jobKept]).toEqual(['failed', false]);
+    fake.errorNext('image-poll', 1203);
+    const forgotten = await failureOf(provider.generate(account(), job(prompt('a task Kling forgets')), new AbortController().signal, events()));
+    expect([forgotten.kind, forgotten.jobKept]).toEqual(['failed', false]);
+  });
+
+  it('submits with the job\'s task id as external_task_id; a resubmit Kling refuses as a duplicate continues with the task it has: one Kling task', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+    const text = prompt('a task submitted twice');
+    const taskId = `img_once_${Date.now()}_${++seq}`;
+    const first = events();
+    await provider.generate(account(), { ...job(text), taskId }, new AbortController().signal, first);
+    const tasks = tasksOf(text);
+    expect(tasks.map((t) => t.externalTaskId)).toEqual([taskId]);
+    // A later try of the same task (its first one stopped before recording the task) submits again.
+    const since = fake.requests.length;
+    const again = events();
+    await provider.generate(account(), { ...job(text), taskId }, new AbortController().signal, again);
+    expect(tasksOf(text)).toHaveLength(1);
+    expect([first.refs, again.refs]).toEqual([[tasks[0]!.taskId], [tasks[0]!.taskId]]);
+    expect(fake.requests.slice(since).filter((r) => r.method === 'GET')[0]!.path).toBe(`/v1/images/generations/${taskId}`);
+  });
+
+  it('a refusal of a submit whose external_task_id Kling has no task for stands, blamed on the request', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+    const text = prompt('a refused submit');
+    fake.errorNext('image-submit', 1201);
+    const seen = events();
+    const err = await failureOf(provider.generate(account(), { ...job(text), taskId: `img_refused_${Date.now()}_${++seq}` }, new AbortController().signal, seen));
+    expect([err.kind, err.maybeAccepted, err.upstreamCode]).toEqual(['invalid_request', false, '1201']);
+    expect([tasksOf(text), seen.refs]).toEqual([[], []]);
   });
 
   it('a status call refused for good (not "no such task") is thrown as maybe accepted, blaming no client', async () => {
@@ -225,8 +318,8 @@ describe('the adapter, once the task may exist', () => {
     expect([err.kind, err.maybeAccepted, err.upstreamStatus, err.upstreamCode]).toEqual(['failed', false, 404, '1203']);
   });
 
-  it('a submit without an answer that Kling has no task for is thrown as not accepted (safe elsewhere), after one lookup', async () => {
-    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+  it('a submit without an answer that Kling has no task for is thrown as not accepted (safe elsewhere) only after lookups over the grace since it was sent', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS, lookupGraceMs: LOOKUP_GRACE_MS });
     const text = prompt('a submit Kling never carried out');
     const since = fake.requests.length;
     fake.faults.push('image-submit', { delayMs: CALL_TIMEOUT_MS * 2, destroy: true });
@@ -235,9 +328,21 @@ describe('the adapter, once the task may exist', () => {
     expect([err.kind, err.maybeAccepted]).toEqual(['retryable', false]);
     const sent = fake.requests.slice(since).find((r) => r.method === 'POST')!;
     const external = (sent.json as { external_task_id: string }).external_task_id;
-    expect(fake.requests.slice(since).filter((r) => r.method === 'GET').map((r) => r.path)).toEqual([`/v1/images/generations/${external}`]);
+    const lookups = fake.requests.slice(since).filter((r) => r.method === 'GET');
+    expect(new Set(lookups.map((r) => r.path))).toEqual(new Set([`/v1/images/generations/${external}`]));
+    // Asked again, more and more slowly, the last time once the grace was over.
+    expect(lookups.length).toBeGreaterThanOrEqual(3);
+    expect(lookups.at(-1)!.receivedAt - sent.receivedAt).toBeGreaterThanOrEqual(LOOKUP_GRACE_MS - 50);
     expect(tasksOf(text)).toEqual([]);
     expect(seen.refs).toEqual([]);
+  });
+
+  it('a submit whose task has not shown up when the deadline comes, within the grace, is thrown as maybe accepted', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, timeoutMs: CALL_TIMEOUT_MS * 2, callTimeoutMs: CALL_TIMEOUT_MS, lookupGraceMs: CALL_TIMEOUT_MS * 10 });
+    const text = prompt('a submit still unknown at the deadline');
+    fake.faults.push('image-submit', { delayMs: CALL_TIMEOUT_MS * 2, destroy: true });
+    const err = await failureOf(provider.generate(account(), job(text), new AbortController().signal, events()));
+    expect([err.kind, err.maybeAccepted]).toEqual(['retryable', true]);
   });
 
   it('a lookup after a late submit that is refused for good is thrown as maybe accepted; one asked again in passing finds the task', async () => {

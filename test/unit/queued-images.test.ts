@@ -4,7 +4,8 @@
  * whether or not anyone collects it, and an error out of the adapter makes the pool submit a NEW
  * job elsewhere: so a poll that meets a passing error (5xx, 429) is asked again and the same job
  * collected, as fal-js and Replicate's SDK retry their polls (upstream-apis.md §7.1, §7.2); an output
- * download gets a few attempts; and a job given up on for any reason is cancelled. Images a result
+ * download gets a few attempts, after which the finished job is thrown as kept (not cancelled: a
+ * later try collects it); and a job given up on for any reason is cancelled, and not kept. Images a result
  * carries inline (fal's sync_mode, Replicate's sync mode: data URLs of MBs) are taken from it, read
  * once; a result that cannot be read that way fails the request at once, never read again.
  */
@@ -74,6 +75,22 @@ describe('fal images', () => {
     });
   }
 
+  it('keeps a completed request whose output the CDN fails to serve three times: not cancelled, its error says so, collected by the next try', async () => {
+    const before = fal.jobs.size;
+    fal.serverErrorNext('cdn', 3);
+    const refs: unknown[] = [];
+    const events: ImageEvents = { partial: async () => undefined, image: async () => expect.unreachable('no image was served'), submitted: async (ref) => void refs.push(ref) };
+    const error = await new FalImageProvider(20, 20_000).generate({ ...falAccount, baseUrl: fal.url }, job(FAL_FLUX), new AbortController().signal, events).then(
+      () => expect.unreachable('the call succeeded'),
+      (e: unknown) => e as ProviderError,
+    );
+    expect([error.kind, error.upstreamStatus, error.jobKept]).toEqual(['retryable', 503, true]);
+    // The next try resumes the request it recorded (ImageJob.resume): no second one.
+    const resumed = await run({ ...job(FAL_FLUX), resume: refs[0] });
+    expect([resumed.error, resumed.images.length]).toEqual([undefined, 1]);
+    expect(newJobs(before).map((j) => j.cancelled)).toEqual([false]);
+  });
+
   it('cancels the request when a status check fails in a way asking again cannot fix', async () => {
     const before = fal.jobs.size;
     fal.faults.push('status', { status: 401, body: { detail: 'No user found for Key ID and Secret' } });
@@ -92,7 +109,7 @@ describe('fal images', () => {
     controller.abort();
     expect((await left).error).toBeDefined();
     const timedOut = await run(job(FAL_FLUX, 'a lighthouse [forever]'), undefined, 200);
-    expect([timedOut.error?.kind, timedOut.error?.message]).toEqual(['retryable', expect.stringContaining('did not complete within')]);
+    expect([timedOut.error?.kind, timedOut.error?.message, timedOut.error?.jobKept]).toEqual(['retryable', expect.stringContaining('did not complete within'), false]);
     const made = newJobs(before);
     expect(made).toHaveLength(2);
     await until(() => made.every((j) => j.cancelled), 5000, 'both fal requests to be cancelled');
@@ -124,7 +141,7 @@ describe('fal images', () => {
     const [submits, results] = [fal.counts.submit, fal.counts.result];
     fal.faults.push('result', { status: 200, body: { images: [{ url: 'data:image/png;base64,iVBORw0K!!!!' }] } }, 50);
     const { error } = await run(job(FAL_FLUX), undefined, 600_000);
-    expect([error?.kind, error?.message]).toEqual(['failed', 'the upstream image result answered a data URL that is not valid base64']);
+    expect([error?.kind, error?.message]).toEqual(['failed', 'the fal result holds a data URL that is not valid base64']);
     expect([fal.counts.submit - submits, fal.counts.result - results]).toEqual([1, 1]);
   });
 
@@ -168,6 +185,14 @@ describe('Replicate images', () => {
     const made = newPredictions(before);
     expect(made.map((p) => ({ status: p.status, prefer: p.prefer, gets: p.gets, downloads: p.downloads }))).toEqual([{ status: 'succeeded', prefer: 'wait=10', gets: 0, downloads: 0 }]);
     expect((made[0]!.output as string[]).reduce((sum, url) => sum + url.length, 0)).toBeGreaterThan(4 * 1024 * 1024);
+  });
+
+  it('keeps a finished prediction whose output the file CDN fails to serve three times: not canceled, its error says so', async () => {
+    const before = replicate.predictions.size;
+    replicate.serverErrorNext('cdn', 3);
+    const { images, error } = await run(job(REPLICATE_FLUX));
+    expect([images.length, error?.kind, error?.jobKept]).toEqual([0, 'retryable', true]);
+    expect(newPredictions(before).map((p) => p.status)).toEqual(['succeeded']);
   });
 
   it('cancels the prediction when a GET fails in a way asking again cannot fix', async () => {

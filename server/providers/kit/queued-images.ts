@@ -10,7 +10,9 @@
  * `maxWaitMs`, as fal-js and Replicate's SDK retry their polls, and an output download gets a few
  * attempts. A job given up on for any reason (the client left, `maxWaitMs`, an error that asking
  * again cannot fix) is cancelled, best effort, so that nobody's credit is spent on images no one
- * will collect.
+ * will collect. A finished job whose output could not be fetched in passing is not given up on: its
+ * error says the job is kept (`ProviderError.jobKept`), and a background task's next try collects
+ * it instead of paying for another.
  *
  * A background task's jobs are recorded as they are accepted (`ImageEvents.submitted`, with the
  * queue's `refOf`): a run that stops while one is running (the process died, the engine stopped,
@@ -80,7 +82,7 @@ export async function generateQueuedImages<Job>(queue: ImageQueue<Job>, job: Ima
     let got = 0;
     for (const output of outputs) {
       if (delivered >= job.n) break;
-      const image = typeof output === 'string' ? await downloadWithRetries(output, signal, queue.name) : output.bytes;
+      const image = typeof output === 'string' ? await downloadWithRetries(output, signal, queue.name).catch(keptJob) : output.bytes;
       await events.image(delivered++, { image: await fitImage(image, job.params) });
       got++;
     }
@@ -120,6 +122,16 @@ async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: Abo
   }
 }
 
+/**
+ * A passing failure met while collecting a job that is neither cancelled nor gone (here: a finished,
+ * paid-for job whose output could not be fetched): thrown as kept (`ProviderError.jobKept`), for a
+ * later call to collect the job. Anything else (a link that is gone) is thrown as it is.
+ */
+export function keptJob(err: unknown): never {
+  if (!(err instanceof ProviderError) || !err.transient) throw err;
+  throw new ProviderError(err.kind, err.message, { retryAfterMs: err.retryAfterMs, upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode, cause: err, maybeAccepted: err.maybeAccepted, jobKept: true });
+}
+
 /** An output image, tried again on a passing failure: the job that made it is paid for and done. */
 export async function downloadWithRetries(url: string, signal: AbortSignal, provider: string): Promise<Buffer> {
   for (let attempt = 1; ; attempt++) {
@@ -143,7 +155,11 @@ export async function fetchOutputImage(url: string, signal: AbortSignal, provide
   if (url.startsWith('data:')) {
     const comma = url.indexOf(',');
     if (comma < 0 || !/;base64$/i.test(url.slice(0, comma))) throw new ProviderError('failed', `the ${provider} result holds a data URL that is not base64`);
-    return Buffer.from(url.slice(comma + 1), 'base64');
+    // Line breaks and spaces are allowed (wrapped base64; readJsonWithMedia leaves such a string as
+    // it is); anything else outside the alphabets is a result that asking again cannot mend.
+    const data = url.slice(comma + 1).replace(/\s+/g, '');
+    if (!/^[A-Za-z0-9+/_-]*={0,2}$/.test(data)) throw new ProviderError('failed', `the ${provider} result holds a data URL that is not valid base64`);
+    return Buffer.from(data, 'base64');
   }
   const res = await upstreamFetch(url, { headers: { Accept: 'image/*' }, redirect: 'anywhere' }, signal, 'image download');
   if (!res.ok) {

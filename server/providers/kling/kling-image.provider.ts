@@ -18,20 +18,31 @@
  *     exists, and the deadline itself, is thrown as `maybeAccepted` (the runner does not move it to
  *     another member); Kling saying it has no such task (1203, or a 404 without its envelope) fails
  *     it (`failed`: nothing runs, and a resumed task's next try starts afresh), as for videos;
- *   - every submit carries a fresh `external_task_id` (Kling keeps it unique per account, and its
- *     single-task query takes it in place of the task id: image-generation.md). A submit without a
- *     usable answer (a timeout or a connection lost after sending, a 2xx without the envelope or
- *     the task id) is looked up by it on the same member: found, the task is collected (and
- *     recorded, `events.submitted`) as if the submit had answered; Kling says there is no such task:
- *     the submit's error is thrown as not accepted (safe to try elsewhere); the lookup fails in
- *     passing: asked again until `timeoutMs`; it fails otherwise (or the deadline passes):
- *     thrown as `maybeAccepted`.
+ *   - a failure once the task exists that does not end it (a status call that keeps failing, the
+ *     deadline, an image the CDN fails to serve in passing) is thrown as `jobKept` too: the task
+ *     goes on, or is done and billed, and a background task's next try collects it (it was recorded,
+ *     `events.submitted`) instead of paying for another. Not so the task's own end: it failed, Kling
+ *     no longer knows it, or its images' links are gone;
+ *   - the submit's `external_task_id` is the gateway's task id (`ImageJob.taskId`), the same on every
+ *     try: Kling keeps it unique per account, and its single-task query takes it in place of the task
+ *     id (image-generation.md). A submit Kling refuses as an invalid parameter (how it answers an id
+ *     it has: a try of this task that stopped before recording its task, or a failover to a member
+ *     on the same account) is looked up by it: found, that task is this one's and is collected; Kling
+ *     has no such task: the refusal stands;
+ *   - a submit without a usable answer (a timeout or a connection lost after sending, a 2xx without
+ *     the envelope or the task id) is looked up by it on the same member: found, the task is collected
+ *     (and recorded) as if the submit had answered. Kling saying there is no such task is believed
+ *     only once `lookupGraceMs` have passed since the submit was sent (Kling may still be carrying out
+ *     a create it has not answered): until then it is asked again, more and more slowly; after it,
+ *     the submit's error is thrown as not accepted (safe to try elsewhere). A lookup failing in
+ *     passing is asked again until `timeoutMs`; it fails otherwise (or the deadline passes): thrown
+ *     as `maybeAccepted`.
  *
  * Each image is then downloaded from Kling's CDN (no credentials; a transient failure is tried
- * again, up to three times: failing over would pay for the images a second time), fitted to the
- * size and format the client asked for (`fitImage`) and reported in index order. `n` images are one
- * task (Kling takes 1–9); a task that returns fewer is reported as it is (only delivered images are
- * charged).
+ * again, up to three times, then thrown as `jobKept`: failing over would pay for the images a second
+ * time), fitted to the size and format the client asked for (`fitImage`) and reported in index
+ * order. `n` images are one task (Kling takes 1–9); a task that returns fewer is reported as it is
+ * (only delivered images are charged).
  *
  * `aspect_ratio` is the request's when Kling has it, else the nearest of Kling's eight; `resolution`
  * is `2k` for 2K and 4K tiers, else `1k`. Kling has no mask and its reference-image input is a
@@ -42,11 +53,17 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fitImage } from '../image-output.ts';
 import { ProviderError, asProviderError, downloadWithRetries, jobStatus, sanitizeMessage } from '../kit.ts';
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../kit.ts';
+import { keptJob } from '../kit/queued-images.ts';
+import { UPSTREAM_TIMEOUT_MS } from '../upstream-http.ts';
 import { KlingTokens } from './kling-auth.ts';
 import { klingCall, outcomeOf, type KlingOutcome } from './kling-api.ts';
 
 export const KLING_IMAGE_POLL_MS = 2_000;
 export const KLING_IMAGE_TIMEOUT_MS = 600_000;
+/** How much longer than its call's timeout a submit without an answer may take to show its task. */
+export const KLING_IMAGE_LOOKUP_GRACE_MS = 30_000;
+/** The longest pause between two lookups of a task that is not there yet. */
+const MAX_LOOKUP_PAUSE_MS = 5_000;
 
 /** `aspect_ratio` values of the image API. */
 const RATIOS = ['16:9', '9:16', '1:1', '4:3', '3:4', '3:2', '2:3', '21:9'];
@@ -80,6 +97,11 @@ export interface KlingImageOptions {
   timeoutMs?: number;
   /** How long one call to Kling's API may take (default: the gateway's upstream timeout, 60 s). */
   callTimeoutMs?: number;
+  /**
+   * How long after a submit without an answer was sent Kling's "no such task" is believed (default:
+   * the call's timeout plus KLING_IMAGE_LOOKUP_GRACE_MS): Kling may still be carrying out the create.
+   */
+  lookupGraceMs?: number;
   tokens?: KlingTokens;
 }
 
@@ -87,12 +109,14 @@ export class KlingImageProvider implements ImageProvider {
   private readonly pollIntervalMs: number;
   private readonly timeoutMs: number;
   private readonly callTimeoutMs: number | undefined;
+  private readonly lookupGraceMs: number;
   private readonly tokens: KlingTokens;
 
   constructor(options: KlingImageOptions = {}) {
     this.pollIntervalMs = options.pollIntervalMs ?? KLING_IMAGE_POLL_MS;
     this.timeoutMs = options.timeoutMs ?? KLING_IMAGE_TIMEOUT_MS;
     this.callTimeoutMs = options.callTimeoutMs;
+    this.lookupGraceMs = options.lookupGraceMs ?? (options.callTimeoutMs ?? UPSTREAM_TIMEOUT_MS) + KLING_IMAGE_LOOKUP_GRACE_MS;
     this.tokens = options.tokens ?? new KlingTokens();
   }
 
@@ -108,23 +132,25 @@ export class KlingImageProvider implements ImageProvider {
       resolution: p.resolution === '2K' || p.resolution === '4K' ? '2k' : '1k',
     };
     // A task an earlier run of this one submitted is collected, not submitted again (ImageJob.resume).
-    const taskId = typeof job.resume === 'string' && job.resume !== '' ? job.resume : await this.submit(account, fields, deadline, signal, events);
+    // A job without a task (the adapter called on its own) has nothing to be submitted again for.
+    const taskId = typeof job.resume === 'string' && job.resume !== '' ? job.resume : await this.submit(account, job.taskId ?? randomUUID(), fields, deadline, signal, events);
     const urls = await this.waitForImages(account, taskId, deadline, signal);
     for (const [i, url] of urls.slice(0, job.n).entries()) {
-      // Kling's CDN: no credentials, redirects followed anywhere, a passing failure tried again.
-      const data = await downloadWithRetries(url, signal, 'Kling');
+      // Kling's CDN: no credentials, redirects followed anywhere, a passing failure tried again, then
+      // left for a later try to fetch (the task is done and billed).
+      const data = await downloadWithRetries(url, signal, 'Kling').catch(keptJob);
       await events.image(i, { image: await fitImage(data, p) });
     }
   }
 
   /**
-   * Creates the image task; its id, recorded for a later run (Kling has no cancel: a task is always
-   * left to finish). A submit that got no usable answer is looked up by its external_task_id.
+   * Creates the image task with `externalId`; its id, recorded for a later run (Kling has no cancel:
+   * a task is always left to finish). A submit that got no usable answer, or that Kling refused as
+   * an invalid parameter (a duplicate id), is looked up by its external_task_id.
    */
-  private async submit(account: UpstreamAccount, fields: Record<string, unknown>, deadline: number, signal: AbortSignal, events: ImageEvents): Promise<string> {
-    // Fresh for each submit: a resubmit is a new task anyway, and Kling refuses an id used before.
-    const externalId = randomUUID();
+  private async submit(account: UpstreamAccount, externalId: string, fields: Record<string, unknown>, deadline: number, signal: AbortSignal, events: ImageEvents): Promise<string> {
     const text = JSON.stringify({ ...fields, external_task_id: externalId });
+    const sentAt = Date.now();
     let taskId: string;
     try {
       const created = outcomeOf(
@@ -136,22 +162,33 @@ export class KlingImageProvider implements ImageProvider {
       if (typeof id !== 'string' || id === '') throw new ProviderError('retryable', 'the upstream accepted the image task without returning its id', { maybeAccepted: true });
       taskId = id;
     } catch (err) {
-      // Sent, but what Kling did is unknown: ask it, on this member, before anything is sent elsewhere.
-      if (signal.aborted || !(err instanceof ProviderError) || !err.maybeAccepted) throw err;
-      taskId = await this.findByExternalId(account, externalId, err, deadline, signal);
+      if (signal.aborted || !(err instanceof ProviderError)) throw err;
+      if (err.maybeAccepted) {
+        // Sent, but what Kling did is unknown: ask it, on this member, before anything is sent
+        // elsewhere. "No such task" is final only once the create can no longer be under way.
+        const notAccepted = new ProviderError(err.kind, err.message, { retryAfterMs: err.retryAfterMs, upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode, cause: err });
+        taskId = await this.findByExternalId(account, externalId, notAccepted, sentAt + this.lookupGraceMs, deadline, signal);
+      } else if (err.kind === 'invalid_request') {
+        // Kling refuses an external_task_id it has (as an invalid parameter): a submit of this task
+        // made it (a try that stopped before recording it, a failover to a member on the same
+        // account), and that task is this one's. The refusal answered this create: no task is on its
+        // way from it, so "no such task" is final at once, and the refusal stands.
+        taskId = await this.findByExternalId(account, externalId, err, sentAt, deadline, signal);
+      } else throw err;
     }
     await events.submitted?.(taskId);
     return taskId;
   }
 
   /**
-   * The id of the task a submit without a usable answer (`unanswered`) created. Kling saying there
-   * is no such task throws `unanswered` as not accepted: nothing runs, another member may take the
-   * request. A lookup failing in passing is asked again until the deadline; any other failure, or
-   * the deadline, is thrown as maybe accepted.
+   * The id of the task created with `externalId`. Kling saying there is no such task is asked again
+   * until `unknownFinalAt` (a create may still be under way: its task shows up later), with pauses
+   * growing from `pollIntervalMs`, the last look at that time; after it, `notCreated` is thrown
+   * (nothing runs: another member may take the request). A lookup failing in passing is asked again
+   * until the deadline; any other failure, or the deadline, is thrown as maybe accepted.
    */
-  private async findByExternalId(account: UpstreamAccount, externalId: string, unanswered: ProviderError, deadline: number, signal: AbortSignal): Promise<string> {
-    for (;;) {
+  private async findByExternalId(account: UpstreamAccount, externalId: string, notCreated: ProviderError, unknownFinalAt: number, deadline: number, signal: AbortSignal): Promise<string> {
+    for (let unknownPause = this.pollIntervalMs; ; ) {
       let outcome: KlingOutcome<KlingImageTask>;
       try {
         outcome = await this.query(account, externalId, signal, 'image lookup');
@@ -163,12 +200,20 @@ export class KlingImageProvider implements ImageProvider {
       // The task, whatever its state or the answer's code (risk control answers 1301 with the failed task).
       if (task?.task_info?.external_task_id === externalId && typeof task.task_id === 'string' && task.task_id !== '') return task.task_id;
       if (outcome.ok) throw possiblyAccepted(new ProviderError('retryable', 'the upstream image lookup answered without the task'));
+      const now = Date.now();
+      const left = deadline - now;
+      let pause: number;
       if (isUnknownTask(outcome.error)) {
-        throw new ProviderError(unanswered.kind, unanswered.message, { retryAfterMs: unanswered.retryAfterMs, upstreamStatus: unanswered.upstreamStatus, upstreamCode: unanswered.upstreamCode, cause: unanswered });
+        if (now >= unknownFinalAt) throw notCreated;
+        // The deadline before Kling could be believed: the task may yet appear (not the member's fault).
+        if (left <= 0) throw new ProviderError('retryable', 'the upstream did not show the image task it was sent before the deadline', { upstreamStatus: outcome.error.upstreamStatus, upstreamCode: outcome.error.upstreamCode, cause: outcome.error, maybeAccepted: true });
+        pause = Math.min(unknownPause, unknownFinalAt - now);
+        unknownPause = Math.min(unknownPause * 2, MAX_LOOKUP_PAUSE_MS);
+      } else {
+        if (!outcome.error.transient || left <= 0) throw possiblyAccepted(outcome.error);
+        pause = Math.max(this.pollIntervalMs, outcome.error.retryAfterMs ?? 0);
       }
-      const left = deadline - Date.now();
-      if (!outcome.error.transient || left <= 0) throw possiblyAccepted(outcome.error);
-      await sleep(Math.min(Math.max(this.pollIntervalMs, outcome.error.retryAfterMs ?? 0), left), undefined, { signal });
+      await sleep(Math.min(pause, left), undefined, { signal });
     }
   }
 
@@ -188,7 +233,7 @@ export class KlingImageProvider implements ImageProvider {
         if (signal.aborted) throw err;
         // An unreadable answer of an error status, or anything unclassified: a look that failed, not the task.
         const error = asProviderError(err, 'the upstream image status failed');
-        if (!error.transient || Date.now() >= deadline) throw possiblyAccepted(error);
+        if (!error.transient || Date.now() >= deadline) throw possiblyAccepted(error, true);
         wait = Math.max(wait, error.retryAfterMs ?? 0);
         seen = { state: 'running' };
       }
@@ -196,7 +241,7 @@ export class KlingImageProvider implements ImageProvider {
       if (seen.state === 'succeeded') return seen.urls;
       // A long Retry-After never holds the request past the deadline: one last look at its end.
       const left = deadline - Date.now();
-      if (left <= 0) throw new ProviderError('retryable', `the upstream image task did not finish within ${Math.round(this.timeoutMs / 1000)} s`, { maybeAccepted: true });
+      if (left <= 0) throw new ProviderError('retryable', `the upstream image task did not finish within ${Math.round(this.timeoutMs / 1000)} s`, { maybeAccepted: true, jobKept: true });
       wait = Math.min(wait, left);
     }
   }
@@ -240,9 +285,10 @@ function isUnknownTask(err: ProviderError): boolean {
 /**
  * A failure once the task may exist, thrown as maybe accepted: the runner keeps the request off
  * other members, where a second task would be paid for too. A refusal of a query is no fault of
- * the client's request: retryable.
+ * the client's request: retryable. `jobKept`: the task is known (its status was being asked) and
+ * goes on: a later try collects it.
  */
-function possiblyAccepted(err: ProviderError): ProviderError {
+function possiblyAccepted(err: ProviderError, jobKept = false): ProviderError {
   const kind = err.kind === 'invalid_request' || err.kind === 'policy' || err.kind === 'failed' ? 'retryable' : err.kind;
-  return new ProviderError(kind, err.message, { retryAfterMs: err.retryAfterMs, upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode, cause: err, maybeAccepted: true });
+  return new ProviderError(kind, err.message, { retryAfterMs: err.retryAfterMs, upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode, cause: err, maybeAccepted: true, jobKept });
 }

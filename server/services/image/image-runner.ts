@@ -361,7 +361,9 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     const params = task.params as unknown as ImageParams;
     const inputs = opts.inputBytes?.images ?? (await Promise.all(task.inputFileIds.map((id) => this.deps.files.readAll(id))));
     const mask = opts.inputBytes ? opts.inputBytes.mask : task.maskFileId ? await this.deps.files.readAll(task.maskFileId) : undefined;
-    const job = { operation: task.operation as ImageOperation, model: task.model, prompt: task.prompt, n: task.n, params, inputs, ...(mask && { mask }) };
+    // The task's id goes with every call made for it: an upstream that keys its jobs by it (Kling)
+    // knows a resubmit of the task (after a stopped try, or a failover) for the job it already has.
+    const job = { taskId: task.id, operation: task.operation as ImageOperation, model: task.model, prompt: task.prompt, n: task.n, params, inputs, ...(mask && { mask }) };
     // An edit's inputs as the adapters judge them: a routed task goes only to members that take them.
     const shape = !opts.resume && inputs.length > 0 ? await measureInputs(inputs, mask) : undefined;
     /** Something reached the sink (a partial or an image): from then on there is no failover. */
@@ -488,9 +490,9 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
             if (!(await this.deps.tasks.assignMember(fence, memberId, slots, db))) throw new LeaseLost('lease lost before the upstream call');
           },
           release: async () => void (await this.deps.tasks.releaseMember(fence)),
-          // Neither once the client has something, nor after a call the upstream may have taken (its
-          // job billed: another member would run, and bill, a second one; design §8).
-          canFailover: (err) => !reachedSink && !err.maybeAccepted,
+          // Neither once the client has something, nor after a call the upstream may have taken or
+          // did take (its job billed: another member would run, and bill, a second one; design §8).
+          canFailover: (err) => !reachedSink && !err.maybeAccepted && !err.jobKept,
           waitMs: opts.capacityWaitMs ?? 0,
           signal,
           log,
@@ -546,8 +548,12 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           const unfindable = error.maybeAccepted && !jobRecorded;
           if (opts.requeueWhenBusy && !unfindable && (error.transient || (opts.resume && (isFailover(error) || jobGone(error))))) {
             await attempts.write(this.deps.attempts, log);
-            // The attempt's upstream job (if any) was given up on and cancelled: the next one starts afresh.
-            if (!(await this.deps.tasks.releaseMember(fence))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
+            // A recorded job the upstream still has (not cancelled: it runs, or it is done and billed,
+            // its output not fetched; Kling cannot cancel at all) stays on the row with its member:
+            // the next try collects it there (`resumable`). Any other was given up on (cancelled) or
+            // is gone: forgotten, and the next try starts afresh.
+            const kept = error.transient && error.jobKept && jobRecorded;
+            if (!kept && !(await this.deps.tasks.releaseMember(fence))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
             throw error;
           }
           const api = apiErrorOf(error, task.model);
