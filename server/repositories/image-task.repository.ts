@@ -317,13 +317,18 @@ export class ImageTaskRepository {
    * confirms all n images were delivered: the whole hold is captured, and `delivered` says so (the
    * usage report's images_delivered counts images charged).
    */
-  async settleByOperator(id: string, outcome: 'completed' | 'refunded', reason: string, actualCredits: number, trx: Executor): Promise<ImageTaskRow | undefined> {
+  /**
+   * The capture is computed from the row this statement locks (`completed`: the whole quote;
+   * `refunded`: what it says was delivered), never from an earlier read of it: the returned row's
+   * `actualCredits` is what the hold is settled at.
+   */
+  async settleByOperator(id: string, outcome: 'completed' | 'refunded', reason: string, trx: Executor): Promise<ImageTaskRow | undefined> {
     return trx
       .updateTable('imageTasks')
       .set(
         outcome === 'completed'
-          ? { status: 'completed', delivered: sql`n`, actualCredits, settledReason: reason, completedAt: sql`now()`, errorCode: null, errorMessage: null }
-          : { status: 'failed', actualCredits, settledReason: reason, completedAt: sql`now()`, errorCode: 'refunded', errorMessage: `Refunded by operator: ${reason}` },
+          ? { status: 'completed', delivered: sql`n`, actualCredits: sql`quoted_credits`, settledReason: reason, completedAt: sql`now()`, errorCode: null, errorMessage: null }
+          : { status: 'failed', actualCredits: sql`delivered * unit_price`, settledReason: reason, completedAt: sql`now()`, errorCode: 'refunded', errorMessage: `Refunded by operator: ${reason}` },
       )
       .where('id', '=', id)
       .where('status', '=', 'needs_attention')

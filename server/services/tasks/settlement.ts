@@ -131,13 +131,13 @@ export class Settlement {
    * goes on the task and on the ledger's capture and release entries.
    */
   async settleImageByOperator(task: ImageTaskRow, outcome: 'completed' | 'refunded', reason: string): Promise<ImageTaskRow | undefined> {
-    const captured = outcome === 'completed' ? task.quotedCredits : task.delivered * task.unitPrice;
+    // What is captured is read from the row as the settling statement locks it, not from `task`.
     const row = await this.deps.tx.run(async (trx) => {
-      const settled = await this.deps.imageTasks.settleByOperator(task.id, outcome, reason, captured, trx);
-      if (settled) await this.settleHold(trx, settled.id, settled.quotedCredits, captured, reason);
+      const settled = await this.deps.imageTasks.settleByOperator(task.id, outcome, reason, trx);
+      if (settled) await this.settleHold(trx, settled.id, settled.quotedCredits, settled.actualCredits, reason);
       return settled;
     });
-    if (row) this.deps.log.info({ taskId: row.id, outcome, reason, capturedMicroCredits: captured }, 'image task settled by operator');
+    if (row) this.deps.log.info({ taskId: row.id, outcome, reason, capturedMicroCredits: row.actualCredits }, 'image task settled by operator');
     return row;
   }
 

@@ -1,0 +1,66 @@
+/**
+ * An operator's settlement of a needs_attention image task captures what the row says as the
+ * settling statement locks it, not what an earlier read of it said: a row read while the task was
+ * still processing (delivered 0) and settled `refunded` once an interrupted stream had recorded one
+ * delivered image still captures that image (the client has it), with one release and one capture.
+ */
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { newId } from '../../server/lib/ids.ts';
+import { fenceOf } from '../../server/repositories/leased-tasks.ts';
+import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
+import { startTestServer, type TestServer } from '../support/http-harness.ts';
+
+let server: TestServer;
+beforeAll(async () => {
+  server = await startTestServer({});
+  await seedCatalog(server.db);
+});
+afterAll(async () => server?.close());
+
+/** A synchronous two-image task of 1 credit each, held and processing (this test holds its lease). */
+async function heldTask(accountId: string, apiKeyId: string, groupId: string): Promise<string> {
+  const taskId = newId('img');
+  const row = {
+    id: taskId,
+    accountId,
+    apiKeyId,
+    groupId,
+    operation: 'generation',
+    model: 'local-image-1',
+    prompt: 'p',
+    params: JSON.stringify({ outputFormat: 'png' }),
+    inputFileIds: [],
+    maskFileId: null,
+    n: 2,
+    unitPrice: 1_000_000,
+    quotedCredits: 2_000_000,
+    runAsync: false,
+    attempt: 1,
+    leaseOwner: 'w_test',
+  };
+  const held = await server.ctx.repositories.ledger.holdAndInsertTask(
+    { holdId: newId('hold'), accountId, apiKeyId, taskId, amount: 2_000_000 },
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- a raw row of the table, as the image service builds it
+    { table: 'imageTasks', row: row as any, leaseMs: 60_000 },
+  );
+  expect(held.outcome).toBe('ok');
+  return taskId;
+}
+
+it('a refund captures the images the locked row says were delivered, whatever the row read before said', async () => {
+  const account = await createAccount(server.db, { balance: 10 });
+  const group = await createGroup(server.db);
+  const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+  const taskId = await heldTask(account.id, key.id, group.id);
+  const stale = (await server.ctx.repositories.imageTasks.find(taskId))!;
+  expect([stale.status, stale.delivered]).toEqual(['processing', 0]);
+  // The stream was interrupted after one image had gone out.
+  await server.ctx.repositories.imageTasks.needsAttention(fenceOf({ id: taskId, attempt: 1 }), 'interrupted', { fileIds: [], unrecorded: [], delivered: 1 });
+
+  const settled = (await server.ctx.settlement.settleImageByOperator(stale, 'refunded', 'goodwill'))!;
+  expect([settled.status, settled.delivered, settled.actualCredits]).toEqual(['failed', 1, 1_000_000]);
+  const hold = await server.db.selectFrom('creditHolds').selectAll().where('taskId', '=', taskId).executeTakeFirstOrThrow();
+  expect([hold.status, Number(hold.captured)]).toEqual(['captured', 1_000_000]);
+  const entries = await server.db.selectFrom('ledgerEntries').select(['kind', 'amount']).where('taskId', '=', taskId).orderBy('id').execute();
+  expect(entries.map((e) => [e.kind, Number(e.amount)])).toEqual(expect.arrayContaining([['capture', 1_000_000], ['release', 1_000_000]]));
+});
