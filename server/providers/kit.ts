@@ -24,7 +24,7 @@ export { jobStatus, type JobState, type StatusVocabulary } from './kit/job-statu
 export { downloadOutput, type DownloadOptions } from './kit/output-download.ts';
 export { dataUrl, inlineBase64, signedUrl } from './kit/media-encoding.ts';
 export { Base64Source, jsonStream } from '../lib/base64-json.ts';
-export { downloadWithRetries, fetchOutputImage, generateQueuedImages, type ImageQueue } from './kit/queued-images.ts';
+export { downloadWithRetries, fetchOutputImage, generateQueuedImages, keptJob, type ImageQueue } from './kit/queued-images.ts';
 export { MappingError, imageContext, mappedInput, mappedOutputs, videoContext, type UpstreamMapping } from './kit/mapping.ts';
 export { shapeOf } from './types.ts';
 export type { ImageEvents, ImageJob, ImageProvider, MediaInput, UpstreamAccount, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoShape, VideoStatus } from './types.ts';

@@ -51,9 +51,8 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fitImage } from '../image-output.ts';
-import { ProviderError, asProviderError, downloadWithRetries, jobStatus, sanitizeMessage } from '../kit.ts';
+import { ProviderError, asProviderError, downloadWithRetries, jobStatus, keptJob, sanitizeMessage } from '../kit.ts';
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../kit.ts';
-import { keptJob } from '../kit/queued-images.ts';
 import { UPSTREAM_TIMEOUT_MS } from '../upstream-http.ts';
 import { KlingTokens } from './kling-auth.ts';
 import { klingCall, outcomeOf, type KlingOutcome } from './kling-api.ts';
