@@ -17,11 +17,15 @@
  * happen. An image counts as delivered once its `completed` event was handed to the socket (a write
  * that fails rejects with ClientGone: the client went away); `event: error` reports a failure after
  * the stream began.
+ *
+ * Both are written under `WriteLimits` (STREAM_WRITE_IDLE_MS): a client that stops reading is cut
+ * off and counts as gone, instead of holding its task — the member's slot, the lease, the credits
+ * held — for as long as it keeps its socket open.
  */
 import type { Response } from 'express';
 import type { components } from '../../generated/api.d.ts';
 import type { ApiError } from '../errors.ts';
-import { Base64Bytes, CORKED_BYTES, joinJsonParts, jsonParts, jsonPartsLength, writeJsonParts, type JsonParts, type WithBase64 } from '../lib/base64-json.ts';
+import { Base64Bytes, CORKED_BYTES, joinJsonParts, jsonParts, jsonPartsLength, writeJsonParts, type JsonParts, type WithBase64, type WriteLimits } from '../lib/base64-json.ts';
 import type { GeneratedImage, ImageParams } from '../providers/types.ts';
 import type { ImageTaskRow } from '../repositories/image-task.repository.ts';
 import { ClientGone, type DeliveredImages, type ExecuteResult, type ImageOperation, type ImageSink } from '../services/image/image-runner.ts';
@@ -62,7 +66,7 @@ function imageResult(task: ImageTaskRow, delivered: DeliveredImages): WithBase64
   };
 }
 
-export function openJsonAnswer(res: Response, opts: { task: ImageTaskRow }): JsonImageAnswer {
+export function openJsonAnswer(res: Response, opts: { task: ImageTaskRow; limits: WriteLimits }): JsonImageAnswer {
   /** The body, and (when it is longer than one write) all of its JSON but its last character, written early, then that character. */
   let held: { parts: JsonParts; head?: Promise<void>; last?: string } | undefined;
   const begin = async (delivered: DeliveredImages) => {
@@ -75,7 +79,7 @@ export function openJsonAnswer(res: Response, opts: { task: ImageTaskRow }): Jso
     if (length <= CORKED_BYTES) return;
     const at = parts.text.length - 1;
     const text = parts.text[at]!;
-    const head = writeJsonParts(res, { ...parts, text: [...parts.text.slice(0, at), text.slice(0, -1)] });
+    const head = writeJsonParts(res, { ...parts, text: [...parts.text.slice(0, at), text.slice(0, -1)] }, '', '', opts.limits);
     head.catch(() => undefined);
     held = { parts, head, last: text.slice(-1) };
     return head;
@@ -111,7 +115,7 @@ function streamUsage(usage: GeneratedImage['usage']): Schemas['ImageStreamUsage'
   return { input_tokens: u.inputTokens, output_tokens: u.outputTokens, total_tokens: u.totalTokens, input_tokens_details: { text_tokens: u.textTokens, image_tokens: u.imageTokens } };
 }
 
-export function openImageStream(res: Response, opts: { operation: ImageOperation; task: ImageTaskRow }): ImageStream {
+export function openImageStream(res: Response, opts: { operation: ImageOperation; task: ImageTaskRow; limits: WriteLimits }): ImageStream {
   const params = opts.task.params as unknown as ImageParams;
   const prefix = opts.operation === 'generation' ? 'image_generation' : 'image_edit';
   res.status(200);
@@ -126,9 +130,9 @@ export function openImageStream(res: Response, opts: { operation: ImageOperation
     if (!res.headersSent && !res.destroyed) res.flushHeaders();
   });
 
-  /** Writes one frame (images as base64 slices: lib/base64-json.ts); resolves once handed to the socket, rejects when the client is gone. */
-  const write = (event: string, data: unknown) => writeJsonParts(res, jsonParts(data), `event: ${event}\ndata: `, '\n\n');
-  /** `write` of an image's event: only the socket can fail it, which means the client went away (ClientGone). */
+  /** Writes one frame (images as base64 slices: lib/base64-json.ts); resolves once handed to the socket, rejects when the client is gone or stalled (cut off). */
+  const write = (event: string, data: unknown) => writeJsonParts(res, jsonParts(data), `event: ${event}\ndata: `, '\n\n', opts.limits);
+  /** `write` of an image's event: only the socket can fail it — the client went away, or stalled and was cut off (StalledClient) — so it was not delivered (ClientGone). */
   const deliver = (event: string, data: unknown) =>
     write(event, data).catch((err: unknown) => {
       throw new ClientGone('the client went away while an image was being sent', { cause: err });

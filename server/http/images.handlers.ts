@@ -56,6 +56,8 @@ function clientGone(req: Request, res: Response): AbortSignal {
 
 export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' | 'editImage' | 'getImageTask' | 'listImageTasks'> {
   const images = ctx.services.images;
+  /** Answers carrying images are written with backpressure: a client that stops reading is cut off (STREAM_WRITE_IDLE_MS). */
+  const idleMs = ctx.config.streamWriteIdleMs;
 
   /**
    * A request from its fields to its answer: the task created (validated, priced, held and
@@ -80,11 +82,11 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     };
     if (async) {
       res.setHeader('Location', `/v1/images/${task.id}`);
-      await sendJsonWithImages(res, operation === 'generation' ? 'createImage' : 'editImage', 202, await images.toImageTask(task));
+      await sendJsonWithImages(res, operation === 'generation' ? 'createImage' : 'editImage', 202, await images.toImageTask(task), { idleMs });
       return;
     }
     if (stream) {
-      const sink = openImageStream(res, { operation, task });
+      const sink = openImageStream(res, { operation, task, limits: { idleMs, signal } });
       try {
         const result = await images.runSync(task, sink, signal, log);
         charged(result);
@@ -111,7 +113,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       return;
     }
     // The answer is written while the task settles; its last byte waits for the commit.
-    const answer = openJsonAnswer(res, { task });
+    const answer = openJsonAnswer(res, { task, limits: { idleMs, signal } });
     let result: ExecuteResult;
     try {
       result = await images.runSync(task, NULL_SINK, signal, log, { deliveredOnlyIfAllSent: true, whileSettling: answer.whileSettling });
@@ -167,7 +169,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
 
     async getImageTask(req, res) {
       noStore(res);
-      await sendJsonWithImages(res, 'getImageTask', 200, await images.get(authOf(req), req.params.task_id));
+      await sendJsonWithImages(res, 'getImageTask', 200, await images.get(authOf(req), req.params.task_id), { idleMs });
     },
   };
 }

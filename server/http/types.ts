@@ -4,7 +4,7 @@
  */
 import type { NextFunction, Request, Response } from 'express';
 import type { components, operations } from '../../generated/api.d.ts';
-import { jsonParts, jsonPartsLength, writeJsonParts, type WithBase64 } from '../lib/base64-json.ts';
+import { jsonParts, jsonPartsLength, writeJsonParts, type WithBase64, type WriteLimits } from '../lib/base64-json.ts';
 
 export type OperationId = keyof operations;
 export type Schemas = components['schemas'];
@@ -51,20 +51,22 @@ export function sendJson<K extends OperationId, S extends keyof ResponsesOf<K> &
 /**
  * sendJson for a body that carries images (`b64_json` as Base64Bytes): the JSON is written with
  * each image's base64 produced slice by slice (lib/base64-json.ts), never as one string. Resolves
- * once the body is written, or when the client went away meanwhile.
+ * once the body is written, or when the client went away meanwhile — or stalled past `limits` and
+ * was cut off (a body of images held for a client that reads none of it).
  */
 export async function sendJsonWithImages<K extends OperationId, S extends keyof ResponsesOf<K> & number>(
   res: Response,
   _operation: K,
   status: S,
   body: WithBase64<ResponseBody<K, S>>,
+  limits: WriteLimits,
 ): Promise<void> {
   const parts = jsonParts(body);
   res.status(status);
   res.setHeader('Content-Type', 'application/json; charset=utf-8');
   res.setHeader('Content-Length', String(jsonPartsLength(parts)));
   try {
-    await writeJsonParts(res, parts);
+    await writeJsonParts(res, parts, '', '', limits);
   } catch (err) {
     if (res.destroyed) return;
     throw err;

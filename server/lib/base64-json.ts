@@ -128,14 +128,34 @@ export function joinJsonParts(parts: JsonParts): string {
 /** Raw bytes per base64 slice (a multiple of 3: slices join without padding). */
 const SLICE = 3 * 64 * 1024;
 
+/** Bounds of a write to a client (`writeJsonParts`); without them it waits for the client as long as its socket stays open. */
+export interface WriteLimits {
+  /**
+   * STREAM_WRITE_IDLE_MS: how long one wait for the client (a 'drain', the last write's callback)
+   * may last. Node has no write timeout, and a client that stops reading (an app sent to the
+   * background) keeps its socket open: without this bound the answer, and whatever waits on it (a
+   * task holding its member's slot and its credits), would wait for as long. Past it `out` is
+   * destroyed and the write rejects with StalledClient.
+   */
+  idleMs?: number;
+  /** The request's end (its client gone): a wait stops at once, `out` destroyed (a body cut midway cannot go on). */
+  signal?: AbortSignal;
+}
+
+/** A write's rejection when its client took none of what waited for it within `WriteLimits.idleMs`: it was cut off, as gone as one that left. */
+export class StalledClient extends Error {
+  override readonly name = 'StalledClient';
+}
+
 /**
  * Writes the parts to `out` (not ending it) with backpressure; resolves once the last byte is
- * handed to the socket, rejects when `out` closes first (the client went away). The writes are
- * corked: a body or an event of up to CORKED_BYTES reaches the socket as ONE write (one system
- * call, one wake-up of the reader) instead of one per text part and base64 slice; a larger one is
- * flushed every CORKED_BYTES, waiting for the client whenever the writable asks to.
+ * handed to the socket, rejects when `out` closes first (the client went away) or its client
+ * stalls past `limits` (StalledClient; `out` is destroyed). The writes are corked: a body or an
+ * event of up to CORKED_BYTES reaches the socket as ONE write (one system call, one wake-up of the
+ * reader) instead of one per text part and base64 slice; a larger one is flushed every
+ * CORKED_BYTES, waiting for the client whenever the writable asks to.
  */
-export async function writeJsonParts(out: Writable, parts: JsonParts, before = '', after = ''): Promise<void> {
+export async function writeJsonParts(out: Writable, parts: JsonParts, before = '', after = '', limits: WriteLimits = {}): Promise<void> {
   const last = parts.text.length - 1;
   out.cork();
   let corked = true;
@@ -143,14 +163,14 @@ export async function writeJsonParts(out: Writable, parts: JsonParts, before = '
     for (let i = 0; i <= last; i++) {
       const text = `${i === 0 ? before : ''}${parts.text[i]}${i === last ? after : ''}`;
       if (i === last) {
-        const done = finalWrite(out, text);
+        const done = finalWrite(out, text, limits);
         out.uncork();
         corked = false;
         return await done;
       }
-      await corkedWrite(out, text);
+      await corkedWrite(out, text, limits);
       const bytes = parts.media[i]!;
-      for (let at = 0; at < bytes.length; at += SLICE) await corkedWrite(out, bytes.toString('base64', at, Math.min(bytes.length, at + SLICE)));
+      for (let at = 0; at < bytes.length; at += SLICE) await corkedWrite(out, bytes.toString('base64', at, Math.min(bytes.length, at + SLICE)), limits);
     }
   } finally {
     if (corked) out.uncork();
@@ -168,42 +188,78 @@ export const CORKED_BYTES = 256 * 1024;
  * and, when the writable asks for it, waits for 'drain' before corking again (a corked writable
  * never drains).
  */
-async function corkedWrite(out: Writable, chunk: string): Promise<void> {
-  if (out.destroyed || out.writableEnded) throw gone();
+async function corkedWrite(out: Writable, chunk: string, limits: WriteLimits): Promise<void> {
+  if (out.destroyed || out.writableEnded || limits.signal?.aborted) throw gone();
   out.write(chunk);
   if (out.writableLength <= CORKED_BYTES) return;
   out.uncork();
   try {
-    if (out.writableNeedDrain) await drained(out);
+    if (out.writableNeedDrain) await drained(out, limits);
   } finally {
     out.cork();
   }
+}
+
+/** Resolves on 'drain'; rejects when `out` closes first, or as `bounded` says. */
+function drained(out: Writable, limits: WriteLimits): Promise<void> {
+  return bounded(out, limits, (settle) => {
+    const onDrain = () => settle();
+    out.on('drain', onDrain);
+    return () => out.off('drain', onDrain);
+  });
 }
 
 function gone(): Error {
   return new Error('the client went away');
 }
 
-/** Resolves on 'drain', rejects when `out` closes first. */
-function drained(out: Writable): Promise<void> {
+/**
+ * Waits for what `start` watches to call `settle` (a 'drain', a write's callback); rejects when
+ * `out` closes first, when `limits.signal` aborts, or when `limits.idleMs` passes first: then
+ * `out` is destroyed (StalledClient). `start` returns what removes its listener.
+ */
+function bounded(out: Writable, limits: WriteLimits, start: (settle: (err?: Error | null) => void) => () => void): Promise<void> {
   return new Promise((resolve, reject) => {
-    const settle = (err?: Error) => {
-      out.off('drain', onDrain);
+    let stop: (() => void) | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    let settled = false;
+    const settle = (err?: Error | null) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      stop?.();
       out.off('close', onClose);
+      limits.signal?.removeEventListener('abort', onAbort);
       if (err) reject(err);
       else resolve();
     };
-    const onDrain = () => settle();
     const onClose = () => settle(gone());
-    out.on('drain', onDrain);
+    const onAbort = () => {
+      settle(gone());
+      out.destroy();
+    };
     out.on('close', onClose);
+    limits.signal?.addEventListener('abort', onAbort);
+    if (limits.idleMs !== undefined) {
+      const ms = limits.idleMs;
+      timer = setTimeout(() => {
+        // Settled first: the 'close' the destroy brings must not turn this into a plain "went away".
+        settle(new StalledClient(`the client took nothing of the answer for ${ms} ms and was cut off`));
+        out.destroy();
+      }, ms);
+    }
+    stop = start(settle);
+    if (settled) stop();
+    else if (limits.signal?.aborted) onAbort();
   });
 }
 
 /** The last write, resolved by its callback (the bytes reached the socket). */
-function finalWrite(out: Writable, chunk: string): Promise<void> {
-  if (out.destroyed || out.writableEnded) return Promise.reject(gone());
-  return new Promise((resolve, reject) => {
-    out.write(chunk, (err) => (err ? reject(err) : resolve()));
+function finalWrite(out: Writable, chunk: string, limits: WriteLimits): Promise<void> {
+  if (out.destroyed || out.writableEnded || limits.signal?.aborted) return Promise.reject(gone());
+  return bounded(out, limits, (settle) => {
+    out.write(chunk, settle);
+    // A write's callback cannot be taken back; once settled, a late call does nothing.
+    return () => undefined;
   });
 }

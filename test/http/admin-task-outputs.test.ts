@@ -6,7 +6,9 @@
  * both, in order, with their sizes; a task whose only image was lost on its way to the store is
  * needs_attention and then, refunded by the operator, failed — with none; outputs past their
  * retention are left out as the client's lookup leaves them out. The admin CLI's `tasks show`
- * signs the same URLs from the same configuration and secret key.
+ * signs the same URLs from the same configuration and secret key. A store that cannot make the
+ * links (presigned URLs whose credentials fail to load) answers the view and the settlement 503
+ * storage_unavailable, not 500; the settlement then settles nothing, so the operator retries it.
  * Calls go through `admin()` (Prism in the contract lane), so `outputs` is checked against the contract.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -14,11 +16,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
+import { FilesystemMediaStore, type MediaStore } from '../../server/storage/media-store.ts';
 import { BrokenOutputStore } from '../fakes/media-stores.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
-import { until } from '../support/tasks.ts';
+import { holdOf, until } from '../support/tasks.ts';
 import { adminCli } from '../support/admin-cli.ts';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -169,4 +171,79 @@ describe('GET /admin/v1/tasks/{task_id}: outputs', () => {
     const file = await download(cliOutputs[0].url);
     expect([file.status, file.type, file.bytes.length]).toEqual([200, 'video/mp4', apiOutputs[0].bytes]);
   }, 60_000);
+});
+
+/** A media store whose links cannot be made while `failing` is set (S3 whose credentials fail to load); everything else passes to `inner`. */
+class PresignFailingStore implements MediaStore {
+  failing = true;
+  constructor(private readonly inner: MediaStore) {}
+  put(...a: Parameters<MediaStore['put']>) {
+    return this.inner.put(...a);
+  }
+  read(...a: Parameters<MediaStore['read']>) {
+    return this.inner.read(...a);
+  }
+  stat(...a: Parameters<MediaStore['stat']>) {
+    return this.inner.stat(...a);
+  }
+  list(...a: Parameters<MediaStore['list']>) {
+    return this.inner.list(...a);
+  }
+  delete(...a: Parameters<MediaStore['delete']>) {
+    return this.inner.delete(...a);
+  }
+  presign(key: string): Promise<string> {
+    if (this.failing) return Promise.reject(Object.assign(new Error('Could not load credentials from any providers'), { name: 'CredentialsProviderError' }));
+    return Promise.resolve(`https://media.example.com/${key}?X-Amz-Signature=abc`);
+  }
+}
+
+describe('outputs whose links the media store cannot make', () => {
+  let s: TestServer;
+  const dir = mkdtempSync(join(tmpdir(), 'mediagate-outputs-presign-'));
+  // The second image output written is lost (outcome unknown): a stream of two leaves its task
+  // needs_attention with the first image, delivered, as its output.
+  const store = new PresignFailingStore(new BrokenOutputStore(new FilesystemMediaStore(dir), 1, 2));
+  beforeAll(async () => {
+    s = await startTestServer({ env: { MEDIA_STORE: 's3', S3_BUCKET: 'b', S3_ENDPOINT: 'http://127.0.0.1:9', MEDIA_URLS: 'presigned' }, overrides: { mediaStore: store } });
+    await seedCatalog(s.db);
+  }, 60_000);
+  afterAll(async () => {
+    await s?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('the view and the settlement answer 503 storage_unavailable; the settlement settles nothing until the links can be made', async () => {
+    const c = await createCustomer(s.db, { balance: 10 });
+    const res = await fetch(`${s.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: 'local-image-1', prompt: 'two kites', n: 2, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    await res.text();
+    const id = res.headers.get('x-task-id')!;
+    const row = await s.db.selectFrom('imageTasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+    expect(row).toMatchObject({ status: 'needs_attention', delivered: 1 });
+    expect(row.resultFileIds).toHaveLength(1);
+    const held = await holdOf(s.db, id);
+    expect(held.status).toBe('held');
+
+    const view = await s.admin().GET('/admin/v1/tasks/{task_id}', { params: { path: { task_id: id } } });
+    expect([view.response.status, view.error?.error.code, view.response.headers.get('retry-after')]).toEqual([503, 'storage_unavailable', '30']);
+
+    const settle = () => s.admin().POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: id } }, body: { outcome: 'completed', reason: 'the client got both' } });
+    const refused = await settle();
+    expect([refused.response.status, refused.error?.error.code, refused.response.headers.get('retry-after')]).toEqual([503, 'storage_unavailable', '30']);
+    // Nothing was settled behind the error: the task still needs attention, its hold is untouched.
+    expect(await s.db.selectFrom('imageTasks').select('status').where('id', '=', id).executeTakeFirstOrThrow()).toEqual({ status: 'needs_attention' });
+    expect(await holdOf(s.db, id)).toEqual(held);
+
+    // Once the store makes links again, the operator's retry settles it, with its output linked.
+    store.failing = false;
+    const settled = await settle();
+    expect(settled.response.status, JSON.stringify(settled.error)).toBe(200);
+    expect(settled.data).toMatchObject({ status: 'completed', outputs: [{ file_id: row.resultFileIds[0], url: expect.stringMatching(/^https:\/\/media\.example\.com\/image_output\//) }] });
+    expect(await holdOf(s.db, id)).toEqual({ amount: held.amount, status: 'captured', captured: held.amount });
+  });
 });

@@ -11,6 +11,7 @@ import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image
 import type { OperatorListsRepository, TaskFilter, TaskSummaryRow } from '../../repositories/operator-lists.repository.ts';
 import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
 import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
+import { StorageError, StorageUnavailable } from '../../storage/storage-error.ts';
 import type { Settlement } from '../tasks/settlement.ts';
 import { toAdminLedgerEntry } from './admin-mappers.ts';
 import { decodeCreatedAtCursor, encodeCreatedAtCursor, pageSize } from './cursor.ts';
@@ -103,14 +104,21 @@ export class TaskAdminService {
       throw notFound('task_not_found', `No task '${id}'.`);
     }
     if (!this.deps.settlement) throw new Error('settling a task needs the server runtime');
+    const notSettleable = (status: string) => new ApiError(409, 'task_not_settleable', `Task '${id}' is ${status}; only a needs_attention image task can be settled.`);
+    if (row.status !== 'needs_attention') throw notSettleable(row.status);
+    // The answer's links are made before the settlement (it does not change the task's files): a
+    // store that cannot make them fails the request (503 storage_unavailable) with nothing settled,
+    // for the operator to retry, instead of a settlement done behind an error answer.
+    const outputs = await this.outputs(await this.deps.files.findMany(row.resultFileIds));
+    // Conditional on needs_attention still: a concurrent settle gets the 409.
     const settled = await this.deps.settlement.settleImageByOperator(row, outcome, reason);
-    if (!settled) throw new ApiError(409, 'task_not_settleable', `Task '${id}' is ${row.status}; only a needs_attention image task can be settled.`);
-    return this.story('image', settled);
+    if (!settled) throw notSettleable('no longer needs_attention (it was settled meanwhile)');
+    return this.story('image', settled, outputs);
   }
 
-  /** The task with everything recorded about it (a handful of indexed reads). */
-  private async story(kind: 'image' | 'video', row: ImageTaskRow | VideoTaskRow): Promise<AdminTask> {
-    const outputIds = kind === 'video' ? [(row as VideoTaskRow).outputFileId].filter((id): id is string => id !== null) : (row as ImageTaskRow).resultFileIds;
+  /** The task with everything recorded about it (a handful of indexed reads); `outputs` when they are made already. */
+  private async story(kind: 'image' | 'video', row: ImageTaskRow | VideoTaskRow, outputs?: AdminTaskOutput[]): Promise<AdminTask> {
+    const outputIds = outputs ? [] : kind === 'video' ? [(row as VideoTaskRow).outputFileId].filter((id): id is string => id !== null) : (row as ImageTaskRow).resultFileIds;
     const [hold, ledger, attempts, provider, webhook, outputFiles] = await Promise.all([
       this.deps.lists.holdOfTask(row.id),
       this.deps.lists.ledgerOfTask(row.id),
@@ -162,14 +170,16 @@ export class TaskAdminService {
         }),
       ),
       webhook,
-      outputs: await this.outputs(outputFiles),
+      outputs: outputs ?? (await this.outputs(outputFiles)),
     };
   }
 
   /**
    * The outputs still stored, in the task's order, each with a fresh URL. A file past its
    * `expires_at` is left out as the client's lookup leaves it out (the media sweeper removes it
-   * within a minute); one the account deleted has no row any more.
+   * within a minute); one the account deleted has no row any more. A link the store cannot make
+   * (a presigned URL whose credentials fail to load) is the store's failure, 503 storage_unavailable
+   * as the client's image answers say it (ImageRunner), not a 500 of unknown cause.
    */
   private async outputs(files: readonly FileRow[]): Promise<AdminTaskOutput[]> {
     const now = Date.now();
@@ -181,7 +191,9 @@ export class TaskAdminService {
       kept.map(
         async (f): Promise<AdminTaskOutput> => ({
           file_id: f.id,
-          url: await sign(f.id, f.purpose as 'image_output' | 'video_output'),
+          url: await sign(f.id, f.purpose as 'image_output' | 'video_output').catch((err: unknown) => {
+            throw linkFailure(err, f.storageKey);
+          }),
           content_type: f.contentType,
           bytes: f.bytes,
           width: f.width,
@@ -191,6 +203,18 @@ export class TaskAdminService {
       ),
     );
   }
+}
+
+/**
+ * A link to a stored output that could not be made, as the storage error it is (the mapping of
+ * ImageRunner's linkFailure): a presigner's error is no system error, so it is named by its class
+ * (`CredentialsProviderError`, …) for the operator's log line.
+ */
+function linkFailure(err: unknown, key: string): StorageError {
+  if (err instanceof StorageError) return err;
+  const name = err instanceof Error && err.name !== 'Error' ? err.name : 'LinkError';
+  const cause = Object.assign(new Error(`${name}: ${err instanceof Error ? err.message : String(err)}`, { cause: err }), { code: name, syscall: 'presign' });
+  return new StorageUnavailable(key, cause);
 }
 
 /** The id of the upstream job a background image task recorded (ImageEvents.submitted): a queue's id, or a Replicate prediction's. */
