@@ -11,6 +11,7 @@ import { ApiError } from '../errors.ts';
 import type { FileRepository, FileRow, FileUser, ListedFileRow, ListedPurpose } from '../repositories/file.repository.ts';
 import { accountPage, invalidAfter, listPage, type ListPage, type ListQuery } from './account-lists.ts';
 import type { ByteRange, MediaStore, StoredObject } from '../storage/media-store.ts';
+import { linkFailure } from '../storage/storage-error.ts';
 import type { MediaInput } from '../providers/types.ts';
 import type { Transactor } from '../db/transaction.ts';
 import { newId, randomHex } from '../lib/ids.ts';
@@ -218,7 +219,8 @@ export class FileService {
 
   /** `downloadUrl` of a file whose stored key is known (its row's: an input may be an upload or an earlier output). */
   private async urlOf(fileId: string, storageKey: string, minTtlSeconds: number): Promise<string> {
-    if (this.opts.urls === 'presigned' && this.store.presign) return this.store.presign(storageKey, Math.max(this.ttlSeconds, minTtlSeconds));
+    // A presigner that fails (its credentials) is the store's failure: 503 storage_unavailable wherever a link is made.
+    if (this.opts.urls === 'presigned' && this.store.presign) return this.store.presign(storageKey, Math.max(this.ttlSeconds, minTtlSeconds)).catch((err: unknown) => Promise.reject(linkFailure(err, storageKey)));
     return this.signedUrl(fileId, minTtlSeconds);
   }
 

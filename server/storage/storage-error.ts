@@ -52,3 +52,16 @@ export function asStorageError(err: unknown, key: string): unknown {
 function isSystemError(err: unknown): err is NodeJS.ErrnoException & { code: string } {
   return err instanceof Error && typeof (err as NodeJS.ErrnoException).code === 'string' && /^E[A-Z0-9]+$/.test((err as NodeJS.ErrnoException).code!);
 }
+
+/**
+ * A link to a stored file that the store could not make (S3 presigning, its credentials failing to
+ * load), as the store's failure it is: the gateway's own, 503 storage_unavailable, as a failed write.
+ * A presigner's error is no system error, so it is named by its class (`CredentialsProviderError`,
+ * …) for the operator's log line.
+ */
+export function linkFailure(err: unknown, key: string): StorageError {
+  if (err instanceof StorageError) return err;
+  const name = err instanceof Error && err.name !== 'Error' ? err.name : 'LinkError';
+  const cause = Object.assign(new Error(`${name}: ${err instanceof Error ? err.message : String(err)}`, { cause: err }), { code: name, syscall: 'presign' });
+  return new StorageUnavailable(key, cause);
+}

@@ -26,6 +26,8 @@ const MICRO = 1_000_000;
 /** A media store that writes and reads, but cannot presign a link (S3 whose credentials fail to load). */
 class FailingPresignStore implements MediaStore {
   presigns = 0;
+  /** Whether presigning fails (a test turns it off to make a task whose links it later fails). */
+  failing = true;
   constructor(private readonly inner: MediaStore) {}
   put(...a: Parameters<MediaStore['put']>) {
     return this.inner.put(...a);
@@ -42,8 +44,9 @@ class FailingPresignStore implements MediaStore {
   delete(...a: Parameters<MediaStore['delete']>) {
     return this.inner.delete(...a);
   }
-  presign(): Promise<string> {
+  presign(key: string): Promise<string> {
     this.presigns++;
+    if (!this.failing) return Promise.resolve(`https://bucket.example/${key}?X-Amz-Signature=x`);
     return Promise.reject(Object.assign(new Error('Could not load credentials from any providers'), { name: 'CredentialsProviderError' }));
   }
 }
@@ -112,6 +115,18 @@ describe('a synchronous url answer whose media store cannot sign links', () => {
     expect(await taskRow(server, id)).toMatchObject({ status: 'failed', errorCode: 'storage_unavailable', delivered: 0, actualCredits: 0 });
     expect(await holdOf(server.db, id)).toEqual({ amount: 2 * MICRO, status: 'released', captured: 0 });
     expect(await filesOf(server, id)).toEqual([]);
+  });
+
+  it('a task lookup whose links cannot be made answers 503 storage_unavailable, not 500', async () => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    // Made while links could be made; looked up once they cannot (the credentials expired).
+    store.failing = false;
+    const made = await generate(server, c.key, { response_format: 'url', n: 1 }).finally(() => (store.failing = true));
+    expect(made.status).toBe(200);
+    const id = made.headers.get('x-task-id')!;
+    const res = await fetch(`${server.directUrl}/v1/images/${id}`, { headers: { Authorization: `Bearer ${c.key}` } });
+    expect(res.status).toBe(503);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('storage_unavailable');
   });
 
   it('a url stream whose link cannot be made ends with event: error storage_unavailable, not as a client that left', async () => {

@@ -11,7 +11,7 @@ import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image
 import type { OperatorListsRepository, TaskFilter, TaskSummaryRow } from '../../repositories/operator-lists.repository.ts';
 import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
 import type { VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
-import { StorageError, StorageUnavailable } from '../../storage/storage-error.ts';
+import { linkFailure } from '../../storage/storage-error.ts';
 import type { Settlement } from '../tasks/settlement.ts';
 import { toAdminLedgerEntry } from './admin-mappers.ts';
 import { decodeCreatedAtCursor, encodeCreatedAtCursor, pageSize } from './cursor.ts';
@@ -203,18 +203,6 @@ export class TaskAdminService {
       ),
     );
   }
-}
-
-/**
- * A link to a stored output that could not be made, as the storage error it is (the mapping of
- * ImageRunner's linkFailure): a presigner's error is no system error, so it is named by its class
- * (`CredentialsProviderError`, …) for the operator's log line.
- */
-function linkFailure(err: unknown, key: string): StorageError {
-  if (err instanceof StorageError) return err;
-  const name = err instanceof Error && err.name !== 'Error' ? err.name : 'LinkError';
-  const cause = Object.assign(new Error(`${name}: ${err instanceof Error ? err.message : String(err)}`, { cause: err }), { code: name, syscall: 'presign' });
-  return new StorageUnavailable(key, cause);
 }
 
 /** The id of the upstream job a background image task recorded (ImageEvents.submitted): a queue's id, or a Replicate prediction's. */

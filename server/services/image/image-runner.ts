@@ -31,7 +31,6 @@ import type { ImageTaskRepository, ImageTaskRow } from '../../repositories/image
 import type { TaskAttemptRepository } from '../../repositories/task-attempt.repository.ts';
 import { fenceOf, type Fence } from '../../repositories/leased-tasks.ts';
 import { StorageError, type FileService, type StoreFileInput } from '../file.service.ts';
-import { StorageUnavailable } from '../../storage/storage-error.ts';
 import type { RetryPolicy } from '../tasks/retry-policy.ts';
 import { AttemptLog } from '../tasks/attempt-log.ts';
 import type { Settlement } from '../tasks/settlement.ts';
@@ -161,17 +160,6 @@ const jobGone = (err: ProviderError) => err.kind === 'failed' && [403, 404, 410]
 class NotStored extends Error {}
 /** The sink could not deliver an image: the client went away. */
 class NotDelivered extends Error {}
-
-/**
- * A link the media store could not make (S3 presigning, its credentials failing to load) as the
- * store's failure it is: the gateway's own, 503 storage_unavailable, as a write that failed.
- */
-function linkFailure(err: unknown, key: string): StorageError {
-  if (err instanceof StorageError) return err;
-  const name = err instanceof Error && err.name !== 'Error' ? err.name : 'LinkError';
-  const cause = Object.assign(new Error(`${name}: ${err instanceof Error ? err.message : String(err)}`, { cause: err }), { code: name, syscall: 'presign' });
-  return new StorageUnavailable(key, cause);
-}
 
 export interface ImageRunnerDeps {
   tasks: ImageTaskRepository;
@@ -435,7 +423,8 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
             url = await this.deps.files.downloadUrl(file.id, 'image_output');
           } catch (err) {
             await this.deps.files.discardUnrecorded(file);
-            throw linkFailure(err, file.storageKey);
+            // A link that could not be made is the store's failure (FileService: StorageUnavailable).
+            throw err;
           }
         }
         if (sink.publishesFiles) await this.recordStreamed(fence, file);
