@@ -47,6 +47,13 @@ function listable(eb: ExpressionBuilder<DB, 'files'>) {
   ]);
 }
 
+/** An expired file's place in the media sweep's walk. */
+export interface ExpiredPlace {
+  id: string;
+  /** expires_at as PostgreSQL writes it (microseconds and offset). */
+  expiresAt: string;
+}
+
 /** A file of the Files API, with its creation time. */
 export type ListedFileRow = FileRow & { createdAt: Date };
 
@@ -268,16 +275,33 @@ export class FileRepository {
   }
 
   /**
-   * Inside a transaction: locks up to `limit` expired files, oldest expiry first, that nothing else
-   * holds, leaving out `skip` (files whose bytes the sweep failed to delete in this run). Their rows
-   * are deleted with `deleteRows` once their bytes are gone.
+   * Up to `limit` expired files after `after` in the sweep's walk (expiry, then id), leaving out rows
+   * another transaction holds (a task adopting the file, a DELETE in flight). Its locks end with the
+   * statement: the sweep deletes the bytes holding none (a slow or unreachable store must not hold
+   * row locks), then the rows with `deleteExpired`. `expiresAt` is the database's text, exact to the
+   * microsecond (a Date would round it, and the walk would meet the same row again).
    */
-  async lockExpired(limit: number, skip: readonly string[], trx: Executor): Promise<{ id: string; storageKey: string }[]> {
-    const { rows } = await sql<{ id: string; storageKey: string }>`
-      select id, storage_key as "storageKey" from files
-      where expires_at < now() and id <> all(${[...skip]}::text[])
-      order by expires_at limit ${limit} for update skip locked`.execute(trx);
+  async expiredAfter(after: ExpiredPlace | undefined, limit: number, db: Executor): Promise<(ExpiredPlace & { storageKey: string })[]> {
+    const past = after
+      ? sql`and expires_at >= ${after.expiresAt}::timestamptz and (expires_at, id) > (${after.expiresAt}::timestamptz, ${after.id})`
+      : sql``;
+    const { rows } = await sql<ExpiredPlace & { storageKey: string }>`
+      select id, storage_key as "storageKey", expires_at::text as "expiresAt" from files
+      where expires_at < now() ${past}
+      order by expires_at, id limit ${limit} for update skip locked`.execute(db);
     return rows;
+  }
+
+  /**
+   * The rows of `ids` that are still expired, deleted and detached as `deleteRows` does; returns how
+   * many. A row another sweeper or a client's DELETE removed meanwhile is not counted again; one
+   * whose expiry moved since it was read (a task adopted it) is no longer the sweep's to delete.
+   */
+  async deleteExpired(ids: readonly string[], db: Executor): Promise<number> {
+    if (ids.length === 0) return 0;
+    const { rows } = await sql<{ n: number }>`with ${deleteDetaching(sql`select id from files where id = any(${[...ids]}::text[]) and expires_at < now()`)}
+      select count(*)::int as n from d`.execute(db);
+    return rows[0]!.n;
   }
 
   /**

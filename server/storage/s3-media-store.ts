@@ -36,7 +36,18 @@ export interface S3StoreOptions {
   prefix?: string;
   /** Explicit credentials (tests); unset: the standard AWS chain. */
   credentials?: S3ClientConfig['credentials'];
+  /** Limits of each attempt of a call, in ms (tests); unset: S3_TIMEOUTS. */
+  timeouts?: { connectMs: number; requestMs: number };
 }
+
+/**
+ * Each attempt of a call (the SDK makes up to 3) gets a TCP connection within `connectMs` and the
+ * answer's headers within `requestMs` (a part upload's 8 MiB body included: 30 s is ~280 KB/s), or
+ * fails as a timeout: the SDK's default waits forever, and a store that accepts connections and
+ * never answers held a sweep run (and its process's stop) for good. A body being read is not timed:
+ * a slow client paces a download, and its going away ends the request (read()).
+ */
+const S3_TIMEOUTS = { connectMs: 5_000, requestMs: 30_000 };
 
 /** Error names of S3 (and compatible servers) that mean the bucket or the account is out of space. */
 const FULL = new Set(['QuotaExceeded', 'StorageQuotaExceeded', 'InsufficientStorage', 'EntityTooLarge']);
@@ -54,6 +65,12 @@ export class S3MediaStore implements MediaStore {
       ...(opts.endpoint && { endpoint: opts.endpoint }),
       forcePathStyle: opts.forcePathStyle ?? false,
       ...(opts.credentials && { credentials: opts.credentials }),
+      // throwOnRequestTimeout: without it the SDK only logs a warning when requestTimeout passes.
+      requestHandler: {
+        connectionTimeout: (opts.timeouts ?? S3_TIMEOUTS).connectMs,
+        requestTimeout: (opts.timeouts ?? S3_TIMEOUTS).requestMs,
+        throwOnRequestTimeout: true,
+      },
       // Checksums only where S3 requires them: several S3-compatible stores (R2, B2, older MinIO)
       // refuse the SDK's default CRC32 trailers, and a streamed part needs none (SigV4 signs it).
       requestChecksumCalculation: 'WHEN_REQUIRED',

@@ -75,16 +75,21 @@ export function createWorkers(runtime: Runtime): Workers {
     async stop() {
       clearInterval(sweeper);
       clearInterval(taskSweeper);
+      // Everything is told to stop before anything is awaited: engines waiting on a sweep run (a
+      // media store that does not answer, a slow statement) would go on claiming and starting work
+      // that the stop then cuts short, until the forced exit.
       runtime.taskSweeper.stop();
-      await Promise.all([sweeping, taskSweeping]);
+      runtime.mediaSweeper.stop();
       unsubscribe?.();
+      const enginesStopped = Object.values(engines).map((e) => e.stop());
       // Steps are aborted, except a video submit in flight: the engine waits for its answer and its
       // saved job id (TaskEngine.stop), at most its upstream timeout (UPSTREAM_TIMEOUT_MS, 60 s a
       // call). The process gives its whole stop SHUTDOWN_GRACE_MS + 5 s (main.ts; 15 s by default),
       // less than that: a submit still unanswered then is cut by the forced exit (logged, exit 1) as
       // a crash would cut it, and its task resubmits after its lease (VideoRunner.resubmit). Where
-      // upstreams answer submits slowly, SHUTDOWN_GRACE_MS above 60 s lets every one end.
-      await Promise.all(Object.values(engines).map((e) => e.stop()));
+      // upstreams answer submits slowly, SHUTDOWN_GRACE_MS above 60 s lets every one end. A sweep
+      // run ends at its next file or batch (MediaSweeper.stop, TaskSweeper.stop).
+      await Promise.all([sweeping, taskSweeping, ...enginesStopped]);
     },
   };
 }

@@ -327,6 +327,25 @@ describe('the media sweeper on a store it does not own alone, or that fails', ()
     expect(await own.ctx.repositories.files.find('file_loLocked')).toBeUndefined();
   });
 
+  it('a store failing as a whole ends the orphan phase at its first delete, and the next run walks the same page again', async () => {
+    const store = own.ctx.mediaStore;
+    const orphans = ['image_output/da/file_daOrphan1', 'image_output/db/file_dbOrphan2', 'image_output/dc/file_dcOrphan3'];
+    for (const key of orphans) await store.put(key, Buffer.from(key));
+    let deletes = 0;
+    const down: MediaStore = Object.assign(Object.create(store) as MediaStore, {
+      delete: async (key: string) => {
+        deletes++;
+        throw new StorageUnavailable(key, Object.assign(new Error('connect ECONNREFUSED 10.0.0.9:9000'), { code: 'ECONNREFUSED', syscall: 'connect' }));
+      },
+    });
+    expect((await runWith(down)).orphans).toBe(0);
+    expect(deletes).toBe(1);
+    expect(own.logs.some((l) => l.includes('media sweep phase failed') && l.includes('"phase":"orphans"') && l.includes('ECONNREFUSED'))).toBe(true);
+    for (const key of orphans) expect(await store.stat(key), key).toBeDefined();
+    expect((await runWith(store)).orphans).toBe(orphans.length);
+    for (const key of orphans) expect(await store.stat(key), key).toBeUndefined();
+  });
+
   it('does not take an output the store cannot stat (an I/O error) for missing: its row stays, its download answers 503, the other phases run', async () => {
     const c = await createCustomer(own.db, { balance: 100 });
     const store = own.ctx.mediaStore;

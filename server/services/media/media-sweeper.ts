@@ -4,8 +4,9 @@
  *
  *   expired   files past their expiry — outputs after their retention, inputs after their task's
  *             lifetime and theirs, uploads after their own — lose their bytes and their row
- *             (detached from their task, whose lookup then answers without the URL), in batches;
- *             a file whose bytes the store refuses to delete keeps its row until a later run;
+ *             (detached from their task, whose lookup then answers without the URL), in batches,
+ *             walking them in expiry order over runs (the walk's place is kept in the sweeper's
+ *             row); a file whose bytes the store refuses to delete keeps its row until the next walk;
  *   unlanded  rows of image outputs whose bytes never landed (a process died while writing them:
  *             an answer that carries its images records their rows while they are written) are
  *             deleted, checked once, 10 minutes after they were written;
@@ -15,19 +16,36 @@
  *             walk's place is kept in the sweeper's row).
  *
  * Each phase runs whatever the others did: a store failing one of them (an object it refuses to
- * delete, an I/O error) is logged and that phase is tried again at the next run.
+ * delete, an I/O error) is logged and that phase is tried again at the next run. A store failing as
+ * a whole (unreachable, timing out, refusing every call) ends a phase at its first failure: walking
+ * on would cost a call per file, each after the SDK's retries, past the run's lease.
+ *
+ * stop() ends a run at once (a stopping process): a store call in flight is left to end on its own;
+ * what it did is done again by a later run, as deleting bytes already gone is no error.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from '../../logger.ts';
-import type { FileRepository } from '../../repositories/file.repository.ts';
+import type { ExpiredPlace, FileRepository } from '../../repositories/file.repository.ts';
 import type { SweeperRepository } from '../../repositories/sweeper.repository.ts';
 import type { Transactor } from '../../db/transaction.ts';
-import type { MediaStore } from '../../storage/media-store.ts';
+import { StorageError, type MediaStore } from '../../storage/media-store.ts';
 
 const NAME = 'media';
 /** Longer than a run can take: a run that dies lets another instance take over after it. */
 const LEASE_MS = 5 * 60_000;
 const EXPIRED_BATCH = 100;
+/**
+ * Refused deletes after which a run's expired phase ends (the walk goes on from there at the next
+ * run): a store that refuses every delete (a missing s3:DeleteObject) costs this many calls a run.
+ */
+const MAX_REFUSED = 1000;
+/**
+ * What the store answers when it refuses one object but works: permissions of a file or its folder
+ * (EACCES, EPERM), S3's AccessDenied (a bucket policy on some keys, an object lock). Anything else
+ * (a network error, a timeout, a 5xx, a missing bucket, bad credentials, EIO, EROFS) is about the
+ * store as a whole.
+ */
+const REFUSALS = new Set(['EACCES', 'EPERM', 'AccessDenied']);
 /** Rows checked for bytes that never landed: written 10 minutes to 2 hours ago. */
 const UNLANDED = { toMs: 10 * 60_000, fromMs: 2 * 60 * 60_000, batch: 200 };
 /** Objects older than this without a row are orphans (younger ones may be writes in flight). */
@@ -58,36 +76,53 @@ export interface SweepReport {
 }
 
 interface Cursor {
+  /** The last expired file the walk handled (deleted or refused); unset: the walk starts over. */
+  expired?: ExpiredPlace;
   /** The last row checked for landed bytes. */
   unlanded?: { createdAt: string; id: string };
   /** The last key of the store's walk. */
   orphans?: string;
 }
 
+/** The run was stopped (stop()); not a failure. */
+class SweepStopped extends Error {
+  override readonly name = 'SweepStopped';
+}
+
 export class MediaSweeper {
   private readonly owner = `sweeper_${process.pid}_${randomBytes(4).toString('hex')}`;
+  /** The run in progress's: stop() ends it at its next file. */
+  private abort = new AbortController();
 
   constructor(
     private readonly deps: { files: FileRepository; sweepers: SweeperRepository; store: MediaStore; tx: Transactor; log: Logger; now?: () => number },
   ) {}
 
-  /** One run, when no other instance is running one; undefined when another holds the lease. */
+  /** One run, when no other instance is running one; undefined when another holds the lease or stop() came first. */
   async run(): Promise<SweepReport | undefined> {
+    // Made before the lease is taken: a stop() while that statement runs stops this run (as TaskSweeper.run).
+    const abort = new AbortController();
+    this.abort = abort;
     const taken = await this.deps.sweepers.take(NAME, this.owner, LEASE_MS);
     if (!taken) return undefined;
     const cursor = parseCursor(taken.cursor);
+    if (abort.signal.aborted) {
+      await this.deps.sweepers.save(NAME, this.owner, taken.cursor, true);
+      return undefined;
+    }
     const report: SweepReport = { expired: 0, unlanded: 0, orphans: 0 };
     // One phase failing (the store unreachable, a query) must not stop the others: an object that
     // cannot be listed is no reason to keep expired files, nor the reverse.
     const phase = async (name: keyof SweepReport, sweep: () => Promise<number>) => {
+      if (abort.signal.aborted) return;
       try {
         report[name] = await sweep();
       } catch (err) {
-        this.deps.log.warn({ err, phase: name }, 'media sweep phase failed; retrying at the next run');
+        if (!abort.signal.aborted) this.deps.log.warn({ err, phase: name }, 'media sweep phase failed; retrying at the next run');
       }
     };
     try {
-      await phase('expired', () => this.sweepExpired());
+      await phase('expired', () => this.sweepExpired(cursor));
       await phase('unlanded', () => this.sweepUnlanded(cursor));
       await phase('orphans', () => this.sweepOrphans(cursor));
     } finally {
@@ -97,46 +132,87 @@ export class MediaSweeper {
     return report;
   }
 
+  /** Ends the run in progress before its next store call (a stopping process); a later run starts afresh. */
+  stop(): void {
+    this.abort.abort();
+  }
+
   /**
-   * Expired files, a batch per transaction: their bytes are deleted, then the rows of those whose
-   * bytes are gone. A file whose bytes the store refuses to delete (EACCES, an S3 object lock)
-   * keeps its row, unchanged, and is left out for the rest of the run: it is tried again at the
-   * next run, and never holds back the files after it.
+   * Expired files, a batch at a time, from where `cursor` says the walk is: the batch is read (no
+   * row locks kept), its bytes deleted, then in one statement the rows of those whose bytes are gone.
+   * Two sweepers on the same batch (a run that outlasted its lease) delete bytes twice, which is no
+   * error, and each row once. A file whose bytes the store refuses to delete (EACCES, an S3 object
+   * lock) keeps its row, unchanged, and is tried again at the next walk; after MAX_REFUSED of them
+   * the run ends its phase and the next run walks on from there. A failure of the store as a whole
+   * ends the phase at once, the walk kept where it was.
    */
-  async sweepExpired(): Promise<number> {
+  async sweepExpired(cursor: Cursor = {}): Promise<number> {
     let removed = 0;
-    const failed: string[] = [];
+    let refusals = 0;
     for (;;) {
-      // Counted once committed (the transactor may run the batch again after a conflict).
-      const batch = await this.deps.tx.run(async (trx) => {
-        const expired = await this.deps.files.lockExpired(EXPIRED_BATCH, failed, trx);
-        const deleted: string[] = [];
-        const refused: { id: string; key: string; err: string }[] = [];
-        for (const file of expired) {
-          try {
-            await this.deps.store.delete(file.storageKey);
-            deleted.push(file.id);
-          } catch (err) {
-            refused.push({ id: file.id, key: file.storageKey, err: messageOf(err) });
-          }
-        }
-        await this.deps.files.deleteRows(deleted, trx);
-        return { taken: expired.length, deleted: deleted.length, refused };
-      });
-      removed += batch.deleted;
-      if (batch.refused.length > 0) {
-        failed.push(...batch.refused.map((f) => f.id));
-        this.deps.log.warn({ count: batch.refused.length, files: batch.refused.slice(0, 20) }, 'could not delete the bytes of expired files; their rows are kept and tried again at the next run');
+      const batch = await this.deps.files.expiredAfter(cursor.expired, EXPIRED_BATCH, this.deps.tx.single);
+      const done = await this.deleteEach(batch.map((file) => ({ ...file, key: file.storageKey })));
+      removed += await this.deps.files.deleteExpired(done.deleted.map((f) => f.id), this.deps.tx.single);
+      const last = batch[done.handled - 1];
+      if (last) cursor.expired = { expiresAt: last.expiresAt, id: last.id };
+      if (done.refused.length > 0) {
+        refusals += done.refused.length;
+        this.deps.log.warn(
+          { count: done.refused.length, files: done.refused.slice(0, 20).map((r) => ({ id: r.item.id, key: r.item.key, err: r.err })) },
+          'could not delete the bytes of expired files; their rows are kept and tried again at the next walk',
+        );
       }
-      if (batch.taken < EXPIRED_BATCH) return removed;
+      if (done.failure !== undefined) throw done.failure;
+      if (batch.length < EXPIRED_BATCH) {
+        cursor.expired = undefined;
+        return removed;
+      }
+      if (refusals >= MAX_REFUSED) {
+        this.deps.log.warn({ refused: refusals }, 'the media store refused many deletes of expired files; the sweep goes on from here at the next run');
+        return removed;
+      }
     }
+  }
+
+  /**
+   * Deletes the objects' bytes one at a time, in order. A refusal of one object is noted and the
+   * rest go on; any other failure (the store as a whole), or stop(), ends the walk there: `handled`
+   * says how many were dealt with (deleted or refused), `failure` why it ended early.
+   */
+  private async deleteEach<T extends { key: string }>(objects: readonly T[]): Promise<{ deleted: T[]; refused: { item: T; err: string }[]; handled: number; failure?: unknown }> {
+    const deleted: T[] = [];
+    const refused: { item: T; err: string }[] = [];
+    for (const [i, item] of objects.entries()) {
+      try {
+        await this.untilStopped(this.deps.store.delete(item.key));
+        deleted.push(item);
+      } catch (err) {
+        if (!isRefusal(err)) return { deleted, refused, handled: i, failure: err };
+        refused.push({ item, err: messageOf(err) });
+      }
+    }
+    return { deleted, refused, handled: objects.length };
+  }
+
+  /**
+   * `call`, or SweepStopped as soon as stop() is called: a store that does not answer must not hold
+   * a stopping process for the SDK's retries and timeouts. The call itself goes on unobserved.
+   */
+  private untilStopped<T>(call: Promise<T>): Promise<T> {
+    const signal = this.abort.signal;
+    return new Promise<T>((resolve, reject) => {
+      const stopped = () => reject(new SweepStopped('media sweep stopped'));
+      if (signal.aborted) stopped();
+      signal.addEventListener('abort', stopped, { once: true });
+      call.then(resolve, reject).finally(() => signal.removeEventListener('abort', stopped));
+    });
   }
 
   private async sweepUnlanded(cursor: Cursor): Promise<number> {
     const after = cursor.unlanded && { createdAt: new Date(cursor.unlanded.createdAt), id: cursor.unlanded.id };
     const rows = await this.deps.files.recentOutputs(after, UNLANDED, UNLANDED.batch);
     const missing: string[] = [];
-    for (const row of rows) if (!(await this.deps.store.stat(row.storageKey))) missing.push(row.id);
+    for (const row of rows) if (!(await this.untilStopped(this.deps.store.stat(row.storageKey)))) missing.push(row.id);
     if (missing.length > 0) {
       await this.deps.tx.run((trx) => this.deps.files.deleteRows(missing, trx));
       this.deps.log.warn({ files: missing }, 'removed the rows of image outputs whose bytes never landed');
@@ -147,7 +223,7 @@ export class MediaSweeper {
   }
 
   private async sweepOrphans(cursor: Cursor): Promise<number> {
-    const page = await this.deps.store.list(cursor.orphans, ORPHAN_PAGE);
+    const page = await this.untilStopped(this.deps.store.list(cursor.orphans, ORPHAN_PAGE));
     // A short page ended the walk: the next run starts over. (The walk goes on past foreign keys:
     // the page's length, not what is left of it, says whether the store has more.)
     const next = page.length < ORPHAN_PAGE ? undefined : page.at(-1)!.key;
@@ -155,22 +231,21 @@ export class MediaSweeper {
     const known = await this.deps.files.keysWithRows(ours.map((o) => o.key));
     const now = (this.deps.now ?? Date.now)();
     const orphans = ours.filter((o) => !known.has(o.key) && now - o.modifiedAt.getTime() > ORPHAN_AGE_MS);
-    const removed: string[] = [];
-    const refused: { key: string; err: string }[] = [];
-    for (const orphan of orphans) {
-      try {
-        await this.deps.store.delete(orphan.key);
-        removed.push(orphan.key);
-      } catch (err) {
-        // Found again at the next walk; the rest of the page is removed meanwhile.
-        refused.push({ key: orphan.key, err: messageOf(err) });
-      }
-    }
-    cursor.orphans = next;
+    // A refused one is found again at the next walk; the rest of the page is removed meanwhile.
+    const done = await this.deleteEach(orphans);
+    const removed = done.deleted.map((o) => o.key);
     if (removed.length > 0) this.deps.log.warn({ keys: removed.slice(0, 20), count: removed.length }, 'removed stored media no file row names');
-    if (refused.length > 0) this.deps.log.warn({ count: refused.length, objects: refused.slice(0, 20) }, 'could not delete stored media no file row names; tried again at the next walk');
+    if (done.refused.length > 0) this.deps.log.warn({ count: done.refused.length, objects: done.refused.slice(0, 20).map((r) => ({ key: r.item.key, err: r.err })) }, 'could not delete stored media no file row names; tried again at the next walk');
+    // The page is walked again at the next run.
+    if (done.failure !== undefined) throw done.failure;
+    cursor.orphans = next;
     return removed.length;
   }
+}
+
+/** A failure of the store about one object only (REFUSALS); anything else is about the store. */
+function isRefusal(err: unknown): boolean {
+  return err instanceof StorageError && REFUSALS.has(err.code);
 }
 
 function messageOf(err: unknown): string {
