@@ -292,7 +292,9 @@ export class LedgerRepository {
                   + coalesce((select a.input_retention_days from accounts a where a.id = ${hold.accountId}), ${inputs.retentionDays}::int) * interval '1 day'
                 when expires_at is null then null
                 else greatest(expires_at, now() + ${inputs.pinSeconds} * interval '1 second') end
-            where id = any(${[...inputs.fileIds]}::text[]) and account_id = ${hold.accountId} and exists (select 1 from t)
+            -- An expired file is not adopted: the media sweeper may be deleting its bytes.
+            where id = any(${[...inputs.fileIds]}::text[]) and account_id = ${hold.accountId} and (expires_at is null or expires_at > now())
+              and exists (select 1 from t)
             returning id
           )`;
     // Every file the task names is adopted, or nothing is written: a file deleted (or expired) since

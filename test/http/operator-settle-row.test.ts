@@ -1,8 +1,11 @@
 /**
- * An operator's settlement of a needs_attention image task captures what the row says as the
- * settling statement locks it, not what an earlier read of it said: a row read while the task was
- * still processing (delivered 0) and settled `refunded` once an interrupted stream had recorded one
- * delivered image still captures that image (the client has it), with one release and one capture.
+ * Money decided by the row a statement locks, not by an earlier read of it.
+ * - An operator's settlement of a needs_attention image task: a row read while the task was still
+ *   processing (delivered 0) and settled `refunded` once an interrupted stream had recorded one
+ *   delivered image still captures that image (the client has it), with one release and one capture.
+ * - A hold that adopts input files: a file that expired (or was deleted) since the request resolved
+ *   it is not adopted (the media sweeper could be deleting its bytes): `input_files_gone`, nothing
+ *   held, no task.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { newId } from '../../server/lib/ids.ts';
@@ -18,7 +21,7 @@ beforeAll(async () => {
 afterAll(async () => server?.close());
 
 /** A synchronous two-image task of 1 credit each, held and processing (this test holds its lease). */
-async function heldTask(accountId: string, apiKeyId: string, groupId: string): Promise<string> {
+async function heldTask(accountId: string, apiKeyId: string, groupId: string, inputFileIds: string[] = []) {
   const taskId = newId('img');
   const row = {
     id: taskId,
@@ -29,7 +32,7 @@ async function heldTask(accountId: string, apiKeyId: string, groupId: string): P
     model: 'local-image-1',
     prompt: 'p',
     params: JSON.stringify({ outputFormat: 'png' }),
-    inputFileIds: [],
+    inputFileIds,
     maskFileId: null,
     n: 2,
     unitPrice: 1_000_000,
@@ -42,16 +45,43 @@ async function heldTask(accountId: string, apiKeyId: string, groupId: string): P
     { holdId: newId('hold'), accountId, apiKeyId, taskId, amount: 2_000_000 },
     // eslint-disable-next-line @typescript-eslint/no-explicit-any -- a raw row of the table, as the image service builds it
     { table: 'imageTasks', row: row as any, leaseMs: 60_000 },
+    { fileIds: inputFileIds, pinSeconds: 3600, retentionDays: 1 },
   );
-  expect(held.outcome).toBe('ok');
-  return taskId;
+  return { taskId, outcome: held.outcome };
 }
 
-it('a refund captures the images the locked row says were delivered, whatever the row read before said', async () => {
+async function customer() {
   const account = await createAccount(server.db, { balance: 10 });
   const group = await createGroup(server.db);
   const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
-  const taskId = await heldTask(account.id, key.id, group.id);
+  return { account, group, key };
+}
+
+async function upload(accountId: string, expiresAt: Date): Promise<string> {
+  const id = newId('file');
+  await server.db
+    .insertInto('files')
+    .values({ id, accountId, purpose: 'upload', contentType: 'image/png', bytes: 10, storageKey: `upload/xx/${id}`, width: 64, height: 64, expiresAt, filename: 'in.png' })
+    .execute();
+  return id;
+}
+
+it('a hold does not adopt an input file that has expired since it was resolved: input_files_gone, nothing held', async () => {
+  const { account, group, key } = await customer();
+  const live = await upload(account.id, new Date(Date.now() + 3_600_000));
+  const expired = await upload(account.id, new Date(Date.now() - 1000));
+  const refused = await heldTask(account.id, key.id, group.id, [live, expired]);
+  expect(refused.outcome).toBe('input_files_gone');
+  expect(await server.db.selectFrom('imageTasks').select('id').where('id', '=', refused.taskId).executeTakeFirst()).toBeUndefined();
+  expect(await server.db.selectFrom('creditHolds').select('id').where('taskId', '=', refused.taskId).executeTakeFirst()).toBeUndefined();
+  // The live file was not adopted either (one statement: all or nothing), and a live set is.
+  expect((await server.db.selectFrom('files').select('taskId').where('id', '=', live).executeTakeFirstOrThrow()).taskId).toBeNull();
+  expect((await heldTask(account.id, key.id, group.id, [live])).outcome).toBe('ok');
+});
+
+it('a refund captures the images the locked row says were delivered, whatever the row read before said', async () => {
+  const { account, group, key } = await customer();
+  const { taskId } = await heldTask(account.id, key.id, group.id);
   const stale = (await server.ctx.repositories.imageTasks.find(taskId))!;
   expect([stale.status, stale.delivered]).toEqual(['processing', 0]);
   // The stream was interrupted after one image had gone out.
