@@ -362,7 +362,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     webhookSecretOverlapSeconds: int(env, 'WEBHOOK_SECRET_OVERLAP_SECONDS', 86_400, 0, 30 * 86_400),
     bodyIdleTimeoutMs: int(env, 'BODY_IDLE_TIMEOUT_MS', 30_000, 100, 600_000),
     bodyTimeoutMs: int(env, 'BODY_TIMEOUT_MS', 900_000, 1000, 3_600_000),
-    streamWriteIdleMs: int(env, 'STREAM_WRITE_IDLE_MS', 30_000, 100, 600_000),
+    streamWriteIdleMs: int(env, 'STREAM_WRITE_IDLE_MS', 60_000, 100, 600_000),
     mediaUrlTimeoutMs: int(env, 'MEDIA_URL_TIMEOUT_MS', 30_000, 100, 600_000),
     uploadMaxBytes: int(env, 'UPLOAD_MAX_BYTES', 536_870_912, 1024),
     uploadDefaultExpirySeconds: 7 * 86_400,

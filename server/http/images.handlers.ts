@@ -56,8 +56,15 @@ function clientGone(req: Request, res: Response): AbortSignal {
 
 export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' | 'editImage' | 'getImageTask' | 'listImageTasks'> {
   const images = ctx.services.images;
-  /** Answers carrying images are written with backpressure: a client that stops reading is cut off (STREAM_WRITE_IDLE_MS). */
+  /**
+   * An event stream is written while its task runs, holding the member's slot, the lease and the
+   * credits: a client that stops reading it is cut off (STREAM_WRITE_IDLE_MS). A JSON answer is
+   * written once the task has settled (its slot free) and is waited for ten times as long: a slow
+   * client on a poor network still gets the images it paid for, while one that took nothing for
+   * that long no longer holds the answer's buffers (and an edit's share of the large-body budget).
+   */
   const idleMs = ctx.config.streamWriteIdleMs;
+  const jsonLimits = { idleMs: idleMs * 10 };
 
   /**
    * A request from its fields to its answer: the task created (validated, priced, held and
@@ -82,7 +89,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     };
     if (async) {
       res.setHeader('Location', `/v1/images/${task.id}`);
-      await sendJsonWithImages(res, operation === 'generation' ? 'createImage' : 'editImage', 202, await images.toImageTask(task), { idleMs });
+      await sendJsonWithImages(res, operation === 'generation' ? 'createImage' : 'editImage', 202, await images.toImageTask(task), jsonLimits);
       return;
     }
     if (stream) {
@@ -113,7 +120,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       return;
     }
     // The answer is written while the task settles; its last byte waits for the commit.
-    const answer = openJsonAnswer(res, { task, limits: { idleMs, signal } });
+    const answer = openJsonAnswer(res, { task, limits: { ...jsonLimits, signal } });
     let result: ExecuteResult;
     try {
       result = await images.runSync(task, NULL_SINK, signal, log, { deliveredOnlyIfAllSent: true, whileSettling: answer.whileSettling });
@@ -169,7 +176,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
 
     async getImageTask(req, res) {
       noStore(res);
-      await sendJsonWithImages(res, 'getImageTask', 200, await images.get(authOf(req), req.params.task_id), { idleMs });
+      await sendJsonWithImages(res, 'getImageTask', 200, await images.get(authOf(req), req.params.task_id), jsonLimits);
     },
   };
 }

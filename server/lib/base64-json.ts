@@ -242,16 +242,41 @@ function bounded(out: Writable, limits: WriteLimits, start: (settle: (err?: Erro
     limits.signal?.addEventListener('abort', onAbort);
     if (limits.idleMs !== undefined) {
       const ms = limits.idleMs;
-      timer = setTimeout(() => {
+      // The bound is on progress, not on the whole wait: a client that keeps taking bytes, however
+      // slowly, is waited for; only one that took none of what waits for it for `ms` is cut off.
+      // Looked at every quarter of `ms`: what waits shrinking is progress.
+      const step = Math.max(10, Math.floor(ms / 4));
+      let waiting = pendingBytes(out);
+      let idleSince = Date.now();
+      const look = () => {
+        const now = pendingBytes(out);
+        if (now < waiting) idleSince = Date.now();
+        waiting = now;
+        if (Date.now() - idleSince < ms) {
+          timer = setTimeout(look, step);
+          return;
+        }
         // Settled first: the 'close' the destroy brings must not turn this into a plain "went away".
         settle(new StalledClient(`the client took nothing of the answer for ${ms} ms and was cut off`));
         out.destroy();
-      }, ms);
+      };
+      timer = setTimeout(look, step);
     }
     stop = start(settle);
     if (settled) stop();
     else if (limits.signal?.aborted) onAbort();
   });
+}
+
+/**
+ * Bytes written to `out` that its client has not taken yet. A stream's `writableLength` counts a
+ * chunk until all of it is flushed (a 256 KiB write a slow reader takes 8 KiB at a time looks
+ * stuck), so the socket handle's own write queue, which shrinks with each partial write, is added.
+ */
+function pendingBytes(out: Writable): number {
+  const socket = (out as Writable & { socket?: unknown }).socket ?? out;
+  const queued = (socket as { _handle?: { writeQueueSize?: number } | null })._handle?.writeQueueSize;
+  return out.writableLength + (typeof queued === 'number' ? queued : 0);
 }
 
 /** The last write, resolved by its callback (the bytes reached the socket). */

@@ -150,7 +150,7 @@ async function stalledRequest(request: string, ready: () => Promise<unknown>, st
 const contentLength = (head: string) => Number(/\r\ncontent-length: (\d+)/i.exec(head)![1]);
 
 describe('a JSON answer carrying images whose client reads none of it', () => {
-  it('is cut off: the synchronous answer (charged once its task settled) and the task lookup alike', async () => {
+  it('is cut off after ten times STREAM_WRITE_IDLE_MS: the synchronous answer (charged once its task settled) and the task lookup alike', async () => {
     const account = await createAccount(server.db, { balance: 100 });
     const group = await createGroup(server.db);
     await addUpstreamMember(server.db, server.secretKey, { groupId: group.id, provider: 'openai', baseUrl: `${fake.url}/v1`, credentials: { api_key: 'sk-a' }, models: [IMAGE_PRO.id], modelMap: { [IMAGE_PRO.id]: 'gpt-image-1.5' } });
@@ -165,7 +165,7 @@ describe('a JSON answer carrying images whose client reads none of it', () => {
     const answer = await stalledRequest(
       `POST /v1/images/generations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key.key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
       settled,
-      2500,
+      11_500,
     );
     expect(answer.head).toMatch(/^HTTP\/1\.1 200 /);
     // Cut short and closed, where it would have waited for the client for as long as it kept its socket open.
@@ -176,7 +176,7 @@ describe('a JSON answer carrying images whose client reads none of it', () => {
     expect(task).toMatchObject({ status: 'completed', delivered: 4 });
 
     // The lookup that carries the same images: cut off too.
-    const lookup = await stalledRequest(`GET /v1/images/${task.id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key.key}\r\n\r\n`, async () => undefined, 2500);
+    const lookup = await stalledRequest(`GET /v1/images/${task.id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key.key}\r\n\r\n`, async () => undefined, 11_500);
     expect(lookup.head).toMatch(/^HTTP\/1\.1 200 /);
     expect(lookup.closed).toBe(true);
     expect(lookup.body.length).toBeLessThan(contentLength(lookup.head));
@@ -184,7 +184,7 @@ describe('a JSON answer carrying images whose client reads none of it', () => {
     const res = await fetch(`${server.directUrl}/v1/images/${task.id}`, { headers: { Authorization: `Bearer ${key.key}` } });
     expect(res.status).toBe(200);
     expect(((await res.json()) as { data: unknown[] }).data).toHaveLength(4);
-  }, 60_000);
+  }, 90_000);
 });
 
 describe('writeJsonParts under WriteLimits', () => {
