@@ -52,30 +52,47 @@ const S3_TIMEOUTS = { connectMs: 5_000, requestMs: 30_000 };
 /** Error names of S3 (and compatible servers) that mean the bucket or the account is out of space. */
 const FULL = new Set(['QuotaExceeded', 'StorageQuotaExceeded', 'InsufficientStorage', 'EntityTooLarge']);
 
+/**
+ * Sockets of the client that streams reads (`read`): a download holds one until its reader is done,
+ * for as long as a slow client takes; the SDK's default of 50 would make the 51st wait.
+ */
+const READ_SOCKETS = 1024;
+
 export class S3MediaStore implements MediaStore {
   readonly client: S3Client;
+  /**
+   * The client of `read` alone, with sockets of its own: downloads in progress hold their sockets,
+   * and on the same client a stat, a put of a paid output or a delete would queue behind them,
+   * its connection timeout running while it waits for a socket (a healthy store answering
+   * storage_unavailable).
+   */
+  private readonly reader: S3Client;
   private readonly bucket: string;
   private readonly prefix: string;
 
   constructor(opts: S3StoreOptions) {
     this.bucket = opts.bucket;
     this.prefix = opts.prefix ?? '';
-    this.client = new S3Client({
-      region: opts.region,
-      ...(opts.endpoint && { endpoint: opts.endpoint }),
-      forcePathStyle: opts.forcePathStyle ?? false,
-      ...(opts.credentials && { credentials: opts.credentials }),
-      // throwOnRequestTimeout: without it the SDK only logs a warning when requestTimeout passes.
-      requestHandler: {
-        connectionTimeout: (opts.timeouts ?? S3_TIMEOUTS).connectMs,
-        requestTimeout: (opts.timeouts ?? S3_TIMEOUTS).requestMs,
-        throwOnRequestTimeout: true,
-      },
-      // Checksums only where S3 requires them: several S3-compatible stores (R2, B2, older MinIO)
-      // refuse the SDK's default CRC32 trailers, and a streamed part needs none (SigV4 signs it).
-      requestChecksumCalculation: 'WHEN_REQUIRED',
-      responseChecksumValidation: 'WHEN_REQUIRED',
-    });
+    const client = (maxSockets?: number) =>
+      new S3Client({
+        region: opts.region,
+        ...(opts.endpoint && { endpoint: opts.endpoint }),
+        forcePathStyle: opts.forcePathStyle ?? false,
+        ...(opts.credentials && { credentials: opts.credentials }),
+        // throwOnRequestTimeout: without it the SDK only logs a warning when requestTimeout passes.
+        requestHandler: {
+          connectionTimeout: (opts.timeouts ?? S3_TIMEOUTS).connectMs,
+          requestTimeout: (opts.timeouts ?? S3_TIMEOUTS).requestMs,
+          throwOnRequestTimeout: true,
+          ...(maxSockets && { httpAgent: { keepAlive: true, maxSockets }, httpsAgent: { keepAlive: true, maxSockets } }),
+        },
+        // Checksums only where S3 requires them: several S3-compatible stores (R2, B2, older MinIO)
+        // refuse the SDK's default CRC32 trailers, and a streamed part needs none (SigV4 signs it).
+        requestChecksumCalculation: 'WHEN_REQUIRED',
+        responseChecksumValidation: 'WHEN_REQUIRED',
+      });
+    this.client = client();
+    this.reader = client(READ_SOCKETS);
   }
 
   private objectKey(key: string): string {
@@ -152,7 +169,7 @@ export class S3MediaStore implements MediaStore {
     // (50) are all held so, every S3 call of the process waits forever.
     const abort = new AbortController();
     out.once('close', () => abort.abort());
-    this.client
+    this.reader
       .send(new GetObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key), ...(range && { Range: `bytes=${range.start}-${range.end}` }) }), { abortSignal: abort.signal })
       .then(
         (res) => {
@@ -217,6 +234,7 @@ export class S3MediaStore implements MediaStore {
   /** Closes the client's connections (shutdown, tests). */
   close(): void {
     this.client.destroy();
+    this.reader.destroy();
   }
 }
 
