@@ -292,8 +292,10 @@ export class LedgerRepository {
                   + coalesce((select a.input_retention_days from accounts a where a.id = ${hold.accountId}), ${inputs.retentionDays}::int) * interval '1 day'
                 when expires_at is null then null
                 else greatest(expires_at, now() + ${inputs.pinSeconds} * interval '1 second') end
-            -- An expired file is not adopted: the media sweeper may be deleting its bytes.
-            where id = any(${[...inputs.fileIds]}::text[]) and account_id = ${hold.accountId} and (expires_at is null or expires_at > now())
+            -- An expired file is not adopted: the media sweeper may be deleting its bytes. The clock
+            -- is read as the row is locked, not at the statement's start (now()): a hold that waited
+            -- on the account's lock would judge the file by a time before the sweeper read it.
+            where id = any(${[...inputs.fileIds]}::text[]) and account_id = ${hold.accountId} and (expires_at is null or expires_at > clock_timestamp())
               and exists (select 1 from t)
             returning id
           )`;

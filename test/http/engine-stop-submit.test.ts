@@ -35,10 +35,14 @@ const provider: VideoProvider = {
     return { state: 'succeeded', output: {} };
   },
   download: async () => ({ stream: Readable.from([Buffer.from('mp4 bytes')]), contentType: 'video/mp4', bytes: 9 }),
+  // An upstream that never answers a cancel: it ends only when its signal aborts.
+  cancel: (_account, _jobId, signal) => aborted(signal),
 };
 
 /** Rejects with the signal's reason once it aborts: what upstreamFetch does, even after the body went out. */
-const aborted = (signal: AbortSignal) => new Promise<never>((_, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }));
+function aborted(signal: AbortSignal): Promise<never> {
+  return new Promise<never>((_, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }));
+}
 
 let server: TestServer;
 beforeAll(async () => {
@@ -208,4 +212,21 @@ describe('the task sweeper', () => {
     // The lease it took is given back at once, so that another instance runs the next sweep.
     expect(calls).toEqual(['take', 'save release=true']);
   });
+});
+
+describe('a task past its deadline whose upstream never answers the cancel', () => {
+  it('is failed and refunded once the cancel has had its time (15 s), not held for as long as the upstream is silent', async () => {
+    const { key } = await createCustomer(server.db, { balance: 100 });
+    onSubmit = async () => `job-silent-${Date.now()}`;
+    const id = await createVideo(key);
+    const engine = new TaskEngine(server.ctx.runners.video, createLogger('silent'), { ...LEASE, leaseMs: 60_000 });
+    engine.start();
+    try {
+      await until(async () => (await rowOf(id)).upstreamJobId ?? undefined, 10_000, 'the job id');
+      await server.db.updateTable('videoTasks').set({ deadlineAt: new Date(Date.now() - 1000), nextRunAt: new Date() }).where('id', '=', id).execute();
+      await until(async () => ((await rowOf(id)).status === 'failed' ? true : undefined), 25_000, 'the refund');
+    } finally {
+      await engine.stop();
+    }
+  }, 40_000);
 });

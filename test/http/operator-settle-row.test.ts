@@ -7,6 +7,7 @@
  *   it is not adopted (the media sweeper could be deleting its bytes): `input_files_gone`, nothing
  *   held, no task.
  */
+import { sql } from 'kysely';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { newId } from '../../server/lib/ids.ts';
 import { fenceOf } from '../../server/repositories/leased-tasks.ts';
@@ -93,4 +94,29 @@ it('a refund captures the images the locked row says were delivered, whatever th
   expect([hold.status, Number(hold.captured)]).toEqual(['captured', 1_000_000]);
   const entries = await server.db.selectFrom('ledgerEntries').select(['kind', 'amount']).where('taskId', '=', taskId).orderBy('id').execute();
   expect(entries.map((e) => [e.kind, Number(e.amount)])).toEqual(expect.arrayContaining([['capture', 1_000_000], ['release', 1_000_000]]));
+});
+
+it("judges a file's expiry when the hold reaches it, not when the hold began: one that expired while the hold waited on the account is not adopted", async () => {
+  const { account, group, key } = await customer();
+  // A file that expires 1.5 s from now.
+  const fileId = await upload(account.id, new Date(Date.now() + 1500));
+  // Another hold of the account in progress holds its row; this request's hold (its statement's
+  // now() is this moment) waits for it while the file expires and the sweeper may read it.
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let locked!: () => void;
+  const lockTaken = new Promise<void>((resolve) => (locked = resolve));
+  const other = server.db.transaction().execute(async (trx) => {
+    await sql`select 1 from accounts where id = ${account.id} for update`.execute(trx);
+    locked();
+    await released;
+  });
+  await lockTaken;
+  const holding = heldTask(account.id, key.id, group.id, [fileId]);
+  await new Promise((resolve) => setTimeout(resolve, 2500));
+  // What the media sweeper reads now: the file is expired and no row lock keeps it.
+  expect((await server.ctx.repositories.files.expiredAfter(undefined, 1000, server.db)).some((f) => f.id === fileId)).toBe(true);
+  release();
+  await other;
+  expect((await holding).outcome).toBe('input_files_gone');
 });

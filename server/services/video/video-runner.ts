@@ -46,9 +46,14 @@ export const VIDEO_RETRY: RetryPolicy = { maxRetries: Number.POSITIVE_INFINITY, 
  * Retry-After each time), and never past the task's deadline.
  */
 export const DOWNLOAD_RETRY: RetryPolicy = { maxRetries: 10, baseDelayMs: 2000, maxDelayMs: 5 * 60_000 };
-/** The cancel of a job past its task's deadline: asked this many times through passing failures, each wait at most CANCEL_WAIT_MAX_MS. */
+/**
+ * The cancel of a job past its task's deadline: asked this many times through passing failures,
+ * each wait at most CANCEL_WAIT_MAX_MS, all of it within CANCEL_TOTAL_MS (the refund waits for it,
+ * and the task sweeper fails overdue tasks one after another).
+ */
 const CANCEL_ATTEMPTS = 3;
 const CANCEL_WAIT_MAX_MS = 5000;
+const CANCEL_TOTAL_MS = 15_000;
 
 export interface VideoRunnerDeps {
   tasks: VideoTaskRepository;
@@ -163,18 +168,19 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     const account = await this.deps.pool.account(task.memberId);
     const provider = account && this.deps.providers.video(account.provider);
     if (!account || !provider?.cancel) return;
+    const bounded = AbortSignal.any([signal, AbortSignal.timeout(CANCEL_TOTAL_MS)]);
     for (let attempt = 1; ; attempt++) {
       try {
-        await attempts.run('cancel', account, task.upstreamJobId, () => this.deps.pool.health.observeAccepted(account, () => provider.cancel!(account, task.upstreamJobId!, signal), signal), { signal });
+        await attempts.run('cancel', account, task.upstreamJobId, () => this.deps.pool.health.observeAccepted(account, () => provider.cancel!(account, task.upstreamJobId!, bounded), bounded), { signal: bounded });
         log.info({ memberId: account.memberId, upstreamJobId: task.upstreamJobId, attempt }, 'upstream job of a task past its deadline cancelled');
         return;
       } catch (err) {
         const passing = err instanceof ProviderError && (err.kind === 'retryable' || err.kind === 'rate_limited');
-        if (!passing || attempt >= CANCEL_ATTEMPTS || signal.aborted) {
+        if (!passing || attempt >= CANCEL_ATTEMPTS || bounded.aborted) {
           log.warn({ memberId: account.memberId, upstreamJobId: task.upstreamJobId, attempt, err: err instanceof Error ? err.message : String(err) }, 'could not cancel the upstream job of a task past its deadline');
           return;
         }
-        await sleep(Math.min(err.retryAfterMs ?? 1000 * attempt, CANCEL_WAIT_MAX_MS), undefined, { signal }).catch(() => undefined);
+        await sleep(Math.min(err.retryAfterMs ?? 1000 * attempt, CANCEL_WAIT_MAX_MS), undefined, { signal: bounded }).catch(() => undefined);
       }
     }
   }
