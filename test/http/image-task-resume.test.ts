@@ -8,7 +8,8 @@
  * fails in passing while its recorded job is still there (a finished job whose output the CDN fails
  * to serve, a Kling task slower than the adapter's wait: Kling cannot cancel): the next try collects
  * it. A step stopped during a Kling submit, before the task was recorded, finds it by its
- * external_task_id (the task's id) on the next step.
+ * external_task_id (the task's id) on the next step. A resumed job whose outputs are gone is given
+ * up and the next try submits afresh (on Kling, under the next external id: Kling keeps the first).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
@@ -261,6 +262,29 @@ describe('a background image task whose job is given up on', () => {
       const done = await finished(id, 30_000);
       expect(done, JSON.stringify({ errorCode: done.errorCode, errorMessage: done.errorMessage, lastError: done.lastError, retries: done.retries })).toMatchObject({ status: 'completed', delivered: 1 });
       expect(jobsOf()).toHaveLength(2);
+    } finally {
+      await second.stop();
+    }
+  }, 40_000);
+
+  it('Kling: a resumed task whose links the CDN no longer serves is given up: the next try creates a fresh task under the next external id and completes', async () => {
+    const c = await customer('kling');
+    const id = await startAsync(c.key, 'kling-v3', `a pagoda [slow] ${Date.now()}`);
+    const tasksOf = () => [...kling.tasks.values()].filter((t) => t.kind === 'image' && t.prompt.includes('pagoda'));
+    const first = engine();
+    await until(async () => (await rowOf(id)).upstreamJob !== null, 10_000, 'the Kling task to be recorded');
+    await first.stop();
+    // Collected too late: its links have expired (Kling's CDN answers 403). Kling keeps its
+    // external_task_id (the task's id): the fresh task cannot be created under it again.
+    kling.expire(tasksOf()[0]!.taskId);
+    const second = engine();
+    try {
+      const done = await finished(id, 30_000);
+      expect(done, JSON.stringify({ errorCode: done.errorCode, errorMessage: done.errorMessage, lastError: done.lastError, retries: done.retries })).toMatchObject({ status: 'completed', delivered: 1 });
+      const tasks = tasksOf();
+      expect(tasks.map((t) => t.externalTaskId)).toEqual([id, `${id}-2`]);
+      expect(done.upstreamJob).toBe(tasks[1]!.taskId);
+      expect(await holdOf(server.db, id)).toMatchObject({ status: 'captured' });
     } finally {
       await second.stop();
     }

@@ -9,7 +9,9 @@
  * grace since it was sent is over), a submit Kling never carried out (safe to fail over once that
  * grace is over, and it does), and a finished task whose images the CDN fails to serve (not run
  * again elsewhere). Then the adapter's own errors once the task exists: thrown as maybe accepted,
- * and as kept for a later try to collect, and a resubmit of a task Kling has: continued with it.
+ * and as kept for a later try to collect, and a resubmit of a task Kling has: continued with it, or,
+ * its links gone, replaced by a task under the next external id. A create Kling refuses that no
+ * lookup finds a task for (the lookup refused or failing too) stays the client's refusal, at once.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
@@ -157,6 +159,17 @@ describe('a synchronous Kling image request with two members', () => {
     expect(tasksOf(text).map((t) => t.accessKey)).toEqual(['ak-b']);
   });
 
+  it('a create Kling refuses as invalid whose duplicate lookup is refused too is the client\'s 400, not an upstream failure', async () => {
+    const key = await customer(true);
+    const text = prompt('an invalid request');
+    fake.errorNext('image-submit', 1201);
+    fake.errorNext('image-poll', 1200);
+    const res = await generate(key, text);
+    expect([res.status, res.body.error?.code], JSON.stringify(res.body)).toEqual([400, 'upstream_rejected']);
+    expect(tasksOf(text)).toEqual([]);
+    expect(await holdOf(server.db, res.taskId)).toMatchObject({ status: 'released', captured: 0 });
+  });
+
   it('a finished task whose images the CDN fails to serve is not run again on the other member: one Kling task, nothing charged', async () => {
     const key = await customer(true);
     const text = prompt('a CDN that keeps failing');
@@ -300,6 +313,86 @@ describe('the adapter, once the task may exist', () => {
     const err = await failureOf(provider.generate(account(), { ...job(text), taskId: `img_refused_${Date.now()}_${++seq}` }, new AbortController().signal, seen));
     expect([err.kind, err.maybeAccepted, err.upstreamCode]).toEqual(['invalid_request', false, '1201']);
     expect([tasksOf(text), seen.refs]).toEqual([[], []]);
+  });
+
+  it('a refused submit whose lookup is refused (1200) stands as the client\'s: invalid_request with Kling\'s code, not maybe accepted', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+    const text = prompt('a refused submit, its lookup refused');
+    fake.errorNext('image-submit', 1201);
+    fake.errorNext('image-poll', 1200);
+    const seen = events();
+    const err = await failureOf(provider.generate(account(), { ...job(text), taskId: `img_refused_${Date.now()}_${++seq}` }, new AbortController().signal, seen));
+    expect([err.kind, err.maybeAccepted, err.upstreamCode]).toEqual(['invalid_request', false, '1201']);
+    expect([tasksOf(text), seen.refs]).toEqual([[], []]);
+  });
+
+  it('a refused submit whose lookups are rate-limited stands as the client\'s at once, not after waiting for the deadline', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, timeoutMs: 20_000, callTimeoutMs: CALL_TIMEOUT_MS });
+    const text = prompt('a refused submit, its lookups rate-limited');
+    const since = fake.requests.length;
+    fake.errorNext('image-submit', 1201);
+    fake.rateLimitNext('image-poll', 0, { times: 1000, retryAfter: false });
+    const started = Date.now();
+    try {
+      const err = await failureOf(provider.generate(account(), { ...job(text), taskId: `img_refused_${Date.now()}_${++seq}` }, new AbortController().signal, events()));
+      expect([err.kind, err.maybeAccepted, err.upstreamCode]).toEqual(['invalid_request', false, '1201']);
+      expect(Date.now() - started).toBeLessThan(2_000);
+      // One lookup, and one more after it failed in passing.
+      expect(fake.requests.slice(since).filter((r) => r.method === 'GET')).toHaveLength(2);
+    } finally {
+      fake.faults.clear();
+    }
+  });
+
+  it('a resubmit whose first lookup fails in passing finds the task it has on the second: one Kling task', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+    const text = prompt('a task submitted twice, its lookup rate-limited');
+    const taskId = `img_once_${Date.now()}_${++seq}`;
+    await provider.generate(account(), { ...job(text), taskId }, new AbortController().signal, events());
+    fake.rateLimitNext('image-poll', 0);
+    const again = events();
+    await provider.generate(account(), { ...job(text), taskId }, new AbortController().signal, again);
+    expect(tasksOf(text)).toHaveLength(1);
+    expect(again.refs).toEqual([tasksOf(text)[0]!.taskId]);
+  });
+
+  it('a resubmit whose earlier task\'s links are gone makes a new task under the next external id; a later resubmit collects that one', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+    const text = prompt('a task whose links expired');
+    const taskId = `img_gone_${Date.now()}_${++seq}`;
+    await provider.generate(account(), { ...job(text), taskId }, new AbortController().signal, events());
+    const [old] = tasksOf(text);
+    // Its links expired: a resumed try gave it up, and the runner forgot it.
+    fake.expire(old!.taskId);
+    const images: Buffer[] = [];
+    const again = events();
+    await provider.generate(account(), { ...job(text), taskId }, new AbortController().signal, { ...again, image: async (_i, img) => void images.push(img.image) });
+    const tasks = tasksOf(text);
+    expect(tasks.map((t) => t.externalTaskId)).toEqual([taskId, `${taskId}-2`]);
+    expect([images.length, again.refs]).toEqual([1, [old!.taskId, tasks[1]!.taskId]]);
+
+    // A try that stopped before recording the new task: the gone one again, then the new one, collected.
+    const third = events();
+    await provider.generate(account(), { ...job(text), taskId }, new AbortController().signal, third);
+    expect(tasksOf(text)).toHaveLength(2);
+    expect(third.refs).toEqual([old!.taskId, tasks[1]!.taskId]);
+  });
+
+  it('a task this call created whose links are gone is not replaced: one Kling task', async () => {
+    const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
+    const text = prompt('a new task whose links are gone');
+    const seen = events();
+    const err = await failureOf(
+      provider.generate(account(), { ...job(text), taskId: `img_gone_${Date.now()}_${++seq}` }, new AbortController().signal, {
+        ...seen,
+        submitted: async (ref) => {
+          seen.refs.push(ref);
+          fake.expire(String(ref));
+        },
+      }),
+    );
+    expect([err.kind, err.upstreamStatus]).toEqual(['failed', 403]);
+    expect(tasksOf(text)).toHaveLength(1);
   });
 
   it('a status call refused for good (not "no such task") is thrown as maybe accepted, blaming no client', async () => {

@@ -27,8 +27,12 @@
  *     try: Kling keeps it unique per account, and its single-task query takes it in place of the task
  *     id (image-generation.md). A submit Kling refuses as an invalid parameter (how it answers an id
  *     it has: a try of this task that stopped before recording its task, or a failover to a member
- *     on the same account) is looked up by it: found, that task is this one's and is collected; Kling
- *     has no such task: the refusal stands;
+ *     on the same account) is looked up by it, once (twice after a lookup failing in passing): found,
+ *     that task is this one's and is collected; anything else, the refusal stands, blamed on the
+ *     request (it answered this create: nothing is on its way from it). Such an earlier task found
+ *     gone (Kling no longer knows it, or its images' links answer 403/404/410: a try gave it up, and
+ *     the runner forgot it) is replaced by a new task under the next id, `<taskId>-2`, `-3`, ...
+ *     (each looked up the same way first): Kling would refuse the first id for good;
  *   - a submit without a usable answer (a timeout or a connection lost after sending, a 2xx without
  *     the envelope or the task id) is looked up by it on the same member: found, the task is collected
  *     (and recorded) as if the submit had answered. Kling saying there is no such task is believed
@@ -63,6 +67,8 @@ export const KLING_IMAGE_TIMEOUT_MS = 600_000;
 export const KLING_IMAGE_LOOKUP_GRACE_MS = 30_000;
 /** The longest pause between two lookups of a task that is not there yet. */
 const MAX_LOOKUP_PAUSE_MS = 5_000;
+/** Lookups of a task whose create Kling refused (a duplicate id?): a second only after one failing in passing. */
+const DUPLICATE_LOOKUPS = 2;
 
 /** `aspect_ratio` values of the image API. */
 const RATIOS = ['16:9', '9:16', '1:1', '4:3', '3:4', '3:2', '2:3', '21:9'];
@@ -132,25 +138,50 @@ export class KlingImageProvider implements ImageProvider {
     };
     // A task an earlier run of this one submitted is collected, not submitted again (ImageJob.resume).
     // A job without a task (the adapter called on its own) has nothing to be submitted again for.
-    const taskId = typeof job.resume === 'string' && job.resume !== '' ? job.resume : await this.submit(account, job.taskId ?? randomUUID(), fields, deadline, signal, events);
-    const urls = await this.waitForImages(account, taskId, deadline, signal);
-    for (const [i, url] of urls.slice(0, job.n).entries()) {
-      // Kling's CDN: no credentials, redirects followed anywhere, a passing failure tried again, then
-      // left for a later try to fetch (the task is done and billed).
-      const data = await downloadWithRetries(url, signal, 'Kling').catch(keptJob);
-      await events.image(i, { image: await fitImage(data, p) });
+    const externalId = job.taskId ?? randomUUID();
+    let { taskId, earlier } = typeof job.resume === 'string' && job.resume !== '' ? { taskId: job.resume, earlier: false } : await this.submit(account, externalId, fields, deadline, signal, events);
+    for (let generation = 2; ; generation++) {
+      const collected = await this.collect(account, taskId, deadline, signal).catch((err: unknown) => {
+        // An earlier create's task that is gone (a resumed try met its expired links, and the
+        // runner forgot it) can deliver nothing, yet Kling keeps its external_task_id: a new task
+        // goes under the next one (`<taskId>-2`, ...), itself first looked up if Kling has it (a try
+        // that stopped before recording it). Never a task this call created, or may have: a CDN
+        // refusing every link would otherwise have a task paid for again and again.
+        if (earlier && isGone(err)) return undefined;
+        throw err;
+      });
+      if (collected) {
+        for (const [i, url] of collected.urls.slice(0, job.n).entries()) {
+          const data = i === 0 ? collected.first : await downloadWithRetries(url, signal, 'Kling').catch(keptJob);
+          await events.image(i, { image: await fitImage(data, p) });
+        }
+        return;
+      }
+      ({ taskId, earlier } = await this.submit(account, `${externalId}-${generation}`, fields, deadline, signal, events));
     }
+  }
+
+  /**
+   * Waits for the task and downloads its first image (Kling's CDN: no credentials, redirects
+   * followed anywhere, a passing failure tried again, then left for a later try to fetch: the task
+   * is done and billed); its images' URLs in index order.
+   */
+  private async collect(account: UpstreamAccount, taskId: string, deadline: number, signal: AbortSignal): Promise<{ urls: string[]; first: Buffer }> {
+    const urls = await this.waitForImages(account, taskId, deadline, signal);
+    return { urls, first: await downloadWithRetries(urls[0]!, signal, 'Kling').catch(keptJob) };
   }
 
   /**
    * Creates the image task with `externalId`; its id, recorded for a later run (Kling has no cancel:
    * a task is always left to finish). A submit that got no usable answer, or that Kling refused as
-   * an invalid parameter (a duplicate id), is looked up by its external_task_id.
+   * an invalid parameter (a duplicate id), is looked up by its external_task_id. `earlier`: the task
+   * is one an earlier create made, found after Kling refused this one.
    */
-  private async submit(account: UpstreamAccount, externalId: string, fields: Record<string, unknown>, deadline: number, signal: AbortSignal, events: ImageEvents): Promise<string> {
+  private async submit(account: UpstreamAccount, externalId: string, fields: Record<string, unknown>, deadline: number, signal: AbortSignal, events: ImageEvents): Promise<{ taskId: string; earlier: boolean }> {
     const text = JSON.stringify({ ...fields, external_task_id: externalId });
     const sentAt = Date.now();
     let taskId: string;
+    let earlier = false;
     try {
       const created = outcomeOf(
         await klingCall<KlingImageTask>(this.tokens, account, { method: 'POST', path: '/v1/images/generations', body: () => ({ body: text, length: Buffer.byteLength(text) }), timeoutMs: this.callTimeoutMs }, signal, 'image generation'),
@@ -170,13 +201,37 @@ export class KlingImageProvider implements ImageProvider {
       } else if (err.kind === 'invalid_request') {
         // Kling refuses an external_task_id it has (as an invalid parameter): a submit of this task
         // made it (a try that stopped before recording it, a failover to a member on the same
-        // account), and that task is this one's. The refusal answered this create: no task is on its
-        // way from it, so "no such task" is final at once, and the refusal stands.
-        taskId = await this.findByExternalId(account, externalId, err, sentAt, deadline, signal);
+        // account), and that task is this one's.
+        taskId = await this.findDuplicate(account, externalId, err, signal);
+        earlier = true;
       } else throw err;
     }
     await events.submitted?.(taskId);
-    return taskId;
+    return { taskId, earlier };
+  }
+
+  /**
+   * The task an earlier create made with `externalId`, after Kling refused this one as an invalid
+   * parameter. Kling does not document how it answers a duplicate, so every such refusal is looked
+   * up (one cheap call; its message is not relied on). The refusal answered this create: nothing is
+   * on its way from it, so only a lookup that finds the task overrides it; anything else (no such
+   * task, the lookup refused or failing) leaves `refusal` to stand as the client's (a lookup failing
+   * in passing is asked once more, never until the deadline: an invalid prompt is answered at once).
+   */
+  private async findDuplicate(account: UpstreamAccount, externalId: string, refusal: ProviderError, signal: AbortSignal): Promise<string> {
+    for (let lookup = 1; ; lookup++) {
+      let outcome: KlingOutcome<KlingImageTask>;
+      try {
+        outcome = await this.query(account, externalId, signal, 'image lookup');
+      } catch (err) {
+        if (signal.aborted) throw err;
+        outcome = { ok: false, error: asProviderError(err, 'the upstream image lookup failed'), data: undefined };
+      }
+      const task = outcome.data;
+      if (task?.task_info?.external_task_id === externalId && typeof task.task_id === 'string' && task.task_id !== '') return task.task_id;
+      if (outcome.ok || !outcome.error.transient || lookup >= DUPLICATE_LOOKUPS) throw refusal;
+      await sleep(this.pollIntervalMs, undefined, { signal });
+    }
   }
 
   /**
@@ -274,6 +329,14 @@ export class KlingImageProvider implements ImageProvider {
     const answer = await klingCall<KlingImageTask>(this.tokens, account, { method: 'GET', path: `/v1/images/generations/${encodeURIComponent(id)}`, timeoutMs: this.callTimeoutMs }, signal, what);
     return outcomeOf(answer, what);
   }
+}
+
+/**
+ * The task, or its images' links, gone upstream (Kling no longer knows it; a link expired or
+ * removed): the runner's own test of a job given up (image-runner.ts `jobGone`).
+ */
+function isGone(err: unknown): boolean {
+  return err instanceof ProviderError && err.kind === 'failed' && [403, 404, 410].includes(err.upstreamStatus ?? 0);
 }
 
 /** Kling says it has no such task (1203, or a 404 of something without its envelope). */
