@@ -113,3 +113,34 @@ export class FailingWritesStore implements MediaStore {
     return this.inner.delete(key);
   }
 }
+
+/**
+ * A media store whose links cannot be made while `failing` is set (S3 whose credentials fail to
+ * load: the SDK's CredentialsProviderError); everything else passes to `inner`. `presigns` counts
+ * the links asked for.
+ */
+export class PresignFailingStore implements MediaStore {
+  failing = true;
+  presigns = 0;
+  constructor(private readonly inner: MediaStore) {}
+  put(...a: Parameters<MediaStore['put']>) {
+    return this.inner.put(...a);
+  }
+  read(...a: Parameters<MediaStore['read']>) {
+    return this.inner.read(...a);
+  }
+  stat(...a: Parameters<MediaStore['stat']>) {
+    return this.inner.stat(...a);
+  }
+  list(...a: Parameters<MediaStore['list']>) {
+    return this.inner.list(...a);
+  }
+  delete(...a: Parameters<MediaStore['delete']>) {
+    return this.inner.delete(...a);
+  }
+  presign(key: string): Promise<string> {
+    this.presigns++;
+    if (this.failing) return Promise.reject(Object.assign(new Error('Could not load credentials from any providers'), { name: 'CredentialsProviderError' }));
+    return Promise.resolve(`https://media.example.com/${key}?X-Amz-Signature=abc`);
+  }
+}

@@ -16,8 +16,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FilesystemMediaStore, type MediaStore } from '../../server/storage/media-store.ts';
-import { BrokenOutputStore } from '../fakes/media-stores.ts';
+import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
+import { BrokenOutputStore, PresignFailingStore } from '../fakes/media-stores.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { holdOf, until } from '../support/tasks.ts';
@@ -173,30 +173,6 @@ describe('GET /admin/v1/tasks/{task_id}: outputs', () => {
   }, 60_000);
 });
 
-/** A media store whose links cannot be made while `failing` is set (S3 whose credentials fail to load); everything else passes to `inner`. */
-class PresignFailingStore implements MediaStore {
-  failing = true;
-  constructor(private readonly inner: MediaStore) {}
-  put(...a: Parameters<MediaStore['put']>) {
-    return this.inner.put(...a);
-  }
-  read(...a: Parameters<MediaStore['read']>) {
-    return this.inner.read(...a);
-  }
-  stat(...a: Parameters<MediaStore['stat']>) {
-    return this.inner.stat(...a);
-  }
-  list(...a: Parameters<MediaStore['list']>) {
-    return this.inner.list(...a);
-  }
-  delete(...a: Parameters<MediaStore['delete']>) {
-    return this.inner.delete(...a);
-  }
-  presign(key: string): Promise<string> {
-    if (this.failing) return Promise.reject(Object.assign(new Error('Could not load credentials from any providers'), { name: 'CredentialsProviderError' }));
-    return Promise.resolve(`https://media.example.com/${key}?X-Amz-Signature=abc`);
-  }
-}
 
 describe('outputs whose links the media store cannot make', () => {
   let s: TestServer;

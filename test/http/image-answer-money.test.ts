@@ -15,7 +15,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
 import { LocalImageProvider } from '../../server/providers/local/local-image.provider.ts';
 import type { ImageProvider } from '../../server/providers/types.ts';
-import { FilesystemMediaStore, type MediaStore } from '../../server/storage/media-store.ts';
+import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
+import { PresignFailingStore } from '../fakes/media-stores.ts';
 import { startFalFake, type FalFake } from '../fakes/fal.ts';
 import { createAccount, createApiKey, createCustomer, createGroup, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
@@ -23,33 +24,6 @@ import { holdOf, until } from '../support/tasks.ts';
 
 const MICRO = 1_000_000;
 
-/** A media store that writes and reads, but cannot presign a link (S3 whose credentials fail to load). */
-class FailingPresignStore implements MediaStore {
-  presigns = 0;
-  /** Whether presigning fails (a test turns it off to make a task whose links it later fails). */
-  failing = true;
-  constructor(private readonly inner: MediaStore) {}
-  put(...a: Parameters<MediaStore['put']>) {
-    return this.inner.put(...a);
-  }
-  read(...a: Parameters<MediaStore['read']>) {
-    return this.inner.read(...a);
-  }
-  stat(...a: Parameters<MediaStore['stat']>) {
-    return this.inner.stat(...a);
-  }
-  list(...a: Parameters<MediaStore['list']>) {
-    return this.inner.list(...a);
-  }
-  delete(...a: Parameters<MediaStore['delete']>) {
-    return this.inner.delete(...a);
-  }
-  presign(key: string): Promise<string> {
-    this.presigns++;
-    if (!this.failing) return Promise.resolve(`https://bucket.example/${key}?X-Amz-Signature=x`);
-    return Promise.reject(Object.assign(new Error('Could not load credentials from any providers'), { name: 'CredentialsProviderError' }));
-  }
-}
 
 /** The local images, each after the first waiting for `afterFirst` when a test sets it. */
 const gated: { afterFirst?: Promise<void> } = {};
@@ -89,7 +63,7 @@ const filesOf = (server: TestServer, taskId: string) => server.db.selectFrom('fi
 describe('a synchronous url answer whose media store cannot sign links', () => {
   let server: TestServer;
   const dir = mkdtempSync(join(tmpdir(), 'mg-presign-'));
-  const store = new FailingPresignStore(new FilesystemMediaStore(dir));
+  const store = new PresignFailingStore(new FilesystemMediaStore(dir));
   beforeAll(async () => {
     server = await startTestServer({
       env: { MEDIA_STORE: 's3', S3_BUCKET: 'b', S3_ENDPOINT: 'http://127.0.0.1:9', MEDIA_URLS: 'presigned' },
