@@ -66,7 +66,7 @@ export class S3MediaStore implements MediaStore {
    * its connection timeout running while it waits for a socket (a healthy store answering
    * storage_unavailable).
    */
-  private readonly reader: S3Client;
+  readonly reader: S3Client;
   private readonly bucket: string;
   private readonly prefix: string;
 

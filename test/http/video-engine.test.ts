@@ -91,7 +91,8 @@ describe('with the local provider', () => {
     const signature = url.searchParams.get('signature')!;
     const variants = [
       `/v1/files/${fileId}?expires=${expires + 1}&signature=${signature}`,
-      `/v1/files/${fileId}?expires=${expires}&signature=${signature.slice(0, -2)}AA`,
+      // The first character changes (its six bits are all the signature's; the last one's low bits are padding).
+      `/v1/files/${fileId}?expires=${expires}&signature=${signature[0] === 'A' ? 'B' : 'A'}${signature.slice(1)}`,
       `/v1/files/file_unknown?expires=${expires}&signature=${signature}`,
       `/v1/files/${fileId}?expires=1000&signature=${signature}`,
     ];
