@@ -59,11 +59,13 @@ function fromValidator(err: ValidatorError, req: Request): ApiError {
       const message = param ? `Invalid '${param}': ${detail}.` : `Invalid request: ${detail}.`;
       return new ApiError(400, 'invalid_request', message, param);
     }
-    case 401:
+    case 401: {
       // Routes match paths in any letter case (Express, the validator): so does the blame.
-      if (req.path.toLowerCase().startsWith('/admin/')) return new ApiError(401, 'invalid_admin_token', 'Missing or invalid admin token.');
-      if (req.path.toLowerCase() === '/metrics') return new ApiError(401, 'invalid_metrics_token', 'Missing or invalid metrics token.');
+      const path = req.path.toLowerCase();
+      if (path.startsWith('/admin/')) return new ApiError(401, 'invalid_admin_token', 'Missing or invalid admin token.');
+      if (path === '/metrics') return new ApiError(401, 'invalid_metrics_token', 'Missing or invalid metrics token.');
       return new ApiError(401, 'invalid_api_key', "Missing or invalid API key. Send 'Authorization: Bearer <API_KEY>'.", null, {}, { 'WWW-Authenticate': 'Bearer' });
+    }
     case 404:
       return new ApiError(404, 'not_found', `No route for ${req.method} ${req.path}.`);
     case 405: {

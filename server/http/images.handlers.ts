@@ -25,7 +25,7 @@ function wantsStream(req: Request, body: { stream?: boolean }): boolean {
 }
 
 /** `Accept` names `text/event-stream` (media types in any case) and does not refuse it with `q=0`. */
-export function acceptsEventStream(accept: string | undefined): boolean {
+function acceptsEventStream(accept: string | undefined): boolean {
   if (!accept) return false;
   return accept.split(',').some((range) => {
     const [type, ...params] = range.split(';').map((p) => p.trim().toLowerCase());

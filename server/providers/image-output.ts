@@ -10,7 +10,7 @@ import { MAX_IMAGE_PIXELS } from '../lib/image-inspect.ts';
 import { MediaJsonScanner, indexOfEither, type MediaJsonFields } from '../lib/media-json-scanner.ts';
 import { ProviderError } from './provider-error.ts';
 import type { ImageFormat, ImageParams } from './types.ts';
-import { isTimeout, type UpstreamResponse } from './upstream-http.ts';
+import { isTimeout, sizeOf, type UpstreamResponse } from './upstream-http.ts';
 
 export const MIME: Record<ImageFormat, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
 
@@ -103,9 +103,8 @@ function mediaScanner(fields: MediaJsonFields, limits: MediaAnswerLimits, keep: 
 /** A scanner's complaint (it speaks to clients: 400/413) as what it means for an upstream answer. */
 function answerError(err: unknown, limits: MediaAnswerLimits, signal: AbortSignal, what: string): unknown {
   if (!(err instanceof ApiError)) return bodyError(err, signal, what);
-  const size = (n: number) => (n % (1024 * 1024) === 0 ? `${n / 1024 / 1024} MiB` : `${n} bytes`);
-  if (err.code === 'body_too_large') return new ProviderError('failed', `the upstream ${what} answered more than ${size(limits.maxOtherBytes)} besides its images`);
-  if (err.status === 413) return new ProviderError('failed', `the upstream ${what} answered more than ${size(limits.maxMediaBytes)} of images`);
+  if (err.code === 'body_too_large') return new ProviderError('failed', `the upstream ${what} answered more than ${sizeOf(limits.maxOtherBytes)} besides its images`);
+  if (err.status === 413) return new ProviderError('failed', `the upstream ${what} answered more than ${sizeOf(limits.maxMediaBytes)} of images`);
   if (err.code === 'invalid_data_url') return new ProviderError('retryable', `the upstream ${what} answered an image that is not valid base64`);
   return new ProviderError('retryable', `the upstream ${what} answered something other than JSON`);
 }

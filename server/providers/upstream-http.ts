@@ -436,7 +436,8 @@ export function topLevelString(json: string, key: string): string | undefined {
   return undefined;
 }
 
-const sizeOf = (n: number) => (n % (1024 * 1024) === 0 ? `${n / 1024 / 1024} MiB` : `${n} bytes`);
+/** A byte limit as a message says it (`4 MiB`, else its bytes). */
+export const sizeOf = (n: number) => (n % (1024 * 1024) === 0 ? `${n / 1024 / 1024} MiB` : `${n} bytes`);
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;

@@ -306,8 +306,8 @@ export class FileRepository {
 
   /**
    * The rows of `ids`, deleted and detached from the tasks that made them (a video loses its output,
-   * an image task the image: their lookups answer without those URLs): expired files whose bytes
-   * are gone, image outputs whose bytes never landed (a process died while writing them).
+   * an image task the image: their lookups answer without those URLs): image outputs whose bytes
+   * never landed (a process died while writing them). Expired files go through `deleteExpired`.
    */
   async deleteRows(ids: readonly string[], trx: Executor): Promise<void> {
     if (ids.length === 0) return;

@@ -179,6 +179,9 @@ describe('through the gateway', () => {
     await pastDeadline(id);
     const { task: failed } = await waitVideoFinished(server, c.key, id);
     expect(failed.status).toBe('failed');
+    // Refunded as the contract says: quotedCredits unchanged, actualCredits 0.
+    expect(failed.billing).toMatchObject({ kind: 'snapshot', quotedCredits: expect.any(Number), actualCredits: 0 });
+    expect((failed.billing as { quotedCredits: number }).quotedCredits).toBeGreaterThan(0);
     expect(await holdOf(server.db, id)).toMatchObject({ status: 'released', captured: 0 });
     await until(() => server.logs.some((l) => l.includes(jobId) && l.includes('could not cancel')), 10_000, 'the warning');
     expect(cancels(jobId)).toBe(3);

@@ -148,6 +148,9 @@ describe('maximum lifetime', () => {
     const { task } = await waitFinished(server, c.key, created.id);
     expect(task.status).toBe('failed');
     expect(task.error?.message).toMatch(/maximum lifetime/);
+    // The contract's refund rule: quotedCredits unchanged, actualCredits 0.
+    expect(task.billing).toMatchObject({ quotedCredits: created.billing.quotedCredits, actualCredits: 0 });
+    expect(created.billing.quotedCredits).toBeGreaterThan(0);
     // It was claimed and started by a worker before its lifetime ran out (not failed at creation).
     const row = await server.db.selectFrom('videoTasks').select(['attempt', 'startedAt', 'upstreamJobId']).where('id', '=', created.id).executeTakeFirstOrThrow();
     expect(row.attempt).toBeGreaterThanOrEqual(1);

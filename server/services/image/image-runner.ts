@@ -95,6 +95,8 @@ export interface ExecuteResult extends DeliveredImages {
 export interface InputBytes {
   images: Buffer[];
   mask?: Buffer;
+  /** Their sizes as the request measured them (ImageService.prepare): not read from the bytes again. */
+  shape?: ImageInputShape;
 }
 
 export interface ExecuteOptions {
@@ -353,7 +355,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     // knows a resubmit of the task (after a stopped try, or a failover) for the job it already has.
     const job = { taskId: task.id, operation: task.operation as ImageOperation, model: task.model, prompt: task.prompt, n: task.n, params, inputs, ...(mask && { mask }) };
     // An edit's inputs as the adapters judge them: a routed task goes only to members that take them.
-    const shape = !opts.resume && inputs.length > 0 ? await measureInputs(inputs, mask) : undefined;
+    const shape = opts.resume || inputs.length === 0 ? undefined : (opts.inputBytes?.shape ?? (await measureInputs(inputs, mask)));
     /** Something reached the sink (a partial or an image): from then on there is no failover. */
     let reachedSink = false;
     /** Each member's generate call, written by the statement that settles the task. */

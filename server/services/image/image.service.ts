@@ -284,6 +284,8 @@ export class ImageService {
     const adopted = [...req.inputs, ...(req.mask ? [req.mask] : [])].flatMap((i) => (i.fileId ? [i.fileId] : []));
 
     const quoted = req.unitPrice * req.n;
+    // An edit's inputs as measured when they were checked: for the routing draw and the run alike.
+    const shape = req.inputs.length > 0 ? inputShapeOf(req.inputs, req.mask) : undefined;
     // `partial_images` is for streams only (ignored without streaming, ImageGenerationRequest): cleared
     // here, no adapter asks its upstream for partials nobody sees (OpenAI would make the images one
     // streamed call at a time).
@@ -299,7 +301,7 @@ export class ImageService {
           prompt: req.prompt,
           n: req.n,
           params,
-          ...(req.inputs.length > 0 && { inputs: inputShapeOf(req.inputs, req.mask) }),
+          ...(shape && { inputs: shape }),
         });
     const first = route?.first;
     const { outcome, task } = await this.deps.ledger
@@ -355,7 +357,7 @@ export class ImageService {
     if (!route) return task!;
     const images = req.inputs.flatMap((i) => (i.data ? [i.data] : []));
     const held = images.length === req.inputs.length && (!req.mask || req.mask.data) && images.length > 0;
-    return { ...task!, routeOrder: route.order, ...(held && { inputBytes: { images, ...(req.mask && { mask: req.mask.data! }) } }) };
+    return { ...task!, routeOrder: route.order, ...(held && { inputBytes: { images, ...(req.mask && { mask: req.mask.data! }), ...(shape && { shape }) } }) };
   }
 
   /**

@@ -65,7 +65,7 @@ const ORPHAN_PAGE = 500;
 const MEDIA_KEY = /^(?:upload|input|image_output|video_output)\/([0-9A-Za-z]{2})\/file_\1[0-9A-Za-z]*(?:\.[0-9a-z]+)?(?:\.[0-9a-f]{12}\.tmp)?$/;
 
 /** Whether `key` is of the shape of the keys Mediagate writes (MEDIA_KEY). */
-export function isMediaKey(key: string): boolean {
+function isMediaKey(key: string): boolean {
   return MEDIA_KEY.test(key);
 }
 

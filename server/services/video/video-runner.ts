@@ -205,7 +205,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * the next worker (a second, billed job where the upstream has no idempotency key). The step ends
    * as stopped and the task resumes after its lease.
    */
-  private async submit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger, stopping: AbortSignal = signal): Promise<StepResult> {
+  private async submit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger, stopping: AbortSignal): Promise<StepResult> {
     const fence = fenceOf(task);
     notStopping(stopping);
     if (task.submitStartedAt && task.memberId) return this.resubmit(task, attempts, signal, log, stopping);
@@ -276,7 +276,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * keeps naming the member (an upstream without idempotency keys may still run the earlier submit).
    * `signal`: the lease-lost signal alone, as for `submit`.
    */
-  private async resubmit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger, stopping: AbortSignal = signal): Promise<StepResult> {
+  private async resubmit(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger, stopping: AbortSignal): Promise<StepResult> {
     const fence = fenceOf(task);
     const account = await this.deps.pool.account(task.memberId!);
     if (!account || !this.deps.providers.video(account.provider)) {

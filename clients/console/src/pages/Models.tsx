@@ -392,7 +392,7 @@ function VideoCapabilities({ caps, settings, onChange }: SettingsProps<NonNullab
 }
 
 function Mappings({ model }: { model: CatalogModel }) {
-  const entries = Object.entries(model.upstream_mappings ?? {}).filter(([, m]) => m);
+  const entries = Object.entries(model.upstream_mappings ?? {}).flatMap(([provider, m]) => (m ? [[provider, m] as const] : []));
   if (entries.length === 0) return null;
   return (
     <>
@@ -403,11 +403,11 @@ function Mappings({ model }: { model: CatalogModel }) {
         label="Aggregator mappings"
         rows={entries.map(([provider, m]) => [
           provider,
-          <Stack key={provider} gap={4}>
-            <code>{m!.endpoint}</code>
+          <Stack gap={4}>
+            <code>{m.endpoint}</code>
             <Text size="xs" component="pre" style={{ whiteSpace: 'pre-wrap', margin: 0 }}>
-              input: {m!.input}
-              {'\n'}output: {m!.output}
+              input: {m.input}
+              {'\n'}output: {m.output}
             </Text>
           </Stack>,
         ])}
