@@ -66,6 +66,18 @@ export class ProviderError extends Error {
     this.jobKept = opts.jobKept ?? false;
   }
 
+  /** The same failure (its message, status, code and Retry-After; this as its cause) with `changes` made. */
+  with(changes: { kind?: ProviderErrorKind; maybeAccepted?: boolean; jobKept?: boolean }): ProviderError {
+    return new ProviderError(changes.kind ?? this.kind, this.message, {
+      retryAfterMs: this.retryAfterMs,
+      upstreamStatus: this.upstreamStatus,
+      upstreamCode: this.upstreamCode,
+      cause: this,
+      maybeAccepted: changes.maybeAccepted ?? this.maybeAccepted,
+      jobKept: changes.jobKept ?? this.jobKept,
+    });
+  }
+
   /** Worth trying again (later, or on another member). */
   get transient(): boolean {
     return this.kind === 'retryable' || this.kind === 'rate_limited';

@@ -129,7 +129,7 @@ async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: Abo
  */
 export function keptJob(err: unknown): never {
   if (!(err instanceof ProviderError) || !err.transient) throw err;
-  throw new ProviderError(err.kind, err.message, { retryAfterMs: err.retryAfterMs, upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode, cause: err, maybeAccepted: err.maybeAccepted, jobKept: true });
+  throw err.with({ jobKept: true });
 }
 
 /** An output image, tried again on a passing failure: the job that made it is paid for and done. */

@@ -196,7 +196,7 @@ export class KlingImageProvider implements ImageProvider {
       if (err.maybeAccepted) {
         // Sent, but what Kling did is unknown: ask it, on this member, before anything is sent
         // elsewhere. "No such task" is final only once the create can no longer be under way.
-        const notAccepted = new ProviderError(err.kind, err.message, { retryAfterMs: err.retryAfterMs, upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode, cause: err });
+        const notAccepted = err.with({ maybeAccepted: false, jobKept: false });
         taskId = await this.findByExternalId(account, externalId, notAccepted, sentAt + this.lookupGraceMs, deadline, signal);
       } else if (err.kind === 'invalid_request') {
         // Kling refuses an external_task_id it has (as an invalid parameter): a submit of this task
@@ -352,5 +352,5 @@ function isUnknownTask(err: ProviderError): boolean {
  */
 function possiblyAccepted(err: ProviderError, jobKept = false): ProviderError {
   const kind = err.kind === 'invalid_request' || err.kind === 'policy' || err.kind === 'failed' ? 'retryable' : err.kind;
-  return new ProviderError(kind, err.message, { retryAfterMs: err.retryAfterMs, upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode, cause: err, maybeAccepted: true, jobKept });
+  return err.with({ kind, maybeAccepted: true, jobKept });
 }
