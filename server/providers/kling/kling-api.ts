@@ -8,7 +8,7 @@
  *
  * `klingCall` signs every call with the member's cached token (kling-auth.ts).
  */
-import { ProviderError, type ProviderErrorKind } from '../provider-error.ts';
+import { ProviderError, asProviderError, type ProviderErrorKind } from '../provider-error.ts';
 import { kindOfCode, type CodeTable } from '../kit/error-codes.ts';
 import type { UpstreamAccount } from '../types.ts';
 import { kindOfStatus, readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, type UpstreamHeaders, type UpstreamRequest } from '../upstream-http.ts';
@@ -144,4 +144,52 @@ export async function klingCall<T>(tokens: KlingTokens, account: UpstreamAccount
     }
     return answer;
   }
+}
+
+/** Kling says it has no such task (1203, or a 404 of something without its envelope). */
+export function isUnknownTask(err: ProviderError): boolean {
+  return err.upstreamCode === '1203' || (err.upstreamCode === undefined && err.upstreamStatus === 404);
+}
+
+/**
+ * What a query by external_task_id found:
+ *   found    the task made with that id (whatever its state: a task that failed risk control comes
+ *            with its code), its Kling task id
+ *   unknown  Kling says it has no such task (`isUnknownTask`)
+ *   absent   Kling answered the query (code 0) without that task
+ *   failed   the query itself failed (refused, rate-limited, no answer): `error` says how
+ * What each means for the submit that led to the query is the caller's to decide.
+ */
+export type KlingLookup = { state: 'found'; taskId: string } | { state: 'unknown' | 'absent' | 'failed'; error: ProviderError };
+
+/**
+ * Looks up the task created with `externalId` under `collection` (`/v1/images/generations`,
+ * `/v1/videos/<endpoint>`): Kling's single-task query takes the external id where the task id
+ * goes. Throws only when `signal` ended the call (the lease lost, the worker stopping): that is not
+ * the lookup's failure.
+ */
+export async function lookUpExternalId(tokens: KlingTokens, account: UpstreamAccount, collection: string, externalId: string, signal: AbortSignal, what: string, timeoutMs?: number): Promise<KlingLookup> {
+  let answer: KlingAnswer<{ task_id?: unknown; task_info?: { external_task_id?: unknown } }>;
+  try {
+    answer = await klingCall(tokens, account, { method: 'GET', path: `${collection}/${encodeURIComponent(externalId)}`, timeoutMs }, signal, what);
+  } catch (err) {
+    if (signal.aborted) throw err;
+    return { state: 'failed', error: asProviderError(err, `the upstream ${what} failed`) };
+  }
+  const outcome = outcomeOf(answer, what);
+  const task = outcome.data;
+  if (task?.task_info?.external_task_id === externalId && typeof task.task_id === 'string' && task.task_id !== '') return { state: 'found', taskId: task.task_id };
+  if (outcome.ok) return { state: 'absent', error: new ProviderError('retryable', `the upstream ${what} answered without the task`, { upstreamStatus: answer.status }) };
+  return { state: isUnknownTask(outcome.error) ? 'unknown' : 'failed', error: outcome.error };
+}
+
+/**
+ * A failure once the task may exist, thrown as maybe accepted: the runner keeps the request off
+ * other members, where a second task would be paid for too. A refusal of a query is no fault of
+ * the client's request: retryable. `jobKept`: the task is known (its status was being asked) and
+ * goes on: a later try collects it.
+ */
+export function possiblyAccepted(err: ProviderError, jobKept = false): ProviderError {
+  const kind = err.kind === 'invalid_request' || err.kind === 'policy' || err.kind === 'failed' ? 'retryable' : err.kind;
+  return err.with({ kind, maybeAccepted: true, jobKept });
 }

@@ -59,12 +59,15 @@ import { ProviderError, asProviderError, downloadWithRetries, jobStatus, keptJob
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../kit.ts';
 import { UPSTREAM_TIMEOUT_MS } from '../upstream-http.ts';
 import { KlingTokens } from './kling-auth.ts';
-import { klingCall, outcomeOf, type KlingOutcome } from './kling-api.ts';
+import { isUnknownTask, klingCall, lookUpExternalId, outcomeOf, possiblyAccepted, type KlingOutcome } from './kling-api.ts';
 
 export const KLING_IMAGE_POLL_MS = 2_000;
 export const KLING_IMAGE_TIMEOUT_MS = 600_000;
 /** How much longer than its call's timeout a submit without an answer may take to show its task. */
 export const KLING_IMAGE_LOOKUP_GRACE_MS = 30_000;
+/** Where Kling keeps image tasks: created by a POST here, queried by id (or external id) under it. */
+const IMAGE_TASKS = '/v1/images/generations';
+
 /** The longest pause between two lookups of a task that is not there yet. */
 const MAX_LOOKUP_PAUSE_MS = 5_000;
 /** Lookups of a task whose create Kling refused (a duplicate id?): a second only after one failing in passing. */
@@ -184,7 +187,7 @@ export class KlingImageProvider implements ImageProvider {
     let earlier = false;
     try {
       const created = outcomeOf(
-        await klingCall<KlingImageTask>(this.tokens, account, { method: 'POST', path: '/v1/images/generations', body: () => ({ body: text, length: Buffer.byteLength(text) }), timeoutMs: this.callTimeoutMs }, signal, 'image generation'),
+        await klingCall<KlingImageTask>(this.tokens, account, { method: 'POST', path: IMAGE_TASKS, body: () => ({ body: text, length: Buffer.byteLength(text) }), timeoutMs: this.callTimeoutMs }, signal, 'image generation'),
         'image generation',
       );
       if (!created.ok) throw created.error;
@@ -220,16 +223,9 @@ export class KlingImageProvider implements ImageProvider {
    */
   private async findDuplicate(account: UpstreamAccount, externalId: string, refusal: ProviderError, signal: AbortSignal): Promise<string> {
     for (let lookup = 1; ; lookup++) {
-      let outcome: KlingOutcome<KlingImageTask>;
-      try {
-        outcome = await this.query(account, externalId, signal, 'image lookup');
-      } catch (err) {
-        if (signal.aborted) throw err;
-        outcome = { ok: false, error: asProviderError(err, 'the upstream image lookup failed'), data: undefined };
-      }
-      const task = outcome.data;
-      if (task?.task_info?.external_task_id === externalId && typeof task.task_id === 'string' && task.task_id !== '') return task.task_id;
-      if (outcome.ok || !outcome.error.transient || lookup >= DUPLICATE_LOOKUPS) throw refusal;
+      const found = await lookUpExternalId(this.tokens, account, IMAGE_TASKS, externalId, signal, 'image lookup', this.callTimeoutMs);
+      if (found.state === 'found') return found.taskId;
+      if (found.state !== 'failed' || !found.error.transient || lookup >= DUPLICATE_LOOKUPS) throw refusal;
       await sleep(this.pollIntervalMs, undefined, { signal });
     }
   }
@@ -243,29 +239,22 @@ export class KlingImageProvider implements ImageProvider {
    */
   private async findByExternalId(account: UpstreamAccount, externalId: string, notCreated: ProviderError, unknownFinalAt: number, deadline: number, signal: AbortSignal): Promise<string> {
     for (let unknownPause = this.pollIntervalMs; ; ) {
-      let outcome: KlingOutcome<KlingImageTask>;
-      try {
-        outcome = await this.query(account, externalId, signal, 'image lookup');
-      } catch (err) {
-        if (signal.aborted) throw err;
-        outcome = { ok: false, error: asProviderError(err, 'the upstream image lookup failed'), data: undefined };
-      }
-      const task = outcome.data;
-      // The task, whatever its state or the answer's code (risk control answers 1301 with the failed task).
-      if (task?.task_info?.external_task_id === externalId && typeof task.task_id === 'string' && task.task_id !== '') return task.task_id;
-      if (outcome.ok) throw possiblyAccepted(new ProviderError('retryable', 'the upstream image lookup answered without the task'));
+      const found = await lookUpExternalId(this.tokens, account, IMAGE_TASKS, externalId, signal, 'image lookup', this.callTimeoutMs);
+      if (found.state === 'found') return found.taskId;
+      if (found.state === 'absent') throw possiblyAccepted(found.error);
+      const { error } = found;
       const now = Date.now();
       const left = deadline - now;
       let pause: number;
-      if (isUnknownTask(outcome.error)) {
+      if (found.state === 'unknown') {
         if (now >= unknownFinalAt) throw notCreated;
         // The deadline before Kling could be believed: the task may yet appear (not the member's fault).
-        if (left <= 0) throw new ProviderError('retryable', 'the upstream did not show the image task it was sent before the deadline', { upstreamStatus: outcome.error.upstreamStatus, upstreamCode: outcome.error.upstreamCode, cause: outcome.error, maybeAccepted: true });
+        if (left <= 0) throw new ProviderError('retryable', 'the upstream did not show the image task it was sent before the deadline', { upstreamStatus: error.upstreamStatus, upstreamCode: error.upstreamCode, cause: error, maybeAccepted: true });
         pause = Math.min(unknownPause, unknownFinalAt - now);
         unknownPause = Math.min(unknownPause * 2, MAX_LOOKUP_PAUSE_MS);
       } else {
-        if (!outcome.error.transient || left <= 0) throw possiblyAccepted(outcome.error);
-        pause = Math.max(this.pollIntervalMs, outcome.error.retryAfterMs ?? 0);
+        if (!error.transient || left <= 0) throw possiblyAccepted(error);
+        pause = Math.max(this.pollIntervalMs, error.retryAfterMs ?? 0);
       }
       await sleep(Math.min(pause, left), undefined, { signal });
     }
@@ -326,7 +315,7 @@ export class KlingImageProvider implements ImageProvider {
 
   /** The single-task query; `id` is the task id or the external_task_id (Kling takes either in the path). */
   private async query(account: UpstreamAccount, id: string, signal: AbortSignal, what: string): Promise<KlingOutcome<KlingImageTask>> {
-    const answer = await klingCall<KlingImageTask>(this.tokens, account, { method: 'GET', path: `/v1/images/generations/${encodeURIComponent(id)}`, timeoutMs: this.callTimeoutMs }, signal, what);
+    const answer = await klingCall<KlingImageTask>(this.tokens, account, { method: 'GET', path: `${IMAGE_TASKS}/${encodeURIComponent(id)}`, timeoutMs: this.callTimeoutMs }, signal, what);
     return outcomeOf(answer, what);
   }
 }
@@ -339,18 +328,4 @@ function isGone(err: unknown): boolean {
   return err instanceof ProviderError && err.kind === 'failed' && [403, 404, 410].includes(err.upstreamStatus ?? 0);
 }
 
-/** Kling says it has no such task (1203, or a 404 of something without its envelope). */
-function isUnknownTask(err: ProviderError): boolean {
-  return err.upstreamCode === '1203' || (err.upstreamCode === undefined && err.upstreamStatus === 404);
-}
 
-/**
- * A failure once the task may exist, thrown as maybe accepted: the runner keeps the request off
- * other members, where a second task would be paid for too. A refusal of a query is no fault of
- * the client's request: retryable. `jobKept`: the task is known (its status was being asked) and
- * goes on: a later try collects it.
- */
-function possiblyAccepted(err: ProviderError, jobKept = false): ProviderError {
-  const kind = err.kind === 'invalid_request' || err.kind === 'policy' || err.kind === 'failed' ? 'retryable' : err.kind;
-  return err.with({ kind, maybeAccepted: true, jobKept });
-}

@@ -47,10 +47,10 @@
  */
 import { Readable } from 'node:stream';
 import sharp from 'sharp';
-import { Base64Source, ProviderError, asProviderError, downloadOutput, inlineBase64, jobStatus, jsonStream, kindOfStatus, retryAfterMs, sanitizeMessage, shapeOf } from '../kit.ts';
+import { Base64Source, ProviderError, downloadOutput, inlineBase64, jobStatus, jsonStream, kindOfStatus, retryAfterMs, sanitizeMessage, shapeOf } from '../kit.ts';
 import type { MediaInput, UpstreamAccount, UpstreamResponse, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoShape, VideoStatus } from '../kit.ts';
 import { KlingTokens } from './kling-auth.ts';
-import { klingCall, outcomeOf, type KlingAnswer, type KlingCall } from './kling-api.ts';
+import { isUnknownTask, klingCall, lookUpExternalId, outcomeOf, possiblyAccepted, type KlingCall } from './kling-api.ts';
 
 /** Kling jobs take minutes; its docs show no interval. */
 export const KLING_VIDEO_POLL_MS = 10_000;
@@ -167,7 +167,7 @@ export class KlingVideoProvider implements VideoProvider {
       // The task itself failed (risk control answers its code with the task): the job is over.
       if (outcome.data?.task_status === 'failed') return { state: 'failed', error: outcome.error };
       // Kling does not know the task (any more): asking again cannot help.
-      if (outcome.error.upstreamCode === '1203' || (outcome.error.upstreamCode === undefined && answer.status === 404)) {
+      if (isUnknownTask(outcome.error)) {
         return { state: 'failed', error: new ProviderError('failed', 'the upstream no longer knows this video task', { upstreamStatus: answer.status, upstreamCode: outcome.error.upstreamCode }) };
       }
       throw outcome.error;
@@ -198,30 +198,11 @@ export class KlingVideoProvider implements VideoProvider {
    * of a duplicate, so the task may be running there (`maybeAccepted`: asked again on this member).
    */
   private async findByExternalId(account: UpstreamAccount, endpoint: KlingVideoEndpoint, externalId: string, signal: AbortSignal): Promise<string | undefined> {
-    let answer: KlingAnswer<KlingTask>;
-    try {
-      answer = await klingCall<KlingTask>(this.tokens, account, { method: 'GET', path: `/v1/videos/${endpoint}/${encodeURIComponent(externalId)}` }, signal, 'video lookup');
-    } catch (err) {
-      // Stopped (the lease lost, the worker stopping): not the lookup's failure.
-      if (signal.aborted) throw err;
-      throw lookupFailed(asProviderError(err, 'the upstream video lookup failed'));
-    }
-    const outcome = outcomeOf(answer, 'video lookup');
-    const task = outcome.data;
-    // The task, whatever its state or the answer's code (risk control answers 1301 with the failed task).
-    if (task?.task_info?.external_task_id === externalId && typeof task.task_id === 'string' && task.task_id !== '') return task.task_id;
-    if (!outcome.ok && (outcome.error.upstreamCode === '1203' || (outcome.error.upstreamCode === undefined && answer.status === 404))) return undefined;
-    throw lookupFailed(outcome.ok ? new ProviderError('retryable', 'the upstream video lookup answered without the task', { upstreamStatus: answer.status }) : outcome.error);
+    const found = await lookUpExternalId(this.tokens, account, `/v1/videos/${endpoint}`, externalId, signal, 'video lookup');
+    if (found.state === 'found') return found.taskId;
+    if (found.state === 'unknown') return undefined;
+    throw possiblyAccepted(found.error);
   }
-}
-
-/**
- * A lookup of a refused resubmit that said neither "this task" nor "no such task": thrown as maybe
- * accepted. A refusal of the lookup itself is no fault of the client's request: retryable.
- */
-function lookupFailed(err: ProviderError): ProviderError {
-  const kind = err.kind === 'invalid_request' || err.kind === 'policy' || err.kind === 'failed' ? 'retryable' : err.kind;
-  return new ProviderError(kind, err.message, { retryAfterMs: err.retryAfterMs, upstreamStatus: err.upstreamStatus, upstreamCode: err.upstreamCode, cause: err, maybeAccepted: true });
 }
 
 export function parseJobId(jobId: string): { endpoint: KlingVideoEndpoint; taskId: string } {
