@@ -283,6 +283,7 @@ export interface VideoTasks {
   startedAt: Timestamp | null;
   status: Generated<string>;
   submitStartedAt: Timestamp | null;
+  unansweredSubmits: Generated<number>;
   unitPrice: number | null;
   updatedAt: Generated<Timestamp>;
   upstreamDoneAt: Timestamp | null;

@@ -292,6 +292,13 @@ export interface VideoProvider {
    * routed, the same way: a member whose upstream refuses is skipped.
    */
   check?(shape: VideoShape, upstreamModel?: string): string | undefined;
+  /**
+   * True when sending a job again cannot start a second one: the upstream knows the job by the
+   * task's id and the adapter answers the job an earlier submit started (Kling's
+   * `external_task_id`). Otherwise a submit whose answer never came may be running there, billed,
+   * and the runner sends a task at most twice without an answer (`MAX_UNANSWERED_SUBMITS`).
+   */
+  readonly findsEarlierSubmit?: boolean;
   /** Sends the job; returns the upstream's job id (saved before any poll). */
   submit(account: UpstreamAccount, job: VideoJob, signal: AbortSignal): Promise<string>;
   /** One status call. */

@@ -98,7 +98,21 @@ export class VideoTaskRepository {
    * full or cooling down) it stays `queued`, however often it is claimed.
    */
   async markSubmitting(fence: Fence, memberId: string, trx: Executor): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()`, ...STARTED }, trx)) !== undefined;
+    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()`, unansweredSubmits: 1, ...STARTED }, trx)) !== undefined;
+  }
+
+  /**
+   * Counts one more submit about to be sent without an answer yet (a resubmit: `unanswered_submits`,
+   * its migration says why), before it is sent: a process that dies while it is on its way leaves it
+   * counted.
+   */
+  async countResubmit(fence: Fence): Promise<boolean> {
+    return (await this.leases.update(fence, { unansweredSubmits: sql`unanswered_submits + 1` }, this.db)) !== undefined;
+  }
+
+  /** A resubmit's answer came and said the job was not taken: it started nothing upstream. */
+  async uncountResubmit(fence: Fence): Promise<boolean> {
+    return (await this.leases.update(fence, { unansweredSubmits: sql`greatest(unanswered_submits - 1, 0)` }, this.db)) !== undefined;
   }
 
   /**
@@ -107,7 +121,7 @@ export class VideoTaskRepository {
    * the member exists: VideoRunner.resubmit), or the next attempt would route to another member.
    */
   async clearSubmitting(fence: Fence): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId: null, submitStartedAt: null }, this.db)) !== undefined;
+    return (await this.leases.update(fence, { memberId: null, submitStartedAt: null, unansweredSubmits: 0 }, this.db)) !== undefined;
   }
 
   /** Saves the upstream job id before any polling (the commit point), so a retried step resumes instead of resubmitting. */

@@ -12,18 +12,23 @@ import { createAccount, createApiKey, createGroup, createMember, seedCatalog } f
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { waitVideoFinished } from '../support/tasks.ts';
 
-/** Each submit: the member it went to and the task. The first submit of a prompt fails as `first` says. */
+/** Each submit: the member it went to and the task. A prompt's words script its submits' answers. */
 const submits: { memberId: string; taskId: string }[] = [];
-const failedOnce = new Set<string>();
+/** What the stand-in says of itself (VideoProvider.findsEarlierSubmit), set by a test. */
+let findsEarlierSubmit = false;
 const provider: VideoProvider = {
   pollIntervalMs: 0,
+  get findsEarlierSubmit() {
+    return findsEarlierSubmit;
+  },
   submit: async (account, job) => {
     submits.push({ memberId: account.memberId, taskId: job.taskId });
-    if (!failedOnce.has(job.taskId)) {
-      failedOnce.add(job.taskId);
-      if (job.prompt.includes('no answer')) throw new ProviderError('retryable', 'the upstream video submit timed out', { maybeAccepted: true });
-      if (job.prompt.includes('refused')) throw new ProviderError('retryable', 'the upstream video submit could not be reached');
-    }
+    const nth = submits.filter((s) => s.taskId === job.taskId).length;
+    const noAnswer = () => new ProviderError('retryable', 'the upstream video submit timed out', { maybeAccepted: true });
+    if (nth === 1 && job.prompt.includes('no answer')) throw noAnswer();
+    if (nth === 1 && job.prompt.includes('refused')) throw new ProviderError('retryable', 'the upstream video submit could not be reached');
+    if (nth <= 3 && job.prompt.includes('never answered')) throw noAnswer();
+    if (nth === 2 && job.prompt.includes('then busy')) throw new ProviderError('rate_limited', 'the upstream is busy', { retryAfterMs: 10 });
     return `job-${job.taskId}-${submits.length}`;
   },
   poll: async () => ({ state: 'succeeded', output: {} }),
@@ -75,5 +80,45 @@ describe('a video submit without an answer', () => {
     const mine = submits.filter((s) => s.taskId === id);
     expect(mine).toHaveLength(2);
     expect(mine[1]!.memberId).not.toBe(mine[0]!.memberId);
+  });
+
+  it('is not sent a third time when the resubmit gets no answer either: failed and refunded, one job at most left upstream', async () => {
+    const { key } = await twoMemberCustomer();
+    const id = await create(key, 'never answered');
+    const { task } = await waitVideoFinished(server, key, id);
+    expect(task.status).toBe('failed');
+    expect(task.error).toMatchObject({ code: 'upstream_error' });
+    expect(task.error?.message).toMatch(/answered none of the 2 submits.*refunded/);
+    const mine = submits.filter((s) => s.taskId === id);
+    expect(mine).toHaveLength(2);
+    expect(mine[1]!.memberId).toBe(mine[0]!.memberId);
+    const entries = await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', id).execute();
+    expect(entries.map((e) => e.kind).sort()).toEqual(['hold', 'release']);
+  });
+
+  it('does not count a resubmit the upstream answered (it took nothing): the next one is still sent', async () => {
+    const { key } = await twoMemberCustomer();
+    const id = await create(key, 'no answer then busy');
+    const { task } = await waitVideoFinished(server, key, id);
+    expect(task.status).toBe('completed');
+    const mine = submits.filter((s) => s.taskId === id);
+    expect(mine).toHaveLength(3);
+    expect(new Set(mine.map((s) => s.memberId)).size).toBe(1);
+    const row = await server.db.selectFrom('videoTasks').select(['unansweredSubmits', 'upstreamJobId']).where('id', '=', id).executeTakeFirstOrThrow();
+    expect(row.upstreamJobId).toBe(`job-${id}-${submits.indexOf(mine[2]!) + 1}`);
+    expect(row.unansweredSubmits).toBe(2);
+  });
+
+  it('goes on resubmitting where the adapter finds an earlier submit\'s job (no second job can start)', async () => {
+    findsEarlierSubmit = true;
+    try {
+      const { key } = await twoMemberCustomer();
+      const id = await create(key, 'never answered, found later');
+      const { task } = await waitVideoFinished(server, key, id);
+      expect(task.status).toBe('completed');
+      expect(submits.filter((s) => s.taskId === id)).toHaveLength(4);
+    } finally {
+      findsEarlierSubmit = false;
+    }
   });
 });

@@ -111,6 +111,8 @@ export interface KlingVideoOptions {
 
 export class KlingVideoProvider implements VideoProvider {
   readonly pollIntervalMs: number;
+  /** A resubmit is refused as a duplicate of its external_task_id and answered with the earlier task. */
+  readonly findsEarlierSubmit = true;
   private readonly tokens: KlingTokens;
 
   constructor(options: KlingVideoOptions = {}) {

@@ -8,10 +8,15 @@
  *             upstream's idempotency key where it takes one), failing over to the next member when
  *             one cannot take it; save the upstream job id and member (the commit point: a retried
  *             step polls that job instead of submitting again), schedule the first poll. With every
- *             member full or cooling down the task stays queued. A crash between sending and saving is seen by the next
- *             attempt (submit_started_at set, no job id): it resubmits with the same idempotency
- *             key and logs a warning — on an upstream without idempotency keys the first job may
- *             still run there (the client is charged once either way).
+ *             member full or cooling down the task stays queued. A submit whose answer never
+ *             came (a crash between sending and saving, a timeout after the body was sent) is seen
+ *             by the next attempt (submit_started_at set, no job id): it resubmits to the same
+ *             member with the same idempotency key and logs a warning. Where the upstream cannot
+ *             tell a resubmit from a new job (no idempotency key, no lookup: Ark, MiniMax,
+ *             DashScope, Veo, Sora, fal, Replicate) the earlier job may run there too, billed: so
+ *             once two submits are unanswered the task fails and is refunded rather than sent a
+ *             third time (at most one job the gateway never learns of; the client is charged once
+ *             either way).
  *   poll      one status call on the member that accepted the job; running: reschedule at the
  *             provider's interval (or its Retry-After), with jitter; failed: fail and release
  *   finalize  (right after a poll that saw success, which records where the output is: the job is
@@ -45,6 +50,12 @@ export const VIDEO_RETRY: RetryPolicy = { maxRetries: Number.POSITIVE_INFINITY, 
  * Downloads of a finished job: up to 10 retries (about 20 minutes of backoff, or the upstream's
  * Retry-After each time), and never past the task's deadline.
  */
+/**
+ * Submits of one task whose answers never came, past which it is failed rather than submitted again
+ * to an upstream that cannot tell a resubmit from a new job (`VideoProvider.findsEarlierSubmit`).
+ */
+export const MAX_UNANSWERED_SUBMITS = 2;
+
 export const DOWNLOAD_RETRY: RetryPolicy = { maxRetries: 10, baseDelayMs: 2000, maxDelayMs: 5 * 60_000 };
 /**
  * The cancel of a job past its task's deadline: asked this many times through passing failures,
@@ -284,14 +295,31 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       return later(0);
     }
     notStopping(stopping);
-    log.warn({ memberId: task.memberId, submitStartedAt: task.submitStartedAt }, 'resubmitting: an earlier submit of this task may have reached the upstream before its job id was saved; the same idempotency key is sent');
+    const provider = this.videoProvider(account);
+    if (!provider.findsEarlierSubmit && task.unansweredSubmits >= MAX_UNANSWERED_SUBMITS) {
+      // Each unanswered submit may be a job running there, billed to the member's account, that
+      // no poll will ever collect: a third is not risked. The operator learns which member and when.
+      log.error({ memberId: task.memberId, submitStartedAt: task.submitStartedAt, unansweredSubmits: task.unansweredSubmits }, 'video task failed: its upstream answered none of its submits and cannot be asked about them; a job may be running there that the gateway will never collect');
+      await this.deps.settlement.failVideo(task, 'upstream_error', `The upstream answered none of the ${task.unansweredSubmits} submits of this job, so it is not sent again (a job may have been started there); the credits were refunded.`);
+      return DONE;
+    }
+    log.warn({ memberId: task.memberId, submitStartedAt: task.submitStartedAt, unansweredSubmits: task.unansweredSubmits }, 'resubmitting: an earlier submit of this task may have reached the upstream before its job id was saved; the same idempotency key is sent');
+    let job: VideoJob;
+    try {
+      job = await this.jobOf(task, account, true);
+    } catch (err) {
+      return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
+    }
+    // Making the job can take a while (inputs turned upright): a stop meanwhile sends nothing.
+    notStopping(stopping);
+    if (!(await this.deps.tasks.countResubmit(fence))) throw new LeaseLost('lease lost before resubmit');
     let jobId: string;
     try {
-      const job = await this.jobOf(task, account, true);
-      // Making the job can take a while (inputs turned upright): a stop meanwhile sends nothing.
-      notStopping(stopping);
-      jobId = await attempts.run('submit', account, (id) => id, () => this.deps.pool.health.observe(account, () => this.videoProvider(account).submit(account, job, signal), undefined, signal), { signal });
+      jobId = await attempts.run('submit', account, (id) => id, () => this.deps.pool.health.observe(account, () => provider.submit(account, job, signal), undefined, signal), { signal });
     } catch (err) {
+      // Answered (not taken): this resubmit started nothing there. The mark stays all the same (the
+      // earlier submit may be running there): the retry asks this member again.
+      if (err instanceof ProviderError && !err.maybeAccepted) await this.deps.tasks.uncountResubmit(fence);
       return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
     }
     return this.saveJob(task, account, jobId, log);
