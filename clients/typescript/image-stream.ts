@@ -1,6 +1,7 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import type { Middleware } from 'openapi-fetch';
 import type { MediagateApi } from './api.ts';
-import { MediagateError } from './mediagate-error.ts';
+import { MediagateError, MediagateNetworkError, readBody, sendRequest } from './mediagate-error.ts';
 import type {
   ImageEditStreamEvent,
   ImageEditStreamRequest,
@@ -21,25 +22,37 @@ interface OpenedStream {
   response: Response;
 }
 
+function isGenerationEvent(payload: { type: string }): payload is ImageGenerationStreamEvent {
+  return payload.type === 'image_generation.partial_image' || payload.type === 'image_generation.completed';
+}
+
+function isEditEvent(payload: { type: string }): payload is ImageEditStreamEvent {
+  return payload.type === 'image_edit.partial_image' || payload.type === 'image_edit.completed';
+}
+
 /**
  * Streams `POST /v1/images/generations` (`stream: true`). Yields the partial and completed events
- * in arrival order; throws `MediagateError` on a non-2xx answer and on an `event: error` frame.
- * Leaving the loop early (`break`, `return`, a throw) cancels the response body, so the server
- * stops the work and releases the credits of the images not delivered.
+ * in arrival order; throws `MediagateError` on a non-2xx answer and on an `event: error` frame, and
+ * `MediagateNetworkError` when no answer came or the connection broke off (after yielding the
+ * events that did arrive). A stream that ends cleanly after fewer completed events than `n` is the
+ * server's whole answer: the upstream returned fewer images, and only those are charged. Leaving
+ * the loop early (`break`, `return`, a throw) cancels the response body, so the server stops the
+ * work and releases the credits of the images not delivered.
  */
 export function streamImage(
   api: MediagateApi,
   body: ImageStreamRequest,
   options: ImageStreamOptions = {},
 ): AsyncGenerator<ImageGenerationStreamEvent, void, undefined> {
-  const open = (): Promise<OpenedStream> =>
+  const open = (middleware: Middleware[]): Promise<OpenedStream> =>
     api.POST('/v1/images/generations', {
       body: { ...body, stream: true },
       headers: { Accept: 'text/event-stream' },
       parseAs: 'stream',
       signal: options.signal,
+      middleware,
     });
-  return readImageStream(open, isGenerationEvent);
+  return readImageStream(open, isGenerationEvent, options.signal);
 }
 
 /**
@@ -51,29 +64,23 @@ export function streamImageEdit(
   body: ImageEditStreamRequest,
   options: ImageStreamOptions = {},
 ): AsyncGenerator<ImageEditStreamEvent, void, undefined> {
-  const open = (): Promise<OpenedStream> =>
+  const open = (middleware: Middleware[]): Promise<OpenedStream> =>
     api.POST('/v1/images/edits', {
       body: { ...body, stream: true },
       headers: { Accept: 'text/event-stream' },
       parseAs: 'stream',
       signal: options.signal,
+      middleware,
     });
-  return readImageStream(open, isEditEvent);
+  return readImageStream(open, isEditEvent, options.signal);
 }
 
-function isGenerationEvent(payload: { type: string }): payload is ImageGenerationStreamEvent {
-  return payload.type === 'image_generation.partial_image' || payload.type === 'image_generation.completed';
-}
-
-function isEditEvent(payload: { type: string }): payload is ImageEditStreamEvent {
-  return payload.type === 'image_edit.partial_image' || payload.type === 'image_edit.completed';
-}
-
-async function* readImageStream<E>(
-  open: () => Promise<OpenedStream>,
-  accepts: (payload: { type: string }) => payload is { type: string } & E,
+async function* readImageStream<E extends { type: string }>(
+  open: (middleware: Middleware[]) => Promise<OpenedStream>,
+  accepts: (payload: { type: string }) => payload is E,
+  signal: AbortSignal | undefined,
 ): AsyncGenerator<E, void, undefined> {
-  const { data: stream, error, response } = await open();
+  const { data: stream, error, response } = await sendRequest(open, signal);
   if (!response.ok) throw MediagateError.fromResponse(response, error);
   const contentType = response.headers.get('Content-Type') ?? '';
   if (!stream || !contentType.startsWith('text/event-stream')) {
@@ -93,8 +100,8 @@ async function* readImageStream<E>(
         const event = readFrame(response, frame, accepts);
         if (event !== undefined) yield event;
       }
-      if (finished) return;
-      const chunk = await reader.read();
+      if (finished) break;
+      const chunk = await readBody(() => reader.read(), signal);
       if (chunk.done) {
         finished = true;
         // Flush a multi-byte character split at the very end; an unterminated last frame is
@@ -112,10 +119,10 @@ async function* readImageStream<E>(
   }
 }
 
-function readFrame<E>(
+function readFrame<E extends { type: string }>(
   response: Response,
   frame: EventSourceMessage,
-  accepts: (payload: { type: string }) => payload is { type: string } & E,
+  accepts: (payload: { type: string }) => payload is E,
 ): E | undefined {
   let payload: unknown;
   try {

@@ -125,17 +125,19 @@ export class MediagateError extends Error {
 
 /**
  * A request that got no HTTP answer: the connection was refused or reset, the host did not
- * resolve, or the answer broke off. The request may or may not have reached the server; `cause` is
- * the error fetch threw.
+ * resolve, or the answer broke off (an image stream cut, or closed before all its images). The
+ * request may or may not have reached the server; `cause` is the error fetch threw, or what showed
+ * that the answer broke off.
  */
 export class MediagateNetworkError extends Error {
   override readonly name = 'MediagateNetworkError';
   /** From `createVideo`: the `client_request_id` it sent; retry with it (see `MediagateError`). */
   readonly clientRequestId: string | undefined;
 
-  constructor(cause: unknown, clientRequestId?: string) {
+  /** `what`: how the message begins (an answer that began, then broke off, says so). */
+  constructor(cause: unknown, clientRequestId?: string, what = 'No answer from Mediagate') {
     const code = networkCodeOf(cause);
-    super(`No answer from Mediagate: ${cause instanceof Error ? cause.message : String(cause)}${code ? ` (${code})` : ''}`, { cause });
+    super(`${what}: ${cause instanceof Error ? cause.message : String(cause)}${code ? ` (${code})` : ''}`, { cause });
     this.clientRequestId = clientRequestId;
   }
 }
@@ -157,6 +159,20 @@ export async function sendRequest<T>(
   } catch (err) {
     if (!sent || signal?.aborted === true || !isNetworkFailure(err)) throw err;
     throw new MediagateNetworkError(err, clientRequestId);
+  }
+}
+
+/**
+ * Runs one read of an answer that has begun (`reader.read()` of its body); a body that breaks off
+ * (the connection reset or closed mid-chunk: fetch's `TypeError: terminated`) throws a
+ * `MediagateNetworkError`. The caller's abort passes through unchanged, as in `sendRequest`.
+ */
+export async function readBody<T>(read: () => Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  try {
+    return await read();
+  } catch (err) {
+    if (signal?.aborted === true || !isNetworkFailure(err)) throw err;
+    throw new MediagateNetworkError(err, undefined, 'The answer from Mediagate broke off');
   }
 }
 

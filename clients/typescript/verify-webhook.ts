@@ -8,10 +8,18 @@
  * Returns the task; throws `WebhookVerificationError` when the delivery is not authentic. Dedupe on
  * the `webhook-id` header: delivery is at least once.
  */
-import { Webhook, WebhookVerificationError } from 'standardwebhooks';
+import { Webhook, WebhookVerificationError as LibraryVerificationError } from 'standardwebhooks';
 import type { FinishedVideoTask } from './types.ts';
 
-export { WebhookVerificationError };
+/**
+ * A webhook delivery that is not authentic: a header missing or malformed, no signature matching
+ * the secret, or a timestamp more than 5 minutes off; `cause` is the `standardwebhooks` error. The
+ * package's own class rather than the library's, whose declarations need Node's types (`Buffer`):
+ * consumers of this package need none.
+ */
+export class WebhookVerificationError extends Error {
+  override readonly name = 'WebhookVerificationError';
+}
 
 /** Headers as Node (`req.headers`), fetch (`Headers`) or a plain object give them. */
 export type WebhookHeaders = Headers | Record<string, string | string[] | undefined>;
@@ -26,10 +34,17 @@ export function verifyWebhook(body: string | Uint8Array, headers: WebhookHeaders
   };
   // TextDecoder rather than Buffer: the package's declarations then need no Node types.
   const raw = typeof body === 'string' ? body : new TextDecoder().decode(body);
-  const task = new Webhook(secret).verify(raw, {
-    'webhook-id': get('webhook-id'),
-    'webhook-timestamp': get('webhook-timestamp'),
-    'webhook-signature': get('webhook-signature'),
-  });
+  let task: unknown;
+  try {
+    task = new Webhook(secret).verify(raw, {
+      'webhook-id': get('webhook-id'),
+      'webhook-timestamp': get('webhook-timestamp'),
+      'webhook-signature': get('webhook-signature'),
+    });
+  } catch (err) {
+    // Only the library's verdict on the delivery; a malformed secret is the caller's error, thrown as it is.
+    if (err instanceof LibraryVerificationError) throw new WebhookVerificationError(err.message, { cause: err });
+    throw err;
+  }
   return task as FinishedVideoTask;
 }

@@ -20,6 +20,8 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 /** Bounds of the pause after reads that failed in a row without a `Retry-After`. */
 const MIN_BACKOFF_MS = 500;
 const MAX_BACKOFF_MS = 30_000;
+/** What a reverse proxy answers, with its own body, when the gateway behind it is down or restarting. */
+const PROXY_STATUSES = new Set([502, 504]);
 
 /** Rejection of `waitForVideo` when the task did not finish within `timeoutMs`. */
 export class VideoWaitTimeoutError extends Error {
@@ -45,8 +47,9 @@ export class VideoWaitTimeoutError extends Error {
 /**
  * Polls `GET /v1/videos/{id}` until the task is `completed` or `failed` and resolves with it; a
  * failed task is a result (read `error.message`), not a rejection. A read that fails for a passing
- * reason (`503`, such as `database_unavailable` or `not_ready` while the gateway restarts, or no
- * answer at all) is retried after its `Retry-After`, else after a growing pause, until the deadline.
+ * reason (`503`, such as `database_unavailable` or `not_ready` while the gateway restarts; a `502`
+ * or `504` of a proxy in front of it, whose body is not a Mediagate error; or no answer at all) is
+ * retried after its `Retry-After`, else after a growing pause, until the deadline.
  * Rejects with `MediagateError` on any other HTTP error (`404 task_not_found`, `401`, …),
  * `VideoWaitTimeoutError` after `timeoutMs`, and the signal's reason (an `AbortError` by default)
  * when `signal` aborts.
@@ -113,8 +116,10 @@ async function readTask(
   }
   const failure = MediagateError.fromResponse(response, error);
   // 503 is this read's only passing error (`database_unavailable`, `not_ready`, a restart); a read
-  // changes nothing, so any 503 is retried. Other errors (404, 401, 403, 400, 500) would recur.
-  if (failure.status === 503) return { retry: failure };
+  // changes nothing, so any 503 is retried. So is a 502 or 504 that is not Mediagate's (no error
+  // code): a proxy in front of it (nginx, a load balancer) answers so while the gateway restarts.
+  // Other errors (404, 401, 403, 400, 500) would recur.
+  if (failure.status === 503 || (PROXY_STATUSES.has(failure.status) && failure.code === null)) return { retry: failure };
   throw failure;
 }
 
