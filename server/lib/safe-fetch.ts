@@ -6,7 +6,7 @@
  *      machine when the operator allows private targets —, a real host, a usable port, not an
  *      internal name or a non-public IP literal);
  *   2. the host is resolved once and EVERY address checked (`isPublicAddress`): one private address
- *      among public ones refuses the request;
+ *      among public ones refuses the request (how names are resolved: below);
  *   3. the connection goes to the checked addresses (a `lookup` that answers from them), so DNS
  *      rebinding between check and connect is impossible; TLS still verifies the host name;
  *   4. no proxy (a fresh agent, never the environment's), no redirect followed (a 3xx is an answer),
@@ -15,8 +15,22 @@
  *
  * `allowPrivate` (the operator's ALLOW_PRIVATE_TARGETS, for on-premises receivers) lifts the
  * address rules, never the others. Every failure is a `SafeFetchError` with a stable class.
+ *
+ * Names are asked of DNS directly (c-ares, A and AAAA at once, each name server given 5 s and asked
+ * once), not through the system's getaddrinfo (`dns.lookup`): getaddrinfo runs on libuv's thread
+ * pool, where DNS may hold at most 2 of its 4 threads, and a lookup abandoned at the time limit keeps
+ * its thread until the system resolver gives up (5 s per try and server). A client's names whose
+ * DNS never answers would hold every one of them, and every other lookup of the process (other
+ * tenants' receivers, upstream and storage connections) would wait behind them. A c-ares query is a
+ * socket on the event loop, cancelled when the time limit or the caller's abort ends the request.
+ * What users see of it: a name is found as public DNS has it; an entry of the hosts file
+ * (/etc/hosts) or a search domain is not applied to it. Only the names the outbound-URL guard
+ * counts as internal (`localhost`, a single label, `.internal`, `.local`, …), which it accepts only
+ * with `allowPrivate`, go to the system (hosts file, search domains, mDNS): they are the operator's
+ * own, served by the operator's files and name servers, not by a server a client could keep silent.
+ * An IP literal needs no lookup.
  */
-import { lookup as dnsLookup } from 'node:dns/promises';
+import { lookup as systemLookup, Resolver as DnsChannel } from 'node:dns/promises';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import http from 'node:http';
 import https from 'node:https';
@@ -30,7 +44,8 @@ export interface ResolvedAddress {
   family: 4 | 6;
 }
 
-export type Resolver = (host: string) => Promise<ResolvedAddress[]>;
+/** Resolves a host to every address it has; `signal` ends the lookup early (a resolver may ignore it). */
+export type Resolver = (host: string, signal?: AbortSignal) => Promise<ResolvedAddress[]>;
 
 /** Why no answer came: the classes operators see on an attempt (and metrics count). */
 export type SafeFetchErrorClass = 'timeout' | 'connect_failed' | 'tls_error' | 'dns_failure' | 'blocked_address' | 'invalid_url' | 'protocol_error';
@@ -59,8 +74,10 @@ export interface SafeFetchOptions {
   allowPrivate?: boolean;
   /** The caller's abort (lease lost, shutdown): rethrown as its own reason, not a SafeFetchError. */
   signal?: AbortSignal;
-  /** Test seam: the resolver (default: the system's, every address). */
+  /** Test seam: the resolver (default: DNS, or the system's for internal names; see the file's header). */
   resolve?: Resolver;
+  /** Test seam: the name servers the default resolver asks (default: the system's, /etc/resolv.conf). */
+  dnsServers?: readonly string[];
   /** Test seam: extra trusted CAs (default: Node's, plus NODE_EXTRA_CA_CERTS). */
   ca?: string | string[];
   /** Test seam: addresses that count as public (a loopback server playing a public host). */
@@ -76,15 +93,58 @@ export interface SafeResponse {
   truncated: boolean;
 }
 
-const systemResolver: Resolver = async (host) => (await dnsLookup(host, { all: true, order: 'verbatim' })) as ResolvedAddress[];
+/** How long each name server is given to answer (glibc's default too); the request's time limit cancels sooner. */
+const DNS_SERVER_TIMEOUT_MS = 5_000;
+
+/**
+ * A resolver that asks DNS directly (c-ares: no thread of libuv's pool), A and AAAA at once, IPv4
+ * addresses first. A channel of its own per lookup, so that an abort cancels this lookup's queries
+ * and no one else's. Either family may fail alone (a server that answers A and not AAAA): only the
+ * addresses that came are checked and connected to.
+ */
+export function dnsResolver(servers?: readonly string[]): Resolver {
+  return async (host, signal) => {
+    signal?.throwIfAborted();
+    const channel = new DnsChannel({ timeout: DNS_SERVER_TIMEOUT_MS, tries: 1 });
+    if (servers) channel.setServers(servers);
+    const cancel = () => channel.cancel();
+    signal?.addEventListener('abort', cancel, { once: true });
+    try {
+      const [v4, v6] = await Promise.allSettled([channel.resolve4(host), channel.resolve6(host)]);
+      const addresses: ResolvedAddress[] = [
+        ...(v4.status === 'fulfilled' ? v4.value.map((address) => ({ address, family: 4 as const })) : []),
+        ...(v6.status === 'fulfilled' ? v6.value.map((address) => ({ address, family: 6 as const })) : []),
+      ];
+      const failures = [v4, v6].flatMap((r) => (r.status === 'rejected' ? [r.reason as { code?: string }] : []));
+      // Neither family came: the telling failure (no such name, a timeout) over "no record of this family".
+      if (addresses.length === 0 && failures.length > 0) throw failures.find((e) => e.code !== 'ENODATA') ?? failures[0];
+      return addresses;
+    } finally {
+      signal?.removeEventListener('abort', cancel);
+    }
+  };
+}
+
+/** The system's resolver (getaddrinfo: hosts file, search domains, nsswitch), for internal names only. */
+const systemResolver: Resolver = async (host) => (await systemLookup(host, { all: true, order: 'verbatim' })) as ResolvedAddress[];
+
+/** Whether the outbound-URL guard counts a (normalized, non-IP) host as internal: the guard's own rule, asked of it. */
+function isInternalName(host: string): boolean {
+  try {
+    parseOutboundUrl(`https://${host}/`);
+    return false;
+  } catch (err) {
+    return err instanceof OutboundUrlError && err.problem === 'internal_name';
+  }
+}
 
 /**
  * Checks the URL and resolves its host to addresses that may be connected to; throws
- * `invalid_url`, `blocked_address` or `dns_failure`.
+ * `invalid_url`, `blocked_address` or `dns_failure`. `signal` ends the lookup.
  */
 export async function resolveTarget(
   raw: string,
-  opts: { allowPrivate?: boolean; resolve?: Resolver; treatAsPublic?: readonly string[] } = {},
+  opts: Pick<SafeFetchOptions, 'allowPrivate' | 'resolve' | 'dnsServers' | 'treatAsPublic' | 'signal'> = {},
 ): Promise<{ target: OutboundUrl; addresses: ResolvedAddress[] }> {
   const isPublic = (address: string) => isPublicAddress(address) || (opts.treatAsPublic?.includes(address) ?? false);
   let target: OutboundUrl;
@@ -104,9 +164,11 @@ export async function resolveTarget(
   }
   if (target.address) return { target, addresses: [{ address: target.address, family: target.address.includes(':') ? 6 : 4 }] };
 
+  // Internal names reach this point only when the operator allows private targets (parseOutboundUrl).
+  const resolve = opts.resolve ?? (isInternalName(target.host) ? systemResolver : dnsResolver(opts.dnsServers));
   let addresses: ResolvedAddress[];
   try {
-    addresses = await (opts.resolve ?? systemResolver)(target.host);
+    addresses = await resolve(target.host, opts.signal);
   } catch (err) {
     throw new SafeFetchError('dns_failure', `'${target.host}' could not be resolved (${(err as { code?: string }).code ?? 'lookup failed'})`, { cause: err });
   }
@@ -141,8 +203,9 @@ export async function safeRequest(raw: string, opts: SafeFetchOptions): Promise<
     throw err instanceof SafeFetchError ? err : classify(err);
   };
   try {
-    // The lookup is under the time limit and the caller's abort too; a slow resolver's own timeouts are seconds.
-    const { target, addresses } = await untilAborted(resolveTarget(raw, opts), signal);
+    // The lookup is under the time limit and the caller's abort too: raced, and cancelled where the
+    // resolver can be (DNS; the system's getaddrinfo cannot be, see the file's header).
+    const { target, addresses } = await untilAborted(resolveTarget(raw, { ...opts, signal }), signal);
     // Answers from the checked addresses only: no second lookup that DNS could answer differently.
     const lookup: LookupFunction = (_host, options, callback) => {
       if (options.all) return (callback as (err: null, all: ResolvedAddress[]) => void)(null, addresses);
