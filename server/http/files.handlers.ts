@@ -5,9 +5,10 @@
  * both GETs answers as they do, without a body (and without reading the bytes).
  */
 import type { Request, Response } from 'express';
-import { pipeline } from 'node:stream/promises';
 import type { AppContext } from '../context.ts';
 import { ApiError, badRequest } from '../errors.ts';
+import { pipeBounded } from '../lib/base64-json.ts';
+import type { Logger } from '../logger.ts';
 import { toApiFile, type OpenedFile } from '../services/file.service.ts';
 import { authOf, hasAuth, noStore } from './auth.ts';
 import { uploadOf } from './file-upload.ts';
@@ -48,9 +49,15 @@ const INLINE_TYPES: Record<Schemas['File']['content_type'], true> = { 'image/png
  * request are answered with the whole file (allowed by RFC 9110), an unsatisfiable one with `416`.
  * A HEAD gets the whole file's header fields and no body: the store is never asked for the bytes
  * (S3 would start sending a whole video), and its `Range` is ignored (RFC 9110 §14.2: GET only).
+ * A client that takes none of the bytes for `stall.idleMs` is cut off (`pipeBounded`), and the
+ * store's stream it held open (a file descriptor, a socket of the S3 read client) closed with it.
  */
-async function sendFile(req: Pick<Request, 'headers' | 'method'>, res: Response, opened: OpenedFile, cacheControl: string): Promise<void> {
+async function sendFile(req: Pick<Request, 'headers' | 'method'> & { id?: string }, res: Response, opened: OpenedFile, cacheControl: string, stall: { idleMs: number; log: Logger }): Promise<void> {
   const { file, stored, name } = opened;
+  const send = (range?: { start: number; end: number }) =>
+    pipeBounded(opened.read(range), res, stall.idleMs, (err) =>
+      stall.log.warn({ reqId: req.id, fileId: file.id, err: err.message }, 'download cut off: its client stopped reading'),
+    );
   const head = req.method === 'HEAD';
   const etag = `"${file.id}"`;
   res.setHeader('Cache-Control', cacheControl);
@@ -81,7 +88,7 @@ async function sendFile(req: Pick<Request, 'headers' | 'method'>, res: Response,
     res.status(206);
     res.setHeader('Content-Range', `bytes ${range.start}-${range.end}/${stored.bytes}`);
     res.setHeader('Content-Length', String(range.end - range.start + 1));
-    await pipeline(opened.read(range), res);
+    await send(range);
     return;
   }
   res.status(200);
@@ -90,7 +97,7 @@ async function sendFile(req: Pick<Request, 'headers' | 'method'>, res: Response,
     res.end();
     return;
   }
-  await pipeline(opened.read(), res);
+  await send();
 }
 
 type FilesOperation = 'createFile' | 'listFiles' | 'getFile' | 'headFile' | 'getFileContent' | 'headFileContent' | 'deleteFile';
@@ -98,6 +105,12 @@ type FilesOperation = 'createFile' | 'listFiles' | 'getFile' | 'headFile' | 'get
 export function filesHandlers(ctx: AppContext): Pick<HandlerMap, FilesOperation> {
   const { config } = ctx;
   const files = ctx.services.files;
+  /**
+   * A download waits for a client that stops reading as long as a JSON answer carrying images
+   * does (images.handlers.ts): ten times STREAM_WRITE_IDLE_MS. A slow client on a poor network
+   * still gets a whole video; one that took nothing for that long no longer holds the store's stream.
+   */
+  const stall = { idleMs: config.streamWriteIdleMs * 10, log: ctx.log };
   const handlers: Omit<Pick<HandlerMap, FilesOperation>, 'headFile' | 'headFileContent'> = {
     async createFile(req, res) {
       const upload = uploadOf(req);
@@ -129,7 +142,7 @@ export function filesHandlers(ctx: AppContext): Pick<HandlerMap, FilesOperation>
         }
         // The signed URL is the credential: a key sent along is not needed and not looked at.
         const opened = await files.open(req.params.file_id, expires, signature);
-        await sendFile(req, res, opened, `private, max-age=${opened.maxAgeSeconds}`);
+        await sendFile(req, res, opened, `private, max-age=${opened.maxAgeSeconds}`, stall);
         return;
       }
       // The contract lets this operation through without a key (for signed URLs); without a
@@ -141,7 +154,7 @@ export function filesHandlers(ctx: AppContext): Pick<HandlerMap, FilesOperation>
     },
 
     async getFileContent(req, res) {
-      await sendFile(req, res, await files.openOwned(req.params.file_id, authOf(req).accountId), 'no-store');
+      await sendFile(req, res, await files.openOwned(req.params.file_id, authOf(req).accountId), 'no-store', stall);
     },
 
     async deleteFile(req, res) {

@@ -5,14 +5,13 @@
  * finishes it in the background; `stream: true` or `Accept: text/event-stream` answers with events.
  */
 import type { Request, Response } from 'express';
-import { pipeline } from 'node:stream/promises';
 import type { AppContext } from '../context.ts';
 import { ApiError } from '../errors.ts';
 import type { ImageRequestFields } from '../services/image/image-request.ts';
 import { NULL_SINK, type ExecuteResult, type ImageOperation } from '../services/image/image-runner.ts';
 import { LeaseLost } from '../services/tasks/task-runner.ts';
 import type { ImageEdit } from '../services/image/image.service.ts';
-import { jsonStream, type Base64Source, type WithBase64 } from '../lib/base64-json.ts';
+import { jsonStream, pipeBounded, type Base64Source, type WithBase64 } from '../lib/base64-json.ts';
 import { logWith } from './access-log.ts';
 import { authOf, noStore } from './auth.ts';
 import { stagingOf } from './media-body.ts';
@@ -166,12 +165,16 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     async listImageTasks(req, res) {
       const page: WithBase64<ResponseBody<'listImageTasks', 200>, Base64Source> = await images.list(authOf(req), req.query);
       // Written as a stream: the images of b64_json tasks are read from the store as they are sent.
+      // A client that stops reading it is cut off as one of a JSON answer is (`jsonLimits`), and the
+      // image being read from the store for it is closed with the response.
       const { body, length } = jsonStream(page);
       noStore(res);
       res.status(200);
       res.setHeader('Content-Type', 'application/json; charset=utf-8');
       res.setHeader('Content-Length', String(length));
-      await pipeline(body, res);
+      await pipeBounded(body, res, jsonLimits.idleMs, (err) =>
+        ctx.log.warn({ reqId: (req as { id?: string }).id, accountId: authOf(req).accountId, err: err.message }, 'image task listing cut off: its client stopped reading'),
+      );
     },
 
     async getImageTask(req, res) {

@@ -10,9 +10,14 @@
  * Requests to upstreams (inline media such as Veo's `bytesBase64Encoded`): a body holds
  * `Base64Source`s, streams of stored inputs; `jsonStream` makes the body a stream in which each
  * one's base64 is produced while its stream is read. Memory: one chunk, whatever the inputs' size.
+ *
+ * A client that stops reading a response is cut off, not waited for as long as it keeps its socket
+ * open: `WriteLimits` bound `writeJsonParts`, and `pipeBounded` a body piped from a stream (a
+ * `jsonStream` answer, a file download).
  */
 import { randomBytes } from 'node:crypto';
 import { Readable, type Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 
 /** Bytes written into JSON as a base64 string. */
 export class Base64Bytes {
@@ -221,12 +226,12 @@ function gone(): Error {
 function bounded(out: Writable, limits: WriteLimits, start: (settle: (err?: Error | null) => void) => () => void): Promise<void> {
   return new Promise((resolve, reject) => {
     let stop: (() => void) | undefined;
-    let timer: NodeJS.Timeout | undefined;
+    let unwatch: (() => void) | undefined;
     let settled = false;
     const settle = (err?: Error | null) => {
       if (settled) return;
       settled = true;
-      clearTimeout(timer);
+      unwatch?.();
       stop?.();
       out.off('close', onClose);
       limits.signal?.removeEventListener('abort', onAbort);
@@ -242,30 +247,54 @@ function bounded(out: Writable, limits: WriteLimits, start: (settle: (err?: Erro
     limits.signal?.addEventListener('abort', onAbort);
     if (limits.idleMs !== undefined) {
       const ms = limits.idleMs;
-      // The bound is on progress, not on the whole wait: a client that keeps taking bytes, however
-      // slowly, is waited for; only one that took none of what waits for it for `ms` is cut off.
-      // Looked at every quarter of `ms`: what waits shrinking is progress.
-      const step = Math.max(10, Math.floor(ms / 4));
-      let waiting = pendingBytes(out);
-      let idleSince = Date.now();
-      const look = () => {
-        const now = pendingBytes(out);
-        if (now < waiting) idleSince = Date.now();
-        waiting = now;
-        if (Date.now() - idleSince < ms) {
-          timer = setTimeout(look, step);
-          return;
-        }
+      // Everything here waits for the client: the drain, or the last write's callback.
+      unwatch = watchProgress(out, ms, () => true, () => {
         // Settled first: the 'close' the destroy brings must not turn this into a plain "went away".
         settle(new StalledClient(`the client took nothing of the answer for ${ms} ms and was cut off`));
         out.destroy();
-      };
-      timer = setTimeout(look, step);
+      });
     }
     stop = start(settle);
     if (settled) stop();
     else if (limits.signal?.aborted) onAbort();
   });
+}
+
+/**
+ * Calls `stalled` once `out`'s client has taken none of what waits for it for `ms`; returns what
+ * stops the watch. The bound is on progress, not on the whole wait: a client that keeps taking
+ * bytes, however slowly, is waited for. Looked at every quarter of `ms`: what waits shrinking is
+ * progress, and so is a 'drain' (all of it was taken; a pipe may have written more since the last
+ * look), and a look at which the writer waits for something else (`waitsForClient` false: a pipe
+ * whose writes are taken as they come, or that waits for its source) starts the count again.
+ */
+function watchProgress(out: Writable, ms: number, waitsForClient: () => boolean, stalled: () => void): () => void {
+  const step = Math.max(10, Math.floor(ms / 4));
+  let waiting = pendingBytes(out);
+  let idleSince = Date.now();
+  let drained = false;
+  const onDrain = () => {
+    drained = true;
+  };
+  out.on('drain', onDrain);
+  let timer: NodeJS.Timeout | undefined;
+  const look = () => {
+    const now = pendingBytes(out);
+    if (now < waiting || drained || !waitsForClient()) idleSince = Date.now();
+    waiting = now;
+    drained = false;
+    if (Date.now() - idleSince < ms) {
+      timer = setTimeout(look, step);
+      return;
+    }
+    out.off('drain', onDrain);
+    stalled();
+  };
+  timer = setTimeout(look, step);
+  return () => {
+    clearTimeout(timer);
+    out.off('drain', onDrain);
+  };
 }
 
 /**
@@ -287,4 +316,31 @@ function finalWrite(out: Writable, chunk: string, limits: WriteLimits): Promise<
     // A write's callback cannot be taken back; once settled, a late call does nothing.
     return () => undefined;
   });
+}
+
+/**
+ * `pipeline(source, out)` under the bound `WriteLimits.idleMs` puts on `writeJsonParts`: for a
+ * body written from a stream (a download, a listing whose images are read from the store as it
+ * goes). A pipe waits for a client that stops reading for as long as its socket stays open, and
+ * holds its source meanwhile (a file descriptor, one of the S3 read client's sockets). Once the
+ * client has taken none of what waits for it for `idleMs` while the pipe waits for it (for a
+ * 'drain', or for the last bytes after the end), `stalled` is told and `out` is destroyed, the
+ * source with it; the pipeline then rejects as for a client that went away (premature close). A
+ * pipe that waits for its source (a slow store) is not the client's stall.
+ */
+export async function pipeBounded(source: Readable, out: Writable, idleMs: number, stalled: (err: StalledClient) => void): Promise<void> {
+  const unwatch = watchProgress(
+    out,
+    idleMs,
+    () => out.writableNeedDrain || out.writableEnded,
+    () => {
+      stalled(new StalledClient(`the client took nothing of the answer for ${idleMs} ms and was cut off`));
+      out.destroy();
+    },
+  );
+  try {
+    await pipeline(source, out);
+  } finally {
+    unwatch();
+  }
 }
