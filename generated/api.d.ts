@@ -886,9 +886,18 @@ export interface paths {
          *     the admin view of webhook attempts: `timeout`, `connect_failed`, `tls_error`, `dns_failure`,
          *     `blocked_address`, `protocol_error`).
          *
+         *     Each test holds a connection to the receiver until it answers or the operator's webhook time
+         *     limit (`WEBHOOK_TIMEOUT_MS`, 10 s by default) runs out, so tests are limited. A test takes a
+         *     token of the key's and its account's requests per minute, the same buckets as the generation
+         *     operations, before its body is read (`429 rate_limited`; every response carries the
+         *     `x-ratelimit-*` headers when the key or its account has such a limit). An API key may have 2
+         *     tests in flight at once on each gateway instance (`429 too_many_in_flight`), and an instance
+         *     sends 32 at most of all keys together (`503 server_busy`); both come with `Retry-After`, and a
+         *     refused test sends nothing.
+         *
          *     Errors: `400 invalid_request` (schema) or `invalid_callback_url` (`url` refused; `param` `url`);
-         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `500 internal_error`;
-         *     `503 database_unavailable`.
+         *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `429 rate_limited` or
+         *     `too_many_in_flight`; `500 internal_error`; `503 server_busy` or `database_unavailable`.
          */
         post: operations["testWebhook"];
         delete?: never;
@@ -1699,7 +1708,8 @@ export interface paths {
          * Send a video task's webhook again
          * @description Sends the task's webhook again at once, with the same `webhook-id` and body (receivers that
          *     dedupe on `webhook-id` ignore it if they had it): a delivered, gone or failed delivery becomes
-         *     `pending` with a fresh retry schedule; a pending one waiting for its next retry is sent now.
+         *     `pending` with a fresh retry schedule, its `delivered_at` and `last_error` cleared (its
+         *     `attempts` keep the history); a pending one waiting for its next retry is sent now.
          *     `409 no_webhook` when the task has none (no `callback_url`, or not finished);
          *     `409 webhook_in_progress` while an attempt is being sent. No request body.
          *
@@ -1759,8 +1769,9 @@ export interface paths {
          * List webhook deliveries
          * @description Lists the `videoTaskFinished` webhooks of every account, newest first, each with its attempts,
          *     one page at a time (`limit`, `cursor`; another listing's cursor, or a malformed
-         *     one, is `400 invalid_cursor`). Filters combine: `status` (`failed,gone` lists what never arrived;
-         *     `pending` what is still being retried), `account_id`, `created_after` / `created_before`. Send
+         *     one, is `400 invalid_cursor`). Filters combine: `status` (`failed,gone` lists what did not arrive;
+         *     `pending` what is still being retried; a redelivered webhook is listed by how its new run ends),
+         *     `account_id`, `created_after` / `created_before`. Send
          *     the same filters with every page; `POST /admin/v1/tasks/{task_id}/webhook/redeliver` sends one
          *     again.
          *
@@ -4740,14 +4751,20 @@ export interface components {
              */
             status: "pending" | "delivered" | "gone" | "failed";
             /**
-             * @description What went wrong last: the `error` of the last attempt, or, for a delivery given up without an
-             *     attempt (the gateway could not run it; `attempts` is then empty), why. `null` after a `2xx`
-             *     and before the first attempt.
+             * @description What went wrong last: the `error` of the last attempt, or, when the gateway could not make
+             *     the delivery ready to send (nothing was sent and no attempt recorded), why: retried on the
+             *     schedule, or, when no retry can help (the account's signing secret cannot be decrypted, e.g.
+             *     after `MEDIAGATE_SECRET_KEY` changed), given up at once. `null` after a `2xx`, before the
+             *     first attempt, and after a redelivery of a finished delivery until its first attempt.
              */
             last_error: string | null;
             /** Format: date-time */
             next_attempt_at: string | null;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the receiver answered `2xx`; `null` until then. A redelivery clears it: the delivery then
+             *     tells how the new run ends, and its `attempts` keep the earlier answers.
+             */
             delivered_at: string | null;
             /**
              * Format: date-time
@@ -7246,6 +7263,9 @@ export interface operations {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
                     "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    "x-ratelimit-limit-requests": components["headers"]["XRateLimitLimitRequests"];
+                    "x-ratelimit-remaining-requests": components["headers"]["XRateLimitRemainingRequests"];
+                    "x-ratelimit-reset-requests": components["headers"]["XRateLimitResetRequests"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7270,6 +7290,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -9310,7 +9331,7 @@ export interface operations {
                      *         "status": "pending",
                      *         "last_error": null,
                      *         "next_attempt_at": "2026-01-17T08:00:00Z",
-                     *         "delivered_at": "2026-01-16T10:00:07Z",
+                     *         "delivered_at": null,
                      *         "created_at": "2026-01-16T10:00:01Z",
                      *         "attempts": [
                      *           {

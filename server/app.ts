@@ -1,7 +1,8 @@
 /**
  * createApp(ctx): the Express app built from the bundled contract. Order of the pipeline:
  * request id -> access log + metrics (on finish) -> admin/metrics gates -> credentials (before any
- * body is read) -> requests per minute of generations (http/request-rate.ts, before any body too)
+ * body is read) -> requests per minute of generations and webhook tests (http/request-rate.ts,
+ * before any body too)
  * -> streamed media bodies and uploads -> multipart edits (under a large-body byte
  * budget) -> JSON parser -> NUL guard -> valid JSON image generations to their handler
  * (http/generation-fast-path.ts) -> openapi validator (route match,
@@ -24,7 +25,7 @@ import { consoleRouter } from './http/console.ts';
 import { errorMiddleware, rememberAuthError } from './http/error-middleware.ts';
 import type { HandlerMap } from './http/types.ts';
 import { hasAuth, setAuth } from './http/auth.ts';
-import { GENERATION_PATHS, requestRateGate } from './http/request-rate.ts';
+import { RATED_PATHS, requestRateGate } from './http/request-rate.ts';
 import { imageEditMultipart } from './http/multipart.ts';
 import { MAX_REFERENCE_CHARS, VIDEO_MEDIA_FIELDS, editMediaFields, mediaJsonBody } from './http/media-body.ts';
 import type { MediaJsonFields } from './lib/media-json-scanner.ts';
@@ -134,8 +135,8 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
       },
     );
   });
-  // Requests per minute of the key and its account: refused before the body is read.
-  app.post(GENERATION_PATHS, requestRateGate(ctx.services.requestRates));
+  // Requests per minute of the key and its account (generations and webhook tests): refused before the body is read.
+  app.post(RATED_PATHS, requestRateGate(ctx.services.requestRates));
   app.use('/admin', (req, res, next) => {
     if (!BODY_METHODS.has(req.method)) return next();
     try {

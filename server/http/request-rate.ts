@@ -1,18 +1,21 @@
 /**
  * The requests-per-minute gate of the generation operations (image generations and edits, video
- * creation at both paths), run right after the API key check and before the body is read: a
- * refused request reads nothing (the error middleware closes its connection after the answer
- * instead of reading the body), stores nothing and holds nothing. Every generation response of a
- * key or account with a limit carries OpenAI's `x-ratelimit-limit-requests`,
- * `x-ratelimit-remaining-requests` and `x-ratelimit-reset-requests` (events streams and errors
- * included: they are set before anything is written).
+ * creation at both paths) and of test webhook events (each holds an outbound connection for up to
+ * WEBHOOK_TIMEOUT_MS: the key's buckets bound how often it may start one), run right after the API
+ * key check and before the body is read: a refused request reads nothing (the error middleware
+ * closes its connection after the answer instead of reading the body), stores nothing and holds
+ * nothing. Every response of these operations to a key or account with a limit carries OpenAI's
+ * `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and `x-ratelimit-reset-requests`
+ * (events streams and errors included: they are set before anything is written).
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { rateLimited } from '../services/limits/client-limits.ts';
 import { formatReset, type RateHeaders, type RequestRateLimiter } from '../services/limits/request-rate.ts';
 import { authOf, hasAuth } from './auth.ts';
 
-export const GENERATION_PATHS = ['/v1/images/generations', '/v1/images/edits', '/v1/videos/generations', '/api/v1/videos/generations'];
+const GENERATION_PATHS = ['/v1/images/generations', '/v1/images/edits', '/v1/videos/generations', '/api/v1/videos/generations'];
+/** The paths whose requests take a token of the key's and the account's buckets. */
+export const RATED_PATHS = [...GENERATION_PATHS, '/v1/webhooks/test'];
 
 export function setRateHeaders(res: Response, h: RateHeaders): void {
   res.setHeader('x-ratelimit-limit-requests', String(h.limit));

@@ -26,7 +26,7 @@ export function webhooksHandlers(ctx: AppContext): Pick<HandlerMap, 'getWebhookS
     },
     async testWebhook(req, res) {
       const { url, event_type: eventType = 'video.completed' } = req.body;
-      const r = await ctx.services.webhookTester.send(authOf(req).accountId, url, eventType);
+      const r = await ctx.services.webhookTester.send(authOf(req), url, eventType);
       noStore(res);
       sendJson(res, 'testWebhook', 200, {
         object: 'webhook_test',

@@ -125,11 +125,34 @@ export class WebhookRepository {
   }
 
   /**
+   * Records a try that sent nothing (the delivery could not be made ready to send) as recordAttempt
+   * records an attempt, fenced and in one statement, but with no attempt row: its `error` as the
+   * delivery's last error, and its next retry counted in `retries` (or, `nextRetryAt` null: the
+   * schedule ran out, `failed`). The table has no `last_error_at` for the engine's reschedule to
+   * write (`recordsErrors`), hence this write of its own. False: the fence no longer holds.
+   */
+  async recordUnsent(fence: Fence, error: string, nextRetryAt: Date | null): Promise<boolean> {
+    const updated = await this.leases.update(
+      fence,
+      {
+        lastStatusCode: null,
+        lastError: capped(error),
+        updatedAt: sql`now()`,
+        ...(nextRetryAt ? { nextRunAt: nextRetryAt, retries: sql`retries + 1` } : { status: 'failed', leaseOwner: null, leaseExpiresAt: null }),
+      },
+      this.db,
+    );
+    return updated !== undefined;
+  }
+
+  /**
    * Sends a delivery again now (an operator's redelivery), with the same id and body: a finished one
-   * becomes pending with a fresh retry schedule; a pending one waiting for its next retry becomes
-   * due at once. One being sent right now (leased) is left to its worker. Wakes every instance's
-   * workers (the notification is sent when the transaction commits). Undefined: the task has no
-   * delivery, or it is being sent.
+   * becomes pending with a fresh retry schedule, and what its last run ended with (`delivered_at`,
+   * `last_error`, `last_status_code`) is cleared, so that the row tells the new run's outcome and
+   * is listed by it (its attempts keep the history); a pending one waiting for its next retry
+   * becomes due at once, its run and last error kept. One being sent right now (leased) is left to
+   * its worker. Wakes every instance's workers (the notification is sent when the transaction
+   * commits). Undefined: the task has no delivery, or it is being sent.
    */
   async redeliver(taskId: string, trx: Executor): Promise<WebhookDeliveryRow | undefined> {
     const row = await trx
@@ -138,6 +161,10 @@ export class WebhookRepository {
         status: 'pending',
         nextRunAt: sql`now()`,
         retries: sql`case when status = 'pending' then retries else 0 end`,
+        lastError: sql`case when status = 'pending' then last_error end`,
+        lastStatusCode: sql`case when status = 'pending' then last_status_code end`,
+        // A pending row is not delivered: one redelivered before this was cleared may still say so.
+        deliveredAt: null,
         leaseOwner: null,
         leaseExpiresAt: null,
         updatedAt: sql`now()`,

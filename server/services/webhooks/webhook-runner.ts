@@ -9,9 +9,15 @@
  *            anything else retried on the published schedule, then failed; a retried attempt counts
  *            toward the schedule in that same fenced write, so no lost reschedule can repeat a delay
  *
+ * A delivery that cannot be made ready to send (its account's signing secret is read and decrypted
+ * first) sends nothing and records no attempt: a secret that does not decrypt with this process's
+ * MEDIAGATE_SECRET_KEY gives the delivery up at once, its reason in `last_error`; a failed statement
+ * is retried on the schedule like a failed attempt, its reason in `last_error` as well.
+ *
  * Delivery is at least once: a worker that dies after the receiver answered and before the attempt
  * was recorded leaves the row to be claimed again, and the receiver sees the same `webhook-id` twice.
  */
+import { isDatabaseUnavailable } from '../../db/database.ts';
 import type { Transactor } from '../../db/transaction.ts';
 import type { SafeFetchOptions } from '../../lib/safe-fetch.ts';
 import type { Logger } from '../../logger.ts';
@@ -54,8 +60,14 @@ export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
   }
 
   async step(delivery: WebhookDeliveryRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
-    const { repo, secrets, metrics } = this.deps;
-    const sent = await sendSignedWebhook(delivery.url, delivery.id, delivery.payload, await secrets.signing(delivery.accountId), {
+    const { repo, metrics } = this.deps;
+    let secrets: string[];
+    try {
+      secrets = await this.deps.secrets.signing(delivery.accountId);
+    } catch (err) {
+      return this.unsent(delivery, err, log);
+    }
+    const sent = await sendSignedWebhook(delivery.url, delivery.id, delivery.payload, secrets, {
       timeoutMs: this.deps.timeoutMs,
       allowPrivate: this.deps.allowPrivate,
       signal, // lease lost or shutting down: rethrown, the attempt resumes after the lease
@@ -88,7 +100,47 @@ export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
 
   /** The engine could not run the delivery (not a receiver failure): give it up, said in last_error. */
   async giveUp(delivery: WebhookDeliveryRow, err: unknown, log: Logger): Promise<void> {
-    log.error({ err, deliveryId: delivery.id }, 'webhook delivery could not be run; giving up');
-    await this.deps.repo.markFailed(fenceOf(delivery), `the delivery could not be run: ${err instanceof Error ? err.message : String(err)}`);
+    await this.abandon(delivery, err, log);
   }
+
+  private async abandon(delivery: WebhookDeliveryRow, err: unknown, log: Logger): Promise<boolean> {
+    log.error({ err, deliveryId: delivery.id }, 'webhook delivery could not be run; giving up');
+    return this.deps.repo.markFailed(fenceOf(delivery), cannotRun(err));
+  }
+
+  /**
+   * The delivery's signing secrets could not be had, so nothing was sent. The database away is
+   * every leased row's case: rethrown, the delivery resumes after its lease and keeps its retries.
+   * Any other failed statement may pass: retried on the schedule as a failed attempt would be, its
+   * reason recorded with the retry. Anything else came from decrypting the stored secret with this
+   * process's key, which gives the same answer on every retry (a changed MEDIAGATE_SECRET_KEY,
+   * damaged bytes): the delivery is given up now rather than retried for the schedule's whole day
+   * while it looks merely pending; an operator redelivers it once the key is right.
+   */
+  private async unsent(delivery: WebhookDeliveryRow, err: unknown, log: Logger): Promise<StepResult> {
+    if (isDatabaseUnavailable(err)) throw err;
+    if (!isStatementError(err)) {
+      if (!(await this.abandon(delivery, err, log))) throw new LeaseLost('the delivery was taken over by another worker');
+      return DONE;
+    }
+    const delay = retryDelay(this.retry, delivery.retries);
+    const nextRetryAt = delay === undefined ? null : new Date(Date.now() + delay);
+    if (!(await this.deps.repo.recordUnsent(fenceOf(delivery), cannotRun(err), nextRetryAt))) throw new LeaseLost('the delivery was taken over by another worker');
+    const fields = { err, deliveryId: delivery.id, taskId: delivery.taskId, tries: delivery.retries + 1 };
+    if (delay === undefined) {
+      log.error(fields, 'webhook delivery could not be made ready to send after its last retry; giving up');
+      return DONE;
+    }
+    log.warn({ ...fields, nextRetryAt }, 'webhook delivery could not be made ready to send; retrying');
+    return later(delay);
+  }
+}
+
+/** The reason a delivery the gateway could not run shows in `last_error` (the operator's view). */
+const cannotRun = (err: unknown): string => `the delivery could not be run: ${err instanceof Error ? err.message : String(err)}`;
+
+/** An error PostgreSQL answered a statement with (it carries a SQLSTATE and a severity). */
+function isStatementError(err: unknown): boolean {
+  const e = err as { code?: unknown; severity?: unknown } | null;
+  return typeof e === 'object' && e !== null && typeof e.code === 'string' && typeof e.severity === 'string';
 }
