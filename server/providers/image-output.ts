@@ -100,8 +100,20 @@ function mediaScanner(fields: MediaJsonFields, limits: MediaAnswerLimits, keep: 
   });
 }
 
-/** A scanner's complaint (it speaks to clients: 400/413) as what it means for an upstream answer. */
-function answerError(err: unknown, limits: MediaAnswerLimits, signal: AbortSignal, what: string): unknown {
+/**
+ * A failure while an answer was read (readMediaJson, sseMediaFrames) as the error to throw: an
+ * answer over the limits stays `failed` (reading it again cannot help) and the caller's abort an
+ * abort. The rest, on a 2xx, is `maybeAccepted` as readJson's is (`unreadAnswer`): the upstream
+ * took the request and may have made, and billed, the images, so they are not made again on
+ * another member.
+ */
+function answerError(err: unknown, res: UpstreamResponse, limits: MediaAnswerLimits, signal: AbortSignal, what: string): unknown {
+  const error = scannedError(err, limits, signal, what);
+  return res.ok && error instanceof ProviderError && error.kind !== 'failed' ? res.unreadAnswer(error) : error;
+}
+
+/** A scanner's complaint (it speaks to clients: 400/413) as what it means for an upstream answer; anything else as bodyError says. */
+function scannedError(err: unknown, limits: MediaAnswerLimits, signal: AbortSignal, what: string): unknown {
   if (!(err instanceof ApiError)) return bodyError(err, signal, what);
   if (err.code === 'body_too_large') return new ProviderError('failed', `the upstream ${what} answered more than ${sizeOf(limits.maxOtherBytes)} besides its images`);
   if (err.status === 413) return new ProviderError('failed', `the upstream ${what} answered more than ${sizeOf(limits.maxMediaBytes)} of images`);
@@ -110,9 +122,19 @@ function answerError(err: unknown, limits: MediaAnswerLimits, signal: AbortSigna
 }
 
 /**
+ * Rethrows a failure to use what an upstream's 2xx answer carried (an image that cannot be decoded
+ * or fetched) as `maybeAccepted`: the upstream made, and billed, the image, so the work must not
+ * run again on another member. Anything but a ProviderError (the caller's abort) goes as it is.
+ */
+export function throwAccepted(err: unknown): never {
+  throw err instanceof ProviderError && !err.maybeAccepted ? err.with({ maybeAccepted: true }) : err;
+}
+
+/**
  * A whole JSON answer, its media strings at `fields` decoded as the answer arrives
  * (MediaJsonScanner): no text of the answer, no base64 string, only the media's bytes and the few
- * KiB around them. Bounded by `limits`; the caller parses `text`.
+ * KiB around them. Bounded by `limits`; the caller parses `text`. A 2xx whose body breaks off,
+ * times out or is not JSON fails as `maybeAccepted` (answerError).
  */
 export async function readMediaJson(res: UpstreamResponse, fields: MediaJsonFields, limits: MediaAnswerLimits, signal: AbortSignal, what: string): Promise<MediaJson> {
   const media = new Map<string, Buffer>();
@@ -128,7 +150,7 @@ export async function readMediaJson(res: UpstreamResponse, fields: MediaJsonFiel
   } catch (err) {
     res.body.destroy();
     scanner.abort(err as Error);
-    throw answerError(err, limits, signal, what);
+    throw answerError(err, res, limits, signal, what);
   }
 }
 
@@ -143,8 +165,9 @@ const MAX_FIELD_BYTES = 256;
  * OpenAI and Google: `event:` lines optional, lines ending in LF, CRLF or CR, `data:` lines of a
  * frame joined by LF, comments and other fields skipped, a leading BOM ignored, a last frame the
  * upstream did not end with a blank line still dispatched. Bounded: more than `maxBytes` in all, or
- * a frame over the media or other-bytes limit, is a `failed` ProviderError. Leaving the loop early
- * (an answer found, an error, an abort) drops the rest of the upstream's answer.
+ * a frame over the media or other-bytes limit, is a `failed` ProviderError; a 2xx that breaks off,
+ * times out or streams what is not JSON fails as `maybeAccepted` (answerError). Leaving the loop
+ * early (an answer found, an error, an abort) drops the rest of the upstream's answer.
  */
 export async function* sseMediaFrames(res: UpstreamResponse, fields: MediaJsonFields, limits: MediaAnswerLimits, signal: AbortSignal, what: string): AsyncGenerator<MediaFrame> {
   let media = new Map<string, Buffer>();
@@ -252,7 +275,7 @@ export async function* sseMediaFrames(res: UpstreamResponse, fields: MediaJsonFi
     yield* frames.splice(0);
   } catch (err) {
     scanner.abort(err as Error);
-    throw answerError(err, limits, signal, what);
+    throw answerError(err, res, limits, signal, what);
   } finally {
     if (!res.body.readableEnded) res.body.destroy();
   }

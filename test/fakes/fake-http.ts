@@ -25,6 +25,7 @@ export interface RecordedRequest {
 /** A canned answer that replaces the fake's normal behaviour for one matching request. */
 export interface Fault {
   status?: number;
+  /** JSON, or a Buffer sent as it is (a proxy's HTML page): give its content-type in `headers`. */
   body?: unknown;
   headers?: Record<string, string>;
   /** Wait this long before answering (timeouts, slow upstreams). A fault with only a delay answers
@@ -32,6 +33,11 @@ export interface Fault {
   delayMs?: number;
   /** Drop the connection without answering (connection reset). */
   destroy?: boolean;
+  /**
+   * Answer as usual (or with `status` and `body`), but drop the connection once this many bytes of
+   * the body were sent: the upstream's headers (a 2xx) arrive, then the answer breaks off.
+   */
+  cutAfterBytes?: number;
 }
 
 /** Faults keyed by a route name of the fake (e.g. `create`, `poll`, `content`). */
@@ -74,17 +80,75 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
   res.end(text);
 }
 
-/** Answers with an injected fault; resolves true when it answered (false: no fault, or only a delay). */
+/**
+ * Answers with an injected fault; resolves true when it answered (false: no fault, or only a delay
+ * or a cut, and the fake answers itself).
+ */
 export async function applyFault(res: ServerResponse, fault: Fault | undefined): Promise<boolean> {
   if (!fault) return false;
   if (fault.delayMs) await new Promise((r) => setTimeout(r, fault.delayMs));
+  if (fault.cutAfterBytes !== undefined) cutAfter(res, fault.cutAfterBytes);
   if (fault.status === undefined && fault.body === undefined && !fault.destroy) return false;
   if (fault.destroy) {
     res.socket?.destroy();
     return true;
   }
+  if (Buffer.isBuffer(fault.body)) {
+    res.writeHead(fault.status ?? 500, { 'content-type': 'application/octet-stream', 'content-length': String(fault.body.length), ...fault.headers });
+    res.end(fault.body);
+    return true;
+  }
   sendJson(res, fault.status ?? 500, fault.body ?? {}, fault.headers ?? {});
   return true;
+}
+
+type WriteCallback = (err?: Error | null) => void;
+
+/**
+ * Makes `res` send only the first `limit` bytes of its body, then drop the connection (headers
+ * first: they are sent even when the cut is at 0). Whatever the fake writes after the cut is
+ * dropped, its callbacks still called, so a fake that waits for its writes carries on to its end.
+ */
+function cutAfter(res: ServerResponse, limit: number): void {
+  const write = res.write.bind(res) as (chunk: Buffer, callback: WriteCallback) => boolean;
+  const end = res.end.bind(res) as (callback?: () => void) => ServerResponse;
+  let sent = 0;
+  let cut = false;
+  const send = (chunk: unknown, encoding: unknown, callback: WriteCallback | undefined): void => {
+    const bytes = chunk === undefined || chunk === null ? Buffer.alloc(0) : typeof chunk === 'string' ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8') : Buffer.from(chunk as Uint8Array);
+    if (cut) {
+      if (callback) setImmediate(callback);
+      return;
+    }
+    if (sent + bytes.length < limit) {
+      sent += bytes.length;
+      write(bytes, callback ?? (() => undefined));
+      return;
+    }
+    cut = true;
+    if (!res.headersSent) res.flushHeaders();
+    write(bytes.subarray(0, limit - sent), () => {
+      res.socket?.destroy();
+      callback?.();
+    });
+  };
+  /** write(chunk, [encoding], [callback]) and end([chunk], [encoding], [callback]), as Node takes them. */
+  const split = (args: unknown[]): [unknown, unknown, WriteCallback | undefined] => {
+    const callback = typeof args.at(-1) === 'function' ? (args.pop() as WriteCallback) : undefined;
+    return [args[0], args[1], callback];
+  };
+  res.write = ((...args: unknown[]) => {
+    send(...split(args));
+    return !cut;
+  }) as typeof res.write;
+  res.end = ((...args: unknown[]) => {
+    const [chunk, encoding, callback] = split(args);
+    send(chunk, encoding, undefined);
+    // An answer shorter than the cut ends as usual; a cut one never ends (its connection is dropped).
+    if (!cut) return end(callback);
+    if (callback) setImmediate(callback);
+    return res;
+  }) as typeof res.end;
 }
 
 /**

@@ -7,7 +7,9 @@
  *    "generationConfig":{"responseModalities":["TEXT","IMAGE"],"imageConfig":{"aspectRatio","imageSize"}}}
  *
  * - One call renders one image: `n > 1` asks for n parallel calls, runs at most the member slots
- *   the pool took for the job (`job.slots`) at a time, and hands the images over in order.
+ *   the pool took for the job (`job.slots`) at a time, and hands the images over in order. A call
+ *   that fails leaves the others running: the images that come back are handed over, then the
+ *   failure is thrown (see `generate`).
  * - `aspectRatio` is the request's when Gemini knows it, else the nearest one Gemini knows;
  *   `imageSize` is the tier (`2K`, `4K`, `512` on 3.1 Flash), left out for 1K (the default) and
  *   always for gemini-2.5-flash-image (no imageSize at all). The catalog gives these models
@@ -23,7 +25,7 @@
  * - Gemini has no partial images: a streaming client gets the completed images only.
  */
 import { Semaphore } from '../../lib/semaphore.ts';
-import { MIME, fitImage, readMediaJson, sseMediaFrames, uploadableImage, type MediaAnswerLimits } from '../image-output.ts';
+import { MIME, fitImage, readMediaJson, sseMediaFrames, throwAccepted, uploadableImage, type MediaAnswerLimits } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
 import { upstreamFetch, upstreamUrl, type UpstreamResponse } from '../upstream-http.ts';
@@ -78,27 +80,57 @@ export class GeminiImageProvider implements ImageProvider {
     return job.n;
   }
 
+  /**
+   * As many calls at once as the member slots the job holds. A call that fails does not stop the
+   * others: each one running may already have made, and billed, its image, so every image that
+   * comes back is handed over (numbered in order, without gaps), and then the first failure is
+   * thrown, `maybeAccepted` once an image was handed over or another call may have made one (the
+   * runner charges the images delivered and runs nothing again elsewhere). Calls not started yet
+   * are not made after a failure: with nothing made, the work may still move to another member
+   * whole. A client that went away, or a sink that fails, stops them all.
+   */
   async generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void> {
     const body = JSON.stringify(await requestBody(job));
-    // As many calls at once as the member slots the job holds; a failure or a client that went
-    // away stops the others.
     const slots = new Semaphore(Math.max(1, Math.min(job.n, job.slots ?? 1)));
     const stop = new AbortController();
     const callSignal = AbortSignal.any([signal, stop.signal]);
-    const calls = Array.from({ length: job.n }, async () => {
+    let failed = false;
+    /** Each call's image, or undefined when it was not made (another call had failed before it could start). */
+    const calls = Array.from({ length: job.n }, async (): Promise<Buffer | undefined> => {
       const release = await slots.acquire(callSignal);
       try {
-        return await this.once(account, job, body, callSignal);
+        if (failed) return undefined;
+        const image = await this.once(account, job, body, callSignal);
+        return await fitImage(image, job.params).catch(throwAccepted);
+      } catch (err) {
+        failed = true;
+        throw err;
       } finally {
         release();
       }
     });
     for (const call of calls) call.catch(() => undefined); // each is awaited below, in order
+    let failure: unknown;
+    let accepted = false;
+    let delivered = 0;
     try {
-      for (const [i, call] of calls.entries()) await events.image(i, { image: await fitImage(await call, job.params) });
+      for (const call of calls) {
+        let image: Buffer | undefined;
+        try {
+          image = await call;
+        } catch (err) {
+          failure ??= err;
+          accepted ||= err instanceof ProviderError && err.maybeAccepted;
+          continue;
+        }
+        if (image) await events.image(delivered++, { image });
+      }
     } finally {
       stop.abort();
     }
+    if (failure === undefined) return;
+    if (failure instanceof ProviderError && (accepted || delivered > 0)) throwAccepted(failure);
+    throw failure;
   }
 
   /**
@@ -153,7 +185,7 @@ function parseAnswer(text: string): GenerateContentResponse[] {
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    throw new ProviderError('retryable', 'the upstream answered something that is not JSON', { cause: err });
+    throw new ProviderError('retryable', 'the upstream answered something that is not JSON', { cause: err, maybeAccepted: true });
   }
   const list = Array.isArray(parsed) ? parsed : [parsed];
   return list.filter((x): x is GenerateContentResponse => typeof x === 'object' && x !== null);
@@ -165,8 +197,10 @@ function parseAnswer(text: string): GenerateContentResponse[] {
  * SSE stream (§3.1: bare `data:` frames, no `event:` names, no `[DONE]`, blank lines in LF or CRLF
  * form) is merged: parts joined in order, the last `finishReason`, any `promptFeedback`. A frame
  * holding `error` is the upstream's failure (the SDK raises it as an API error) and is classified at
- * once; a stream that ends with no outcome at all broke off (retryable). An upstream that answers
- * plain JSON instead (a relay that ignores `alt=sse`) is read as it is. Bounded like any answer.
+ * once; a stream that ends with no outcome at all broke off (retryable and, like a body that cannot
+ * be read or parsed after the 200, `maybeAccepted`: Google may have made the image). An upstream
+ * that answers plain JSON instead (a relay that ignores `alt=sse`) is read as it is. Bounded like
+ * any answer.
  */
 async function readAnswer(res: UpstreamResponse, signal: AbortSignal, what: string): Promise<{ answer: GenerateContentResponse; media: Map<string, Buffer> }> {
   if (!/text\/event-stream/i.test(res.headers.get('content-type') ?? '')) {
@@ -195,7 +229,7 @@ function mergeAnswers(frames: GenerateContentResponse[], what: string, stream: b
   const finishReason = candidates.findLast((c) => c.finishReason !== undefined)?.finishReason;
   const parts = candidates.flatMap((c) => c.content?.parts ?? []);
   if (stream && !promptFeedback && finishReason === undefined && parts.length === 0) {
-    throw new ProviderError('retryable', `the upstream ${what} stream ended before the answer was complete`);
+    throw new ProviderError('retryable', `the upstream ${what} stream ended before the answer was complete`, { maybeAccepted: true });
   }
   return {
     ...(promptFeedback && { promptFeedback }),

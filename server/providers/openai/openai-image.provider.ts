@@ -29,8 +29,14 @@
  * client's streamed `*.completed` event. A streamed call makes one image and its `completed` frame
  * reports that image's usage; a JSON answer reports the usage of all its images, shared out
  * between them (`shareUsage`). An answer without usage (dall-e, many gateways) leaves it unset.
+ *
+ * A failure after the upstream's 2xx (a body that breaks off, times out or is not JSON, an answer
+ * without a usable image, an image that cannot be decoded or fetched from its link) is
+ * `maybeAccepted`: the upstream made, and billed, the images, so the runner neither moves the
+ * request to another member nor runs it again. An error the upstream itself reports (an error
+ * envelope at 200, an `error` frame) keeps its own classification.
  */
-import { MIME, fitImage, readBounded, readMediaJson, sseMediaFrames, uploadableImage, type MediaFrame } from '../image-output.ts';
+import { MIME, fitImage, readBounded, readMediaJson, sseMediaFrames, throwAccepted, uploadableImage, type MediaFrame } from '../image-output.ts';
 import { ProviderError } from '../provider-error.ts';
 import type { GeneratedImage, ImageEvents, ImageFormat, ImageJob, ImageProvider, UpstreamAccount } from '../types.ts';
 import { upstreamFetch, upstreamUrl, type UpstreamResponse } from '../upstream-http.ts';
@@ -144,17 +150,17 @@ export class OpenAIImageProvider implements ImageProvider {
       // A gateway that ignores `stream` answers JSON: read it as such.
       if (stream && /text\/event-stream/i.test(res.headers.get('content-type') ?? '')) {
         const { image, usage } = await readStream(res, index, signal, events, what);
-        await events.image(index, { image: await fitImage(image, job.params, family === 'gpt'), ...(usage && { usage }) });
+        await events.image(index, { image: await fitImage(image, job.params, family === 'gpt').catch(throwAccepted), ...(usage && { usage }) });
         index++;
         continue;
       }
 
       const images = (await readImages(res, signal, what)).slice(0, n);
       // A short answer is not an error as long as it holds an image: the loop asks for the rest.
-      if (images.length === 0) throw new ProviderError('retryable', `the upstream ${what} answered no image`);
+      if (images.length === 0) throw new ProviderError('retryable', `the upstream ${what} answered no image`, { maybeAccepted: true });
       for (const raw of images) {
         // GPT image models were sent the request's output_compression (requestFields); others were not.
-        const data = await fitImage(raw.data, job.params, family === 'gpt');
+        const data = await fitImage(raw.data, job.params, family === 'gpt').catch(throwAccepted);
         await events.image(index, { image: data, ...(raw.revisedPrompt !== undefined && { revisedPrompt: raw.revisedPrompt }), ...(raw.usage && { usage: raw.usage }) });
         index++;
       }
@@ -275,18 +281,18 @@ async function readImages(res: UpstreamResponse, signal: AbortSignal, what: stri
   try {
     body = JSON.parse(text) as ImagesResponse;
   } catch {
-    throw new ProviderError('retryable', `the upstream ${what} answered something other than JSON`);
+    throw new ProviderError('retryable', `the upstream ${what} answered something other than JSON`, { maybeAccepted: true });
   }
   // Some gateways answer an error envelope with status 200: its code and type decide.
   if (body?.error !== undefined && body.error !== null) throw openaiErrorOf(body, what);
-  if (!Array.isArray(body?.data)) throw new ProviderError('retryable', `the upstream ${what} answered without a data list`);
+  if (!Array.isArray(body?.data)) throw new ProviderError('retryable', `the upstream ${what} answered without a data list`, { maybeAccepted: true });
   const usage = usageOf(body.usage);
   const images: RawImage[] = [];
   for (const [i, item] of body.data.entries()) {
     let data: Buffer;
     if (typeof item?.b64_json === 'string' && media.has(item.b64_json)) data = media.get(item.b64_json)!;
-    else if (typeof item?.url === 'string' && item.url !== '') data = await fetchImageUrl(item.url, signal);
-    else throw new ProviderError('retryable', `the upstream ${what} answered an image without data`);
+    else if (typeof item?.url === 'string' && item.url !== '') data = await fetchImageUrl(item.url, signal).catch(throwAccepted);
+    else throw new ProviderError('retryable', `the upstream ${what} answered an image without data`, { maybeAccepted: true });
     images.push({ data, ...(typeof item.revised_prompt === 'string' && { revisedPrompt: item.revised_prompt }), ...(usage && { usage: shareUsage(usage, i, body.data.length) }) });
   }
   return images;
@@ -330,7 +336,7 @@ async function readStream(res: UpstreamResponse, imageIndex: number, signal: Abo
       await events.partial(imageIndex, partialIndex, event.image);
     }
   }
-  throw new ProviderError('retryable', 'the upstream stream ended before the image was complete');
+  throw new ProviderError('retryable', 'the upstream stream ended before the image was complete', { maybeAccepted: true });
 }
 
 /** One SSE frame (§1.4): the `event:` line may be missing (the payload's `type` says it), `[DONE]` ends. */
@@ -340,7 +346,7 @@ function streamEvent(frame: MediaFrame, what: string): StreamEvent {
   try {
     payload = JSON.parse(frame.text);
   } catch {
-    throw new ProviderError('retryable', `the upstream ${what} streamed an unreadable event`);
+    throw new ProviderError('retryable', `the upstream ${what} streamed an unreadable event`, { maybeAccepted: true });
   }
   const body = (typeof payload === 'object' && payload !== null ? payload : {}) as { type?: unknown; error?: unknown; b64_json?: unknown; partial_image_index?: unknown; usage?: unknown };
   if (frame.event === 'error' || (body.error !== undefined && body.error !== null)) {
@@ -353,7 +359,7 @@ function streamEvent(frame: MediaFrame, what: string): StreamEvent {
     return { kind: 'partial', index: typeof body.partial_image_index === 'number' ? body.partial_image_index : undefined, image };
   }
   if (type.endsWith('.completed')) {
-    if (!image) throw new ProviderError('retryable', `the upstream ${what} completed without the image`);
+    if (!image) throw new ProviderError('retryable', `the upstream ${what} completed without the image`, { maybeAccepted: true });
     const usage = usageOf(body.usage);
     return { kind: 'completed', image, ...(usage && { usage }) };
   }
