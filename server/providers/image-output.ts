@@ -353,7 +353,7 @@ export async function imageMeta(data: Buffer): Promise<{ format?: string; width?
   try {
     return await sharp(data).metadata();
   } catch (err) {
-    throw new ProviderError('retryable', 'the upstream answered an image that could not be decoded', { cause: err });
+    throw new ProviderError('retryable', 'the upstream answered an image that could not be decoded', { cause: err, maybeAccepted: true });
   }
 }
 
@@ -373,14 +373,14 @@ export async function fitImage(data: Buffer, params: ImageParams, upstreamCompre
   const compress = params.outputCompression !== undefined && params.outputFormat !== 'png' && !upstreamCompressed;
   if (sameSize && meta.format === params.outputFormat && !compress) return data;
   if (meta.width && meta.height && meta.width * meta.height > MAX_IMAGE_PIXELS) {
-    throw new ProviderError('retryable', `the upstream answered an image too large to decode (${meta.width}x${meta.height} pixels, at most ${MAX_IMAGE_PIXELS.toLocaleString('en-US')})`);
+    throw new ProviderError('retryable', `the upstream answered an image too large to decode (${meta.width}x${meta.height} pixels, at most ${MAX_IMAGE_PIXELS.toLocaleString('en-US')})`, { maybeAccepted: true });
   }
   try {
     let img = sharp(data, { limitInputPixels: MAX_IMAGE_PIXELS });
     if (!sameSize) img = img.resize(params.width, params.height, { fit: 'cover', position: 'centre' });
     return await encode(img, params.outputFormat, params.outputCompression);
   } catch (err) {
-    throw new ProviderError('retryable', 'the upstream answered an image that could not be decoded', { cause: err });
+    throw new ProviderError('retryable', 'the upstream answered an image that could not be decoded', { cause: err, maybeAccepted: true });
   }
 }
 

@@ -144,6 +144,20 @@ describe('Ark error-table codes through the adapters against the fake', () => {
     expect(await kindOf('ContentSecurityDetectionError')).toEqual(['retryable', 400, 'ContentSecurityDetectionError']);
   });
 
+  it('takes an answer that broke off or held no image after its 200 as maybe accepted: Seedream may have made (and billed) the images', async () => {
+    const job: ImageJob = { operation: 'generation', model: 'seedream-4-0-250828', prompt: 'a cat', n: 1, params: imageParams({ width: 2048, height: 2048 }), inputs: [] };
+    const generate = async () => (await new ArkImageProvider().generate(account(), job, never, { partial: async () => {}, image: async () => {} }).then(() => undefined, (e: unknown) => e)) as ProviderError;
+    fake.faults.push('images', { status: 200, body: { model: 'seedream-4-0-250828', created: 1 } });
+    const noList = await generate();
+    expect([noList.kind, noList.maybeAccepted, noList.message]).toEqual(['retryable', true, 'the upstream image generation answered without a data list']);
+    fake.faults.push('images', { status: 200, body: { data: [{ b64_json: Buffer.from('not an image').toString('base64') }] } });
+    const undecodable = await generate();
+    expect([undecodable.kind, undecodable.maybeAccepted]).toEqual(['retryable', true]);
+    fake.faults.push('images', { cutAfterBytes: 20 });
+    const cut = await generate();
+    expect([cut.kind, cut.maybeAccepted]).toEqual(['retryable', true]);
+  });
+
   it('takes a model service that is not open (403 OperationDenied.ServiceNotOpen) as that model\'s, not the credentials\'', async () => {
     expect(await kindOf('OperationDenied.ServiceNotOpen')).toEqual(['model_not_open', 403, 'OperationDenied.ServiceNotOpen']);
   });

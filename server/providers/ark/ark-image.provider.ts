@@ -114,7 +114,7 @@ export class ArkImageProvider implements ImageProvider {
       const outcome = /text\/event-stream/i.test(res.headers.get('content-type') ?? '') ? await readStream(res, deliver, signal, what) : await readAnswer(res, deliver, signal, what);
       // Delivered images are the client's (and charged); the first per-image error ends the task there.
       if (outcome.error) throw outcome.error;
-      if (outcome.delivered === 0) throw new ProviderError('retryable', `the upstream ${what} answered no image`);
+      if (outcome.delivered === 0) throw new ProviderError('retryable', `the upstream ${what} answered no image`, { maybeAccepted: true });
     }
   }
 
@@ -206,7 +206,7 @@ async function readAnswer(res: UpstreamResponse, deliver: (image: Buffer) => Pro
   const body = parse<ImagesAnswer>(answer.text, what);
   if (!Array.isArray(body.data)) {
     if (body.error) throw arkErrorOf(body.error, what);
-    throw new ProviderError('retryable', `the upstream ${what} answered without a data list`);
+    throw new ProviderError('retryable', `the upstream ${what} answered without a data list`, { maybeAccepted: true });
   }
   const outcome: CallOutcome = { delivered: 0 };
   for (const raw of body.data as unknown[]) await take(itemOf(raw, answer, what), outcome, deliver, what);
@@ -239,7 +239,7 @@ async function readStream(res: UpstreamResponse, deliver: (image: Buffer) => Pro
       throw arkErrorOf(event.error ?? (event as ArkErrorBody), what);
     }
   }
-  if (!completed) outcome.error ??= new ProviderError('retryable', `the upstream ${what} stream ended before it was complete`);
+  if (!completed) outcome.error ??= new ProviderError('retryable', `the upstream ${what} stream ended before it was complete`, { maybeAccepted: true });
   return outcome;
 }
 
@@ -258,7 +258,7 @@ function itemOf(raw: unknown, answer: MediaJson, what: string): Item {
   const item = (typeof raw === 'object' && raw !== null ? raw : {}) as { b64_json?: unknown; error?: ArkErrorBody };
   if (item.error) return { error: item.error };
   const bytes = typeof item.b64_json === 'string' ? answer.media.get(item.b64_json) : undefined;
-  if (!bytes) throw new ProviderError('retryable', `the upstream ${what} answered an image without data`);
+  if (!bytes) throw new ProviderError('retryable', `the upstream ${what} answered an image without data`, { maybeAccepted: true });
   return { bytes };
 }
 
@@ -267,6 +267,6 @@ function parse<T>(text: string, what: string): T {
     const value = JSON.parse(text) as unknown;
     return (typeof value === 'object' && value !== null ? value : {}) as T;
   } catch {
-    throw new ProviderError('retryable', `the upstream ${what} answered something other than JSON`);
+    throw new ProviderError('retryable', `the upstream ${what} answered something other than JSON`, { maybeAccepted: true });
   }
 }

@@ -101,7 +101,7 @@ export class GeminiImageProvider implements ImageProvider {
       try {
         if (failed) return undefined;
         const image = await this.once(account, job, body, callSignal);
-        return await fitImage(image, job.params).catch(throwAccepted);
+        return await fitImage(image, job.params);
       } catch (err) {
         failed = true;
         throw err;

@@ -150,7 +150,7 @@ export class OpenAIImageProvider implements ImageProvider {
       // A gateway that ignores `stream` answers JSON: read it as such.
       if (stream && /text\/event-stream/i.test(res.headers.get('content-type') ?? '')) {
         const { image, usage } = await readStream(res, index, signal, events, what);
-        await events.image(index, { image: await fitImage(image, job.params, family === 'gpt').catch(throwAccepted), ...(usage && { usage }) });
+        await events.image(index, { image: await fitImage(image, job.params, family === 'gpt'), ...(usage && { usage }) });
         index++;
         continue;
       }
@@ -160,7 +160,7 @@ export class OpenAIImageProvider implements ImageProvider {
       if (images.length === 0) throw new ProviderError('retryable', `the upstream ${what} answered no image`, { maybeAccepted: true });
       for (const raw of images) {
         // GPT image models were sent the request's output_compression (requestFields); others were not.
-        const data = await fitImage(raw.data, job.params, family === 'gpt').catch(throwAccepted);
+        const data = await fitImage(raw.data, job.params, family === 'gpt');
         await events.image(index, { image: data, ...(raw.revisedPrompt !== undefined && { revisedPrompt: raw.revisedPrompt }), ...(raw.usage && { usage: raw.usage }) });
         index++;
       }
