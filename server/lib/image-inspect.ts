@@ -1,7 +1,8 @@
 /**
  * Input images are decoded to their end before anything is charged or sent upstream: an empty,
- * truncated, undecodable or tiny image is the client's mistake (400 `invalid_image`), not an
- * upstream failure. Decoding runs on sharp's threads, not the event loop.
+ * truncated, undecodable or tiny image, or one that is not a PNG, JPEG, WebP or GIF, is the
+ * client's mistake (400 `invalid_image`), not an upstream failure. Decoding runs on sharp's
+ * threads, not the event loop.
  *
  * The size is the one a viewer shows: with the EXIF orientation applied (a phone's JPEG is stored
  * sideways, tagged 6 or 8). A mask is drawn, and an edit with no size keeps its size, over what the
@@ -30,6 +31,15 @@ export const MIN_IMAGE_EDGE = 16;
  */
 export const MAX_IMAGE_PIXELS = 50_000_000;
 
+/**
+ * The formats an input may be (sharp's names): those of the contract (the File's `content_type`,
+ * POST /v1/files) and those every adapter can send or convert (a GIF goes as its first frame).
+ * libvips reads more (TIFF, SVG, HEIF, its own format…), and some are costly to decode: an SVG is
+ * rendered, filters included, so a few hundred bytes can hold a decoder thread for minutes. The
+ * header names the format, so anything else is refused before a pixel is decoded.
+ */
+const ACCEPTED_FORMATS: ReadonlySet<string> = new Set(['png', 'jpeg', 'webp', 'gif']);
+
 export interface InspectedImage {
   format: string;
   mimeType: string;
@@ -56,6 +66,7 @@ export async function inspectImage(source: Buffer | string, param: string): Prom
   } catch (err) {
     throw undecodable(err);
   }
+  if (meta.format && !ACCEPTED_FORMATS.has(meta.format)) throw invalid(`is in ${meta.format.toUpperCase()} format; images must be PNG, JPEG, WebP or GIF`);
   if (!meta.width || !meta.height || !meta.format) throw invalid('is not a decodable image');
   const width = meta.autoOrient?.width ?? meta.width;
   const height = meta.autoOrient?.height ?? meta.height;

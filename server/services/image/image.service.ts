@@ -24,7 +24,7 @@ import { inFlightCapsOf, inFlightRefusal } from '../limits/client-limits.ts';
 import type { FileService } from '../file.service.ts';
 import { keepLease } from '../tasks/lease.ts';
 import type { TaskNotifier } from '../tasks/task-notifier.ts';
-import type { InputStaging } from '../media/input-staging.ts';
+import { STAGED_INPUT_TTL_MS, type InputStaging } from '../media/input-staging.ts';
 import type { LargeBodyBudget } from '../media/large-body-budget.ts';
 import type { MediaInputs } from '../media/media-inputs.ts';
 import type { ExecuteOptions, ExecuteResult, ImageOperation, ImageRunner, ImageSink, InputBytes } from './image-runner.ts';
@@ -251,8 +251,32 @@ export class ImageService {
    * starts with this process holding its lease; an async one is left to the task engines.
    */
   async start(auth: AuthContext, req: PreparedImageRequest, mode: { async: boolean; stream?: boolean }): Promise<StartedImageTask> {
+    const quoted = req.unitPrice * req.n;
+    // An edit's inputs as measured when they were checked: for the routing draw and the run alike.
+    const shape = req.inputs.length > 0 ? inputShapeOf(req.inputs, req.mask) : undefined;
+    // `partial_images` is for streams only (ignored without streaming, ImageGenerationRequest): cleared
+    // here, no adapter asks its upstream for partials nobody sees (OpenAI would make the images one
+    // streamed call at a time).
+    const params: ImageParams = mode.stream ? { ...req.params, stream: true } : { ...req.params, partialImages: 0 };
+    // A synchronous task's routing order is drawn now: it names its first member as it is inserted
+    // (one statement fewer on the way to the upstream), and runSync follows the same order. Drawn
+    // before any input is stored, so that a draw that throws leaves nothing behind.
+    const route = mode.async
+      ? undefined
+      : await this.deps.runner.preselect({
+          groupId: auth.groupId,
+          model: req.model,
+          operation: req.operation,
+          prompt: req.prompt,
+          n: req.n,
+          params,
+          ...(shape && { inputs: shape }),
+        });
     const taskId = newId('img');
     const saved: FileRow[] = [];
+    // Uploaded bytes (multipart) are stored as a JSON edit's data URLs are staged: with no task and
+    // the staging TTL, so that the hold adopts them like any other input (their task and retention
+    // are set there, in one place) and a request that dies before the hold leaves them to expire.
     const store = async (input: { fileId?: string; data?: Buffer; mimeType: string; width?: number; height?: number; orientation?: number }) => {
       if (input.fileId) return input.fileId;
       const file = await this.deps.files.save(
@@ -260,7 +284,7 @@ export class ImageService {
           accountId: auth.accountId,
           purpose: 'input',
           contentType: input.mimeType,
-          taskId,
+          expiresAt: new Date(Date.now() + STAGED_INPUT_TTL_MS),
           ...(input.width && { width: input.width }),
           ...(input.height && { height: input.height }),
           ...(input.orientation && { orientation: input.orientation }),
@@ -280,29 +304,9 @@ export class ImageService {
       for (const file of saved) await this.deps.files.discard(file).catch(() => undefined);
       throw err;
     }
-    // Inputs the request stored before (JSON edits) or files it names are adopted with the task.
-    const adopted = [...req.inputs, ...(req.mask ? [req.mask] : [])].flatMap((i) => (i.fileId ? [i.fileId] : []));
-
-    const quoted = req.unitPrice * req.n;
-    // An edit's inputs as measured when they were checked: for the routing draw and the run alike.
-    const shape = req.inputs.length > 0 ? inputShapeOf(req.inputs, req.mask) : undefined;
-    // `partial_images` is for streams only (ignored without streaming, ImageGenerationRequest): cleared
-    // here, no adapter asks its upstream for partials nobody sees (OpenAI would make the images one
-    // streamed call at a time).
-    const params: ImageParams = mode.stream ? { ...req.params, stream: true } : { ...req.params, partialImages: 0 };
-    // A synchronous task's routing order is drawn now: it names its first member as it is inserted
-    // (one statement fewer on the way to the upstream), and runSync follows the same order.
-    const route = mode.async
-      ? undefined
-      : await this.deps.runner.preselect({
-          groupId: auth.groupId,
-          model: req.model,
-          operation: req.operation,
-          prompt: req.prompt,
-          n: req.n,
-          params,
-          ...(shape && { inputs: shape }),
-        });
+    // Every input is adopted with the task: those stored just now, those the request staged before
+    // (JSON edits) and the files it names.
+    const adopted = maskFileId ? [...inputFileIds, maskFileId] : inputFileIds;
     const first = route?.first;
     const { outcome, task } = await this.deps.ledger
       .holdAndInsertTask(
