@@ -2,10 +2,21 @@
 import { Alert, Button, Group, Modal, NumberInput, Select, Stack, Text, type ButtonProps } from '@mantine/core';
 import { Component, useCallback, useEffect, useRef, useState, type ReactNode } from 'react';
 import { ApiFailure } from './api.ts';
+import { NothingChanged } from './changes.ts';
 
-/** Shows an API error with its message and code (nothing when there is none). */
+/**
+ * Shows an API error with its message and code (nothing when there is none). A form with nothing to
+ * send stops with NothingChanged, which is no failure: it is shown as a notice.
+ */
 export function ErrorAlert({ error, title = 'The request failed' }: { error: unknown; title?: string }) {
   if (!error) return null;
+  if (error instanceof NothingChanged) {
+    return (
+      <Alert color="blue" title="Nothing to save" role="status" variant="light" data-testid="nothing-changed">
+        <Text size="sm">{error.message}</Text>
+      </Alert>
+    );
+  }
   const f = error instanceof ApiFailure ? error : null;
   const message = error instanceof Error ? error.message : String(error);
   return (

@@ -2,6 +2,7 @@
 import { Badge, Button, Card, Group, NumberInput, SegmentedControl, Select, SimpleGrid, Stack, Table, Text, TextInput, Title } from '@mantine/core';
 import { useState, type FormEvent } from 'react';
 import { api, call, type Account } from '../api.ts';
+import { changedFields } from '../changes.ts';
 import { Link, navigate } from '../router.tsx';
 import { ConfirmButton, ErrorAlert, LimitInput, Pager, STATUS_COLORS, credits, limitText, numberField, parseNumber, useAction, useCursorPages, useLoad, when, type Limit } from '../ui.tsx';
 import { LedgerTable } from './Ledger.tsx';
@@ -116,6 +117,8 @@ function CreateAccount({ onCreated }: { onCreated: (a: Account) => void }) {
 export function AccountDetailPage({ id }: { id: string }) {
   const account = useLoad(() => call(api.GET('/admin/v1/accounts/{account_id}', { params: { path: { account_id: id } } })), [id]);
   const [ledgerVersion, setLedgerVersion] = useState(0);
+  // Each save refills the settings form from the saved account.
+  const [saves, setSaves] = useState(0);
   const a = account.data;
   return (
     <Stack>
@@ -152,7 +155,14 @@ export function AccountDetailPage({ id }: { id: string }) {
                 setLedgerVersion((v) => v + 1);
               }}
             />
-            <EditAccount account={a} onSaved={account.setData} />
+            <EditAccount
+              key={saves}
+              account={a}
+              onSaved={(next) => {
+                account.setData(next);
+                setSaves((n) => n + 1);
+              }}
+            />
           </SimpleGrid>
           <Title order={2} size="h3">
             Ledger
@@ -237,32 +247,43 @@ function AdjustCredits({ account, onDone }: { account: Account; onDone: (a: Acco
   );
 }
 
+/** The members of an account this form edits, in the API's terms (AdminAccountUpdate). */
+function settingsOf(a: Account) {
+  return {
+    name: a.name,
+    status: a.status,
+    output_retention_days: a.output_retention_days ?? null,
+    input_retention_days: a.input_retention_days ?? null,
+    requests_per_minute: a.requests_per_minute,
+    max_in_flight: a.max_in_flight,
+  };
+}
+
 function EditAccount({ account, onSaved }: { account: Account; onSaved: (a: Account) => void }) {
-  const [name, setName] = useState(account.name);
-  const [status, setStatus] = useState(account.status);
-  const [outputDays, setOutputDays] = useState<number | string>(account.output_retention_days ?? '');
-  const [inputDays, setInputDays] = useState<number | string>(account.input_retention_days ?? '');
-  const [rpm, setRpm] = useState<Limit>(account.requests_per_minute);
-  const [inFlight, setInFlight] = useState<Limit>(account.max_in_flight);
+  // The copy this form was filled from, what a save compares with: the page's copy also changes when
+  // credits are granted, and that answer may carry another operator's changes this form does not show.
+  const [loaded] = useState(account);
+  const [name, setName] = useState(loaded.name);
+  const [status, setStatus] = useState(loaded.status);
+  const [outputDays, setOutputDays] = useState<number | string>(loaded.output_retention_days ?? '');
+  const [inputDays, setInputDays] = useState<number | string>(loaded.input_retention_days ?? '');
+  const [rpm, setRpm] = useState<Limit>(loaded.requests_per_minute);
+  const [inFlight, setInFlight] = useState<Limit>(loaded.max_in_flight);
   const save = useAction(async () => {
-    const updated = await call(
-      api.PATCH('/admin/v1/accounts/{account_id}', {
-        params: { path: { account_id: account.id } },
-        body: {
-          name,
-          status,
-          output_retention_days: numberField(outputDays, 'Output retention (days)'),
-          input_retention_days: numberField(inputDays, 'Input retention (days)'),
-          requests_per_minute: rpm,
-          max_in_flight: inFlight,
-        },
-      }),
-    );
+    const body = changedFields(settingsOf(loaded), {
+      name,
+      status,
+      output_retention_days: numberField(outputDays, 'Output retention (days)'),
+      input_retention_days: numberField(inputDays, 'Input retention (days)'),
+      requests_per_minute: rpm,
+      max_in_flight: inFlight,
+    });
+    const updated = await call(api.PATCH('/admin/v1/accounts/{account_id}', { params: { path: { account_id: loaded.id } }, body }));
     onSaved(updated);
     return updated;
   });
   const submit = () => void save.run();
-  const suspending = status === 'suspended' && account.status !== 'suspended';
+  const suspending = status === 'suspended' && loaded.status !== 'suspended';
   return (
     <Card withBorder component="form" aria-label="Edit the account" onSubmit={(e: FormEvent) => (e.preventDefault(), !suspending && submit())}>
       <Title order={2} size="h4" mb="sm">

@@ -1,7 +1,8 @@
 /** Groups (list, create, edit) and their members: routing settings, enable/disable and live health. */
 import { Badge, Button, Card, Group, JsonInput, Modal, NumberInput, Select, Stack, Switch, Table, Text, TextInput, Textarea, Title, Tooltip } from '@mantine/core';
 import { useState, type FormEvent } from 'react';
-import { PROVIDERS, api, call, type Member, type Provider } from '../api.ts';
+import { PROVIDERS, api, call, type Member, type Provider, type Schemas } from '../api.ts';
+import { changedFields } from '../changes.ts';
 import { Link, navigate } from '../router.tsx';
 import { ConfirmButton, ErrorAlert, Pager, numberField, requiredNumber, useAction, useCursorPages, useLoad, when } from '../ui.tsx';
 
@@ -87,6 +88,7 @@ export function GroupDetailPage({ id }: { id: string }) {
   // Live health: the members (and their health) are read again every 5 seconds.
   const members = useLoad(() => call(api.GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: id } } })), [id], 5000);
   const [editing, setEditing] = useState<Member | null>(null);
+  const [added, setAdded] = useState<Member | null>(null);
   const [actionError, setActionError] = useState<unknown>(null);
   const setEnabled = async (m: Member, enabled: boolean) => {
     setActionError(null);
@@ -108,7 +110,7 @@ export function GroupDetailPage({ id }: { id: string }) {
           <Title order={1} size="h2">
             Group {group.data.name}
           </Title>
-          <EditGroup id={id} name={group.data.name} description={group.data.description} onSaved={() => void group.reload()} />
+          <EditGroup key={JSON.stringify(group.data)} id={id} name={group.data.name} description={group.data.description} onSaved={() => void group.reload()} />
         </>
       )}
       <Group justify="space-between">
@@ -235,7 +237,20 @@ export function GroupDetailPage({ id }: { id: string }) {
         <Title order={2} size="h4" mb="sm">
           Add a member
         </Title>
-        <MemberForm groupId={id} onSaved={() => void members.reload()} />
+        {/* A new form after each member added: the credentials typed do not stay in the page. */}
+        <MemberForm
+          key={added?.id ?? 'none-yet'}
+          groupId={id}
+          onSaved={(m) => {
+            setAdded(m);
+            void members.reload();
+          }}
+        />
+        {added && (
+          <Text size="sm" role="status" mt="xs">
+            Member “{added.name}” added.
+          </Text>
+        )}
       </Card>
     </Stack>
   );
@@ -245,7 +260,8 @@ function EditGroup({ id, name: initialName, description: initialDescription, onS
   const [name, setName] = useState(initialName);
   const [description, setDescription] = useState(initialDescription ?? '');
   const save = useAction(async () => {
-    await call(api.PATCH('/admin/v1/groups/{group_id}', { params: { path: { group_id: id } }, body: { name, description: description || null } }));
+    const body = changedFields({ name: initialName, description: initialDescription }, { name, description: description || null });
+    await call(api.PATCH('/admin/v1/groups/{group_id}', { params: { path: { group_id: id } }, body }));
     onSaved();
   });
   return (
@@ -262,29 +278,57 @@ function EditGroup({ id, name: initialName, description: initialDescription, onS
   );
 }
 
-/** Creates a member (no `member`) or edits one; credentials are write-only (left empty: unchanged). */
-function MemberForm({ groupId, member, onSaved }: { groupId: string; member?: Member; onSaved: () => void }) {
+type MemberUpdate = Schemas['AdminGroupMemberUpdate'];
+
+/** The members of a member this form edits, in the API's terms (AdminGroupMemberUpdate). */
+function settingsOf(m: Member) {
+  return {
+    name: m.name,
+    base_url: m.base_url ?? null,
+    models: m.models,
+    model_map: m.model_map,
+    priority: m.priority,
+    weight: m.weight,
+    concurrency_limit: m.concurrency_limit ?? null,
+    enabled: m.enabled,
+  };
+}
+
+/** A JSON object typed into the form, or null when it is not one. */
+function jsonObject(text: string): Record<string, string> | null {
+  try {
+    const value: unknown = JSON.parse(text);
+    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, string>) : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Creates a member (no `member`) or edits one; credentials are write-only (left empty: unchanged).
+ * An edit sends only what differs from the member as it was when the form opened.
+ */
+function MemberForm({ groupId, member, onSaved }: { groupId: string; member?: Member; onSaved: (m: Member) => void }) {
   const [name, setName] = useState(member?.name ?? '');
   const [provider, setProvider] = useState<Provider>(member?.provider ?? 'local');
   const [baseUrl, setBaseUrl] = useState(member?.base_url ?? '');
   const [models, setModels] = useState((member?.models ?? []).join(', '));
   const [modelMap, setModelMap] = useState(member ? JSON.stringify(member.model_map, null, 2) : '{}');
   const [credentials, setCredentials] = useState('');
+  const [showCredentials, setShowCredentials] = useState(false);
   const [priority, setPriority] = useState<number | string>(member?.priority ?? 0);
   const [weight, setWeight] = useState<number | string>(member?.weight ?? 1);
   const [concurrency, setConcurrency] = useState<number | string>(member?.concurrency_limit ?? '');
   const [enabled, setEnabled] = useState(member?.enabled ?? true);
   const [formError, setFormError] = useState<string | null>(null);
   const save = useAction(async () => {
-    let map: Record<string, string>;
-    let creds: Record<string, string> | undefined;
-    try {
-      map = JSON.parse(modelMap || '{}') as Record<string, string>;
-      creds = credentials.trim() ? (JSON.parse(credentials) as Record<string, string>) : undefined;
-    } catch (err) {
-      throw new Error(`The model map and credentials must be JSON objects: ${(err as Error).message}`);
-    }
-    const common = {
+    // Fixed messages: JSON.parse's own quotes the text it stopped at, which would put part of the
+    // upstream key in the page.
+    const map = jsonObject(modelMap.trim() || '{}');
+    if (!map) throw new Error('The model map must be a JSON object, e.g. {"catalog-id": "upstream-id"}.');
+    const creds = credentials.trim() ? jsonObject(credentials) : undefined;
+    if (creds === null) throw new Error('The credentials must be a JSON object, e.g. {"api_key": "…"}.');
+    const settings = {
       name,
       base_url: baseUrl.trim() || null,
       models: models.split(',').map((s) => s.trim()).filter(Boolean),
@@ -293,11 +337,17 @@ function MemberForm({ groupId, member, onSaved }: { groupId: string; member?: Me
       weight: requiredNumber(weight, 'Weight'),
       concurrency_limit: numberField(concurrency, 'Concurrency limit'),
       enabled,
-      ...(creds ? { credentials: creds } : {}),
     };
-    if (member) await call(api.PATCH('/admin/v1/groups/{group_id}/members/{member_id}', { params: { path: { group_id: groupId, member_id: member.id } }, body: common }));
-    else await call(api.POST('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: groupId } }, body: { ...common, provider } }));
-    onSaved();
+    const saved = member
+      ? await call(
+          api.PATCH('/admin/v1/groups/{group_id}/members/{member_id}', {
+            params: { path: { group_id: groupId, member_id: member.id } },
+            // Credentials are never loaded: typed in, they are a change.
+            body: changedFields<MemberUpdate>({ ...settingsOf(member), credentials: undefined }, { ...settings, credentials: creds }),
+          }),
+        )
+      : await call(api.POST('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: groupId } }, body: { ...settings, provider, credentials: creds } }));
+    onSaved(saved);
   });
   return (
     <form
@@ -316,11 +366,18 @@ function MemberForm({ groupId, member, onSaved }: { groupId: string; member?: Me
         <TextInput label="Base URL" description="Empty: the provider's default." value={baseUrl} onChange={(e) => setBaseUrl(e.currentTarget.value)} />
         <TextInput label="Models" description="Catalog model ids, comma-separated." value={models} onChange={(e) => setModels(e.currentTarget.value)} required />
         <JsonInput label="Model map" description="Catalog id → upstream id, as JSON." value={modelMap} onChange={setModelMap} autosize minRows={2} />
+        {/* A textarea, so that a multi-line JSON paste keeps working; masked while it has no focus, so
+            that the key is on screen only while it is being typed. No spell check: some browsers send
+            what it checks to a server. */}
         <Textarea
           label="Credentials"
           description={member ? (member.has_credentials ? 'Stored (never shown). Empty: unchanged.' : 'None stored. JSON, e.g. {"api_key": "…"}.') : 'JSON, e.g. {"api_key": "…"}; never shown again.'}
-          value={credentials}
+          value={showCredentials ? credentials : credentials.replace(/[^\n]/g, '•')}
           onChange={(e) => setCredentials(e.currentTarget.value)}
+          onFocus={() => setShowCredentials(true)}
+          onBlur={() => setShowCredentials(false)}
+          spellCheck={false}
+          autoComplete="off"
           autosize
           minRows={1}
         />

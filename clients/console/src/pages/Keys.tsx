@@ -2,6 +2,7 @@
 import { Alert, Button, Card, CopyButton, Group, Modal, NumberInput, Select, Stack, Table, Text, TextInput, Title } from '@mantine/core';
 import { useState, type FormEvent } from 'react';
 import { api, call, type ApiKey, type ApiKeyCreated, type Group as BackendGroup } from '../api.ts';
+import { changedFields } from '../changes.ts';
 import { Link, useLocation } from '../router.tsx';
 import { ConfirmButton, ErrorAlert, LimitInput, Pager, credits, limitText, numberField, useAction, useCursorPages, useLoad, when, type Limit } from '../ui.tsx';
 import { StatusBadge } from './Accounts.tsx';
@@ -169,12 +170,11 @@ function EditKeyLimits({ apiKey, onSaved }: { apiKey: ApiKey; onSaved: () => voi
   const [rpm, setRpm] = useState<Limit>(apiKey.requests_per_minute);
   const [inFlight, setInFlight] = useState<Limit>(apiKey.max_in_flight);
   const save = useAction(async () => {
-    const updated = await call(
-      api.PATCH('/admin/v1/api-keys/{key_id}', {
-        params: { path: { key_id: apiKey.id } },
-        body: { credit_limit: numberField(quota, 'Credit quota'), requests_per_minute: rpm, max_in_flight: inFlight },
-      }),
+    const body = changedFields(
+      { credit_limit: apiKey.credit_limit, requests_per_minute: apiKey.requests_per_minute, max_in_flight: apiKey.max_in_flight },
+      { credit_limit: numberField(quota, 'Credit quota'), requests_per_minute: rpm, max_in_flight: inFlight },
     );
+    const updated = await call(api.PATCH('/admin/v1/api-keys/{key_id}', { params: { path: { key_id: apiKey.id } }, body }));
     onSaved();
     return updated;
   });

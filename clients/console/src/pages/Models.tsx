@@ -5,7 +5,8 @@
  */
 import { Alert, Button, Group, List, NumberInput, Select, Stack, Switch, Table, Text, TextInput, Title } from '@mantine/core';
 import { useState, type FormEvent, type ReactNode } from 'react';
-import { api, call, type CatalogModel, type PriceRow } from '../api.ts';
+import { api, call, type CatalogModel, type PriceRow, type Schemas } from '../api.ts';
+import { changedFields } from '../changes.ts';
 import { Link } from '../router.tsx';
 import { ConfirmButton, ErrorAlert, credits, requiredNumber, useAction, useLoad } from '../ui.tsx';
 import { StatusBadge } from './Accounts.tsx';
@@ -115,9 +116,9 @@ export function ModelDetailPage({ id }: { id: string }) {
         <EditModel
           key={JSON.stringify(model.data)}
           model={model.data}
-          onSaved={(before, after) => {
+          onSaved={(after, changes) => {
             model.setData(after);
-            setChanges({ model: after, changes: priceChanges(before.pricing, after.pricing) });
+            setChanges({ model: after, changes });
           }}
         />
       )}
@@ -160,7 +161,7 @@ function InvalidatedQuotes({ model, changes, onClose }: { model: CatalogModel; c
   );
 }
 
-function EditModel({ model, onSaved }: { model: CatalogModel; onSaved: (before: CatalogModel, after: CatalogModel) => void }) {
+function EditModel({ model, onSaved }: { model: CatalogModel; onSaved: (after: CatalogModel, changes: PriceChange[]) => void }) {
   const [displayName, setDisplayName] = useState(model.display_name);
   const [enabled, setEnabled] = useState(model.enabled);
   const [prices, setPrices] = useState<(number | string)[]>(model.pricing.map((p) => p.unit_price));
@@ -168,13 +169,15 @@ function EditModel({ model, onSaved }: { model: CatalogModel; onSaved: (before: 
   const save = useAction(async () => {
     // An emptied price is refused here, not sent as 0: that would make the row free.
     const pricing = model.pricing.map((p, i) => ({ ...p, unit_price: requiredNumber(prices[i]!, `Unit price for ${rowLabel(p)}`) }));
-    const after = await call(
-      api.PATCH('/admin/v1/models/{model_id}', {
-        params: { path: { model_id: model.id } },
-        body: { display_name: displayName, enabled, pricing, ...changedSettings(model, settings) },
-      }),
+    const body = changedFields(
+      { display_name: model.display_name, enabled: model.enabled, pricing: model.pricing, ...settingsFields(model, settingsOf(model)) },
+      { display_name: displayName, enabled, pricing, ...settingsFields(model, settings) },
     );
-    onSaved(model, after);
+    const sent = body.pricing && (await pricesToSend(model, pricing));
+    if (sent) body.pricing = sent.pricing;
+    const after = await call(api.PATCH('/admin/v1/models/{model_id}', { params: { path: { model_id: model.id } }, body }));
+    // The panel lists the prices this save changed: none when no price row was edited here.
+    onSaved(after, sent ? priceChanges(sent.before, after.pricing) : []);
     return after;
   });
   const disabling = model.enabled && !enabled;
@@ -241,6 +244,8 @@ function EditModel({ model, onSaved }: { model: CatalogModel; onSaved: (before: 
   );
 }
 
+type ModelUpdate = Schemas['AdminCatalogModelUpdate'];
+
 /** What the console lets an operator change besides name, state and prices (AdminCatalogModelUpdate). */
 interface ModelSettings {
   edits: boolean;
@@ -259,22 +264,30 @@ function settingsOf(model: CatalogModel): ModelSettings {
 }
 
 /**
- * Only the settings that changed go in the update: each is refused for the other kind of model, and
+ * The settings of the update that this model takes: each is refused for the other kind of model, and
  * the reference-image limit for a model whose limit is not configurable.
  */
-function changedSettings(model: CatalogModel, s: ModelSettings): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  const before = settingsOf(model);
-  if (model.image) {
-    if (s.edits !== before.edits) out.edits = s.edits;
-    if (s.resize !== before.resize) out.resize = s.resize;
-    if (s.customSizeRatios !== before.customSizeRatios) out.custom_size_ratios = s.customSizeRatios;
-  }
-  if (model.video?.reference_images.configurable) {
-    const max = requiredNumber(s.referenceMax, 'Reference images');
-    if (max !== before.referenceMax) out.reference_image_max_count = max;
-  }
-  return out;
+function settingsFields(model: CatalogModel, s: ModelSettings): Pick<ModelUpdate, 'edits' | 'resize' | 'custom_size_ratios' | 'reference_image_max_count'> {
+  return {
+    ...(model.image && { edits: s.edits, resize: s.resize, custom_size_ratios: s.customSizeRatios }),
+    ...(model.video?.reference_images.configurable && { reference_image_max_count: requiredNumber(s.referenceMax, 'Reference images') }),
+  };
+}
+
+/**
+ * The price rows to send when the operator edited some. `pricing` replaces every row, so the rows are
+ * read again just before the update and only the rows edited here take the form's price: a row someone
+ * else changed since this page was loaded keeps its price. The rows read are what the panel compares
+ * the answer with.
+ */
+async function pricesToSend(model: CatalogModel, edited: PriceRow[]): Promise<{ before: PriceRow[]; pricing: PriceRow[] }> {
+  const mine = edited.filter((p, i) => p.unit_price !== model.pricing[i]!.unit_price);
+  const current = await call(api.GET('/admin/v1/models/{model_id}', { params: { path: { model_id: model.id } } }));
+  const rows = new Map(current.pricing.map((p) => [rowKey(p), p]));
+  const gone = mine.find((p) => !rows.has(rowKey(p)));
+  if (gone) throw new Error(`The price row ${rowLabel(gone)} was removed since this page was loaded: reload the page.`);
+  for (const p of mine) rows.set(rowKey(p), { ...rows.get(rowKey(p))!, unit_price: p.unit_price });
+  return { before: current.pricing, pricing: [...rows.values()] };
 }
 
 type SettingsProps<C> = { caps: C; settings: ModelSettings; onChange: (s: ModelSettings) => void };

@@ -20,7 +20,9 @@ interface TaskFilter {
 
 export function TasksPage() {
   const { search } = useLocation();
-  const initialStatus = search.getAll('status').filter((s): s is TaskStatus => (TASK_STATUSES as string[]).includes(s));
+  // `?status=a&status=b` and the API's own `?status=a,b` (a link copied from a listing request) alike.
+  const asked = new Set(search.getAll('status').flatMap((v) => v.split(',')));
+  const initialStatus = TASK_STATUSES.filter((s) => asked.has(s));
   const [draft, setDraft] = useState({
     kind: search.get('kind') ?? '',
     status: initialStatus,
