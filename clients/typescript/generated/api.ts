@@ -2641,7 +2641,7 @@ export interface components {
             prompt: string;
             /**
              * Format: binary
-             * @description An input image file (PNG, JPEG or WebP). Its limits are byte limits enforced while the body is read: over the per-input limit is `413 media_too_large`, a whole request over the server's body limit is `413 body_too_large`; a body that is not a decodable image is `400 invalid_image`.
+             * @description An input image file (PNG, JPEG, WebP, or GIF: its first frame; any other format is `400 invalid_image`). Its limits are byte limits enforced while the body is read: over the per-input limit is `413 media_too_large`, a whole request over the server's body limit is `413 body_too_large`; a body that is not a decodable image is `400 invalid_image`.
              */
             image?: string;
             /** @description Input image files, one part per file. */
