@@ -173,7 +173,7 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   // they are held in memory, so a byte budget bounds how many are read at once.
   app.post(
     '/v1/images/edits',
-    largeBodySlots(ctx.services.largeBodies),
+    largeBodySlots(ctx.services.largeBodies, config.maxEditBodyBytes),
     imageEditMultipart({ maxFiles: config.maxEditImages, maxFileBytes: config.maxEditFileBytes, maxTotalBytes: config.maxEditBodyBytes, idleTimeoutMs: config.bodyIdleTimeoutMs, timeoutMs: config.bodyTimeoutMs }),
   );
   app.use(express.json({ limit: config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));

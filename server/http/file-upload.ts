@@ -4,7 +4,8 @@
  * to `req.body` for the contract validator. The stored file is provisional (it expires within the
  * hour) until the handler confirms it; if validation or anything else fails, or the client goes
  * away, it is removed when the response is over. A write the store cannot do (full, failing) ends
- * the request at once with that storage error (507/503): the rest of the body is not read.
+ * the request at once with that storage error (507/503): the rest of the body is not read. A body
+ * declared longer than a file within the limit and its fields can be is 413 before any of it is read.
  */
 import busboy from 'busboy';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
@@ -23,6 +24,15 @@ const MAX_FIELDS = 8;
 const MAX_FIELD_BYTES = 1024;
 /** Characters (code points, as the column's check and the contract count them) of a file name kept. */
 const MAX_FILENAME_CHARS = 255;
+/** Bytes of one part's boundary line and headers at most: busboy allows 16 KiB of headers, a boundary is at most 70 characters. */
+const MAX_PART_FRAMING_BYTES = 16 * 1024 + 80;
+/**
+ * What an accepted body can hold besides its file's bytes: at most MAX_FIELDS text fields of
+ * MAX_FIELD_BYTES, and the framing of their parts, of the file's part and of the closing boundary
+ * (counted as one more part): 169 KiB. A declared Content-Length over the upload limit plus this
+ * cannot carry a file within the limit (a preamble or epilogue, which no client sends, is not counted).
+ */
+const MAX_NON_FILE_BYTES = MAX_FIELDS * MAX_FIELD_BYTES + (MAX_FIELDS + 2) * MAX_PART_FRAMING_BYTES;
 
 /**
  * The name an upload is kept and later downloaded under, from the one the client sent: control
@@ -95,6 +105,14 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
       );
     };
 
+    // A body declared too long for any file within the limit is refused before a byte of it is
+    // stored, instead of once the limit's worth has been streamed into the store.
+    const declared = Number(req.headers['content-length']);
+    if (Number.isFinite(declared) && declared > limits.maxFileBytes + MAX_NON_FILE_BYTES) {
+      finish(tooLarge());
+      return;
+    }
+
     try {
       bb = busboy({
         headers: req.headers,
@@ -144,6 +162,12 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
     const armed = bodyDeadline(limits.idleTimeoutMs, limits.timeoutMs, finish);
     deadline = armed;
     req.on('data', armed.touch);
+    // The idle limit is the client's: the pipe pauses the request while the store is slow to take
+    // the file (a stalled S3 part upload), and once the whole body has arrived only the store's
+    // writes are left. Neither is time the client could send in.
+    req.on('pause', armed.pause);
+    req.on('resume', armed.touch);
+    req.once('end', armed.pause);
     req.once('close', () => {
       if (!req.complete) finish(badRequest('invalid_request', 'The client went away before the request body was complete.'));
     });

@@ -165,11 +165,18 @@ export function mediaJsonBody(files: FileService, log: Logger, options: MediaBod
     deadline = armed;
 
     let pushing: Promise<void> = Promise.resolve();
+    // While a chunk is pushed the body is paused by the server, not by the client: a media store
+    // that takes long to accept a data URL's bytes (an S3 part upload) stops the idle limit, which
+    // starts again when the next chunk is read.
     source.on('data', (chunk: Buffer) => {
-      armed.touch();
+      armed.pause();
       source.pause();
       pushing = scanner.push(chunk).then(
-        () => void (settled || source.resume()),
+        () => {
+          if (settled) return;
+          armed.touch();
+          source.resume();
+        },
         (err: unknown) => finish(err),
       );
     });

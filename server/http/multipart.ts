@@ -13,7 +13,7 @@
 import busboy from 'busboy';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { ApiError } from '../errors.ts';
-import { bodyDeadline } from './request-guards.ts';
+import { bodyDeadline, bodyTooLarge } from './request-guards.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -103,9 +103,6 @@ interface PendingFile {
   chunks: Buffer[];
 }
 
-const bodyTooLarge = (cfg: MultipartLimits) =>
-  new ApiError(413, 'body_too_large', `The request body exceeds the limit of ${cfg.maxTotalBytes} bytes.`);
-
 const invalid = (message: string, param: string | null) => new ApiError(400, 'invalid_request', message, param);
 
 /**
@@ -136,7 +133,7 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
       deadline.touch();
       total += chunk.length;
       if (total > cfg.maxTotalBytes) {
-        reject(bodyTooLarge(cfg));
+        reject(bodyTooLarge(cfg.maxTotalBytes));
         return;
       }
       if (bb && !bb.write(chunk)) {
@@ -187,7 +184,7 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
 
     const declared = Number(req.headers['content-length']);
     if (Number.isFinite(declared) && declared > cfg.maxTotalBytes) {
-      reject(bodyTooLarge(cfg));
+      reject(bodyTooLarge(cfg.maxTotalBytes));
       return;
     }
 

@@ -16,12 +16,17 @@ import type { LargeBodyBudget } from '../services/media/large-body-budget.ts';
  * once, and so does any body that is not multipart: a JSON edit's data URLs were streamed to the
  * store before this (media-body.ts), and its inputs take their share when they are read
  * (ImageService), once: counting its body here too made a large one wait for its own share.
+ *
+ * A body declared longer than the route's limit (`maxBodyBytes`, the one its parser reads under) is
+ * refused at once, as that parser would refuse it (413 body_too_large): queued for the budget, it
+ * would wait for a share it can never use, and every large body behind it would wait too.
  */
-export function largeBodySlots(budget: LargeBodyBudget) {
+export function largeBodySlots(budget: LargeBodyBudget, maxBodyBytes = Number.POSITIVE_INFINITY) {
   const opts = budget.opts;
   return (req: Request, res: Response, next: NextFunction): void => {
     if (!/^\s*multipart\//i.test(String(req.headers['content-type'] ?? ''))) return next();
     const length = req.headers['content-length'];
+    if (length !== undefined && Number(length) > maxBodyBytes) return next(bodyTooLarge(maxBodyBytes));
     const large = length === undefined ? req.headers['transfer-encoding'] !== undefined : Number(length) > opts.largeBodyBytes;
     if (!large) return next();
     // A client that left during an earlier async step (the key lookup, the rate gate) had its
@@ -44,6 +49,11 @@ export function largeBodySlots(budget: LargeBodyBudget) {
       },
     );
   };
+}
+
+/** 413 body_too_large: a whole request body over the route's limit, declared or counted while it is read. */
+export function bodyTooLarge(maxBytes: number): ApiError {
+  return new ApiError(413, 'body_too_large', `The request body exceeds the limit of ${maxBytes} bytes.`);
 }
 
 /** Multipart bodies are parsed as they arrive, never decompressed: any Content-Encoding is 415. */
@@ -115,19 +125,26 @@ export function rejectBracketedQuery(req: Request, _res: Response, next: NextFun
 /**
  * The two limits every streamed body is read under (BODY_IDLE_TIMEOUT_MS, BODY_TIMEOUT_MS): `cut`
  * gets 408 body_timeout when no byte arrived for `idleMs` (each `touch()` restarts that) or the
- * body was not complete within `totalMs`. `clear()` once the body is over, whichever way.
+ * body was not complete within `totalMs`. The idle limit measures the client only: `pause()` stops
+ * it while the server itself holds the body back (a media store slow to take what was read, so
+ * nothing more is read), until the next `touch()`, which the reader calls when it reads again.
+ * `clear()` once the body is over, whichever way; nothing restarts it after that.
  */
-export function bodyDeadline(idleMs: number, totalMs: number, cut: (err: ApiError) => void): { touch(): void; clear(): void } {
+export function bodyDeadline(idleMs: number, totalMs: number, cut: (err: ApiError) => void): { touch(): void; pause(): void; clear(): void } {
   let idle: NodeJS.Timeout | undefined;
+  let over = false;
   const touch = () => {
     clearTimeout(idle);
+    if (over) return;
     idle = setTimeout(() => cut(new ApiError(408, 'body_timeout', `No part of the request body arrived for ${idleMs} ms.`)), idleMs);
   };
   const total = setTimeout(() => cut(new ApiError(408, 'body_timeout', `The request body was not complete within ${totalMs} ms.`)), totalMs);
   touch();
   return {
     touch,
+    pause: () => clearTimeout(idle),
     clear: () => {
+      over = true;
       clearTimeout(idle);
       clearTimeout(total);
     },

@@ -1,0 +1,151 @@
+/**
+ * A media store that is slow to take a client's bytes (a stalled S3 part upload) holds the body
+ * back on the server's side: that time is not the client's idle time. An upload (`POST /v1/files`)
+ * and a JSON edit with a data URL whose store stalls for three idle limits are answered as if it
+ * had not stalled, not 408 body_timeout; a client that stops sending is still cut off, the idle
+ * limit counted from when the store took bytes again.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Transform, pipeline, type Readable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FilesystemMediaStore, type ByteRange, type MediaStore, type PutOptions } from '../../server/storage/media-store.ts';
+import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { startTestServer, type TestServer } from '../support/http-harness.ts';
+import { noisePng } from '../support/noise-png.ts';
+
+const IDLE_MS = 500;
+const STALL_MS = 3 * IDLE_MS;
+
+/**
+ * A filesystem store that holds back the first chunk of every streamed write of client media
+ * (uploads, staged inputs) for `stallMs`, as an S3 part upload that takes long to answer does:
+ * what follows waits behind it. `stalls` counts the writes held back.
+ */
+class StallingStore implements MediaStore {
+  stalls = 0;
+  constructor(
+    private readonly inner: MediaStore,
+    private readonly stallMs: number,
+  ) {}
+  put(key: string, data: Buffer | Readable, opts?: PutOptions) {
+    if (Buffer.isBuffer(data) || !/^(upload|input)\//.test(key)) return this.inner.put(key, data, opts);
+    this.stalls++;
+    let first = true;
+    const stallMs = this.stallMs;
+    const slow = new Transform({
+      transform(chunk: Buffer, _encoding, done) {
+        if (!first) return done(null, chunk);
+        first = false;
+        setTimeout(() => done(null, chunk), stallMs);
+      },
+    });
+    return this.inner.put(key, pipeline(data, slow, () => undefined), opts);
+  }
+  read(key: string, range?: ByteRange) {
+    return this.inner.read(key, range);
+  }
+  stat(key: string) {
+    return this.inner.stat(key);
+  }
+  list(after: string | undefined, limit: number) {
+    return this.inner.list(after, limit);
+  }
+  delete(key: string) {
+    return this.inner.delete(key);
+  }
+}
+
+let server: TestServer;
+let store: StallingStore;
+let mediaDir: string;
+/** About 4.3 MB that do not compress: far more than the socket and stream buffers hold. */
+let png: Buffer;
+
+beforeAll(async () => {
+  png = await noisePng(1200, 1200, 7);
+  mediaDir = mkdtempSync(join(tmpdir(), 'mg-store-stall-'));
+  store = new StallingStore(new FilesystemMediaStore(mediaDir), STALL_MS);
+  server = await startTestServer({ env: { BODY_IDLE_TIMEOUT_MS: String(IDLE_MS), MEDIA_DIR: mediaDir }, overrides: { mediaStore: store } });
+  await seedCatalog(server.db);
+});
+afterAll(async () => {
+  await server?.close();
+  if (mediaDir) rmSync(mediaDir, { recursive: true, force: true });
+});
+
+describe('a media store that stalls while a body is read', () => {
+  it('an upload whose store stalls for three idle limits is stored whole (201), not 408', async () => {
+    const c = await createCustomer(server.db);
+    const stallsBefore = store.stalls;
+    const form = new FormData();
+    form.append('purpose', 'input');
+    form.append('file', new Blob([png], { type: 'image/png' }), 'noise.png');
+    const started = Date.now();
+    const res = await fetch(`${server.directUrl}/v1/files`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}` }, body: form });
+    const body = (await res.json()) as Record<string, any>;
+    expect([res.status, body.error?.code]).toEqual([201, undefined]);
+    expect(store.stalls).toBe(stallsBefore + 1);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(STALL_MS);
+    expect(body.bytes).toBe(png.length);
+    const row = await server.db.selectFrom('files').select(['bytes', 'purpose']).where('id', '=', body.id).executeTakeFirstOrThrow();
+    expect(row).toEqual({ bytes: png.length, purpose: 'upload' });
+  });
+
+  it('an upload whose last bytes arrive while the store stalls is stored too (201), not 408', async () => {
+    // 72 KB: the whole body is taken by the parser's buffers (the request has ended, never paused)
+    // while the store still holds the file's first chunk back.
+    const c = await createCustomer(server.db);
+    const stallsBefore = store.stalls;
+    const small = await noisePng(155, 155, 8);
+    const form = new FormData();
+    form.append('purpose', 'input');
+    form.append('file', new Blob([small], { type: 'image/png' }), 'small.png');
+    const res = await fetch(`${server.directUrl}/v1/files`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}` }, body: form });
+    const body = (await res.json()) as Record<string, any>;
+    expect([res.status, body.error?.code, body.bytes]).toEqual([201, undefined, small.length]);
+    expect(store.stalls).toBe(stallsBefore + 1);
+  });
+
+  it('a JSON edit whose data URL the store stalls on for three idle limits is answered 200, not 408', async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    const stallsBefore = store.stalls;
+    const res = await fetch(`${server.directUrl}/v1/images/edits`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'make it red', model: 'local-image-1', images: [`data:image/png;base64,${png.toString('base64')}`] }),
+    });
+    const body = (await res.json()) as Record<string, any>;
+    expect([res.status, body.error?.code]).toEqual([200, undefined]);
+    expect(body.data).toHaveLength(1);
+    expect(store.stalls).toBe(stallsBefore + 1);
+  });
+
+  it('a client that stops sending after the store stalled is still answered 408 body_timeout', async () => {
+    const c = await createCustomer(server.db);
+    const stallsBefore = store.stalls;
+    const url = new URL(server.directUrl);
+    const boundary = 'mg-stall';
+    const head = `--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\ninput\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\nContent-Type: image/png\r\n\r\n`;
+    // Half of the file, then nothing: the body is declared whole but never completed.
+    const started = Date.now();
+    const answer = await new Promise<string>((resolve) => {
+      const socket = connect(Number(url.port), url.hostname, () => {
+        socket.write(`POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${c.key}\r\nContent-Type: multipart/form-data; boundary=${boundary}\r\nContent-Length: ${head.length + png.length + 64}\r\n\r\n${head}`);
+        socket.write(png.subarray(0, png.length >> 1));
+      });
+      let received = '';
+      socket.on('data', (d: Buffer) => (received += d.toString('latin1')));
+      socket.on('error', () => undefined);
+      socket.on('close', () => resolve(received));
+    });
+    expect(answer.split('\r\n')[0]).toBe('HTTP/1.1 408 Request Timeout');
+    expect(/"code":"([^"]+)"/.exec(answer)?.[1]).toBe('body_timeout');
+    // Not while the store stalled (an idle limit later): the idle limit counts from when it took bytes again.
+    expect(Date.now() - started).toBeGreaterThanOrEqual(STALL_MS);
+    expect(store.stalls).toBe(stallsBefore + 1);
+    expect(await server.db.selectFrom('files').select('id').where('accountId', '=', c.accountId).execute()).toEqual([]);
+  });
+});
