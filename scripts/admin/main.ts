@@ -27,7 +27,7 @@ import { switchCommands } from './switches.ts';
 import { webhookCommands } from './webhooks.ts';
 import { taskCommands } from './tasks.ts';
 import { ledgerCommands } from './ledger.ts';
-import { usageCommands } from './usage.ts';
+import { TABLE_ROWS, usageCommands } from './usage.ts';
 import { cliOutputUrls } from './output-urls.ts';
 
 const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...] [--json]
@@ -86,7 +86,8 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
               [--after T] [--before T] [--limit N] [--cursor C]
 
   usage --from T --to T [--group-by account,key,model,provider] [--granularity hour|day] [--account <id|name>] [--csv]
-                                       (credits spent and refunded, tasks and images by status; T is RFC 3339)
+                                       (credits spent and refunded, tasks and images by status; T is RFC 3339;
+                                        the table shows ${TABLE_ROWS} rows at most: --csv or --json prints all)
 
   webhooks list [--status pending,delivered,gone,failed] [--account <id|name>] [--after T] [--before T] [--limit N] [--cursor C]
   webhooks show <video task id>        (the callback_url delivery: status, next attempt, every attempt)
@@ -137,7 +138,10 @@ export interface AdminIo {
   err: NodeJS.WritableStream;
 }
 
-/** Runs one command of the CLI; resolves with its exit code (0, 1 for a failure, 2 for a usage error or a body the contract refuses). */
+/**
+ * Runs one command of the CLI; resolves with its exit code (0, 1 for a failure, 2 for a usage error
+ * or a body the API would refuse: InvalidBody, which a usage report's refused query is too).
+ */
 export async function runAdmin(argv: string[], io: AdminIo): Promise<number> {
   try {
     await main(argv, io);
@@ -199,7 +203,8 @@ async function main(argv: string[], io: AdminIo): Promise<void> {
       taskMaxLifetimeSeconds: Number(env.TASK_MAX_LIFETIME_SECONDS) || undefined,
     });
     const output = await run(admin, resource, verb, args, flags);
-    io.out(flags.json ? JSON.stringify(output.json, null, 2) : output.text);
+    if (output.print) await output.print(io.out, flags.json === true);
+    else io.out(flags.json ? JSON.stringify(output.json, null, 2) : output.text);
   } finally {
     await db.destroy();
     if (embedded?.started) await embedded.stop();

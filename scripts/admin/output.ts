@@ -2,10 +2,24 @@
 
 export type Row = Record<string, unknown>;
 
-/** What a command returns: printed as `json` with --json, else as `text`. */
-export interface Output {
+/** What a command returns: printed as `json` with --json, else as `text`; or a result it prints itself. */
+export type Output = Printed | Streamed;
+
+export interface Printed {
   json: unknown;
   text: string;
+  print?: never;
+}
+
+/**
+ * A result too large to hold (a usage report of 100,000s of rows): `print` writes it while it is
+ * read, in pieces, each printed as a line of its own (`out` adds the line end), `json` as --json
+ * asks. A failure midway ends the output where it is; runAdmin then says so and exits 1.
+ */
+export interface Streamed {
+  print(out: (text: string) => void, json: boolean): Promise<void>;
+  json?: never;
+  text?: never;
 }
 
 function cell(value: unknown): string {
@@ -18,7 +32,9 @@ function cell(value: unknown): string {
 export function table(rows: Row[], columns: string[]): string {
   if (rows.length === 0) return '(none)';
   const cells = rows.map((r) => columns.map((c) => cell(r[c])));
-  const widths = columns.map((c, i) => Math.max(c.length, ...cells.map((row) => row[i]!.length)));
+  // A loop, not Math.max(...cells): a spread passes one argument per row, past the stack's limit for 100,000s.
+  const widths = columns.map((c) => c.length);
+  for (const row of cells) for (const [i, value] of row.entries()) widths[i] = Math.max(widths[i]!, value.length);
   const line = (values: string[]) => values.map((v, i) => v.padEnd(widths[i]!)).join('  ').trimEnd();
   return [line(columns), ...cells.map(line)].join('\n');
 }

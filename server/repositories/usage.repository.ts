@@ -8,6 +8,10 @@
  * its account and key itself). Both are folded into one list of facts and grouped by the period
  * (hour or day, UTC; the first starts at `from`) and the dimensions asked for. The provider is the
  * kind of the member that ran the task, `none` without one (or once it was deleted).
+ *
+ * A report can be large (a month by hour of every account: 100,000s of rows), so its rows are read
+ * through a cursor, USAGE_BATCH_ROWS at a time, as its reader asks for them: the statement runs once
+ * (its grouping and order need every fact before the first row), and no side holds the whole report.
  */
 import { sql, type Kysely, type RawBuilder } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
@@ -63,10 +67,20 @@ const DIMENSIONS: Record<UsageDimension, { column: string; expr: RawBuilder<unkn
 };
 const ORDER: readonly UsageDimension[] = ['account', 'key', 'model', 'provider'];
 
+/** Rows of a report read from its cursor at a time: about 400 kB of its JSON. */
+const USAGE_BATCH_ROWS = 1000;
+
 export class UsageRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
-  async report(q: UsageQuery): Promise<UsageRow[]> {
+  /**
+   * The report's rows in order, USAGE_BATCH_ROWS at a time (never an empty batch). The statement is
+   * a cursor of a read-only transaction, which holds one connection of the pool from the first
+   * `next()` until the last batch is read or the loop over it stops (`return()`, as `for await` and
+   * `pipeline` do): the transaction is then rolled back and the connection released. A failure of
+   * the statement itself (a time PostgreSQL refuses) comes with the first batch.
+   */
+  async *report(q: UsageQuery): AsyncGenerator<UsageRow[], void, undefined> {
     const from = sql`${q.from}::timestamptz`;
     const to = sql`${q.to}::timestamptz`;
     const account = (column: string) => (q.accountId !== undefined ? sql` and ${sql.ref(column)} = ${q.accountId}` : sql``);
@@ -76,7 +90,7 @@ export class UsageRepository {
     // A ledger entry's model and member are its task's: joined only when the report is grouped by them.
     const byTask = dims.includes('model') || dims.includes('provider');
     const count = (kind: string, status: string) => sql`count(*) filter (where f.kind = ${sql.lit(kind)} and f.status = ${sql.lit(status)})`;
-    const { rows } = await sql<UsageRow>`
+    const statement = sql`
       with tasks as (
         select v.account_id, v.api_key_id, v.model, v.member_id, v.created_at as at, 'video'::text as kind, v.status, 0::bigint as n, 0::bigint as delivered
         from video_tasks v where v.created_at >= ${from} and v.created_at < ${to}${account('v.account_id')}
@@ -114,8 +128,23 @@ export class UsageRepository {
         coalesce(sum(f.delivered) filter (where f.kind = 'image'), 0)::bigint as images_delivered
       from periods f
       group by ${sql.join(groupBy)}
-      order by ${sql.join(groupBy)}`.execute(this.db);
-    return rows;
+      order by ${sql.join(groupBy)}`;
+    const trx = await this.db.startTransaction().setAccessMode('read only').execute();
+    let ended = false;
+    try {
+      await sql`declare usage_report no scroll cursor for ${statement}`.execute(trx);
+      for (;;) {
+        const { rows } = await sql<UsageRow>`fetch forward ${sql.lit(USAGE_BATCH_ROWS)} from usage_report`.execute(trx);
+        if (rows.length > 0) yield rows;
+        if (rows.length < USAGE_BATCH_ROWS) break;
+      }
+      await trx.commit().execute();
+      ended = true;
+    } finally {
+      // Stopped early or failed: the cursor goes with the transaction (a rollback releases the
+      // connection even when it fails, as it does on a connection that is gone).
+      if (!ended) await trx.rollback().execute().catch(() => undefined);
+    }
   }
 
   /** The gauges, in one statement over the partial indexes of held holds and unfinished tasks. */

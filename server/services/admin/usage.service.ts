@@ -1,4 +1,7 @@
-/** Admin: usage reports (GET /admin/v1/usage), as JSON or CSV; one SQL statement per report. */
+/**
+ * Admin: usage reports (GET /admin/v1/usage), as JSON or CSV; one SQL statement per report, whose
+ * rows are handed on a batch at a time as they are read (UsageRepository.report), never held whole.
+ */
 import type { components } from '../../../generated/api.d.ts';
 import { isDateTime } from '../../contract-schemas.ts';
 import { badRequest } from '../../errors.ts';
@@ -7,6 +10,19 @@ import type { Granularity, UsageDimension, UsageRepository, UsageRow } from '../
 
 type AdminUsageReport = components['schemas']['AdminUsageReport'];
 type AdminUsageRow = components['schemas']['AdminUsageRow'];
+
+/** A report checked and ready to be read. */
+export interface UsageReport {
+  /** The answer without its rows: AdminUsageReport's other fields, which come before `rows`. */
+  head: Omit<AdminUsageReport, 'rows'>;
+  /**
+   * Runs the report and yields its rows in order, a batch at a time, each read as the last is taken.
+   * Read it with `for await` or `pipeline`, to its end or stopping early: from the first `next()`
+   * until then it holds a database connection. Its statement's own failure comes with the first
+   * batch, before anything of an answer needs to be written.
+   */
+  rows(): AsyncGenerator<AdminUsageRow[], void, undefined>;
+}
 
 export interface UsageQueryParams {
   from: string;
@@ -39,14 +55,31 @@ function instant(text: string): Date {
   return leap ? new Date(new Date(`${leap[1]}59${leap[2] ?? ''}${leap[3]}`).getTime() + 1000) : new Date(text);
 }
 
+/**
+ * The instants PostgreSQL's timestamptz and RFC 3339 both write (years 0001 to 9999, UTC): RFC 3339
+ * has a year 0000, PostgreSQL none (1 BC comes before 1 AD), and an offset can move a time of
+ * 9999-12-31 into year 10000, which RFC 3339 cannot write.
+ */
+const FIRST_INSTANT = Date.parse('0001-01-01T00:00:00Z');
+const END_INSTANT = Date.parse('+010000-01-01T00:00:00Z');
+
+/** A time of the query: the API's 400 for one that does not exist or that PostgreSQL cannot hold. */
+function queryTime(text: string, param: 'from' | 'to'): Date {
+  const at = instant(text);
+  if (Number.isNaN(at.getTime())) throw badRequest('invalid_request', `'${param}' must be an RFC 3339 date-time of a date and time that exist.`, param);
+  if (at.getTime() < FIRST_INSTANT || at.getTime() >= END_INSTANT) {
+    throw badRequest('invalid_request', `'${param}' must be from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z (UTC).`, param);
+  }
+  return at;
+}
+
 export class UsageService {
   constructor(private readonly usage: UsageRepository) {}
 
-  async report(params: UsageQueryParams): Promise<AdminUsageReport> {
-    const from = instant(params.from);
-    const to = instant(params.to);
-    if (Number.isNaN(from.getTime())) throw badRequest('invalid_request', `'from' must be an RFC 3339 date-time of a date and time that exist.`, 'from');
-    if (Number.isNaN(to.getTime())) throw badRequest('invalid_request', `'to' must be an RFC 3339 date-time of a date and time that exist.`, 'to');
+  /** Checks the query (every refusal is a 400 naming its parameter, before anything is read). */
+  async report(params: UsageQueryParams): Promise<UsageReport> {
+    const from = queryTime(params.from, 'from');
+    const to = queryTime(params.to, 'to');
     if (to <= from) throw badRequest('invalid_request', `'to' must be after 'from'.`, 'to');
     const granularity = params.granularity ?? 'day';
     const maxDays = MAX_RANGE_DAYS[granularity];
@@ -54,14 +87,20 @@ export class UsageService {
       throw badRequest('invalid_request', `A report by ${granularity} covers at most ${maxDays} days; shorten the range between 'from' and 'to'${granularity === 'hour' ? ' or report by day' : ''}.`, 'to');
     }
     const groupBy = params.group_by && params.group_by.length > 0 ? [...new Set(params.group_by)] : (['account'] as UsageDimension[]);
-    const rows = await this.usage.report({
+    const query = {
       from: from.toISOString(),
       to: to.toISOString(),
       granularity,
       groupBy,
       ...(params.account_id !== undefined && { accountId: params.account_id }),
-    });
-    return { from: from.toISOString(), to: to.toISOString(), granularity, group_by: groupBy, rows: rows.map(toApiRow) };
+    };
+    const usage = this.usage;
+    return {
+      head: { from: query.from, to: query.to, granularity, group_by: groupBy },
+      async *rows() {
+        for await (const batch of usage.report(query)) yield batch.map(toApiRow);
+      },
+    };
   }
 }
 
@@ -94,9 +133,12 @@ function csvField(value: string | number | null): string {
   return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }
 
-/** The report as CSV: a header line, then one line per row (CRLF-free: `\n` line ends). */
-export function usageCsv(report: AdminUsageReport): string {
-  const lines = [USAGE_CSV_COLUMNS.join(',')];
-  for (const row of report.rows) lines.push(USAGE_CSV_COLUMNS.map((c) => csvField(row[c])).join(','));
-  return `${lines.join('\n')}\n`;
+/** The CSV form of a report is this header line, then one line per row (CRLF-free: `\n` line ends). */
+export const USAGE_CSV_HEADER = `${USAGE_CSV_COLUMNS.join(',')}\n`;
+
+/** Rows as lines of the report's CSV, each ended by `\n`. */
+export function usageCsvLines(rows: readonly AdminUsageRow[]): string {
+  let text = '';
+  for (const row of rows) text += `${USAGE_CSV_COLUMNS.map((c) => csvField(row[c])).join(',')}\n`;
+  return text;
 }
