@@ -1803,6 +1803,8 @@ export interface paths {
          *     `provider` is the kind of the member that ran the task (`none`: no member took it).
          *     One SQL statement per report. `Accept: text/csv` answers the same rows as CSV (a header line,
          *     then one line per row, the columns of `AdminUsageRow`), for spreadsheets and billing scripts.
+         *     The answer is streamed (chunked) as the rows are read: a failure after it began cuts the
+         *     connection, so a body that did not end is not a report.
          *
          *     `to` must be after `from`, and the range at most 31 days by hour or 731 days by day
          *     (`400 invalid_request` naming the parameter).
