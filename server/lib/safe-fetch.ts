@@ -17,12 +17,13 @@
  * address rules, never the others. Every failure is a `SafeFetchError` with a stable class.
  *
  * Names are asked of DNS directly (c-ares, A and AAAA at once, each name server given 5 s and asked
- * once), not through the system's getaddrinfo (`dns.lookup`): getaddrinfo runs on libuv's thread
- * pool, where DNS may hold at most 2 of its 4 threads, and a lookup abandoned at the time limit keeps
- * its thread until the system resolver gives up (5 s per try and server). A client's names whose
- * DNS never answers would hold every one of them, and every other lookup of the process (other
- * tenants' receivers, upstream and storage connections) would wait behind them. A c-ares query is a
- * socket on the event loop, cancelled when the time limit or the caller's abort ends the request.
+ * twice, as glibc does), not through the system's getaddrinfo (`dns.lookup`): getaddrinfo runs on
+ * libuv's thread pool, where DNS may hold at most 2 of its 4 threads, and a lookup abandoned at the
+ * time limit keeps its thread until the system resolver gives up (5 s per try and server). A
+ * client's names whose DNS never answers would hold every one of them, and every other lookup of
+ * the process (other tenants' receivers, upstream and storage connections) would wait behind them.
+ * A c-ares query is a socket on the event loop, cancelled when the time limit or the caller's abort
+ * ends the request.
  * What users see of it: a name is found as public DNS has it; an entry of the hosts file
  * (/etc/hosts) or a search domain is not applied to it. Only the names the outbound-URL guard
  * counts as internal (`localhost`, a single label, `.internal`, `.local`, …), which it accepts only
@@ -105,7 +106,7 @@ const DNS_SERVER_TIMEOUT_MS = 5_000;
 export function dnsResolver(servers?: readonly string[]): Resolver {
   return async (host, signal) => {
     signal?.throwIfAborted();
-    const channel = new DnsChannel({ timeout: DNS_SERVER_TIMEOUT_MS, tries: 1 });
+    const channel = new DnsChannel({ timeout: DNS_SERVER_TIMEOUT_MS, tries: 2 });
     if (servers) channel.setServers(servers);
     const cancel = () => channel.cancel();
     signal?.addEventListener('abort', cancel, { once: true });

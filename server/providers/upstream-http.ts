@@ -10,7 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
-import { pipeline, Transform, type Readable } from 'node:stream';
+import { pipeline, Readable, Transform } from 'node:stream';
 import { Agent, request, type Dispatcher } from 'undici';
 import { indexOfEither } from '../lib/media-json-scanner.ts';
 import { ProviderError, type ProviderErrorKind } from './provider-error.ts';
@@ -149,6 +149,11 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
     clearTimeout(timer);
     signal.removeEventListener('abort', onAbort);
   };
+  // The request body's own source failing (a stored input the media store could not read) cuts the
+  // request before the upstream had all of it: nothing can have been accepted, and the failure is
+  // the gateway's, not the upstream's. Its error is kept to be thrown as it is.
+  let bodyFailure: { error: unknown } | undefined;
+  if (init.body instanceof Readable) init.body.once('error', (error: unknown) => (bodyFailure ??= { error }));
   try {
     let { body, headers } = init;
     if (body instanceof FormData) {
@@ -195,6 +200,7 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
     done();
     if (err instanceof ProviderError) throw err;
     if (signal.aborted) throw signal.reason ?? err;
+    if (bodyFailure) throw bodyFailure.error;
     const reason = call.signal.aborted || isTimeout(err) ? 'timed out' : 'could not be reached';
     throw new ProviderError('retryable', `the upstream ${what} ${reason}`, { cause: err, maybeAccepted: !neverSent(err) });
   }

@@ -8,6 +8,7 @@ import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { VideoProvider } from '../../server/providers/types.ts';
+import { StorageUnavailable } from '../../server/storage/storage-error.ts';
 import { createAccount, createApiKey, createGroup, createMember, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { waitVideoFinished } from '../support/tasks.ts';
@@ -28,6 +29,8 @@ const provider: VideoProvider = {
     if (nth === 1 && job.prompt.includes('no answer')) throw noAnswer();
     if (nth === 1 && job.prompt.includes('refused')) throw new ProviderError('retryable', 'the upstream video submit could not be reached');
     if (nth <= 3 && job.prompt.includes('never answered')) throw noAnswer();
+    // The media store failing while an input is read into the body (upstreamFetch throws it as it is).
+    if (nth >= 2 && nth <= 3 && job.prompt.includes('store fails')) throw new StorageUnavailable('input/ab/file', Object.assign(new Error('S3 answered 503 SlowDown'), { code: 'SlowDown' }));
     if (nth === 2 && job.prompt.includes('then busy')) throw new ProviderError('rate_limited', 'the upstream is busy', { retryAfterMs: 10 });
     return `job-${job.taskId}-${submits.length}`;
   },
@@ -82,7 +85,7 @@ describe('a video submit without an answer', () => {
     expect(mine[1]!.memberId).not.toBe(mine[0]!.memberId);
   });
 
-  it('is not sent a third time when the resubmit gets no answer either: failed and refunded, one job at most left upstream', async () => {
+  it('is not sent a third time when the resubmit gets no answer either: failed and refunded: at most two jobs left upstream, never three', async () => {
     const { key } = await twoMemberCustomer();
     const id = await create(key, 'never answered');
     const { task } = await waitVideoFinished(server, key, id);
@@ -107,6 +110,16 @@ describe('a video submit without an answer', () => {
     const row = await server.db.selectFrom('videoTasks').select(['unansweredSubmits', 'upstreamJobId']).where('id', '=', id).executeTakeFirstOrThrow();
     expect(row.upstreamJobId).toBe(`job-${id}-${submits.indexOf(mine[2]!) + 1}`);
     expect(row.unansweredSubmits).toBe(2);
+  });
+
+  it('does not count a submit the media store cut short (the upstream never had its whole body): the task completes', async () => {
+    const { key } = await twoMemberCustomer();
+    const id = await create(key, 'no answer, then the store fails twice');
+    const { task } = await waitVideoFinished(server, key, id);
+    expect(task.status).toBe('completed');
+    const mine = submits.filter((s) => s.taskId === id);
+    expect(mine).toHaveLength(4);
+    expect(new Set(mine.map((s) => s.memberId)).size).toBe(1);
   });
 
   it('goes on resubmitting where the adapter finds an earlier submit\'s job (no second job can start)', async () => {

@@ -4,6 +4,7 @@ import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderError } from '../../server/providers/provider-error.ts';
 import { openaiError } from '../../server/providers/openai/openai-errors.ts';
+import { StorageUnavailable } from '../../server/storage/storage-error.ts';
 import { readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, UpstreamResponse } from '../../server/providers/upstream-http.ts';
 
 const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
@@ -135,6 +136,24 @@ describe('upstreamFetch', () => {
     expect(boundary).toBeTruthy();
     expect(sent.body).toContain('name="seconds"\r\n\r\n4\r\n');
     expect(sent.body).toContain('name="input_reference"; filename="first_frame.png"\r\nContent-Type: image/png\r\n\r\nPNGDATA\r\n');
+  });
+
+  it("throws the request body's own failure as it is (the gateway's store, not the upstream), never as maybe accepted", async () => {
+    let served = 0;
+    const failure = new StorageUnavailable('input/ab/file', Object.assign(new Error('S3 answered 503 SlowDown'), { code: 'SlowDown' }));
+    let n = 0;
+    const body = new Readable({
+      read() {
+        if (n++ === 0) this.push(Buffer.alloc(1000, 97));
+        else this.destroy(failure);
+      },
+    });
+    const err = await upstreamFetch(`${base}/echo`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': '5000' }, body, timeoutMs: 3000 }, signal, 'video submit').then(
+      () => (served++, undefined),
+      (e: unknown) => e,
+    );
+    expect(served).toBe(0);
+    expect(err).toBe(failure);
   });
 
   it('follows redirects unless asked not to', async () => {

@@ -1975,9 +1975,10 @@ export interface components {
          *     - **416** `range_not_satisfiable` (a file download's `Range` lies outside the file; `Content-Range`
          *       says its size).
          *     - **429** `rate_limited` (with `Retry-After`): the requests per minute of the client's own key or
-         *       account are used up (generation operations; the message names which); `too_many_in_flight`
-         *       (with `Retry-After`): the key or its account already has as many generations in flight as its
-         *       cap allows. Neither creates, holds or charges anything.
+         *       account are used up (generation operations and webhook tests; the message names which);
+         *       `too_many_in_flight` (with `Retry-After`): the key or its account already has as many
+         *       generations in flight as its cap allows (or, for `POST /v1/webhooks/test`, the key has 2 tests
+         *       in flight). Neither creates, holds or charges anything.
          *       `upstream_busy`: no longer returned (unavailable upstream capacity is `503 no_upstream_capacity`).
          *     - **500** `internal_error` (no details; quote the request id).
          *     - **501** `not_implemented` (reserved; this version never returns it).
@@ -1996,7 +1997,8 @@ export interface components {
          *       while it restarts; any operation that reads or writes it can answer this; retry the request
          *       as it was: an image whose answer was not sent is not charged, and a video creation retried
          *       with its `client_request_id` returns the task if it was created),
-         *       `server_busy` (too many large request bodies at once; with `Retry-After`),
+         *       `server_busy` (too many large request bodies at once, or too many webhook tests on this
+         *       instance; with `Retry-After`),
          *       `storage_unavailable` (with `Retry-After`: the gateway's media storage cannot be written or
          *       read right now, e.g. an I/O error, a read-only volume, an unreachable bucket; otherwise as
          *       `storage_full` below).
@@ -3463,7 +3465,8 @@ export interface components {
          *     `DEFAULT_ACCOUNT_RPM` for accounts; no limit when that is unset). Each key and each account is a
          *     bucket of that many tokens, refilled whole one minute after the first token of its window was
          *     taken; every generation request (`POST /v1/images/generations`, `/v1/images/edits`,
-         *     `/v1/videos/generations`, `/api/v1/videos/generations`) that passes the key check takes one token
+         *     `/v1/videos/generations`, `/api/v1/videos/generations`), and every webhook test
+         *     (`POST /v1/webhooks/test`), that passes the key check takes one token
          *     of its key and one of its account, whatever its outcome, and a refused request (`429
          *     rate_limited`) takes none. Counted in Redis across every instance when the gateway has
          *     `REDIS_URL`, otherwise by each instance on its own (then N instances let up to N times the limit
@@ -5198,7 +5201,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), the upstream account cannot take work (`upstream_unavailable`), the database cannot be reached right now (`database_unavailable`; retry after `Retry-After`) or refused the statement for a passing reason (`not_ready`; retry), too many large bodies are being processed (`server_busy`; retry after `Retry-After`), or the gateway's media storage cannot be written or read (`storage_unavailable`; the gateway's fault: nothing was charged or held; retry after `Retry-After`). */
+        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), the upstream account cannot take work (`upstream_unavailable`), the database cannot be reached right now (`database_unavailable`; retry after `Retry-After`) or refused the statement for a passing reason (`not_ready`; retry), too many large bodies (or webhook tests) are being processed (`server_busy`; retry after `Retry-After`), or the gateway's media storage cannot be written or read (`storage_unavailable`; the gateway's fault: nothing was charged or held; retry after `Retry-After`). */
         ServiceUnavailable: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -5299,7 +5302,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description A limit of the calling key or its account was reached: `rate_limited` (its requests per minute) or `too_many_in_flight` (its generations in flight). The message names the key or the account and the limit. Retry after the number of seconds in `Retry-After`. Nothing was created, held or charged. */
+        /** @description A limit of the calling key or its account was reached: `rate_limited` (its requests per minute) or `too_many_in_flight` (its generations in flight, or its webhook tests). The message names the key or the account and the limit. Retry after the number of seconds in `Retry-After`. Nothing was created, held or charged. */
         TooManyRequests: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -5313,7 +5316,7 @@ export interface components {
                 /**
                  * @example {
                  *       "error": {
-                 *         "message": "This API key has used its 60 generation requests per minute; retry in 2 s.",
+                 *         "message": "This API key has used its 60 requests per minute (generations and webhook tests); retry in 2 s.",
                  *         "type": "rate_limit_error",
                  *         "code": "rate_limited",
                  *         "param": null

@@ -239,7 +239,8 @@ async function readStream(res: UpstreamResponse, deliver: (image: Buffer) => Pro
       throw arkErrorOf(event.error ?? (event as ArkErrorBody), what);
     }
   }
-  if (!completed) outcome.error ??= new ProviderError('retryable', `the upstream ${what} stream ended before it was complete`, { maybeAccepted: true });
+  // Cut before `completed`: images after an earlier per-image failure may have been made (billed).
+  if (!completed) outcome.error = (outcome.error ?? new ProviderError('retryable', `the upstream ${what} stream ended before it was complete`)).with({ maybeAccepted: true });
   return outcome;
 }
 

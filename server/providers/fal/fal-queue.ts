@@ -74,14 +74,16 @@ export async function falResult(account: UpstreamAccount, jobId: string, mapping
     if (answer.status === 404) return { error: new ProviderError('failed', `fal no longer has the result of request ${requestId}`, { upstreamStatus: 404 }) };
     return { error };
   }
+  // The request ran, billed: a result the mapping finds nothing in is the mapping's (the operator's)
+  // to fix, and never a reason to run the request again on another member (maybe accepted).
   let urls: string[];
   try {
     urls = await mappedOutputs(mapping, answer.body);
   } catch (err) {
-    if (err instanceof MappingError) return { error: new ProviderError('misconfigured', `the fal mapping's 'output' ${err.message.replace(/\.$/, '')}`, { upstreamCode: 'mapping' }) };
+    if (err instanceof MappingError) return { error: new ProviderError('misconfigured', `the fal mapping's 'output' ${err.message.replace(/\.$/, '')}`, { upstreamCode: 'mapping', maybeAccepted: true }) };
     throw err;
   }
-  if (urls.length === 0) return { error: new ProviderError('misconfigured', `the fal mapping's output '${mapping.output}' found no URL in the result of ${mapping.endpoint}`, { upstreamCode: 'mapping' }) };
+  if (urls.length === 0) return { error: new ProviderError('misconfigured', `the fal mapping's output '${mapping.output}' found no URL in the result of ${mapping.endpoint}`, { upstreamCode: 'mapping', maybeAccepted: true }) };
   return { outputs: urls.map((url) => answer.media.get(url) ?? url) };
 }
 

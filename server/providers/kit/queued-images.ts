@@ -86,7 +86,8 @@ export async function generateQueuedImages<Job>(queue: ImageQueue<Job>, job: Ima
       await events.image(delivered++, { image: await fitImage(image, job.params) });
       got++;
     }
-    if (got === 0) throw new ProviderError('retryable', `the ${queue.name} job completed without an image`);
+    // The job ran (and was paid for): another member must not run it again.
+    if (got === 0) throw new ProviderError('retryable', `the ${queue.name} job completed without an image`, { maybeAccepted: true });
   }
 }
 

@@ -216,9 +216,9 @@ export async function outcomeOf(answer: PredictionAnswer | { gone: true }, mappi
   try {
     urls = await mappedOutputs(mapping, prediction);
   } catch (err) {
-    if (err instanceof MappingError) return { state: 'failed', error: new ProviderError('misconfigured', `the replicate mapping's 'output' ${err.message.replace(/\.$/, '')}`, { upstreamCode: 'mapping' }) };
+    if (err instanceof MappingError) return { state: 'failed', error: new ProviderError('misconfigured', `the replicate mapping's 'output' ${err.message.replace(/\.$/, '')}`, { upstreamCode: 'mapping', maybeAccepted: true }) };
     throw err;
   }
-  if (urls.length === 0) return { state: 'failed', error: new ProviderError('misconfigured', `the replicate mapping's output '${mapping.output}' found no URL in the prediction of ${mapping.endpoint}`, { upstreamCode: 'mapping' }) };
+  if (urls.length === 0) return { state: 'failed', error: new ProviderError('misconfigured', `the replicate mapping's output '${mapping.output}' found no URL in the prediction of ${mapping.endpoint}`, { upstreamCode: 'mapping', maybeAccepted: true }) };
   return { state: 'succeeded', outputs: urls.map((url) => answer.media.get(url) ?? url) };
 }

@@ -533,10 +533,11 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           // member that cannot take work any more (its credentials, its account), or a job (or its
           // output links) the upstream no longer has (404/410, an expired link's 403): the next try
           // is routed afresh and submits a new job, as a first try would have failed over.
-          // Not so a call the upstream may have taken without a job this task recorded: a new submit
-          // would pay for the images twice, with no way to find the first job; the task fails and
-          // is released (a recorded job is collected by the next step instead: `resumable`).
-          const unfindable = error.maybeAccepted && !jobRecorded;
+          // Not so a call the upstream may have taken without a job this task recorded, or whose
+          // recorded job is not kept for the next try (done and paid for, its output unusable): a
+          // new submit would pay for the images twice; the task fails and is released (a kept job
+          // is collected by the next step instead: `resumable`).
+          const unfindable = error.maybeAccepted && !(jobRecorded && error.jobKept);
           if (opts.requeueWhenBusy && !unfindable && (error.transient || (opts.resume && (isFailover(error) || jobGone(error))))) {
             await attempts.write(this.deps.attempts, log);
             // A recorded job the upstream still has (not cancelled: it runs, or it is done and billed,

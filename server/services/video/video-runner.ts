@@ -15,8 +15,10 @@
  *             tell a resubmit from a new job (no idempotency key, no lookup: Ark, MiniMax,
  *             DashScope, Veo, Sora, fal, Replicate) the earlier job may run there too, billed: so
  *             once two submits are unanswered the task fails and is refunded rather than sent a
- *             third time (at most one job the gateway never learns of; the client is charged once
- *             either way).
+ *             third time (at most two jobs the gateway never collects, one when the resubmit is
+ *             answered; the client is charged once either way). Resending once is the better bet
+ *             for both sides: the client gets its video, and the operator's loss is the same one
+ *             job as when failing at once, unless the resubmit's answer is lost too.
  *   poll      one status call on the member that accepted the job; running: reschedule at the
  *             provider's interval (or its Retry-After), with jitter; failed: fail and release
  *   finalize  (right after a poll that saw success, which records where the output is: the job is
@@ -268,7 +270,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       }
       // The last member's answer came back (it did not take the job): its slot is free again. Without
       // an answer the job may be running there: the mark stays, and the retry resubmits to it.
-      if (err instanceof ProviderError && !err.maybeAccepted) await this.deps.tasks.clearSubmitting(fence);
+      if (neverReachedUpstream(err)) await this.deps.tasks.clearSubmitting(fence);
       return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
     }
     return this.saveJob(task, submitted.account, submitted.jobId, log);
@@ -319,7 +321,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     } catch (err) {
       // Answered (not taken): this resubmit started nothing there. The mark stays all the same (the
       // earlier submit may be running there): the retry asks this member again.
-      if (err instanceof ProviderError && !err.maybeAccepted) await this.deps.tasks.uncountResubmit(fence);
+      if (neverReachedUpstream(err)) await this.deps.tasks.uncountResubmit(fence);
       return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
     }
     return this.saveJob(task, account, jobId, log);
@@ -487,6 +489,15 @@ function memberFault(error: ProviderError): boolean {
 
 function operatorCanFix(error: ProviderError): boolean {
   return error.transient || ['auth', 'quota_exhausted', 'misconfigured', 'model_not_open', 'account_disabled'].includes(error.kind);
+}
+
+/**
+ * A submit's failure that proves the upstream has no job from it: it answered (a ProviderError not
+ * maybe accepted), or the gateway's media store failed while the body was made or sent (the
+ * upstream never had all of it: upstreamFetch throws the body's own failure as it is).
+ */
+function neverReachedUpstream(err: unknown): boolean {
+  return (err instanceof ProviderError && !err.maybeAccepted) || err instanceof StorageError;
 }
 
 /**
