@@ -9,9 +9,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import { createHash } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeAudio } from '../../server/providers/local/video/audio-track.ts';
 import { blendOverlay, drawGradient, loadImage, mixPictures } from '../../server/providers/local/video/frame-painter.ts';
+import { openMp4Writer } from '../../server/providers/local/video/mp4-encoder.ts';
 import { probeMp4 } from '../../server/providers/local/video/mp4-probe.ts';
 import { renderVideo, TimeSlicer } from '../../server/providers/local/video/render-video.ts';
 import { buildOverlay } from '../../server/providers/local/video/text-layer.ts';
@@ -23,23 +24,18 @@ import { allocYuv } from '../../server/providers/local/video/yuv-picture.ts';
  * FFmpeg's encoder threads, which once (in CI, under load) made two renders of the same frames
  * differ, so the bytes are not what these tests compare.
  */
-const handed: string[] = [];
-vi.mock('../../server/providers/local/video/mp4-encoder.ts', async (importOriginal) => {
-  const real = await importOriginal<typeof import('../../server/providers/local/video/mp4-encoder.ts')>();
-  return {
-    ...real,
-    openMp4Writer: async (...args: Parameters<typeof real.openMp4Writer>) => {
-      const writer = await real.openMp4Writer(...args);
-      return {
-        ...writer,
-        writeFrame: (yuv: Buffer, index: number) => {
-          handed.push(`${index}:${createHash('sha256').update(yuv).digest('hex')}`);
-          return writer.writeFrame(yuv, index);
-        },
-      };
-    },
+function recordingWriter(handed: string[]): typeof openMp4Writer {
+  return async (...args) => {
+    const writer = await openMp4Writer(...args);
+    return {
+      ...writer,
+      writeFrame: (yuv: Buffer, index: number) => {
+        handed.push(`${index}:${createHash('sha256').update(yuv).digest('hex')}`);
+        return writer.writeFrame(yuv, index);
+      },
+    };
   };
-});
+}
 
 let dir = '';
 
@@ -179,10 +175,10 @@ describe('slicing changes no output', () => {
   it('hands the encoder the same frames whatever the budget, and writes a playable MP4', async () => {
     const blue = await sharp({ create: { width: 200, height: 300, channels: 3, background: { r: 30, g: 40, b: 220 } } }).jpeg().toBuffer();
     const render = async (name: string, slicer: TimeSlicer) => {
-      handed.length = 0;
+      const handed: string[] = [];
       const outputPath = join(dir, name);
-      await renderVideo({ prompt: 'Byte for byte', durationSeconds: 1, width: w, height: h, audio: true, lastFrame: blue, outputPath, slicer });
-      return { frames: [...handed], info: await probeMp4(outputPath) };
+      await renderVideo({ prompt: 'Byte for byte', durationSeconds: 1, width: w, height: h, audio: true, lastFrame: blue, outputPath, slicer, openWriter: recordingWriter(handed) });
+      return { frames: handed, info: await probeMp4(outputPath) };
     };
     const sliced = await render('every-row.mp4', everyRow());
     const whole = await render('never.mp4', never());

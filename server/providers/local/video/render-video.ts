@@ -63,6 +63,11 @@ export interface RenderVideoOptions {
    * this render's own, with SLICE_BUDGET_MS.
    */
   slicer?: TimeSlicer;
+  /**
+   * Opens the MP4 writer the frames go to. Default: `openMp4Writer`. A test wraps it to see the
+   * frames as handed to the encoder (the file's bytes also depend on the encoder's threads).
+   */
+  openWriter?: typeof openMp4Writer;
 }
 
 export interface RenderVideoResult {
@@ -135,7 +140,7 @@ export async function renderVideo(opts: RenderVideoOptions): Promise<RenderVideo
   let ok = false;
   try {
     const totalSamples = Math.round(duration * AUDIO_SAMPLE_RATE);
-    mp4 = await openMp4Writer(tmpPath, { fps, width: w, height: h, audio: withAudio ? makeAudio(seed, totalSamples) : null });
+    mp4 = await (opts.openWriter ?? openMp4Writer)(tmpPath, { fps, width: w, height: h, audio: withAudio ? makeAudio(seed, totalSamples) : null });
 
     const pic = allocYuv(w, h);
     for (let i = 0; i < frameCount; i++) {
