@@ -1804,7 +1804,9 @@ export interface paths {
          *     One SQL statement per report. `Accept: text/csv` answers the same rows as CSV (a header line,
          *     then one line per row, the columns of `AdminUsageRow`), for spreadsheets and billing scripts.
          *     The answer is streamed (chunked) as the rows are read: a failure after it began cuts the
-         *     connection, so a body that did not end is not a report.
+         *     connection, so a body that did not end is not a report. Each report being read holds a database
+         *     connection: an instance reads at most a quarter of its pool's (`DB_POOL_MAX`) at once, and
+         *     answers more with `503 server_busy` and `Retry-After`.
          *
          *     `to` must be after `from`, and the range at most 31 days by hour or 731 days by day
          *     (`400 invalid_request` naming the parameter).
@@ -1997,8 +1999,8 @@ export interface components {
          *       while it restarts; any operation that reads or writes it can answer this; retry the request
          *       as it was: an image whose answer was not sent is not charged, and a video creation retried
          *       with its `client_request_id` returns the task if it was created),
-         *       `server_busy` (too many large request bodies at once, or too many webhook tests on this
-         *       instance; with `Retry-After`),
+         *       `server_busy` (too many large request bodies at once, or too many webhook tests or usage
+         *       reports on this instance; with `Retry-After`),
          *       `storage_unavailable` (with `Retry-After`: the gateway's media storage cannot be written or
          *       read right now, e.g. an I/O error, a read-only volume, an unreachable bucket; otherwise as
          *       `storage_full` below).

@@ -2,6 +2,7 @@
 import type { Request, Response } from 'express';
 import { Readable } from 'node:stream';
 import type { AppContext } from '../context.ts';
+import { ApiError } from '../errors.ts';
 import { pipeBounded, type StalledClient } from '../lib/base64-json.ts';
 import { USAGE_CSV_HEADER, usageCsvLines, type UsageReport } from '../services/admin/usage.service.ts';
 import { noStore } from './auth.ts';
@@ -15,6 +16,13 @@ export function adminOperationsHandlers(ctx: AppContext): Pick<HandlerMap, 'list
    * STREAM_WRITE_IDLE_MS) is cut off, and its report ended.
    */
   const idleMs = ctx.config.streamWriteIdleMs * 10;
+  /**
+   * Reports read at once by this instance: each holds a connection of the pool (and a snapshot) for
+   * as long as its client reads, and the pool serves every client request and the task engines
+   * too. A quarter of it at most (one at least); past that `503 server_busy`, before any statement.
+   */
+  const maxReports = Math.max(1, Math.floor(ctx.config.dbPoolMax / 4));
+  let reports = 0;
   return {
     async listLedgerEntries(req, res) {
       sendJson(res, 'listLedgerEntries', 200, await admin.ledger.list(req.query));
@@ -24,13 +32,24 @@ export function adminOperationsHandlers(ctx: AppContext): Pick<HandlerMap, 'list
     },
     async getUsage(req, res) {
       const report = await admin.usage.report(req.query);
-      // JSON unless the client prefers CSV (Accept: text/csv).
-      await sendUsage(res, report, req.accepts(['application/json', 'text/csv']) === 'text/csv', idleMs, (err) =>
-        ctx.log.warn({ reqId: (req as Request & { id?: string }).id, err: err.message }, 'usage report cut off: its client stopped reading'),
-      );
+      if (reports >= maxReports) {
+        throw new ApiError(503, 'server_busy', `${maxReports} usage report${maxReports === 1 ? ' is' : 's are'} being read from this instance; retry in ${REPORT_RETRY_AFTER_SECONDS} s.`, null, {}, { 'Retry-After': String(REPORT_RETRY_AFTER_SECONDS) });
+      }
+      reports++;
+      try {
+        // JSON unless the client prefers CSV (Accept: text/csv).
+        await sendUsage(res, report, req.accepts(['application/json', 'text/csv']) === 'text/csv', idleMs, (err) =>
+          ctx.log.warn({ reqId: (req as Request & { id?: string }).id, err: err.message }, 'usage report cut off: its client stopped reading'),
+        );
+      } finally {
+        reports--;
+      }
     },
   };
 }
+
+/** When a report refused for the instance's cap may be asked for again. */
+const REPORT_RETRY_AFTER_SECONDS = 5;
 
 type UsageRows = ReturnType<UsageReport['rows']>;
 type UsageBatch = IteratorResult<Schemas['AdminUsageRow'][], void>;

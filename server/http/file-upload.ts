@@ -164,10 +164,11 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
     req.on('data', armed.touch);
     // The idle limit is the client's: the pipe pauses the request while the store is slow to take
     // the file (a stalled S3 part upload), and once the whole body has arrived only the store's
-    // writes are left. Neither is time the client could send in.
+    // writes are left. Neither is time the client could send in: once the body is whole, neither
+    // limit runs any more (the store's own timeouts bound its writes).
     req.on('pause', armed.pause);
     req.on('resume', armed.touch);
-    req.once('end', armed.pause);
+    req.once('end', armed.clear);
     req.once('close', () => {
       if (!req.complete) finish(badRequest('invalid_request', 'The client went away before the request body was complete.'));
     });

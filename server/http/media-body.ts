@@ -181,6 +181,8 @@ export function mediaJsonBody(files: FileService, log: Logger, options: MediaBod
       );
     });
     source.once('end', () => {
+      // The whole body arrived: what is left is the store's (its own timeouts bound it), not the client's.
+      armed.clear();
       void pushing.then(() => {
         if (settled) return;
         let body: unknown = {};

@@ -13,6 +13,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { pipeline, Readable, Transform } from 'node:stream';
 import { Agent, request, type Dispatcher } from 'undici';
 import { indexOfEither } from '../lib/media-json-scanner.ts';
+import { StorageError } from '../storage/storage-error.ts';
 import { ProviderError, type ProviderErrorKind } from './provider-error.ts';
 import { PROVIDERS, type ProviderKind } from './provider-kinds.ts';
 import type { UpstreamAccount, VideoContent } from './types.ts';
@@ -151,9 +152,11 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
   };
   // The request body's own source failing (a stored input the media store could not read) cuts the
   // request before the upstream had all of it: nothing can have been accepted, and the failure is
-  // the gateway's, not the upstream's. Its error is kept to be thrown as it is.
-  let bodyFailure: { error: unknown } | undefined;
-  if (init.body instanceof Readable) init.body.once('error', (error: unknown) => (bodyFailure ??= { error }));
+  // the gateway's, not the upstream's. Its error is kept to be thrown as it is. (undici also
+  // destroys the body with the socket's error when the connection fails during the upload: that one
+  // is the upstream's, classified below.)
+  let bodyFailure: StorageError | undefined;
+  if (init.body instanceof Readable) init.body.on('error', (error: unknown) => void (error instanceof StorageError && (bodyFailure ??= error)));
   try {
     let { body, headers } = init;
     if (body instanceof FormData) {
@@ -200,7 +203,7 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
     done();
     if (err instanceof ProviderError) throw err;
     if (signal.aborted) throw signal.reason ?? err;
-    if (bodyFailure) throw bodyFailure.error;
+    if (bodyFailure) throw bodyFailure;
     const reason = call.signal.aborted || isTimeout(err) ? 'timed out' : 'could not be reached';
     throw new ProviderError('retryable', `the upstream ${what} ${reason}`, { cause: err, maybeAccepted: !neverSent(err) });
   }

@@ -149,3 +149,30 @@ describe('a media store that stalls while a body is read', () => {
     expect(await server.db.selectFrom('files').select('id').where('accountId', '=', c.accountId).execute()).toEqual([]);
   });
 });
+
+describe('a media store slower than the whole body limit (BODY_TIMEOUT_MS) after the body arrived', () => {
+  let slowServer: TestServer;
+  let slowStore: StallingStore;
+  let dir: string;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'mg-store-stall-total-'));
+    slowStore = new StallingStore(new FilesystemMediaStore(dir), 2500);
+    slowServer = await startTestServer({ env: { BODY_IDLE_TIMEOUT_MS: '30000', BODY_TIMEOUT_MS: '1000', MEDIA_DIR: dir }, overrides: { mediaStore: slowStore } });
+  });
+  afterAll(async () => {
+    await slowServer?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("stores an upload the client sent whole at once (201): the store's time is not the client's", async () => {
+    const c = await createCustomer(slowServer.db);
+    const small = await noisePng(155, 155, 8);
+    const form = new FormData();
+    form.append('purpose', 'input');
+    form.append('file', new Blob([small], { type: 'image/png' }), 'small.png');
+    const res = await fetch(`${slowServer.directUrl}/v1/files`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}` }, body: form });
+    const body = (await res.json()) as Record<string, any>;
+    expect([res.status, body.error?.code, body.bytes]).toEqual([201, undefined, small.length]);
+    expect(slowStore.stalls).toBe(1);
+  });
+});

@@ -177,6 +177,30 @@ describe('GET /admin/v1/usage on a large install', { timeout: 60_000 }, () => {
     expect(server.logs.filter((line) => line.includes('usage report cut off: its client stopped reading'))).toHaveLength(1);
   });
 
+  it('reads at most a quarter of the pool of reports at once (2 of 10): the next is 503 server_busy, and the rest of the gateway is served', async () => {
+    const open = [await get(HOURLY), await get(HOURLY)];
+    try {
+      for (const res of open) {
+        expect(res.statusCode).toBe(200);
+        await new Promise((resolve) => res.once('data', resolve));
+        res.pause();
+      }
+      expect(await until(cursorReaders, (r) => r.length === 2)).toHaveLength(2);
+      const refused = await get(HOURLY);
+      const body = JSON.parse(await text(refused)) as { error: { code: string; message: string } };
+      expect([refused.statusCode, body.error.code, refused.headers['retry-after']]).toEqual([503, 'server_busy', '5']);
+      expect(body.error.message).toBe('2 usage reports are being read from this instance; retry in 5 s.');
+      const accounts = await fetch(`${server.directUrl}/admin/v1/accounts`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+      expect(accounts.status).toBe(200);
+      expect((await fetch(`${server.directUrl}/readyz`)).status).toBe(200);
+    } finally {
+      for (const res of open) res.destroy();
+    }
+    expect(await until(cursorReaders, (r) => r.length === 0)).toEqual([]);
+    const next = await get(`from=${FROM}&to=2026-01-01T01:00:00Z&granularity=hour`);
+    expect([next.statusCode, (JSON.parse(await text(next)) as { rows: unknown[] }).rows.length]).toEqual([200, ACCOUNTS]);
+  });
+
   it('refuses to before from, a range too long, and times PostgreSQL cannot hold, with a 400 naming the parameter', async () => {
     for (const [query, param, message] of [
       [`from=${TO}&to=${FROM}`, 'to', "'to' must be after 'from'."],

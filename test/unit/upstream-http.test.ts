@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderError } from '../../server/providers/provider-error.ts';
@@ -154,6 +154,38 @@ describe('upstreamFetch', () => {
     );
     expect(served).toBe(0);
     expect(err).toBe(failure);
+  });
+
+  it('classifies a connection the upstream reset during a streamed upload as its failure (a ProviderError), not the body\'s', async () => {
+    // Reads the head and some of the body, then resets the connection (a load balancer dropping it mid-upload).
+    const resetting = createNetServer((sock) => {
+      let got = 0;
+      sock.on('data', (d) => {
+        got += d.length;
+        if (got > 2000) sock.resetAndDestroy();
+      });
+      sock.on('error', () => undefined);
+    });
+    await new Promise<void>((resolve) => resetting.listen(0, '127.0.0.1', resolve));
+    try {
+      let sent = 0;
+      const body = new Readable({
+        read() {
+          if (sent >= 200_000) return void this.push(null);
+          sent += 1000;
+          setTimeout(() => this.push(Buffer.alloc(1000, 97)), 5);
+        },
+      });
+      const url = `http://127.0.0.1:${(resetting.address() as AddressInfo).port}/submit`;
+      const err = await upstreamFetch(url, { method: 'POST', headers: { 'content-length': '200000' }, body, timeoutMs: 5000 }, signal, 'video submit').then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(ProviderError);
+      expect([(err as ProviderError).kind, (err as ProviderError).message]).toEqual(['retryable', 'the upstream video submit could not be reached']);
+    } finally {
+      resetting.close();
+    }
   });
 
   it('follows redirects unless asked not to', async () => {
