@@ -1,7 +1,7 @@
 /** Fake media stores for failure injection: each wraps a real store and changes how some writes go. */
-import type { Readable } from 'node:stream';
+import { Transform, pipeline, type Readable } from 'node:stream';
 import { asStorageError } from '../../server/storage/storage-error.ts';
-import type { ByteRange, MediaStore } from '../../server/storage/media-store.ts';
+import type { ByteRange, MediaStore, PutOptions } from '../../server/storage/media-store.ts';
 
 /** A system error as Node reports one (`ENOSPC`, `EIO`, …). */
 export function systemError(code: string, syscall = 'write'): NodeJS.ErrnoException {
@@ -13,13 +13,11 @@ export function storageError(code: string, key = 'image_output/xx/file_x.png'): 
   return asStorageError(systemError(code), key) as Error;
 }
 
-/** A store that passes every call to `inner` except the writes of image outputs (`putOutput`). */
-abstract class OutputWrappingStore implements MediaStore {
-  constructor(private readonly inner: MediaStore) {}
-  protected abstract putOutput(write: () => Promise<{ bytes: number }>, key: string): Promise<{ bytes: number }>;
-  put(key: string, data: Buffer | Readable, opts?: { maxBytes?: number }) {
-    const write = () => this.inner.put(key, data, opts);
-    return key.startsWith('image_output/') ? this.putOutput(write, key) : write();
+/** A store that passes every call to `inner`: the fakes below change some of them. */
+class DelegatingStore implements MediaStore {
+  constructor(protected readonly inner: MediaStore) {}
+  put(key: string, data: Buffer | Readable, opts?: PutOptions) {
+    return this.inner.put(key, data, opts);
   }
   read(key: string, range?: ByteRange) {
     return this.inner.read(key, range);
@@ -32,6 +30,15 @@ abstract class OutputWrappingStore implements MediaStore {
   }
   delete(key: string) {
     return this.inner.delete(key);
+  }
+}
+
+/** A store that passes every call to `inner` except the writes of image outputs (`putOutput`). */
+abstract class OutputWrappingStore extends DelegatingStore {
+  protected abstract putOutput(write: () => Promise<{ bytes: number }>, key: string): Promise<{ bytes: number }>;
+  override put(key: string, data: Buffer | Readable, opts?: PutOptions) {
+    const write = () => this.inner.put(key, data, opts);
+    return key.startsWith('image_output/') ? this.putOutput(write, key) : write();
   }
 }
 
@@ -83,14 +90,16 @@ export class GatedOutputStore extends OutputWrappingStore {
  * filesystem store does: a stream written to it is destroyed with that error, nothing is kept.
  * Reads and removals pass to `inner`. `failedWrites` counts the refused writes.
  */
-export class FailingWritesStore implements MediaStore {
+export class FailingWritesStore extends DelegatingStore {
   failing = true;
   failedWrites = 0;
   constructor(
-    private readonly inner: MediaStore,
+    inner: MediaStore,
     public code = 'ENOSPC',
-  ) {}
-  put(key: string, data: Buffer | Readable, opts?: { maxBytes?: number }) {
+  ) {
+    super(inner);
+  }
+  override put(key: string, data: Buffer | Readable, opts?: PutOptions) {
     if (!this.failing) return this.inner.put(key, data, opts);
     this.failedWrites++;
     const err = storageError(this.code, key);
@@ -100,18 +109,6 @@ export class FailingWritesStore implements MediaStore {
     }
     return Promise.reject(err);
   }
-  read(key: string, range?: ByteRange) {
-    return this.inner.read(key, range);
-  }
-  stat(key: string) {
-    return this.inner.stat(key);
-  }
-  list(after: string | undefined, limit: number) {
-    return this.inner.list(after, limit);
-  }
-  delete(key: string) {
-    return this.inner.delete(key);
-  }
 }
 
 /**
@@ -119,28 +116,41 @@ export class FailingWritesStore implements MediaStore {
  * load: the SDK's CredentialsProviderError); everything else passes to `inner`. `presigns` counts
  * the links asked for.
  */
-export class PresignFailingStore implements MediaStore {
+export class PresignFailingStore extends DelegatingStore {
   failing = true;
   presigns = 0;
-  constructor(private readonly inner: MediaStore) {}
-  put(...a: Parameters<MediaStore['put']>) {
-    return this.inner.put(...a);
-  }
-  read(...a: Parameters<MediaStore['read']>) {
-    return this.inner.read(...a);
-  }
-  stat(...a: Parameters<MediaStore['stat']>) {
-    return this.inner.stat(...a);
-  }
-  list(...a: Parameters<MediaStore['list']>) {
-    return this.inner.list(...a);
-  }
-  delete(...a: Parameters<MediaStore['delete']>) {
-    return this.inner.delete(...a);
-  }
   presign(key: string): Promise<string> {
     this.presigns++;
     if (this.failing) return Promise.reject(Object.assign(new Error('Could not load credentials from any providers'), { name: 'CredentialsProviderError' }));
     return Promise.resolve(`https://media.example.com/${key}?X-Amz-Signature=abc`);
+  }
+}
+
+/**
+ * A store that holds back the first chunk of every streamed write of client media (uploads, staged
+ * inputs) for `stallMs`, as an S3 part upload that takes long to answer does: what follows waits
+ * behind it. `stalls` counts the writes held back.
+ */
+export class StallingStore extends DelegatingStore {
+  stalls = 0;
+  constructor(
+    inner: MediaStore,
+    private readonly stallMs: number,
+  ) {
+    super(inner);
+  }
+  override put(key: string, data: Buffer | Readable, opts?: PutOptions) {
+    if (Buffer.isBuffer(data) || !/^(upload|input)\//.test(key)) return this.inner.put(key, data, opts);
+    this.stalls++;
+    let first = true;
+    const stallMs = this.stallMs;
+    const slow = new Transform({
+      transform(chunk: Buffer, _encoding, done) {
+        if (!first) return done(null, chunk);
+        first = false;
+        setTimeout(() => done(null, chunk), stallMs);
+      },
+    });
+    return this.inner.put(key, pipeline(data, slow, () => undefined), opts);
   }
 }

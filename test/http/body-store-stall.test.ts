@@ -9,54 +9,15 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Transform, pipeline, type Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FilesystemMediaStore, type ByteRange, type MediaStore, type PutOptions } from '../../server/storage/media-store.ts';
+import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
+import { StallingStore } from '../fakes/media-stores.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { noisePng } from '../support/noise-png.ts';
 
 const IDLE_MS = 500;
 const STALL_MS = 3 * IDLE_MS;
-
-/**
- * A filesystem store that holds back the first chunk of every streamed write of client media
- * (uploads, staged inputs) for `stallMs`, as an S3 part upload that takes long to answer does:
- * what follows waits behind it. `stalls` counts the writes held back.
- */
-class StallingStore implements MediaStore {
-  stalls = 0;
-  constructor(
-    private readonly inner: MediaStore,
-    private readonly stallMs: number,
-  ) {}
-  put(key: string, data: Buffer | Readable, opts?: PutOptions) {
-    if (Buffer.isBuffer(data) || !/^(upload|input)\//.test(key)) return this.inner.put(key, data, opts);
-    this.stalls++;
-    let first = true;
-    const stallMs = this.stallMs;
-    const slow = new Transform({
-      transform(chunk: Buffer, _encoding, done) {
-        if (!first) return done(null, chunk);
-        first = false;
-        setTimeout(() => done(null, chunk), stallMs);
-      },
-    });
-    return this.inner.put(key, pipeline(data, slow, () => undefined), opts);
-  }
-  read(key: string, range?: ByteRange) {
-    return this.inner.read(key, range);
-  }
-  stat(key: string) {
-    return this.inner.stat(key);
-  }
-  list(after: string | undefined, limit: number) {
-    return this.inner.list(after, limit);
-  }
-  delete(key: string) {
-    return this.inner.delete(key);
-  }
-}
 
 let server: TestServer;
 let store: StallingStore;
