@@ -89,6 +89,22 @@ describe('webhook deliveries that cannot be sent', () => {
     expect(sent).toMatchObject({ last_error: null, delivered_at: expect.any(String), attempts: [expect.objectContaining({ status_code: 204 })] });
   });
 
+  it('sends again once the operator rotates the unreadable secret: the old one, which cannot sign, is left out', async () => {
+    const { taskId, accountId } = await pendingDelivery('/rotated');
+    await server.db.insertInto('webhookSecrets').values({ accountId, secretCiphertext: encryptSecret(randomBytes(32), `whsec_${randomBytes(32).toString('base64')}`) }).execute();
+    expect(await afterFirstStep(taskId)).toMatchObject({ status: 'failed', attempts: [] });
+    // The recovery an operator reaches for: a new secret (the old one stays "previous" for its overlap).
+    const rotated = await server.ctx.services.webhookSecrets.rotate(accountId);
+    expect(rotated.previousExpiresAt).not.toBeNull();
+    await redeliver(taskId);
+    const sent = await until(async () => {
+      const d = await deliveryOf(taskId);
+      return d.status !== 'pending' && d;
+    }, 10_000, 'the redelivery');
+    expect(sent).toMatchObject({ status: 'delivered', last_error: null });
+    expect(received.get('/rotated')).toBe(1);
+  });
+
   it('records why a delivery whose secret could not be read from the database waits for its retry', async () => {
     const { taskId } = await pendingDelivery('/no-table');
     // A statement that fails for a while (the table is briefly away): not the secret's fault, so retried.

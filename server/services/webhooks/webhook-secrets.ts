@@ -35,11 +35,22 @@ export class WebhookSecrets {
     return this.view(await this.repo.rotateSecret(accountId, this.seal(newSecret()), this.overlapSeconds));
   }
 
-  /** The secrets a delivery is signed with now: the current one, then the previous one within its overlap. */
+  /**
+   * The secrets a delivery is signed with now: the current one, then the previous one within its
+   * overlap. A previous secret this server cannot open (sealed with another MEDIAGATE_SECRET_KEY:
+   * the operator rotated to recover from a changed key) cannot sign and is left out; the current
+   * one must open.
+   */
   async signing(accountId: string): Promise<string[]> {
     const row = await this.row(accountId);
     const secrets = [this.open(row.secretCiphertext)];
-    if (row.previousCiphertext && row.previousExpiresAt && row.previousExpiresAt.getTime() > this.now()) secrets.push(this.open(row.previousCiphertext));
+    if (row.previousCiphertext && row.previousExpiresAt && row.previousExpiresAt.getTime() > this.now()) {
+      try {
+        secrets.push(this.open(row.previousCiphertext));
+      } catch {
+        // Its receivers verify with the current secret, which they are given on rotation.
+      }
+    }
     return secrets;
   }
 
