@@ -125,7 +125,7 @@ export class MediagateError extends Error {
 
 /**
  * A request that got no HTTP answer: the connection was refused or reset, the host did not
- * resolve, or the answer broke off (an image stream cut, or closed before all its images). The
+ * resolve, or the answer broke off (an image stream whose connection was cut). The
  * request may or may not have reached the server; `cause` is the error fetch threw, or what showed
  * that the answer broke off.
  */
