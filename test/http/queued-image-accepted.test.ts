@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
 import { FalImageProvider } from '../../server/providers/fal/fal-image.provider.ts';
+import { ImageTaskRepository } from '../../server/repositories/image-task.repository.ts';
 import { startFalFake, type FalFake } from '../fakes/fal.ts';
 import { createAccount, createApiKey, createGroup } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
@@ -64,6 +65,29 @@ describe('a queued image job the upstream ran', () => {
       expect(ledger.map((e) => e.kind).sort()).toEqual(['hold', 'release']);
     } finally {
       fal.faults.clear();
+    }
+  });
+
+  it('is not submitted again by a background task when the job it accepted could not be recorded: failed, released', async () => {
+    const key = await customer();
+    const record = ImageTaskRepository.prototype.recordUpstreamJob;
+    ImageTaskRepository.prototype.recordUpstreamJob = () => Promise.reject(new Error('the database went away'));
+    try {
+      const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', Prefer: 'respond-async' },
+        body: JSON.stringify({ model: 'flux-dev-fal', prompt: 'unrecorded job', size: '1024x1024' }),
+      });
+      expect(res.status).toBe(202);
+      const id = res.headers.get('x-task-id')!;
+      const row = await until(async () => {
+        const r = await server.db.selectFrom('imageTasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+        return r.status !== 'processing' && r.status !== 'queued' && r;
+      }, 30_000, 'the task to end');
+      expect([row.status, row.retries]).toEqual(['failed', 0]);
+      expect(jobsFor('unrecorded job')).toEqual(['fal-a:secret']);
+    } finally {
+      ImageTaskRepository.prototype.recordUpstreamJob = record;
     }
   });
 

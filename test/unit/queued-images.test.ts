@@ -95,7 +95,8 @@ describe('fal images', () => {
     const before = fal.jobs.size;
     fal.faults.push('status', { status: 401, body: { detail: 'No user found for Key ID and Secret' } });
     const { error } = await run(job(FAL_FLUX, 'a lighthouse [forever]'));
-    expect(error?.kind).toBe('auth');
+    // Given up on, and maybe accepted: the job ran (billed), so the request goes to no other member.
+    expect([error?.kind, error?.maybeAccepted]).toEqual(['auth', true]);
     const [submitted, ...more] = newJobs(before);
     expect(more).toEqual([]);
     await until(() => submitted!.cancelled, 5000, 'the fal request to be cancelled');
@@ -109,10 +110,21 @@ describe('fal images', () => {
     controller.abort();
     expect((await left).error).toBeDefined();
     const timedOut = await run(job(FAL_FLUX, 'a lighthouse [forever]'), undefined, 200);
-    expect([timedOut.error?.kind, timedOut.error?.message, timedOut.error?.jobKept]).toEqual(['retryable', expect.stringContaining('did not complete within'), false]);
+    expect([timedOut.error?.kind, timedOut.error?.message, timedOut.error?.jobKept, timedOut.error?.maybeAccepted]).toEqual(['retryable', expect.stringContaining('did not complete within'), false, true]);
     const made = newJobs(before);
     expect(made).toHaveLength(2);
     await until(() => made.every((j) => j.cancelled), 5000, 'both fal requests to be cancelled');
+  });
+
+  it('looks again after a status answer whose error body broke off (a passing failure, not the job\'s): the job is collected', async () => {
+    const before = fal.jobs.size;
+    fal.faults.push('status', { status: 503, body: { detail: 'upstream busy, please retry later' }, cutAfterBytes: 5 });
+    const { error, images } = await run(job(FAL_FLUX));
+    expect(error).toBeUndefined();
+    expect(images).toHaveLength(1);
+    const made = newJobs(before);
+    expect(made).toHaveLength(1);
+    expect(made[0]!.cancelled).toBe(false);
   });
 
   it('never waits past its wait for a long Retry-After: the request ends at its wait and is cancelled', async () => {

@@ -4,13 +4,14 @@
  * `pollMs` until it is done, fetch its output images; jobs that make fewer than `n` images are
  * topped up by further jobs.
  *
- * A job, once accepted, is billed by the upstream whether or not it is collected, and an error out
- * of here sends the request to another member (or a later attempt) with a NEW job. So a look that
- * meets a passing error (a 5xx or 429 of the status or result call) is tried again until
- * `maxWaitMs`, as fal-js and Replicate's SDK retry their polls, and an output download gets a few
- * attempts. A job given up on for any reason (the client left, `maxWaitMs`, an error that asking
- * again cannot fix) is cancelled, best effort, so that nobody's credit is spent on images no one
- * will collect. A finished job whose output could not be fetched in passing is not given up on: its
+ * A job, once accepted, is billed by the upstream whether or not it is collected (a cancelled
+ * Replicate prediction too). So a look that meets a passing error (a 5xx or 429 of the status or
+ * result call, an error answer that could not be read) is tried again until `maxWaitMs`, as fal-js
+ * and Replicate's SDK retry their polls, and an output download gets a few attempts. A job given up
+ * on for any reason (the client left, `maxWaitMs`, an error that asking again cannot fix) is
+ * cancelled, best effort, so that nobody's credit is spent on images no one will collect, and its
+ * error is thrown as maybe accepted: the request is not sent to another member, nor run again by a
+ * later attempt, with a NEW job (paid for twice). A finished job whose output could not be fetched in passing is not given up on: its
  * error says the job is kept (`ProviderError.jobKept`), and a background task's next try collects
  * it instead of paying for another.
  *
@@ -24,7 +25,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fitImage, readBounded } from '../image-output.ts';
-import { ProviderError } from '../provider-error.ts';
+import { ProviderError, asProviderError } from '../provider-error.ts';
 import type { ImageEvents, ImageJob } from '../types.ts';
 import { upstreamFetch, type InlineMedia } from '../upstream-http.ts';
 
@@ -104,9 +105,12 @@ async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: Abo
         const outputs = await queue.check(job, first, signal);
         if (outputs) return outputs;
       } catch (err) {
-        // A look that failed in passing says nothing of the job, which goes on (and is billed): look again.
-        if (!(err instanceof ProviderError) || !err.transient || signal.aborted || Date.now() > deadline) throw err;
-        wait = Math.max(pollMs, err.retryAfterMs ?? 0);
+        if (signal.aborted) throw err;
+        // A look that failed in passing says nothing of the job, which goes on (and is billed): look
+        // again. (An error answer whose body broke off is such a look: not a ProviderError yet.)
+        const error = asProviderError(err, `the ${queue.name} image status failed`);
+        if (!error.transient || Date.now() > deadline) throw error;
+        wait = Math.max(pollMs, error.retryAfterMs ?? 0);
       }
       const left = deadline - Date.now();
       if (left <= 0) throw new ProviderError('retryable', `the ${queue.name} image job did not complete within ${Math.round(maxWaitMs / 1000)} s`);
@@ -119,7 +123,7 @@ async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: Abo
     // Nobody will collect it: stop it spending the account's credit (not awaited by the client). A
     // job that has already ended is no error to cancel (fal: ALREADY_COMPLETED; Replicate: as it was).
     void queue.cancel(job, AbortSignal.timeout(10_000)).catch(() => undefined);
-    throw err;
+    throw err instanceof ProviderError ? err.with({ maybeAccepted: true }) : err;
   }
 }
 

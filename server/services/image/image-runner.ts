@@ -139,7 +139,7 @@ const MIME: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', web
 /** The pixel size of an upstream's image returned at its native size (the header, else sharp; fitImage has decoded it). */
 async function nativeSize(image: Buffer): Promise<{ width: number; height: number }> {
   const meta = await imageMeta(image);
-  if (!meta.width || !meta.height) throw new ProviderError('retryable', 'the upstream answered an image without a pixel size');
+  if (!meta.width || !meta.height) throw new ProviderError('retryable', 'the upstream answered an image without a pixel size', { maybeAccepted: true });
   return { width: meta.width, height: meta.height };
 }
 
@@ -445,7 +445,14 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       // A background task records each upstream job as it is accepted: a later step collects it.
       ...(task.runAsync && {
         submitted: async (ref: unknown) => {
-          if (!(await this.deps.tasks.recordUpstreamJob(fence, ref))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
+          let recorded: boolean;
+          try {
+            recorded = await this.deps.tasks.recordUpstreamJob(fence, ref);
+          } catch (err) {
+            // The upstream has the job (billed) and no later step can find it: never submitted again.
+            throw new ProviderError('retryable', 'the upstream accepted the image job, but it could not be recorded', { cause: err, maybeAccepted: true });
+          }
+          if (!recorded) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
           jobRecorded = true;
         },
       }),
