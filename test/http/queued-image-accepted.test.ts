@@ -43,22 +43,28 @@ const notAnImage = 'data:image/png;base64,' + Buffer.from('these bytes are no im
 /** The fal keys the jobs of a prompt were submitted with, in order. */
 const jobsFor = (word: string) => [...fal.jobs.values()].filter((j) => String(j.input.prompt).includes(word)).map((j) => j.apiKey);
 
+/** A background (respond-async) image task of `prompt`, once it has ended: its id and row. */
+async function backgroundTask(key: string, prompt: string) {
+  const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', Prefer: 'respond-async' },
+    body: JSON.stringify({ model: 'flux-dev-fal', prompt, size: '1024x1024' }),
+  });
+  expect(res.status).toBe(202);
+  const id = res.headers.get('x-task-id')!;
+  const row = await until(async () => {
+    const r = await server.db.selectFrom('imageTasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+    return r.status !== 'processing' && r.status !== 'queued' && r;
+  }, 30_000, 'the task to end');
+  return { id, row };
+}
+
 describe('a queued image job the upstream ran', () => {
   it('is not submitted again by a background task when its output does not decode: failed, released', async () => {
     const key = await customer();
     fal.faults.push('result', { status: 200, body: { images: [{ url: notAnImage, width: 1024, height: 1024, content_type: 'image/png' }], seed: 1 } }, 10);
     try {
-      const res = await fetch(`${server.directUrl}/v1/images/generations`, {
-        method: 'POST',
-        headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', Prefer: 'respond-async' },
-        body: JSON.stringify({ model: 'flux-dev-fal', prompt: 'undecodable output', size: '1024x1024' }),
-      });
-      expect(res.status).toBe(202);
-      const id = res.headers.get('x-task-id')!;
-      const row = await until(async () => {
-        const r = await server.db.selectFrom('imageTasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-        return r.status !== 'processing' && r.status !== 'queued' && r;
-      }, 30_000, 'the task to end');
+      const { id, row } = await backgroundTask(key, 'undecodable output');
       expect([row.status, row.errorCode, row.retries]).toEqual(['failed', 'upstream_error', 0]);
       expect(jobsFor('undecodable output')).toEqual(['fal-a:secret']);
       const ledger = await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', id).execute();
@@ -73,17 +79,7 @@ describe('a queued image job the upstream ran', () => {
     const record = ImageTaskRepository.prototype.recordUpstreamJob;
     ImageTaskRepository.prototype.recordUpstreamJob = () => Promise.reject(new Error('the database went away'));
     try {
-      const res = await fetch(`${server.directUrl}/v1/images/generations`, {
-        method: 'POST',
-        headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', Prefer: 'respond-async' },
-        body: JSON.stringify({ model: 'flux-dev-fal', prompt: 'unrecorded job', size: '1024x1024' }),
-      });
-      expect(res.status).toBe(202);
-      const id = res.headers.get('x-task-id')!;
-      const row = await until(async () => {
-        const r = await server.db.selectFrom('imageTasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-        return r.status !== 'processing' && r.status !== 'queued' && r;
-      }, 30_000, 'the task to end');
+      const { row } = await backgroundTask(key, 'unrecorded job');
       expect([row.status, row.retries]).toEqual(['failed', 0]);
       expect(jobsFor('unrecorded job')).toEqual(['fal-a:secret']);
     } finally {
