@@ -156,7 +156,13 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
   // destroys the body with the socket's error when the connection fails during the upload: that one
   // is the upstream's, classified below.)
   let bodyFailure: StorageError | undefined;
-  if (init.body instanceof Readable) init.body.on('error', (error: unknown) => void (error instanceof StorageError && (bodyFailure ??= error)));
+  // A streamed body not read to its end when the call failed (a timeout during a long upload, a
+  // connection lost midway) never reached the upstream whole: nothing can have been accepted.
+  let bodyRead = !(init.body instanceof Readable);
+  if (init.body instanceof Readable) {
+    init.body.on('error', (error: unknown) => void (error instanceof StorageError && (bodyFailure ??= error)));
+    init.body.once('end', () => (bodyRead = true));
+  }
   try {
     let { body, headers } = init;
     if (body instanceof FormData) {
@@ -205,7 +211,7 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
     if (signal.aborted) throw signal.reason ?? err;
     if (bodyFailure) throw bodyFailure;
     const reason = call.signal.aborted || isTimeout(err) ? 'timed out' : 'could not be reached';
-    throw new ProviderError('retryable', `the upstream ${what} ${reason}`, { cause: err, maybeAccepted: !neverSent(err) });
+    throw new ProviderError('retryable', `the upstream ${what} ${reason}`, { cause: err, maybeAccepted: bodyRead && !neverSent(err) });
   }
 }
 

@@ -188,6 +188,39 @@ describe('upstreamFetch', () => {
     }
   });
 
+  it('a call that timed out before its streamed body was all read was not accepted; one that timed out after it may have been', async () => {
+    // Takes the connection, never reads (a long upload that outlives the call's time limit) ...
+    const stalled = createNetServer((sock) => {
+      sock.pause();
+      sock.on('error', () => undefined);
+    });
+    // ... or reads the whole body and never answers (the upstream has the request).
+    const silent = createNetServer((sock) => {
+      sock.resume();
+      sock.on('error', () => undefined);
+    });
+    await Promise.all([stalled, silent].map((s) => new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve))));
+    const send = async (server: typeof stalled, bytes: number) => {
+      const body = Readable.from((function* () {
+        for (let sent = 0; sent < bytes; sent += 64 * 1024) yield Buffer.alloc(64 * 1024, 97);
+      })());
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/submit`;
+      return (await upstreamFetch(url, { method: 'POST', headers: { 'content-length': String(bytes) }, body, timeoutMs: 500 }, signal, 'video submit').then(
+        () => undefined,
+        (e: unknown) => e,
+      )) as ProviderError;
+    };
+    try {
+      const cut = await send(stalled, 64 * 1024 * 1024);
+      expect([cut.kind, cut.message, cut.maybeAccepted]).toEqual(['retryable', 'the upstream video submit timed out', false]);
+      const unanswered = await send(silent, 64 * 1024);
+      expect([unanswered.kind, unanswered.message, unanswered.maybeAccepted]).toEqual(['retryable', 'the upstream video submit timed out', true]);
+    } finally {
+      stalled.close();
+      silent.close();
+    }
+  });
+
   it('follows redirects unless asked not to', async () => {
     const followed = await upstreamFetch(`${base}/moved`, {}, signal, 'call');
     expect([followed.status, ((await readJson(followed)) as { method: string }).method]).toEqual([200, 'GET']);
