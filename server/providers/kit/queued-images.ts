@@ -4,14 +4,14 @@
  * `pollMs` until it is done, fetch its output images; jobs that make fewer than `n` images are
  * topped up by further jobs.
  *
- * A job, once accepted, is billed by the upstream whether or not it is collected (a cancelled
- * Replicate prediction too). So a look that meets a passing error (a 5xx or 429 of the status or
- * result call, an error answer that could not be read) is tried again until `maxWaitMs`, as fal-js
- * and Replicate's SDK retry their polls, and an output download gets a few attempts. A job given up
- * on for any reason (the client left, `maxWaitMs`, an error that asking again cannot fix) is
- * cancelled, best effort, so that nobody's credit is spent on images no one will collect, and its
- * error is thrown as maybe accepted: the request is not sent to another member, nor run again by a
- * later attempt, with a NEW job (paid for twice). A finished job whose output could not be fetched in passing is not given up on: its
+ * A job, once accepted, is billed by the upstream whether or not it is collected, and an error out
+ * of here sends the request to another member (or a later attempt) with a NEW job. So a look that
+ * meets a passing error (a 5xx or 429 of the status or result call, an error answer that could not
+ * be read) is tried again until `maxWaitMs`, as fal-js and Replicate's SDK retry their polls, and
+ * an output download gets a few attempts. A job given up on for any reason (the client left,
+ * `maxWaitMs`, an error that asking again cannot fix) is cancelled, best effort, so that nobody's
+ * credit is spent on images no one will collect: what it cost until then is spent either way, and
+ * it will deliver nothing, so a new job elsewhere is the request's only way to its images. A finished job whose output could not be fetched in passing is not given up on: its
  * error says the job is kept (`ProviderError.jobKept`), and a background task's next try collects
  * it instead of paying for another.
  *
@@ -123,7 +123,7 @@ async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: Abo
     // Nobody will collect it: stop it spending the account's credit (not awaited by the client). A
     // job that has already ended is no error to cancel (fal: ALREADY_COMPLETED; Replicate: as it was).
     void queue.cancel(job, AbortSignal.timeout(10_000)).catch(() => undefined);
-    throw err instanceof ProviderError ? err.with({ maybeAccepted: true }) : err;
+    throw err;
   }
 }
 
