@@ -4,6 +4,7 @@ import { Readable } from 'node:stream';
 import type { AppContext } from '../context.ts';
 import { ApiError } from '../errors.ts';
 import { pipeBounded, type StalledClient } from '../lib/base64-json.ts';
+import { Semaphore } from '../lib/semaphore.ts';
 import { USAGE_CSV_HEADER, usageCsvLines, type UsageReport } from '../services/admin/usage.service.ts';
 import { noStore } from './auth.ts';
 import { sendJson, type HandlerMap, type Schemas } from './types.ts';
@@ -22,7 +23,7 @@ export function adminOperationsHandlers(ctx: AppContext): Pick<HandlerMap, 'list
    * too. A quarter of it at most (one at least); past that `503 server_busy`, before any statement.
    */
   const maxReports = Math.max(1, Math.floor(ctx.config.dbPoolMax / 4));
-  let reports = 0;
+  const reports = new Semaphore(maxReports);
   return {
     async listLedgerEntries(req, res) {
       sendJson(res, 'listLedgerEntries', 200, await admin.ledger.list(req.query));
@@ -32,17 +33,17 @@ export function adminOperationsHandlers(ctx: AppContext): Pick<HandlerMap, 'list
     },
     async getUsage(req, res) {
       const report = await admin.usage.report(req.query);
-      if (reports >= maxReports) {
+      const release = reports.tryAcquire();
+      if (!release) {
         throw new ApiError(503, 'server_busy', `${maxReports} usage report${maxReports === 1 ? ' is' : 's are'} being read from this instance; retry in ${REPORT_RETRY_AFTER_SECONDS} s.`, null, {}, { 'Retry-After': String(REPORT_RETRY_AFTER_SECONDS) });
       }
-      reports++;
       try {
         // JSON unless the client prefers CSV (Accept: text/csv).
         await sendUsage(res, report, req.accepts(['application/json', 'text/csv']) === 'text/csv', idleMs, (err) =>
           ctx.log.warn({ reqId: (req as Request & { id?: string }).id, err: err.message }, 'usage report cut off: its client stopped reading'),
         );
       } finally {
-        reports--;
+        release();
       }
     },
   };

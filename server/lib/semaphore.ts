@@ -36,6 +36,17 @@ export class Semaphore {
     });
   }
 
+  /**
+   * Takes `weight` units now, or nothing: undefined when they are not free (or others wait). For a
+   * cap that refuses rather than queues (a request that waited would hold its connection as long).
+   */
+  tryAcquire(weight = 1): (() => void) | undefined {
+    const units = Math.min(Math.max(weight, 0), this.limit);
+    if (this.waiting.length > 0 || this.active + units > this.limit) return undefined;
+    this.active += units;
+    return this.releaser(units);
+  }
+
   /** Units held right now. */
   get inUse(): number {
     return this.active;

@@ -92,6 +92,9 @@ describe('a video submit without an answer', () => {
     expect(task.status).toBe('failed');
     expect(task.error).toMatchObject({ code: 'upstream_error' });
     expect(task.error?.message).toMatch(/answered none of the 2 submits.*refunded/);
+    // Refunded as the contract says: quotedCredits unchanged, actualCredits 0.
+    expect(task.billing).toMatchObject({ kind: 'snapshot', quotedCredits: expect.any(Number), actualCredits: 0 });
+    expect(task.billing.kind === 'snapshot' && task.billing.quotedCredits).toBeGreaterThan(0);
     const mine = submits.filter((s) => s.taskId === id);
     expect(mine).toHaveLength(2);
     expect(mine[1]!.memberId).toBe(mine[0]!.memberId);

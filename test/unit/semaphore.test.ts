@@ -33,4 +33,24 @@ describe('Semaphore', () => {
     (await next)();
     expect(s.inUse).toBe(0);
   });
+
+  it('takes units at once or not at all (tryAcquire), never ahead of a waiter', async () => {
+    const s = new Semaphore(2);
+    const a = s.tryAcquire()!;
+    const b = s.tryAcquire()!;
+    expect(s.tryAcquire()).toBeUndefined();
+    const waiting = s.acquire();
+    a();
+    // The freed unit went to the waiter, which came first.
+    const c = await waiting;
+    expect(s.tryAcquire()).toBeUndefined();
+    b();
+    c();
+    expect(s.inUse).toBe(0);
+    const d = s.tryAcquire(2)!;
+    expect(s.inUse).toBe(2);
+    d();
+    d();
+    expect(s.inUse).toBe(0);
+  });
 });

@@ -16,6 +16,7 @@ import type { components } from '../../../generated/api.d.ts';
 import { ApiError } from '../../errors.ts';
 import { IN_FLIGHT_RETRY_AFTER_SECONDS } from '../limits/client-limits.ts';
 import { newId } from '../../lib/ids.ts';
+import { Semaphore } from '../../lib/semaphore.ts';
 import { OutboundUrlError, parseOutboundUrl } from '../../lib/outbound-url.ts';
 import type { Logger } from '../../logger.ts';
 import type { WebhookSecrets } from './webhook-secrets.ts';
@@ -54,7 +55,7 @@ export class WebhookTester {
 
   /** Test events in flight per API key id (keys with none are not kept). */
   private readonly perKey = new Map<string, number>();
-  private total = 0;
+  private readonly total = new Semaphore(TESTS_IN_FLIGHT_TOTAL);
 
   async send(caller: TestCaller, url: string, eventType: TestEventType): Promise<WebhookTestResult> {
     try {
@@ -94,13 +95,13 @@ export class WebhookTester {
         { 'Retry-After': String(IN_FLIGHT_RETRY_AFTER_SECONDS) },
       );
     }
-    if (this.total >= TESTS_IN_FLIGHT_TOTAL) {
+    const releaseTotal = this.total.tryAcquire();
+    if (!releaseTotal) {
       throw new ApiError(503, 'server_busy', `Too many webhook test events are being sent; retry in ${IN_FLIGHT_RETRY_AFTER_SECONDS} s.`, null, {}, { 'Retry-After': String(IN_FLIGHT_RETRY_AFTER_SECONDS) });
     }
     this.perKey.set(apiKeyId, ofKey + 1);
-    this.total++;
     return () => {
-      this.total--;
+      releaseTotal();
       const left = (this.perKey.get(apiKeyId) ?? 1) - 1;
       if (left > 0) this.perKey.set(apiKeyId, left);
       else this.perKey.delete(apiKeyId);
