@@ -134,10 +134,17 @@ class UpstreamTimeout extends Error {
   override readonly name = 'TimeoutError';
 }
 
+/** Request bodies larger than this are sent in slices, so that the upload's progress is watched. */
+const WATCHED_BODY_BYTES = 1 << 20;
+
 /**
- * One upstream call, bounded by `timeoutMs` from start to the end of its body (unless the body is
- * handed on with `stream()`) and by the caller's signal; a connection error or timeout becomes a
- * `retryable` ProviderError (never an unclassified error), an abort by the caller stays an abort.
+ * One upstream call, bounded by the caller's signal and by `timeoutMs`: from start to the end of the
+ * answer's body (unless the body is handed on with `stream()`), except that a request body that is a
+ * stream or over 1 MiB is bounded while it is sent by its progress (no part sent for `timeoutMs`),
+ * and the answer's `timeoutMs` starts once all of it was sent: a large upload on a slow link takes
+ * what it takes while it moves (a 680 MiB Veo body at 100 Mbit/s is about a minute). A connection
+ * error or timeout becomes a `retryable` ProviderError (never an unclassified error), an abort by
+ * the caller stays an abort.
  */
 export async function upstreamFetch(url: string, init: UpstreamRequest, signal: AbortSignal, what: string): Promise<UpstreamResponse> {
   if (signal.aborted) throw signal.reason;
@@ -145,10 +152,36 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
   const call = new AbortController();
   const onAbort = () => call.abort(signal.reason);
   signal.addEventListener('abort', onAbort, { once: true });
-  const timer = setTimeout(() => call.abort(new UpstreamTimeout(`no complete answer within ${timeoutMs} ms`)), timeoutMs);
+  const answerTimeout = () => call.abort(new UpstreamTimeout(`no complete answer within ${timeoutMs} ms`));
+  let timer = setTimeout(answerTimeout, timeoutMs);
   const done = () => {
     clearTimeout(timer);
     signal.removeEventListener('abort', onAbort);
+  };
+  // A watched body not read to its end when the call failed (a timeout during a long upload, a
+  // connection lost midway) never reached the upstream whole: nothing can have been accepted.
+  let bodyRead = true;
+  /**
+   * The body as sent, its progress watched: each slice sent restarts the upload's idle limit, and
+   * the last one starts the answer's time limit.
+   */
+  const watched = (source: Readable): Readable => {
+    bodyRead = false;
+    clearTimeout(timer);
+    timer = setTimeout(() => call.abort(new UpstreamTimeout(`the upload made no progress for ${timeoutMs} ms`)), timeoutMs);
+    const watch = new Transform({
+      transform(chunk, _encoding, next) {
+        timer.refresh();
+        next(null, chunk);
+      },
+      flush(next) {
+        bodyRead = true;
+        clearTimeout(timer);
+        timer = setTimeout(answerTimeout, timeoutMs);
+        next();
+      },
+    });
+    return pipeline(source, watch, () => undefined);
   };
   // The request body's own source failing (a stored input the media store could not read) cuts the
   // request before the upstream had all of it: nothing can have been accepted, and the failure is
@@ -156,13 +189,7 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
   // destroys the body with the socket's error when the connection fails during the upload: that one
   // is the upstream's, classified below.)
   let bodyFailure: StorageError | undefined;
-  // A streamed body not read to its end when the call failed (a timeout during a long upload, a
-  // connection lost midway) never reached the upstream whole: nothing can have been accepted.
-  let bodyRead = !(init.body instanceof Readable);
-  if (init.body instanceof Readable) {
-    init.body.on('error', (error: unknown) => void (error instanceof StorageError && (bodyFailure ??= error)));
-    init.body.once('end', () => (bodyRead = true));
-  }
+  if (init.body instanceof Readable) init.body.on('error', (error: unknown) => void (error instanceof StorageError && (bodyFailure ??= error)));
   try {
     let { body, headers } = init;
     if (body instanceof FormData) {
@@ -174,7 +201,13 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
     let target = url;
     let method = (init.method ?? 'GET') as Dispatcher.HttpMethod;
     for (let hops = 0; ; hops++) {
-      const res = await request(target, { method, headers, body, signal: call.signal, dispatcher: direct, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+      // A large or streamed body is sent with its progress watched (a large buffer in 64 KiB slices,
+      // its length declared: a redirect that keeps the body sends it again); undici's own limit on
+      // the answer's headers, which starts before the upload, gives way to the watch.
+      const large = Buffer.isBuffer(body) && body.byteLength > WATCHED_BODY_BYTES;
+      const sent = body instanceof Readable ? watched(body) : large ? watched(Readable.from(slices(body as Buffer))) : body;
+      const sentHeaders = large && !hasHeader(headers, 'content-length') ? { ...headers, 'content-length': String((body as Buffer).byteLength) } : headers;
+      const res = await request(target, { method, headers: sentHeaders, body: sent, signal: call.signal, dispatcher: direct, headersTimeout: sent instanceof Readable ? 0 : timeoutMs, bodyTimeout: timeoutMs });
       const location = res.headers.location;
       // A streamed body cannot be sent twice: its redirect comes back as the answer.
       const follow = init.redirect !== 'manual' && REDIRECT_STATUSES.has(res.statusCode) && typeof location === 'string' && (body === undefined || typeof body === 'string' || Buffer.isBuffer(body));
@@ -701,4 +734,12 @@ class DataUrlScanner {
     // A copy: a slice would keep the whole chunk (media included) alive.
     this.out.push(Buffer.from(bytes));
   }
+}
+
+function* slices(buffer: Buffer): Generator<Buffer> {
+  for (let at = 0; at < buffer.byteLength; at += 64 * 1024) yield buffer.subarray(at, at + 64 * 1024);
+}
+
+function hasHeader(headers: Record<string, string> | undefined, name: string): boolean {
+  return headers !== undefined && Object.keys(headers).some((key) => key.toLowerCase() === name);
 }

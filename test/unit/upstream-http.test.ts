@@ -221,6 +221,68 @@ describe('upstreamFetch', () => {
     }
   });
 
+  it('bounds a long upload by its progress, not its total time: the answer\'s limit starts once the body is sent', async () => {
+    // Reads the request slowly for its first 700 ms (a slow link: a part every few ms), then at
+    // once (what the sockets' buffers hold when the sender is done counts toward the answer's
+    // time), and answers 200 ms after the body's end: more than the call's 300 ms in all, never a
+    // pause that long.
+    const slowReader = createServer((req, res) => {
+      const started = Date.now();
+      let bytes = 0;
+      req.on('data', (chunk: Buffer) => {
+        bytes += chunk.byteLength;
+        if (Date.now() - started > 700) return;
+        req.pause();
+        setTimeout(() => req.resume(), 8);
+      });
+      req.on('end', () => setTimeout(() => res.end(JSON.stringify({ bytes, readMs: Date.now() - started })), 200));
+    });
+    await new Promise<void>((resolve) => slowReader.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(slowReader.address() as AddressInfo).port}/submit`;
+    try {
+      // A streamed body whose source gives a part every 100 ms (a stored input read from S3) ...
+      const dripping = Readable.from((async function* () {
+        for (let i = 0; i < 6; i++) {
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          yield Buffer.alloc(1024, 97);
+        }
+      })());
+      const streamed = (await readJson(await upstreamFetch(url, { method: 'POST', body: dripping, timeoutMs: 300 }, signal, 'video submit'))) as { bytes: number; readMs: number };
+      expect(streamed.bytes).toBe(6 * 1024);
+      expect(streamed.readMs).toBeGreaterThan(300);
+      // ... and a large buffer (a multipart edit) that the upstream reads slowly.
+      const large = Buffer.alloc(24 * 1024 * 1024, 98);
+      const sent = (await readJson(await upstreamFetch(url, { method: 'POST', body: large, timeoutMs: 300 }, signal, 'image edit'))) as { bytes: number; readMs: number };
+      expect(sent.bytes).toBe(large.byteLength);
+      expect(sent.readMs).toBeGreaterThan(700);
+    } finally {
+      slowReader.closeAllConnections();
+      slowReader.close();
+    }
+  });
+
+  it('a large buffer whose upload stalls times out as never accepted; a source that stops giving parts times out too', async () => {
+    const stalled = createNetServer((sock) => {
+      sock.pause();
+      sock.on('error', () => undefined);
+    });
+    await new Promise<void>((resolve) => stalled.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(stalled.address() as AddressInfo).port}/submit`;
+    const failure = (body: Buffer | Readable) => upstreamFetch(url, { method: 'POST', body, timeoutMs: 300 }, signal, 'video submit').then(() => undefined, (e: unknown) => e as ProviderError);
+    try {
+      const cut = await failure(Buffer.alloc(64 * 1024 * 1024, 97));
+      expect([cut?.kind, cut?.message, cut?.maybeAccepted]).toEqual(['retryable', 'the upstream video submit timed out', false]);
+      const silentSource = new Readable({ read() {} });
+      silentSource.push(Buffer.alloc(1024, 97));
+      const started = Date.now();
+      const idle = await failure(silentSource);
+      expect([idle?.kind, idle?.maybeAccepted, Date.now() - started < 5_000]).toEqual(['retryable', false, true]);
+      expect((idle?.cause as Error).message).toBe('the upload made no progress for 300 ms');
+    } finally {
+      stalled.close();
+    }
+  });
+
   it('follows redirects unless asked not to', async () => {
     const followed = await upstreamFetch(`${base}/moved`, {}, signal, 'call');
     expect([followed.status, ((await readJson(followed)) as { method: string }).method]).toEqual([200, 'GET']);
