@@ -20,7 +20,7 @@
  * - The answer's `thought: true` parts (3 Pro's interim images) are skipped; the image is the last
  *   non-thought inline image. `promptFeedback.blockReason` and a blocking `finishReason` (at HTTP
  *   200) are content-policy errors; an answer with no image is an upstream failure. Neither is
- *   charged (the runner settles).
+ *   charged (the runner settles), and both are `maybeAccepted`: Google took, and billed, the call.
  * - Output is PNG; another format or compression is done here (sharp), as is any size difference.
  * - Gemini has no partial images: a streaming client gets the completed images only.
  */
@@ -83,11 +83,14 @@ export class GeminiImageProvider implements ImageProvider {
   /**
    * As many calls at once as the member slots the job holds. A call that fails does not stop the
    * others: each one running may already have made, and billed, its image, so every image that
-   * comes back is handed over (numbered in order, without gaps), and then the first failure is
-   * thrown, `maybeAccepted` once an image was handed over or another call may have made one (the
-   * runner charges the images delivered and runs nothing again elsewhere). Calls not started yet
-   * are not made after a failure: with nothing made, the work may still move to another member
-   * whole. A client that went away, or a sink that fails, stops them all.
+   * comes back is handed over (numbered in order, without gaps), and then a failure is thrown,
+   * `maybeAccepted` once an image was handed over or any call may have been taken upstream (the
+   * runner charges the images delivered and runs nothing again elsewhere). The failure thrown is
+   * the first of a call the upstream may have taken, if any, else the first: with nothing
+   * delivered the request ends as that call alone would have (a 200 without an image: 502,
+   * released), not as another call's 429 or 503 would have, since it cannot move elsewhere. Calls
+   * not started yet are not made after a failure: with nothing made, the work may still move to
+   * another member whole. A client that went away, or a sink that fails, stops them all.
    */
   async generate(account: UpstreamAccount, job: ImageJob, signal: AbortSignal, events: ImageEvents): Promise<void> {
     const body = JSON.stringify(await requestBody(job));
@@ -110,8 +113,9 @@ export class GeminiImageProvider implements ImageProvider {
       }
     });
     for (const call of calls) call.catch(() => undefined); // each is awaited below, in order
-    let failure: unknown;
-    let accepted = false;
+    let first: unknown;
+    /** The first failure of a call the upstream may have taken (and billed). */
+    let taken: ProviderError | undefined;
     let delivered = 0;
     try {
       for (const call of calls) {
@@ -119,8 +123,8 @@ export class GeminiImageProvider implements ImageProvider {
         try {
           image = await call;
         } catch (err) {
-          failure ??= err;
-          accepted ||= err instanceof ProviderError && err.maybeAccepted;
+          first ??= err;
+          if (err instanceof ProviderError && err.maybeAccepted) taken ??= err;
           continue;
         }
         if (image) await events.image(delivered++, { image });
@@ -128,8 +132,9 @@ export class GeminiImageProvider implements ImageProvider {
     } finally {
       stop.abort();
     }
+    const failure = taken ?? first;
     if (failure === undefined) return;
-    if (failure instanceof ProviderError && (accepted || delivered > 0)) throwAccepted(failure);
+    if (failure instanceof ProviderError && delivered > 0) throwAccepted(failure);
     throw failure;
   }
 
@@ -148,7 +153,13 @@ export class GeminiImageProvider implements ImageProvider {
     );
     if (!res.ok) throw await googleError(res, what);
     const { answer, media } = await readAnswer(res, signal, what);
-    return imageOf(answer, media);
+    try {
+      return imageOf(answer, media);
+    } catch (err) {
+      // A whole answer at 200 without an image (blocked, NO_IMAGE, text only): Google took the
+      // call and bills its tokens, so it is not made again on another member.
+      throwAccepted(err);
+    }
   }
 }
 
