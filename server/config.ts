@@ -115,6 +115,8 @@ export interface Config {
   trustProxy: boolean;
   /** Webhook deliveries sent at once per process. */
   webhookConcurrency: number;
+  /** Webhook deliveries sent at once per process to one target host (host:port): one slow receiver cannot take every slot. */
+  webhookHostConcurrency: number;
   /** Time limit of one webhook delivery attempt (resolve, connect, send, response). */
   webhookTimeoutMs: number;
   /** Delays between a failed webhook attempt and the next (the published schedule). */
@@ -357,6 +359,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     maxEditFileBytes: int(env, 'EDIT_MAX_FILE_BYTES', 50 * 1024 * 1024, 1024),
     maxEditBodyBytes: int(env, 'EDIT_MAX_BODY_BYTES', 200 * 1024 * 1024, 1024),
     webhookConcurrency: int(env, 'WEBHOOK_CONCURRENCY', 16, 1, 1024),
+    webhookHostConcurrency: int(env, 'WEBHOOK_HOST_CONCURRENCY', 4, 1, 1024),
     webhookTimeoutMs: int(env, 'WEBHOOK_TIMEOUT_MS', 10_000, 100, 120_000),
     webhookRetryScheduleMs: msList(env, 'WEBHOOK_RETRY_SCHEDULE_MS', DEFAULT_WEBHOOK_RETRY_SCHEDULE_MS),
     webhookSecretOverlapSeconds: int(env, 'WEBHOOK_SECRET_OVERLAP_SECONDS', 86_400, 0, 30 * 86_400),

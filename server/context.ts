@@ -185,6 +185,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       metrics,
       scheduleMs: config.webhookRetryScheduleMs,
       timeoutMs: config.webhookTimeoutMs,
+      hostConcurrency: config.webhookHostConcurrency,
       allowPrivate: config.allowPrivateTargets,
       fetchOptions: overrides.outboundFetch,
     }),

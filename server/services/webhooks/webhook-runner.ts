@@ -16,6 +16,12 @@
  *
  * Delivery is at least once: a worker that dies after the receiver answered and before the attempt
  * was recorded leaves the row to be claimed again, and the receiver sees the same `webhook-id` twice.
+ *
+ * At most WEBHOOK_HOST_CONCURRENCY deliveries to one host (host:port) are sent at once on an
+ * instance (`HostSlots`): one account's receiver that never answers would otherwise hold every slot
+ * of the engine for its timeout, and every other account's webhooks would wait. A delivery claimed
+ * while its host is at the cap sends nothing, records no attempt and keeps its retries: it is handed
+ * back for a later turn.
  */
 import { isDatabaseUnavailable } from '../../db/database.ts';
 import type { Transactor } from '../../db/transaction.ts';
@@ -27,7 +33,7 @@ import type { WebhookDeliveryRow, WebhookRepository } from '../../repositories/w
 import { retryDelay, type RetryPolicy } from '../tasks/retry-policy.ts';
 import { DONE, LeaseLost, later, type StepResult, type TaskRunner } from '../tasks/task-runner.ts';
 import type { WebhookSecrets } from './webhook-secrets.ts';
-import { sendSignedWebhook } from './webhook-send.ts';
+import { sendSignedWebhook, type SendOutcome } from './webhook-send.ts';
 
 /** Most a retry's delay is lengthened at random (retry-policy.ts `jitter`): 10 % of the schedule's delay. */
 export const SCHEDULE_JITTER = 0.1;
@@ -42,6 +48,8 @@ export interface WebhookRunnerDeps {
   metrics: Metrics;
   scheduleMs: readonly number[];
   timeoutMs: number;
+  /** Deliveries sent at once to one host (WEBHOOK_HOST_CONCURRENCY); unset: no cap per host. */
+  hostConcurrency?: number;
   allowPrivate: boolean;
   /** Test seams: the resolver and extra trusted CAs of safeFetch. */
   fetchOptions?: Pick<SafeFetchOptions, 'resolve' | 'ca' | 'treatAsPublic'>;
@@ -51,8 +59,11 @@ export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
   readonly name = 'webhook';
   readonly retry: RetryPolicy;
 
+  private readonly hosts: HostSlots | undefined;
+
   constructor(private readonly deps: WebhookRunnerDeps) {
     this.retry = { maxRetries: deps.scheduleMs.length, baseDelayMs: 0, maxDelayMs: 0, scheduleMs: deps.scheduleMs, scheduleJitter: SCHEDULE_JITTER };
+    this.hosts = deps.hostConcurrency === undefined ? undefined : new HostSlots(deps.hostConcurrency);
   }
 
   get leases() {
@@ -61,18 +72,31 @@ export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
 
   async step(delivery: WebhookDeliveryRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
     const { repo, metrics } = this.deps;
-    let secrets: string[];
-    try {
-      secrets = await this.deps.secrets.signing(delivery.accountId);
-    } catch (err) {
-      return this.unsent(delivery, err, log);
+    const host = hostOf(delivery.url);
+    const slot = host === undefined ? undefined : this.hosts?.take(host);
+    if (slot && 'retryInMs' in slot) {
+      // Not an attempt: `later` keeps the retries (stepsCountRetries), and nothing is recorded.
+      log.debug({ deliveryId: delivery.id, host, retryInMs: slot.retryInMs }, 'webhook host at its cap of deliveries in flight; delivery put back');
+      return later(slot.retryInMs);
     }
-    const sent = await sendSignedWebhook(delivery.url, delivery.id, delivery.payload, secrets, {
-      timeoutMs: this.deps.timeoutMs,
-      allowPrivate: this.deps.allowPrivate,
-      signal, // lease lost or shutting down: rethrown, the attempt resumes after the lease
-      fetchOptions: this.deps.fetchOptions,
-    });
+    let sent: SendOutcome;
+    try {
+      let secrets: string[];
+      try {
+        secrets = await this.deps.secrets.signing(delivery.accountId);
+      } catch (err) {
+        slot?.release(); // nothing is sent: the host's slot is not held while the try is recorded
+        return this.unsent(delivery, err, log);
+      }
+      sent = await sendSignedWebhook(delivery.url, delivery.id, delivery.payload, secrets, {
+        timeoutMs: this.deps.timeoutMs,
+        allowPrivate: this.deps.allowPrivate,
+        signal, // lease lost or shutting down: rethrown, the attempt resumes after the lease
+        fetchOptions: this.deps.fetchOptions,
+      });
+    } finally {
+      slot?.release();
+    }
     // The delivery's record is the operator's (admin views): the detail, addresses included.
     const { statusCode, errorClass, detail: error, latencyMs } = sent;
 
@@ -143,4 +167,87 @@ const cannotRun = (err: unknown): string => `the delivery could not be run: ${er
 function isStatementError(err: unknown): boolean {
   const e = err as { code?: unknown; severity?: unknown } | null;
   return typeof e === 'object' && e !== null && typeof e.code === 'string' && typeof e.severity === 'string';
+}
+
+/** A deferred delivery comes back at least this long after it was put back… */
+const DEFER_MIN_MS = 1000;
+/** …plus up to this much at random (more with a queue: half its length), so they do not come back together. */
+const DEFER_JITTER_MS = 2000;
+/** The furthest ahead a turn is given: a receiver that recovers gets its backlog within about a minute and a half. */
+const MAX_QUEUE_MS = 60_000;
+
+/** The host and port a delivery goes to (lower case, the scheme's port when none is named); undefined: not a URL (the send refuses it). */
+export function hostOf(url: string): string | undefined {
+  try {
+    const u = new URL(url);
+    return `${u.hostname}:${u.port || (u.protocol === 'https:' ? '443' : '80')}`;
+  } catch {
+    return undefined;
+  }
+}
+
+interface HostEntry {
+  inFlight: number;
+  /** When the next delivery put back for this host gets its turn (a queue: the later, the more wait). */
+  nextTurnAt: number;
+  /** How long a send to this host holds its slot (a moving average of those done); undefined: none done yet. */
+  slotMs: number | undefined;
+}
+
+/**
+ * Deliveries in flight per target host on this instance, and when one that found its host at the
+ * cap should come back. Those put back get turns one after the other, a slot's expected time
+ * (how long this host's sends take, shared by the cap's slots) apart, so they come back about as
+ * fast as the host takes them: a backlog of thousands for a host that never answers costs a claim
+ * and a reschedule a few times a second, not thousands every few seconds, and other hosts' rows,
+ * due sooner, are claimed first. A host's entry lives while a delivery to it is in flight or its
+ * queue has not run out.
+ */
+export class HostSlots {
+  private readonly hosts = new Map<string, HostEntry>();
+
+  constructor(
+    private readonly cap: number,
+    private readonly now: () => number = Date.now,
+    private readonly random: () => number = Math.random,
+  ) {}
+
+  /** A slot of `host` (release it when the send is over), or how long to wait before trying again. */
+  take(host: string): { release: () => void } | { retryInMs: number } {
+    const now = this.now();
+    let entry = this.hosts.get(host);
+    if (!entry) {
+      this.prune(now);
+      entry = { inFlight: 0, nextTurnAt: now, slotMs: undefined };
+      this.hosts.set(host, entry);
+    }
+    if (entry.inFlight >= this.cap) {
+      const ahead = Math.min(MAX_QUEUE_MS, Math.max(0, entry.nextTurnAt - now));
+      entry.nextTurnAt = now + ahead + (entry.slotMs ?? DEFER_MIN_MS) / this.cap;
+      return { retryInMs: Math.round(DEFER_MIN_MS + ahead + this.random() * (DEFER_JITTER_MS + ahead / 2)) };
+    }
+    entry.inFlight++;
+    const held = entry;
+    let released = false;
+    return {
+      release: () => {
+        if (released) return;
+        released = true;
+        const at = this.now();
+        held.inFlight--;
+        held.slotMs = held.slotMs === undefined ? at - now : (held.slotMs + at - now) / 2;
+        if (held.inFlight === 0 && held.nextTurnAt <= at) this.hosts.delete(host);
+      },
+    };
+  }
+
+  /** Hosts with an entry (in flight, or with deliveries put back whose turns are still ahead). */
+  get size(): number {
+    return this.hosts.size;
+  }
+
+  /** Drops hosts with nothing in flight whose queue ran out (their last deliveries went elsewhere, or never came back). */
+  private prune(now: number): void {
+    for (const [host, entry] of this.hosts) if (entry.inFlight === 0 && entry.nextTurnAt <= now) this.hosts.delete(host);
+  }
 }
