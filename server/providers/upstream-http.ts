@@ -86,30 +86,39 @@ export class UpstreamResponse {
 
   /**
    * The whole body as text: a status, a job or an error answer, never media. A body over
-   * `maxBytes` (default MAX_TEXT_BYTES) is not kept: the call fails as retryable.
+   * `maxBytes` (default MAX_TEXT_BYTES) is not kept. A body that cannot be read (over the cap,
+   * broken off, timed out) fails as `unreadAnswer` says.
    */
   async text(maxBytes = MAX_TEXT_BYTES): Promise<string> {
     const chunks: Buffer[] = [];
     let total = 0;
-    for await (const chunk of this.body) {
-      total += (chunk as Buffer).byteLength;
-      if (total > maxBytes) {
-        this.body.destroy();
-        throw new ProviderError('retryable', `the upstream answered more than ${maxBytes >= 1 << 20 ? `${maxBytes / (1 << 20)} MiB` : `${maxBytes} bytes`} where a short JSON answer was expected`);
+    try {
+      for await (const chunk of this.body) {
+        total += (chunk as Buffer).byteLength;
+        if (total > maxBytes) {
+          this.body.destroy();
+          throw new ProviderError('retryable', `the upstream answered more than ${maxBytes >= 1 << 20 ? `${maxBytes / (1 << 20)} MiB` : `${maxBytes} bytes`} where a short JSON answer was expected`);
+        }
+        chunks.push(chunk as Buffer);
       }
-      chunks.push(chunk as Buffer);
+    } catch (err) {
+      throw this.unreadAnswer(err);
     }
     return Buffer.concat(chunks).toString('utf8');
   }
 
   /**
-   * A failure to read the body of a 2xx answer as the error to throw: the upstream took the request
-   * (a submit: its job may be running), so it is retryable and `maybeAccepted`. The caller's abort
-   * stays an abort.
+   * A failure to read the body as the error to throw; the caller's abort stays an abort. On a 2xx
+   * the upstream took the request (a submit: its job may be running), so it is retryable and
+   * `maybeAccepted`. Any other status is the upstream's refusal, whole in its status line: nothing
+   * was accepted (the pool fails over, a submit is not counted as unanswered), and the status says
+   * whose fault it is (`kindOfStatus`, with its Retry-After), as it does for an error body that is
+   * not JSON.
    */
   unreadAnswer(err: unknown): unknown {
     if (this.call.signal?.aborted) return this.call.signal.reason ?? err;
     const message = err instanceof ProviderError ? err.message : `the upstream ${this.call.what ?? 'call'} answered HTTP ${this.status}, then its body ${isTimeout(err) ? 'timed out' : 'could not be read'}`;
+    if (!this.ok) return new ProviderError(kindOfStatus(this.status), message, { cause: err, upstreamStatus: this.status, retryAfterMs: retryAfterMs(this.headers) });
     return new ProviderError('retryable', message, { cause: err, upstreamStatus: this.status, maybeAccepted: true });
   }
 
@@ -355,18 +364,14 @@ export function kindOfStatus(status: number): ProviderErrorKind {
 }
 
 /**
- * Reads a JSON body, or undefined when it is not JSON (an HTML error page from a proxy, say). The
- * body of a 2xx answer that cannot be read (the connection lost, a timeout, over the text cap)
- * fails as `maybeAccepted` (`unreadAnswer`): a video job the upstream may be running is asked again
- * of the same member, never sent to a second account (design §8).
+ * Reads a JSON body, or undefined when it is not JSON (an HTML error page from a proxy, say). A
+ * body that cannot be read (the connection lost, a timeout, over the text cap) fails as
+ * `unreadAnswer` says: on a 2xx as `maybeAccepted`, so a video job the upstream may be running is
+ * asked again of the same member, never sent to a second account (design §8); on any other status
+ * as the refusal its status says.
  */
 export async function readJson(res: UpstreamResponse): Promise<unknown> {
-  let text: string;
-  try {
-    text = await res.text();
-  } catch (err) {
-    throw res.ok ? res.unreadAnswer(err) : err;
-  }
+  const text = await res.text();
   try {
     return JSON.parse(text) as unknown;
   } catch {
@@ -433,7 +438,7 @@ export async function readJsonWithMedia(res: UpstreamResponse, what: string, lim
     res.body.destroy();
     unread?.(scanner.partial());
     if (err instanceof ProviderError && err.kind === 'failed') throw err;
-    throw res.ok ? res.unreadAnswer(err) : err;
+    throw res.unreadAnswer(err);
   }
   const read = scanner.end();
   if (read.body === undefined) unread?.(scanner.partial());

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderError } from '../../server/providers/provider-error.ts';
 import { openaiError } from '../../server/providers/openai/openai-errors.ts';
 import { StorageUnavailable } from '../../server/storage/storage-error.ts';
-import { readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, UpstreamResponse } from '../../server/providers/upstream-http.ts';
+import { readJson, readJsonWithMedia, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, UpstreamResponse } from '../../server/providers/upstream-http.ts';
 
 const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
   new UpstreamResponse(status, { 'content-type': 'application/json', ...headers }, Readable.from([Buffer.from(typeof body === 'string' ? body : JSON.stringify(body))]));
@@ -99,6 +99,12 @@ describe('upstreamFetch', () => {
         let n = 0;
         const next = () => (n < 4 ? res.write('abcd'[n++]!, () => setTimeout(next, 150)) : res.end());
         next();
+      } else if (req.url?.startsWith('/cut/') || req.url?.startsWith('/hang/')) {
+        // The status line and a part of the body, then the connection is lost (cut) or goes quiet (hang).
+        const status = Number(req.url.split('/')[2]);
+        res.writeHead(status, { 'content-type': 'application/json', 'content-length': '500', ...(status === 429 && { 'retry-after': '7' }) });
+        res.write('{"error":{"code":"InternalServiceError"');
+        if (req.url.startsWith('/cut/')) setTimeout(() => res.socket?.destroy(), 20);
       } else res.writeHead(404).end('no');
     });
   });
@@ -310,7 +316,9 @@ describe('upstreamFetch', () => {
   it('bounds the whole call, its body included, unless the body is handed on as a stream', async () => {
     const res = await upstreamFetch(`${base}/drip`, { timeoutMs: 300 }, signal, 'call');
     const err = await res.text().catch((e: unknown) => e);
-    expect((err as Error).name).toBe('TimeoutError');
+    expect(err).toBeInstanceOf(ProviderError);
+    expect([(err as ProviderError).kind, (err as ProviderError).message, (err as ProviderError).maybeAccepted]).toEqual(['retryable', 'the upstream call answered HTTP 200, then its body timed out', true]);
+    expect(((err as ProviderError).cause as Error).name).toBe('TimeoutError');
     const handed = await upstreamFetch(`${base}/drip`, { timeoutMs: 300 }, signal, 'call');
     expect((await new Promise<Buffer[]>((resolve, reject) => {
       const chunks: Buffer[] = [];
@@ -330,5 +338,41 @@ describe('upstreamFetch', () => {
     const aborted = upstreamFetch(`${base}/slow`, {}, stop.signal, 'call').catch((e: unknown) => e);
     stop.abort(new Error('lease lost'));
     expect(((await aborted) as Error).message).toBe('lease lost');
+  });
+
+  describe('an answer whose body breaks off while it is read', () => {
+    const cut = async (status: number, read: (res: UpstreamResponse) => Promise<unknown> = readJson) => {
+      const res = await upstreamFetch(`${base}/cut/${status}`, {}, signal, 'video submit');
+      expect(res.status).toBe(status);
+      const err = await read(res).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ProviderError);
+      const { kind, message, maybeAccepted, upstreamStatus, retryAfterMs: retryAfter } = err as ProviderError;
+      return { kind, message, maybeAccepted, upstreamStatus, retryAfter };
+    };
+
+    it('an error status is the upstream\'s refusal, classified by its status and never maybe accepted (the pool fails over, no submit counts as unanswered)', async () => {
+      expect(await cut(503)).toEqual({ kind: 'retryable', message: 'the upstream video submit answered HTTP 503, then its body could not be read', maybeAccepted: false, upstreamStatus: 503, retryAfter: undefined });
+      expect(await cut(429)).toEqual({ kind: 'rate_limited', message: 'the upstream video submit answered HTTP 429, then its body could not be read', maybeAccepted: false, upstreamStatus: 429, retryAfter: 7000 });
+      expect(await cut(400)).toMatchObject({ kind: 'invalid_request', maybeAccepted: false, upstreamStatus: 400 });
+      // The same through every reader: text() itself, the media reader, an adapter's error classifier.
+      expect(await cut(503, (res) => res.text())).toMatchObject({ kind: 'retryable', maybeAccepted: false, upstreamStatus: 503 });
+      expect(await cut(503, (res) => readJsonWithMedia(res, 'video submit'))).toMatchObject({ kind: 'retryable', maybeAccepted: false, upstreamStatus: 503 });
+      expect(await cut(503, (res) => openaiError(res, 'video submit'))).toMatchObject({ kind: 'retryable', maybeAccepted: false, upstreamStatus: 503 });
+    });
+
+    it('a 2xx is still maybe accepted: the upstream took the request', async () => {
+      expect(await cut(200)).toEqual({ kind: 'retryable', message: 'the upstream video submit answered HTTP 200, then its body could not be read', maybeAccepted: true, upstreamStatus: 200, retryAfter: undefined });
+      expect(await cut(200, (res) => readJsonWithMedia(res, 'video submit'))).toMatchObject({ kind: 'retryable', maybeAccepted: true });
+    });
+
+    it("keeps the caller's abort an abort while an error answer's body is read", async () => {
+      const stop = new AbortController();
+      const res = await upstreamFetch(`${base}/hang/503`, {}, stop.signal, 'video submit');
+      const reading = readJson(res).catch((e: unknown) => e);
+      stop.abort(new Error('lease lost'));
+      const err = await reading;
+      expect(err).not.toBeInstanceOf(ProviderError);
+      expect((err as Error).message).toBe('lease lost');
+    });
   });
 });

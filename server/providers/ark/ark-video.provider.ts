@@ -12,14 +12,16 @@
  *             intent marker's business. → `cgt-…`
  *   poll      GET {base}/contents/generations/tasks/{id}: queued | running → running; succeeded →
  *             `content.video_url`; failed (with `error {code, message}`), expired (its
- *             `execution_expires_after` ran out in the queue), cancelled → failed
+ *             `execution_expires_after` ran out in the queue), cancelled, or no longer known (404
+ *             `ResourceNotFound`: records are kept 7 days) → failed; any other error answer is
+ *             thrown by its code or status, never as the client's refusal (`taskGone`)
  *   download  the `video_url` (signed object storage, another host: the key is not sent), streamed;
  *             it lives 24 hours, and a link that is gone fails the task (refunded)
  *   cancel    DELETE {base}/contents/generations/tasks/{id}. Ark cancels only `queued` tasks; a
  *             `running` one cannot be stopped and runs to its end upstream (its result is never
  *             collected): Ark's refusal is reported as a permanent failure of the cancel, which the
  *             runner logs. A task that already ended has its record deleted; one Ark no longer knows
- *             is nothing to cancel.
+ *             (404 `ResourceNotFound`) is nothing to cancel.
  *
  * The runner cancels once, at the task's deadline, after refunding it; a cancel that gets no answer
  * (a timeout, a 5xx, a 429) would leave the task in Ark's queue for its default 48 hours, to run
@@ -123,11 +125,18 @@ export class ArkVideoProvider implements VideoProvider {
 
   async poll(account: UpstreamAccount, taskId: string, _job: VideoJob, signal: AbortSignal): Promise<VideoStatus> {
     const res = await upstreamFetch(arkUrl(account, `/contents/generations/tasks/${encodeURIComponent(taskId)}`), { headers: arkAuth(account) }, signal, 'video status');
-    if (res.status === 404) {
-      res.discard();
-      return { state: 'failed', error: new ProviderError('failed', 'the upstream no longer has this video task (records are kept 7 days)', { upstreamStatus: 404 }) };
+    if (!res.ok) {
+      // An error body that broke off rejects as a ProviderError by its status (readJson), judged
+      // here as any other; the caller's abort stays an abort.
+      const err = await arkError(res, 'video status').catch((e: unknown) => e);
+      if (!(err instanceof ProviderError)) throw err;
+      if (taskGone(res.status, err.upstreamCode)) {
+        return { state: 'failed', error: new ProviderError('failed', 'the upstream no longer has this video task (records are kept 7 days)', { upstreamStatus: 404, upstreamCode: err.upstreamCode }) };
+      }
+      // A status call carries nothing of the client's: a refusal of it is the member's (its base
+      // URL, or a relay in front of Ark), never the request's, and the job may be running, billed.
+      throw err.kind === 'invalid_request' || err.kind === 'policy' ? err.with({ kind: 'misconfigured' }) : err;
     }
-    if (!res.ok) throw await arkError(res, 'video status');
     const task = (await readJson(res)) as SeedanceTask | undefined;
     if (task === undefined) throw new ProviderError('retryable', 'the upstream answered a video status that is not JSON');
     const state = status(task.status);
@@ -150,12 +159,14 @@ export class ArkVideoProvider implements VideoProvider {
 
   async cancel(account: UpstreamAccount, taskId: string, signal: AbortSignal): Promise<void> {
     const res = await upstreamFetch(arkUrl(account, `/contents/generations/tasks/${encodeURIComponent(taskId)}`), { method: 'DELETE', headers: arkAuth(account) }, signal, 'video cancel');
-    if (res.ok || res.status === 404) {
+    if (res.ok) {
       res.discard();
       return;
     }
     const err = await arkError(res, 'video cancel');
-    if (!refusedForItsState(res.status, err.upstreamCode)) throw err;
+    if (taskGone(res.status, err.upstreamCode)) return;
+    // Any other 404 (a wrong base URL) cancelled nothing: the member's, not the task's state.
+    if (res.status === 404 || !refusedForItsState(res.status, err.upstreamCode)) throw err;
     // The task is running (Ark cancels queued tasks only) and will finish upstream. What a refusal
     // read as `auth` by its status alone said is not quoted (it may quote the key).
     const said = err.kind === 'auth' ? [`HTTP ${res.status}`, err.upstreamCode].filter(Boolean).join(' ') : err.message;
@@ -169,6 +180,18 @@ export class ArkVideoProvider implements VideoProvider {
  */
 export function executionExpiresAfter(deadline: Date, now = Date.now()): number {
   return Math.min(EXPIRES_AFTER.max, Math.max(EXPIRES_AFTER.min, Math.ceil((deadline.getTime() - now) / 1000)));
+}
+
+/**
+ * Whether an answer says that Ark has no such task: a 404 with `ResourceNotFound` (what Ark answers
+ * a task id it does not know, §5.3: "The specified resource is not found") or the error-code table's
+ * `NotFound.<parameter>` ("The specified {{ResourceType}} {{ResourceContent}} is not found"). Any
+ * other 404 — no Ark error at all (a wrong base URL: a proxy's or a router's page), a model's or an
+ * endpoint's code — says nothing about the task, which may be running, billed, its output to be
+ * collected once the member is put right.
+ */
+function taskGone(status: number, code: string | undefined): boolean {
+  return status === 404 && (code === 'ResourceNotFound' || code?.startsWith('NotFound.') === true);
 }
 
 /**
