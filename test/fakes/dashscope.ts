@@ -38,9 +38,20 @@
  *     DataInspectionFailed / Arrearage, 401 InvalidApiKey, 403 AccessDenied / Model.AccessDenied /
  *     AccessDenied.Unpurchased, 404 ModelNotFound, 429 Throttling / Throttling.RateQuota /
  *     Throttling.AllocationQuota / PrepaidBillOverdue / PostpaidBillOverdue / CommodityNotPurchased,
- *     500 InternalError, 503 ModelUnavailable), with the media row 400
- *     InvalidParameter.DataInspection "Unable to download the media resource during the data
- *     inspection process." (Alibaba's error page: the download of the image or audio timed out).
+ *     500 InternalError, 503 ModelUnavailable).
+ *   - InvalidParameter.DataInspection, 400: Alibaba's status-code table
+ *     (help.aliyun.com/zh/dashscope/return-status-code-description, as copied on public mirrors)
+ *     gives it the message "The media format is not supported or incorrect for the data
+ *     inspection." and says its meaning varies with the message; Model Studio's error-code page
+ *     (help.aliyun.com/zh/model-studio/error-code, 400 InvalidParameter section, stored copies)
+ *     lists them: "Failed to decode the image during the data inspection." (a corrupt image),
+ *     "The media format is not supported or incorrect for the data inspection." (a format the model
+ *     does not take, or a file that cannot be opened), and "Unable to download the media resource
+ *     during the data inspection process." / "Download the media resource timed out…" (the service
+ *     could not fetch the URL). This fake answers a URL it cannot fetch (or non-2xx) with the
+ *     download message, bytes no image decoder reads with the decode message, and an image in a
+ *     format Wan does not take (JPEG, PNG, BMP, WebP are listed in the Wan references: a GIF, say)
+ *     with the table's format message, whether fetched or inline.
  *   - cnblogs/dashscope-sdk recorded answers: 401 `{"code":"InvalidApiKey","message":"No API-key
  *     provided.","request_id":…}` (auth-error-nosse, no Retry-After header).
  *   - ComfyUI comfy_api_nodes/nodes_wan.py @ a125cd84b054a57729b5eecab930ca9408719832: the legacy
@@ -84,9 +95,11 @@
  *                ASSUMPTION, refused — the frame decides), `duration` in range, URLs only
  *                (ASSUMPTION: a data URL in media is refused as an invalid url)
  * Every media URL is really fetched (GET, `fetchTimeoutMs`) the way DashScope's data inspection
- * does at submit: a URL that cannot be fetched, answers non-2xx or is not an image is 400
- * InvalidParameter.DataInspection (`reachable` says which URLs the upstream's network reaches: a
- * gateway DashScope cannot reach); a decoded image outside the model's limits 400 InvalidParameter.
+ * does at submit: a URL that cannot be fetched or answers non-2xx is 400
+ * InvalidParameter.DataInspection "Unable to download…" (`reachable` says which URLs the upstream's
+ * network reaches: a gateway DashScope cannot reach); an input (URL or inline) that is no image or
+ * not JPEG, PNG, BMP or WebP is the same code with the decode or format message (above); a decoded
+ * image outside the model's limits 400 InvalidParameter.
  * `negative_prompt` in `input`; `prompt_extend`, `watermark`, `audio` booleans (ASSUMPTION: like
  * every DashScope model, a parameter the model has no use for is ignored, not refused: `audio` on
  * silent models). Unknown `parameters` are ignored too. The input PNG "no transparency" rule of the
@@ -273,6 +286,8 @@ class DashScopeError extends Error {
 }
 
 const invalid = (message: string) => new DashScopeError(400, 'InvalidParameter', message);
+/** The data inspection's refusal of a media input; its message says which of its meanings (see the header). */
+const inspection = (message: string) => new DashScopeError(400, 'InvalidParameter.DataInspection', message);
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** `2025-04-18 10:36:58.394`, as DashScope writes times. */
@@ -366,7 +381,7 @@ export async function startDashScopeFake(options: DashScopeFakeOptions = {}): Pr
 
   /** GETs a media URL as the data inspection does; what it is, or why it is refused. */
   async function fetchImage(url: string): Promise<Buffer> {
-    const refused = () => new DashScopeError(400, 'InvalidParameter.DataInspection', 'Unable to download the media resource during the data inspection process.');
+    const refused = () => inspection('Unable to download the media resource during the data inspection process.');
     let res: Response;
     try {
       if (!fake.reachable(url)) throw new Error('unreachable from the upstream');
@@ -405,13 +420,12 @@ export async function startDashScopeFake(options: DashScopeFakeOptions = {}): Pr
     try {
       meta = await sharp(bytes).metadata();
     } catch {
-      // Bytes that are no image: the inspection could not read the resource.
-      throw kind === 'url'
-        ? new DashScopeError(400, 'InvalidParameter.DataInspection', 'Unable to download the media resource during the data inspection process.')
-        : invalid(`The ${field} cannot be decoded as an image.`);
+      // Bytes that are no image (fetched or inline): the error page's decode row.
+      throw inspection('Failed to decode the image during the data inspection.');
     }
-    const format = meta.format === 'jpeg' ? 'jpeg' : meta.format;
-    if (!['jpeg', 'png', 'bmp', 'webp'].includes(format ?? '')) throw invalid(`The ${field} format ${format} is not supported; use JPEG, PNG, BMP or WEBP.`);
+    const format = meta.format;
+    // Wan takes JPEG, PNG, BMP and WebP; anything else (a GIF) is the status-code table's own row.
+    if (!['jpeg', 'png', 'bmp', 'webp'].includes(format ?? '')) throw inspection('The media format is not supported or incorrect for the data inspection.');
     const width = meta.width ?? 0;
     const height = meta.height ?? 0;
     const ratio = Math.max(width, height) / Math.max(1, Math.min(width, height));

@@ -4,12 +4,13 @@
  * added through it, two members per customer. From a client's side: the legacy bodies (img_url,
  * `W*H` sizes, the keyframe endpoint) and the new one (input.media[]) chosen per model, first and
  * last frames, reference images, inputs as signed Mediagate URLs the fake really downloads, the
- * member's inline option for a gateway DashScope cannot reach, the catalog's refusals before any
- * call, failures refunded (content inspection, an UNKNOWN task, an expired result link), the
- * deadline's cancel of a queued task; and the pool around DashScope's codes: failover on a
- * throttled submit before acceptance with sticky polls, an account in arrears out until an admin
- * acts, a model the member's region does not have and a key of another region, each said in member
- * health in an operator's words while the other member serves.
+ * member's inline option for a gateway DashScope cannot reach, an input DashScope's inspection
+ * refuses (the client's, not the members'), a GIF frame sent as a PNG, the catalog's refusals
+ * before any call, failures refunded (content inspection, an UNKNOWN task, an expired result link),
+ * a refused status call asked again, the deadline's cancel of a queued task; and the pool around
+ * DashScope's codes: failover on a throttled submit before acceptance with sticky polls, an account
+ * in arrears out until an admin acts, a model the member's region does not have and a key of
+ * another region, each said in member health in an operator's words while the other member serves.
  */
 import sharp from 'sharp';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -264,6 +265,42 @@ describe('dashscope inputs DashScope cannot download', () => {
   });
 });
 
+describe('dashscope inputs DashScope cannot read', () => {
+  it("fails the task of an input DashScope's inspection refuses as the client's (upstream_rejected, refunded), leaving both members to serve another client's task", async () => {
+    const c = await twoMembers();
+    const balance = await balanceOf(c.accountId);
+    const spare = submitsTo(sg, 'sk-sg-b');
+    // What DashScope answers an image its data inspection cannot take: the status-code table's row (one per member).
+    sg.faults.push('submit', { status: 400, body: { request_id: 'ds-inspection', code: 'InvalidParameter.DataInspection', message: 'The media format is not supported or incorrect for the data inspection.' } }, 2);
+    const refused = await createVideo(c.key, { model: 'wan2.7-i2v', firstFrame: dataUrl(await png(800, 600)) });
+    expect(refused.status).toBe(202);
+    const { task } = await waitVideoFinished(server, c.key, refused.body.id);
+    expect([task.status, task.error?.message]).toEqual(['failed', 'The media format is not supported or incorrect for the data inspection.']);
+    expect((await server.db.selectFrom('videoTasks').select('errorCode').where('id', '=', refused.body.id).executeTakeFirstOrThrow()).errorCode).toBe('upstream_rejected');
+    expect(await holdOf(server.db, refused.body.id)).toMatchObject({ status: 'released', captured: 0 });
+    expect(await balanceOf(c.accountId)).toBe(balance);
+    // The request's fault: not failed over, no member left out of the model.
+    expect(submitsTo(sg, 'sk-sg-b')).toBe(spare);
+    const health = await healthOf(c.groupId);
+    expect([health.a!.model_faults, health.b!.model_faults]).toEqual([[], []]);
+    sg.faults.clear();
+    const other = await createApiKey(server.db, { accountId: (await createAccount(server.db, { balance: 100 })).id, groupId: c.groupId });
+    const valid = await createVideo(other.key, { model: 'wan2.7-i2v', firstFrame: dataUrl(await png(1280, 720)) });
+    expect(valid.status).toBe(202);
+    expect((await waitVideoFinished(server, other.key, valid.body.id)).task.status).toBe('completed');
+    expect((await upstreamTask(valid.body.id)).apiKey).toBe('sk-sg-a');
+  });
+
+  it('sends a GIF frame as a PNG of its first frame, which DashScope takes (it refuses GIF)', async () => {
+    const c = await twoMembers();
+    const gif = await sharp({ create: { width: 800, height: 600, channels: 3, background: { r: 10, g: 200, b: 30 } } }).gif().toBuffer();
+    const created = await createVideo(c.key, { model: 'wan2.7-i2v', firstFrame: `data:image/gif;base64,${gif.toString('base64')}` });
+    expect(created.status).toBe(202);
+    expect((await waitVideoFinished(server, c.key, created.body.id)).task.status).toBe('completed');
+    expect((await upstreamTask(created.body.id)).media).toEqual([expect.objectContaining({ type: 'first_frame', kind: 'url', mimeType: 'image/png', width: 800, height: 600 })]);
+  });
+});
+
 describe('dashscope failures', () => {
   it('fails and refunds a task refused under content inspection, at submit and after it, without cooling the member', async () => {
     const c = await twoMembers();
@@ -295,6 +332,18 @@ describe('dashscope failures', () => {
     const b = (await waitVideoFinished(server, c.key, expired.body.id)).task;
     expect([b.status, b.error?.message]).toEqual(['failed', expect.stringMatching(/link to the video expired.*24 hours/)]);
     for (const id of [unknown.body.id, expired.body.id]) expect(await holdOf(server.db, id)).toMatchObject({ status: 'released', captured: 0 });
+  });
+
+  it('asks again after a status call DashScope refuses (HTTP 400): the job runs on, and is collected and charged once', async () => {
+    const c = await twoMembers();
+    sg.faults.push('poll', { status: 400, body: { request_id: 'ds-poll', code: 'InvalidParameter', message: 'Required parameter(s) missing or invalid, please check the request parameters.' } });
+    const created = await createVideo(c.key);
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect([task.status, task.error]).toEqual(['completed', undefined]);
+    const upstream = await upstreamTask(created.body.id);
+    expect(upstream.apiKey).toBe('sk-sg-a');
+    expect(sg.requests.filter((r) => r.method === 'GET' && r.path === `/api/v1/tasks/${upstream.id}`).length).toBeGreaterThan(upstream.polls);
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'captured', captured: 5 * micro(0.1) });
   });
 
   it('cancels a queued task upstream when its task fails by its deadline', async () => {

@@ -2,12 +2,13 @@
  * The fake DashScope (test/fakes/dashscope.ts) spoken to with plain fetch, as DashScope's own
  * references describe the wire: what it answers a request without the async header or a key, the
  * legacy and new bodies each refusing the other's fields, `W*H` sizes, media as URLs only, the
- * keyframe endpoint, the task's states with its result on another origin that expires, the cancel
+ * keyframe endpoint, an input the data inspection cannot read (its format, no image), the task's states with its result on another origin that expires, the cancel
  * of PENDING tasks only and a failed task's error in `output` (Alibaba's examples) or at the top.
  */
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDashScopeFake, type DashScopeFake } from '../fakes/dashscope.ts';
+import { startFakeServer } from '../fakes/fake-http.ts';
 import { until } from '../support/tasks.ts';
 
 let fake: DashScopeFake;
@@ -47,6 +48,25 @@ describe('fake dashscope', () => {
     expect((await call('/api/v1/services/aigc/image2video/video-synthesis', { model: 'wan2.2-kf2v-flash', input: { first_frame_url: png, last_frame_url: png } })).status).toBe(200);
     const unreachable = await call(SYNTHESIS, { model: 'wan2.7-i2v', input: { prompt: 'x', media: [{ type: 'first_frame', url: 'http://127.0.0.1:9/frame.png' }] } });
     expect(unreachable).toMatchObject({ status: 400, body: { code: 'InvalidParameter.DataInspection', message: 'Unable to download the media resource during the data inspection process.' } });
+  });
+
+  it("refuses an input Wan cannot read as the data inspection does: the table's format message for a GIF, the decode message for no image", async () => {
+    const gif = (await sharp({ create: { width: 640, height: 480, channels: 3, background: '#336699' } }).gif().toBuffer()).toString('base64');
+    const format = { status: 400, body: { request_id: expect.any(String), code: 'InvalidParameter.DataInspection', message: 'The media format is not supported or incorrect for the data inspection.' } };
+    expect(await call(SYNTHESIS, { model: 'wan2.2-i2v-plus', input: { prompt: 'x', img_url: `data:image/gif;base64,${gif}` }, parameters: { resolution: '480P' } })).toEqual(format);
+    // Fetched from a URL alike, whatever type the URL's answer claims.
+    const served = await startFakeServer((_req, res) => {
+      const bytes = Buffer.from(gif, 'base64');
+      res.writeHead(200, { 'content-type': 'image/png', 'content-length': String(bytes.length) });
+      res.end(bytes);
+    });
+    try {
+      expect(await call(SYNTHESIS, { model: 'wan2.7-i2v', input: { prompt: 'x', media: [{ type: 'first_frame', url: `${served.url}/frame.png` }] } })).toEqual(format);
+    } finally {
+      await served.close();
+    }
+    const noImage = await call(SYNTHESIS, { model: 'wan2.2-i2v-plus', input: { prompt: 'x', img_url: `data:image/png;base64,${Buffer.from('not an image').toString('base64')}` }, parameters: { resolution: '480P' } });
+    expect(noImage).toMatchObject({ status: 400, body: { code: 'InvalidParameter.DataInspection', message: 'Failed to decode the image during the data inspection.' } });
   });
 
   it('runs a task PENDING → RUNNING → SUCCEEDED with a result link on another origin that expires, and cancels PENDING tasks only', async () => {

@@ -90,10 +90,9 @@ export const DASHSCOPE_CODES: CodeTable = {
   IPInfringementSuspect: 'policy',
   FaqRuleBlocked: 'policy',
   CustomRoleBlocked: 'policy',
+  // `InvalidParameter.DataInspection` among them: the table's "media format is not supported or
+  // incorrect", an input the client sent — unless its message says the download failed (`mediaDownloadFailed`).
   'InvalidParameter*': 'invalid_request',
-  // DashScope could not download an input from this gateway (its data inspection fetches every
-  // media URL at submit): the member's setup, not the request — see `inline_media`.
-  'InvalidParameter.DataInspection': 'misconfigured',
   'BadRequest.InputDownloadFailed': 'misconfigured',
   UnsupportedOperation: 'invalid_request',
 };
@@ -105,6 +104,20 @@ const ACCOUNT_REASONS: Record<string, string> = {
   PostpaidBillOverdue: "the Alibaba Cloud account's postpaid bill is overdue",
   'AllocationQuota.FreeTierOnly': "the account's free quota is used up and it is set to use the free tier only",
 };
+
+/**
+ * `InvalidParameter.DataInspection` means what its message says (Alibaba's status-code table: "the
+ * media format is not supported or incorrect", meaning varying with the message). Only the messages
+ * about fetching the media — "Unable to download the media resource…", "Download the media resource
+ * timed out…", "Failed to download multimodal content.", "Failed to find the requested media
+ * resource…", "Don't have authorization to access the media resource…" — are about reaching this
+ * gateway's signed URLs: the member's setup (see `inline_media`). The others ("The media format is
+ * not supported or incorrect…", "Failed to decode the image…", "The image size is not supported…")
+ * are about the image the client sent, and stay the request's.
+ */
+function mediaDownloadFailed(code: string | undefined, said: string): boolean {
+  return code === 'BadRequest.InputDownloadFailed' || (code === 'InvalidParameter.DataInspection' && /download|timed out|timeout|media resource/i.test(said));
+}
 
 export interface DashScopeErrorBody {
   code?: unknown;
@@ -137,7 +150,10 @@ export function dashscopeErrorOf(account: UpstreamAccount, error: DashScopeError
     const model = ctx.model ? `'${ctx.model}'` : 'the model';
     return new ProviderError('misconfigured', `DashScope has no model ${model} in ${regionOf(account)} (${tag}: ${said}); models, API keys and base URLs are per region: serve it from a member of a region that has it, or fix the member's model map`, opts('misconfigured'));
   }
-  const kind: ProviderErrorKind = kindOfCode(DASHSCOPE_CODES, code) ?? (status === undefined ? 'retryable' : kindOfStatus(status));
+  // An unknown code in a 2xx answer (a proxy's habit) is no verdict on the request: that status says
+  // nothing of the error (kindOfStatus(200) would blame the request), like a failed task's, which has none.
+  const statusSaysNothing = status === undefined || (status >= 200 && status < 300);
+  const kind: ProviderErrorKind = mediaDownloadFailed(code, said) ? 'misconfigured' : (kindOfCode(DASHSCOPE_CODES, code) ?? (statusSaysNothing ? 'retryable' : kindOfStatus(status)));
   const reason = said || `the upstream ${what} failed${tag ? ` with ${tag}` : ''}`;
   let message: string;
   switch (kind) {
@@ -156,7 +172,7 @@ export function dashscopeErrorOf(account: UpstreamAccount, error: DashScopeError
       break;
     case 'misconfigured':
       message =
-        code === 'InvalidParameter.DataInspection' || code === 'BadRequest.InputDownloadFailed'
+        mediaDownloadFailed(code, said)
           ? `DashScope could not download the task's input images from this gateway (${tag}: ${said}); make PUBLIC_BASE_URL (or the S3 store's URLs) reachable from Alibaba Cloud, or set ?inline_media=true on the member's base URL`
           : `${reason} (${tag}); check the member's base URL and model map`;
       break;

@@ -88,6 +88,9 @@ const IMAGE_LIMITS = {
   media: { minSide: 240, maxSide: 8000, maxBytes: 20 * 1024 * 1024, maxRatio: 8 },
 } as const;
 
+/** The input formats Wan's references list. */
+const IMAGE_TYPES = ['image/jpeg', 'image/png', 'image/bmp', 'image/webp'];
+
 const status = jobStatus({ running: ['PENDING', 'RUNNING', 'SUSPENDED'], succeeded: ['SUCCEEDED'], failed: ['FAILED', 'CANCELED', 'UNKNOWN'] }, 'DashScope task');
 
 export type DashScopeBody = 'legacy' | 'keyframe' | 'media';
@@ -159,10 +162,10 @@ export class DashScopeVideoProvider implements VideoProvider {
 
   async poll(account: UpstreamAccount, taskId: string, _job: VideoJob, signal: AbortSignal): Promise<VideoStatus> {
     const res = await upstreamFetch(dashscopeUrl(account, `/api/v1/tasks/${encodeURIComponent(taskId)}`), { headers: dashscopeAuth(account) }, signal, 'video status');
-    if (!res.ok) throw await dashscopeError(account, res, 'video status');
+    if (!res.ok) throw statusCallFailure(await dashscopeError(account, res, 'video status'));
     const answer = (await readJson(res)) as DashScopeTaskAnswer | undefined;
     if (answer === undefined) throw new ProviderError('retryable', 'the upstream answered a video status that is not JSON');
-    if (!answer.output && typeof answer.code === 'string' && answer.code !== '') throw dashscopeErrorOf(account, answer, 'video status', { status: res.status });
+    if (!answer.output && typeof answer.code === 'string' && answer.code !== '') throw statusCallFailure(dashscopeErrorOf(account, answer, 'video status', { status: res.status }));
     const word = answer.output?.task_status;
     const state = status(word);
     if (state === 'running') return { state };
@@ -250,8 +253,22 @@ async function bodyOf(account: UpstreamAccount, job: VideoJob, routing: DashScop
   return { model: job.model, input, parameters };
 }
 
+/**
+ * A status call's own failure (an HTTP error, or an error code without the task) says nothing of
+ * the job, which runs on, billed: an answer that reads as a refused request (a 4xx, `InvalidParameter`)
+ * refuses the call, not the client's input, and is asked again (until the task's deadline). A task
+ * DashScope no longer knows is answered 200 UNKNOWN (read above as failed), never with an error. The
+ * other kinds (credentials, a wrong base URL, throttling) keep theirs: the runner retries those too.
+ */
+function statusCallFailure(err: ProviderError): ProviderError {
+  return err.kind === 'invalid_request' || err.kind === 'policy' ? err.with({ kind: 'retryable' }) : err;
+}
+
 /** Refuses before any call an image the body's limits exclude (DashScope would refuse it at submit). */
 function checkImage(media: MediaInput, what: string, body: DashScopeBody): void {
+  // Wan's documented formats. The file service hands a GIF over as a PNG of its first frame, so
+  // this refuses only a format the gateway would hand over unconverted one day.
+  if (!IMAGE_TYPES.includes(media.contentType)) throw new ProviderError('invalid_request', `DashScope takes JPEG, PNG, BMP or WebP images; ${what} is ${media.contentType}`);
   const limits = IMAGE_LIMITS[body];
   if (media.bytes > limits.maxBytes) throw new ProviderError('invalid_request', `DashScope takes images of at most ${limits.maxBytes / (1024 * 1024)} MB here; ${what} has ${media.bytes} bytes`);
   const { width, height } = media;
