@@ -15,10 +15,11 @@
  *        origin (object storage, no credentials); a link past `Expires`, or one `expire()`d, is 403
  *        AccessDenied "Request has expired." as OSS answers it
  *
- * Auth: `Authorization: Bearer <API key>`. Errors come the MiniMax way: HTTP 200 with
+ * Auth: `Authorization: Bearer <API key>`. v1 errors come the MiniMax way: HTTP 200 with
  * `base_resp: {status_code ≠ 0, status_msg}` (§10.4; new-api hailuo adaptor, MiniMax-MCP client,
- * MiniMax CLI all read it at HTTP 200). No Authorization → 1004 "login fail: …"; an unknown key →
- * 2049 "invalid api key" (new-api constants.go lists both). Every answer has a `Trace-Id` header
+ * MiniMax CLI all read it at HTTP 200); v2's have an envelope of their own (below). No
+ * Authorization → 1004 "login fail: …"; an unknown key → 2049 "invalid api key" (new-api
+ * constants.go lists both). Every answer has a `Trace-Id` header
  * (MiniMax-MCP quotes it). A path the API does not have is a plain HTTP 404.
  *
  * Codes the fake answers: 1002 rate limit (`rateLimitNext`; with `seconds` it is HTTP 429 with
@@ -63,16 +64,24 @@
  * @0c7abd65 src/types/api.ts and @0c4affd4 src/commands/video/generate.ts, which treats it as a
  * failure; a prompt with `[minimax:expired]`); `content.url` is a CDN link made when the task
  * succeeds. A failed task's `error.code` is MiniMax's numeric code as a string (LiteLLM types it as
- * a string).
+ * a string). `content.url` is signed for `urlTtlMs` (the v2 query page: the link is time-limited,
+ * download it promptly); ASSUMPTION: each query signs it anew, as v1's retrieve does. The models:
+ * MiniMax-H3 and MiniMax-H3-Max (the v2 create page: "switch between MiniMax H3 and MiniMax H3 Max
+ * with the `model` field"), validated alike.
  *
- * ⚠ DISAGREE, both emitted (`fake.v2Errors`): a refused v2 request. MiniMax's CLI @024fc041
- * src/errors/api.ts reads, besides `base_resp`, a v2 envelope at an error status,
- * `{error: {message, type, code, http_code}}`: a used-up balance is HTTP 402 or type
- * `insufficient_balance_error`, the content filter HTTP 422 `unprocessable_entity_error` whose
- * message says "sensitive content" or 1026. The other clients show only base_resp at HTTP 200.
- * `error` (the default) answers so; ASSUMPTION: any other refusal is HTTP 400
- * `invalid_request_error` (401 `authentication_error` for 1004/2049), `code` MiniMax's number.
- * `base_resp` answers as v1 does.
+ * A refused v2 request (`fake.v2Errors`, default `error`): MiniMax's own v2 pages
+ * (platform.minimaxi.com/docs/api-reference/video-generation-v2-create and -regeneration, checked
+ * for this fake) show one envelope at the HTTP status it names:
+ * `{type: "error", error: {type, message: "<reason> (<code>)", http_code: "<status>"}, request_id}`
+ * — no `error.code`: the number is only at the end of the message. Their examples pair the types
+ * so: 400 `bad_request_error` (2013), 401 `authorized_error` (1004), 402
+ * `insufficient_balance_error` (1008), 422 `unprocessable_entity_error` ("video description
+ * contains sensitive content (1026)"), 429 `rate_limit_error` (1002), 500 `server_error` (1000).
+ * ASSUMPTION: 2049 is `authorized_error`, 1001/1024/1033 `server_error`, 1028/1030
+ * `rate_limit_error`, any other code (2061, 2038, …) `bad_request_error`. Injected faults
+ * (`errorNext`, `rateLimitNext`) answer a v2 route in the same envelope, at the status the docs
+ * pair with the code unless the test gave one (`errorNext(…, {status: 200})`: the envelope at HTTP
+ * 200). `base_resp` answers v2 as v1 does (what new-api and MiniMax-MCP read).
  * ⚠ DISAGREE, not settled: the CLI's src/video/v2.ts @7af4b0ba refuses any H3 resolution but 2K
  * ("MiniMax-H3 currently only supports 2K resolution"); new-api and ComfyUI offer 768P too. The
  * fake takes both (a 768P job would fail with 2013 if the CLI is right: the catalog's choice).
@@ -105,7 +114,7 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import sharp, { type Metadata } from 'sharp';
-import { applyFault, sendJson, startFakeServer, type FakeServer, type RecordedRequest } from './fake-http.ts';
+import { applyFault, sendJson, startFakeServer, type FakeServer, type Fault, type RecordedRequest } from './fake-http.ts';
 
 export type MiniMaxRoute = 'submit' | 'poll' | 'retrieve' | 'cdn';
 export type MiniMaxProtocol = 'v1' | 'v2';
@@ -182,7 +191,7 @@ export interface MiniMaxFake extends FakeServer {
   rateLimitNext(route: MiniMaxRoute, seconds?: number, times?: number): void;
   /** The next `times` requests of `route` get a proxy's 502 page (the CDN: 503). */
   serverErrorNext(route: MiniMaxRoute, times?: number): void;
-  /** The next request of `route` gets base_resp `code` (HTTP `status`, default 200). */
+  /** The next request of `route` gets base_resp `code` (HTTP `status`, default 200); a v2 request, the v2 envelope (see the header). */
   errorNext(route: Exclude<MiniMaxRoute, 'cdn'>, code: number, opts?: { status?: number; message?: string }): void;
   /** The task's result links answer 403 from now on. */
   expire(taskId: string): void;
@@ -219,7 +228,7 @@ const V1_MODELS: Record<string, V1Model> = {
   'I2V-01-live': gen01({ firstFrame: true }),
   'S2V-01': gen01({ subject: true }),
 };
-const V2_MODELS = new Set(['MiniMax-H3']);
+const V2_MODELS = new Set(['MiniMax-H3', 'MiniMax-H3-Max']);
 const V2_RATIOS = ['adaptive', '21:9', '16:9', '4:3', '1:1', '3:4', '9:16'];
 const V2_RESOLUTIONS = ['768P', '2K'];
 
@@ -248,14 +257,27 @@ class MiniMaxError extends Error {
   }
 }
 
-/** A v2 refusal's HTTP status and `error.type` by MiniMax code (see the header). */
+/** A v2 refusal's HTTP status and `error.type` by MiniMax code (see the header); others: 400 `bad_request_error`. */
 const V2_ERRORS: Record<number, [number, string]> = {
-  1004: [401, 'authentication_error'],
-  2049: [401, 'authentication_error'],
+  1004: [401, 'authorized_error'],
+  2049: [401, 'authorized_error'],
   1008: [402, 'insufficient_balance_error'],
   1026: [422, 'unprocessable_entity_error'],
   1002: [429, 'rate_limit_error'],
+  1028: [429, 'rate_limit_error'],
+  1030: [429, 'rate_limit_error'],
+  1000: [500, 'server_error'],
+  1001: [500, 'server_error'],
+  1024: [500, 'server_error'],
+  1033: [500, 'server_error'],
 };
+
+/** The v2 envelope of a refusal (see the header): the code only at the end of the message. */
+function v2Envelope(code: number, message: string, status?: number): { status: number; body: Record<string, unknown> } {
+  const [documented, type] = V2_ERRORS[code] ?? [400, 'bad_request_error'];
+  const said = code === 1026 ? 'video description contains sensitive content' : message;
+  return { status: status ?? documented, body: { type: 'error', error: { type, message: `${said} (${code})`, http_code: String(documented) }, request_id: traceId() } };
+}
 
 const invalid = (reason: string) => new MiniMaxError(2013, `invalid params, ${reason}`);
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -329,6 +351,8 @@ export async function startMiniMaxFake(options: MiniMaxFakeOptions = {}): Promis
   const counts: Record<MiniMaxRoute, number> = { submit: 0, poll: 0, retrieve: 0, cdn: 0 };
   let seq = 0;
   let fake!: MiniMaxFake;
+  /** Faults whose HTTP status the test gave (`errorNext`'s `status`): a v2 envelope keeps it. */
+  const chosenStatus = new WeakSet<Fault>();
 
   const sign = (path: string, expires: number) => createHmac('sha1', signKey).update(`GET\n${expires}\n${path}`).digest('base64');
 
@@ -383,7 +407,8 @@ export async function startMiniMaxFake(options: MiniMaxFakeOptions = {}): Promis
     try {
       const apiKey = authenticate(req);
       counts[route.name]++;
-      if (await applyFault(res, self.faults.take(route.name))) return;
+      const fault = self.faults.take(route.name);
+      if (await applyFault(res, route.protocol === 'v2' ? asV2(fault) : fault)) return;
       switch (route.name) {
         case 'submit': {
           const task = route.protocol === 'v1' ? await createV1(recorded, apiKey) : await createV2(recorded, apiKey);
@@ -397,13 +422,23 @@ export async function startMiniMaxFake(options: MiniMaxFakeOptions = {}): Promis
     } catch (err) {
       if (!(err instanceof MiniMaxError)) throw err;
       if (route.protocol === 'v2' && fake.v2Errors === 'error') {
-        const [status, type] = V2_ERRORS[err.code] ?? [400, 'invalid_request_error'];
-        return answer(res, { error: { message: err.code === 1026 ? `input contains sensitive content (${err.code})` : err.message, type, code: err.code, http_code: String(status) } }, status);
+        const refusal = v2Envelope(err.code, err.message);
+        return answer(res, refusal.body, refusal.status);
       }
       // A failed v1 create still names its (empty) task id (ASSUMPTION).
       return answer(res, { ...(route.name === 'submit' && route.protocol === 'v1' && { task_id: '' }), ...baseResp(err.code, err.message) });
     }
   });
+
+  /** An injected base_resp refusal as v2 answers it (see the header); other faults as they are. */
+  function asV2(fault: Fault | undefined): Fault | undefined {
+    const base = (fault?.body as { base_resp?: { status_code: number; status_msg: string } } | undefined)?.base_resp;
+    if (!fault || fake.v2Errors !== 'error' || !base || base.status_code === 0) return fault;
+    // rateLimitNext's HTTP 429 stands for the edge; errorNext's status is the test's choice.
+    const chosen = chosenStatus.has(fault) || fault.status !== 200 ? fault.status : undefined;
+    const refusal = v2Envelope(base.status_code, base.status_msg, chosen);
+    return { ...fault, status: refusal.status, body: refusal.body };
+  }
 
   function checkAccount(apiKey: string, model: string): void {
     const allowed = permitted.get(apiKey);
@@ -605,6 +640,8 @@ export async function startMiniMaxFake(options: MiniMaxFakeOptions = {}): Promis
     if (state.phase !== 'done') return answer(res, { task: { ...view, status: state.phase === 'running' ? 'running' : 'queued' } });
     if (task.outcome === 'ok') {
       const images = task.images.length;
+      // Each query signs the link anew (see the header); the last one is kept for the tests.
+      task.url = linkOf(task);
       return answer(res, { task: { ...view, status: 'succeeded', content: { url: task.url }, usage: { total_seconds: task.duration, output_seconds: task.duration, input_seconds: 0, input_image_count: images } } });
     }
     if (task.outcome === 'expired') return answer(res, { task: { ...view, status: 'expired' } });
@@ -650,7 +687,9 @@ export async function startMiniMaxFake(options: MiniMaxFakeOptions = {}): Promis
       else server.faults.push(route, { status: 502, body: '<html><body><h1>502 Bad Gateway</h1></body></html>' }, times);
     },
     errorNext(route: Exclude<MiniMaxRoute, 'cdn'>, code: number, opts: { status?: number; message?: string } = {}) {
-      server.faults.push(route, { status: opts.status ?? 200, body: baseResp(code, opts.message ?? MESSAGES[code] ?? 'unknown error'), headers: { 'trace-id': traceId() } });
+      const fault: Fault = { status: opts.status ?? 200, body: baseResp(code, opts.message ?? MESSAGES[code] ?? 'unknown error'), headers: { 'trace-id': traceId() } };
+      if (opts.status !== undefined) chosenStatus.add(fault);
+      server.faults.push(route, fault);
     },
     expire(taskId: string) {
       const task = tasks.get(taskId);

@@ -1,6 +1,7 @@
 /**
  * The MiniMax fake against upstream-apis.md §10.4 and the vendor sources its header names, spoken
- * to with plain fetch (never through the adapter): errors at HTTP 200 in `base_resp`, the v1
+ * to with plain fetch (never through the adapter): errors at HTTP 200 in `base_resp` (v2: in the
+ * envelope of MiniMax's v2 pages, the code at the end of the message), the v1
  * state machine and its file lookup, result links on another origin that expire, per-model
  * validation, image URLs really fetched, the accounts' balance and plan, and the v2 (H3) shapes.
  */
@@ -60,8 +61,12 @@ async function call(path: string, init: { method?: string; key?: string | null; 
 
 const v1 = (body: Record<string, unknown>, key?: string) => call('/v1/video_generation', { body: { model: 'MiniMax-Hailuo-2.3', prompt: 'a paper boat', ...body }, ...(key && { key }) });
 const v2 = (body: Record<string, unknown>) => call('/v2/video_generation', { body: { model: 'MiniMax-H3', content: [{ type: 'text', text: 'a paper boat' }], resolution: '768P', duration: 5, ratio: '16:9', ...body } });
-/** The code and message of either envelope: base_resp, or v2's `error` (see the fake's header). */
-const code = (res: { json: Json }) => [res.json.base_resp?.status_code ?? res.json.error?.code, res.json.base_resp?.status_msg ?? res.json.error?.message];
+/** The code and message of either envelope: base_resp, or v2's `error`, whose code ends its message (see the fake's header). */
+const code = (res: { json: Json }) => {
+  if (res.json.base_resp) return [res.json.base_resp.status_code, res.json.base_resp.status_msg];
+  const end = /\((\d+)\)$/.exec(res.json.error?.message ?? '');
+  return [end ? Number(end[1]) : undefined, res.json.error?.message];
+};
 
 describe('MiniMax fake: auth, envelope and accounts', () => {
   it('answers a missing key 1004 and an unknown one 2049, at HTTP 200 with a Trace-Id', async () => {
@@ -234,15 +239,18 @@ describe('MiniMax fake: v2 (MiniMax-H3)', () => {
     for (const [body, message] of cases) expect(code(await v2(body)), JSON.stringify(body).slice(0, 100)).toEqual([2013, expect.stringMatching(message)]);
   });
 
-  it('refuses in the v2 envelope at an error status (MiniMax\'s CLI), or in base_resp at 200 (the other clients)', async () => {
+  it('refuses in the v2 envelope of MiniMax\'s v2 pages at the status it names, its code only in the message; or in base_resp at 200', async () => {
     const invalid = await v2({ duration: 16 });
-    expect([invalid.status, invalid.json.error?.type, invalid.json.error?.code, invalid.json.base_resp]).toEqual([400, 'invalid_request_error', 2013, undefined]);
+    expect([invalid.status, invalid.json]).toEqual([400, { type: 'error', error: { type: 'bad_request_error', message: 'invalid params, duration must be between 4 and 15 seconds (2013)', http_code: '400' }, request_id: expect.stringMatching(/^[0-9a-f]{32}$/) }]);
+    expect(invalid.json.base_resp).toBeUndefined();
     const sensitive = await v2({ content: [{ type: 'text', text: 'x [minimax:sensitive]' }] });
-    expect([sensitive.status, sensitive.json.error?.type, sensitive.json.error?.message]).toEqual([422, 'unprocessable_entity_error', expect.stringMatching(/sensitive content/)]);
+    expect([sensitive.status, sensitive.json.error]).toEqual([422, { type: 'unprocessable_entity_error', message: 'video description contains sensitive content (1026)', http_code: '422' }]);
+    const anonymous = await call('/v2/video_generation', { key: null, body: {} });
+    expect([anonymous.status, anonymous.json.error?.type, ...code(anonymous)]).toEqual([401, 'authorized_error', 1004, expect.stringMatching(/^login fail: .* \(1004\)$/)]);
     fake.setBalance('mm-a', 'empty');
     try {
       const broke = await v2({});
-      expect([broke.status, broke.json.error?.type, broke.json.error?.code]).toEqual([402, 'insufficient_balance_error', 1008]);
+      expect([broke.status, broke.json.error]).toEqual([402, { type: 'insufficient_balance_error', message: 'insufficient balance (1008)', http_code: '402' }]);
       fake.v2Errors = 'base_resp';
       const old = await v2({});
       expect([old.status, ...code(old)]).toEqual([200, 1008, expect.any(String)]);
@@ -250,6 +258,35 @@ describe('MiniMax fake: v2 (MiniMax-H3)', () => {
       fake.setBalance('mm-a', 'ok');
       fake.v2Errors = 'error';
     }
+  });
+
+  it('answers an injected refusal of a v2 route in the v2 envelope, at the status its code goes with or at the one the test gave', async () => {
+    fake.errorNext('submit', 2061);
+    const plan = await v2({});
+    expect([plan.status, plan.json.error]).toEqual([400, { type: 'bad_request_error', message: 'your current token plan does not support this model (2061)', http_code: '400' }]);
+    fake.errorNext('submit', 1008, { status: 200 });
+    const at200 = await v2({});
+    expect([at200.status, at200.json.type, at200.json.error]).toEqual([200, 'error', { type: 'insufficient_balance_error', message: 'insufficient balance (1008)', http_code: '402' }]);
+    fake.rateLimitNext('submit', 3);
+    const limited = await v2({});
+    expect([limited.status, limited.headers.get('retry-after'), limited.json.error?.type, ...code(limited)]).toEqual([429, '3', 'rate_limit_error', 1002, 'rate limit (1002)']);
+    // v1 keeps base_resp.
+    fake.errorNext('submit', 2061);
+    expect(code(await v1({}))).toEqual([2061, 'your current token plan does not support this model']);
+  });
+
+  it('signs a fresh result link at each query of a finished v2 task', async () => {
+    const created = await v2({});
+    const query = async () => (await call(`/v2/query/video_generation/${created.json.task_id}`)).json.task;
+    const first = await until(async () => {
+      const task = await query();
+      return task.status === 'succeeded' && task;
+    }, 5000);
+    // `Expires` counts seconds.
+    await new Promise((r) => setTimeout(r, 1100));
+    const second = await query();
+    expect(new URL(second.content.url).searchParams.get('Expires')).not.toBe(new URL(first.content.url).searchParams.get('Expires'));
+    expect((await fetch(second.content.url)).status).toBe(200);
   });
 
   it('ends a task as `expired` (MiniMax\'s CLI counts it a failure)', async () => {

@@ -82,6 +82,7 @@ describe('models', () => {
   it("finds a model whatever its case and sends MiniMax's spelling; an unknown one goes as given, on v1", () => {
     expect(minimaxModel('minimax-hailuo-2.3')).toEqual({ name: 'MiniMax-Hailuo-2.3', protocol: 'v1', promptOptimizer: false, known: true });
     expect(minimaxModel('MiniMax-H3')).toMatchObject({ name: 'MiniMax-H3', protocol: 'v2' });
+    expect(minimaxModel('minimax-h3-max')).toEqual({ name: 'MiniMax-H3-Max', protocol: 'v2', promptOptimizer: false, known: true });
     expect(minimaxModel('s2v-01')).toMatchObject({ name: 'S2V-01', needs: 'subject' });
     expect(minimaxModel('MiniMax-Hailuo-3')).toEqual({ name: 'MiniMax-Hailuo-3', protocol: 'v1', promptOptimizer: false, known: false });
     expect(minimaxModel('minimax-hailuo-2.3-fast-prompt-optimizer')).toMatchObject({ name: 'MiniMax-Hailuo-2.3-Fast', needs: 'first-frame', promptOptimizer: true });
@@ -196,6 +197,41 @@ describe('v2 (MiniMax-H3) refusals and ends, as MiniMax\'s CLI reads them', () =
       expect([mode, refused.kind, refused.upstreamCode]).toEqual([mode, 'policy', '1026']);
     }
     fake.v2Errors = 'error';
+  });
+
+  it('sends MiniMax-H3-Max to v2 in its own spelling', async () => {
+    const id = await provider.submit(account(), h3({ model: 'minimax-h3-max' }), never);
+    expect([id.slice(0, 3), taskOf(id).protocol, (taskOf(id).body as { model: string }).model]).toEqual(['v2/', 'v2', 'MiniMax-H3-Max']);
+  });
+
+  it('downloads the recorded link while it works, and asks the task again, once, for a fresh one when it has expired', async () => {
+    const j = h3();
+    const id = await provider.submit(account(), j, never);
+    const done = await runToEnd(id, j);
+    const output = (done as { output: Record<string, string> }).output;
+    const polls = taskOf(id).polls;
+    for await (const _ of (await provider.download(account(), id, output, j, never)).stream) void _;
+    expect([taskOf(id).polls, taskOf(id).downloads]).toEqual([polls, 1]);
+
+    // Every link signed while the TTL is 0 is dead at once: the one recorded at the poll, and the
+    // one a query signs before the TTL is back; the next query signs one that works.
+    const stale = h3();
+    fake.urlTtlMs = 0;
+    try {
+      const staleId = await provider.submit(account(), stale, never);
+      const staleOutput = ((await runToEnd(staleId, stale)) as { output: Record<string, string> }).output;
+      const before = taskOf(staleId).polls;
+      const gone = await providerErrorOf(provider.download(account(), staleId, staleOutput, stale, never));
+      expect([gone.kind, gone.message, taskOf(staleId).polls - before]).toEqual(['failed', "the upstream's link to the video expired before it was downloaded", 1]);
+
+      fake.urlTtlMs = 9 * 3_600_000;
+      const content = await provider.download(account(), staleId, staleOutput, stale, never);
+      for await (const _ of content.stream) void _;
+      expect([taskOf(staleId).polls - before, taskOf(staleId).downloads]).toEqual([2, 1]);
+    } finally {
+      fake.urlTtlMs = 9 * 3_600_000;
+    }
+    expect(fake.cdnSawAuth).toBe(0);
   });
 
   it('ends a v2 task MiniMax reports `expired` as failed, not as a word to ask about again', async () => {

@@ -11,6 +11,10 @@
  * (src/errors/api.ts: 1028/1030 a Token Plan's quota used up, 2061 a model the plan lacks),
  * MiniMax-MCP (2038: real-name verification missing), a live answer (1033 "system error",
  * MiniMax-AI/cli#59). A code not in the table is retried, not guessed.
+ *
+ * The v2 API (H3) refuses in another envelope (platform.minimaxi.com video-generation-v2-create
+ * and -regeneration): `{type: "error", error: {type, message: "… (2013)", http_code: "400"},
+ * request_id}`, with no `error.code`: the number is only in the message's trailing parentheses.
  */
 import { ProviderError, kindOfCode, kindOfStatus, readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl } from '../kit.ts';
 import type { CodeTable, ProviderErrorKind, UpstreamAccount, UpstreamRequest } from '../kit.ts';
@@ -49,8 +53,29 @@ const REASONS: Record<string, string> = {
   '2013': 'MiniMax rejected the request as invalid',
 };
 
-/** MiniMax's answer to a model name it does not have (2013 "invalid params, unknown model 'X'"). */
-const UNKNOWN_MODEL = /unknown model|model[^,]*not (?:exist|found|support)/i;
+/**
+ * MiniMax's answer to a model name it does not have (2013 "invalid params, unknown model 'X'", or
+ * a model that "does not exist" / "is not supported"). The phrase must end its clause: "the model
+ * does not support this first_frame_image" is about the client's input, not the member's model.
+ */
+const UNKNOWN_MODEL = /unknown model|\bmodel\b[^,]*\bnot (?:exists?|found|supported)\s*(?:[,.;]|\(\d+\)|$)/i;
+
+/** The code v2 writes at the end of its message only: "insufficient balance (1008)". */
+const TRAILING_CODE = /\s*\((\d{4,5})\)\s*$/;
+
+/**
+ * v2's `error.type` words (video-generation-v2-create) by kind, for a refusal whose code is missing
+ * or not in the table; each stands for the code the docs pair it with (2013, 1004, 1008, 1026,
+ * 1002, 1000).
+ */
+const V2_TYPES: Record<string, ProviderErrorKind> = {
+  bad_request_error: 'invalid_request',
+  authorized_error: 'auth',
+  insufficient_balance_error: 'account_disabled',
+  unprocessable_entity_error: 'policy',
+  rate_limit_error: 'rate_limited',
+  server_error: 'retryable',
+};
 
 export interface MiniMaxAnswer {
   status: number;
@@ -68,47 +93,67 @@ export function baseRespOf(body: Record<string, unknown> | undefined): { code: n
   return n === undefined || n === 0 ? undefined : { code: n, message };
 }
 
-/** A MiniMax code (of `base_resp`, or of a v2 task's `error`) as a ProviderError. */
-export function minimaxErrorOf(code: number | string, message: unknown, what: string, answer: { status?: number; headers?: UpstreamHeaders } = {}): ProviderError {
-  const tag = `MiniMax ${code}`;
+/**
+ * A MiniMax code (of `base_resp`, or of a v2 refusal or task `error`) as a ProviderError;
+ * `fallback`: the kind of a code the table does not know (v2 says it by `error.type`).
+ */
+export function minimaxErrorOf(code: number | string, message: unknown, what: string, answer: { status?: number; headers?: UpstreamHeaders } = {}, fallback: ProviderErrorKind = 'retryable'): ProviderError {
   const said = sanitizeMessage(message, `the upstream ${what} failed with code ${code}`);
-  let kind: ProviderErrorKind = kindOfCode(MINIMAX_CODES, code) ?? 'retryable';
+  return describedError(kindOfCode(MINIMAX_CODES, code) ?? fallback, `MiniMax ${code}`, said, answer, String(code));
+}
+
+/** `said` as a ProviderError of `kind`, told under `tag` (a code's reason first when it has one). */
+function describedError(kind: ProviderErrorKind, tag: string, said: string, answer: { status?: number; headers?: UpstreamHeaders }, code?: string): ProviderError {
   // The member's model map names a model MiniMax does not have: its configuration, not the request.
   if (kind === 'invalid_request' && UNKNOWN_MODEL.test(said)) kind = 'misconfigured';
   let text: string;
   if (kind === 'auth') text = `MiniMax refused the account's API key (${tag}: ${said})`;
   else if (kind === 'misconfigured') text = `MiniMax does not have the model the member asked for (${tag}: ${said})`;
-  else text = REASONS[String(code)] ? `${REASONS[String(code)]} (${tag}: ${said})` : said;
+  else if (code === undefined) text = `${said} (${tag})`;
+  else text = REASONS[code] ? `${REASONS[code]} (${tag}: ${said})` : said;
   const wait = kind === 'rate_limited' && answer.headers ? retryAfterMs(answer.headers) : undefined;
-  return new ProviderError(kind, text, { upstreamStatus: answer.status, upstreamCode: String(code), ...(wait !== undefined && { retryAfterMs: wait }) });
+  return new ProviderError(kind, text, { upstreamStatus: answer.status, ...(code !== undefined && { upstreamCode: code }), ...(wait !== undefined && { retryAfterMs: wait }) });
 }
 
 /**
- * The error an answer carries, or undefined: its `base_resp` code first; then, at an error status,
- * v2's `error: {message, type, code, http_code}` (MiniMax's CLI, src/errors/api.ts: a balance used
- * up is 402 or `insufficient_balance_error`, its content filter 422 `unprocessable_entity_error`
- * saying "sensitive content" or 1026; a known code otherwise decides); then the HTTP status.
+ * A v2 `error`'s code and message: its `code` when it has one (a task's `error`), else the
+ * number at the end of its message, taken off the message (a refusal: "insufficient balance (1008)").
+ */
+export function v2CodeOf(error: { code?: unknown; message?: unknown }): { code: string | undefined; message: unknown } {
+  const { code, message } = error;
+  if (typeof code === 'number' || (typeof code === 'string' && /^\d+$/.test(code))) return { code: String(code), message };
+  const end = typeof message === 'string' ? TRAILING_CODE.exec(message) : null;
+  return end ? { code: end[1], message: (message as string).slice(0, end.index) } : { code: undefined, message };
+}
+
+/**
+ * The error an answer carries, or undefined: its `base_resp` code first; then v2's envelope
+ * (`type: "error"`, at any HTTP status: a refusal answered, never a job maybe accepted; or an
+ * `error` object at an error status), by its code, else its `error.type`, else its HTTP status;
+ * then the HTTP status alone (an edge's 429, a proxy's 502 page).
  */
 export function errorOfAnswer(answer: MiniMaxAnswer, what: string): ProviderError | undefined {
   const base = baseRespOf(answer.body);
   if (base) return minimaxErrorOf(base.code, base.message, what, answer);
-  if (answer.status >= 200 && answer.status < 300) return undefined;
+  const ok = answer.status >= 200 && answer.status < 300;
   const v2 = answer.body?.error;
-  if (typeof v2 === 'object' && v2 !== null) {
-    const { message, type, code } = v2 as { message?: unknown; type?: unknown; code?: unknown };
-    const said = typeof message === 'string' ? message : '';
-    if (answer.status === 402 || type === 'insufficient_balance_error') return minimaxErrorOf('1008', message, what, answer);
-    if (answer.status === 422 && type === 'unprocessable_entity_error' && (/sensitive content/i.test(said) || /(?:^|\D)1026(?:\D|$)/.test(said))) return minimaxErrorOf('1026', message, what, answer);
-    if ((typeof code === 'number' || typeof code === 'string') && kindOfCode(MINIMAX_CODES, code) !== undefined) return minimaxErrorOf(code, message, what, answer);
-    if (said !== '') {
-      const kind = kindOfStatus(answer.status);
-      const wait = kind === 'rate_limited' ? retryAfterMs(answer.headers) : undefined;
-      return new ProviderError(kind, `${sanitizeMessage(message, `the upstream ${what} failed`)} (HTTP ${answer.status})`, { upstreamStatus: answer.status, ...(typeof code === 'number' && { upstreamCode: String(code) }), ...(wait !== undefined && { retryAfterMs: wait }) });
-    }
-  }
+  if (typeof v2 === 'object' && v2 !== null && (!ok || answer.body?.type === 'error')) return v2Refusal(v2 as Record<string, unknown>, answer, what);
+  if (ok) return undefined;
   const kind = kindOfStatus(answer.status);
   const wait = kind === 'rate_limited' ? retryAfterMs(answer.headers) : undefined;
   return new ProviderError(kind, `the upstream ${what} answered HTTP ${answer.status}`, { upstreamStatus: answer.status, ...(wait !== undefined && { retryAfterMs: wait }) });
+}
+
+function v2Refusal(error: Record<string, unknown>, answer: MiniMaxAnswer, what: string): ProviderError {
+  const { code, message } = v2CodeOf(error);
+  // The envelope's `http_code` is the status it stands for, also when it came at HTTP 200.
+  const httpCode = Number(error.http_code);
+  const status = answer.status >= 300 || !(httpCode >= 400 && httpCode < 600) ? answer.status : httpCode;
+  // MiniMax's CLI (src/errors/api.ts) reads a 402 as a balance used up.
+  const byStatus = status === 402 ? 'account_disabled' : status < 300 ? 'retryable' : kindOfStatus(status);
+  const kind = (typeof error.type === 'string' ? V2_TYPES[error.type] : undefined) ?? byStatus;
+  if (code !== undefined) return minimaxErrorOf(code, message, what, answer, kind);
+  return describedError(kind, `HTTP ${status}`, sanitizeMessage(message, `the upstream ${what} failed`), answer);
 }
 
 export function minimaxAuth(account: UpstreamAccount): Record<string, string> {

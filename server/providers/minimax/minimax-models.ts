@@ -36,6 +36,8 @@ const KNOWN: MiniMaxModel[] = [
   { name: 'I2V-01-live', protocol: 'v1', needs: 'first-frame' },
   { name: 'S2V-01', protocol: 'v1', needs: 'subject' },
   { name: 'MiniMax-H3', protocol: 'v2' },
+  // MiniMax's v2 create page: "switch between MiniMax H3 and MiniMax H3 Max with the `model` field".
+  { name: 'MiniMax-H3-Max', protocol: 'v2' },
 ];
 const BY_NAME = new Map(KNOWN.map((m) => [m.name.toLowerCase(), m]));
 

@@ -18,28 +18,31 @@
  *     download  GET /v1/files/retrieve?file_id= for a fresh `download_url` (temporary, signed, on
  *               MiniMax's object storage: no credentials go there), streamed; a link that is gone
  *               is permanent
- *   v2 (MiniMax-H3)
+ *   v2 (MiniMax-H3, MiniMax-H3-Max)
  *     submit    POST /v2/video_generation: `content[]` with the text, then the frames as
  *               `{type: image_url, image_url: {url: <data URL>}, role: first_frame | last_frame}`
  *               or the reference images with `role: reference_image`; `resolution` 768P | 2K,
  *               `duration` 4–15, `ratio`, `aigc_watermark: false`. → `v2/<task_id>`
  *     poll      GET /v2/query/video_generation/{id}: `task.status` queued | running → running;
  *               succeeded → `task.content.url` (recorded); failed | cancelled → failed, by
- *               `task.error.code`
- *     download  the recorded URL, streamed (no credentials)
+ *               `task.error`'s code
+ *     download  the recorded URL, streamed (no credentials); a link that is gone (it is signed
+ *               for a while only) is asked for again with the query, once
+ *
+ * v1 refuses with HTTP 200 and `base_resp.status_code ≠ 0`; v2 with its own envelope, whose code
+ * is at the end of its message (minimax-api.ts).
  *
  * Images go as data URLs streamed into the body (`dataUrl` in `jsonStream`), not as signed
  * Mediagate URLs, although MiniMax takes both: a data URL needs no route from MiniMax to this
  * gateway (a gateway behind a firewall, or one MiniMax's China platform cannot reach) and cannot
  * expire in MiniMax's queue; the body is larger, and MiniMax limits images to 20 MB anyway.
  *
- * Errors arrive as HTTP 200 with `base_resp.status_code ≠ 0` (minimax-api.ts). MiniMax documents no
- * idempotency key and no way to cancel a task: a resubmit after a crash is the runner's intent
- * marker's business, and a task failed by its deadline runs to its end upstream.
+ * MiniMax documents no idempotency key and no way to cancel a task: a resubmit after a crash is the
+ * runner's intent marker's business, and a task failed by its deadline runs to its end upstream.
  */
 import { ProviderError, dataUrl, downloadOutput, jobStatus, jsonStream, kindOfStatus, retryAfterMs, sanitizeMessage, shapeOf } from '../kit.ts';
 import type { UpstreamAccount, UpstreamResponse, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoShape, VideoStatus } from '../kit.ts';
-import { errorOfAnswer, minimaxCall, minimaxErrorOf, type MiniMaxAnswer } from './minimax-api.ts';
+import { errorOfAnswer, minimaxCall, minimaxErrorOf, v2CodeOf, type MiniMaxAnswer } from './minimax-api.ts';
 import { minimaxModel, type MiniMaxModel, type MiniMaxProtocol } from './minimax-models.ts';
 
 /** Hailuo renders for a minute to several; MiniMax's own tools poll every 5 to 20 s. */
@@ -104,8 +107,7 @@ export class MiniMaxVideoProvider implements VideoProvider {
     return protocol === 'v1' ? v1Poll(answer) : v2Poll(answer);
   }
 
-  async download(account: UpstreamAccount, _jobId: string, output: VideoOutputRef, _job: VideoJob, signal: AbortSignal): Promise<VideoContent> {
-    let url = output.url;
+  async download(account: UpstreamAccount, jobId: string, output: VideoOutputRef, job: VideoJob, signal: AbortSignal): Promise<VideoContent> {
     if (output.file_id) {
       const answer = await minimaxCall(account, { method: 'GET', path: `/v1/files/retrieve?file_id=${encodeURIComponent(output.file_id)}` }, signal, 'video file lookup');
       const error = errorOfAnswer(answer, 'video file lookup');
@@ -113,12 +115,27 @@ export class MiniMaxVideoProvider implements VideoProvider {
       if (error?.kind === 'invalid_request') throw new ProviderError('failed', `the upstream no longer has the video file (${error.message})`, { upstreamCode: error.upstreamCode });
       if (error) throw error;
       const file = answer.body?.file as { download_url?: unknown } | undefined;
-      url = typeof file?.download_url === 'string' ? file.download_url : undefined;
+      if (typeof file?.download_url !== 'string' || file.download_url === '') throw new ProviderError('failed', 'the upstream gave no video address');
+      return fetchVideo(file.download_url, signal);
     }
-    if (!url) throw new ProviderError('failed', 'the upstream gave no video address');
-    // A signed object-storage link: it needs (and gets) no credentials.
-    return downloadOutput(url, signal, { upstreamError: storageError, expiredMessage: "the upstream's link to the video expired before it was downloaded" });
+    if (!output.url) throw new ProviderError('failed', 'the upstream gave no video address');
+    try {
+      return await fetchVideo(output.url, signal);
+    } catch (err) {
+      // v2's link is signed for a while only (its query page: download it promptly) and each query
+      // signs it anew: a link gone by the time it is fetched (a download retried hours later) is
+      // asked for again, once. A task MiniMax no longer answers for keeps the link's own failure.
+      if (!(err instanceof ProviderError && err.kind === 'failed')) throw err;
+      const fresh = await this.poll(account, jobId, job, signal);
+      if (fresh.state !== 'succeeded' || !fresh.output.url || fresh.output.url === output.url) throw err;
+      return fetchVideo(fresh.output.url, signal);
+    }
   }
+}
+
+/** A signed object-storage link: it needs (and gets) no credentials. */
+function fetchVideo(url: string, signal: AbortSignal): Promise<VideoContent> {
+  return downloadOutput(url, signal, { upstreamError: storageError, expiredMessage: "the upstream's link to the video expired before it was downloaded" });
 }
 
 export function parseJobId(jobId: string): { protocol: MiniMaxProtocol; taskId: string } {
@@ -197,9 +214,9 @@ function v2Poll(answer: MiniMaxAnswer): VideoStatus {
       return { state: 'running' };
     case 'failed': {
       if (task?.status === 'cancelled') return { state: 'failed', error: new ProviderError('failed', 'the upstream task was cancelled', { upstreamCode: 'cancelled' }) };
-      const code = task?.error?.code;
-      const failure = typeof code === 'string' || typeof code === 'number' ? minimaxErrorOf(code, task?.error?.message, 'video task') : undefined;
-      return { state: 'failed', error: taskFailure(failure, task?.error?.message) };
+      const said = task?.error ? v2CodeOf(task.error) : undefined;
+      const failure = said?.code !== undefined ? minimaxErrorOf(said.code, said.message, 'video task') : undefined;
+      return { state: 'failed', error: taskFailure(failure, said?.message) };
     }
     case 'succeeded': {
       const url = task?.content?.url;
