@@ -29,13 +29,39 @@
  * model errors `[{loc, msg, type, url: "https://docs.fal.ai/errors/#<type>", ctx?}]` as fal's
  * "Model Errors" reference lists them (docs.fal.ai/errors, fal.ai/docs/documentation/model-apis/
  * errors, its copy of 2025-10-27). A prompt with `[fal:nsfw]` is refused by the content checker
- * (`content_policy_violation`); `[fal:fail]` makes the runner fail (result 500 with
- * `X-Fal-Error-Type: runner_disconnected`, the status body's `error` and `error_type`). Media
- * fields (`image_url`, `tail_image_url`, `image_urls[]`) are URLs fal downloads — the fake really
+ * (`content_policy_violation`). Media fields (`image_url`, `tail_image_url`, `image_urls[]`) are
+ * URLs fal downloads — the fake really
  * fetches them (a Mediagate signed URL must serve the bytes; a download that fails is
  * `file_download_error`) — or data URLs; an image that cannot be read is `image_load_error`, and
  * one outside the model's limits `image_too_small` (ctx min_width, min_height), `file_too_large`
  * (ctx max_size) or `unsupported_image_format` (ctx supported_formats).
+ *
+ * Failures of a request that ran, checked (through the docs search) in fal's "Model
+ * Errors" page (fal.ai/docs/documentation/model-apis/errors: "the error response consists of" an
+ * HTTP status, "e.g. 500 for internal errors, 504 for timeouts", "required headers like
+ * X-Fal-Retryable", and a body whose `detail` "is an array of Error objects") and its "Request
+ * Error Types" page (…/model-apis/request-errors: infrastructure errors are a flat `{detail:
+ * <string>, error_type}` with the same value in `X-Fal-Error-Type`, which model errors do not
+ * carry; `runner_disconnected` "typical status code" 503, `request_timeout` 504, `bad_request` 400
+ * "e.g., invalid timeout header"). The result of such a request answers the same every time:
+ *   `[fal:model-error]`            500 `[{loc: ["body"], msg, type: "internal_server_error", url}]`
+ *   `[fal:generation-timeout]`     504 … `generation_timeout`
+ *   `[fal:downstream-unavailable]` 500 … `downstream_service_unavailable`
+ *                                  (all three `X-Fal-Retryable: false`, no `X-Fal-Error-Type`; the
+ *                                  status code of the third is from the page's list as recalled,
+ *                                  not re-read)
+ *   `[fal:fail]`                   503 `{detail: "Runner disconnected …", error_type:
+ *                                  "runner_disconnected"}` with `X-Fal-Error-Type` (the runner died
+ *                                  through fal's own retries; ASSUMPTION: `X-Fal-Retryable: false`
+ *                                  too, which the request-errors page does not mention)
+ * and its status says COMPLETED (or FAILED) with `error` and `error_type`.
+ *
+ * Start timeout (fal's "Platform Headers" page, …/model-apis/common-parameters): a submit's
+ * `X-Fal-Request-Timeout: <seconds>` (> 0.1; anything else is 400 `bad_request`) bounds the time
+ * until a runner starts the request (queue wait and retries), never the run itself. A request
+ * still queued then ends: its result answers 504 with `X-Fal-Request-Timeout-Type: user` (as the
+ * page says), `{detail: "Request timed out", error_type: "request_timeout"}` (ASSUMPTION: the error
+ * type of that case is not documented). The fake's requests start after `queueMs`.
  *
  * ⚠ DISAGREE (§10.1): fal-js knows only IN_QUEUE / IN_PROGRESS / COMPLETED; LiteLLM also reads
  * FAILED and CANCELLED. `failureWords` (default false) makes a failed request's status `FAILED`
@@ -101,8 +127,13 @@ export interface FalJob {
   media: FalMedia[];
   createdAt: number;
   durationMs: number;
-  /** Set once the runner validated the input (at the first look after the queue). */
-  outcome?: { ok: true; output: Record<string, unknown> } | { ok: false; status: number; detail: unknown; errorType?: string };
+  /** `X-Fal-Request-Timeout` of its submit, in ms: the request ends if no runner started it by then. */
+  startTimeoutMs?: number;
+  /**
+   * Set once the runner validated the input (at the first look after the queue). `errorType`: a
+   * request error's (`error_type`, `X-Fal-Error-Type`); `timeoutType`: `X-Fal-Request-Timeout-Type`.
+   */
+  outcome?: { ok: true; output: Record<string, unknown> } | { ok: false; status: number; detail: unknown; errorType?: string; timeoutType?: 'user' };
   cancelled: boolean;
   expired: boolean;
   statusChecks: number;
@@ -147,6 +178,14 @@ class Invalid extends Error {
 }
 
 const invalid = (field: string, msg: string, type = 'value_error') => new Invalid([{ loc: ['body', field], msg, type }]);
+/** A model that failed on fal's side (docs.fal.ai/errors): not about any field of the input. */
+const serverModelError = (status: number, type: string, msg: string) => new Invalid([{ loc: ['body'], msg, type, url: `https://docs.fal.ai/errors/#${type}` }], status);
+/** The model errors a prompt asks for, and the status fal answers each with. */
+const MODEL_FAILURES: Record<string, () => Invalid> = {
+  '[fal:model-error]': () => serverModelError(500, 'internal_server_error', 'Internal server error'),
+  '[fal:generation-timeout]': () => serverModelError(504, 'generation_timeout', 'Generation timeout'),
+  '[fal:downstream-unavailable]': () => serverModelError(500, 'downstream_service_unavailable', 'Downstream service unavailable'),
+};
 /** One of fal's typed model errors (docs.fal.ai/errors), with its documentation link and context. */
 const modelError = (loc: Loc, type: string, msg: string, ctx?: Record<string, unknown>) => new Invalid([{ loc: ['body', ...loc], msg, type, url: `https://docs.fal.ai/errors/#${type}`, ...(ctx && { ctx }) }]);
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -422,17 +461,25 @@ export async function startFalFake(options: FalFakeOptions = {}): Promise<FalFak
 
   const detail = (res: ServerResponse, status: number, text: unknown, headers: Record<string, string> = {}) => sendJson(res, status, { detail: text }, headers);
 
+  /** Its start timeout passes while it is queued: no runner ever takes it. */
+  const neverStarts = (job: FalJob) => job.startTimeoutMs !== undefined && job.startTimeoutMs < queueMs;
+
   /** Runs the model's validation and output once the request leaves the queue. */
   async function run(job: FalJob): Promise<void> {
     if (job.outcome) return;
+    if (neverStarts(job)) {
+      job.outcome = { ok: false, status: 504, detail: 'Request timed out', errorType: 'request_timeout', timeoutType: 'user' };
+      return;
+    }
     const model = MODELS[job.endpoint]!;
     try {
       model.validate(job.input);
       for (const field of model.media) if (job.input[field] !== undefined) job.media.push(...(await readMedia(job.input[field], field, model.imageLimits)));
       const prompt = typeof job.input.prompt === 'string' ? job.input.prompt : '';
       if (prompt.includes('[fal:nsfw]')) throw modelError(['prompt'], 'content_policy_violation', 'The content could not be processed because it contained material flagged by a content checker.');
+      for (const [marker, failure] of Object.entries(MODEL_FAILURES)) if (prompt.includes(marker)) throw failure();
       if (prompt.includes('[fal:fail]')) {
-        job.outcome = { ok: false, status: 500, detail: 'Runner disconnected while processing the request', errorType: 'runner_disconnected' };
+        job.outcome = { ok: false, status: 503, detail: 'Runner disconnected while processing the request', errorType: 'runner_disconnected' };
         return;
       }
       job.outcome = { ok: true, output: await model.output(job.input, publisher(job)) };
@@ -445,6 +492,7 @@ export async function startFalFake(options: FalFakeOptions = {}): Promise<FalFak
   function phaseOf(job: FalJob): 'queued' | 'running' | 'done' {
     if (job.cancelled) return 'done';
     const age = Date.now() - job.createdAt;
+    if (neverStarts(job)) return age < job.startTimeoutMs! ? 'queued' : 'done';
     if (age < queueMs) return 'queued';
     if (age < job.durationMs) return 'running';
     return 'done';
@@ -466,6 +514,9 @@ export async function startFalFake(options: FalFakeOptions = {}): Promise<FalFak
     if (route.name === 'submit') {
       if (!MODELS[route.endpoint]) return detail(res, 404, `Application '${route.endpoint}' not found`);
       if (!isObject(recorded.json)) return detail(res, 422, [{ loc: ['body'], msg: 'value is not a valid dict', type: 'type_error.dict' }]);
+      const timeout = req.headers['x-fal-request-timeout'];
+      const startTimeout = timeout === undefined ? undefined : Number(timeout);
+      if (startTimeout !== undefined && !(startTimeout > 0.1)) return sendJson(res, 400, { detail: `Invalid X-Fal-Request-Timeout header: '${String(timeout)}'`, error_type: 'bad_request' }, { 'x-fal-error-type': 'bad_request' });
       const prompt = typeof recorded.json.prompt === 'string' ? recorded.json.prompt : '';
       const planned = options.durationFor?.(prompt);
       const job: FalJob = {
@@ -477,6 +528,7 @@ export async function startFalFake(options: FalFakeOptions = {}): Promise<FalFak
         media: [],
         createdAt: Date.now(),
         durationMs: planned === 'never' ? Number.POSITIVE_INFINITY : (planned ?? jobDurationMs),
+        ...(startTimeout !== undefined && { startTimeoutMs: startTimeout * 1000 }),
         cancelled: false,
         expired: false,
         statusChecks: 0,
@@ -522,8 +574,14 @@ export async function startFalFake(options: FalFakeOptions = {}): Promise<FalFak
     await run(job);
     const outcome = job.outcome!;
     if (outcome.ok) return sendJson(res, 200, outcome.output, { 'x-fal-request-id': job.id });
-    const headers: Record<string, string> = { 'x-fal-request-id': job.id, 'x-fal-retryable': 'false', ...(outcome.errorType && { 'x-fal-error-type': outcome.errorType }) };
-    return detail(res, outcome.status, outcome.detail, headers);
+    const headers: Record<string, string> = {
+      'x-fal-request-id': job.id,
+      'x-fal-retryable': 'false',
+      ...(outcome.errorType && { 'x-fal-error-type': outcome.errorType }),
+      ...(outcome.timeoutType && { 'x-fal-request-timeout-type': outcome.timeoutType }),
+    };
+    // A request error is flat (`detail` a sentence, `error_type`); a model error is the `detail` list alone.
+    return sendJson(res, outcome.status, { detail: outcome.detail, ...(outcome.errorType && { error_type: outcome.errorType }) }, headers);
   });
 
   fake = Object.assign(server, {

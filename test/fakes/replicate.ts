@@ -33,6 +33,14 @@
  * invalid_fields: [{type, field, description}]}` (ASSUMPTION: `invalid_fields` as Replicate's API
  * answers today; the reference confirms only `detail`, `title`, `status`).
  *
+ * Deadlines (changelog 2025-10-16 "Set deadlines for predictions", docs topics/predictions/lifecycle,
+ * read November 2026 through the docs search): a create's `Cancel-After` header (a duration, "1m",
+ * "90s") is the prediction's deadline, measured from its creation (the prediction's `deadline`); at it
+ * a prediction that has not started is `aborted` ("exceeded its deadline before it could start
+ * running", not charged), one running `canceled` (charged for its run). ASSUMPTION: the duration is
+ * Go's form (`1h30m`, `90s`, `500ms`; a bare number is seconds), at least 5 s; any other value is
+ * refused 400 (the docs point to a format section this check could not read).
+ *
  * Media inputs (`start_image`, `end_image`, `image`, `mask`) are URIs Replicate downloads when the
  * prediction starts — the fake really fetches them; a download that fails fails the prediction —
  * or data URLs. `[replicate:nsfw]` fails a prediction with Replicate's safety-checker error ("NSFW
@@ -83,6 +91,8 @@ export interface FakePrediction {
   via: 'model' | 'version' | 'deployment';
   /** The Prefer header of its create call, if any. */
   prefer?: string;
+  /** When its `Cancel-After` runs out (ms since the epoch), if its create sent one. */
+  deadlineAt?: number;
   media: ReplicateMedia[];
   createdAt: number;
   durationMs: number;
@@ -133,6 +143,18 @@ class InvalidInput extends Error {
 }
 
 const bad = (type: string, field: string, description: string) => new InvalidInput([{ type, field: `input.${field}`, description }]);
+
+const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+
+/** A `Cancel-After` duration in ms (`90s`, `1h30m`, `500ms`; a bare number: seconds), or undefined when it is none. */
+function durationMs(value: string): number | undefined {
+  if (/^\d+(\.\d+)?$/.test(value)) return Number(value) * 1000;
+  if (!/^(\d+(\.\d+)?(ms|s|m|h))+$/.test(value)) return undefined;
+  let total = 0;
+  for (const [, n, unit] of value.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h)/g)) total += Number(n) * DURATION_UNITS[unit!]!;
+  return total;
+}
+
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 const schema = {
@@ -340,6 +362,11 @@ export async function startReplicateFake(options: ReplicateFakeOptions = {}): Pr
   function advance(p: FakePrediction): void {
     if (p.status !== 'starting' && p.status !== 'processing') return;
     const age = Date.now() - p.createdAt;
+    // Its deadline came before its end: never started (aborted, not charged), or cut short (canceled).
+    if (p.deadlineAt !== undefined && Date.now() >= p.deadlineAt && p.deadlineAt < p.createdAt + Math.max(queueMs, p.durationMs)) {
+      p.status = p.deadlineAt < p.createdAt + queueMs ? 'aborted' : 'canceled';
+      return;
+    }
     if (age < queueMs) return;
     const prompt = typeof p.input.prompt === 'string' ? p.input.prompt : '';
     if (prompt.includes('[replicate:abort]')) {
@@ -384,7 +411,8 @@ export async function startReplicateFake(options: ReplicateFakeOptions = {}): Pr
       source: 'api',
       status: p.status,
       created_at: new Date(p.createdAt).toISOString(),
-      started_at: p.status === 'starting' ? null : new Date(p.createdAt + queueMs).toISOString(),
+      started_at: p.status === 'starting' || p.status === 'aborted' ? null : new Date(p.createdAt + queueMs).toISOString(),
+      ...(p.deadlineAt !== undefined && { deadline: new Date(p.deadlineAt).toISOString() }),
       completed_at: done ? new Date().toISOString() : null,
       metrics: done && p.status === 'succeeded' ? { predict_time: p.durationMs / 1000, total_time: p.durationMs / 1000 } : {},
       urls: { cancel: `${get}/cancel`, get, stream: `${fake.baseUrl.replace('/v1', '')}/stream/${p.id}`, web: `https://replicate.com/p/${p.id}` },
@@ -427,6 +455,9 @@ export async function startReplicateFake(options: ReplicateFakeOptions = {}): Pr
         if (!(err instanceof InvalidInput)) throw err;
         return answer(problem(422, 'Input validation failed', err.fields.map((f) => `- ${f.field}: ${f.description}\n`).join(''), { invalid_fields: err.fields }));
       }
+      const cancelAfter = req.headers['cancel-after'];
+      const lifetimeMs = typeof cancelAfter === 'string' ? durationMs(cancelAfter.trim()) : undefined;
+      if (cancelAfter !== undefined && !(lifetimeMs !== undefined && lifetimeMs >= 5000)) return answer(problem(400, 'Invalid Cancel-After header', `Cancel-After must be a duration of at least 5s (e.g. 30s, 5m, 1h), got '${String(cancelAfter)}'`));
       const prompt = typeof input.prompt === 'string' ? input.prompt : '';
       const planned = options.durationFor?.(prompt);
       const p: FakePrediction = {
@@ -437,6 +468,7 @@ export async function startReplicateFake(options: ReplicateFakeOptions = {}): Pr
         input,
         via: route.via,
         prefer: req.headers.prefer as string | undefined,
+        ...(lifetimeMs !== undefined && { deadlineAt: Date.now() + lifetimeMs }),
         media: [],
         createdAt: Date.now(),
         durationMs: planned === 'never' ? Number.POSITIVE_INFINITY : (planned ?? jobDurationMs),

@@ -29,11 +29,13 @@ let replicate: ReplicateFake;
 let seq = 0;
 
 const never = (prompt: string) => (prompt.includes('[forever]') ? ('never' as const) : undefined);
+const LIFETIME_S = 3 * 3600;
 
 beforeAll(async () => {
   fal = await startFalFake({ apiKeys: ['fal-a:secret', 'fal-b:secret'], queueMs: 50, jobDurationMs: 200, durationFor: never });
   replicate = await startReplicateFake({ tokens: ['r8_a', 'r8_b'], queueMs: 50, jobDurationMs: 200, durationFor: never });
-  server = await startTestServer({ workers: true, env: { VIDEO_POLL_INTERVAL_MS: '100', TASK_LEASE_MS: '3000' } });
+  // A lifetime above the hour an input's signed URL had at least: its jobs carry it (start timeout, Cancel-After, URLs).
+  server = await startTestServer({ workers: true, env: { VIDEO_POLL_INTERVAL_MS: '100', TASK_LEASE_MS: '3000', TASK_MAX_LIFETIME_SECONDS: String(LIFETIME_S) } });
   for (const id of [...FAL_MODELS.map((m) => `fal/${m}`), ...REPLICATE_MODELS.map((m) => `replicate/${m}`)]) {
     const { response } = await server.admin().POST('/admin/v1/models', { body: findCatalogDefinition(id)!.model });
     expect(response.status, id).toBe(201);
@@ -214,6 +216,30 @@ describe('fal through the public API', () => {
     for (const id of [failed.body.id, refused.taskId!]) expect(await holdOf(server.db, id)).toMatchObject({ status: 'released', captured: 0 });
   });
 
+  it('fails a video fal\'s model failed (500 internal_server_error) at once with fal\'s reason, not at its deadline; refunded, no member fault', async () => {
+    const c = await falCustomer();
+    const created = await createVideo(c.key, { model: 'wan-2.5-t2v-fal', resolution: '720p', prompt: 'a storm [fal:model-error]' });
+    const { task } = await waitVideoFinished(server, c.key, created.body.id);
+    expect([task.status, task.error?.code, task.error?.message]).toEqual(['failed', 'upstream_error', 'The fal request failed (internal_server_error: Internal server error).']);
+    expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
+    expect((await healthOf(c.groupId)).a!.model_faults).toEqual([]);
+  });
+
+  it('sends a video request what is left of its task\'s lifetime as fal\'s start timeout, its frame signed as long', async () => {
+    const c = await falCustomer();
+    const created = await createVideo(c.key, { model: 'kling-v2.1-pro-fal', resolution: '1080p', firstFrame: await frame() });
+    expect((await waitVideoFinished(server, c.key, created.body.id)).task.status).toBe('completed');
+    const job = await falJobOf(created.body.id);
+    const { deadlineAt } = await server.db.selectFrom('videoTasks').select(['deadlineAt']).where('id', '=', created.body.id).executeTakeFirstOrThrow();
+    const submit = fal.requests.find((r) => r.method === 'POST' && (r.json as Json | undefined)?.image_url === job.input.image_url)!;
+    const left = (deadlineAt.getTime() - submit.receivedAt) / 1000;
+    expect(Number(submit.headers['x-fal-request-timeout'])).toBeCloseTo(left, -1);
+    expect(left).toBeGreaterThan(LIFETIME_S - 60);
+    // fal fetches the frame when a runner starts the request: until the deadline at the latest.
+    const expires = Number(new URL(job.input.image_url as string).searchParams.get('expires'));
+    expect(expires).toBeGreaterThanOrEqual(Math.floor(deadlineAt.getTime() / 1000));
+  });
+
   it('says a 422 detail list in full in member health, and only a generic error to the client; refunded', async () => {
     // An operator's own model whose mapping sends Wan's duration as a number, which fal refuses.
     const body = { ...findCatalogDefinition('fal/wan-2.5-t2v-fal')!.model, id: 'wan-bad-mapping-fal', upstream_mappings: { fal: { endpoint: 'fal-ai/wan-25-preview/text-to-video', input: '{"prompt": prompt, "duration": duration}', output: 'video.url' } } };
@@ -221,7 +247,7 @@ describe('fal through the public API', () => {
     const c = await customer([{ name: 'a', provider: 'fal', secret: 'fal-a:secret', models: ['wan-bad-mapping-fal'] }]);
     const created = await createVideo(c.key, { model: 'wan-bad-mapping-fal', resolution: '720p' });
     const { task } = await waitVideoFinished(server, c.key, created.body.id);
-    expect([task.status, task.error?.code, task.error?.message]).toEqual(['failed', 'upstream_error', 'The upstream account that serves this request is misconfigured; the operator has been notified.']);
+    expect([task.status, task.error?.code, task.error?.message]).toEqual(['failed', 'upstream_error', 'The upstream account that serves this request is misconfigured; the operator can see why in the pool member\'s health.']);
     expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'released', captured: 0 });
     const health = (await healthOf(c.groupId)).a!;
     expect(health.last_error).toBe("fal refused the input that the mapping made for fal-ai/wan-25-preview/text-to-video (HTTP 422: duration: value is not a valid enumeration member; permitted: '5', '10')");
@@ -337,6 +363,17 @@ describe('replicate through the public API', () => {
     expect([p.downloads, replicate.cdnSawAuth]).toEqual([1, 0]);
     expect(p.prefer).toBeUndefined();
     expect(await holdOf(server.db, created.body.id)).toMatchObject({ status: 'captured', captured: 10 * micro(0.09) });
+  });
+
+  it('gives a video prediction its task\'s deadline (Cancel-After), its frame signed until then', async () => {
+    const c = await replicateCustomer();
+    const created = await createVideo(c.key, { model: 'kling-v2.1-replicate', resolution: '720p', firstFrame: await frame() });
+    expect((await waitVideoFinished(server, c.key, created.body.id)).task.status).toBe('completed');
+    const p = await predictionOf(created.body.id);
+    const { deadlineAt } = await server.db.selectFrom('videoTasks').select(['deadlineAt']).where('id', '=', created.body.id).executeTakeFirstOrThrow();
+    expect(Math.abs(p.deadlineAt! - deadlineAt.getTime())).toBeLessThan(5000);
+    const expires = Number(new URL(p.input.start_image as string).searchParams.get('expires'));
+    expect(expires).toBeGreaterThanOrEqual(Math.floor(deadlineAt.getTime() / 1000));
   });
 
   it('takes the frame as a data URL once the operator edits the mapping (set-mapping), and refuses a last frame at 720p before any call', async () => {

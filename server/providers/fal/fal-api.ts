@@ -24,7 +24,9 @@
  * input is the mapping's fault far more often than the client's, whose request the catalog
  * already checked. 401/403 are the key, 404/405 the endpoint id, 429 (with Retry-After) a rate
  * limit, 5xx retryable (fal-js retries 429, 502, 503, 504; a 504 with
- * `x-fal-request-timeout-type: user` is the request's own start timeout, not retried).
+ * `x-fal-request-timeout-type: user` is the request's own start timeout, not retried). The result
+ * of a request that has ended is read differently: fal's error body in it is the request's end,
+ * whatever its status (`falFailure`); only a bare 429 or 5xx of fal's edge is asked again.
  */
 import { ProviderError, kindOfStatus, readJson, retryAfterMs, sanitizeMessage, upstreamFetch, upstreamUrl, type ProviderErrorKind, type UpstreamAccount, type UpstreamMapping, type UpstreamRequest, type UpstreamResponse } from '../kit.ts';
 import { readJsonWithMedia, type InlineMedia } from '../upstream-http.ts';
@@ -77,12 +79,12 @@ const NO_MEDIA: ReadonlyMap<string, InlineMedia> = new Map();
  */
 export async function falCall(
   account: UpstreamAccount,
-  call: { method: 'GET' | 'POST' | 'PUT'; path: string; body?: { body: NonNullable<UpstreamRequest['body']>; length: number } },
+  call: { method: 'GET' | 'POST' | 'PUT'; path: string; body?: { body: NonNullable<UpstreamRequest['body']>; length: number }; headers?: Record<string, string> },
   signal: AbortSignal,
   what: string,
   read: 'json' | 'media' = 'json',
 ): Promise<FalAnswer> {
-  const headers: Record<string, string> = { ...falAuth(account), Accept: 'application/json' };
+  const headers: Record<string, string> = { ...falAuth(account), Accept: 'application/json', ...call.headers };
   if (call.body) {
     headers['content-type'] = 'application/json';
     headers['content-length'] = String(call.body.length);
@@ -184,4 +186,24 @@ export function falError(answer: Pick<FalAnswer, 'status' | 'headers' | 'body'>,
   if (status === 402) return new ProviderError('account_disabled', `the fal account cannot pay for requests (HTTP 402: ${said})`, opts);
   const wait = kind === 'rate_limited' ? retryAfterMs(headers) : undefined;
   return new ProviderError(kind, `the fal ${what} answered HTTP ${status} (${said})`, { ...opts, ...(wait !== undefined && { retryAfterMs: wait }) });
+}
+
+/**
+ * The failure that the result of a finished request answers, or undefined for a bare error answer
+ * (fal's edge failing, a rate limit: a read that may pass). fal's own error body says the request
+ * ended: a model error's typed `detail[]` with `X-Fal-Retryable` (500 internal_server_error, 504
+ * generation_timeout, 500 downstream_service_unavailable: docs.fal.ai/errors), a request error's
+ * `error_type` / `X-Fal-Error-Type` (503 runner_disconnected, …). Such a result answers the same
+ * every time it is read, whatever its status and whether fal says a new request may fare better
+ * (`X-Fal-Retryable: true`): reading it again until the task's deadline would only lose fal's reason.
+ */
+export function falFailure(answer: Pick<FalAnswer, 'status' | 'headers' | 'body'>): ProviderError | undefined {
+  const { status, headers, body } = answer;
+  if (status === 429) return undefined;
+  const typed = detailItems(body).find((d) => typeof d.type === 'string')?.type as string | undefined;
+  const bodyType = (body as { error_type?: unknown } | undefined)?.error_type;
+  const type = typed ?? (typeof bodyType === 'string' ? bodyType : undefined) ?? headers.get('x-fal-error-type') ?? undefined;
+  if (type === undefined && headers.get('x-fal-retryable') !== 'false') return undefined;
+  const said = sanitizeMessage(detailText(body), `HTTP ${status}`);
+  return new ProviderError('failed', `the fal request failed (${type ? `${type}: ` : ''}${said})`, { upstreamStatus: status, upstreamCode: type });
 }

@@ -10,7 +10,7 @@
 import { ProviderError, jobStatus, jsonStream, mappedInput, mappedOutputs, sanitizeMessage, MappingError, type UpstreamAccount, type UpstreamMapping } from '../kit.ts';
 import type { MappingRequest } from '../kit/mapping.ts';
 import type { InlineMedia } from '../upstream-http.ts';
-import { falCall, falError, jobIdOf, parseJobId, type FalAnswer } from './fal-api.ts';
+import { falCall, falError, falFailure, jobIdOf, parseJobId, type FalAnswer } from './fal-api.ts';
 
 const falStatus = jobStatus({ running: ['IN_QUEUE', 'IN_PROGRESS'], succeeded: ['COMPLETED'], failed: ['FAILED', 'ERROR', 'CANCELLED', 'CANCELED'] }, 'fal request');
 
@@ -25,9 +25,23 @@ export async function inputOf(mapping: UpstreamMapping, request: MappingRequest)
   }
 }
 
-/** Submits the input to the mapping's endpoint; returns the job id (`{owner}/{app}/{request_id}`). */
-export async function falSubmit(account: UpstreamAccount, mapping: UpstreamMapping, input: Record<string, unknown>, signal: AbortSignal, what: string): Promise<string> {
-  const answer = await falCall(account, { method: 'POST', path: `/${mapping.endpoint}`, body: jsonStream(input) }, signal, what);
+/**
+ * fal's start timeout (`X-Fal-Request-Timeout`, seconds; docs.fal.ai platform headers: "> 0.1"):
+ * what is left until `deadline`, in whole seconds. It bounds the queue wait (and fal's own retries)
+ * only, never a request that started: fal then ends a request still queued when the gateway gives
+ * its task up, and one it started runs to its end.
+ */
+export function startTimeoutOf(deadline: Date, now = Date.now()): string {
+  return String(Math.max(1, Math.ceil((deadline.getTime() - now) / 1000)));
+}
+
+/**
+ * Submits the input to the mapping's endpoint; returns the job id (`{owner}/{app}/{request_id}`).
+ * `startBy`: the task's deadline, sent as the request's start timeout (`startTimeoutOf`).
+ */
+export async function falSubmit(account: UpstreamAccount, mapping: UpstreamMapping, input: Record<string, unknown>, signal: AbortSignal, what: string, startBy?: Date): Promise<string> {
+  const headers = startBy ? { 'X-Fal-Request-Timeout': startTimeoutOf(startBy) } : undefined;
+  const answer = await falCall(account, { method: 'POST', path: `/${mapping.endpoint}`, body: jsonStream(input), headers }, signal, what);
   if (answer.status < 200 || answer.status >= 300) throw falError(answer, what, mapping.endpoint);
   const id = (answer.body as { request_id?: unknown } | undefined)?.request_id;
   if (typeof id !== 'string' || id === '') throw new ProviderError('retryable', `the fal ${what} was accepted without a request id`, { maybeAccepted: true });
@@ -60,9 +74,11 @@ export async function falStatusOf(account: UpstreamAccount, jobId: string, signa
 /**
  * The outputs of a completed request, as the mapping's `output` finds them in its result: URLs,
  * or the media of data URLs (`sync_mode`), decoded while the result was read. A result that is an
- * error answer is the request's failure (returned, not thrown), except what may pass (5xx, 429:
- * thrown, to be asked again); so is a result too large to read (readJsonWithMedia: `failed`,
- * thrown), which reading again would only download again.
+ * error answer is the request's failure (returned, not thrown): fal's error body, whatever its
+ * status (`falFailure`: a model's 500 internal_server_error is as final as a 422); only a bare 429
+ * or 5xx of fal's edge, which may pass, is thrown to be asked again. So is the key refused. A result
+ * too large to read is thrown as `failed` (readJsonWithMedia): reading it again would only download
+ * it again.
  */
 export async function falResult(account: UpstreamAccount, jobId: string, mapping: UpstreamMapping, signal: AbortSignal, what: string): Promise<{ outputs: (string | InlineMedia)[] } | { error: ProviderError }> {
   const { app, requestId } = parseJobId(jobId);
@@ -70,9 +86,12 @@ export async function falResult(account: UpstreamAccount, jobId: string, mapping
   if (answer.status < 200 || answer.status >= 300) {
     const error = falError(answer, what, mapping.endpoint);
     // The request has ended: only what may pass (a rate limit, fal's edge failing, the key) is asked again.
-    if (error.transient || error.kind === 'auth' || error.kind === 'account_disabled') throw error;
+    if (error.kind === 'auth' || error.kind === 'account_disabled') throw error;
     if (answer.status === 404) return { error: new ProviderError('failed', `fal no longer has the result of request ${requestId}`, { upstreamStatus: 404 }) };
-    return { error };
+    if (!error.transient) return { error };
+    const failure = falFailure(answer);
+    if (!failure) throw error;
+    return { error: failure };
   }
   // The request ran, billed: a result the mapping finds nothing in is the mapping's (the operator's)
   // to fix, and never a reason to run the request again on another member (maybe accepted).

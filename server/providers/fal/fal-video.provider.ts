@@ -5,12 +5,15 @@
  *
  *   submit    the mapping's `input` over the request, media as it says (signed Mediagate URLs by
  *             default: fal fetches them; data URLs streamed into the body otherwise), POSTed to the
- *             mapping's endpoint → `{owner}/{app}/{request_id}`
+ *             mapping's endpoint → `{owner}/{app}/{request_id}`, with what is left of the task's
+ *             lifetime as fal's start timeout (`X-Fal-Request-Timeout`)
  *   poll      the status under `owner/app`; COMPLETED → the result, whose output URL the mapping's
  *             `output` finds (recorded by the runner); a result that is an error answer fails the
  *             task: a 422 `detail[]` as the member's misconfiguration (the whole list in member
  *             health, a generic error for the client), a content refusal as such, a refusal of
- *             the client's frame (too small, unreadable) as the client's, in fal's words
+ *             the client's frame (too small, unreadable) as the client's, in fal's words, a model
+ *             or request error (500 internal_server_error, 503 runner_disconnected, …) as the job's
+ *             failure with fal's reason; only a bare 429/5xx of fal's edge is polled again
  *   download  the output URL (fal's CDN, another origin: no credentials), streamed
  *   cancel    PUT …/cancel when the task failed by its deadline
  *
@@ -37,14 +40,22 @@ export class FalVideoProvider implements VideoProvider {
     const unsupported = this.check({ referenceVideos: job.referenceVideos.length, referenceAudios: job.referenceAudios.length } as VideoShape);
     if (unsupported) throw new ProviderError('invalid_request', `fal accepts ${unsupported}`);
     const input = await inputOf(mapping, videoContext(job));
-    return falSubmit(account, mapping, input, signal, 'video submit');
+    // A request still queued when its task is given up on never starts (and is never billed).
+    return falSubmit(account, mapping, input, signal, 'video submit', job.deadline);
   }
 
   async poll(account: UpstreamAccount, jobId: string, job: VideoJob, signal: AbortSignal): Promise<VideoStatus> {
     const progress = await falStatusOf(account, jobId, signal, 'video status');
     if (progress.state !== 'completed') return progress.state === 'running' ? { state: 'running' } : progress;
     const mapping = mappingOf(job);
-    const result = await falResult(account, jobId, mapping, signal, 'video result');
+    let result: Awaited<ReturnType<typeof falResult>>;
+    try {
+      result = await falResult(account, jobId, mapping, signal, 'video result');
+    } catch (err) {
+      // A request whose status said it failed has nothing more to wait for: a passing error of its result is not asked again.
+      if (progress.error && err instanceof ProviderError && err.transient) return { state: 'failed', error: progress.error };
+      throw err;
+    }
     if ('error' in result) return { state: 'failed', error: result.error };
     if (progress.error) return { state: 'failed', error: progress.error };
     const [output] = result.outputs;

@@ -69,6 +69,8 @@ export interface MappingRequest<C extends MappingContext = MappingContext> {
   context: C;
   media: MediaInput[];
   nonce: string;
+  /** Until when its media's signed URLs must serve them: the video task's deadline (absent: an hour, `signedUrl`). */
+  until?: Date;
 }
 
 export interface VideoMappingContext {
@@ -285,7 +287,8 @@ export function videoContext(job: VideoJob): MappingRequest<VideoMappingContext>
   if (job.negativePrompt) context.negative_prompt = job.negativePrompt;
   if (job.firstFrame) context.first_frame = add(job.firstFrame);
   if (job.lastFrame) context.last_frame = add(job.lastFrame);
-  return { context, media, nonce };
+  // The upstream fetches the media when the job starts: at the task's deadline at the latest.
+  return { context, media, nonce, ...(job.deadline && { until: job.deadline }) };
 }
 
 /** The normalized request of an image job; an edit's stored inputs (`job.inputFiles`, mask last) as tokens. */
@@ -330,7 +333,7 @@ async function encodeMedia(value: unknown, form: NonNullable<UpstreamMapping['me
     if (index === undefined) return value;
     const input = request.media[index];
     if (!input) throw new MappingError('input', `names a media input the request does not have (number ${index}).`);
-    return form === 'url' ? signedUrl(input) : form === 'data_url' ? dataUrl(input) : inlineBase64(input);
+    return form === 'url' ? signedUrl(input, request.until) : form === 'data_url' ? dataUrl(input) : inlineBase64(input);
   }
   if (Array.isArray(value)) return Promise.all(value.map((v) => encodeMedia(v, form, request)));
   if (value && typeof value === 'object') {

@@ -19,7 +19,18 @@ export function dataUrl(input: MediaInput): Base64Source {
   return new Base64Source(() => input.open(), input.bytes, `data:${input.contentType};base64,`);
 }
 
-/** Long enough for an upstream's queue to fetch it (default one hour). */
-export function signedUrl(input: MediaInput, minTtlSeconds = 3600): Promise<string> {
-  return input.url(minTtlSeconds);
+/** An hour: long enough for an upstream's queue to fetch an input of a job without a lifetime. */
+const MIN_URL_TTL_SECONDS = 3600;
+/** The longest an S3 presigned URL lives (SigV4: 7 days); TASK_MAX_LIFETIME_SECONDS stops there too. */
+const MAX_URL_TTL_SECONDS = 7 * 86_400;
+
+/**
+ * A URL the upstream fetches the input from when its job starts, which may be as late as the
+ * task's deadline (`until`: a job queued that long, up to TASK_MAX_LIFETIME_SECONDS): valid until
+ * then, at least an hour, at most 7 days. A link that expired first would fail the job as the
+ * member's fault (fal's `file_download_error`).
+ */
+export function signedUrl(input: MediaInput, until?: Date, now = Date.now()): Promise<string> {
+  const left = until ? Math.ceil((until.getTime() - now) / 1000) : 0;
+  return input.url(Math.min(MAX_URL_TTL_SECONDS, Math.max(MIN_URL_TTL_SECONDS, left)));
 }

@@ -9,6 +9,7 @@
  *            POST /deployments/{owner}/{name}/predictions     `{input}` (endpoint `deployments/owner/name`)
  *            `Prefer: wait=N` (images whose mapping says `wait`): the answer waits up to N s for the
  *            prediction to finish, else it comes back `starting`/`processing` and is polled
+ *            `Cancel-After: <n>s` (videos): the prediction's deadline, the task's (`cancelAfterOf`)
  *   get      GET  /predictions/{id}    starting | processing → running; succeeded → `output`;
  *                                      failed (`error`), canceled, aborted → failed
  *   cancel   POST /predictions/{id}/cancel
@@ -159,13 +160,30 @@ export async function inputOf(mapping: UpstreamMapping, request: MappingRequest)
   }
 }
 
-/** Creates a prediction; returns it (finished already when `wait` was long enough). */
-export async function createPrediction(account: UpstreamAccount, mapping: UpstreamMapping, input: Record<string, unknown>, signal: AbortSignal, what: string, wait?: number): Promise<PredictionAnswer & { id: string }> {
+/** The shortest deadline Replicate takes (ASSUMPTION: the docs' minimum of 5 s; a longer one is harmless). */
+const MIN_CANCEL_AFTER_SECONDS = 5;
+
+/**
+ * Replicate's prediction deadline (`Cancel-After`, a duration: "1m", "90s"; changelog 2025-10-16):
+ * what is left until `deadline`, in whole seconds. Measured from the prediction's creation; at it a
+ * prediction that has not started is `aborted` (not charged), a running one `canceled`.
+ */
+export function cancelAfterOf(deadline: Date, now = Date.now()): string {
+  return `${Math.max(MIN_CANCEL_AFTER_SECONDS, Math.ceil((deadline.getTime() - now) / 1000))}s`;
+}
+
+/**
+ * Creates a prediction; returns it (finished already when `wait` was long enough). `until`: the
+ * task's deadline, sent as the prediction's (`cancelAfterOf`), so that one whose cancel at the
+ * deadline got no answer does not run later, billed, for a refunded client.
+ */
+export async function createPrediction(account: UpstreamAccount, mapping: UpstreamMapping, input: Record<string, unknown>, signal: AbortSignal, what: string, wait?: number, until?: Date): Promise<PredictionAnswer & { id: string }> {
   const { path, version } = createPathOf(mapping.endpoint);
+  const headers = { ...(wait && { Prefer: `wait=${wait}` }), ...(until && { 'Cancel-After': cancelAfterOf(until) }) };
   const answer = await replicateCall(
     account,
     // Waited for, the answer may be the prediction's end, its outputs inline.
-    { method: 'POST', path, body: jsonStream(version ? { version, input } : { input }), creates: true, ...(wait ? { headers: { Prefer: `wait=${wait}` }, timeoutMs: (wait + 30) * 1000 } : { accepts: true }) },
+    { method: 'POST', path, body: jsonStream(version ? { version, input } : { input }), creates: true, headers, ...(wait ? { timeoutMs: (wait + 30) * 1000 } : { accepts: true }) },
     signal,
     what,
   );

@@ -5,7 +5,8 @@
  *
  *   submit    the mapping's `input` over the request (media as signed Mediagate URLs Replicate
  *             fetches, or data URLs in the body, as the mapping says), created at the endpoint's
- *             path (model, version or deployment) → the prediction id
+ *             path (model, version or deployment), with what is left of the task's lifetime as
+ *             its deadline (`Cancel-After`) → the prediction id
  *   poll      GET /predictions/{id}: starting | processing → running; succeeded → the output URL the
  *             mapping's `output` finds (recorded by the runner); failed, canceled (charged by
  *             Replicate) and aborted (not charged) → the task fails, refunded
@@ -35,7 +36,7 @@ export class ReplicateVideoProvider implements VideoProvider {
     const mapping = mappingOf(job);
     if (job.referenceVideos.length > 0 || job.referenceAudios.length > 0) throw new ProviderError('invalid_request', 'Replicate accepts no reference videos or audios');
     const input = await inputOf(mapping, videoContext(job));
-    return (await createPrediction(account, mapping, input, signal, 'video submit')).id;
+    return (await createPrediction(account, mapping, input, signal, 'video submit', undefined, job.deadline)).id;
   }
 
   async poll(account: UpstreamAccount, jobId: string, job: VideoJob, signal: AbortSignal): Promise<VideoStatus> {
