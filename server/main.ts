@@ -9,7 +9,7 @@ import type { Kysely } from 'kysely';
 import type { DB } from '../generated/db.d.ts';
 import { createApp, httpServerOptions } from './app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
-import { createRuntime, type Runtime } from './context.ts';
+import { createRuntime, type Runtime, type RuntimeOverrides } from './context.ts';
 import { createDatabase } from './db/database.ts';
 import { EmbeddedPostgresError, startEmbeddedPostgres } from './db/embedded.ts';
 import { migrateToLatest } from './db/migrate.ts';
@@ -119,6 +119,11 @@ function secretKeyFailure(err: unknown): StartError {
 /** How much longer than SHUTDOWN_GRACE_MS a stop may take before the process exits without finishing it. */
 const STOP_MARGIN_MS = 5_000;
 /**
+ * How long a stop waits, once the grace is over, for the synchronous image requests it cut to settle:
+ * well within STOP_MARGIN_MS, so that the steps after it still run when one never ends.
+ */
+const SETTLE_MS = 3_000;
+/**
  * A signal this soon after the first is the same one again: `npm start` relays the SIGINT of a
  * terminal's Ctrl-C to the server, which the terminal sent to the whole process group already.
  */
@@ -181,7 +186,8 @@ export function newLifecycle(signal: AbortSignal = new AbortController().signal)
   return { signal, step: 'starting', stopEmbedded: undefined };
 }
 
-export async function startServer(config: Config, log: Logger, lifecycle: Lifecycle = newLifecycle()): Promise<RunningServer> {
+/** `overrides`: replaceable parts of the runtime (tests inject providers whose timing they control). */
+export async function startServer(config: Config, log: Logger, lifecycle: Lifecycle = newLifecycle(), overrides: RuntimeOverrides = {}): Promise<RunningServer> {
   const runtimeWarning = nodeRuntimeWarning();
   if (runtimeWarning) log.warn({ node: process.versions.node }, runtimeWarning);
   // Each step of start-up begins here: after a signal, none does.
@@ -251,7 +257,7 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
       if (config.role !== 'worker') url = address;
       else metricsUrl = address;
     }
-    const runtime = createRuntime({ config, db, log, metrics, secretKey, publicBaseUrl: config.publicBaseUrl ?? url ?? `http://localhost:${config.port}`, clusterListener: true });
+    const runtime = createRuntime({ config, db, log, metrics, secretKey, publicBaseUrl: config.publicBaseUrl ?? url ?? `http://localhost:${config.port}`, clusterListener: true }, overrides);
     built = runtime;
     if (http) {
       const app = createApp(runtime, createHandlers(runtime));
@@ -294,6 +300,12 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
       lifecycle.step = 'draining HTTP requests';
       runtime.services.readiness.drain();
       await http?.drain(config.shutdownGraceMs);
+      // The requests the drain cut know their clients are gone: each synchronous image settles what
+      // it delivered and releases the rest, which takes the database (else its credits stay held
+      // until an operator settles the task).
+      lifecycle.step = 'settling the image requests the drain cut';
+      const unsettled = await runtime.services.images.settleRunning(SETTLE_MS);
+      if (unsettled > 0) log.error({ unsettled }, `image requests did not settle within ${SETTLE_MS} ms of the drain: their tasks keep their credits held until another process ends them (a stream's, for an operator to settle)`);
       // Running steps stop here and resume on any instance once their lease expires.
       lifecycle.step = 'stopping the task workers';
       await workers?.stop();

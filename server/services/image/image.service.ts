@@ -134,6 +134,11 @@ function mediaExpired(row: { mediaExpiresAt?: Date | null }): boolean {
 export class ImageService {
   /** Model lookups per group, model and switch: configuration, read on every request otherwise. */
   private readonly modelCache: TtlCache<ImageCatalogRow | undefined>;
+  /**
+   * This process's synchronous requests from their hold to their settlement (`start`'s hold, then
+   * `runSync`): a stop waits for them (`settleRunning`) before it closes the database pool.
+   */
+  private readonly unsettled = new Set<Promise<unknown>>();
 
   constructor(private readonly deps: ImageServiceDeps) {
     this.modelCache = new TtlCache(deps.options.modelCacheTtlMs ?? 0);
@@ -142,6 +147,36 @@ export class ImageService {
   /** Forgets cached model lookups (an admin changed the catalog, a switch or a group). */
   invalidateCaches(): void {
     this.modelCache.clear();
+  }
+
+  /** `work`, counted among the unsettled until it ends. */
+  private track<T>(work: Promise<T>): Promise<T> {
+    this.unsettled.add(work);
+    const done = () => void this.unsettled.delete(work);
+    work.then(done, done);
+    return work;
+  }
+
+  /**
+   * Resolves once no synchronous request of this process holds credits it has not settled, or after
+   * `ms`: how many still do. For a stop, once the HTTP server has cut its connections: each cut
+   * request's client is gone, so its run settles what it delivered and releases the rest
+   * (ImageRunner.execute), which takes the database, still open until this resolves.
+   */
+  async settleRunning(ms: number): Promise<number> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), ms)));
+    try {
+      while (this.unsettled.size > 0) {
+        if ((await Promise.race([Promise.allSettled(this.unsettled), timeout])) === 'timeout') break;
+        // A hold that committed starts its run within the microtasks that follow (the handler's
+        // next call, `runSync`): one turn of the event loop later, nothing tracked is nothing left.
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    } finally {
+      clearTimeout(timer);
+    }
+    return this.unsettled.size;
   }
 
   /**
@@ -308,7 +343,7 @@ export class ImageService {
     // (JSON edits) and the files it names.
     const adopted = maskFileId ? [...inputFileIds, maskFileId] : inputFileIds;
     const first = route?.first;
-    const { outcome, task } = await this.deps.ledger
+    const holding = this.deps.ledger
       .holdAndInsertTask(
         { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted, inFlightCaps: inFlightCapsOf(auth) },
         {
@@ -344,6 +379,8 @@ export class ImageService {
         for (const file of saved) await this.deps.files.discard(file);
         throw err;
       });
+    // A synchronous hold is settled by this process's request (`runSync`): a stop waits for it from here.
+    const { outcome, task } = await (mode.async ? holding : this.track(holding));
     // Inputs stored for a task that was not created are removed.
     if (outcome !== 'ok') for (const file of saved) await this.deps.files.discard(file);
     // Deactivated or suspended since the request was authenticated: what authentication would answer now.
@@ -366,9 +403,13 @@ export class ImageService {
 
   /**
    * Runs a synchronous task inside its request, keeping the task's lease while it renders; `signal`
-   * aborts when the client goes away.
+   * aborts when the client goes away. Tracked until it has settled (`settleRunning`), from this call on.
    */
-  async runSync(task: StartedImageTask, sink: ImageSink, signal: AbortSignal, log: Logger, opts: Pick<ExecuteOptions, 'deliveredOnlyIfAllSent' | 'whileSettling'> = {}): Promise<ExecuteResult> {
+  runSync(task: StartedImageTask, sink: ImageSink, signal: AbortSignal, log: Logger, opts: Pick<ExecuteOptions, 'deliveredOnlyIfAllSent' | 'whileSettling'> = {}): Promise<ExecuteResult> {
+    return this.track(this.run(task, sink, signal, log, opts));
+  }
+
+  private async run(task: StartedImageTask, sink: ImageSink, signal: AbortSignal, log: Logger, opts: Pick<ExecuteOptions, 'deliveredOnlyIfAllSent' | 'whileSettling'>): Promise<ExecuteResult> {
     const lease = keepLease(this.deps.tasks.leases, fenceOf(task), this.deps.instanceId, this.deps.options.leaseMs, log, signal);
     try {
       return await this.deps.runner.execute(task, sink, lease.signal, log, {
