@@ -12,7 +12,8 @@
  * 720P and pro = 1080P, "an end frame alone is not supported", external_task_id unique per user).
  *
  *   POST {base}/v1/videos/{text2video|image2video|multi-image2video|omni-video}   create → task
- *   GET  {base}/v1/videos/{endpoint}/{task_id | external_task_id}                   query one
+ *   GET  {base}/v1/videos/{endpoint}/{task_id}                                      query one
+ *   GET  {base}/v1/videos/{endpoint}?external_task_id=                              query one by external id
  *   GET  {base}/v1/videos/{endpoint}?pageNum=&pageSize=                             list
  *   POST {base}/v1/images/generations, GET {base}/v1/images/generations/{id}       images
  *   GET  {cdn}/kcdn/{file}?x-expires=<ms>&sig=<hmac>                               outputs (another
@@ -52,16 +53,25 @@
  * answer to a duplicate is not documented; the table's invalid-parameter code; ASSUMPTION: one
  * namespace for videos and images, "单用户" being the user); it is kept on the task and echoed in
  * `task_info.external_task_id` by the create and every query. The single-task query of each
- * endpoint, images included, takes either the task id or the external_task_id in the path (the
- * documents' "与 external_task_id 二选一"; image-generation.md's query has the same pair), an id
- * neither is → 404 1203, and a task that failed risk control is answered 1301 with the task there
- * too. Content the "risk control" refuses at create: a prompt with `kling-block` → 400 1301.
+ * endpoint, images included, is by task id in the path or by external_task_id, "two ways to query,
+ * one or the other" (the documents' "与 external_task_id 二选一"; image-generation.md's query has
+ * the same pair). Where the external id goes the documents do not say plainly: `task_id` is the one
+ * they call a path parameter ("直接将值填写在请求路径中"), one copy lists both under the path
+ * parameters, and third-party clients send `?external_task_id=` (e.g. XingRay/keling-sdk's Kotlin
+ * client, an apidoc copy: "(Query Parameter)"); the official wording as copied by API resellers
+ * (doc.aimanyi.top api-386109649) says only of `task_id` that it goes in the path. ASSUMPTION: by default the fake takes it as a query parameter
+ * on the endpoint (`GET …/text2video?external_task_id=`), and in the path only the task id;
+ * `externalIdLookup: 'path'` is the other reading: the path takes either id, and the query
+ * parameter, unknown then, is ignored (the list is answered). An id that is no task → 404 1203
+ * (ASSUMPTION for an unknown external id: as for an unknown task id), and a task that failed risk
+ * control is answered 1301 with the task there too. Content the "risk control" refuses at create:
+ * a prompt with `kling-block` → 400 1301.
  *
  * Accounts: `accounts[]` of access and secret keys; `permitModels(ak, models)` limits the model
  * names an account may use (others → 403 1103); `setResourcePack(ak, 'exhausted')` answers every
  * create 429 1102 (queries keep working: ASSUMPTION, they cost nothing). Rate limits
- * (`rateLimitNext`) are 429 1302 with a `Retry-After` header when seconds are given (ASSUMPTION:
- * Kling documents no rate-limit header; `retryAfter: false` leaves it out).
+ * (`rateLimitNext`) are 429 1302 without a `Retry-After` header: Kling documents no rate-limit
+ * header (§6.6); `retryAfter: true` adds one of the seconds given (an edge that might).
  *
  * Tasks: `submitted` until `processingAfterMs`, `processing` until `jobDurationMs` (per prompt:
  * `durationFor`), then by prompt: `kling-risk` → failed under risk control, `kling-fail` →
@@ -148,6 +158,12 @@ export interface KlingFakeOptions {
   urlTtlMs?: number;
   /** Bytes of a video (default 32 KiB). */
   videoBytes?: number;
+  /**
+   * Where the single-task query takes an external_task_id: `query` (default: `?external_task_id=`
+   * on the endpoint; the path takes task ids only) or `path` (the path takes either; the query
+   * parameter is ignored and the list answered).
+   */
+  externalIdLookup?: 'query' | 'path';
 }
 
 export interface KlingFake extends FakeServer {
@@ -159,7 +175,7 @@ export interface KlingFake extends FakeServer {
   counts: Record<KlingRoute, number>;
   permitModels(accessKey: string, models: string[] | undefined): void;
   setResourcePack(accessKey: string, state: 'ok' | 'exhausted'): void;
-  /** The next `times` requests of `route` get 429 1302 (with `Retry-After: seconds` unless `retryAfter` is false). */
+  /** The next `times` requests of `route` get 429 1302 (with `Retry-After: seconds` only when `retryAfter` is true). */
   rateLimitNext(route: KlingRoute, seconds: number, opts?: { times?: number; retryAfter?: boolean; code?: 1302 | 1303 }): void;
   /** The next `times` requests of `route` get a 5xx (default 500 5000). */
   serverErrorNext(route: KlingRoute, status?: 500 | 503 | 504, times?: number): void;
@@ -312,6 +328,7 @@ export async function startKlingFake(options: KlingFakeOptions = {}): Promise<Kl
   const processingAfterMs = options.processingAfterMs ?? 50;
   const jobDurationMs = options.jobDurationMs ?? 300;
   const urlTtlMs = options.urlTtlMs ?? 3_600_000;
+  const externalIdLookup = options.externalIdLookup ?? 'query';
   const video = mp4Bytes(options.videoBytes ?? 32 * 1024);
   const signKey = randomBytes(16);
   const tasks = new Map<string, KlingFakeTask>();
@@ -638,13 +655,15 @@ export async function startKlingFake(options: KlingFakeOptions = {}): Promise<Kl
 
   function query(res: ServerResponse, recorded: RecordedRequest, accessKey: string, endpoint: KlingFakeTask['endpoint'], id: string | undefined): void {
     const mine = [...tasks.values()].filter((t) => t.accessKey === accessKey && t.endpoint === endpoint);
-    if (id === undefined) {
+    const external = externalIdLookup === 'query' && id === undefined ? recorded.query.get('external_task_id') : null;
+    if (id === undefined && external === null) {
       const page = Math.max(1, Number(recorded.query.get('pageNum') ?? 1));
       const size = Math.min(500, Math.max(1, Number(recorded.query.get('pageSize') ?? 30)));
       return ok(res, mine.reverse().slice((page - 1) * size, page * size).map((t) => taskData(t).data));
     }
-    const task = mine.find((t) => t.taskId === id) ?? mine.find((t) => t.externalTaskId === id);
-    if (!task) return answerError(res, new KlingError(1203, `task ${id} does not exist`));
+    const task =
+      external !== null ? mine.find((t) => t.externalTaskId === external) : (mine.find((t) => t.taskId === id) ?? (externalIdLookup === 'path' ? mine.find((t) => t.externalTaskId === id) : undefined));
+    if (!task) return answerError(res, new KlingError(1203, `task ${external ?? id} does not exist`));
     task.queries++;
     const { data, risk } = taskData(task);
     // Risk control: the failed task comes with its code, at HTTP 200 ([3P] new-api #3148).
@@ -673,7 +692,7 @@ export async function startKlingFake(options: KlingFakeOptions = {}): Promise<Kl
       else exhausted.delete(accessKey);
     },
     rateLimitNext(route: KlingRoute, seconds: number, opts: { times?: number; retryAfter?: boolean; code?: 1302 | 1303 } = {}) {
-      const headers: Record<string, string> = opts.retryAfter === false ? {} : { 'retry-after': String(seconds) };
+      const headers: Record<string, string> = opts.retryAfter === true ? { 'retry-after': String(seconds) } : {};
       const code = opts.code ?? 1302;
       const fault = route === 'cdn' ? { status: 429, body: {}, headers } : codeFault(code, 429, undefined, headers);
       server.faults.push(route, fault, opts.times ?? 1);

@@ -84,6 +84,10 @@ async function generate(key: string, text: string, background = false) {
   return { status: res.status, taskId: res.headers.get('x-task-id')!, body: (await res.json()) as Record<string, any> };
 }
 
+/** Lookups of an external id, in either form Kling may take it (`?external_task_id=`, or in the path). */
+const lookupsOf = (external: string, requests = fake.requests) =>
+  requests.filter((r) => r.method === 'GET' && (r.query.get('external_task_id') === external || r.path === `/v1/images/generations/${external}`));
+
 /** The Kling tasks created for a prompt: which account each is on. */
 const tasksOf = (text: string) => [...fake.tasks.values()].filter((t) => t.prompt === text);
 
@@ -119,10 +123,10 @@ describe('a synchronous Kling image request with two members', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const tasks = tasksOf(text);
     expect(tasks.map((t) => t.accessKey)).toEqual(['ak-a']);
-    // Sent with the gateway's task id as its external id, and looked up by it (the query takes it in place of the task id).
+    // Sent with the gateway's task id as its external id, and looked up by it (the query takes it instead of the task id).
     const external = tasks[0]!.externalTaskId!;
     expect(external).toBe(res.taskId);
-    expect(fake.requests.some((r) => r.method === 'GET' && r.path === `/v1/images/generations/${external}`)).toBe(true);
+    expect(lookupsOf(external).length).toBeGreaterThan(0);
     // Member b was never asked for anything.
     expect(new Set(fake.requests.slice(since).map((r) => keyOf(r.headers.authorization)))).toEqual(new Set(['ak-a']));
     expect(await holdOf(server.db, res.taskId)).toMatchObject({ status: 'captured' });
@@ -140,7 +144,7 @@ describe('a synchronous Kling image request with two members', () => {
     const tasks = tasksOf(text);
     expect(tasks.map((t) => t.accessKey)).toEqual(['ak-a']);
     const sent = fake.requests.slice(since).find((r) => r.method === 'POST')!;
-    const lookups = fake.requests.slice(since).filter((r) => r.method === 'GET' && r.path === `/v1/images/generations/${res.taskId}`);
+    const lookups = lookupsOf(res.taskId, fake.requests.slice(since));
     // Looked up before the task existed, and again after.
     expect(lookups[0]!.receivedAt).toBeLessThan(tasks[0]!.createdAt);
     expect(lookups.at(-1)!.receivedAt).toBeGreaterThanOrEqual(tasks[0]!.createdAt);
@@ -163,6 +167,8 @@ describe('a synchronous Kling image request with two members', () => {
     const key = await customer(true);
     const text = prompt('an invalid request');
     fake.errorNext('image-submit', 1201);
+    // Both forms of the lookup refused.
+    fake.errorNext('image-poll', 1200);
     fake.errorNext('image-poll', 1200);
     const res = await generate(key, text);
     expect([res.status, res.body.error?.code], JSON.stringify(res.body)).toEqual([400, 'upstream_rejected']);
@@ -215,7 +221,7 @@ describe('a background Kling image task', () => {
 });
 
 describe('the fake, after image-generation.md', () => {
-  it('keeps an image create\'s external_task_id unique per account and answers the single-task query by it', async () => {
+  it('keeps an image create\'s external_task_id unique per account and answers the single-task query by it (as a query parameter; the path takes the task id)', async () => {
     const tokens = new KlingTokens();
     const as = (ak: string): UpstreamAccount => ({ memberId: `mem_${ak}`, provider: 'kling', baseUrl: fake.url, credentials: { access_key: ak, secret_key: `sk-${ak.slice(3)}-secret` }, modelMap: {} });
     const signal = new AbortController().signal;
@@ -224,16 +230,18 @@ describe('the fake, after image-generation.md', () => {
       return klingCall<Record<string, any>>(tokens, as(ak), { method: 'POST', path: '/v1/images/generations', body: () => ({ body: text, length: Buffer.byteLength(text) }) }, signal, 'image generation');
     };
     const query = (ak: string, id: string) => klingCall<Record<string, any>>(tokens, as(ak), { method: 'GET', path: `/v1/images/generations/${id}` }, signal, 'image status');
+    const byExternalId = (ak: string, id: string) => klingCall<Record<string, any>>(tokens, as(ak), { method: 'GET', path: `/v1/images/generations?external_task_id=${id}` }, signal, 'image lookup');
     const external = `ext-${Date.now()}-${++seq}`;
     const first = await create('ak-a', external);
     expect([first.status, first.body?.code, first.body?.data?.task_info]).toEqual([200, 0, { external_task_id: external }]);
-    const byExternal = await query('ak-a', external);
+    const byExternal = await byExternalId('ak-a', external);
     expect([byExternal.body?.code, byExternal.body?.data?.task_id, byExternal.body?.data?.task_info]).toEqual([0, first.body!.data!.task_id, { external_task_id: external }]);
     expect((await query('ak-a', first.body!.data!.task_id)).body?.data?.task_info).toEqual({ external_task_id: external });
+    expect([(await query('ak-a', external)).status, (await query('ak-a', external)).body?.code]).toEqual([404, 1203]);
     const again = await create('ak-a', external);
     expect([again.status, again.body?.code]).toEqual([400, 1201]);
     // Another account's tasks are its own: the id is free there, and the first account's task unknown.
-    expect([(await query('ak-b', external)).status, (await query('ak-b', external)).body?.code]).toEqual([404, 1203]);
+    expect([(await byExternalId('ak-b', external)).status, (await byExternalId('ak-b', external)).body?.code]).toEqual([404, 1203]);
     expect((await create('ak-b', external)).body?.code).toBe(0);
   });
 });
@@ -302,7 +310,8 @@ describe('the adapter, once the task may exist', () => {
     await provider.generate(account(), { ...job(text), taskId }, new AbortController().signal, again);
     expect(tasksOf(text)).toHaveLength(1);
     expect([first.refs, again.refs]).toEqual([[tasks[0]!.taskId], [tasks[0]!.taskId]]);
-    expect(fake.requests.slice(since).filter((r) => r.method === 'GET')[0]!.path).toBe(`/v1/images/generations/${taskId}`);
+    const lookup = fake.requests.slice(since).filter((r) => r.method === 'GET')[0]!;
+    expect([lookup.path, lookup.query.get('external_task_id')]).toEqual(['/v1/images/generations', taskId]);
   });
 
   it('a refusal of a submit whose external_task_id Kling has no task for stands, blamed on the request', async () => {
@@ -319,6 +328,8 @@ describe('the adapter, once the task may exist', () => {
     const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
     const text = prompt('a refused submit, its lookup refused');
     fake.errorNext('image-submit', 1201);
+    // Both forms of the lookup refused.
+    fake.errorNext('image-poll', 1200);
     fake.errorNext('image-poll', 1200);
     const seen = events();
     const err = await failureOf(provider.generate(account(), { ...job(text), taskId: `img_refused_${Date.now()}_${++seq}` }, new AbortController().signal, seen));
@@ -422,7 +433,7 @@ describe('the adapter, once the task may exist', () => {
     const sent = fake.requests.slice(since).find((r) => r.method === 'POST')!;
     const external = (sent.json as { external_task_id: string }).external_task_id;
     const lookups = fake.requests.slice(since).filter((r) => r.method === 'GET');
-    expect(new Set(lookups.map((r) => r.path))).toEqual(new Set([`/v1/images/generations/${external}`]));
+    expect(lookupsOf(external, lookups)).toEqual(lookups);
     // Asked again, more and more slowly, the last time once the grace was over.
     expect(lookups.length).toBeGreaterThanOrEqual(3);
     expect(lookups.at(-1)!.receivedAt - sent.receivedAt).toBeGreaterThanOrEqual(LOOKUP_GRACE_MS - 50);
@@ -442,6 +453,8 @@ describe('the adapter, once the task may exist', () => {
     const provider = new KlingImageProvider({ pollIntervalMs: 50, callTimeoutMs: CALL_TIMEOUT_MS });
     const refused = prompt('a late submit, its lookup refused');
     fake.delayAnswerNext('image-submit', CALL_TIMEOUT_MS * 3);
+    // Both forms of the lookup refused.
+    fake.errorNext('image-poll', 1200);
     fake.errorNext('image-poll', 1200);
     const err = await failureOf(provider.generate(account(), job(refused), new AbortController().signal, events()));
     expect([err.kind, err.maybeAccepted]).toEqual(['retryable', true]);

@@ -228,7 +228,8 @@ describe('kling videos through the public API', () => {
 describe('kling members in the pool', () => {
   it('fails a 1302 rate limit over to the second member before the upstream accepted, cools the first, polls stick to the second, billed once', async () => {
     const c = await twoMembers();
-    fake.rateLimitNext('submit', 30);
+    // Kling documents no Retry-After; one an edge sends is the member's cooldown.
+    fake.rateLimitNext('submit', 30, { retryAfter: true });
     const created = await create(c.key);
     const { task } = await waitVideoFinished(server, c.key, created.body.id);
     expect(task.status).toBe('completed');
@@ -294,7 +295,7 @@ describe('kling members in the pool', () => {
     }
   });
 
-  it('never submits twice: a worker lost after Kling created the task resubmits with the same external_task_id, and the task Kling has is taken', async () => {
+  it('never submits twice: a worker lost after Kling created the task looks it up by its external_task_id on the resubmit, and the task Kling has is taken', async () => {
     const c = await customer();
     fake.delayAnswerNext('submit', 2_000);
     const created = await create(c.key);
@@ -303,8 +304,10 @@ describe('kling members in the pool', () => {
     await loseTheWorker(created.body.id);
     const { task } = await waitVideoFinished(server, c.key, created.body.id);
     expect(task.status).toBe('completed');
+    // The resubmit found the task before creating anything.
     const submits = fake.requests.filter((r) => r.method === 'POST' && (r.json as Json)?.external_task_id === created.body.id);
-    expect(submits).toHaveLength(2);
+    expect(submits).toHaveLength(1);
+    expect(fake.requests.some((r) => r.method === 'GET' && r.query.get('external_task_id') === created.body.id && r.receivedAt > submits[0]!.receivedAt)).toBe(true);
     expect([...fake.tasks.values()].filter((t) => t.externalTaskId === created.body.id)).toHaveLength(1);
     const entries = await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', created.body.id).orderBy('id').execute();
     expect(entries.map((e) => e.kind)).toEqual(['hold', 'capture']);
@@ -315,20 +318,39 @@ describe('kling members in the pool', () => {
     fake.delayAnswerNext('submit', 2_000);
     const created = await create(c.key);
     await until(() => [...fake.tasks.values()].some((t) => t.externalTaskId === created.body.id), 10_000, 'the task at Kling');
-    // The lookup after the refused resubmit is the next query Kling gets: rate-limited.
+    // The resubmit's lookup is the next query Kling gets: rate-limited.
     fake.rateLimitNext('poll', 1);
     await loseTheWorker(created.body.id);
     const { task } = await waitVideoFinished(server, c.key, created.body.id);
     expect(task.status).toBe('completed');
-    // The rate-limited lookup, then the one that found the task.
-    const lookups = fake.requests.filter((r) => r.method === 'GET' && r.path.endsWith(`/${created.body.id}`));
+    // The rate-limited lookup, then the one that found the task; nothing created again.
+    const lookups = fake.requests.filter((r) => r.method === 'GET' && r.query.get('external_task_id') === created.body.id);
     expect(lookups.length).toBeGreaterThanOrEqual(2);
+    expect(new Set(lookups.map((r) => keyOf(r.headers.authorization)))).toEqual(new Set(['ak-a']));
     const submits = fake.requests.filter((r) => r.method === 'POST' && (r.json as Json)?.external_task_id === created.body.id);
-    expect(submits.length).toBeGreaterThanOrEqual(3);
-    expect(new Set(submits.map((r) => keyOf(r.headers.authorization)))).toEqual(new Set(['ak-a']));
+    expect(submits).toHaveLength(1);
     expect([...fake.tasks.values()].filter((t) => t.externalTaskId === created.body.id)).toHaveLength(1);
     const entries = await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', created.body.id).orderBy('id').execute();
     expect(entries.map((e) => e.kind)).toEqual(['hold', 'capture']);
+  });
+
+  it('a resubmit whose create Kling would refuse first for the resource pack the first task used up (1102) takes the task Kling has: completed, billed once', async () => {
+    const c = await customer();
+    fake.delayAnswerNext('submit', 2_000);
+    const created = await create(c.key);
+    await until(() => [...fake.tasks.values()].some((t) => t.externalTaskId === created.body.id), 10_000, 'the task at Kling');
+    fake.setResourcePack('ak-a', 'exhausted');
+    try {
+      await loseTheWorker(created.body.id);
+      const { task } = await waitVideoFinished(server, c.key, created.body.id);
+      expect(task.status).toBe('completed');
+      expect(fake.requests.filter((r) => r.method === 'POST' && (r.json as Json)?.external_task_id === created.body.id)).toHaveLength(1);
+      expect([...fake.tasks.values()].filter((t) => t.externalTaskId === created.body.id)).toHaveLength(1);
+      const entries = await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', created.body.id).orderBy('id').execute();
+      expect(entries.map((e) => e.kind)).toEqual(['hold', 'capture']);
+    } finally {
+      fake.setResourcePack('ak-a', 'ok');
+    }
   });
 
   it('renews the member\'s JWT while a job runs: several tokens, each received before its exp, none refused', async () => {

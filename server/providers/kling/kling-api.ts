@@ -146,9 +146,20 @@ export async function klingCall<T>(tokens: KlingTokens, account: UpstreamAccount
   }
 }
 
-/** Kling says it has no such task (1203, or a 404 of something without its envelope). */
+/**
+ * Kling says it has no such task: code 1203 in its envelope. A 404 without the envelope is not
+ * Kling's answer (an edge's error or maintenance page in front of it) and says nothing of the task.
+ */
 export function isUnknownTask(err: ProviderError): boolean {
-  return err.upstreamCode === '1203' || (err.upstreamCode === undefined && err.upstreamStatus === 404);
+  return err.upstreamCode === '1203';
+}
+
+/**
+ * The failure of a status call of a task Kling took. A 404 without Kling's envelope passes: the
+ * task is not gone for it (isUnknownTask), and the member's address served the task's create.
+ */
+export function statusCallError(err: ProviderError): ProviderError {
+  return err.upstreamCode === undefined && err.upstreamStatus === 404 ? err.with({ kind: 'retryable' }) : err;
 }
 
 /**
@@ -163,15 +174,52 @@ export function isUnknownTask(err: ProviderError): boolean {
 export type KlingLookup = { state: 'found'; taskId: string } | { state: 'unknown' | 'absent' | 'failed'; error: ProviderError };
 
 /**
+ * Where a single-task query takes the external id. Kling's documents name `task_id` a path
+ * parameter and `external_task_id` the other of "two ways to query" without saying where it goes;
+ * third-party clients send it as a query parameter (`GET …/text2video?external_task_id=`), and one
+ * copy of the documents lists it with the path parameters. Either may be the one Kling takes.
+ */
+type LookupForm = 'query' | 'path';
+
+/**
+ * A lookup's failure that hides what Kling has: one in passing (429, 5xx, no answer) or the
+ * member's own (its credentials, its account), which the other form would meet too. Any other
+ * failure refuses the lookup as a request (1200/1201, 1202, a 404 without the envelope, a
+ * redirect): that form is not one Kling takes.
+ */
+export function lookupBlocked(err: ProviderError): boolean {
+  return err.transient || err.kind === 'auth' || err.kind === 'account_disabled' || err.kind === 'quota_exhausted' || err.kind === 'model_not_open';
+}
+
+/**
  * Looks up the task created with `externalId` under `collection` (`/v1/images/generations`,
- * `/v1/videos/<endpoint>`): Kling's single-task query takes the external id where the task id
- * goes. Throws only when `signal` ended the call (the lease lost, the worker stopping): that is not
- * the lookup's failure.
+ * `/v1/videos/<endpoint>`): first with the external id as a query parameter, then, unless that
+ * found the task or was blocked (`lookupBlocked`: asked later), with it in the path. An API that
+ * does not know one form answers it as something else (the list, ignoring the parameter; a task id
+ * it has not got), so the more telling answer of the two stands: the task found, then a blocked
+ * lookup (what it hides may be the task), then Kling's "no such task", then an answer without the
+ * task, then a refusal. Throws only when `signal` ended the call (the lease lost, the worker
+ * stopping): that is not the lookup's failure.
  */
 export async function lookUpExternalId(tokens: KlingTokens, account: UpstreamAccount, collection: string, externalId: string, signal: AbortSignal, what: string, timeoutMs?: number): Promise<KlingLookup> {
+  const byQuery = await lookUpBy('query', tokens, account, collection, externalId, signal, what, timeoutMs);
+  if (rankOf(byQuery) <= 1) return byQuery;
+  const inPath = await lookUpBy('path', tokens, account, collection, externalId, signal, what, timeoutMs);
+  return rankOf(inPath) <= rankOf(byQuery) ? inPath : byQuery;
+}
+
+/** How much a lookup's answer tells (lower: more): found 0, blocked 1, unknown 2, absent 3, refused 4. */
+function rankOf(lookup: KlingLookup): number {
+  if (lookup.state === 'found') return 0;
+  if (lookup.state === 'failed') return lookupBlocked(lookup.error) ? 1 : 4;
+  return lookup.state === 'unknown' ? 2 : 3;
+}
+
+async function lookUpBy(form: LookupForm, tokens: KlingTokens, account: UpstreamAccount, collection: string, externalId: string, signal: AbortSignal, what: string, timeoutMs?: number): Promise<KlingLookup> {
+  const path = form === 'query' ? `${collection}?external_task_id=${encodeURIComponent(externalId)}` : `${collection}/${encodeURIComponent(externalId)}`;
   let answer: KlingAnswer<{ task_id?: unknown; task_info?: { external_task_id?: unknown } }>;
   try {
-    answer = await klingCall(tokens, account, { method: 'GET', path: `${collection}/${encodeURIComponent(externalId)}`, timeoutMs }, signal, what);
+    answer = await klingCall(tokens, account, { method: 'GET', path, timeoutMs }, signal, what);
   } catch (err) {
     if (signal.aborted) throw err;
     return { state: 'failed', error: asProviderError(err, `the upstream ${what} failed`) };

@@ -16,7 +16,7 @@
  *     rate limit, a status word not known) is asked again until `timeoutMs`, honouring Retry-After,
  *     as the queued image upstreams are (kit/queued-images.ts); any other failure once the task
  *     exists, and the deadline itself, is thrown as `maybeAccepted` (the runner does not move it to
- *     another member); Kling saying it has no such task (1203, or a 404 without its envelope) fails
+ *     another member); Kling saying it has no such task (1203 in its envelope; a bare 404 passes) fails
  *     it (`failed`: nothing runs, and a resumed task's next try starts afresh), as for videos;
  *   - a failure once the task exists that does not end it (a status call that keeps failing, the
  *     deadline, an image the CDN fails to serve in passing) is thrown as `jobKept` too: the task
@@ -24,10 +24,11 @@
  *     `events.submitted`) instead of paying for another. Not so the task's own end: it failed, Kling
  *     no longer knows it, or its images' links are gone;
  *   - the submit's `external_task_id` is the gateway's task id (`ImageJob.taskId`), the same on every
- *     try: Kling keeps it unique per account, and its single-task query takes it in place of the task
- *     id (image-generation.md). A submit Kling refuses as an invalid parameter (how it answers an id
- *     it has: a try of this task that stopped before recording its task, or a failover to a member
- *     on the same account) is looked up by it, once (twice after a lookup failing in passing): found,
+ *     try: Kling keeps it unique per account, and its single-task query takes it instead of the task
+ *     id (image-generation.md; asked as a query parameter, then in the path: `lookUpExternalId`).
+ *     A submit Kling refuses as an invalid parameter (how it answers an id it has: a try of this
+ *     task that stopped before recording its task, or a failover to a member on the same account)
+ *     is looked up by it, once (twice after a lookup failing in passing): found,
  *     that task is this one's and is collected; anything else, the refusal stands, blamed on the
  *     request (it answered this create: nothing is on its way from it). Such an earlier task found
  *     gone (Kling no longer knows it, or its images' links answer 403/404/410: a try gave it up, and
@@ -59,7 +60,7 @@ import { ProviderError, asProviderError, downloadWithRetries, jobStatus, keptJob
 import type { ImageEvents, ImageJob, ImageProvider, UpstreamAccount } from '../kit.ts';
 import { UPSTREAM_TIMEOUT_MS } from '../upstream-http.ts';
 import { KlingTokens } from './kling-auth.ts';
-import { isUnknownTask, klingCall, lookUpExternalId, outcomeOf, possiblyAccepted, type KlingOutcome } from './kling-api.ts';
+import { isUnknownTask, klingCall, lookUpExternalId, outcomeOf, possiblyAccepted, statusCallError, type KlingOutcome } from './kling-api.ts';
 
 export const KLING_IMAGE_POLL_MS = 2_000;
 export const KLING_IMAGE_TIMEOUT_MS = 600_000;
@@ -299,7 +300,7 @@ export class KlingImageProvider implements ImageProvider {
       if (isUnknownTask(outcome.error)) {
         return { state: 'failed', error: new ProviderError('failed', 'the upstream no longer knows this image task', { upstreamStatus: outcome.error.upstreamStatus, upstreamCode: outcome.error.upstreamCode }) };
       }
-      throw outcome.error;
+      throw statusCallError(outcome.error);
     }
     const task = outcome.data;
     // An unknown word throws (retryable): asked again, never guessed.
@@ -313,7 +314,7 @@ export class KlingImageProvider implements ImageProvider {
     return { state, urls: images.map((img) => img.url) };
   }
 
-  /** The single-task query; `id` is the task id or the external_task_id (Kling takes either in the path). */
+  /** The single-task query of a task by its id. */
   private async query(account: UpstreamAccount, id: string, signal: AbortSignal, what: string): Promise<KlingOutcome<KlingImageTask>> {
     const answer = await klingCall<KlingImageTask>(this.tokens, account, { method: 'GET', path: `${IMAGE_TASKS}/${encodeURIComponent(id)}`, timeoutMs: this.callTimeoutMs }, signal, what);
     return outcomeOf(answer, what);

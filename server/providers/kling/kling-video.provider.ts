@@ -29,13 +29,21 @@
  * The saved job id is `<endpoint>/<task_id>`: a poll goes to `GET /v1/videos/<endpoint>/<task_id>`,
  * where the task lives, whatever the catalog or the member's model map say by then.
  *
- * No double submit: `external_task_id` is unique per Kling account, so a resubmit after a crash is
- * refused (1201); a refused submit looks the task up by its external id (Kling's query takes it in
- * the path) and, if the first submit went through, answers its task id instead of the refusal (even
- * a task that failed risk control: its poll says why). Only a lookup that finds no such task
- * (1203/404) lets the refusal stand; a lookup that fails otherwise (429, 5xx, no answer) is thrown,
+ * No double submit: every submit first looks the task up by its external id (`lookUpExternalId`:
+ * as a query parameter, then in the path; a VideoJob does not say whether it is a resubmit) and,
+ * when an earlier submit's answer was lost (a crash, a timeout) but Kling made the task, answers
+ * that task's id without creating anything (even a task that failed risk control: its poll says
+ * why). Only then is the task created: Kling's answer to a second create with a taken
+ * external_task_id is not documented, and a resubmit refused for another reason first (1102: the
+ * pack the first task used up; 1303: the concurrency it holds) would never have looked. A lookup
+ * that fails in passing or for the member (429, 5xx, no answer, credentials, the account) is thrown
+ * as it is, never as the client's refusal: no create was sent (the runner resubmits to the same
+ * member anyway, and a first submit may go to another); one Kling refuses as a request (neither
+ * form known to it) lets the create go ahead as before. A create refused as an invalid parameter is
+ * looked up once more (a create still under way at the first look, carried out since, is refused
+ * as a duplicate: ASSUMPTION, 1201): found, its id is answered; a lookup that fails is thrown,
  * marked as possibly accepted, so the runner asks the same member again rather than failing the
- * task while Kling runs it (or running it on another member too).
+ * task while Kling runs it; only Kling's "no such task" lets the refusal stand.
  *
  *   poll      `submitted | processing` → running, `succeed` → the first video's `url`,
  *             `failed` → `task_status_msg` as the reason; an answer with an error code and the
@@ -50,7 +58,7 @@ import sharp from 'sharp';
 import { Base64Source, ProviderError, downloadOutput, inlineBase64, jobStatus, jsonStream, kindOfStatus, retryAfterMs, sanitizeMessage, shapeOf } from '../kit.ts';
 import type { MediaInput, UpstreamAccount, UpstreamResponse, VideoContent, VideoJob, VideoOutputRef, VideoProvider, VideoShape, VideoStatus } from '../kit.ts';
 import { KlingTokens } from './kling-auth.ts';
-import { isUnknownTask, klingCall, lookUpExternalId, outcomeOf, possiblyAccepted, type KlingCall } from './kling-api.ts';
+import { isUnknownTask, klingCall, lookUpExternalId, lookupBlocked, outcomeOf, possiblyAccepted, statusCallError, type KlingCall } from './kling-api.ts';
 
 /** Kling jobs take minutes; its docs show no interval. */
 export const KLING_VIDEO_POLL_MS = 10_000;
@@ -111,7 +119,7 @@ export interface KlingVideoOptions {
 
 export class KlingVideoProvider implements VideoProvider {
   readonly pollIntervalMs: number;
-  /** A resubmit is refused as a duplicate of its external_task_id and answered with the earlier task. */
+  /** A resubmit finds the task an earlier submit made by its external_task_id and answers it. */
   readonly findsEarlierSubmit = true;
   private readonly tokens: KlingTokens;
 
@@ -142,14 +150,16 @@ export class KlingVideoProvider implements VideoProvider {
     // Kling 2.6 renders a first and last frame only silent (its capability map).
     if (name === 'kling-v2-6' && job.lastFrame && job.generateAudio) throw new ProviderError('invalid_request', 'Kling 2.6 renders a first and last frame only without audio; send generate_audio false or no last frame');
     const endpoint = endpointOf(job.model, shapeOf(job));
+    const earlier = await this.earlierTask(account, endpoint, job.taskId, signal);
+    if (earlier) return `${endpoint}/${earlier}`;
     const inputs = await inputsOf(job);
     const fields = bodyOf(endpoint, name, mode, job, inputs);
     const call: KlingCall = { method: 'POST', path: `/v1/videos/${endpoint}`, body: () => jsonStream(fields) };
     const answer = await klingCall<KlingTask>(this.tokens, account, call, signal, 'video submit');
     const outcome = outcomeOf(answer, 'video submit');
     if (!outcome.ok) {
-      // A refused resubmit of a task whose first submit went through (its external_task_id is
-      // taken): the task that exists is this task's.
+      // A create Kling was still carrying out when it was looked for may have made the task since
+      // (its external_task_id taken): the task that exists is this task's.
       if (outcome.error.kind === 'invalid_request') {
         const existing = await this.findByExternalId(account, endpoint, job.taskId, signal);
         if (existing) return `${endpoint}/${existing}`;
@@ -172,7 +182,7 @@ export class KlingVideoProvider implements VideoProvider {
       if (isUnknownTask(outcome.error)) {
         return { state: 'failed', error: new ProviderError('failed', 'the upstream no longer knows this video task', { upstreamStatus: answer.status, upstreamCode: outcome.error.upstreamCode }) };
       }
-      throw outcome.error;
+      throw statusCallError(outcome.error);
     }
     const task = outcome.data;
     switch (status(task?.task_status)) {
@@ -195,9 +205,26 @@ export class KlingVideoProvider implements VideoProvider {
   }
 
   /**
-   * The task id of the task created with `externalId` on `endpoint`; undefined only when Kling says
-   * there is no such task. Any other failure of the lookup is thrown: the refusal it follows may be
-   * of a duplicate, so the task may be running there (`maybeAccepted`: asked again on this member).
+   * The task an earlier submit of this task created (its answer lost), or undefined when Kling has
+   * none or refuses both forms of the lookup as a request (no retry changes that: the create goes
+   * ahead as before lookups; Kling's refusal of a taken external_task_id, and the lookup after it,
+   * still stand guard). A blocked lookup (`lookupBlocked`) is thrown as it is: no create was sent,
+   * so only what the lookup's own answer says (a 2xx that cannot be read, a timeout) marks it as
+   * maybe accepted; a 429 or 5xx lets a first submit go to another member, and a resubmit is asked
+   * of this member again whatever it throws (VideoRunner).
+   */
+  private async earlierTask(account: UpstreamAccount, endpoint: KlingVideoEndpoint, externalId: string, signal: AbortSignal): Promise<string | undefined> {
+    const found = await lookUpExternalId(this.tokens, account, `/v1/videos/${endpoint}`, externalId, signal, 'video lookup');
+    if (found.state === 'found') return found.taskId;
+    if (found.state === 'failed' && lookupBlocked(found.error)) throw found.error;
+    return undefined;
+  }
+
+  /**
+   * The task id of the task created with `externalId` on `endpoint`, after Kling refused its create;
+   * undefined only when Kling says there is no such task. Any other failure of the lookup is thrown:
+   * the refusal it follows may be of a duplicate, so the task may be running there
+   * (`maybeAccepted`: asked again on this member).
    */
   private async findByExternalId(account: UpstreamAccount, endpoint: KlingVideoEndpoint, externalId: string, signal: AbortSignal): Promise<string | undefined> {
     const found = await lookUpExternalId(this.tokens, account, `/v1/videos/${endpoint}`, externalId, signal, 'video lookup');
