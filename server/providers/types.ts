@@ -213,6 +213,12 @@ export interface VideoJob {
    * no answer does not run later, billed, for a client already refunded.
    */
   deadline?: Date;
+  /**
+   * An earlier submit of this task may have reached this member without its answer reaching the
+   * gateway: an adapter that can find the job that submit made (`findsEarlierSubmit`) looks for
+   * it before it creates another.
+   */
+  resubmit?: boolean;
 }
 
 /** What decides whether an upstream's wire format can express a video request at all. */

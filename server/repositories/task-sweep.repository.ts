@@ -11,7 +11,7 @@ import type { VideoTaskRow } from './video-task.repository.ts';
 export class TaskSweepRepository {
   constructor(private readonly db: Kysely<DB>) {}
 
-  /** Claims up to `limit` unfinished video tasks past their deadline and not leased (oldest first). */
+  /** Claims up to `limit` unfinished video tasks past their deadline and not leased (the oldest ones; returned in no particular order). */
   async claimOverdueVideos(owner: string, leaseMs: number, limit: number): Promise<VideoTaskRow[]> {
     const { rows } = await sql<VideoTaskRow>`
       update video_tasks t
@@ -27,7 +27,7 @@ export class TaskSweepRepository {
     return rows;
   }
 
-  /** Claims up to `limit` processing image tasks older than `lifetimeSeconds` and not leased (oldest first). */
+  /** Claims up to `limit` processing image tasks older than `lifetimeSeconds` and not leased (the oldest ones; returned in no particular order). */
   async claimOverdueImages(owner: string, leaseMs: number, lifetimeSeconds: number, limit: number): Promise<ImageTaskRow[]> {
     const { rows } = await sql<ImageTaskRow>`
       update image_tasks t

@@ -11,7 +11,7 @@ import type { VideoProvider } from '../../server/providers/types.ts';
 import { StorageUnavailable } from '../../server/storage/storage-error.ts';
 import { createAccount, createApiKey, createGroup, createMember, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
-import { waitVideoFinished } from '../support/tasks.ts';
+import { until, waitVideoFinished } from '../support/tasks.ts';
 
 /** Each submit: the member it went to and the task. A prompt's words script its submits' answers. */
 const submits: { memberId: string; taskId: string }[] = [];
@@ -32,6 +32,9 @@ const provider: VideoProvider = {
     // The media store failing while an input is read into the body (upstreamFetch throws it as it is).
     if (nth >= 2 && nth <= 3 && job.prompt.includes('store fails')) throw new StorageUnavailable('input/ab/file', Object.assign(new Error('S3 answered 503 SlowDown'), { code: 'SlowDown' }));
     if (nth === 2 && job.prompt.includes('then busy')) throw new ProviderError('rate_limited', 'the upstream is busy', { retryAfterMs: 10 });
+    if (nth === 1 && job.prompt.includes('store down')) throw new StorageUnavailable('input/ab/file', Object.assign(new Error('S3 answered 503 SlowDown'), { code: 'SlowDown' }));
+    // What a statement of the step meets when PostgreSQL restarts (an admin shutdown of the session).
+    if (nth === 1 && job.prompt.includes('database gone')) throw Object.assign(new Error('terminating connection due to administrator command'), { severity: 'FATAL', code: '57P01' });
     return `job-${job.taskId}-${submits.length}`;
   },
   poll: async () => ({ state: 'succeeded', output: {} }),
@@ -123,6 +126,23 @@ describe('a video submit without an answer', () => {
     const mine = submits.filter((s) => s.taskId === id);
     expect(mine).toHaveLength(4);
     expect(new Set(mine.map((s) => s.memberId)).size).toBe(1);
+  });
+
+  it('leaves a media store failure as the gateway\'s own (its last error names the store, not the provider) and retries', async () => {
+    const { key } = await twoMemberCustomer();
+    const id = await create(key, 'the store down at first');
+    const { task } = await waitVideoFinished(server, key, id);
+    expect(task.status).toBe('completed');
+    const row = await server.db.selectFrom('videoTasks').select('lastError').where('id', '=', id).executeTakeFirstOrThrow();
+    expect(row.lastError).toBe('The media store cannot be written.');
+  });
+
+  it('does not count an unreachable database as the task\'s failure: the step stops and resumes after its lease', async () => {
+    const { key } = await twoMemberCustomer();
+    const id = await create(key, 'the database gone at first');
+    await until(() => server.logs.some((l) => l.includes(id) && l.includes('the database is unavailable')), 10_000, 'the step to stop');
+    const row = await server.db.selectFrom('videoTasks').select(['lastError', 'retries', 'upstreamJobId']).where('id', '=', id).executeTakeFirstOrThrow();
+    expect(row).toEqual({ lastError: null, retries: 0, upstreamJobId: null });
   });
 
   it('goes on resubmitting where the adapter finds an earlier submit\'s job (no second job can start)', async () => {

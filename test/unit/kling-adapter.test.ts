@@ -333,17 +333,18 @@ describe('kling resubmit after a lost answer (external_task_id taken)', () => {
   it('a lookup that is rate-limited, fails (5xx) or gets no answer is thrown as transient, never as a refusal, and nothing is created; the next resubmit finds the task', async () => {
     const j = job();
     const first = await provider.submit(account(), j, never);
+    const again = { ...j, resubmit: true };
     fake.rateLimitNext('poll', 2, { retryAfter: true });
-    const limited = await providerErrorOf(provider.submit(account(), j, never));
+    const limited = await providerErrorOf(provider.submit(account(), again, never));
     expect([limited.kind, limited.retryAfterMs]).toEqual(['rate_limited', 2000]);
     fake.serverErrorNext('poll', 503);
-    const down = await providerErrorOf(provider.submit(account(), j, never));
+    const down = await providerErrorOf(provider.submit(account(), again, never));
     expect([down.kind, down.upstreamCode]).toEqual(['retryable', '5001']);
     fake.faults.push('poll', { destroy: true });
-    const lost = await providerErrorOf(provider.submit(account(), j, never));
+    const lost = await providerErrorOf(provider.submit(account(), again, never));
     expect(lost.kind).toBe('retryable');
     expect(fake.requests.filter((r) => r.method === 'POST' && (r.json as { external_task_id?: string }).external_task_id === j.taskId)).toHaveLength(1);
-    expect(await provider.submit(account(), j, never)).toBe(first);
+    expect(await provider.submit(account(), again, never)).toBe(first);
     expect([...fake.tasks.values()].filter((t) => t.externalTaskId === j.taskId)).toHaveLength(1);
   });
 

@@ -53,7 +53,7 @@ describe('a resubmit after a lost answer', () => {
     const fake = fakeOf();
     const j = job();
     const first = await provider.submit(account(fake), j, never);
-    const again = await provider.submit(account(fake), j, never);
+    const again = await provider.submit(account(fake), { ...j, resubmit: true }, never);
     expect(again).toBe(first);
     expect([tasksOf(fake, j).length, createsOf(fake, j).length]).toEqual([1, 1]);
   });
@@ -62,7 +62,7 @@ describe('a resubmit after a lost answer', () => {
     const j = job();
     await provider.submit(account(byQuery), j, never);
     const since = byQuery.requests.length;
-    await provider.submit(account(byQuery), j, never);
+    await provider.submit(account(byQuery), { ...j, resubmit: true }, never);
     const asked = byQuery.requests.slice(since);
     expect(asked.map((r) => [r.method, r.path, r.query.get('external_task_id')])).toEqual([['GET', '/v1/videos/text2video', j.taskId]]);
   });
@@ -73,7 +73,7 @@ describe('a resubmit after a lost answer', () => {
     const first = await provider.submit(account(fake, 'ak-pack'), j, never);
     fake.setResourcePack('ak-pack', 'exhausted');
     try {
-      expect(await provider.submit(account(fake, 'ak-pack'), j, never)).toBe(first);
+      expect(await provider.submit(account(fake, 'ak-pack'), { ...j, resubmit: true }, never)).toBe(first);
       expect(createsOf(fake, j)).toHaveLength(1);
     } finally {
       fake.setResourcePack('ak-pack', 'ok');
@@ -86,7 +86,7 @@ describe('a resubmit after a lost answer', () => {
     const first = await provider.submit(account(fake), j, never);
     fake.rateLimitNext('submit', 5, { code: 1303 });
     try {
-      expect(await provider.submit(account(fake), j, never)).toBe(first);
+      expect(await provider.submit(account(fake), { ...j, resubmit: true }, never)).toBe(first);
       expect(createsOf(fake, j)).toHaveLength(1);
     } finally {
       fake.faults.clear();
@@ -98,32 +98,45 @@ describe('a resubmit after a lost answer', () => {
     const j = job();
     const first = await provider.submit(account(fake), j, never);
     fake.rateLimitNext('poll', 2);
-    const limited = await providerErrorOf(provider.submit(account(fake), j, never));
+    const again = { ...j, resubmit: true };
+    const limited = await providerErrorOf(provider.submit(account(fake), again, never));
     expect([limited.kind, limited.upstreamCode]).toEqual(['rate_limited', '1302']);
     fake.serverErrorNext('poll', 503);
-    const down = await providerErrorOf(provider.submit(account(fake), j, never));
+    const down = await providerErrorOf(provider.submit(account(fake), again, never));
     expect([down.kind, down.upstreamCode]).toEqual(['retryable', '5001']);
     fake.errorNext('poll', 1000);
-    const refused = await providerErrorOf(provider.submit(account(fake), j, never));
+    const refused = await providerErrorOf(provider.submit(account(fake), again, never));
     expect([refused.kind, refused.upstreamCode]).toEqual(['auth', '1000']);
     expect(createsOf(fake, j)).toHaveLength(1);
-    expect(await provider.submit(account(fake), j, never)).toBe(first);
+    expect(await provider.submit(account(fake), again, never)).toBe(first);
   });
 });
 
 describe('a first submit', () => {
   const provider = new KlingVideoProvider();
 
-  it('creates the task once Kling says it has none under either form of the lookup', async () => {
+  it('creates the task at once: no earlier submit can have made it, so nothing is looked up', async () => {
     const j = job();
+    const since = byQuery.requests.length;
+    const jobId = await provider.submit(account(byQuery), j, never);
+    expect(tasksOf(byQuery, j).map((t) => `text2video/${t.taskId}`)).toEqual([jobId]);
+    expect(byQuery.requests.slice(since).map((r) => r.method)).toEqual(['POST']);
+  });
+});
+
+describe('a resubmit whose earlier submit made nothing', () => {
+  const provider = new KlingVideoProvider();
+
+  it('creates the task once Kling says it has none under either form of the lookup', async () => {
+    const j = { ...job(), resubmit: true };
     const since = byQuery.requests.length;
     const jobId = await provider.submit(account(byQuery), j, never);
     expect(tasksOf(byQuery, j).map((t) => `text2video/${t.taskId}`)).toEqual([jobId]);
     expect(byQuery.requests.slice(since).map((r) => r.method)).toEqual(['GET', 'GET', 'POST']);
   });
 
-  it('whose lookup fails in passing creates nothing and is not maybe accepted: nothing was sent, another member may take it', async () => {
-    const j = job();
+  it('whose lookup fails in passing creates nothing and is not maybe accepted by the adapter', async () => {
+    const j = { ...job(), resubmit: true };
     byQuery.serverErrorNext('poll', 500);
     const err = await providerErrorOf(provider.submit(account(byQuery), j, never));
     expect([err.kind, err.maybeAccepted]).toEqual(['retryable', false]);
@@ -131,7 +144,7 @@ describe('a first submit', () => {
   });
 
   it('creates the task when Kling refuses both forms of the lookup as a request (no retry would change that)', async () => {
-    const j = job();
+    const j = { ...job(), resubmit: true };
     byQuery.errorNext('poll', 1201);
     byQuery.errorNext('poll', 1202);
     const jobId = await provider.submit(account(byQuery), j, never);

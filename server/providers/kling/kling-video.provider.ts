@@ -29,8 +29,8 @@
  * The saved job id is `<endpoint>/<task_id>`: a poll goes to `GET /v1/videos/<endpoint>/<task_id>`,
  * where the task lives, whatever the catalog or the member's model map say by then.
  *
- * No double submit: every submit first looks the task up by its external id (`lookUpExternalId`:
- * as a query parameter, then in the path; a VideoJob does not say whether it is a resubmit) and,
+ * No double submit: a resubmit (`VideoJob.resubmit`: an earlier submit's answer never came) first
+ * looks the task up by its external id (`lookUpExternalId`: as a query parameter, then in the path) and,
  * when an earlier submit's answer was lost (a crash, a timeout) but Kling made the task, answers
  * that task's id without creating anything (even a task that failed risk control: its poll says
  * why). Only then is the task created: Kling's answer to a second create with a taken
@@ -150,7 +150,8 @@ export class KlingVideoProvider implements VideoProvider {
     // Kling 2.6 renders a first and last frame only silent (its capability map).
     if (name === 'kling-v2-6' && job.lastFrame && job.generateAudio) throw new ProviderError('invalid_request', 'Kling 2.6 renders a first and last frame only without audio; send generate_audio false or no last frame');
     const endpoint = endpointOf(job.model, shapeOf(job));
-    const earlier = await this.earlierTask(account, endpoint, job.taskId, signal);
+    // A resubmit first asks for the task an earlier submit may have made (a first submit has none).
+    const earlier = job.resubmit ? await this.earlierTask(account, endpoint, job.taskId, signal) : undefined;
     if (earlier) return `${endpoint}/${earlier}`;
     const inputs = await inputsOf(job);
     const fields = bodyOf(endpoint, name, mode, job, inputs);
@@ -210,8 +211,7 @@ export class KlingVideoProvider implements VideoProvider {
    * ahead as before lookups; Kling's refusal of a taken external_task_id, and the lookup after it,
    * still stand guard). A blocked lookup (`lookupBlocked`) is thrown as it is: no create was sent,
    * so only what the lookup's own answer says (a 2xx that cannot be read, a timeout) marks it as
-   * maybe accepted; a 429 or 5xx lets a first submit go to another member, and a resubmit is asked
-   * of this member again whatever it throws (VideoRunner).
+   * maybe accepted; a resubmit is asked of this member again whatever it throws (VideoRunner).
    */
   private async earlierTask(account: UpstreamAccount, endpoint: KlingVideoEndpoint, externalId: string, signal: AbortSignal): Promise<string | undefined> {
     const found = await lookUpExternalId(this.tokens, account, `/v1/videos/${endpoint}`, externalId, signal, 'video lookup');

@@ -22,7 +22,7 @@ import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { SweeperRepository } from '../../repositories/sweeper.repository.ts';
 import type { TaskSweepRepository } from '../../repositories/task-sweep.repository.ts';
 import type { ImageRunner } from '../image/image-runner.ts';
-import type { VideoRunner } from '../video/video-runner.ts';
+import { CANCEL_TOTAL_MS, type VideoRunner } from '../video/video-runner.ts';
 import type { Settlement } from './settlement.ts';
 
 const NAME = 'tasks';
@@ -30,8 +30,15 @@ const NAME = 'tasks';
 const LEASE_MS = 5 * 60_000;
 /** The lease of a claimed task: long enough to fail it and cancel its upstream job. */
 const TASK_LEASE_MS = 60_000;
+/**
+ * Overdue tasks claimed at once: each may wait for its upstream job's cancel (CANCEL_TOTAL_MS at
+ * most, one task after another), so a claim is no larger than its lease can see through.
+ */
+const CLAIM = Math.max(1, Math.floor(TASK_LEASE_MS / CANCEL_TOTAL_MS) - 1);
+/** A run claims overdue tasks for this long at most, so that it ends within its own lease. */
+const CLAIMING_MS = LEASE_MS - TASK_LEASE_MS;
+/** Stranded holds read at once, and batches of them a run works through at most (the rest waits for the next run). */
 const BATCH = 50;
-/** Batches a run works through at most (the rest waits for the next run). */
 const MAX_BATCHES = 20;
 
 export interface TaskSweepReport {
@@ -59,11 +66,24 @@ export class TaskSweeper {
   private readonly owner = `task_sweeper_${process.pid}_${randomBytes(4).toString('hex')}`;
   /** The run in progress's: stop() cuts its upstream calls short. */
   private abort = new AbortController();
+  /** The run of this process in progress, which a run() meanwhile joins. */
+  private inFlight: Promise<TaskSweepReport | undefined> | undefined;
 
   constructor(private readonly deps: TaskSweeperDeps) {}
 
-  /** One run, when no other instance is running one; undefined when another holds the lease or stop() came first. */
-  async run(): Promise<TaskSweepReport | undefined> {
+  /**
+   * One run, when no other instance is running one; undefined when another holds the lease or stop()
+   * came first. While a run of this process is in progress, the call joins it rather than starting
+   * a second one beside it (the sweepers lease is renewed for its own owner, so it would not keep
+   * that out), and answers its report: a stopping process that waits for its latest call waits
+   * for the run in progress.
+   */
+  run(): Promise<TaskSweepReport | undefined> {
+    this.inFlight ??= this.runOnce().finally(() => (this.inFlight = undefined));
+    return this.inFlight;
+  }
+
+  private async runOnce(): Promise<TaskSweepReport | undefined> {
     // Made before the lease is taken: a stop() while that statement runs aborts this run's controller,
     // not one this run would replace afterwards and then go ahead with (claims, upstream cancels)
     // while the stopping process waits for it.
@@ -75,11 +95,12 @@ export class TaskSweeper {
       await this.deps.sweepers.save(NAME, this.owner, null, true);
       return undefined;
     }
+    const claimUntil = Date.now() + CLAIMING_MS;
     const report: TaskSweepReport = { videos: 0, images: 0, holds: 0 };
     try {
-      report.videos = await this.expireVideos();
-      report.images = await this.expireImages();
-      report.holds = await this.settleStrandedHolds();
+      report.videos = await this.expireVideos(abort.signal, claimUntil);
+      report.images = await this.expireImages(abort.signal, claimUntil);
+      report.holds = await this.settleStrandedHolds(abort.signal);
     } finally {
       await this.deps.sweepers.save(NAME, this.owner, null, true);
     }
@@ -87,52 +108,68 @@ export class TaskSweeper {
     return report;
   }
 
-  /** Stops the run in progress at its next upstream call or batch (a stopping process); a later run starts afresh. */
+  /** Stops the run in progress at its next upstream call or task (a stopping process); a later run starts afresh. */
   stop(): void {
     this.abort.abort();
   }
 
-  private async expireVideos(): Promise<number> {
+  /**
+   * A task that cannot be ended now (its settlement failed) is logged and left: it is claimed again
+   * once its lease runs out, and the rest of the run goes on. A stop leaves the tasks not yet ended
+   * to their leases.
+   */
+  private async expireVideos(signal: AbortSignal, claimUntil: number): Promise<number> {
     let ended = 0;
-    for (let batch = 0; batch < MAX_BATCHES && !this.abort.signal.aborted; batch++) {
-      const tasks = await this.deps.repo.claimOverdueVideos(this.owner, TASK_LEASE_MS, BATCH);
+    while (!signal.aborted && Date.now() < claimUntil) {
+      const tasks = await this.deps.repo.claimOverdueVideos(this.owner, TASK_LEASE_MS, CLAIM);
       for (const task of tasks) {
+        if (signal.aborted) break;
         const log = this.deps.log.child({ taskId: task.id });
-        if (await this.deps.videoRunner.expire(task, this.abort.signal, log)) {
-          ended++;
-          log.warn({ deadlineAt: task.deadlineAt.toISOString() }, 'video task past its deadline and unclaimed: failed and refunded by the task sweeper');
+        try {
+          if (await this.deps.videoRunner.expire(task, signal, log)) {
+            ended++;
+            log.warn({ deadlineAt: task.deadlineAt.toISOString() }, 'video task past its deadline and unclaimed: failed and refunded by the task sweeper');
+          }
+        } catch (err) {
+          if (signal.aborted) break;
+          log.error({ err }, 'the task sweeper could not end a video task past its deadline; it is tried again after its lease');
         }
       }
-      if (tasks.length < BATCH) break;
+      if (tasks.length < CLAIM) break;
     }
     return ended;
   }
 
-  private async expireImages(): Promise<number> {
+  private async expireImages(signal: AbortSignal, claimUntil: number): Promise<number> {
     let ended = 0;
-    for (let batch = 0; batch < MAX_BATCHES && !this.abort.signal.aborted; batch++) {
-      const tasks = await this.deps.repo.claimOverdueImages(this.owner, TASK_LEASE_MS, this.deps.taskMaxLifetimeSeconds, BATCH);
+    while (!signal.aborted && Date.now() < claimUntil) {
+      const tasks = await this.deps.repo.claimOverdueImages(this.owner, TASK_LEASE_MS, this.deps.taskMaxLifetimeSeconds, CLAIM);
       for (const task of tasks) {
+        if (signal.aborted) break;
         const log = this.deps.log.child({ taskId: task.id });
-        // A synchronous task's request is gone: it ends as an engine would end it (a streamed one
-        // may have delivered images: it waits for an operator).
-        if (!task.runAsync) {
-          if (await this.deps.imageRunner.endInterrupted(task, log)) ended++;
-        } else if (await this.deps.settlement.failImage(fenceOf(task), 'timeout', 'The task exceeded its maximum lifetime and was refunded.')) {
-          ended++;
-          log.warn('image task past its lifetime and unclaimed: failed and released by the task sweeper');
-          // A job its last step recorded and left running (fal, Replicate) is nobody's now.
-          await this.deps.imageRunner.cancelRecorded(task, this.abort.signal, log);
+        try {
+          // A synchronous task's request is gone: it ends as an engine would end it (a streamed one
+          // may have delivered images: it waits for an operator).
+          if (!task.runAsync) {
+            if (await this.deps.imageRunner.endInterrupted(task, log)) ended++;
+          } else if (await this.deps.settlement.failImage(fenceOf(task), 'timeout', 'The task exceeded its maximum lifetime and was refunded.')) {
+            ended++;
+            log.warn('image task past its lifetime and unclaimed: failed and released by the task sweeper');
+            // A job its last step recorded and left running (fal, Replicate) is nobody's now.
+            await this.deps.imageRunner.cancelRecorded(task, signal, log);
+          }
+        } catch (err) {
+          log.error({ err }, 'the task sweeper could not end an image task past its lifetime; it is tried again after its lease');
         }
       }
-      if (tasks.length < BATCH) break;
+      if (tasks.length < CLAIM) break;
     }
     return ended;
   }
 
-  private async settleStrandedHolds(): Promise<number> {
+  private async settleStrandedHolds(signal: AbortSignal): Promise<number> {
     let settled = 0;
-    for (let batch = 0; batch < MAX_BATCHES && !this.abort.signal.aborted; batch++) {
+    for (let batch = 0; batch < MAX_BATCHES && !signal.aborted; batch++) {
       const holds = await this.deps.repo.strandedHolds(BATCH);
       let progressed = 0;
       for (const hold of holds) {

@@ -9,16 +9,17 @@
  *             one cannot take it; save the upstream job id and member (the commit point: a retried
  *             step polls that job instead of submitting again), schedule the first poll. With every
  *             member full or cooling down the task stays queued. A submit whose answer never
- *             came (a crash between sending and saving, a timeout after the body was sent) is seen
- *             by the next attempt (submit_started_at set, no job id): it resubmits to the same
- *             member with the same idempotency key and logs a warning. Where the upstream cannot
- *             tell a resubmit from a new job (no idempotency key, no lookup: Ark, MiniMax,
- *             DashScope, Veo, Sora, fal, Replicate) the earlier job may run there too, billed: so
- *             once two submits are unanswered the task fails and is refunded rather than sent a
- *             third time (at most two jobs the gateway never collects, one when the resubmit is
- *             answered; the client is charged once either way). Resending once is the better bet
- *             for both sides: the client gets its video, and the operator's loss is the same one
- *             job as when failing at once, unless the resubmit's answer is lost too.
+ *             came (a crash between sending and saving, a timeout after the body was sent, an
+ *             edge's 5xx: `submitTo`) is seen by the next attempt (submit_started_at set, no job
+ *             id): it resubmits to the same member with the same idempotency key and logs a
+ *             warning. Where the upstream cannot tell a resubmit from a new job (no idempotency
+ *             key, no lookup: Ark, MiniMax, DashScope, Veo, Sora, fal, Replicate) the earlier job
+ *             may run there too, billed: so once two submits are unanswered the task fails and is
+ *             refunded rather than sent a third time (at most two jobs the gateway never collects,
+ *             one when the resubmit is answered; the client is charged once either way). Resending
+ *             once is the better bet for both sides: the client gets its video, and the operator's
+ *             loss is the same one job as when failing at once, unless the resubmit's answer is
+ *             lost too.
  *   poll      one status call on the member that accepted the job; running: reschedule at the
  *             provider's interval (or its Retry-After), with jitter; failed: fail and release
  *   finalize  (right after a poll that saw success, which records where the output is: the job is
@@ -49,24 +50,24 @@ import { DONE, LeaseLost, later, type StepResult, type TaskRunner } from '../tas
 
 export const VIDEO_RETRY: RetryPolicy = { maxRetries: Number.POSITIVE_INFINITY, baseDelayMs: 1000, maxDelayMs: 60_000 };
 /**
- * Downloads of a finished job: up to 10 retries (about 20 minutes of backoff, or the upstream's
- * Retry-After each time), and never past the task's deadline.
- */
-/**
  * Submits of one task whose answers never came, past which it is failed rather than submitted again
  * to an upstream that cannot tell a resubmit from a new job (`VideoProvider.findsEarlierSubmit`).
  */
 export const MAX_UNANSWERED_SUBMITS = 2;
 
+/**
+ * Downloads of a finished job: up to 10 retries (about 20 minutes of backoff, or the upstream's
+ * Retry-After each time), and never past the task's deadline.
+ */
 export const DOWNLOAD_RETRY: RetryPolicy = { maxRetries: 10, baseDelayMs: 2000, maxDelayMs: 5 * 60_000 };
 /**
  * The cancel of a job past its task's deadline: asked this many times through passing failures,
  * each wait at most CANCEL_WAIT_MAX_MS, all of it within CANCEL_TOTAL_MS (the refund waits for it,
- * and the task sweeper fails overdue tasks one after another).
+ * and the task sweeper claims overdue tasks by it: as many as its lease can see cancelled).
  */
 const CANCEL_ATTEMPTS = 3;
 const CANCEL_WAIT_MAX_MS = 5000;
-const CANCEL_TOTAL_MS = 15_000;
+export const CANCEL_TOTAL_MS = 15_000;
 
 export interface VideoRunnerDeps {
   tasks: VideoTaskRepository;
@@ -108,6 +109,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
    * Fails a task past its deadline and refunds it, then cancels its upstream job where the adapter
    * can: what a step does with such a task, and what the task sweeper does with one no worker
    * claimed (services/tasks/task-sweeper.ts). False: the fence no longer holds (nothing changed).
+   * Throws when `signal` (a stop) cut the cancel short: the task is left to its lease, unchanged.
    */
   async expire(task: VideoTaskRow, signal: AbortSignal, log: Logger): Promise<boolean> {
     const attempts = new AttemptLog(task.id);
@@ -121,10 +123,19 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
   /**
    * The job is cancelled upstream first, while this step still holds the task's lease (once the task
    * has ended, the lease is gone and with it the step's signal: a cancel asked again after a 429
-   * would be cut short), then the task is failed and refunded.
+   * would be cut short), then the task is failed and refunded. The cancel is best effort: whatever
+   * fails in it (the member's credentials that no longer decrypt, the database) is logged and the
+   * refund goes ahead; a task left in progress would keep its hold, its failure retried forever.
+   * Only `signal` ending the cancel (a stop, a lost lease) leaves the task as it is: the refund
+   * without the cancel would leave the job running upstream, so the next claim does both.
    */
   private async failPastDeadline(task: VideoTaskRow, attempts: AttemptLog, signal: AbortSignal, log: Logger): Promise<boolean> {
-    await this.cancelUpstream(task, attempts, signal, log);
+    try {
+      await this.cancelUpstream(task, attempts, signal, log);
+    } catch (err) {
+      if (signal.aborted) throw err;
+      log.warn({ memberId: task.memberId, upstreamJobId: task.upstreamJobId, err }, 'could not cancel the upstream job of a task past its deadline; the task is failed and refunded all the same');
+    }
     return (await this.deps.settlement.failVideo(task, 'timeout', 'The task exceeded its maximum lifetime and was refunded.')) !== undefined;
   }
 
@@ -153,7 +164,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
         signal,
       });
     } catch (err) {
-      return this.failOrRetry(task, err, 'The video provider status check failed.');
+      return this.failOrRetry(task, err);
     }
     if (status.state === 'running') return later(status.retryAfterMs ?? spread(provider.pollIntervalMs));
     if (status.state === 'failed') {
@@ -184,10 +195,13 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     const bounded = AbortSignal.any([signal, AbortSignal.timeout(CANCEL_TOTAL_MS)]);
     for (let attempt = 1; ; attempt++) {
       try {
+        signal.throwIfAborted();
         await attempts.run('cancel', account, task.upstreamJobId, () => this.deps.pool.health.observeAccepted(account, () => provider.cancel!(account, task.upstreamJobId!, bounded), bounded), { signal: bounded });
         log.info({ memberId: account.memberId, upstreamJobId: task.upstreamJobId, attempt }, 'upstream job of a task past its deadline cancelled');
         return;
       } catch (err) {
+        // Cut short by the caller (a stop, a lost lease), not by the cancel's own time limit: the caller decides.
+        if (signal.aborted) throw err;
         const passing = err instanceof ProviderError && (err.kind === 'retryable' || err.kind === 'rate_limited');
         if (!passing || attempt >= CANCEL_ATTEMPTS || bounded.aborted) {
           log.warn({ memberId: account.memberId, upstreamJobId: task.upstreamJobId, attempt, err: err instanceof Error ? err.message : String(err) }, 'could not cancel the upstream job of a task past its deadline');
@@ -253,7 +267,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
             'submit',
             account,
             (id) => id,
-            async () => this.videoProvider(account).submit(account, { ...job, model: upstreamModelOf(account, task.model), mapping: await this.deps.pool.mappingFor(account, task.model) }, signal),
+            async () => submitTo(this.videoProvider(account), account, { ...job, model: upstreamModelOf(account, task.model), mapping: await this.deps.pool.mappingFor(account, task.model) }, signal),
             { signal },
           ),
         }),
@@ -271,7 +285,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       // The last member's answer came back (it did not take the job): its slot is free again. Without
       // an answer the job may be running there: the mark stays, and the retry resubmits to it.
       if (neverReachedUpstream(err)) await this.deps.tasks.clearSubmitting(fence);
-      return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
+      return this.failOrRetry(task, err);
     }
     return this.saveJob(task, submitted.account, submitted.jobId, log);
   }
@@ -310,19 +324,19 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     try {
       job = await this.jobOf(task, account, true);
     } catch (err) {
-      return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
+      return this.failOrRetry(task, err);
     }
     // Making the job can take a while (inputs turned upright): a stop meanwhile sends nothing.
     notStopping(stopping);
     if (!(await this.deps.tasks.countResubmit(fence))) throw new LeaseLost('lease lost before resubmit');
     let jobId: string;
     try {
-      jobId = await attempts.run('submit', account, (id) => id, () => this.deps.pool.health.observe(account, () => provider.submit(account, job, signal), undefined, signal), { signal });
+      jobId = await attempts.run('submit', account, (id) => id, () => this.deps.pool.health.observe(account, () => submitTo(provider, account, { ...job, resubmit: true }, signal), undefined, signal), { signal });
     } catch (err) {
       // Answered (not taken): this resubmit started nothing there. The mark stays all the same (the
       // earlier submit may be running there): the retry asks this member again.
       if (neverReachedUpstream(err)) await this.deps.tasks.uncountResubmit(fence);
-      return this.failOrRetry(task, err, 'The video provider failed to accept the job.');
+      return this.failOrRetry(task, err);
     }
     return this.saveJob(task, account, jobId, log);
   }
@@ -433,13 +447,14 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
   /**
    * After a failed upstream call: transient errors (and what an operator can fix: credentials,
    * quota, a member's configuration) are thrown for the engine to retry until the deadline; a
-   * rejection fails the task and releases its hold.
+   * rejection fails the task and releases its hold. Anything but the upstream's answer (an abort,
+   * a lost lease, the media store, the database, a bug) is thrown as it is, for the engine to tell
+   * apart: a stop or an unreachable database is not the task's failure, the media store's fault is
+   * named as the gateway's.
    */
-  private failOrRetry(task: VideoTaskRow, err: unknown, fallback: string): Promise<StepResult> {
-    if (err instanceof Error && err.name === 'AbortError') throw err;
-    const error = asProviderError(err, fallback);
-    if (operatorCanFix(error)) throw error;
-    return this.fail(task, error);
+  private failOrRetry(task: VideoTaskRow, err: unknown): Promise<StepResult> {
+    if (!(err instanceof ProviderError) || operatorCanFix(err)) throw err;
+    return this.fail(task, err);
   }
 
   /** Fails the task with the upstream's (sanitized) reason, as a sentence, as its error.message. */
@@ -489,6 +504,30 @@ function memberFault(error: ProviderError): boolean {
 
 function operatorCanFix(error: ProviderError): boolean {
   return error.transient || ['auth', 'quota_exhausted', 'misconfigured', 'model_not_open', 'account_disabled'].includes(error.kind);
+}
+
+/**
+ * Statuses that usually come from the upstream's edge (a load balancer, a proxy, Cloudflare's 524)
+ * after its origin received the whole request: the origin may have created the job, billed. 503
+ * (the upstream says it takes no work now) and 4xx answers are the upstream's own refusals.
+ */
+const EDGE_STATUSES: ReadonlySet<number> = new Set([500, 502, 504, 524]);
+
+/**
+ * Sends a video submit. An answer of one of EDGE_STATUSES says nothing of whether the job was
+ * created, so it is maybe accepted (as a timeout is): no failover to another member (Pool.route's
+ * `canFailover`), counted as an unanswered submit, resubmitted to the same member under
+ * MAX_UNANSWERED_SUBMITS. Image calls keep failing over on 5xx: an image is cheap, and the
+ * request waits for it. A status the adapter read as a refusal of the job itself (its kind not
+ * `retryable`) stays one.
+ */
+async function submitTo(provider: VideoProvider, account: UpstreamAccount, job: VideoJob, signal: AbortSignal): Promise<string> {
+  try {
+    return await provider.submit(account, job, signal);
+  } catch (err) {
+    const edge = err instanceof ProviderError && err.kind === 'retryable' && !err.maybeAccepted && err.upstreamStatus !== undefined && EDGE_STATUSES.has(err.upstreamStatus);
+    throw edge ? err.with({ maybeAccepted: true }) : err;
+  }
 }
 
 /**
