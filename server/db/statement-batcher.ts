@@ -18,6 +18,7 @@
  *   written but its answer was not heard. The single statements then find their work done, and a
  *   runner's `one` must recognize that (ImageTaskRepository reads the task back; a hold's rerun
  *   fails on its primary key, and the task is released when its lease runs out).
+ * - A request its caller knows a batch would refuse goes `alone`, never into a batch.
  */
 import { setImmediate } from 'node:timers';
 
@@ -67,6 +68,15 @@ export class StatementBatcher<I, O> {
       this.queue.push({ item, resolve, reject });
       this.schedule();
     });
+  }
+
+  /**
+   * Runs `item`'s single statement at once, outside any batch: for a request the caller expects to
+   * be refused (its key's quota just was), which would make any batch it joined fall back.
+   */
+  alone(item: I): Promise<O> {
+    this.stats.singles++;
+    return this.runner.one(item);
   }
 
   private schedule(): void {

@@ -141,6 +141,18 @@ interface BatchedHold {
 /** Group commit of holds (db/statement-batcher.ts): the default, and `false` for one statement per hold. */
 export const DEFAULT_HOLD_BATCHING: BatcherOptions = { maxInFlight: 1, maxBatch: 32 };
 
+/**
+ * How long the holds of a key or an account whose hold was just refused run alone (unless one of
+ * them passes first). A client that keeps sending images it has no credits for would otherwise join
+ * every batch and make it fall back (all or nothing): every request of the instance one statement
+ * each, plus the batch that failed. Each refusal starts the time again.
+ */
+const REFUSED_ALONE_MS = 1_000;
+/** Most keys and accounts remembered as refused; the oldest are forgotten first. */
+const REFUSED_MAX = 1_024;
+/** The refusals that are the key's (the others, of a batchable hold, are its account's). */
+const KEY_REFUSALS: ReadonlySet<HoldOutcome> = new Set<HoldOutcome>(['api_key_inactive', 'key_quota_exceeded', 'key_too_many_in_flight']);
+
 export class LedgerRepository {
   constructor(
     private readonly db: Kysely<DB>,
@@ -150,6 +162,9 @@ export class LedgerRepository {
   /** One batcher per column set of the task rows (the batch statement lists the columns once). */
   private readonly holdBatchers = new Map<string, StatementBatcher<BatchedHold, HoldResult<BatchedHold['task']>>>();
 
+  /** `k:<key id>` and `a:<account id>` refused lately, until when their holds run alone (REFUSED_ALONE_MS); in expiry order. */
+  private readonly refused = new Map<string, number>();
+
   /**
    * Places the hold and inserts the task in one statement (a prepared statement: db/prepared.ts).
    * Returns which gate failed, if any (on failure nothing at all was written), and the inserted task row. A unique violation on the task
@@ -157,7 +172,8 @@ export class LedgerRepository {
    *
    * The holds of synchronous images (unflushed, priced, no cap on generations in flight, no input
    * files to adopt) that arrive together share one statement (`holdMany`, group commit); any other
-   * hold, and every hold of a batch that did not go through whole, runs its own.
+   * hold, every hold of a batch that did not go through whole, and for a moment those of a key or
+   * account whose hold was just refused (REFUSED_ALONE_MS), runs its own.
    */
   async holdAndInsertTask<T extends TaskInsert>(
     hold: HoldRequest,
@@ -179,12 +195,42 @@ export class LedgerRepository {
     let batcher = this.holdBatchers.get(key);
     if (!batcher) {
       batcher = new StatementBatcher<BatchedHold, HoldResult<BatchedHold['task']>>(
-        { one: (b) => this.holdOne(b.hold, b.task, undefined, 'unflushed'), many: (bs) => this.holdMany(bs) },
+        { one: (b) => this.holdAlone(b), many: (bs) => this.holdMany(bs) },
         this.batching as BatcherOptions,
       );
       this.holdBatchers.set(key, batcher);
     }
-    return batcher.run({ hold, task: task as BatchedHold['task'] }) as Promise<HoldResult<T>>;
+    const item = { hold, task: task as BatchedHold['task'] };
+    return (this.refusedLately(hold) ? batcher.alone(item) : batcher.run(item)) as Promise<HoldResult<T>>;
+  }
+
+  /** A batchable hold in its own statement, remembering a refusal of its key or account (REFUSED_ALONE_MS). */
+  private async holdAlone(b: BatchedHold): Promise<HoldResult<BatchedHold['task']>> {
+    const result = await this.holdOne(b.hold, b.task, undefined, 'unflushed');
+    if (result.outcome === 'ok') {
+      if (this.refused.size > 0) {
+        this.refused.delete(`k:${b.hold.apiKeyId}`);
+        this.refused.delete(`a:${b.hold.accountId}`);
+      }
+      return result;
+    }
+    const now = Date.now();
+    const name = KEY_REFUSALS.has(result.outcome) ? `k:${b.hold.apiKeyId}` : `a:${b.hold.accountId}`;
+    this.refused.delete(name);
+    this.refused.set(name, now + REFUSED_ALONE_MS);
+    // Insertion order is expiry order: forget the expired, and the oldest past the bound.
+    for (const [n, until] of this.refused) {
+      if (until > now && this.refused.size <= REFUSED_MAX) break;
+      this.refused.delete(n);
+    }
+    return result;
+  }
+
+  /** Whether the hold's key or account was refused within REFUSED_ALONE_MS (and has not passed a hold since). */
+  private refusedLately(hold: HoldRequest): boolean {
+    if (this.refused.size === 0) return false;
+    const now = Date.now();
+    return (this.refused.get(`k:${hold.apiKeyId}`) ?? 0) > now || (this.refused.get(`a:${hold.accountId}`) ?? 0) > now;
   }
 
   /** What the hold batchers did (statements, holds they carried, fallbacks), for the bench and tests. */

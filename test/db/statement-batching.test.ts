@@ -146,6 +146,63 @@ describe('holds arriving together', () => {
   });
 });
 
+describe('holds of a key or account whose hold was just refused', () => {
+  const setBalance = (id: string, credits: number) => t.db.updateTable('accounts').set({ balance: credits * MICRO }).where('id', '=', id).execute();
+
+  it('run alone until one of them passes, so that the holds arriving with them still go out as one statement', async () => {
+    const ledger = new LedgerRepository(t.db, batching);
+    const broke = await customer(0);
+    const rich = await customer(100);
+    // Together: the batch falls back and the broke account's hold is refused alone.
+    expect((await Promise.all([hold(ledger, broke), hold(ledger, rich)])).map((r) => r.outcome)).toEqual(['insufficient_balance', 'ok']);
+    expect(ledger.holdBatchStats()).toMatchObject({ batches: 0, fallbacks: 1, singles: 2 });
+    // Its next hold runs alone; the two arriving with it still share a statement.
+    expect((await Promise.all([hold(ledger, broke), hold(ledger, rich), hold(ledger, rich)])).map((r) => r.outcome)).toEqual(['insufficient_balance', 'ok', 'ok']);
+    expect(ledger.holdBatchStats()).toMatchObject({ batches: 1, batched: 2, fallbacks: 1, singles: 3 });
+    // Credited, its next hold (alone still) passes, and the ones after it join batches again.
+    await setBalance(broke.accountId, 100);
+    expect((await hold(ledger, broke)).outcome).toBe('ok');
+    expect(ledger.holdBatchStats()).toMatchObject({ batches: 1, fallbacks: 1, singles: 4 });
+    expect((await Promise.all([hold(ledger, broke), hold(ledger, rich)])).map((r) => r.outcome)).toEqual(['ok', 'ok']);
+    expect(ledger.holdBatchStats()).toMatchObject({ batches: 2, batched: 4, fallbacks: 1, singles: 4 });
+    expect(await balanceOf(broke.accountId)).toBe(100 * MICRO - 2 * PRICE);
+    expect(await ledgerOf(broke.accountId)).toHaveLength(2);
+  });
+
+  it('of a key over its quota run alone, not the holds of its sibling keys', async () => {
+    const ledger = new LedgerRepository(t.db, batching);
+    const capped = await customer(100, 0);
+    const sibling = { accountId: capped.accountId, apiKeyId: (await createApiKey(t.db, { accountId: capped.accountId, groupId })).id };
+    expect((await Promise.all([hold(ledger, capped), hold(ledger, sibling)])).map((r) => r.outcome)).toEqual(['key_quota_exceeded', 'ok']);
+    expect((await Promise.all([hold(ledger, capped), hold(ledger, sibling), hold(ledger, sibling)])).map((r) => r.outcome)).toEqual(['key_quota_exceeded', 'ok', 'ok']);
+    expect(ledger.holdBatchStats()).toMatchObject({ batches: 1, batched: 2, fallbacks: 1, singles: 3 });
+  });
+
+  it('keep group commit for everyone else while a client without credit loops on its refused requests', async () => {
+    const ledger = new LedgerRepository(t.db, batching);
+    const good = await Promise.all(Array.from({ length: 12 }, () => customer(100)));
+    const broke = await customer(0);
+    let stop = false;
+    let refused = 0;
+    const loop = (async () => {
+      while (!stop) if ((await hold(ledger, broke)).outcome === 'insufficient_balance') refused++;
+    })();
+    // 12 clients, 20 holds each, one after the other: 12 in flight at once, beside the broke client's loop.
+    await Promise.all(good.map(async (c) => {
+      for (let i = 0; i < 20; i++) expect((await hold(ledger, c)).outcome).toBe('ok');
+    }));
+    stop = true;
+    await loop;
+    const stats = ledger.holdBatchStats();
+    expect(refused).toBeGreaterThan(1);
+    // At most the first batch it joined fell back; after that its holds ran alone.
+    expect(stats.fallbacks).toBeLessThanOrEqual(1);
+    expect(stats.batched).toBeGreaterThan((12 * 20) / 2);
+    expect(await balanceOf(broke.accountId)).toBe(0);
+    expect(await ledgerOf(broke.accountId)).toHaveLength(0);
+  });
+});
+
 describe('completions that capture their whole hold, arriving together', () => {
   function outputFile(accountId: string, taskId: string): FileRow {
     const id = newId('file');

@@ -5,6 +5,8 @@
  * REDIS_URL; and once when Redis answers again. During such an outage Redis is asked again by one
  * request after a wait, not by every request (a Redis that hangs with its connection up cost each
  * one the whole command timeout), and a connection whose commands keep timing out is replaced.
+ * What is no outage is not called one: the commands in flight during one stall past the timeout, and
+ * the requests of a start-up before the connection is ready.
  * Against a fake Redis on a loopback port whose answer to the script the test chooses.
  */
 import { createServer, type Server, type Socket } from 'node:net';
@@ -17,27 +19,41 @@ import { RequestRateLimiter } from '../../server/services/limits/request-rate.ts
 import type { RequestLimits } from '../../server/services/limits/client-limits.ts';
 import { until } from '../support/tasks.ts';
 
-type ScriptAnswer = 'readonly' | 'taken' | 'silent';
+type ScriptAnswer = 'readonly' | 'taken' | 'full' | 'silent';
 
 /**
- * Enough of RESP for ioredis: every command is answered +OK but INFO (its ready check) and the
- * script (EVALSHA), which gets `answer`: a READONLY error, one token taken of a limit of 3, or
- * nothing at all (ioredis times the command out).
+ * Enough of RESP for ioredis: every command is answered +OK but INFO (its ready check, unanswered
+ * when `info` is false) and the script (EVALSHA), which gets `answer`: a READONLY error, one token
+ * taken of a limit of 3, a refusal with all 3 taken, or nothing at all (ioredis times the command
+ * out). Until `stallUntil` (ms since the epoch) nothing is answered; then everything is, in order,
+ * as a Redis busy with one slow command.
  */
-function fakeRedis(): { server: Server; answer: ScriptAnswer; scripts: number; connections: number } {
-  const fake = { server: undefined as unknown as Server, answer: 'readonly' as ScriptAnswer, scripts: 0, connections: 0 };
-  const reply = (socket: Socket, command: string) => {
+function fakeRedis(): { server: Server; answer: ScriptAnswer; info: boolean; stallUntil: number; scripts: number; connections: number } {
+  const fake = { server: undefined as unknown as Server, answer: 'readonly' as ScriptAnswer, info: true, stallUntil: 0, scripts: 0, connections: 0 };
+  const reply = (command: string): string | undefined => {
     if (command === 'INFO') {
       const info = '# Server\r\nredis_version:7.2.0\r\nloading:0\r\n';
-      socket.write(`$${Buffer.byteLength(info)}\r\n${info}\r\n`);
-    } else if (command === 'EVALSHA' || command === 'EVAL') {
+      return fake.info ? `$${Buffer.byteLength(info)}\r\n${info}\r\n` : undefined;
+    }
+    if (command === 'EVALSHA' || command === 'EVAL') {
       fake.scripts++;
-      if (fake.answer === 'readonly') socket.write("-READONLY You can't write against a read only replica.\r\n");
-      else if (fake.answer === 'taken') socket.write('*3\r\n:1\r\n:1\r\n:60000\r\n');
-    } else socket.write('+OK\r\n');
+      if (fake.answer === 'readonly') return "-READONLY You can't write against a read only replica.\r\n";
+      if (fake.answer === 'taken') return '*3\r\n:1\r\n:1\r\n:60000\r\n';
+      if (fake.answer === 'full') return '*3\r\n:0\r\n:3\r\n:60000\r\n';
+      return undefined;
+    }
+    return '+OK\r\n';
   };
-  fake.server = createServer((socket) => {
+  fake.server = createServer((socket: Socket) => {
     fake.connections++;
+    // One answer after the other, each once any stall is over.
+    let answered = Promise.resolve();
+    const send = (text: string) => {
+      answered = answered.then(async () => {
+        if (fake.stallUntil > Date.now()) await sleep(fake.stallUntil - Date.now());
+        if (!socket.destroyed) socket.write(text);
+      });
+    };
     let buffered = Buffer.alloc(0);
     socket.on('data', (chunk: Buffer) => {
       buffered = Buffer.concat([buffered, chunk]);
@@ -46,7 +62,8 @@ function fakeRedis(): { server: Server; answer: ScriptAnswer; scripts: number; c
         const args = parseCommand(buffered);
         if (!args) return;
         buffered = buffered.subarray(args.length);
-        reply(socket, args.words[0]!.toUpperCase());
+        const text = reply(args.words[0]!.toUpperCase());
+        if (text !== undefined) send(text);
       }
     });
     socket.on('error', () => undefined);
@@ -174,5 +191,85 @@ describe('RequestRateLimiter when Redis hangs with its connection up', () => {
       [40, 'Redis is unreachable', 'Command timed out'],
       [30, 'Redis is reachable again', undefined],
     ]);
+  });
+});
+
+describe('RequestRateLimiter when Redis stalls once past the timeout', () => {
+  const lines: Record<string, any>[] = [];
+  const log = createLogger('info', new Writable({ write: (chunk, _enc, cb) => (lines.push(...String(chunk).split('\n').filter(Boolean).map((l) => JSON.parse(l))), cb()) }));
+  const redis = fakeRedis();
+  let limiter: RequestRateLimiter | undefined;
+  afterAll(async () => {
+    await limiter?.close();
+    redis.server.close();
+  });
+
+  it('counts the requests that timed out together as one failure: no outage, the same connection, and their memory windows start at the counts Redis reported', async () => {
+    await new Promise<void>((resolve) => redis.server.listen(0, '127.0.0.1', () => resolve()));
+    const url = `redis://127.0.0.1:${(redis.server.address() as { port: number }).port}`;
+    limiter = new RequestRateLimiter({ redisUrl: url, keyPrefix: 'unit:', log, redisTimeoutMs: 100, redisRetryMs: 5_000 });
+    const connection = (limiter as unknown as { redis: Redis }).redis;
+    await until(() => connection.status === 'ready', 10_000, 'the connection to be ready');
+    const outages = () => lines.filter((l) => l.msg.startsWith('Redis is'));
+
+    // The key has used its minute in Redis.
+    redis.answer = 'full';
+    expect(await limiter.consume(ids, limits)).toMatchObject({ allowed: false, blamed: 'key', headers: { limit: 3, remaining: 0 } });
+    // Redis stalls for 400 ms (a fork, a slow command): four requests in flight time out together
+    // and are answered from memory, which starts at the count Redis reported last.
+    redis.stallUntil = Date.now() + 400;
+    const during = await Promise.all(Array.from({ length: 4 }, () => limiter!.consume(ids, limits)));
+    expect(during.map((d) => d.allowed)).toEqual([false, false, false, false]);
+    expect(redis.scripts).toBe(5);
+
+    // Once it answers again it is asked at once, on the same connection, and nothing was logged.
+    await sleep(redis.stallUntil - Date.now() + 50);
+    expect(await limiter.consume(ids, limits)).toMatchObject({ allowed: false, headers: { remaining: 0 } });
+    expect(redis.scripts).toBe(6);
+    expect(redis.connections).toBe(1);
+    expect(outages()).toEqual([]);
+  });
+});
+
+describe('RequestRateLimiter at start-up', () => {
+  const lines: Record<string, any>[] = [];
+  const log = createLogger('info', new Writable({ write: (chunk, _enc, cb) => (lines.push(...String(chunk).split('\n').filter(Boolean).map((l) => JSON.parse(l))), cb()) }));
+  const redis = fakeRedis();
+  const hung = fakeRedis();
+  const limiters: RequestRateLimiter[] = [];
+  afterAll(async () => {
+    for (const l of limiters) await l.close();
+    redis.server.close();
+    hung.server.close();
+  });
+  const listen = async (fake: ReturnType<typeof fakeRedis>) => {
+    await new Promise<void>((resolve) => fake.server.listen(0, '127.0.0.1', () => resolve()));
+    const limiter = new RequestRateLimiter({ redisUrl: `redis://127.0.0.1:${(fake.server.address() as { port: number }).port}`, keyPrefix: 'unit:', log, redisTimeoutMs: 100, redisRetryMs: 5_000 });
+    limiters.push(limiter);
+    return { limiter, connection: (limiter as unknown as { redis: Redis }).redis };
+  };
+
+  it('counts in memory without asking Redis until the connection is first ready, calls that no outage, and says once when Redis counts', async () => {
+    redis.answer = 'taken';
+    const { limiter, connection } = await listen(redis);
+    // Requests before the connection is ready (their commands would fail at once): counted in memory.
+    for (let i = 0; i < 3; i++) expect(await limiter.consume(ids, limits)).toMatchObject({ allowed: true, headers: { limit: 3, remaining: 2 - i } });
+    expect(connection.status).not.toBe('ready');
+    await until(() => connection.status === 'ready', 10_000, 'the connection to be ready');
+    // The next one is counted by Redis (its answer: 1 taken of 3).
+    expect(await limiter.consume(ids, limits)).toMatchObject({ allowed: true, headers: { limit: 3, remaining: 2 } });
+    expect(redis.scripts).toBe(1);
+    expect(lines.map((l) => [l.level, l.msg.split(':')[0]])).toEqual([[30, 'Connected to Redis']]);
+  });
+
+  it('still says Redis is unreachable when the connection never becomes ready (a server that takes it but does not answer)', async () => {
+    hung.info = false;
+    const { limiter } = await listen(hung);
+    lines.length = 0;
+    for (let i = 0; i < 4; i++) expect((await limiter.consume(ids, limits)).allowed).toBe(i < 3);
+    await until(() => lines.length > 0, 10_000, 'a line in the log');
+    await sleep(500);
+    expect(lines.map((l) => [l.level, l.msg.split(':')[0]])).toEqual([[40, 'Redis is unreachable']]);
+    expect(hung.scripts).toBe(0);
   });
 });

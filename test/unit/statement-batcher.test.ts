@@ -59,4 +59,18 @@ describe('StatementBatcher', () => {
     expect(results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).message))).toEqual([12, 'thirteen', 14]);
     expect(b.stats).toEqual({ batches: 0, batched: 0, singles: 3, fallbacks: 1 });
   });
+
+  it('runs a request sent alone at once in its own statement, while the requests around it still share one', async () => {
+    const { calls, runner } = recorder();
+    const b = new StatementBatcher(runner, { maxInFlight: 1, maxBatch: 10 });
+    const together = [1, 2].map((i) => b.run(i));
+    const alone = b.alone(13);
+    expect(calls.map((c) => [c.kind, c.items])).toEqual([['one', [13]]]); // not even waiting for the turn to end
+    await tick();
+    expect(calls.map((c) => [c.kind, c.items])).toEqual([['one', [13]], ['many', [1, 2]]]);
+    for (const c of calls) c.release();
+    expect(await alone).toBe(130);
+    expect(await Promise.all(together)).toEqual([10, 20]);
+    expect(b.stats).toEqual({ batches: 1, batched: 2, singles: 1, fallbacks: 0 });
+  });
 });

@@ -17,10 +17,12 @@
  *
  * When Redis cannot be reached (down, restarting, too slow: 500 ms) or refuses the script (READONLY,
  * OOM, NOPERM), each instance counts in memory instead, logged once per outage (and once when Redis
- * answers again); requests are never refused, or let through unlimited, because Redis is away. Once
- * that is an outage, Redis is asked again by one request every few seconds, not by each: a Redis
- * that hangs with its connection up would otherwise cost every request the whole timeout; and a
- * connection whose commands keep timing out is replaced.
+ * answers again); requests are never refused, or let through unlimited, because Redis is away. The
+ * memory windows start from the counts Redis last reported to this instance, so a key that used its
+ * minute in Redis does not get it again. Once that is an outage, Redis is asked again by one request
+ * every few seconds, not by each: a Redis that hangs with its connection up would otherwise cost
+ * every request the whole timeout; and a connection whose commands keep timing out is replaced.
+ * Until the connection is first ready (start-up) requests count in memory without asking.
  */
 import { Redis, type Result } from 'ioredis';
 import type { Logger } from '../../logger.ts';
@@ -105,7 +107,9 @@ export interface RequestRateOptions {
 /**
  * Redis commands failing in a row (the connection up) that make an outage: logged, and requests
  * count in memory without asking Redis until the next probe. Timeouts in a row as many also
- * replace the connection.
+ * replace the connection. A failure counts only when its command was sent after the last counted
+ * failure (an outage counts once, as in pool/member-health.ts): the commands of one auto-pipelined
+ * round trip, or all those in flight during one stall past the timeout, are one failure.
  */
 const COMMAND_FAILURES_DOWN = 3;
 
@@ -113,7 +117,7 @@ export class RequestRateLimiter {
   private readonly redis: Redis | undefined;
   /** Counter names as rate-limiter-flexible wrote them: old and new instances share one count during an update. */
   private readonly prefix: string;
-  /** The windows counted in memory (no Redis, or Redis away), by counter name. */
+  /** The windows counted in memory (no Redis, or Redis away; with Redis, its last counts), by counter name. */
   private readonly windows = new Map<string, { count: number; endsAt: number }>();
   private sweepAt = 0;
   private redisDown = false;
@@ -127,6 +131,14 @@ export class RequestRateLimiter {
    */
   private retryAt: number | undefined;
   private probing = false;
+  /** When (performance.now()) the last failure that counted was seen: commands sent before it count for nothing more. */
+  private lastCountedAt = -Infinity;
+  /**
+   * The connection has been ready once. Before that (start-up) its commands would fail at once
+   * (no offline queue), which is no outage of Redis: requests count in memory without asking, and
+   * a Redis that cannot be reached says so by the connection's own 'error' event.
+   */
+  private readyOnce = false;
 
   constructor(private readonly opts: RequestRateOptions) {
     this.prefix = `${opts.keyPrefix}rpm:`;
@@ -149,6 +161,10 @@ export class RequestRateLimiter {
         // outage it is asked at the next probe, and Redis is said back once a command succeeds: a
         // hung server still accepts connections (the connection replaced after timeouts is one).
         this.commandFailures = 0;
+        if (this.readyOnce) return;
+        this.readyOnce = true;
+        // After an outage at start-up, Redis is said back once a command succeeds.
+        if (!this.redisDown) this.opts.log.info('Connected to Redis: request rates are counted across instances');
       });
     }
   }
@@ -174,9 +190,10 @@ export class RequestRateLimiter {
   }
 
   private async take(buckets: Bucket[]): Promise<Taken> {
-    if (this.redis && this.mayAskRedis()) {
+    if (this.redis && this.readyOnce && this.mayAskRedis()) {
       const probe = this.retryAt !== undefined;
       if (probe) this.probing = true;
+      const sentAt = performance.now();
       try {
         const keys = buckets.map((b) => this.prefix + b.name);
         const out = await this.redis.takeRequestTokens(keys.length, ...keys, ...buckets.map((b) => b.limit), WINDOW_MS);
@@ -184,9 +201,11 @@ export class RequestRateLimiter {
         this.timeouts = 0;
         this.retryAt = undefined;
         this.cameBack();
-        return { allowed: out[0] === 1, counts: buckets.map((_, i) => ({ count: out[2 * i + 1]!, resetMs: Math.max(0, out[2 * i + 2]!) })) };
+        const counts = buckets.map((_, i) => ({ count: out[2 * i + 1]!, resetMs: Math.max(0, out[2 * i + 2]!) }));
+        this.remember(buckets, counts);
+        return { allowed: out[0] === 1, counts };
       } catch (err) {
-        this.failed(err instanceof Error ? err : new Error(String(err)), probe);
+        this.failed(err instanceof Error ? err : new Error(String(err)), probe, sentAt);
       } finally {
         if (probe) this.probing = false;
       }
@@ -202,9 +221,12 @@ export class RequestRateLimiter {
   /**
    * Redis away, too slow or refusing (a timeout and a reply error such as READONLY or OOM are no
    * 'error' event of the connection): this instance counts alone. One slow command is no outage:
-   * COMMAND_FAILURES_DOWN in a row are (a connection error says it at once), and so is a failed probe.
+   * COMMAND_FAILURES_DOWN in a row are, each sent after the last one counted (a connection error
+   * says it at once), and so is a failed probe.
    */
-  private failed(err: Error, probe: boolean): void {
+  private failed(err: Error, probe: boolean, sentAt: number): void {
+    if (!probe && sentAt <= this.lastCountedAt) return;
+    this.lastCountedAt = performance.now();
     if (++this.commandFailures >= COMMAND_FAILURES_DOWN || probe) {
       this.retryAt = Date.now() + (this.opts.redisRetryMs ?? 5_000);
       this.wentDown(err);
@@ -236,13 +258,25 @@ export class RequestRateLimiter {
     this.opts.log.info('Redis is reachable again: request rates are counted across instances');
   }
 
-  /** TAKE_SCRIPT's step on this process's windows, synchronous: nothing else runs in between. */
-  private takeInMemory(buckets: Bucket[]): Taken {
+  /** The counts Redis reported: where this instance's memory windows start should Redis go away. */
+  private remember(buckets: Bucket[], counts: Count[]): void {
+    const now = this.sweep();
+    buckets.forEach((b, i) => this.windows.set(b.name, { count: counts[i]!.count, endsAt: now + counts[i]!.resetMs }));
+  }
+
+  /** Forgets the windows that ended (once a window at most); returns the time. */
+  private sweep(): number {
     const now = Date.now();
     if (now >= this.sweepAt) {
       for (const [name, w] of this.windows) if (w.endsAt <= now) this.windows.delete(name);
       this.sweepAt = now + WINDOW_MS;
     }
+    return now;
+  }
+
+  /** TAKE_SCRIPT's step on this process's windows, synchronous: nothing else runs in between. */
+  private takeInMemory(buckets: Bucket[]): Taken {
+    const now = this.sweep();
     const current = buckets.map((b) => {
       const w = this.windows.get(b.name);
       return w !== undefined && w.endsAt > now ? w : undefined;
