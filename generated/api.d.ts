@@ -642,9 +642,10 @@ export interface paths {
          *     Newest first by default (`order=asc`: oldest first), by creation time and then `id`, `limit`
          *     per page (1 to 200, default 50). `has_more` tells whether another page follows; pass the page's
          *     last `id` (`last_id`) as `after` for it. Pages are keyset pages: files created or deleted while
-         *     you page never make another file appear twice or go missing. An `after` that names no file of
-         *     the account (a deleted one included) is `400 invalid_cursor`: to delete every file, list the
-         *     first page again after deleting a page rather than following `after`.
+         *     you page never make another file appear twice or go missing. An `after` naming a file of the
+         *     account that was deleted (by you or at its expiry) within the last 7 days still marks its place,
+         *     so a loop that deletes each file it lists goes on to the end; an unknown id, another account's,
+         *     or one deleted longer ago is `400 invalid_cursor`.
          *
          *     Errors: `400 invalid_request` (a parameter out of range, an unknown parameter; `param` names
          *     it), `invalid_cursor` (`after`); `401 invalid_api_key`; `403 api_key_inactive` or
@@ -5465,7 +5466,7 @@ export interface components {
          *     land before the position you have reached and be missed by that walk. For a complete listing of
          *     a period, read it once the period is a minute or more in the past. Send the same filters and
          *     `order` as on the first page. An `id` that names no item of this listing of the key's account is
-         *     `400 invalid_cursor`.
+         *     `400 invalid_cursor` (a file deleted within the last 7 days still marks its place).
          * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
          */
         ListAfter: string;
@@ -6029,7 +6030,7 @@ export interface operations {
                  *     land before the position you have reached and be missed by that walk. For a complete listing of
                  *     a period, read it once the period is a minute or more in the past. Send the same filters and
                  *     `order` as on the first page. An `id` that names no item of this listing of the key's account is
-                 *     `400 invalid_cursor`.
+                 *     `400 invalid_cursor` (a file deleted within the last 7 days still marks its place).
                  * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
                  */
                 after?: components["parameters"]["ListAfter"];
@@ -6409,7 +6410,7 @@ export interface operations {
                  *     land before the position you have reached and be missed by that walk. For a complete listing of
                  *     a period, read it once the period is a minute or more in the past. Send the same filters and
                  *     `order` as on the first page. An `id` that names no item of this listing of the key's account is
-                 *     `400 invalid_cursor`.
+                 *     `400 invalid_cursor` (a file deleted within the last 7 days still marks its place).
                  * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
                  */
                 after?: components["parameters"]["ListAfter"];
@@ -6591,7 +6592,7 @@ export interface operations {
                  *     land before the position you have reached and be missed by that walk. For a complete listing of
                  *     a period, read it once the period is a minute or more in the past. Send the same filters and
                  *     `order` as on the first page. An `id` that names no item of this listing of the key's account is
-                 *     `400 invalid_cursor`.
+                 *     `400 invalid_cursor` (a file deleted within the last 7 days still marks its place).
                  * @example vid_01JTXM2B4C6D8E0F2G4H6J8K0M
                  */
                 after?: components["parameters"]["ListAfter"];

@@ -9,6 +9,7 @@ export const dbColumns = {
   capability_switches: ['name', 'enabled', 'updated_at'],
   catalog_models: ['id', 'kind', 'display_name', 'enabled', 'capabilities', 'created_at', 'updated_at', 'upstream_mappings'],
   credit_holds: ['id', 'account_id', 'api_key_id', 'task_id', 'amount', 'status', 'captured', 'created_at', 'settled_at'],
+  file_tombstones: ['id', 'account_id', 'created_at', 'deleted_at'],
   files: ['id', 'account_id', 'purpose', 'content_type', 'bytes', 'storage_key', 'width', 'height', 'task_id', 'created_at', 'expires_at', 'filename', 'orientation'],
   group_members: ['id', 'group_id', 'name', 'provider', 'base_url', 'credentials_ciphertext', 'enabled', 'models', 'priority', 'weight', 'concurrency_limit', 'created_at', 'updated_at', 'model_map'],
   image_tasks: ['id', 'account_id', 'api_key_id', 'group_id', 'operation', 'model', 'prompt', 'params', 'input_file_ids', 'mask_file_id', 'n', 'unit_price', 'quoted_credits', 'actual_credits', 'delivered', 'status', 'error_code', 'error_message', 'result_file_ids', 'revised_prompt', 'run_async', 'attempt', 'lease_owner', 'lease_expires_at', 'member_id', 'settled_reason', 'created_at', 'updated_at', 'completed_at', 'next_run_at', 'retries', 'member_slots', 'last_error', 'last_error_at', 'upstream_job'],

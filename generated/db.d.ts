@@ -116,6 +116,13 @@ export interface Files {
   width: number | null;
 }
 
+export interface FileTombstones {
+  accountId: string;
+  createdAt: Timestamp;
+  deletedAt: Generated<Timestamp>;
+  id: string;
+}
+
 export interface GroupMembers {
   baseUrl: string | null;
   concurrencyLimit: number | null;
@@ -340,6 +347,7 @@ export interface DB {
   catalogModels: CatalogModels;
   creditHolds: CreditHolds;
   files: Files;
+  fileTombstones: FileTombstones;
   groupMembers: GroupMembers;
   imageTasks: ImageTasks;
   ledgerEntries: LedgerEntries;

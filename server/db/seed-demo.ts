@@ -3,7 +3,8 @@
  * with a `local` member serving every local model, the local catalog with prices, and one API key.
  * Runs only on an empty database (no accounts and no groups), under a transaction-level advisory
  * lock so that instances booting together seed once. Returns the new key, or undefined when the
- * database was not empty.
+ * database was not empty: then one line says why no key was printed (a restart, or accounts or
+ * groups written first by `npm run admin` or the admin API) and how to make a key.
  */
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
@@ -33,16 +34,31 @@ export async function upsertCatalog(db: Kysely<DB>, models: CatalogModelDefiniti
   }
 }
 
-export async function seedDemoData(db: Kysely<DB>, log: TransactionLogger): Promise<{ apiKey: string; accountId: string } | undefined> {
+export interface SeedLogger extends TransactionLogger {
+  info(obj: object, msg: string): void;
+}
+
+export async function seedDemoData(db: Kysely<DB>, log: SeedLogger): Promise<{ apiKey: string; accountId: string } | undefined> {
   return inTransaction(db, log, async (trx) => {
     await sql`select pg_advisory_xact_lock(${SEED_LOCK})`.execute(trx);
     const existing = await trx
       .selectNoFrom((eb) => [
         eb.exists(eb.selectFrom('accounts').select('id')).as('hasAccounts'),
         eb.exists(eb.selectFrom('backendGroups').select('id')).as('hasGroups'),
+        eb.exists(eb.selectFrom('accounts').select('id').where('name', '=', 'demo')).as('hasDemo'),
       ])
       .executeTakeFirstOrThrow();
-    if (existing.hasAccounts || existing.hasGroups) return undefined;
+    if (existing.hasAccounts || existing.hasGroups) {
+      // A start that prints no key must say why: a first start after an admin command looks like a
+      // fresh install that forgot its demo data.
+      log.info(
+        { demoData: 'skipped' },
+        existing.hasDemo
+          ? "demo data skipped: it exists already (its key was printed at the first start); make another key with `npm run admin -- keys create --account demo --name NAME`"
+          : 'demo data skipped: the database already has accounts or groups (written by `npm run admin` or the admin API), so no demo account, group or key was made; set up a group, a member and a key with `npm run admin` (groups create, members add, keys create), or start on an empty database',
+      );
+      return undefined;
+    }
 
     await upsertCatalog(trx, LOCAL_MODELS);
     const groupId = newId('grp');

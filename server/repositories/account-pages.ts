@@ -4,11 +4,19 @@
  * item, whose position the same statement looks up. Stable under concurrent inserts: a page
  * continues strictly after that position, so no row is listed twice or skipped. Served by the
  * (account_id, created_at, id) index of each table.
+ *
+ * A deleted file keeps its position for at least a week (file_tombstones, written by the deleting
+ * statement itself: the file-tombstones migration), so a client that deletes what it lists, or a
+ * sweeper that deletes a file between two pages, does not break the walk. Task rows are never
+ * deleted and need none.
  */
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor } from '../db/database.ts';
 
 export type PagedTable = 'files' | 'video_tasks' | 'image_tasks';
+
+/** Where the positions of a table's deleted rows are kept (id, account_id, created_at). */
+const TOMBSTONES: Partial<Record<PagedTable, string>> = { files: 'file_tombstones' };
 
 export interface AccountPage {
   accountId: string;
@@ -27,8 +35,9 @@ export interface AccountPage {
 
 /**
  * The WHERE conditions of a page of `table` (its account, time bounds and position), to AND with
- * the listing's own filters. A missing `after` row matches nothing: the page is empty, and
- * `afterExists` tells the caller whether that was the end or a cursor of nothing.
+ * the listing's own filters. The position is the `after` row's, or its tombstone's once deleted;
+ * an `after` with neither matches nothing: the page is empty, and `afterExists` tells the caller
+ * whether that was the end or a cursor of nothing.
  */
 export function pageConditions(table: PagedTable, page: AccountPage): RawBuilder<boolean> {
   const t = sql.table(table);
@@ -39,7 +48,7 @@ export function pageConditions(table: PagedTable, page: AccountPage): RawBuilder
   if (page.createdBefore !== undefined) conditions.push(sql`${t}.created_at < date_trunc('milliseconds', ${page.createdBefore}::timestamptz + interval '999 microseconds')`);
   if (page.after !== undefined) {
     const direction = page.order === 'asc' ? sql`>` : sql`<`;
-    conditions.push(sql`(${t}.created_at, ${t}.id) ${direction} (select c.created_at, c.id from ${t} c where c.id = ${page.after} and c.account_id = ${page.accountId})`);
+    conditions.push(sql`(${t}.created_at, ${t}.id) ${direction} (${positionOf(table, page.after, page.accountId)})`);
   }
   return sql<boolean>`(${sql.join(conditions, sql` and `)})`;
 }
@@ -50,8 +59,19 @@ export function pageOrder(table: PagedTable, page: AccountPage): RawBuilder<unkn
   return page.order === 'asc' ? sql`${t}.created_at asc, ${t}.id asc` : sql`${t}.created_at desc, ${t}.id desc`;
 }
 
-/** Whether `id` is a row of the account in `table` (an `after` that matched nothing). */
+/**
+ * The (created_at, id) of `id` in the account's `table`: its row, else its tombstone (a row and a
+ * tombstone of one id never both exist; the row is read first, and the LIMIT stops there).
+ */
+function positionOf(table: PagedTable, id: string, accountId: string): RawBuilder<unknown> {
+  const live = sql`select c.created_at, c.id from ${sql.table(table)} c where c.id = ${id} and c.account_id = ${accountId}`;
+  const tombstones = TOMBSTONES[table];
+  if (tombstones === undefined) return live;
+  return sql`${live} union all select g.created_at, g.id from ${sql.table(tombstones)} g where g.id = ${id} and g.account_id = ${accountId} limit 1`;
+}
+
+/** Whether `id` is a row of the account in `table`, or a deleted one with a tombstone (an `after` that matched nothing). */
 export async function afterExists(db: Executor, table: PagedTable, id: string, accountId: string): Promise<boolean> {
-  const { rows } = await sql<{ found: boolean }>`select exists (select 1 from ${sql.table(table)} where id = ${id} and account_id = ${accountId}) as found`.execute(db);
+  const { rows } = await sql<{ found: boolean }>`select exists (${positionOf(table, id, accountId)}) as found`.execute(db);
   return rows[0]?.found === true;
 }

@@ -59,7 +59,10 @@ export async function listPage<R extends { id: string }, T>(rows: R[], size: num
   };
 }
 
-/** `after` named nothing this listing of the account holds (a forged, foreign or deleted id). */
+/**
+ * `after` named nothing this listing of the account holds: a forged or foreign id, or a file deleted
+ * more than a week ago (a recently deleted one keeps its position: repositories/account-pages.ts).
+ */
 export function invalidAfter(what: 'file' | 'video task' | 'image task'): ApiError {
   return badRequest('invalid_cursor', `'after' names no ${what} of this account; pass the last_id of the previous page unchanged.`, 'after');
 }

@@ -208,14 +208,13 @@ describe('GET /v1/files', () => {
     expect(await allPages(c.key, { limit: 2, order: 'asc' })).toEqual([...ids].sort());
   });
 
-  it("answers 400 invalid_cursor for an after that names no file of the account (unknown, another account's, deleted)", async () => {
+  it("answers 400 invalid_cursor for an after that names no file of the account (unknown, another account's)", async () => {
     const c = await createCustomer(server.db);
     const other = await createCustomer(server.db);
     const mine = await upload(c.key, await png());
     const theirs = await upload(other.key, await png());
-    const gone = await upload(c.key, await png());
-    expect((await remove(c.key, gone.id)).status).toBe(200);
-    for (const after of ['file_doesnotexist', theirs.id, gone.id]) {
+    // A deleted file keeps its place for a week: listing-after-deleted.test.ts.
+    for (const after of ['file_doesnotexist', theirs.id]) {
       const res = await list(c.key, { after });
       expect([res.status, res.body.error.code, res.body.error.param]).toEqual([400, 'invalid_cursor', 'after']);
     }
