@@ -5,8 +5,8 @@
  * before any body too)
  * -> streamed media bodies and uploads -> multipart edits (under a large-body byte
  * budget) -> JSON parser -> NUL guard -> valid JSON image generations to their handler
- * (http/generation-fast-path.ts) -> openapi validator (route match,
- * security, request validation, response validation) -> handlers mounted from the spec -> one
+ * (http/generation-fast-path.ts) -> openapi validator (route match, HEAD as GET where the contract
+ * has no HEAD, security, request validation, response validation) -> handlers mounted from the spec -> one
  * error middleware for everything.
  */
 import { timingSafeEqual, createHash } from 'node:crypto';
@@ -186,7 +186,7 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   cacheValidatorRouteMatchers();
   app.use(
     OpenApiValidator.middleware({
-      apiSpec: spec as never,
+      apiSpec: withHeadAsGet(spec) as never,
       validateApiSpec: false,
       validateRequests: { allowUnknownQueryParameters: false, removeAdditional: false },
       validateResponses: options.validateResponses ?? ctx.config.validateResponses,
@@ -224,6 +224,21 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   app.use((_req, _res, next) => next(new ApiError(404, 'not_found', 'Not found.')));
   app.use(errorMiddleware(ctx.log));
   return app;
+}
+
+/**
+ * The contract as the validator reads it: HEAD is GET without a body wherever the contract declares
+ * no HEAD of its own (RFC 9110 §9.3.2; monitors and `curl -I` send it), so it meets GET's security
+ * and parameters instead of the validator's 405, and Express then runs GET's handler (its default
+ * for HEAD), which Node answers without the body. A copy per method: the validator rewrites the
+ * operations it is given. The contract itself (docs, /openapi.json, Prism) is left as written.
+ */
+export function withHeadAsGet(spec: OpenApiDocument): OpenApiDocument {
+  const paths: OpenApiDocument['paths'] = {};
+  for (const [path, item] of Object.entries(spec.paths)) {
+    paths[path] = item.get && !item.head ? { ...item, head: structuredClone(item.get) } : item;
+  }
+  return { ...spec, paths };
 }
 
 /** Mounts each operation's handler at its path from the spec; static segments before parameters. */

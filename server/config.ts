@@ -89,7 +89,7 @@ export interface Config {
   /** Days an input (a frame, a reference, an edited image) is kept after its task ended, unless its account says otherwise. */
   inputRetentionDays: number;
   taskLeaseMs: number;
-  /** How long a synchronous image request waits for a free upstream member (all at their limit or cooling down) before 429. */
+  /** How long a synchronous image request waits for a free upstream member (all at their limit or cooling down) before 503 no_upstream_capacity. */
   imageCapacityWaitMs: number;
   taskPollMs: number;
   taskMaxLifetimeSeconds: number;

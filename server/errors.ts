@@ -132,10 +132,10 @@ export function apiErrorOf(err: ProviderError, model?: string): ApiError {
     case 'auth':
     case 'quota_exhausted':
     case 'account_disabled':
-      return new ApiError(503, 'upstream_unavailable', 'The upstream account cannot take work right now (its credentials, quota or balance); the operator has been notified.');
+      return new ApiError(503, 'upstream_unavailable', "The upstream account cannot take work right now (its credentials, quota or balance); the operator can see why in the pool member's health.");
     case 'misconfigured':
     case 'model_not_open':
-      return new ApiError(502, 'upstream_error', 'The upstream account that serves this request is misconfigured; the operator has been notified.');
+      return new ApiError(502, 'upstream_error', "The upstream account that serves this request is misconfigured; the operator can see why in the pool member's health.");
     case 'retryable':
     case 'failed':
       return new ApiError(502, 'upstream_error', `The upstream failed: ${ended(err.message)}`);

@@ -144,7 +144,9 @@ export function credentials(pairs: string[] | undefined): Record<string, string>
   const out: Record<string, string> = {};
   for (const pair of pairs) {
     const eq = pair.indexOf('=');
-    if (eq <= 0 || eq === pair.length - 1) throw new UsageError(`--credential must look like name=value (e.g. api_key=sk-...)`);
+    if (eq <= 0) throw new UsageError(`--credential must look like name=value (e.g. api_key=sk-...)`);
+    // `api_key=$OPENAI_API_KEY` with the variable unset: the shape is right, the value is missing.
+    if (eq === pair.length - 1) throw new UsageError(`--credential ${pair}: the value of ${pair.slice(0, eq)} is empty`);
     out[pair.slice(0, eq)] = pair.slice(eq + 1);
   }
   return out;

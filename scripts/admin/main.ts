@@ -18,6 +18,7 @@ import { accountCommands } from './accounts.ts';
 import { parse, UsageError, type Flags } from './args.ts';
 import { commandContext, type Command, type Commands } from './command.ts';
 import { InvalidBody } from './contract.ts';
+import { inFlagTerms } from './flag-names.ts';
 import { groupCommands } from './groups.ts';
 import { keyCommands } from './keys.ts';
 import { memberCommands } from './members.ts';
@@ -124,7 +125,11 @@ const COMMANDS = new Map<string, Command>(
 async function run(admin: AdminServices, resource: string, verb: string | undefined, args: string[], flags: Flags): Promise<Output> {
   const command = COMMANDS.get(`${resource} ${verb ?? ''}`.trim());
   if (!command || verb === undefined) throw new UsageError(`unknown command '${[resource, verb].filter(Boolean).join(' ')}'`);
-  return command(commandContext(admin, resource, verb, args, flags));
+  try {
+    return await command(commandContext(admin, resource, verb, args, flags));
+  } catch (err) {
+    throw err instanceof ApiError ? inFlagTerms(err, resource, verb, args, flags) : err;
+  }
 }
 
 // ---------- main ----------

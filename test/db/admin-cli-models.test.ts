@@ -176,7 +176,7 @@ describe('admin CLI: models', () => {
 
     // As the CLI prints it: one line, exit code 2 (a body the contract refuses, as a bad flag).
     const run = await cli(['models', 'create', '--from', 'openai/sora-2', '--id', 'Sora_Two']);
-    expect(run).toEqual({ code: 2, stdout: '', stderr: `error: Invalid 'id': must match pattern "^[a-z0-9][a-z0-9._-]*$". (invalid_request, id)\n` });
+    expect(run).toEqual({ code: 2, stdout: '', stderr: `error: Invalid --id: must match pattern "^[a-z0-9][a-z0-9._-]*$". (invalid_request, --id)\n` });
   }, 60_000);
 
   it('updates names, switches and the named prices only, checked as PATCH /admin/v1/models/{id} checks them', async () => {

@@ -119,7 +119,7 @@ describe('admin CLI', { timeout: 90_000 }, () => {
     expect(cleared).toMatchObject({ output_retention_days: null, input_retention_days: 2 });
     const bad = await admin('accounts', 'update', account.id, '--output-retention-days', '0');
     expect(bad.code).not.toBe(0);
-    expect(bad.stderr).toContain('output_retention_days');
+    expect(bad.stderr).toContain('--output-retention-days');
   });
 
   it('fails with a clear message and a non-zero exit for an unknown account', async () => {
@@ -161,7 +161,7 @@ describe('admin CLI', { timeout: 90_000 }, () => {
     expect(listed.stdout).toMatch(/openai-main .* 0\s+ok\s+0\/0 .*local-image-pro=gpt-image-1\.5/);
     const stray = await admin('members', 'update', 'openai-main', '--group', 'default', '--model-map', 'local-video-1=sora-2');
     expect(stray.code).toBe(1);
-    expect(stray.stderr).toContain('model_map');
+    expect(stray.stderr).toContain('--model-map names models the member does not serve');
 
     // Every provider the admin API takes is a --provider the CLI passes on (it once knew only the first five).
     for (const provider of PROVIDER_KINDS) {

@@ -1,8 +1,8 @@
 /**
  * "One admin path, two doors": every body the admin CLI sends (accounts, keys, groups, members,
  * credit adjustments) is checked against the contract's request schema as the admin API's validator
- * checks it. A value the API refuses is refused by the CLI with the API's code, param and message,
- * exit code 2, and nothing is stored (the CLI once stored a priority of 5000 or a group named
+ * checks it. A value the API refuses is refused by the CLI with the API's code and message (the
+ * field named by its flag), exit code 2, and nothing is stored (the CLI once stored a priority of 5000 or a group named
  * 'Bad Name!', after which the API's own listings could not answer within their schema).
  */
 import createClient from 'openapi-fetch';
@@ -31,11 +31,16 @@ beforeAll(async () => {
 });
 afterAll(async () => server?.close());
 
-/** The line the CLI prints for an error the API answers with `error` (its code, param and message). */
+/**
+ * The line the CLI prints for an error the API answers with `error`: its code and message, the
+ * field it names given as the flag that sets it (every field these cases refuse has the flag of its
+ * name, `_` as `-`: `concurrency_limit` is `--concurrency-limit`).
+ */
 function lineOf(res: { error?: unknown; response: Response }): string {
   expect(res.response.status).toBe(400);
   const { code, param, message } = (res.error as { error: { code: string; param: string | null; message: string } }).error;
-  return `error: ${message} (${code}${param ? `, ${param}` : ''})\n`;
+  const flag = param && `--${param.replaceAll('_', '-')}`;
+  return `error: ${flag ? message.replace(`'${param}'`, flag) : message} (${code}${flag ? `, ${flag}` : ''})\n`;
 }
 
 describe('admin CLI bodies, checked as the admin API checks them', () => {

@@ -207,7 +207,7 @@ describe('pool routing', () => {
       .execute();
     const refused = await generate(c.key);
     expect(refused.status).toBe(502);
-    expect(refused.body.error).toMatchObject({ code: 'upstream_error', message: expect.stringMatching(/^The upstream account that serves this request is misconfigured; the operator has been notified\. Task img_\w+ failed; nothing was charged\.$/) });
+    expect(refused.body.error).toMatchObject({ code: 'upstream_error', message: expect.stringMatching(/^The upstream account that serves this request is misconfigured; the operator can see why in the pool member's health\. Task img_\w+ failed; nothing was charged\.$/) });
     expect(refused.body.error!.message).not.toContain('gpt-image-99');
     expect(await ledgerKinds(refused.taskId!)).toEqual(['hold', 'release']);
     const health = (await membersOf(c.groupId)).mapped!.health;
@@ -258,6 +258,20 @@ describe('pool routing', () => {
     const after = fake.calls.length;
     expect((await generate(c.key)).status).toBe(200);
     expect(keysOf(callsSince(after))).toEqual(['sk-c']);
+  });
+
+  it('after the only member\'s credentials are refused, says where the operator sees why (503 upstream_unavailable), then that the serving members are out of rotation (503 no_reachable_member)', async () => {
+    const c = await customer([{ name: 'only', key: 'sk-refused' }]);
+    const first = await generate(c.key);
+    expect([first.status, first.body.error?.code]).toEqual([503, 'upstream_unavailable']);
+    expect(first.body.error!.message).toMatch(/^The upstream account cannot take work right now \(its credentials, quota or balance\); the operator can see why in the pool member's health\. Task img_\w+ failed; nothing was charged\.$/);
+    expect((await membersOf(c.groupId)).only!.health.credentials_rejected).toBe(true);
+    // The member is still enabled, only out of rotation: the message says so, not that none is enabled.
+    const next = await generate(c.key);
+    expect([next.status, next.body.error?.code]).toEqual([503, 'no_reachable_member']);
+    expect(next.body.error!.message).toMatch(
+      new RegExp(`^No backend member can take work for model '${IMAGE_PRO.id}' now: every member that serves it is disabled or out of rotation \\(rejected credentials, a disabled upstream account, or the model refused upstream\\); the operator sees which in the group's member list\\. Task img_\\w+ failed; nothing was charged\\.$`),
+    );
   });
 
   it('opens the circuit of a member after three 5xx in a row', async () => {

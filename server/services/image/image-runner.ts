@@ -106,7 +106,7 @@ export interface ExecuteOptions {
    * image is stored while the task settles instead of before (storeWhileSettling).
    */
   deliveredOnlyIfAllSent?: boolean;
-  /** How long to wait for a free upstream member before answering 429 (synchronous requests). */
+  /** How long to wait for a free upstream member before answering 503 no_upstream_capacity (synchronous requests). */
   capacityWaitMs?: number;
   /** Throw NoCapacity instead of failing the task when every member is busy (background tasks). */
   requeueWhenBusy?: boolean;
@@ -130,7 +130,7 @@ export interface ExecuteOptions {
 
 /** What a client is told when no member can take its image now: the gateway's side (503), never the client's limits (429). */
 function noCapacityError(err: NoCapacity, model: string): ApiError {
-  if (err.reason === 'none') return new ApiError(503, 'no_reachable_member', `No enabled backend member can run model '${model}' here.`);
+  if (err.reason === 'none') return new ApiError(503, 'no_reachable_member', `No backend member can take work for model '${model}' now: every member that serves it is disabled or out of rotation (rejected credentials, a disabled upstream account, or the model refused upstream); the operator sees which in the group's member list.`);
   return noUpstreamCapacity(model, err.retryAfterMs, err.reason === 'full' ? 'every one is at its concurrency limit' : 'every one is cooling down after failures or rate limits');
 }
 

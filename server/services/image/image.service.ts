@@ -86,7 +86,7 @@ export interface ImageServiceDeps {
   instanceId: string;
   /** Request media held in memory at once: a JSON edit takes its named inputs' bytes before reading them. */
   largeBodies?: LargeBodyBudget;
-  /** capacityWaitMs: how long a synchronous request waits for a free upstream member before 429. */
+  /** capacityWaitMs: how long a synchronous request waits for a free upstream member before 503 no_upstream_capacity. */
   options: {
     sizeParam: 'accept' | 'reject';
     leaseMs: number;

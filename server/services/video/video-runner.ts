@@ -275,7 +275,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
     } catch (err) {
       if (err instanceof NoCapacity) {
         if (err.reason === 'none') {
-          await this.deps.settlement.failVideo(task, 'no_reachable_member', `No enabled backend member can run model '${task.model}'; the credits were refunded.`);
+          await this.deps.settlement.failVideo(task, 'no_reachable_member', `No backend member can take work for model '${task.model}': every member that serves it is disabled or out of rotation (rejected credentials, a disabled upstream account, or the model refused upstream); the credits were refunded.`);
           return DONE;
         }
         log.debug({ reason: err.reason, retryInMs: err.retryAfterMs }, 'no upstream member free; the task stays queued');
