@@ -4,6 +4,7 @@
  * GET /v1/files/{file_id}/content (the bytes with the key), DELETE /v1/files/{file_id}. HEAD on
  * both GETs answers as they do, without a body (and without reading the bytes).
  */
+import type { Readable } from 'node:stream';
 import type { Request, Response } from 'express';
 import type { AppContext } from '../context.ts';
 import { ApiError, badRequest } from '../errors.ts';
@@ -49,26 +50,27 @@ const INLINE_TYPES: Record<Schemas['File']['content_type'], true> = { 'image/png
  * request are answered with the whole file (allowed by RFC 9110), an unsatisfiable one with `416`.
  * A HEAD gets the whole file's header fields and no body: the store is never asked for the bytes
  * (S3 would start sending a whole video), and its `Range` is ignored (RFC 9110 §14.2: GET only).
- * A client that takes none of the bytes for `stall.idleMs` is cut off (`pipeBounded`), and the
- * store's stream it held open (a file descriptor, a socket of the S3 read client) closed with it.
+ * The answer is committed once the store has its first bytes (`started`): a read that fails before
+ * them is the error middleware's to answer (503 storage_unavailable). A client that takes none of
+ * the bytes for `stall.idleMs` is cut off (`pipeBounded`), and the store's stream it held open (a
+ * file descriptor, a socket of the S3 read client) closed with it.
  */
 async function sendFile(req: Pick<Request, 'headers' | 'method'> & { id?: string }, res: Response, opened: OpenedFile, cacheControl: string, stall: { idleMs: number; log: Logger }): Promise<void> {
   const { file, stored, name } = opened;
-  const send = (range?: { start: number; end: number }) =>
-    pipeBounded(opened.read(range), res, stall.idleMs, (err) =>
-      stall.log.warn({ reqId: req.id, fileId: file.id, err: err.message }, 'download cut off: its client stopped reading'),
-    );
   const head = req.method === 'HEAD';
   const etag = `"${file.id}"`;
-  res.setHeader('Cache-Control', cacheControl);
-  res.setHeader('ETag', etag);
-  res.setHeader('Last-Modified', stored.modifiedAt.toUTCString());
-  res.setHeader('Accept-Ranges', 'bytes');
-  // The type said is the type meant: a browser never guesses another one (HTML) from the bytes.
-  res.setHeader('X-Content-Type-Options', 'nosniff');
+  const validators = () => {
+    res.setHeader('Cache-Control', cacheControl);
+    res.setHeader('ETag', etag);
+    res.setHeader('Last-Modified', stored.modifiedAt.toUTCString());
+    res.setHeader('Accept-Ranges', 'bytes');
+    // The type said is the type meant: a browser never guesses another one (HTML) from the bytes.
+    res.setHeader('X-Content-Type-Options', 'nosniff');
+  };
   // A copy the client already has (If-None-Match naming this file's ETag, or `*`): nothing to send.
   const ifNoneMatch = req.headers['if-none-match'];
   if (ifNoneMatch !== undefined && ifNoneMatch.split(',').some((tag) => ['*', etag].includes(tag.trim().replace(/^W\//, '')))) {
+    validators();
     res.status(304).end();
     return;
   }
@@ -76,28 +78,60 @@ async function sendFile(req: Pick<Request, 'headers' | 'method'> & { id?: string
   const ifRange = req.headers['if-range'];
   const range = !head && (ifRange === undefined || ifRange === etag) ? byteRange(req.headers.range, stored.bytes) : 'whole';
   if (range === 'unsatisfiable') {
+    validators();
     throw new ApiError(416, 'range_not_satisfiable', `The range asked for is outside the file's ${stored.bytes} bytes.`, null, {}, { 'Content-Range': `bytes */${stored.bytes}` });
   }
+  const source = head ? undefined : opened.read(range === 'whole' ? undefined : range);
+  // Nothing of the file's is set before its bytes are there: a failure is answered as any error.
+  if (source && !(await started(source, res))) return;
+  validators();
   const inline = Object.hasOwn(INLINE_TYPES, file.contentType);
   res.setHeader('Content-Type', inline ? file.contentType : 'application/octet-stream');
   // An ASCII fallback and the name itself in UTF-8 (RFC 6266): a header cannot carry non-Latin-1 text.
   // One `_` per character (`u`): an emoji is one, not one per UTF-16 unit.
   const ascii = name.replace(/[^\x20-\x7e]/gu, '_').replace(/["\\]/g, '');
   res.setHeader('Content-Disposition', `${inline ? 'inline' : 'attachment'}; filename="${ascii}"${ascii === name ? '' : `; filename*=UTF-8''${encodeURIComponent(name)}`}`);
-  if (range !== 'whole') {
+  if (range === 'whole') {
+    res.status(200);
+    res.setHeader('Content-Length', String(stored.bytes));
+  } else {
     res.status(206);
     res.setHeader('Content-Range', `bytes ${range.start}-${range.end}/${stored.bytes}`);
     res.setHeader('Content-Length', String(range.end - range.start + 1));
-    await send(range);
-    return;
   }
-  res.status(200);
-  res.setHeader('Content-Length', String(stored.bytes));
-  if (head) {
+  if (!source) {
     res.end();
     return;
   }
-  await send();
+  await pipeBounded(source, res, stall.idleMs, (err) => stall.log.warn({ reqId: req.id, fileId: file.id, err: err.message }, 'download cut off: its client stopped reading'));
+}
+
+/**
+ * Waits for the store's first bytes (or the end of an empty file) before a download commits its
+ * status: pipeline() would destroy a response whose head was not sent yet, and a read failing first
+ * (S3 answering 503 after the HEAD passed, an object removed meanwhile) left the client a closed
+ * connection. Rejects with that failure; resolves false when the client went away meanwhile (the
+ * read is ended). Costs one event: the bytes stay in the stream's buffer for the pipe.
+ */
+function started(source: Readable, res: Response): Promise<boolean> {
+  return new Promise<boolean>((resolve, reject) => {
+    const settle = (outcome: () => void) => {
+      source.off('readable', onReadable);
+      res.off('close', onClose);
+      outcome();
+    };
+    const onReadable = () => settle(() => resolve(true));
+    const onClose = () =>
+      settle(() => {
+        source.destroy();
+        resolve(false);
+      });
+    // Kept after the first bytes (once settled it does nothing): an error emitted before the pipe
+    // has its own listener must not go unheard; the pipe hears it too.
+    source.once('error', (err) => settle(() => reject(err)));
+    source.on('readable', onReadable);
+    res.once('close', onClose);
+  });
 }
 
 type FilesOperation = 'createFile' | 'listFiles' | 'getFile' | 'headFile' | 'getFileContent' | 'headFileContent' | 'deleteFile';
@@ -159,11 +193,12 @@ export function filesHandlers(ctx: AppContext): Pick<HandlerMap, FilesOperation>
 
     async deleteFile(req, res) {
       const { accountId } = authOf(req);
-      await files.deleteOwned(req.params.file_id, accountId);
+      const left = await files.deleteOwned(req.params.file_id, accountId);
       // A completed task whose video this was answers without it from now on, here at once (others
       // when the database's notification arrives).
       ctx.services.videos.invalidateCaches();
       ctx.log.info({ fileId: req.params.file_id, accountId }, 'file deleted');
+      if (left.length > 0) ctx.log.warn({ fileId: req.params.file_id, objects: left }, "could not delete a deleted file's bytes; the media sweep removes them as orphans");
       noStore(res);
       sendJson(res, 'deleteFile', 200, { id: req.params.file_id, object: 'file', deleted: true });
     },

@@ -165,7 +165,9 @@ export class FileService {
     try {
       row.expiresAt = await this.files.insert(row);
     } catch (err) {
-      await this.store.delete(row.storageKey);
+      // The insert's failure is the answer: a store failing the cleanup too must not replace it
+      // (what it leaves, no row names: the orphan sweep removes it).
+      await this.store.delete(row.storageKey).catch(() => undefined);
       throw err;
     }
     return row;
@@ -217,10 +219,19 @@ export class FileService {
     return this.urlOf(fileId, storageKeyOf(purpose, fileId), minTtlSeconds);
   }
 
-  /** `downloadUrl` of a file whose stored key is known (its row's: an input may be an upload or an earlier output). */
-  private async urlOf(fileId: string, storageKey: string, minTtlSeconds: number): Promise<string> {
-    // A presigner that fails (its credentials) is the store's failure: 503 storage_unavailable wherever a link is made.
-    if (this.opts.urls === 'presigned' && this.store.presign) return this.store.presign(storageKey, Math.max(this.ttlSeconds, minTtlSeconds)).catch((err: unknown) => Promise.reject(linkFailure(err, storageKey)));
+  /**
+   * `downloadUrl` of a file whose stored key is known (its row's: an input may be an upload or an
+   * earlier output), and whose expiry is known when given. A presigned URL cannot be revoked and the
+   * store serves the bytes until the sweep removes them, so it lives no longer than the file; a file
+   * with less than a second left gets Mediagate's signed URL, which answers 404 for an expired file
+   * as for any expired link (open()).
+   */
+  private async urlOf(fileId: string, storageKey: string, minTtlSeconds: number, expiresAt?: Date | null): Promise<string> {
+    const left = expiresAt ? Math.floor((expiresAt.getTime() - this.now()) / 1000) : Number.POSITIVE_INFINITY;
+    if (this.opts.urls === 'presigned' && this.store.presign && left >= 1) {
+      // A presigner that fails (its credentials) is the store's failure: 503 storage_unavailable wherever a link is made.
+      return this.store.presign(storageKey, Math.min(Math.max(this.ttlSeconds, minTtlSeconds), left)).catch((err: unknown) => Promise.reject(linkFailure(err, storageKey)));
+    }
     return this.signedUrl(fileId, minTtlSeconds);
   }
 
@@ -269,7 +280,7 @@ export class FileService {
         // Opened and fetched by URL alike: the copy when one is needed, else the file as stored.
         const file = (await this.needsCopy(row)) ? await this.sendableCopy(row) : row;
         // The row's key: an input named by file id is stored as an upload or an output, not under `input/`.
-        const url = (minTtlSeconds = 0) => this.urlOf(file.id, file.storageKey, minTtlSeconds);
+        const url = (minTtlSeconds = 0) => this.urlOf(file.id, file.storageKey, minTtlSeconds, file.expiresAt);
         return { contentType: file.contentType, bytes: file.bytes, width: file.width, height: file.height, open: () => this.store.read(file.storageKey), url };
       }),
     );
@@ -431,7 +442,7 @@ export class FileService {
 
   /**
    * One page of the account's Files API files. An `after` that matched nothing and names no file
-   * of the account is 400 invalid_cursor.
+   * of the account, live or deleted within the last week, is 400 invalid_cursor.
    */
   async listOwned(accountId: string, query: ListQuery & { purpose?: ApiFilePurpose }): Promise<ListPage<Schemas['File']>> {
     const { page, size } = accountPage(accountId, query);
@@ -442,12 +453,15 @@ export class FileService {
 
   /**
    * Deletes a Files API file of the account: its row, detached from the task that generated it,
-   * and its bytes, in one transaction (a store that cannot delete them rolls the row back, as the
-   * sweeper does). A file an unfinished task still needs — as an input, or as the output it is
-   * producing — is 409 file_in_use, and nothing changes.
+   * and the rows of its copies, in one transaction; then, once that has committed, their bytes. A
+   * file an unfinished task still needs — as an input, or as the output it is producing — is 409
+   * file_in_use, and nothing changes. Bytes the store fails to delete are left to the media
+   * sweeper's orphan phase (objects no row names; their keys are of its shape): deleted inside the
+   * transaction, a failing delete of a copy or a failing commit left a listed file with no bytes.
+   * Returns the objects so left, and why, for the log.
    */
-  async deleteOwned(id: string, accountId: string): Promise<void> {
-    await this.tx.run(async (trx) => {
+  async deleteOwned(id: string, accountId: string): Promise<{ key: string; err: string }[]> {
+    const keys = await this.tx.run(async (trx) => {
       const file = await this.files.findListed(id, accountId, trx);
       if (!file) throw fileNotFound(id);
       const producing = await this.files.lockProducingTask(file, trx);
@@ -455,10 +469,13 @@ export class FileService {
       if (!(await this.files.lockForDelete(id, trx))) throw fileNotFound(id);
       const user = await this.files.activeInputUser(id, accountId, trx);
       if (user) throw inUse(id, user);
-      const copies = await this.files.deleteDetached(file, trx);
-      await this.store.delete(file.storageKey);
-      for (const key of copies) await this.store.delete(key);
+      return [file.storageKey, ...(await this.files.deleteDetached(file, trx))];
     });
+    const left: { key: string; err: string }[] = [];
+    for (const key of keys) {
+      await this.store.delete(key).catch((err: unknown) => left.push({ key, err: err instanceof Error ? err.message : String(err) }));
+    }
+    return left;
   }
 
   /** A file of the account that has not expired (any purpose: an upload, an input, an output). */

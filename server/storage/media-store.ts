@@ -5,11 +5,12 @@
  * under its root. The S3-compatible store (s3-media-store.ts) implements the same interface, so
  * that any instance reads what another wrote.
  *
- * A write or a removal that fails on the store's side rejects with a StorageError (storage-error.ts:
- * `StorageFull`, `StorageUnavailable`), never with the error of the data being written (a client
- * that went away, an upstream download that broke), so callers can tell whose fault it was.
+ * A write, a read or a removal that fails on the store's side fails with a StorageError
+ * (storage-error.ts: `StorageFull`, `StorageUnavailable`), never with the error of the data being
+ * written (a client that went away, an upstream download that broke), so callers can tell whose
+ * fault it was.
  */
-import { close, createReadStream, createWriteStream, open, renameSync, rmSync, write, writeFileSync, writev } from 'node:fs';
+import { close, createReadStream, createWriteStream, open, read, renameSync, rmSync, write, writeFileSync, writev } from 'node:fs';
 import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
@@ -48,7 +49,7 @@ export interface MediaStore {
    * the store cannot do fails with a StorageError and nothing is kept either.
    */
   put(key: string, data: Buffer | Readable, opts?: PutOptions): Promise<{ bytes: number }>;
-  /** The bytes (or `range` of them) as a stream; a missing object fails the stream. */
+  /** The bytes (or `range` of them) as a stream; a missing or unreadable object fails the stream with a StorageError. */
   read(key: string, range?: ByteRange): Readable;
   /**
    * Size and last change of the object, or undefined when there is none. A store that cannot tell
@@ -92,8 +93,8 @@ export function byteLimit(maxBytes: number): Transform {
 }
 
 /**
- * The fs calls of a write stream, their failures turned into storage errors where they happen: a
- * pipeline that rejects then says by its error alone whether the store or the data failed.
+ * The fs calls of a read or write stream, their failures turned into storage errors where they
+ * happen: a pipeline that rejects then says by its error alone whether the store or the data failed.
  */
 function storageFs(key: string) {
   type Callback = (err: unknown, ...rest: unknown[]) => void;
@@ -102,7 +103,7 @@ function storageFs(key: string) {
     const classify: Callback = (err, ...rest) => done(err ? asStorageError(err, key) : err, ...rest);
     (call as (...args: unknown[]) => void)(...args, classify);
   };
-  return { open: classified(open), write: classified(write), writev: classified(writev), close: classified(close) };
+  return { open: classified(open), read: classified(read), write: classified(write), writev: classified(writev), close: classified(close) };
 }
 
 /**
@@ -225,7 +226,9 @@ export class FilesystemMediaStore implements MediaStore {
   }
 
   read(key: string, range?: ByteRange): Readable {
-    return createReadStream(this.path(key), range && { start: range.start, end: range.end });
+    // A read that fails (the object gone, EIO, EISDIR) is the store's failure, as S3's: an upstream
+    // submit streaming it must not blame the upstream, nor a download answer 500.
+    return createReadStream(this.path(key), { ...(range && { start: range.start, end: range.end }), fs: storageFs(key) });
   }
 
   async stat(key: string): Promise<StoredObject | undefined> {

@@ -44,13 +44,18 @@ export interface S3StoreOptions {
  * Each attempt of a call (the SDK makes up to 3) gets a TCP connection within `connectMs` and the
  * answer's headers within `requestMs` (a part upload's 8 MiB body included: 30 s is ~280 KB/s), or
  * fails as a timeout: the SDK's default waits forever, and a store that accepts connections and
- * never answers held a sweep run (and its process's stop) for good. A body being read is not timed:
- * a slow client paces a download, and its going away ends the request (read()).
+ * never answers held a sweep run (and its process's stop) for good. A body being read is timed only
+ * while its reader waits for it (read(): `requestMs` without a byte): a slow client paces a download,
+ * and its going away ends the request.
  */
 const S3_TIMEOUTS = { connectMs: 5_000, requestMs: 30_000 };
 
-/** Error names of S3 (and compatible servers) that mean the bucket or the account is out of space. */
-const FULL = new Set(['QuotaExceeded', 'StorageQuotaExceeded', 'InsufficientStorage', 'EntityTooLarge']);
+/**
+ * Error names of S3 (and compatible servers) that mean the bucket or the account is out of space
+ * (MinIO's full drives: `XMinioStorageFull`, HTTP 507). Any answer at 507 Insufficient Storage is
+ * full too, whatever its code.
+ */
+const FULL = new Set(['QuotaExceeded', 'StorageQuotaExceeded', 'InsufficientStorage', 'EntityTooLarge', 'XMinioStorageFull']);
 
 /**
  * Sockets of the client that streams reads (`read`): a download holds one until its reader is done,
@@ -69,10 +74,13 @@ export class S3MediaStore implements MediaStore {
   readonly reader: S3Client;
   private readonly bucket: string;
   private readonly prefix: string;
+  /** How long a GET body may send nothing while its reader waits for it (read()). */
+  private readonly bodyIdleMs: number;
 
   constructor(opts: S3StoreOptions) {
     this.bucket = opts.bucket;
     this.prefix = opts.prefix ?? '';
+    this.bodyIdleMs = (opts.timeouts ?? S3_TIMEOUTS).requestMs;
     const client = (maxSockets?: number) =>
       new S3Client({
         region: opts.region,
@@ -114,27 +122,28 @@ export class S3MediaStore implements MediaStore {
       },
     });
     const body = new PassThrough();
-    const stages: NodeJS.ReadWriteStream[] = opts.maxBytes !== undefined ? [byteLimit(opts.maxBytes), counter] : [counter];
-    // The data's own failure (the client went away, the byte limit) fails the upload, and is what
-    // the caller hears — not the SDK's wrapping of it.
-    let stream: Readable = data;
-    for (const stage of stages) {
-      stream.once('error', (err) => {
-        sourceError ??= err;
-        (stage as Transform).destroy(err);
-      });
-      stream = stream.pipe(stage) as unknown as Readable;
-    }
-    stream.once('error', (err) => {
-      sourceError ??= err;
-      body.destroy(err);
+    const stages: Transform[] = opts.maxBytes !== undefined ? [byteLimit(opts.maxBytes), counter] : [counter];
+    // The data's own failure (its error, the byte limit, a source closed before its end: a client
+    // that went away) fails the upload, and is what the caller hears — not the SDK's wrapping of
+    // it. Heard before pipeline() passes it on to the body: once the body is gone (the Upload ends
+    // it when a part fails), what reaches the data is the upload's failure, not its own.
+    const own = (err: unknown) => {
+      if (!body.destroyed) sourceError ??= err;
+    };
+    for (const stream of [data, ...stages]) stream.once('error', own);
+    data.once('close', () => {
+      if (!data.readableEnded) own(Object.assign(new Error('Premature close'), { code: 'ERR_STREAM_PREMATURE_CLOSE' }));
     });
-    stream.pipe(body);
+    // pipeline, not .pipe(): a source destroyed without an error ends the body too, so the upload
+    // settles instead of waiting for bytes that never come.
+    pipeline([data, ...stages, body], () => undefined);
     try {
       await this.upload(key, body, opts);
     } catch (err) {
-      if (sourceError !== undefined) throw sourceError;
-      throw err;
+      const cause = sourceError ?? err;
+      // The upload's own failure releases the data (pipeline destroys it with the body).
+      body.destroy();
+      throw cause;
     }
     return { bytes };
   }
@@ -182,6 +191,10 @@ export class S3MediaStore implements MediaStore {
           body.once('error', (err) => out.destroy(storageErrorOf(err, key)));
           // Either side ending early destroys the other (the body frees its socket).
           pipeline(body, out, () => undefined);
+          watchIdle(body, this.bodyIdleMs, () => {
+            const cause = Object.assign(new Error(`ReadStalled: the object's body sent nothing for ${this.bodyIdleMs} ms`), { code: 'ReadStalled', syscall: 's3' });
+            out.destroy(new StorageUnavailable(key, cause));
+          });
         },
         (err: unknown) => out.destroy(storageErrorOf(err, key)),
       );
@@ -238,16 +251,33 @@ export class S3MediaStore implements MediaStore {
   }
 }
 
+/**
+ * Calls `stalled` once `body` has sent nothing for `idleMs` while its reader waits for bytes. The
+ * SDK's requestTimeout ends with the headers and no socket timeout is set, so a connection gone
+ * silent mid-body held its reader until TCP gave up, hours later: a download's client, or the
+ * gateway itself (an input copied to a file for inspection or conversion, `FileService.sendableCopy`
+ * holding its process-wide turn meanwhile). A reader applying backpressure pauses the body (the
+ * pipe), which is not the store's stall: the count starts again when it resumes.
+ */
+function watchIdle(body: Readable, idleMs: number, stalled: () => void): void {
+  const timer = setTimeout(() => (body.isPaused() ? timer.refresh() : stalled()), idleMs);
+  timer.unref();
+  const restart = () => timer.refresh();
+  body.on('data', restart);
+  body.on('resume', restart);
+  body.once('close', () => clearTimeout(timer));
+}
+
 function isNotFound(err: unknown): boolean {
   const e = err as { name?: string; $metadata?: { httpStatusCode?: number } };
   return e?.name === 'NotFound' || e?.name === 'NoSuchKey' || e?.$metadata?.httpStatusCode === 404;
 }
 
-/** An S3 failure as a StorageError: full for quota answers, unavailable for everything else. */
+/** An S3 failure as a StorageError: full for quota and full-disk answers, unavailable for everything else. */
 function storageErrorOf(err: unknown, key: string): StorageError {
   const e = err as { name?: string; code?: string; message?: string; $metadata?: { httpStatusCode?: number } };
   const code = e?.name && e.name !== 'Error' ? e.name : (e?.code ?? 'S3Error');
   const status = e?.$metadata?.httpStatusCode;
   const cause = Object.assign(new Error(`${code}${status ? ` (HTTP ${status})` : ''}: ${e?.message ?? String(err)}`), { code, syscall: 's3' }) as NodeJS.ErrnoException;
-  return FULL.has(code) ? new StorageFull(key, cause) : new StorageUnavailable(key, cause);
+  return FULL.has(code) || status === 507 ? new StorageFull(key, cause) : new StorageUnavailable(key, cause);
 }

@@ -1,6 +1,6 @@
 /** Fake media stores for failure injection: each wraps a real store and changes how some writes go. */
-import { Transform, pipeline, type Readable } from 'node:stream';
-import { asStorageError } from '../../server/storage/storage-error.ts';
+import { Readable, Transform, pipeline } from 'node:stream';
+import { asStorageError, StorageUnavailable } from '../../server/storage/storage-error.ts';
 import type { ByteRange, MediaStore, PutOptions } from '../../server/storage/media-store.ts';
 
 /** A system error as Node reports one (`ENOSPC`, `EIO`, …). */
@@ -108,6 +108,54 @@ export class FailingWritesStore extends DelegatingStore {
       data.destroy(err);
     }
     return Promise.reject(err);
+  }
+}
+
+/**
+ * A media store whose reads fail before their first byte while `failing` is set, with `error(key)`
+ * (by default the StorageUnavailable of EIO), as S3's GetObject answered 503 after a HEAD passed:
+ * the stream is destroyed with it when first read. Everything else passes to `inner`. `failedReads`
+ * counts the refused reads.
+ */
+export class FailingReadsStore extends DelegatingStore {
+  failing = true;
+  failedReads = 0;
+  constructor(
+    inner: MediaStore,
+    private readonly error: (key: string) => Error = (key) => storageError('EIO', key),
+  ) {
+    super(inner);
+  }
+  override read(key: string, range?: ByteRange): Readable {
+    if (!this.failing) return this.inner.read(key, range);
+    this.failedReads++;
+    const err = this.error(key);
+    return new Readable({
+      read() {
+        this.destroy(err);
+      },
+    });
+  }
+}
+
+/**
+ * A media store whose deletes of the keys `refuses(key)` picks (by default every key) fail while
+ * `failing` is set, with the StorageUnavailable of S3's `503 SlowDown`; everything else passes to
+ * `inner`. `failedDeletes` lists the keys whose delete failed.
+ */
+export class FailingDeletesStore extends DelegatingStore {
+  failing = true;
+  readonly failedDeletes: string[] = [];
+  constructor(
+    inner: MediaStore,
+    private readonly refuses: (key: string) => boolean = () => true,
+  ) {
+    super(inner);
+  }
+  override delete(key: string) {
+    if (!this.failing || !this.refuses(key)) return this.inner.delete(key);
+    this.failedDeletes.push(key);
+    return Promise.reject(new StorageUnavailable(key, Object.assign(new Error('SlowDown (HTTP 503): simulated failure'), { code: 'SlowDown', syscall: 's3' })));
   }
 }
 

@@ -35,4 +35,35 @@ describe('FileService.mediaInputs on S3 with presigned URLs', () => {
       expect(Buffer.from(await res.arrayBuffer()).equals(bytes)).toBe(true);
     }
   });
+
+  it("presigns no URL that outlives the file: capped at its remaining life, and an expired file's is the gateway's own (which refuses it)", async () => {
+    const rows = new Map<string, FileRow>();
+    const repo = {
+      insert: async (row: FileRow) => {
+        rows.set(row.id, row);
+        return row.expiresAt;
+      },
+      findMany: async (ids: readonly string[]) => ids.map((id) => rows.get(id)).filter((r): r is FileRow => r !== undefined),
+    };
+    const now = Date.parse('2026-11-28T12:00:00Z');
+    const files = new FileService(repo as never, s3.store(), {} as never, Buffer.alloc(32, 1), 'http://gateway.invalid', 3600, { urls: 'presigned', outputRetentionDays: 30 }, () => now);
+    const urlOf = async (expiresAt: Date | undefined, minTtlSeconds: number) => {
+      const row = await files.save({ accountId: 'acct_presign', purpose: 'upload', contentType: 'image/png', orientation: 1, ...(expiresAt && { expiresAt }) }, Buffer.from('x'));
+      const [input] = await files.mediaInputs([row.id]);
+      return new URL(await input!.url(minTtlSeconds));
+    };
+    // No expiry: the longer of FILE_URL_TTL_SECONDS and what the caller needs.
+    expect((await urlOf(undefined, 7200)).searchParams.get('X-Amz-Expires')).toBe('7200');
+    // Ten minutes left: ten minutes, whatever the caller asked for.
+    expect((await urlOf(new Date(now + 600_000), 7200)).searchParams.get('X-Amz-Expires')).toBe('600');
+    expect((await urlOf(new Date(now + 600_000), 0)).searchParams.get('X-Amz-Expires')).toBe('600');
+    // A day left: the asked-for life as usual.
+    expect((await urlOf(new Date(now + 86_400_000), 7200)).searchParams.get('X-Amz-Expires')).toBe('7200');
+    // Expired (or under a second left): no presigned URL, the gateway's signed one.
+    for (const expiresAt of [new Date(now - 1000), new Date(now + 500)]) {
+      const url = await urlOf(expiresAt, 3600);
+      expect(url.origin).toBe('http://gateway.invalid');
+      expect(url.pathname).toMatch(/^\/v1\/files\/file_/);
+    }
+  });
 });

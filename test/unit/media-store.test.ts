@@ -91,6 +91,33 @@ describe.each(stores)('%s media store', (name, storeOf) => {
     expect(await keysUnder(`${prefix}/cut/`)).toEqual([]);
   });
 
+  it('rejects a stream destroyed without an error (a source closed before its end), small or past a part, keeping nothing', async () => {
+    const store = storeOf();
+    for (const [name, size] of [
+      ['small', 3000],
+      ['parts', 9 * 1024 * 1024],
+    ] as const) {
+      let pushed = false;
+      const closed = new Readable({
+        read() {
+          if (pushed) return;
+          pushed = true;
+          this.push(randomBytes(size));
+          setTimeout(() => this.destroy(), 50);
+        },
+      });
+      const outcome = await Promise.race([
+        store.put(`${prefix}/closed/${name}`, closed).then(
+          () => 'stored',
+          (e: Error) => e,
+        ),
+        new Promise((resolve) => setTimeout(() => resolve('still pending'), 5000)),
+      ]);
+      expect([name, outcome]).toEqual([name, expect.objectContaining({ code: 'ERR_STREAM_PREMATURE_CLOSE' })]);
+    }
+    expect(await keysUnder(`${prefix}/closed/`)).toEqual([]);
+  });
+
   it('reads a range exactly, and fails the stream of a missing object', async () => {
     const store = storeOf();
     const bytes = randomBytes(5000);

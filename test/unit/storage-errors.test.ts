@@ -7,7 +7,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,9 +17,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { apiErrorOfStorage } from '../../server/errors.ts';
 import { errorMiddleware } from '../../server/http/error-middleware.ts';
 import { createLogger } from '../../server/logger.ts';
+import { FileService } from '../../server/services/file.service.ts';
 import { FilesystemMediaStore, MediaTooLarge } from '../../server/storage/media-store.ts';
+import { S3MediaStore } from '../../server/storage/s3-media-store.ts';
 import { StorageError, StorageFull, StorageUnavailable, asStorageError } from '../../server/storage/storage-error.ts';
-import { storageError, systemError } from '../fakes/media-stores.ts';
+import { FailingDeletesStore, storageError, systemError } from '../fakes/media-stores.ts';
 import { FullDisk, canMount } from '../support/full-disk.ts';
 
 const scratch = mkdtempSync(join(tmpdir(), 'mg-storage-errors-'));
@@ -164,5 +166,94 @@ describe('the error middleware and a storage error', () => {
       expect(JSON.stringify(line)).toContain(key);
       expect(JSON.stringify(line)).toContain(path === '/full' ? 'ENOSPC' : 'EIO');
     }
+  });
+});
+
+describe('S3MediaStore failures', () => {
+  // Answers every request with the status and error code its path names, /b/<status>/<code>/…,
+  // except that it starts (and aborts) multipart uploads: only their parts get that answer.
+  let s3: Server;
+  let endpoint = '';
+  beforeAll(async () => {
+    s3 = createServer((req, res) => {
+      const url = new URL(req.url!, 'http://x');
+      const [, , status, code] = decodeURIComponent(url.pathname).split('/');
+      req.resume();
+      req.on('end', () => {
+        if (url.searchParams.has('uploads')) {
+          res.writeHead(200, { 'content-type': 'application/xml' });
+          res.end(`<?xml version="1.0" encoding="UTF-8"?><InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><UploadId>up1</UploadId></InitiateMultipartUploadResult>`);
+          return;
+        }
+        if (req.method === 'DELETE' && url.searchParams.has('uploadId')) {
+          res.writeHead(204).end();
+          return;
+        }
+        res.writeHead(Number(status), { 'content-type': 'application/xml' });
+        res.end(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>${code}</Code><Message>simulated</Message><RequestId>1</RequestId></Error>`);
+      });
+    });
+    await new Promise<void>((resolve) => s3.listen(0, '127.0.0.1', resolve));
+    endpoint = `http://127.0.0.1:${(s3.address() as AddressInfo).port}`;
+  });
+  afterAll(() => {
+    s3.closeAllConnections();
+    s3.close();
+  });
+
+  it("raises StorageFull for MinIO's full drives (507 XMinioStorageFull) and any 507, StorageUnavailable for a 503", async () => {
+    const store = new S3MediaStore({ bucket: 'b', region: 'us-east-1', endpoint, forcePathStyle: true, credentials: { accessKeyId: 'a', secretAccessKey: 'b' }, timeouts: { connectMs: 1000, requestMs: 2000 } });
+    try {
+      for (const [key, condition, code, status] of [
+        ['507/XMinioStorageFull/file_1', 'full', 'XMinioStorageFull', 507],
+        ['507/SomeOtherFull/file_2', 'full', 'SomeOtherFull', 507],
+        ['503/SlowDown/file_3', 'unavailable', 'SlowDown', 503],
+      ] as const) {
+        const err = await store.put(key, Buffer.from('x')).catch((e: unknown) => e);
+        expect(err).toMatchObject({ condition, code, key });
+        expect(apiErrorOfStorage(err as StorageError).status).toBe(status);
+      }
+    } finally {
+      store.close();
+    }
+  });
+
+  it("fails a streamed write the store refuses mid-way with the store's error, not the data's, and lets go of the data", async () => {
+    const store = new S3MediaStore({ bucket: 'b', region: 'us-east-1', endpoint, forcePathStyle: true, credentials: { accessKeyId: 'a', secretAccessKey: 'b' }, timeouts: { connectMs: 1000, requestMs: 2000 } });
+    try {
+      // More than two parts (a multipart upload whose parts S3 refuses: the Upload stops reading
+      // its body at the first failure, the second part's failure comes later), then nothing more:
+      // a client still sending, whose request must not be left waiting.
+      let pushed = 0;
+      const data = new Readable({
+        read() {
+          if (pushed++ < 17) this.push(Buffer.alloc(1024 * 1024, 1));
+        },
+      });
+      const err = await store.put('503/SlowDown/file_4', data).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(StorageUnavailable);
+      expect(err).toMatchObject({ code: 'SlowDown', key: '503/SlowDown/file_4' });
+      await expect.poll(() => data.destroyed).toBe(true);
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe('FileService.save', () => {
+  it("rejects with the row's failure when the store also fails to remove the bytes it stored, which are left to the orphan sweep", async () => {
+    const inner = new FilesystemMediaStore(join(scratch, 'save'));
+    const store = new FailingDeletesStore(inner);
+    const refused = Object.assign(new Error('insert or update on table "files" violates foreign key constraint "files_account_id_fkey"'), { code: '23503' });
+    const repo = {
+      insert: async () => {
+        throw refused;
+      },
+    };
+    const files = new FileService(repo as never, store, {} as never, Buffer.alloc(32, 1), 'http://gateway.invalid', 3600);
+    const err = await files.save({ accountId: 'acct_gone', purpose: 'upload', contentType: 'image/png' }, Buffer.from('png')).catch((e: unknown) => e);
+    expect(err).toBe(refused);
+    expect(store.failedDeletes).toHaveLength(1);
+    expect(await inner.stat(store.failedDeletes[0]!)).toMatchObject({ bytes: 3 });
   });
 });
