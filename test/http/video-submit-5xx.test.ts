@@ -13,9 +13,9 @@ import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.
 import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { VideoProvider } from '../../server/providers/types.ts';
 import { startArkFake, type ArkFake } from '../fakes/ark.ts';
-import { createAccount, createApiKey, createGroup, createMember, seedCatalog } from '../support/factories.ts';
+import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
-import { waitVideoFinished } from '../support/tasks.ts';
+import { createLocalVideo, twoMemberVideoKey, waitVideoFinished } from '../support/tasks.ts';
 
 /** Each submit: the member it went to and the task. A prompt's words script its submits' answers. */
 const submits: { memberId: string; taskId: string }[] = [];
@@ -45,26 +45,11 @@ describe('a video submit answered 5xx, scripted', () => {
   });
   afterAll(async () => server?.close());
 
-  async function twoMemberCustomer() {
-    const account = await createAccount(server.db, { balance: 100 });
-    const group = await createGroup(server.db);
-    for (const name of ['a', 'b']) await createMember(server.db, group.id, { name, models: ['local-video-1'] });
-    return createApiKey(server.db, { accountId: account.id, groupId: group.id });
-  }
 
-  async function create(key: string, prompt: string): Promise<string> {
-    const res = await fetch(`${server.directUrl}/v1/videos/generations`, {
-      method: 'POST',
-      headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ client_request_id: `${prompt}-${Date.now()}`, prompt, model: 'local-video-1', seconds: 2, aspectRatio: '16:9', resolution: '360p' }),
-    });
-    expect(res.status).toBe(202);
-    return ((await res.json()) as { id: string }).id;
-  }
 
   it.each([500, 502, 504, 524])('answered %i first: resubmitted to the same member, never to the other one, counted as unanswered; the task completes there', async (status) => {
-    const { key } = await twoMemberCustomer();
-    const id = await create(key, `HTTP ${status} first`);
+    const { key } = await twoMemberVideoKey(server.db);
+    const id = await createLocalVideo(server, key, `HTTP ${status} first`);
     const { task } = await waitVideoFinished(server, key, id);
     expect(task.status).toBe('completed');
     const mine = submits.filter((s) => s.taskId === id);
@@ -75,8 +60,8 @@ describe('a video submit answered 5xx, scripted', () => {
   });
 
   it('answered 504 to every resubmit: counted, so not sent a third time; failed and refunded', async () => {
-    const { key } = await twoMemberCustomer();
-    const id = await create(key, 'HTTP 504 then always');
+    const { key } = await twoMemberVideoKey(server.db);
+    const id = await createLocalVideo(server, key, 'HTTP 504 then always');
     const { task } = await waitVideoFinished(server, key, id);
     expect(task.status).toBe('failed');
     expect(task.error?.message).toMatch(/answered none of the 2 submits.*refunded/);
@@ -88,8 +73,8 @@ describe('a video submit answered 5xx, scripted', () => {
   });
 
   it('answered 503 first (the upstream takes no work now): moves to the other member, uncounted', async () => {
-    const { key } = await twoMemberCustomer();
-    const id = await create(key, 'HTTP 503 first');
+    const { key } = await twoMemberVideoKey(server.db);
+    const id = await createLocalVideo(server, key, 'HTTP 503 first');
     const { task } = await waitVideoFinished(server, key, id);
     expect(task.status).toBe('completed');
     const mine = submits.filter((s) => s.taskId === id);

@@ -9,9 +9,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { VideoProvider } from '../../server/providers/types.ts';
 import { StorageUnavailable } from '../../server/storage/storage-error.ts';
-import { createAccount, createApiKey, createGroup, createMember, seedCatalog } from '../support/factories.ts';
+import { seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
-import { until, waitVideoFinished } from '../support/tasks.ts';
+import { createLocalVideo, twoMemberVideoKey, until, waitVideoFinished } from '../support/tasks.ts';
 
 /** Each submit: the member it went to and the task. A prompt's words script its submits' answers. */
 const submits: { memberId: string; taskId: string }[] = [];
@@ -48,27 +48,12 @@ beforeAll(async () => {
 });
 afterAll(async () => server?.close());
 
-async function twoMemberCustomer() {
-  const account = await createAccount(server.db, { balance: 100 });
-  const group = await createGroup(server.db);
-  for (const name of ['a', 'b']) await createMember(server.db, group.id, { name, models: ['local-video-1'] });
-  return createApiKey(server.db, { accountId: account.id, groupId: group.id });
-}
 
-async function create(key: string, prompt: string): Promise<string> {
-  const res = await fetch(`${server.directUrl}/v1/videos/generations`, {
-    method: 'POST',
-    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
-    body: JSON.stringify({ client_request_id: `${prompt}-${Date.now()}`, prompt, model: 'local-video-1', seconds: 2, aspectRatio: '16:9', resolution: '360p' }),
-  });
-  expect(res.status).toBe(202);
-  return ((await res.json()) as { id: string }).id;
-}
 
 describe('a video submit without an answer', () => {
   it('is resubmitted to the same member, never to another one, and the task completes once', async () => {
-    const { key } = await twoMemberCustomer();
-    const id = await create(key, 'no answer at first');
+    const { key } = await twoMemberVideoKey(server.db);
+    const id = await createLocalVideo(server, key, 'no answer at first');
     const { task } = await waitVideoFinished(server, key, id);
     expect(task.status).toBe('completed');
     const mine = submits.filter((s) => s.taskId === id);
@@ -79,8 +64,8 @@ describe('a video submit without an answer', () => {
   });
 
   it('moves to the other member when the first one provably never got it (a refused connection)', async () => {
-    const { key } = await twoMemberCustomer();
-    const id = await create(key, 'refused at first');
+    const { key } = await twoMemberVideoKey(server.db);
+    const id = await createLocalVideo(server, key, 'refused at first');
     const { task } = await waitVideoFinished(server, key, id);
     expect(task.status).toBe('completed');
     const mine = submits.filter((s) => s.taskId === id);
@@ -89,8 +74,8 @@ describe('a video submit without an answer', () => {
   });
 
   it('is not sent a third time when the resubmit gets no answer either: failed and refunded: at most two jobs left upstream, never three', async () => {
-    const { key } = await twoMemberCustomer();
-    const id = await create(key, 'never answered');
+    const { key } = await twoMemberVideoKey(server.db);
+    const id = await createLocalVideo(server, key, 'never answered');
     const { task } = await waitVideoFinished(server, key, id);
     expect(task.status).toBe('failed');
     expect(task.error).toMatchObject({ code: 'upstream_error' });
@@ -106,8 +91,8 @@ describe('a video submit without an answer', () => {
   });
 
   it('does not count a resubmit the upstream answered (it took nothing): the next one is still sent', async () => {
-    const { key } = await twoMemberCustomer();
-    const id = await create(key, 'no answer then busy');
+    const { key } = await twoMemberVideoKey(server.db);
+    const id = await createLocalVideo(server, key, 'no answer then busy');
     const { task } = await waitVideoFinished(server, key, id);
     expect(task.status).toBe('completed');
     const mine = submits.filter((s) => s.taskId === id);
@@ -119,8 +104,8 @@ describe('a video submit without an answer', () => {
   });
 
   it('does not count a submit the media store cut short (the upstream never had its whole body): the task completes', async () => {
-    const { key } = await twoMemberCustomer();
-    const id = await create(key, 'no answer, then the store fails twice');
+    const { key } = await twoMemberVideoKey(server.db);
+    const id = await createLocalVideo(server, key, 'no answer, then the store fails twice');
     const { task } = await waitVideoFinished(server, key, id);
     expect(task.status).toBe('completed');
     const mine = submits.filter((s) => s.taskId === id);
@@ -129,8 +114,8 @@ describe('a video submit without an answer', () => {
   });
 
   it('leaves a media store failure as the gateway\'s own (its last error names the store, not the provider) and retries', async () => {
-    const { key } = await twoMemberCustomer();
-    const id = await create(key, 'the store down at first');
+    const { key } = await twoMemberVideoKey(server.db);
+    const id = await createLocalVideo(server, key, 'the store down at first');
     const { task } = await waitVideoFinished(server, key, id);
     expect(task.status).toBe('completed');
     const row = await server.db.selectFrom('videoTasks').select('lastError').where('id', '=', id).executeTakeFirstOrThrow();
@@ -138,8 +123,8 @@ describe('a video submit without an answer', () => {
   });
 
   it('does not count an unreachable database as the task\'s failure: the step stops and resumes after its lease', async () => {
-    const { key } = await twoMemberCustomer();
-    const id = await create(key, 'the database gone at first');
+    const { key } = await twoMemberVideoKey(server.db);
+    const id = await createLocalVideo(server, key, 'the database gone at first');
     await until(() => server.logs.some((l) => l.includes(id) && l.includes('the database is unavailable')), 10_000, 'the step to stop');
     const row = await server.db.selectFrom('videoTasks').select(['lastError', 'retries', 'upstreamJobId']).where('id', '=', id).executeTakeFirstOrThrow();
     expect(row).toEqual({ lastError: null, retries: 0, upstreamJobId: null });
@@ -148,8 +133,8 @@ describe('a video submit without an answer', () => {
   it('goes on resubmitting where the adapter finds an earlier submit\'s job (no second job can start)', async () => {
     findsEarlierSubmit = true;
     try {
-      const { key } = await twoMemberCustomer();
-      const id = await create(key, 'never answered, found later');
+      const { key } = await twoMemberVideoKey(server.db);
+      const id = await createLocalVideo(server, key, 'never answered, found later');
       const { task } = await waitVideoFinished(server, key, id);
       expect(task.status).toBe('completed');
       expect(submits.filter((s) => s.taskId === id)).toHaveLength(4);

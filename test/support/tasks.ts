@@ -6,6 +6,7 @@ import type { Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import type { TestServer } from './http-harness.ts';
 import { totalSpentOf } from '../../server/repositories/account.repository.ts';
+import { createAccount, createApiKey, createGroup, createMember } from './factories.ts';
 
 /** The hold of a task: amount, status and captured micro-credits. */
 export function holdOf(db: Kysely<DB>, taskId: string) {
@@ -67,4 +68,23 @@ export async function waitVideoTasksFinished(db: Kysely<DB>, ids: string[], time
     if (Date.now() > deadline) throw new Error(`${rows.filter((r) => r.status !== 'completed' && r.status !== 'failed').length} of ${ids.length} tasks unfinished`);
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/** A key of a new account (100 credits) whose group has two members, `a` and `b`, serving `local-video-1`. */
+export async function twoMemberVideoKey(db: Kysely<DB>) {
+  const account = await createAccount(db, { balance: 100 });
+  const group = await createGroup(db);
+  for (const name of ['a', 'b']) await createMember(db, group.id, { name, models: ['local-video-1'] });
+  return createApiKey(db, { accountId: account.id, groupId: group.id });
+}
+
+/** Creates a 2 s `local-video-1` task with `prompt` (which scripted stand-in providers read); its id. */
+export async function createLocalVideo(server: TestServer, key: string, prompt: string): Promise<string> {
+  const res = await fetch(`${server.directUrl}/v1/videos/generations`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ client_request_id: `${prompt}-${Date.now()}-${Math.random()}`, prompt, model: 'local-video-1', seconds: 2, aspectRatio: '16:9', resolution: '360p' }),
+  });
+  if (res.status !== 202) throw new Error(`creating a video answered ${res.status}: ${await res.text()}`);
+  return ((await res.json()) as { id: string }).id;
 }
