@@ -303,12 +303,11 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
       // The requests the drain cut know their clients are gone: each synchronous image settles what
       // it delivered and releases the rest, which takes the database (else its credits stay held
       // until an operator settles the task).
-      lifecycle.step = 'settling the image requests the drain cut';
-      const unsettled = await runtime.services.images.settleRunning(SETTLE_MS);
+      // Running steps stop meanwhile (they need nothing of the HTTP requests) and resume on any
+      // instance once their lease expires: a video submit in flight keeps the whole margin to save its job id.
+      lifecycle.step = 'settling the image requests the drain cut, and stopping the task workers';
+      const [unsettled] = await Promise.all([runtime.services.images.settleRunning(SETTLE_MS), workers?.stop()]);
       if (unsettled > 0) log.error({ unsettled }, `image requests did not settle within ${SETTLE_MS} ms of the drain: their tasks keep their credits held until another process ends them (a stream's, for an operator to settle)`);
-      // Running steps stop here and resume on any instance once their lease expires.
-      lifecycle.step = 'stopping the task workers';
-      await workers?.stop();
       lifecycle.step = 'stopping the cluster listener';
       await listener.stop();
       lifecycle.step = 'closing the request-rate store';

@@ -2,6 +2,7 @@ import { CamelCasePlugin, Kysely, PostgresDialect, type Transaction } from 'kyse
 import pg from 'pg';
 import type { DB } from '../../generated/db.d.ts';
 import { preparingClient } from './prepared.ts';
+import { StorageError } from '../storage/storage-error.ts';
 
 /**
  * What a repository method runs on. Methods that must be part of a caller's transaction take a
@@ -81,7 +82,9 @@ const PG_CONNECTION_MESSAGES = /^(Connection terminated|Client has encountered a
  * task's fault). A FATAL error always ends the session, so it counts too.
  */
 export function isDatabaseUnavailable(err: unknown): boolean {
-  if (typeof err !== 'object' || err === null) return false;
+  // The media store's failures carry its socket's code and call too (an S3 endpoint refusing
+  // connections: ECONNREFUSED): they are the store's, with their own answer (503 storage_unavailable).
+  if (typeof err !== 'object' || err === null || err instanceof StorageError) return false;
   const e = err as { code?: unknown; severity?: unknown; syscall?: unknown; message?: unknown };
   if (typeof e.severity === 'string') return e.severity === 'FATAL' || e.severity === 'PANIC' || (typeof e.code === 'string' && CONNECTION_LOST.test(e.code));
   if (typeof e.code === 'string' && typeof e.syscall === 'string') return SOCKET_ERRORS.has(e.code);

@@ -201,6 +201,8 @@ export async function upstreamFetch(url: string, init: UpstreamRequest, signal: 
   if (init.body instanceof Readable) init.body.on('error', (error: unknown) => void (error instanceof StorageError && (bodyFailure ??= error)));
   try {
     let { body, headers } = init;
+    // A large text body (Gemini's JSON with its input images inlined) is sent as bytes, watched.
+    if (typeof body === 'string' && body.length > WATCHED_BODY_BYTES) body = Buffer.from(body);
     if (body instanceof FormData) {
       // The platform's encoder writes the parts and picks the boundary; inputs are in memory anyway.
       const encoded = new Response(body);

@@ -26,6 +26,8 @@ const provider: VideoProvider = {
     submits.push({ memberId: account.memberId, taskId: job.taskId });
     const nth = submits.filter((s) => s.taskId === job.taskId).length;
     const status = Number(/HTTP (\d{3})/.exec(job.prompt)?.[1]);
+    // An answer in the upstream's own envelope (its error code read): the upstream refused the job.
+    if (nth === 1 && job.prompt.includes('coded')) throw new ProviderError('retryable', 'server_error', { upstreamStatus: status, upstreamCode: '1000' });
     if (nth === 1 && job.prompt.includes('first')) throw answered(status);
     if (job.prompt.includes('then always')) {
       if (nth === 1) throw new ProviderError('retryable', 'the upstream video submit timed out', { maybeAccepted: true });
@@ -64,12 +66,22 @@ describe('a video submit answered 5xx, scripted', () => {
     const id = await createLocalVideo(server, key, 'HTTP 504 then always');
     const { task } = await waitVideoFinished(server, key, id);
     expect(task.status).toBe('failed');
-    expect(task.error?.message).toMatch(/answered none of the 2 submits.*refunded/);
+    expect(task.error?.message).toMatch(/None of the 2 submits of this job got an answer.*refunded/);
     const mine = submits.filter((s) => s.taskId === id);
     expect(mine).toHaveLength(2);
     expect(mine[1]!.memberId).toBe(mine[0]!.memberId);
     const entries = await server.db.selectFrom('ledgerEntries').select('kind').where('taskId', '=', id).execute();
     expect(entries.map((e) => e.kind).sort()).toEqual(['hold', 'release']);
+  });
+
+  it("answered 500 in the upstream's own envelope (its error code: the API answered, not an edge): moves to the other member, uncounted", async () => {
+    const { key } = await twoMemberVideoKey(server.db);
+    const id = await createLocalVideo(server, key, 'HTTP 500 coded');
+    const { task } = await waitVideoFinished(server, key, id);
+    expect(task.status).toBe('completed');
+    const mine = submits.filter((s) => s.taskId === id);
+    expect(mine).toHaveLength(2);
+    expect(mine[1]!.memberId).not.toBe(mine[0]!.memberId);
   });
 
   it('answered 503 first (the upstream takes no work now): moves to the other member, uncounted', async () => {

@@ -79,7 +79,7 @@ describe('a video submit without an answer', () => {
     const { task } = await waitVideoFinished(server, key, id);
     expect(task.status).toBe('failed');
     expect(task.error).toMatchObject({ code: 'upstream_error' });
-    expect(task.error?.message).toMatch(/answered none of the 2 submits.*refunded/);
+    expect(task.error?.message).toMatch(/None of the 2 submits of this job got an answer.*refunded/);
     // Refunded as the contract says: quotedCredits unchanged, actualCredits 0.
     expect(task.billing).toMatchObject({ kind: 'snapshot', quotedCredits: expect.any(Number), actualCredits: 0 });
     expect(task.billing.kind === 'snapshot' && task.billing.quotedCredits).toBeGreaterThan(0);

@@ -148,7 +148,7 @@ describe('a stop while a synchronous image request runs', () => {
     const begun = Date.now();
     let stopped = false;
     const stopping = server.stop().then(() => (stopped = true));
-    await until(() => lifecycle.step === 'settling the image requests the drain cut', 5_000, 'the settling step');
+    await until(() => lifecycle.step === 'settling the image requests the drain cut, and stopping the task workers', 5_000, 'the settling step');
     expect(await request).toBeInstanceOf(Error);
     await stopping;
     const took = Date.now() - begun;

@@ -6,6 +6,8 @@ import type { Server } from 'node:http';
 import { ApiError } from '../../server/errors.ts';
 import { errorMiddleware, paramFromPath } from '../../server/http/error-middleware.ts';
 import { createLogger } from '../../server/logger.ts';
+import { isDatabaseUnavailable } from '../../server/db/database.ts';
+import { StorageUnavailable } from '../../server/storage/storage-error.ts';
 
 const logs: string[] = [];
 let server: Server;
@@ -85,6 +87,12 @@ describe('the error middleware', () => {
 });
 
 describe('a database that cannot be reached', () => {
+  it("is never the media store's failure, whose socket error carries a code and a call too (an S3 endpoint refusing connections)", () => {
+    const s3 = new StorageUnavailable('video_output/ab/file', Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:9000'), { code: 'ECONNREFUSED', syscall: 's3' }));
+    expect(isDatabaseUnavailable(s3)).toBe(false);
+    expect(isDatabaseUnavailable(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED', syscall: 'connect' }))).toBe(true);
+  });
+
   it.each(['fatal', 'refused', 'terminated', 'pooltimeout'])('answers %s with a retryable 503 database_unavailable and logs one line without a stack', async (kind) => {
     const before = logs.length;
     const res = await fetch(`${url}/db-away/${kind}`);

@@ -261,6 +261,11 @@ describe('upstreamFetch', () => {
       const sent = (await readJson(await upstreamFetch(url, { method: 'POST', body: large, timeoutMs: 300 }, signal, 'image edit'))) as { bytes: number; readMs: number };
       expect(sent.bytes).toBe(large.byteLength);
       expect(sent.readMs).toBeGreaterThan(700);
+      // ... and a large text body (Gemini's JSON with its inputs inlined) the same way.
+      const text = 'c'.repeat(24 * 1024 * 1024);
+      const sentText = (await readJson(await upstreamFetch(url, { method: 'POST', body: text, timeoutMs: 300 }, signal, 'image edit'))) as { bytes: number; readMs: number };
+      expect(sentText.bytes).toBe(text.length);
+      expect(sentText.readMs).toBeGreaterThan(700);
     } finally {
       slowReader.closeAllConnections();
       slowReader.close();

@@ -316,7 +316,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
       // Each unanswered submit may be a job running there, billed to the member's account, that
       // no poll will ever collect: a third is not risked. The operator learns which member and when.
       log.error({ memberId: task.memberId, submitStartedAt: task.submitStartedAt, unansweredSubmits: task.unansweredSubmits }, 'video task failed: its upstream answered none of its submits and cannot be asked about them; a job may be running there that the gateway will never collect');
-      await this.deps.settlement.failVideo(task, 'upstream_error', `The upstream answered none of the ${task.unansweredSubmits} submits of this job, so it is not sent again (a job may have been started there); the credits were refunded.`);
+      await this.deps.settlement.failVideo(task, 'upstream_error', `None of the ${task.unansweredSubmits} submits of this job got an answer saying whether the upstream started it (a timeout, a lost connection, an edge's 5xx), so it is not sent again (a job may have been started there); the credits were refunded.`);
       return DONE;
     }
     log.warn({ memberId: task.memberId, submitStartedAt: task.submitStartedAt, unansweredSubmits: task.unansweredSubmits }, 'resubmitting: an earlier submit of this task may have reached the upstream before its job id was saved; the same idempotency key is sent');
@@ -514,8 +514,9 @@ function operatorCanFix(error: ProviderError): boolean {
 const EDGE_STATUSES: ReadonlySet<number> = new Set([500, 502, 504, 524]);
 
 /**
- * Sends a video submit. An answer of one of EDGE_STATUSES says nothing of whether the job was
- * created, so it is maybe accepted (as a timeout is): no failover to another member (Pool.route's
+ * Sends a video submit. An answer of one of EDGE_STATUSES without the upstream's own error code
+ * (an edge's page, not the API's envelope) says nothing of whether the job was created, so it is
+ * maybe accepted (as a timeout is): no failover to another member (Pool.route's
  * `canFailover`), counted as an unanswered submit, resubmitted to the same member under
  * MAX_UNANSWERED_SUBMITS. Image calls keep failing over on 5xx: an image is cheap, and the
  * request waits for it. A status the adapter read as a refusal of the job itself (its kind not
@@ -525,7 +526,7 @@ async function submitTo(provider: VideoProvider, account: UpstreamAccount, job: 
   try {
     return await provider.submit(account, job, signal);
   } catch (err) {
-    const edge = err instanceof ProviderError && err.kind === 'retryable' && !err.maybeAccepted && err.upstreamStatus !== undefined && EDGE_STATUSES.has(err.upstreamStatus);
+    const edge = err instanceof ProviderError && err.kind === 'retryable' && !err.maybeAccepted && err.upstreamCode === undefined && err.upstreamStatus !== undefined && EDGE_STATUSES.has(err.upstreamStatus);
     throw edge ? err.with({ maybeAccepted: true }) : err;
   }
 }
