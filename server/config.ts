@@ -32,7 +32,7 @@ export interface Config {
   adminToken: string | undefined;
   logLevel: string;
   validateResponses: boolean;
-  /** Base URL of signed file URLs; unset: the address the server actually listens on. */
+  /** Base URL of signed file URLs; unset: the address the server actually listens on (a worker, which serves no API, needs it: checked at load). */
   publicBaseUrl: string | undefined;
   dbPoolMax: number;
   /**
@@ -264,10 +264,17 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     }
   }
   const host = nonEmpty(env, 'HOST') ?? '127.0.0.1';
+  // A worker settles videos and signs the video_url of their webhooks, but serves no /v1/files (its
+  // METRICS_PORT serves only /metrics, /healthz and /readyz): it has no address of its own to build
+  // them on, and a guess (localhost) would reach no receiver.
+  if (role === 'worker' && publicBaseUrl === undefined) {
+    throw new ConfigError(
+      '--role worker needs PUBLIC_BASE_URL: workers sign the video links their webhooks carry, and a worker serves no API to link to; set it to the URL clients reach the API instances at (e.g. https://media.example.com)',
+    );
+  }
   // Signed media URLs are built on PUBLIC_BASE_URL, else on the listen address: on an address other
-  // machines reach, that would be 0.0.0.0 or an interface clients may not see. A worker makes no
-  // media URLs (its METRICS_PORT serves only /metrics, /healthz and /readyz).
-  if (role !== 'worker' && publicBaseUrl === undefined && !isLoopbackHost(host)) {
+  // machines reach, that would be 0.0.0.0 or an interface clients may not see.
+  if (publicBaseUrl === undefined && !isLoopbackHost(host)) {
     throw new ConfigError(
       `HOST=${host} is reachable from other machines but PUBLIC_BASE_URL is not set, so signed media URLs would point at an address clients may not reach: set PUBLIC_BASE_URL to the URL clients use (e.g. https://media.example.com), or leave HOST unset to listen on 127.0.0.1 only`,
     );

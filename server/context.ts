@@ -196,7 +196,12 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
   const services: Services = {
     largeBodies,
     auth,
-    requestRates: new RequestRateLimiter({ redisUrl: config.redisUrl, keyPrefix: config.redisKeyPrefix, log: log.child({ component: 'request-rates' }) }),
+    // Only the API counts requests: a worker kept an idle Redis connection, and logged its outages.
+    requestRates: new RequestRateLimiter({
+      redisUrl: config.role === 'worker' ? undefined : config.redisUrl,
+      keyPrefix: config.redisKeyPrefix,
+      log: log.child({ component: 'request-rates' }),
+    }),
     models: new ModelService(repositories.models),
     credits: new CreditService(new CreditRepository(db)),
     files,

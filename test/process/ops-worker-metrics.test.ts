@@ -25,7 +25,7 @@ const worker = async (env: Record<string, string>) => {
   const p = await spawnServer({
     command: [process.execPath, '--import', 'tsx', 'server/main.ts', '--role=worker'],
     workerOnly: true,
-    env: { DATABASE_URL: t.url, MEDIAGATE_SECRET_KEY: randomBytes(32).toString('hex'), DEMO_DATA: '0', METRICS_TOKEN, MEDIAGATE_DATA_DIR: join(repoRoot, '.test-data', `ops-worker-${randomBytes(4).toString('hex')}`), ...env },
+    env: { DATABASE_URL: t.url, MEDIAGATE_SECRET_KEY: randomBytes(32).toString('hex'), DEMO_DATA: '0', METRICS_TOKEN, PUBLIC_BASE_URL: 'https://media.example.com', MEDIAGATE_DATA_DIR: join(repoRoot, '.test-data', `ops-worker-${randomBytes(4).toString('hex')}`), ...env },
   });
   processes.push(p);
   return p;

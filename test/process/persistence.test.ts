@@ -158,7 +158,7 @@ describe('--role api and --role worker', () => {
     await new Promise((r) => setTimeout(r, 1000));
     const queued = await t.db.selectFrom('videoTasks').select('status').where('id', 'in', ids).execute();
     expect(queued.map((r) => r.status)).toEqual(['queued', 'queued', 'queued']);
-    const worker = await start({}, ['--role', 'worker']);
+    const worker = await start({ PUBLIC_BASE_URL: api.url }, ['--role', 'worker']);
     const rows = await waitVideoTasksFinished(t.db, ids, 60_000);
     expect(rows.every((r) => r.status === 'completed')).toBe(true);
     await expectExactlyOnce(ids, c.accountId, 40_000);
@@ -181,7 +181,7 @@ describe('--role api and --role worker', () => {
     });
     await isLocked;
     // A periodic claim once a minute: only a notification can start the task within the test's 20 s.
-    const starting = start({ TASK_POLL_MS: '60000' }, ['--role', 'worker']);
+    const starting = start({ TASK_POLL_MS: '60000', PUBLIC_BASE_URL: api.url }, ['--role', 'worker']);
     try {
       // The worker's listener ran its LISTEN (a new session, idle after it) ...
       await until(async () => (await listeners()).some((l) => !listenersBefore.has(l.pid) && l.state === 'idle' && /^listen /i.test(l.query)), 30_000, "the worker's LISTEN");

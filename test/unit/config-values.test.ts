@@ -2,7 +2,8 @@
  * loadConfig refuses values it used to accept silently: a PUBLIC_BASE_URL or S3_ENDPOINT without
  * http:// or https:// (URL.canParse reads `media.example.com:8443` as a URL of scheme
  * `media.example.com:`, so every signed URL was unusable), a PUBLIC_BASE_URL with a query or a
- * fragment (the signed query is appended to it), and a bare `--role` (it ran every role).
+ * fragment (the signed query is appended to it), a bare `--role` (it ran every role), and a
+ * `--role worker` without PUBLIC_BASE_URL (its webhooks linked videos to http://localhost:8080).
  */
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../server/config.ts';
@@ -56,12 +57,32 @@ describe('loadConfig: --role', () => {
   });
 
   it('takes --role api, --role=worker and ROLE, and refuses other values', () => {
+    const base = { PUBLIC_BASE_URL: 'https://media.example.com' };
     expect(loadConfig({}, ['--role', 'api']).role).toBe('api');
-    expect(loadConfig({}, ['--role=worker']).role).toBe('worker');
-    expect(loadConfig({ ROLE: 'worker' }, []).role).toBe('worker');
+    expect(loadConfig(base, ['--role=worker']).role).toBe('worker');
+    expect(loadConfig({ ...base, ROLE: 'worker' }, []).role).toBe('worker');
     expect(loadConfig({}, []).role).toBe('all');
     expect(refusal({}, ['--role', 'web'])).toBe("--role must be api or worker, got 'web'");
     expect(refusal({}, ['--role='])).toBe("--role must be api or worker, got ''");
+  });
+});
+
+describe('loadConfig: PUBLIC_BASE_URL of a worker', () => {
+  const needed =
+    '--role worker needs PUBLIC_BASE_URL: workers sign the video links their webhooks carry, and a worker serves no API to link to; set it to the URL clients reach the API instances at (e.g. https://media.example.com)';
+
+  it('refuses a worker without PUBLIC_BASE_URL, however its role is given and whatever HOST says (it linked webhooks to http://localhost:8080)', () => {
+    expect(refusal({}, ['--role', 'worker'])).toBe(needed);
+    expect(refusal({}, ['--role=worker'])).toBe(needed);
+    expect(refusal({ ROLE: 'worker' })).toBe(needed);
+    expect(refusal({ HOST: '127.0.0.1', METRICS_PORT: '9464' }, ['--role', 'worker'])).toBe(needed);
+    expect(refusal({ PUBLIC_BASE_URL: ' ' }, ['--role', 'worker'])).toBe(needed);
+  });
+
+  it('takes a worker with PUBLIC_BASE_URL, and the single process (npm start) and a loopback API instance without it', () => {
+    expect(loadConfig({ PUBLIC_BASE_URL: 'https://media.example.com/' }, ['--role', 'worker']).publicBaseUrl).toBe('https://media.example.com');
+    expect(loadConfig({}, []).publicBaseUrl).toBeUndefined();
+    expect(loadConfig({}, ['--role', 'api']).publicBaseUrl).toBeUndefined();
   });
 });
 

@@ -2,9 +2,11 @@
  * The request-rate counter's fallback to memory is logged for every way Redis can fail a command,
  * not only for a lost connection: a reply error (READONLY, OOM, NOPERM) and a command timeout are
  * no 'error' event of ioredis. Said once per transition, with the error's message and never the
- * REDIS_URL; and once when Redis answers again. During such an outage Redis is asked again by one
- * request after a wait, not by every request (a Redis that hangs with its connection up cost each
- * one the whole command timeout), and a connection whose commands keep timing out is replaced.
+ * REDIS_URL; and once when Redis answers again (a command succeeds, or the lost connection is ready
+ * again: a process that sends no command would otherwise say Redis is away for good). During such
+ * an outage Redis is asked again by one request after a wait, not by every request (a Redis that
+ * hangs with its connection up cost each one the whole command timeout), and a connection whose
+ * commands keep timing out is replaced.
  * What is no outage is not called one: the commands in flight during one stall past the timeout, and
  * the requests of a start-up before the connection is ready.
  * Against a fake Redis on a loopback port whose answer to the script the test chooses.
@@ -28,8 +30,8 @@ type ScriptAnswer = 'readonly' | 'taken' | 'full' | 'silent';
  * out). Until `stallUntil` (ms since the epoch) nothing is answered; then everything is, in order,
  * as a Redis busy with one slow command.
  */
-function fakeRedis(): { server: Server; answer: ScriptAnswer; info: boolean; stallUntil: number; scripts: number; connections: number } {
-  const fake = { server: undefined as unknown as Server, answer: 'readonly' as ScriptAnswer, info: true, stallUntil: 0, scripts: 0, connections: 0 };
+function fakeRedis(): { server: Server; answer: ScriptAnswer; info: boolean; stallUntil: number; scripts: number; connections: number; sockets: Set<Socket> } {
+  const fake = { server: undefined as unknown as Server, answer: 'readonly' as ScriptAnswer, info: true, stallUntil: 0, scripts: 0, connections: 0, sockets: new Set<Socket>() };
   const reply = (command: string): string | undefined => {
     if (command === 'INFO') {
       const info = '# Server\r\nredis_version:7.2.0\r\nloading:0\r\n';
@@ -46,6 +48,7 @@ function fakeRedis(): { server: Server; answer: ScriptAnswer; info: boolean; sta
   };
   fake.server = createServer((socket: Socket) => {
     fake.connections++;
+    fake.sockets.add(socket);
     // One answer after the other, each once any stall is over.
     let answered = Promise.resolve();
     const send = (text: string) => {
@@ -191,6 +194,51 @@ describe('RequestRateLimiter when Redis hangs with its connection up', () => {
       [40, 'Redis is unreachable', 'Command timed out'],
       [30, 'Redis is reachable again', undefined],
     ]);
+  });
+});
+
+describe('RequestRateLimiter when the connection to Redis is lost', () => {
+  const lines: Record<string, any>[] = [];
+  const log = createLogger('info', new Writable({ write: (chunk, _enc, cb) => (lines.push(...String(chunk).split('\n').filter(Boolean).map((l) => JSON.parse(l))), cb()) }));
+  const first = fakeRedis();
+  const restarted = fakeRedis();
+  let limiter: RequestRateLimiter | undefined;
+  afterAll(async () => {
+    await limiter?.close();
+    first.server.close();
+    restarted.server.close();
+  });
+
+  it('says Redis is back as soon as the connection is ready again, with no request sent (a worker, an idle instance), and asks it at once', async () => {
+    await new Promise<void>((resolve) => first.server.listen(0, '127.0.0.1', () => resolve()));
+    const port = (first.server.address() as { port: number }).port;
+    // A wait far longer than the test: only the connection's return can end the outage.
+    limiter = new RequestRateLimiter({ redisUrl: `redis://127.0.0.1:${port}`, keyPrefix: 'unit:', log, redisTimeoutMs: 100, redisRetryMs: 600_000 });
+    const connection = (limiter as unknown as { redis: Redis }).redis;
+    await until(() => connection.status === 'ready', 10_000, 'the connection to be ready');
+    const messages = () => lines.filter((l) => l.msg.startsWith('Redis is') || l.msg.startsWith('Connected')).map((l) => [l.level, l.msg.split(':')[0]]);
+
+    // Redis goes away (a restart): its connection is cut and reconnecting is refused.
+    first.server.close();
+    for (const socket of first.sockets) socket.destroy();
+    await until(() => messages().length === 2, 10_000, 'the outage in the log');
+    expect(messages()).toEqual([
+      [30, 'Connected to Redis'],
+      [40, 'Redis is unreachable'],
+    ]);
+    // Requests meanwhile fail at once (no connection) and make it an outage of commands too: counted in memory.
+    for (let i = 0; i < 3; i++) expect(await limiter.consume(ids, limits)).toMatchObject({ allowed: true, headers: { limit: 3, remaining: 2 - i } });
+
+    // It is back on the same port: the connection's return says so, no command needed.
+    restarted.answer = 'taken';
+    await new Promise<void>((resolve) => restarted.server.listen(port, '127.0.0.1', () => resolve()));
+    await until(() => messages().length === 3, 10_000, 'the return in the log');
+    expect(messages()[2]).toEqual([30, 'Redis is reachable again']);
+    expect(restarted.scripts).toBe(0);
+    // The next request is counted by Redis (1 taken of 3), not in memory until the wait is over.
+    expect(await limiter.consume(ids, limits)).toMatchObject({ allowed: true, headers: { limit: 3, remaining: 2 } });
+    expect(restarted.scripts).toBe(1);
+    expect(messages()).toHaveLength(3);
   });
 });
 

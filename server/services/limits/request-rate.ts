@@ -17,11 +17,12 @@
  *
  * When Redis cannot be reached (down, restarting, too slow: 500 ms) or refuses the script (READONLY,
  * OOM, NOPERM), each instance counts in memory instead, logged once per outage (and once when Redis
- * answers again); requests are never refused, or let through unlimited, because Redis is away. The
- * memory windows start from the counts Redis last reported to this instance, so a key that used its
- * minute in Redis does not get it again. Once that is an outage, Redis is asked again by one request
- * every few seconds, not by each: a Redis that hangs with its connection up would otherwise cost
- * every request the whole timeout; and a connection whose commands keep timing out is replaced.
+ * answers again: a command succeeds, or, when the connection was lost, it is ready again); requests
+ * are never refused, or let through unlimited, because Redis is away. The memory windows start
+ * from the counts Redis last reported to this instance, so a key that used its minute in Redis does
+ * not get it again. Once that is an outage, Redis is asked again by one request every few seconds,
+ * not by each: a Redis that hangs with its connection up would otherwise cost every request the
+ * whole timeout; and a connection whose commands keep timing out is replaced.
  * Until the connection is first ready (start-up) requests count in memory without asking.
  */
 import { Redis, type Result } from 'ioredis';
@@ -139,6 +140,12 @@ export class RequestRateLimiter {
    * a Redis that cannot be reached says so by the connection's own 'error' event.
    */
   private readyOnce = false;
+  /**
+   * The connection itself failed during this outage (its 'error' event: refused, reset, timed out).
+   * Its next 'ready' then says Redis is back: ready means Redis answered the connection's ready
+   * check, and a process that sends no commands (no limited request comes) has no other way to know.
+   */
+  private connectionLost = false;
 
   constructor(private readonly opts: RequestRateOptions) {
     this.prefix = `${opts.keyPrefix}rpm:`;
@@ -155,16 +162,25 @@ export class RequestRateLimiter {
         retryStrategy: (times) => Math.min(200 * times, 2_000),
       });
       this.redis.defineCommand('takeRequestTokens', { lua: TAKE_SCRIPT });
-      this.redis.on('error', (err: Error) => this.wentDown(err));
+      this.redis.on('error', (err: Error) => {
+        this.connectionLost = true;
+        this.wentDown(err);
+      });
       this.redis.on('ready', () => {
-        // A new connection: the failures of the old one are not a streak of this one. During an
-        // outage it is asked at the next probe, and Redis is said back once a command succeeds: a
-        // hung server still accepts connections (the connection replaced after timeouts is one).
+        // A new connection: the failures of the old one are not a streak of this one.
         this.commandFailures = 0;
-        if (this.readyOnce) return;
+        const first = !this.readyOnce;
         this.readyOnce = true;
-        // After an outage at start-up, Redis is said back once a command succeeds.
-        if (!this.redisDown) this.opts.log.info('Connected to Redis: request rates are counted across instances');
+        if (this.redisDown && this.connectionLost) {
+          // Back after the connection was lost (a restart, a network blip): asked at once again.
+          this.retryAt = undefined;
+          this.cameBack();
+        } else if (first && !this.redisDown) {
+          this.opts.log.info('Connected to Redis: request rates are counted across instances');
+        }
+        // An outage of commands (timeouts, READONLY, OOM) with the connection up is over only when
+        // a command succeeds: the connection replaced after timeouts gets ready with its server
+        // still refusing or hanging on scripts.
       });
     }
   }
@@ -251,10 +267,11 @@ export class RequestRateLimiter {
     this.opts.log.warn({ err: { message: err.message } }, 'Redis is unreachable: request rates are counted by each instance in its own memory until it is back');
   }
 
-  /** Redis answers again (reconnected, or a command succeeded after failing ones): said once. */
+  /** Redis answers again (reconnected after the connection was lost, or a command succeeded after failing ones): said once. */
   private cameBack(): void {
     if (!this.redisDown) return;
     this.redisDown = false;
+    this.connectionLost = false;
     this.opts.log.info('Redis is reachable again: request rates are counted across instances');
   }
 
