@@ -59,10 +59,11 @@ export class ModelRepository {
   }
 
   /**
-   * Models visible to a group, in one query: enabled in the catalog, switched on by the capability
-   * switch of their kind (`image_generation` for image models, `video_generation` for video models;
-   * `image_edit` only gates the edits endpoint), and listed by an enabled member of the group that can run (a `local`
-   * member, or an upstream member with credentials). Configuration only, not live capacity.
+   * Models visible to a group, in one query: enabled in the catalog, switched on for some operation
+   * of their kind (an image model while `image_generation` or `image_edit` is on, since a key can use
+   * it for either; a video model while `video_generation` is on), and listed by an enabled member of
+   * the group that can run (a `local` member, or an upstream member with credentials). Configuration
+   * only, not live capacity.
    */
   listVisible(groupId: string, kind?: 'image' | 'video'): Promise<VisibleModelRow[]> {
     let query = this.db
@@ -74,7 +75,7 @@ export class ModelRepository {
           selectFrom('capabilitySwitches as s')
             .select(sql`1`.as('one'))
             .where('s.enabled', '=', true)
-            .where(sql<boolean>`((m.kind = 'image' and s.name = 'image_generation') or (m.kind = 'video' and s.name = 'video_generation'))`),
+            .where(sql<boolean>`((m.kind = 'image' and s.name in ('image_generation', 'image_edit')) or (m.kind = 'video' and s.name = 'video_generation'))`),
         ),
       )
       .where(({ exists, selectFrom }) =>

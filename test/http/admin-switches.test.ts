@@ -56,13 +56,17 @@ describe('capability switches', () => {
 
   // Fails today: ModelRepository.listVisible (not an admin file) keeps image models visible while
   // image_edit is on, but the contract says image_generation off hides them. Turn into `it` once fixed.
-  it('image_generation off hides image models from GET /v1/models', async () => {
+  it('image_generation and image_edit both off hide image models from GET /v1/models (one of them off does not)', async () => {
     const customer = await createCustomer(server.db);
     const ids = async () => (await server.client(customer.key).GET('/v1/models')).data!.data.map((m) => m.id).sort();
+    const all = await ids();
     await setSwitch('image_generation', false);
     try {
+      expect(await ids()).toEqual(all);
+      await setSwitch('image_edit', false);
       expect(await ids()).toEqual(VIDEO_MODELS);
     } finally {
+      await setSwitch('image_edit', true);
       await setSwitch('image_generation', true);
     }
   });

@@ -1,4 +1,5 @@
 import { request } from 'node:http';
+import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAccount, createApiKey, createCustomer, createGroup, createMember, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
@@ -220,6 +221,37 @@ describe('GET /v1/models (§2.1, §4.1)', () => {
     } finally {
       await server.db.updateTable('capabilitySwitches').set({ enabled: true }).execute();
       await server.db.updateTable('catalogModels').set({ enabled: true }).execute();
+    }
+  });
+
+  it('lists an image model while either image switch is on, since the key can still edit with it', async () => {
+    const c = await createCustomer(server.db, { balance: 10, models: ['local-image-1'] });
+    const setSwitch = async (name: 'image_generation' | 'image_edit', enabled: boolean) => {
+      await server.db.updateTable('capabilitySwitches').set({ enabled }).where('name', '=', name).execute();
+      server.ctx.services.invalidateCaches();
+    };
+    const listed = async () => (await server.client(c.key).GET('/v1/models')).data?.data.map((m) => m.id);
+    const image = `data:image/png;base64,${(await sharp({ create: { width: 64, height: 64, channels: 3, background: '#336699' } }).png().toBuffer()).toString('base64')}`;
+    const edit = () =>
+      fetch(`${server.directUrl}/v1/images/edits`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: 'x', model: 'local-image-1', images: [image] }),
+      });
+    try {
+      await setSwitch('image_generation', false);
+      expect(await listed()).toEqual(['local-image-1']);
+      expect((await edit()).status).toBe(200);
+      await setSwitch('image_edit', false);
+      expect(await listed()).toEqual([]);
+      const refused = await edit();
+      expect(refused.status).toBe(503);
+      expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('capability_disabled');
+      await setSwitch('image_generation', true);
+      expect(await listed()).toEqual(['local-image-1']);
+    } finally {
+      await server.db.updateTable('capabilitySwitches').set({ enabled: true }).execute();
+      server.ctx.services.invalidateCaches();
     }
   });
 });

@@ -7,7 +7,8 @@
  * - a failure after some images were delivered is blamed as a failure before any would be (a
  *   refusal of the client's prompt stays a content_policy_violation), and only the delivered
  *   images are charged;
- * - `partial_images` without streaming is ignored: one upstream call for all the images, no stream.
+ * - `partial_images` without streaming is ignored: one upstream call for all the images, no stream;
+ * - `Accept: text/event-stream` streams a multipart edit as `stream: true` would.
  */
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -182,6 +183,23 @@ describe('partial_images without streaming', () => {
     });
     expect(calls.map((c) => [c.n, c.stream, c.params.partial_images])).toEqual([[2, false, undefined]]);
     expect(await holdOf(server.db, result.taskId)).toEqual({ amount: 2_000_000, status: 'captured', captured: 2_000_000 });
+  });
+});
+
+describe('Accept: text/event-stream on a multipart edit (§6.1)', () => {
+  it('streams the edit without a stream field: partial and completed frames, the upstream call streamed, the image charged', async () => {
+    const form = new FormData();
+    for (const [name, value] of Object.entries({ prompt: 'paint it green', model: 'gpt-img', partial_images: '1' })) form.append(name, value);
+    const input = await sharp({ create: { width: 256, height: 256, channels: 3, background: '#406080' } }).png().toBuffer();
+    form.append('image', new Blob([input], { type: 'image/png' }), 'in.png');
+    const { result, calls } = await callsDuring(() => send('/v1/images/edits', form, { Accept: 'text/event-stream' }));
+    expect([result.status, result.contentType]).toEqual([200, 'text/event-stream; charset=utf-8']);
+    expect(calls.map((c) => [c.route, c.stream, c.status])).toEqual([['edits', true, 200]]);
+    const events = frames(result.text);
+    expect(events.map((f) => f.event)).toEqual(['image_edit.partial_image', 'image_edit.completed']);
+    expect(events.map((f) => f.data.type)).toEqual(['image_edit.partial_image', 'image_edit.completed']);
+    expect((await sharp(Buffer.from(events[1]!.data.b64_json as string, 'base64')).metadata()).format).toBe('png');
+    expect(await holdOf(server.db, result.taskId)).toEqual({ amount: 1_000_000, status: 'captured', captured: 1_000_000 });
   });
 });
 

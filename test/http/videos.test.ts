@@ -203,6 +203,17 @@ describe('POST /v1/videos/generations (§4.6)', () => {
     expect(state).toMatchObject({ balance: 100_000_000, creditsUsed: 0, tasks: 0, holds: [] });
   });
 
+  it('accepts a prompt, negative prompt and client_request_id of exactly their maximum length in characters, multibyte ones included', async () => {
+    const c = await createCustomer(server.db);
+    // 'é' is 2 bytes of UTF-8 and '🎬' 4 bytes (2 UTF-16 code units): each is one character of the limit.
+    const ofLength = (n: number) => `é🎬${'x'.repeat(n - 2)}`;
+    const fields = { prompt: ofLength(32_000), negative_prompt: ofLength(8000), client_request_id: ofLength(128) };
+    const res = await post(c.key, body(fields));
+    expect(res.status).toBe(202);
+    const row = await server.db.selectFrom('videoTasks').select(['prompt', 'negativePrompt', 'clientRequestId']).where('id', '=', res.body.id).executeTakeFirstOrThrow();
+    expect(row).toEqual({ prompt: fields.prompt, negativePrompt: fields.negative_prompt, clientRequestId: fields.client_request_id });
+  });
+
   it('rejects more reference images than the model allows', async () => {
     const c = await createCustomer(server.db);
     const res = await post(c.key, body({ model: 'local-video-audio', resolution: '480p', referenceImages: [png, png, png, png].slice(0, 4) }));

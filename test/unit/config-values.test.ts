@@ -3,7 +3,8 @@
  * http:// or https:// (URL.canParse reads `media.example.com:8443` as a URL of scheme
  * `media.example.com:`, so every signed URL was unusable), a PUBLIC_BASE_URL with a query or a
  * fragment (the signed query is appended to it), a bare `--role` (it ran every role), and a
- * `--role worker` without PUBLIC_BASE_URL (its webhooks linked videos to http://localhost:8080).
+ * `--role worker` without PUBLIC_BASE_URL (its webhooks linked videos to http://localhost:8080);
+ * and it keeps the defaults the product spec states.
  */
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../server/config.ts';
@@ -94,5 +95,12 @@ describe('loadConfig: bearer tokens', () => {
     expect(refusal({ METRICS_TOKEN: 'metrics token with spaces' })).toContain('METRICS_TOKEN must be visible ASCII characters only');
     expect(refusal({ ADMIN_TOKEN: 'short' })).toBe('ADMIN_TOKEN must be at least 16 characters');
     expect(refusal({ ADMIN_TOKEN: 'Ab0-._~+/=!#$%&*()[]{}', METRICS_TOKEN: 'metrics-token-0123456789' })).toBe('accepted');
+  });
+});
+
+describe('loadConfig: defaults the product spec states', () => {
+  it("defaults the video capabilities' limits to 256 media inputs and 536870912 bytes (§2.7, §8)", () => {
+    const config = loadConfig({}, []);
+    expect({ count: config.maxMediaInputCount, bytes: config.maxMediaInputBytes }).toEqual({ count: 256, bytes: 536_870_912 });
   });
 });

@@ -1498,8 +1498,8 @@ export interface paths {
          * List capability switches
          * @description Lists the three system capability switches (`image_generation`, `image_edit`,
          *     `video_generation`); all are on until switched off. A switch that is off makes its creation
-         *     endpoints answer `503 capability_disabled`; `image_generation` off also hides image models and
-         *     `video_generation` off hides video models from `GET /v1/models`.
+         *     endpoints answer `503 capability_disabled`; `image_generation` and `image_edit` both off also hide
+         *     image models, and `video_generation` off hides video models, from `GET /v1/models`.
          *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
@@ -1530,8 +1530,9 @@ export interface paths {
         /**
          * Turn a capability on or off
          * @description Sets one capability switch; idempotent. Off: `image_generation` makes
-         *     `POST /v1/images/generations` answer `503 capability_disabled` and hides image models from
-         *     `GET /v1/models`; `image_edit` makes `POST /v1/images/edits` answer `503 capability_disabled`;
+         *     `POST /v1/images/generations` answer `503 capability_disabled`; `image_edit` makes
+         *     `POST /v1/images/edits` answer `503 capability_disabled`; with both image switches off, image
+         *     models are hidden from `GET /v1/models` (one on: they are listed, for what the key can still do);
          *     `video_generation` makes `POST /v1/videos/generations` (and `POST /api/v1/videos/generations`)
          *     answer `503 capability_disabled` and hides video models from `GET /v1/models` and
          *     `GET /v1/videos/capabilities`. Tasks already created finish and can still be read. Every
@@ -4544,17 +4545,18 @@ export interface components {
         };
         /**
          * AdminCapabilityName
-         * @description A system capability switch. `image_generation` gates `POST /v1/images/generations` and lists image
-         *     models; `image_edit` gates `POST /v1/images/edits`; `video_generation` gates video creation and
-         *     lists video models.
+         * @description A system capability switch. `image_generation` gates `POST /v1/images/generations`; `image_edit`
+         *     gates `POST /v1/images/edits`; image models are listed while either is on. `video_generation`
+         *     gates video creation and lists video models.
          * @enum {string}
          */
         AdminCapabilityName: "image_generation" | "image_edit" | "video_generation";
         /**
          * AdminCapabilitySwitch
          * @description A system switch. Off: the matching creation endpoints answer `503 capability_disabled`;
-         *     `image_generation` off hides image models and `video_generation` off hides video models from
-         *     `GET /v1/models` (and `GET /v1/videos/capabilities`). Existing tasks can still be read and finish.
+         *     `image_generation` and `image_edit` both off hide image models from `GET /v1/models`, and
+         *     `video_generation` off hides video models from it (and from `GET /v1/videos/capabilities`).
+         *     Existing tasks can still be read and finish.
          * @example {
          *       "name": "video_generation",
          *       "enabled": false,
