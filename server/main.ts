@@ -306,8 +306,14 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
       // Running steps stop meanwhile (they need nothing of the HTTP requests) and resume on any
       // instance once their lease expires: a video submit in flight keeps the whole margin to save its job id.
       lifecycle.step = 'settling the image requests the drain cut, and stopping the task workers';
-      const [unsettled] = await Promise.all([runtime.services.images.settleRunning(SETTLE_MS), workers?.stop()]);
-      if (unsettled > 0) log.error({ unsettled }, `image requests did not settle within ${SETTLE_MS} ms of the drain: their tasks keep their credits held until another process ends them (a stream's, for an operator to settle)`);
+      const settling = runtime.services.images.settleRunning(SETTLE_MS).then((unsettled) => {
+        if (unsettled > 0) log.error({ unsettled }, `image requests did not settle within ${SETTLE_MS} ms of the drain: their tasks keep their credits held until another process ends them (a stream's, for an operator to settle)`);
+        // What a stop still waiting names from here: the workers (a submit in flight saving its job id).
+        if (lifecycle.step.startsWith('settling')) lifecycle.step = 'stopping the task workers';
+      });
+      // Both end before the pool closes, whichever fails: a worker's failure does not cut a settlement.
+      const [, stopped] = await Promise.allSettled([settling, workers?.stop()]);
+      if (stopped.status === 'rejected') throw stopped.reason;
       lifecycle.step = 'stopping the cluster listener';
       await listener.stop();
       lifecycle.step = 'closing the request-rate store';

@@ -317,17 +317,19 @@ export class FileRepository {
   /**
    * Image outputs written between `from` and `to` ago, after (created_at, id) `after`, oldest
    * first: the rows the sweeper checks for bytes that never landed (an answer whose images are
-   * stored while its task settles records the rows before the bytes are written).
+   * stored while its task settles records the rows before the bytes are written). `createdAt` is
+   * PostgreSQL's text, microseconds kept: a JavaScript Date's milliseconds would put the cursor
+   * before the rows it has read (every row one statement wrote shares its `now()`), and read them again.
    */
-  async recentOutputs(after: { createdAt: Date; id: string } | undefined, window: { fromMs: number; toMs: number }, limit: number): Promise<{ id: string; storageKey: string; createdAt: Date }[]> {
+  async recentOutputs(after: { createdAt: string; id: string } | undefined, window: { fromMs: number; toMs: number }, limit: number): Promise<{ id: string; storageKey: string; createdAt: string }[]> {
     let query = this.db
       .selectFrom('files')
-      .select(['id', 'storageKey', 'createdAt'])
+      .select(['id', 'storageKey', sql<string>`created_at::text`.as('createdAt')])
       .where('purpose', '=', 'image_output')
       .where('createdAt', '>', sql<Date>`now() - ${window.fromMs} * interval '1 millisecond'`)
       .where('createdAt', '<', sql<Date>`now() - ${window.toMs} * interval '1 millisecond'`);
-    if (after) query = query.where(sql<boolean>`(created_at, id) > (${after.createdAt}, ${after.id})`);
-    return query.orderBy('createdAt').orderBy('id').limit(limit).execute();
+    if (after) query = query.where(sql<boolean>`(created_at, id) > (${after.createdAt}::timestamptz, ${after.id})`);
+    return query.orderBy('files.createdAt').orderBy('files.id').limit(limit).execute();
   }
 
   /** Which of `keys` a file row names. */

@@ -84,6 +84,16 @@ describe('a video submit answered 5xx, scripted', () => {
     expect(mine[1]!.memberId).not.toBe(mine[0]!.memberId);
   });
 
+  it("answered 504 in the upstream's own envelope (Kling's 5002 timeout, Veo's DEADLINE_EXCEEDED: the job may still be made): resubmitted to the same member", async () => {
+    const { key } = await twoMemberVideoKey(server.db);
+    const id = await createLocalVideo(server, key, 'HTTP 504 coded');
+    const { task } = await waitVideoFinished(server, key, id);
+    expect(task.status).toBe('completed');
+    const mine = submits.filter((s) => s.taskId === id);
+    expect(mine).toHaveLength(2);
+    expect(mine[1]!.memberId).toBe(mine[0]!.memberId);
+  });
+
   it('answered 503 first (the upstream takes no work now): moves to the other member, uncounted', async () => {
     const { key } = await twoMemberVideoKey(server.db);
     const id = await createLocalVideo(server, key, 'HTTP 503 first');

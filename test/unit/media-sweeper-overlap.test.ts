@@ -71,7 +71,7 @@ describe('the media sweeper', () => {
 describe("the media sweeper's check of image outputs whose bytes never landed", () => {
   /** `count` recent output rows, every 7th of whose bytes never landed; `tick` runs at each stat. */
   function sweeperOf(count: number, tick: () => void = () => undefined) {
-    const rows = Array.from({ length: count }, (_, i) => ({ id: `file_ab${String(i).padStart(5, '0')}`, storageKey: `image_output/ab/file_ab${String(i).padStart(5, '0')}`, createdAt: new Date(1_000_000 + i) }));
+    const rows = Array.from({ length: count }, (_, i) => ({ id: `file_ab${String(i).padStart(5, '0')}`, storageKey: `image_output/ab/file_ab${String(i).padStart(5, '0')}`, createdAt: new Date(1_000_000 + i).toISOString() }));
     const landed = (key: string) => Number(key.slice(-5)) % 7 !== 0;
     const deleted: string[] = [];
     let cursor: string | null = null;
@@ -82,8 +82,8 @@ describe("the media sweeper's check of image outputs whose bytes never landed", 
     const files = {
       expiredAfter: async () => [],
       deleteExpired: async () => 0,
-      recentOutputs: async (after: { createdAt: Date; id: string } | undefined, _window: unknown, limit: number) =>
-        rows.filter((r) => !after || r.createdAt.getTime() > after.createdAt.getTime() || (r.createdAt.getTime() === after.createdAt.getTime() && r.id > after.id)).slice(0, limit),
+      recentOutputs: async (after: { createdAt: string; id: string } | undefined, _window: unknown, limit: number) =>
+        rows.filter((r) => !after || r.createdAt > after.createdAt || (r.createdAt === after.createdAt && r.id > after.id)).slice(0, limit),
       deleteRows: async (ids: string[]) => void deleted.push(...ids),
       keysWithRows: async () => new Set<string>(),
     } as unknown as FileRepository;

@@ -232,8 +232,7 @@ export class MediaSweeper {
     const until = Date.now() + UNLANDED.budgetMs;
     let removed = 0;
     for (;;) {
-      const after = cursor.unlanded && { createdAt: new Date(cursor.unlanded.createdAt), id: cursor.unlanded.id };
-      const rows = await this.deps.files.recentOutputs(after, UNLANDED, UNLANDED.batch);
+      const rows = await this.deps.files.recentOutputs(cursor.unlanded, UNLANDED, UNLANDED.batch);
       const missing: string[] = [];
       for (const row of rows) if (!(await this.untilStopped(this.deps.store.stat(row.storageKey)))) missing.push(row.id);
       if (missing.length > 0) {
@@ -242,7 +241,7 @@ export class MediaSweeper {
       }
       removed += missing.length;
       const last = rows.at(-1);
-      if (last) cursor.unlanded = { createdAt: last.createdAt.toISOString(), id: last.id };
+      if (last) cursor.unlanded = { createdAt: last.createdAt, id: last.id };
       if (rows.length < UNLANDED.batch || Date.now() >= until) return removed;
     }
   }

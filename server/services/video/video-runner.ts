@@ -507,26 +507,30 @@ function operatorCanFix(error: ProviderError): boolean {
 }
 
 /**
- * Statuses that usually come from the upstream's edge (a load balancer, a proxy, Cloudflare's 524)
- * after its origin received the whole request: the origin may have created the job, billed. 503
- * (the upstream says it takes no work now) and 4xx answers are the upstream's own refusals.
+ * Answers to a submit that say nothing of whether the job was created: a gateway timeout (504,
+ * Cloudflare's 524) whatever its body (Kling's `5002 timeout`, Veo's `DEADLINE_EXCEEDED`: the
+ * origin may still be making it), and a 500 or 502 without the upstream's own error code (an edge's
+ * page, not the API's envelope: MiniMax's `500 server_error (1000)` is the API refusing). 503 (the
+ * upstream takes no work now) and 4xx answers are the upstream's own refusals.
  */
-const EDGE_STATUSES: ReadonlySet<number> = new Set([500, 502, 504, 524]);
+function unknownOutcome(err: ProviderError): boolean {
+  const status = err.upstreamStatus;
+  if (status === 504 || status === 524) return true;
+  return (status === 500 || status === 502) && err.upstreamCode === undefined;
+}
 
 /**
- * Sends a video submit. An answer of one of EDGE_STATUSES without the upstream's own error code
- * (an edge's page, not the API's envelope) says nothing of whether the job was created, so it is
- * maybe accepted (as a timeout is): no failover to another member (Pool.route's
- * `canFailover`), counted as an unanswered submit, resubmitted to the same member under
- * MAX_UNANSWERED_SUBMITS. Image calls keep failing over on 5xx: an image is cheap, and the
- * request waits for it. A status the adapter read as a refusal of the job itself (its kind not
- * `retryable`) stays one.
+ * Sends a video submit. An answer of unknown outcome (`unknownOutcome`) is maybe accepted (as a
+ * timeout is): no failover to another member (Pool.route's `canFailover`), counted as an unanswered
+ * submit, resubmitted to the same member under MAX_UNANSWERED_SUBMITS. Image calls keep failing
+ * over on 5xx: an image is cheap, and the request waits for it. A status the adapter read as a
+ * refusal of the job itself (its kind not `retryable`) stays one.
  */
 async function submitTo(provider: VideoProvider, account: UpstreamAccount, job: VideoJob, signal: AbortSignal): Promise<string> {
   try {
     return await provider.submit(account, job, signal);
   } catch (err) {
-    const edge = err instanceof ProviderError && err.kind === 'retryable' && !err.maybeAccepted && err.upstreamCode === undefined && err.upstreamStatus !== undefined && EDGE_STATUSES.has(err.upstreamStatus);
+    const edge = err instanceof ProviderError && err.kind === 'retryable' && !err.maybeAccepted && unknownOutcome(err);
     throw edge ? err.with({ maybeAccepted: true }) : err;
   }
 }
