@@ -111,14 +111,18 @@ export class UpstreamResponse {
    * A failure to read the body as the error to throw; the caller's abort stays an abort. On a 2xx
    * the upstream took the request (a submit: its job may be running), so it is retryable and
    * `maybeAccepted`. Any other status is the upstream's refusal, whole in its status line: nothing
-   * was accepted (the pool fails over, a submit is not counted as unanswered), and the status says
-   * whose fault it is (`kindOfStatus`, with its Retry-After), as it does for an error body that is
-   * not JSON.
+   * was accepted (the pool fails over, a submit is not counted as unanswered). What it refused for
+   * was in the body: only a 429 (with its Retry-After) and a 401/403 say it in the status line;
+   * anything else is a passing failure (retryable), never the client's request (a cut 400 on a
+   * status call must not fail a running job as the client's, nor a look give the job up).
    */
   unreadAnswer(err: unknown): unknown {
     if (this.call.signal?.aborted) return this.call.signal.reason ?? err;
     const message = err instanceof ProviderError ? err.message : `the upstream ${this.call.what ?? 'call'} answered HTTP ${this.status}, then its body ${isTimeout(err) ? 'timed out' : 'could not be read'}`;
-    if (!this.ok) return new ProviderError(kindOfStatus(this.status), message, { cause: err, upstreamStatus: this.status, retryAfterMs: retryAfterMs(this.headers) });
+    if (!this.ok) {
+      const kind = this.status === 429 ? 'rate_limited' : this.status === 401 || this.status === 403 ? 'auth' : 'retryable';
+      return new ProviderError(kind, message, { cause: err, upstreamStatus: this.status, retryAfterMs: retryAfterMs(this.headers) });
+    }
     return new ProviderError('retryable', message, { cause: err, upstreamStatus: this.status, maybeAccepted: true });
   }
 

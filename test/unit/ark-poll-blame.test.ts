@@ -71,8 +71,8 @@ describe('Seedance status calls and cancels: whose fault a refusal is', () => {
     // A wrong base URL: a router's page, no Ark error.
     expect(thrown(await pollWith(plainNotFound, '/wrong/api/v3'))).toEqual({ kind: 'misconfigured', upstreamStatus: 404, upstreamCode: undefined });
     expect(thrown(await pollWith(arkAnswer(404, 'InvalidEndpointOrModel.NotFound')))).toEqual({ kind: 'misconfigured', upstreamStatus: 404, upstreamCode: 'InvalidEndpointOrModel.NotFound' });
-    // A 404 whose body broke off says nothing about the task either.
-    expect(thrown(await pollWith(cut(404)))).toEqual({ kind: 'misconfigured', upstreamStatus: 404, upstreamCode: undefined });
+    // A 404 whose body broke off says nothing about the task either: a passing failure, asked again.
+    expect(thrown(await pollWith(cut(404)))).toEqual({ kind: 'retryable', upstreamStatus: 404, upstreamCode: undefined });
   });
 
   it('a 404 ResourceNotFound (or the table\'s NotFound.<parameter>) is a task Ark no longer has: failed', async () => {
@@ -89,8 +89,9 @@ describe('Seedance status calls and cancels: whose fault a refusal is', () => {
     const limited = await pollWith(arkAnswer(429, 'RateLimitExceeded.EndpointRPMExceeded', {}, { 'retry-after': '3' }));
     expect([thrown(limited).kind, (limited as ProviderError).retryAfterMs]).toEqual(['rate_limited', 3000]);
     expect(thrown(await pollWith(arkAnswer(500, 'InternalServiceError'))).kind).toBe('retryable');
-    // A 400 whose body broke off: the status alone would say the client's request; not on a status call.
-    expect(thrown(await pollWith(cut(400)))).toEqual({ kind: 'misconfigured', upstreamStatus: 400, upstreamCode: undefined });
+    // A 400 whose body broke off: the status alone would say the client's request; what it said is
+    // unknown, so it is a passing failure (asked again), never the client's.
+    expect(thrown(await pollWith(cut(400)))).toEqual({ kind: 'retryable', upstreamStatus: 400, upstreamCode: undefined });
   });
 
   it('a cancel answered a 404 that is not ResourceNotFound cancelled nothing: thrown as the member\'s, not done', async () => {

@@ -355,10 +355,12 @@ describe('upstreamFetch', () => {
       return { kind, message, maybeAccepted, upstreamStatus, retryAfter };
     };
 
-    it('an error status is the upstream\'s refusal, classified by its status and never maybe accepted (the pool fails over, no submit counts as unanswered)', async () => {
+    it('an error status is the upstream\'s refusal, never maybe accepted (the pool fails over, no submit counts as unanswered); what it refused for was in the body: only 429 and 401/403 keep their kind, the rest is a passing failure, never the client\'s', async () => {
       expect(await cut(503)).toEqual({ kind: 'retryable', message: 'the upstream video submit answered HTTP 503, then its body could not be read', maybeAccepted: false, upstreamStatus: 503, retryAfter: undefined });
       expect(await cut(429)).toEqual({ kind: 'rate_limited', message: 'the upstream video submit answered HTTP 429, then its body could not be read', maybeAccepted: false, upstreamStatus: 429, retryAfter: 7000 });
-      expect(await cut(400)).toMatchObject({ kind: 'invalid_request', maybeAccepted: false, upstreamStatus: 400 });
+      expect(await cut(400)).toMatchObject({ kind: 'retryable', maybeAccepted: false, upstreamStatus: 400 });
+      expect(await cut(422)).toMatchObject({ kind: 'retryable', maybeAccepted: false, upstreamStatus: 422 });
+      expect(await cut(401)).toMatchObject({ kind: 'auth', maybeAccepted: false, upstreamStatus: 401 });
       // The same through every reader: text() itself, the media reader, an adapter's error classifier.
       expect(await cut(503, (res) => res.text())).toMatchObject({ kind: 'retryable', maybeAccepted: false, upstreamStatus: 503 });
       expect(await cut(503, (res) => readJsonWithMedia(res, 'video submit'))).toMatchObject({ kind: 'retryable', maybeAccepted: false, upstreamStatus: 503 });

@@ -107,7 +107,7 @@ async function waitForOutputs<Job>(queue: ImageQueue<Job>, job: Job, signal: Abo
       } catch (err) {
         if (signal.aborted) throw err;
         // A look that failed in passing says nothing of the job, which goes on (and is billed): look
-        // again. (An error answer whose body broke off is such a look: not a ProviderError yet.)
+        // again. (An error answer whose body broke off is such a look: `unreadAnswer`, retryable.)
         const error = asProviderError(err, `the ${queue.name} image status failed`);
         if (!error.transient || Date.now() > deadline) throw error;
         wait = Math.max(pollMs, error.retryAfterMs ?? 0);
