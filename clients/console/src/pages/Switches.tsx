@@ -27,7 +27,7 @@ export function SwitchesPage() {
       <Title order={1} size="h2">
         Capability switches
       </Title>
-      <Text size="sm">A switched-off capability is refused for every key and hidden from their model lists until it is switched on again.</Text>
+      <Text size="sm">A switched-off capability is refused for every key until it is switched on again; a model leaves their model lists once nothing it offers is switched on (an image model while either image switch is on stays listed).</Text>
       <ErrorAlert error={list.error} title="Could not read the switches" />
       <ErrorAlert error={error} title="The switch could not be changed" />
       {list.data?.data.map((s) => (
