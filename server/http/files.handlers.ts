@@ -8,6 +8,7 @@ import type { Readable } from 'node:stream';
 import type { Request, Response } from 'express';
 import type { AppContext } from '../context.ts';
 import { ApiError, badRequest } from '../errors.ts';
+import { StorageError } from '../storage/storage-error.ts';
 import { pipeBounded } from '../lib/base64-json.ts';
 import type { Logger } from '../logger.ts';
 import { toApiFile, type OpenedFile } from '../services/file.service.ts';
@@ -51,7 +52,8 @@ const INLINE_TYPES: Record<Schemas['File']['content_type'], true> = { 'image/png
  * A HEAD gets the whole file's header fields and no body: the store is never asked for the bytes
  * (S3 would start sending a whole video), and its `Range` is ignored (RFC 9110 §14.2: GET only).
  * The answer is committed once the store has its first bytes (`started`): a read that fails before
- * them is the error middleware's to answer (503 storage_unavailable). A client that takes none of
+ * them is the error middleware's to answer (503 storage_unavailable; 404 when the file was deleted
+ * meanwhile: a delete commits its row before it removes the bytes). A client that takes none of
  * the bytes for `stall.idleMs` is cut off (`pipeBounded`), and the store's stream it held open (a
  * file descriptor, a socket of the S3 read client) closed with it.
  */
@@ -82,8 +84,12 @@ async function sendFile(req: Pick<Request, 'headers' | 'method'> & { id?: string
     throw new ApiError(416, 'range_not_satisfiable', `The range asked for is outside the file's ${stored.bytes} bytes.`, null, {}, { 'Content-Range': `bytes */${stored.bytes}` });
   }
   const source = head ? undefined : opened.read(range === 'whole' ? undefined : range);
-  // Nothing of the file's is set before its bytes are there: a failure is answered as any error.
-  if (source && !(await started(source, res))) return;
+  // Nothing of the file's is set before its bytes are there: a failure is answered as any error,
+  // or as the file's absence when it was deleted meanwhile (its bytes went first): no store outage.
+  if (source && !(await started(source, res).catch(async (err: unknown) => {
+    if (err instanceof StorageError && (await opened.deleted())) throw new ApiError(404, 'file_not_found', 'No such file: it was deleted.');
+    throw err;
+  }))) return;
   validators();
   const inline = Object.hasOwn(INLINE_TYPES, file.contentType);
   res.setHeader('Content-Type', inline ? file.contentType : 'application/octet-stream');

@@ -130,6 +130,8 @@ export interface OpenedFile {
   /** The name it is downloaded under (an upload's own name, else its id and extension). */
   name: string;
   read(range?: ByteRange): Readable;
+  /** Whether the file's row is gone now (deleted, or swept at its expiry, since it was opened). */
+  deleted(): Promise<boolean>;
 }
 
 /** The image types every upstream takes as an input: others are sent as PNG (`mediaInputs`). */
@@ -265,7 +267,13 @@ export class FileService {
   private async opened(file: FileRow): Promise<OpenedFile | undefined> {
     const stored = await this.store.stat(file.storageKey);
     if (!stored) return undefined;
-    return { file, stored, name: file.filename ?? fileNameOf(file.id, file.contentType), read: (range) => this.store.read(file.storageKey, range) };
+    return {
+      file,
+      stored,
+      name: file.filename ?? fileNameOf(file.id, file.contentType),
+      read: (range) => this.store.read(file.storageKey, range),
+      deleted: async () => (await this.files.find(file.id)) === undefined,
+    };
   }
 
   /**

@@ -6,6 +6,7 @@
  * and an edit naming a stored input the filesystem store cannot read is no longer a 500.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import { PassThrough } from 'node:stream';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import sharp from 'sharp';
@@ -79,9 +80,22 @@ describe('a download whose store read fails before its first byte', () => {
 /** A filesystem store whose objects named in `vanishing` are removed as their read begins (a delete racing it). */
 class VanishingStore extends FilesystemMediaStore {
   readonly vanishing = new Set<string>();
+  /** Keys whose read first runs a step of its own (another request deleting the file), then loses the object. */
+  readonly racing = new Map<string, () => Promise<unknown>>();
   override read(key: string, range?: ByteRange) {
     if (this.vanishing.delete(key)) rmSync(this.localPath(key));
-    return super.read(key, range);
+    const race = this.racing.get(key);
+    if (!race) return super.read(key, range);
+    this.racing.delete(key);
+    const out = new PassThrough();
+    race().then(
+      () => {
+        rmSync(this.localPath(key));
+        super.read(key, range).on('error', (err) => out.destroy(err)).pipe(out);
+      },
+      (err: Error) => out.destroy(err),
+    );
+    return out;
   }
 }
 
@@ -101,6 +115,15 @@ describe('filesystem objects that cannot be read', () => {
     const id = await upload(server, c.key);
     store.vanishing.add(await keyOf(id));
     await expectStorageUnavailable(await fetch(`${server.directUrl}/v1/files/${id}/content`, { headers: { Authorization: `Bearer ${c.key}` } }));
+  });
+
+  it('a download racing the file\'s deletion (its row gone, then its bytes) is answered 404 file_not_found, not a store outage', async () => {
+    const c = await createCustomer(server.db);
+    const id = await upload(server, c.key);
+    store.racing.set(await keyOf(id), () => server.db.deleteFrom('files').where('id', '=', id).execute());
+    const res = await fetch(`${server.directUrl}/v1/files/${id}/content`, { headers: { Authorization: `Bearer ${c.key}` } });
+    expect(res.status).toBe(404);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('file_not_found');
   });
 
   it('an edit whose stored input cannot be read once inspected is answered 503 storage_unavailable, not 500, and holds nothing', async () => {
