@@ -217,8 +217,8 @@ export class FileService {
    * MEDIA_URLS=presigned: the bytes never pass through Mediagate), else Mediagate's own signed URL,
    * which any instance serves from the store.
    */
-  async downloadUrl(fileId: string, purpose: StoreFileInput['purpose'], minTtlSeconds = 0): Promise<string> {
-    return this.urlOf(fileId, storageKeyOf(purpose, fileId), minTtlSeconds);
+  async downloadUrl(fileId: string, purpose: StoreFileInput['purpose'], minTtlSeconds = 0, expiresAt?: Date | null): Promise<string> {
+    return this.urlOf(fileId, storageKeyOf(purpose, fileId), minTtlSeconds, expiresAt);
   }
 
   /**

@@ -59,6 +59,9 @@ describe('FileService.mediaInputs on S3 with presigned URLs', () => {
     expect((await urlOf(new Date(now + 600_000), 0)).searchParams.get('X-Amz-Expires')).toBe('600');
     // A day left: the asked-for life as usual.
     expect((await urlOf(new Date(now + 86_400_000), 7200)).searchParams.get('X-Amz-Expires')).toBe('7200');
+    // An output's link (a task's answer: `downloadUrl`) is capped at the output's expiry the same way.
+    expect(new URL(await files.downloadUrl('file_out', 'video_output', 0, new Date(now + 600_000))).searchParams.get('X-Amz-Expires')).toBe('600');
+    expect(new URL(await files.downloadUrl('file_out', 'video_output')).searchParams.get('X-Amz-Expires')).toBe('3600');
     // Expired (or under a second left): no presigned URL, the gateway's signed one.
     for (const expiresAt of [new Date(now - 1000), new Date(now + 500)]) {
       const url = await urlOf(expiresAt, 3600);

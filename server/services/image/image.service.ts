@@ -456,19 +456,19 @@ export class ImageService {
     const params = row.params as unknown as ImageParams;
     const items: WithBase64<Schemas['ImageData'], Base64Source>[] =
       params.responseFormat === 'url'
-        ? await Promise.all(row.resultFileIds.map(async (id) => ({ url: await this.deps.files.downloadUrl(id, 'image_output') })))
+        ? await Promise.all(row.resultFileIds.map(async (id) => ({ url: await this.deps.files.downloadUrl(id, 'image_output', 0, row.mediaExpiresAt) })))
         : (row.storedResults ?? []).map((file) => ({ b64_json: new Base64Source(() => this.deps.files.read(file), file.bytes) }));
     task.data = row.revisedPrompt ? items.map((item) => ({ ...item, revised_prompt: row.revisedPrompt! })) : items;
     return task;
   }
 
   /** `data[]` of a task's stored results in its response format. */
-  async resultData(row: Pick<ImageLookupFields, 'params' | 'resultFileIds' | 'revisedPrompt'>): Promise<WithBase64<Schemas['ImageData']>[]> {
+  async resultData(row: Pick<ImageLookupFields, 'params' | 'resultFileIds' | 'revisedPrompt' | 'mediaExpiresAt'>): Promise<WithBase64<Schemas['ImageData']>[]> {
     const params = row.params as unknown as ImageParams;
     return Promise.all(
       row.resultFileIds.map(async (id) => {
         const item: WithBase64<Schemas['ImageData']> =
-          params.responseFormat === 'url' ? { url: await this.deps.files.downloadUrl(id, 'image_output') } : { b64_json: new Base64Bytes(await this.deps.files.readAll(id)) };
+          params.responseFormat === 'url' ? { url: await this.deps.files.downloadUrl(id, 'image_output', 0, row.mediaExpiresAt) } : { b64_json: new Base64Bytes(await this.deps.files.readAll(id)) };
         if (row.revisedPrompt) item.revised_prompt = row.revisedPrompt;
         return item;
       }),

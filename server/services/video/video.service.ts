@@ -256,7 +256,7 @@ export class VideoService {
   /** A fresh URL of a completed task's video; none once the video passed its retention (the sweeper deletes it within a minute). */
   private async videoUrl(row: Pick<PolledVideoTaskRow, 'status' | 'outputFileId' | 'mediaExpiresAt'>): Promise<string | undefined> {
     if (row.status !== 'completed' || !row.outputFileId || (row.mediaExpiresAt && row.mediaExpiresAt.getTime() <= Date.now())) return undefined;
-    return this.deps.files.downloadUrl(row.outputFileId, 'video_output');
+    return this.deps.files.downloadUrl(row.outputFileId, 'video_output', 0, row.mediaExpiresAt);
   }
 
   /**
