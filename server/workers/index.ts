@@ -42,24 +42,14 @@ export function createWorkers(runtime: Runtime): Workers {
   let sweeping: Promise<void> = Promise.resolve();
   let taskSweeper: NodeJS.Timeout | undefined;
   let taskSweeping: Promise<void> = Promise.resolve();
-  const sweepTasks = () => {
-    taskSweeping = (async () => {
-      try {
-        await runtime.taskSweeper.run();
-      } catch (err) {
-        log.warn({ err }, 'task sweep failed; retrying at the next one');
-      }
-    })();
-  };
-  const sweep = () => {
-    sweeping = (async () => {
-      try {
-        await runtime.mediaSweeper.run();
-      } catch (err) {
-        log.warn({ err }, 'media sweep failed; retrying at the next one');
-      }
-    })();
-  };
+  /** One sweep run, its failure logged (the next tick tries again); a tick during a run joins it (the sweepers' run()). */
+  const sweepOnce = (run: () => Promise<unknown>, what: string) =>
+    run().then(
+      () => undefined,
+      (err: unknown) => log.warn({ err }, `${what} sweep failed; retrying at the next one`),
+    );
+  const sweepTasks = () => void (taskSweeping = sweepOnce(() => runtime.taskSweeper.run(), 'task'));
+  const sweep = () => void (sweeping = sweepOnce(() => runtime.mediaSweeper.run(), 'media'));
   return {
     start() {
       unsubscribe = notifier.subscribe((kind) => engines[kind].wake());

@@ -164,7 +164,7 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
         signal,
       });
     } catch (err) {
-      return this.failOrRetry(task, err);
+      return this.failOrRetry(task, statusCallFailure(err));
     }
     if (status.state === 'running') return later(status.retryAfterMs ?? spread(provider.pollIntervalMs));
     if (status.state === 'failed') {
@@ -500,6 +500,17 @@ export class VideoRunner implements TaskRunner<VideoTaskRow> {
 /** The member's configuration, credentials or account, not the request nor a passing fault. */
 function memberFault(error: ProviderError): boolean {
   return ['auth', 'quota_exhausted', 'misconfigured', 'model_not_open', 'account_disabled'].includes(error.kind);
+}
+
+/**
+ * A poll's thrown failure is its status call's, never the job's (a job that failed comes back as
+ * `{ state: 'failed' }`): a status call carries nothing of the client's, so a refusal of it (an
+ * error answer the adapter read as the request's or as policy) is a passing failure, asked again
+ * until the task's deadline, never a running, billed job failed as the client's fault. One rule for
+ * every adapter (Ark and DashScope also say so themselves, with the kind their upstream's answer means).
+ */
+function statusCallFailure(err: unknown): unknown {
+  return err instanceof ProviderError && (err.kind === 'invalid_request' || err.kind === 'policy') ? err.with({ kind: 'retryable' }) : err;
 }
 
 function operatorCanFix(error: ProviderError): boolean {
