@@ -228,6 +228,14 @@ export interface ModelPrices {
   updatedAt: Generated<Timestamp>;
 }
 
+export interface PendingDeletes {
+  attempts: Generated<number>;
+  createdAt: Generated<Timestamp>;
+  lastError: string | null;
+  nextAttemptAt: Generated<Timestamp>;
+  storageKey: string;
+}
+
 export interface Sweepers {
   cursor: string | null;
   leaseUntil: Timestamp | null;
@@ -354,6 +362,7 @@ export interface DB {
   memberHealth: MemberHealth;
   memberModelFaults: MemberModelFaults;
   modelPrices: ModelPrices;
+  pendingDeletes: PendingDeletes;
   sweepers: Sweepers;
   taskAttempts: TaskAttempts;
   videoTasks: VideoTasks;

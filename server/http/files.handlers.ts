@@ -204,7 +204,7 @@ export function filesHandlers(ctx: AppContext): Pick<HandlerMap, FilesOperation>
       // when the database's notification arrives).
       ctx.services.videos.invalidateCaches();
       ctx.log.info({ fileId: req.params.file_id, accountId }, 'file deleted');
-      if (left.length > 0) ctx.log.warn({ fileId: req.params.file_id, objects: left }, "could not delete a deleted file's bytes; the media sweep removes them as orphans");
+      if (left.length > 0) ctx.log.warn({ fileId: req.params.file_id, objects: left }, "could not delete a deleted file's bytes; the media sweep tries them again every minute");
       noStore(res);
       sendJson(res, 'deleteFile', 200, { id: req.params.file_id, object: 'file', deleted: true });
     },

@@ -228,7 +228,10 @@ export class FileRepository {
    * Deletes the file's row and, in the same statement, detaches it from the task that generated
    * it: a video task's output_file_id is cleared, an image task's result_file_ids loses it (as
    * ImageTaskRepository.dropResultFiles), so their lookups no longer name a file that is gone.
-   * Returns the storage keys of the copies that went with it, whose bytes the caller removes.
+   * The storage keys of the file and of the copies that went with it are recorded in
+   * pending_deletes by the same statement, and returned: the caller deletes their bytes once the
+   * transaction has committed, then `forgetPendingDeletes`; what the store does not delete then is
+   * the media sweeper's to retry (`duePendingDeletes`).
    */
   async deleteDetached(file: Pick<FileRow, 'id' | 'purpose' | 'taskId'>, trx: Executor): Promise<string[]> {
     const detach =
@@ -238,10 +241,42 @@ export class FileRepository {
           ? sql`, i as (update image_tasks set result_file_ids = array_remove(result_file_ids, ${file.id}) where id = ${file.taskId})`
           : sql``;
     // The copies made of it to send upstream (FileService.sendableCopy: `<id>png<expiry>`, `<id>jpg<expiry>`) go with it.
-    const { rows } = await sql<{ storageKey: string }>`with d as (delete from files where id = ${file.id}),
-      c as (delete from files where purpose = 'input' and (starts_with(id, ${`${file.id}png`}) or starts_with(id, ${`${file.id}jpg`})) returning storage_key)${detach}
-      select storage_key as "storageKey" from c`.execute(trx);
+    const { rows } = await sql<{ storageKey: string }>`with d as (delete from files where id = ${file.id} returning storage_key),
+      c as (delete from files where purpose = 'input' and (starts_with(id, ${`${file.id}png`}) or starts_with(id, ${`${file.id}jpg`})) returning storage_key),
+      k as (select storage_key from d union all select storage_key from c),
+      p as (insert into pending_deletes (storage_key) select storage_key from k on conflict (storage_key) do nothing)${detach}
+      select storage_key as "storageKey" from k`.execute(trx);
     return rows.map((r) => r.storageKey);
+  }
+
+  /** Drops the pending deletes of `keys`, whose bytes the store has deleted. */
+  async forgetPendingDeletes(keys: readonly string[], db: Executor = this.db): Promise<void> {
+    if (keys.length === 0) return;
+    await db.deleteFrom('pendingDeletes').where('storageKey', 'in', [...keys]).execute();
+  }
+
+  /**
+   * Up to `limit` pending deletes whose next attempt is due, oldest first, leaving out rows another
+   * transaction holds (a sweeper on another instance); as `expiredAfter`, the locks end with the
+   * statement: the store is called holding none.
+   */
+  async duePendingDeletes(limit: number, db: Executor = this.db): Promise<{ key: string; attempts: number }[]> {
+    const { rows } = await sql<{ key: string; attempts: number }>`
+      select storage_key as key, attempts from pending_deletes where next_attempt_at <= now()
+      order by next_attempt_at, storage_key limit ${limit} for update skip locked`.execute(db);
+    return rows;
+  }
+
+  /**
+   * Puts off the pending deletes the store refused (AccessDenied, an object lock): tried again
+   * after a minute, doubling with each refusal up to an hour, their last error kept for an operator.
+   */
+  async deferPendingDeletes(refused: readonly { key: string; err: string }[], db: Executor = this.db): Promise<void> {
+    if (refused.length === 0) return;
+    await sql`update pending_deletes p set attempts = p.attempts + 1, last_error = r.err,
+        next_attempt_at = now() + least(interval '1 hour', interval '1 minute' * power(2, least(p.attempts, 6)))
+      from unnest(${refused.map((r) => r.key)}::text[], ${refused.map((r) => r.err)}::text[]) as r(key, err)
+      where p.storage_key = r.key`.execute(db);
   }
 
   /** Records an upload's image facts and expiry; returns its creation time. */

@@ -461,12 +461,14 @@ export class FileService {
 
   /**
    * Deletes a Files API file of the account: its row, detached from the task that generated it,
-   * and the rows of its copies, in one transaction; then, once that has committed, their bytes. A
-   * file an unfinished task still needs — as an input, or as the output it is producing — is 409
-   * file_in_use, and nothing changes. Bytes the store fails to delete are left to the media
-   * sweeper's orphan phase (objects no row names; their keys are of its shape): deleted inside the
-   * transaction, a failing delete of a copy or a failing commit left a listed file with no bytes.
-   * Returns the objects so left, and why, for the log.
+   * and the rows of its copies, in one transaction that also records their bytes as pending
+   * deletes; then, once that has committed, the bytes, and the pending deletes of those the store
+   * deleted. A file an unfinished task still needs — as an input, or as the output it is producing
+   * — is 409 file_in_use, and nothing changes. Bytes the store fails to delete (deleted inside the
+   * transaction, a failing delete of a copy or a failing commit would leave a listed file with no
+   * bytes) stay pending: the media sweeper tries them again every minute, so a presigned link
+   * handed out before stops serving them soon after the store is back. Returns the objects so
+   * left, and why, for the log.
    */
   async deleteOwned(id: string, accountId: string): Promise<{ key: string; err: string }[]> {
     const keys = await this.tx.run(async (trx) => {
@@ -477,12 +479,19 @@ export class FileService {
       if (!(await this.files.lockForDelete(id, trx))) throw fileNotFound(id);
       const user = await this.files.activeInputUser(id, accountId, trx);
       if (user) throw inUse(id, user);
-      return [file.storageKey, ...(await this.files.deleteDetached(file, trx))];
+      return this.files.deleteDetached(file, trx);
     });
     const left: { key: string; err: string }[] = [];
+    const deleted: string[] = [];
     for (const key of keys) {
-      await this.store.delete(key).catch((err: unknown) => left.push({ key, err: err instanceof Error ? err.message : String(err) }));
+      await this.store.delete(key).then(
+        () => deleted.push(key),
+        (err: unknown) => left.push({ key, err: err instanceof Error ? err.message : String(err) }),
+      );
     }
+    // The client has its answer once the rows are gone: a failure here leaves the rows to the
+    // sweeper, whose delete of bytes already gone is no error.
+    await this.files.forgetPendingDeletes(deleted).catch(() => undefined);
     return left;
   }
 

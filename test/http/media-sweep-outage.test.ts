@@ -66,7 +66,7 @@ describe('the expired phase against a failing store', () => {
     });
     const logged = server.logs.length;
     const started = Date.now();
-    expect(await down.run()).toEqual({ expired: 0, unlanded: 0, orphans: 0 });
+    expect(await down.run()).toEqual({ pending: 0, expired: 0, unlanded: 0, orphans: 0 });
     expect(deletes).toBe(1);
     expect(Date.now() - started).toBeLessThan(5_000);
     expect(await server.db.selectFrom('files').select(['id', 'expiresAt']).orderBy('id').execute()).toEqual(before);

@@ -24,6 +24,9 @@ function sweeperOf(objects: StoredObject[], listGate: Promise<void>) {
     save: async (_name: string, _owner: string, _cursor: string | null, release: boolean) => void calls.push(release ? 'release' : 'save'),
   } as unknown as SweeperRepository;
   const files = {
+    duePendingDeletes: async () => (calls.push('pending'), []),
+    forgetPendingDeletes: async () => undefined,
+    deferPendingDeletes: async () => undefined,
     expiredAfter: async () => (calls.push('expired'), []),
     deleteExpired: async () => 0,
     recentOutputs: async () => (calls.push('unlanded'), []),
@@ -53,17 +56,17 @@ describe('the media sweeper', () => {
     while (!calls.includes('list')) await new Promise((resolve) => setTimeout(resolve, 5));
     const second = sweeper.run();
     await new Promise((resolve) => setTimeout(resolve, 20));
-    expect(calls).toEqual(['take', 'expired', 'unlanded', 'list']);
+    expect(calls).toEqual(['take', 'pending', 'expired', 'unlanded', 'list']);
     open();
     const reports = await Promise.all([first, second]);
     expect(reports).toEqual([
-      { expired: 0, unlanded: 0, orphans: 1 },
-      { expired: 0, unlanded: 0, orphans: 1 },
+      { pending: 0, expired: 0, unlanded: 0, orphans: 1 },
+      { pending: 0, expired: 0, unlanded: 0, orphans: 1 },
     ]);
     // One walk, one delete, the lease released once, by the run that took it.
-    expect(calls).toEqual(['take', 'expired', 'unlanded', 'list', `delete ${orphan.key}`, 'release']);
+    expect(calls).toEqual(['take', 'pending', 'expired', 'unlanded', 'list', `delete ${orphan.key}`, 'release']);
     calls.length = 0;
-    expect(await sweeper.run()).toEqual({ expired: 0, unlanded: 0, orphans: 1 });
+    expect(await sweeper.run()).toEqual({ pending: 0, expired: 0, unlanded: 0, orphans: 1 });
     expect(calls.filter((c) => c === 'take')).toHaveLength(1);
   });
 });

@@ -11,6 +11,10 @@
  *             an answer that carries its images records their rows while they are written) are
  *             deleted, checked once, 10 minutes after they were written, in batches until caught
  *             up or for a minute a run;
+ *   pending   bytes of files a client deleted that the store did not delete then (an outage, a
+ *             refusal, a crash after the rows' commit: FileService.deleteOwned records them in
+ *             pending_deletes with the rows' delete), tried again when due — every run, backing off
+ *             up to an hour for an object the store keeps refusing — in batches;
  *   orphans   objects of Mediagate's own key shape (MEDIA_KEY) that no row names (a crash between
  *             a write and its row; temporary files of the filesystem store) and older than an hour
  *             are deleted, a page of the store per run, walking the whole store over time (the
@@ -57,6 +61,7 @@ const UNLANDED = { toMs: 10 * 60_000, fromMs: 2 * 60 * 60_000, batch: 200, budge
 /** Objects older than this without a row are orphans (younger ones may be writes in flight). */
 const ORPHAN_AGE_MS = 60 * 60_000;
 const ORPHAN_PAGE = 500;
+const PENDING_BATCH = 100;
 
 /**
  * The keys Mediagate writes, the only ones the orphan sweep deletes: anything else the store lists
@@ -76,6 +81,7 @@ function isMediaKey(key: string): boolean {
 }
 
 export interface SweepReport {
+  pending: number;
   expired: number;
   unlanded: number;
   orphans: number;
@@ -130,7 +136,7 @@ export class MediaSweeper {
       await this.deps.sweepers.save(NAME, this.owner, taken.cursor, true);
       return undefined;
     }
-    const report: SweepReport = { expired: 0, unlanded: 0, orphans: 0 };
+    const report: SweepReport = { pending: 0, expired: 0, unlanded: 0, orphans: 0 };
     // One phase failing (the store unreachable, a query) must not stop the others: an object that
     // cannot be listed is no reason to keep expired files, nor the reverse.
     const phase = async (name: keyof SweepReport, sweep: () => Promise<number>) => {
@@ -142,13 +148,14 @@ export class MediaSweeper {
       }
     };
     try {
+      await phase('pending', () => this.sweepPending());
       await phase('expired', () => this.sweepExpired(cursor));
       await phase('unlanded', () => this.sweepUnlanded(cursor));
       await phase('orphans', () => this.sweepOrphans(cursor));
     } finally {
       await this.deps.sweepers.save(NAME, this.owner, JSON.stringify(cursor), true);
     }
-    if (report.expired + report.unlanded + report.orphans > 0) this.deps.log.info({ ...report }, 'media sweep removed files');
+    if (report.pending + report.expired + report.unlanded + report.orphans > 0) this.deps.log.info({ ...report }, 'media sweep removed files');
     return report;
   }
 
@@ -191,6 +198,30 @@ export class MediaSweeper {
         this.deps.log.warn({ refused: refusals }, 'the media store refused many deletes of expired files; the sweep goes on from here at the next run');
         return removed;
       }
+    }
+  }
+
+  /**
+   * The pending deletes that are due, a batch at a time, until none is due: the bytes deleted drop
+   * their row, a refusal puts its row off (`deferPendingDeletes`), and a failure of the store as a
+   * whole ends the phase, the rest left due for the next run. Returns how many were deleted.
+   */
+  async sweepPending(): Promise<number> {
+    let removed = 0;
+    for (;;) {
+      const due = await this.deps.files.duePendingDeletes(PENDING_BATCH);
+      const done = await this.deleteEach(due);
+      await this.deps.files.forgetPendingDeletes(done.deleted.map((d) => d.key));
+      await this.deps.files.deferPendingDeletes(done.refused.map((r) => ({ key: r.item.key, err: r.err })));
+      removed += done.deleted.length;
+      if (done.refused.length > 0) {
+        this.deps.log.warn(
+          { count: done.refused.length, objects: done.refused.slice(0, 20).map((r) => ({ key: r.item.key, attempts: r.item.attempts + 1, err: r.err })) },
+          "could not delete the bytes of deleted files; tried again later",
+        );
+      }
+      if (done.failure !== undefined) throw done.failure;
+      if (due.length < PENDING_BATCH) return removed;
     }
   }
 
