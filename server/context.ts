@@ -229,6 +229,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       files,
       media,
       quotes: new QuoteTokens(deriveKey(secretKey, 'quote-token'), config.quoteTtlSeconds),
+      auth,
       log,
       notifier,
       providers,
@@ -248,6 +249,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       media,
       runner: runners.image,
       notifier,
+      auth,
       log,
       instanceId: `api_${process.pid}_${randomBytes(4).toString('hex')}`,
       options: {

@@ -16,7 +16,17 @@ export interface AuthContext {
   groupId: string;
   /** The key's and its account's limits, the operator's defaults applied. */
   limits: RequestLimits;
+  /** The key's hash (the cache's key) and when it was checked: what `current` reads again. */
+  keyHash?: string;
+  checkedAt?: number;
 }
+
+/**
+ * How old a request's authentication may be when its credit hold is written before `current` reads
+ * the key's limits again: a synchronous image's body takes milliseconds (no lookup on the hot path),
+ * a video's or an edit's may stream, or its inputs download, for minutes.
+ */
+const FRESH_MS = 1_000;
 
 const LAST_USED_INTERVAL_MS = 60_000;
 
@@ -40,12 +50,27 @@ export class AuthService {
     const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
     const key = match?.[1];
     if (!key || !looksLikeApiKey(key)) throw invalidApiKey();
-    const row = await this.lookup(hashApiKey(key));
+    const hash = hashApiKey(key);
+    const row = await this.lookup(hash);
     if (!row) throw invalidApiKey();
     if (!row.isActive) throw apiKeyInactive();
     if (row.accountStatus !== 'active') throw accountSuspended();
     this.touch(row.id);
-    return { apiKeyId: row.id, accountId: row.accountId, groupId: row.groupId, limits: this.limitsOf(row) };
+    return { apiKeyId: row.id, accountId: row.accountId, groupId: row.groupId, limits: this.limitsOf(row), keyHash: hash.toString('base64'), checkedAt: this.now() };
+  }
+
+  /**
+   * `auth` with the limits its key and account have now, read again (through the cache, which an
+   * operator's change drops on every instance) when it was checked more than FRESH_MS ago: the caps
+   * on generations in flight that a credit hold enforces are the ones set when it is written, not
+   * when a body that streamed for minutes began. Whether the key is still active and its account
+   * still in use is the hold statement's own check; a key no longer found keeps what it had.
+   */
+  async current(auth: AuthContext): Promise<AuthContext> {
+    if (auth.keyHash === undefined || auth.checkedAt === undefined || this.now() - auth.checkedAt <= FRESH_MS) return auth;
+    const row = await this.lookup(Buffer.from(auth.keyHash, 'base64'));
+    if (!row || row.id !== auth.apiKeyId) return auth;
+    return { ...auth, limits: this.limitsOf(row), checkedAt: this.now() };
   }
 
   private limitsOf(row: KeyAuthRow): RequestLimits {

@@ -225,6 +225,34 @@ describe('generations in flight', () => {
     expect((await footprint(c.accountId)).images).toBe(2);
   });
 
+  it('applies the caps set while a body was still arriving (read again at the hold), not those of when the key was checked', async () => {
+    /** A video whose body arrives in two parts: `meanwhile` runs after the first, then more than a second passes. */
+    async function slowVideo(key: string, meanwhile: () => Promise<unknown>) {
+      const body = JSON.stringify({ ...VIDEO, client_request_id: `lim-${++seq}` });
+      const { request } = await import('node:http');
+      return new Promise<number>((resolve, reject) => {
+        const req = request(`${server.directUrl}/v1/videos/generations`, {
+          method: 'POST',
+          headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
+        });
+        req.on('response', (res) => (res.resume(), resolve(res.statusCode!)));
+        req.on('error', reject);
+        req.write(body.slice(0, 10));
+        void meanwhile()
+          .then(() => new Promise((r) => setTimeout(r, 1_200)))
+          .then(() => req.end(body.slice(10)), reject);
+      });
+    }
+    const c = await createCustomer(server.db, { balance: 100 });
+    expect((await video(c.key)).status).toBe(202);
+    // No cap when the key was checked; a cap of 1 (reached) by the time the body has arrived.
+    expect(await slowVideo(c.key, () => setKey(c.apiKeyId, { max_in_flight: 1 }))).toBe(429);
+    expect((await footprint(c.accountId)).videos).toBe(1);
+    // A cap of 1 when the key was checked, lifted while the body arrived.
+    expect(await slowVideo(c.key, () => setKey(c.apiKeyId, { max_in_flight: null }))).toBe(202);
+    expect((await footprint(c.accountId)).videos).toBe(2);
+  });
+
   it('is exact under concurrency: 24 creations at once against a cap of 5 create 5 tasks and charge 5', async () => {
     const c = await createCustomer(server.db, { balance: 100 });
     await setKey(c.apiKeyId, { max_in_flight: 5 });

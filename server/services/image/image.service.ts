@@ -19,7 +19,7 @@ import type { LedgerRepository } from '../../repositories/ledger.repository.ts';
 import type { ImageCatalogRow, ModelRepository } from '../../repositories/model.repository.ts';
 import { TtlCache } from '../../lib/ttl-cache.ts';
 import { accountPage, invalidAfter, listPage, type ListPage, type TaskListQuery } from '../account-lists.ts';
-import type { AuthContext } from '../auth.service.ts';
+import type { AuthContext, AuthService } from '../auth.service.ts';
 import { inFlightCapsOf, inFlightRefusal } from '../limits/client-limits.ts';
 import type { FileService } from '../file.service.ts';
 import { keepLease } from '../tasks/lease.ts';
@@ -81,6 +81,8 @@ export interface ImageServiceDeps {
   media: MediaInputs;
   runner: ImageRunner;
   notifier: TaskNotifier;
+  /** Reads a request's limits again before its hold (`AuthService.current`). */
+  auth: Pick<AuthService, 'current'>;
   log: Logger;
   /** Lease owner of the synchronous tasks this process's requests run. */
   instanceId: string;
@@ -342,10 +344,12 @@ export class ImageService {
     // Every input is adopted with the task: those stored just now, those the request staged before
     // (JSON edits) and the files it names.
     const adopted = maskFileId ? [...inputFileIds, maskFileId] : inputFileIds;
+    // The caps on generations in flight as they are now (the body may have streamed for minutes).
+    const inFlightCaps = inFlightCapsOf(await this.deps.auth.current(auth));
     const first = route?.first;
     const holding = this.deps.ledger
       .holdAndInsertTask(
-        { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted, inFlightCaps: inFlightCapsOf(auth) },
+        { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted, inFlightCaps },
         {
           table: 'imageTasks',
           row: {

@@ -14,7 +14,7 @@ import type { ModelRepository, VideoCatalogRow } from '../../repositories/model.
 import type { PolledVideoTaskRow, VideoTaskRepository, VideoTaskRow } from '../../repositories/video-task.repository.ts';
 import type { ProviderRegistry } from '../../providers/registry.ts';
 import { shapeOf } from '../../providers/types.ts';
-import type { AuthContext } from '../auth.service.ts';
+import type { AuthContext, AuthService } from '../auth.service.ts';
 import { inFlightCapsOf, inFlightRefusal } from '../limits/client-limits.ts';
 import type { FileService } from '../file.service.ts';
 import { newId } from '../../lib/ids.ts';
@@ -58,6 +58,8 @@ export interface VideoServiceDeps {
   files: FileService;
   media: MediaInputs;
   quotes: QuoteTokens;
+  /** Reads a request's limits again before its hold (`AuthService.current`). */
+  auth: Pick<AuthService, 'current'>;
   log: Logger;
   options: VideoServiceOptions;
   notifier: TaskNotifier;
@@ -156,10 +158,12 @@ export class VideoService {
       deadlineAt: new Date(Date.now() + this.deps.options.maxLifetimeSeconds * 1000),
       requestFingerprint: fingerprint,
     };
+    // The caps on generations in flight as they are now (the body may have streamed for minutes).
+    const inFlightCaps = inFlightCapsOf(await this.deps.auth.current(auth));
     let outcome;
     try {
       ({ outcome } = await this.deps.ledger.holdAndInsertTask(
-        { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted, inFlightCaps: inFlightCapsOf(auth) },
+        { holdId: newId('hold'), accountId: auth.accountId, apiKeyId: auth.apiKeyId, taskId, amount: quoted, inFlightCaps },
         { table: 'videoTasks', row },
         { fileIds: inputFileIds, pinSeconds: this.deps.options.maxLifetimeSeconds + 86_400, retentionDays: this.deps.options.inputRetentionDays },
       ));
