@@ -176,7 +176,12 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
     largeBodySlots(ctx.services.largeBodies, config.maxEditBodyBytes),
     imageEditMultipart({ maxFiles: config.maxEditImages, maxFileBytes: config.maxEditFileBytes, maxTotalBytes: config.maxEditBodyBytes, idleTimeoutMs: config.bodyIdleTimeoutMs, timeoutMs: config.bodyTimeoutMs }),
   );
-  app.use(express.json({ limit: config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] }));
+  // JSON is read only where the credentials were checked before the body (the body methods under
+  // the API and admin prefixes: every operation with a request body): elsewhere (a GET or DELETE,
+  // /healthz, an unknown path) an anonymous body is never read into memory or parsed, and the
+  // handler answers without it.
+  const json = express.json({ limit: config.jsonBodyLimitBytes, type: ['application/json', 'application/*+json'] });
+  app.use(['/v1', '/api/v1', '/admin'], (req, res, next) => (BODY_METHODS.has(req.method) ? json(req, res, next) : next()));
   app.use(rejectNulCharacters);
   app.use(rejectBracketedQuery);
   // A valid JSON image generation goes to its handler from here (http/generation-fast-path.ts);
