@@ -56,7 +56,13 @@ function fromValidator(err: ValidatorError, req: Request): ApiError {
     case 400: {
       const param = paramFromPath(first?.path, first?.message);
       const detail = first?.message ?? err.message;
-      const message = param ? `Invalid '${param}': ${detail}.` : `Invalid request: ${detail}.`;
+      // A field the operation does not take (an OpenAI parameter this gateway does not offer, a typo) is named as such, not as a schema rule.
+      const unknown = param !== null && /must NOT have additional properties/.test(detail);
+      const message = unknown
+        ? `Unknown parameter '${param}': ${req.method} ${req.path} does not take it.`
+        : param
+          ? `Invalid '${param}': ${detail}.`
+          : `Invalid request: ${detail}.`;
       return new ApiError(400, 'invalid_request', message, param);
     }
     case 401: {
