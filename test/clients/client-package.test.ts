@@ -143,6 +143,39 @@ console.log(JSON.stringify({
     }, 120_000);
   });
 
+  it("type-checks the README's examples against the installed declarations", () => {
+    // Each ```ts block of the package's README that needs nothing but the package, in order: the
+    // first (which makes `mg`) at the top level, each of the others in a block of its own. Their
+    // imports, and those a continuing example names in a comment (`// (import { … } from '…';)`),
+    // become one import line.
+    const readme = readFileSync(join(packageSource, 'README.md'), 'utf8');
+    const blocks = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!).filter((b) => ![...b.matchAll(/from '([^']+)'/g)].some((m) => m[1] !== PACKAGE));
+    expect(blocks.length).toBeGreaterThanOrEqual(4);
+    const names = new Set<string>();
+    for (const b of blocks) for (const m of b.matchAll(/import \{([^}]+)\} from '@mediagate\/client'/g)) for (const n of m[1]!.split(',')) names.add(n.trim());
+    const bodies = blocks.map((b) => b.split('\n').filter((line) => !line.startsWith('import ')).join('\n'));
+    writeFileSync(
+      join(app, 'readme.ts'),
+      [
+        `import { ${[...names].filter(Boolean).join(', ')} } from '${PACKAGE}';`,
+        // What the examples leave to the reader's own code.
+        'declare function showPreview(b64: string): void;',
+        'declare function save(image: string | undefined): void;',
+        'declare function retryLater(): void;',
+        bodies[0], ...bodies.slice(1).map((b) => `{\n${b}\n}`), 'export {};'].join('\n'),
+    );
+    writeFileSync(
+      join(app, 'tsconfig.readme.json'),
+      JSON.stringify({
+        compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true, types: ['node'], typeRoots: [join(repoRoot, 'node_modules/@types')] },
+        files: ['readme.ts'],
+      }),
+    );
+    const tsc = spawnSync(process.execPath, [join(repoRoot, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.readme.json'], { cwd: app, encoding: 'utf8', timeout: 120_000 });
+    expect(tsc.stdout + tsc.stderr).toBe('');
+    expect(tsc.status).toBe(0);
+  }, 120_000);
+
   it('type-checks a consumer against the installed declarations', () => {
     writeFileSync(
       join(app, 'consumer.ts'),
