@@ -73,12 +73,16 @@ export class MediaInputs {
       if (!file) throw new ApiError(404, 'file_not_found', `'${param}' names no file of this account (or it has expired): '${value}'.`, param);
       return file;
     }
-    if (/^https:\/\//i.test(value)) {
+    // Plain http:// only where the operator allows private targets, and then only to this machine
+    // (the fetch's own URL rule, as for a callback_url): a development loop that feeds a local
+    // gateway's or test server's links back in.
+    if (/^https:\/\//i.test(value) || (this.options.allowPrivate && /^http:\/\//i.test(value))) {
       const left = limits.maxBytes - staging.bytes;
       const room = left <= limits.maxItemBytes ? { bytes: Math.max(0, left), code: 'media_total_too_large' as const } : { bytes: limits.maxItemBytes, code: 'media_too_large' as const };
       return (await this.fetchInto(staging, value, param, room)).file;
     }
-    throw badRequest('invalid_data_url', `'${param}' must be a base64 image data URL (data:image/png;base64,...), a file id (file_...) or an https URL.`, param);
+    const urls = this.options.allowPrivate ? 'an https URL (or http:// to this machine)' : 'an https URL';
+    throw badRequest('invalid_data_url', `'${param}' must be a base64 image data URL (data:image/png;base64,...), a file id (file_...) or ${urls}.`, param);
   }
 
   /**
