@@ -8,6 +8,7 @@ export const dbColumns = {
   backend_groups: ['id', 'name', 'description', 'created_at', 'updated_at'],
   capability_switches: ['name', 'enabled', 'updated_at'],
   catalog_models: ['id', 'kind', 'display_name', 'enabled', 'capabilities', 'created_at', 'updated_at', 'upstream_mappings'],
+  credit_adjustment_keys: ['account_id', 'idempotency_key', 'amount', 'reason', 'ledger_entry_id', 'created_at'],
   credit_holds: ['id', 'account_id', 'api_key_id', 'task_id', 'amount', 'status', 'captured', 'created_at', 'settled_at'],
   file_tombstones: ['id', 'account_id', 'created_at', 'deleted_at'],
   files: ['id', 'account_id', 'purpose', 'content_type', 'bytes', 'storage_key', 'width', 'height', 'task_id', 'created_at', 'expires_at', 'filename', 'orientation'],

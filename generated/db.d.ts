@@ -88,6 +88,15 @@ export interface CatalogModels {
   upstreamMappings: Generated<Json>;
 }
 
+export interface CreditAdjustmentKeys {
+  accountId: string;
+  amount: number;
+  createdAt: Generated<Timestamp>;
+  idempotencyKey: string;
+  ledgerEntryId: number;
+  reason: string;
+}
+
 export interface CreditHolds {
   accountId: string;
   amount: number;
@@ -353,6 +362,7 @@ export interface DB {
   backendGroups: BackendGroups;
   capabilitySwitches: CapabilitySwitches;
   catalogModels: CatalogModels;
+  creditAdjustmentKeys: CreditAdjustmentKeys;
   creditHolds: CreditHolds;
   files: Files;
   fileTombstones: FileTombstones;

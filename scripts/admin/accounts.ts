@@ -58,11 +58,15 @@ export const accountCommands: Commands = {
       ),
     ),
 
-  // A negative amount debits; the service refuses to go below zero.
+  // A negative amount debits; the service refuses to go below zero. With --idempotency-key, running
+  // the same command again (after an error that left the outcome unknown) applies it at most once.
   credit: async ({ admin, flags, target, accountId }) => {
     const result = await admin.accounts.adjustCredits(
       await accountId(target()),
-      checkBody('AdminCreditAdjustment', { amount: num(required(flags.amount, 'amount'), 'amount'), reason: required(flags.reason, 'reason') }),
+      checkBody(
+        'AdminCreditAdjustment',
+        defined({ amount: num(required(flags.amount, 'amount'), 'amount'), reason: required(flags.reason, 'reason'), idempotency_key: flags['idempotency-key'] }),
+      ),
     );
     return { json: result, text: `${lines(result.account)}\n\nledger entry:\n${lines(result.entry)}` };
   },

@@ -16,6 +16,7 @@ const OPTIONS = {
   'input-retention-days': { type: 'string' },
   amount: { type: 'string' },
   reason: { type: 'string' },
+  'idempotency-key': { type: 'string' },
   account: { type: 'string' },
   group: { type: 'string' },
   'credit-limit': { type: 'string' },

@@ -15,6 +15,7 @@ const FLAG_OF_FIELD: Record<string, Record<string, string>> = {
     input_retention_days: 'input-retention-days',
     amount: 'amount',
     reason: 'reason',
+    idempotency_key: 'idempotency-key',
     ...LIMITS,
   },
   keys: { account_id: 'account', name: 'name', credit_limit: 'credit-limit', group_id: 'group', is_active: 'active', ...LIMITS },

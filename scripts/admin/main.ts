@@ -40,7 +40,9 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
   accounts update <account id|name> [--name NAME] [--status active|suspended]
                   [--output-retention-days N|default] [--input-retention-days N|default]
                   [--rpm N|none|default] [--max-in-flight N|none|default]
-  accounts credit <account id|name> --amount N --reason TEXT      (negative N debits)
+  accounts credit <account id|name> --amount N --reason TEXT [--idempotency-key KEY]
+                  (negative N debits; with a KEY, the same command run again, e.g. after an error,
+                   applies it once; another amount or reason under that KEY is idempotency_conflict)
 
   keys create --account <id|name> --name NAME [--credit-limit N|none] [--group <id|name>]
               [--rpm N|none|default] [--max-in-flight N|none|default]

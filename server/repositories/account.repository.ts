@@ -1,4 +1,4 @@
-/** All Kysely code for accounts and their manual ledger entries. Returns rows or undefined. */
+/** All Kysely code for accounts, their manual ledger entries and the idempotency keys of those. Returns rows or undefined. */
 import { sql, type Kysely, type Selectable } from 'kysely';
 import type { Accounts, DB } from '../../generated/db.d.ts';
 import type { Executor } from '../db/database.ts';
@@ -16,6 +16,15 @@ export interface LedgerEntryRow {
   reason: string | null;
   createdAt: Date;
 }
+
+/** An idempotency key of an account's credit adjustments: what it was first used for (amount signed, micro-credits). */
+export interface AdjustmentKeyRow {
+  amount: number;
+  reason: string;
+  ledgerEntryId: number;
+}
+
+const LEDGER_ENTRY_COLUMNS = ['id', 'kind', 'amount', 'accountId', 'apiKeyId', 'taskId', 'holdId', 'reason', 'createdAt'] as const;
 
 /** Keyset position of a newest-first listing: created_at in epoch microseconds (exact), then id. */
 export interface CreatedAtPosition {
@@ -132,12 +141,55 @@ export class AccountRepository {
       .executeTakeFirst();
   }
 
-  /** Appends a grant or debit entry (positive amount; the kind gives the direction). */
-  insertLedgerEntry(values: { accountId: string; kind: 'grant' | 'debit'; amount: number; reason: string }, trx: Executor): Promise<LedgerEntryRow> {
+  /**
+   * Appends a grant or debit entry (positive amount; the kind gives the direction). `id`: the one a
+   * claimed idempotency key drew for it (`claimAdjustmentKey`), else the ledger's next.
+   */
+  insertLedgerEntry(values: { id?: number; accountId: string; kind: 'grant' | 'debit'; amount: number; reason: string }, trx: Executor): Promise<LedgerEntryRow> {
+    return trx.insertInto('ledgerEntries').values(values).returning(LEDGER_ENTRY_COLUMNS).executeTakeFirstOrThrow();
+  }
+
+  findLedgerEntry(id: number, trx: Executor): Promise<LedgerEntryRow | undefined> {
+    return trx.selectFrom('ledgerEntries').select(LEDGER_ENTRY_COLUMNS).where('id', '=', id).executeTakeFirst();
+  }
+
+  /**
+   * Claims an idempotency key of the account for one adjustment (amount signed, micro-credits) and
+   * draws the id of the ledger entry it will write: the id, or undefined when the account does not
+   * exist or already has the key. A claim of a key another transaction claimed and has not ended
+   * waits for it on the primary key: undefined once it commits, the claim once it rolls back.
+   * Call it first in the adjustment's transaction, before the account's row is locked.
+   */
+  async claimAdjustmentKey(values: { accountId: string; idempotencyKey: string; amount: number; reason: string }, trx: Executor): Promise<number | undefined> {
+    const row = await trx
+      .insertInto('creditAdjustmentKeys')
+      .columns(['accountId', 'idempotencyKey', 'amount', 'reason', 'ledgerEntryId'])
+      .expression((eb) =>
+        eb
+          .selectFrom('accounts')
+          .select([
+            'id',
+            sql<string>`${values.idempotencyKey}::text`.as('idempotencyKey'),
+            sql<number>`${values.amount}::bigint`.as('amount'),
+            sql<string>`${values.reason}::text`.as('reason'),
+            // Drawn here so the row names its entry from the start (migration credit-adjustment-keys).
+            sql<number>`nextval(pg_get_serial_sequence('ledger_entries', 'id'))`.as('ledgerEntryId'),
+          ])
+          .where('id', '=', values.accountId),
+      )
+      .onConflict((oc) => oc.constraint('credit_adjustment_keys_pkey').doNothing())
+      .returning('ledgerEntryId')
+      .executeTakeFirst();
+    return row?.ledgerEntryId;
+  }
+
+  /** What the account's idempotency key was first used for; undefined when the account never used it. */
+  findAdjustmentKey(accountId: string, idempotencyKey: string, trx: Executor): Promise<AdjustmentKeyRow | undefined> {
     return trx
-      .insertInto('ledgerEntries')
-      .values(values)
-      .returning(['id', 'kind', 'amount', 'accountId', 'apiKeyId', 'taskId', 'holdId', 'reason', 'createdAt'])
-      .executeTakeFirstOrThrow();
+      .selectFrom('creditAdjustmentKeys')
+      .select(['amount', 'reason', 'ledgerEntryId'])
+      .where('accountId', '=', accountId)
+      .where('idempotencyKey', '=', idempotencyKey)
+      .executeTakeFirst();
   }
 }

@@ -14,7 +14,8 @@
  * wait on nothing), then adopts the task's input files (file rows of that same account, so they
  * are only ever locked by a statement already holding the account row); settlement (services/tasks/settlement.ts) updates the task first, then settles
  * the hold here: hold, then key and account (only when credits come back), then one spend shard
- * (what it captured). Admin grants and debits touch the account row alone.
+ * (what it captured). Admin grants and debits touch the account row alone (one with an idempotency key first claims its
+ * credit_adjustment_keys row, which nothing else locks).
  */
 import { sql, type Insertable, type Kysely, type RawBuilder, type Selectable } from 'kysely';
 import type { DB, ImageTasks, VideoTasks } from '../../generated/db.d.ts';

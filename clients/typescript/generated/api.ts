@@ -1133,6 +1133,13 @@ export interface paths {
          *     goes negative. A grant raises `total_earned`; a debit raises `total_spent`. Works on suspended
          *     accounts too. An unknown id is `404 account_not_found`.
          *
+         *     Retries: with an `idempotency_key`, a retry of the same adjustment (same key, `amount` and
+         *     `reason`) answers the original one (`200`, the account as it is now and the original ledger
+         *     entry) and applies nothing again; the same key with another `amount` or `reason` is
+         *     `409 idempotency_conflict`. Send a key whenever an answer can be lost: a `5xx` (such as
+         *     `503 database_unavailable`) or a network error does not say whether the adjustment was applied,
+         *     and a retry without a key applies it again. Keys are per account and kept forever.
+         *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
          */
@@ -1969,7 +1976,8 @@ export interface components {
          *     - **409** `quote_stale` (the price changed), `quote_expired` (both carry `currentQuote`),
          *       `conflict` (admin: a unique name or id is taken), `task_not_settleable` (admin: the task is
          *       not `needs_attention`), `idempotency_conflict` (a `client_request_id` reused for a different
-         *       request), `no_webhook` / `webhook_in_progress` (admin redelivery: the task has no webhook, or
+         *       request; admin: a credit adjustment's `idempotency_key` reused with a different amount or
+         *       reason), `no_webhook` / `webhook_in_progress` (admin redelivery: the task has no webhook, or
          *       one is being sent), `file_in_use` (`DELETE /v1/files/{file_id}`: a task that has not finished
          *       still needs the file).
          *     - **413** `body_too_large`, `media_too_large` (one media input over its byte limit),
@@ -2000,7 +2008,8 @@ export interface components {
          *       `database_unavailable` (with `Retry-After`: the database cannot be reached right now, e.g.
          *       while it restarts; any operation that reads or writes it can answer this; retry the request
          *       as it was: an image whose answer was not sent is not charged, and a video creation retried
-         *       with its `client_request_id` returns the task if it was created),
+         *       with its `client_request_id` returns the task if it was created; an admin credit adjustment
+         *       retried with its `idempotency_key` answers the original one if it was applied),
          *       `server_busy` (too many large request bodies at once, or too many webhook tests or usage
          *       reports on this instance; with `Retry-After`),
          *       `storage_unavailable` (with `Retry-After`: the gateway's media storage cannot be written or
@@ -3584,12 +3593,29 @@ export interface components {
          *       "amount": 50,
          *       "reason": "Top-up, invoice 2026-0142"
          *     }
+         * @example {
+         *       "amount": 50,
+         *       "reason": "Top-up, invoice 2026-0142",
+         *       "idempotency_key": "invoice-2026-0142"
+         *     }
          */
         AdminCreditAdjustment: {
             /** @description Credits to add (positive, a `grant`) or remove (negative, a `debit`); non-zero, at most 6 fractional digits. A debit larger than the balance is `402 insufficient_balance`. */
             amount: number;
             /** @description Why; stored in the ledger entry. */
             reason: string;
+            /**
+             * @description Makes the adjustment safe to retry: send a key of your own (an invoice number, a UUID) with
+             *     every attempt of one adjustment. A retry with the same key, `amount` and `reason` answers the
+             *     original adjustment (`200`: the account as it is now and the original ledger entry) without
+             *     applying it again, also after an answer that was lost or was a `5xx` (such as
+             *     `503 database_unavailable`, when the outcome is unknown), and also while the first attempt is
+             *     still running (the retry waits for it). The same key with a different `amount` or `reason` is
+             *     `409 idempotency_conflict`. An attempt that was refused (`402 insufficient_balance`, `400`)
+             *     applied nothing and keeps no key: a retry with its key is a new attempt. Keys are per account
+             *     and kept forever. Without a key, every request is a new adjustment.
+             */
+            idempotency_key?: string;
         };
         /**
          * AdminLedgerEntry
@@ -5397,7 +5423,8 @@ export interface components {
          * @description Conflict. On video creation: the supplied quote token is stale (`quote_stale`: the price changed)
          *     or expired (`quote_expired`); the body carries `currentQuote`, nothing was created or held, and the
          *     client retries with `currentQuote.quoteToken` once it accepts the price. On the admin API: a
-         *     unique name is taken (`conflict`).
+         *     unique name is taken (`conflict`), or a credit adjustment's `idempotency_key` was already used
+         *     on the account with a different amount or reason (`idempotency_conflict`; nothing was applied).
          */
         Conflict: {
             headers: {
@@ -7767,14 +7794,15 @@ export interface operations {
                 /**
                  * @example {
                  *       "amount": 50,
-                 *       "reason": "Top-up, invoice 2026-0142"
+                 *       "reason": "Top-up, invoice 2026-0142",
+                 *       "idempotency_key": "invoice-2026-0142"
                  *     }
                  */
                 "application/json": components["schemas"]["AdminCreditAdjustment"];
             };
         };
         responses: {
-            /** @description The account after the adjustment, and the new ledger entry. */
+            /** @description The account after the adjustment, and the new ledger entry (for a retry under an `idempotency_key`, the account as it is now and the original entry). */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
@@ -7818,6 +7846,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["PaymentRequired"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalError"];

@@ -2,9 +2,9 @@
 import type { components } from '../../../generated/api.d.ts';
 import { ApiError, badRequest, conflict, paymentRequired } from '../../errors.ts';
 import type { Transactor } from '../../db/transaction.ts';
-import type { AccountRepository } from '../../repositories/account.repository.ts';
+import type { AccountRepository, AdjustmentKeyRow } from '../../repositories/account.repository.ts';
 import { newId } from '../../lib/ids.ts';
-import { fromCredits, MICRO } from '../../lib/money.ts';
+import { fromCredits, MICRO, toCredits } from '../../lib/money.ts';
 import { toAdminAccount, toAdminLedgerEntry, type AdminAccount } from './admin-mappers.ts';
 import { storedOf } from '../limits/client-limits.ts';
 import { decodeCreatedAtCursor, encodeCreatedAtCursor, pageSize, splitPage } from './cursor.ts';
@@ -101,13 +101,23 @@ export class AccountAdminService {
    * debit is one guarded UPDATE (`balance >= amount`), so concurrent debits never overdraw; the
    * grant is one too, so concurrent grants never take the balance or total earned past what an
    * account can hold (MAX_ACCOUNT_CREDITS).
+   *
+   * With an `idempotency_key` the transaction first claims the key (account, key): a retry of an
+   * adjustment that was applied (its answer lost, a button clicked again) finds the key and is
+   * answered the original entry, applying nothing; a twin sent at the same time waits on the key
+   * for the first's commit, then does the same; an attempt that was refused rolls its claim back,
+   * so its retry applies.
    */
   async adjustCredits(id: string, input: CreditAdjustmentInput): Promise<Schemas['AdminCreditAdjustmentResult']> {
     const signed = microCredits(input.amount, 'amount');
     if (signed === 0) throw badRequest('invalid_request', "'amount' must not be zero.", 'amount');
     const amount = Math.abs(signed);
     const kind = signed > 0 ? 'grant' : 'debit';
-    const { account, entry } = await this.tx.run(async (trx) => {
+    const key = input.idempotency_key;
+    const done = await this.tx.run(async (trx) => {
+      // Before the account's row is locked: a twin waits on the key, not on the account.
+      const entryId = key === undefined ? undefined : await this.accounts.claimAdjustmentKey({ accountId: id, idempotencyKey: key, amount: signed, reason: input.reason }, trx);
+      if (key !== undefined && entryId === undefined) return { earlier: await this.accounts.findAdjustmentKey(id, key, trx) };
       const updated = kind === 'grant' ? await this.accounts.grant(id, amount, trx) : await this.accounts.debit(id, amount, trx);
       if (!updated) {
         if (!(await this.accounts.findById(id))) throw accountNotFound();
@@ -116,9 +126,27 @@ export class AccountAdminService {
         }
         throw paymentRequired('insufficient_balance', 'The debit is larger than the available balance of the account.');
       }
-      const ledger = await this.accounts.insertLedgerEntry({ accountId: id, kind, amount, reason: input.reason }, trx);
+      const ledger = await this.accounts.insertLedgerEntry({ id: entryId, accountId: id, kind, amount, reason: input.reason }, trx);
       return { account: updated, entry: ledger };
     });
+    if ('earlier' in done) return this.replay(id, signed, input.reason, done.earlier);
+    return { account: toAdminAccount(done.account), entry: toAdminLedgerEntry(done.entry) };
+  }
+
+  /** The answer to a retry under an idempotency key the account already used: the account now and the original entry, or 409 for another adjustment. */
+  private async replay(id: string, signed: number, reason: string, earlier: AdjustmentKeyRow | undefined): Promise<Schemas['AdminCreditAdjustmentResult']> {
+    if (!earlier) throw accountNotFound();
+    if (earlier.amount !== signed || earlier.reason !== reason) {
+      throw conflict(
+        'idempotency_conflict',
+        `This 'idempotency_key' was already used on this account for an adjustment with another amount or reason (ledger entry led_${earlier.ledgerEntryId}, ${toCredits(earlier.amount)} credits); nothing was changed. Send a new 'idempotency_key' for a new adjustment.`,
+        {},
+        'idempotency_key',
+      );
+    }
+    const [account, entry] = await Promise.all([this.accounts.findById(id), this.accounts.findLedgerEntry(earlier.ledgerEntryId, this.tx.single)]);
+    // Neither goes away: accounts are never deleted, ledger entries are append-only.
+    if (!account || !entry) throw new Error(`credit adjustment key of account ${id} names ledger entry ${earlier.ledgerEntryId}, which was not found`);
     return { account: toAdminAccount(account), entry: toAdminLedgerEntry(entry) };
   }
 }

@@ -1,7 +1,7 @@
 /** Accounts: list (status filter, pages), create; one account: edit, grant or deduct credits, ledger, keys. */
 import { Badge, Button, Card, Group, NumberInput, SegmentedControl, Select, SimpleGrid, Stack, Table, Text, TextInput, Title } from '@mantine/core';
-import { useState, type FormEvent } from 'react';
-import { api, call, type Account } from '../api.ts';
+import { useRef, useState, type FormEvent } from 'react';
+import { ApiFailure, api, call, type Account } from '../api.ts';
 import { changedFields } from '../changes.ts';
 import { Link, navigate } from '../router.tsx';
 import { ConfirmButton, ErrorAlert, LimitInput, Pager, STATUS_COLORS, credits, limitText, numberField, parseNumber, useAction, useCursorPages, useLoad, when, type Limit } from '../ui.tsx';
@@ -187,16 +187,42 @@ export function Stat({ label, value, testId }: { label: string; value: string; t
   );
 }
 
+/**
+ * A new idempotency key: a UUID. `crypto.randomUUID` exists only in secure contexts (https,
+ * localhost), and the console is also served over plain http on a private address.
+ */
+function newIdempotencyKey(): string {
+  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6]! & 0x0f) | 0x40; // version 4
+  b[8] = (b[8]! & 0x3f) | 0x80; // RFC 4122 variant
+  const hex = Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/** A failure that does not say whether the adjustment was applied: no answer (network), or a 5xx (an answer lost with the commit is 503). */
+function outcomeUnknown(error: unknown): boolean {
+  return error instanceof ApiFailure && (error.status === 0 || error.status >= 500);
+}
+
 function AdjustCredits({ account, onDone }: { account: Account; onDone: (a: Account) => void }) {
   const [direction, setDirection] = useState<'grant' | 'deduct'>('grant');
   const [amount, setAmount] = useState<number | string>('');
   const [reason, setReason] = useState('');
+  // One idempotency key per adjustment the operator means: submitted again with the same values
+  // (after any failure, or a second click while the first is in flight) it sends the same key, so
+  // the server applies it at most once; other values, or a success, take a new key.
+  const attempt = useRef<{ values: string; key: string } | null>(null);
   const value = parseNumber(amount);
   const adjust = useAction(async () => {
     if (value === null || !(value > 0)) throw new Error('Enter a positive number of credits.');
+    const body = { amount: direction === 'grant' ? value : -value, reason };
+    const values = JSON.stringify([account.id, body.amount, body.reason]);
+    if (attempt.current?.values !== values) attempt.current = { values, key: newIdempotencyKey() };
     const result = await call(
-      api.POST('/admin/v1/accounts/{account_id}/credits', { params: { path: { account_id: account.id } }, body: { amount: direction === 'grant' ? value : -value, reason } }),
+      api.POST('/admin/v1/accounts/{account_id}/credits', { params: { path: { account_id: account.id } }, body: { ...body, idempotency_key: attempt.current.key } }),
     );
+    attempt.current = null;
     setAmount('');
     setReason('');
     onDone(result.account);
@@ -242,7 +268,17 @@ function AdjustCredits({ account, onDone }: { account: Account; onDone: (a: Acco
           </ConfirmButton>
         )}
       </Group>
-      <ErrorAlert error={adjust.error} title="The adjustment was refused" />
+      {outcomeUnknown(adjust.error) ? (
+        <>
+          <ErrorAlert error={adjust.error} title="The outcome of the adjustment is unknown" />
+          <Text size="sm" mt="xs" data-testid="adjust-outcome-unknown">
+            It may have been applied. Submitting the same adjustment again is safe: it will not be applied twice. Change the amount or reason only for a
+            different adjustment.
+          </Text>
+        </>
+      ) : (
+        <ErrorAlert error={adjust.error} title="The adjustment was refused" />
+      )}
     </Card>
   );
 }
