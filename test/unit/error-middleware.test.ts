@@ -37,6 +37,8 @@ beforeAll(async () => {
     refused: () => Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED', syscall: 'connect', errno: -111 }),
     terminated: () => new Error('Connection terminated unexpectedly'),
     pooltimeout: () => new Error('timeout exceeded when trying to connect'),
+    // PostgreSQL's disk is full: every write fails until space is freed (not the request's fault).
+    diskfull: () => Object.assign(new Error('could not extend file "base/16384/16397": No space left on device'), { code: '53100', severity: 'ERROR' }),
   };
   app.get('/db-away/:kind', (req) => {
     throw unreachable[req.params.kind]!();
@@ -93,7 +95,7 @@ describe('a database that cannot be reached', () => {
     expect(isDatabaseUnavailable(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED', syscall: 'connect' }))).toBe(true);
   });
 
-  it.each(['fatal', 'refused', 'terminated', 'pooltimeout'])('answers %s with a retryable 503 database_unavailable and logs one line without a stack', async (kind) => {
+  it.each(['fatal', 'refused', 'terminated', 'pooltimeout', 'diskfull'])('answers %s with a retryable 503 database_unavailable and logs one line without a stack', async (kind) => {
     const before = logs.length;
     const res = await fetch(`${url}/db-away/${kind}`);
     expect(res.status).toBe(503);
