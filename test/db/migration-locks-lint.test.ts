@@ -24,10 +24,10 @@ function longLocks(source: string): string[] {
   for (const m of text.matchAll(/create (?:unique )?index (concurrently )?(?:if not exists )?\w+ on (?:only )?(\w+)/g)) {
     if (!m[1] && !created.has(m[2])) found.push(`index on ${m[2]} built without CONCURRENTLY`);
   }
-  for (const m of text.matchAll(/alter table (?:only )?(?:if exists )?(\w+)([^`'"]*)/g)) {
-    if (created.has(m[1])) continue;
-    for (const c of m[2].matchAll(/add constraint \w+ (check|foreign key)(.*?)(?=, add |, alter |$)/g)) {
-      if (!/not valid/.test(c[2])) found.push(`${c[1]} on ${m[1]} added without NOT VALID`);
+  for (const [, table = '', clauses = ''] of text.matchAll(/alter table (?:only )?(?:if exists )?(\w+)([^`'"]*)/g)) {
+    if (created.has(table)) continue;
+    for (const [, kind, rest = ''] of clauses.matchAll(/add constraint \w+ (check|foreign key)(.*?)(?=, add |, alter |$)/g)) {
+      if (!/not valid/.test(rest)) found.push(`${kind} on ${table} added without NOT VALID`);
     }
   }
   if (found.some((f) => f.includes('CONCURRENTLY')) && !/export const intransaction = false/.test(text)) found.push('CONCURRENTLY needs `export const inTransaction = false`');
