@@ -1,7 +1,7 @@
 /**
  * Dashboard: credits spent/refunded and tasks by status over the last 7 days (the usage report),
  * credits held by unfinished tasks and the needs_attention count (the task listing, paged through),
- * and the members cooling down or out of rotation (every group's members).
+ * and the members cooling down or out of rotation, for every model or some (every group's members).
  */
 import { Badge, Card, SimpleGrid, Stack, Table, Text, Title } from '@mantine/core';
 import { useMemo } from 'react';
@@ -10,7 +10,7 @@ import { api, call, type Member, type TaskStatus } from '../api.ts';
 import { Link } from '../router.tsx';
 import { ErrorAlert, credits, useLoad, when } from '../ui.tsx';
 import { Stat } from './Accounts.tsx';
-import { memberCondition } from './Groups.tsx';
+import { ModelFaults, activeModelFaults, memberCondition } from './Groups.tsx';
 import { UsageChart, asReport, byPeriod } from './Usage.tsx';
 
 const MAX_PAGES = 20;
@@ -38,11 +38,21 @@ async function troubledMembers(): Promise<{ group: string; groupId: string; memb
   for (let page = 0; page < MAX_PAGES; page++) {
     const groups = await call(api.GET('/admin/v1/groups', { params: { query: { limit: 100, cursor } } }));
     const lists = await Promise.all(groups.data.map((g) => call(api.GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: g.id } } })).then((m) => ({ g, m }))));
-    for (const { g, m } of lists) for (const member of m.data) if (memberCondition(member).out || member.health.circuit !== 'closed') out.push({ group: g.name, groupId: g.id, member });
+    for (const { g, m } of lists) for (const member of m.data) if (memberCondition(member).trouble) out.push({ group: g.name, groupId: g.id, member });
     if (!groups.next_cursor) break;
     cursor = groups.next_cursor;
   }
   return out;
+}
+
+/** Until when the member is out: its cooldown, else the first of its model faults to end. */
+function until(member: Member): string {
+  const { cooldown_until } = member.health;
+  if (cooldown_until && Date.parse(cooldown_until) > Date.now()) return when(cooldown_until);
+  const faults = activeModelFaults(member);
+  if (faults.length === 0) return '—';
+  if (faults.some((f) => f.until === null)) return 'until an admin updates it';
+  return when(faults.map((f) => f.until!).sort()[0]);
 }
 
 export function DashboardPage() {
@@ -111,6 +121,9 @@ export function DashboardPage() {
       <Title order={2} size="h3">
         Members cooling down or out of rotation
       </Title>
+      <Text size="sm" c="dark.6">
+        Out for every model, or for some (model faults: requests for those models get 503 when no other member serves them).
+      </Text>
       <ErrorAlert error={members.error} title="Could not read member health" />
       {members.data && members.data.length === 0 && <Text size="sm">Every member is enabled and healthy.</Text>}
       {members.data && members.data.length > 0 && (
@@ -140,8 +153,9 @@ export function DashboardPage() {
                       <Badge variant="light" color={c.color} c="dark.9">
                         {c.label}
                       </Badge>
+                      <ModelFaults member={member} />
                     </Table.Td>
-                    <Table.Td>{when(member.health.cooldown_until)}</Table.Td>
+                    <Table.Td>{until(member)}</Table.Td>
                     <Table.Td>{member.health.last_error ?? '—'}</Table.Td>
                   </Table.Tr>
                 );

@@ -1,10 +1,11 @@
 /** Groups (list, create, edit) and their members: routing settings, enable/disable and live health. */
-import { Badge, Button, Card, Group, JsonInput, Modal, NumberInput, Select, Stack, Switch, Table, Text, TextInput, Textarea, Title, Tooltip } from '@mantine/core';
+import { Alert, Badge, Button, Card, Group, JsonInput, Modal, NumberInput, Select, Stack, Switch, Table, Text, TextInput, Textarea, Title, Tooltip } from '@mantine/core';
 import { useState, type FormEvent } from 'react';
-import { PROVIDERS, api, call, type Member, type Provider, type Schemas } from '../api.ts';
+import { ApiFailure, PROVIDERS, api, call, type Member, type Provider, type Schemas } from '../api.ts';
 import { changedFields } from '../changes.ts';
 import { Link, navigate } from '../router.tsx';
 import { ConfirmButton, ErrorAlert, Pager, numberField, requiredNumber, useAction, useCursorPages, useLoad, when } from '../ui.tsx';
+import { DefinitionCommands } from './Models.tsx';
 
 export function GroupsPage() {
   const pages = useCursorPages('');
@@ -71,16 +72,37 @@ export function GroupsPage() {
   );
 }
 
-/** What a member's health says in a few words, and whether it is out of rotation. */
-export function memberCondition(m: Member, now = Date.now()): { label: string; color: string; out: boolean } {
+/** The models a member is left out for right now (a fault whose `until` has passed is tried again). */
+export function activeModelFaults(m: Member, now = Date.now()): Member['health']['model_faults'] {
+  return m.health.model_faults.filter((f) => f.until === null || Date.parse(f.until) > now);
+}
+
+/**
+ * What a member's health says in a few words: `out` when it takes no new work at all, `trouble` when
+ * an operator should look at it (out, a circuit not closed, or models it is left out for: clients
+ * asking for those get 503 while the badge of a member that serves its other models would say healthy).
+ */
+export function memberCondition(m: Member, now = Date.now()): { label: string; color: string; out: boolean; trouble: boolean } {
   const h = m.health;
-  if (!m.enabled) return { label: 'disabled', color: 'gray', out: true };
-  if (h.credentials_rejected) return { label: 'credentials rejected', color: 'red', out: true };
-  if (h.account_disabled) return { label: 'upstream account disabled', color: 'red', out: true };
-  if (h.cooldown_until && Date.parse(h.cooldown_until) > now) return { label: `cooling down (${h.cooldown_reason || 'error'})`, color: 'orange', out: true };
-  if (h.circuit === 'open') return { label: 'circuit open', color: 'red', out: true };
-  if (h.circuit === 'half_open') return { label: 'circuit half-open', color: 'yellow', out: false };
-  return { label: 'healthy', color: 'green', out: false };
+  const faults = activeModelFaults(m, now).length;
+  const trouble = h.circuit !== 'closed' || faults > 0;
+  if (!m.enabled) return { label: 'disabled', color: 'gray', out: true, trouble: true };
+  if (h.credentials_rejected) return { label: 'credentials rejected', color: 'red', out: true, trouble: true };
+  if (h.account_disabled) return { label: 'upstream account disabled', color: 'red', out: true, trouble: true };
+  if (h.cooldown_until && Date.parse(h.cooldown_until) > now) return { label: `cooling down (${h.cooldown_reason || 'error'})`, color: 'orange', out: true, trouble: true };
+  if (h.circuit === 'open') return { label: 'circuit open', color: 'red', out: true, trouble: true };
+  if (h.circuit === 'half_open') return { label: 'circuit half-open', color: 'yellow', out: false, trouble };
+  if (faults > 0) return { label: `out for ${faults} model${faults === 1 ? '' : 's'}`, color: 'orange', out: false, trouble };
+  return { label: 'healthy', color: 'green', out: false, trouble: false };
+}
+
+/**
+ * Whether "Put back in rotation" applies: an enabled member the pool keeps out (rejected credentials,
+ * a disabled upstream account, a cooldown, a circuit not closed) or out for some models. A disabled
+ * member is put back by Enable instead.
+ */
+export function canPutBack(m: Member, now = Date.now()): boolean {
+  return m.enabled && memberCondition(m, now).trouble;
 }
 
 export function GroupDetailPage({ id }: { id: string }) {
@@ -90,10 +112,33 @@ export function GroupDetailPage({ id }: { id: string }) {
   const [editing, setEditing] = useState<Member | null>(null);
   const [added, setAdded] = useState<Member | null>(null);
   const [actionError, setActionError] = useState<unknown>(null);
+  const [putBack, setPutBack] = useState<string | null>(null);
   const setEnabled = async (m: Member, enabled: boolean) => {
     setActionError(null);
+    setPutBack(null);
     try {
       await call(api.PATCH('/admin/v1/groups/{group_id}/members/{member_id}', { params: { path: { group_id: id, member_id: m.id } }, body: { enabled } }));
+      await members.reload();
+    } catch (err) {
+      setActionError(err);
+    }
+  };
+  // The pool keeps a member out (rejected credentials, a disabled upstream account, model faults)
+  // until an admin updates it, and any update clears that. An edit with nothing changed sends
+  // nothing, so this sends the one field whose value it need not choose: `enabled` as it is now (read
+  // again just before, so that a member someone disabled meanwhile stays disabled).
+  const putBackInRotation = async (m: Member) => {
+    setActionError(null);
+    setPutBack(null);
+    try {
+      const now = (await call(api.GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: id } } }))).data.find((x) => x.id === m.id);
+      if (!now) throw new Error(`The member ${m.name} is no longer in this group: reload the page.`);
+      const after = await call(api.PATCH('/admin/v1/groups/{group_id}/members/{member_id}', { params: { path: { group_id: id, member_id: m.id } }, body: { enabled: now.enabled } }));
+      setPutBack(
+        after.enabled
+          ? `Member “${after.name}” put back in rotation: it takes new work again. If the upstream still refuses it, its next call takes it out again.`
+          : `Member “${after.name}” is disabled (since changed by someone else): its faults were cleared, and it takes new work once it is enabled.`,
+      );
       await members.reload();
     } catch (err) {
       setActionError(err);
@@ -123,6 +168,11 @@ export function GroupDetailPage({ id }: { id: string }) {
       </Group>
       <ErrorAlert error={members.error} title="Could not list members" />
       <ErrorAlert error={actionError} title="The member could not be changed" />
+      {putBack && (
+        <Text size="sm" role="status" data-testid="member-put-back">
+          {putBack}
+        </Text>
+      )}
       <Table.ScrollContainer minWidth={1100}>
         <Table striped aria-label="Members">
           <Table.Thead>
@@ -167,12 +217,13 @@ export function GroupDetailPage({ id }: { id: string }) {
                     <Badge variant="light" color={c.color} c="dark.9">
                       {c.label}
                     </Badge>
-                    {m.health.model_faults.map((f) => (
-                      <Text size="xs" key={f.model}>
-                        {f.model}: {f.kind} — {f.reason}
-                      </Text>
-                    ))}
+                    <ModelFaults member={m} />
                     {m.health.account_disabled && <Text size="xs">{m.health.account_disabled.reason}</Text>}
+                    {canPutBack(m) && (
+                      <Button size="xs" mt={4} onClick={() => void putBackInRotation(m)} aria-label={`Put back in rotation: ${m.name}`}>
+                        Put back in rotation
+                      </Button>
+                    )}
                   </Table.Td>
                   <Table.Td ta="right">{m.health.in_flight}</Table.Td>
                   <Table.Td>{m.health.cooldown_until ? when(m.health.cooldown_until) : '—'}</Table.Td>
@@ -221,7 +272,17 @@ export function GroupDetailPage({ id }: { id: string }) {
           </Table.Tbody>
         </Table>
       </Table.ScrollContainer>
-      <Modal opened={editing !== null} onClose={() => setEditing(null)} title={editing ? `Edit member ${editing.name}` : ''} size="lg">
+      <Modal opened={editing !== null} onClose={() => setEditing(null)} title={editing ? `Edit member ${editing.name}` : ''} closeButtonProps={{ 'aria-label': 'Close' }} size="lg">
+        {editing && canPutBack(editing) && (
+          <PutBackNotice
+            member={editing}
+            onPutBack={() => {
+              const m = editing;
+              setEditing(null);
+              void putBackInRotation(m);
+            }}
+          />
+        )}
         {editing && (
           <MemberForm
             groupId={id}
@@ -253,6 +314,46 @@ export function GroupDetailPage({ id }: { id: string }) {
         )}
       </Card>
     </Stack>
+  );
+}
+
+/** In the Edit dialog of a member the pool keeps out: an edit with nothing changed sends nothing, so say how to put it back. */
+function PutBackNotice({ member, onPutBack }: { member: Member; onPutBack: () => void }) {
+  const c = memberCondition(member);
+  return (
+    <Alert
+      color="orange"
+      variant="light"
+      // The title in the text's colour: Mantine's orange on its light orange is below AA contrast.
+      title={
+        <Text span fw={700} size="sm" c="dark.9">
+          {c.out ? 'Out of rotation' : 'Needs attention'}: {c.label}
+        </Text>
+      }
+      mb="sm"
+      data-testid="member-out-notice"
+    >
+      <Text size="sm">
+        The pool keeps this member out (after a cooldown, an open circuit or a model fault with an end, until that ends; otherwise until an admin updates it).
+        Any update of the member clears that: saving a change below puts it back; with nothing to change, put it back as it is.
+      </Text>
+      <Button size="xs" mt="xs" onClick={onPutBack} aria-label={`Put back in rotation: ${member.name}`}>
+        Put back in rotation
+      </Button>
+    </Alert>
+  );
+}
+
+/** The models the member is left out for, with what the upstream said and until when. */
+export function ModelFaults({ member }: { member: Member }) {
+  return (
+    <>
+      {activeModelFaults(member).map((f) => (
+        <Text size="xs" key={f.model}>
+          {f.model}: {f.kind} — {f.reason} ({f.until ? `until ${when(f.until)}` : 'until an admin updates the member'})
+        </Text>
+      ))}
+    </>
   );
 }
 
@@ -394,6 +495,12 @@ function MemberForm({ groupId, member, onSaved }: { groupId: string; member?: Me
         </Group>
         {formError && <Text c="red.9">{formError}</Text>}
         <ErrorAlert error={save.error} title={member ? 'Could not save the member' : 'Could not add the member'} />
+        {save.error instanceof ApiFailure && save.error.code === 'model_not_found' && (
+          <Text size="sm" data-testid="unknown-model-hint">
+            A member serves catalog models only: add the model to the catalog first, under{' '}
+            <Link to="/models#create-model">Models &amp; prices → Create a model</Link>. <DefinitionCommands provider={member?.provider ?? provider} />
+          </Text>
+        )}
       </Stack>
     </form>
   );

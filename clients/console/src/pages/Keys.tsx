@@ -1,6 +1,6 @@
-/** API keys: list (by account, pages), create with group and quota (the full key shown once), edit a key's limits, revoke. */
+/** API keys: list (by account, pages), create with group and quota (the full key shown once), rename a key or move it to another group, edit its limits, revoke. */
 import { Alert, Button, Card, CopyButton, Group, Modal, NumberInput, Select, Stack, Table, Text, TextInput, Title } from '@mantine/core';
-import { useState, type FormEvent } from 'react';
+import { useMemo, useState, type FormEvent } from 'react';
 import { api, call, type ApiKey, type ApiKeyCreated, type Group as BackendGroup } from '../api.ts';
 import { changedFields } from '../changes.ts';
 import { Link, useLocation } from '../router.tsx';
@@ -19,6 +19,10 @@ export function KeysPage() {
   const [created, setCreated] = useState<ApiKeyCreated | null>(null);
   const [actionError, setActionError] = useState<unknown>(null);
   const [editing, setEditing] = useState<ApiKey | null>(null);
+  const [renaming, setRenaming] = useState<ApiKey | null>(null);
+  // Every group, for the group column's names and the "move to group" choice.
+  const groups = useLoad(allGroups, []);
+  const groupNames = useMemo(() => new Map((groups.data ?? []).map((g) => [g.id, g.name])), [groups.data]);
   const setActive = async (k: ApiKey, is_active: boolean) => {
     setActionError(null);
     try {
@@ -35,6 +39,7 @@ export function KeysPage() {
       </Title>
       <CreateKey
         defaultAccount={accountId}
+        groups={groups}
         onCreated={(k) => {
           setCreated(k);
           void list.reload();
@@ -101,6 +106,12 @@ export function KeysPage() {
                 </Table.Td>
                 <Table.Td maw={150}>
                   <Link to={`/groups/${k.group_id}`}>
+                    {groupNames.has(k.group_id) && (
+                      <>
+                        {groupNames.get(k.group_id)}
+                        <br />
+                      </>
+                    )}
                     <code style={{ overflowWrap: 'anywhere' }}>{k.group_id}</code>
                   </Link>
                 </Table.Td>
@@ -115,6 +126,9 @@ export function KeysPage() {
                 </Table.Td>
                 <Table.Td>
                   <Stack gap={4} align="flex-start">
+                    <Button size="xs" variant="default" onClick={() => setRenaming(k)} aria-label={`Rename or move key ${k.name}`}>
+                      Rename or move
+                    </Button>
                     <Button size="xs" variant="default" onClick={() => setEditing(k)} aria-label={`Edit limits of key ${k.name}`}>
                       Edit limits
                     </Button>
@@ -149,7 +163,7 @@ export function KeysPage() {
         </Table>
       </Table.ScrollContainer>
       <Pager pages={pages} nextCursor={list.data?.next_cursor} label="API keys" />
-      <Modal opened={editing !== null} onClose={() => setEditing(null)} title={editing ? `Limits of key ${editing.name}` : ''} centered>
+      <Modal opened={editing !== null} onClose={() => setEditing(null)} title={editing ? `Limits of key ${editing.name}` : ''} closeButtonProps={{ 'aria-label': 'Close' }} centered>
         {editing && (
           <EditKeyLimits
             apiKey={editing}
@@ -160,7 +174,77 @@ export function KeysPage() {
           />
         )}
       </Modal>
+      <Modal opened={renaming !== null} onClose={() => setRenaming(null)} title={renaming ? `Key ${renaming.name}` : ''} closeButtonProps={{ 'aria-label': 'Close' }} centered>
+        {renaming && (
+          <RenameOrMoveKey
+            apiKey={renaming}
+            groups={groups}
+            onSaved={() => {
+              setRenaming(null);
+              void list.reload();
+            }}
+          />
+        )}
+      </Modal>
     </Stack>
+  );
+}
+
+type Groups = ReturnType<typeof useLoad<BackendGroup[]>>;
+
+/** A group choice among every group (searchable: there may be hundreds). */
+function groupOptions(groups: Groups, current?: string): { value: string; label: string }[] {
+  const options = (groups.data ?? []).map((g) => ({ value: g.id, label: g.name }));
+  // A group created after the list was read is still shown by its id rather than as an empty choice.
+  if (current && !options.some((o) => o.value === current)) options.unshift({ value: current, label: current });
+  return options;
+}
+
+/** A key's name and group (PATCH /admin/v1/api-keys/{key_id}); the account of a key cannot change. */
+function RenameOrMoveKey({ apiKey, groups, onSaved }: { apiKey: ApiKey; groups: Groups; onSaved: () => void }) {
+  const [name, setName] = useState(apiKey.name);
+  const [groupId, setGroupId] = useState<string>(apiKey.group_id);
+  const save = useAction(async () => {
+    const body = changedFields({ name: apiKey.name, group_id: apiKey.group_id }, { name, group_id: groupId });
+    const updated = await call(api.PATCH('/admin/v1/api-keys/{key_id}', { params: { path: { key_id: apiKey.id } }, body }));
+    onSaved();
+    return updated;
+  });
+  const moving = groupId !== apiKey.group_id;
+  return (
+    <form aria-label={`Rename or move key ${apiKey.name}`} onSubmit={(e: FormEvent) => (e.preventDefault(), void save.run())}>
+      <Stack gap="sm">
+        <Text size="sm">
+          <code>
+            {apiKey.key_prefix}…{apiKey.last_four}
+          </code>{' '}
+          of account <code>{apiKey.account_id}</code>. The key itself does not change.
+        </Text>
+        <TextInput label="Key name" required value={name} onChange={(e) => setName(e.currentTarget.value)} />
+        <Select
+          label="Group"
+          description="The backend group whose members serve this key's requests."
+          data={groupOptions(groups, apiKey.group_id)}
+          value={groupId}
+          onChange={(v) => v && setGroupId(v)}
+          searchable
+          nothingFoundMessage="No group has that name"
+          allowDeselect={false}
+        />
+        {moving && (
+          <Text size="sm" fw={600} data-testid="key-move-notice">
+            New generations of this key go to the new group's members, and only the models they serve are offered; tasks running now keep their member.
+          </Text>
+        )}
+        <Group justify="flex-end">
+          <Button type="submit" loading={save.pending}>
+            Save key
+          </Button>
+        </Group>
+        <ErrorAlert error={groups.error} title="Could not list groups" />
+        <ErrorAlert error={save.error} title="Could not save the key" />
+      </Stack>
+    </form>
   );
 }
 
@@ -213,14 +297,13 @@ async function allGroups(): Promise<BackendGroup[]> {
   return out;
 }
 
-function CreateKey({ defaultAccount, onCreated }: { defaultAccount: string; onCreated: (k: ApiKeyCreated) => void }) {
+function CreateKey({ defaultAccount, groups, onCreated }: { defaultAccount: string; groups: Groups; onCreated: (k: ApiKeyCreated) => void }) {
   const [accountId, setAccountId] = useState(defaultAccount);
   const [name, setName] = useState('');
   const [groupId, setGroupId] = useState<string | null>(null);
   const [limit, setLimit] = useState<number | string>('');
   const [rpm, setRpm] = useState<Limit>('default');
   const [inFlight, setInFlight] = useState<Limit>('default');
-  const groups = useLoad(allGroups, []);
   const create = useAction(async () =>
     call(
       api.POST('/admin/v1/api-keys', {

@@ -1,7 +1,8 @@
 /** Ledger entries (filters of GET /admin/v1/ledger) and the table other pages reuse. */
-import { Button, Group, Select, Stack, Table, TextInput, Title } from '@mantine/core';
+import { Button, Group, MultiSelect, Stack, Table, TextInput, Title } from '@mantine/core';
 import { useState, type FormEvent } from 'react';
 import { api, call, type LedgerEntry } from '../api.ts';
+import { allowedList, applyFilters, filterUrl, toLocalInput } from '../filters.ts';
 import { Link, useLocation } from '../router.tsx';
 import { ErrorAlert, Pager, compact, credits, fromLocalInput, useCursorPages, useLoad, when } from '../ui.tsx';
 
@@ -65,31 +66,49 @@ export function LedgerTable({ filter }: { filter: LedgerFilter }) {
   );
 }
 
+/** The page's filter, from its query (what Apply wrote, or a link such as `?account_id=…&kind=grant`). */
+function ledgerFilterOf(search: URLSearchParams): LedgerFilter {
+  const kind = allowedList(search, 'kind', KINDS);
+  return compact({
+    account_id: search.get('account_id')?.trim(),
+    api_key_id: search.get('api_key_id')?.trim(),
+    task_id: search.get('task_id')?.trim(),
+    kind: kind.length ? kind : undefined,
+    created_after: search.get('created_after') ?? undefined,
+    created_before: search.get('created_before') ?? undefined,
+  });
+}
+
 export function LedgerPage() {
   const { search } = useLocation();
+  // Built from the URL, like the form's fields: the shell mounts this page afresh for each query.
+  const filter = ledgerFilterOf(search);
   const [draft, setDraft] = useState({
-    account_id: search.get('account_id') ?? '',
-    api_key_id: search.get('api_key_id') ?? '',
-    task_id: search.get('task_id') ?? '',
-    kind: '',
-    after: '',
-    before: '',
+    account_id: filter.account_id ?? '',
+    api_key_id: filter.api_key_id ?? '',
+    task_id: filter.task_id ?? '',
+    kind: filter.kind ?? [],
+    after: toLocalInput(filter.created_after ?? null),
+    before: toLocalInput(filter.created_before ?? null),
   });
-  const [filter, setFilter] = useState<LedgerFilter>(compact({ account_id: draft.account_id, api_key_id: draft.api_key_id, task_id: draft.task_id }));
+  // A nonce that lists the same filter again (Apply with nothing changed).
+  const [again, setAgain] = useState(0);
+  // Apply writes the filters into the URL: Back from a task, or a reload, lists the same entries.
   const apply = (e: FormEvent) => {
     e.preventDefault();
-    setFilter(
-      compact({
-        account_id: draft.account_id.trim(),
-        api_key_id: draft.api_key_id.trim(),
-        task_id: draft.task_id.trim(),
-        kind: draft.kind ? [draft.kind as Kind] : undefined,
+    applyFilters(
+      filterUrl('/ledger', {
+        account_id: draft.account_id,
+        api_key_id: draft.api_key_id,
+        task_id: draft.task_id,
+        kind: draft.kind,
         created_after: fromLocalInput(draft.after),
         created_before: fromLocalInput(draft.before),
       }),
+      () => setAgain((n) => n + 1),
     );
   };
-  const set = (k: keyof typeof draft) => (v: string) => setDraft((d) => ({ ...d, [k]: v }));
+  const set = (k: keyof typeof draft) => (v: string | string[]) => setDraft((d) => ({ ...d, [k]: v }));
   return (
     <Stack>
       <Title order={1} size="h2">
@@ -100,13 +119,13 @@ export function LedgerPage() {
           <TextInput label="Account id" value={draft.account_id} onChange={(e) => set('account_id')(e.currentTarget.value)} />
           <TextInput label="API key id" value={draft.api_key_id} onChange={(e) => set('api_key_id')(e.currentTarget.value)} />
           <TextInput label="Task id" value={draft.task_id} onChange={(e) => set('task_id')(e.currentTarget.value)} />
-          <Select label="Kind" data={[{ value: '', label: 'Any kind' }, ...KINDS.map((k) => ({ value: k, label: k }))]} value={draft.kind} onChange={(v) => set('kind')(v ?? '')} allowDeselect={false} w={150} />
+          <MultiSelect label="Kind" placeholder="Any kind" data={KINDS} value={draft.kind} onChange={set('kind')} clearable w={260} />
           <TextInput type="datetime-local" label="Created after" value={draft.after} onChange={(e) => set('after')(e.currentTarget.value)} />
           <TextInput type="datetime-local" label="Created before" value={draft.before} onChange={(e) => set('before')(e.currentTarget.value)} />
           <Button type="submit">Apply filters</Button>
         </Group>
       </form>
-      <LedgerTable filter={filter} />
+      <LedgerTable key={again} filter={filter} />
     </Stack>
   );
 }

@@ -1,13 +1,13 @@
 /**
- * Catalog models (kind filter) and one model: name, enabled, prices, what it accepts (its image or
- * video capabilities, with the settings an operator may change) and its aggregator mappings; a price
- * change lists the quotes it invalidates.
+ * Catalog models (kind filter), a new model from its POST body, and one model: name, enabled, prices,
+ * what it accepts (its image or video capabilities, with the settings an operator may change) and its
+ * aggregator mappings; a price change lists the quotes it invalidates.
  */
-import { Alert, Button, Group, List, NumberInput, Select, Stack, Switch, Table, Text, TextInput, Title } from '@mantine/core';
-import { useState, type FormEvent, type ReactNode } from 'react';
-import { api, call, type CatalogModel, type PriceRow, type Schemas } from '../api.ts';
+import { Alert, Button, Card, Group, JsonInput, List, NumberInput, Select, Stack, Switch, Table, Text, TextInput, Title } from '@mantine/core';
+import { useEffect, useRef, useState, type FormEvent, type ReactNode } from 'react';
+import { ApiFailure, api, call, type CatalogModel, type PriceRow, type Provider, type Schemas } from '../api.ts';
 import { changedFields } from '../changes.ts';
-import { Link } from '../router.tsx';
+import { Link, navigate } from '../router.tsx';
 import { ConfirmButton, ErrorAlert, credits, requiredNumber, useAction, useLoad } from '../ui.tsx';
 import { StatusBadge } from './Accounts.tsx';
 
@@ -70,7 +70,95 @@ export function ModelsPage() {
       <Text size="sm" c="dark.6">
         The catalog has no pages: every model is listed.
       </Text>
+      <CreateModel />
     </Stack>
+  );
+}
+
+/** Where the body of a shipped catalog definition comes from (the admin CLI: the admin API has no list of them). */
+export function DefinitionCommands({ provider }: { provider?: Provider }) {
+  const known = provider !== undefined && provider !== 'local'; // no shipped definition runs on the local provider
+  const p = known ? provider : '<provider>';
+  return (
+    <>
+      For a model the server ships a definition of, <code>npm run admin -- models definitions --provider {p}</code> lists them and{' '}
+      <code>npm run admin -- models definitions {p}/&lt;model&gt; --json</code> prints its body{known ? '' : <> (e.g. <code>openai/gpt-image-1.5</code>)</>}.
+    </>
+  );
+}
+
+const CREATE_PLACEHOLDER = `{
+  "id": "gpt-image-1.5",
+  "kind": "image",
+  "display_name": "GPT Image 1.5",
+  "image": { "resolutions": ["1K"], "aspect_ratios": ["1:1"], "output_formats": ["png"], "supports_quality": false, "supports_transparent_background": false, "max_n": 1 },
+  "pricing": [{ "resolution": "1K", "quality": null, "mode": "per_item", "unit_price": 0.05 }]
+}`;
+
+/**
+ * Adds a catalog model from the body of POST /admin/v1/models, as JSON (the capabilities differ by
+ * provider and kind too much for a form): the server checks it and names the field at fault.
+ */
+function CreateModel() {
+  const [body, setBody] = useState('');
+  const field = useRef<HTMLTextAreaElement>(null);
+  // The member form's "unknown model" hint links here.
+  useEffect(() => {
+    if (window.location.hash !== '#create-model') return;
+    document.getElementById('create-model')?.scrollIntoView();
+    field.current?.focus();
+  }, []);
+  const create = useAction(async () => {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(body);
+    } catch (err) {
+      throw new Error(`The body is not valid JSON: ${(err as Error).message}`);
+    }
+    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new Error('The body must be a JSON object: the model, as POST /admin/v1/models takes it.');
+    let param: string | null = null;
+    const created = await call(
+      api.POST('/admin/v1/models', { body: parsed as Schemas['AdminCatalogModelCreate'] }).then((r) => {
+        param = (r.error as { error?: { param?: string | null } } | undefined)?.error?.param ?? null;
+        return r;
+      }),
+    ).catch((err: unknown) => {
+      // The field at fault (`pricing`, `image.resolutions`) is not in every message: say it.
+      if (err instanceof ApiFailure && param && !err.message.includes(param)) throw new ApiFailure(err.status, err.code, `${err.message} (field: ${param})`, err.requestId);
+      throw err;
+    });
+    navigate(`/models/${encodeURIComponent(created.id)}`);
+    return created;
+  });
+  return (
+    <Card withBorder component="form" id="create-model" aria-label="Create a model" onSubmit={(e: FormEvent) => (e.preventDefault(), void create.run())}>
+      <Title order={2} size="h4" mb="xs">
+        Create a model
+      </Title>
+      <Text size="sm" mb="xs">
+        The body of <code>POST /admin/v1/models</code>, as JSON: id, kind, display name, the image or video capabilities and one price row per
+        resolution (and quality tier). <DefinitionCommands /> Paste it here, and change its id, display name or prices first if you like. The
+        model is offered to keys once a member of their group lists it.
+      </Text>
+      <JsonInput
+        ref={field}
+        label="Model (JSON)"
+        placeholder={CREATE_PLACEHOLDER}
+        value={body}
+        onChange={setBody}
+        autosize
+        minRows={6}
+        maxRows={30}
+        spellCheck={false}
+        required
+      />
+      <Group mt="sm">
+        <Button type="submit" loading={create.pending}>
+          Create model
+        </Button>
+      </Group>
+      <ErrorAlert error={create.error} title="Could not create the model" />
+    </Card>
   );
 }
 

@@ -2,6 +2,7 @@
 import { Anchor, Button, Card, Code, Group, MultiSelect, Select, SimpleGrid, Stack, Table, Text, TextInput, Textarea, Title } from '@mantine/core';
 import { useRef, useState, type FormEvent } from 'react';
 import { PROVIDERS, TASK_STATUSES, api, call, type Provider, type Task, type TaskStatus } from '../api.ts';
+import { allowedList, allowedValue, applyFilters, filterUrl, toLocalInput } from '../filters.ts';
 import { Link, useLocation } from '../router.tsx';
 import { ConfirmButton, ErrorAlert, Pager, compact, credits, fromLocalInput, useAction, useCursorPages, useLoad, when } from '../ui.tsx';
 import { StatusBadge } from './Accounts.tsx';
@@ -18,38 +19,58 @@ interface TaskFilter {
   created_before?: string;
 }
 
+const KINDS = ['image', 'video'] as const;
+
+/** The listing's filter, from the page's query (what Apply wrote, or a link). */
+function taskFilterOf(search: URLSearchParams): TaskFilter {
+  const status = allowedList(search, 'status', TASK_STATUSES);
+  return compact({
+    kind: allowedValue(search, 'kind', KINDS) || undefined,
+    status: status.length ? status : undefined,
+    account_id: search.get('account_id')?.trim(),
+    api_key_id: search.get('api_key_id')?.trim(),
+    model: search.get('model')?.trim(),
+    member_id: search.get('member_id')?.trim(),
+    provider: allowedValue(search, 'provider', PROVIDERS) || undefined,
+    created_after: search.get('created_after') ?? undefined,
+    created_before: search.get('created_before') ?? undefined,
+  });
+}
+
 export function TasksPage() {
   const { search } = useLocation();
-  // `?status=a&status=b` and the API's own `?status=a,b` (a link copied from a listing request) alike.
-  const asked = new Set(search.getAll('status').flatMap((v) => v.split(',')));
-  const initialStatus = TASK_STATUSES.filter((s) => asked.has(s));
+  // Built from the URL, like the form's fields: the shell mounts this page afresh for each query.
+  const filter = taskFilterOf(search);
   const [draft, setDraft] = useState({
-    kind: search.get('kind') ?? '',
-    status: initialStatus,
-    account_id: search.get('account_id') ?? '',
-    api_key_id: search.get('api_key_id') ?? '',
-    model: search.get('model') ?? '',
-    member_id: search.get('member_id') ?? '',
-    provider: search.get('provider') ?? '',
-    after: '',
-    before: '',
+    kind: filter.kind ?? '',
+    status: filter.status ?? [],
+    account_id: filter.account_id ?? '',
+    api_key_id: filter.api_key_id ?? '',
+    model: filter.model ?? '',
+    member_id: filter.member_id ?? '',
+    provider: filter.provider ?? '',
+    after: toLocalInput(filter.created_after ?? null),
+    before: toLocalInput(filter.created_before ?? null),
   });
-  const toFilter = (d: typeof draft): TaskFilter =>
-    compact({
-      kind: (d.kind || undefined) as TaskFilter['kind'],
-      status: d.status.length ? d.status : undefined,
-      account_id: d.account_id.trim(),
-      api_key_id: d.api_key_id.trim(),
-      model: d.model.trim(),
-      member_id: d.member_id.trim(),
-      provider: (d.provider || undefined) as Provider | undefined,
-      created_after: fromLocalInput(d.after),
-      created_before: fromLocalInput(d.before),
-    });
-  const [filter, setFilter] = useState<TaskFilter>(() => toFilter(draft));
   const key = JSON.stringify(filter);
   const pages = useCursorPages(key);
   const list = useLoad(() => call(api.GET('/admin/v1/tasks', { params: { query: { limit: 25, cursor: pages.cursor, ...filter } } })), [key, pages.cursor], 10_000);
+  // Apply writes the filters into the URL: Back from a task, or a reload, lists the same tasks.
+  const apply = () =>
+    applyFilters(
+      filterUrl('/tasks', {
+        kind: draft.kind,
+        status: draft.status,
+        account_id: draft.account_id,
+        api_key_id: draft.api_key_id,
+        model: draft.model,
+        member_id: draft.member_id,
+        provider: draft.provider,
+        created_after: fromLocalInput(draft.after),
+        created_before: fromLocalInput(draft.before),
+      }),
+      () => (pages.page > 1 ? pages.first() : void list.reload()),
+    );
   const set = (k: keyof typeof draft) => (v: unknown) => setDraft((d) => ({ ...d, [k]: v }));
   return (
     <Stack>
@@ -60,7 +81,7 @@ export function TasksPage() {
         aria-label="Task filters"
         onSubmit={(e: FormEvent) => {
           e.preventDefault();
-          setFilter(toFilter(draft));
+          apply();
         }}
       >
         <Group align="flex-end" wrap="wrap" gap="sm">

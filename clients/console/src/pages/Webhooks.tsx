@@ -1,20 +1,47 @@
 /** Webhook deliveries (state, account, created range), each linking to its task (where it is re-delivered). */
-import { Button, Group, Select, Stack, Table, TextInput, Title } from '@mantine/core';
+import { Button, Group, MultiSelect, Stack, Table, TextInput, Title } from '@mantine/core';
 import { useState, type FormEvent } from 'react';
 import { api, call, type WebhookDelivery } from '../api.ts';
-import { Link } from '../router.tsx';
+import { allowedList, applyFilters, filterUrl, toLocalInput } from '../filters.ts';
+import { Link, useLocation } from '../router.tsx';
 import { ErrorAlert, Pager, compact, fromLocalInput, useCursorPages, useLoad, when } from '../ui.tsx';
 import { StatusBadge } from './Accounts.tsx';
 
 type State = WebhookDelivery['status'];
 const STATES: State[] = ['pending', 'delivered', 'failed', 'gone'];
 
+type WebhookFilter = { status?: State[]; account_id?: string; created_after?: string; created_before?: string };
+
+/** The listing's filter, from the page's query (what Apply wrote, or a link such as `?status=failed,gone`). */
+function webhookFilterOf(search: URLSearchParams): WebhookFilter {
+  const status = allowedList(search, 'status', STATES);
+  return compact({
+    status: status.length ? status : undefined,
+    account_id: search.get('account_id')?.trim(),
+    created_after: search.get('created_after') ?? undefined,
+    created_before: search.get('created_before') ?? undefined,
+  });
+}
+
 export function WebhooksPage() {
-  const [draft, setDraft] = useState({ status: '', account_id: '', after: '', before: '' });
-  const [filter, setFilter] = useState<{ status?: State[]; account_id?: string; created_after?: string; created_before?: string }>({});
+  const { search } = useLocation();
+  // Built from the URL, like the form's fields: the shell mounts this page afresh for each query.
+  const filter = webhookFilterOf(search);
+  const [draft, setDraft] = useState({
+    status: filter.status ?? [],
+    account_id: filter.account_id ?? '',
+    after: toLocalInput(filter.created_after ?? null),
+    before: toLocalInput(filter.created_before ?? null),
+  });
   const key = JSON.stringify(filter);
   const pages = useCursorPages(key);
   const list = useLoad(() => call(api.GET('/admin/v1/webhook-deliveries', { params: { query: { limit: 25, cursor: pages.cursor, ...filter } } })), [key, pages.cursor]);
+  // Apply writes the filters into the URL: Back from a task, or a reload, lists the same deliveries.
+  const apply = () =>
+    applyFilters(
+      filterUrl('/webhooks', { status: draft.status, account_id: draft.account_id, created_after: fromLocalInput(draft.after), created_before: fromLocalInput(draft.before) }),
+      () => (pages.page > 1 ? pages.first() : void list.reload()),
+    );
   return (
     <Stack>
       <Title order={1} size="h2">
@@ -24,11 +51,11 @@ export function WebhooksPage() {
         aria-label="Webhook filters"
         onSubmit={(e: FormEvent) => {
           e.preventDefault();
-          setFilter(compact({ status: draft.status ? [draft.status as State] : undefined, account_id: draft.account_id.trim(), created_after: fromLocalInput(draft.after), created_before: fromLocalInput(draft.before) }));
+          apply();
         }}
       >
         <Group align="flex-end" wrap="wrap">
-          <Select label="State" w={150} data={[{ value: '', label: 'Any state' }, ...STATES.map((s) => ({ value: s, label: s }))]} value={draft.status} onChange={(v) => setDraft({ ...draft, status: v ?? '' })} allowDeselect={false} />
+          <MultiSelect label="State" placeholder="Any state" w={260} data={STATES} value={draft.status} onChange={(v) => setDraft({ ...draft, status: v as State[] })} clearable />
           <TextInput label="Account id" value={draft.account_id} onChange={(e) => setDraft({ ...draft, account_id: e.currentTarget.value })} />
           <TextInput type="datetime-local" label="Created after" value={draft.after} onChange={(e) => setDraft({ ...draft, after: e.currentTarget.value })} />
           <TextInput type="datetime-local" label="Created before" value={draft.before} onChange={(e) => setDraft({ ...draft, before: e.currentTarget.value })} />
