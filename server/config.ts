@@ -252,6 +252,12 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
   const mediaStore = oneOf(env, 'MEDIA_STORE', ['fs', 's3'], 'fs');
   const s3Bucket = nonEmpty(env, 'S3_BUCKET');
   if (mediaStore === 's3' && !s3Bucket) throw new ConfigError('MEDIA_STORE=s3 needs S3_BUCKET (and S3_REGION; S3_ENDPOINT for servers other than AWS)');
+  // S3 settings with the filesystem store (MEDIA_STORE unset or misspelt) would keep every image on
+  // this machine's disk: another instance never finds those bytes, and its sweeper deletes the rows.
+  const s3Set = ['S3_BUCKET', 'S3_ENDPOINT', 'S3_PREFIX', 'S3_REGION', 'S3_FORCE_PATH_STYLE'].filter((name) => nonEmpty(env, name) !== undefined);
+  if (mediaStore !== 's3' && s3Set.length > 0) {
+    throw new ConfigError(`${s3Set.join(', ')} ${s3Set.length === 1 ? 'is' : 'are'} set but MEDIA_STORE is '${mediaStore}': set MEDIA_STORE=s3 to keep media in the bucket, or unset ${s3Set.length === 1 ? 'it' : 'them'} to keep it in MEDIA_DIR`);
+  }
   const s3Endpoint = nonEmpty(env, 'S3_ENDPOINT');
   if (s3Endpoint !== undefined && !isHttpUrl(s3Endpoint)) throw new ConfigError(`S3_ENDPOINT must be an http:// or https:// URL (e.g. http://minio:9000), got '${s3Endpoint}'`);
   const mediaUrls = oneOf(env, 'MEDIA_URLS', ['presigned', 'gateway'], mediaStore === 's3' ? 'presigned' : 'gateway');

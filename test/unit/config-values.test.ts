@@ -49,6 +49,15 @@ describe('loadConfig: URLs', () => {
     expect(refusal({ ...s3, S3_ENDPOINT: 'http://minio:9000' })).toBe('accepted');
     expect(loadConfig({ ...s3, S3_ENDPOINT: 'https://acct.r2.cloudflarestorage.com' }, []).s3?.endpoint).toBe('https://acct.r2.cloudflarestorage.com');
   });
+
+  it('refuses S3 settings without MEDIA_STORE=s3 (unset or misspelt), which would keep media on this machine', () => {
+    expect(refusal({ S3_BUCKET: 'media', S3_ENDPOINT: 'http://minio:9000' })).toBe(
+      "S3_BUCKET, S3_ENDPOINT are set but MEDIA_STORE is 'fs': set MEDIA_STORE=s3 to keep media in the bucket, or unset them to keep it in MEDIA_DIR",
+    );
+    expect(refusal({ MEDIA_STOR: 's3', S3_BUCKET: 'media' })).toBe("S3_BUCKET is set but MEDIA_STORE is 'fs': set MEDIA_STORE=s3 to keep media in the bucket, or unset it to keep it in MEDIA_DIR");
+    expect(refusal({ MEDIA_STORE: 'fs', S3_PREFIX: 'prod/' })).toMatch(/^S3_PREFIX is set but MEDIA_STORE is 'fs'/);
+    expect(refusal({ MEDIA_STORE: 's3', S3_BUCKET: 'media', S3_PREFIX: 'prod/' })).toBe('accepted');
+  });
 });
 
 describe('loadConfig: --role', () => {
