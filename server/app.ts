@@ -1,7 +1,7 @@
 /**
  * createApp(ctx): the Express app built from the bundled contract. Order of the pipeline:
  * request id -> access log + metrics (on finish) -> admin/metrics gates -> credentials (before any
- * body is read) -> requests per minute of generations and webhook tests (http/request-rate.ts,
+ * body is read) -> requests per minute of generations, uploads and webhook tests (http/request-rate.ts,
  * before any body too)
  * -> streamed media bodies and uploads -> multipart edits (under a large-body byte
  * budget) -> JSON parser -> NUL guard -> valid JSON image generations to their handler
@@ -135,7 +135,7 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
       },
     );
   });
-  // Requests per minute of the key and its account (generations and webhook tests): refused before the body is read.
+  // Requests per minute of the key and its account (generations, uploads and webhook tests): refused before the body is read.
   app.post(RATED_PATHS, requestRateGate(ctx.services.requestRates));
   app.use('/admin', (req, res, next) => {
     if (!BODY_METHODS.has(req.method)) return next();

@@ -6,11 +6,18 @@
  * away, it is removed when the response is over. A write the store cannot do (full, failing) ends
  * the request at once with that storage error (507/503): the rest of the body is not read. A body
  * declared longer than a file within the limit and its fields can be is 413 before any of it is read.
+ *
+ * Each upload holds a place among its API key's uploads in flight on this instance
+ * (UPLOADS_IN_FLIGHT_PER_KEY), taken before its body is read and given back when its response is
+ * over: a key past its cap is `429 too_many_in_flight` at once, its body unread. The key's requests
+ * per minute are taken before this (http/request-rate.ts), as for a generation. A client that goes
+ * away while its upload waits for its turn to be decoded (image-inspect.ts) gives that turn up.
  */
 import busboy from 'busboy';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { ApiError, badRequest } from '../errors.ts';
 import { MediaTooLarge, StorageError, type FileRow, type FileService } from '../services/file.service.ts';
+import { IN_FLIGHT_RETRY_AFTER_SECONDS } from '../services/limits/client-limits.ts';
 import { authOf } from './auth.ts';
 import { bodyDeadline } from './request-guards.ts';
 
@@ -35,6 +42,27 @@ const MAX_PART_FRAMING_BYTES = 16 * 1024 + 80;
 const MAX_NON_FILE_BYTES = MAX_FIELDS * MAX_FIELD_BYTES + (MAX_FIELDS + 2) * MAX_PART_FRAMING_BYTES;
 
 /**
+ * Uploads one API key may have in flight at once on an instance, from before the body is read until
+ * the answer. Each ends in a full decode, of which the process runs MAX_FULL_DECODES (2) at once:
+ * four lets a key keep both decode turns busy while its next two bodies arrive, and puts at most
+ * four of its uploads ahead of another account's in that queue. A client sending several frames or
+ * images in parallel (a browser uploads a few at a time) is not held back.
+ */
+export const UPLOADS_IN_FLIGHT_PER_KEY = 4;
+
+/** `429 too_many_in_flight` of a key at its cap of uploads in flight. */
+function tooManyUploads(): ApiError {
+  return new ApiError(
+    429,
+    'too_many_in_flight',
+    `This API key already has ${UPLOADS_IN_FLIGHT_PER_KEY} uploads in flight, its limit; retry when one of them has been answered.`,
+    null,
+    {},
+    { 'Retry-After': String(IN_FLIGHT_RETRY_AFTER_SECONDS) },
+  );
+}
+
+/**
  * The name an upload is kept and later downloaded under, from the one the client sent: control
  * characters (C0, DEL, C1; busboy decodes `filename*=UTF-8''a%00b.png` to a NUL) become `_`, as
  * they must never reach a `Content-Disposition` and PostgreSQL refuses a NUL in the row; lone
@@ -48,18 +76,38 @@ export function uploadFileName(given: string): string {
 }
 
 const UPLOAD = Symbol('mediagate.upload');
-type WithUpload = Request & { [UPLOAD]?: { file: FileRow; confirmed: boolean } };
+type WithUpload = Request & { [UPLOAD]?: { file: FileRow; confirmed: boolean; signal: AbortSignal } };
 
-/** The file `fileUploadMultipart` stored for this request; the handler confirms it. */
-export function uploadOf(req: Request): { file: FileRow; confirm(): void } | undefined {
+/**
+ * The file `fileUploadMultipart` stored for this request; the handler confirms it. `signal` aborts
+ * when the response is over (the client gone, if the handler is still at work).
+ */
+export function uploadOf(req: Request): { file: FileRow; confirm(): void; signal: AbortSignal } | undefined {
   const upload = (req as WithUpload)[UPLOAD];
-  return upload && { file: upload.file, confirm: () => void (upload.confirmed = true) };
+  return upload && { file: upload.file, confirm: () => void (upload.confirmed = true), signal: upload.signal };
 }
 
 export function fileUploadMultipart(files: FileService, limits: UploadLimits): RequestHandler {
+  /** Uploads in flight per API key id on this instance (keys with none are not kept). */
+  const perKey = new Map<string, number>();
+  /** A place among the key's uploads in flight, or undefined at its cap: a refusal, not a queue. */
+  const takePlace = (apiKeyId: string): (() => void) | undefined => {
+    const ofKey = perKey.get(apiKeyId) ?? 0;
+    if (ofKey >= UPLOADS_IN_FLIGHT_PER_KEY) return undefined;
+    perKey.set(apiKeyId, ofKey + 1);
+    let given = false;
+    return () => {
+      if (given) return;
+      given = true;
+      const left = (perKey.get(apiKeyId) ?? 1) - 1;
+      if (left > 0) perKey.set(apiKeyId, left);
+      else perKey.delete(apiKeyId);
+    };
+  };
+
   return (req: Request, res: Response, next: NextFunction): void => {
     if (!/^\s*multipart\/form-data\s*(;|$)/i.test(String(req.headers['content-type'] ?? ''))) return next();
-    const accountId = authOf(req).accountId;
+    const { accountId, apiKeyId } = authOf(req);
     const body: Record<string, string> = {};
     let saving: Promise<FileRow> | undefined;
     let settled = false;
@@ -96,7 +144,7 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
       }
       saving!.then(
         (file) => {
-          (req as WithUpload)[UPLOAD] = { file, confirmed: false };
+          (req as WithUpload)[UPLOAD] = { file, confirmed: false, signal: gone.signal };
           req.body = body;
           next();
         },
@@ -112,6 +160,19 @@ export function fileUploadMultipart(files: FileService, limits: UploadLimits): R
       finish(tooLarge());
       return;
     }
+
+    // A client that left during an earlier async step (the key lookup, the rate gate) had its
+    // 'close' already: a place taken now would never be given back. Nobody is left to answer.
+    if (res.destroyed || req.socket.destroyed) return;
+    const givePlaceBack = takePlace(apiKeyId);
+    // Refused before a byte of the body is read: the error middleware closes the connection after
+    // its answer instead of reading a large body.
+    if (!givePlaceBack) return next(tooManyUploads());
+    const gone = new AbortController();
+    res.once('close', () => {
+      givePlaceBack();
+      gone.abort(badRequest('invalid_request', 'The client went away before its upload was checked.'));
+    });
 
     try {
       bb = busboy({

@@ -160,7 +160,8 @@ export function filesHandlers(ctx: AppContext): Pick<HandlerMap, FilesOperation>
       if (!(seconds >= 3600 && seconds <= config.uploadMaxExpirySeconds)) {
         throw badRequest('invalid_expires_after', `expires_after[seconds] must be 3600 to ${config.uploadMaxExpirySeconds}; got ${given}.`, 'expires_after[seconds]');
       }
-      const file = await files.confirmUpload(upload.file, seconds);
+      // A client gone while its upload waits for its turn to be decoded gives that turn up.
+      const file = await files.confirmUpload(upload.file, seconds, upload.signal);
       upload.confirm();
       ctx.log.info({ fileId: file.id, accountId: authOf(req).accountId, bytes: file.bytes, expiresAt: file.expiresAt }, 'file uploaded');
       noStore(res);

@@ -8,6 +8,7 @@ import type { Socket } from 'node:net';
 import type { NextFunction, Request, Response } from 'express';
 import { ApiError } from '../errors.ts';
 import type { LargeBodyBudget } from '../services/media/large-body-budget.ts';
+import { authOf, hasAuth } from './auth.ts';
 
 /**
  * Holds a share of the large-body budget from before a large multipart body is read until its
@@ -20,6 +21,10 @@ import type { LargeBodyBudget } from '../services/media/large-body-budget.ts';
  * A body declared longer than the route's limit (`maxBodyBytes`, the one its parser reads under) is
  * refused at once, as that parser would refuse it (413 body_too_large): queued for the budget, it
  * would wait for a share it can never use, and every large body behind it would wait too.
+ *
+ * The share is the key's account's (`LargeBodyBudget.accountShare`, half the budget): a body that
+ * would take the account past it is 429 too_many_in_flight at once, so a client trickling a large
+ * body for BODY_TIMEOUT_MS keeps no other account's edits waiting.
  */
 export function largeBodySlots(budget: LargeBodyBudget, maxBodyBytes = Number.POSITIVE_INFINITY) {
   const opts = budget.opts;
@@ -35,7 +40,8 @@ export function largeBodySlots(budget: LargeBodyBudget, maxBodyBytes = Number.PO
     if (res.destroyed || req.socket.destroyed) return;
     const gone = new AbortController();
     res.once('close', () => gone.abort(new Error('client gone')));
-    budget.acquire(length === undefined ? opts.budgetBytes : Number(length), gone.signal).then(
+    const accountId = hasAuth(req) ? authOf(req).accountId : undefined;
+    budget.acquire(length === undefined ? opts.budgetBytes : Number(length), gone.signal, accountId).then(
       (release) => {
         // Closed between the grant and here: its 'close' has passed too.
         if (gone.signal.aborted) return release();

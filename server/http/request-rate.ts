@@ -1,7 +1,8 @@
 /**
  * The requests-per-minute gate of the generation operations (image generations and edits, video
- * creation at both paths) and of test webhook events (each holds an outbound connection for up to
- * WEBHOOK_TIMEOUT_MS: the key's buckets bound how often it may start one), run right after the API
+ * creation at both paths), of uploads (`POST /v1/files`: each is stored and decoded whole, and costs
+ * no credit) and of test webhook events (each holds an outbound connection for up to
+ * WEBHOOK_TIMEOUT_MS): the key's buckets bound how often it may start one. Run right after the API
  * key check and before the body is read: a refused request reads nothing (the error middleware
  * closes its connection after the answer instead of reading the body), stores nothing and holds
  * nothing. Every response of these operations to a key or account with a limit carries OpenAI's
@@ -15,7 +16,7 @@ import { authOf, hasAuth } from './auth.ts';
 
 const GENERATION_PATHS = ['/v1/images/generations', '/v1/images/edits', '/v1/videos/generations', '/api/v1/videos/generations'];
 /** The paths whose requests take a token of the key's and the account's buckets. */
-export const RATED_PATHS = [...GENERATION_PATHS, '/v1/webhooks/test'];
+export const RATED_PATHS = [...GENERATION_PATHS, '/v1/files', '/v1/webhooks/test'];
 
 export function setRateHeaders(res: Response, h: RateHeaders): void {
   res.setHeader('x-ratelimit-limit-requests', String(h.limit));

@@ -12,9 +12,15 @@
  * (`FileService.mediaInputs`): an upstream that ignores the tag would see the photo sideways. The
  * orientation found here is recorded on the file's row, so that which inputs need that copy is
  * known without decoding them again.
+ *
+ * Decoding to the end runs on libuv's threadpool (4 threads unless UV_THREADPOOL_SIZE says more),
+ * where every file-system call of the media store runs too, and an interlaced image holds its thread
+ * for seconds: at most MAX_FULL_DECODES run at once in the process (`fullDecodes`), the rest wait
+ * for a turn holding no thread, so downloads and stored writes always find one free.
  */
 import sharp, { type Metadata } from 'sharp';
 import { badRequest } from '../errors.ts';
+import { Semaphore } from './semaphore.ts';
 
 /** Smallest accepted edge of an input image, in pixels. */
 export const MIN_IMAGE_EDGE = 16;
@@ -40,6 +46,16 @@ export const MAX_IMAGE_PIXELS = 50_000_000;
  */
 const ACCEPTED_FORMATS: ReadonlySet<string> = new Set(['png', 'jpeg', 'webp', 'gif']);
 
+/**
+ * Full decodes (`inspectImage` reading down to the last row) run at once in this process: two of
+ * libuv's four threads (FileService's conversions, one at a time, may hold a third), so the media
+ * store's reads and writes, and the header reads here, are never all queued behind decodes.
+ */
+export const MAX_FULL_DECODES = 2;
+
+/** The turns of full decodes, process-wide: every caller of inspectImage shares them. */
+export const fullDecodes = new Semaphore(MAX_FULL_DECODES);
+
 export interface InspectedImage {
   format: string;
   mimeType: string;
@@ -50,8 +66,12 @@ export interface InspectedImage {
   orientation?: number;
 }
 
-/** `source`: the bytes, or the path of a file holding them (read by libvips as it decodes). */
-export async function inspectImage(source: Buffer | string, param: string): Promise<InspectedImage> {
+/**
+ * `source`: the bytes, or the path of a file holding them (read by libvips as it decodes). The
+ * header is checked at once; the decode waits for its turn (`fullDecodes`), and leaves the queue,
+ * rejecting with `signal`'s reason, when `signal` aborts first (its client went away).
+ */
+export async function inspectImage(source: Buffer | string, param: string, signal?: AbortSignal): Promise<InspectedImage> {
   const invalid = (why: string) => badRequest('invalid_image', `'${param}' ${why}.`, param);
   if (Buffer.isBuffer(source) && source.length === 0) throw invalid('is empty');
   const undecodable = (err: unknown) => {
@@ -73,6 +93,7 @@ export async function inspectImage(source: Buffer | string, param: string): Prom
   if (width * height > MAX_IMAGE_PIXELS) {
     throw invalid(`is too large: ${width}x${height} pixels, at most ${MAX_IMAGE_PIXELS.toLocaleString('en-US')} pixels`);
   }
+  const release = await fullDecodes.acquire(signal);
   try {
     // The header can be intact while the pixels are cut off: decode down to the last row (an
     // order of magnitude cheaper than computing statistics over every pixel).
@@ -80,6 +101,8 @@ export async function inspectImage(source: Buffer | string, param: string): Prom
     await image.extract({ left: 0, top: meta.height - 1, width: 1, height: 1 }).raw().toBuffer();
   } catch (err) {
     throw undecodable(err);
+  } finally {
+    release();
   }
   if (width < MIN_IMAGE_EDGE || height < MIN_IMAGE_EDGE) {
     throw invalid(`is ${width}x${height} pixels; images need at least ${MIN_IMAGE_EDGE} pixels on each edge`);

@@ -52,6 +52,11 @@ export class Semaphore {
     return this.active;
   }
 
+  /** Callers waiting for their units right now. */
+  get queued(): number {
+    return this.waiting.length;
+  }
+
   private drain(): void {
     while (this.waiting.length > 0 && this.active + this.waiting[0]!.weight <= this.limit) this.waiting.shift()!.grant();
   }

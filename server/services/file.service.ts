@@ -508,10 +508,12 @@ export class FileService {
   /**
    * Inspects a stored image (inspectImage: a complete PNG/JPEG/WebP/GIF, its size). The decoder
    * reads a file: the store's own (filesystem), else a temporary copy streamed from the store
-   * (S3) and removed afterwards — an input may be hundreds of MiB, never read into memory.
+   * (S3) and removed afterwards — an input may be hundreds of MiB, never read into memory. The
+   * decode waits for its turn among the process's (`fullDecodes`), and gives it up when `signal`
+   * aborts first.
    */
-  inspectStored(file: FileRow, param: string): Promise<InspectedImage> {
-    return this.withLocalFile(file, (path) => inspectImage(path, param));
+  inspectStored(file: FileRow, param: string, signal?: AbortSignal): Promise<InspectedImage> {
+    return this.withLocalFile(file, (path) => inspectImage(path, param, signal));
   }
 
   /** Runs `use` with a path where the file's bytes are: the store's own, else a copy streamed from the store. */
@@ -528,9 +530,11 @@ export class FileService {
   /**
    * Makes an uploaded file (POST /v1/files) usable: it must be a complete image (400
    * invalid_image); its real type and size are recorded and it expires `expiresInSeconds` from now.
+   * `signal`: the client is gone; an inspection still waiting for its turn to decode is given up
+   * (rejecting with the signal's reason) instead of decoding a file nobody will get.
    */
-  async confirmUpload(file: FileRow, expiresInSeconds: number): Promise<FileRow & { createdAt: Date }> {
-    const image = await this.inspectStored(file, 'file');
+  async confirmUpload(file: FileRow, expiresInSeconds: number, signal?: AbortSignal): Promise<FileRow & { createdAt: Date }> {
+    const image = await this.inspectStored(file, 'file', signal);
     const expiresAt = new Date(this.now() + expiresInSeconds * 1000);
     const facts = { contentType: image.mimeType, width: image.width, height: image.height, orientation: image.orientation ?? 1 };
     const createdAt = await this.files.confirmUpload(file.id, { ...facts, expiresAt });

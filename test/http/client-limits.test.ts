@@ -97,7 +97,7 @@ describe('requests per minute', () => {
     const refused = await video(c.key, { firstFrame: `data:image/png;base64,${png.toString('base64')}` });
     expect(refused.status).toBe(429);
     expect(refused.body.error).toMatchObject({ code: 'rate_limited', type: 'rate_limit_error' });
-    expect(refused.body.error!.message).toMatch(/^This API key has used its 3 requests per minute \(generations and webhook tests\); retry in \d+ s\.$/);
+    expect(refused.body.error!.message).toMatch(/^This API key has used its 3 requests per minute \(generations, uploads and webhook tests\); retry in \d+ s\.$/);
     const retryAfter = Number(refused.headers.get('retry-after'));
     expect(retryAfter).toBeGreaterThanOrEqual(1);
     expect(retryAfter).toBeLessThanOrEqual(60);
@@ -142,7 +142,7 @@ describe('requests per minute', () => {
     expect(rateHeaders(second.headers)).toMatchObject({ limit: '2', remaining: '0' });
     const refused = await video(otherKey);
     expect(refused.status).toBe(429);
-    expect(refused.body.error!.message).toMatch(/^This API key's account has used its 2 requests per minute \(generations and webhook tests\); retry in \d+ s\.$/);
+    expect(refused.body.error!.message).toMatch(/^This API key's account has used its 2 requests per minute \(generations, uploads and webhook tests\); retry in \d+ s\.$/);
 
     // The account opens up: the key has 9 left, not 8 (the refused request took nothing).
     await setAccount(c.accountId, { requests_per_minute: null });

@@ -283,16 +283,17 @@ describe('large bodies wait for a slot', () => {
   const budgetInUse = () => server.ctx.services.largeBodies.inUse;
 
   /**
-   * Starts a large multipart edit that sends only its first bytes and then stalls; resolves once
-   * the server holds its Content-Length of the large-body budget.
+   * Starts a large multipart edit of `as` that sends only its first bytes and then stalls; resolves
+   * once the server holds its Content-Length of the large-body budget, at most its account's share.
    */
-  async function stalledLargeBody(): Promise<{ done: Promise<number>; finish: () => void }> {
+  async function stalledLargeBody(as = key): Promise<{ done: Promise<number>; finish: () => void }> {
+    const before = budgetInUse();
     const url = new URL(`${server.directUrl}/v1/images/edits`);
     const { payload, contentType } = multipartEdit(250_000);
     let finish: () => void = () => undefined;
     const done = new Promise<number>((resolve, reject) => {
       const req = request(
-        { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { Authorization: `Bearer ${key}`, 'Content-Type': contentType, 'Content-Length': payload.length } },
+        { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { Authorization: `Bearer ${as}`, 'Content-Type': contentType, 'Content-Length': payload.length } },
         (res) => {
           res.resume();
           resolve(res.statusCode ?? 0);
@@ -302,19 +303,28 @@ describe('large bodies wait for a slot', () => {
       req.write(payload.subarray(0, 1000));
       finish = () => req.end(payload.subarray(1000));
     });
-    await until(() => budgetInUse() === payload.length, 5_000, 'the stalled upload to hold its share of the budget');
+    const takes = Math.min(payload.length, server.ctx.services.largeBodies.accountShare);
+    await until(() => budgetInUse() === before + takes, 5_000, 'the stalled upload to hold its share of the budget');
     return { done, finish: () => finish() };
   }
 
-  it('a second large multipart body gets 503 server_busy with Retry-After while small requests pass', async () => {
+  it("a large multipart body past its account's share is 429 too_many_in_flight, past the budget 503 server_busy, with Retry-After, while small requests pass", async () => {
     const first = await stalledLargeBody();
     const small = await send('/v1/credits', { method: 'GET' });
     expect(small.status).toBe(200);
     const big = multipartEdit(300_000);
-    const second = await send('/v1/images/edits', { body: big.payload, headers: { 'Content-Type': big.contentType } });
+    // The account already holds its share (half the budget): its next large body is refused at once.
+    const own = await send('/v1/images/edits', { body: big.payload, headers: { 'Content-Type': big.contentType } });
+    expect([own.status, own.body.error.code, own.headers.get('retry-after')]).toEqual([429, 'too_many_in_flight', '1']);
+    // Another account's stalled body takes the other half; a third account's waits, then 503.
+    const other = await stalledLargeBody((await createCustomer(server.db, { balance: 100 })).key);
+    const late = await createCustomer(server.db, { balance: 100 });
+    const second = await send('/v1/images/edits', { body: big.payload, headers: { 'Content-Type': big.contentType, Authorization: `Bearer ${late.key}` } });
     expect(second.status).toBe(503);
     expect(second.body.error.code).toBe('server_busy');
     expect(second.headers.get('retry-after')).toBe('1');
+    other.finish();
+    expect(await other.done).toBe(400);
     // Streamed bodies (video creation) never wait: their memory does not grow with their size.
     const video = await postJson('/v1/videos/generations', videoBody({ pad: 'z'.repeat(300_000) }));
     expect([video.status, video.body.error?.code]).toEqual([400, 'invalid_request']);

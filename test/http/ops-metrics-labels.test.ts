@@ -35,7 +35,9 @@ describe('HTTP metrics labels', () => {
     expect(await send('POST', '/v1/videos/generations', { ...key, ...json }, '{}')).toBe(400); // the key's one request of the minute
     expect(await send('POST', '/v1/videos/generations', { ...key, ...json }, '{}')).toBe(429);
     expect(await send('POST', '/admin/v1/groups', { ...json, Authorization: `Bearer ${ADMIN_TOKEN}` }, JSON.stringify({ name: 'x', description: 'd'.repeat(4096) }))).toBe(413);
-    expect(await send('POST', '/v1/files', { ...key, 'Content-Type': 'multipart/form-data; boundary=b', 'Content-Encoding': 'gzip' }, 'x')).toBe(415);
+    // Uploads take a token too: another key's, this one's minute is used up.
+    const uploader = { Authorization: `Bearer ${(await createCustomer(server.db)).key}` };
+    expect(await send('POST', '/v1/files', { ...uploader, 'Content-Type': 'multipart/form-data; boundary=b', 'Content-Encoding': 'gzip' }, 'x')).toBe(415);
     expect(await send('GET', '/v1/no-such-thing')).toBe(404);
 
     const res = await fetch(`${server.directUrl}/metrics`, { headers: { Authorization: `Bearer ${METRICS_TOKEN}` } });

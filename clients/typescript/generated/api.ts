@@ -194,7 +194,7 @@ export interface paths {
          *     - `404 model_not_found` (unknown model, or not available to the key), `file_not_found` (JSON:
          *       an `images`/`mask` id that is not a file of this account, or has expired).
          *     - `408 body_timeout` (JSON: the body stalled or took too long).
-         *     - `413 body_too_large` (the request) or `media_too_large` (one image or the mask over the per-file byte limit) or `media_total_too_large` (JSON: all inputs over `EDIT_MAX_BODY_BYTES`); limits are enforced while the body is read; `415 unsupported_media_type`; `429 rate_limited` (the key's or its account's requests per minute, checked before the body is read) or `too_many_in_flight` (its generations in flight), with `Retry-After`; nothing is stored, held or charged. Every response of this operation carries `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and `x-ratelimit-reset-requests` when the key or its account has a requests-per-minute limit (see `AdminRequestsPerMinute`).
+         *     - `413 body_too_large` (the request) or `media_too_large` (one image or the mask over the per-file byte limit) or `media_total_too_large` (JSON: all inputs over `EDIT_MAX_BODY_BYTES`); limits are enforced while the body is read; `415 unsupported_media_type`; `429 rate_limited` (the key's or its account's requests per minute, checked before the body is read) or `too_many_in_flight` (its generations in flight, or its account already has half of the large-body budget being received), with `Retry-After`; nothing is stored, held or charged. Every response of this operation carries `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and `x-ratelimit-reset-requests` when the key or its account has a requests-per-minute limit (see `AdminRequestsPerMinute`).
          *     - `500 internal_error`; `502 upstream_error` (the upstream failed, or the upstream account is
          *       misconfigured; the task is `failed` and its credits released); `503 no_reachable_member` or
          *       `capability_disabled`; `503 upstream_unavailable` (the upstream account's credentials or quota);
@@ -669,7 +669,9 @@ export interface paths {
          *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `408 body_timeout` (the
          *     body stalled or took too long); `413 media_too_large` (over `UPLOAD_MAX_BYTES`, refused as soon
          *     as the limit is passed); `415 unsupported_media_type` (not `multipart/form-data`, or a content
-         *     encoding); `500 internal_error`; `503 storage_unavailable` and `507 storage_full` (the gateway's media storage cannot be written, or is full: its own fault, answered as soon as a write fails, with `Retry-After`; the body is not read further, and no file and no row are kept).
+         *     encoding); `429 rate_limited` (the key's or its account's requests per minute, checked before
+         *     the body is read) or `too_many_in_flight` (the key already has 4 uploads in flight on this
+         *     instance), with `Retry-After`, nothing stored; `500 internal_error`; `503 storage_unavailable` and `507 storage_full` (the gateway's media storage cannot be written, or is full: its own fault, answered as soon as a write fails, with `Retry-After`; the body is not read further, and no file and no row are kept).
          */
         post: operations["createFile"];
         delete?: never;
@@ -1987,10 +1989,11 @@ export interface components {
          *     - **416** `range_not_satisfiable` (a file download's `Range` lies outside the file; `Content-Range`
          *       says its size).
          *     - **429** `rate_limited` (with `Retry-After`): the requests per minute of the client's own key or
-         *       account are used up (generation operations and webhook tests; the message names which);
+         *       account are used up (generation operations, uploads and webhook tests; the message names which);
          *       `too_many_in_flight` (with `Retry-After`): the key or its account already has as many
          *       generations in flight as its cap allows (or, for `POST /v1/webhooks/test`, the key has 2 tests
-         *       in flight). Neither creates, holds or charges anything.
+         *       in flight; for `POST /v1/files`, the key has 4 uploads in flight; for a large multipart image edit, its
+         *       account would pass half of the large-body budget). Neither creates, holds or charges anything.
          *       `upstream_busy`: no longer returned (unavailable upstream capacity is `503 no_upstream_capacity`).
          *     - **500** `internal_error` (no details; quote the request id).
          *     - **501** `not_implemented` (reserved; this version never returns it).
@@ -5333,7 +5336,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description A limit of the calling key or its account was reached: `rate_limited` (its requests per minute) or `too_many_in_flight` (its generations in flight, or its webhook tests). The message names the key or the account and the limit. Retry after the number of seconds in `Retry-After`. Nothing was created, held or charged. */
+        /** @description A limit of the calling key or its account was reached: `rate_limited` (its requests per minute) or `too_many_in_flight` (its generations in flight, its webhook tests or uploads in flight, or its account's share of the large request bodies being received). The message names the key or the account and the limit. Retry after the number of seconds in `Retry-After`. Nothing was created, held or charged. */
         TooManyRequests: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -5347,7 +5350,7 @@ export interface components {
                 /**
                  * @example {
                  *       "error": {
-                 *         "message": "This API key has used its 60 requests per minute (generations and webhook tests); retry in 2 s.",
+                 *         "message": "This API key has used its 60 requests per minute (generations, uploads and webhook tests); retry in 2 s.",
                  *         "type": "rate_limit_error",
                  *         "code": "rate_limited",
                  *         "param": null
@@ -5659,7 +5662,7 @@ export interface components {
         /** @description Seconds to wait before retrying. */
         RetryAfter: number;
         /**
-         * @description Generation requests per minute allowed to the bucket closest to empty of the calling key and its
+         * @description Requests per minute (generations, uploads, webhook tests) allowed to the bucket closest to empty of the calling key and its
          *     account (`requests_per_minute` of the admin API). Sent on every response of a generation
          *     operation (errors and event streams included) when the key or its account has such a limit;
          *     absent when neither has one.
@@ -6726,6 +6729,9 @@ export interface operations {
             201: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    "x-ratelimit-limit-requests": components["headers"]["XRateLimitLimitRequests"];
+                    "x-ratelimit-remaining-requests": components["headers"]["XRateLimitRemainingRequests"];
+                    "x-ratelimit-reset-requests": components["headers"]["XRateLimitResetRequests"];
                     "Cache-Control": components["headers"]["CacheControlNoStore"];
                     [name: string]: unknown;
                 };
@@ -6754,6 +6760,7 @@ export interface operations {
             408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
             507: components["responses"]["InsufficientStorage"];

@@ -69,7 +69,7 @@ export function rateLimited(who: 'key' | 'account', perMinute: number, retryAfte
   return new ApiError(
     429,
     'rate_limited',
-    `${whose} has used its ${perMinute} request${perMinute === 1 ? '' : 's'} per minute (generations and webhook tests); retry in ${seconds} s.`,
+    `${whose} has used its ${perMinute} request${perMinute === 1 ? '' : 's'} per minute (generations, uploads and webhook tests); retry in ${seconds} s.`,
     null,
     {},
     { 'Retry-After': String(seconds) },
