@@ -7,11 +7,14 @@
  * closes its connection after the answer instead of reading the body), stores nothing and holds
  * nothing. Every response of these operations to a key or account with a limit carries OpenAI's
  * `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and `x-ratelimit-reset-requests`
- * (events streams and errors included: they are set before anything is written).
+ * (events streams and errors included: they are set before anything is written). A request then
+ * refused for a cap on what is in flight (`429 too_many_in_flight`: generations, uploads, webhook
+ * tests, an account's share of large bodies) gets its tokens back (`RequestRateLimiter.giveBack`).
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { rateLimited } from '../services/limits/client-limits.ts';
 import { formatReset, type RateHeaders, type RequestRateLimiter } from '../services/limits/request-rate.ts';
+import { errorCodeOf } from './access-log.ts';
 import { authOf, hasAuth } from './auth.ts';
 
 const GENERATION_PATHS = ['/v1/images/generations', '/v1/images/edits', '/v1/videos/generations', '/api/v1/videos/generations'];
@@ -31,6 +34,11 @@ export function requestRateGate(limiter: RequestRateLimiter): RequestHandler {
     const auth = authOf(req);
     limiter.consume(auth, auth.limits).then((decision) => {
       if (decision.headers) setRateHeaders(res, decision.headers);
+      if (decision.allowed && decision.headers) {
+        res.once('finish', () => {
+          if (res.statusCode === 429 && errorCodeOf(res) === 'too_many_in_flight') void limiter.giveBack(auth, auth.limits);
+        });
+      }
       if (decision.allowed) next();
       else next(rateLimited(decision.blamed, decision.limit, decision.retryAfterMs));
     }, next);

@@ -62,6 +62,19 @@ describe.each(['memory', 'redis'] as const)('RequestRateLimiter (%s)', (mode) =>
     // The refused requests counted for nothing: 2 of the account's 10 taken, this is the third.
     expect(await limiter.consume(sibling, limits(null, 10))).toMatchObject({ allowed: true, headers: { limit: 10, remaining: 7 } });
   });
+
+  it("gives back a request's tokens (key and account), never below zero", async () => {
+    const ids = { apiKeyId: `key_back_${mode}`, accountId: `acct_back_${mode}` };
+    expect((await limiter.consume(ids, limits(2, 5))).headers).toMatchObject({ limit: 2, remaining: 1 });
+    expect((await limiter.consume(ids, limits(2, 5))).headers).toMatchObject({ limit: 2, remaining: 0 });
+    await limiter.giveBack(ids, limits(2, 5));
+    const again = await limiter.consume(ids, limits(2, 5));
+    expect(again).toMatchObject({ allowed: true, headers: { limit: 2, remaining: 0 } });
+    // The account's count went back too: 2 of its 5 taken.
+    expect((await limiter.consume({ apiKeyId: `key_other_${mode}`, accountId: ids.accountId }, limits(null, 5))).headers).toMatchObject({ limit: 5, remaining: 2 });
+    for (let i = 0; i < 5; i++) await limiter.giveBack(ids, limits(2, 5));
+    expect((await limiter.consume(ids, limits(2, 5))).headers).toMatchObject({ limit: 2, remaining: 1 });
+  });
 });
 
 /** A TCP proxy that holds every byte sent to Redis for `ms` (the answers come back at once). */

@@ -253,6 +253,25 @@ describe('generations in flight', () => {
     expect((await footprint(c.accountId)).videos).toBe(2);
   });
 
+  it("gives back the request-per-minute token of a request refused for the in-flight cap: retrying after its Retry-After does not spend the minute", async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    expect((await setKey(c.apiKeyId, { max_in_flight: 1, requests_per_minute: 3 })).status).toBe(200);
+    const first = await video(c.key);
+    expect([first.status, rateHeaders(first.headers).remaining]).toEqual([202, '2']);
+    // What the OpenAI SDKs do with a 429 and Retry-After: 1 (twice), and more: each is refused for
+    // the cap and takes no token; the header says what the request found (its own token counted).
+    for (let i = 0; i < 4; i++) {
+      const refused = await video(c.key);
+      expect([refused.status, refused.body.error?.code, rateHeaders(refused.headers).remaining]).toEqual([429, 'too_many_in_flight', '1']);
+    }
+    // The video ends: the next two pass (the minute has 2 of its 3 left), the third is rate-limited.
+    await server.db.updateTable('videoTasks').set({ status: 'failed', completedAt: new Date(), errorCode: 'test', errorMessage: 'ended by the test' }).where('accountId', '=', c.accountId).execute();
+    expect((await video(c.key)).status).toBe(202);
+    await server.db.updateTable('videoTasks').set({ status: 'failed', completedAt: new Date(), errorCode: 'test', errorMessage: 'ended by the test' }).where('accountId', '=', c.accountId).execute();
+    expect((await video(c.key)).status).toBe(202);
+    expect((await video(c.key)).body.error?.code).toBe('rate_limited');
+  });
+
   it('is exact under concurrency: 24 creations at once against a cap of 5 create 5 tasks and charge 5', async () => {
     const c = await createCustomer(server.db, { balance: 100 });
     await setKey(c.apiKeyId, { max_in_flight: 5 });
@@ -295,11 +314,12 @@ describe("the operator's defaults", () => {
     expect(((await second.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: 'too_many_in_flight', message: expect.stringContaining("account already has 1 generation") });
 
     expect((await patch(`/admin/v1/accounts/${c.accountId}`, { max_in_flight: null })).status).toBe(200);
-    // Now the key's default of 2 requests per minute: both requests so far passed its gate (the
-    // second was refused later, by the in-flight cap), so its bucket is empty.
-    const third = await create(c.key);
-    expect(third.status).toBe(429);
-    expect(((await third.json()) as { error: { code: string } }).error.code).toBe('rate_limited');
+    // Now the key's default of 2 requests per minute: the second request was refused by the
+    // in-flight cap and gave its token back, so one is left: the third passes, the fourth does not.
+    expect((await create(c.key)).status).toBe(202);
+    const fourth = await create(c.key);
+    expect(fourth.status).toBe(429);
+    expect(((await fourth.json()) as { error: { code: string } }).error.code).toBe('rate_limited');
 
     expect((await patch(`/admin/v1/api-keys/${c.apiKeyId}`, { requests_per_minute: null })).status).toBe(200);
     const unlimited = await create(c.key);

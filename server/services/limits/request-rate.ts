@@ -55,10 +55,19 @@ if out[1] == 1 then
 end
 return out`;
 
+/** KEYS: the counters of a request's tokens to give back: each loses one, never going below 0 nor starting a window. */
+const GIVE_BACK_SCRIPT = `
+for _, key in ipairs(KEYS) do
+  if tonumber(redis.call('GET', key) or '0') > 0 then redis.call('DECR', key) end
+end
+return 1`;
+
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     /** TAKE_SCRIPT, by its SHA (ioredis loads it when Redis does not know it). */
     takeRequestTokens(numKeys: number, ...keysThenArgs: (string | number)[]): Result<number[], Context>;
+    /** GIVE_BACK_SCRIPT. */
+    giveBackRequestTokens(numKeys: number, ...keys: string[]): Result<number, Context>;
   }
 }
 
@@ -162,6 +171,7 @@ export class RequestRateLimiter {
         retryStrategy: (times) => Math.min(200 * times, 2_000),
       });
       this.redis.defineCommand('takeRequestTokens', { lua: TAKE_SCRIPT });
+      this.redis.defineCommand('giveBackRequestTokens', { lua: GIVE_BACK_SCRIPT });
       this.redis.on('error', (err: Error) => {
         this.connectionLost = true;
         this.wentDown(err);
@@ -192,9 +202,7 @@ export class RequestRateLimiter {
 
   /** Takes one token of the key and one of its account (those that have a limit), or none when either is empty. */
   async consume(ids: { apiKeyId: string; accountId: string }, limits: RequestLimits): Promise<RateDecision> {
-    const buckets: Bucket[] = [];
-    if (limits.key.requestsPerMinute !== null) buckets.push({ who: 'key', name: `k:${ids.apiKeyId}`, limit: limits.key.requestsPerMinute });
-    if (limits.account.requestsPerMinute !== null) buckets.push({ who: 'account', name: `a:${ids.accountId}`, limit: limits.account.requestsPerMinute });
+    const buckets = bucketsOf(ids, limits);
     if (buckets.length === 0) return { allowed: true, headers: undefined };
     const taken = await this.take(buckets);
     const states = buckets.map((b, i) => ({ ...b, ...taken.counts[i]! }));
@@ -203,6 +211,30 @@ export class RequestRateLimiter {
     // The empty bucket that refills last decides when a retry can pass.
     const blame = states.filter((s) => s.count >= s.limit).reduce((a, b) => (b.resetMs > a.resetMs ? b : a));
     return { allowed: false, headers, blamed: blame.who, limit: blame.limit, retryAfterMs: blame.resetMs };
+  }
+
+  /**
+   * Gives back the tokens `consume` took for a request that was then refused for a cap on what is in
+   * flight (429 too_many_in_flight): it created nothing, as a rate-limited request creates nothing,
+   * and a client that follows that answer's `Retry-After: 1` (the OpenAI SDKs do, twice) must not
+   * spend its minute on waiting for a place. Where the token was counted (Redis, or memory during an
+   * outage) is where it goes back; best effort: a failure leaves the token spent.
+   */
+  async giveBack(ids: { apiKeyId: string; accountId: string }, limits: RequestLimits): Promise<void> {
+    const buckets = bucketsOf(ids, limits);
+    if (buckets.length === 0) return;
+    if (this.redis && this.readyOnce && this.retryAt === undefined) {
+      try {
+        await this.redis.giveBackRequestTokens(buckets.length, ...buckets.map((b) => this.prefix + b.name));
+      } catch {
+        // Left spent: a failure here is no outage of its own (the next take finds out).
+      }
+    }
+    const now = Date.now();
+    for (const b of buckets) {
+      const w = this.windows.get(b.name);
+      if (w !== undefined && w.endsAt > now && w.count > 0) w.count -= 1;
+    }
   }
 
   private async take(buckets: Bucket[]): Promise<Taken> {
@@ -316,6 +348,14 @@ export class RequestRateLimiter {
     this.redis.on('error', () => undefined);
     await this.redis.quit().catch(() => this.redis!.disconnect());
   }
+}
+
+/** The buckets of a request: its key's and its account's, those with a limit. */
+function bucketsOf(ids: { apiKeyId: string; accountId: string }, limits: RequestLimits): Bucket[] {
+  const buckets: Bucket[] = [];
+  if (limits.key.requestsPerMinute !== null) buckets.push({ who: 'key', name: `k:${ids.apiKeyId}`, limit: limits.key.requestsPerMinute });
+  if (limits.account.requestsPerMinute !== null) buckets.push({ who: 'account', name: `a:${ids.accountId}`, limit: limits.account.requestsPerMinute });
+  return buckets;
 }
 
 function headersOf(states: (Bucket & Count)[]): RateHeaders {
