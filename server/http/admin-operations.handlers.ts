@@ -37,16 +37,39 @@ export function adminOperationsHandlers(ctx: AppContext): Pick<HandlerMap, 'list
       if (!release) {
         throw new ApiError(503, 'server_busy', `${maxReports} usage report${maxReports === 1 ? ' is' : 's are'} being read from this instance; retry in ${REPORT_RETRY_AFTER_SECONDS} s.`, null, {}, { 'Retry-After': String(REPORT_RETRY_AFTER_SECONDS) });
       }
+      const reqId = (req as Request & { id?: string }).id;
+      // A client gone before its report ended (the first batch waits for the whole statement): the
+      // statement is cancelled and the slot given back now, not when the statement would have ended.
+      const gone = clientGone(req, res);
       try {
         // JSON unless the client prefers CSV (Accept: text/csv).
-        await sendUsage(res, report, req.accepts(['application/json', 'text/csv']) === 'text/csv', idleMs, (err) =>
-          ctx.log.warn({ reqId: (req as Request & { id?: string }).id, err: err.message }, 'usage report cut off: its client stopped reading'),
+        await sendUsage(res, report, req.accepts(['application/json', 'text/csv']) === 'text/csv', idleMs, gone, (err) =>
+          ctx.log.warn({ reqId, err: err.message }, 'usage report cut off: its client stopped reading'),
         );
+      } catch (err) {
+        // The report stopped for the client gone (not a failure of the request; nobody is left to
+        // answer). Any other error, also one that closed the response itself, is the error middleware's.
+        if (err !== gone.reason) throw err;
+        ctx.log.info({ reqId, answerBegun: res.headersSent }, 'usage report ended: its client went away');
       } finally {
         release();
       }
     },
   };
+}
+
+/**
+ * Aborts when the client goes away before its answer ended (the response's 'close' before it
+ * finished); at once for one gone already.
+ */
+function clientGone(req: Request, res: Response): AbortSignal {
+  const controller = new AbortController();
+  const gone = () => {
+    if (!res.writableFinished) controller.abort(new Error('client gone'));
+  };
+  if (res.destroyed || req.socket.destroyed) gone();
+  else res.once('close', gone);
+  return controller.signal;
 }
 
 /** When a report refused for the instance's cap may be asked for again. */
@@ -61,10 +84,11 @@ type UsageBatch = IteratorResult<Schemas['AdminUsageRow'][], void>;
  * batch is read before the answer begins, so that the statement's own failure is answered as any
  * error is. Once the answer has begun its status cannot change: a failure then cuts the connection
  * (the pipe destroys the response, the error middleware logs it), so the client meets a body that
- * never ended (no last chunk), never a short report that looks whole.
+ * never ended (no last chunk), never a short report that looks whole. `gone`: the client went away;
+ * a statement of the report still running is cancelled (UsageRepository.report), the first batch's too.
  */
-async function sendUsage(res: Response, report: UsageReport, csv: boolean, idleMs: number, stalled: (err: StalledClient) => void): Promise<void> {
-  const rows = report.rows();
+async function sendUsage(res: Response, report: UsageReport, csv: boolean, idleMs: number, gone: AbortSignal, stalled: (err: StalledClient) => void): Promise<void> {
+  const rows = report.rows(gone);
   try {
     const first = await rows.next();
     noStore(res);

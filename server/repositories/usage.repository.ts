@@ -79,8 +79,14 @@ export class UsageRepository {
    * `next()` until the last batch is read or the loop over it stops (`return()`, as `for await` and
    * `pipeline` do): the transaction is then rolled back and the connection released. A failure of
    * the statement itself (a time PostgreSQL refuses) comes with the first batch.
+   *
+   * `signal` (its reader went away): a statement of the report still running is cancelled in
+   * PostgreSQL (`pg_cancel_backend` of the report's backend, from another connection of the pool),
+   * since the first batch waits for all of it, which can take a long while on a large install. The
+   * generator then throws the signal's reason, its transaction rolled back and its connection given
+   * back.
    */
-  async *report(q: UsageQuery): AsyncGenerator<UsageRow[], void, undefined> {
+  async *report(q: UsageQuery, signal?: AbortSignal): AsyncGenerator<UsageRow[], void, undefined> {
     const from = sql`${q.from}::timestamptz`;
     const to = sql`${q.to}::timestamptz`;
     const account = (column: string) => (q.accountId !== undefined ? sql` and ${sql.ref(column)} = ${q.accountId}` : sql``);
@@ -129,18 +135,45 @@ export class UsageRepository {
       from periods f
       group by ${sql.join(groupBy)}
       order by ${sql.join(groupBy)}`;
+    signal?.throwIfAborted();
     const trx = await this.db.startTransaction().setAccessMode('read only').execute();
     let ended = false;
+    // The report's backend, and whether one of its statements is running (only then is there
+    // anything to cancel: between batches it waits for its reader, whose stop ends it).
+    let pid: number | undefined;
+    let running = false;
+    let cancelled: Promise<unknown> | undefined;
+    const cancel = () => {
+      if (running && pid !== undefined && !cancelled) cancelled = sql`select pg_cancel_backend(${pid})`.execute(this.db).catch(() => undefined);
+    };
+    const run = async <R>(statement: RawBuilder<R>) => {
+      signal?.throwIfAborted();
+      running = true;
+      try {
+        return await statement.execute(trx);
+      } finally {
+        running = false;
+      }
+    };
+    signal?.addEventListener('abort', cancel, { once: true });
     try {
-      await sql`declare usage_report no scroll cursor for ${statement}`.execute(trx);
+      if (signal) pid = (await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(trx)).rows[0]!.pid;
+      await run(sql`declare usage_report no scroll cursor for ${statement}`);
       for (;;) {
-        const { rows } = await sql<UsageRow>`fetch forward ${sql.lit(USAGE_BATCH_ROWS)} from usage_report`.execute(trx);
+        const { rows } = await run(sql<UsageRow>`fetch forward ${sql.lit(USAGE_BATCH_ROWS)} from usage_report`);
         if (rows.length > 0) yield rows;
         if (rows.length < USAGE_BATCH_ROWS) break;
       }
       await trx.commit().execute();
       ended = true;
+    } catch (err) {
+      // A statement cancelled for the abort (57014) is the abort, not a failure of the database.
+      throw signal?.aborted ? signal.reason : err;
     } finally {
+      signal?.removeEventListener('abort', cancel);
+      // The cancel has reached the backend before the rollback gives the connection back to the pool:
+      // it cannot fall on another caller's statement (a backend reading its next command ignores one).
+      await cancelled;
       // Stopped early or failed: the cursor goes with the transaction (a rollback releases the
       // connection even when it fails, as it does on a connection that is gone).
       if (!ended) await trx.rollback().execute().catch(() => undefined);

@@ -55,8 +55,14 @@ export function useAction<A extends unknown[], T>(fn: (...args: A) => Promise<T>
   return { run, pending, error, setError };
 }
 
-/** Loads `fn` when `deps` change (and every `refreshMs` when given); exposes reload and when it last succeeded. */
-export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], refreshMs?: number) {
+/**
+ * Loads `fn` when `deps` change (and every `refreshMs` when given); exposes reload and when it last
+ * succeeded. `fn` gets the load's AbortSignal (for `api.GET(…, { signal })`): a load is aborted when
+ * the page unmounts, when `deps` change and when a reload replaces it, since its answer would be
+ * dropped. A refresh tick while a load is still running is skipped: a report that takes longer than
+ * the interval is not asked for again on top of itself.
+ */
+export function useLoad<T>(fn: (signal: AbortSignal) => Promise<T>, deps: unknown[], refreshMs?: number) {
   const [data, setData] = useState<T | undefined>(undefined);
   const [loadedAt, setLoadedAt] = useState<Date | undefined>(undefined);
   const [error, setError] = useState<unknown>(null);
@@ -64,11 +70,16 @@ export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], refreshMs?: nu
   const fnRef = useRef(fn);
   fnRef.current = fn;
   const seq = useRef(0);
+  /** The load in flight, if any. */
+  const inFlight = useRef<AbortController | null>(null);
   const reload = useCallback(async () => {
+    inFlight.current?.abort();
+    const controller = new AbortController();
+    inFlight.current = controller;
     const mine = ++seq.current;
     setLoading(true);
     try {
-      const value = await fnRef.current();
+      const value = await fnRef.current(controller.signal);
       if (mine === seq.current) {
         setData(value);
         setLoadedAt(new Date());
@@ -77,14 +88,24 @@ export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], refreshMs?: nu
     } catch (err) {
       if (mine === seq.current) setError(err);
     } finally {
+      if (inFlight.current === controller) inFlight.current = null;
       if (mine === seq.current) setLoading(false);
     }
   }, []);
   useEffect(() => {
     void reload();
-    if (!refreshMs) return;
-    const timer = setInterval(() => void reload(), refreshMs);
-    return () => clearInterval(timer);
+    const timer = refreshMs
+      ? setInterval(() => {
+          if (!inFlight.current) void reload();
+        }, refreshMs)
+      : undefined;
+    return () => {
+      clearInterval(timer);
+      // Unmounted, or deps changed: the answer of the load in flight would be dropped.
+      seq.current++;
+      inFlight.current?.abort();
+      inFlight.current = null;
+    };
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, deps);
   return { data, loadedAt, error, loading, reload, setData };

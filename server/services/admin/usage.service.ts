@@ -19,9 +19,10 @@ export interface UsageReport {
    * Runs the report and yields its rows in order, a batch at a time, each read as the last is taken.
    * Read it with `for await` or `pipeline`, to its end or stopping early: from the first `next()`
    * until then it holds a database connection. Its statement's own failure comes with the first
-   * batch, before anything of an answer needs to be written.
+   * batch, before anything of an answer needs to be written. `signal`: its reader went away; the
+   * statement still running is cancelled and the generator throws the signal's reason.
    */
-  rows(): AsyncGenerator<AdminUsageRow[], void, undefined>;
+  rows(signal?: AbortSignal): AsyncGenerator<AdminUsageRow[], void, undefined>;
 }
 
 export interface UsageQueryParams {
@@ -97,8 +98,8 @@ export class UsageService {
     const usage = this.usage;
     return {
       head: { from: query.from, to: query.to, granularity, group_by: groupBy },
-      async *rows() {
-        for await (const batch of usage.report(query)) yield batch.map(toApiRow);
+      async *rows(signal?: AbortSignal) {
+        for await (const batch of usage.report(query, signal)) yield batch.map(toApiRow);
       },
     };
   }

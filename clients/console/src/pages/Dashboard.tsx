@@ -63,7 +63,7 @@ export function DashboardPage() {
     from.setUTCDate(from.getUTCDate() - 6);
     return { from: from.toISOString(), to: new Date(from.getTime() + 7 * 86400_000).toISOString() };
   }, []);
-  const usage = useLoad(() => call(api.GET('/admin/v1/usage', { params: { query: { ...range, granularity: 'day', group_by: ['provider'] } } })).then(asReport), [], 30_000);
+  const usage = useLoad((signal) => call(api.GET('/admin/v1/usage', { params: { query: { ...range, granularity: 'day', group_by: ['provider'] } }, signal })).then(asReport), [], 30_000);
   const open = useLoad(() => openTasks(['queued', 'in_progress', 'processing', 'needs_attention']), [], 15_000);
   const attention = useLoad(() => openTasks(['needs_attention']), [], 15_000);
   const members = useLoad(troubledMembers, [], 10_000);

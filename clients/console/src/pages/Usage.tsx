@@ -80,7 +80,7 @@ export function UsagePage() {
     account_id: d.account_id.trim() || undefined,
   });
   const [query, setQuery] = useState(() => toQuery(draft));
-  const report = useLoad(() => call(api.GET('/admin/v1/usage', { params: { query: usageQuery(query) } })).then(asReport), [JSON.stringify(query)]);
+  const report = useLoad((signal) => call(api.GET('/admin/v1/usage', { params: { query: usageQuery(query) }, signal })).then(asReport), [JSON.stringify(query)]);
   const csv = useAction(async () => {
     // Through the API client like every call: its token, its errors, and a 401 signs the console out.
     const blob = await call(api.GET('/admin/v1/usage', { params: { query: usageQuery(query) }, headers: { Accept: 'text/csv' }, parseAs: 'blob' }));
