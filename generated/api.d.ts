@@ -1651,7 +1651,11 @@ export interface paths {
          *     - `completed` captures the whole hold (`captured_credits` = `held_credits`) and marks the task
          *       `completed` with whatever results it has stored (possibly none).
          *     - `refunded` releases what the client did not receive to the key quota and the account
-         *       balance, and marks the task `failed` with `error.message` `Refunded by operator: <reason>`.
+         *       balance, and marks the task `failed` with `error.code` `refunded` and a fixed `error.message`:
+         *       `The operator refunded this task's credits.`, or, when the client already received some of its
+         *       images (`delivered`, in a stream), `The operator refunded the credits of the images this task
+         *       did not deliver; the images it delivered stay charged.` The client never sees `reason`: it is
+         *       the task's `settled_reason` and is on the ledger entries (admin API only).
          *       Images the client already received before the failure (`delivered`, in a stream) stay
          *       captured at the task's unit price: a client is charged exactly for what it received. A
          *       refund beyond that is a `grant` (`POST /admin/v1/accounts/{account_id}/credits`).
@@ -5067,11 +5071,11 @@ export interface components {
          */
         AdminTaskSettle: {
             /**
-             * @description `completed` captures the whole hold and marks the task `completed` with whatever results it has stored; `refunded` releases what the client did not receive (images already delivered stay captured) and marks the task `failed` with `error.message` `Refunded by operator: <reason>`.
+             * @description `completed` captures the whole hold and marks the task `completed` with whatever results it has stored; `refunded` releases what the client did not receive (images already delivered stay captured) and marks the task `failed` with `error.code` `refunded` and a fixed `error.message` that never quotes `reason`.
              * @enum {string}
              */
             outcome: "completed" | "refunded";
-            /** @description Why; stored with the ledger entry. */
+            /** @description Why; stored with the ledger entries and as the task's `settled_reason` (admin API only); never shown to the client. */
             reason: string;
         };
         /** AdminTaskWebhook */

@@ -222,33 +222,20 @@ export class ImageTaskRepository {
   /**
    * Completed with the delivered images (`unrecorded`: rows of those files not written yet, inserted
    * by the same statement) and `actualCredits` captured from the hold; see LeasedTasks.finish.
+   * `delivered` counts an image the answer carried whose stored copy failed (not in `fileIds`).
    */
   complete(
     fence: Fence,
-    result: { fileIds: string[]; actualCredits: number; revisedPrompt: string | null; unrecorded: readonly FileRow[] },
+    result: { fileIds: string[]; actualCredits: number; revisedPrompt: string | null; unrecorded: readonly FileRow[]; delivered?: number },
     settle: HoldSettlement,
     attempts: readonly AttemptRecord[] = [],
   ): Promise<boolean> {
     return this.leases.finishOnly(fence, {
-      set: sql`status = 'completed', result_file_ids = ${result.fileIds}, delivered = ${result.fileIds.length}, actual_credits = ${result.actualCredits},
+      set: sql`status = 'completed', result_file_ids = ${result.fileIds}, delivered = ${result.delivered ?? result.fileIds.length}, actual_credits = ${result.actualCredits},
                revised_prompt = ${result.revisedPrompt}, completed_at = now()`,
       settle,
       also: [...this.fileRows(result.unrecorded), ...attemptRows(attempts)],
     });
-  }
-
-  /**
-   * Forgets result files of a completed task whose bytes could not be stored after the answer
-   * delivered them (ImageRunner, storeWhileSettling): their rows go and `data` lists the others.
-   * What was delivered and charged (`delivered`, `actual_credits`) stays.
-   */
-  async dropResultFiles(taskId: string, fileIds: readonly string[]): Promise<void> {
-    const ids = [...fileIds];
-    await sql`
-      with f as (delete from files where id = any(${ids}::text[]) and task_id = ${taskId} returning id)
-      update image_tasks set result_file_ids = array(
-        select u.id from unnest(result_file_ids) with ordinality u(id, i) where u.id <> all(${ids}::text[]) order by u.i)
-      where id = ${taskId}`.execute(this.db);
   }
 
   /**
@@ -328,7 +315,16 @@ export class ImageTaskRepository {
       .set(
         outcome === 'completed'
           ? { status: 'completed', delivered: sql`n`, actualCredits: sql`quoted_credits`, settledReason: reason, completedAt: sql`now()`, errorCode: null, errorMessage: null }
-          : { status: 'failed', actualCredits: sql`delivered * unit_price`, settledReason: reason, completedAt: sql`now()`, errorCode: 'refunded', errorMessage: `Refunded by operator: ${reason}` },
+          : {
+              status: 'failed',
+              actualCredits: sql`delivered * unit_price`,
+              settledReason: reason,
+              completedAt: sql`now()`,
+              errorCode: 'refunded',
+              // The client's message is fixed: `reason` is written for the ledger (settled_reason, the
+              // entries), which only the admin API shows.
+              errorMessage: sql`case when delivered = 0 then ${OPERATOR_REFUND_MESSAGE} else ${OPERATOR_PARTIAL_REFUND_MESSAGE} end`,
+            },
       )
       .where('id', '=', id)
       .where('status', '=', 'needs_attention')
@@ -336,6 +332,11 @@ export class ImageTaskRepository {
       .executeTakeFirst();
   }
 }
+
+/** `error.message` of a task an operator refunded whole (it delivered nothing). */
+export const OPERATOR_REFUND_MESSAGE = "The operator refunded this task's credits.";
+/** `error.message` of a task an operator refunded after it delivered some of its images (a stream's), which stay charged. */
+export const OPERATOR_PARTIAL_REFUND_MESSAGE = 'The operator refunded the credits of the images this task did not deliver; the images it delivered stay charged.';
 
 /** The attempts of a task written by the statement that finishes it (only when its fenced update took effect). */
 function attemptRows(attempts: readonly AttemptRecord[]): RawBuilder<unknown>[] {

@@ -290,7 +290,10 @@ describe('needs_attention', () => {
     const refunded = await admin.POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: refundId } }, body: { outcome: 'refunded', reason: 'storage outage' } });
     expect(refunded.data).toMatchObject({ status: 'failed', captured_credits: 0, released_credits: 1 });
     const seen = await server.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: refundId } } });
-    expect(seen.data).toMatchObject({ status: 'failed', error: { message: 'Refunded by operator: storage outage' } });
+    // The reason is the ledger's (settled_reason, the entries): the client reads a fixed message.
+    expect(seen.data).toMatchObject({ status: 'failed', error: { code: 'refunded', message: "The operator refunded this task's credits." } });
+    expect(JSON.stringify(seen.data)).not.toContain('storage outage');
+    expect(refunded.data).toMatchObject({ settled_reason: 'storage outage', error: { code: 'refunded', message: "The operator refunded this task's credits." } });
 
     const again = await admin.POST('/admin/v1/tasks/{task_id}/settle', { params: { path: { task_id: completeId } }, body: { outcome: 'refunded', reason: 'twice' } });
     expect(again.response.status).toBe(409);
@@ -355,6 +358,13 @@ describe('needs_attention after some images were stored', () => {
     const ledger = await server.admin().GET('/admin/v1/ledger', { params: { query: { task_id: id } } });
     const reasons = Object.fromEntries((ledger.data?.data ?? []).map((e) => [e.kind, e.reason]));
     expect(reasons).toEqual({ hold: null, capture: 'two images lost', release: 'two images lost' });
+    // The client reads that the rest was refunded, never the operator's reason.
+    const seen = await server.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: id } } });
+    expect(seen.data).toMatchObject({
+      status: 'failed',
+      error: { code: 'refunded', message: 'The operator refunded the credits of the images this task did not deliver; the images it delivered stay charged.' },
+    });
+    expect(JSON.stringify(seen.data)).not.toContain('two images lost');
   });
 });
 
@@ -381,27 +391,29 @@ describe('a JSON answer that carries the images (b64_json)', () => {
       body: JSON.stringify({ prompt: 'x', model: 'local-image-1', n }),
     });
 
-  it('settles the task while its images are still being stored, and completes the answer once both are done', async () => {
+  it("settles the task only once its images' copies have landed, and completes the answer after both", async () => {
     const c = await createCustomer(gatedServer.db, { balance: 10 });
     let responded = false;
-    // The answer's head may go out meanwhile; its end waits for the settlement and the writes.
+    // The answer's head may go out meanwhile; its end waits for the writes and the settlement.
     const pending = generate(gatedServer, c.key, 2).then(async (res) => {
       const text = await res.text();
       responded = true;
       return { status: res.status, headers: res.headers, json: () => JSON.parse(text) as Json };
     });
-    // Both writes wait at the gate; the settlement has already completed the task and captured.
-    let row: { status: string; delivered: number } | undefined;
-    for (let i = 0; i < 300 && row?.status !== 'completed'; i++) {
-      await new Promise((r) => setTimeout(r, 20));
-      row = await gatedServer.db.selectFrom('imageTasks').select(['id', 'status', 'delivered']).where('accountId', '=', c.accountId).executeTakeFirst();
-    }
-    expect(row).toMatchObject({ status: 'completed', delivered: 2 });
+    // Both writes wait at the gate: nothing is settled yet (a process that died now would leave the
+    // task to be failed and released, never completed and charged with rows whose bytes never landed).
+    for (let i = 0; i < 300 && gated.waiting < 2; i++) await new Promise((r) => setTimeout(r, 20));
     expect(gated.waiting).toBe(2);
+    await new Promise((r) => setTimeout(r, 100));
+    const row = await gatedServer.db.selectFrom('imageTasks').select(['id', 'status', 'delivered']).where('accountId', '=', c.accountId).executeTakeFirstOrThrow();
+    expect(row).toMatchObject({ status: 'processing', delivered: 0 });
+    expect(await holdOf(gatedServer, row.id)).toMatchObject({ status: 'held' });
+    expect(await gatedServer.db.selectFrom('files').select('id').where('taskId', '=', row.id).execute()).toEqual([]);
     expect(responded).toBe(false);
     gated.open();
     const res = await pending;
     expect(res.status).toBe(200);
+    expect(await holdOf(gatedServer, row.id)).toMatchObject({ status: 'captured', captured: 2_000_000 });
     const body = res.json();
     expect(body.data).toHaveLength(2);
     const task = await gatedServer.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: res.headers.get('x-task-id')! } } });

@@ -14,9 +14,10 @@
  * its credits held for an operator.
  *
  * The one exception is an answer that carries the images' bytes (a synchronous JSON response with
- * `b64_json`): it does not need their stored copies, so each is written while the settlement runs
- * (the two overlap instead of taking turns before the answer). Should a copy fail to be written,
- * the client still gets the image and pays for it, and the task's `data` leaves it out.
+ * `b64_json`): it does not need their stored copies, so each is written while the answer's head goes
+ * out, and the settlement follows once they have landed (a completed task never names an image whose
+ * bytes a crash lost). Should a copy fail to be written, the client still gets the image and pays
+ * for it, and the task's `data` leaves it out.
  */
 import sharp from 'sharp';
 import { ApiError, apiErrorOf, apiErrorOfStorage, noUpstreamCapacity, sentence } from '../../errors.ts';
@@ -103,7 +104,7 @@ export interface ExecuteOptions {
   /**
    * A JSON response: nothing reaches the client until it is written, so an abort delivers nothing.
    * With `b64_json` the answer carries the images' bytes, not links to their stored copies, so each
-   * image is stored while the task settles instead of before (storeWhileSettling).
+   * image is stored while the answer's head goes out, before the task settles (storeWhileSettling).
    */
   deliveredOnlyIfAllSent?: boolean;
   /** How long to wait for a free upstream member before answering 503 no_upstream_capacity (synchronous requests). */
@@ -308,20 +309,6 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
   }
 
   /**
-   * Drops from a completed task the files whose copies could not be written (storeWhileSettling):
-   * the answer still carries their images, so a failure here is logged, never the request's.
-   */
-  private async forgetLost(task: ImageTaskRow, lost: FileRow[], log: Logger): Promise<void> {
-    try {
-      await this.deps.tasks.dropResultFiles(task.id, lost.map((f) => f.id));
-      // A write reported as failed may still have left bytes behind.
-      for (const file of lost) await this.deps.files.discardUnrecorded(file);
-    } catch (err) {
-      log.error({ err, fileIds: lost.map((f) => f.id) }, 'could not drop the result files whose copies were not written');
-    }
-  }
-
-  /**
    * Writes the row of an image a stream is about to send, in one statement fenced by the task's
    * attempt (ImageTaskRepository.recordStreamed), so that a task whose request stops counts exactly
    * the images sent. Refused, the task was taken over: its new owner settles it with the images
@@ -378,8 +365,8 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     // The answer carries the bytes (see the class comment): files are written while the task settles.
     const storeWhileSettling = opts.deliveredOnlyIfAllSent === true && !sink.publishesFiles && params.responseFormat !== 'url';
     /**
-     * storeWhileSettling: the copies to write once the settlement's statement is on its way
-     * (`writeCopies`: their writes never reject), and the files whose copies failed.
+     * storeWhileSettling: the copies to write while the answer's head goes out, before the
+     * settlement (their writes never reject), and the files whose copies failed.
      */
     const copies: (() => Promise<void>)[] = [];
     const lost: FileRow[] = [];
@@ -586,25 +573,23 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       return { status: 'failed', files, images, links, captured: 0 };
     }
     const { revisedPrompt } = upstream;
-    const settling = this.deps.settlement.completeImage(task, { files, unrecorded, revisedPrompt }, attempts.take());
-    if (copies.length > 0 || opts.whileSettling) {
-      // The settlement's statement goes out first (it is written to its connection within the
-      // microtasks and ticks its call starts), then, while PostgreSQL runs it, the copies are written
-      // and the answer's head goes out (whileSettling; its writes never fail the task).
-      settling.catch(() => undefined);
-      await new Promise((resolve) => setImmediate(resolve));
-    }
-    const storing = copies.map((write) => write());
+    // The answer's head goes out (whileSettling; its writes never fail the task) while the copies
+    // (storeWhileSettling) are written; the settlement waits for the copies, so a completed task
+    // names only images whose bytes have landed: a process that dies after the commit, its answer
+    // cut, leaves a charged client images it can still fetch (GET /v1/images/{id}), never rows
+    // without bytes. A copy that failed is left out of the task's files and still charged: its
+    // image is in the answer.
     const answering = opts.whileSettling?.({ files, images, links, ...(revisedPrompt !== null && { revisedPrompt }) }).catch((err: unknown) => log.debug({ err }, 'the answer could not be written while the task settled'));
-    // With storeWhileSettling the answer waits for both: a client that leaves meanwhile is charged,
-    // as one that leaves during the settlement always was.
-    const [captured] = await Promise.all([settling, Promise.all(storing)]);
+    if (copies.length > 0) await Promise.all(copies.map((write) => write()));
+    const landed = lost.length === 0 ? { files, unrecorded } : { files: files.filter((f) => !lost.includes(f)), unrecorded: unrecorded.filter((f) => !lost.includes(f)) };
+    const captured = await this.deps.settlement.completeImage(task, { ...landed, delivered: files.length, revisedPrompt }, attempts.take());
+    // Bytes a failed write may have left behind belong to no row.
+    for (const file of lost) await this.deps.files.discardUnrecorded(file).catch(() => undefined);
     if (captured === undefined) {
       // Taken over by another worker: the files this attempt stored are not its to publish.
-      for (const file of unrecorded) await this.deps.files.discardUnrecorded(file);
+      for (const file of landed.unrecorded) await this.deps.files.discardUnrecorded(file);
       throw new ApiError(500, 'internal_error', `Task ${task.id} was taken over by another worker.`);
     }
-    if (lost.length > 0) await this.forgetLost(task, lost, log);
     await answering;
     return { status: 'completed', files, images, links, captured, ...(revisedPrompt !== null && { revisedPrompt }), ...(failure && { error: failure }) };
   }

@@ -74,19 +74,21 @@ export class Settlement {
    */
   async completeImage(
     task: ImageTaskRow,
-    result: { files: readonly FileRow[]; unrecorded: readonly FileRow[]; revisedPrompt: string | null },
+    /** `delivered`: images charged, when more than `files` (an answer carried an image whose stored copy failed). */
+    result: { files: readonly FileRow[]; unrecorded: readonly FileRow[]; revisedPrompt: string | null; delivered?: number },
     attempts: readonly AttemptRecord[] = [],
   ): Promise<number | undefined> {
     const fileIds = result.files.map((f) => f.id);
-    const capture = fileIds.length * task.unitPrice;
-    const completion = { fence: fenceOf(task), fileIds, actualCredits: capture, revisedPrompt: result.revisedPrompt, unrecorded: result.unrecorded, attempts };
+    const delivered = Math.max(result.delivered ?? 0, fileIds.length);
+    const capture = delivered * task.unitPrice;
+    const completion = { fence: fenceOf(task), fileIds, actualCredits: capture, revisedPrompt: result.revisedPrompt, unrecorded: result.unrecorded, attempts, delivered };
     const settle = (hold: Parameters<LedgerRepository['settlement']>[0]) => this.deps.ledger.settlement(hold, capture);
-    // Every image delivered: the whole hold is captured, and completions arriving together share a statement.
-    const done = await (capture > 0 && capture === task.quotedCredits
+    // Every image delivered and stored: the whole hold is captured, and completions arriving together share a statement.
+    const done = await (capture > 0 && capture === task.quotedCredits && delivered === fileIds.length
       ? this.deps.imageTasks.completeWhole(completion, settle)
       : this.deps.imageTasks.complete(completion.fence, completion, settle, attempts));
     // A synchronous task's completion is on its request's line (http/images.handlers.ts).
-    if (done && task.runAsync) this.deps.log.info({ taskId: task.id, delivered: fileIds.length, n: task.n, capturedMicroCredits: capture }, 'image task completed');
+    if (done && task.runAsync) this.deps.log.info({ taskId: task.id, delivered, n: task.n, capturedMicroCredits: capture }, 'image task completed');
     return done ? capture : undefined;
   }
 
