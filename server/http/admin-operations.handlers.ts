@@ -7,6 +7,7 @@ import { pipeBounded, type StalledClient } from '../lib/base64-json.ts';
 import { Semaphore } from '../lib/semaphore.ts';
 import { USAGE_CSV_HEADER, usageCsvLines, type UsageReport } from '../services/admin/usage.service.ts';
 import { noStore } from './auth.ts';
+import { clientGone } from './request-guards.ts';
 import { sendJson, type HandlerMap, type Schemas } from './types.ts';
 
 export function adminOperationsHandlers(ctx: AppContext): Pick<HandlerMap, 'listLedgerEntries' | 'listWebhookDeliveries' | 'getUsage'> {
@@ -56,20 +57,6 @@ export function adminOperationsHandlers(ctx: AppContext): Pick<HandlerMap, 'list
       }
     },
   };
-}
-
-/**
- * Aborts when the client goes away before its answer ended (the response's 'close' before it
- * finished); at once for one gone already.
- */
-function clientGone(req: Request, res: Response): AbortSignal {
-  const controller = new AbortController();
-  const gone = () => {
-    if (!res.writableFinished) controller.abort(new Error('client gone'));
-  };
-  if (res.destroyed || req.socket.destroyed) gone();
-  else res.once('close', gone);
-  return controller.signal;
 }
 
 /** When a report refused for the instance's cap may be asked for again. */

@@ -16,6 +16,7 @@ import { logWith } from './access-log.ts';
 import { authOf, noStore } from './auth.ts';
 import { stagingOf } from './media-body.ts';
 import { uploadedFiles } from './multipart.ts';
+import { clientGone } from './request-guards.ts';
 import { openImageStream, openJsonAnswer } from './image-answer.ts';
 import { sendJsonWithImages, type HandlerMap, type ResponseBody } from './types.ts';
 
@@ -36,21 +37,6 @@ function acceptsEventStream(accept: string | undefined): boolean {
 
 function wantsAsync(req: Request): boolean {
   return /\brespond-async\b/i.test(String(req.headers.prefer ?? ''));
-}
-
-/**
- * An abort signal that fires when the client goes away before the response is finished: taken as
- * the request is handled, before its task is created (which may take a while: a held row, inputs
- * fetched by URL), so that a client gone meanwhile is known; one already gone aborts it at once.
- */
-function clientGone(req: Request, res: Response): AbortSignal {
-  const controller = new AbortController();
-  const gone = () => {
-    if (!res.writableFinished) controller.abort(new Error('client disconnected'));
-  };
-  if (res.destroyed || req.socket.destroyed) gone();
-  else res.once('close', gone);
-  return controller.signal;
 }
 
 export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' | 'editImage' | 'getImageTask' | 'listImageTasks'> {

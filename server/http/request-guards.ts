@@ -190,3 +190,17 @@ export function lingerAfterResponse(req: Request, res: Response): void {
   });
 }
 
+/**
+ * An abort signal that fires when the client goes away before the response is finished: taken as
+ * the request is handled, before its task is created (which may take a while: a held row, inputs
+ * fetched by URL), so that a client gone meanwhile is known; one already gone aborts it at once.
+ */
+export function clientGone(req: Request, res: Response): AbortSignal {
+  const controller = new AbortController();
+  const gone = () => {
+    if (!res.writableFinished) controller.abort(new Error('client disconnected'));
+  };
+  if (res.destroyed || req.socket.destroyed) gone();
+  else res.once('close', gone);
+  return controller.signal;
+}
