@@ -157,7 +157,7 @@ export function ConfirmButton({
       <Button {...buttonProps} onClick={() => setOpen(true)}>
         {children}
       </Button>
-      <Modal opened={open} onClose={() => setOpen(false)} title={title} centered>
+      <Modal opened={open} onClose={() => setOpen(false)} title={title} closeButtonProps={{ 'aria-label': 'Close' }} centered>
         <Stack>
           <Text size="sm">{message}</Text>
           <Group justify="flex-end">
@@ -191,10 +191,11 @@ export function credits(n: number | null | undefined): string {
   return n.toLocaleString('en-US', { maximumFractionDigits: 6 });
 }
 
+/** A time in the browser's zone, named ("28 Nov 2026, 09:15:00 GMT+1"): usage, next to it, is in UTC. */
 export function when(iso: string | null | undefined): string {
   if (!iso) return '—';
   const d = new Date(iso);
-  return d.toLocaleString('en-GB', { year: 'numeric', month: 'short', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  return d.toLocaleString('en-GB', { year: 'numeric', month: 'short', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit', timeZoneName: 'short' });
 }
 
 /**
@@ -258,9 +259,31 @@ export function limitText(v: Limit): string {
   return v === 'default' ? 'default' : v === null ? 'no limit' : v.toLocaleString('en-US');
 }
 
+/**
+ * A Limit while its form is edited: the choice and, for a custom limit, the number field as typed. An
+ * emptied field stays empty (typing 30 into it is 30, not 301); `limitValue` reads it on submit.
+ */
+export interface LimitDraft {
+  mode: 'default' | 'none' | 'custom';
+  /** The number field's value (Mantine's string while it is typed in); kept when another mode is picked. */
+  text: number | string;
+}
+
+export function limitDraft(v: Limit): LimitDraft {
+  return v === 'default' ? { mode: 'default', text: '' } : v === null ? { mode: 'none', text: '' } : { mode: 'custom', text: v };
+}
+
+/** A LimitDraft as a request states it; an empty custom field, or one below 1, stops the form. */
+export function limitValue(d: LimitDraft, label: string): Limit {
+  if (d.mode === 'default') return 'default';
+  if (d.mode === 'none') return null;
+  const n = requiredNumber(d.text, label);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`${label}: “${d.text}” is not a whole number of at least 1.`);
+  return n;
+}
+
 /** Edits a Limit: the operator's default, no limit, or a number. */
-export function LimitInput({ label, value, onChange, max }: { label: string; value: Limit; onChange: (v: Limit) => void; max: number }) {
-  const mode = value === 'default' ? 'default' : value === null ? 'none' : 'custom';
+export function LimitInput({ label, value, onChange, max }: { label: string; value: LimitDraft; onChange: (v: LimitDraft) => void; max: number }) {
   return (
     <Group gap="xs" align="flex-end" wrap="nowrap">
       <Select
@@ -270,20 +293,23 @@ export function LimitInput({ label, value, onChange, max }: { label: string; val
           { value: 'none', label: 'No limit' },
           { value: 'custom', label: 'Custom' },
         ]}
-        value={mode}
-        onChange={(m) => onChange(m === 'default' ? 'default' : m === 'none' ? null : typeof value === 'number' ? value : 60)}
+        value={value.mode}
+        onChange={(m) => {
+          const mode = (m ?? 'default') as LimitDraft['mode'];
+          onChange({ mode, text: mode === 'custom' && value.text === '' ? 60 : value.text });
+        }}
         allowDeselect={false}
         w={170}
       />
-      {mode === 'custom' && (
+      {value.mode === 'custom' && (
         <NumberInput
           aria-label={`${label} (number)`}
           min={1}
           max={max}
           allowDecimal={false}
           allowNegative={false}
-          value={value as number}
-          onChange={(v) => onChange(parseNumber(v) ?? 1)}
+          value={value.text}
+          onChange={(text) => onChange({ mode: 'custom', text })}
           w={120}
         />
       )}

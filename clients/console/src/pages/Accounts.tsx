@@ -4,7 +4,7 @@ import { useRef, useState, type FormEvent } from 'react';
 import { ApiFailure, api, call, type Account } from '../api.ts';
 import { changedFields } from '../changes.ts';
 import { Link, navigate } from '../router.tsx';
-import { ConfirmButton, ErrorAlert, LimitInput, Pager, STATUS_COLORS, credits, limitText, numberField, parseNumber, useAction, useCursorPages, useLoad, when, type Limit } from '../ui.tsx';
+import { ConfirmButton, ErrorAlert, LimitInput, Pager, STATUS_COLORS, credits, limitDraft, limitText, limitValue, numberField, parseNumber, useAction, useCursorPages, useLoad, when, type LimitDraft } from '../ui.tsx';
 import { LedgerTable } from './Ledger.tsx';
 
 export function AccountsPage() {
@@ -303,16 +303,16 @@ function EditAccount({ account, onSaved }: { account: Account; onSaved: (a: Acco
   const [status, setStatus] = useState(loaded.status);
   const [outputDays, setOutputDays] = useState<number | string>(loaded.output_retention_days ?? '');
   const [inputDays, setInputDays] = useState<number | string>(loaded.input_retention_days ?? '');
-  const [rpm, setRpm] = useState<Limit>(loaded.requests_per_minute);
-  const [inFlight, setInFlight] = useState<Limit>(loaded.max_in_flight);
+  const [rpm, setRpm] = useState<LimitDraft>(limitDraft(loaded.requests_per_minute));
+  const [inFlight, setInFlight] = useState<LimitDraft>(limitDraft(loaded.max_in_flight));
   const save = useAction(async () => {
     const body = changedFields(settingsOf(loaded), {
       name,
       status,
       output_retention_days: numberField(outputDays, 'Output retention (days)'),
       input_retention_days: numberField(inputDays, 'Input retention (days)'),
-      requests_per_minute: rpm,
-      max_in_flight: inFlight,
+      requests_per_minute: limitValue(rpm, 'Requests per minute'),
+      max_in_flight: limitValue(inFlight, 'Generations in flight'),
     });
     const updated = await call(api.PATCH('/admin/v1/accounts/{account_id}', { params: { path: { account_id: loaded.id } }, body }));
     onSaved(updated);

@@ -4,7 +4,7 @@ import { useMemo, useState, type FormEvent } from 'react';
 import { api, call, type ApiKey, type ApiKeyCreated, type Group as BackendGroup } from '../api.ts';
 import { changedFields } from '../changes.ts';
 import { Link, useLocation } from '../router.tsx';
-import { ConfirmButton, ErrorAlert, LimitInput, Pager, credits, limitText, numberField, useAction, useCursorPages, useLoad, when, type Limit } from '../ui.tsx';
+import { ConfirmButton, ErrorAlert, LimitInput, Pager, credits, limitDraft, limitText, limitValue, numberField, useAction, useCursorPages, useLoad, when, type LimitDraft } from '../ui.tsx';
 import { StatusBadge } from './Accounts.tsx';
 
 export function KeysPage() {
@@ -251,12 +251,16 @@ function RenameOrMoveKey({ apiKey, groups, onSaved }: { apiKey: ApiKey; groups: 
 /** A key's credit quota, requests per minute and generations in flight (PATCH /admin/v1/api-keys/{key_id}). */
 function EditKeyLimits({ apiKey, onSaved }: { apiKey: ApiKey; onSaved: () => void }) {
   const [quota, setQuota] = useState<number | string>(apiKey.unlimited ? '' : (apiKey.credit_limit ?? ''));
-  const [rpm, setRpm] = useState<Limit>(apiKey.requests_per_minute);
-  const [inFlight, setInFlight] = useState<Limit>(apiKey.max_in_flight);
+  const [rpm, setRpm] = useState<LimitDraft>(limitDraft(apiKey.requests_per_minute));
+  const [inFlight, setInFlight] = useState<LimitDraft>(limitDraft(apiKey.max_in_flight));
   const save = useAction(async () => {
     const body = changedFields(
       { credit_limit: apiKey.credit_limit, requests_per_minute: apiKey.requests_per_minute, max_in_flight: apiKey.max_in_flight },
-      { credit_limit: numberField(quota, 'Credit quota'), requests_per_minute: rpm, max_in_flight: inFlight },
+      {
+        credit_limit: numberField(quota, 'Credit quota'),
+        requests_per_minute: limitValue(rpm, 'Requests per minute'),
+        max_in_flight: limitValue(inFlight, 'Generations in flight'),
+      },
     );
     const updated = await call(api.PATCH('/admin/v1/api-keys/{key_id}', { params: { path: { key_id: apiKey.id } }, body }));
     onSaved();
@@ -302,8 +306,8 @@ function CreateKey({ defaultAccount, groups, onCreated }: { defaultAccount: stri
   const [name, setName] = useState('');
   const [groupId, setGroupId] = useState<string | null>(null);
   const [limit, setLimit] = useState<number | string>('');
-  const [rpm, setRpm] = useState<Limit>('default');
-  const [inFlight, setInFlight] = useState<Limit>('default');
+  const [rpm, setRpm] = useState<LimitDraft>(limitDraft('default'));
+  const [inFlight, setInFlight] = useState<LimitDraft>(limitDraft('default'));
   const create = useAction(async () =>
     call(
       api.POST('/admin/v1/api-keys', {
@@ -312,8 +316,8 @@ function CreateKey({ defaultAccount, groups, onCreated }: { defaultAccount: stri
           name,
           group_id: groupId ?? undefined,
           credit_limit: numberField(limit, 'Credit quota'),
-          requests_per_minute: rpm,
-          max_in_flight: inFlight,
+          requests_per_minute: limitValue(rpm, 'Requests per minute'),
+          max_in_flight: limitValue(inFlight, 'Generations in flight'),
         },
       }),
     ),

@@ -120,8 +120,8 @@ export function LedgerPage() {
           <TextInput label="API key id" value={draft.api_key_id} onChange={(e) => set('api_key_id')(e.currentTarget.value)} />
           <TextInput label="Task id" value={draft.task_id} onChange={(e) => set('task_id')(e.currentTarget.value)} />
           <MultiSelect label="Kind" placeholder="Any kind" data={KINDS} value={draft.kind} onChange={set('kind')} clearable w={260} />
-          <TextInput type="datetime-local" label="Created after" value={draft.after} onChange={(e) => set('after')(e.currentTarget.value)} />
-          <TextInput type="datetime-local" label="Created before" value={draft.before} onChange={(e) => set('before')(e.currentTarget.value)} />
+          <TextInput type="datetime-local" label="Created after (local time)" value={draft.after} onChange={(e) => set('after')(e.currentTarget.value)} />
+          <TextInput type="datetime-local" label="Created before (local time)" value={draft.before} onChange={(e) => set('before')(e.currentTarget.value)} />
           <Button type="submit">Apply filters</Button>
         </Group>
       </form>

@@ -398,8 +398,23 @@ function Facts({ label, rows }: { label: string; rows: [string, ReactNode][] }) 
 const list = (xs: readonly (string | number)[]) => xs.join(', ');
 const yesNo = (b: boolean | undefined) => (b ? 'yes' : 'no');
 
+/**
+ * The edges a custom size may have on any model, from the contract (openapi/components/schemas/ImageSize.yaml:
+ * "each edge 256 to 3840 px"); the server refuses a size outside them whatever the model's own limits.
+ */
+const CUSTOM_SIZE_EDGES = { min: 256, max: 3840 } as const;
+
+/** The edges the server takes in a custom size on this model: its own limits (min_edge/max_edge) within the contract's. */
+function customSizeEdges(caps: NonNullable<CatalogModel['image']>): string {
+  const limits = `${CUSTOM_SIZE_EDGES.min}–${CUSTOM_SIZE_EDGES.max} px`;
+  if (!caps.min_edge && !caps.max_edge) return `${limits} (the custom-size limits)`;
+  const min = Math.max(caps.min_edge ?? CUSTOM_SIZE_EDGES.min, CUSTOM_SIZE_EDGES.min);
+  const max = Math.min(caps.max_edge ?? CUSTOM_SIZE_EDGES.max, CUSTOM_SIZE_EDGES.max);
+  return min <= max ? `${min}–${max} px` : `none: the model's ${caps.min_edge ?? CUSTOM_SIZE_EDGES.min}–${caps.max_edge ?? CUSTOM_SIZE_EDGES.max} px is outside the custom-size limits (${limits})`;
+}
+
 function ImageCapabilities({ caps, settings, onChange }: SettingsProps<NonNullable<CatalogModel['image']>>) {
-  const edges = caps.min_edge || caps.max_edge ? `${caps.min_edge ?? 256}–${caps.max_edge ?? 3840} px` : 'the custom-size limits (256–3840 px)';
+  const edges = customSizeEdges(caps);
   return (
     <>
       <Title order={2} size="h3">

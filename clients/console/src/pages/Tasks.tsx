@@ -92,8 +92,8 @@ export function TasksPage() {
           <TextInput label="Model" value={draft.model} onChange={(e) => set('model')(e.currentTarget.value)} />
           <TextInput label="Member id" value={draft.member_id} onChange={(e) => set('member_id')(e.currentTarget.value)} />
           <Select label="Provider" w={150} data={[{ value: '', label: 'Any provider' }, ...PROVIDERS.map((p) => ({ value: p, label: p }))]} value={draft.provider} onChange={(v) => set('provider')(v ?? '')} allowDeselect={false} />
-          <TextInput type="datetime-local" label="Created after" value={draft.after} onChange={(e) => set('after')(e.currentTarget.value)} />
-          <TextInput type="datetime-local" label="Created before" value={draft.before} onChange={(e) => set('before')(e.currentTarget.value)} />
+          <TextInput type="datetime-local" label="Created after (local time)" value={draft.after} onChange={(e) => set('after')(e.currentTarget.value)} />
+          <TextInput type="datetime-local" label="Created before (local time)" value={draft.before} onChange={(e) => set('before')(e.currentTarget.value)} />
           <Button type="submit">Apply filters</Button>
         </Group>
       </form>

@@ -57,8 +57,8 @@ export function WebhooksPage() {
         <Group align="flex-end" wrap="wrap">
           <MultiSelect label="State" placeholder="Any state" w={260} data={STATES} value={draft.status} onChange={(v) => setDraft({ ...draft, status: v as State[] })} clearable />
           <TextInput label="Account id" value={draft.account_id} onChange={(e) => setDraft({ ...draft, account_id: e.currentTarget.value })} />
-          <TextInput type="datetime-local" label="Created after" value={draft.after} onChange={(e) => setDraft({ ...draft, after: e.currentTarget.value })} />
-          <TextInput type="datetime-local" label="Created before" value={draft.before} onChange={(e) => setDraft({ ...draft, before: e.currentTarget.value })} />
+          <TextInput type="datetime-local" label="Created after (local time)" value={draft.after} onChange={(e) => setDraft({ ...draft, after: e.currentTarget.value })} />
+          <TextInput type="datetime-local" label="Created before (local time)" value={draft.before} onChange={(e) => setDraft({ ...draft, before: e.currentTarget.value })} />
           <Button type="submit">Apply filters</Button>
         </Group>
       </form>
