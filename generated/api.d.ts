@@ -93,7 +93,9 @@ export interface paths {
          *
          *     **Credits.** The price of the request (per image, set by the operator per model) is held on the
          *     key quota and the account balance before the upstream is called. Delivered images are captured;
-         *     the hold of images not delivered (failure, client disconnect) is released.
+         *     the hold of images not delivered (failure, client disconnect) is released. The task's `billing`
+         *     (`GET /v1/images/{task_id}`, `GET /v1/images`, the `202` answer) shows the price per image and
+         *     the credits held, and once the task is settled the images charged and their credits.
          *
          *     **Errors.**
          *     - `400`: `invalid_request` (schema; `param` names the field), `invalid_json`, `alias_conflict`
@@ -176,7 +178,9 @@ export interface paths {
          *
          *     **Credits.** The price of the request (per image, set by the operator per model) is held on the
          *     key quota and the account balance before the upstream is called. Delivered images are captured;
-         *     the hold of images not delivered (failure, client disconnect) is released.
+         *     the hold of images not delivered (failure, client disconnect) is released. The task's `billing`
+         *     (`GET /v1/images/{task_id}`, `GET /v1/images`, the `202` answer) shows the price per image and
+         *     the credits held, and once the task is settled the images charged and their credits.
          *
          *     **Errors.**
          *     - `400`: `invalid_request` (schema; `param` names the field), `invalid_json`, `alias_conflict`
@@ -267,7 +271,9 @@ export interface paths {
          *     A running task has `status: processing` and no completion fields (`completed`, `completed_at`,
          *     `data`); a completed task carries `data` (`url` and/or `b64_json` per the request's
          *     `response_format`; URLs are freshly signed on each read); a failed task carries
-         *     `error.message`. `needs_attention` means the upstream outcome is unknown; its credits stay held
+         *     `error.message`. Every task carries `billing`: its price per image and the credits held at
+         *     creation, and once it is settled the images charged and their credits (`ImageBilling`).
+         *     `needs_attention` means the upstream outcome is unknown; its credits stay held
          *     until an operator settles it through the admin API as completed or refunded (a refund then
          *     shows as `failed`). Transitions: `processing` → `completed` | `failed` | `needs_attention`;
          *     `needs_attention` → `completed` | `failed`.
@@ -2569,6 +2575,55 @@ export interface components {
          */
         ImageStreamEvent: components["schemas"]["ImageGenerationPartialImageEvent"] | components["schemas"]["ImageGenerationCompletedEvent"] | components["schemas"]["ImageEditPartialImageEvent"] | components["schemas"]["ImageEditCompletedEvent"] | components["schemas"]["ImageStreamErrorEvent"];
         /**
+         * ImageBilling
+         * @description The price of an image task, fixed when it was created, and what it was charged. Rules:
+         *     1. `per_item`, one unit per `image`: `quotedCredits` = `unitPrice` × `images` (the request's
+         *        `n`), held on the key quota and the account balance at creation.
+         *     2. The snapshot is immutable: `unitPrice`, `images` and `quotedCredits` never change after
+         *        creation, even after a price change.
+         *     3. `actualCredits` = `unitPrice` × `delivered`. Both are 0 while the task is `processing` or
+         *        `needs_attention` (its quote is held, nothing is charged yet) and are set when the hold is
+         *        settled; what is not charged is released.
+         *     4. `completed`: `delivered` is the number of images delivered and charged, which is fewer than
+         *        `images` when the upstream returned fewer or a stream's client left early. It may also exceed
+         *        the entries of `data`: an image a synchronous `b64_json` answer carried, whose stored copy
+         *        could not be written, was delivered and charged but is not in `data`.
+         *     5. `failed`: a failure releases everything (`actualCredits` 0, `delivered` 0). An operator's
+         *        refund of a `needs_attention` task (`error.code` `refunded`) keeps charged only the images an
+         *        event stream had already delivered, and releases the rest; 0 when it delivered none.
+         * @example {
+         *       "mode": "per_item",
+         *       "unit": "image",
+         *       "unitPrice": 0.04,
+         *       "images": 2,
+         *       "quotedCredits": 0.08,
+         *       "actualCredits": 0.04,
+         *       "delivered": 1
+         *     }
+         */
+        ImageBilling: {
+            /**
+             * @description Always `per_item`: every image is priced and charged separately.
+             * @constant
+             */
+            mode: "per_item";
+            /**
+             * @description Always `image`.
+             * @constant
+             */
+            unit: "image";
+            /** @description Price per image in credits, for the request's model, resolution tier and quality. */
+            unitPrice: number;
+            /** @description Images requested (`n`). */
+            images: number;
+            /** @description Credits quoted (and held) at creation, `unitPrice` × `images`. */
+            quotedCredits: number;
+            /** @description Credits charged, `unitPrice` × `delivered`; 0 until the task is settled, and 0 when everything was refunded. */
+            actualCredits: number;
+            /** @description Images charged; 0 until the task is settled. */
+            delivered: number;
+        };
+        /**
          * ImageTask
          * @description A persistent image task (`GET /v1/images/{task_id}`, and the `202` answer of an image request sent
          *     with `Prefer: respond-async`). Every image request creates one; its id is in the `X-Task-Id`
@@ -2579,7 +2634,7 @@ export interface components {
          *     - `completed`: the results are in `data` (`url` and/or `b64_json`, per `response_format`). A
          *       synchronous `b64_json` answer carries the images itself and their copies are stored as the task
          *       completes: should a copy fail to be written, that image was still delivered and charged, and
-         *       `data` leaves it out.
+         *       `data` leaves it out (`billing.delivered` counts it).
          *     - `failed`: `error.message` gives the reason; the task's held credits were released. When the
          *       gateway's media storage was full or could not be written, `error.code` is `storage_full` or
          *       `storage_unavailable`.
@@ -2591,6 +2646,9 @@ export interface components {
          *     Transitions: `processing` → `completed` | `failed` | `needs_attention`; `needs_attention` →
          *     `completed` | `failed` (settled by an operator; a refund shows as `failed` with an `error.message`
          *     saying the credits were refunded). `completed` and `failed` are final.
+         *
+         *     Every task carries `billing`: its price, fixed at creation, and what it was charged once settled
+         *     (`billing.actualCredits` for `billing.delivered` images; see `ImageBilling`).
          * @example {
          *       "id": "img_01JTXK9W3R5T7Y9U1I3O5P7A9S",
          *       "object": "image.task",
@@ -2604,7 +2662,16 @@ export interface components {
          *         {
          *           "url": "http://localhost:8080/v1/files/file_01JTXK4D2M8Q6N3V5B7C9E1F2G?expires=1767229200&signature=3fa9c1d2e4b5a6978877665544332211"
          *         }
-         *       ]
+         *       ],
+         *       "billing": {
+         *         "mode": "per_item",
+         *         "unit": "image",
+         *         "unitPrice": 1,
+         *         "images": 1,
+         *         "quotedCredits": 1,
+         *         "actualCredits": 1,
+         *         "delivered": 1
+         *       }
          *     }
          */
         ImageTask: {
@@ -2643,6 +2710,7 @@ export interface components {
             media_expires_at?: string;
             /** @description The results, present once `completed` (empty once the images passed their retention). */
             data?: components["schemas"]["ImageData"][];
+            billing: components["schemas"]["ImageBilling"];
             /** @description Present when `failed`. */
             error?: {
                 /** @description The reason of the failure. */
@@ -5897,7 +5965,16 @@ export interface operations {
                      *       "status": "processing",
                      *       "model": "local-image-1",
                      *       "created": 1767225600,
-                     *       "created_at": "2026-01-01T00:00:00Z"
+                     *       "created_at": "2026-01-01T00:00:00Z",
+                     *       "billing": {
+                     *         "mode": "per_item",
+                     *         "unit": "image",
+                     *         "unitPrice": 1,
+                     *         "images": 1,
+                     *         "quotedCredits": 1,
+                     *         "actualCredits": 0,
+                     *         "delivered": 0
+                     *       }
                      *     }
                      */
                     "application/json": components["schemas"]["ImageTask"];
@@ -6033,7 +6110,16 @@ export interface operations {
                      *       "status": "processing",
                      *       "model": "local-image-1",
                      *       "created": 1767225600,
-                     *       "created_at": "2026-01-01T00:00:00Z"
+                     *       "created_at": "2026-01-01T00:00:00Z",
+                     *       "billing": {
+                     *         "mode": "per_item",
+                     *         "unit": "image",
+                     *         "unitPrice": 1,
+                     *         "images": 1,
+                     *         "quotedCredits": 1,
+                     *         "actualCredits": 0,
+                     *         "delivered": 0
+                     *       }
                      *     }
                      */
                     "application/json": components["schemas"]["ImageTask"];
@@ -6134,7 +6220,16 @@ export interface operations {
                      *             {
                      *               "url": "http://localhost:8080/v1/files/file_01JTXK4D2M8Q6N3V5B7C9E1F2G?expires=1767229200&signature=3fa9c1d2e4b5a6978877665544332211"
                      *             }
-                     *           ]
+                     *           ],
+                     *           "billing": {
+                     *             "mode": "per_item",
+                     *             "unit": "image",
+                     *             "unitPrice": 1,
+                     *             "images": 1,
+                     *             "quotedCredits": 1,
+                     *             "actualCredits": 1,
+                     *             "delivered": 1
+                     *           }
                      *         }
                      *       ],
                      *       "first_id": "img_01JTXK9W3R5T7Y9U1I3O5P7A9S",

@@ -44,11 +44,24 @@ export class ApiError extends Error {
     this.name = 'ApiError';
   }
 
+  /**
+   * A refusal that came before the request cost the server anything (its body unread, no media
+   * stored or fetched: `429 too_many_in_flight` of a cap checked first, or of a hold with no inputs):
+   * its request-per-minute tokens go back (http/request-rate.ts). Set by `returningRateToken`.
+   */
+  rateTokenBack = false;
+
   body(requestId?: string): ErrorBody {
     const error: ErrorBody['error'] = { message: this.message, type: errorTypeFor(this.status), code: this.code, param: this.param };
     if (requestId !== undefined && this.status >= 500) error.request_id = requestId;
     return { error, ...this.extra } as ErrorBody;
   }
+}
+
+/** Marks `err` as a refusal whose request-per-minute tokens go back (ApiError.rateTokenBack). */
+export function returningRateToken(err: ApiError): ApiError {
+  err.rateTokenBack = true;
+  return err;
 }
 
 export const badRequest = (code: ErrorCode, message: string, param: string | null = null) => new ApiError(400, code, message, param);

@@ -75,7 +75,7 @@ export interface CreateDatabaseOptions {
  * (53: its disk is full, out of memory, too many connections); admin_shutdown, crash_shutdown,
  * cannot_connect_now, database_dropped.
  */
-const CONNECTION_LOST = /^(08|53|57P0[1-4])/;
+const CONNECTION_LOST = /^(08|53[123]00|57P0[1-4])/;
 const SOCKET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
 /** node-postgres' own messages for a connection that broke or could not be made (pg and pg-pool 8.x). */
 const PG_CONNECTION_MESSAGES = /^(Connection terminated|Client has encountered a connection error and is not queryable|Client was closed and is not queryable|timeout exceeded when trying to connect)/;

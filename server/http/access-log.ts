@@ -34,11 +34,6 @@ export function logWith(res: Response, fields: Record<string, unknown>): boolean
   return res.locals.logWritten !== true;
 }
 
-/** The error code a response was answered with (the error middleware logs it: `errorCode`), if any. */
-export function errorCodeOf(res: Response): unknown {
-  return (res.locals.logFields as Record<string, unknown> | undefined)?.errorCode;
-}
-
 /**
  * The operationId of a method and path in `spec`, as the validator would match them (a path without
  * parameters before one with them), or undefined: the label stays one of the contract's operations.

@@ -9,6 +9,7 @@ import { isDatabaseUnavailable } from '../db/database.ts';
 import { ApiError, apiErrorOfStorage, databaseUnavailable, type ErrorCode } from '../errors.ts';
 import { StorageError } from '../services/file.service.ts';
 import { lingerAfterResponse } from './request-guards.ts';
+import { giveBackRateToken } from './request-rate.ts';
 
 const AUTH_ERROR = Symbol('mediagate.authError');
 
@@ -201,6 +202,7 @@ export function errorMiddleware(log: Logger): ErrorRequestHandler {
     }
     // The request's line says which error it was answered (its status alone does not).
     logWith(res, { errorCode: apiError.code });
+    if (apiError.rateTokenBack) giveBackRateToken(res);
     // An error is about this one request: never kept by a cache (whatever the route had set).
     res.setHeader('Cache-Control', 'no-store');
     for (const [name, value] of Object.entries(apiError.headers)) res.setHeader(name, value);

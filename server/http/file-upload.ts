@@ -15,7 +15,7 @@
  */
 import busboy from 'busboy';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { ApiError, badRequest } from '../errors.ts';
+import { ApiError, badRequest, returningRateToken } from '../errors.ts';
 import { MediaTooLarge, StorageError, type FileRow, type FileService } from '../services/file.service.ts';
 import { IN_FLIGHT_RETRY_AFTER_SECONDS } from '../services/limits/client-limits.ts';
 import { authOf } from './auth.ts';
@@ -52,14 +52,15 @@ export const UPLOADS_IN_FLIGHT_PER_KEY = 4;
 
 /** `429 too_many_in_flight` of a key at its cap of uploads in flight. */
 function tooManyUploads(): ApiError {
-  return new ApiError(
+  // Refused before the body is read: its request-per-minute token goes back.
+  return returningRateToken(new ApiError(
     429,
     'too_many_in_flight',
     `This API key already has ${UPLOADS_IN_FLIGHT_PER_KEY} uploads in flight, its limit; retry when one of them has been answered.`,
     null,
     {},
     { 'Retry-After': String(IN_FLIGHT_RETRY_AFTER_SECONDS) },
-  );
+  ));
 }
 
 /**

@@ -110,6 +110,17 @@ const invalid = (message: string, param: string | null) => new ApiError(400, 'in
  * other Content-Type. Text fields go to `req.body` (coerced, duplicates rejected); image files to
  * `req.files` (array, arrival order) and with the mask to `uploadedFiles(req)`.
  */
+const GRANTED = Symbol('mediagate.grantedBodyBytes');
+
+/** Records that `req`'s body (of unknown length) was granted `bytes` of the large-body budget: its parser stops past them. */
+export function grantBodyBytes(req: Request, bytes: number): void {
+  (req as Request & { [GRANTED]?: number })[GRANTED] = bytes;
+}
+
+function grantedBodyBytes(req: Request): number {
+  return (req as Request & { [GRANTED]?: number })[GRANTED] ?? Number.POSITIVE_INFINITY;
+}
+
 export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): RequestHandler {
   const cfg: MultipartLimits = { ...DEFAULT_MULTIPART_LIMITS, ...limits };
 
@@ -123,6 +134,9 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
     const images: PendingFile[] = [];
     let mask: PendingFile | undefined;
     let total = 0;
+    // A body of unknown length was granted this much of the large-body budget (largeBodySlots): it
+    // is held in memory, so it may not grow past it.
+    const maxTotal = Math.min(cfg.maxTotalBytes, grantedBodyBytes(req));
     let bb: busboy.Busboy | undefined;
     let settled = false;
     // A body that stops (or drips) is cut as any other is: it holds a share of the large-body
@@ -132,8 +146,8 @@ export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): Reque
     const onData = (chunk: Buffer): void => {
       deadline.touch();
       total += chunk.length;
-      if (total > cfg.maxTotalBytes) {
-        reject(bodyTooLarge(cfg.maxTotalBytes));
+      if (total > maxTotal) {
+        reject(bodyTooLarge(maxTotal));
         return;
       }
       if (bb && !bb.write(chunk)) {

@@ -9,6 +9,7 @@ import type { NextFunction, Request, Response } from 'express';
 import { ApiError } from '../errors.ts';
 import type { LargeBodyBudget } from '../services/media/large-body-budget.ts';
 import { authOf, hasAuth } from './auth.ts';
+import { grantBodyBytes } from './multipart.ts';
 
 /**
  * Holds a share of the large-body budget from before a large multipart body is read until its
@@ -41,10 +42,14 @@ export function largeBodySlots(budget: LargeBodyBudget, maxBodyBytes = Number.PO
     const gone = new AbortController();
     res.once('close', () => gone.abort(new Error('client gone')));
     const accountId = hasAuth(req) ? authOf(req).accountId : undefined;
-    budget.acquire(length === undefined ? opts.budgetBytes : Number(length), gone.signal, accountId).then(
+    // A body of unknown length takes the account's share, and its parser stops there (memory
+    // bounded by what was granted); one of known length takes its length (the whole budget at most).
+    const bytes = length === undefined ? budget.accountShare : Number(length);
+    budget.acquire(bytes, gone.signal, accountId).then(
       (release) => {
         // Closed between the grant and here: its 'close' has passed too.
         if (gone.signal.aborted) return release();
+        if (length === undefined) grantBodyBytes(req, bytes);
         res.once('close', release);
         next();
       },

@@ -8,14 +8,24 @@
  * nothing. Every response of these operations to a key or account with a limit carries OpenAI's
  * `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and `x-ratelimit-reset-requests`
  * (events streams and errors included: they are set before anything is written). A request then
- * refused for a cap on what is in flight (`429 too_many_in_flight`: generations, uploads, webhook
- * tests, an account's share of large bodies) gets its tokens back (`RequestRateLimiter.giveBack`).
+ * refused for a cap on what is in flight before it cost anything (`429 too_many_in_flight` of the
+ * upload or webhook-test cap or an account's share of large bodies, its body unread; of a hold with
+ * no media inputs) gets its tokens back (`ApiError.rateTokenBack`, `RequestRateLimiter.giveBack`):
+ * a client that follows its `Retry-After: 1` does not spend its minute waiting for a place. One that
+ * read, stored or fetched media first keeps its token spent: the rate bounds how often it can.
  */
+
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { rateLimited } from '../services/limits/client-limits.ts';
 import { formatReset, type RateHeaders, type RequestRateLimiter } from '../services/limits/request-rate.ts';
-import { errorCodeOf } from './access-log.ts';
 import { authOf, hasAuth } from './auth.ts';
+
+const GIVE_BACK = 'giveBackRateToken';
+
+/** Gives back the request's request-per-minute tokens, if the gate took any (the error middleware, for a refusal marked so). */
+export function giveBackRateToken(res: Response): void {
+  (res.locals[GIVE_BACK] as (() => void) | undefined)?.();
+}
 
 const GENERATION_PATHS = ['/v1/images/generations', '/v1/images/edits', '/v1/videos/generations', '/api/v1/videos/generations'];
 /** The paths whose requests take a token of the key's and the account's buckets. */
@@ -34,11 +44,8 @@ export function requestRateGate(limiter: RequestRateLimiter): RequestHandler {
     const auth = authOf(req);
     limiter.consume(auth, auth.limits).then((decision) => {
       if (decision.headers) setRateHeaders(res, decision.headers);
-      if (decision.allowed && decision.headers) {
-        res.once('finish', () => {
-          if (res.statusCode === 429 && errorCodeOf(res) === 'too_many_in_flight') void limiter.giveBack(auth, auth.limits);
-        });
-      }
+      // For the error middleware, should the request be refused before it cost anything (ApiError.rateTokenBack).
+      if (decision.allowed && decision.headers) res.locals[GIVE_BACK] = () => void limiter.giveBack(auth, auth.limits);
       if (decision.allowed) next();
       else next(rateLimited(decision.blamed, decision.limit, decision.retryAfterMs));
     }, next);

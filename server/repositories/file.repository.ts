@@ -226,8 +226,8 @@ export class FileRepository {
 
   /**
    * Deletes the file's row and, in the same statement, detaches it from the task that generated
-   * it: a video task's output_file_id is cleared, an image task's result_file_ids loses it (as
-   * ImageTaskRepository.dropResultFiles), so their lookups no longer name a file that is gone.
+   * it: a video task's output_file_id is cleared, an image task's result_file_ids loses it, so
+   * their lookups no longer name a file that is gone.
    * The storage keys of the file and of the copies that went with it are recorded in
    * pending_deletes by the same statement, and returned: the caller deletes their bytes once the
    * transaction has committed, then `forgetPendingDeletes`; what the store does not delete then is

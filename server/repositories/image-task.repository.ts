@@ -31,6 +31,7 @@ export type LookedUpImageTaskRow = ImageTaskRow & { mediaExpiresAt: Date | null 
  */
 const POLLED_FIELDS = [
   'id', 'status', 'model', 'createdAt', 'completedAt', 'errorCode', 'errorMessage', 'params', 'resultFileIds', 'revisedPrompt',
+  'n', 'unitPrice', 'quotedCredits', 'actualCredits', 'delivered',
 ] as const satisfies readonly (keyof ImageTaskRow)[];
 
 export type PolledImageTaskRow = Pick<ImageTaskRow, (typeof POLLED_FIELDS)[number]> & { mediaExpiresAt: Date | null };

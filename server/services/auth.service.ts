@@ -50,13 +50,13 @@ export class AuthService {
     const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
     const key = match?.[1];
     if (!key || !looksLikeApiKey(key)) throw invalidApiKey();
-    const hash = hashApiKey(key);
-    const row = await this.lookup(hash);
+    const keyHash = hashApiKey(key).toString('base64');
+    const row = await this.lookup(keyHash);
     if (!row) throw invalidApiKey();
     if (!row.isActive) throw apiKeyInactive();
     if (row.accountStatus !== 'active') throw accountSuspended();
     this.touch(row.id);
-    return { apiKeyId: row.id, accountId: row.accountId, groupId: row.groupId, limits: this.limitsOf(row), keyHash: hash.toString('base64'), checkedAt: this.now() };
+    return { apiKeyId: row.id, accountId: row.accountId, groupId: row.groupId, limits: this.limitsOf(row), keyHash, checkedAt: this.now() };
   }
 
   /**
@@ -67,8 +67,8 @@ export class AuthService {
    * still in use is the hold statement's own check; a key no longer found keeps what it had.
    */
   async current(auth: AuthContext): Promise<AuthContext> {
-    if (auth.keyHash === undefined || auth.checkedAt === undefined || this.now() - auth.checkedAt <= FRESH_MS) return auth;
-    const row = await this.lookup(Buffer.from(auth.keyHash, 'base64'));
+    if (this.isFresh(auth)) return auth;
+    const row = await this.lookup(auth.keyHash!);
     if (!row || row.id !== auth.apiKeyId) return auth;
     return { ...auth, limits: this.limitsOf(row), checkedAt: this.now() };
   }
@@ -89,8 +89,14 @@ export class AuthService {
     this.cache.clear();
   }
 
-  private lookup(hash: Buffer): Promise<KeyAuthRow | undefined> {
-    return this.cache.get(hash.toString('base64'), () => this.keys.findAuthByHash(hash));
+  /** Whether `auth`'s limits are as current as a lookup would make them (checked within FRESH_MS): `current` is then `auth` itself. */
+  isFresh(auth: AuthContext): boolean {
+    return auth.keyHash === undefined || auth.checkedAt === undefined || this.now() - auth.checkedAt <= FRESH_MS;
+  }
+
+  /** The key's row by its hash (base64, the cache's key). */
+  private lookup(keyHash: string): Promise<KeyAuthRow | undefined> {
+    return this.cache.get(keyHash, () => this.keys.findAuthByHash(Buffer.from(keyHash, 'base64')));
   }
 
   private touch(keyId: string): void {

@@ -272,6 +272,41 @@ describe('generations in flight', () => {
     expect((await video(c.key)).body.error?.code).toBe('rate_limited');
   });
 
+  it('keeps the token of a request refused for the in-flight cap after its media inputs were read and stored (the rate bounds how often a key can make the server do that)', async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    expect((await setKey(c.apiKeyId, { max_in_flight: 1, requests_per_minute: 3 })).status).toBe(200);
+    expect((await video(c.key)).status).toBe(202);
+    const frame = { firstFrame: `data:image/png;base64,${png.toString('base64')}` };
+    expect((await video(c.key, frame)).body.error?.code).toBe('too_many_in_flight');
+    expect((await video(c.key, frame)).body.error?.code).toBe('too_many_in_flight');
+    // Both refusals spent their token: the minute's 3 are used.
+    expect((await video(c.key, frame)).body.error?.code).toBe('rate_limited');
+  });
+
+  it("names the cap the hold applied (read again for a body that streamed), not the one of the key's check", async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    expect((await video(c.key)).status).toBe(202);
+    const { request } = await import('node:http');
+    const body = JSON.stringify({ ...VIDEO, client_request_id: `lim-${++seq}` });
+    const refused = await new Promise<string>((resolve, reject) => {
+      const req = request(`${server.directUrl}/v1/videos/generations`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
+      });
+      req.on('response', (res) => {
+        let text = '';
+        res.on('data', (d: Buffer) => (text += d.toString()));
+        res.on('end', () => resolve(text));
+      });
+      req.on('error', reject);
+      req.write(body.slice(0, 10));
+      void setKey(c.apiKeyId, { max_in_flight: 1 })
+        .then(() => new Promise((r) => setTimeout(r, 1_200)))
+        .then(() => req.end(body.slice(10)), reject);
+    });
+    expect((JSON.parse(refused) as { error: { message: string } }).error.message).toBe('This API key already has 1 generation in flight, its limit; retry when one of them has finished.');
+  });
+
   it('is exact under concurrency: 24 creations at once against a cap of 5 create 5 tasks and charge 5', async () => {
     const c = await createCustomer(server.db, { balance: 100 });
     await setKey(c.apiKeyId, { max_in_flight: 5 });

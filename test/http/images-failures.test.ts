@@ -111,7 +111,16 @@ describe('GET /v1/images/{task_id} while the task runs (§2.4, §4.5)', () => {
     const { data, response } = await server.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: id } } });
     expect(response.status).toBe(200);
     expect(response.headers.get('x-request-id')).toBeTruthy();
-    expect(data).toEqual({ id, object: 'image.task', status: 'processing', model: 'local-image-1', created: expect.any(Number), created_at: expect.any(String) });
+    expect(data).toEqual({
+      id,
+      object: 'image.task',
+      status: 'processing',
+      model: 'local-image-1',
+      created: expect.any(Number),
+      created_at: expect.any(String),
+      // Held, nothing charged yet.
+      billing: { mode: 'per_item', unit: 'image', unitPrice: 1, images: 1, quotedCredits: 1, actualCredits: 0, delivered: 0 },
+    });
     expect(await holdOf(server, id)).toEqual({ amount: 1_000_000, status: 'held', captured: 0 });
   });
 });

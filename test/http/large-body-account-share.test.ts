@@ -3,7 +3,9 @@
  * trickling a chunked multipart edit (which takes the whole budget without a cap) for up to
  * BODY_TIMEOUT_MS keeps no other account's large edits waiting (then 503 server_busy), and a large
  * request that would take its own account past the share is 429 too_many_in_flight at once, naming
- * the account, its body unread. A body larger than the share is still taken, as before.
+ * the account, its body unread. A body of unknown length is granted the share and stops there (413);
+ * one of known length is granted its length (the whole budget at most) when its account holds
+ * nothing: the budget counts the bytes held in memory, never fewer.
  */
 import { request, type ClientRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -85,9 +87,35 @@ describe("an account's share of the large-body budget", () => {
     expect(await sendEdit(hog.key, editBody(300_000))).toMatchObject({ status: 400, code: 'invalid_image' });
   });
 
-  it('takes a body larger than the share (its share), as a body larger than the budget took the budget', async () => {
+  it('takes a body of known length larger than the share whole when its account holds nothing (the budget bounds memory, never overcommitted)', async () => {
     const c = await createCustomer(server.db, { balance: 100 });
-    expect(await sendEdit(c.key, editBody(SHARE + 500_000))).toMatchObject({ status: 400, code: 'invalid_image' });
-    expect(server.ctx.services.largeBodies.heldBy(c.accountId)).toBe(0);
+    const budget = server.ctx.services.largeBodies;
+    const body = editBody(SHARE + 500_000);
+    // Sent slowly enough to look at the budget while it is read.
+    const url = new URL(`${server.directUrl}/v1/images/edits`);
+    const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': CONTENT_TYPE, 'Content-Length': body.length } });
+    const answered = new Promise<number>((resolve) => req.on('response', (res) => (res.resume(), resolve(res.statusCode!))));
+    req.write(body.subarray(0, 1000));
+    await until(() => budget.inUse > 0, 10_000, 'the body to take its part of the budget');
+    expect([budget.inUse, budget.heldBy(c.accountId)]).toEqual([body.length, body.length]);
+    req.end(body.subarray(1000));
+    expect(await answered).toBe(400);
+    await until(() => budget.heldBy(c.accountId) === 0, 10_000, 'the budget given back');
+  });
+
+  it('stops a body of unknown length at the share it was granted: 413, never more in memory than the budget counts', async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    const url = new URL(`${server.directUrl}/v1/images/edits`);
+    const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': CONTENT_TYPE, 'Transfer-Encoding': 'chunked' } });
+    req.on('error', () => undefined);
+    const answered = new Promise<{ status: number; code?: string }>((resolve) =>
+      req.on('response', (res) => {
+        let text = '';
+        res.on('data', (d: Buffer) => (text += d.toString()));
+        res.on('end', () => resolve({ status: res.statusCode!, code: (JSON.parse(text) as { error?: { code: string } }).error?.code }));
+      }),
+    );
+    req.end(editBody(SHARE + 500_000));
+    expect(await answered).toEqual({ status: 413, code: 'body_too_large' });
   });
 });

@@ -82,7 +82,7 @@ export interface ImageServiceDeps {
   runner: ImageRunner;
   notifier: TaskNotifier;
   /** Reads a request's limits again before its hold (`AuthService.current`). */
-  auth: Pick<AuthService, 'current'>;
+  auth: Pick<AuthService, 'current' | 'isFresh'>;
   log: Logger;
   /** Lease owner of the synchronous tasks this process's requests run. */
   instanceId: string;
@@ -109,6 +109,24 @@ export interface ImageServiceDeps {
 /** What the lookup shape may read: the columns the poll selects (PolledImageTaskRow), so it can read no other. */
 type ImageLookupFields = Omit<PolledImageTaskRow, 'mediaExpiresAt'> & { mediaExpiresAt?: Date | null };
 
+/**
+ * The price a task was created at and what it was charged (ImageBilling). Only a settled task
+ * (completed or failed) has charged anything: a needs_attention task's row already counts the images
+ * a stream recorded as sent, but until an operator settles it nothing is captured.
+ */
+function billingOf(row: ImageLookupFields): Schemas['ImageBilling'] {
+  const settled = row.status === 'completed' || row.status === 'failed';
+  return {
+    mode: 'per_item',
+    unit: 'image',
+    unitPrice: toCredits(row.unitPrice),
+    images: row.n,
+    quotedCredits: toCredits(row.quotedCredits),
+    actualCredits: settled ? toCredits(row.actualCredits) : 0,
+    delivered: settled ? row.delivered : 0,
+  };
+}
+
 /** The lookup shape of a task, without its results (`data`). */
 function taskShape<M>(row: ImageLookupFields): WithBase64<Schemas['ImageTask'], M> {
   const task: WithBase64<Schemas['ImageTask'], M> = {
@@ -118,6 +136,7 @@ function taskShape<M>(row: ImageLookupFields): WithBase64<Schemas['ImageTask'], 
     model: row.model,
     created: Math.floor(row.createdAt.getTime() / 1000),
     created_at: row.createdAt.toISOString(),
+    billing: billingOf(row),
   };
   if (row.completedAt && (row.status === 'completed' || row.status === 'failed')) {
     task.completed = Math.floor(row.completedAt.getTime() / 1000);
@@ -345,7 +364,9 @@ export class ImageService {
     // (JSON edits) and the files it names.
     const adopted = maskFileId ? [...inputFileIds, maskFileId] : inputFileIds;
     // The caps on generations in flight as they are now (the body may have streamed for minutes).
-    const inFlightCaps = inFlightCapsOf(await this.deps.auth.current(auth));
+    // (Synchronous on the hot path: a generation's body took milliseconds, its check is fresh.)
+    const limited = this.deps.auth.isFresh(auth) ? auth : await this.deps.auth.current(auth);
+    const inFlightCaps = inFlightCapsOf(limited);
     const first = route?.first;
     const holding = this.deps.ledger
       .holdAndInsertTask(
@@ -392,7 +413,7 @@ export class ImageService {
     if (outcome === 'account_suspended') throw accountSuspended();
     if (outcome === 'key_quota_exceeded') throw paymentRequired('key_quota_exceeded', `This API key's credit limit cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
     if (outcome === 'insufficient_balance') throw paymentRequired('insufficient_balance', `The account balance cannot cover ${req.n} image(s) (${toCredits(quoted)} credits).`);
-    if (outcome === 'key_too_many_in_flight' || outcome === 'account_too_many_in_flight') throw inFlightRefusal(outcome, auth);
+    if (outcome === 'key_too_many_in_flight' || outcome === 'account_too_many_in_flight') throw inFlightRefusal(outcome, limited, adopted.length > 0);
     if (outcome === 'input_files_gone') throw inputFilesGone();
     // A synchronous task's request line carries this (http/images.handlers.ts): one line, not three.
     if (mode.async) {

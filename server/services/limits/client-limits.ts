@@ -5,7 +5,7 @@
  * `"default"`, `null` and N.
  */
 import { MAX_IN_FLIGHT, MAX_REQUESTS_PER_MINUTE, type ClientLimits } from '../../config.ts';
-import { ApiError, badRequest } from '../../errors.ts';
+import { ApiError, badRequest, returningRateToken } from '../../errors.ts';
 
 /** The limits of a key and of its account, as they apply to a request (`null`: no limit). */
 export interface RequestLimits {
@@ -82,6 +82,9 @@ export function inFlightCapsOf(auth: { limits: RequestLimits }): { key: number |
 }
 
 /** The 429 of a hold the in-flight gate refused. */
-export function inFlightRefusal(outcome: 'key_too_many_in_flight' | 'account_too_many_in_flight', auth: { limits: RequestLimits }): ApiError {
-  return outcome === 'key_too_many_in_flight' ? tooManyInFlight('key', auth.limits.key.maxInFlight ?? 0) : tooManyInFlight('account', auth.limits.account.maxInFlight ?? 0);
+export function inFlightRefusal(outcome: 'key_too_many_in_flight' | 'account_too_many_in_flight', auth: { limits: RequestLimits }, withInputs: boolean): ApiError {
+  const err = outcome === 'key_too_many_in_flight' ? tooManyInFlight('key', auth.limits.key.maxInFlight ?? 0) : tooManyInFlight('account', auth.limits.account.maxInFlight ?? 0);
+  // A request with media inputs read, stored, fetched and decoded them before its hold: its token
+  // stays spent, the rate is what bounds how often a key makes the server do that.
+  return withInputs ? err : returningRateToken(err);
 }

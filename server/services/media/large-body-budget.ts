@@ -10,7 +10,7 @@
  * that would pass its share is refused at once, `429 too_many_in_flight` naming the account; the
  * other half stays for the other accounts.
  */
-import { ApiError } from '../../errors.ts';
+import { ApiError, returningRateToken } from '../../errors.ts';
 import { Semaphore } from '../../lib/semaphore.ts';
 import { IN_FLIGHT_RETRY_AFTER_SECONDS } from '../limits/client-limits.ts';
 
@@ -46,19 +46,21 @@ export class LargeBodyBudget {
   }
 
   /**
-   * Waits up to LARGE_BODY_WAIT_MS for `bytes` (the whole budget at most); 503 server_busy after that,
-   * or as soon as `signal` aborts (at once when it already has).
+   * Waits up to LARGE_BODY_WAIT_MS for `bytes` (the whole budget at most: a budget in memory, never
+   * overcommitted); 503 server_busy after that, or as soon as `signal` aborts (at once when it
+   * already has).
    *
-   * With `accountId`, the request takes at most the account's share (a body larger than that, or of
-   * unknown length, takes the share), and is `429 too_many_in_flight` at once, waiting for nothing,
-   * when what the account already holds or waits for and this would pass its share.
+   * With `accountId`, a request is `429 too_many_in_flight` at once, waiting for nothing, when what
+   * the account already holds or waits for and this (counted up to the share) would pass its share:
+   * an account with nothing held may start one body of any size; a body of unknown length is given
+   * the share (largeBodySlots), so one trickled leaves the other half to other accounts.
    */
   async acquire(bytes: number, signal?: AbortSignal, accountId?: string): Promise<() => void> {
     if (accountId === undefined) return this.take(bytes, signal);
     const share = this.accountShare;
-    const units = Math.min(Math.max(bytes, 0), share);
+    const units = Math.min(Math.max(bytes, 0), this.opts.budgetBytes);
     const held = this.heldBy(accountId);
-    if (held + units > share) throw accountShareUsed(held, units, share);
+    if (held > 0 && held + Math.min(units, share) > share) throw accountShareUsed(held, Math.min(units, share), share);
     this.perAccount.set(accountId, held + units);
     let given = false;
     const giveBack = () => {
@@ -108,12 +110,13 @@ function mib(bytes: number): string {
 
 /** `429 too_many_in_flight` of an account whose large bodies would pass its share of the budget. */
 function accountShareUsed(held: number, bytes: number, share: number): ApiError {
-  return new ApiError(
+  // Refused before the body is read: its request-per-minute token goes back.
+  return returningRateToken(new ApiError(
     429,
     'too_many_in_flight',
     `This API key's account already has ${mib(held)} MiB of large request bodies being received or handled on this server; with this one's ${mib(bytes)} MiB it would pass its share of ${mib(share)} MiB. Retry when one of them has finished.`,
     null,
     {},
     { 'Retry-After': String(IN_FLIGHT_RETRY_AFTER_SECONDS) },
-  );
+  ));
 }

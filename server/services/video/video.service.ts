@@ -159,7 +159,8 @@ export class VideoService {
       requestFingerprint: fingerprint,
     };
     // The caps on generations in flight as they are now (the body may have streamed for minutes).
-    const inFlightCaps = inFlightCapsOf(await this.deps.auth.current(auth));
+    const limited = await this.deps.auth.current(auth);
+    const inFlightCaps = inFlightCapsOf(limited);
     let outcome;
     try {
       ({ outcome } = await this.deps.ledger.holdAndInsertTask(
@@ -191,7 +192,7 @@ export class VideoService {
     if (outcome === 'insufficient_balance') {
       throw paymentRequired('insufficient_balance', `The account balance cannot cover this video (${quoted / 1e6} credits).`);
     }
-    if (outcome === 'key_too_many_in_flight' || outcome === 'account_too_many_in_flight') throw inFlightRefusal(outcome, auth);
+    if (outcome === 'key_too_many_in_flight' || outcome === 'account_too_many_in_flight') throw inFlightRefusal(outcome, limited, inputFileIds.length > 0);
     if (outcome === 'input_files_gone') throw inputFilesGone();
     this.deps.log.info({ taskId, model: model.id, quotedMicroCredits: quoted, apiKeyId: auth.apiKeyId }, 'video task created');
     this.deps.notifier.notify('video');

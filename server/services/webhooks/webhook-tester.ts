@@ -13,7 +13,7 @@
  * (http/request-rate.ts), as for a generation.
  */
 import type { components } from '../../../generated/api.d.ts';
-import { ApiError } from '../../errors.ts';
+import { ApiError, returningRateToken } from '../../errors.ts';
 import { IN_FLIGHT_RETRY_AFTER_SECONDS } from '../limits/client-limits.ts';
 import { newId } from '../../lib/ids.ts';
 import { Semaphore } from '../../lib/semaphore.ts';
@@ -86,14 +86,15 @@ export class WebhookTester {
   private take(apiKeyId: string): () => void {
     const ofKey = this.perKey.get(apiKeyId) ?? 0;
     if (ofKey >= TESTS_IN_FLIGHT_PER_KEY) {
-      throw new ApiError(
+      // Refused before anything is sent: its request-per-minute token goes back.
+      throw returningRateToken(new ApiError(
         429,
         'too_many_in_flight',
         `This API key already has ${TESTS_IN_FLIGHT_PER_KEY} webhook test events in flight, its limit; retry when one of them has been answered.`,
         null,
         {},
         { 'Retry-After': String(IN_FLIGHT_RETRY_AFTER_SECONDS) },
-      );
+      ));
     }
     const releaseTotal = this.total.tryAcquire();
     if (!releaseTotal) {
