@@ -214,7 +214,8 @@ export function GroupDetailPage({ id }: { id: string }) {
                     )}
                   </Table.Td>
                   <Table.Td>
-                    <Badge variant="light" color={c.color} c="dark.9">
+                    {/* Its whole label, never "HE…": the column is as wide as the longest one. */}
+                    <Badge variant="light" color={c.color} c="dark.9" style={{ overflow: 'visible' }} styles={{ label: { overflow: 'visible', textOverflow: 'clip' } }}>
                       {c.label}
                     </Badge>
                     <ModelFaults member={m} />
