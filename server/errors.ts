@@ -64,6 +64,17 @@ export function returningRateToken(err: ApiError): ApiError {
   return err;
 }
 
+/**
+ * The message of a `400 invalid_request` for a body field: a field the operation does not take (an
+ * OpenAI parameter this gateway does not offer, a typo) is named as unknown, not with the schema
+ * validator's wording ("must NOT have additional properties"). The API's error middleware and the
+ * CLI's body check (scripts/admin/contract.ts) both say it so.
+ */
+export function invalidFieldMessage(param: string | null, detail: string): string {
+  if (param !== null && /must NOT have additional properties/.test(detail)) return `Unknown parameter '${param}': the operation does not take it.`;
+  return param ? `Invalid '${param}': ${detail}.` : `Invalid request: ${detail}.`;
+}
+
 export const badRequest = (code: ErrorCode, message: string, param: string | null = null) => new ApiError(400, code, message, param);
 export const notFound = (code: ErrorCode, message: string) => new ApiError(404, code, message);
 

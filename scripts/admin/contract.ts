@@ -5,7 +5,7 @@
 // group named 'Bad Name!'), which the API's listings then could not answer within their schema.
 import type { ErrorObject } from 'ajv/dist/2020.js';
 import { contractSchema } from '../../server/contract-schemas.ts';
-import { ApiError } from '../../server/errors.ts';
+import { ApiError, invalidFieldMessage } from '../../server/errors.ts';
 
 /** Request bodies of the admin API that the CLI sends (`components/schemas/<name>`). */
 export type AdminBodySchema =
@@ -34,7 +34,7 @@ function paramOf(error: ErrorObject): string | null {
 }
 
 function invalid(param: string | null, detail: string): InvalidBody {
-  return new InvalidBody(400, 'invalid_request', param ? `Invalid '${param}': ${detail}.` : `Invalid request: ${detail}.`, param);
+  return new InvalidBody(400, 'invalid_request', invalidFieldMessage(param, detail), param);
 }
 
 /**

@@ -6,7 +6,7 @@ import { logWith } from './access-log.ts';
 import type { ErrorRequestHandler, Request } from 'express';
 import type { Logger } from '../logger.ts';
 import { isDatabaseUnavailable } from '../db/database.ts';
-import { ApiError, apiErrorOfStorage, databaseUnavailable, type ErrorCode } from '../errors.ts';
+import { ApiError, apiErrorOfStorage, databaseUnavailable, invalidFieldMessage, type ErrorCode } from '../errors.ts';
 import { StorageError } from '../services/file.service.ts';
 import { lingerAfterResponse } from './request-guards.ts';
 import { giveBackRateToken } from './request-rate.ts';
@@ -57,14 +57,7 @@ function fromValidator(err: ValidatorError, req: Request): ApiError {
     case 400: {
       const param = paramFromPath(first?.path, first?.message);
       const detail = first?.message ?? err.message;
-      // A field the operation does not take (an OpenAI parameter this gateway does not offer, a typo) is named as such, not as a schema rule.
-      const unknown = param !== null && /must NOT have additional properties/.test(detail);
-      const message = unknown
-        ? `Unknown parameter '${param}': ${req.method} ${req.path} does not take it.`
-        : param
-          ? `Invalid '${param}': ${detail}.`
-          : `Invalid request: ${detail}.`;
-      return new ApiError(400, 'invalid_request', message, param);
+      return new ApiError(400, 'invalid_request', invalidFieldMessage(param, detail), param);
     }
     case 401: {
       // Routes match paths in any letter case (Express, the validator): so does the blame.

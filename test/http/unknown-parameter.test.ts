@@ -27,6 +27,6 @@ it.each([
   });
   expect(res.status).toBe(400);
   expect(await res.json()).toEqual({
-    error: { type: 'invalid_request_error', code: 'invalid_request', param: field, message: `Unknown parameter '${field}': POST ${path} does not take it.` },
+    error: { type: 'invalid_request_error', code: 'invalid_request', param: field, message: `Unknown parameter '${field}': the operation does not take it.` },
   });
 });
