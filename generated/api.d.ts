@@ -2637,10 +2637,14 @@ export interface components {
          *       `data` leaves it out (`billing.delivered` counts it).
          *     - `failed`: `error.message` gives the reason; the task's held credits were released. When the
          *       gateway's media storage was full or could not be written, `error.code` is `storage_full` or
-         *       `storage_unavailable`.
+         *       `storage_unavailable`. A streamed request whose gateway process stopped before any image was
+         *       sent fails with `error.code` `interrupted` (nothing charged). A background task whose upstream
+         *       call was cut short by the gateway's worker stopping is tried again, counted as a retry; once its
+         *       tries are used up it fails with `upstream_error` and its credits are released.
          *     - `needs_attention`: the outcome is unknown (for example the upstream produced an image and an
-         *       unexpected error kept the gateway from recording it; a full or failing media storage is not
-         *       such a case: it fails the task). The task's credits stay held until an operator settles it
+         *       unexpected error kept the gateway from recording it, or a streamed request whose process
+         *       stopped after it had sent an image; a full or failing media storage is not such a case: it
+         *       fails the task). The task's credits stay held until an operator settles it
          *       through the admin API as completed or refunded.
          *
          *     Transitions: `processing` → `completed` | `failed` | `needs_attention`; `needs_attention` →

@@ -68,7 +68,9 @@ export class ImageTaskRepository {
     private readonly db: Kysely<DB>,
     batching: BatcherOptions | false = DEFAULT_COMPLETION_BATCHING,
   ) {
-    this.leases = new LeasedTasks(db, { table: 'imageTasks', sqlTable: 'image_tasks', active: ['processing'], recordsErrors: true });
+    // A step counts a try its worker cut short during the upstream call itself (`releaseCutCall`),
+    // so a reschedule that is no failure (every member busy) keeps `retries`, never starts it again.
+    this.leases = new LeasedTasks(db, { table: 'imageTasks', sqlTable: 'image_tasks', active: ['processing'], recordsErrors: true, stepsCountRetries: true });
     this.files = new FileRepository(db);
     this.completions =
       batching === false
@@ -212,6 +214,19 @@ export class ImageTaskRepository {
   }
 
   /**
+   * A background task's earlier step stopped during its upstream call (its worker died, or was
+   * stopped with the call in flight) without recording an upstream job: the member's slots are given
+   * back and that cut try counts as a retry (`retries` + 1, the reason as its last error), in one
+   * statement, before the next call goes out (ImageRunner.step). The upstream may have made, and
+   * billed, the images of the cut call: counted, such calls stay within the retry policy. False:
+   * the fence no longer holds.
+   */
+  async releaseCutCall(fence: Fence, reason: string): Promise<boolean> {
+    const values = { memberId: null, memberSlots: 1, upstreamJob: null, retries: sql<number>`retries + 1`, lastError: reason, lastErrorAt: sql<Date>`now()` };
+    return (await this.leases.update(fence, values, this.db)) !== undefined;
+  }
+
+  /**
    * The member the task holds accepted an upstream job (`ref`, as the adapter reported it): a later
    * step collects that job instead of submitting another (ImageRunner.step). False: the fence no
    * longer holds.
@@ -283,16 +298,32 @@ export class ImageTaskRepository {
   }
 
   /**
-   * A streamed synchronous task whose process stopped (its lease ran out): its events may have
-   * delivered images before the settlement, so its hold is kept for an operator, with the files
-   * recorded for it (a stream writes each file's row before its event: `recordStreamed`) as its
-   * results and their number as delivered, which an operator's refund captures.
+   * A streamed synchronous task whose process stopped (its lease ran out), ended in one statement
+   * fenced by the new attempt, by the files recorded for it: a stream writes each image's row before
+   * the event that carries it (`recordStreamed`, FOR SHARE on the task row, so that this statement,
+   * claimed after the old attempt, sees every row it wrote and none can follow).
+   * - None recorded: no image event went out (partial images are never charged), so nothing was
+   *   delivered: failed (`interrupted`, `released`) and its hold released (`release`), as `fail`.
+   * - Some recorded: they may have reached the client before the settlement, so its hold is kept for
+   *   an operator (needs_attention, `kept`), with those files as its results and their number as
+   *   delivered, which an operator's refund captures.
    */
-  interruptedStream(fence: Fence, message: string): Promise<ImageTaskRow | undefined> {
+  interruptedStream(fence: Fence, message: { kept: string; released: string }, release: HoldSettlement): Promise<ImageTaskRow | undefined> {
     const recorded = sql`(select coalesce(array_agg(f.id order by f.id), '{}') from files f where f.task_id = ${fence.id} and f.purpose = 'image_output')`;
+    const none = sql`cardinality(${recorded}) = 0`;
+    // The hold is released only when the task failed; kept (and not settled) when it waits for an operator.
+    const settle: HoldSettlement = (which) => {
+      const s = release(sql`${which} and exists (select 1 from t where t.status = 'failed')`);
+      return { ctes: s.ctes, settled: sql<boolean>`(t.status <> 'failed' or ${s.settled})` };
+    };
     return this.leases.finish(fence, {
-      set: sql`status = 'needs_attention', error_code = 'outcome_unknown', error_message = ${message},
-               result_file_ids = ${recorded}, delivered = cardinality(${recorded})`,
+      set: sql`status = case when ${none} then 'failed' else 'needs_attention' end,
+               error_code = case when ${none} then 'interrupted' else 'outcome_unknown' end,
+               error_message = case when ${none} then ${message.released}::text else ${message.kept}::text end,
+               result_file_ids = ${recorded}, delivered = cardinality(${recorded}),
+               actual_credits = case when ${none} then 0 else actual_credits end,
+               completed_at = case when ${none} then now() else completed_at end`,
+      settle,
     });
   }
 

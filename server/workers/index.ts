@@ -72,11 +72,13 @@ export function createWorkers(runtime: Runtime): Workers {
       runtime.mediaSweeper.stop();
       unsubscribe?.();
       const enginesStopped = Object.values(engines).map((e) => e.stop());
-      // Steps are aborted, except a video submit in flight: the engine waits for its answer and its
-      // saved job id (TaskEngine.stop), at most its upstream timeout (UPSTREAM_TIMEOUT_MS, 60 s a
-      // call). The process gives its whole stop SHUTDOWN_GRACE_MS + 5 s (main.ts; 15 s by default),
-      // less than that: a submit still unanswered then is cut by the forced exit (logged, exit 1) as
-      // a crash would cut it, and its task resubmits after its lease (VideoRunner.resubmit). Where
+      // Steps are aborted, except a video submit in flight (the engine waits for its answer and its
+      // saved job id: TaskEngine.stop, at most its upstream timeout, UPSTREAM_TIMEOUT_MS, 60 s a
+      // call) and a background image's upstream call that recorded no job (its images are settled:
+      // UpstreamCallDrain). The process gives its whole stop SHUTDOWN_GRACE_MS + 5 s (main.ts; 15 s
+      // by default), less than that: a call still unanswered then is cut by the forced exit (logged,
+      // exit 1) as a crash would cut it, and its task calls again after its lease
+      // (VideoRunner.resubmit; an image task counts it as a retry). Where
       // upstreams answer submits slowly, SHUTDOWN_GRACE_MS above 60 s lets every one end. A sweep
       // run ends at its next file or batch (MediaSweeper.stop, TaskSweeper.stop).
       await Promise.all([sweeping, taskSweeping, ...enginesStopped]);

@@ -69,11 +69,16 @@ export class TaskEngine<Row extends LeasedRow> {
 
   /**
    * Stops claiming and aborts running steps; their rows are claimed again after their lease. A call
-   * a step makes under the lease-lost signal alone (a video submit: the upstream may have accepted
-   * the job, and without its id saved the next attempt would submit it again, a second billed job
-   * on an upstream without idempotency keys) is not aborted: this waits for it and for the step to
-   * save what it learned. Such a call is bounded by its own upstream timeout (UPSTREAM_TIMEOUT_MS,
-   * 60 s a call); what a process stop does with a longer wait is in workers/index.ts.
+   * a step makes under the lease-lost signal alone is not aborted: this waits for it and for the step
+   * to save what it learned, the lease kept by its heartbeat meanwhile. That is a video submit (the
+   * upstream may have accepted the job, and without its id saved the next attempt would submit it
+   * again, a second billed job on an upstream without idempotency keys), bounded by its upstream
+   * timeout (UPSTREAM_TIMEOUT_MS, 60 s a call), and a background image's upstream call whose job is
+   * not recorded (an OpenAI-style call has none: cut, it may still be billed upstream, and the next
+   * step calls again), whose images the step then stores and settles (ImageRunner's
+   * UpstreamCallDrain), bounded by its adapter's timeout (minutes for some upstreams). What a
+   * process stop does with a longer wait is in workers/index.ts: its forced exit cuts the call as a
+   * crash would, and the task's next step counts the cut call as a retry.
    */
   async stop(): Promise<void> {
     this.stopping.abort(new Error('worker stopping'));

@@ -7,6 +7,7 @@ import { migrateToLatest } from '../../server/db/migrate.ts';
 import { migrations } from '../../server/db/migrations/index.ts';
 import { createScratchDatabase, dropScratchDatabase, scratchDatabaseName, withDatabaseName } from '../../server/db/scratch-database.ts';
 import { ImageTaskRepository } from '../../server/repositories/image-task.repository.ts';
+import { LedgerRepository } from '../../server/repositories/ledger.repository.ts';
 import { VideoTaskRepository } from '../../server/repositories/video-task.repository.ts';
 import { newId } from '../../server/lib/ids.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
@@ -82,7 +83,8 @@ describe('files_task_idx', () => {
   });
 
   it('serves ImageTaskRepository.interruptedStream (the files an interrupted stream recorded)', async () => {
-    const query = await statementOf(() => new ImageTaskRepository(recording, false).interruptedStream({ id: newId('img'), attempt: 1 }, 'stopped'));
+    const ledger = new LedgerRepository(recording, false);
+    const query = await statementOf(() => new ImageTaskRepository(recording, false).interruptedStream({ id: newId('img'), attempt: 1 }, { kept: 'stopped', released: 'stopped' }, (hold) => ledger.settlement(hold, 0)));
     expect(query.sql).toMatch(/from files f where f\.task_id = /);
     expect(await indexesInPlan(query)).toContain('files_task_idx');
   });

@@ -7,8 +7,9 @@
  * is stopped mid-job, another takes the task over once the lease has run out. So does a step that
  * fails in passing while its recorded job is still there (a finished job whose output the CDN fails
  * to serve, a Kling task slower than the adapter's wait: Kling cannot cancel): the next try collects
- * it. A step stopped during a Kling submit, before the task was recorded, finds it by its
- * external_task_id (the task's id) on the next step. A resumed job whose outputs are gone is given
+ * it. A step cut during a Kling submit (its worker died), before the task was recorded, finds it by
+ * its external_task_id (the task's id) on the next step; a stop during the submit waits for its
+ * answer instead, and the task is recorded. A resumed job whose outputs are gone is given
  * up and the next try submits afresh (on Kling, under the next external id: Kling keeps the first).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -142,24 +143,49 @@ describe('a background image task whose step stops while its upstream job runs',
     }
   });
 
-  it('Kling: a step stopped during its submit, before the task was recorded, finds that task by its external_task_id on the next step', async () => {
+  it('Kling: a step cut during its submit (its worker died), before the task was recorded, finds that task by its external_task_id on the next step', async () => {
     const c = await customer('kling');
     const id = await startAsync(c.key, 'kling-v3', `a quay ${Date.now()}`);
     const createdOf = () => [...kling.tasks.values()].filter((t) => t.kind === 'image' && t.prompt.includes('quay'));
-    // Kling creates the task at once and answers long after the step has stopped.
+    // Kling creates the task at once and answers long after the step was cut.
     kling.delayAnswerNext('image-submit', 10_000);
     const first = engine();
     await until(() => createdOf().length > 0, 10_000, 'the Kling task to be created');
+    // The worker is gone (a stop would wait for the answer and record the task): its lease is
+    // another's now, which cuts the submit, and then runs out.
+    await server.db.updateTable('imageTasks').set({ leaseOwner: 'w_dead', leaseExpiresAt: new Date(Date.now() + 60_000) }).where('id', '=', id).execute();
     await first.stop();
-    expect(await rowOf(id)).toMatchObject({ status: 'processing', upstreamJob: null });
+    expect(await rowOf(id)).toMatchObject({ status: 'processing', upstreamJob: null, memberId: expect.any(String) });
+    await server.db.updateTable('imageTasks').set({ leaseExpiresAt: new Date(Date.now() - 1000) }).where('id', '=', id).execute();
 
     const second = engine();
     try {
       const done = await finished(id, 15_000);
       const created = createdOf();
       expect(created.map((t) => t.externalTaskId)).toEqual([id]);
-      expect(done).toMatchObject({ status: 'completed', delivered: 1, upstreamJob: created[0]!.taskId });
+      // The cut submit counts as a try (ImageRunner.step): Kling found it, nothing was paid twice.
+      expect(done).toMatchObject({ status: 'completed', delivered: 1, upstreamJob: created[0]!.taskId, retries: 1 });
       expect(await holdOf(server.db, id)).toMatchObject({ status: 'captured' });
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('Kling: a stop during its submit waits for the answer and records the task, which the next step collects: one Kling task, no retry', async () => {
+    const c = await customer('kling');
+    const id = await startAsync(c.key, 'kling-v3', `a jetty ${Date.now()}`);
+    const createdOf = () => [...kling.tasks.values()].filter((t) => t.kind === 'image' && t.prompt.includes('jetty'));
+    kling.delayAnswerNext('image-submit', 1000);
+    const first = engine();
+    await until(() => createdOf().length > 0, 10_000, 'the Kling task to be created');
+    await first.stop();
+    expect(await rowOf(id)).toMatchObject({ status: 'processing', upstreamJob: createdOf()[0]!.taskId });
+
+    const second = engine();
+    try {
+      const done = await finished(id, 15_000);
+      expect(createdOf()).toHaveLength(1);
+      expect(done).toMatchObject({ status: 'completed', delivered: 1, upstreamJob: createdOf()[0]!.taskId, retries: 0 });
     } finally {
       await second.stop();
     }

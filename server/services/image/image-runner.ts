@@ -39,6 +39,81 @@ import { DONE, LeaseLost, later, type StepResult, type TaskRunner } from '../tas
 
 export const IMAGE_RETRY: RetryPolicy = { maxRetries: 2, baseDelayMs: 2000, maxDelayMs: 10_000 };
 
+/** The last error of a task whose step stopped during its upstream call (ImageRunner.step). */
+const CUT_CALL = 'The worker running this task stopped during its upstream call; the call is made again, counted as a retry.';
+
+/**
+ * The signal a background task's step runs under (ImageRunner.step): it aborts when the lease is
+ * lost, and when the engine stops (TaskEngine.stop), except while an upstream call is in flight
+ * without a job the task recorded. Cut short, such a call (a synchronous upstream such as OpenAI's
+ * has no job to record) may still be made and billed upstream, and the next step would make it
+ * again: so the stop waits for its answer (the engine's heartbeat keeps the lease meanwhile), and
+ * the step then settles what it got. Bounded by the adapter's own timeout and by the process's
+ * forced exit (SHUTDOWN_GRACE_MS + 5 s), which cuts it as a crash would (the next step counts it as
+ * a retry). A call whose job is recorded (or a resumed one) is cut at once: the next step collects
+ * that job. Once stopping, no call starts (nor a failover to another member).
+ */
+export class UpstreamCallDrain {
+  private readonly controller = new AbortController();
+  readonly signal = this.controller.signal;
+  /** `before`: no call has gone out yet; `calling`: one is in flight; `after`: one ended, the step settles what it gave. */
+  private phase: 'before' | 'calling' | 'after' = 'before';
+  private readonly onLost = () => this.controller.abort(this.lost.reason);
+  private readonly onStop = () => this.cutIfStopping();
+
+  constructor(
+    private readonly stopping: AbortSignal,
+    private readonly lost: AbortSignal,
+    /** The call collects a job the task recorded already (`ExecuteOptions.resume`): a stop cuts it. */
+    private recorded = false,
+  ) {
+    if (lost.aborted) this.onLost();
+    else lost.addEventListener('abort', this.onLost, { once: true });
+    if (stopping.aborted) this.onStop();
+    else stopping.addEventListener('abort', this.onStop, { once: true });
+  }
+
+  /** The engine is stopping: no call may start, nor fail over to another member. */
+  get stopped(): boolean {
+    return this.stopping.aborted;
+  }
+
+  /** An upstream call is about to go out; throws, and cuts the step, when the engine is stopping. */
+  start(): void {
+    if (this.stopping.aborted) {
+      this.controller.abort(this.stopping.reason);
+      throw this.signal.reason;
+    }
+    this.phase = 'calling';
+  }
+
+  /** The call's job is recorded (`ImageEvents.submitted`): a stop may cut it now, the next step collects that job. */
+  jobRecorded(): void {
+    this.recorded = true;
+    this.cutIfStopping();
+  }
+
+  /** No upstream call of this step went out, and it collects no recorded job: a stop leaves nothing upstream to count. */
+  get untouched(): boolean {
+    return this.phase === 'before' && !this.recorded;
+  }
+
+  /** The call ended, answered or failed: a stop no longer cuts the step, which only settles what the call gave. */
+  end(): void {
+    this.phase = 'after';
+  }
+
+  close(): void {
+    this.lost.removeEventListener('abort', this.onLost);
+    this.stopping.removeEventListener('abort', this.onStop);
+  }
+
+  private cutIfStopping(): void {
+    if (!this.stopping.aborted) return;
+    if (this.phase === 'before' || (this.phase === 'calling' && this.recorded)) this.controller.abort(this.stopping.reason);
+  }
+}
+
 export type ImageOperation = 'generation' | 'edit';
 
 /** An image as a sink receives it. */
@@ -127,6 +202,12 @@ export interface ExecuteOptions {
    * is durable, and a crash before the commit leaves a truncated, uncharged answer.
    */
   whileSettling?: (delivered: DeliveredImages) => Promise<void>;
+  /**
+   * A background task's step (`step`): its upstream calls report to it, so that an engine's stop
+   * waits for a call in flight whose job is not recorded, and no call (no failover) starts once
+   * stopping. `signal` is its signal.
+   */
+  drain?: UpstreamCallDrain;
 }
 
 /** What a client is told when no member can take its image now: the gateway's side (503), never the client's limits (429). */
@@ -223,7 +304,11 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     return this.deps.providers.image(provider)?.parallelCalls?.(job) ?? 1;
   }
 
-  async step(task: ImageTaskRow, signal: AbortSignal, log: Logger): Promise<StepResult> {
+  /**
+   * One step of a background task. `leaseLost` (TaskRunner.step): what alone may cut short an
+   * upstream call in flight whose job is not recorded (UpstreamCallDrain): a stop waits for it.
+   */
+  async step(task: ImageTaskRow, signal: AbortSignal, log: Logger, leaseLost: AbortSignal = signal): Promise<StepResult> {
     if (!task.runAsync) {
       await this.endInterrupted(task, log);
       return DONE;
@@ -231,16 +316,37 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     // A task whose step stopped while an upstream job it recorded ran collects that job on its member
     // (still holding the member's slots: the job runs there) instead of paying for another.
     const resume = await this.resumable(task, log);
-    // Otherwise a task whose step stopped during the upstream call gives back the member slots its
-    // row still names: counted as in use, they would keep the task itself off a full member.
-    if (!resume && task.memberId !== null && !(await this.deps.tasks.releaseMember(fenceOf(task)))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
+    // Otherwise a row that still names a member is a step that stopped during its upstream call (its
+    // worker died, or a stop's forced exit cut it): that call may have made, and billed, the images.
+    // It counts as a try (a retry, in the statement that gives back the member's slots, which would
+    // otherwise keep the task itself off a full member); past the retry policy it is not made again.
+    if (!resume && task.memberId !== null) {
+      if (task.retries >= this.retry.maxRetries) {
+        const tries = task.retries + 1;
+        log.error({ memberId: task.memberId, retries: task.retries }, 'image task failed: its upstream call was cut short by its worker stopping and its retries are used up; the upstream may have made the images');
+        const failed = await this.deps.settlement.failImage(
+          fenceOf(task),
+          'upstream_error',
+          `The upstream call of this task was made ${tries} times, the last one cut short when the worker running it stopped; it is not made again (the upstream may have produced the images already). Nothing was charged; the credits were released.`,
+        );
+        if (!failed) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
+        return DONE;
+      }
+      if (!(await this.deps.tasks.releaseCutCall(fenceOf(task), CUT_CALL))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
+      log.warn({ memberId: task.memberId, retries: task.retries + 1 }, 'calling the upstream again: the previous step of this image task stopped during its upstream call (counted as a retry)');
+      // The engine decides the retry after a failure of this step by the row's count (TaskEngine.run).
+      task.retries += 1;
+    }
+    const drain = new UpstreamCallDrain(signal, leaseLost, resume !== undefined);
     try {
-      await this.execute(task, NULL_SINK, signal, log, { requeueWhenBusy: true, ...(resume && { resume }) });
+      await this.execute(task, NULL_SINK, drain.signal, log, { requeueWhenBusy: true, drain, ...(resume && { resume }) });
     } catch (err) {
-      // Every member is busy: the task waits its turn (no retry counted, nothing charged).
+      // Every member is busy: the task waits its turn (no retry counted, the count kept, nothing charged).
       if (err instanceof NoCapacity) return later(Math.max(250, Math.min(err.retryAfterMs, 60_000)));
       // execute() settled the task (failed, or needs_attention) before raising an ApiError.
       if (!(err instanceof ApiError)) throw err;
+    } finally {
+      drain.close();
     }
     return DONE;
   }
@@ -281,8 +387,9 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
    * what an engine's step and the task sweeper do with one. False: the fence no longer holds.
    */
   async endInterrupted(task: ImageTaskRow, log: Logger): Promise<boolean> {
-    // A streamed request may have delivered images before it could be charged for them: never
-    // released blindly, an operator settles it.
+    // A streamed request may have delivered images before it could be charged for them: each one's
+    // row was written before its event went out, so one that recorded none delivered none and is
+    // failed and released; one that recorded some waits for an operator (imageStreamInterrupted).
     if ((task.params as unknown as ImageParams).stream) {
       return (await this.deps.settlement.imageStreamInterrupted(fenceOf(task))) !== undefined;
     }
@@ -441,6 +548,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           }
           if (!recorded) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
           jobRecorded = true;
+          opts.drain?.jobRecorded();
         },
       }),
     };
@@ -450,7 +558,12 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       const mapping = await this.deps.pool.mappingFor(account, task.model);
       const viaMapping = mapping && { mapping, inputFiles: await this.deps.files.mediaInputs([...task.inputFileIds, ...(task.maskFileId ? [task.maskFileId] : [])]) };
       const upstreamJob = { ...job, model: upstreamModelOf(account, task.model), slots, ...viaMapping, ...(resume !== undefined && { resume }) };
-      return attempts.run('generate', account, null, () => this.deps.providers.image(account.provider)!.generate(account, upstreamJob, signal, events), { signal });
+      opts.drain?.start();
+      try {
+        return await attempts.run('generate', account, null, () => this.deps.providers.image(account.provider)!.generate(account, upstreamJob, signal, events), { signal });
+      } finally {
+        opts.drain?.end();
+      }
     };
 
     let failure: ApiError | undefined;
@@ -477,7 +590,8 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
           release: async () => void (await this.deps.tasks.releaseMember(fence)),
           // Neither once the client has something, nor after a call the upstream may have taken or
           // did take (its job billed: another member would run, and bill, a second one; design §8).
-          canFailover: (err) => !reachedSink && !err.maybeAccepted && !err.jobKept,
+          // Nor once the engine is stopping: a call started now would be cut by the stop's deadline.
+          canFailover: (err) => !reachedSink && !err.maybeAccepted && !err.jobKept && !opts.drain?.stopped,
           waitMs: opts.capacityWaitMs ?? 0,
           signal,
           log,
@@ -558,6 +672,9 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     // task's next owner settles it (an engine's step resumes after the lease runs out).
     if (signal.aborted && (task.runAsync || signal.reason instanceof LeaseLost)) {
       for (const file of unrecorded) await this.deps.files.discardUnrecorded(file);
+      // Stopped before its upstream call went out: the member it took is given back, so that the
+      // next step does not count a call that was never made (`step`). Best effort: fenced.
+      if (opts.drain?.untouched && !(signal.reason instanceof LeaseLost)) await this.deps.tasks.releaseMember(fence).catch(() => false);
       throw signal.reason instanceof LeaseLost ? signal.reason : new LeaseLost(`stopped: ${String(signal.reason)}`);
     }
     if (opts.deliveredOnlyIfAllSent && signal.aborted) {

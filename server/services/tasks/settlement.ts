@@ -13,6 +13,8 @@
  *   image  completed        capture delivered × price    (completeImage)
  *          failed           release everything           (failImage)
  *          needs_attention  keep the hold for an operator (imageNeedsAttention)
+ *          stream cut       failed and released when no image was recorded, else needs_attention
+ *                           (imageStreamInterrupted)
  *          operator settle  capture all, or the delivered (settleImageByOperator)
  */
 import { sql, type Transaction } from 'kysely';
@@ -119,10 +121,22 @@ export class Settlement {
     return row;
   }
 
-  /** A streamed synchronous image whose process stopped: needs_attention, its hold kept (ImageTaskRepository.interruptedStream). */
+  /**
+   * A streamed synchronous image whose process stopped (ImageTaskRepository.interruptedStream, one
+   * statement): with no image recorded (none was sent), failed and released; otherwise
+   * needs_attention, its hold kept for an operator.
+   */
   async imageStreamInterrupted(fence: Fence): Promise<ImageTaskRow | undefined> {
-    const row = await this.deps.imageTasks.interruptedStream(fence, 'The request was interrupted while its images were being streamed; some may have been delivered, so an operator will settle this task.');
-    if (row) this.deps.log.error({ taskId: row.id, recorded: row.delivered }, 'interrupted image stream: its credits stay held until an operator settles it');
+    const row = await this.deps.imageTasks.interruptedStream(
+      fence,
+      {
+        kept: 'The request was interrupted while its images were being streamed; some may have been delivered, so an operator will settle this task.',
+        released: 'The request was interrupted before any image was delivered; nothing was charged and the credits were released.',
+      },
+      (hold) => this.deps.ledger.settlement(hold, 0),
+    );
+    if (row?.status === 'failed') this.deps.log.warn({ taskId: row.id }, 'interrupted image stream delivered no image: failed and released');
+    else if (row) this.deps.log.error({ taskId: row.id, recorded: row.delivered }, 'interrupted image stream: its credits stay held until an operator settles it');
     return row;
   }
 

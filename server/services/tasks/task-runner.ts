@@ -31,7 +31,10 @@ export interface TaskRunner<Row extends LeasedRow> {
    * Runs one step of a claimed row. Throws on a transient failure: the engine retries per `retry`.
    * `signal` aborts when the lease is lost or the engine stops; `leaseLost` only when the lease is
    * lost — for a call a stop must let finish (the engine waits for it): one the upstream may have
-   * accepted and whose answer is what the task commits (a video submit's job id).
+   * accepted and whose answer is what the task commits (a video submit's job id, a background
+   * image's images). A step that counts a try itself in the row's `retries` (a background image
+   * whose earlier step stopped during its upstream call) adds it to `task.retries` as well: the
+   * engine decides the retry after a failure of the step by that count.
    */
   step(task: Row, signal: AbortSignal, log: Logger, leaseLost: AbortSignal): Promise<StepResult>;
   /** The retries are used up: settle the task as failed. */
