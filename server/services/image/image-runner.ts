@@ -469,7 +469,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     const links: string[] = [];
     /** An upstream job this attempt recorded (`events.submitted`), or the recorded one it resumed: a later step can collect it. */
     let jobRecorded = opts.resume !== undefined;
-    // The answer carries the bytes (see the class comment): files are written while the task settles.
+    // The answer carries the bytes (see the class comment): files are written while its head goes out, before the task settles.
     const storeWhileSettling = opts.deliveredOnlyIfAllSent === true && !sink.publishesFiles && params.responseFormat !== 'url';
     /**
      * storeWhileSettling: the copies to write while the answer's head goes out, before the
