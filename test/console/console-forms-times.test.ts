@@ -19,6 +19,7 @@ import { seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
 import { repoRoot } from '../support/server-process.ts';
 import { ensureConsoleBuild } from './console-build.ts';
+import { accessibilityProblems } from '../support/console-a11y.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 const ZONE = 'America/Los_Angeles';
@@ -53,51 +54,6 @@ async function api(path: string, init: RequestInit = {}): Promise<{ status: numb
 async function choose(scope: Page | ReturnType<Page['getByRole']>, label: string, option: string): Promise<void> {
   await scope.getByLabel(label, { exact: true }).click();
   await page.getByRole('option', { name: option, exact: true }).click();
-}
-
-/**
- * What the page shows that fails WCAG AA: form controls with no accessible name, and text whose
- * contrast against its nearest opaque background is under 4.5:1 (3:1 for large text). The same
- * check as console-browser.test.ts, over the whole document (an open modal included).
- */
-async function accessibilityProblems(): Promise<string[]> {
-  return page.evaluate(() => {
-    const out: string[] = [];
-    for (const el of document.querySelectorAll('input:not([type=hidden]), select, textarea, button') as DomElement[]) {
-      if (el.closest('[aria-hidden=true]') || el.offsetParent === null) continue;
-      const id = el.id;
-      const named =
-        el.getAttribute('aria-label') ||
-        el.getAttribute('aria-labelledby') ||
-        (id && document.querySelector(`label[for="${CSS.escape(id)}"]`)) ||
-        el.closest('label') ||
-        (el.tagName === 'BUTTON' && el.textContent?.trim());
-      if (!named) out.push(`unlabelled ${el.tagName.toLowerCase()} ${el.outerHTML.slice(0, 80)}`);
-    }
-    const rgb = (c: string) => (c.match(/[\d.]+/g) ?? []).map(Number);
-    const lum = ([r, g, b]: number[]) =>
-      [r!, g!, b!].map((v) => ((v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4)).reduce((a, v, i) => a + v * [0.2126, 0.7152, 0.0722][i]!, 0);
-    const background = (el: DomElement | null): number[] => {
-      for (let e = el; e; e = e.parentElement) {
-        const c = rgb(getComputedStyle(e).backgroundColor);
-        if (c.length >= 3 && (c.length < 4 || c[3]! > 0.9)) return c;
-      }
-      return [255, 255, 255];
-    };
-    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
-    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
-      const el = n.parentElement;
-      if (!el || !n.textContent?.trim() || el.closest('svg, [aria-hidden=true], button:disabled, [data-disabled]')) continue;
-      const style = getComputedStyle(el);
-      if (style.visibility === 'hidden' || el.getClientRects().length === 0 || Number(style.opacity) < 1) continue;
-      const fg = rgb(style.color);
-      const [l1, l2] = [lum(fg), lum(background(el))].sort((a, b) => b - a) as [number, number];
-      const ratio = (l1 + 0.05) / (l2 + 0.05);
-      const large = parseFloat(style.fontSize) >= 24 || (parseFloat(style.fontSize) >= 18.66 && Number(style.fontWeight) >= 700);
-      if (ratio < (large ? 3 : 4.5)) out.push(`contrast ${ratio.toFixed(2)} "${n.textContent.trim().slice(0, 40)}" (${style.color})`);
-    }
-    return out;
-  });
 }
 
 beforeAll(async () => {
@@ -221,7 +177,7 @@ describe('console forms, times and contrast', () => {
       await page.getByRole('heading', { level: 1 }).first().waitFor();
       await ready();
       await page.waitForLoadState('networkidle');
-      expect(await accessibilityProblems(), path).toEqual([]);
+      expect(await accessibilityProblems(page), path).toEqual([]);
     }
     // The key page's create form has descriptions too; its Revoke opens a confirmation.
     await page.goto(`${server.directUrl}/console/keys?account_id=${accountId}`);
@@ -229,7 +185,7 @@ describe('console forms, times and contrast', () => {
     await page.getByRole('button', { name: 'Revoke key prod' }).click();
     const dialog = page.getByRole('dialog', { name: 'Revoke this key?' });
     await dialog.getByRole('button', { name: 'Revoke key' }).waitFor();
-    await expect.poll(accessibilityProblems).toEqual([]);
+    await expect.poll(() => accessibilityProblems(page)).toEqual([]);
     await dialog.getByRole('button', { name: 'Close' }).click();
     await dialog.waitFor({ state: 'detached' });
     expect((await api(`/admin/v1/api-keys/${keyId}`)).body.is_active).toBe(true);

@@ -15,6 +15,7 @@ import { createAccount, createApiKey, createGroup, createMember, seedCatalog } f
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
 import { repoRoot } from '../support/server-process.ts';
 import { ensureConsoleBuild } from './console-build.ts';
+import { accessibilityProblems } from '../support/console-a11y.ts';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -60,48 +61,6 @@ async function nextListing(path: string, action: () => Promise<unknown>): Promis
   return new URL((await listed).url()).searchParams;
 }
 
-/**
- * Unlabelled controls and text below WCAG AA contrast in what `part` shows (the check of
- * console-browser.test.ts, for what only these states show: notices, faults, new forms).
- */
-async function accessibilityProblems(part: Locator): Promise<string[]> {
-  return part.evaluate((root: DomElement) => {
-    const out: string[] = [];
-    for (const el of root.querySelectorAll('input:not([type=hidden]), select, textarea, button') as DomElement[]) {
-      if (el.closest('[aria-hidden=true]') || el.offsetParent === null) continue;
-      const id = el.id;
-      const named =
-        el.getAttribute('aria-label') ||
-        el.getAttribute('aria-labelledby') ||
-        (id && document.querySelector(`label[for="${CSS.escape(id)}"]`)) ||
-        el.closest('label') ||
-        (el.tagName === 'BUTTON' && el.textContent?.trim());
-      if (!named) out.push(`unlabelled ${el.tagName.toLowerCase()} ${el.outerHTML.slice(0, 80)}`);
-    }
-    const rgb = (c: string) => (c.match(/[\d.]+/g) ?? []).map(Number);
-    const lum = ([r, g, b]: number[]) =>
-      [r!, g!, b!].map((v) => ((v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4)).reduce((a, v, i) => a + v * [0.2126, 0.7152, 0.0722][i]!, 0);
-    const background = (el: DomElement | null): number[] => {
-      for (let e = el; e; e = e.parentElement) {
-        const c = rgb(getComputedStyle(e).backgroundColor);
-        if (c.length >= 3 && (c.length < 4 || c[3]! > 0.9)) return c;
-      }
-      return [255, 255, 255];
-    };
-    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
-    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
-      const el = n.parentElement;
-      if (!el || !n.textContent?.trim() || el.closest('svg, [aria-hidden=true], button:disabled, [data-disabled]')) continue;
-      const style = getComputedStyle(el);
-      if (style.visibility === 'hidden' || el.getClientRects().length === 0 || Number(style.opacity) < 1) continue;
-      const [l1, l2] = [lum(rgb(style.color)), lum(background(el))].sort((a, b) => b - a) as [number, number];
-      const ratio = (l1 + 0.05) / (l2 + 0.05);
-      const large = parseFloat(style.fontSize) >= 24 || (parseFloat(style.fontSize) >= 18.66 && Number(style.fontWeight) >= 700);
-      if (ratio < (large ? 3 : 4.5)) out.push(`contrast ${ratio.toFixed(2)} "${n.textContent.trim().slice(0, 40)}" (${style.color})`);
-    }
-    return out;
-  });
-}
 
 beforeAll(async () => {
   ensureConsoleBuild();
