@@ -25,16 +25,6 @@ const CHROMIUM = '/usr/bin/chromium';
 const ZONE = 'America/Los_Angeles';
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
-// The page's globals, for the functions that run in the page (page.evaluate): this project's
-// tsconfig has no DOM library, and these declarations stay in this module.
-/* eslint-disable @typescript-eslint/no-explicit-any */
-type DomElement = any;
-declare const document: any;
-declare const getComputedStyle: (el: DomElement) => any;
-declare const CSS: { escape(s: string): string };
-declare const NodeFilter: { SHOW_TEXT: number };
-/* eslint-enable @typescript-eslint/no-explicit-any */
-
 let server: TestServer;
 let browser: Browser;
 let context: BrowserContext;

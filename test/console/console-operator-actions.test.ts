@@ -9,7 +9,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sql } from 'kysely';
-import { chromium, type Browser, type Locator, type Page, type Request } from 'playwright-core';
+import { chromium, type Browser, type Page, type Request } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAccount, createApiKey, createGroup, createMember, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
@@ -19,15 +19,8 @@ import { accessibilityProblems } from '../support/console-a11y.ts';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
-// The page's globals, for the functions that run in the page (page.evaluate): this project's
-// tsconfig has no DOM library, and these declarations stay in this module.
-/* eslint-disable @typescript-eslint/no-explicit-any */
-type DomElement = any;
-declare const document: any;
-declare const getComputedStyle: (el: DomElement) => any;
-declare const CSS: { escape(s: string): string };
-declare const NodeFilter: { SHOW_TEXT: number };
-/* eslint-enable @typescript-eslint/no-explicit-any */
+// The page's `document`, for a function that runs in the page: this project's tsconfig has no DOM library.
+declare const document: any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
 let server: TestServer;
 let browser: Browser;
