@@ -16,6 +16,7 @@ import { dirname, join, resolve, sep } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { randomHex } from '../lib/ids.ts';
+import { SpareFiles } from './spare-files.ts';
 import { asStorageError, StorageError } from './storage-error.ts';
 
 export { StorageError, StorageFull, StorageUnavailable } from './storage-error.ts';
@@ -106,9 +107,34 @@ function storageFs(key: string) {
   return { open: classified(open), read: classified(read), write: classified(write), writev: classified(writev), close: classified(close) };
 }
 
+/** Where under the root the spare files live (spare-files.ts): no media key starts with a dot. */
+export const SPARE_DIR = '.spare';
+
 /**
- * Buffers up to this size are written with synchronous calls (open, write, close, rename) on the
- * event loop's thread instead of four hand-offs to libuv's thread pool. Each hand-off wakes a pool
+ * Writes `data` into the spare file (empty, made ahead of time) and renames it to `path`. False
+ * when it could not (the spare removed meanwhile, the disk full, `path`'s directory missing): the
+ * spare is dropped and the caller writes the ordinary way, which reports the store's failure.
+ */
+function writeSpare(spare: string, data: Buffer, path: string): boolean {
+  try {
+    // `r+`: the spare must be there (never made here, where making it is what costs); it is empty.
+    writeFileSync(spare, data, { flag: 'r+' });
+    renameSync(spare, path);
+    return true;
+  } catch {
+    try {
+      rmSync(spare, { force: true });
+    } catch {
+      // Left to the next pool's removal of old spares.
+    }
+    return false;
+  }
+}
+
+/**
+ * Buffers up to this size are written with synchronous calls (open, write, close, rename; the
+ * open of a spare file made ahead of time when one is ready, spare-files.ts) on the event loop's
+ * thread instead of four hand-offs to libuv's thread pool. Each hand-off wakes a pool
  * thread and then the loop again; on the 2-core VM the proxy bench runs on that cost the loop about
  * 0.6 ms per image against 0.2–0.3 ms for the four calls themselves (docs/BENCHMARKS.md), while the
  * page-cache copy of 256 KiB takes a few tens of microseconds: the loop is held for less than the
@@ -120,8 +146,12 @@ export const SYNC_WRITE_MAX_BYTES = 256 * 1024;
 export class FilesystemMediaStore implements MediaStore {
   /** Directories known to exist: a put into one of them needs no mkdir. */
   private readonly dirs = new Set<string>();
+  /** Files made ahead of time for the synchronous writes (spare-files.ts). */
+  private readonly spares: SpareFiles;
 
-  constructor(private readonly root: string) {}
+  constructor(private readonly root: string) {
+    this.spares = new SpareFiles(join(resolve(root), SPARE_DIR));
+  }
 
   private path(key: string): string {
     const path = resolve(this.root, key);
@@ -190,6 +220,9 @@ export class FilesystemMediaStore implements MediaStore {
 
   private async writeBuffer(key: string, path: string, tmp: string, dir: string, data: Buffer): Promise<{ bytes: number }> {
     if (data.length <= SYNC_WRITE_MAX_BYTES) {
+      // Not for empty bytes: the object's time would be its spare's (the sweep of orphans goes by a write's time).
+      const spare = data.length > 0 ? this.spares.take() : undefined;
+      if (spare !== undefined && writeSpare(spare, data, path)) return { bytes: data.length };
       try {
         writeFileSync(tmp, data, { flag: 'wx' });
         renameSync(tmp, path);

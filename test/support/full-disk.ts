@@ -6,9 +6,10 @@
  * tests with an injected store error still run.
  */
 import { spawnSync } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, readdirSync, rmSync, statfsSync, writeSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readdirSync, rmSync, statfsSync, statSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
+import { SPARE_DIR } from '../../server/storage/media-store.ts';
 
 const FILLER = '.filler';
 
@@ -75,12 +76,17 @@ export class FullDisk {
     rmSync(join(this.dir, FILLER), { force: true });
   }
 
-  /** Every file on the disk but the filler, as paths relative to it (temporary files included). */
+  /**
+   * Every file on the disk but the filler and the filesystem store's spares (empty files made
+   * ahead of time: spare-files.ts; one that holds bytes is listed), as paths relative to it
+   * (temporary files included).
+   */
   files(): string[] {
     const entries = readdirSync(this.dir, { recursive: true, withFileTypes: true });
     return entries
       .filter((e) => e.isFile() && e.name !== FILLER)
       .map((e) => relative(this.dir, join(e.parentPath ?? e.path, e.name)))
+      .filter((path) => !(path.startsWith(`${SPARE_DIR}/`) && statSync(join(this.dir, path)).size === 0))
       .sort();
   }
 

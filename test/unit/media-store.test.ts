@@ -6,13 +6,14 @@
  * serve the object with its type and name.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FilesystemMediaStore, MediaTooLarge, StorageUnavailable, SYNC_WRITE_MAX_BYTES, type MediaStore } from '../../server/storage/media-store.ts';
+import { FilesystemMediaStore, MediaTooLarge, SPARE_DIR, StorageUnavailable, SYNC_WRITE_MAX_BYTES, type MediaStore } from '../../server/storage/media-store.ts';
+import { SPARE_FILES, STALE_SPARE_MS } from '../../server/storage/spare-files.ts';
 import type { S3MediaStore } from '../../server/storage/s3-media-store.ts';
 import { startTestS3, type TestS3 } from '../support/s3-server.ts';
 
@@ -226,4 +227,89 @@ describe('filesystem media store only', () => {
     expect(await store.put(`${dir}/two.png`, bytes)).toEqual({ bytes: size });
     expect(readdirSync(join(root, dir))).toEqual(['two.png']);
   });
+
+  describe('spare files (a small write renames a file made ahead of time: spare-files.ts)', () => {
+    const spareRoot = () => mkdtempSync(join(tmpdir(), 'mg-spares-'));
+    const sparesIn = (dir: string) => readdirSync(join(dir, SPARE_DIR));
+    async function poolReady(dir: string): Promise<string[]> {
+      for (let i = 0; i < 400; i++) {
+        const names = (() => {
+          try {
+            return sparesIn(dir);
+          } catch {
+            return [];
+          }
+        })();
+        if (names.length === SPARE_FILES) return names;
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      throw new Error(`the spare pool under ${dir} was not made up`);
+    }
+
+    it('stores a small buffer as one of the spares (its inode), and makes the pool up again', async () => {
+      const dir = spareRoot();
+      const store = new FilesystemMediaStore(dir);
+      // The first write goes the ordinary way and starts the pool.
+      await store.put('image_output/ab/first.png', Buffer.from('first'));
+      const spares = new Set((await poolReady(dir)).map((n) => statSync(join(dir, SPARE_DIR, n)).ino));
+      const bytes = randomBytes(25 * 1024);
+      expect(await store.put('image_output/ab/second.png', bytes)).toEqual({ bytes: bytes.length });
+      expect(spares.has(statSync(join(dir, 'image_output/ab/second.png')).ino)).toBe(true);
+      expect((await buffer(store.read('image_output/ab/second.png'))).equals(bytes)).toBe(true);
+      expect(readdirSync(join(dir, 'image_output/ab')).sort()).toEqual(['first.png', 'second.png']);
+      // Made up again, every spare empty.
+      const after = await poolReady(dir);
+      expect(after.every((n) => statSync(join(dir, SPARE_DIR, n)).size === 0)).toBe(true);
+      // Not media: the store lists them, the orphan sweep passes them by (its MEDIA_KEY).
+      expect((await store.list(undefined, 100)).filter((o) => o.key.startsWith(`${SPARE_DIR}/`))).toHaveLength(SPARE_FILES);
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('writes the ordinary way when the spares were removed meanwhile (another instance cleaning up)', async () => {
+      const dir = spareRoot();
+      const store = new FilesystemMediaStore(dir);
+      await store.put('image_output/cd/first.png', Buffer.from('first'));
+      for (const name of await poolReady(dir)) rmSync(join(dir, SPARE_DIR, name));
+      const names = Array.from({ length: SPARE_FILES + 2 }, (_, i) => `n${i}.png`);
+      for (const name of names) await store.put(`image_output/cd/${name}`, Buffer.from(name));
+      for (const name of names) expect((await buffer(store.read(`image_output/cd/${name}`))).toString()).toBe(name);
+      expect(readdirSync(join(dir, 'image_output/cd')).sort()).toEqual(['first.png', ...names].sort());
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    it("reports a write the disk refuses as the store's, and drops the spare it took", async () => {
+      const dir = spareRoot();
+      const store = new FilesystemMediaStore(dir);
+      await store.put('image_output/cd/first.png', Buffer.from('first'));
+      const before = await poolReady(dir);
+      // The directory the store knows of is now a file: the write is refused (ENOTDIR).
+      rmSync(join(dir, 'image_output/cd'), { recursive: true });
+      writeFileSync(join(dir, 'image_output/cd'), '');
+      await expect(store.put('image_output/cd/second.png', Buffer.from('second'))).rejects.toBeInstanceOf(StorageUnavailable);
+      const after = await poolReady(dir);
+      expect(after.filter((n) => !before.includes(n))).toHaveLength(1);
+      expect(after.every((n) => statSync(join(dir, SPARE_DIR, n)).size === 0)).toBe(true);
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('removes the spares a stopped process left more than a day ago, not younger ones', async () => {
+      const dir = spareRoot();
+      mkdirSync(join(dir, SPARE_DIR));
+      const old = join(dir, SPARE_DIR, 'left-by-a-stopped-process.tmp');
+      const young = join(dir, SPARE_DIR, 'another-instance.tmp');
+      writeFileSync(old, '');
+      writeFileSync(young, '');
+      const dayAndMore = (Date.now() - STALE_SPARE_MS - 60_000) / 1000;
+      utimesSync(old, dayAndMore, dayAndMore);
+      const store = new FilesystemMediaStore(dir);
+      await store.put('image_output/ef/first.png', Buffer.from('first'));
+      for (let i = 0; i < 400 && sparesIn(dir).length < SPARE_FILES + 1; i++) await new Promise((r) => setTimeout(r, 5));
+      const names = sparesIn(dir);
+      expect(names).toContain('another-instance.tmp');
+      expect(names).not.toContain('left-by-a-stopped-process.tmp');
+      expect(names).toHaveLength(SPARE_FILES + 1);
+      rmSync(dir, { recursive: true, force: true });
+    });
+  });
 });
+

@@ -1,0 +1,91 @@
+/**
+ * Empty files made ahead of time, off the event loop, for the filesystem store's small writes
+ * (FilesystemMediaStore: the synchronous ones, a generated image's bytes). On the VMs this runs
+ * on, making a file is what a small write costs: allocating its inode took the loop 0.2–1.0 ms
+ * per file on the bench machine, while opening a file that exists, writing 25 KiB into it,
+ * closing it and renaming it into place took 0.05–0.09 ms (docs/BENCHMARKS.md, nineteenth look).
+ * So each write takes a spare and renames it into place, and the pool is made up again in libuv's
+ * thread pool while the loop does other work.
+ *
+ * The spares live in `.spare/` under the store's root, on the same filesystem (a rename cannot
+ * cross one), where no media key lives: the orphan sweep passes them by (media-sweeper.ts:
+ * MEDIA_KEY). A process that stops leaves its spares (empty files) behind; the first pool made
+ * under the root after a day removes them. A spare that cannot be used when taken (removed
+ * meanwhile, or the disk full) is dropped and the write made the ordinary way, which reports the
+ * store's failure as before. No descriptor is held: a spare is a name.
+ */
+import { close, mkdir, open, readdir, stat, unlink } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { randomHex } from '../lib/ids.ts';
+
+const openFile = promisify(open);
+const closeFile = promisify(close);
+const readDir = promisify(readdir);
+const statFile = promisify(stat);
+const unlinkFile = promisify(unlink);
+const makeDir = promisify(mkdir);
+
+/** Spares kept ready: more than a burst of 16 concurrent requests takes between two refills. */
+export const SPARE_FILES = 16;
+/** Spares older than this in `.spare/` were left by a process that stopped. */
+export const STALE_SPARE_MS = 24 * 60 * 60 * 1000;
+/** After a spare could not be made (the disk full, no permission), none is tried for this long. */
+const RETRY_AFTER_MS = 1000;
+
+export class SpareFiles {
+  private readonly ready: string[] = [];
+  private refilling = false;
+  private started = false;
+  private failedAt = Number.NEGATIVE_INFINITY;
+
+  constructor(
+    /** Where the spares live: `.spare` under the store's root. */
+    readonly dir: string,
+    private readonly size = SPARE_FILES,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** A spare's path, or undefined when none is ready; the pool is made up again in the background. */
+  take(): string | undefined {
+    const spare = this.ready.pop();
+    this.refill();
+    return spare;
+  }
+
+  private refill(): void {
+    if (this.refilling || this.ready.length >= this.size || this.now() - this.failedAt < RETRY_AFTER_MS) return;
+    this.refilling = true;
+    void this.makeUp().finally(() => {
+      this.refilling = false;
+    });
+  }
+
+  private async makeUp(): Promise<void> {
+    try {
+      if (!this.started) {
+        await makeDir(this.dir, { recursive: true });
+        this.started = true;
+        await this.removeStale();
+      }
+      while (this.ready.length < this.size) {
+        const path = join(this.dir, `${randomHex(8)}.tmp`);
+        await closeFile(await openFile(path, 'wx'));
+        this.ready.push(path);
+      }
+    } catch {
+      // Writes go the ordinary way meanwhile, and report whatever this was if it is the store's.
+      this.failedAt = this.now();
+    }
+  }
+
+  /** Removes spares a stopped process left behind (older than STALE_SPARE_MS). Best effort. */
+  private async removeStale(): Promise<void> {
+    const names = await readDir(this.dir).catch(() => [] as string[]);
+    for (const name of names) {
+      const path = join(this.dir, name);
+      const s = await statFile(path).catch(() => undefined);
+      if (s?.isFile() && this.now() - s.mtimeMs > STALE_SPARE_MS) await unlinkFile(path).catch(() => undefined);
+    }
+  }
+}
