@@ -59,12 +59,15 @@ describe('probeStore', () => {
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it('creates and renames the files it times, leaves them in place, and names the filesystem', () => {
+  it('creates and renames the files it times, fills and renames spares, leaves them in place, and names the filesystem', () => {
     dir = mkdtempSync(join(tmpdir(), 'store-probe-'));
     const probe = probeStore(join(dir, 'probe'), 25, 1024);
-    expect(readdirSync(join(dir, 'probe')).sort()).toEqual(Array.from({ length: 25 }, (_, i) => String(i)).sort());
+    // Created and renamed (`i`), and spares filled and renamed (`si`): nothing else left.
+    expect(readdirSync(join(dir, 'probe')).sort()).toEqual(Array.from({ length: 25 }, (_, i) => [String(i), `s${i}`]).flat().sort());
     expect(probe.createP50Ms).toBeGreaterThan(0);
     expect(probe.createP90Ms).toBeGreaterThanOrEqual(probe.createP50Ms);
+    expect(probe.spareP50Ms).toBeGreaterThan(0);
+    expect(probe.spareP90Ms).toBeGreaterThanOrEqual(probe.spareP50Ms);
     expect(probe.fsType).not.toBe('unknown');
     expect(describeProbe(join(dir, 'probe'), probe)).toContain(`on ${probe.fsType} (`);
   });
