@@ -30,7 +30,7 @@ import { imageEditMultipart } from './http/multipart.ts';
 import { MAX_REFERENCE_CHARS, VIDEO_MEDIA_FIELDS, editMediaFields, mediaJsonBody } from './http/media-body.ts';
 import type { MediaJsonFields } from './lib/media-json-scanner.ts';
 import { fileUploadMultipart } from './http/file-upload.ts';
-import { largeBodySlots, rejectBracketedQuery, rejectEncodedMultipart, rejectNulCharacters } from './http/request-guards.ts';
+import { largeBodySlots, rejectBracketedQuery, rejectEncodedMultipart, rejectJsonCharset, rejectNulCharacters } from './http/request-guards.ts';
 import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';
 import { STRICT_FORMATS } from './contract-schemas.ts';
 
@@ -161,6 +161,8 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
       idleTimeoutMs: config.bodyIdleTimeoutMs,
       timeoutMs: config.bodyTimeoutMs,
     });
+  // Before any JSON reader: a body in another charset is 415 on every route alike.
+  app.use(['/v1', '/api/v1', '/admin'], (req, res, next) => (BODY_METHODS.has(req.method) ? rejectJsonCharset(req, res, next) : next()));
   app.post(
     ['/v1/videos/generations', '/api/v1/videos/generations'],
     mediaBody(VIDEO_MEDIA_FIELDS, { maxMediaBytes: config.maxMediaInputBytes, maxItemBytes: config.maxMediaInputBytes, maxMediaCount: config.maxMediaInputCount }),

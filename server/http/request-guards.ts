@@ -1,7 +1,7 @@
 /**
  * Guards requests pass before the contract validator: a bound on how many large bodies held in
  * memory (multipart edits) are read and handled at once, no content encoding on multipart bodies
- * (we do not decode them), no NUL character in any string (PostgreSQL text cannot hold one, and no
+ * (we do not decode them), no JSON body in a charset other than UTF-8, no NUL character in any string (PostgreSQL text cannot hold one, and no
  * field needs it), and the linger after answering a body that was not read to its end.
  */
 import type { Socket } from 'node:net';
@@ -76,6 +76,21 @@ export function rejectEncodedMultipart(req: Request, _res: Response, next: NextF
     return;
   }
   next();
+}
+
+/**
+ * A JSON body is read as UTF-8 (RFC 8259 §8.1), by the streaming reader of media bodies
+ * (media-body.ts) and by express.json alike: a `charset` other than UTF-8 is 415 on every route,
+ * before either reads a byte, instead of a body decoded as something it is not on one route and a
+ * 415 on another.
+ */
+export function rejectJsonCharset(req: Request, _res: Response, next: NextFunction): void {
+  const type = String(req.headers['content-type'] ?? '');
+  if (!/^\s*application\/(?:[\w.+-]+\+)?json\s*;/i.test(type)) return next();
+  const charset = /;\s*charset\s*=\s*(?:"([^"]*)"|([^;\s]*))/i.exec(type);
+  const name = (charset?.[1] ?? charset?.[2] ?? 'utf-8').toLowerCase();
+  if (name === 'utf-8') return next();
+  next(new ApiError(415, 'unsupported_media_type', `Unsupported charset '${name}': a JSON body is read as UTF-8; send it in UTF-8, with charset=utf-8 or no charset.`));
 }
 
 const MAX_DEPTH = 64;

@@ -138,6 +138,32 @@ describe('content encodings', () => {
     }
   });
 
+  it('a JSON body in a charset other than UTF-8 is 415 on every route alike, before anything is read or held; UTF-8 named as such passes', async () => {
+    const state = async () => ({
+      ...(await accountState(server.db, customer.accountId, customer.apiKeyId)),
+      images: (await server.db.selectFrom('imageTasks').select('id').where('accountId', '=', customer.accountId).execute()).length,
+    });
+    const before = await state();
+    const generation = JSON.stringify({ model: 'local-image-1', prompt: 'a cat' });
+    const cases: [string, string][] = [
+      ['/v1/images/generations', generation],
+      ['/v1/images/edits', JSON.stringify({ model: 'local-image-1', prompt: 'x', image: dataUrl(await sharp({ create: { width: 8, height: 8, channels: 3, background: '#fff' } }).png().toBuffer()) })],
+      ['/v1/videos/generations', JSON.stringify(videoBody())],
+    ];
+    for (const [path, body] of cases) {
+      for (const type of ['application/json; charset=ISO-8859-1', 'application/json;charset="latin1"', 'application/json; charset=utf-16', 'application/json; charset=utf8']) {
+        const res = await send(path, { body, headers: { 'Content-Type': type } });
+        expect([path, type, res.status, res.body.error?.code]).toEqual([path, type, 415, 'unsupported_media_type']);
+        expect(res.body.error?.message).toMatch(/^Unsupported charset '(iso-8859-1|latin1|utf-16|utf8)': a JSON body is read as UTF-8/);
+      }
+    }
+    expect(await state()).toEqual(before);
+    for (const type of ['application/json; charset=UTF-8', 'application/json;charset="utf-8"', 'application/json; charset=utf-8; foo=bar']) {
+      const res = await send('/v1/images/generations', { body: generation, headers: { 'Content-Type': type } });
+      expect([type, res.status]).toEqual([type, 200]);
+    }
+  });
+
   it('an unsupported encoding, or any encoding on a multipart body, is 415', async () => {
     const zstd = await send('/v1/images/generations', { body: 'x', headers: { 'Content-Type': 'application/json', 'Content-Encoding': 'zstd' } });
     expect([zstd.status, zstd.body.error?.code]).toEqual([415, 'unsupported_media_type']);

@@ -5392,7 +5392,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description The request's Content-Type is not one this operation accepts. */
+        /** @description The request's Content-Type is not one this operation accepts (a JSON body in a charset other than UTF-8 among them: JSON is read as UTF-8), or its Content-Encoding is not one the gateway decodes. */
         UnsupportedMediaType: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
