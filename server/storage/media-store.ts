@@ -222,8 +222,8 @@ export class FilesystemMediaStore implements MediaStore {
     if (data.length <= SYNC_WRITE_MAX_BYTES) {
       // Not for empty bytes: the object's time would be its spare's (the sweep of orphans goes by a write's time).
       const spare = data.length > 0 ? this.spares.take() : undefined;
-      if (spare !== undefined && writeSpare(spare, data, path)) return { bytes: data.length };
       try {
+        if (spare !== undefined && writeSpare(spare, data, path)) return { bytes: data.length };
         writeFileSync(tmp, data, { flag: 'wx' });
         renameSync(tmp, path);
       } catch (err) {
@@ -235,6 +235,9 @@ export class FilesystemMediaStore implements MediaStore {
         }
         this.dirs.delete(dir);
         throw asStorageError(err, key);
+      } finally {
+        // After the write, not before it (SpareFiles.replenish).
+        if (data.length > 0) this.spares.replenish();
       }
       return { bytes: data.length };
     }
