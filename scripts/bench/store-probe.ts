@@ -15,6 +15,7 @@
  */
 import { mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
+import { SPARE_DIR } from '../../server/storage/media-store.ts';
 import { performance } from 'node:perf_hooks';
 
 export interface StoreProbe {
@@ -87,8 +88,10 @@ export function probeStore(dir: string, files = 400, bytes = 34 * 1024): StorePr
   }
   times.sort((a, b) => a - b);
   // As the store writes with a spare (spare-files.ts): the files made first, untimed (the pool makes
-  // them in libuv's threads), then each filled and renamed into place.
-  const spares = Array.from({ length: files }, (_, i) => join(absolute, `${i}.spare`));
+  // them in libuv's threads), in a directory of their own, then each filled and renamed into place
+  // (a rename from one directory into another, as the store's from `.spare/`).
+  mkdirSync(join(absolute, SPARE_DIR), { recursive: true });
+  const spares = Array.from({ length: files }, (_, i) => join(absolute, SPARE_DIR, `${i}.tmp`));
   for (const spare of spares) writeFileSync(spare, '', { flag: 'wx' });
   const spareTimes = spares.map((spare, i) => {
     const started = performance.now();

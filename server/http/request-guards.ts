@@ -87,10 +87,26 @@ export function rejectEncodedMultipart(req: Request, _res: Response, next: NextF
 export function rejectJsonCharset(req: Request, _res: Response, next: NextFunction): void {
   const type = String(req.headers['content-type'] ?? '');
   if (!/^\s*application\/(?:[\w.+-]+\+)?json\s*;/i.test(type)) return next();
-  const charset = /;\s*charset\s*=\s*(?:"([^"]*)"|([^;\s]*))/i.exec(type);
-  const name = (charset?.[1] ?? charset?.[2] ?? 'utf-8').toLowerCase();
-  if (name === 'utf-8') return next();
-  next(new ApiError(415, 'unsupported_media_type', `Unsupported charset '${name}': a JSON body is read as UTF-8; send it in UTF-8, with charset=utf-8 or no charset.`));
+  const charset = charsetOf(type);
+  if (charset === undefined || charset === 'utf-8') return next();
+  next(new ApiError(415, 'unsupported_media_type', `Unsupported charset '${charset}': a JSON body is read as UTF-8; send it in UTF-8, with charset=utf-8 or no charset.`));
+}
+
+/**
+ * A media type's parameters (RFC 9110 §5.6.6: `; name=token` or `; name="quoted \"string\""`), read
+ * as the `content-type` package that express.json uses reads them (its PARAM_REGEXP).
+ */
+const PARAMETER = /; *([!#$%&'*+.^_`|~0-9A-Za-z-]+) *= *("(?:[\u000b\u0020\u0021\u0023-\u005b\u005d-\u007e\u0080-\u00ff]|\\[\u000b\u0020-\u00ff])*"|[!#$%&'*+.^_`|~0-9A-Za-z-]+) */g;
+
+/** The `charset` parameter of a Content-Type, lowercased and unquoted; undefined when it has none. */
+export function charsetOf(contentType: string): string | undefined {
+  const params = contentType.slice(contentType.indexOf(';'));
+  for (const [, name, value] of params.matchAll(PARAMETER)) {
+    if (name!.toLowerCase() !== 'charset') continue;
+    const unquoted = value!.startsWith('"') ? value!.slice(1, -1).replace(/\\([\u000b\u0020-\u00ff])/g, '$1') : value!;
+    return unquoted.toLowerCase();
+  }
+  return undefined;
 }
 
 const MAX_DEPTH = 64;

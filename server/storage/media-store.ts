@@ -111,23 +111,24 @@ function storageFs(key: string) {
 export const SPARE_DIR = '.spare';
 
 /**
- * Writes `data` into the spare file (empty, made ahead of time) and renames it to `path`. False
- * when it could not (the spare removed meanwhile, the disk full, `path`'s directory missing): the
- * spare is dropped and the caller writes the ordinary way, which reports the store's failure.
+ * Writes `data` into the spare file (empty, made ahead of time) and renames it to `path`: 'written',
+ * or else the spare is dropped and the caller writes the ordinary way, which reports the store's
+ * failure ('failed': the spare removed meanwhile, the disk full, `path`'s directory missing;
+ * 'cross-device': `path` is on another filesystem than the spares).
  */
-function writeSpare(spare: string, data: Buffer, path: string): boolean {
+function writeSpare(spare: string, data: Buffer, path: string): 'written' | 'failed' | 'cross-device' {
   try {
     // `r+`: the spare must be there (never made here, where making it is what costs); it is empty.
     writeFileSync(spare, data, { flag: 'r+' });
     renameSync(spare, path);
-    return true;
-  } catch {
+    return 'written';
+  } catch (err) {
     try {
       rmSync(spare, { force: true });
     } catch {
       // Left to the next pool's removal of old spares.
     }
-    return false;
+    return (err as NodeJS.ErrnoException).code === 'EXDEV' ? 'cross-device' : 'failed';
   }
 }
 
@@ -223,7 +224,9 @@ export class FilesystemMediaStore implements MediaStore {
       // Not for empty bytes: the object's time would be its spare's (the sweep of orphans goes by a write's time).
       const spare = data.length > 0 ? this.spares.take() : undefined;
       try {
-        if (spare !== undefined && writeSpare(spare, data, path)) return { bytes: data.length };
+        const spared = spare === undefined ? undefined : writeSpare(spare, data, path);
+        if (spared === 'written') return { bytes: data.length };
+        if (spared === 'cross-device') this.spares.stop();
         writeFileSync(tmp, data, { flag: 'wx' });
         renameSync(tmp, path);
       } catch (err) {

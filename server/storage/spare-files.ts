@@ -38,6 +38,7 @@ export class SpareFiles {
   private refilling = false;
   private started = false;
   private failedAt = Number.NEGATIVE_INFINITY;
+  private stopped = false;
 
   constructor(
     /** Where the spares live: `.spare` under the store's root. */
@@ -60,8 +61,18 @@ export class SpareFiles {
     this.refill();
   }
 
+  /**
+   * No more spares for this store: a rename out of `.spare/` crossed filesystems (a key's directory
+   * is a mount of its own), so every spare would be written, dropped and written again. The spares
+   * ready are removed (best effort).
+   */
+  stop(): void {
+    this.stopped = true;
+    for (const spare of this.ready.splice(0)) unlink(spare, () => undefined);
+  }
+
   private refill(): void {
-    if (this.refilling || this.ready.length >= this.size || this.now() - this.failedAt < RETRY_AFTER_MS) return;
+    if (this.stopped || this.refilling || this.ready.length >= this.size || this.now() - this.failedAt < RETRY_AFTER_MS) return;
     this.refilling = true;
     void this.makeUp().finally(() => {
       this.refilling = false;
@@ -75,14 +86,22 @@ export class SpareFiles {
         this.started = true;
         await this.removeStale();
       }
-      while (this.ready.length < this.size) {
+      while (!this.stopped && this.ready.length < this.size) {
         const path = join(this.dir, `${randomHex(8)}.tmp`);
         await closeFile(await openFile(path, 'wx'));
-        this.ready.push(path);
+        // Stopped while it was being made: not kept.
+        if (this.stopped) await unlinkFile(path).catch(() => undefined);
+        else this.ready.push(path);
       }
-    } catch {
+    } catch (err) {
       // Writes go the ordinary way meanwhile, and report whatever this was if it is the store's.
       this.failedAt = this.now();
+      // `.spare/` was removed while the process ran (an operator cleaning up), with the spares in
+      // it: made again next time.
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
+        this.started = false;
+        this.ready.length = 0;
+      }
     }
   }
 

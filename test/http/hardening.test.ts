@@ -157,11 +157,22 @@ describe('content encodings', () => {
         expect(res.body.error?.message).toMatch(/^Unsupported charset '(iso-8859-1|latin1|utf-16|utf8)': a JSON body is read as UTF-8/);
       }
     }
+    // The admin API and the /api/v1 prefix, a PATCH and a `+json` type alike.
+    const latin1 = { 'Content-Type': 'application/merge-patch+json; charset=latin1' };
+    const patch = await send(`/admin/v1/accounts/${customer.accountId}`, { method: 'PATCH', body: JSON.stringify({ name: 'renamed' }), headers: { ...latin1, Authorization: `Bearer ${ADMIN_TOKEN}` } });
+    expect([patch.status, patch.body.error?.code]).toEqual([415, 'unsupported_media_type']);
+    const prefixed = await send('/api/v1/videos/generations', { body: JSON.stringify(videoBody()), headers: latin1 });
+    expect([prefixed.status, prefixed.body.error?.code]).toEqual([415, 'unsupported_media_type']);
     expect(await state()).toEqual(before);
-    for (const type of ['application/json; charset=UTF-8', 'application/json;charset="utf-8"', 'application/json; charset=utf-8; foo=bar']) {
+    // A request without a body is not read: its Content-Type does not matter.
+    expect((await send('/v1/credits', { method: 'GET', headers: { 'Content-Type': 'application/json; charset=latin1' } })).status).toBe(200);
+    // UTF-8, however the parameter is written (a charset inside another parameter's quotes is none).
+    for (const type of ['application/json; charset=UTF-8', 'application/json;charset="utf-8"', 'application/json; charset="utf\\-8"', 'application/json; charset=utf-8; foo=bar', 'application/json; foo="a;charset=latin1"']) {
       const res = await send('/v1/images/generations', { body: generation, headers: { 'Content-Type': type } });
       expect([type, res.status]).toEqual([type, 200]);
     }
+    const video = await send('/v1/videos/generations', { body: JSON.stringify(videoBody()), headers: { 'Content-Type': 'application/json; charset=utf-8' } });
+    expect(video.status).toBe(202);
   });
 
   it('an unsupported encoding, or any encoding on a multipart body, is 415', async () => {

@@ -292,6 +292,50 @@ describe('filesystem media store only', () => {
       rmSync(dir, { recursive: true, force: true });
     });
 
+    it('makes the pool again when .spare/ was removed while it ran (an operator cleaning up)', async () => {
+      const dir = spareRoot();
+      const store = new FilesystemMediaStore(dir);
+      await store.put('image_output/gh/first.png', Buffer.from('first'));
+      await poolReady(dir);
+      rmSync(join(dir, SPARE_DIR), { recursive: true });
+      await store.put('image_output/gh/second.png', Buffer.from('second'));
+      // The refill after that write found no directory; the one after the next write (past the
+      // second a failed refill waits) makes it again.
+      await new Promise((r) => setTimeout(r, 1100));
+      await store.put('image_output/gh/third.png', Buffer.from('third'));
+      expect(await poolReady(dir)).toHaveLength(SPARE_FILES);
+      expect(readdirSync(join(dir, 'image_output/gh')).sort()).toEqual(['first.png', 'second.png', 'third.png']);
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    // /dev/shm is a tmpfs on Linux: a key's directory linked there is on another filesystem than the spares.
+    const otherFs = (() => {
+      try {
+        return statSync('/dev/shm').dev !== statSync(tmpdir()).dev;
+      } catch {
+        return false;
+      }
+    })();
+    it.skipIf(!otherFs)('stops using spares when a key directory is on another filesystem (a rename cannot cross it), and writes every image whole', async () => {
+      const dir = spareRoot();
+      const elsewhere = mkdtempSync('/dev/shm/mg-spares-');
+      symlinkSync(elsewhere, join(dir, 'image_output'));
+      const store = new FilesystemMediaStore(dir);
+      await store.put('input/ij/warm.png', Buffer.from('warm'));
+      await poolReady(dir);
+      for (const name of ['a', 'b', 'c']) await store.put(`image_output/ij/${name}.png`, Buffer.from(name));
+      for (const name of ['a', 'b', 'c']) expect((await buffer(store.read(`image_output/ij/${name}.png`))).toString()).toBe(name);
+      expect(readdirSync(join(elsewhere, 'ij')).sort()).toEqual(['a.png', 'b.png', 'c.png']);
+      // The spares ready were removed and no more are made.
+      for (let i = 0; i < 100 && sparesIn(dir).length > 0; i++) await new Promise((r) => setTimeout(r, 5));
+      expect(sparesIn(dir)).toEqual([]);
+      await store.put('input/ij/after.png', Buffer.from('after'));
+      await new Promise((r) => setTimeout(r, 50));
+      expect(sparesIn(dir)).toEqual([]);
+      rmSync(dir, { recursive: true, force: true });
+      rmSync(elsewhere, { recursive: true, force: true });
+    });
+
     it('removes the spares a stopped process left more than a day ago, not younger ones', async () => {
       const dir = spareRoot();
       mkdirSync(join(dir, SPARE_DIR));

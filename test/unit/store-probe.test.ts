@@ -63,7 +63,8 @@ describe('probeStore', () => {
     dir = mkdtempSync(join(tmpdir(), 'store-probe-'));
     const probe = probeStore(join(dir, 'probe'), 25, 1024);
     // Created and renamed (`i`), and spares filled and renamed (`si`): nothing else left.
-    expect(readdirSync(join(dir, 'probe')).sort()).toEqual(Array.from({ length: 25 }, (_, i) => [String(i), `s${i}`]).flat().sort());
+    expect(readdirSync(join(dir, 'probe')).sort()).toEqual([...Array.from({ length: 25 }, (_, i) => [String(i), `s${i}`]).flat(), '.spare'].sort());
+    expect(readdirSync(join(dir, 'probe', '.spare'))).toEqual([]);
     expect(probe.createP50Ms).toBeGreaterThan(0);
     expect(probe.createP90Ms).toBeGreaterThanOrEqual(probe.createP50Ms);
     expect(probe.spareP50Ms).toBeGreaterThan(0);
