@@ -1,5 +1,5 @@
 /**
- * Composition root: config -> database (external or embedded) -> migrations -> HTTP listener ->
+ * Composition root: config -> database (external or embedded) -> migrations -> the S3 bucket's check -> HTTP listener ->
  * runtime (services, runners) -> app -> demo data -> workers and the cluster listener. `npm start`
  * runs this; `--role api|worker` splits the roles.
  */
@@ -10,6 +10,7 @@ import type { DB } from '../generated/db.d.ts';
 import { createApp, httpServerOptions } from './app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { createRuntime, type Runtime, type RuntimeOverrides } from './context.ts';
+import { S3MediaStore } from './storage/s3-media-store.ts';
 import { createDatabase } from './db/database.ts';
 import { EmbeddedPostgresError, startEmbeddedPostgres } from './db/embedded.ts';
 import { migrateToLatest } from './db/migrate.ts';
@@ -238,6 +239,19 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
       throw config.secretKey === undefined ? secretKeyFailure(err) : err;
     }
 
+    // A bucket that is not there, or that these credentials may not use, fails every media write:
+    // said now, in one line, instead of as 503s to the first clients. One that cannot be reached
+    // may come back: the start goes on, with a warning.
+    if (config.s3 && !overrides.mediaStore) {
+      step('checking the S3 bucket');
+      const probe = new S3MediaStore(config.s3);
+      const check = await probe.checkBucket().finally(() => probe.close());
+      if (check.outcome === 'refused') {
+        throw new StartError(check.reason, 'Fix S3_BUCKET, S3_REGION or S3_ENDPOINT, or the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile or a role): Mediagate needs s3:ListBucket, GetObject, PutObject and DeleteObject on the bucket.');
+      }
+      if (check.outcome === 'unknown') log.warn({ reason: check.reason, bucket: config.s3.bucket }, 'the S3 bucket could not be checked at start; media writes fail with storage_unavailable until the store answers');
+    }
+
     // Listen before building the runtime, so signed file URLs know the real address; requests are
     // handled once the app is attached (in the same tick).
     step('listening');
@@ -318,6 +332,10 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
       await listener.stop();
       lifecycle.step = 'closing the request-rate store';
       await runtime.services.requestRates.close();
+      // Nothing writes media any more: the store's spare files (or S3 connections) go. A store
+      // handed in (tests) is its owner's to close.
+      lifecycle.step = 'closing the media store';
+      if (!overrides.mediaStore) await runtime.mediaStore.close?.();
       lifecycle.step = 'closing the database pool';
       await pool.destroy();
       dbClosed = true;

@@ -71,6 +71,8 @@ export interface MediaStore {
   presign?(key: string, ttlSeconds: number): Promise<string>;
   /** A path on this machine where the bytes can be read directly, when the store has one. */
   localPath?(key: string): string;
+  /** Ends what the store keeps open (connections, spare files): the process is stopping. */
+  close?(): void | Promise<void>;
 }
 
 /** A stream passed the byte limit it was stored under. */
@@ -226,7 +228,7 @@ export class FilesystemMediaStore implements MediaStore {
       try {
         const spared = spare === undefined ? undefined : writeSpare(spare, data, path);
         if (spared === 'written') return { bytes: data.length };
-        if (spared === 'cross-device') this.spares.stop();
+        if (spared === 'cross-device') void this.spares.stop();
         writeFileSync(tmp, data, { flag: 'wx' });
         renameSync(tmp, path);
       } catch (err) {
@@ -322,5 +324,10 @@ export class FilesystemMediaStore implements MediaStore {
 
   localPath(key: string): string {
     return this.path(key);
+  }
+
+  /** Removes the spare files (a graceful stop leaves none behind); a write after this makes none. */
+  close(): Promise<void> {
+    return this.spares.stop();
   }
 }

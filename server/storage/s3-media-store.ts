@@ -11,7 +11,7 @@
  * itself (unreachable, refused, a missing bucket, a full quota) are StorageErrors; an error of the
  * data being written (a client that went away, a byte limit) is passed on as it is.
  */
-import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, GetObjectCommand, HeadBucketCommand, HeadObjectCommand, ListObjectsV2Command, S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { PassThrough, pipeline, Readable, Transform } from 'node:stream';
@@ -242,6 +242,31 @@ export class S3MediaStore implements MediaStore {
   /** A GET URL of the object for `ttlSeconds` (it serves the type and name the object was stored with). */
   presign(key: string, ttlSeconds: number): Promise<string> {
     return getSignedUrl(this.client, new GetObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key) }), { expiresIn: ttlSeconds });
+  }
+
+  /**
+   * Whether the bucket is there for these credentials (HeadBucket, within `timeoutMs`), for the
+   * start: 'ok'; 'refused' with what no retry changes (no such bucket, the credentials or the
+   * policy refused, the bucket in another region, a name the store refuses); 'unknown' with why it
+   * could not tell (unreachable, a timeout, a 5xx: the store may come back).
+   */
+  async checkBucket(timeoutMs = 10_000): Promise<{ outcome: 'ok' } | { outcome: 'refused' | 'unknown'; reason: string }> {
+    try {
+      await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }), { abortSignal: AbortSignal.timeout(timeoutMs) });
+      return { outcome: 'ok' };
+    } catch (err) {
+      const e = err as { name?: string; message?: string; $metadata?: { httpStatusCode?: number }; $response?: { headers?: Record<string, string> } };
+      const status = e.$metadata?.httpStatusCode;
+      const where = `the S3 bucket '${this.bucket}'`;
+      if (status === 404) return { outcome: 'refused', reason: `${where} does not exist` };
+      if (status === 403) return { outcome: 'refused', reason: `the S3 store refused access to ${where} (403: the credentials, or a policy without s3:ListBucket)` };
+      if (status === 301) {
+        const region = e.$response?.headers?.['x-amz-bucket-region'];
+        return { outcome: 'refused', reason: `${where} is in another region${region ? ` (${region})` : ''} than S3_REGION` };
+      }
+      if (status === 400) return { outcome: 'refused', reason: `the S3 store refused the request for ${where} (400${e.name ? ` ${e.name}` : ''})` };
+      return { outcome: 'unknown', reason: status ? `HTTP ${status} ${e.name ?? ''}`.trim() : (e.message ?? String(err)) };
+    }
   }
 
   /** Closes the client's connections (shutdown, tests). */

@@ -12,7 +12,9 @@
  * MEDIA_KEY). A process that stops leaves its spares (empty files) behind; the first pool made
  * under the root after a day removes them. A spare that cannot be used when taken (removed
  * meanwhile, or the disk full) is dropped and the write made the ordinary way, which reports the
- * store's failure as before. No descriptor is held: a spare is a name.
+ * store's failure as before. No descriptor is held: a spare is a name. A directory removed right
+ * after a write (a test's scratch root) can meet a spare being made, and `rm -r` then fails with
+ * ENOTEMPTY: close the store first (`FilesystemMediaStore.close`), or retry (`maxRetries`).
  */
 import { close, mkdir, open, readdir, stat, unlink } from 'node:fs';
 import { join } from 'node:path';
@@ -39,6 +41,8 @@ export class SpareFiles {
   private started = false;
   private failedAt = Number.NEGATIVE_INFINITY;
   private stopped = false;
+  /** The refill in progress, if any. */
+  private filling: Promise<void> | undefined;
 
   constructor(
     /** Where the spares live: `.spare` under the store's root. */
@@ -62,19 +66,22 @@ export class SpareFiles {
   }
 
   /**
-   * No more spares for this store: a rename out of `.spare/` crossed filesystems (a key's directory
-   * is a mount of its own), so every spare would be written, dropped and written again. The spares
-   * ready are removed (best effort).
+   * No more spares for this store, the spares ready removed (best effort) and the one being made
+   * too: the store stops (a graceful stop leaves none behind), or a rename out of `.spare/` crossed
+   * filesystems (a key's directory is a mount of its own), so every spare would be written, dropped
+   * and written again.
    */
-  stop(): void {
+  async stop(): Promise<void> {
     this.stopped = true;
-    for (const spare of this.ready.splice(0)) unlink(spare, () => undefined);
+    await Promise.all(this.ready.splice(0).map((spare) => unlinkFile(spare).catch(() => undefined)));
+    // A spare being made is removed as soon as it is (makeUp).
+    await this.filling;
   }
 
   private refill(): void {
     if (this.stopped || this.refilling || this.ready.length >= this.size || this.now() - this.failedAt < RETRY_AFTER_MS) return;
     this.refilling = true;
-    void this.makeUp().finally(() => {
+    this.filling = this.makeUp().finally(() => {
       this.refilling = false;
     });
   }

@@ -58,7 +58,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  if (mediaDir) rmSync(mediaDir, { recursive: true, force: true });
+  if (mediaDir) rmSync(mediaDir, { recursive: true, force: true, maxRetries: 5 });
 });
 
 describe('GET /admin/v1/tasks/{task_id}: outputs', () => {
@@ -186,7 +186,7 @@ describe('outputs whose links the media store cannot make', () => {
   }, 60_000);
   afterAll(async () => {
     await s?.close();
-    rmSync(dir, { recursive: true, force: true });
+    rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
   });
 
   it('the view and the settlement answer 503 storage_unavailable; the settlement settles nothing until the links can be made', async () => {

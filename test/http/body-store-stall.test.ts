@@ -34,7 +34,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await server?.close();
-  if (mediaDir) rmSync(mediaDir, { recursive: true, force: true });
+  if (mediaDir) rmSync(mediaDir, { recursive: true, force: true, maxRetries: 5 });
 });
 
 describe('a media store that stalls while a body is read', () => {
@@ -122,7 +122,7 @@ describe('a media store slower than the whole body limit (BODY_TIMEOUT_MS) after
   });
   afterAll(async () => {
     await slowServer?.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    if (dir) rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
   });
 
   it("stores an upload the client sent whole at once (201): the store's time is not the client's", async () => {

@@ -34,7 +34,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await server?.close();
-  rmSync(root, { recursive: true, force: true });
+  rmSync(root, { recursive: true, force: true, maxRetries: 5 });
 });
 
 /** An uploaded GIF and the PNG copy it is sent upstream as (made as an adapter's input would make it). */

@@ -73,7 +73,7 @@ describe('a synchronous url answer whose media store cannot sign links', () => {
   });
   afterAll(async () => {
     await server?.close();
-    rmSync(dir, { recursive: true, force: true });
+    rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
   });
 
   it('a JSON url answer whose link cannot be made answers 503 storage_unavailable and charges nothing', async () => {

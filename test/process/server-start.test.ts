@@ -2,10 +2,11 @@
  * `npm start` exactly as the README says, on a machine with no PostgreSQL configured: the server
  * starts an embedded PostgreSQL, creates demo data and prints the key once, serves the API, stops
  * cleanly on Ctrl-C, and a second start reuses the data and creates nothing. A start that fails for
- * a common reason (a wrong DATABASE_URL, a port in use, a damaged secret key file) says so in one
- * line naming the setting to change, and a fresh install's demo key is not spent by it.
+ * a common reason (a wrong DATABASE_URL, a port in use, a damaged secret key file, an S3 bucket
+ * that is not there) says so in one line naming the setting to change, and a fresh install's demo
+ * key is not spent by it.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -13,7 +14,8 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { withDatabaseName } from '../../server/db/scratch-database.ts';
+import { createScratchDatabase, dropScratchDatabase, scratchDatabaseName, withDatabaseName } from '../../server/db/scratch-database.ts';
+import { startTestS3 } from '../support/s3-server.ts';
 import { spawnServer, repoRoot, type ServerProcess } from '../support/server-process.ts';
 
 const KEY_LINE = /Demo API key \(shown only this once; store it now\):\s+(mg_[0-9A-Za-z]+)/;
@@ -207,4 +209,59 @@ describe('a start that fails for a common reason ends in one line naming the set
       new RegExp(`^the secret key file is damaged: ${join(dir, 'secret.key')} does not hold 64 hex characters\\. Restore it from a backup, or set MEDIAGATE_SECRET_KEY`),
     );
   }, 120_000);
+
+  it('an S3 bucket that does not exist; an S3 store that cannot be reached starts, with a warning', async () => {
+    const adminUrl = inject('pgAdminUrl');
+    const database = scratchDatabaseName('mg_start_s3');
+    await createScratchDatabase(adminUrl, database, inject('pgTemplate'));
+    const s3 = await startTestS3();
+    try {
+      const env = { ...s3.env(), DATABASE_URL: withDatabaseName(adminUrl, database), MEDIAGATE_SECRET_KEY: secretKey };
+      // Asynchronous: the S3 server answers from this process.
+      expectOneLine(
+        await startAsync({ ...env, S3_BUCKET: 'no-such-bucket' }),
+        /^the S3 bucket 'no-such-bucket' does not exist\. Fix S3_BUCKET, S3_REGION or S3_ENDPOINT, or the credentials/,
+      );
+      const unreachable = await startAsync({ ...env, S3_ENDPOINT: 'http://127.0.0.1:9' }, /"msg":"listening"/);
+      expect(unreachable.fatal).toEqual([]);
+      expect(unreachable.stdout).toMatch(/"bucket":"mediagate-test".*"the S3 bucket could not be checked at start; media writes fail with storage_unavailable until the store answers"/);
+      const reachable = await startAsync(env, /"msg":"listening"/);
+      expect(reachable.fatal).toEqual([]);
+      expect(reachable.stdout).not.toMatch(/could not be checked/);
+    } finally {
+      await s3.close();
+      await dropScratchDatabase(adminUrl, database);
+    }
+  }, 120_000);
 });
+
+/**
+ * `failingStart` without blocking this process (a server the start talks to runs here): resolves
+ * when the process exits, or once its output matches `until` (then it is stopped).
+ */
+function startAsync(env: Record<string, string>, until?: RegExp): Promise<ReturnType<typeof failingStart>> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'server/main.ts'], {
+      cwd: repoRoot,
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    });
+    let stdout = '';
+    let stderr = '';
+    const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+      if (until?.test(stdout)) child.kill('SIGTERM');
+    });
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('close', (status) => {
+      clearTimeout(timer);
+      const fatal = stdout
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>)
+        .filter((l) => l.level === 60);
+      resolve({ status, stdout, fatal, stderr });
+    });
+  });
+}
+

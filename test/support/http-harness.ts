@@ -220,6 +220,8 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await ctx.services.requestRates.close();
+      // As main.ts stops: the store it made (a store handed in is its test's).
+      if (!options.overrides?.mediaStore) await ctx.mediaStore.close?.();
       await listener?.stop();
       await database.destroy();
     },

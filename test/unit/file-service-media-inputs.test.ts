@@ -53,7 +53,7 @@ describe('FileService.mediaInputs', () => {
     s3 = await startTestS3();
   });
   afterAll(async () => {
-    await rm(dir, { recursive: true, force: true });
+    await rm(dir, { recursive: true, force: true, maxRetries: 5 });
     await s3?.close();
   });
 

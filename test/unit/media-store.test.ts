@@ -26,7 +26,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await s3?.close();
-  rmSync(root, { recursive: true, force: true });
+  rmSync(root, { recursive: true, force: true, maxRetries: 5 });
 });
 
 /** A stream of `chunks` that fails after them (and `afterMs`) with `err`, as a client that goes away does. */
@@ -262,7 +262,7 @@ describe('filesystem media store only', () => {
       expect(after.every((n) => statSync(join(dir, SPARE_DIR, n)).size === 0)).toBe(true);
       // Not media: the store lists them, the orphan sweep passes them by (its MEDIA_KEY).
       expect((await store.list(undefined, 100)).filter((o) => o.key.startsWith(`${SPARE_DIR}/`))).toHaveLength(SPARE_FILES);
-      rmSync(dir, { recursive: true, force: true });
+      rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
     });
 
     it('writes the ordinary way when the spares were removed meanwhile (another instance cleaning up)', async () => {
@@ -274,7 +274,7 @@ describe('filesystem media store only', () => {
       for (const name of names) await store.put(`image_output/cd/${name}`, Buffer.from(name));
       for (const name of names) expect((await buffer(store.read(`image_output/cd/${name}`))).toString()).toBe(name);
       expect(readdirSync(join(dir, 'image_output/cd')).sort()).toEqual(['first.png', ...names].sort());
-      rmSync(dir, { recursive: true, force: true });
+      rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
     });
 
     it("reports a write the disk refuses as the store's, and drops the spare it took", async () => {
@@ -289,7 +289,7 @@ describe('filesystem media store only', () => {
       const after = await poolReady(dir);
       expect(after.filter((n) => !before.includes(n))).toHaveLength(1);
       expect(after.every((n) => statSync(join(dir, SPARE_DIR, n)).size === 0)).toBe(true);
-      rmSync(dir, { recursive: true, force: true });
+      rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
     });
 
     it('makes the pool again when .spare/ was removed while it ran (an operator cleaning up)', async () => {
@@ -305,7 +305,7 @@ describe('filesystem media store only', () => {
       await store.put('image_output/gh/third.png', Buffer.from('third'));
       expect(await poolReady(dir)).toHaveLength(SPARE_FILES);
       expect(readdirSync(join(dir, 'image_output/gh')).sort()).toEqual(['first.png', 'second.png', 'third.png']);
-      rmSync(dir, { recursive: true, force: true });
+      rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
     });
 
     // /dev/shm is a tmpfs on Linux: a key's directory linked there is on another filesystem than the spares.
@@ -332,8 +332,23 @@ describe('filesystem media store only', () => {
       await store.put('input/ij/after.png', Buffer.from('after'));
       await new Promise((r) => setTimeout(r, 50));
       expect(sparesIn(dir)).toEqual([]);
+      rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
+      rmSync(elsewhere, { recursive: true, force: true, maxRetries: 5 });
+    });
+
+    it('close() removes the spares, even one being made, and no write after it makes any', async () => {
+      const dir = spareRoot();
+      const store = new FilesystemMediaStore(dir);
+      await store.put('image_output/kl/first.png', Buffer.from('first'));
+      await poolReady(dir);
+      await store.put('image_output/kl/second.png', Buffer.from('second')); // a spare is being made again
+      await store.close();
+      expect(sparesIn(dir)).toEqual([]);
+      await store.put('image_output/kl/third.png', Buffer.from('third'));
+      await new Promise((r) => setTimeout(r, 50));
+      expect(sparesIn(dir)).toEqual([]);
+      expect(readdirSync(join(dir, 'image_output/kl')).sort()).toEqual(['first.png', 'second.png', 'third.png']);
       rmSync(dir, { recursive: true, force: true });
-      rmSync(elsewhere, { recursive: true, force: true });
     });
 
     it('removes the spares a stopped process left more than a day ago, not younger ones', async () => {
@@ -352,7 +367,7 @@ describe('filesystem media store only', () => {
       expect(names).toContain('another-instance.tmp');
       expect(names).not.toContain('left-by-a-stopped-process.tmp');
       expect(names).toHaveLength(SPARE_FILES + 1);
-      rmSync(dir, { recursive: true, force: true });
+      rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
     });
   });
 });

@@ -25,7 +25,7 @@ import { FailingDeletesStore, storageError, systemError } from '../fakes/media-s
 import { FullDisk, canMount } from '../support/full-disk.ts';
 
 const scratch = mkdtempSync(join(tmpdir(), 'mg-storage-errors-'));
-afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+afterAll(() => rmSync(scratch, { recursive: true, force: true, maxRetries: 5 }));
 
 /** A stream that fails the way a client or an upstream connection does (a system error code of its own). */
 const brokenSource = () =>

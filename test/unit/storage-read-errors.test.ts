@@ -19,7 +19,7 @@ const root = mkdtempSync(join(tmpdir(), 'mg-read-errors-'));
 const store = new FilesystemMediaStore(root);
 // A directory where an object should be: open(2) works, read(2) fails with EISDIR (as EIO would).
 mkdirSync(join(root, 'input/ab/file_abDir'), { recursive: true });
-afterAll(() => rmSync(root, { recursive: true, force: true }));
+afterAll(() => rmSync(root, { recursive: true, force: true, maxRetries: 5 }));
 
 describe('FilesystemMediaStore.read', () => {
   it.each([
