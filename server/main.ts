@@ -245,7 +245,8 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
     if (config.s3 && !overrides.mediaStore) {
       step('checking the S3 bucket');
       const probe = new S3MediaStore(config.s3);
-      const check = await probe.checkBucket().finally(() => probe.close());
+      const check = await probe.checkBucket(10_000, lifecycle.signal).finally(() => probe.close());
+      if (lifecycle.signal.aborted) throw new StartAborted('start-up stopped by a signal');
       if (check.outcome === 'refused') {
         throw new StartError(check.reason, 'Fix S3_BUCKET, S3_REGION or S3_ENDPOINT, or the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile or a role): Mediagate needs s3:ListBucket, GetObject, PutObject and DeleteObject on the bucket.');
       }
@@ -348,6 +349,7 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
   } catch (err) {
     http?.server.close();
     await built?.services.requestRates.close().catch(() => undefined);
+    if (!overrides.mediaStore) await built?.mediaStore.close?.()?.catch(() => undefined);
     await db?.destroy().catch(() => undefined);
     await lifecycle.stopEmbedded?.().catch(() => undefined);
     throw err;

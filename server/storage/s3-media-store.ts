@@ -11,7 +11,7 @@
  * itself (unreachable, refused, a missing bucket, a full quota) are StorageErrors; an error of the
  * data being written (a client that went away, a byte limit) is passed on as it is.
  */
-import { DeleteObjectCommand, GetObjectCommand, HeadBucketCommand, HeadObjectCommand, ListObjectsV2Command, S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { PassThrough, pipeline, Readable, Transform } from 'node:stream';
@@ -245,26 +245,33 @@ export class S3MediaStore implements MediaStore {
   }
 
   /**
-   * Whether the bucket is there for these credentials (HeadBucket, within `timeoutMs`), for the
-   * start: 'ok'; 'refused' with what no retry changes (no such bucket, the credentials or the
-   * policy refused, the bucket in another region, a name the store refuses); 'unknown' with why it
-   * could not tell (unreachable, a timeout, a 5xx: the store may come back).
+   * Whether the store can list what it keeps (ListObjectsV2 under its prefix, one key: the request
+   * the media sweeper makes, allowed by a policy that grants ListBucket on the prefix alone), within
+   * `timeoutMs` or until `signal`, for the start: 'ok'; 'refused' with what no retry changes (no
+   * such bucket, the credentials or the policy refused, the bucket in another region, an endpoint
+   * that is no S3 store, no credentials found); 'unknown' with why it could not tell (unreachable,
+   * a timeout, a 5xx: the store may come back).
    */
-  async checkBucket(timeoutMs = 10_000): Promise<{ outcome: 'ok' } | { outcome: 'refused' | 'unknown'; reason: string }> {
+  async checkBucket(timeoutMs = 10_000, signal?: AbortSignal): Promise<{ outcome: 'ok' } | { outcome: 'refused' | 'unknown'; reason: string }> {
+    const bound = AbortSignal.timeout(timeoutMs);
     try {
-      await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }), { abortSignal: AbortSignal.timeout(timeoutMs) });
+      await this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, MaxKeys: 1, ...(this.prefix && { Prefix: this.prefix }) }), {
+        abortSignal: signal ? AbortSignal.any([signal, bound]) : bound,
+      });
       return { outcome: 'ok' };
     } catch (err) {
       const e = err as { name?: string; message?: string; $metadata?: { httpStatusCode?: number }; $response?: { headers?: Record<string, string> } };
       const status = e.$metadata?.httpStatusCode;
       const where = `the S3 bucket '${this.bucket}'`;
-      if (status === 404) return { outcome: 'refused', reason: `${where} does not exist` };
-      if (status === 403) return { outcome: 'refused', reason: `the S3 store refused access to ${where} (403: the credentials, or a policy without s3:ListBucket)` };
-      if (status === 301) {
-        const region = e.$response?.headers?.['x-amz-bucket-region'];
-        return { outcome: 'refused', reason: `${where} is in another region${region ? ` (${region})` : ''} than S3_REGION` };
-      }
-      if (status === 400) return { outcome: 'refused', reason: `the S3 store refused the request for ${where} (400${e.name ? ` ${e.name}` : ''})` };
+      // AWS names the bucket's region on a request signed for another (a 301, or a 400).
+      const region = e.$response?.headers?.['x-amz-bucket-region'];
+      if (region && (status === 301 || status === 400)) return { outcome: 'refused', reason: `${where} is in region ${region}, not the one the requests were signed for (S3_REGION)` };
+      if (status === 404 && e.name === 'NoSuchBucket') return { outcome: 'refused', reason: `${where} does not exist` };
+      if (status === 404) return { outcome: 'refused', reason: `S3_ENDPOINT answered 404 to a listing of ${where}: it does not look like an S3 API endpoint` };
+      if (status === 403) return { outcome: 'refused', reason: `the S3 store refused to list ${where}${this.prefix ? ` under '${this.prefix}'` : ''} (403 ${e.name ?? ''}: the credentials, or a policy without s3:ListBucket)`.replace(' :', ':') };
+      if (status === 301) return { outcome: 'refused', reason: `${where} is in another region than S3_REGION (301)` };
+      if (status === 400) return { outcome: 'refused', reason: `the S3 store refused the request for ${where} (400${e.name ? ` ${e.name}` : ''}${e.message ? `: ${e.message}` : ''})` };
+      if (e.name === 'CredentialsProviderError') return { outcome: 'refused', reason: `no S3 credentials were found (${e.message ?? e.name})` };
       return { outcome: 'unknown', reason: status ? `HTTP ${status} ${e.name ?? ''}`.trim() : (e.message ?? String(err)) };
     }
   }

@@ -222,11 +222,14 @@ describe('a start that fails for a common reason ends in one line naming the set
         await startAsync({ ...env, S3_BUCKET: 'no-such-bucket' }),
         /^the S3 bucket 'no-such-bucket' does not exist\. Fix S3_BUCKET, S3_REGION or S3_ENDPOINT, or the credentials/,
       );
+      // Started (listening, then stopped by the test's SIGTERM: exit 0), with a warning.
       const unreachable = await startAsync({ ...env, S3_ENDPOINT: 'http://127.0.0.1:9' }, /"msg":"listening"/);
-      expect(unreachable.fatal).toEqual([]);
+      expect([unreachable.status, unreachable.fatal]).toEqual([0, []]);
       expect(unreachable.stdout).toMatch(/"bucket":"mediagate-test".*"the S3 bucket could not be checked at start; media writes fail with storage_unavailable until the store answers"/);
-      const reachable = await startAsync(env, /"msg":"listening"/);
-      expect(reachable.fatal).toEqual([]);
+      expect(unreachable.stdout).toMatch(/"msg":"listening"/);
+      const reachable = await startAsync({ ...env, S3_PREFIX: 'start/' }, /"msg":"listening"/);
+      expect([reachable.status, reachable.fatal]).toEqual([0, []]);
+      expect(reachable.stdout).toMatch(/"msg":"listening"/);
       expect(reachable.stdout).not.toMatch(/could not be checked/);
     } finally {
       await s3.close();
@@ -248,9 +251,14 @@ function startAsync(env: Record<string, string>, until?: RegExp): Promise<Return
     let stdout = '';
     let stderr = '';
     const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
+    let stopping = false;
     child.stdout.on('data', (d: Buffer) => {
       stdout += d.toString();
-      if (until?.test(stdout)) child.kill('SIGTERM');
+      // Once: a second signal would force the exit (exit 1).
+      if (!stopping && until?.test(stdout)) {
+        stopping = true;
+        child.kill('SIGTERM');
+      }
     });
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     child.on('close', (status) => {
