@@ -9,8 +9,9 @@
  *
  * The spares live in `.spare/` under the store's root, on the same filesystem (a rename cannot
  * cross one), where no media key lives: the orphan sweep passes them by (media-sweeper.ts:
- * MEDIA_KEY). A process that stops leaves its spares (empty files) behind; the first pool made
- * under the root after a day removes them. A spare that cannot be used when taken (removed
+ * MEDIA_KEY). A graceful stop removes its spares (`FilesystemMediaStore.close`); a process that
+ * dies leaves them (empty files) behind, and the first pool made under the root after a day
+ * removes them. A spare that cannot be used when taken (removed
  * meanwhile, or the disk full) is dropped and the write made the ordinary way, which reports the
  * store's failure as before. No descriptor is held: a spare is a name. A directory removed right
  * after a write (a test's scratch root) can meet a spare being made, and `rm -r` then fails with
@@ -56,14 +57,6 @@ export class SpareFiles {
     return this.ready.pop();
   }
 
-  /**
-   * Makes the pool up in the background; called once the write that took a spare is done, not when
-   * it is taken: a file being made holds its directory's lock, which the write's rename out of
-   * that directory would wait for (measured: a rename's mean 0.05 ms rose to 0.39 ms).
-   */
-  replenish(): void {
-    this.refill();
-  }
 
   /**
    * No more spares for this store, the spares ready removed (best effort) and the one being made
@@ -78,7 +71,12 @@ export class SpareFiles {
     await this.filling;
   }
 
-  private refill(): void {
+  /**
+   * Makes the pool up in the background; called once the write that took a spare is done, not when
+   * it is taken: a file being made holds its directory's lock, which the write's rename out of
+   * that directory would wait for (measured: a rename's mean 0.05 ms rose to 0.39 ms).
+   */
+  replenish(): void {
     if (this.stopped || this.refilling || this.ready.length >= this.size || this.now() - this.failedAt < RETRY_AFTER_MS) return;
     this.refilling = true;
     this.filling = this.makeUp().finally(() => {
