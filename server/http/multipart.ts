@@ -105,11 +105,6 @@ interface PendingFile {
 
 const invalid = (message: string, param: string | null) => new ApiError(400, 'invalid_request', message, param);
 
-/**
- * Parses a multipart/form-data body for `POST /v1/images/edits`; calls `next()` untouched for any
- * other Content-Type. Text fields go to `req.body` (coerced, duplicates rejected); image files to
- * `req.files` (array, arrival order) and with the mask to `uploadedFiles(req)`.
- */
 const GRANTED = Symbol('mediagate.grantedBodyBytes');
 
 /** Records that `req`'s body (of unknown length) was granted `bytes` of the large-body budget: its parser stops past them. */
@@ -121,6 +116,11 @@ function grantedBodyBytes(req: Request): number {
   return (req as Request & { [GRANTED]?: number })[GRANTED] ?? Number.POSITIVE_INFINITY;
 }
 
+/**
+ * Parses a multipart/form-data body for `POST /v1/images/edits`; calls `next()` untouched for any
+ * other Content-Type. Text fields go to `req.body` (coerced, duplicates rejected); image files to
+ * `req.files` (array, arrival order) and with the mask to `uploadedFiles(req)`.
+ */
 export function imageEditMultipart(limits: Partial<MultipartLimits> = {}): RequestHandler {
   const cfg: MultipartLimits = { ...DEFAULT_MULTIPART_LIMITS, ...limits };
 

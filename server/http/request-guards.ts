@@ -5,6 +5,7 @@
  * field needs it), and the linger after answering a body that was not read to its end.
  */
 import type { Socket } from 'node:net';
+import { parse as parseContentType } from 'content-type';
 import type { NextFunction, Request, Response } from 'express';
 import { ApiError } from '../errors.ts';
 import type { LargeBodyBudget } from '../services/media/large-body-budget.ts';
@@ -92,21 +93,14 @@ export function rejectJsonCharset(req: Request, _res: Response, next: NextFuncti
   next(new ApiError(415, 'unsupported_media_type', `Unsupported charset '${charset}': a JSON body is read as UTF-8; send it in UTF-8, with charset=utf-8 or no charset.`));
 }
 
-/**
- * A media type's parameters (RFC 9110 §5.6.6: `; name=token` or `; name="quoted \"string\""`), read
- * as the `content-type` package that express.json uses reads them (its PARAM_REGEXP).
- */
-const PARAMETER = /; *([!#$%&'*+.^_`|~0-9A-Za-z-]+) *= *("(?:[\u000b\u0020\u0021\u0023-\u005b\u005d-\u007e\u0080-\u00ff]|\\[\u000b\u0020-\u00ff])*"|[!#$%&'*+.^_`|~0-9A-Za-z-]+) */g;
-
-/** The `charset` parameter of a Content-Type, lowercased and unquoted; undefined when it has none. */
-export function charsetOf(contentType: string): string | undefined {
-  const params = contentType.slice(contentType.indexOf(';'));
-  for (const [, name, value] of params.matchAll(PARAMETER)) {
-    if (name!.toLowerCase() !== 'charset') continue;
-    const unquoted = value!.startsWith('"') ? value!.slice(1, -1).replace(/\\([\u000b\u0020-\u00ff])/g, '$1') : value!;
-    return unquoted.toLowerCase();
+/** The `charset` parameter of a Content-Type, lowercased; read as express.json (body-parser) reads it. */
+function charsetOf(contentType: string): string | undefined {
+  try {
+    return parseContentType(contentType).parameters.charset?.toLowerCase();
+  } catch {
+    // A header it cannot parse: the JSON readers refuse it on their own.
+    return undefined;
   }
-  return undefined;
 }
 
 const MAX_DEPTH = 64;

@@ -68,7 +68,7 @@ export class ImageTaskRepository {
     private readonly db: Kysely<DB>,
     batching: BatcherOptions | false = DEFAULT_COMPLETION_BATCHING,
   ) {
-    // A step counts a try its worker cut short during the upstream call itself (`releaseCutCall`),
+    // A step counts a try its worker cut short during the upstream call itself (`releaseMember` with `cutCall`),
     // so a reschedule that is no failure (every member busy) keeps `retries`, never starts it again.
     this.leases = new LeasedTasks(db, { table: 'imageTasks', sqlTable: 'image_tasks', active: ['processing'], recordsErrors: true, stepsCountRetries: true });
     this.files = new FileRepository(db);
@@ -208,22 +208,17 @@ export class ImageTaskRepository {
    * The upstream calls failed: the member's slots are free again, and no upstream job is waited for
    * there. Only for a job given up on (cancelled, gone, never recorded): a recorded job the upstream
    * still has stays on the row for the next step to collect (ImageRunner.execute).
-   */
-  async releaseMember(fence: Fence): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId: null, memberSlots: 1, upstreamJob: null }, this.db)) !== undefined;
-  }
-
-  /**
-   * A background task's earlier step stopped during its upstream call (its worker died, or was
-   * stopped with the call in flight) without recording an upstream job: the member's slots are given
-   * back and that cut try counts as a retry (`retries` + 1, the reason as its last error), in one
+   *
+   * With `cutCall` (the reason): a background task's earlier step stopped during its upstream call
+   * (its worker died, or was stopped with the call in flight) without recording an upstream job,
+   * and that cut try counts as a retry (`retries` + 1, the reason as its last error), in the same
    * statement, before the next call goes out (ImageRunner.step). The upstream may have made, and
-   * billed, the images of the cut call: counted, such calls stay within the retry policy. False:
-   * the fence no longer holds.
+   * billed, the images of the cut call: counted, such calls stay within the retry policy.
+   * False: the fence no longer holds.
    */
-  async releaseCutCall(fence: Fence, reason: string): Promise<boolean> {
-    const values = { memberId: null, memberSlots: 1, upstreamJob: null, retries: sql<number>`retries + 1`, lastError: reason, lastErrorAt: sql<Date>`now()` };
-    return (await this.leases.update(fence, values, this.db)) !== undefined;
+  async releaseMember(fence: Fence, cutCall?: string): Promise<boolean> {
+    const counted = cutCall === undefined ? {} : { retries: sql<number>`retries + 1`, lastError: cutCall, lastErrorAt: sql<Date>`now()` };
+    return (await this.leases.update(fence, { memberId: null, memberSlots: 1, upstreamJob: null, ...counted }, this.db)) !== undefined;
   }
 
   /**

@@ -90,7 +90,7 @@ export class AuthService {
   }
 
   /** Whether `auth`'s limits are as current as a lookup would make them (checked within FRESH_MS): `current` is then `auth` itself. */
-  isFresh(auth: AuthContext): boolean {
+  private isFresh(auth: AuthContext): boolean {
     return auth.keyHash === undefined || auth.checkedAt === undefined || this.now() - auth.checkedAt <= FRESH_MS;
   }
 

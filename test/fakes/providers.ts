@@ -92,3 +92,30 @@ export function instantVideoProvider(bytes: Buffer): VideoProvider {
     download: async () => ({ stream: Readable.from([bytes]), contentType: 'video/mp4', bytes: bytes.length }),
   };
 }
+
+/**
+ * The local image provider with its second and later images held back while `gate.afterFirst` is
+ * set (a test sets it to a promise it resolves): the first image reaches the client, the rest wait.
+ * A held image whose request is aborted meanwhile (its client gone, its lease lost) is not made.
+ */
+export function gatedImageProvider(): { provider: ImageProvider; gate: { afterFirst?: Promise<void> } } {
+  const gate: { afterFirst?: Promise<void> } = {};
+  const provider: ImageProvider = {
+    generate: (account, job, signal, events) =>
+      local.generate(account, job, signal, {
+        ...events,
+        image: async (index, image) => {
+          const held = gate.afterFirst;
+          if (index > 0 && held) {
+            await new Promise<void>((resolve) => {
+              void held.then(resolve);
+              signal.addEventListener('abort', () => resolve(), { once: true });
+            });
+            if (signal.aborted) return;
+          }
+          await events.image(index, image);
+        },
+      }),
+  };
+  return { provider, gate };
+}

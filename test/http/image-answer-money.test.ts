@@ -13,10 +13,9 @@ import { join } from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findCatalogDefinition } from '../../server/catalog/catalog-definitions.ts';
-import { LocalImageProvider } from '../../server/providers/local/local-image.provider.ts';
-import type { ImageProvider } from '../../server/providers/types.ts';
 import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
 import { PresignFailingStore } from '../fakes/media-stores.ts';
+import { gatedImageProvider } from '../fakes/providers.ts';
 import { startFalFake, type FalFake } from '../fakes/fal.ts';
 import { createAccount, createApiKey, createCustomer, createGroup, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
@@ -25,19 +24,8 @@ import { holdOf, until } from '../support/tasks.ts';
 const MICRO = 1_000_000;
 
 
-/** The local images, each after the first waiting for `afterFirst` when a test sets it. */
-const gated: { afterFirst?: Promise<void> } = {};
-const local = new LocalImageProvider();
-const gatedImages: ImageProvider = {
-  generate: (account, job, signal, events) =>
-    local.generate(account, job, signal, {
-      ...events,
-      image: async (index, image) => {
-        if (index > 0 && gated.afterFirst) await gated.afterFirst;
-        await events.image(index, image);
-      },
-    }),
-};
+/** The local images, the second and later held while `gated.afterFirst` is set. */
+const { provider: gatedImages, gate: gated } = gatedImageProvider();
 
 /** The events of a stream, in order. */
 function eventsOf(text: string): { event: string; data: Record<string, any> }[] {

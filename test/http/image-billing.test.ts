@@ -6,10 +6,9 @@
  * cut stream delivered, and after an operator's refund the images that stayed charged.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LocalImageProvider } from '../../server/providers/local/local-image.provider.ts';
-import type { ImageProvider } from '../../server/providers/types.ts';
 import { fenceOf } from '../../server/repositories/leased-tasks.ts';
 import { NO_LIMITS } from '../../server/services/limits/client-limits.ts';
+import { gatedImageProvider } from '../fakes/providers.ts';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { holdOf, until } from '../support/tasks.ts';
@@ -17,26 +16,8 @@ import { holdOf, until } from '../support/tasks.ts';
 /** local-image-1's 1K price in this file: a quarter credit (micro-credits), so credits and counts differ. */
 const PRICE_MICRO = 250_000;
 
-/** The local images, the second and later waiting for `afterFirst` when a test sets it (or for the request's end). */
-const gated: { afterFirst?: Promise<void> } = {};
-const local = new LocalImageProvider();
-const gatedImages: ImageProvider = {
-  generate: (account, job, signal, events) =>
-    local.generate(account, job, signal, {
-      ...events,
-      image: async (index, image) => {
-        const gate = gated.afterFirst;
-        if (index > 0 && gate) {
-          await new Promise<void>((resolve) => {
-            void gate.then(resolve);
-            signal.addEventListener('abort', () => resolve(), { once: true });
-          });
-          if (signal.aborted) return;
-        }
-        await events.image(index, image);
-      },
-    }),
-};
+/** The local images, the second and later held while `gated.afterFirst` is set. */
+const { provider: gatedImages, gate: gated } = gatedImageProvider();
 
 let server: TestServer;
 beforeAll(async () => {

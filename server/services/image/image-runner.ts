@@ -332,7 +332,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         if (!failed) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
         return DONE;
       }
-      if (!(await this.deps.tasks.releaseCutCall(fenceOf(task), CUT_CALL))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
+      if (!(await this.deps.tasks.releaseMember(fenceOf(task), CUT_CALL))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
       log.warn({ memberId: task.memberId, retries: task.retries + 1 }, 'calling the upstream again: the previous step of this image task stopped during its upstream call (counted as a retry)');
       // The engine decides the retry after a failure of this step by the row's count (TaskEngine.run).
       task.retries += 1;

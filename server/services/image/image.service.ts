@@ -82,7 +82,7 @@ export interface ImageServiceDeps {
   runner: ImageRunner;
   notifier: TaskNotifier;
   /** Reads a request's limits again before its hold (`AuthService.current`). */
-  auth: Pick<AuthService, 'current' | 'isFresh'>;
+  auth: Pick<AuthService, 'current'>;
   log: Logger;
   /** Lease owner of the synchronous tasks this process's requests run. */
   instanceId: string;
@@ -363,9 +363,9 @@ export class ImageService {
     // Every input is adopted with the task: those stored just now, those the request staged before
     // (JSON edits) and the files it names.
     const adopted = maskFileId ? [...inputFileIds, maskFileId] : inputFileIds;
-    // The caps on generations in flight as they are now (the body may have streamed for minutes).
-    // (Synchronous on the hot path: a generation's body took milliseconds, its check is fresh.)
-    const limited = this.deps.auth.isFresh(auth) ? auth : await this.deps.auth.current(auth);
+    // The caps on generations in flight as they are now (the body may have streamed for minutes;
+    // a generation's took milliseconds, and its check is still fresh: `current` returns it as it is).
+    const limited = await this.deps.auth.current(auth);
     const inFlightCaps = inFlightCapsOf(limited);
     const first = route?.first;
     const holding = this.deps.ledger
