@@ -70,6 +70,8 @@ ${SCENARIOS.map((s) => `    ${s.padEnd(9)} ${DESCRIPTIONS[s]}`).join('\n')}
                  (\`npm run build\` first, then node dist/server/main.js): the default
   --quick        proxy: only the Portkey comparison and the first partial (no floors, resize or
                  memory run), for iterating on the image path
+  --ledger-early proxy: the ledger relay calls the upstream while its hold commits instead of
+                 after (relay-server.ts): what Mediagate's SQL would cost without design §5's order
   --crash-soak N proxy: no measurement; N cycles of 1 s at concurrency 1, --crash-soak-idle seconds
                  idle (default 5), 2 s at --connections on --keys keys: the pattern after which the
                  server died of SIGSEGV (docs/BENCHMARKS.md); ends at the first death
@@ -115,6 +117,7 @@ function parseCli(argv: string[]): {
   cpuProfDir: string | undefined;
   built: boolean;
   quick: boolean;
+  ledgerEarly: boolean;
   crashSoak: number | undefined;
   crashSoakIdleMs: number;
   store: 'fs' | 's3';
@@ -143,6 +146,7 @@ function parseCli(argv: string[]): {
       built: { type: 'boolean', default: true },
       tsx: { type: 'boolean', default: false },
       quick: { type: 'boolean', default: false },
+      'ledger-early': { type: 'boolean', default: false },
       'crash-soak': { type: 'string' },
       'crash-soak-idle': { type: 'string', default: '5' },
       store: { type: 'string', default: 'fs' },
@@ -182,6 +186,7 @@ function parseCli(argv: string[]): {
     cpuProfDir: values['cpu-prof'],
     built: values.built && !values.tsx,
     quick: values.quick,
+    ledgerEarly: values['ledger-early'],
     crashSoak: values['crash-soak'] === undefined ? undefined : Math.round(number('crash-soak', values['crash-soak'], 1, 100000)),
     crashSoakIdleMs: number('crash-soak-idle', values['crash-soak-idle'], 0, 600) * 1000,
     store: values.store,
@@ -280,7 +285,7 @@ async function main(): Promise<number> {
         continue;
       }
       if (scenario === 'proxy') {
-        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections: cli.proxyConnections, partials: cli.partials, rssRounds: cli.rssRounds, rssConnections: cli.rssConnections, keys: cli.keys, cpuProfDir: cli.cpuProfDir, dataDir: cli.dataDir, built: cli.built, quick: cli.quick, crashSoak: cli.crashSoak, crashSoakIdleMs: cli.crashSoakIdleMs, ...serverEnv() }, (line) => console.log(line));
+        const r = await runProxy(database.url, { durationMs: cli.proxyDurationMs, warmupMs, connections: cli.proxyConnections, partials: cli.partials, rssRounds: cli.rssRounds, rssConnections: cli.rssConnections, keys: cli.keys, cpuProfDir: cli.cpuProfDir, dataDir: cli.dataDir, built: cli.built, quick: cli.quick, ledgerEarly: cli.ledgerEarly, crashSoak: cli.crashSoak, crashSoakIdleMs: cli.crashSoakIdleMs, ...serverEnv() }, (line) => console.log(line));
         rows.push(...r.rows);
         if (r.failed) failed = true;
         continue;

@@ -85,6 +85,8 @@ export interface ProxyOptions {
   dataDir?: string;
   /** Only the Portkey comparison and the first partial (no floors, resize or memory run): for iterating. */
   quick?: boolean;
+  /** The ledger relay calls the upstream while its hold commits (relay-server.ts: `ledger-early`). */
+  ledgerEarly?: boolean;
   /**
    * Instead of measuring: this many cycles of the pattern after which the server died of SIGSEGV
    * (docs/BENCHMARKS.md, "A crash found by the bench"): 1 s at concurrency 1, `crashSoakIdleMs`
@@ -457,7 +459,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
       { label: 'hold-only relay', ...(await startRelay(opts, `${fake.url}/v1`, 'hold', databaseUrl)) },
       { label: 'durable relay', ...(await startRelay(opts, `${fake.url}/v1`, 'durable', databaseUrl)) },
       // Mediagate's own two statements (through its repositories) around the same call, on an account of its own.
-      { label: 'ledger relay', ...(await startRelay(opts, `${fake.url}/v1`, 'ledger', databaseUrl, await ledgerAccount(db, group.id))) },
+      { label: 'ledger relay', ...(await startRelay(opts, `${fake.url}/v1`, opts.ledgerEarly ? 'ledger-early' : 'ledger', databaseUrl, await ledgerAccount(db, group.id))) },
     ];
     try {
       await new Promise((r) => setTimeout(r, 500));
@@ -627,7 +629,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
         const p = { direct: d!, gateway: g! };
         latency.push({ concurrency, pair: p, portkey: pk!, durable: dr!, ledger: lr!, ...(gk && { manyKeys: gk }) });
         log(`\n  n=1 1024x1024 PNG, concurrency ${concurrency}, direct / Portkey / durable relay / ledger relay / Mediagate${gk ? ` one key / Mediagate ${keys.length} keys` : ''} in the same windows (ABBA, ${opts.durationMs / 2000} s per half):`);
-        log(indent(multiTable(d!, [['through Portkey', pk!], ['durable relay (floor)', dr!], ["ledger relay (Mediagate's SQL)", lr!], ['Mediagate, one key', g!], ...(gk ? [[`Mediagate, ${keys.length} keys`, gk] as [string, Side]] : [])]), 4));
+        log(indent(multiTable(d!, [['through Portkey', pk!], ['durable relay (floor)', dr!], [opts.ledgerEarly ? 'ledger relay, early call' : "ledger relay (Mediagate's SQL)", lr!], ['Mediagate, one key', g!], ...(gk ? [[`Mediagate, ${keys.length} keys`, gk] as [string, Side]] : [])]), 4));
         for (const line of costLines(p, idleSqlPerSecond)) log(`    ${line}`);
         const perRequest = (side: Side, v: number) => ((1000 * v) / Math.max(1, ok(side.window).length)).toFixed(2);
         log(`    Portkey per request: ${perRequest(pk!, pk!.cost.serverCpu)} ms CPU, ${perRequest(pk!, pk!.cost.serverMainCpu)} ms of it on the main thread`);
@@ -661,7 +663,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
           1,
         );
         log(`\n  streaming, partial_images ${opts.partials}, concurrency 1, direct / durable relay / ledger relay / Mediagate (ABBA, ${opts.durationMs / 2000} s per half):`);
-        log(indent(multiTable(qD!, [['durable relay', qR!], ['ledger relay', qL!], ['through Mediagate', qG!]], true), 4));
+        log(indent(multiTable(qD!, [['durable relay', qR!], [opts.ledgerEarly ? 'ledger relay, early' : 'ledger relay', qL!], ['through Mediagate', qG!]], true), 4));
         const q = { d: stat(qD!.window), r: stat(qR!.window), l: stat(qL!.window), g: stat(qG!.window) };
         const l1 = latency.find((l) => l.concurrency === 1)!;
         const lN = latency.find((l) => l.concurrency === opts.connections)!;
@@ -672,7 +674,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
           `c=${opts.connections} ${stat(lN.pair.gateway.window).perSecond.toFixed(0)} (one key) / ${lN.manyKeys ? stat(lN.manyKeys.window).perSecond.toFixed(0) : '-'} (many) vs Portkey ${stat(lN.portkey.window).perSecond.toFixed(0)} req/s; ` +
           `1st partial +${(q.g.firstP50 - q.d.firstP50).toFixed(2)} vs relay +${(q.r.firstP50 - q.d.firstP50).toFixed(2)} ms; ` +
           `durable relay c=1 +${(stat(l1.durable.window).p50 - d1.p50).toFixed(2)} / +${(stat(l1.durable.window).p99 - d1.p99).toFixed(2)} ms, c=${opts.connections} ${stat(lN.durable.window).perSecond.toFixed(0)} req/s; ` +
-          `ledger relay c=1 +${(stat(l1.ledger.window).p50 - d1.p50).toFixed(2)} / +${(stat(l1.ledger.window).p99 - d1.p99).toFixed(2)} ms, c=${opts.connections} ${stat(lN.ledger.window).perSecond.toFixed(0)} req/s, 1st partial +${(q.l.firstP50 - q.d.firstP50).toFixed(2)} ms`);
+          `ledger relay${opts.ledgerEarly ? ' (early call)' : ''} c=1 +${(stat(l1.ledger.window).p50 - d1.p50).toFixed(2)} / +${(stat(l1.ledger.window).p99 - d1.p99).toFixed(2)} ms, c=${opts.connections} ${stat(lN.ledger.window).perSecond.toFixed(0)} req/s, 1st partial +${(q.l.firstP50 - q.d.firstP50).toFixed(2)} ms`);
         return { failed, rows };
       }
       const resizeTarget = target(server.url, keys.slice(0, 1), { model: BENCH_IMAGE.id, prompt: PROMPT, resolution: '1K', aspectRatio: '1:1', n: 1, output_format: 'png' });

@@ -29,6 +29,12 @@
  *             of Mediagate (Express, the contract's validation, auth, the pool, the adapter). The
  *             account, key and group it charges come in BENCH_LEDGER (JSON: accountId, apiKeyId,
  *             groupId, model, unitPrice).
+ *   ledger-early  the ledger relay calling the upstream while its hold commits (both sent at once,
+ *             the answer relayed only once both are back), instead of after the commit: what
+ *             Mediagate's data model would cost if a synchronous image's upstream call did not
+ *             wait for its hold (design §5 makes it wait: a refused hold would leave the operator
+ *             paying the upstream for an answer nobody gets). A measurement, not a design: `npm
+ *             run bench -- proxy --ledger-early` puts it in the ledger relay's place.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
@@ -47,7 +53,7 @@ import { LedgerRepository } from '../../server/repositories/ledger.repository.ts
 import { storageKeyOf } from '../../server/services/file.service.ts';
 import { FilesystemMediaStore } from '../../server/storage/media-store.ts';
 
-export type RelayMode = 'relay' | 'hold' | 'durable' | 'ledger';
+export type RelayMode = 'relay' | 'hold' | 'durable' | 'ledger' | 'ledger-early';
 
 const TABLE = 'bench_relay_tasks';
 
@@ -81,7 +87,7 @@ export interface LedgerIds {
  * sets), the hold and its ledger entry; then the task completed, the hold captured whole, its
  * capture entry, a spend shard, each image's file row and the call's attempt row.
  */
-function ledgerRelay(databaseUrl: string | undefined, ids: Partial<LedgerIds>, dir: string) {
+function ledgerRelay(databaseUrl: string | undefined, ids: Partial<LedgerIds>, dir: string, early: boolean) {
   if (!databaseUrl || !ids.accountId || !ids.apiKeyId || !ids.groupId || !ids.model || !ids.unitPrice) {
     throw new Error('relay-server ledger: needs a database URL and BENCH_LEDGER (accountId, apiKeyId, groupId, model, unitPrice)');
   }
@@ -101,7 +107,7 @@ function ledgerRelay(databaseUrl: string | undefined, ids: Partial<LedgerIds>, d
     const taskId = newId('img');
     const quoted = unitPrice * n;
     const params = { size: input.size ?? '1024x1024', quality: 'auto', background: 'auto', moderation: 'auto', outputFormat: input.output_format ?? 'png', responseFormat: 'b64_json', stream: input.stream === true, partialImages: input.partial_images ?? 0, resize: 'exact' };
-    const { outcome } = await ledger.holdAndInsertTask(
+    const holding = ledger.holdAndInsertTask(
       { holdId: newId('hold'), accountId, apiKeyId, taskId, amount: quoted },
       {
         table: 'imageTasks',
@@ -114,9 +120,10 @@ function ledgerRelay(databaseUrl: string | undefined, ids: Partial<LedgerIds>, d
       undefined,
       'unflushed',
     );
-    if (outcome !== 'ok') throw new Error(`hold refused: ${outcome}`);
     const startedAt = new Date();
-    const up = await call();
+    // ledger-early: the upstream call goes out while the hold's statement runs.
+    const [{ outcome }, up] = early ? await Promise.all([holding, call()]) : [await holding, await call()];
+    if (outcome !== 'ok') throw new Error(`hold refused: ${outcome}`);
     const fileOf = (bytes: number): FileRow => {
       const id = newId('file');
       return { id, accountId, purpose: 'image_output', contentType: 'image/png', bytes, storageKey: storageKeyOf('image_output', id), width: 1024, height: 1024, taskId, expiresAt: new Date(Date.now() + 30 * 86_400_000), filename: null };
@@ -159,7 +166,8 @@ async function main(): Promise<void> {
   const agent = new Agent({ keepAliveTimeout: 30_000 });
   const dir = join(tmpdir(), `mediagate-bench-relay-${process.pid}`);
   const pool = mode === 'hold' || mode === 'durable' ? new pg.Pool({ connectionString: databaseUrl, max: 10, application_name: 'mediagate-bench-relay' }) : undefined;
-  if (pool || mode === 'ledger') mkdirSync(dir, { recursive: true });
+  const ledgerMode = mode === 'ledger' || mode === 'ledger-early';
+  if (pool || ledgerMode) mkdirSync(dir, { recursive: true });
   if (pool) {
     await pool.query(`create table if not exists ${TABLE} (id text primary key, account_id text not null, amount bigint not null, status text not null, file text)`);
   }
@@ -171,7 +179,7 @@ async function main(): Promise<void> {
       body,
     });
 
-  const ledger = mode === 'ledger' ? ledgerRelay(databaseUrl, JSON.parse(process.env.BENCH_LEDGER ?? '{}') as Partial<LedgerIds>, dir) : undefined;
+  const ledger = ledgerMode ? ledgerRelay(databaseUrl, JSON.parse(process.env.BENCH_LEDGER ?? '{}') as Partial<LedgerIds>, dir, mode === 'ledger-early') : undefined;
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const body = await readBody(req);
