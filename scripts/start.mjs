@@ -6,14 +6,15 @@
 // Nothing changed: nothing is compiled (a few milliseconds of stat calls). A full `npm run build`
 // (tsc with type checking) writes the same files, so either can come before `node dist/server/main.js`.
 // Plain JavaScript on purpose: it runs before anything is built. The npm script then `exec`s node,
-// so signals reach the server itself.
+// so signals reach the server itself. `npm run admin` runs it with the admin CLI's files added
+// (`scripts/admin scripts/admin.ts`), and so does the tests' global setup before they start servers.
 import { mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const outDir = join(root, 'dist');
-/** server/ and generated/, and folders named on the command line (the benches add scripts/bench). */
+/** server/ and generated/, and folders or files named on the command line (the benches add scripts/bench, `npm run admin` the admin CLI). */
 const SOURCES = ['server', 'generated', ...process.argv.slice(2)];
 
 function* tsFiles(dir) {
@@ -55,7 +56,7 @@ async function typescript() {
 
 let compiled = 0;
 for (const base of SOURCES) {
-  for (const src of tsFiles(join(root, base))) {
+  for (const src of base.endsWith('.ts') ? [join(root, base)] : tsFiles(join(root, base))) {
     const rel = relative(root, src);
     const out = join(outDir, rel.replace(/\.ts$/, '.js'));
     const outTime = mtime(out);

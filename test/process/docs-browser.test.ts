@@ -15,7 +15,7 @@ import { pathToFileURL } from 'node:url';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
-import { repoRoot, spawnServer, type ServerProcess } from '../support/server-process.ts';
+import { repoRoot, spawnServer, type ServerProcess, SERVER_ENTRY } from '../support/server-process.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 const specText = readFileSync(join(repoRoot, 'generated/openapi.json'), 'utf8');
@@ -43,7 +43,7 @@ function isLocal(url: string): boolean {
 beforeAll(async () => {
   db = await createTestDatabase();
   server = await spawnServer({
-    command: [process.execPath, '--import', 'tsx', 'server/main.ts', '--role', 'api'],
+    command: [process.execPath, SERVER_ENTRY, '--role', 'api'],
     env: { DATABASE_URL: db.url, MEDIAGATE_SECRET_KEY: randomBytes(32).toString('hex'), DEMO_DATA: '0' },
   });
   userDataDir = mkdtempSync(join(tmpdir(), 'mediagate-chromium-'));

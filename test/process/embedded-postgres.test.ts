@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startEmbeddedPostgres, EmbeddedPostgresError, classifyPostgresOutput, findFreePort } from '../../server/db/embedded.ts';
 import { platformBinaries } from '../../server/db/embedded-layout.ts';
-import { repoRoot, spawnServer, type ServerProcess } from '../support/server-process.ts';
+import { repoRoot, spawnServer, type ServerProcess, SERVER_ENTRY } from '../support/server-process.ts';
 
 const isRoot = process.getuid?.() === 0;
 const cleanup: string[] = [];
@@ -67,7 +67,7 @@ async function start(env: Record<string, string>, cwd?: string): Promise<ServerP
 
 /** Runs the server expecting it to fail at start; returns its exit code and log lines. */
 function failingStart(env: Record<string, string>): { status: number | null; lines: Record<string, unknown>[]; stderr: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'server/main.ts'], {
+  const r = spawnSync(process.execPath, [SERVER_ENTRY], {
     cwd: repoRoot,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
     encoding: 'utf8',
@@ -96,7 +96,7 @@ describe('as root with a private home directory', () => {
     const checkout = join(home, 'mediagate');
     mkdirSync(checkout);
     // A checkout of its own (hard links: instant), so the binaries really sit below the 0700 folder.
-    const copy = spawnSync('cp', ['-al', 'node_modules', 'server', 'generated', 'package.json', 'tsconfig.json', checkout], { cwd: repoRoot });
+    const copy = spawnSync('cp', ['-al', 'node_modules', 'dist', 'server', 'generated', 'package.json', 'tsconfig.json', checkout], { cwd: repoRoot });
     expect(copy.status).toBe(0);
     const root = pgRootDir();
     const server = await start({ MEDIAGATE_DATA_DIR: join(checkout, '.mediagate'), MEDIAGATE_PG_ROOT_DIR: root }, checkout);

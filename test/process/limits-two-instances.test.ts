@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
-import { repoRoot, spawnServer, type ServerProcess } from '../support/server-process.ts';
+import { repoRoot, spawnServer, type ServerProcess, SERVER_ENTRY } from '../support/server-process.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 
 const VIDEO = { prompt: 'a boat', model: 'local-video-1', seconds: 2, aspectRatio: '16:9', resolution: '360p' };
@@ -26,7 +26,7 @@ describe('two instances on one database and one Redis', { timeout: 120_000 }, ()
     await seedCatalog(t.db);
     const secret = randomBytes(32).toString('hex');
     const env = { DATABASE_URL: t.url, MEDIAGATE_SECRET_KEY: secret, DEMO_DATA: '0', REDIS_URL: 'redis://127.0.0.1:6379', REDIS_KEY_PREFIX: prefix, MEDIAGATE_DATA_DIR: `${repoRoot}.test-data/limits-${randomBytes(4).toString('hex')}` };
-    const command: [string, ...string[]] = [process.execPath, '--import', 'tsx', 'server/main.ts', '--role', 'api'];
+    const command: [string, ...string[]] = [process.execPath, SERVER_ENTRY, '--role', 'api'];
     servers.push(...(await Promise.all([spawnServer({ env, command }), spawnServer({ env, command })])));
   });
   afterAll(async () => {
@@ -81,7 +81,7 @@ describe('two instances on one database and one Redis', { timeout: 120_000 }, ()
 describe('start-up check', { timeout: 60_000 }, () => {
   function run(env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
     return new Promise((resolve) => {
-      const child = spawn(process.execPath, ['--import', 'tsx', 'server/main.ts'], {
+      const child = spawn(process.execPath, [SERVER_ENTRY], {
         cwd: repoRoot,
         env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env },
         stdio: ['ignore', 'pipe', 'pipe'],

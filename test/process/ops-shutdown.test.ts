@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { recordedClusterDir } from '../../server/db/embedded-layout.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
-import { repoRoot, spawnServer, type ServerProcess } from '../support/server-process.ts';
+import { repoRoot, spawnServer, type ServerProcess, SERVER_ENTRY } from '../support/server-process.ts';
 
 const ADMIN_TOKEN = 'ops-shutdown-admin-token-0123';
 let t: TestDatabase;
@@ -192,7 +192,7 @@ describe('a signal during start-up', () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'mediagate-ops-start-'));
     const pgRoot = mkdtempSync(join(tmpdir(), 'mediagate-ops-pgroot-'));
     chmodSync(pgRoot, 0o755);
-    const child = spawn(process.execPath, ['--import', 'tsx', 'server/main.ts'], {
+    const child = spawn(process.execPath, [SERVER_ENTRY], {
       cwd: repoRoot,
       env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', MEDIAGATE_DATA_DIR: dataDir, MEDIAGATE_PG_ROOT_DIR: pgRoot, SHUTDOWN_GRACE_MS: '60000' },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
-import { repoRoot, spawnServer, type ServerProcess } from '../support/server-process.ts';
+import { repoRoot, spawnServer, type ServerProcess, SERVER_ENTRY } from '../support/server-process.ts';
 
 const METRICS_TOKEN = 'ops-worker-metrics-token-0123';
 let t: TestDatabase;
@@ -23,7 +23,7 @@ afterAll(async () => {
 
 const worker = async (env: Record<string, string>) => {
   const p = await spawnServer({
-    command: [process.execPath, '--import', 'tsx', 'server/main.ts', '--role=worker'],
+    command: [process.execPath, SERVER_ENTRY, '--role=worker'],
     workerOnly: true,
     env: { DATABASE_URL: t.url, MEDIAGATE_SECRET_KEY: randomBytes(32).toString('hex'), DEMO_DATA: '0', METRICS_TOKEN, PUBLIC_BASE_URL: 'https://media.example.com', MEDIAGATE_DATA_DIR: join(repoRoot, '.test-data', `ops-worker-${randomBytes(4).toString('hex')}`), ...env },
   });

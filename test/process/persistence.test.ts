@@ -8,7 +8,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCustomer, seedCatalog } from '../support/factories.ts';
 import { until, waitVideoTasksFinished } from '../support/tasks.ts';
-import { spawnServer, type ServerProcess } from '../support/server-process.ts';
+import { spawnServer, type ServerProcess, SERVER_ENTRY } from '../support/server-process.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
 import { totalSpentOf } from '../../server/repositories/account.repository.ts';
 
@@ -27,7 +27,7 @@ afterAll(async () => {
 
 async function start(extra: Record<string, string> = {}, args: string[] = []): Promise<ServerProcess> {
   const p = await spawnServer({
-    command: [process.execPath, '--import', 'tsx', 'server/main.ts', ...args],
+    command: [process.execPath, SERVER_ENTRY, ...args],
     workerOnly: args.includes('worker'),
     env: {
       DATABASE_URL: t.url,

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { createScratchDatabase, dropScratchDatabase, scratchDatabaseName, withDatabaseName } from '../../server/db/scratch-database.ts';
 import { startTestS3 } from '../support/s3-server.ts';
-import { spawnServer, repoRoot, type ServerProcess } from '../support/server-process.ts';
+import { spawnServer, repoRoot, type ServerProcess, SERVER_ENTRY, ADMIN_ENTRY } from '../support/server-process.ts';
 
 const KEY_LINE = /Demo API key \(shown only this once; store it now\):\s+(mg_[0-9A-Za-z]+)/;
 let dataDir: string;
@@ -38,7 +38,7 @@ async function scratchDataDir(): Promise<string> {
 
 /** Runs the server expecting it to fail at start: its exit code, stdout and the one fatal (level 60) log line. */
 function failingStart(env: Record<string, string>): { status: number | null; stdout: string; fatal: Record<string, unknown>[]; stderr: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'server/main.ts'], {
+  const r = spawnSync(process.execPath, [SERVER_ENTRY], {
     cwd: repoRoot,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
     encoding: 'utf8',
@@ -119,7 +119,7 @@ describe('npm start on a fresh machine', () => {
     expect(existsSync(join(dataDir, 'pg', 'postmaster.pid'))).toBe(true);
 
     // The admin CLI works against the embedded database of the running server.
-    const cli = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/admin.ts', 'accounts', 'list', '--json'], {
+    const cli = spawnSync(process.execPath, [ADMIN_ENTRY, 'accounts', 'list', '--json'], {
       cwd: repoRoot,
       env: { PATH: process.env.PATH ?? '', MEDIAGATE_DATA_DIR: dataDir },
       encoding: 'utf8',
@@ -244,7 +244,7 @@ describe('a start that fails for a common reason ends in one line naming the set
  */
 function startAsync(env: Record<string, string>, until?: RegExp): Promise<ReturnType<typeof failingStart>> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'server/main.ts'], {
+    const child = spawn(process.execPath, [SERVER_ENTRY], {
       cwd: repoRoot,
       env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
     });

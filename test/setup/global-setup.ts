@@ -1,9 +1,11 @@
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import type { TestProject } from 'vitest/node';
 import { createDatabase, type DbLogger } from '../../server/db/database.ts';
 import { startTemporaryEmbeddedPostgres } from '../../server/db/embedded.ts';
 import { migrateToLatest } from '../../server/db/migrate.ts';
 import { createScratchDatabase, dropScratchDatabase, listDatabases, withDatabaseName } from '../../server/db/scratch-database.ts';
+import { repoRoot } from '../support/server-process.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -21,6 +23,10 @@ const quiet: DbLogger = { info: () => {}, warn: (msg) => console.warn(msg) };
  * server in a temp dir) and builds a migrated template database that each test file copies.
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  // The servers and admin CLIs the process tests start run built, as `npm start` and `npm run
+  // admin` do (test/support/server-process.ts): dist/ is brought up to date as those commands do it.
+  const build = spawnSync(process.execPath, ['scripts/start.mjs', 'scripts/admin', 'scripts/admin.ts'], { cwd: repoRoot, stdio: 'inherit' });
+  if (build.status !== 0) throw new Error(`dist/ could not be brought up to date (scripts/start.mjs exited with ${build.status ?? build.signal})`);
   const external = process.env.TEST_DATABASE_URL;
   const embedded = external ? undefined : await startTemporaryEmbeddedPostgres(quiet);
   const adminUrl = external ?? embedded!.adminUrl;

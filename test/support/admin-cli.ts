@@ -1,7 +1,7 @@
 /**
  * The admin CLI run in this process (runAdmin of scripts/admin/main.ts, which scripts/admin.ts runs
  * as a process): what `npm run admin -- …` prints and its exit code, without a process per command
- * (each costs about 2 s of CPU here for Node, tsx and the server's modules). `adminProcess` runs it as
+ * (each costs about 2 s of CPU here for Node and the server's modules). `adminProcess` runs it as
  * the process, for the tests of the process itself: test/db/admin-cli.test.ts ('as a process': exit
  * codes, stdout and stderr) and test/db/admin-cli-models.test.ts (stdin); test/process/server-start
  * runs it beside a running server.
@@ -9,7 +9,7 @@
 import { execFile } from 'node:child_process';
 import { Writable } from 'node:stream';
 import { runAdmin } from '../../scripts/admin/main.ts';
-import { repoRoot } from './server-process.ts';
+import { repoRoot, ADMIN_ENTRY } from './server-process.ts';
 
 export interface CliRun {
   code: number;
@@ -31,10 +31,10 @@ export async function adminCli(args: string[], env: Record<string, string>): Pro
   return { code, stdout, stderr };
 }
 
-/** The same command as a process, as `npm run admin` runs it (node with the tsx loader); `stdin` is piped in. */
+/** The same command as a process, as `npm run admin` runs it (the built CLI: ADMIN_ENTRY); `stdin` is piped in. */
 export function adminProcess(args: string[], env: Record<string, string>, stdin = ''): Promise<CliRun> {
   return new Promise((resolve) => {
-    const child = execFile(process.execPath, ['--import', 'tsx', 'scripts/admin.ts', ...args], { cwd: repoRoot, env: { ...process.env, ...env }, timeout: 60_000 }, (err, stdout, stderr) =>
+    const child = execFile(process.execPath, [ADMIN_ENTRY, ...args], { cwd: repoRoot, env: { ...process.env, ...env }, timeout: 60_000 }, (err, stdout, stderr) =>
       resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
     );
     child.stdin!.end(stdin);

@@ -7,6 +7,16 @@ import { fileURLToPath } from 'node:url';
 
 export const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 
+/**
+ * The server as `npm start` runs it: the built JavaScript, which the tests' global setup brings up
+ * to date (test/setup/global-setup.ts). Not through tsx: its loader cost each start about 2 s of
+ * CPU, and the tests that start servers start dozens.
+ */
+export const SERVER_ENTRY = 'dist/server/main.js';
+export const SERVER_COMMAND: [string, ...string[]] = [process.execPath, SERVER_ENTRY];
+/** The admin CLI as `npm run admin` runs it: built, like the server. */
+export const ADMIN_ENTRY = 'dist/scripts/admin.js';
+
 export interface ServerProcess {
   child: ChildProcess;
   url: string;
@@ -20,7 +30,7 @@ export interface ServerProcess {
 
 export interface SpawnOptions {
   env: Record<string, string>;
-  /** Command and arguments; default: node --import tsx server/main.ts */
+  /** Command and arguments; default: SERVER_COMMAND */
   command?: [string, ...string[]];
   /** Put the child in its own process group (signals go to the whole group, like a terminal's Ctrl-C). */
   group?: boolean;
@@ -32,7 +42,7 @@ export interface SpawnOptions {
 }
 
 export async function spawnServer(options: SpawnOptions): Promise<ServerProcess> {
-  const [cmd, ...args] = options.command ?? [process.execPath, '--import', 'tsx', 'server/main.ts'];
+  const [cmd, ...args] = options.command ?? SERVER_COMMAND;
   const child = spawn(cmd, args, {
     cwd: options.cwd ?? repoRoot,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', LOG_LEVEL: 'warn', HOST: '127.0.0.1', PORT: '0', ...options.env },
