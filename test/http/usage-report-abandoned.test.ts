@@ -90,7 +90,8 @@ describe('GET /admin/v1/usage whose client leaves before the answer began', { ti
       // Every report slot of the instance taken by a report whose statement waits.
       const abandoned = Array.from({ length: slots }, () => get());
       for (const a of abandoned) a.answer.catch(() => undefined);
-      const waiting = await until(reportStatements, (r) => r.length === slots);
+      // Until each waits on the lock (a statement just sent shows active before it reaches the lock).
+      const waiting = await until(reportStatements, (r) => r.length === slots && r.every((b) => b.waitEventType === 'Lock'));
       expect(waiting).toEqual(Array.from({ length: slots }, () => ({ pid: expect.any(Number), state: 'active', waitEventType: 'Lock' })));
       const pids = waiting.map((b) => b.pid);
 
