@@ -6,8 +6,9 @@
 // Nothing changed: nothing is compiled (a few milliseconds of stat calls). A full `npm run build`
 // (tsc with type checking) writes the same files, so either can come before `node dist/server/main.js`.
 // Plain JavaScript on purpose: it runs before anything is built. The npm script then `exec`s node,
-// so signals reach the server itself. `npm run admin` runs it with the admin CLI's files added
-// (`scripts/admin scripts/admin.ts`), and so does the tests' global setup before they start servers.
+// so signals reach the server itself. `npm run admin` and `npm run migrate` run it with their own
+// files added (`scripts/admin scripts/admin.ts`, `scripts/migrate.ts`), and so does the tests'
+// global setup (the admin CLI's) before they start servers.
 import { mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -69,10 +70,16 @@ for (const base of SOURCES) {
       process.exit(1);
     }
     mkdirSync(dirname(out), { recursive: true });
-    // Written to a temporary name first: a start interrupted mid-write leaves no half file.
-    writeFileSync(`${out}.tmp`, result.outputText.replace(/\/\/# sourceMappingURL=.*$/m, `//# sourceMappingURL=${relative(dirname(out), `${out}.map`)}`));
-    if (result.sourceMapText) writeFileSync(`${out}.map`, result.sourceMapText);
-    renameSync(`${out}.tmp`, out);
+    // Written to a temporary name of this process's first: a start interrupted mid-write leaves no
+    // half file, and two commands compiling the same file at once (`npm start` beside `npm run
+    // admin` after an update) each rename a whole one into place.
+    const tmp = `${out}.${process.pid}.tmp`;
+    writeFileSync(tmp, result.outputText.replace(/\/\/# sourceMappingURL=.*$/m, `//# sourceMappingURL=${relative(dirname(out), `${out}.map`)}`));
+    if (result.sourceMapText) {
+      writeFileSync(`${tmp}.map`, result.sourceMapText);
+      renameSync(`${tmp}.map`, `${out}.map`);
+    }
+    renameSync(tmp, out);
     compiled++;
   }
 }

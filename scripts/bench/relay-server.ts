@@ -120,10 +120,26 @@ function ledgerRelay(databaseUrl: string | undefined, ids: Partial<LedgerIds>, d
       undefined,
       'unflushed',
     );
-    const startedAt = new Date();
-    // ledger-early: the upstream call goes out while the hold's statement runs.
-    const [{ outcome }, up] = early ? await Promise.all([holding, call()]) : [await holding, await call()];
-    if (outcome !== 'ok') throw new Error(`hold refused: ${outcome}`);
+    let startedAt: Date;
+    let up: Dispatcher.ResponseData<null>;
+    if (early) {
+      // The upstream call goes out while the hold's statement runs; an answer that came back for a
+      // hold that failed is read to its end, so that its connection serves the next call.
+      startedAt = new Date();
+      const [held, answered] = await Promise.allSettled([holding, call()]);
+      const refusal = held.status === 'rejected' ? held.reason : held.value.outcome !== 'ok' ? new Error(`hold refused: ${held.value.outcome}`) : undefined;
+      if (refusal !== undefined) {
+        if (answered.status === 'fulfilled') await answered.value.body.dump();
+        throw refusal;
+      }
+      if (answered.status === 'rejected') throw answered.reason;
+      up = answered.value;
+    } else {
+      const { outcome } = await holding;
+      if (outcome !== 'ok') throw new Error(`hold refused: ${outcome}`);
+      startedAt = new Date();
+      up = await call();
+    }
     const fileOf = (bytes: number): FileRow => {
       const id = newId('file');
       return { id, accountId, purpose: 'image_output', contentType: 'image/png', bytes, storageKey: storageKeyOf('image_output', id), width: 1024, height: 1024, taskId, expiresAt: new Date(Date.now() + 30 * 86_400_000), filename: null };
@@ -230,6 +246,8 @@ async function main(): Promise<void> {
 
   const server = createServer((req, res) => {
     handle(req, res).catch((err: unknown) => {
+      // An answer already begun (a relayed stream) is cut: its head cannot say 500 any more.
+      if (res.headersSent) return void res.destroy(err as Error);
       res.writeHead(500, { 'content-type': 'text/plain' });
       res.end(String(err));
     });

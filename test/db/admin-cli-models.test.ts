@@ -3,8 +3,8 @@
  * definition or a body of one's own) and `models update`, on the database of a running app whose
  * admin API answers the same bodies. What the CLI refuses, the API refuses with the same code and
  * message; what it creates, the API serves. Most cases run the commands in-process (parsed as
- * scripts/admin.ts parses them: a CLI process spends seconds starting); a few run `scripts/admin.ts`
- * itself for its output, exit codes and standard input.
+ * scripts/admin.ts parses them: a CLI process spends seconds starting); a few run the CLI as a
+ * process (built, as `npm run admin` runs it: adminProcess) for its output, exit codes and standard input.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
