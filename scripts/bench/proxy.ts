@@ -662,8 +662,9 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
           ],
           1,
         );
+        const ledgerName = opts.ledgerEarly ? 'ledger relay, early call' : 'ledger relay';
         log(`\n  streaming, partial_images ${opts.partials}, concurrency 1, direct / durable relay / ledger relay / Mediagate (ABBA, ${opts.durationMs / 2000} s per half):`);
-        log(indent(multiTable(qD!, [['durable relay', qR!], [opts.ledgerEarly ? 'ledger relay, early' : 'ledger relay', qL!], ['through Mediagate', qG!]], true), 4));
+        log(indent(multiTable(qD!, [['durable relay', qR!], [ledgerName, qL!], ['through Mediagate', qG!]], true), 4));
         const q = { d: stat(qD!.window), r: stat(qR!.window), l: stat(qL!.window), g: stat(qG!.window) };
         const l1 = latency.find((l) => l.concurrency === 1)!;
         const lN = latency.find((l) => l.concurrency === opts.connections)!;
@@ -674,7 +675,7 @@ export async function runProxy(databaseUrl: string, opts: ProxyOptions, log: (li
           `c=${opts.connections} ${stat(lN.pair.gateway.window).perSecond.toFixed(0)} (one key) / ${lN.manyKeys ? stat(lN.manyKeys.window).perSecond.toFixed(0) : '-'} (many) vs Portkey ${stat(lN.portkey.window).perSecond.toFixed(0)} req/s; ` +
           `1st partial +${(q.g.firstP50 - q.d.firstP50).toFixed(2)} vs relay +${(q.r.firstP50 - q.d.firstP50).toFixed(2)} ms; ` +
           `durable relay c=1 +${(stat(l1.durable.window).p50 - d1.p50).toFixed(2)} / +${(stat(l1.durable.window).p99 - d1.p99).toFixed(2)} ms, c=${opts.connections} ${stat(lN.durable.window).perSecond.toFixed(0)} req/s; ` +
-          `ledger relay${opts.ledgerEarly ? ' (early call)' : ''} c=1 +${(stat(l1.ledger.window).p50 - d1.p50).toFixed(2)} / +${(stat(l1.ledger.window).p99 - d1.p99).toFixed(2)} ms, c=${opts.connections} ${stat(lN.ledger.window).perSecond.toFixed(0)} req/s, 1st partial +${(q.l.firstP50 - q.d.firstP50).toFixed(2)} ms`);
+          `${ledgerName} c=1 +${(stat(l1.ledger.window).p50 - d1.p50).toFixed(2)} / +${(stat(l1.ledger.window).p99 - d1.p99).toFixed(2)} ms, c=${opts.connections} ${stat(lN.ledger.window).perSecond.toFixed(0)} req/s, 1st partial +${(q.l.firstP50 - q.d.firstP50).toFixed(2)} ms`);
         return { failed, rows };
       }
       const resizeTarget = target(server.url, keys.slice(0, 1), { model: BENCH_IMAGE.id, prompt: PROMPT, resolution: '1K', aspectRatio: '1:1', n: 1, output_format: 'png' });

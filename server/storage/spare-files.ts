@@ -57,7 +57,6 @@ export class SpareFiles {
     return this.ready.pop();
   }
 
-
   /**
    * No more spares for this store, the spares ready removed (best effort) and the one being made
    * too: the store stops (a graceful stop leaves none behind), or a rename out of `.spare/` crossed
