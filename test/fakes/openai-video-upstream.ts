@@ -210,13 +210,15 @@ export async function startOpenAIVideosFake(options: OpenAIVideosFakeOptions = {
     const id = decodeURIComponent(recorded.path.split('/')[3]!);
     const job = jobs.get(id);
     if (!job) return sendJson(res, 404, envelope(`Video with id '${id}' not found.`, 'invalid_request_error', null, null));
-    if (route === 'retrieve') return sendJson(res, 200, videoObject(job));
+    // A request's answer is what the job was when the request arrived (recorded.receivedAt), so a
+    // test comparing the recorded times with doneAt reads the same status the client was answered.
+    if (route === 'retrieve') return sendJson(res, 200, videoObject(job, recorded.receivedAt));
     if (route === 'delete') {
       jobs.delete(id);
       return sendJson(res, 200, { id, object: 'video.deleted', deleted: true });
     }
     // content — ASSUMPTION: before completion and after expiry the API answers 404 with the envelope.
-    const status = videoObject(job).status;
+    const status = videoObject(job, recorded.receivedAt).status;
     if (status !== 'completed') return sendJson(res, 404, envelope(`Video '${id}' is not ready: its status is '${status}'.`, 'invalid_request_error', null, null));
     if (job.expired) return sendJson(res, 404, envelope(`The content of video '${id}' has expired.`, 'invalid_request_error', null, null));
     const variant = recorded.query.get('variant') ?? 'video';
