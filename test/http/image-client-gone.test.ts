@@ -26,29 +26,39 @@ describe('a client that leaves while its synchronous image task is being created
       const c = await createCustomer(server.db, { balance: 10 });
       let release!: () => void;
       const released = new Promise<void>((resolve) => (release = resolve));
-      // Another transaction holds the key's row: the request's hold statement waits for it.
+      // Another transaction holds the key's row before the request is sent: the request's hold
+      // statement waits for it. (Sent at once, the hold could take the row first under load and
+      // the lock wait seen below be the settlement's, after the answer had begun.)
+      let keyLocked!: () => void;
+      const lockTaken = new Promise<void>((resolve) => (keyLocked = resolve));
       const locked = server.db.transaction().execute(async (trx) => {
         await sql`select 1 from api_keys where id = ${c.apiKeyId} for update`.execute(trx);
+        keyLocked();
         await released;
       });
-      const client = new AbortController();
-      const request = fetch(`${server.directUrl}/v1/images/generations`, {
-        method: 'POST',
-        headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
-        body: JSON.stringify({ prompt: 'a kite', model: 'local-image-1', n: 2, ...(stream && { stream: true }) }),
-        signal: client.signal,
-      }).catch((err: unknown) => err);
-      // The hold statement is waiting on the lock: the request is inside the task's creation.
-      await until(async () => {
-        const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()`.execute(server.db);
-        return rows[0]!.n > 0;
-      }, 10_000, 'the hold statement to wait on the lock');
-      client.abort();
-      expect(await request).toBeInstanceOf(Error);
-      // Let the server see the connection close before the creation goes on.
-      await new Promise((r) => setTimeout(r, 300));
-      release();
-      await locked;
+      await lockTaken;
+      try {
+        const client = new AbortController();
+        const request = fetch(`${server.directUrl}/v1/images/generations`, {
+          method: 'POST',
+          headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+          body: JSON.stringify({ prompt: 'a kite', model: 'local-image-1', n: 2, ...(stream && { stream: true }) }),
+          signal: client.signal,
+        }).catch((err: unknown) => err);
+        // The hold statement is waiting on the lock: the request is inside the task's creation.
+        await until(async () => {
+          const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()`.execute(server.db);
+          return rows[0]!.n > 0;
+        }, 10_000, 'the hold statement to wait on the lock');
+        client.abort();
+        expect(await request).toBeInstanceOf(Error);
+        // Let the server see the connection close before the creation goes on.
+        await new Promise((r) => setTimeout(r, 300));
+      } finally {
+        // Also when an assertion failed: a transaction left open would hang the server's close.
+        release();
+        await locked;
+      }
       const task = await until(async () => {
         const row = await server.db.selectFrom('imageTasks').select(['id', 'status', 'errorCode', 'delivered']).where('accountId', '=', c.accountId).executeTakeFirst();
         return row && row.status !== 'processing' && row;
