@@ -14,8 +14,7 @@ import type { ServerOptions } from 'node:http';
 import type { Config } from './config.ts';
 import { randomHex } from './lib/ids.ts';
 import express, { type NextFunction, type Request, type Response } from 'express';
-import * as OpenApiValidator from 'express-openapi-validator';
-import { cacheValidatorRouteMatchers } from './http/validator-route-cache.ts';
+import { useContractValidator } from './http/contract-validator.ts';
 import type { AppContext } from './context.ts';
 import { ApiError } from './errors.ts';
 import { accessLog, operationMatcher } from './http/access-log.ts';
@@ -32,7 +31,6 @@ import type { MediaJsonFields } from './lib/media-json-scanner.ts';
 import { fileUploadMultipart } from './http/file-upload.ts';
 import { largeBodySlots, rejectBracketedQuery, rejectEncodedMultipart, rejectJsonCharset, rejectNulCharacters } from './http/request-guards.ts';
 import { loadOpenApiDocument, type OpenApiDocument } from './openapi.ts';
-import { STRICT_FORMATS } from './contract-schemas.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 // `head` before `get`: Express answers a HEAD with a path's GET route when that route comes first,
@@ -190,62 +188,32 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   // every other request, and any generation the operation's schema refuses, meets the validator.
   if (options.generationFastPath !== false) app.post(IMAGE_GENERATION_PATH, imageGenerationFastPath(spec, handlers.createImage));
 
-  cacheValidatorRouteMatchers();
-  app.use(
-    OpenApiValidator.middleware({
-      apiSpec: withHeadAsGet(spec) as never,
-      validateApiSpec: false,
-      validateRequests: { allowUnknownQueryParameters: false, removeAdditional: false },
-      validateResponses: options.validateResponses ?? ctx.config.validateResponses,
-      validateFormats: true,
-      // ajv-formats' fast mode, except a date-time must exist (contract-schemas.ts, which agrees).
-      formats: { ...STRICT_FORMATS },
-      fileUploader: false,
-      validateSecurity: {
-        handlers: {
-          apiKey: async (req) => {
-            if (hasAuth(req)) return true;
-            try {
-              setAuth(req, await ctx.services.auth.authenticate(req.headers.authorization));
-              return true;
-            } catch (err) {
-              rememberAuthError(req, err);
-              throw err;
-            }
-          },
-          adminToken: (req) => checkAdminToken(req),
-          metricsToken: (req) => {
-            try {
-              return checkMetricsToken(req);
-            } catch (err) {
-              rememberAuthError(req, err);
-              throw err;
-            }
-          },
-        },
-      },
-    }),
-  );
+  useContractValidator(app, spec, { validateResponses: options.validateResponses ?? ctx.config.validateResponses }, {
+    apiKey: async (req) => {
+      if (hasAuth(req)) return true;
+      try {
+        setAuth(req, await ctx.services.auth.authenticate(req.headers.authorization));
+        return true;
+      } catch (err) {
+        rememberAuthError(req, err);
+        throw err;
+      }
+    },
+    adminToken: (req) => checkAdminToken(req),
+    metricsToken: (req) => {
+      try {
+        return checkMetricsToken(req);
+      } catch (err) {
+        rememberAuthError(req, err);
+        throw err;
+      }
+    },
+  });
 
   mountHandlers(app, spec, handlers);
   app.use((_req, _res, next) => next(new ApiError(404, 'not_found', 'Not found.')));
   app.use(errorMiddleware(ctx.log));
   return app;
-}
-
-/**
- * The contract as the validator reads it: HEAD is GET without a body wherever the contract declares
- * no HEAD of its own (RFC 9110 §9.3.2; monitors and `curl -I` send it), so it meets GET's security
- * and parameters instead of the validator's 405, and Express then runs GET's handler (its default
- * for HEAD), which Node answers without the body. A copy per method: the validator rewrites the
- * operations it is given. The contract itself (docs, /openapi.json, Prism) is left as written.
- */
-export function withHeadAsGet(spec: OpenApiDocument): OpenApiDocument {
-  const paths: OpenApiDocument['paths'] = {};
-  for (const [path, item] of Object.entries(spec.paths)) {
-    paths[path] = item.get && !item.head ? { ...item, head: structuredClone(item.get) } : item;
-  }
-  return { ...spec, paths };
 }
 
 /** Mounts each operation's handler at its path from the spec; static segments before parameters. */
