@@ -19,6 +19,7 @@ import type { Request, RequestHandler } from 'express';
 import * as OpenApiValidator from 'express-openapi-validator';
 import { STRICT_FORMATS } from '../contract-schemas.ts';
 import type { OpenApiDocument } from '../openapi.ts';
+import { trimValidatorStartup } from './validator-startup.ts';
 import { cacheValidatorRouteMatchers } from './validator-route-cache.ts';
 
 /** The app's answers to the contract's security schemes: true, or a thrown error. */
@@ -54,6 +55,7 @@ function contractValidator(spec: OpenApiDocument, validateResponses: boolean): R
   let middleware = validators.get(key);
   if (middleware) return middleware;
   cacheValidatorRouteMatchers();
+  trimValidatorStartup();
   middleware = OpenApiValidator.middleware({
     apiSpec: withHeadAsGet(structuredClone(spec)) as never,
     validateApiSpec: false,
