@@ -2,9 +2,9 @@
  * `npm test`: every check CI runs, in order, each reported; exits 1 when any fails.
  *   drift      generated/ matches what `npm run generate` would write
  *   lint       redocly lint: zero errors and zero warnings
- *   typecheck  tsc --noEmit over server, clients, scripts and tests, then as `npm run build` compiles,
- *              then over the console (clients/console)
- *   vitest     unit, db and http tests
+ *   typecheck  tsc --noEmit over server, clients, scripts and tests; as `npm run build` compiles;
+ *              over the console (clients/console): the three at once
+ *   vitest     unit, db, http, process, clients and console tests
  *   contract   the http test files of test/contract-lane.json again, every request through
  *              `prism proxy --errors`; fails unless every operation of the contract (and each
  *              operation and status the list names) went through Prism (scripts/contract-lane.ts)
@@ -115,7 +115,7 @@ const steps: Step[] = [
   { name: 'lint', run: lint },
   // The console (clients/console) has its own tsconfig (DOM, JSX); both check against the generated contract types.
   // The build (tsconfig.build.json: what `npm run build` compiles, scripts and the test helpers they import) too: a file may pass one and fail the other.
-  // The three at once (58 s one after the other on a 2-core machine).
+  // The three at once: 43–48 s on a 2-core machine, 58 s one after the other.
   { name: 'typecheck', run: () => execAll(['tsconfig.json', 'tsconfig.build.json', 'clients/console/tsconfig.json'].map((p) => [bin('tsc'), ['-p', p, '--noEmit']])) },
   { name: 'vitest', run: () => vitest([]) },
   { name: 'contract', run: contract },

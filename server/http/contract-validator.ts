@@ -2,9 +2,10 @@
  * The contract's validator (express-openapi-validator): route match, HEAD as GET where the contract
  * has no HEAD, security, request validation, and response validation when asked.
  *
- * It prepares the contract on the first request it sees (~0.1 s of CPU) and compiles each
- * operation's schemas on that operation's first request (~0.05 s each), so one built per app paid
- * that again in every app of a process: the test harness starts ~150 apps in a handful of processes.
+ * It prepares the contract as it is built (parsed, bundled, preprocessed: a few tenths of a second
+ * of CPU) and compiles each operation's schemas on that operation's first request (~0.05 s each),
+ * so one built per app paid that again in every app of a process: the test harness starts ~150
+ * apps in a handful of processes.
  * Apps of one process built from the same contract with the same options share one validator here.
  * What differs between apps is read from the app that handles the request: its security checks
  * (`app.locals`, set by `useContractValidator`) and the path parameters the validator installs on
