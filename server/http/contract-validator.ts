@@ -102,7 +102,7 @@ function installPathParams(app: express.Express, spec: OpenApiDocument): void {
  * for HEAD), which Node answers without the body. A copy per method: the validator rewrites the
  * operations it is given. The contract itself (docs, /openapi.json, Prism) is left as written.
  */
-export function withHeadAsGet(spec: OpenApiDocument): OpenApiDocument {
+function withHeadAsGet(spec: OpenApiDocument): OpenApiDocument {
   const paths: OpenApiDocument['paths'] = {};
   for (const [path, item] of Object.entries(spec.paths)) {
     paths[path] = item.get && !item.head ? { ...item, head: structuredClone(item.get) } : item;

@@ -9,7 +9,7 @@
  * regexps carry no `g`/`y` flag (so `exec` keeps no state), and path-to-regexp's own `match` (the
  * one Express's router uses) calls its internal function, not the export.
  */
-import { createRequire } from 'node:module';
+import { requireFromValidator } from './validator-startup.ts';
 
 type Compiled = { regexp: RegExp; keys: { name: string }[] };
 type PathToRegexp = (path: unknown, options?: Record<string, unknown>) => Compiled;
@@ -22,7 +22,6 @@ let cache: Map<string, Compiled> | undefined;
 
 /** Installs the cache (once per process); returns the module it patched, for tests. */
 export function cacheValidatorRouteMatchers(): { pathToRegexp: PathToRegexp } {
-  const requireFromValidator = createRequire(createRequire(import.meta.url).resolve('express-openapi-validator'));
   const module = requireFromValidator('path-to-regexp') as { pathToRegexp: PathToRegexp };
   if (cache) return module;
   const compile = module.pathToRegexp;

@@ -26,7 +26,8 @@ type SchemaValidatorClass = new (opts: { version: string; validateApiSpec: boole
 
 let installed = false;
 
-function requireFromValidator(path: string): unknown {
+/** `require` as express-openapi-validator's own modules resolve (its files, its copies of dependencies). */
+export function requireFromValidator(path: string): unknown {
   return createRequire(createRequire(import.meta.url).resolve('express-openapi-validator'))(path);
 }
 
