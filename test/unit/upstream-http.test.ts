@@ -228,16 +228,16 @@ describe('upstreamFetch', () => {
   });
 
   it('bounds a long upload by its progress, not its total time: the answer\'s limit starts once the body is sent', async () => {
-    // Reads the request slowly for its first 700 ms (a slow link: a part every few ms), then at
+    // Reads the request slowly for its first 1,000 ms (a slow link: a part every few ms), then at
     // once (what the sockets' buffers hold when the sender is done counts toward the answer's
-    // time), and answers 200 ms after the body's end: more than the call's 300 ms in all, never a
-    // pause that long.
+    // time), and answers 200 ms after the body's end: more than the call's 600 ms in all, never a
+    // pause that long (300 ms was tight for a pause on a loaded 2-core machine: flaked once).
     const slowReader = createServer((req, res) => {
       const started = Date.now();
       let bytes = 0;
       req.on('data', (chunk: Buffer) => {
         bytes += chunk.byteLength;
-        if (Date.now() - started > 700) return;
+        if (Date.now() - started > 1000) return;
         req.pause();
         setTimeout(() => req.resume(), 8);
       });
@@ -246,26 +246,26 @@ describe('upstreamFetch', () => {
     await new Promise<void>((resolve) => slowReader.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${(slowReader.address() as AddressInfo).port}/submit`;
     try {
-      // A streamed body whose source gives a part every 100 ms (a stored input read from S3) ...
+      // A streamed body whose source gives a part every 100 ms for 800 ms (a stored input read from S3) ...
       const dripping = Readable.from((async function* () {
-        for (let i = 0; i < 6; i++) {
+        for (let i = 0; i < 8; i++) {
           await new Promise((resolve) => setTimeout(resolve, 100));
           yield Buffer.alloc(1024, 97);
         }
       })());
-      const streamed = (await readJson(await upstreamFetch(url, { method: 'POST', body: dripping, timeoutMs: 300 }, signal, 'video submit'))) as { bytes: number; readMs: number };
-      expect(streamed.bytes).toBe(6 * 1024);
-      expect(streamed.readMs).toBeGreaterThan(300);
+      const streamed = (await readJson(await upstreamFetch(url, { method: 'POST', body: dripping, timeoutMs: 600 }, signal, 'video submit'))) as { bytes: number; readMs: number };
+      expect(streamed.bytes).toBe(8 * 1024);
+      expect(streamed.readMs).toBeGreaterThan(600);
       // ... and a large buffer (a multipart edit) that the upstream reads slowly.
       const large = Buffer.alloc(24 * 1024 * 1024, 98);
-      const sent = (await readJson(await upstreamFetch(url, { method: 'POST', body: large, timeoutMs: 300 }, signal, 'image edit'))) as { bytes: number; readMs: number };
+      const sent = (await readJson(await upstreamFetch(url, { method: 'POST', body: large, timeoutMs: 600 }, signal, 'image edit'))) as { bytes: number; readMs: number };
       expect(sent.bytes).toBe(large.byteLength);
-      expect(sent.readMs).toBeGreaterThan(700);
+      expect(sent.readMs).toBeGreaterThan(1000);
       // ... and a large text body (Gemini's JSON with its inputs inlined) the same way.
       const text = 'c'.repeat(24 * 1024 * 1024);
-      const sentText = (await readJson(await upstreamFetch(url, { method: 'POST', body: text, timeoutMs: 300 }, signal, 'image edit'))) as { bytes: number; readMs: number };
+      const sentText = (await readJson(await upstreamFetch(url, { method: 'POST', body: text, timeoutMs: 600 }, signal, 'image edit'))) as { bytes: number; readMs: number };
       expect(sentText.bytes).toBe(text.length);
-      expect(sentText.readMs).toBeGreaterThan(700);
+      expect(sentText.readMs).toBeGreaterThan(1000);
     } finally {
       slowReader.closeAllConnections();
       slowReader.close();
