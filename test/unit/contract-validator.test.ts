@@ -1,7 +1,8 @@
 /**
  * Apps of one process built from the same contract share one validator (http/contract-validator.ts);
  * each still answers its security schemes with its own checks and gets its path parameters, and the
- * caller's contract is left as written.
+ * caller's contract is left as written. Its paths are its own (`/widgets`): validator-route-cache.test.ts
+ * counts the patterns compiled for `/things` in the same process.
  */
 import { describe, expect, it } from 'vitest';
 import express from 'express';
@@ -14,10 +15,10 @@ const spec = {
   components: { securitySchemes: { apiKey: { type: 'http', scheme: 'bearer' }, adminToken: { type: 'http', scheme: 'bearer' }, metricsToken: { type: 'http', scheme: 'bearer' } } },
   security: [{ apiKey: [] }],
   paths: {
-    '/things/{thing_id}': {
+    '/widgets/{widget_id}': {
       get: {
-        operationId: 'getThing',
-        parameters: [{ name: 'thing_id', in: 'path', required: true, schema: { type: 'string', pattern: '^t_' } }],
+        operationId: 'getWidget',
+        parameters: [{ name: 'widget_id', in: 'path', required: true, schema: { type: 'string', pattern: '^t_' } }],
         responses: { '200': { description: 'ok', content: { 'application/json': { schema: { type: 'object', properties: { id: { type: 'string' }, app: { type: 'string' } }, required: ['id', 'app'], additionalProperties: false } } } } },
       },
     },
@@ -35,7 +36,7 @@ async function startApp(name: string, token: string, validateResponses: boolean)
     adminToken: () => false,
     metricsToken: () => false,
   });
-  app.get('/things/:thing_id', (req, res) => void res.json({ id: req.params.thing_id, app: name }));
+  app.get('/widgets/:widget_id', (req, res) => void res.json({ id: req.params.widget_id, app: name }));
   app.use((err: { status?: number }, _req: express.Request, res: express.Response, _next: express.NextFunction) => void res.status(err.status ?? 500).json({ status: err.status }));
   const server = app.listen(0, '127.0.0.1');
   await new Promise((r) => server.once('listening', r));
@@ -55,19 +56,19 @@ describe('the contract validator shared by the apps of a process', () => {
     const b = await startApp('b', 'token-b', true);
     try {
       expect(builtValidators()).toBe(built + 1);
-      expect(await a.get('/things/t_1', 'token-a')).toEqual({ status: 200, body: { id: 't_1', app: 'a' } });
-      expect(await b.get('/things/t_2', 'token-b')).toEqual({ status: 200, body: { id: 't_2', app: 'b' } });
+      expect(await a.get('/widgets/t_1', 'token-a')).toEqual({ status: 200, body: { id: 't_1', app: 'a' } });
+      expect(await b.get('/widgets/t_2', 'token-b')).toEqual({ status: 200, body: { id: 't_2', app: 'b' } });
       // Each app's security: the other app's token is refused.
-      expect((await a.get('/things/t_1', 'token-b')).status).toBe(401);
-      expect((await b.get('/things/t_1', 'token-a')).status).toBe(401);
+      expect((await a.get('/widgets/t_1', 'token-b')).status).toBe(401);
+      expect((await b.get('/widgets/t_1', 'token-a')).status).toBe(401);
       // Validation still applies in both (the pattern of the path parameter).
-      expect((await b.get('/things/x_1', 'token-b')).status).toBe(400);
-      expect((await a.get('/things/x_1', 'token-a')).status).toBe(400);
+      expect((await b.get('/widgets/x_1', 'token-b')).status).toBe(400);
+      expect((await a.get('/widgets/x_1', 'token-a')).status).toBe(400);
       // Other options: another validator.
       const c = await startApp('c', 'token-c', false);
       try {
         expect(builtValidators()).toBe(built + 2);
-        expect(await c.get('/things/t_3', 'token-c')).toEqual({ status: 200, body: { id: 't_3', app: 'c' } });
+        expect(await c.get('/widgets/t_3', 'token-c')).toEqual({ status: 200, body: { id: 't_3', app: 'c' } });
       } finally {
         await c.close();
       }
