@@ -120,18 +120,30 @@ it('a client that stops reading its stream is cut off: the images it got are cha
   expect(((await res.json()) as { data: unknown[] }).data).toHaveLength(1);
 }, 60_000);
 
+/** The server's access-log lines for `path` that say its client went away before the answer ended. */
+const cutLines = (path: string) =>
+  server.logs.filter((l) => {
+    const line = JSON.parse(l) as { msg?: string; path?: string };
+    return line.msg === 'client went away before the response ended' && line.path === path;
+  }).length;
+
 /**
- * Sends `request` on a raw socket that reads nothing until `ready` resolves and `stallMs` more have
- * passed (its buffers fill, the server's writes wait), then reads what comes until the server
- * closes the connection, or for at most `waitMs`.
+ * Sends `request` for `path` on a raw socket that reads nothing (its buffers fill, the server's
+ * writes wait) until the server has ended the answer, as its access log says (at most `maxStallMs`),
+ * then reads what comes until the server's close arrives, or for at most `waitMs`. Waiting for the
+ * server's own record rather than a fixed time: under load the answer may start late, and a client
+ * that read before the bound ran out would drain the socket and get it whole. `stalledMs`: from the
+ * request sent to the cut.
  */
-async function stalledRequest(request: string, ready: () => Promise<unknown>, stallMs: number, waitMs = 5000): Promise<{ head: string; body: Buffer; closed: boolean }> {
+async function stalledRequest(request: string, path: string, maxStallMs: number, waitMs = 5000): Promise<{ head: string; body: Buffer; closed: boolean; stalledMs: number }> {
   const url = new URL(server.directUrl);
+  const cutsBefore = cutLines(path);
   const sock = net.connect(Number(url.port), url.hostname);
   await new Promise((resolve) => sock.once('connect', resolve));
+  const sent = Date.now();
   sock.write(request);
-  await ready();
-  await new Promise((resolve) => setTimeout(resolve, stallMs));
+  await until(async () => cutLines(path) > cutsBefore || undefined, maxStallMs, `the server to cut off the answer to ${path}`);
+  const stalledMs = Date.now() - sent;
   const chunks: Buffer[] = [];
   sock.on('data', (d: Buffer) => chunks.push(d));
   const closed = await new Promise<boolean>((resolve) => {
@@ -144,7 +156,7 @@ async function stalledRequest(request: string, ready: () => Promise<unknown>, st
   sock.destroy();
   const raw = Buffer.concat(chunks);
   const end = raw.indexOf('\r\n\r\n');
-  return { head: raw.subarray(0, end).toString('latin1'), body: raw.subarray(end + 4), closed };
+  return { head: raw.subarray(0, end).toString('latin1'), body: raw.subarray(end + 4), closed, stalledMs };
 }
 
 const contentLength = (head: string) => Number(/\r\ncontent-length: (\d+)/i.exec(head)![1]);
@@ -164,11 +176,13 @@ describe('a JSON answer carrying images whose client reads none of it', () => {
       );
     const answer = await stalledRequest(
       `POST /v1/images/generations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key.key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-      settled,
-      11_500,
+      '/v1/images/generations',
+      40_000,
     );
     expect(answer.head).toMatch(/^HTTP\/1\.1 200 /);
-    // Cut short and closed, where it would have waited for the client for as long as it kept its socket open.
+    // Cut short and closed, where it would have waited for the client for as long as it kept its socket open;
+    // not before ten times STREAM_WRITE_IDLE_MS (1 s here) of waiting for it.
+    expect(answer.stalledMs).toBeGreaterThanOrEqual(9_900);
     expect(answer.closed).toBe(true);
     expect(answer.body.length).toBeLessThan(contentLength(answer.head));
     // Settled before the answer's last byte, as an answer whose client leaves while its task settles.
@@ -176,8 +190,9 @@ describe('a JSON answer carrying images whose client reads none of it', () => {
     expect(task).toMatchObject({ status: 'completed', delivered: 4 });
 
     // The lookup that carries the same images: cut off too.
-    const lookup = await stalledRequest(`GET /v1/images/${task.id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key.key}\r\n\r\n`, async () => undefined, 11_500);
+    const lookup = await stalledRequest(`GET /v1/images/${task.id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key.key}\r\n\r\n`, `/v1/images/${task.id}`, 40_000);
     expect(lookup.head).toMatch(/^HTTP\/1\.1 200 /);
+    expect(lookup.stalledMs).toBeGreaterThanOrEqual(9_900);
     expect(lookup.closed).toBe(true);
     expect(lookup.body.length).toBeLessThan(contentLength(lookup.head));
     // A client that reads gets them whole.
