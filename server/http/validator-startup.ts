@@ -1,8 +1,9 @@
 /**
- * Two things express-openapi-validator 5.6 computes once per validator, at start, only to throw
- * them away: with this contract ~0.55 s of CPU at every start (a CPU profile of a built server's
- * start, 28 Nov 2026: Ajv was 0.70 s of a 4.6 s process life; 0.33 s after this), paid by every
- * server process the tests start as well. Both are patched here, once per process:
+ * Three things express-openapi-validator 5.6 computes only to throw them away: the first two once
+ * per validator, at start (~0.55 s of CPU at every start with this contract; a CPU profile of a
+ * built server's start, 28 Nov 2026: Ajv was 0.70 s of a 4.6 s process life, 0.33 s after this),
+ * the third at each operation's first request; paid by every server process the tests start as
+ * well. All three are patched here, once per process:
  *
  * - Its contract preparation (`SchemaPreprocessor`) resolves each `$ref` it meets with
  *   `ajv.getSchema(ref).schema`: Ajv compiles the whole referenced schema to answer, only for the
@@ -13,8 +14,15 @@
  * - `OpenAPISchemaValidator` compiles the OpenAPI meta-schema when it is constructed, also with
  *   `validateApiSpec: false` (ours: the contract is linted by Redocly), when nothing validates
  *   with it: it is compiled on its first use instead.
+ * - Each operation's request schemas and (when responses are validated) each of its responses'
+ *   schemas are given to Ajv with the contract's whole `paths` and `components` attached, for
+ *   their `$ref`s to resolve. Ajv's `addSchema` walks every schema it is given, every key of it,
+ *   for the `$id`s and `$anchor`s it must register (`getSchemaRefs`): the whole contract, again for
+ *   every operation and response (test/http: 21 s of 190 s of CPU, 29 Nov 2026). A subtree with
+ *   none registers nothing, so `paths` and `components` objects found to have none (walked once,
+ *   as Ajv walks them) are left out of that walk; anything else goes Ajv's way.
  *
- * test/unit/validator-startup.test.ts checks both against the validator's own behaviour.
+ * test/unit/validator-startup.test.ts checks all three against the validator's own behaviour.
  */
 import { createRequire } from 'node:module';
 
@@ -25,6 +33,36 @@ type SchemaValidator = { validate(doc: unknown): { errors: unknown[] } };
 type SchemaValidatorClass = new (opts: { version: string; validateApiSpec: boolean }) => SchemaValidator;
 
 let installed = false;
+
+type GetSchemaRefs = (this: { opts: { schemaId?: string } }, schema: unknown, baseId?: string) => Record<string, unknown>;
+type Traverse = (schema: unknown, opts: { allKeys: boolean }, cb: (sch: Record<string, unknown>) => void) => void;
+
+/** Ajv's module that registers a schema's `$id`s and anchors (`getSchemaRefs`), as the validator's Ajv loads it (for tests). */
+export function ajvResolveModule(): { getSchemaRefs: GetSchemaRefs } {
+  return requireFromValidator('ajv/dist/compile/resolve') as { getSchemaRefs: GetSchemaRefs };
+}
+
+/** The walk `getSchemaRefs` makes: json-schema-traverse as that module requires it. */
+function ajvTraverse(): Traverse {
+  const resolvePath = createRequire(createRequire(import.meta.url).resolve('express-openapi-validator')).resolve('ajv/dist/compile/resolve');
+  return createRequire(resolvePath)('json-schema-traverse') as Traverse;
+}
+
+/** Whether `subtree`, walked as Ajv walks a schema, has no `$id` (or `schemaId`), `$anchor` or `$dynamicAnchor`: per object and id keyword, remembered. */
+const withoutIds = new WeakMap<object, Map<string, boolean>>();
+function registersNothing(subtree: object, schemaId: string): boolean {
+  let known = withoutIds.get(subtree);
+  if (!known) withoutIds.set(subtree, (known = new Map()));
+  let clean = known.get(schemaId);
+  if (clean === undefined) {
+    clean = true;
+    ajvTraverse()(subtree, { allKeys: true }, (sch) => {
+      if (sch[schemaId] !== undefined || sch.$anchor !== undefined || sch.$dynamicAnchor !== undefined) clean = false;
+    });
+    known.set(schemaId, clean);
+  }
+  return clean;
+}
 
 /** `require` as express-openapi-validator's own modules resolve (its files, its copies of dependencies). */
 export function requireFromValidator(path: string): unknown {
@@ -59,6 +97,18 @@ export function trimValidatorStartup(): void {
   // The framework reads the class off this module object each time it constructs one.
   const module = schemaValidatorModule();
   const Compiled = module.OpenAPISchemaValidator;
+  const resolveModule = ajvResolveModule();
+  const getSchemaRefs = resolveModule.getSchemaRefs;
+  resolveModule.getSchemaRefs = function (schema, baseId) {
+    if (schema && typeof schema === 'object' && !Array.isArray(schema)) {
+      const { paths, components, ...rest } = schema as Record<string, unknown>;
+      const schemaId = this.opts.schemaId ?? '$id';
+      const shared = [paths, components].filter((s) => s !== undefined);
+      if (shared.length > 0 && shared.every((s) => s !== null && typeof s === 'object' && registersNothing(s, schemaId))) return getSchemaRefs.call(this, rest, baseId);
+    }
+    return getSchemaRefs.call(this, schema, baseId);
+  };
+
   module.OpenAPISchemaValidator = class LazyOpenAPISchemaValidator implements SchemaValidator {
     readonly #opts: { version: string; validateApiSpec: boolean };
     #compiled: SchemaValidator | undefined;
