@@ -48,6 +48,8 @@ export interface StartOptions {
   pickPort?: () => Promise<number>;
   /** Other binaries than this platform's package (tests inject broken ones). */
   binaries?: PostgresBinaries;
+  /** More `-c name=value` settings for the postmaster (a throwaway cluster's, below). */
+  settings?: Record<string, string>;
 }
 
 // Postmasters this process started: signalled synchronously on exit, so that a server that exits
@@ -460,14 +462,14 @@ async function initialise(layout: EmbeddedLayout, password: string, log: DbLogge
 }
 
 /** Starts the postmaster and resolves once it accepts connections; rejects with its classified output otherwise. */
-function launch(layout: EmbeddedLayout, port: number): Promise<{ child: ChildProcess; output: () => string }> {
+function launch(layout: EmbeddedLayout, port: number, settings: Record<string, string> = {}): Promise<{ child: ChildProcess; output: () => string }> {
   return new Promise((resolveLaunch, reject) => {
     const lines: string[] = [];
     const child = spawnChild(
       layout.binaries.postgres,
       // Loopback TCP only, no unix socket: nothing outside this machine can reach it and no socket
       // lock files are shared between instances.
-      ['-D', layout.clusterDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
+      ['-D', layout.clusterDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`])],
       layout,
       true,
     );
@@ -585,7 +587,7 @@ async function startLocked(dataDir: string, layout: EmbeddedLayout, opts: StartO
     const port = await pickPort();
     let started: { child: ChildProcess; output: () => string };
     try {
-      started = await launch(layout, port);
+      started = await launch(layout, port, opts.settings);
     } catch (err) {
       if (!(err instanceof PortTaken)) throw err;
       if (attempt >= 3) {
@@ -631,17 +633,18 @@ export async function connectOrStartEmbedded(dataDir: string, log: DbLogger): Pr
 }
 
 /**
- * A throwaway embedded PostgreSQL in a new temp dir, removed again by `stop()`. For tests and
- * codegen. `adminUrl` points at the `postgres` database, for CREATE/DROP DATABASE.
+ * A throwaway embedded PostgreSQL in a new temp dir, removed again by `stop()`. For tests, benches
+ * and codegen. `adminUrl` points at the `postgres` database, for CREATE/DROP DATABASE; `settings`
+ * are more `-c` settings of its postmaster.
  */
-export async function startTemporaryEmbeddedPostgres(log: DbLogger): Promise<EmbeddedPostgresHandle & { adminUrl: string }> {
+export async function startTemporaryEmbeddedPostgres(log: DbLogger, settings?: Record<string, string>): Promise<EmbeddedPostgresHandle & { adminUrl: string }> {
   const dataDir = mkdtempSync(join(tmpdir(), 'mediagate-pg-'));
   const cleanup = (clusterDir?: string) => {
     rmSync(dataDir, { recursive: true, force: true });
     if (clusterDir) rmSync(clusterDir, { recursive: true, force: true });
   };
   try {
-    const handle = await startEmbeddedPostgres({ dataDir, log });
+    const handle = await startEmbeddedPostgres({ dataDir, log, settings });
     const adminUrl = new URL(handle.url);
     adminUrl.pathname = '/postgres';
     return {
