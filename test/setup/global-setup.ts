@@ -28,11 +28,11 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const build = spawnSync(process.execPath, ['scripts/start.mjs', 'scripts/admin', 'scripts/admin.ts'], { cwd: repoRoot, stdio: 'inherit' });
   if (build.status !== 0) throw new Error(`dist/ could not be brought up to date (scripts/start.mjs exited with ${build.status ?? build.signal})`);
   const external = process.env.TEST_DATABASE_URL;
-  // Nothing in the embedded one outlives the run, so it does not flush to disk: a commit is answered
-  // once written, not once on disk. That changes no order the server relies on (a commit is still
-  // answered after it is visible to every session), and the tests of durability across a crash run
-  // clusters of their own. The 1,000 requests of test/http/pool.test.ts: 11.5 → 10.4 s (three runs each).
-  const embedded = external ? undefined : await startTemporaryEmbeddedPostgres(quiet, { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' });
+  // Nothing in the embedded one outlives the run, so it does not flush to disk (fsync off: a commit
+  // still waits for its WAL to be written, not for the disk). synchronous_commit keeps its default:
+  // the server turns it off for an unflushed hold's transaction only, and test/db/ledger.test.ts
+  // checks that. The tests of durability across a crash run clusters of their own.
+  const embedded = external ? undefined : await startTemporaryEmbeddedPostgres(quiet, { fsync: 'off', full_page_writes: 'off' });
   const adminUrl = external ?? embedded!.adminUrl;
   const runId = randomBytes(4).toString('hex');
   const template = `mediagate_tpl_${runId}`;
