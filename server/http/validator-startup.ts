@@ -18,7 +18,7 @@
  *   schemas are given to Ajv with the contract's whole `paths` and `components` attached, for
  *   their `$ref`s to resolve. Ajv's `addSchema` walks every schema it is given, every key of it,
  *   for the `$id`s and `$anchor`s it must register (`getSchemaRefs`): the whole contract, again for
- *   every operation and response (test/http: 21 s of 190 s of CPU, 29 Nov 2026). A subtree with
+ *   every operation and response (test/http: 21 s of 190 s of CPU, 28 Nov 2026). A subtree with
  *   none registers nothing, so `paths` and `components` objects found to have none (walked once,
  *   as Ajv walks them) are left out of that walk; anything else goes Ajv's way.
  *
@@ -97,18 +97,6 @@ export function trimValidatorStartup(): void {
   // The framework reads the class off this module object each time it constructs one.
   const module = schemaValidatorModule();
   const Compiled = module.OpenAPISchemaValidator;
-  const resolveModule = ajvResolveModule();
-  const getSchemaRefs = resolveModule.getSchemaRefs;
-  resolveModule.getSchemaRefs = function (schema, baseId) {
-    if (schema && typeof schema === 'object' && !Array.isArray(schema)) {
-      const { paths, components, ...rest } = schema as Record<string, unknown>;
-      const schemaId = this.opts.schemaId ?? '$id';
-      const shared = [paths, components].filter((s) => s !== undefined);
-      if (shared.length > 0 && shared.every((s) => s !== null && typeof s === 'object' && registersNothing(s, schemaId))) return getSchemaRefs.call(this, rest, baseId);
-    }
-    return getSchemaRefs.call(this, schema, baseId);
-  };
-
   module.OpenAPISchemaValidator = class LazyOpenAPISchemaValidator implements SchemaValidator {
     readonly #opts: { version: string; validateApiSpec: boolean };
     #compiled: SchemaValidator | undefined;
@@ -119,6 +107,19 @@ export function trimValidatorStartup(): void {
       this.#compiled ??= new Compiled(this.#opts);
       return this.#compiled.validate(doc);
     }
+  };
+
+  // Ajv's walk for ids and anchors leaves out the attached contract when it has none.
+  const resolveModule = ajvResolveModule();
+  const getSchemaRefs = resolveModule.getSchemaRefs;
+  resolveModule.getSchemaRefs = function (schema, baseId) {
+    if (schema && typeof schema === 'object' && !Array.isArray(schema)) {
+      const { paths, components, ...rest } = schema as Record<string, unknown>;
+      const schemaId = this.opts.schemaId ?? '$id';
+      const shared = [paths, components].filter((s) => s !== undefined);
+      if (shared.length > 0 && shared.every((s) => s !== null && typeof s === 'object' && registersNothing(s, schemaId))) return getSchemaRefs.call(this, rest, baseId);
+    }
+    return getSchemaRefs.call(this, schema, baseId);
   };
   installed = true;
 }
