@@ -90,8 +90,8 @@ describe("Ajv's walk of the contract attached to each operation's schemas", () =
 
   it('registers the same ids and anchors as Ajv unpatched, and still refuses a bad anchor or a duplicate id', () => {
     trimValidatorStartup();
-    const original = createRequire(import.meta.url)('ajv/dist/compile/resolve') === ajvResolveModule();
-    expect(original).toBe(true); // the module this patches is the one Ajv loads
+    const sameModule = createRequire(import.meta.url)('ajv/dist/compile/resolve') === ajvResolveModule();
+    expect(sameModule).toBe(true); // the module this patches is the one Ajv loads
     // An id and an anchor inside `components`: the walk is Ajv's own, as before.
     const withIds = {
       components: { schemas: { Named: { $id: 'https://example.test/named', type: 'string' }, Anchored: { $anchor: 'here', type: 'integer' } } },
