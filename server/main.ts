@@ -329,6 +329,10 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
       // Both end before the pool closes, whichever fails: a worker's failure does not cut a settlement.
       const [, stopped] = await Promise.allSettled([settling, workers?.stop()]);
       if (stopped.status === 'rejected') throw stopped.reason;
+      // The members' counted successes are written while the database is open: a batch whose timer
+      // fired after the pool closed was lost, with a warning and its stack in the stop's log.
+      lifecycle.step = "writing the upstream members' counted successes";
+      await runtime.pool.health.stop();
       lifecycle.step = 'stopping the cluster listener';
       await listener.stop();
       lifecycle.step = 'closing the request-rate store';

@@ -67,6 +67,8 @@ export class MemberHealth {
   private successes = new Map<string, SuccessCount>();
   private flushing: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
+  /** Set by `stop`: the database is about to close, so no batch is scheduled any more. */
+  private stopped = false;
 
   constructor(
     private readonly repo: MemberHealthRepository,
@@ -254,6 +256,9 @@ export class MemberHealth {
       counted.lastStartedAt = Math.max(counted.lastStartedAt, startedAt);
       if (newWork) counted.lastNewWorkStartedAt = Math.max(counted.lastNewWorkStartedAt ?? startedAt, startedAt);
     } else this.successes.set(memberId, { calls: 1, lastStartedAt: startedAt, ...(newWork && { lastNewWorkStartedAt: startedAt }) });
+    // After `stop` a success comes only from a call that outlived the process's stop: it is dropped
+    // with the process, as a crash would drop it (a count of calls, not money or a task).
+    if (this.stopped) return;
     this.timer ??= setTimeout(() => {
       this.timer = undefined;
       void this.flush();
@@ -270,7 +275,9 @@ export class MemberHealth {
     await this.flushing;
   }
 
+  /** Writes what is counted and schedules nothing more: before the database closes (main.ts). */
   async stop(): Promise<void> {
+    this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     await this.flush();

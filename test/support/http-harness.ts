@@ -222,6 +222,7 @@ export async function startTestServer(options: StartOptions = {}): Promise<TestS
       await ctx.services.requestRates.close();
       // As main.ts stops: the store it made (a store handed in is its test's).
       if (!options.overrides?.mediaStore) await ctx.mediaStore.close?.();
+      await ctx.pool.health.stop();
       await listener?.stop();
       await database.destroy();
     },
