@@ -34,6 +34,12 @@ type SchemaValidatorClass = new (opts: { version: string; validateApiSpec: boole
 
 let installed = false;
 
+/** `require` as express-openapi-validator's own modules resolve (its files, its copies of dependencies). */
+const validatorRequire = () => createRequire(createRequire(import.meta.url).resolve('express-openapi-validator'));
+export function requireFromValidator(path: string): unknown {
+  return validatorRequire()(path);
+}
+
 type GetSchemaRefs = (this: { opts: { schemaId?: string } }, schema: unknown, baseId?: string) => Record<string, unknown>;
 type Traverse = (schema: unknown, opts: { allKeys: boolean }, cb: (sch: Record<string, unknown>) => void) => void;
 
@@ -44,8 +50,7 @@ export function ajvResolveModule(): { getSchemaRefs: GetSchemaRefs } {
 
 /** The walk `getSchemaRefs` makes: json-schema-traverse as that module requires it. */
 function ajvTraverse(): Traverse {
-  const resolvePath = createRequire(createRequire(import.meta.url).resolve('express-openapi-validator')).resolve('ajv/dist/compile/resolve');
-  return createRequire(resolvePath)('json-schema-traverse') as Traverse;
+  return createRequire(validatorRequire().resolve('ajv/dist/compile/resolve'))('json-schema-traverse') as Traverse;
 }
 
 /** Whether `subtree`, walked as Ajv walks a schema, has no `$id` (or `schemaId`), `$anchor` or `$dynamicAnchor`: per object and id keyword, remembered. */
@@ -64,11 +69,6 @@ function registersNothing(subtree: object, schemaId: string): boolean {
   return clean;
 }
 
-/** `require` as express-openapi-validator's own modules resolve (its files, its copies of dependencies). */
-export function requireFromValidator(path: string): unknown {
-  return createRequire(createRequire(import.meta.url).resolve('express-openapi-validator'))(path);
-}
-
 /** The validator's SchemaPreprocessor class (for tests). */
 export function schemaPreprocessorClass(): new (apiDoc: unknown, ajvOptions: unknown, responseOptions: unknown) => Preprocessor & { ajv: { getSchema(ref: string): { schema: unknown } | undefined } } {
   return (requireFromValidator('./middlewares/parsers/schema.preprocessor.js') as { SchemaPreprocessor: never }).SchemaPreprocessor;
@@ -79,7 +79,7 @@ export function schemaValidatorModule(): { OpenAPISchemaValidator: SchemaValidat
   return requireFromValidator('./framework/openapi.schema.validator.js') as { OpenAPISchemaValidator: SchemaValidatorClass };
 }
 
-/** Installs both (once per process). */
+/** Installs all three (once per process). */
 export function trimValidatorStartup(): void {
   if (installed) return;
   const proto = (schemaPreprocessorClass() as unknown as { prototype: Preprocessor }).prototype;
