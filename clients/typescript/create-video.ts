@@ -24,7 +24,7 @@ export interface CreateVideoOptions {
 /** Codes of `503` that the contract says pass; the others (`no_reachable_member`, `capability_disabled`) last. */
 const PASSING_503_CODES: ReadonlySet<string> = new Set(['database_unavailable', 'not_ready', 'server_busy', 'storage_unavailable']);
 /** A `Retry-After` longer than this is returned to the caller instead of waited for. */
-const MAX_RETRY_AFTER_MS = 60_000;
+export const MAX_RETRY_AFTER_MS = 60_000;
 /** The pause before the first retry when the answer gave no `Retry-After` (doubled for each next one). */
 const FIRST_BACKOFF_MS = 500;
 
@@ -63,8 +63,8 @@ function isQuoteConflict(error: MediagateError): boolean {
   return error.status === 409 && (error.code === 'quote_stale' || error.code === 'quote_expired');
 }
 
-/** Whether the contract says this answer of the create passes: nothing was created, retry later. */
-function isPassing(error: MediagateError): boolean {
+/** Whether the contract says this answer passes: nothing was created or stored, retry later (also `uploadFile`'s). */
+export function isPassing(error: MediagateError): boolean {
   if (error.status === 429 || error.status === 507) return true; // rate_limited, too_many_in_flight; storage_full
   return error.status === 503 && error.code !== null && PASSING_503_CODES.has(error.code);
 }
@@ -104,6 +104,6 @@ async function postVideo(
 }
 
 /** The pause before retry `attempt + 1` without a `Retry-After`: 0.5 s, 1 s, 2 s, … with jitter. */
-function backoff(attempt: number): number {
+export function backoff(attempt: number): number {
   return Math.min(FIRST_BACKOFF_MS * 2 ** attempt, MAX_RETRY_AFTER_MS) * (0.5 + Math.random() / 2);
 }

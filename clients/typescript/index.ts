@@ -3,12 +3,14 @@ import type { paths } from './generated/api.ts';
 import type { MediagateApi } from './api.ts';
 import { createVideo, type CreateVideoOptions } from './create-video.ts';
 import { streamImage, streamImageEdit, type ImageStreamOptions } from './image-stream.ts';
+import { uploadFile, type UploadFileOptions } from './upload-file.ts';
 import type {
   FinishedVideoTask,
   ImageEditStreamEvent,
   ImageEditStreamRequest,
   ImageGenerationStreamEvent,
   ImageStreamRequest,
+  MediagateFile,
   MediagateResult,
   VideoCreateRequest,
   VideoTaskCreated,
@@ -18,6 +20,7 @@ import { waitForVideo, type WaitForVideoOptions } from './wait-for-video.ts';
 export type { MediagateApi } from './api.ts';
 export type { CreateVideoOptions } from './create-video.ts';
 export type { ImageStreamOptions } from './image-stream.ts';
+export type { UploadFileOptions } from './upload-file.ts';
 export { MediagateError, MediagateNetworkError, isMediagateError, type MediagateErrorInit } from './mediagate-error.ts';
 export type * from './types.ts';
 export { VideoWaitTimeoutError, type WaitForVideoOptions } from './wait-for-video.ts';
@@ -35,7 +38,7 @@ export interface MediagateClientOptions {
 
 /**
  * A Mediagate client. `api` is the raw typed openapi-fetch client (`{ data, error, response }`
- * per call). Helper error style: `createVideo` returns `{ data } | { error }` like `api`;
+ * per call). Helper error style: `createVideo` and `uploadFile` return `{ data } | { error }` like `api`;
  * `waitForVideo` and the streams, which run over time, reject/throw. Every HTTP error of the
  * helpers, returned or thrown, is a `MediagateError`; `api` returns the contract's error body
  * (`MediagateError.fromResponse(response, error)` makes it one).
@@ -52,6 +55,8 @@ export interface MediagateClient {
     body: ImageStreamRequest,
     options?: ImageStreamOptions,
   ): AsyncGenerator<ImageGenerationStreamEvent, void, undefined>;
+  /** See `uploadFile` in `upload-file.ts`: uploads an image (a `Blob`, streamed) for later requests to name by id. */
+  uploadFile(file: Blob, options?: UploadFileOptions): Promise<MediagateResult<MediagateFile>>;
   /** Streams an image edit (JSON body) as typed events. */
   streamImageEdit(
     body: ImageEditStreamRequest,
@@ -72,5 +77,6 @@ export function createMediagateClient(options: MediagateClientOptions): Mediagat
     waitForVideo: (id, opts) => waitForVideo(api, id, opts),
     streamImage: (body, opts) => streamImage(api, body, opts),
     streamImageEdit: (body, opts) => streamImageEdit(api, body, opts),
+    uploadFile: (file, opts) => uploadFile(api, file, opts),
   };
 }

@@ -20,6 +20,9 @@ export type VideoTask = Schemas['VideoTask'];
 /** Final states of a video task; `waitForVideo` resolves on either. */
 export type FinishedVideoTask = VideoTask & { status: 'completed' | 'failed' };
 
+/** A stored media input (`POST /v1/files`, `GET /v1/files/{file_id}`); `uploadFile` returns one. */
+export type MediagateFile = Schemas['File'];
+
 /** Any payload of an image event stream, `error` frames included. */
 export type ImageStreamEvent = Schemas['ImageStreamEvent'];
 /** The payload of an `event: error` frame (the helpers throw it as a `MediagateError`). */

@@ -336,3 +336,83 @@ describe('createVideo through passing failures', () => {
     expect(fake.calls).toBe(0);
   });
 });
+
+describe('uploadFile through passing failures', () => {
+  const fileObject = {
+    id: 'file_01JTXK4D2M8Q6N3V5B7C9E1F2G', object: 'file', purpose: 'input', filename: 'frame.png', bytes: 7, content_type: 'image/png',
+    width: 1, height: 1, created_at: '2026-03-01T12:00:00Z', expires_at: '2026-03-08T12:00:00Z', task_id: null,
+  };
+  const bytes = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a]);
+
+  /** A fake fetch for `POST /v1/files` that reads each multipart body and answers from `answers` in turn. */
+  function uploads(answers: (() => Response)[]) {
+    const forms: { fields: [string, string][]; file: { name: string; bytes: number[] } | undefined }[] = [];
+    const fetch = async (request: Request): Promise<Response> => {
+      request.signal.throwIfAborted();
+      expect(`${request.method} ${request.url}`).toBe(`POST ${BASE_URL}/v1/files`);
+      expect(request.headers.get('authorization')).toBe(`Bearer ${API_KEY}`);
+      expect(request.headers.get('content-type')).toMatch(/^multipart\/form-data; boundary=/);
+      const form = await request.formData();
+      const entries = [...form.entries()];
+      const file = form.get('file');
+      forms.push({
+        fields: entries.filter(([, v]) => typeof v === 'string') as [string, string][],
+        file: file instanceof Blob ? { name: (file as File).name, bytes: [...new Uint8Array(await file.arrayBuffer())] } : undefined,
+      });
+      // The file part comes last: the server reads the fields before the bytes it stores.
+      expect(entries.at(-1)?.[0]).toBe('file');
+      const answer = answers.shift();
+      if (answer === undefined) throw new Error('unexpected upload');
+      return answer();
+    };
+    return { client: createMediagateClient({ baseUrl: BASE_URL, apiKey: API_KEY, fetch }), forms };
+  }
+
+  it('sends the fields and the file, named after the File, with the expiry when given', async () => {
+    const { client, forms } = uploads([() => jsonResponse(201, fileObject), () => jsonResponse(201, fileObject)]);
+    expect(await client.uploadFile(new File([bytes], 'frame.png', { type: 'image/png' }))).toEqual({ data: fileObject });
+    expect(await client.uploadFile(new Blob([bytes]), { expiresAfterSeconds: 3_600 })).toEqual({ data: fileObject });
+    expect(forms).toEqual([
+      { fields: [['purpose', 'input']], file: { name: 'frame.png', bytes: [...bytes] } },
+      { fields: [['purpose', 'input'], ['expires_after[anchor]', 'created_at'], ['expires_after[seconds]', '3600']], file: { name: 'upload', bytes: [...bytes] } },
+    ]);
+  });
+
+  it('sends the whole file again after a 429, 503 storage_unavailable or 507, after its Retry-After', async () => {
+    const { client, forms } = uploads([
+      failure(429, 'too_many_in_flight', '0'),
+      failure(503, 'storage_unavailable', '0'),
+      failure(507, 'storage_full', '0'),
+      () => jsonResponse(201, fileObject),
+    ]);
+    expect(await client.uploadFile(new Blob([bytes]), { filename: 'a.png', maxRetries: 3 })).toEqual({ data: fileObject });
+    expect(forms.map((f) => f.file)).toEqual(Array.from({ length: 4 }, () => ({ name: 'a.png', bytes: [...bytes] })));
+  });
+
+  it('returns a failure that does not pass at once, and the last passing one after maxRetries', async () => {
+    const refused = uploads([failure(400, 'invalid_image')]);
+    const result = await refused.client.uploadFile(new Blob([bytes]));
+    expect(result.error).toBeInstanceOf(MediagateError);
+    expect(result.error).toMatchObject({ status: 400, code: 'invalid_image' });
+    expect(refused.forms).toHaveLength(1);
+
+    const busy = uploads([failure(429, 'too_many_in_flight', '0'), failure(429, 'too_many_in_flight', '0')]);
+    expect((await busy.client.uploadFile(new Blob([bytes]), { maxRetries: 1 })).error).toMatchObject({ status: 429, code: 'too_many_in_flight', retryAfterMs: 0 });
+    expect(busy.forms).toHaveLength(2);
+  });
+
+  it('never sends again an upload that got no answer (the server may have stored it): a MediagateNetworkError', async () => {
+    let calls = 0;
+    const client = createMediagateClient({ baseUrl: BASE_URL, apiKey: API_KEY, fetch: async () => (calls++, noAnswer('ECONNRESET')()) });
+    const error: unknown = await client.uploadFile(new Blob([bytes])).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(MediagateNetworkError);
+    expect(calls).toBe(1);
+  });
+
+  it('refuses an expiry that is not a whole number of seconds, and a maxRetries that is not a number of retries, before sending', async () => {
+    const { client, forms } = uploads([]);
+    await expect(client.uploadFile(new Blob([bytes]), { expiresAfterSeconds: 3_600.5 })).rejects.toThrow(RangeError);
+    await expect(client.uploadFile(new Blob([bytes]), { maxRetries: Number.NaN })).rejects.toThrow(RangeError);
+    expect(forms).toHaveLength(0);
+  });
+});
