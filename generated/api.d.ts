@@ -3003,7 +3003,7 @@ export interface components {
             prompt: string;
             /** @description A real video model id from `GET /v1/videos/capabilities`. An unknown id that is a real id plus a duration, ratio or resolution suffix (such as `local-video-1-8s-720p`) is `400 composite_model_id`; any other unknown id, or one not visible to the key, is `404 model_not_found`. */
             model: string;
-            /** @description Duration in seconds as a positive integer or a decimal integer string (`"8"`). With `duration` and `duration_seconds`, at least one is required; all given must be equal (`400 alias_conflict`); a value the model does not list is `400 unsupported_duration`. */
+            /** @description Duration in seconds as a positive integer or a decimal integer string (`"8"`; leading zeros allowed, `"08"`). With `duration` and `duration_seconds`, at least one is required; all given must be equal (`400 alias_conflict`); a value the model does not list is `400 unsupported_duration`. */
             seconds?: number | string;
             /** @description Duration in seconds (alias of `seconds` and `duration_seconds`). */
             duration?: number;

@@ -51,12 +51,27 @@ export function paramFromPath(path: string | undefined, message = ''): string | 
 /** The methods a contract's path item can have, in the order an `Allow` header lists them. */
 const ALLOW_ORDER = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'TRACE'];
 
+/**
+ * What a value that fits no branch of a `oneOf` (`seconds`: an integer or a string of digits) failed
+ * in each branch, in order ("must be integer, or must match pattern …"): the first branch's failure
+ * alone would say that the other form is not allowed. Any other failure: the first error's message.
+ */
+function validationDetail(err: ValidatorError): string {
+  const first = err.errors?.[0];
+  const atFirst = (err.errors ?? []).filter((e) => e.path === first?.path && e.message !== undefined);
+  if (atFirst.some((e) => /must match exactly one schema in oneOf/.test(e.message!))) {
+    const branches = [...new Set(atFirst.map((e) => e.message!).filter((m) => !/schema in oneOf/.test(m)))];
+    if (branches.length > 1) return branches.join(', or ');
+  }
+  return first?.message ?? err.message;
+}
+
 function fromValidator(err: ValidatorError, req: Request): ApiError {
   const first = err.errors?.[0];
   switch (err.status) {
     case 400: {
       const param = paramFromPath(first?.path, first?.message);
-      const detail = first?.message ?? err.message;
+      const detail = validationDetail(err);
       return new ApiError(400, 'invalid_request', invalidFieldMessage(param, detail), param);
     }
     case 401: {

@@ -203,6 +203,21 @@ describe('POST /v1/videos/generations (§4.6)', () => {
     expect(state).toMatchObject({ balance: 100_000_000, creditsUsed: 0, tasks: 0, holds: [] });
   });
 
+  it("takes seconds as a decimal integer string, leading zeros included; a value of neither form is told both forms", async () => {
+    const c = await createCustomer(server.db);
+    const padded = await post(c.key, body({ seconds: '04' }));
+    expect(padded.status).toBe(202);
+    expect(padded.body.billing).toMatchObject({ durationSeconds: 4, quotedCredits: 0.48 });
+    // The same duration under the alias agrees with it.
+    expect((await post(c.key, body({ seconds: '004', duration: 4 }))).status).toBe(202);
+    for (const seconds of ['4.5', '0', '00', 'four', 0, 4.5]) {
+      const res = await post(c.key, body({ seconds }));
+      expect([res.status, res.body.error.code, res.body.error.param]).toEqual([400, 'invalid_request', 'seconds']);
+    }
+    const res = await post(c.key, body({ seconds: '4.5' }));
+    expect(res.body.error.message).toBe(`Invalid 'seconds': must be integer, or must match pattern "^0*[1-9][0-9]*$".`);
+  });
+
   it('accepts a prompt, negative prompt and client_request_id of exactly their maximum length in characters, multibyte ones included', async () => {
     const c = await createCustomer(server.db);
     // 'é' is 2 bytes of UTF-8 and '🎬' 4 bytes (2 UTF-16 code units): each is one character of the limit.
