@@ -70,11 +70,15 @@ export class BrokenOutputStore extends OutputWrappingStore {
 /** A media store whose writes of image outputs wait until the test opens the gate (`open()`). */
 export class GatedOutputStore extends OutputWrappingStore {
   private opened!: () => void;
-  private readonly gate = new Promise<void>((resolve) => (this.opened = resolve));
+  private gate = new Promise<void>((resolve) => (this.opened = resolve));
   /** Writes of image outputs waiting at the gate. */
   waiting = 0;
   open() {
     this.opened();
+  }
+  /** Closes the gate again for the writes that come next (those waiting now stay released by `open`). */
+  close() {
+    this.gate = new Promise<void>((resolve) => (this.opened = resolve));
   }
   protected async putOutput(write: () => Promise<{ bytes: number }>) {
     this.waiting++;

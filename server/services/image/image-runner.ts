@@ -698,6 +698,19 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     // image is in the answer.
     const answering = opts.whileSettling?.({ files, images, links, ...(revisedPrompt !== null && { revisedPrompt }) }).catch((err: unknown) => log.debug({ err }, 'the answer could not be written while the task settled'));
     if (copies.length > 0) await Promise.all(copies.map((write) => write()));
+    // A JSON answer whose client left while the copies were written (an S3 PUT of several large
+    // images takes seconds) can no longer be complete: its last byte waits for the commit. Nothing is
+    // captured, as when it left before; the window left is the commit's own round trip.
+    if (opts.deliveredOnlyIfAllSent && signal.aborted && !(signal.reason instanceof LeaseLost)) {
+      await answering;
+      for (const file of files) {
+        if (lost.includes(file)) await this.deps.files.discardUnrecorded(file).catch(() => undefined);
+        else await discard(file);
+      }
+      const failed = await this.deps.settlement.failImage(fence, 'client_disconnected', 'The client disconnected before its images were delivered; the credits were released.', attempts.take());
+      if (!failed) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
+      return { status: 'failed', files: [], images, links: [], captured: 0 };
+    }
     const landed = lost.length === 0 ? { files, unrecorded } : { files: files.filter((f) => !lost.includes(f)), unrecorded: unrecorded.filter((f) => !lost.includes(f)) };
     const captured = await this.deps.settlement.completeImage(task, { ...landed, delivered: files.length, revisedPrompt }, attempts.take());
     // Bytes a failed write may have left behind belong to no row.
