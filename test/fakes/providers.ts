@@ -14,20 +14,24 @@ const local = new LocalImageProvider();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * The local image provider, `delayMs` slower per image, failing (a plain error, as a broken
- * upstream would) from image `failFrom` on; from image 0 when the prompt is 'fail at once'.
+ * The local image provider, `delayMs` slower per image, failing from image `failFrom` on (as an
+ * adapter reports a broken upstream: a retryable ProviderError); from image 0 when the prompt is
+ * 'fail at once'. Two prompts fail inside the gateway instead, before any image: 'crash at once'
+ * (a bug: a TypeError) and 'database gone' (node-postgres's error for a connection that ended).
  */
 export function flakyImageProvider(opts: { delayMs?: number; failFrom?: number }): ImageProvider {
   return {
     async generate(account, job, signal, events) {
+      if (job.prompt === 'crash at once') throw new TypeError("Cannot read properties of undefined (reading 'width')");
+      if (job.prompt === 'database gone') throw new Error('Connection terminated unexpectedly');
       const failFrom = job.prompt === 'fail at once' ? 0 : opts.failFrom;
-      if (failFrom === 0) throw new Error('upstream exploded');
+      if (failFrom === 0) throw new ProviderError('retryable', 'upstream exploded');
       await sleep(opts.delayMs ?? 0);
       await local.generate(account, job, signal, {
         partial: events.partial,
         image: async (index, image) => {
           await events.image(index, image);
-          if (failFrom !== undefined && index + 1 >= failFrom) throw new Error('upstream exploded');
+          if (failFrom !== undefined && index + 1 >= failFrom) throw new ProviderError('retryable', 'upstream exploded');
           await sleep(opts.delayMs ?? 0);
         },
       });

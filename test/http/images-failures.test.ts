@@ -236,6 +236,26 @@ describe('a provider failure', () => {
     expect(task.data?.completed_at).toEqual(expect.any(String));
   });
 
+  // The upstream's failures are ProviderErrors; anything else failed inside the gateway and is blamed on it.
+  it.each([
+    ['a bug', 'crash at once', 500, 'internal_error', null],
+    ['its database gone', 'database gone', 503, 'database_unavailable', '2'],
+  ])('inside the gateway (%s) is its own error, never upstream_error, and charges nothing', async (_what, prompt, status, code, retryAfter) => {
+    const c = await createCustomer(server.db, { balance: 10 });
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt, model: 'local-image-1', n: 2 }),
+    });
+    expect([res.status, ((await res.json()) as Json).error.code, res.headers.get('retry-after')]).toEqual([status, code, retryAfter]);
+    const taskId = res.headers.get('x-task-id')!;
+    expect(await holdOf(server, taskId)).toEqual({ amount: 2_000_000, status: 'released', captured: 0 });
+    const task = await server.client(c.key).GET('/v1/images/{task_id}', { params: { path: { task_id: taskId } } });
+    expect(task.data).toMatchObject({ status: 'failed', error: { code } });
+    expect(task.data?.error?.message).not.toMatch(/upstream|provider/i);
+    expect(server.logs.some((l) => l.includes(taskId) && l.includes('image generation failed inside the gateway'))).toBe(true);
+  });
+
   it('after some images without streaming returns what was delivered and charges only that', async () => {
     const c = await createCustomer(server.db, { balance: 10 });
     const res = await fetch(`${server.directUrl}/v1/images/generations`, {

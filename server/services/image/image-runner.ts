@@ -20,7 +20,8 @@
  * for it, and the task's `data` leaves it out.
  */
 import sharp from 'sharp';
-import { ApiError, apiErrorOf, apiErrorOfStorage, noUpstreamCapacity, sentence } from '../../errors.ts';
+import { isDatabaseUnavailable } from '../../db/database.ts';
+import { ApiError, apiErrorOf, apiErrorOfStorage, databaseUnavailable, noUpstreamCapacity, sentence } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import { NoCapacity, isFailover, upstreamModelOf, type Pool, type Preselection } from '../../pool/pool.ts';
 import { imageMeta } from '../../providers/image-output.ts';
@@ -633,8 +634,15 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         await this.deps.settlement.imageNeedsAttention(fence, 'The image was generated but could not be stored; an operator will settle this task.', { files, unrecorded, delivered }, attempts.take());
         throw new ApiError(500, 'internal_error', `The image was generated but could not be stored; task ${task.id} needs attention and its credits stay held until an operator settles it.`);
       } else if (!(err instanceof NotDelivered) && !signal.aborted) {
+        // The upstream's failures reach here as ProviderErrors (the adapters and providers/upstream-http.ts
+        // classify every answer, network error and undecodable image); anything else is the gateway's
+        // own (its database, a bug) and is blamed on it, never on the upstream. A background task
+        // still tries it again later, as a passing failure.
+        const ours = !(err instanceof ProviderError);
         const error = asProviderError(err, 'The image provider failed to generate the image; the credits were released.');
-        log.warn({ err, delivered: files.length }, 'image provider failed');
+        if (ours) log.error({ err, delivered: files.length }, 'image generation failed inside the gateway');
+        else log.warn({ err, delivered: files.length }, 'image provider failed');
+        const blamed = () => (ours ? gatewayFailure(err) : apiErrorOf(error, task.model));
         if (files.length === 0) {
           // A background task tries a passing failure again later (IMAGE_RETRY, or the upstream's
           // Retry-After): the engine retries it; nothing is settled now. So does a resumed job's
@@ -656,13 +664,13 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
             if (!kept && !(await this.deps.tasks.releaseMember(fence))) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
             throw error;
           }
-          const api = apiErrorOf(error, task.model);
+          const api = blamed();
           await this.deps.settlement.failImage(fence, api.code, api.message, attempts.take());
           throw new ApiError(api.status, api.code, `${api.message} Task ${task.id} failed; nothing was charged.`, api.param, api.extra, api.headers);
         }
         // Blamed as the zero-image case is (a refusal of the client's prompt stays a 400
         // content_policy_violation, a rate limit keeps its code and Retry-After), plus what was charged.
-        const api = apiErrorOf(error, task.model);
+        const api = blamed();
         failure = new ApiError(api.status, api.code, `${api.message} ${files.length} of ${task.n} images were delivered and only those are charged.`, api.param, api.extra, api.headers);
       }
     }
@@ -723,4 +731,13 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
     await answering;
     return { status: 'completed', files, images, links, captured, ...(revisedPrompt !== null && { revisedPrompt }), ...(failure && { error: failure }) };
   }
+}
+
+/**
+ * The answer to a generation that failed inside the gateway (not a ProviderError): the database
+ * away is `503 database_unavailable` with its Retry-After, anything else `500 internal_error`.
+ */
+function gatewayFailure(err: unknown): ApiError {
+  if (isDatabaseUnavailable(err)) return databaseUnavailable();
+  return new ApiError(500, 'internal_error', 'An internal error of the gateway stopped the generation; the credits were released.');
 }
