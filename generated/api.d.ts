@@ -300,8 +300,11 @@ export interface paths {
         };
         /**
          * List video models, their parameters and prices
-         * @description Returns the video models visible to the key (same filtering as `GET /v1/models`) with the
-         *     durations, aspect ratios, resolutions, image inputs and audio each accepts, one current price
+         * @description Returns the video models visible to the key (filtered as `GET /v1/models` is: the catalogue,
+         *     the operator's capability switches, the key's backend group and its enabled members' model
+         *     lists; unlike it, a model whose listing members cannot run it here, an upstream account without
+         *     credentials, is listed too, with `configuredReachable: false`, and creating it is
+         *     `503 no_reachable_member`) with the durations, aspect ratios, resolutions, image inputs and audio each accepts, one current price
          *     row per resolution, and the infrastructure-wide media input limits. A client selects model,
          *     duration, aspect ratio and resolution from here before `POST /v1/videos/generations`, and reads
          *     again after an operator changes a reference-image limit or a price.
@@ -311,8 +314,8 @@ export interface paths {
          *     price. Sending it as `quote_token` guarantees the price or a `409` with the new one; it may be
          *     omitted (the current price then applies).
          *
-         *     `configuredReachable` reflects configuration only (an enabled group member lists the model), not
-         *     live capacity.
+         *     `configuredReachable` reflects configuration only (an enabled group member lists the model and
+         *     can run it: an adapter and credentials), not live capacity.
          *
          *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`;
          *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
