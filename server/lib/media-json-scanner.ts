@@ -101,17 +101,20 @@ type StringMode =
   | { kind: 'plain'; isKey: boolean; escape: boolean; key: number[] | undefined }
   /**
    * A media string whose first characters (UTF-8 bytes, unescaped) decide what it is. `aliased`:
-   * at an aliased path (hashed); `twin`: the data URL its other spelling already carried (then it
-   * is not counted yet: a copy of the twin never is).
+   * at an aliased path (hashed, or kept); `twin`: the data URL its other spelling already carried,
+   * `referenceTwin`: the reference it carried (then it is not counted yet: a copy of the twin never is).
    */
-  | { kind: 'media'; param: string; path: string; bytes: number[]; escape: EscapeState; aliased: boolean; twin: ReadDataUrl | undefined }
+  | { kind: 'media'; param: string; path: string; bytes: number[]; escape: EscapeState; aliased: boolean; twin: ReadDataUrl | undefined; referenceTwin: string | undefined }
   /**
    * The base64 body of a data URL (or a bare base64 string) being decoded into a sink; no sink
    * for the twin of a data URL already read, which is only compared with it (`hash`).
    */
   | { kind: 'data'; param: string; sink: MediaSink | undefined; escape: EscapeState; carry: string; padded: boolean; bytes: number; bare: boolean; hash: Hash | undefined; twin: ReadDataUrl | undefined }
-  /** A media string that is a reference (file id, URL): kept (UTF-8 bytes, unescaped). */
-  | { kind: 'reference'; param: string; bytes: number[]; escape: EscapeState };
+  /**
+   * A media string that is a reference (file id, URL): kept (UTF-8 bytes, unescaped). At an aliased
+   * path it is remembered for its twin, or (`referenceTwin`) counted only when it differs from it.
+   */
+  | { kind: 'reference'; param: string; path: string; bytes: number[]; escape: EscapeState; aliased: boolean; referenceTwin: string | undefined };
 
 type MediaMode = Extract<StringMode, { kind: 'media' | 'data' | 'reference' }>;
 
@@ -136,6 +139,8 @@ export class MediaJsonScanner {
   private readonly pathCounts = new Map<string, number>();
   /** Data URLs read at aliased paths, by param (`referenceImages[1]`). */
   private readonly aliasedRead = new Map<string, ReadDataUrl>();
+  /** References (file ids, URLs) read at aliased paths, by param: a twin that repeats one is not counted again. */
+  private readonly aliasedReferences = new Map<string, string>();
   private scratchBuffer: Buffer | undefined;
   private scratchLength = 0;
   private openSink: MediaSink | undefined;
@@ -163,6 +168,7 @@ export class MediaJsonScanner {
     this.mediaCount = 0;
     this.pathCounts.clear();
     this.aliasedRead.clear();
+    this.aliasedReferences.clear();
     this.scratchLength = 0;
     this.openSink = undefined;
   }
@@ -244,12 +250,13 @@ export class MediaJsonScanner {
     }
     const { param, path, base64, twinParam } = media;
     const twin = twinParam === undefined ? undefined : this.aliasedRead.get(twinParam);
-    if (twin === undefined) this.count(path, param);
+    const referenceTwin = twinParam === undefined || twin !== undefined ? undefined : this.aliasedReferences.get(twinParam);
+    if (twin === undefined && referenceTwin === undefined) this.count(path, param);
     if (base64) {
       const sink = this.open(param, '');
       this.openSink = sink;
       this.mode = { kind: 'data', param, sink, escape: { at: 'none' }, carry: '', padded: false, bytes: 0, bare: true, hash: undefined, twin: undefined };
-    } else this.mode = { kind: 'media', param, path, bytes: [], escape: { at: 'none' }, aliased: twinParam !== undefined, twin };
+    } else this.mode = { kind: 'media', param, path, bytes: [], escape: { at: 'none' }, aliased: twinParam !== undefined, twin, referenceTwin };
     return pos;
   }
 
@@ -410,15 +417,17 @@ export class MediaJsonScanner {
       rest = rest.subarray(upto);
       const head = Buffer.from(mode.bytes).toString('latin1');
       if (!'data:'.startsWith(head.slice(0, 5).toLowerCase())) {
-        // Not a copy of its twin's data URL: counted as every other media string.
+        // Not a copy of its twin's data URL: counted as every other media string (after a reference twin: once read whole).
         if (mode.twin) this.count(mode.path, mode.param);
-        this.mode = mode = { kind: 'reference', param: mode.param, bytes: mode.bytes, escape: mode.escape };
+        this.mode = mode = { kind: 'reference', param: mode.param, path: mode.path, bytes: mode.bytes, escape: mode.escape, aliased: mode.aliased, referenceTwin: mode.referenceTwin };
       } else if (comma === -1) {
         if (head.length > MAX_PREFIX) throw this.notADataUrl(mode.param);
         return;
       } else {
         const match = DATA_URL_PREFIX.exec(head);
         if (!match || match[0].length !== head.length) throw this.notADataUrl(mode.param);
+        // A data URL where its other spelling carried a reference: another input (and an alias conflict).
+        if (mode.referenceTwin !== undefined) this.count(mode.path, mode.param);
         // The twin of a data URL already read is only compared with it: no sink.
         const sink = mode.twin ? undefined : this.open(mode.param, match[1]!.toLowerCase().replace('jpg', 'jpeg'));
         this.openSink = sink;
@@ -507,6 +516,12 @@ export class MediaJsonScanner {
     if (mode.kind === 'media' && value.toLowerCase().startsWith('data:')) throw this.notADataUrl(mode.param);
     // A short string (`""`) that never showed what it is: no copy of its twin either.
     if (mode.kind === 'media' && mode.twin) this.count(mode.path, mode.param);
+    if (mode.aliased) {
+      // The same reference under the field's other spelling is one input; another one counts (normalization refuses the pair).
+      if (mode.referenceTwin !== undefined) {
+        if (value !== mode.referenceTwin) this.count(mode.path, mode.param);
+      } else if ((mode.kind === 'reference' || mode.twin === undefined) && !this.aliasedReferences.has(mode.param)) this.aliasedReferences.set(mode.param, value);
+    }
     this.mode = { kind: 'none' };
     this.emitString(value);
   }

@@ -237,6 +237,24 @@ describe('POST /v1/videos/generations (§4.6)', () => {
     expect(res.body.error.code).toBe('too_many_reference_images');
   });
 
+  it('counts the same reference images under both spellings once against the media input limit', async () => {
+    const c = await createCustomer(server.db);
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const form = new FormData();
+      form.append('purpose', 'input');
+      form.append('file', new Blob([Buffer.from(png.split(',')[1]!, 'base64')], { type: 'image/png' }), `ref-${i}.png`);
+      const res = await fetch(`${server.directUrl}/v1/files`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}` }, body: form });
+      ids.push(((await res.json()) as { id: string }).id);
+    }
+    // Three inputs (the model's reference-image limit), under the limit of 4, spelled twice.
+    const both = await post(c.key, body({ model: 'local-video-audio', resolution: '480p', referenceImages: ids, reference_images: ids }));
+    expect([both.status, both.body.error?.code]).toEqual([202, undefined]);
+    // Two that disagree are one field that disagrees with itself, not five inputs.
+    const other = await post(c.key, body({ model: 'local-video-audio', resolution: '480p', referenceImages: ids, reference_images: [ids[0], ids[1], ids[0]] }));
+    expect([other.status, other.body.error?.code]).toEqual([400, 'alias_conflict']);
+  });
+
   it('enforces the media byte limit', async () => {
     const c = await createCustomer(server.db);
     const big = await sharp({ create: { width: 400, height: 400, channels: 3, background: '#123456' } })

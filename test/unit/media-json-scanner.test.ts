@@ -279,6 +279,23 @@ describe('MediaJsonScanner', () => {
       expect(err.opened.map((o) => o.param)).toEqual(['firstFrame']);
     });
 
+    it.each([[[65536]], [[1]], [[5, 2, 9]]])('counts the same reference (file id, URL) under both spellings once, for chunk sizes %j', async (sizes) => {
+      const refs = ['file_a', 'https://cdn.example/b.png', 'file_c'];
+      const body = JSON.stringify({ referenceImages: refs, prompt: 'x', reference_images: refs, firstFrame: 'file_f', first_frame: 'file_f' });
+      const { json } = await scan(body, sizes, { maxMediaCount: 4 }, ALIASED);
+      expect(json).toEqual(JSON.parse(body));
+      // One more input, under either spelling, is past the limit.
+      const over = await apiError(scan(JSON.stringify({ reference_images: [...refs, 'file_d'], referenceImages: [...refs, 'file_d'], first_frame: 'file_f' }), sizes, { maxMediaCount: 4 }, ALIASED));
+      expect([over.code, over.param]).toEqual(['too_many_media_inputs', 'first_frame']);
+    });
+
+    it('counts a different reference, or a data URL after a reference, under the other spelling (the contract then refuses the disagreement)', async () => {
+      const other = await apiError(scan(JSON.stringify({ firstFrame: 'file_a', first_frame: 'file_b' }), [65536], { maxMediaCount: 1 }, ALIASED));
+      expect([other.code, other.param]).toEqual(['too_many_media_inputs', 'first_frame']);
+      const data = await apiError(scan(JSON.stringify({ firstFrame: 'file_a', first_frame: dataUrl(b) }), [65536], { maxMediaCount: 1 }, ALIASED));
+      expect([data.code, data.param]).toEqual(['too_many_media_inputs', 'first_frame']);
+    });
+
     it('counts a reference under the other spelling (the contract then refuses the disagreement), and a repeated key', async () => {
       const ref = await apiError(scan(JSON.stringify({ firstFrame: dataUrl(b), first_frame: 'file_x' }), [65536], { maxMediaCount: 1 }, ALIASED));
       expect([ref.code, ref.param]).toEqual(['too_many_media_inputs', 'first_frame']);
