@@ -2640,8 +2640,10 @@ export interface components {
          *       `data` leaves it out (`billing.delivered` counts it).
          *     - `failed`: `error.message` gives the reason; the task's held credits were released. When the
          *       gateway's media storage was full or could not be written, `error.code` is `storage_full` or
-         *       `storage_unavailable`. A streamed request whose gateway process stopped before any image was
-         *       sent fails with `error.code` `interrupted` (nothing charged). A background task whose upstream
+         *       `storage_unavailable`. A synchronous request whose client disconnected before its images were
+         *       delivered fails with `client_disconnected`; one whose gateway process stopped first (a restart
+         *       cutting its connection after the grace period, or a streamed request whose process died before
+         *       any image was sent) with `interrupted` (nothing charged). A background task whose upstream
          *       call was cut short by the gateway's worker stopping is tried again, counted as a retry; once its
          *       tries are used up it fails with `upstream_error` and its credits are released.
          *     - `needs_attention`: the outcome is unknown (for example the upstream produced an image and an

@@ -187,3 +187,15 @@ export function apiErrorOfStorage(err: StorageError): ApiError {
     ? new ApiError(507, 'storage_full', `The gateway's media storage is full, so the request could not be carried out (not a fault of the request); retry in ${seconds} s. The operator has been notified in the logs.`, null, {}, headers)
     : new ApiError(503, 'storage_unavailable', `The gateway's media storage is unavailable right now, so the request could not be carried out (not a fault of the request); retry in ${seconds} s. The operator has been notified in the logs.`, null, {}, headers);
 }
+
+/**
+ * The reason a request's signal is aborted with when the server's stop cut its connection after the
+ * grace period (main.ts `drain`): the gateway's doing, not the client's (`interrupted`, never
+ * `client_disconnected`).
+ */
+export class CutByStop extends Error {
+  override readonly name = 'CutByStop';
+  constructor() {
+    super('the server stopped and cut the connection');
+  }
+}

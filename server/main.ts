@@ -17,6 +17,7 @@ import { migrateToLatest } from './db/migrate.ts';
 import { seedDemoData } from './db/seed-demo.ts';
 import { errorTypeFor } from './errors.ts';
 import { createHandlers } from './http/handlers.ts';
+import { markCutByStop } from './http/request-guards.ts';
 import { applyV8Workarounds, nodeRuntimeWarning } from './lib/node-runtime.ts';
 import { loadSecretKey } from './lib/secret-box.ts';
 import { createLogger, type Logger } from './logger.ts';
@@ -174,7 +175,11 @@ function drainableServer(config: Config): DrainableServer {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
       const sweep = setInterval(() => server.closeIdleConnections(), IDLE_SWEEP_MS);
-      const cut = setTimeout(() => server.closeAllConnections(), graceMs);
+      const cut = setTimeout(() => {
+        // What is still answering now is cut by the stop: its tasks say the gateway stopped, not the client.
+        for (const res of answering) markCutByStop(res);
+        server.closeAllConnections();
+      }, graceMs);
       await closed;
       clearInterval(sweep);
       clearTimeout(cut);

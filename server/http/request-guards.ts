@@ -7,7 +7,7 @@
 import type { Socket } from 'node:net';
 import { parse as parseContentType } from 'content-type';
 import type { NextFunction, Request, Response } from 'express';
-import { ApiError } from '../errors.ts';
+import { ApiError, CutByStop } from '../errors.ts';
 import type { LargeBodyBudget } from '../services/media/large-body-budget.ts';
 import { authOf, hasAuth } from './auth.ts';
 import { grantBodyBytes } from './multipart.ts';
@@ -220,6 +220,17 @@ export function lingerAfterResponse(req: Request, res: Response): void {
   });
 }
 
+/** Responses whose connection the server's stop is cutting (`markCutByStop`). */
+const cutByStop = new WeakSet<object>();
+
+/**
+ * Marks a response whose connection the server's stop is about to cut after its grace period, so
+ * that its request's signal (`clientGone`) says the server stopped, not the client.
+ */
+export function markCutByStop(res: object): void {
+  cutByStop.add(res);
+}
+
 /**
  * An abort signal that fires when the client goes away before the response is finished: taken as
  * the request is handled, before its task is created (which may take a while: a held row, inputs
@@ -228,7 +239,7 @@ export function lingerAfterResponse(req: Request, res: Response): void {
 export function clientGone(req: Request, res: Response): AbortSignal {
   const controller = new AbortController();
   const gone = () => {
-    if (!res.writableFinished) controller.abort(new Error('client disconnected'));
+    if (!res.writableFinished) controller.abort(cutByStop.has(res) ? new CutByStop() : new Error('client disconnected'));
   };
   if (res.destroyed || req.socket.destroyed) gone();
   else res.once('close', gone);

@@ -103,7 +103,7 @@ describe('a stop while a synchronous image request runs', () => {
     expect(await holdOf(t.db, task.id)).toEqual({ amount: 3 * CREDIT, status: 'captured', captured: CREDIT });
   });
 
-  it('a JSON answer whose hold was still being placed when the connections were cut: the task fails client_disconnected, nothing charged', async () => {
+  it('a JSON answer whose hold was still being placed when the connections were cut: the task fails interrupted (the stop, not the client), nothing charged', async () => {
     const { server } = await start();
     const c = await createCustomer(t.db, { balance: 10 });
     generate = async () => {
@@ -130,7 +130,9 @@ describe('a stop while a synchronous image request runs', () => {
     await locked;
     await stopping;
     const task = await taskOf(c.accountId);
-    expect(task).toMatchObject({ status: 'failed', errorCode: 'client_disconnected', delivered: 0 });
+    expect(task).toMatchObject({ status: 'failed', errorCode: 'interrupted', delivered: 0 });
+    const { errorMessage } = await t.db.selectFrom('imageTasks').select('errorMessage').where('id', '=', task.id).executeTakeFirstOrThrow();
+    expect(errorMessage).toBe('The gateway stopped (a restart) before any image was delivered; the credits were released.');
     expect(await holdOf(t.db, task.id)).toEqual({ amount: 2 * CREDIT, status: 'released', captured: 0 });
   });
 

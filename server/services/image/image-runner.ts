@@ -21,7 +21,7 @@
  */
 import sharp from 'sharp';
 import { isDatabaseUnavailable } from '../../db/database.ts';
-import { ApiError, apiErrorOf, apiErrorOfStorage, databaseUnavailable, noUpstreamCapacity, sentence } from '../../errors.ts';
+import { ApiError, CutByStop, apiErrorOf, apiErrorOfStorage, databaseUnavailable, noUpstreamCapacity, sentence } from '../../errors.ts';
 import type { Logger } from '../../logger.ts';
 import { NoCapacity, isFailover, upstreamModelOf, type Pool, type Preselection } from '../../pool/pool.ts';
 import { imageMeta } from '../../providers/image-output.ts';
@@ -692,7 +692,8 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       links.length = 0;
     }
     if (files.length === 0) {
-      const failed = await this.deps.settlement.failImage(fence, 'client_disconnected', 'The client disconnected before any image was delivered; the credits were released.', attempts.take());
+      const [code, who] = cutOff(signal);
+      const failed = await this.deps.settlement.failImage(fence, code, `${who} before any image was delivered; the credits were released.`, attempts.take());
       // The fence did not hold: another worker owns the task, and this request answers nothing as if it had.
       if (!failed) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
       return { status: 'failed', files, images, links, captured: 0 };
@@ -715,7 +716,8 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         if (lost.includes(file)) await this.deps.files.discardUnrecorded(file).catch(() => undefined);
         else await discard(file);
       }
-      const failed = await this.deps.settlement.failImage(fence, 'client_disconnected', 'The client disconnected before its images were delivered; the credits were released.', attempts.take());
+      const [code, who] = cutOff(signal);
+      const failed = await this.deps.settlement.failImage(fence, code, `${who} before its images were delivered; the credits were released.`, attempts.take());
       if (!failed) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
       return { status: 'failed', files: [], images, links: [], captured: 0 };
     }
@@ -740,4 +742,12 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
 function gatewayFailure(err: unknown): ApiError {
   if (isDatabaseUnavailable(err)) return databaseUnavailable();
   return new ApiError(500, 'internal_error', 'An internal error of the gateway stopped the generation; the credits were released.');
+}
+
+/**
+ * Who ended a synchronous request's connection before its images were delivered, as its task's
+ * error code and the opening of its message: the server's stop (after its grace period) or the client.
+ */
+function cutOff(signal: AbortSignal): [code: 'interrupted' | 'client_disconnected', who: string] {
+  return signal.reason instanceof CutByStop ? ['interrupted', 'The gateway stopped (a restart)'] : ['client_disconnected', 'The client disconnected'];
 }
