@@ -17,7 +17,7 @@
  *   after each other. The one exception is a connection lost after the commit: the batch was
  *   written but its answer was not heard. The single statements then find their work done, and a
  *   runner's `one` must recognize that (ImageTaskRepository reads the task back; a hold's rerun
- *   fails on its primary key, and the task is released when its lease runs out).
+ *   meets its own rows on their primary keys and goes on with its task, LedgerRepository.holdAlone).
  * - A request its caller knows a batch would refuse goes `alone`, never into a batch.
  */
 import { setImmediate } from 'node:timers';

@@ -207,7 +207,17 @@ export class LedgerRepository {
 
   /** A batchable hold in its own statement, remembering a refusal of its key or account (REFUSED_ALONE_MS). */
   private async holdAlone(b: BatchedHold): Promise<HoldResult<BatchedHold['task']>> {
-    const result = await this.holdOne(b.hold, b.task, undefined, 'unflushed');
+    let result: HoldResult<BatchedHold['task']>;
+    try {
+      result = await this.holdOne(b.hold, b.task, undefined, 'unflushed');
+    } catch (err) {
+      // A batch whose commit went through while its answer was lost (the connection dropped): this
+      // rerun of one of its holds meets its own rows (the hold's and the task's ids are drawn per
+      // request). Its hold is placed: the request goes on with its task, as the batch would have.
+      const placed = isUniqueViolation(err) ? await this.placedBy(b) : undefined;
+      if (!placed) throw err;
+      return { outcome: 'ok', task: placed };
+    }
     if (result.outcome === 'ok') {
       if (this.refused.size > 0) {
         this.refused.delete(`k:${b.hold.apiKeyId}`);
@@ -225,6 +235,18 @@ export class LedgerRepository {
       this.refused.delete(n);
     }
     return result;
+  }
+
+  /** The task row of a batchable hold that is already placed (its task inserted, its hold held under it), if so. */
+  private async placedBy(b: BatchedHold): Promise<Selectable<ImageTasks> | undefined> {
+    const taskId = String(b.task.row.id);
+    return this.db
+      .selectFrom('imageTasks')
+      .selectAll()
+      .where('id', '=', taskId)
+      .where('accountId', '=', b.hold.accountId)
+      .where(({ exists, selectFrom }) => exists(selectFrom('creditHolds').select('id').where('id', '=', b.hold.holdId).where('taskId', '=', taskId).where('status', '=', 'held')))
+      .executeTakeFirst();
   }
 
   /** Whether the hold's key or account was refused within REFUSED_ALONE_MS (and has not passed a hold since). */
@@ -501,4 +523,9 @@ export class LedgerRepository {
   findHoldByTask(taskId: string) {
     return this.db.selectFrom('creditHolds').select(['id', 'amount', 'status', 'captured']).where('taskId', '=', taskId).executeTakeFirst();
   }
+}
+
+/** PostgreSQL's unique_violation (23505). */
+function isUniqueViolation(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === '23505' && typeof (err as { severity?: unknown }).severity === 'string';
 }

@@ -240,6 +240,34 @@ describe("a synchronous image's lease (TaskInsert.leaseMs)", () => {
   });
 });
 
+describe('a batched hold whose batch committed while its answer was lost', () => {
+  it('is rerun alone, meets its own rows, and goes on with its task: placed and charged once', async () => {
+    const batched = new LedgerRepository(t.db);
+    const { hold, row, accountId } = await imageTaskToHold(t.db, { unitPrice: 3 * MICRO });
+    // The batch's statement (here the first run) placed the hold; its rerun is the batcher's fallback.
+    const first = await batched.holdAndInsertTask(hold, { table: 'imageTasks', row }, undefined, 'unflushed');
+    const rerun = await batched.holdAndInsertTask(hold, { table: 'imageTasks', row }, undefined, 'unflushed');
+    expect(first.outcome).toBe('ok');
+    expect(rerun).toEqual(first);
+    const account = await t.db.selectFrom('accounts').select('balance').where('id', '=', accountId).executeTakeFirstOrThrow();
+    expect(account.balance).toBe(97 * MICRO);
+    expect(await t.db.selectFrom('creditHolds').select('id').where('taskId', '=', hold.taskId).execute()).toHaveLength(1);
+    await expectLedgerConsistent(accountId);
+  });
+
+  it("still refuses a unique violation that is not its own placed hold (another account's task id)", async () => {
+    const batched = new LedgerRepository(t.db);
+    const mine = await imageTaskToHold(t.db);
+    expect((await batched.holdAndInsertTask(mine.hold, { table: 'imageTasks', row: mine.row }, undefined, 'unflushed')).outcome).toBe('ok');
+    const other = await imageTaskToHold(t.db);
+    // Another account's request under the same task id: its own hold id, nothing of it placed.
+    const clash = batched.holdAndInsertTask({ ...other.hold, taskId: mine.taskId }, { table: 'imageTasks', row: { ...other.row, id: mine.taskId } }, undefined, 'unflushed');
+    await expect(clash).rejects.toMatchObject({ code: '23505' });
+    const account = await t.db.selectFrom('accounts').select('balance').where('id', '=', other.accountId).executeTakeFirstOrThrow();
+    expect(account.balance).toBe(100 * MICRO);
+  });
+});
+
 describe('how a hold commits (HoldCommit)', () => {
   const syncCommitIn = async (commit: HoldCommit | undefined, amount: number) =>
     t.db.transaction().execute(async (trx) => {
