@@ -117,6 +117,7 @@ export interface Config {
   webhookConcurrency: number;
   /** Webhook deliveries sent at once per process to one target host (host:port): one slow receiver cannot take every slot. */
   webhookHostConcurrency: number;
+  webhookAccountConcurrency: number;
   /** Time limit of one webhook delivery attempt (resolve, connect, send, response). */
   webhookTimeoutMs: number;
   /** Delays between a failed webhook attempt and the next (the published schedule). */
@@ -373,6 +374,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     maxEditBodyBytes: int(env, 'EDIT_MAX_BODY_BYTES', 200 * 1024 * 1024, 1024),
     webhookConcurrency: int(env, 'WEBHOOK_CONCURRENCY', 16, 1, 1024),
     webhookHostConcurrency: int(env, 'WEBHOOK_HOST_CONCURRENCY', 4, 1, 1024),
+    webhookAccountConcurrency: int(env, 'WEBHOOK_ACCOUNT_CONCURRENCY', 8, 1, 1024),
     webhookTimeoutMs: int(env, 'WEBHOOK_TIMEOUT_MS', 10_000, 100, 120_000),
     webhookRetryScheduleMs: msList(env, 'WEBHOOK_RETRY_SCHEDULE_MS', DEFAULT_WEBHOOK_RETRY_SCHEDULE_MS),
     webhookSecretOverlapSeconds: int(env, 'WEBHOOK_SECRET_OVERLAP_SECONDS', 86_400, 0, 30 * 86_400),

@@ -186,6 +186,7 @@ export function createRuntime(deps: RuntimeDeps, overrides: RuntimeOverrides = {
       scheduleMs: config.webhookRetryScheduleMs,
       timeoutMs: config.webhookTimeoutMs,
       hostConcurrency: config.webhookHostConcurrency,
+      accountConcurrency: config.webhookAccountConcurrency,
       allowPrivate: config.allowPrivateTargets,
       fetchOptions: overrides.outboundFetch,
     }),

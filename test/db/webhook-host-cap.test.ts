@@ -2,7 +2,9 @@
  * The cap of webhook deliveries in flight per target host (WEBHOOK_HOST_CONCURRENCY), under the task
  * engine on real PostgreSQL: one receiver that holds its answers takes no more than its cap of the
  * engine's slots, so another host's deliveries go out meanwhile; the deliveries put back record no
- * attempt and keep their retries; once the receiver answers, every delivery is delivered.
+ * attempt and keep their retries; once the receiver answers, every delivery is delivered. So for the
+ * cap per account (WEBHOOK_ACCOUNT_CONCURRENCY): one account's receivers that never answer, under
+ * as many hosts and ports as it likes, take no more than its cap.
  */
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -16,6 +18,7 @@ import { WebhookRepository } from '../../server/repositories/webhook.repository.
 import { WebhookRunner } from '../../server/services/webhooks/webhook-runner.ts';
 import { WebhookSecrets } from '../../server/services/webhooks/webhook-secrets.ts';
 import { TaskEngine, type StepOutcome } from '../../server/workers/task-engine.ts';
+import { createCustomer } from '../support/factories.ts';
 import { until } from '../support/tasks.ts';
 import { insertPendingDelivery } from '../support/webhook-delivery.ts';
 import { createTestDatabase, type TestDatabase } from '../setup/test-database.ts';
@@ -72,7 +75,7 @@ function releaseSlow(): void {
   held = [];
 }
 
-function runner() {
+function runner(accountConcurrency?: number) {
   return new WebhookRunner({
     repo,
     tx: createTransactor(t.db, log),
@@ -81,6 +84,7 @@ function runner() {
     scheduleMs: [60_000],
     timeoutMs: 20_000,
     hostConcurrency: HOST_CAP,
+    ...(accountConcurrency !== undefined && { accountConcurrency }),
     allowPrivate: true,
   });
 }
@@ -131,5 +135,47 @@ describe('webhook deliveries per host', () => {
     expect(await attemptsOf(slowIds)).toBe(slowIds.length);
     expect(slowRequests).toBe(slowIds.length);
     expect(mostHeld).toBe(HOST_CAP);
+  });
+});
+
+describe('webhook deliveries per account', () => {
+  it("one account's receivers that never answer, under several hosts, hold no more than its cap: another account's delivery goes out meanwhile", async () => {
+    const ACCOUNT_CAP = 2;
+    // Two receivers of one account on two ports (as many names as a wildcard DNS gives): each under the host cap.
+    const hanging: ServerResponse[] = [];
+    const receivers: Server[] = [];
+    const urls: string[] = [];
+    let received = 0;
+    for (let i = 0; i < 2; i++) {
+      const [server, url] = await listen((req, res) => {
+        received++;
+        req.resume();
+        req.on('end', () => hanging.push(res));
+      });
+      receivers.push(server);
+      urls.push(url);
+    }
+    const account = await createCustomer(t.db);
+    const ownIds: string[] = [];
+    for (const url of urls) for (let i = 0; i < HOST_CAP; i++) ownIds.push(await insertPendingDelivery(t.db, url, account));
+    await t.db.updateTable('webhookDeliveries').set({ nextRunAt: sql`now() - interval '1 minute'` }).where('id', 'in', ownIds).execute();
+    const before = healthyRequests;
+    const other = await insertPendingDelivery(t.db, healthyUrl);
+
+    // Four slots in the engine: without the account's cap its four deliveries (two per host) would take them all.
+    const engine = new TaskEngine(runner(ACCOUNT_CAP), log, { leaseMs: 30_000, pollMs: 20, concurrency: 4 });
+    engine.start();
+    try {
+      await until(async () => (await deliveries([other]))[0]!.status === 'delivered', 10_000, "the other account's delivery");
+      expect(healthyRequests).toBe(before + 1);
+      expect([received, hanging.length]).toEqual([ACCOUNT_CAP, ACCOUNT_CAP]);
+      // Those put back: pending, no attempt, retries untouched.
+      expect((await deliveries(ownIds)).every((d) => d.status === 'pending' && d.retries === 0)).toBe(true);
+      expect(await attemptsOf(ownIds)).toBe(0);
+    } finally {
+      for (const res of hanging) res.destroy();
+      await engine.stop();
+      for (const server of receivers) await new Promise<void>((r) => server.close(() => r()));
+    }
   });
 });

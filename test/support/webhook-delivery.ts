@@ -8,9 +8,9 @@ import type { DB } from '../../generated/db.d.ts';
 import { newId } from '../../server/lib/ids.ts';
 import { createCustomer } from './factories.ts';
 
-/** The delivery's id. */
-export async function insertPendingDelivery(db: Kysely<DB>, url: string): Promise<string> {
-  const c = await createCustomer(db);
+/** The delivery's id; of a new customer's account unless `customer` names one. */
+export async function insertPendingDelivery(db: Kysely<DB>, url: string, customer?: { accountId: string; apiKeyId: string; groupId: string }): Promise<string> {
+  const c = customer ?? (await createCustomer(db));
   const taskId = newId('vid');
   await db
     .insertInto('videoTasks')

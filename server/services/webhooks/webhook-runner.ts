@@ -19,9 +19,11 @@
  *
  * At most WEBHOOK_HOST_CONCURRENCY deliveries to one host (host:port) are sent at once on an
  * instance (`HostSlots`): one account's receiver that never answers would otherwise hold every slot
- * of the engine for its timeout, and every other account's webhooks would wait. A delivery claimed
- * while its host is at the cap sends nothing, records no attempt and keeps its retries: it is handed
- * back for a later turn.
+ * of the engine for its timeout, and every other account's webhooks would wait. One account's
+ * deliveries, whatever hosts and ports their URLs name (a wildcard DNS name serves any number of
+ * hosts), take at most WEBHOOK_ACCOUNT_CONCURRENCY slots (`HostSlots` keyed by account). A delivery
+ * claimed while its host or its account is at the cap sends nothing, records no attempt and keeps
+ * its retries: it is handed back for a later turn.
  */
 import { isDatabaseUnavailable } from '../../db/database.ts';
 import type { Transactor } from '../../db/transaction.ts';
@@ -50,6 +52,8 @@ export interface WebhookRunnerDeps {
   timeoutMs: number;
   /** Deliveries sent at once to one host (WEBHOOK_HOST_CONCURRENCY); unset: no cap per host. */
   hostConcurrency?: number;
+  /** Deliveries of one account sent at once, to any hosts (WEBHOOK_ACCOUNT_CONCURRENCY); unset: no cap per account. */
+  accountConcurrency?: number;
   allowPrivate: boolean;
   /** Test seams: the resolver and extra trusted CAs of safeFetch. */
   fetchOptions?: Pick<SafeFetchOptions, 'resolve' | 'ca' | 'treatAsPublic'>;
@@ -61,9 +65,12 @@ export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
 
   private readonly hosts: HostSlots | undefined;
 
+  private readonly accounts: HostSlots | undefined;
+
   constructor(private readonly deps: WebhookRunnerDeps) {
     this.retry = { maxRetries: deps.scheduleMs.length, baseDelayMs: 0, maxDelayMs: 0, scheduleMs: deps.scheduleMs, scheduleJitter: SCHEDULE_JITTER };
     this.hosts = deps.hostConcurrency === undefined ? undefined : new HostSlots(deps.hostConcurrency);
+    this.accounts = deps.accountConcurrency === undefined ? undefined : new HostSlots(deps.accountConcurrency);
   }
 
   get leases() {
@@ -79,13 +86,23 @@ export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
       log.debug({ deliveryId: delivery.id, host, retryInMs: slot.retryInMs }, 'webhook host at its cap of deliveries in flight; delivery put back');
       return later(slot.retryInMs);
     }
+    const accountSlot = this.accounts?.take(delivery.accountId);
+    if (accountSlot && 'retryInMs' in accountSlot) {
+      slot?.release();
+      log.debug({ deliveryId: delivery.id, accountId: delivery.accountId, retryInMs: accountSlot.retryInMs }, 'webhook account at its cap of deliveries in flight; delivery put back');
+      return later(accountSlot.retryInMs);
+    }
+    const release = () => {
+      slot?.release();
+      accountSlot?.release();
+    };
     let sent: SendOutcome;
     try {
       let secrets: string[];
       try {
         secrets = await this.deps.secrets.signing(delivery.accountId);
       } catch (err) {
-        slot?.release(); // nothing is sent: the host's slot is not held while the try is recorded
+        release(); // nothing is sent: the slots are not held while the try is recorded
         return this.unsent(delivery, err, log);
       }
       sent = await sendSignedWebhook(delivery.url, delivery.id, delivery.payload, secrets, {
@@ -95,7 +112,7 @@ export class WebhookRunner implements TaskRunner<WebhookDeliveryRow> {
         fetchOptions: this.deps.fetchOptions,
       });
     } finally {
-      slot?.release();
+      release();
     }
     // The delivery's record is the operator's (admin views): the detail, addresses included.
     const { statusCode, errorClass, detail: error, latencyMs } = sent;
@@ -195,8 +212,8 @@ interface HostEntry {
 }
 
 /**
- * Deliveries in flight per target host on this instance, and when one that found its host at the
- * cap should come back. Those put back get turns one after the other, a slot's expected time
+ * Deliveries in flight per key on this instance (a target host; an account), and when one that
+ * found its key at the cap should come back. Those put back get turns one after the other, a slot's expected time
  * (how long this host's sends take, shared by the cap's slots) apart, so they come back about as
  * fast as the host takes them: a backlog of thousands for a host that never answers costs a claim
  * and a reschedule a few times a second, not thousands every few seconds, and other hosts' rows,
