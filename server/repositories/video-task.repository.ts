@@ -47,7 +47,7 @@ export interface FinishedFields {
   completedAt: Date;
 }
 
-/** A member took (or is taking) the job: the task runs from here, `queued` until then (markSubmitting, setUpstreamJob). */
+/** A member took the job (its id is known: setUpstreamJob): the task runs from here, `queued` until then. */
 const STARTED = { status: 'in_progress', startedAt: sql<Date>`coalesce(started_at, now())` } as const;
 
 export class VideoTaskRepository {
@@ -94,11 +94,13 @@ export class VideoTaskRepository {
 
   /**
    * Names the member about to receive the job (its slot, from now to a terminal state) and marks the
-   * submit as started: the task is `in_progress` from here. Until a member takes it (all of them
-   * full or cooling down) it stays `queued`, however often it is claimed.
+   * submit as started. The task stays `queued` until the upstream answers with its job
+   * (`setUpstreamJob`): a submit refused or unreachable (`clearSubmitting`), all members full or
+   * cooling down, leave it `queued` however often it is claimed, never `in_progress` with nothing
+   * running anywhere.
    */
   async markSubmitting(fence: Fence, memberId: string, trx: Executor): Promise<boolean> {
-    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()`, unansweredSubmits: 1, ...STARTED }, trx)) !== undefined;
+    return (await this.leases.update(fence, { memberId, submitStartedAt: sql`now()`, unansweredSubmits: 1 }, trx)) !== undefined;
   }
 
   /**

@@ -143,3 +143,30 @@ describe('the mark of a submit that may have been accepted', () => {
     expect([...fake.tasks.values()].filter((t) => t.externalTaskId === id).map((t) => t.accessKey)).toEqual(['ak-a']);
   });
 });
+
+describe('a submit that never reached the upstream', () => {
+  it('leaves the task queued, never in_progress with nothing running: its member is cleared and it is tried again', async () => {
+    const account = await createAccount(server.db, { balance: 100 });
+    const group = await createGroup(server.db);
+    // Nothing listens there: every create is refused before the upstream saw it.
+    const { response } = await server.admin().POST('/admin/v1/groups/{group_id}/members', {
+      params: { path: { group_id: group.id } },
+      body: { name: 'gone', provider: 'kling', base_url: 'http://127.0.0.1:1', credentials: { access_key: 'ak-a', secret_key: 'sk-a-secret' }, models: [MODEL] },
+    });
+    expect(response.status).toBe(201);
+    const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+    const id = await create(key.key);
+    const row = await until(
+      async () => {
+        const r = await server.db.selectFrom('videoTasks').select(['status', 'startedAt', 'memberId', 'lastError', 'leaseOwner', 'retries']).where('id', '=', id).executeTakeFirstOrThrow();
+        return r.leaseOwner === null && r.retries >= 1 && r;
+      },
+      15_000,
+      'a failed submit handed back',
+    );
+    expect(row).toMatchObject({ status: 'queued', startedAt: null, memberId: null });
+    const polled = await server.client(key.key).GET('/v1/videos/{id}', { params: { path: { id } } });
+    expect(polled.data).toMatchObject({ status: 'queued' });
+    expect(polled.data).not.toHaveProperty('completed_at');
+  });
+});
