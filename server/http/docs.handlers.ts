@@ -1,6 +1,6 @@
 /**
  * GET /docs (the rendered API reference) and GET /openapi.json (the bundled contract it renders, the
- * very file the validator reads). Both are built on their first request and kept: start-up does
+ * very file the validator reads, its `servers` naming PUBLIC_BASE_URL when that is set). Both are built on their first request and kept: start-up does
  * not pay for them, and they change only with a deployment. `no-cache` with an ETag: a browser
  * revalidates and gets `304` instead of the 2.5 MB page again, and never shows a stale reference.
  */
@@ -39,8 +39,19 @@ function send(res: Response, doc: Served): void {
   res.status(200).send(doc.body);
 }
 
-export function docsHandlers(): Pick<HandlerMap, 'getApiReference' | 'getOpenApiDocument'> {
-  const specFile = once(() => readFile(openApiPath()));
+/**
+ * `publicBaseUrl` (PUBLIC_BASE_URL): the contract served names it as its one server, so that a client
+ * generated from a deployed gateway's /openapi.json (and the reference's examples) reach that
+ * gateway; unset, both serve the file as it is (its server: `npm start`'s http://localhost:8080).
+ */
+export function docsHandlers(publicBaseUrl?: string): Pick<HandlerMap, 'getApiReference' | 'getOpenApiDocument'> {
+  const specFile = once(async () => {
+    const file = await readFile(openApiPath());
+    if (publicBaseUrl === undefined) return file;
+    const spec = JSON.parse(file.toString('utf8')) as { servers?: unknown };
+    spec.servers = [{ url: publicBaseUrl, description: 'This gateway (PUBLIC_BASE_URL).' }];
+    return Buffer.from(JSON.stringify(spec, null, 2) + '\n');
+  });
   const spec = once(async () => served(await specFile(), 'application/json; charset=utf-8'));
   const page = once(async () => served(Buffer.from(await renderDocsPage((await specFile()).toString('utf8'))), 'text/html; charset=utf-8'));
   return {

@@ -22,7 +22,7 @@ export function createHandlers(ctx: AppContext): HandlerMap {
     ...modelsHandlers(ctx),
     ...creditsHandlers(ctx),
     ...operationsHandlers(ctx),
-    ...docsHandlers(),
+    ...docsHandlers(ctx.config.publicBaseUrl),
     ...imagesHandlers(ctx),
     ...videosHandlers(ctx),
     ...filesHandlers(ctx),

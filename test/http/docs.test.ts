@@ -68,6 +68,22 @@ describe('GET /openapi.json', () => {
   });
 });
 
+describe('with PUBLIC_BASE_URL', () => {
+  it('names it as the contract\'s one server, in /openapi.json and in the page; the rest of the contract unchanged', async () => {
+    const deployed = await startTestServer({ env: { PUBLIC_BASE_URL: 'https://media.example.com/' } });
+    try {
+      const served = (await (await fetch(`${deployed.directUrl}/openapi.json`)).json()) as Record<string, unknown>;
+      expect(served.servers).toEqual([{ url: 'https://media.example.com', description: 'This gateway (PUBLIC_BASE_URL).' }]);
+      expect({ ...served, servers: undefined }).toEqual({ ...JSON.parse(specText), servers: undefined });
+      const page = await (await fetch(`${deployed.directUrl}/docs`)).text();
+      expect(page).toContain('"url":"https://media.example.com"');
+      expect(page).not.toContain('"url":"http://localhost:8080"');
+    } finally {
+      await deployed.close();
+    }
+  });
+});
+
 describe('GET /docs', () => {
   it('serves the page npm run docs writes, at /docs and /docs/, without a key', async () => {
     const expected = await renderDocsPage(specText);
