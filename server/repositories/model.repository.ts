@@ -93,6 +93,14 @@ export class ModelRepository {
   }
 
   /**
+   * Whether `modelId` is a model of the other kind than the one asked for, visible to the group (an
+   * image model sent to the video endpoint, or the reverse): what a `model_not_found` then says.
+   */
+  async visibleAs(groupId: string, modelId: string, kind: 'image' | 'video'): Promise<boolean> {
+    return (await this.listVisible(groupId, kind)).some((m) => m.id === modelId);
+  }
+
+  /**
    * Video models visible to a group (listed by an enabled member; product spec §4.7), with whether
    * such a member can also run them here (`reachable`: an adapter and credentials) and their price
    * rows; one query.

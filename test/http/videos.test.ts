@@ -237,6 +237,26 @@ describe('POST /v1/videos/generations (§4.6)', () => {
     expect(res.body.error.code).toBe('too_many_reference_images');
   });
 
+  it("answers a model of the other kind with 404 model_not_found naming the endpoint it belongs to, and one the key cannot see as unknown", async () => {
+    const c = await createCustomer(server.db);
+    const asVideo = await post(c.key, body({ model: 'local-image-1' }));
+    expect([asVideo.status, asVideo.body.error.code, asVideo.body.error.param]).toEqual([404, 'model_not_found', 'model']);
+    expect(asVideo.body.error.message).toBe("'local-image-1' is an image model, not a video model: make images with POST /v1/images/generations (or /v1/images/edits).");
+    const asImage = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${c.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: 'local-video-1', prompt: 'a fox' }),
+    });
+    const image = (await asImage.json()) as { error: { code: string; message: string } };
+    expect([asImage.status, image.error.code, image.error.message]).toEqual([404, 'model_not_found', "'local-video-1' is a video model, not an image model: make videos with POST /v1/videos/generations."]);
+    // A model of the other kind this key's group does not list stays unknown.
+    const group = await createGroup(server.db);
+    await createMember(server.db, group.id, { models: ['local-video-1'] });
+    const videoOnly = await createApiKey(server.db, { accountId: c.accountId, groupId: group.id });
+    const unknown = await post(videoOnly.key, body({ model: 'local-image-1' }));
+    expect([unknown.status, unknown.body.error.message]).toEqual([404, "Video model 'local-image-1' does not exist or is not available to this key."]);
+  });
+
   it('counts the same reference images under both spellings once against the media input limit', async () => {
     const c = await createCustomer(server.db);
     const ids: string[] = [];

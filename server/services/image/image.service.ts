@@ -227,7 +227,12 @@ export class ImageService {
     if (!(model ? model.switchedOn : await this.deps.models.isSwitchedOn(switchName))) {
       throw unavailable('capability_disabled', `Image ${operation === 'generation' ? 'generation' : 'editing'} is switched off by the operator.`);
     }
-    if (!model) throw new ApiError(404, 'model_not_found', `Image model '${fields.model}' does not exist or is not available to this key.`, 'model');
+    if (!model) {
+      if (await this.deps.models.visibleAs(auth.groupId, fields.model, 'video')) {
+        throw new ApiError(404, 'model_not_found', `'${fields.model}' is a video model, not an image model: make videos with POST /v1/videos/generations.`, 'model');
+      }
+      throw new ApiError(404, 'model_not_found', `Image model '${fields.model}' does not exist or is not available to this key.`, 'model');
+    }
     if (!model.reachable) throw unavailable('no_reachable_member', `No enabled backend member serves model '${fields.model}' for this key.`);
     // A prompt-only model would make a picture from the prompt alone (or its adapter refuse it
     // after the hold): refused before the inputs are read and anything is held.

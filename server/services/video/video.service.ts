@@ -297,6 +297,9 @@ export class VideoService {
         'model',
       );
     }
+    if (await this.deps.models.visibleAs(auth.groupId, modelId, 'image')) {
+      throw new ApiError(404, 'model_not_found', `'${modelId}' is an image model, not a video model: make images with POST /v1/images/generations (or /v1/images/edits).`, 'model');
+    }
     throw new ApiError(404, 'model_not_found', `Video model '${modelId}' does not exist or is not available to this key.`, 'model');
   }
 
