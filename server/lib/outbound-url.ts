@@ -61,6 +61,18 @@ function isLoopbackHost(host: string): boolean {
   return host === 'localhost' || host.endsWith('.localhost');
 }
 
+/** What a refusal of a receiver on this machine adds: the operator's switch that allows one (a developer's machine). */
+const ONLY_WITH_PRIVATE_TARGETS = ' (a receiver on the gateway\'s own machine, as in development, needs the server started with ALLOW_PRIVATE_TARGETS=1)';
+
+/** The host of an `http://` URL for the hint above, or '' when it does not parse. */
+function loopbackCandidate(raw: string): string {
+  try {
+    return new URL(raw).hostname.replace(/^\[|\]$/g, '').toLowerCase().replace(/\.+$/, '');
+  } catch {
+    return '';
+  }
+}
+
 /**
  * Parses and checks an outbound URL: `https://` with a non-empty host, no user info, a usable port,
  * and a host that is public. `allowPrivate` (ALLOW_PRIVATE_TARGETS, for on-premises receivers and
@@ -72,7 +84,8 @@ export function parseOutboundUrl(raw: string, opts: { allowPrivate?: boolean } =
   const http = /^http:\/\/[^/?#\\]/i.test(raw);
   if (!/^https:\/\/[^/?#\\]/i.test(raw) && !(http && opts.allowPrivate)) {
     if (/^https:/i.test(raw) || (opts.allowPrivate && /^http:/i.test(raw))) throw new OutboundUrlError('empty_host', 'the URL must be written https://host/…, with a host');
-    throw new OutboundUrlError('not_https', opts.allowPrivate ? 'only https URLs are accepted (and http:// to this machine, with ALLOW_PRIVATE_TARGETS)' : 'only https URLs are accepted');
+    if (opts.allowPrivate) throw new OutboundUrlError('not_https', 'only https URLs are accepted (and http:// to this machine, with ALLOW_PRIVATE_TARGETS)');
+    throw new OutboundUrlError('not_https', `only https URLs are accepted${http && isLoopbackHost(loopbackCandidate(raw)) ? ONLY_WITH_PRIVATE_TARGETS : ''}`);
   }
   let url: URL;
   try {
@@ -90,14 +103,14 @@ export function parseOutboundUrl(raw: string, opts: { allowPrivate?: boolean } =
 
   if (ipaddr.isValid(host)) {
     if (!opts.allowPrivate && !isPublicAddress(host)) {
-      throw new OutboundUrlError('non_public_address', `${host} is a ${ipaddr.process(host).range()} address, not a public one`);
+      throw new OutboundUrlError('non_public_address', `${host} is a ${ipaddr.process(host).range()} address, not a public one${isLoopbackHost(host) ? ONLY_WITH_PRIVATE_TARGETS : ''}`);
     }
     return { url, protocol, host, port, address: ipaddr.process(host).toString() };
   }
   if (!opts.allowPrivate) {
     // A single label (`intranet`) is completed by the resolver's search domains: internal.
     if (!host.includes('.') || host === 'localhost' || INTERNAL_SUFFIXES.some((s) => host.endsWith(s))) {
-      throw new OutboundUrlError('internal_name', `'${host}' is not a public host name`);
+      throw new OutboundUrlError('internal_name', `'${host}' is not a public host name${isLoopbackHost(host) ? ONLY_WITH_PRIVATE_TARGETS : ''}`);
     }
   }
   return { url, protocol, host, port };

@@ -262,6 +262,17 @@ describe('callback_url: one guard normalizes the host before classifying it', ()
     expect([res.status, res.body.error?.code, res.body.error?.param]).toEqual([400, 'invalid_callback_url', 'callback_url']);
   });
 
+  it('tells a developer whose receiver is on this machine which setting allows it, and no one else', async () => {
+    for (const url of ['http://localhost:4000/mediagate', 'https://127.0.0.1/hook', 'https://localhost:8443/hook', 'http://[::1]:4000/hook']) {
+      const res = await postJson('/v1/videos/generations', videoBody({ callback_url: url }));
+      expect([url, res.status, res.body.error?.message]).toEqual([url, 400, expect.stringContaining('needs the server started with ALLOW_PRIVATE_TARGETS=1')]);
+    }
+    for (const url of ['http://example.com/hook', 'https://10.1.2.3/hook', 'https://intranet/hook']) {
+      const res = await postJson('/v1/videos/generations', videoBody({ callback_url: url }));
+      expect([url, res.status, res.body.error?.message]).toEqual([url, 400, expect.not.stringContaining('ALLOW_PRIVATE_TARGETS')]);
+    }
+  });
+
   it('accepts a public https URL, also written with an IDN host or a trailing dot', async () => {
     for (const url of ['https://hooks.example.com/mediagate', 'https://bücher.example/hook', 'https://example.com./hook']) {
       const res = await postJson('/v1/videos/generations', videoBody({ callback_url: url }));
