@@ -3,7 +3,7 @@
  * admin API, nothing more) by `npm run build:console` (run by `postinstall`). Only when ADMIN_TOKEN
  * is set (404 otherwise, like /admin). Hashed assets are served from dist/assets with a long cache;
  * every other GET under /console answers index.html, so client routes (/console/tasks/vid_…) load
- * on a reload or a shared link. A missing build answers a page that says how to build it.
+ * on a reload or a shared link; a missing static file (`/console/favicon.ico`) is a 404. A missing build answers a page that says how to build it.
  * The page's only back end is the same origin: the CSP allows scripts, styles and requests from it
  * alone (media from anywhere: presigned outputs live on another host).
  */
@@ -45,6 +45,9 @@ then reload this page. The admin API at <code>/admin/v1</code> works without it.
 </body></html>
 `;
 
+/** Paths that name a static file, never a client route (whose segments are ids and names). */
+const ASSET_EXTENSION = /\.(?:m?js|css|map|json|png|jpe?g|gif|webp|svg|ico|woff2?|ttf|txt|webmanifest)$/i;
+
 function securityHeaders(res: Response): void {
   res.setHeader('Content-Security-Policy', CSP);
   res.setHeader('X-Content-Type-Options', 'nosniff');
@@ -68,7 +71,10 @@ export function consoleRouter(enabled: boolean, dist = CONSOLE_DIST): express.Ro
     express.static(join(dist, 'assets'), { index: false, immutable: true, maxAge: '365d', fallthrough: true }),
     (_req: Request, _res: Response, next: NextFunction) => next(new ApiError(404, 'not_found', 'No such console asset.')),
   );
-  router.use((_req: Request, res: Response) => {
+  router.use((req: Request, res: Response, next: NextFunction) => {
+    // A file the page asks for (a script, a style, an icon) that is not there is a 404: answered with
+    // the page, the browser would report a MIME type error instead of the missing file.
+    if (ASSET_EXTENSION.test(req.path)) return next(new ApiError(404, 'not_found', 'No such console file.'));
     const index = join(dist, 'index.html');
     res.setHeader('Cache-Control', 'no-cache');
     if (!existsSync(index)) {

@@ -55,6 +55,11 @@ describe('/console', () => {
     const missing = await fetch(`${on.directUrl}/console/assets/index-nope.js`);
     expect(missing.status).toBe(404);
     expect(((await missing.json()) as { error: { code: string } }).error.code).toBe('not_found');
+    // Nor a file outside the assets: a browser asking for it would get a page where it expects a script or an icon.
+    for (const path of ['/console/nope.js', '/console/favicon.ico', '/console/tasks/app.css']) {
+      const res = await fetch(`${on.directUrl}${path}`);
+      expect([path, res.status, ((await res.json()) as { error: { code: string } }).error.code]).toEqual([path, 404, 'not_found']);
+    }
   });
 
   it('answers GET and HEAD only', async () => {
