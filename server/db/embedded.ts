@@ -439,7 +439,9 @@ async function initialise(layout: EmbeddedLayout, password: string, log: DbLogge
     log.warn(`removing the incomplete PostgreSQL data folder ${dir} left by a failed initialisation`);
     for (const entry of leftovers) rmSync(join(dir, entry), { recursive: true, force: true });
   }
-  log.info(`initialising embedded PostgreSQL ${layout.binaries.version} in ${dir}`);
+  // The binary package's version (`18.4.0-beta.17`) is not PostgreSQL's own (18.4, a release).
+  const release = layout.binaries.version.split('-')[0]!.split('.').slice(0, 2).join('.');
+  log.info(`initialising embedded PostgreSQL ${release} (binaries of the npm package ${layout.binaries.version}) in ${dir}`);
   // initdb reads the password from a file the `postgres` user can read; removed right after.
   const pwfile = join(dirname(dir), `.pg-pwfile-${randomBytes(6).toString('hex')}`);
   try {
