@@ -4,7 +4,8 @@
  * Runs only on an empty database (no accounts and no groups), under a transaction-level advisory
  * lock so that instances booting together seed once. Returns the new key, or undefined when the
  * database was not empty: then one line says why no key was printed (a restart, or accounts or
- * groups written first by `npm run admin` or the admin API) and how to make a key.
+ * groups written first by `npm run admin` or the admin API) and how to make a key; in the second
+ * case the local models are still put in the catalog, for a `local` member.
  */
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
@@ -50,12 +51,14 @@ export async function seedDemoData(db: Kysely<DB>, log: SeedLogger): Promise<{ a
       .executeTakeFirstOrThrow();
     if (existing.hasAccounts || existing.hasGroups) {
       // A start that prints no key must say why: a first start after an admin command looks like a
-      // fresh install that forgot its demo data.
+      // fresh install that forgot its demo data. The local models still go into the catalog (kept as
+      // they are when there): they ship with no definition file, and a `local` member needs them.
+      if (!existing.hasDemo) await upsertCatalog(trx, LOCAL_MODELS);
       log.info(
         { demoData: 'skipped' },
         existing.hasDemo
           ? "demo data skipped: it exists already (its key was printed at the first start); make another key with `npm run admin -- keys create --account demo --name NAME`"
-          : 'demo data skipped: the database already has accounts or groups (written by `npm run admin` or the admin API), so no demo account, group or key was made; set up a group, a member and a key with `npm run admin` (groups create, members add, keys create), or start on an empty database',
+          : `demo data skipped: the database already has accounts or groups (written by \`npm run admin\` or the admin API), so no demo account, group or key was made; set up a group, a member and a key with \`npm run admin\` (groups create, members add, keys create), or start on an empty database. The local models are in the catalog for a member of provider local: \`npm run admin -- members add --group GROUP --name local --provider local --models ${LOCAL_MODELS.map((m) => m.id).join(',')}\``,
       );
       return undefined;
     }
