@@ -117,6 +117,7 @@ export interface Config {
   webhookConcurrency: number;
   /** Webhook deliveries sent at once per process to one target host (host:port): one slow receiver cannot take every slot. */
   webhookHostConcurrency: number;
+  /** Webhook deliveries of one account sent at once per process, to any hosts: naming many hosts cannot take every slot. */
   webhookAccountConcurrency: number;
   /** Time limit of one webhook delivery attempt (resolve, connect, send, response). */
   webhookTimeoutMs: number;

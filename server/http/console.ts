@@ -3,7 +3,8 @@
  * admin API, nothing more) by `npm run build:console` (run by `postinstall`). Only when ADMIN_TOKEN
  * is set (404 otherwise, like /admin). Hashed assets are served from dist/assets with a long cache;
  * every other GET under /console answers index.html, so client routes (/console/tasks/vid_…) load
- * on a reload or a shared link; a missing static file (`/console/favicon.ico`) is a 404. A missing build answers a page that says how to build it.
+ * on a reload or a shared link; a missing static file (`/console/favicon.ico`) is a 404. A missing
+ * build answers a page that says how to build it.
  * The page's only back end is the same origin: the CSP allows scripts, styles and requests from it
  * alone (media from anywhere: presigned outputs live on another host).
  */
