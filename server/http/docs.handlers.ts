@@ -2,8 +2,8 @@
  * GET /docs (the rendered API reference) and GET /openapi.json (the bundled contract it renders, the
  * very file the validator reads, its `servers` naming PUBLIC_BASE_URL when that is set). Both are
  * built on their first request and kept: start-up does not pay for them, and they change only with
- * a deployment. `no-cache` with an ETag: a browser
- * revalidates and gets `304` instead of the 2.5 MB page again, and never shows a stale reference.
+ * a deployment. `no-cache` with an ETag: a browser revalidates and gets `304` instead of the 2.5 MB
+ * page again, and never shows a stale reference.
  */
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
