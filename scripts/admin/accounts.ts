@@ -68,6 +68,8 @@ export const accountCommands: Commands = {
         defined({ amount: num(required(flags.amount, 'amount'), 'amount'), reason: required(flags.reason, 'reason'), idempotency_key: flags['idempotency-key'] }),
       ),
     );
-    return { json: result, text: `${lines(result.account)}\n\nledger entry:\n${lines(result.entry)}` };
+    const { replayed, ...shown } = result;
+    const head = replayed ? `already applied under this idempotency key (ledger entry ${result.entry.id}): nothing changed now\n\n` : '';
+    return { json: result, text: `${head}${lines(shown.account)}\n\n${replayed ? 'original ledger entry' : 'ledger entry'}:\n${lines(shown.entry)}` };
   },
 };

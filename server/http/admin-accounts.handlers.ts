@@ -31,8 +31,9 @@ export function adminAccountsHandlers(
     },
     async adjustAccountCredits(req, res) {
       const result = await accounts.adjustCredits(req.params.account_id, req.body);
-      // Money moved by hand: always leave a trace with the amount and the reason.
-      ctx.log.info({ accountId: result.account.id, entryId: result.entry.id, amount: result.entry.amount, reason: result.entry.reason, balance: result.account.balance }, 'admin: credits adjusted');
+      // Money moved by hand: always leave a trace with the amount and the reason (a replay moved nothing, and says so).
+      const fields = { accountId: result.account.id, entryId: result.entry.id, amount: result.entry.amount, reason: result.entry.reason, balance: result.account.balance };
+      ctx.log.info(fields, result.replayed ? 'admin: credit adjustment already applied under its idempotency key; nothing changed' : 'admin: credits adjusted');
       sendJson(res, 'adjustAccountCredits', 200, result);
     },
   };

@@ -20,6 +20,7 @@ function admin(...args: string[]): Promise<CliRun> {
 interface Adjusted {
   account: { id: string; balance: number; total_earned: number };
   entry: { id: string; kind: string; amount: number; reason: string };
+  replayed: boolean;
 }
 
 async function json<T>(...args: string[]): Promise<T> {
@@ -32,17 +33,21 @@ async function json<T>(...args: string[]): Promise<T> {
 const ledgerOf = (accountId: string) => t.db.selectFrom('ledgerEntries').select(['kind', 'amount', 'reason']).where('accountId', '=', accountId).orderBy('id').execute();
 
 describe('admin CLI: accounts credit --idempotency-key', { timeout: 60_000 }, () => {
-  it('run twice with the same key: one grant, both print the original entry', async () => {
+  it('run twice with the same key: one grant, both print the original entry, the second saying nothing changed', async () => {
     const account = await json<{ id: string }>('accounts', 'create', '--name', 'cli-idem');
     const args = ['accounts', 'credit', 'cli-idem', '--amount', '40', '--reason', 'invoice 42', '--idempotency-key', 'invoice-42'];
     const first = await json<Adjusted>(...args);
     const again = await json<Adjusted>(...args);
+    expect([first.replayed, again.replayed]).toEqual([false, true]);
     expect(again.entry).toEqual(first.entry);
     expect(again.account).toMatchObject({ balance: 40, total_earned: 40 });
     const text = await admin(...args);
     expect(text.code).toBe(0);
     expect(text.stdout).toContain(first.entry.id);
+    expect(text.stdout.split('\n')[0]).toBe(`already applied under this idempotency key (ledger entry ${first.entry.id}): nothing changed now`);
     expect(await ledgerOf(account.id)).toEqual([{ kind: 'grant', amount: 40_000_000, reason: 'invoice 42' }]);
+    const fresh = await admin('accounts', 'credit', 'cli-idem', '--amount', '1', '--reason', 'another', '--idempotency-key', 'invoice-43');
+    expect([fresh.code, fresh.stdout.includes('already applied')]).toEqual([0, false]);
   });
 
   it('the same key with another amount: exit code 1, idempotency_conflict named as the flag, nothing applied', async () => {

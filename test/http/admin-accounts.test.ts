@@ -189,6 +189,7 @@ describe('credit adjustments', () => {
         reason: 'Top-up, invoice 42',
         created_at: expect.any(String),
       },
+      replayed: false,
     });
 
     const debit = await server.admin().POST('/admin/v1/accounts/{account_id}/credits', { params: { path }, body: { amount: -0.000001, reason: 'rounding' } });

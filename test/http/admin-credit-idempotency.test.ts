@@ -57,6 +57,7 @@ describe('credit adjustments with an idempotency key', () => {
     const retry = await adjust(server.admin(), id, body);
     expect(retry.response.status).toBe(200);
     expect(retry.data!.entry).toEqual(first.data!.entry);
+    expect([first.data!.replayed, retry.data!.replayed]).toEqual([false, true]);
     expect(retry.data!.account).toMatchObject({ balance: 45, total_earned: 50, total_spent: 5 });
     const after = await stateOf(server.db, id);
     expect(after).toEqual({

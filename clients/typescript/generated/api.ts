@@ -3734,6 +3734,8 @@ export interface components {
         AdminCreditAdjustmentResult: {
             account: components["schemas"]["AdminAccount"];
             entry: components["schemas"]["AdminLedgerEntry"];
+            /** @description `true` when this answers a retry under an `idempotency_key` that was already applied: nothing changed now, `entry` is the original adjustment and `account` the account as it is now. */
+            replayed: boolean;
         };
         /**
          * AdminApiKey
@@ -7917,7 +7919,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The account after the adjustment, and the new ledger entry (for a retry under an `idempotency_key`, the account as it is now and the original entry). */
+            /** @description The account after the adjustment, and the new ledger entry (for a retry under an `idempotency_key` already applied, `replayed` true, the account as it is now and the original entry). */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
@@ -7951,7 +7953,8 @@ export interface operations {
                      *         "hold_id": null,
                      *         "reason": "Top-up, invoice 2026-0142",
                      *         "created_at": "2026-01-16T11:30:00Z"
-                     *       }
+                     *       },
+                     *       "replayed": false
                      *     }
                      */
                     "application/json": components["schemas"]["AdminCreditAdjustmentResult"];

@@ -130,7 +130,7 @@ export class AccountAdminService {
       return { account: updated, entry: ledger };
     });
     if ('earlier' in done) return this.replay(id, signed, input.reason, done.earlier);
-    return { account: toAdminAccount(done.account), entry: toAdminLedgerEntry(done.entry) };
+    return { account: toAdminAccount(done.account), entry: toAdminLedgerEntry(done.entry), replayed: false };
   }
 
   /** The answer to a retry under an idempotency key the account already used: the account now and the original entry, or 409 for another adjustment. */
@@ -147,6 +147,6 @@ export class AccountAdminService {
     const [account, entry] = await Promise.all([this.accounts.findById(id), this.accounts.findLedgerEntry(earlier.ledgerEntryId, this.tx.single)]);
     // Neither goes away: accounts are never deleted, ledger entries are append-only.
     if (!account || !entry) throw new Error(`credit adjustment key of account ${id} names ledger entry ${earlier.ledgerEntryId}, which was not found`);
-    return { account: toAdminAccount(account), entry: toAdminLedgerEntry(entry) };
+    return { account: toAdminAccount(account), entry: toAdminLedgerEntry(entry), replayed: true };
   }
 }
