@@ -14,11 +14,14 @@ import type { ImageEdit } from '../services/image/image.service.ts';
 import { jsonStream, pipeBounded, type Base64Source, type WithBase64 } from '../lib/base64-json.ts';
 import { logWith } from './access-log.ts';
 import { authOf, noStore } from './auth.ts';
-import { stagingOf } from './media-body.ts';
+import { editInput, stagingOf } from './media-body.ts';
 import { uploadedFiles } from './multipart.ts';
 import { clientGone } from './request-guards.ts';
 import { openImageStream, openJsonAnswer } from './image-answer.ts';
 import { sendJsonWithImages, type HandlerMap, type ResponseBody } from './types.ts';
+
+/** An input of a JSON edit: a string, or OpenAI's object form. */
+type EditInputItem = string | { image_url?: string; file_id?: string };
 
 function wantsStream(req: Request, body: { stream?: boolean }): boolean {
   return body.stream === true || acceptsEventStream(req.headers.accept);
@@ -127,7 +130,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     },
 
     async editImage(req, res) {
-      const body = req.body as ImageRequestFields & { images?: string[]; mask?: string };
+      const body = req.body as ImageRequestFields & { images?: EditInputItem[]; mask?: EditInputItem };
       const uploads = uploadedFiles(req);
       const staging = stagingOf(req, ctx.services.files);
       let edit: ImageEdit;
@@ -140,8 +143,8 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       } else {
         // Data URLs were staged while the body was read; file ids and URLs are resolved by the service.
         edit = {
-          images: (body.images ?? []).map((value, i) => ({ value, param: `images[${i}]` })),
-          ...(body.mask !== undefined && { mask: { value: body.mask, param: 'mask' } }),
+          images: (body.images ?? []).map((item, i) => editInput(item, `images[${i}]`)),
+          ...(body.mask !== undefined && { mask: editInput(body.mask, 'mask') }),
           staging,
         };
       }

@@ -43,16 +43,23 @@ export const VIDEO_MEDIA_FIELDS: MediaJsonFields = {
 
 /**
  * The media fields of a JSON image edit: at most `maxImages` images and one mask, refused as the
- * one more arrives, as a multipart edit's files are (`400 too_many_images`).
+ * one more arrives, as a multipart edit's files are (`400 too_many_images`). Each is a string or an
+ * object in OpenAI's form (`{"image_url": …}`, `{"file_id": …}`), counted together.
  */
 export function editMediaFields(maxImages: number): MediaJsonFields {
+  const images = { max: maxImages, counter: 'images', tooMany: (param: string) => new ApiError(400, 'too_many_images', `Too many images: at most ${maxImages} images per request.`, param) };
+  const mask = { max: 1, counter: 'mask', tooMany: (param: string) => badRequest('invalid_request', "Only one 'mask' is allowed.", param) };
+  const forms = (path: string) => [path, `${path}.image_url`, `${path}.file_id`];
   return {
-    dataUrlPaths: new Set(['mask', 'images[]']),
-    maxCounts: new Map([
-      ['images[]', { max: maxImages, tooMany: (param: string) => new ApiError(400, 'too_many_images', `Too many images: at most ${maxImages} images per request.`, param) }],
-      ['mask', { max: 1, tooMany: (param: string) => badRequest('invalid_request', "Only one 'mask' is allowed.", param) }],
-    ]),
+    dataUrlPaths: new Set([...forms('mask'), ...forms('images[]')]),
+    maxCounts: new Map([...forms('images[]').map((p) => [p, images] as const), ...forms('mask').map((p) => [p, mask] as const)]),
   };
+}
+
+/** An input of a JSON edit as sent (a string, or OpenAI's object form) as its value and the param that names it. */
+export function editInput(item: string | { image_url?: string; file_id?: string }, param: string): { value: string; param: string } {
+  if (typeof item === 'string') return { value: item, param };
+  return item.image_url !== undefined ? { value: item.image_url, param: `${param}.image_url` } : { value: item.file_id ?? '', param: `${param}.file_id` };
 }
 
 /** Longest media string that is not a data URL (a file id or an https URL). */

@@ -61,9 +61,10 @@ export interface MediaJsonFields {
   aliases?: ReadonlyMap<string, string>;
   /**
    * Most strings one path holds (all elements of `images[]` together) and the error for the one
-   * more; `maxMediaCount` still bounds all paths together.
+   * more; paths that name one `counter` share it (`images[]` and `images[].image_url`: one list
+   * with items in either form). `maxMediaCount` still bounds all paths together.
    */
-  maxCounts?: ReadonlyMap<string, { max: number; tooMany: (param: string) => ApiError }>;
+  maxCounts?: ReadonlyMap<string, { max: number; tooMany: (param: string) => ApiError; counter?: string }>;
 }
 
 /** A data URL read at an aliased path: what its twin under the other spelling is compared with. */
@@ -264,8 +265,9 @@ export class MediaJsonScanner {
   private count(path: string, param: string): void {
     const own = this.fields.maxCounts?.get(path);
     if (own) {
-      const n = (this.pathCounts.get(path) ?? 0) + 1;
-      this.pathCounts.set(path, n);
+      const counter = own.counter ?? path;
+      const n = (this.pathCounts.get(counter) ?? 0) + 1;
+      this.pathCounts.set(counter, n);
       if (n > own.max) throw own.tooMany(param);
     }
     this.mediaCount++;

@@ -2,7 +2,8 @@
  * How many images a JSON image edit takes (product spec §4.4): as many as a multipart edit, 16
  * images and a mask. The 17th image is `400 too_many_images`, as the 17th file of a multipart edit
  * is, answered as soon as it starts arriving (the rest of the body is not read); nothing is stored,
- * held or created.
+ * held or created. Images and mask also come in OpenAI's object form (`{"image_url": …}`,
+ * `{"file_id": …}`), counted with the strings.
  */
 import { request } from 'node:http';
 import sharp from 'sharp';
@@ -92,6 +93,41 @@ describe('JSON image edit: the number of images', () => {
       req.write(sent);
     });
     expect([answer.status, answer.body.error?.code, answer.body.error?.param]).toEqual([400, 'too_many_images', 'images[16]']);
+    await expectNothingLeft(c.accountId);
+  });
+});
+
+describe("JSON image edit: OpenAI's object form of its inputs", () => {
+  it('takes {image_url} (a data URL) and {file_id} items and a {image_url} mask, as the strings they hold', async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    const form = new FormData();
+    form.append('purpose', 'input');
+    form.append('file', new Blob([Buffer.from(image.split(',')[1]!, 'base64')], { type: 'image/png' }), 'frame.png');
+    const uploaded = (await (await fetch(`${server.directUrl}/v1/files`, { method: 'POST', headers: { Authorization: `Bearer ${c.key}` }, body: form })).json()) as { id: string };
+    const res = await post(c.key, JSON.stringify(edit({ images: [{ image_url: image }, { file_id: uploaded.id }, image], mask: { image_url: mask } })));
+    expect([res.status, res.body.data?.length]).toEqual([200, 1]);
+    const task = await server.db.selectFrom('imageTasks').select(['inputFileIds', 'maskFileId']).where('accountId', '=', c.accountId).executeTakeFirstOrThrow();
+    expect(task.inputFileIds).toHaveLength(3);
+    expect(task.inputFileIds[1]).toBe(uploaded.id);
+    expect(task.maskFileId).toEqual(expect.any(String));
+  });
+
+  it('counts both forms together: a 17th image is 400 too_many_images naming it; an unknown file_id names its param', async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    const mixed = [...Array(8).fill(image), ...Array(9).fill({ image_url: image })];
+    const res = await post(c.key, JSON.stringify(edit({ images: mixed })));
+    expect([res.status, res.body.error?.code, res.body.error?.param]).toEqual([400, 'too_many_images', 'images[16].image_url']);
+    await expectNothingLeft(c.accountId);
+    const unknown = await post(c.key, JSON.stringify(edit({ images: [image, { file_id: 'file_doesnotexist' }] })));
+    expect([unknown.status, unknown.body.error?.code, unknown.body.error?.param]).toEqual([404, 'file_not_found', 'images[1].file_id']);
+  });
+
+  it('refuses an object with both keys, neither, or another key', async () => {
+    const c = await createCustomer(server.db, { balance: 100 });
+    for (const item of [{ image_url: image, file_id: 'file_x' }, {}, { url: image }]) {
+      const res = await post(c.key, JSON.stringify(edit({ images: [item] })));
+      expect([JSON.stringify(item).slice(0, 30), res.status, res.body.error?.code]).toEqual([JSON.stringify(item).slice(0, 30), 400, 'invalid_request']);
+    }
     await expectNothingLeft(c.accountId);
   });
 });

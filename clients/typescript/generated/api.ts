@@ -2808,6 +2808,16 @@ export interface components {
             [key: string]: string;
         };
         /**
+         * ImageReference
+         * @description An input image of a JSON edit in OpenAI's object form: exactly one of `image_url` (a base64 image data URL or an https URL) and `file_id` (the id of a file of this account). `{"image_url": X}` is the same input as the string `X`, `{"file_id": F}` as the string `F`.
+         */
+        ImageReference: {
+            /** @description A base64 image data URL (decoded into storage while the body is read) or an https URL (fetched SSRF-safely). */
+            image_url?: string;
+            /** @description The id (`file_…`) of a file of this account (`POST /v1/files`); unknown, expired or another account's is `404 file_not_found`. */
+            file_id?: string;
+        };
+        /**
          * ImageEditRequest
          * @description JSON body of `POST /v1/images/edits`: the parameters of `ImageGenerationRequest` plus the input
          *     images in `images` and an optional `mask`. Unknown fields are rejected (`400 invalid_request`).
@@ -2824,9 +2834,9 @@ export interface components {
             /** @description The edit instruction, 1 to 32,000 characters. */
             prompt: string;
             /** @description The input images, 1 to 16, in order (a 17th is refused as it arrives: `400 too_many_images`, `param: images[16]`, as a 17th multipart file is). Each item is a base64 image data URL (`data:image/png;base64,…`, decoded into storage while the body is read), the id (`file_…`) of a file of this account (an upload from `POST /v1/files`, or an earlier input or result; unknown, expired or another account's: `404 file_not_found`), or an https URL (fetched SSRF-safely: `400 invalid_media_url` for a private target, `400 media_url_unavailable` when it cannot be fetched). */
-            images: string[];
-            /** @description Mask image as a base64 image data URL, a file id of this account or an https URL. Its transparent area marks the region to edit; its dimensions must match the first input image (`400 mask_size_mismatch`). Its limits are byte limits enforced while the body is read: over the per-input limit is `413 media_too_large`; an image that does not decode completely, or has over 50,000,000 pixels, is `400 invalid_image`. */
-            mask?: string;
+            images: (string | components["schemas"]["ImageReference"])[];
+            /** @description Mask image as a base64 image data URL, a file id of this account or an https URL, as a string or in OpenAI's object form (`{"image_url": …}`, `{"file_id": …}`). Its transparent area marks the region to edit; its dimensions must match the first input image (`400 mask_size_mismatch`). Its limits are byte limits enforced while the body is read: over the per-input limit is `413 media_too_large`; an image that does not decode completely, or has over 50,000,000 pixels, is `400 invalid_image`. */
+            mask?: string | components["schemas"]["ImageReference"];
             /** @description An image model id available to the key (see `GET /v1/models`). Unknown or not available to the key → `404 model_not_found`. */
             model: string;
             /**
