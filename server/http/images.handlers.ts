@@ -18,7 +18,7 @@ import { editInput, stagingOf } from './media-body.ts';
 import { uploadedFiles } from './multipart.ts';
 import { clientGone } from './request-guards.ts';
 import { openImageStream, openJsonAnswer } from './image-answer.ts';
-import { sendJsonWithImages, type HandlerMap, type ResponseBody } from './types.ts';
+import { sendJson, sendJsonWithImages, type HandlerMap, type ResponseBody } from './types.ts';
 
 /** An input of a JSON edit: a string, or OpenAI's object form. */
 type EditInputItem = string | { image_url?: string; file_id?: string };
@@ -42,7 +42,7 @@ function wantsAsync(req: Request): boolean {
   return /\brespond-async\b/i.test(String(req.headers.prefer ?? ''));
 }
 
-export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' | 'editImage' | 'getImageTask' | 'listImageTasks'> {
+export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' | 'editImage' | 'getImageCapabilities' | 'getImageTask' | 'listImageTasks'> {
   const images = ctx.services.images;
   /**
    * An event stream is written while its task runs, holding the member's slot, the lease and the
@@ -164,6 +164,11 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       await pipeBounded(body, res, jsonLimits.idleMs, (err) =>
         ctx.log.warn({ reqId: (req as { id?: string }).id, accountId: authOf(req).accountId, err: err.message }, 'image task listing cut off: its client stopped reading'),
       );
+    },
+
+    async getImageCapabilities(req, res) {
+      noStore(res);
+      sendJson(res, 'getImageCapabilities', 200, await images.capabilities(authOf(req)));
     },
 
     async getImageTask(req, res) {

@@ -33,6 +33,13 @@ export interface ImageCatalogRow {
   prices: { resolution: string; quality: string; unitPrice: number }[];
 }
 
+/** An image model of `GET /v1/images/capabilities`: both operations' switches, its display name. */
+export interface ImageCatalogListRow extends Omit<ImageCatalogRow, 'switchedOn'> {
+  displayName: string;
+  generationOn: boolean;
+  editOn: boolean;
+}
+
 /** Which provider kinds this build can run, per capability (from the provider registry). */
 export interface ProviderSupport {
   image: readonly string[];
@@ -158,6 +165,29 @@ export class ModelRepository {
   async isSwitchedOn(name: 'image_generation' | 'image_edit' | 'video_generation'): Promise<boolean> {
     const row = await this.db.selectFrom('capabilitySwitches').select('enabled').where('name', '=', name).executeTakeFirst();
     return row?.enabled ?? false;
+  }
+
+  /**
+   * Image models visible to a group (listed by an enabled member, while image generation or editing
+   * is switched on), with whether such a member can run them here, their prices and the two
+   * switches; one query.
+   */
+  async listImageCatalog(groupId: string): Promise<ImageCatalogListRow[]> {
+    const result = await sql<ImageCatalogListRow>`
+      select m.id, m.display_name as "displayName", m.capabilities,
+             bool_or(g.enabled and ${this.runnable(sql`'image'`)}) as reachable,
+             coalesce((select s.enabled from capability_switches s where s.name = 'image_generation'), false) as "generationOn",
+             coalesce((select s.enabled from capability_switches s where s.name = 'image_edit'), false) as "editOn",
+             coalesce((select json_agg(json_build_object('resolution', p.resolution, 'quality', p.quality, 'unitPrice', p.unit_price))
+                       from model_prices p where p.model_id = m.id), '[]'::json) as prices
+      from catalog_models m
+      join group_members g on g.group_id = ${groupId} and m.id = any(g.models)
+      where m.kind = 'image' and m.enabled
+        and exists (select 1 from capability_switches s where s.name in ('image_generation', 'image_edit') and s.enabled)
+      group by m.id
+      having bool_or(g.enabled)
+      order by m.id`.execute(this.db);
+    return result.rows;
   }
 
   /** One image model as a group sees it, with its prices and the operation's switch; one query. */

@@ -93,6 +93,12 @@ describe('media operations through the lane', () => {
     expect(res.data?.items.map((i) => i.model)).toContain('local-video-1');
   });
 
+  it('GET /v1/images/capabilities lists the image models with their prices', async () => {
+    const res = await server.client(customer.key).GET('/v1/images/capabilities');
+    expect(res.response.status).toBe(200);
+    expect(res.data?.items.map((i) => i.model)).toEqual(['local-image-1', 'local-image-pro']);
+  });
+
   it('a lookup of a task that does not exist is 404, for images and videos', async () => {
     const image = await server.client(customer.key).GET('/v1/images/{task_id}', { params: { path: { task_id: 'img_unknown' } } });
     expect([image.response.status, image.error?.error.code]).toEqual([404, 'task_not_found']);

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { LedgerRepository } from '../../server/repositories/ledger.repository.ts';
 
 const holdAndInsertTask = LedgerRepository.prototype.holdAndInsertTask;
-import { createCustomer, seedCatalog } from '../support/factories.ts';
+import { createApiKey, createCustomer, createGroup, createMember, seedCatalog } from '../support/factories.ts';
 import { holdOf } from '../support/tasks.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { totalSpentOf } from '../../server/repositories/account.repository.ts';
@@ -548,5 +548,61 @@ describe('a free image model (a price of 0)', () => {
     } finally {
       await free.close();
     }
+  });
+});
+
+describe('GET /v1/images/capabilities', () => {
+  it('lists the image models the key can see, what each takes and its prices per tier, no-store', async () => {
+    const c = await createCustomer(server.db);
+    const res = await fetch(`${server.directUrl}/v1/images/capabilities`, { headers: { Authorization: `Bearer ${c.key}` } });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('cache-control')).toBe('no-store');
+    const { items } = (await res.json()) as { items: Record<string, any>[] };
+    expect(items.map((i) => i.model)).toEqual(['local-image-1', 'local-image-pro']);
+    expect(items[0]).toEqual({
+      model: 'local-image-1',
+      displayName: 'Local Image 1',
+      operations: ['generation', 'edit'],
+      resolutions: ['1K', '2K', '4K'],
+      aspectRatios: ['1:1', '3:2', '2:3', '16:9', '9:16', '4:3', '3:4', '21:9'],
+      outputFormats: ['png', 'jpeg', 'webp'],
+      qualities: [],
+      transparentBackground: false,
+      maxN: 10,
+      maxInputImages: 16,
+      billing: [
+        { resolution: '1K', quality: null, mode: 'per_item', unit: 'image', unitPrice: 1 },
+        { resolution: '2K', quality: null, mode: 'per_item', unit: 'image', unitPrice: 2 },
+        { resolution: '4K', quality: null, mode: 'per_item', unit: 'image', unitPrice: 4 },
+      ],
+      configuredReachable: true,
+    });
+    expect(items[1]).toMatchObject({ qualities: ['low', 'medium', 'high'], transparentBackground: true });
+    expect(items[1]!.billing.slice(0, 3)).toEqual([
+      { resolution: '1K', quality: 'low', mode: 'per_item', unit: 'image', unitPrice: 1 },
+      { resolution: '1K', quality: 'medium', mode: 'per_item', unit: 'image', unitPrice: 2 },
+      { resolution: '1K', quality: 'high', mode: 'per_item', unit: 'image', unitPrice: 4 },
+    ]);
+  });
+
+  it("follows the operator: a price change at once, editing switched off drops 'edit', a group that lists no image model lists none", async () => {
+    const c = await createCustomer(server.db);
+    const read = async (key = c.key) => ((await (await fetch(`${server.directUrl}/v1/images/capabilities`, { headers: { Authorization: `Bearer ${key}` } })).json()) as { items: Record<string, any>[] }).items;
+    await server.db.updateTable('modelPrices').set({ unitPrice: 1_500_000 }).where('modelId', '=', 'local-image-1').where('resolution', '=', '1K').execute();
+    try {
+      expect((await read())[0]!.billing[0]).toMatchObject({ resolution: '1K', unitPrice: 1.5 });
+    } finally {
+      await server.db.updateTable('modelPrices').set({ unitPrice: 1_000_000 }).where('modelId', '=', 'local-image-1').where('resolution', '=', '1K').execute();
+    }
+    await server.db.updateTable('capabilitySwitches').set({ enabled: false }).where('name', '=', 'image_edit').execute();
+    try {
+      expect((await read()).map((i) => i.operations)).toEqual([['generation'], ['generation']]);
+    } finally {
+      await server.db.updateTable('capabilitySwitches').set({ enabled: true }).where('name', '=', 'image_edit').execute();
+    }
+    const group = await createGroup(server.db);
+    await createMember(server.db, group.id, { models: ['local-video-1'] });
+    const videoOnly = await createApiKey(server.db, { accountId: c.accountId, groupId: group.id });
+    expect(await read(videoOnly.key)).toEqual([]);
   });
 });

@@ -255,6 +255,36 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/images/capabilities": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List image models, their parameters and prices
+         * @description Returns the image models visible to the key (filtered as `GET /v1/models` is: the catalogue,
+         *     the operator's capability switches, the key's backend group and its enabled members' model
+         *     lists; a model whose listing members cannot run it here is listed too, with
+         *     `configuredReachable: false`) with what a request may ask of each (resolution tiers, aspect
+         *     ratios, formats, quality tiers, transparent backgrounds, how many images, whether it edits and
+         *     how many inputs) and the current price of one image per resolution (and quality) tier. Prices
+         *     are read at the request: an image request is priced when it is made, and its `billing` shows
+         *     what it held and charged.
+         *
+         *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`;
+         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
+         */
+        get: operations["getImageCapabilities"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/images/{task_id}": {
         parameters: {
             query?: never;
@@ -2905,6 +2935,51 @@ export interface components {
             last_id: string | null;
             /** @description Whether more tasks follow this page in the requested order. */
             has_more: boolean;
+        };
+        /**
+         * ImageCapability
+         * @description One image model the key can use, what its requests may ask for and what each image costs.
+         */
+        ImageCapability: {
+            /** @description The model id to send as `model`. */
+            model: string;
+            displayName: string;
+            /** @description What the model does now (`POST /v1/images/generations`, `POST /v1/images/edits`), the operator's capability switches and the model's own (a prompt-only model does not edit) applied; empty while both are switched off. */
+            operations: ("generation" | "edit")[];
+            /** @description The resolution tiers (`1K`, `2K`, `4K`) a request may name with `resolution`; with `aspectRatio` they pick a size of the reference table. */
+            resolutions: string[];
+            /** @description The aspect ratios a request may name with `aspectRatio`. */
+            aspectRatios: string[];
+            outputFormats: ("png" | "jpeg" | "webp")[];
+            /** @description The `quality` tiers the model prices apart; empty when it has none (then `quality` other than `auto` is `400`). */
+            qualities: ("low" | "medium" | "high")[];
+            /** @description Whether `background: transparent` is accepted. */
+            transparentBackground: boolean;
+            /** @description Most images of one request (`n`). */
+            maxN: number;
+            /** @description Most input images of one edit, a mask counting as one (0 when the model does not edit). */
+            maxInputImages: number;
+            /** @description The current price of one image per resolution tier (and quality tier, on a model that has them). `n` images are held before rendering; only the delivered ones are charged. */
+            billing: {
+                resolution: string;
+                /** @enum {string|null} */
+                quality: "low" | "medium" | "high" | null;
+                /** @constant */
+                mode: "per_item";
+                /** @constant */
+                unit: "image";
+                /** @description Credits per image. */
+                unitPrice: number;
+            }[];
+            /** @description Whether the key's backend group has an enabled member configured to run the model (an adapter and credentials). Configuration only, not live capacity. */
+            configuredReachable: boolean;
+        };
+        /**
+         * ImageCapabilities
+         * @description The image models visible to the key.
+         */
+        ImageCapabilities: {
+            items: components["schemas"]["ImageCapability"][];
         };
         /**
          * VideoCapability
@@ -6266,6 +6341,87 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getImageCapabilities: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The image models. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "items": [
+                     *         {
+                     *           "model": "local-image-1",
+                     *           "displayName": "Local Image 1",
+                     *           "operations": [
+                     *             "generation",
+                     *             "edit"
+                     *           ],
+                     *           "resolutions": [
+                     *             "1K",
+                     *             "2K",
+                     *             "4K"
+                     *           ],
+                     *           "aspectRatios": [
+                     *             "1:1",
+                     *             "3:2",
+                     *             "2:3",
+                     *             "16:9",
+                     *             "9:16",
+                     *             "4:3",
+                     *             "3:4",
+                     *             "21:9"
+                     *           ],
+                     *           "outputFormats": [
+                     *             "png",
+                     *             "jpeg",
+                     *             "webp"
+                     *           ],
+                     *           "qualities": [],
+                     *           "transparentBackground": false,
+                     *           "maxN": 10,
+                     *           "maxInputImages": 16,
+                     *           "billing": [
+                     *             {
+                     *               "resolution": "1K",
+                     *               "quality": null,
+                     *               "mode": "per_item",
+                     *               "unit": "image",
+                     *               "unitPrice": 1
+                     *             },
+                     *             {
+                     *               "resolution": "2K",
+                     *               "quality": null,
+                     *               "mode": "per_item",
+                     *               "unit": "image",
+                     *               "unitPrice": 2
+                     *             }
+                     *           ],
+                     *           "configuredReachable": true
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ImageCapabilities"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalError"];
         };
     };
     getImageTask: {

@@ -453,6 +453,37 @@ export class ImageService {
     }
   }
 
+  /** GET /v1/images/capabilities: the image models the key can see, what they take and their prices now. */
+  async capabilities(auth: AuthContext): Promise<Schemas['ImageCapabilities']> {
+    const rows = await this.deps.models.listImageCatalog(auth.groupId);
+    const QUALITIES = ['low', 'medium', 'high'] as const;
+    return {
+      items: rows.map((row) => {
+        const caps = row.capabilities;
+        const edits = caps.edits !== false;
+        const qualities = caps.supportsQuality ? QUALITIES.filter((q) => row.prices.some((p) => p.quality === q)) : [];
+        const tier = (p: { resolution: string; quality: string }) => caps.resolutions.indexOf(p.resolution) * 4 + (p.quality === '' ? 0 : QUALITIES.indexOf(p.quality as (typeof QUALITIES)[number]) + 1);
+        return {
+          model: row.id,
+          displayName: row.displayName,
+          operations: [...(row.generationOn ? (['generation'] as const) : []), ...(row.editOn && edits ? (['edit'] as const) : [])],
+          resolutions: caps.resolutions,
+          aspectRatios: caps.aspectRatios,
+          outputFormats: caps.outputFormats,
+          qualities,
+          transparentBackground: caps.supportsTransparentBackground,
+          maxN: caps.maxN,
+          maxInputImages: edits ? Math.min(caps.maxInputImages ?? this.deps.options.maxEditImages, this.deps.options.maxEditImages) : 0,
+          billing: row.prices
+            .filter((p) => caps.resolutions.includes(p.resolution) && (p.quality === '' || qualities.includes(p.quality as (typeof QUALITIES)[number])))
+            .sort((a, b) => tier(a) - tier(b))
+            .map((p) => ({ resolution: p.resolution, quality: p.quality === '' ? null : (p.quality as (typeof QUALITIES)[number]), mode: 'per_item' as const, unit: 'image' as const, unitPrice: toCredits(p.unitPrice) })),
+          configuredReachable: row.reachable,
+        };
+      }),
+    };
+  }
+
   /** GET /v1/images/{task_id}: the owner's task only. */
   async get(auth: AuthContext, id: string): Promise<WithBase64<Schemas['ImageTask']>> {
     const row = await this.deps.tasks.findForAccount(id, auth.accountId);
