@@ -12,20 +12,24 @@ export interface ProviderDefinition {
   credentials: readonly string[];
   /** Base URL when the member sets none. */
   defaultBaseUrl: string | null;
+  /** The kinds of model its adapters run (registry.ts has an adapter for each; a unit test keeps the two equal). */
+  kinds: readonly ('image' | 'video')[];
 }
 
+const BOTH = ['image', 'video'] as const;
+
 export const PROVIDERS: Record<ProviderKind, ProviderDefinition> = {
-  local: { credentials: [], defaultBaseUrl: null },
-  openai: { credentials: ['api_key'], defaultBaseUrl: 'https://api.openai.com/v1' },
-  gemini: { credentials: ['api_key'], defaultBaseUrl: 'https://generativelanguage.googleapis.com/v1beta' },
-  ark: { credentials: ['api_key'], defaultBaseUrl: 'https://ark.ap-southeast.bytepluses.com/api/v3' },
-  kling: { credentials: ['access_key', 'secret_key'], defaultBaseUrl: 'https://api-singapore.klingai.com' },
+  local: { credentials: [], defaultBaseUrl: null, kinds: BOTH },
+  openai: { credentials: ['api_key'], defaultBaseUrl: 'https://api.openai.com/v1', kinds: BOTH },
+  gemini: { credentials: ['api_key'], defaultBaseUrl: 'https://generativelanguage.googleapis.com/v1beta', kinds: BOTH },
+  ark: { credentials: ['api_key'], defaultBaseUrl: 'https://ark.ap-southeast.bytepluses.com/api/v3', kinds: BOTH },
+  kling: { credentials: ['access_key', 'secret_key'], defaultBaseUrl: 'https://api-singapore.klingai.com', kinds: BOTH },
   // Global; China: https://api.minimaxi.com.
-  minimax: { credentials: ['api_key'], defaultBaseUrl: 'https://api.minimax.io' },
+  minimax: { credentials: ['api_key'], defaultBaseUrl: 'https://api.minimax.io', kinds: ['video'] },
   // Singapore; Beijing: https://dashscope.aliyuncs.com, US: https://dashscope-us.aliyuncs.com (key, region and model must match).
-  dashscope: { credentials: ['api_key'], defaultBaseUrl: 'https://dashscope-intl.aliyuncs.com' },
-  fal: { credentials: ['api_key'], defaultBaseUrl: 'https://queue.fal.run' },
-  replicate: { credentials: ['api_token'], defaultBaseUrl: 'https://api.replicate.com/v1' },
+  dashscope: { credentials: ['api_key'], defaultBaseUrl: 'https://dashscope-intl.aliyuncs.com', kinds: ['video'] },
+  fal: { credentials: ['api_key'], defaultBaseUrl: 'https://queue.fal.run', kinds: BOTH },
+  replicate: { credentials: ['api_token'], defaultBaseUrl: 'https://api.replicate.com/v1', kinds: BOTH },
 };
 
 export function isProviderKind(value: string): value is ProviderKind {

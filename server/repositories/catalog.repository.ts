@@ -88,9 +88,14 @@ export class CatalogRepository {
 
   /** The subset of `ids` that exist in the catalog. */
   async existingModelIds(ids: readonly string[]): Promise<Set<string>> {
-    if (ids.length === 0) return new Set();
-    const rows = await this.db.selectFrom('catalogModels').select('id').where('id', 'in', ids).execute();
-    return new Set(rows.map((r) => r.id));
+    return new Set((await this.modelKinds(ids)).keys());
+  }
+
+  /** The kind (image, video) of each of these catalog models that exists. */
+  async modelKinds(ids: readonly string[]): Promise<Map<string, string>> {
+    if (ids.length === 0) return new Map();
+    const rows = await this.db.selectFrom('catalogModels').select(['id', 'kind']).where('id', 'in', ids).execute();
+    return new Map(rows.map((r) => [r.id, r.kind]));
   }
 
   /** Forgets what members of these aggregator kinds recorded against a model (its mapping changed: the fault may be fixed). */

@@ -35,4 +35,11 @@ describe('provider kinds', () => {
     expect(registry.credentialFreeKinds()).toEqual(['local']);
     expect(registry.image('no-such-provider')).toBeUndefined();
   });
+
+  it('say which kinds of model each runs exactly as the registry has adapters for them (members are checked against it)', () => {
+    const registry = createProviderRegistry({ mediaDir: '/tmp/mediagate-registry-test', localRenderDelayMs: 0 });
+    for (const kind of ['image', 'video'] as const) {
+      expect([kind, registry.kindsFor(kind)]).toEqual([kind, PROVIDER_KINDS.filter((p) => PROVIDERS[p].kinds.includes(kind))]);
+    }
+  });
 });

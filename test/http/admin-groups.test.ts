@@ -199,6 +199,29 @@ describe('group members', () => {
     expect(await server.db.selectFrom('groupMembers').select('id').where('groupId', '=', group.id).execute()).toEqual([]);
   });
 
+  it("refuses a model of a kind the member's provider does not run (a video-only provider and an image model), on create and on update", async () => {
+    const group = await newGroup('kinds');
+    const created = await server.admin().POST('/admin/v1/groups/{group_id}/members', {
+      params: { path: { group_id: group.id } },
+      body: { name: 'mm', provider: 'minimax', credentials: { api_key: 'mm-key' }, models: ['local-video-1', 'local-image-1'] },
+    });
+    expect(created.response.status).toBe(400);
+    expect(created.error?.error).toMatchObject({ code: 'invalid_request', param: 'models', message: "Provider 'minimax' runs video models only; 'local-image-1' is an image model." });
+    expect(await server.db.selectFrom('groupMembers').select('id').where('groupId', '=', group.id).execute()).toEqual([]);
+
+    const ok = await server.admin().POST('/admin/v1/groups/{group_id}/members', {
+      params: { path: { group_id: group.id } },
+      body: { name: 'mm', provider: 'minimax', credentials: { api_key: 'mm-key' }, models: ['local-video-1'] },
+    });
+    expect(ok.response.status).toBe(201);
+    const updated = await server.admin().PATCH('/admin/v1/groups/{group_id}/members/{member_id}', {
+      params: { path: { group_id: group.id, member_id: ok.data!.id } },
+      body: { models: ['local-video-1', 'local-image-pro'] },
+    });
+    expect([updated.response.status, updated.error?.error.param]).toEqual([400, 'models']);
+    expect((await memberRow(ok.data!.id)).models).toEqual(['local-video-1']);
+  });
+
   it('answers 409 for a taken member name, 404 for an unknown group or a member of another group', async () => {
     const group = await newGroup('members-errors');
     const other = await newGroup('members-other');

@@ -104,7 +104,7 @@ export class GroupAdminService {
       throw badRequest('invalid_request', `Provider '${input.provider}' needs 'credentials' (${needed.join(', ')}).`, 'credentials');
     } else checkCredentials(input.provider, input.credentials);
     checkBaseUrl(input.base_url);
-    await this.requireModels(input.models);
+    await this.requireModels(input.models, input.provider);
     checkModelMap(input.models, input.model_map);
     const values: MemberValues = {
       name: input.name,
@@ -134,7 +134,7 @@ export class GroupAdminService {
     if (PROVIDERS[provider].credentials.length === 0) this.rejectForCredentialFree(provider, input);
     else if (input.credentials !== undefined) checkCredentials(provider, input.credentials);
     checkBaseUrl(input.base_url);
-    if (input.models !== undefined) await this.requireModels(input.models);
+    if (input.models !== undefined) await this.requireModels(input.models, provider);
     // A new model list drops mappings of models no longer served; a new map must fit the list.
     const models = input.models ?? member.models;
     checkModelMap(models, input.model_map);
@@ -163,11 +163,25 @@ export class GroupAdminService {
     if (!(await this.groups.findById(groupId))) throw groupNotFound();
   }
 
-  private async requireModels(models: readonly string[]): Promise<void> {
-    const known = await this.catalog.existingModelIds(models);
-    const unknown = models.filter((id) => !known.has(id));
+  /**
+   * Every model exists in the catalog, and is of a kind the member's provider runs: a video-only
+   * provider listing an image model would be shown serving it while every request for it answers
+   * `503 no_reachable_member`.
+   */
+  private async requireModels(models: readonly string[], provider: ProviderKind): Promise<void> {
+    const kinds = await this.catalog.modelKinds(models);
+    const unknown = models.filter((id) => !kinds.has(id));
     if (unknown.length > 0) {
       throw new ApiError(404, 'model_not_found', `Unknown catalog model${unknown.length > 1 ? 's' : ''}: ${unknown.join(', ')}.`, 'models');
+    }
+    const runs = PROVIDERS[provider].kinds;
+    const other = models.filter((id) => !runs.includes(kinds.get(id) as 'image' | 'video'));
+    if (other.length > 0) {
+      throw badRequest(
+        'invalid_request',
+        `Provider '${provider}' runs ${runs.join(' and ')} models only; ${other.map((id) => `'${id}' is ${kinds.get(id) === 'image' ? 'an image' : 'a video'} model`).join(', ')}.`,
+        'models',
+      );
     }
   }
 
