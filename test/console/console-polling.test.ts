@@ -2,7 +2,8 @@
  * The console's polling (useLoad in clients/console/src/ui.tsx), in headless Chromium (Debian's
  * /usr/bin/chromium, driven by playwright-core) against the real app, with the page's clock faked
  * (Playwright's clock): the dashboard asks for its 7-day usage report every 30 s, and a report that
- * takes longer than that is not asked for again on top of itself. The report's answer is held by the
+ * takes longer than that is not asked for again on top of itself, and a page left open past a UTC
+ * midnight asks for the seven days that end with the new day. The report's answer is held by the
  * test; the page's own fetch calls to /admin/v1/usage are counted in the page, where the ticks run.
  */
 import { chromium, type Browser, type Page, type Route } from 'playwright-core';
@@ -60,7 +61,8 @@ beforeAll(async () => {
       return original(input, init);
     };
   });
-  await page.clock.install();
+  // Three minutes before a UTC midnight: the second test crosses it.
+  await page.clock.install({ time: new Date('2026-11-28T23:55:00Z') });
   await page.goto(`${server.directUrl}/console/`);
   await page.getByLabel('Admin token').fill(ADMIN_TOKEN);
   await page.getByRole('button', { name: 'Sign in' }).click();
@@ -100,5 +102,33 @@ describe('the dashboard polls its usage report', () => {
 
     expect(pageErrors).toEqual([]);
     expect(outside).toEqual([]);
+  });
+
+  it('asks for the seven UTC days that end today, and moves on with the day while the page stays open', async () => {
+    const windowOf = (route: Route) => Object.fromEntries(['from', 'to'].map((k) => [k, new URL(route.request().url()).searchParams.get(k)]));
+    // The request the first test's page aborted is still in the list: gone with its page.
+    for (const stale of held.splice(0)) await stale.abort().catch(() => undefined);
+    await page.getByRole('navigation', { name: 'Console sections' }).getByRole('link', { name: 'Dashboard', exact: true }).click();
+    await page.getByRole('heading', { level: 1, name: 'Dashboard' }).waitFor();
+    await until(async () => held.length, (n) => n === 1);
+    const before = held.shift()!;
+    expect(windowOf(before)).toEqual({ from: '2026-11-22T00:00:00.000Z', to: '2026-11-29T00:00:00.000Z' });
+    await before.continue();
+    // On past midnight (23:57 now, after the first test's two minutes), each refresh answered as it
+    // comes (one that comes while the last answer is still being read is skipped by the page).
+    const windows = [windowOf(before)];
+    for (let i = 0; i < 16 && windows.at(-1)!.to !== '2026-11-30T00:00:00.000Z'; i++) {
+      await page.clock.fastForward(30_000);
+      await until(async () => held.length, (n) => n === 1, 1_500);
+      const next = held.shift();
+      if (next) {
+        windows.push(windowOf(next));
+        await next.continue();
+      }
+    }
+    expect(windows.at(-1)).toEqual({ from: '2026-11-23T00:00:00.000Z', to: '2026-11-30T00:00:00.000Z' });
+    // Every window asked for before midnight was the old day's.
+    expect(windows.slice(0, -1).every((w) => w.to === '2026-11-29T00:00:00.000Z')).toBe(true);
+    expect(pageErrors).toEqual([]);
   });
 });

@@ -55,15 +55,19 @@ function until(member: Member): string {
   return when(faults.map((f) => f.until!).sort()[0]);
 }
 
+/**
+ * Seven UTC days: today and the six before it, seven daily bars (days without usage at zero). Taken
+ * at each read, so that a page left open past midnight moves on to the new day.
+ */
+function sevenUtcDays(now = new Date()): { from: string; to: string } {
+  const from = new Date(now);
+  from.setUTCHours(0, 0, 0, 0);
+  from.setUTCDate(from.getUTCDate() - 6);
+  return { from: from.toISOString(), to: new Date(from.getTime() + 7 * 86400_000).toISOString() };
+}
+
 export function DashboardPage() {
-  // Seven UTC days: today and the six before it, seven daily bars (days without usage at zero).
-  const range = useMemo(() => {
-    const from = new Date();
-    from.setUTCHours(0, 0, 0, 0);
-    from.setUTCDate(from.getUTCDate() - 6);
-    return { from: from.toISOString(), to: new Date(from.getTime() + 7 * 86400_000).toISOString() };
-  }, []);
-  const usage = useLoad((signal) => call(api.GET('/admin/v1/usage', { params: { query: { ...range, granularity: 'day', group_by: ['provider'] } }, signal })).then(asReport), [], 30_000);
+  const usage = useLoad((signal) => call(api.GET('/admin/v1/usage', { params: { query: { ...sevenUtcDays(), granularity: 'day', group_by: ['provider'] } }, signal })).then(asReport), [], 30_000);
   const open = useLoad(() => openTasks(['queued', 'in_progress', 'processing', 'needs_attention']), [], 15_000);
   const attention = useLoad(() => openTasks(['needs_attention']), [], 15_000);
   const members = useLoad(troubledMembers, [], 10_000);
