@@ -213,6 +213,7 @@ export interface MemberHealth {
   lastSuccessAt: Timestamp | null;
   memberId: string;
   probeUntil: Timestamp | null;
+  rateLimitCountedAt: Timestamp | null;
   rateLimitStrikes: Generated<number>;
   successes: Generated<number>;
   updatedAt: Generated<Timestamp>;

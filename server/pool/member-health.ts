@@ -3,8 +3,10 @@
  * `observe`, which keeps the per-member metrics and records the outcome in the shared
  * member_health table:
  *
- *   429 rate limited   cooldown for the upstream's Retry-After, else 1 s, 2 s, 4 s … up to 60 s;
- *                      the doubling restarts once the member takes new work (`observe`), not when
+ *   429 rate limited   cooldown for the upstream's Retry-After, else 1 s, 2 s, 4 s … up to 60 s,
+ *                      one step per burst (the calls in flight when it began refusing count once,
+ *                      as the circuit's failures do); the doubling restarts once the member takes
+ *                      new work (`observe`), not when
  *                      it answers about work it has (`observeAccepted`: polls keep succeeding at a
  *                      parallel-task limit while every submit is refused)
  *   quota exhausted    cooldown for its Retry-After, else 5 minutes
@@ -156,10 +158,9 @@ export class MemberHealth {
     try {
       switch (err.kind) {
         case 'rate_limited': {
-          const strikes = await this.repo.rateLimitStrikes(memberId);
-          const ms = err.retryAfterMs ?? Math.min(RATE_LIMIT_BACKOFF.maxMs, RATE_LIMIT_BACKOFF.baseMs * 2 ** strikes);
-          await this.repo.recordFailure(memberId, { message, startedAt, rateLimited: true, cooldown: { ms, reason: 'rate_limited' } });
-          this.log.warn({ memberId, cooldownMs: ms }, 'upstream member rate limited; cooling down');
+          // One strike per burst and the backoff from the strikes before it, in the one statement.
+          await this.repo.recordFailure(memberId, { message, startedAt, rateLimit: { retryAfterMs: err.retryAfterMs, ...RATE_LIMIT_BACKOFF } });
+          this.log.warn({ memberId, retryAfterMs: err.retryAfterMs ?? null }, 'upstream member rate limited; cooling down');
           return;
         }
         case 'quota_exhausted':

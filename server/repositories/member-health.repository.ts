@@ -8,7 +8,7 @@
  * minus the time since", measured once the statement's connection is in hand, so neither the
  * instances' clocks nor a wait for a pooled connection move it.
  */
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type RawBuilder } from 'kysely';
 import type { DB } from '../../generated/db.d.ts';
 import { MEMBER_CONFIG_VERSION } from './routing.repository.ts';
 
@@ -88,7 +88,12 @@ export class MemberHealthRepository {
     f: {
       message: string;
       startedAt: number;
-      rateLimited?: boolean;
+      /**
+       * A 429: one strike when its call started after the last counted one was recorded (a burst of
+       * concurrent 429s is one strike), and a cooldown of `retryAfterMs` (the upstream's word) or else
+       * baseMs × 2^strikes before this one, at most maxMs, computed in this statement.
+       */
+      rateLimit?: { retryAfterMs: number | undefined; baseMs: number; maxMs: number };
       cooldown?: { ms: number; reason: CooldownReason };
       circuit?: CircuitPolicy;
       rejectCredentials?: boolean;
@@ -98,10 +103,23 @@ export class MemberHealthRepository {
       configVersion?: string;
     },
   ): Promise<{ consecutiveFailures: number; counted: boolean; recorded: boolean }> {
-    const cooldown = f.cooldown ? sql`now() + ${Math.round(f.cooldown.ms)} * interval '1 millisecond'` : sql`null::timestamptz`;
     const c = f.circuit;
+    const r = f.rateLimit;
     return this.withElapsed(async (db, msSince) => {
       const started = sql`now() - ${msSince(f.startedAt)}::float8 * interval '1 millisecond'`;
+      // A 429's strike counts once per burst; its backoff from the strikes counted before it.
+      const strikeCounts = r ? sql`(member_health.rate_limit_counted_at is null or ${started} > member_health.rate_limit_counted_at)` : sql`false`;
+      const backoffMs = (strikes: RawBuilder<unknown>) =>
+        r!.retryAfterMs !== undefined ? sql`${Math.round(r!.retryAfterMs)}::float8` : sql`least(${r!.maxMs}::float8, ${r!.baseMs}::float8 * power(2::float8, least(30, ${strikes})))`;
+      // A 429 of a burst already counted cools as long as the one that counted (its strikes before it).
+      const cooldown = r
+        ? sql`now() + ${backoffMs(sql`(case when ${strikeCounts} then member_health.rate_limit_strikes else greatest(member_health.rate_limit_strikes - 1, 0) end)`)} * interval '1 millisecond'`
+        : f.cooldown
+          ? sql`now() + ${Math.round(f.cooldown.ms)} * interval '1 millisecond'`
+          : sql`null::timestamptz`;
+      // The first row of a member: no strikes before.
+      const firstCooldown = r ? sql`now() + ${backoffMs(sql`0`)} * interval '1 millisecond'` : cooldown;
+      const reason = r ? 'rate_limited' : (f.cooldown?.reason ?? null);
       const counts = c ? sql`(member_health.failure_counted_at is null or ${started} > member_health.failure_counted_at)` : sql`false`;
       const streak = sql`(member_health.consecutive_failures + 1)`;
       const opens = c ? sql`(${counts} and (${streak} >= ${c.threshold}::int or member_health.cooldown_reason = 'circuit_open'))` : sql`false`;
@@ -109,9 +127,9 @@ export class MemberHealthRepository {
       const openMs = c ? sql`least(${c.maxMs}::float8, ${c.baseMs}::float8 * power(2::float8, least(30, greatest(0, ${streak} - ${c.threshold}::int))))` : sql`0`;
       const circuitUntil = c ? sql`now() + ${openMs} * interval '1 millisecond'` : sql`null::timestamptz`;
       const { rows } = await sql<{ streak: number; counted: boolean }>`
-        insert into member_health as member_health (member_id, cooldown_until, cooldown_reason, rate_limit_strikes, consecutive_failures, failure_counted_at,
+        insert into member_health as member_health (member_id, cooldown_until, cooldown_reason, rate_limit_strikes, rate_limit_counted_at, consecutive_failures, failure_counted_at,
           credentials_rejected_at, account_disabled_at, account_disabled_reason, last_error, last_error_at, failures, updated_at)
-        select m.id, ${cooldown}, ${f.cooldown?.reason ?? null}, ${f.rateLimited ? 1 : 0}, ${c ? 1 : 0}, ${c ? sql`now()` : sql`null::timestamptz`},
+        select m.id, ${firstCooldown}, ${reason}, ${r ? 1 : 0}, ${r ? sql`now()` : sql`null::timestamptz`}, ${c ? 1 : 0}, ${c ? sql`now()` : sql`null::timestamptz`},
           ${f.rejectCredentials ? sql`now()` : null}::timestamptz, ${f.disableAccount ? sql`now()` : null}::timestamptz, ${f.disableAccount ?? null}, ${f.message}, now(), 1, now()
         ${memberOf(memberId, f.configVersion)}
         on conflict (member_id) do update set
@@ -121,10 +139,11 @@ export class MemberHealthRepository {
             else member_health.cooldown_until end,
           cooldown_reason = case
             when ${opens} and (member_health.cooldown_until is null or member_health.cooldown_until < ${circuitUntil}) then 'circuit_open'
-            when ${cooldown} is not null and (member_health.cooldown_until is null or member_health.cooldown_until < ${cooldown}) then ${f.cooldown?.reason ?? null}
+            when ${cooldown} is not null and (member_health.cooldown_until is null or member_health.cooldown_until < ${cooldown}) then ${reason}
             else member_health.cooldown_reason end,
           probe_until = case when ${opens} then null else member_health.probe_until end,
-          rate_limit_strikes = member_health.rate_limit_strikes + ${f.rateLimited ? 1 : 0},
+          rate_limit_strikes = member_health.rate_limit_strikes + case when ${strikeCounts} then 1 else 0 end,
+          rate_limit_counted_at = case when ${strikeCounts} then now() else member_health.rate_limit_counted_at end,
           consecutive_failures = case when ${counts} then ${streak} else member_health.consecutive_failures end,
           failure_counted_at = case when ${counts} then now() else member_health.failure_counted_at end,
           credentials_rejected_at = coalesce(member_health.credentials_rejected_at, ${f.rejectCredentials ? sql`now()` : null}),
@@ -140,12 +159,6 @@ export class MemberHealthRepository {
       const row = rows[0];
       return row ? { consecutiveFailures: row.streak, counted: row.counted, recorded: true } : { consecutiveFailures: 0, counted: false, recorded: false };
     });
-  }
-
-  /** A member's rate-limit strikes so far (for the backoff of the next 429). */
-  async rateLimitStrikes(memberId: string): Promise<number> {
-    const row = await this.db.selectFrom('memberHealth').select('rateLimitStrikes').where('memberId', '=', memberId).executeTakeFirst();
-    return row?.rateLimitStrikes ?? 0;
   }
 
   /**

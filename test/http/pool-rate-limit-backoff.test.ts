@@ -3,7 +3,8 @@
  * records it on real Postgres: a Kling member at its parallel-task limit refuses every submit with
  * 1303 while the polls of the jobs it runs keep succeeding. Those polls (`observeAccepted`) do not
  * restart the doubling; new work the member takes (`observe`) in a call that started after the
- * 429 does, and a submit that was already in flight when the 429 came does not.
+ * 429 does, and a submit that was already in flight when the 429 came does not. A burst (the calls in
+ * flight when the member began refusing, answered 429 together) is one step of the doubling.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RATE_LIMIT_BACKOFF } from '../../server/pool/member-health.ts';
@@ -47,6 +48,38 @@ describe('the 429 backoff of a member', () => {
       await health.flush();
     }
     expect(cooldowns).toEqual([1, 2, 4, 8].map((n) => (n * RATE_LIMIT_BACKOFF.baseMs) / 1000));
+  });
+
+  it('counts a burst of concurrent 429s as one strike: 1 s for the burst, then 2 s for the next 429', async () => {
+    const account = await klingMember();
+    const limited = new ProviderError('rate_limited', 'parallel task over resource pack limit', { upstreamCode: '1303' });
+    // Eight calls in flight together, refused together.
+    let refuse!: () => void;
+    const refused = new Promise<void>((resolve) => (refuse = resolve));
+    const calls = Array.from({ length: 8 }, () => server.ctx.pool.health.observe(account, async () => {
+      await refused;
+      throw limited;
+    }));
+    await new Promise((r) => setTimeout(r, 20));
+    refuse();
+    const outcomes = await Promise.allSettled(calls);
+    expect(outcomes.map((o) => (o.status === 'rejected' ? o.reason : o))).toEqual(Array(8).fill(limited));
+    expect(await healthOf(account)).toEqual({ cooldownSeconds: 1, strikes: 1 });
+    // The next 429, a call started after the burst was recorded: the next step, not the ninth.
+    await refusedSubmit(account);
+    expect(await healthOf(account)).toEqual({ cooldownSeconds: 2, strikes: 2 });
+  });
+
+  it('cools for the Retry-After the upstream gave, whatever the strikes', async () => {
+    const account = await klingMember();
+    for (let i = 0; i < 3; i++) await refusedSubmit(account);
+    const told = new ProviderError('rate_limited', 'slow down', { retryAfterMs: 1500 });
+    await expect(server.ctx.pool.health.observe(account, () => Promise.reject(told))).rejects.toBe(told);
+    // The longer cooldown already set (4 s) stays; a Retry-After never shortens it.
+    expect((await healthOf(account)).cooldownSeconds).toBeCloseTo(4, 1);
+    const fresh = await klingMember();
+    await expect(server.ctx.pool.health.observe(fresh, () => Promise.reject(told))).rejects.toBe(told);
+    expect(await healthOf(fresh)).toEqual({ cooldownSeconds: 1.5, strikes: 1 });
   });
 
   it('restarts on new work the member took after the 429, not on a submit already in flight when it came', async () => {

@@ -35,6 +35,7 @@ import * as m20261231100000 from './20261231100000-file-tombstones.ts';
 import * as m20270101100000 from './20270101100000-pending-deletes.ts';
 import * as m20270102100000 from './20270102100000-credit-adjustment-keys.ts';
 import * as m20270103100000 from './20270103100000-video-output-file-index.ts';
+import * as m20270104100000 from './20270104100000-member-rate-limit-burst.ts';
 
 export const migrations: Record<string, Migration> = {
   '20261122100000-accounts-keys-groups': m20261122100000,
@@ -71,4 +72,5 @@ export const migrations: Record<string, Migration> = {
   '20270101100000-pending-deletes': m20270101100000,
   '20270102100000-credit-adjustment-keys': m20270102100000,
   '20270103100000-video-output-file-index': m20270103100000,
+  '20270104100000-member-rate-limit-burst': m20270104100000,
 };
