@@ -397,7 +397,9 @@ describe('contract coverage: limits', () => {
 describe('contract coverage: media fields', () => {
   it.each(mediaFields)('$schema: $field has no pattern, maxLength or format byte', ({ schema: name, field: path, items }) => {
     const property = requireField(name, path);
-    const target = items ? deref(property.items ?? {}) : property;
+    const declared = items ? deref(property.items ?? {}) : property;
+    // A field that also takes OpenAI's object form (`{"image_url": …}`) is a oneOf: its string branch.
+    const target = declared.oneOf ? deref(declared.oneOf.map((b) => deref(b)).find((b) => b.type === 'string') ?? {}) : declared;
     expect(target.type, `${name}.${path}`).toBe('string');
     expect(target.pattern).toBeUndefined();
     expect(target.maxLength).toBeUndefined();
