@@ -2957,7 +2957,7 @@ export interface components {
             transparentBackground: boolean;
             /** @description Most images of one request (`n`). */
             maxN: number;
-            /** @description Most input images of one edit, a mask counting as one (0 when the model does not edit). */
+            /** @description Most input images of one edit (0 when the model does not edit); a model with a cap of its own counts a mask as one of them. */
             maxInputImages: number;
             /** @description The current price of one image per resolution tier (and quality tier, on a model that has them). `n` images are held before rendering; only the delivered ones are charged. */
             billing: {
