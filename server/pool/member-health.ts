@@ -159,8 +159,10 @@ export class MemberHealth {
       switch (err.kind) {
         case 'rate_limited': {
           // One strike per burst and the backoff from the strikes before it, in the one statement.
-          await this.repo.recordFailure(memberId, { message, startedAt, rateLimit: { retryAfterMs: err.retryAfterMs, ...RATE_LIMIT_BACKOFF } });
-          this.log.warn({ memberId, retryAfterMs: err.retryAfterMs ?? null }, 'upstream member rate limited; cooling down');
+          const { cooldownMs } = await this.repo.recordFailure(memberId, { message, startedAt, rateLimit: { retryAfterMs: err.retryAfterMs, ...RATE_LIMIT_BACKOFF } });
+          // The client is told how long the member is aside when the upstream said nothing (apiErrorOf).
+          if (cooldownMs > 0) err.cooldownMs = cooldownMs;
+          this.log.warn({ memberId, cooldownMs }, 'upstream member rate limited; cooling down');
           return;
         }
         case 'quota_exhausted':

@@ -38,6 +38,12 @@ export type ProviderErrorKind =
 export class ProviderError extends Error {
   readonly kind: ProviderErrorKind;
   readonly retryAfterMs: number | undefined;
+  /**
+   * How long the gateway put the member aside after this error (a 429 without Retry-After: its
+   * backoff; set by the pool's member health once recorded): what a client is told to wait when the
+   * upstream said nothing.
+   */
+  cooldownMs: number | undefined;
   /** HTTP status and error code the upstream answered, for logs and member health. */
   readonly upstreamStatus: number | undefined;
   readonly upstreamCode: string | undefined;

@@ -102,7 +102,7 @@ export class MemberHealthRepository {
       /** The member's configuration version the call used (`UpstreamAccount.configVersion`). */
       configVersion?: string;
     },
-  ): Promise<{ consecutiveFailures: number; counted: boolean; recorded: boolean }> {
+  ): Promise<{ consecutiveFailures: number; counted: boolean; recorded: boolean; cooldownMs: number }> {
     const c = f.circuit;
     const r = f.rateLimit;
     return this.withElapsed(async (db, msSince) => {
@@ -126,7 +126,7 @@ export class MemberHealthRepository {
       // 2^(streak - threshold), the exponent capped so that the power stays a finite number.
       const openMs = c ? sql`least(${c.maxMs}::float8, ${c.baseMs}::float8 * power(2::float8, least(30, greatest(0, ${streak} - ${c.threshold}::int))))` : sql`0`;
       const circuitUntil = c ? sql`now() + ${openMs} * interval '1 millisecond'` : sql`null::timestamptz`;
-      const { rows } = await sql<{ streak: number; counted: boolean }>`
+      const { rows } = await sql<{ streak: number; counted: boolean; cooldownMs: number }>`
         insert into member_health as member_health (member_id, cooldown_until, cooldown_reason, rate_limit_strikes, rate_limit_counted_at, consecutive_failures, failure_counted_at,
           credentials_rejected_at, account_disabled_at, account_disabled_reason, last_error, last_error_at, failures, updated_at)
         select m.id, ${firstCooldown}, ${reason}, ${r ? 1 : 0}, ${r ? sql`now()` : sql`null::timestamptz`}, ${c ? 1 : 0}, ${c ? sql`now()` : sql`null::timestamptz`},
@@ -155,9 +155,12 @@ export class MemberHealthRepository {
           successes = case when member_health.window_started_at < now() - ${WINDOW} then 0 else member_health.successes end,
           failures = case when member_health.window_started_at < now() - ${WINDOW} then 1 else member_health.failures + 1 end,
           updated_at = now()
-        returning consecutive_failures as streak, coalesce(failure_counted_at = now(), false) as counted`.execute(db);
+        returning consecutive_failures as streak, coalesce(failure_counted_at = now(), false) as counted,
+          greatest(0, coalesce(extract(epoch from cooldown_until - now()) * 1000, 0))::float8 as cooldown_ms`.execute(db);
       const row = rows[0];
-      return row ? { consecutiveFailures: row.streak, counted: row.counted, recorded: true } : { consecutiveFailures: 0, counted: false, recorded: false };
+      return row
+        ? { consecutiveFailures: row.streak, counted: row.counted, recorded: true, cooldownMs: Number(row.cooldownMs) }
+        : { consecutiveFailures: 0, counted: false, recorded: false, cooldownMs: 0 };
     });
   }
 

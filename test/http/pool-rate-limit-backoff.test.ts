@@ -4,20 +4,30 @@
  * 1303 while the polls of the jobs it runs keep succeeding. Those polls (`observeAccepted`) do not
  * restart the doubling; new work the member takes (`observe`) in a call that started after the
  * 429 does, and a submit that was already in flight when the 429 came does not. A burst (the calls in
- * flight when the member began refusing, answered 429 together) is one step of the doubling.
+ * flight when the member began refusing, answered 429 together) is one step of the doubling. A
+ * client refused by such a member is told the cooldown the gateway put it under (Retry-After), not 1 s.
  */
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RATE_LIMIT_BACKOFF } from '../../server/pool/member-health.ts';
 import { ProviderError } from '../../server/providers/provider-error.ts';
 import type { UpstreamAccount } from '../../server/providers/types.ts';
-import { createGroup, createMember } from '../support/factories.ts';
+import { startOpenAIImagesFake, type OpenAIImagesFake } from '../fakes/openai-images.ts';
+import { createAccount, createApiKey, createGroup, createMember, seedCatalog } from '../support/factories.ts';
+import { IMAGE_PRO, addUpstreamMember } from '../support/upstreams.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 
 let server: TestServer;
+let openai: OpenAIImagesFake;
 beforeAll(async () => {
-  server = await startTestServer();
+  openai = await startOpenAIImagesFake({ apiKeys: ['sk-a'] });
+  server = await startTestServer({ env: { IMAGE_CAPACITY_WAIT_MS: '0' } });
+  await seedCatalog(server.db, [IMAGE_PRO]);
 });
-afterAll(async () => server?.close());
+afterAll(async () => {
+  await server?.close();
+  await openai?.close();
+});
 
 async function klingMember(): Promise<UpstreamAccount> {
   const group = await createGroup(server.db);
@@ -102,5 +112,29 @@ describe('the 429 backoff of a member', () => {
     await health.observe(account, async () => 'job-started-after');
     await health.flush();
     expect((await healthOf(account)).strikes).toBe(0);
+  });
+});
+
+describe('a client refused by a rate-limited member', () => {
+  it('is told the cooldown the gateway put the member under (its backoff), when the upstream gave no Retry-After', async () => {
+    const account = await createAccount(server.db, { balance: 100 });
+    const group = await createGroup(server.db);
+    const member = await addUpstreamMember(server.db, server.secretKey, {
+      groupId: group.id, name: 'only', provider: 'openai', baseUrl: `${openai.url}/v1`, credentials: { api_key: 'sk-a' },
+      models: [IMAGE_PRO.id], modelMap: { [IMAGE_PRO.id]: 'gpt-image-1.5' }, priority: 0, weight: 1, concurrencyLimit: null,
+    });
+    const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+    // Four strikes already: the next 429 puts the member aside 16 s.
+    await sql`insert into member_health (member_id, rate_limit_strikes) values (${member.id}, 4)`.execute(server.db);
+    server.ctx.services.invalidateCaches();
+    openai.faults.push('generations', { status: 429, body: { error: { message: 'Rate limit reached', type: 'requests', param: null, code: 'rate_limit_exceeded' } } }, 1);
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${key.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: IMAGE_PRO.id, prompt: 'x', size: '1024x1024' }),
+    });
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect([res.status, body.error.code, res.headers.get('retry-after')]).toEqual([503, 'no_upstream_capacity', '16']);
+    expect(body.error.message).toContain('retry in 16 s');
   });
 });
