@@ -47,13 +47,15 @@ export async function seedDemoData(db: Kysely<DB>, log: SeedLogger): Promise<{ a
         eb.exists(eb.selectFrom('accounts').select('id')).as('hasAccounts'),
         eb.exists(eb.selectFrom('backendGroups').select('id')).as('hasGroups'),
         eb.exists(eb.selectFrom('accounts').select('id').where('name', '=', 'demo')).as('hasDemo'),
+        eb.selectFrom('catalogModels').select((c) => c.fn.countAll<string>().as('n')).where('id', 'in', LOCAL_MODELS.map((m) => m.id)).as('localModels'),
       ])
       .executeTakeFirstOrThrow();
     if (existing.hasAccounts || existing.hasGroups) {
       // A start that prints no key must say why: a first start after an admin command looks like a
       // fresh install that forgot its demo data. The local models still go into the catalog (kept as
       // they are when there): they ship with no definition file, and a `local` member needs them.
-      if (!existing.hasDemo) await upsertCatalog(trx, LOCAL_MODELS);
+      // Only while one is missing: a restart writes nothing.
+      if (!existing.hasDemo && Number(existing.localModels) < LOCAL_MODELS.length) await upsertCatalog(trx, LOCAL_MODELS);
       log.info(
         { demoData: 'skipped' },
         existing.hasDemo

@@ -18,10 +18,8 @@ import { editInput, stagingOf } from './media-body.ts';
 import { uploadedFiles } from './multipart.ts';
 import { clientGone } from './request-guards.ts';
 import { openImageStream, openJsonAnswer } from './image-answer.ts';
-import { sendJson, sendJsonWithImages, type HandlerMap, type ResponseBody } from './types.ts';
+import { sendJson, sendJsonWithImages, type HandlerMap, type ResponseBody, type Schemas } from './types.ts';
 
-/** An input of a JSON edit: a string, or OpenAI's object form. */
-type EditInputItem = string | { image_url?: string; file_id?: string };
 
 function wantsStream(req: Request, body: { stream?: boolean }): boolean {
   return body.stream === true || acceptsEventStream(req.headers.accept);
@@ -130,7 +128,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
     },
 
     async editImage(req, res) {
-      const body = req.body as ImageRequestFields & { images?: EditInputItem[]; mask?: EditInputItem };
+      const body = req.body as ImageRequestFields & Partial<Pick<Schemas['ImageEditRequest'], 'images' | 'mask'>>;
       const uploads = uploadedFiles(req);
       const staging = stagingOf(req, ctx.services.files);
       let edit: ImageEdit;

@@ -22,6 +22,7 @@ import { InputStaging } from '../services/media/input-staging.ts';
 import { authOf } from './auth.ts';
 import { MediaJsonScanner, type MediaJsonFields, type MediaJsonLimits } from '../lib/media-json-scanner.ts';
 import { bodyDeadline } from './request-guards.ts';
+import type { Schemas } from './types.ts';
 
 /** Each path of the pairs mapped to the other. */
 function aliasPairs(pairs: [string, string][]): ReadonlyMap<string, string> {
@@ -57,7 +58,7 @@ export function editMediaFields(maxImages: number): MediaJsonFields {
 }
 
 /** An input of a JSON edit as sent (a string, or OpenAI's object form) as its value and the param that names it. */
-export function editInput(item: string | { image_url?: string; file_id?: string }, param: string): { value: string; param: string } {
+export function editInput(item: string | Schemas['ImageReference'], param: string): { value: string; param: string } {
   if (typeof item === 'string') return { value: item, param };
   return item.image_url !== undefined ? { value: item.image_url, param: `${param}.image_url` } : { value: item.file_id ?? '', param: `${param}.file_id` };
 }

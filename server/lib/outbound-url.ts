@@ -64,13 +64,14 @@ function isLoopbackHost(host: string): boolean {
 /** What a refusal of a receiver on this machine adds: the operator's switch that allows one (a developer's machine). */
 const ONLY_WITH_PRIVATE_TARGETS = ' (a receiver on the gateway\'s own machine, as in development, needs the server started with ALLOW_PRIVATE_TARGETS=1)';
 
-/** The host of an `http://` URL for the hint above, or '' when it does not parse. */
-function loopbackCandidate(raw: string): string {
-  try {
-    return new URL(raw).hostname.replace(/^\[|\]$/g, '').toLowerCase().replace(/\.+$/, '');
-  } catch {
-    return '';
-  }
+/** A URL's host as it is classified: brackets of an IPv6 address off, lower case, trailing dots off. */
+function hostOf(url: URL): string {
+  return url.hostname.replace(/^\[|\]$/g, '').toLowerCase().replace(/\.+$/, '');
+}
+
+/** Whether `raw` parses to a URL whose host is this machine (for the hint above). */
+function isLoopbackUrl(raw: string): boolean {
+  return URL.canParse(raw) && isLoopbackHost(hostOf(new URL(raw)));
 }
 
 /**
@@ -85,7 +86,7 @@ export function parseOutboundUrl(raw: string, opts: { allowPrivate?: boolean } =
   if (!/^https:\/\/[^/?#\\]/i.test(raw) && !(http && opts.allowPrivate)) {
     if (/^https:/i.test(raw) || (opts.allowPrivate && /^http:/i.test(raw))) throw new OutboundUrlError('empty_host', 'the URL must be written https://host/…, with a host');
     if (opts.allowPrivate) throw new OutboundUrlError('not_https', 'only https URLs are accepted (and http:// to this machine, with ALLOW_PRIVATE_TARGETS)');
-    throw new OutboundUrlError('not_https', `only https URLs are accepted${http && isLoopbackHost(loopbackCandidate(raw)) ? ONLY_WITH_PRIVATE_TARGETS : ''}`);
+    throw new OutboundUrlError('not_https', `only https URLs are accepted${http && isLoopbackUrl(raw) ? ONLY_WITH_PRIVATE_TARGETS : ''}`);
   }
   let url: URL;
   try {
@@ -94,7 +95,7 @@ export function parseOutboundUrl(raw: string, opts: { allowPrivate?: boolean } =
     throw new OutboundUrlError('malformed', 'the URL cannot be parsed');
   }
   if (url.username !== '' || url.password !== '') throw new OutboundUrlError('credentials', 'the URL must not carry a user name or password');
-  const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase().replace(/\.+$/, '');
+  const host = hostOf(url);
   if (host === '') throw new OutboundUrlError('empty_host', 'the URL has no host');
   const protocol = http ? 'http:' : 'https:';
   if (http && !isLoopbackHost(host)) throw new OutboundUrlError('not_https', `plain http is accepted for this machine only (localhost, 127.0.0.1, ::1), not '${host}'`);

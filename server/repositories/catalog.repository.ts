@@ -87,10 +87,6 @@ export class CatalogRepository {
   }
 
   /** The subset of `ids` that exist in the catalog. */
-  async existingModelIds(ids: readonly string[]): Promise<Set<string>> {
-    return new Set((await this.modelKinds(ids)).keys());
-  }
-
   /** The kind (image, video) of each of these catalog models that exists. */
   async modelKinds(ids: readonly string[]): Promise<Map<string, string>> {
     if (ids.length === 0) return new Map();

@@ -172,36 +172,37 @@ export class ModelRepository {
    * is switched on), with whether such a member can run them here, their prices and the two
    * switches; one query.
    */
-  async listImageCatalog(groupId: string): Promise<ImageCatalogListRow[]> {
+  listImageCatalog(groupId: string): Promise<ImageCatalogListRow[]> {
+    return this.imageCatalog(groupId, undefined);
+  }
+
+  /**
+   * One image model as a group sees it, with its prices and the operation's switch; one query.
+   * Listed by any member of the group, enabled or not: a model whose members are all disabled is
+   * found unreachable (`503 no_reachable_member`), not unknown.
+   */
+  async findImageModel(groupId: string, modelId: string, switchName: 'image_generation' | 'image_edit'): Promise<ImageCatalogRow | undefined> {
+    const row = (await this.imageCatalog(groupId, modelId))[0];
+    if (!row) return undefined;
+    const { generationOn, editOn, displayName: _name, ...model } = row;
+    return { ...model, switchedOn: switchName === 'image_generation' ? generationOn : editOn };
+  }
+
+  private async imageCatalog(groupId: string, modelId: string | undefined): Promise<ImageCatalogListRow[]> {
+    const switchedOn = (name: string) => sql`coalesce((select s.enabled from capability_switches s where s.name = ${name}), false)`;
     const result = await sql<ImageCatalogListRow>`
       select m.id, m.display_name as "displayName", m.capabilities,
              bool_or(g.enabled and ${this.runnable(sql`'image'`)}) as reachable,
-             coalesce((select s.enabled from capability_switches s where s.name = 'image_generation'), false) as "generationOn",
-             coalesce((select s.enabled from capability_switches s where s.name = 'image_edit'), false) as "editOn",
+             ${switchedOn('image_generation')} as "generationOn", ${switchedOn('image_edit')} as "editOn",
              coalesce((select json_agg(json_build_object('resolution', p.resolution, 'quality', p.quality, 'unitPrice', p.unit_price))
                        from model_prices p where p.model_id = m.id), '[]'::json) as prices
       from catalog_models m
       join group_members g on g.group_id = ${groupId} and m.id = any(g.models)
       where m.kind = 'image' and m.enabled
-        and exists (select 1 from capability_switches s where s.name in ('image_generation', 'image_edit') and s.enabled)
+        ${modelId === undefined ? sql`and exists (select 1 from capability_switches s where s.name in ('image_generation', 'image_edit') and s.enabled)` : sql`and m.id = ${modelId}`}
       group by m.id
-      having bool_or(g.enabled)
+      ${modelId === undefined ? sql`having bool_or(g.enabled)` : sql``}
       order by m.id`.execute(this.db);
     return result.rows;
-  }
-
-  /** One image model as a group sees it, with its prices and the operation's switch; one query. */
-  async findImageModel(groupId: string, modelId: string, switchName: 'image_generation' | 'image_edit'): Promise<ImageCatalogRow | undefined> {
-    const result = await sql<ImageCatalogRow>`
-      select m.id, m.capabilities,
-             bool_or(g.enabled and ${this.runnable(sql`'image'`)}) as reachable,
-             coalesce((select s.enabled from capability_switches s where s.name = ${switchName}), false) as "switchedOn",
-             coalesce((select json_agg(json_build_object('resolution', p.resolution, 'quality', p.quality, 'unitPrice', p.unit_price))
-                       from model_prices p where p.model_id = m.id), '[]'::json) as prices
-      from catalog_models m
-      join group_members g on g.group_id = ${groupId} and m.id = any(g.models)
-      where m.kind = 'image' and m.enabled and m.id = ${modelId}
-      group by m.id`.execute(this.db);
-    return result.rows[0];
   }
 }

@@ -691,13 +691,15 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       unrecorded.length = 0;
       links.length = 0;
     }
-    if (files.length === 0) {
+    // Nothing reached the client (it left, or the stop cut it off): the task fails, every credit released.
+    const undelivered = async (what: string): Promise<ExecuteResult> => {
       const [code, who] = cutOff(signal);
-      const failed = await this.deps.settlement.failImage(fence, code, `${who} before any image was delivered; the credits were released.`, attempts.take());
+      const failed = await this.deps.settlement.failImage(fence, code, `${who} before ${what} delivered; the credits were released.`, attempts.take());
       // The fence did not hold: another worker owns the task, and this request answers nothing as if it had.
       if (!failed) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
-      return { status: 'failed', files, images, links, captured: 0 };
-    }
+      return { status: 'failed', files: [], images, links: [], captured: 0 };
+    };
+    if (files.length === 0) return undelivered('any image was');
     const { revisedPrompt } = upstream;
     // The answer's head goes out (whileSettling; its writes never fail the task) while the copies
     // (storeWhileSettling) are written; the settlement waits for the copies, so a completed task
@@ -716,10 +718,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
         if (lost.includes(file)) await this.deps.files.discardUnrecorded(file).catch(() => undefined);
         else await discard(file);
       }
-      const [code, who] = cutOff(signal);
-      const failed = await this.deps.settlement.failImage(fence, code, `${who} before its images were delivered; the credits were released.`, attempts.take());
-      if (!failed) throw new LeaseLost(`task ${task.id} was taken over by another worker`);
-      return { status: 'failed', files: [], images, links: [], captured: 0 };
+      return undelivered('its images were');
     }
     const landed = lost.length === 0 ? { files, unrecorded } : { files: files.filter((f) => !lost.includes(f)), unrecorded: unrecorded.filter((f) => !lost.includes(f)) };
     const captured = await this.deps.settlement.completeImage(task, { ...landed, delivered: files.length, revisedPrompt }, attempts.take());

@@ -10,6 +10,7 @@ import { newId } from '../../lib/ids.ts';
 import { Base64Bytes, Base64Source, type WithBase64 } from '../../lib/base64-json.ts';
 import { inspectImage } from '../../lib/image-inspect.ts';
 import { toCredits } from '../../lib/money.ts';
+import { toAdminPricing } from '../admin/admin-mappers.ts';
 import type { Logger } from '../../logger.ts';
 import type { ImageInputShape, ImageInputSize, ImageParams } from '../../providers/types.ts';
 import type { FileRow } from '../../repositories/file.repository.ts';
@@ -151,6 +152,9 @@ function taskShape<M>(row: ImageLookupFields): WithBase64<Schemas['ImageTask'], 
 function mediaExpired(row: { mediaExpiresAt?: Date | null }): boolean {
   return !!row.mediaExpiresAt && row.mediaExpiresAt.getTime() <= Date.now();
 }
+
+/** The quality tiers a model may price apart, in order. */
+const QUALITY_TIERS = ['low', 'medium', 'high'] as const;
 
 export class ImageService {
   /** Model lookups per group, model and switch: configuration, read on every request otherwise. */
@@ -456,13 +460,14 @@ export class ImageService {
   /** GET /v1/images/capabilities: the image models the key can see, what they take and their prices now. */
   async capabilities(auth: AuthContext): Promise<Schemas['ImageCapabilities']> {
     const rows = await this.deps.models.listImageCatalog(auth.groupId);
-    const QUALITIES = ['low', 'medium', 'high'] as const;
     return {
       items: rows.map((row) => {
         const caps = row.capabilities;
         const edits = caps.edits !== false;
-        const qualities = caps.supportsQuality ? QUALITIES.filter((q) => row.prices.some((p) => p.quality === q)) : [];
-        const tier = (p: { resolution: string; quality: string }) => caps.resolutions.indexOf(p.resolution) * 4 + (p.quality === '' ? 0 : QUALITIES.indexOf(p.quality as (typeof QUALITIES)[number]) + 1);
+        // In capability order (resolution, then quality), as the admin API lists them; a quality row
+        // of a model without quality tiers, or of a tier the model lacks, is not offered.
+        const pricing = toAdminPricing(row.prices.map((p) => ({ ...p, modelId: row.id, mode: 'per_item' })), caps.resolutions);
+        const qualities = caps.supportsQuality ? QUALITY_TIERS.filter((q) => pricing.some((p) => p.quality === q)) : [];
         return {
           model: row.id,
           displayName: row.displayName,
@@ -474,10 +479,9 @@ export class ImageService {
           transparentBackground: caps.supportsTransparentBackground,
           maxN: caps.maxN,
           maxInputImages: edits ? Math.min(caps.maxInputImages ?? this.deps.options.maxEditImages, this.deps.options.maxEditImages) : 0,
-          billing: row.prices
-            .filter((p) => caps.resolutions.includes(p.resolution) && (p.quality === '' || qualities.includes(p.quality as (typeof QUALITIES)[number])))
-            .sort((a, b) => tier(a) - tier(b))
-            .map((p) => ({ resolution: p.resolution, quality: p.quality === '' ? null : (p.quality as (typeof QUALITIES)[number]), mode: 'per_item' as const, unit: 'image' as const, unitPrice: toCredits(p.unitPrice) })),
+          billing: pricing
+            .filter((p) => caps.resolutions.includes(p.resolution) && (p.quality === null || qualities.includes(p.quality)))
+            .map((p) => ({ resolution: p.resolution, quality: p.quality, mode: 'per_item' as const, unit: 'image' as const, unitPrice: p.unit_price })),
           configuredReachable: row.reachable,
         };
       }),
