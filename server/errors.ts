@@ -152,7 +152,7 @@ export function apiErrorOf(err: ProviderError, model?: string): ApiError {
     case 'invalid_request':
       return new ApiError(400, 'upstream_rejected', `The upstream rejected the request: ${ended(err.message)}`);
     case 'rate_limited':
-      return noUpstreamCapacity(model, err.retryAfterMs ?? err.cooldownMs, 'the upstream is rate-limiting it');
+      return noUpstreamCapacity(model, err.waitMs, 'the upstream is rate-limiting it');
     case 'auth':
     case 'quota_exhausted':
     case 'account_disabled':

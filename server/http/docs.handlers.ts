@@ -1,5 +1,5 @@
 /**
- * GET /docs (the rendered API reference) and GET /openapi.json (the bundled contract it renders, the
+ * GET / (an index of what is where), GET /docs (the rendered API reference) and GET /openapi.json (the bundled contract it renders, the
  * very file the validator reads, its `servers` naming PUBLIC_BASE_URL when that is set). Both are
  * built on their first request and kept: start-up does not pay for them, and they change only with
  * a deployment. `no-cache` with an ETag: a browser revalidates and gets `304` instead of the 2.5 MB
@@ -10,7 +10,7 @@ import { readFile } from 'node:fs/promises';
 import type { Response } from 'express';
 import { openApiPath } from '../openapi.ts';
 import { renderDocsPage } from './docs-page.ts';
-import type { HandlerMap } from './types.ts';
+import { sendJson, type HandlerMap } from './types.ts';
 
 interface Served {
   body: Buffer;
@@ -45,7 +45,7 @@ function send(res: Response, doc: Served): void {
  * generated from a deployed gateway's /openapi.json (and the reference's examples) reach that
  * gateway; unset, both serve the file as it is (its server: `npm start`'s http://localhost:8080).
  */
-export function docsHandlers(publicBaseUrl?: string): Pick<HandlerMap, 'getApiReference' | 'getOpenApiDocument'> {
+export function docsHandlers(publicBaseUrl: string | undefined, consoleOn: boolean): Pick<HandlerMap, 'getServiceIndex' | 'getApiReference' | 'getOpenApiDocument'> {
   const specFile = once(async () => {
     const file = await readFile(openApiPath());
     if (publicBaseUrl === undefined) return file;
@@ -55,7 +55,12 @@ export function docsHandlers(publicBaseUrl?: string): Pick<HandlerMap, 'getApiRe
   });
   const spec = once(async () => served(await specFile(), 'application/json; charset=utf-8'));
   const page = once(async () => served(Buffer.from(await renderDocsPage((await specFile()).toString('utf8'))), 'text/html; charset=utf-8'));
+  // Relative links: right at the base URL behind any path prefix.
+  const index = { service: 'mediagate', api: 'v1', docs: 'docs', openapi: 'openapi.json', health: 'healthz', readiness: 'readyz', console: consoleOn ? 'console/' : null } as const;
   return {
+    getServiceIndex(_req, res) {
+      sendJson(res, 'getServiceIndex', 200, index);
+    },
     async getApiReference(_req, res) {
       send(res, await page());
     },

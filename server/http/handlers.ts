@@ -22,7 +22,7 @@ export function createHandlers(ctx: AppContext): HandlerMap {
     ...modelsHandlers(ctx),
     ...creditsHandlers(ctx),
     ...operationsHandlers(ctx),
-    ...docsHandlers(ctx.config.publicBaseUrl),
+    ...docsHandlers(ctx.config.publicBaseUrl, ctx.config.adminToken !== undefined),
     ...imagesHandlers(ctx),
     ...videosHandlers(ctx),
     ...filesHandlers(ctx),

@@ -75,6 +75,9 @@ export class NoCapacity extends Error {
   }
 }
 
+/** How long a member that refused work with a 429 is put aside (a client told nothing waits 1 s). */
+const waitOf = (err: ProviderError): number => err.waitMs ?? 1_000;
+
 /** Errors that say nothing about the request, only about the account: another member may succeed. */
 export function isFailover(err: ProviderError): boolean {
   return err.transient || ['auth', 'quota_exhausted', 'misconfigured', 'model_not_open', 'account_disabled'].includes(err.kind);
@@ -253,6 +256,8 @@ export class Pool {
     let full = false;
     let cooldownMs = Number.POSITIVE_INFINITY;
     let lastError: ProviderError | undefined;
+    /** Of the members that refused the work with a 429, the one that can take it soonest: what the client is told to wait. */
+    let soonest: ProviderError | undefined;
     for (const member of tried) {
       if (attempts >= MAX_ATTEMPTS) break;
       const coolingMs = member.cooldownUntil - now;
@@ -285,10 +290,16 @@ export class Pool {
         if (!(err instanceof ProviderError) || !isFailover(err) || !(req.canFailover?.(err) ?? true)) throw err;
         await req.release();
         lastError = err;
+        if (err.kind === 'rate_limited' && (!soonest || waitOf(err) < waitOf(soonest))) soonest = err;
         req.log.warn({ memberId: member.id, kind: err.kind, err: err.message }, 'upstream member failed before accepting the work; trying the next member');
       }
     }
-    if (lastError) throw lastError;
+    if (lastError) {
+      // Every member is rate-limited or cooling: the client can retry when the first of them is free.
+      if (lastError.kind !== 'rate_limited' || !soonest) throw lastError;
+      if (cooldownMs < waitOf(soonest)) throw new NoCapacity('cooling', cooldownMs);
+      throw soonest;
+    }
     throw full ? new NoCapacity('full', Math.min(FULL_RETRY_MS, cooldownMs)) : new NoCapacity('cooling', cooldownMs);
   }
 

@@ -39,11 +39,16 @@ export class ProviderError extends Error {
   readonly kind: ProviderErrorKind;
   readonly retryAfterMs: number | undefined;
   /**
-   * How long the gateway put the member aside after this error (a 429 without Retry-After: its
-   * backoff; set by the pool's member health once recorded): what a client is told to wait when the
-   * upstream said nothing.
+   * How long the gateway put the member aside after this error (a 429: the upstream's Retry-After,
+   * else its backoff; never shorter than a cooldown already running; set by the pool's member
+   * health once recorded).
    */
   cooldownMs: number | undefined;
+
+  /** What a client refused because of this error is told to wait: the member's recorded cooldown, else the upstream's Retry-After. */
+  get waitMs(): number | undefined {
+    return this.cooldownMs ?? this.retryAfterMs;
+  }
   /** HTTP status and error code the upstream answered, for logs and member health. */
   readonly upstreamStatus: number | undefined;
   readonly upstreamCode: string | undefined;

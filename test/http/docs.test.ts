@@ -1,5 +1,5 @@
 /**
- * The rendered reference (`GET /docs`) and the bundled contract (`GET /openapi.json`) over HTTP, with
+ * The index at the base URL (`GET /`), the rendered reference (`GET /docs`) and the bundled contract (`GET /openapi.json`) over HTTP, with
  * response validation on (and through Prism in the contract lane): no key needed, the contract
  * byte for byte the file the validator reads, the page the very bytes `npm run docs` writes and
  * self-contained, revalidation by ETag. test/process/docs-browser.test.ts opens the page in Chromium.
@@ -65,6 +65,31 @@ describe('GET /openapi.json', () => {
     const res = await get('/openapi.json?download=1');
     expect(res.status).toBe(400);
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe('invalid_request');
+  });
+});
+
+describe('GET /', () => {
+  it('lists where things are, as links relative to the base URL that resolve, without a key', async () => {
+    const res = await get('/', { Authorization: 'Bearer mg_not_a_key' });
+    expect(res.status).toBe(200);
+    const index = (await res.json()) as Record<string, string | null>;
+    expect(index).toEqual({ service: 'mediagate', api: 'v1', docs: 'docs', openapi: 'openapi.json', health: 'healthz', readiness: 'readyz', console: 'console/' });
+    for (const link of ['docs', 'openapi', 'health', 'readiness', 'console'] as const) {
+      const target = await direct(new URL(index[link]!, `${server.directUrl}/`).pathname);
+      expect([link, target.status]).toEqual([link, 200]);
+    }
+    expect((await get('/?x=1')).status).toBe(400);
+  });
+
+  it('names no console while it is off (ADMIN_TOKEN unset)', async () => {
+    const plain = await startTestServer({ env: { ADMIN_TOKEN: '' } });
+    try {
+      const index = (await (await fetch(`${plain.directUrl}/`)).json()) as Record<string, unknown>;
+      expect(index.console).toBeNull();
+      expect((await fetch(`${plain.directUrl}/console/`)).status).toBe(404);
+    } finally {
+      await plain.close();
+    }
   });
 });
 

@@ -5,7 +5,8 @@
  * restart the doubling; new work the member takes (`observe`) in a call that started after the
  * 429 does, and a submit that was already in flight when the 429 came does not. A burst (the calls in
  * flight when the member began refusing, answered 429 together) is one step of the doubling. A
- * client refused by such a member is told the cooldown the gateway put it under (Retry-After), not 1 s.
+ * client refused by such a member is told the cooldown the gateway put it under (Retry-After), not 1 s;
+ * refused by several, the wait of the one that is free first.
  */
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -136,5 +137,33 @@ describe('a client refused by a rate-limited member', () => {
     const body = (await res.json()) as { error: { code: string; message: string } };
     expect([res.status, body.error.code, res.headers.get('retry-after')]).toEqual([503, 'no_upstream_capacity', '16']);
     expect(body.error.message).toContain('retry in 16 s');
+  });
+
+  it("is told the shortest wait of the members it was refused by, not the last one's", async () => {
+    const account = await createAccount(server.db, { balance: 100 });
+    const group = await createGroup(server.db);
+    const member = (name: string, priority: number, apiKey: string) =>
+      addUpstreamMember(server.db, server.secretKey, {
+        groupId: group.id, name, provider: 'openai', baseUrl: `${openai.url}/v1`, credentials: { api_key: apiKey },
+        models: [IMAGE_PRO.id], modelMap: { [IMAGE_PRO.id]: 'gpt-image-1.5' }, priority, weight: 1, concurrencyLimit: null,
+      });
+    // Tried first: Retry-After 3. Tried last: four strikes already, so its 429 puts it aside 16 s.
+    await member('first', 10, 'sk-a');
+    const last = await member('last', 0, 'sk-a');
+    await sql`insert into member_health (member_id, rate_limit_strikes) values (${last.id}, 4)`.execute(server.db);
+    const key = await createApiKey(server.db, { accountId: account.id, groupId: group.id });
+    server.ctx.services.invalidateCaches();
+    openai.rateLimitNext('generations', 3);
+    openai.faults.push('generations', { status: 429, body: { error: { message: 'Rate limit reached', type: 'requests', param: null, code: 'rate_limit_exceeded' } } }, 1);
+    const calls = openai.calls.length;
+    const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${key.key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: IMAGE_PRO.id, prompt: 'x', size: '1024x1024' }),
+    });
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect(openai.calls.length - calls).toBe(2);
+    expect([res.status, body.error.code, res.headers.get('retry-after')]).toEqual([503, 'no_upstream_capacity', '3']);
+    expect(body.error.message).toContain('retry in 3 s');
   });
 });
