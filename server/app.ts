@@ -136,7 +136,7 @@ export function createApp(ctx: AppContext, handlers: HandlerMap, options: Create
   // Requests per minute of the key and its account (generations, uploads and webhook tests): refused before the body is read.
   app.post(RATED_PATHS, requestRateGate(ctx.services.requestRates));
   app.use('/admin', (req, res, next) => {
-    if (!BODY_METHODS.has(req.method)) return next();
+    if (!BODY_METHODS.has(req.method) && req.method !== 'DELETE') return next();
     try {
       checkAdminToken(req);
       // An admin change reaches this instance's caches of keys, models and pool candidates before

@@ -1,8 +1,9 @@
-// `members add|list|update`: the upstream accounts of a group; credentials are stored encrypted
+// `members add|list|update|delete`: the upstream accounts of a group; credentials are stored encrypted
 // and never printed (the API objects only say has_credentials).
 import { ApiError } from '../../server/errors.ts';
 import { PROVIDER_KINDS } from '../../server/providers/provider-kinds.ts';
 import { bool, credentials, defined, int, list, modelMap, nullable, oneOf, optInt, required, UsageError } from './args.ts';
+import type { AdminServices } from '../../server/services/admin/index.ts';
 import type { Commands } from './command.ts';
 import { checkBody } from './contract.ts';
 import { one, table, type Row } from './output.ts';
@@ -53,10 +54,7 @@ export const memberCommands: Commands = {
   update: async ({ admin, flags, target, groupId }) => {
     if (flags.provider !== undefined) throw new UsageError('the provider of a member cannot change; add a new member instead');
     const group = await groupId(required(flags.group, 'group'));
-    const ref = target();
-    const members = (await admin.groups.listMembers(group)).data;
-    const member = members.find((m) => m.id === ref) ?? members.find((m) => m.name === ref);
-    if (!member) throw new ApiError(404, 'member_not_found', `The group has no member with the id or name '${ref}'.`);
+    const member = await memberOf(admin, group, target());
     return one(
       await admin.groups.updateMember(
         group,
@@ -78,4 +76,20 @@ export const memberCommands: Commands = {
       ),
     );
   },
+
+  delete: async ({ admin, flags, target, groupId }) => {
+    const group = await groupId(required(flags.group, 'group'));
+    const member = await memberOf(admin, group, target());
+    await admin.groups.deleteMember(group, member.id);
+    const deleted = { id: member.id, name: member.name, deleted: true };
+    return { json: deleted, text: `deleted member ${member.name} (${member.id})` };
+  },
 };
+
+/** The group's member with this id, else with this name. */
+async function memberOf(admin: AdminServices, group: string, ref: string): Promise<Member> {
+  const members = (await admin.groups.listMembers(group)).data;
+  const member = members.find((m) => m.id === ref) ?? members.find((m) => m.name === ref);
+  if (!member) throw new ApiError(404, 'member_not_found', `The group has no member with the id or name '${ref}'.`);
+  return member;
+}

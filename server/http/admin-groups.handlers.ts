@@ -5,7 +5,7 @@ import { sendJson, type HandlerMap } from './types.ts';
 
 export function adminGroupsHandlers(
   ctx: AppContext,
-): Pick<HandlerMap, 'createGroup' | 'listGroups' | 'getGroup' | 'updateGroup' | 'listGroupMembers' | 'createGroupMember' | 'updateGroupMember'> {
+): Pick<HandlerMap, 'createGroup' | 'listGroups' | 'getGroup' | 'updateGroup' | 'listGroupMembers' | 'createGroupMember' | 'updateGroupMember' | 'deleteGroupMember'> {
   const { groups } = ctx.services.admin;
   return {
     async createGroup(req, res) {
@@ -28,6 +28,10 @@ export function adminGroupsHandlers(
     },
     async updateGroupMember(req, res) {
       sendJson(res, 'updateGroupMember', 200, await groups.updateMember(req.params.group_id, req.params.member_id, req.body));
+    },
+    async deleteGroupMember(req, res) {
+      await groups.deleteMember(req.params.group_id, req.params.member_id);
+      res.status(204).end();
     },
   };
 }

@@ -1,7 +1,7 @@
 /**
  * What an operator could not do from the console, in headless Chromium (Debian's /usr/bin/chromium,
  * driven by playwright-core) against the real app: put a member the upstream took out back in
- * rotation (an Edit with nothing changed sends nothing), see a member out for some models as trouble
+ * rotation (an Edit with nothing changed sends nothing), delete a disabled member, see a member out for some models as trouble
  * on the dashboard and its group page, add a catalog model from its POST body (and be told so when a
  * member names a model the catalog lacks), rename a key and move it to another group, and keep the
  * filters of the task, webhook and ledger lists in the URL, so that Back and a reload show the same list.
@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { sql } from 'kysely';
 import { chromium, type Browser, type Page, type Request } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAccount, createApiKey, createGroup, createMember, seedCatalog } from '../support/factories.ts';
+import { createAccount, createApiKey, createGroup, createMember, imageTaskToHold, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
 import { repoRoot } from '../support/server-process.ts';
 import { ensureConsoleBuild } from './console-build.ts';
@@ -125,6 +125,33 @@ describe('members the pool keeps out', () => {
     // A disabled member is put back by Enable, not by this.
     expect(await row('switched-off').getByRole('button', { name: /Put back in rotation/ }).count()).toBe(0);
     expect(await row('billing-out').getByRole('button', { name: /Put back in rotation/ }).count()).toBe(0);
+  }, 60_000);
+
+  it('deletes a disabled member once no task runs on it; while one does, says why and keeps it', async () => {
+    const group = await createGroup(server.db, { name: 'retire' });
+    const active = await createMember(server.db, group.id, { name: 'still-on', models: ['local-image-1'] });
+    const retired = await createMember(server.db, group.id, { name: 'retired-one', models: ['local-image-1'], enabled: false });
+    const task = await imageTaskToHold(server.db);
+    await server.db.insertInto('imageTasks').values({ ...task.row, memberId: retired.id }).execute();
+    await open(`/groups/${group.id}`, 'Group retire');
+    const row = (name: string) => page.getByRole('table', { name: 'Members' }).getByRole('row').filter({ hasText: name });
+    await row('retired-one').waitFor();
+    // Only a disabled member offers Delete.
+    expect(await row('still-on').getByRole('button', { name: /Delete member/ }).count()).toBe(0);
+    const confirmDelete = async () => {
+      await row('retired-one').getByRole('button', { name: 'Delete member retired-one' }).click();
+      await page.getByRole('dialog', { name: 'Delete this member?' }).getByRole('button', { name: 'Delete member' }).click();
+    };
+    await confirmDelete();
+    await page.getByText('1 task that has not finished runs').waitFor();
+    expect(await server.db.selectFrom('groupMembers').select('id').where('id', '=', retired.id).executeTakeFirst()).toBeDefined();
+
+    await server.db.updateTable('imageTasks').set({ status: 'failed', errorMessage: 'x', completedAt: new Date() }).where('id', '=', task.taskId).execute();
+    await confirmDelete();
+    await page.getByTestId('member-put-back').filter({ hasText: 'Member “retired-one” deleted.' }).waitFor();
+    await row('retired-one').waitFor({ state: 'detached' });
+    expect(await server.db.selectFrom('groupMembers').select('id').where('id', '=', retired.id).executeTakeFirst()).toBeUndefined();
+    expect(await server.db.selectFrom('groupMembers').select('id').where('id', '=', active.id).executeTakeFirst()).toBeDefined();
   }, 60_000);
 
   it('counts a member out for some models as trouble: listed on the dashboard, and an orange badge rather than "healthy" on its group page', async () => {

@@ -162,6 +162,13 @@ describe('admin CLI', { timeout: 90_000 }, () => {
     const stray = await admin('members', 'update', 'openai-main', '--group', 'default', '--model-map', 'local-video-1=sora-2');
     expect(stray.code).toBe(1);
     expect(stray.stderr).toContain('--model-map names models the member does not serve');
+    const retired = await admin('members', 'add', '--group', 'default', '--name', 'retired', '--provider', 'openai', '--models', 'local-image-1', '--credential', 'api_key=x');
+    expect(retired.code).toBe(0);
+    const deleted = await admin('members', 'delete', 'retired', '--group', 'default');
+    expect([deleted.code, deleted.stdout]).toEqual([0, expect.stringMatching(/^deleted member retired \(mem_[0-9A-Za-z]+\)/)]);
+    expect(await t.db.selectFrom('groupMembers').select('id').where('name', '=', 'retired').executeTakeFirst()).toBeUndefined();
+    const gone = await admin('members', 'delete', 'retired', '--group', 'default');
+    expect([gone.code, gone.stderr]).toEqual([1, expect.stringContaining('member_not_found')]);
 
     // Every provider the admin API takes is a --provider the CLI passes on (it once knew only the first five).
     for (const provider of PROVIDER_KINDS) {

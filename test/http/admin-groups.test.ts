@@ -2,7 +2,7 @@ import createClient from 'openapi-fetch';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { paths } from '../../generated/api.d.ts';
 import { decryptSecret } from '../../server/lib/secret-box.ts';
-import { createGroup, createMember, seedCatalog } from '../support/factories.ts';
+import { createGroup, createMember, imageTaskToHold, seedCatalog } from '../support/factories.ts';
 import { ADMIN_TOKEN, startTestServer, type TestServer } from '../support/http-harness.ts';
 
 let server: TestServer;
@@ -270,6 +270,62 @@ describe('group members', () => {
     }
     const { data } = await server.admin().GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: group.id } } });
     expect(data!.data.map((m) => m.name)).toEqual(['z', 'a', 'b', 'c']);
+  });
+});
+
+describe('deleting a member', () => {
+  const del = (group_id: string, member_id: string) => server.admin().DELETE('/admin/v1/groups/{group_id}/members/{member_id}', { params: { path: { group_id, member_id } } });
+
+  it('removes it with its health, from the listing and from routing; again, or in another group, is 404', async () => {
+    const group = await newGroup('retiring');
+    const other = await newGroup('retiring-other');
+    const created = await server.admin().POST('/admin/v1/groups/{group_id}/members', {
+      params: { path: { group_id: group.id } },
+      body: { name: 'typo', provider: 'openai', credentials: { api_key: SECRET }, models: ['local-image-1'] },
+    });
+    const id = created.data!.id;
+    await server.db.insertInto('memberHealth').values({ memberId: id, lastError: 'boom', lastErrorAt: new Date() }).execute();
+    // Its group is not the one named: nothing happens.
+    const wrongGroup = await del(other.id, id);
+    expect([wrongGroup.response.status, wrongGroup.error?.error.code]).toEqual([404, 'member_not_found']);
+    const unknownGroup = await del('grp_0000000000000000000000000', id);
+    expect([unknownGroup.response.status, unknownGroup.error?.error.code]).toEqual([404, 'group_not_found']);
+
+    const res = await del(group.id, id);
+    expect(res.response.status).toBe(204);
+    expect(await server.db.selectFrom('groupMembers').select('id').where('id', '=', id).executeTakeFirst()).toBeUndefined();
+    expect(await server.db.selectFrom('memberHealth').select('memberId').where('memberId', '=', id).executeTakeFirst()).toBeUndefined();
+    const listed = await server.admin().GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: group.id } } });
+    expect(listed.data).toEqual({ data: [] });
+    // The instance's routing forgot it at once (the admin change drops the caches).
+    expect(await server.ctx.pool.serving({ groupId: group.id, model: 'local-image-1', capability: 'image' })).toEqual([]);
+    const again = await del(group.id, id);
+    expect([again.response.status, again.error?.error.code]).toEqual([404, 'member_not_found']);
+  });
+
+  it('409 member_in_use while a task that has not finished runs on it; deleted once it has finished', async () => {
+    const group = await newGroup('busy');
+    const created = await server.admin().POST('/admin/v1/groups/{group_id}/members', {
+      params: { path: { group_id: group.id } },
+      body: { name: 'busy-one', provider: 'openai', credentials: { api_key: SECRET }, models: ['local-image-1'] },
+    });
+    const id = created.data!.id;
+    const task = await imageTaskToHold(server.db);
+    await server.db.insertInto('imageTasks').values({ ...task.row, memberId: id }).execute();
+
+    const refused = await del(group.id, id);
+    expect([refused.response.status, refused.error?.error.code]).toEqual([409, 'member_in_use']);
+    expect(refused.error?.error.message).toContain('1 task that has not finished runs');
+    expect(refused.error?.error.message).toContain('enabled: false');
+    expect(await server.db.selectFrom('groupMembers').select('id').where('id', '=', id).executeTakeFirst()).toBeDefined();
+
+    await server.db.updateTable('imageTasks').set({ status: 'needs_attention' }).where('id', '=', task.taskId).execute();
+    expect((await del(group.id, id)).response.status).toBe(409);
+
+    await server.db.updateTable('imageTasks').set({ status: 'failed', errorMessage: 'x', completedAt: new Date() }).where('id', '=', task.taskId).execute();
+    expect((await del(group.id, id)).response.status).toBe(204);
+    // The task keeps the member's id as history.
+    expect((await server.db.selectFrom('imageTasks').select('memberId').where('id', '=', task.taskId).executeTakeFirstOrThrow()).memberId).toBe(id);
   });
 });
 

@@ -1438,7 +1438,26 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete a group member
+         * @description Removes a member (a retired or mistyped upstream account) with its stored credentials and its
+         *     health; new work never goes to it again, on any instance. Tasks it ran keep its id
+         *     (`member_id` in the task and ledger views) as history.
+         *
+         *     A member that still runs work is not deleted: a `queued` or `in_progress` video task, or a
+         *     `processing` or `needs_attention` image task, on it (its jobs are collected with its
+         *     credentials). That is `409 member_in_use`, saying how many; nothing changes. To retire a busy
+         *     member, set `enabled: false` first (no new work goes to it) and delete it once its tasks have
+         *     finished. Should a task still reach a deleted member (an instance that routed to it in the
+         *     moment of the delete), that task fails `no_reachable_member` and its credits are refunded.
+         *
+         *     Errors: `404 group_not_found`, `member_not_found` (unknown, of another group, or deleted
+         *     already); `409 member_in_use`.
+         *
+         *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
+         *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
+         */
+        delete: operations["deleteGroupMember"];
         options?: never;
         head?: never;
         /**
@@ -2044,7 +2063,7 @@ export interface components {
          *       request; admin: a credit adjustment's `idempotency_key` reused with a different amount or
          *       reason), `no_webhook` / `webhook_in_progress` (admin redelivery: the task has no webhook, or
          *       one is being sent), `file_in_use` (`DELETE /v1/files/{file_id}`: a task that has not finished
-         *       still needs the file).
+         *       still needs the file), `member_in_use` (admin: `DELETE` of a member that still runs tasks).
          *     - **413** `body_too_large`, `media_too_large` (one media input over its byte limit),
          *       `media_total_too_large` (all media inputs over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`).
@@ -2088,7 +2107,7 @@ export interface components {
          *       it was once space is freed, which needs no restart).
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "edits_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "file_in_use" | "unsupported_by_upstream" | "invalid_mapping" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "range_not_satisfiable" | "rate_limited" | "too_many_in_flight" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "no_upstream_capacity" | "capability_disabled" | "not_ready" | "database_unavailable" | "server_busy" | "storage_unavailable" | "storage_full";
+        ErrorCode: "invalid_request" | "invalid_json" | "nul_character" | "invalid_content_encoding" | "alias_conflict" | "composite_model_id" | "unsupported_duration" | "unsupported_aspect_ratio" | "unsupported_resolution" | "audio_not_supported" | "audio_always_on" | "frames_not_supported" | "last_frame_not_supported" | "last_frame_requires_first_frame" | "frames_with_reference_images" | "too_many_reference_images" | "invalid_data_url" | "invalid_media_url" | "media_url_unavailable" | "invalid_file_purpose" | "invalid_expires_after" | "invalid_callback_url" | "quote_invalid" | "quote_mismatch" | "quality_not_supported" | "edits_not_supported" | "background_not_supported" | "transparent_background_requires_png_or_webp" | "output_compression_requires_jpeg_or_webp" | "invalid_size" | "size_conflict" | "size_not_accepted" | "invalid_image" | "mask_size_mismatch" | "too_many_images" | "image_not_found" | "task_not_settleable" | "no_webhook" | "webhook_in_progress" | "invalid_cursor" | "invalid_api_key" | "invalid_admin_token" | "invalid_metrics_token" | "key_quota_exceeded" | "insufficient_balance" | "api_key_inactive" | "account_suspended" | "not_found" | "model_not_found" | "task_not_found" | "file_not_found" | "video_creation_endpoint_moved" | "account_not_found" | "api_key_not_found" | "group_not_found" | "member_not_found" | "method_not_allowed" | "quote_stale" | "quote_expired" | "conflict" | "idempotency_conflict" | "file_in_use" | "member_in_use" | "unsupported_by_upstream" | "invalid_mapping" | "body_too_large" | "body_timeout" | "media_too_large" | "media_total_too_large" | "too_many_media_inputs" | "unsupported_media_type" | "range_not_satisfiable" | "rate_limited" | "too_many_in_flight" | "upstream_busy" | "content_policy_violation" | "upstream_rejected" | "upstream_unavailable" | "internal_error" | "not_implemented" | "upstream_error" | "no_reachable_member" | "no_upstream_capacity" | "capability_disabled" | "not_ready" | "database_unavailable" | "server_busy" | "storage_unavailable" | "storage_full";
         /**
          * VideoBillingRow
          * @description The current price of one model at one output resolution, with a quote token (one row per resolution
@@ -5654,7 +5673,7 @@ export interface components {
          * @description Conflict. On video creation: the supplied quote token is stale (`quote_stale`: the price changed)
          *     or expired (`quote_expired`); the body carries `currentQuote`, nothing was created or held, and the
          *     client retries with `currentQuote.quoteToken` once it accepts the price. On the admin API: a
-         *     unique name is taken (`conflict`), or a credit adjustment's `idempotency_key` was already used
+         *     unique name is taken (`conflict`), a member to delete still runs tasks (`member_in_use`), or a credit adjustment's `idempotency_key` was already used
          *     on the account with a different amount or reason (`idempotency_conflict`; nothing was applied).
          */
         Conflict: {
@@ -8873,6 +8892,42 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteGroupMember: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Backend group id (`grp_…`).
+                 * @example grp_01HZX2A1B3C5D7E9F0G2H4J6KM
+                 */
+                group_id: components["parameters"]["AdminGroupId"];
+                /**
+                 * @description Group member id (`mem_…`). A member of another group is `404 member_not_found`.
+                 * @example mem_01HZX5N3P5Q7R9S1T3V5W7X9YZ
+                 */
+                member_id: components["parameters"]["AdminMemberId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The member was deleted. No body. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

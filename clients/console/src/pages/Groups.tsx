@@ -123,6 +123,18 @@ export function GroupDetailPage({ id }: { id: string }) {
       setActionError(err);
     }
   };
+  // Offered once a member is disabled: the server refuses (409 member_in_use) while tasks still run on it.
+  const deleteMember = async (m: Member) => {
+    setActionError(null);
+    setPutBack(null);
+    try {
+      await call(api.DELETE('/admin/v1/groups/{group_id}/members/{member_id}', { params: { path: { group_id: id, member_id: m.id } } }));
+      setPutBack(`Member “${m.name}” deleted.`);
+      await members.reload();
+    } catch (err) {
+      setActionError(err);
+    }
+  };
   // The pool keeps a member out (rejected credentials, a disabled upstream account, model faults)
   // until an admin updates it, and any update clears that. An edit with nothing changed sends
   // nothing, so this sends the one field whose value it need not choose: `enabled` as it is now (read
@@ -252,9 +264,23 @@ export function GroupDetailPage({ id }: { id: string }) {
                         Disable
                       </ConfirmButton>
                     ) : (
-                      <Button size="xs" variant="default" onClick={() => void setEnabled(m, true)} aria-label={`Enable member ${m.name}`}>
-                        Enable
-                      </Button>
+                      <Group gap={4} wrap="nowrap">
+                        <Button size="xs" variant="default" onClick={() => void setEnabled(m, true)} aria-label={`Enable member ${m.name}`}>
+                          Enable
+                        </Button>
+                        <ConfirmButton
+                          size="xs"
+                          color="red"
+                          variant="outline"
+                          title="Delete this member?"
+                          message={`${m.name} and its stored credentials are removed for good; tasks it ran keep its id. It cannot be deleted while tasks still run on it.`}
+                          confirmLabel="Delete member"
+                          onConfirm={() => deleteMember(m)}
+                          aria-label={`Delete member ${m.name}`}
+                        >
+                          Delete
+                        </ConfirmButton>
+                      </Group>
                     )}
                   </Table.Td>
                   <Table.Td>
