@@ -1,8 +1,14 @@
 /**
  * Keeping a lease while work runs: a heartbeat every third of the lease, and two abort signals:
- * `lost`, which fires only when the lease is lost (another worker took the row over), and `signal`,
- * which fires then or when `parent` aborts (the engine stopping, a request going away). Used by the
- * task engine for every claimed step and by a request that runs its synchronous image task.
+ * `lost`, which fires only when the lease is lost, and `signal`, which fires then or when `parent`
+ * aborts (the engine stopping, a request going away). Used by the task engine for every claimed
+ * step and by a request that runs its synchronous image task.
+ *
+ * The lease is lost when a heartbeat finds the row taken over (or finished), and also when no
+ * heartbeat has confirmed it for most of its length (the database unreachable from this instance,
+ * a heartbeat that hangs): another instance may claim the row the moment its lease runs out, so
+ * the work stops a margin before that (a sixth of the lease, counted from when the last confirmed
+ * heartbeat was sent: the lease it set ends later than that), rather than run one step twice.
  */
 import type { Logger } from '../../logger.ts';
 import type { Fence, LeasedTableName, LeasedTasks } from '../../repositories/leased-tasks.ts';
@@ -26,23 +32,42 @@ export function keepLease(leases: LeasedTasks<LeasedTableName>, fence: Fence, ow
   const onParentAbort = () => work.abort(parent!.reason);
   if (parent?.aborted) work.abort(parent.reason);
   else parent?.addEventListener('abort', onParentAbort, { once: true });
+  const lose = (reason: LeaseLost) => {
+    lost.abort(reason);
+    work.abort(reason);
+    release();
+  };
+  /** How long before the lease runs out the work stops when no heartbeat confirmed it. */
+  const margin = Math.floor(leaseMs / 6);
+  // Counted from now: the claim that set the lease came a moment before, which the margin covers.
+  let deadline = setTimeout(lapsed, leaseMs - margin);
+  function lapsed() {
+    log.warn({ taskId: fence.id, attempt: fence.attempt, leaseMs }, 'lease not confirmed by any heartbeat for most of its length (the database unreachable?); stopping the work before another instance can take it over');
+    lose(new LeaseLost('lease not confirmed in time'));
+  }
+  /** A heartbeat in flight: the next one waits for it (a stalled pool is not piled onto). */
+  let beating = false;
   const timer = setInterval(() => {
+    if (beating) return;
+    beating = true;
+    const sentAt = Date.now();
     leases
       .heartbeat(fence, owner, leaseMs)
       .then((ok) => {
-        if (ok) return;
-        const reason = new LeaseLost('lease lost');
-        lost.abort(reason);
-        work.abort(reason);
+        if (lost.signal.aborted) return;
+        if (!ok) return lose(new LeaseLost('lease lost'));
+        clearTimeout(deadline);
+        deadline = setTimeout(lapsed, Math.max(0, sentAt + leaseMs - margin - Date.now()));
       })
-      .catch((err: unknown) => log.warn({ err: err instanceof Error ? err.message : String(err) }, 'lease heartbeat failed'));
+      .catch((err: unknown) => log.warn({ err: err instanceof Error ? err.message : String(err) }, 'lease heartbeat failed'))
+      .finally(() => {
+        beating = false;
+      });
   }, Math.max(100, Math.floor(leaseMs / 3)));
-  return {
-    signal: work.signal,
-    lost: lost.signal,
-    release: () => {
-      clearInterval(timer);
-      parent?.removeEventListener('abort', onParentAbort);
-    },
-  };
+  function release() {
+    clearInterval(timer);
+    clearTimeout(deadline);
+    parent?.removeEventListener('abort', onParentAbort);
+  }
+  return { signal: work.signal, lost: lost.signal, release };
 }
