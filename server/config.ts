@@ -134,6 +134,8 @@ export interface Config {
    * whose client takes none of what is waiting for this long is cut off: the client is gone.
    */
   streamWriteIdleMs: number;
+  /** STREAM_KEEPALIVE_MS: an image event stream with no frame for this long gets an SSE comment (http/image-answer.ts). */
+  streamKeepAliveMs: number;
   /** Time limit of fetching one https media input. */
   mediaUrlTimeoutMs: number;
   /** Largest file of POST /v1/files. */
@@ -382,6 +384,7 @@ export function loadConfig(env: Env = process.env, argv: readonly string[] = pro
     bodyIdleTimeoutMs: int(env, 'BODY_IDLE_TIMEOUT_MS', 30_000, 100, 600_000),
     bodyTimeoutMs: int(env, 'BODY_TIMEOUT_MS', 900_000, 1000, 3_600_000),
     streamWriteIdleMs: int(env, 'STREAM_WRITE_IDLE_MS', 60_000, 100, 600_000),
+    streamKeepAliveMs: int(env, 'STREAM_KEEPALIVE_MS', 15_000, 100, 300_000),
     mediaUrlTimeoutMs: int(env, 'MEDIA_URL_TIMEOUT_MS', 30_000, 100, 600_000),
     uploadMaxBytes: int(env, 'UPLOAD_MAX_BYTES', 536_870_912, 1024),
     uploadDefaultExpirySeconds: 7 * 86_400,

@@ -115,7 +115,17 @@ function streamUsage(usage: GeneratedImage['usage']): Schemas['ImageStreamUsage'
   return { input_tokens: u.inputTokens, output_tokens: u.outputTokens, total_tokens: u.totalTokens, input_tokens_details: { text_tokens: u.textTokens, image_tokens: u.imageTokens } };
 }
 
-export function openImageStream(res: Response, opts: { operation: ImageOperation; task: ImageTaskRow; limits: WriteLimits }): ImageStream {
+/**
+ * `keepAliveMs` (STREAM_KEEPALIVE_MS): an SSE comment (`: keep-alive`) goes out whenever that long
+ * passed without a frame — an upstream that takes minutes for one image (no partials asked for), or
+ * the wait for a free member — so that a proxy's idle timeout (nginx 60 s, many load balancers
+ * 60–100 s) does not cut a stream the upstream is still working on. Comments are ignored by SSE
+ * clients (the openai SDKs among them). `requestId` goes into an error event as into a JSON error.
+ */
+export function openImageStream(
+  res: Response,
+  opts: { operation: ImageOperation; task: ImageTaskRow; limits: WriteLimits; keepAliveMs: number; requestId?: string },
+): ImageStream {
   const params = opts.task.params as unknown as ImageParams;
   const prefix = opts.operation === 'generation' ? 'image_generation' : 'image_edit';
   res.status(200);
@@ -130,8 +140,23 @@ export function openImageStream(res: Response, opts: { operation: ImageOperation
     if (!res.headersSent && !res.destroyed) res.flushHeaders();
   });
 
+  /** Frames being written (a frame's slices may wait for 'drain': no comment goes between them), and whether one was written since the last keep-alive tick. */
+  let writing = 0;
+  let wrote = false;
+  const keepAlive = setInterval(() => {
+    if (writing === 0 && !wrote && !res.writableEnded && !res.destroyed && !res.writableNeedDrain) res.write(': keep-alive\n\n');
+    wrote = false;
+  }, opts.keepAliveMs);
+  const stopKeepAlive = () => clearInterval(keepAlive);
+  res.once('close', stopKeepAlive);
   /** Writes one frame (images as base64 slices: lib/base64-json.ts); resolves once handed to the socket, rejects when the client is gone or stalled (cut off). */
-  const write = (event: string, data: unknown) => writeJsonParts(res, jsonParts(data), `event: ${event}\ndata: `, '\n\n', opts.limits);
+  const write = (event: string, data: unknown) => {
+    writing++;
+    wrote = true;
+    return writeJsonParts(res, jsonParts(data), `event: ${event}\ndata: `, '\n\n', opts.limits).finally(() => {
+      writing--;
+    });
+  };
   /** `write` of an image's event: only the socket can fail it — the client went away, or stalled and was cut off (StalledClient) — so it was not delivered (ClientGone). */
   const deliver = (event: string, data: unknown) =>
     write(event, data).catch((err: unknown) => {
@@ -174,10 +199,11 @@ export function openImageStream(res: Response, opts: { operation: ImageOperation
         usage: streamUsage(usage),
       }),
     error(err) {
-      const body = err.body();
+      const body = err.body(opts.requestId);
       void write('error', { type: 'error', error: body.error }).catch(() => undefined);
     },
     end() {
+      stopKeepAlive();
       if (!res.writableEnded) res.end();
     },
   };

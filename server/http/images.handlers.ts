@@ -25,15 +25,22 @@ function wantsStream(req: Request, body: { stream?: boolean }): boolean {
   return body.stream === true || acceptsEventStream(req.headers.accept);
 }
 
-/** `Accept` names `text/event-stream` (media types in any case) and does not refuse it with `q=0`. */
+/**
+ * `Accept` prefers `text/event-stream`: named (media types in any case) with a `q` above 0 and not
+ * below that of `application/json` when both are named (`application/json, text/event-stream;q=0.1`
+ * asks for JSON; equal weights stream, as naming the stream alone does). Wildcards choose nothing.
+ */
 function acceptsEventStream(accept: string | undefined): boolean {
   if (!accept) return false;
-  return accept.split(',').some((range) => {
-    const [type, ...params] = range.split(';').map((p) => p.trim().toLowerCase());
-    if (type !== 'text/event-stream') return false;
+  const weights = new Map<string, number>();
+  for (const range of accept.split(',')) {
+    const [type = '', ...params] = range.split(';').map((p) => p.trim().toLowerCase());
     const q = params.find((p) => p.startsWith('q='));
-    return q === undefined || Number(q.slice(2)) > 0;
-  });
+    const weight = q === undefined ? 1 : Number(q.slice(2));
+    if (Number.isFinite(weight)) weights.set(type, Math.max(weights.get(type) ?? 0, weight));
+  }
+  const stream = weights.get('text/event-stream');
+  return stream !== undefined && stream > 0 && stream >= (weights.get('application/json') ?? 0);
 }
 
 function wantsAsync(req: Request): boolean {
@@ -79,7 +86,7 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
       return;
     }
     if (stream) {
-      const sink = openImageStream(res, { operation, task, limits: { idleMs, signal } });
+      const sink = openImageStream(res, { operation, task, limits: { idleMs, signal }, keepAliveMs: ctx.config.streamKeepAliveMs, requestId: (req as Request & { id?: string }).id });
       try {
         const result = await images.runSync(task, sink, signal, log);
         charged(result);

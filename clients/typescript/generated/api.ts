@@ -106,8 +106,9 @@ export interface paths {
          *
          *     **Three ways to answer.**
          *     1. Default: `200` with `ImageResult` once all images are done.
-         *     2. Streaming, when `stream` is `true` or the request sends `Accept: text/event-stream`: `200`
-         *        `text/event-stream` (see the `200` response).
+         *     2. Streaming, when `stream` is `true` or the request's `Accept` prefers `text/event-stream`
+         *        (named with a `q` above 0 and not below that of `application/json`; wildcards choose
+         *        nothing): `200` `text/event-stream` (see the `200` response).
          *     3. Asynchronous, when the request sends `Prefer: respond-async` (and does not stream): `202` at
          *        once with the `ImageTask` (`status: processing`) and `Location: /v1/images/{task_id}`; the
          *        images are generated in the background and read with `GET /v1/images/{task_id}`.
@@ -191,8 +192,8 @@ export interface paths {
          *
          *     **Three ways to answer.**
          *     1. Default: `200` with `ImageResult` once all images are done.
-         *     2. Streaming, when `stream` is `true` or the request sends `Accept: text/event-stream`: `200`
-         *        `text/event-stream` (see the `200` response).
+         *     2. Streaming, when `stream` is `true` or the request's `Accept` prefers `text/event-stream` (as
+         *        for generations): `200` `text/event-stream` (see the `200` response).
          *     3. Asynchronous, when the request sends `Prefer: respond-async` (and does not stream): `202` at
          *        once with the `ImageTask` (`status: processing`) and `Location: /v1/images/{task_id}`; the
          *        images are generated in the background and read with `GET /v1/images/{task_id}`.
@@ -6108,7 +6109,10 @@ export interface operations {
              *     blank line, flushed as it happens. Per image, up to `partial_images` `image_generation.partial_image`
              *     frames are followed by one `image_generation.completed` frame (models whose upstream has no partial images, such as the Gemini image models, send the completed frames only); frames of different images (`n` > 1)
              *     may interleave and carry `image_index`. After the last completed frame the stream ends; there
-             *     is no `[DONE]` sentinel. If the generation fails after the stream began, an `event: error`
+             *     is no `[DONE]` sentinel. While no frame is due (an upstream working on one image for
+             *     minutes, the wait for a free upstream account) a comment line `: keep-alive` is sent every
+             *     `STREAM_KEEPALIVE_MS` (15 s by default), so that proxies do not cut an idle stream; SSE
+             *     clients ignore comments. If the generation fails after the stream began, an `event: error`
              *     frame (`ImageStreamErrorEvent`) is sent and the stream ends. A client disconnect stops the
              *     work and releases the credits of the images not delivered.
              *     Errors found before the stream starts (validation, credits, model) are ordinary JSON error
@@ -6253,7 +6257,9 @@ export interface operations {
              *     blank line, flushed as it happens. Per image, up to `partial_images` `image_edit.partial_image`
              *     frames are followed by one `image_edit.completed` frame; frames of different images (`n` > 1)
              *     may interleave and carry `image_index`. After the last completed frame the stream ends; there
-             *     is no `[DONE]` sentinel. If the generation fails after the stream began, an `event: error`
+             *     is no `[DONE]` sentinel. While no frame is due, a comment line `: keep-alive` is sent every
+             *     `STREAM_KEEPALIVE_MS` (15 s by default), as for generations. If the generation fails after
+             *     the stream began, an `event: error`
              *     frame (`ImageStreamErrorEvent`) is sent and the stream ends. A client disconnect stops the
              *     work and releases the credits of the images not delivered.
              *     Errors found before the stream starts (validation, credits, model) are ordinary JSON error

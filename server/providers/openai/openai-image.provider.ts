@@ -149,7 +149,7 @@ export class OpenAIImageProvider implements ImageProvider {
 
       // A gateway that ignores `stream` answers JSON: read it as such.
       if (stream && /text\/event-stream/i.test(res.headers.get('content-type') ?? '')) {
-        const { image, usage } = await readStream(res, index, signal, events, what);
+        const { image, usage } = await readStream(res, index, job.params.partialImages, signal, events, what);
         await events.image(index, { image: await fitImage(image, job.params, family === 'gpt'), ...(usage && { usage }) });
         index++;
         continue;
@@ -316,25 +316,29 @@ async function fetchImageUrl(url: string, signal: AbortSignal): Promise<Buffer> 
   return readBounded(res, MAX_URL_IMAGE_BYTES, signal, 'image download');
 }
 
-type StreamEvent = { kind: 'partial'; index: number | undefined; image: Buffer } | { kind: 'completed'; image: Buffer; usage?: ImageUsage } | { kind: 'other' };
+type StreamEvent = { kind: 'partial'; image: Buffer } | { kind: 'completed'; image: Buffer; usage?: ImageUsage } | { kind: 'other' };
 
 /**
  * Reads one streamed image (n=1) as the frames arrive, relays its partials and returns the final
  * image (not yet post-processed) with the usage its completed frame reported. Stops reading at the
  * completed frame.
  */
-async function readStream(res: UpstreamResponse, imageIndex: number, signal: AbortSignal, events: ImageEvents, what: string): Promise<{ image: Buffer; usage?: ImageUsage }> {
+async function readStream(
+  res: UpstreamResponse,
+  imageIndex: number,
+  asked: number,
+  signal: AbortSignal,
+  events: ImageEvents,
+  what: string,
+): Promise<{ image: Buffer; usage?: ImageUsage }> {
   let partials = 0;
   const limits = { maxBytes: MAX_RESPONSE_BYTES, maxMediaBytes: MAX_EVENT_BYTES, maxOtherBytes: MAX_ANSWER_REST_BYTES };
   for await (const frame of sseMediaFrames(res, FRAME_IMAGE, limits, signal, what)) {
     const event = streamEvent(frame, what);
     if (event.kind === 'completed') return event;
-    if (event.kind === 'partial') {
-      // Indexes come from the upstream when it sends them; counted here otherwise.
-      const partialIndex = event.index ?? partials;
-      partials++;
-      await events.partial(imageIndex, partialIndex, event.image);
-    }
+    // Numbered here, from 0, and at most the `partial_images` asked for: an OpenAI-compatible
+    // upstream may number from 1 or send more, and the client's contract says 0 to partial_images - 1.
+    if (event.kind === 'partial' && partials < asked) await events.partial(imageIndex, partials++, event.image);
   }
   throw new ProviderError('retryable', 'the upstream stream ended before the image was complete', { maybeAccepted: true });
 }
@@ -348,15 +352,16 @@ function streamEvent(frame: MediaFrame, what: string): StreamEvent {
   } catch {
     throw new ProviderError('retryable', `the upstream ${what} streamed an unreadable event`, { maybeAccepted: true });
   }
-  const body = (typeof payload === 'object' && payload !== null ? payload : {}) as { type?: unknown; error?: unknown; b64_json?: unknown; partial_image_index?: unknown; usage?: unknown };
-  if (frame.event === 'error' || (body.error !== undefined && body.error !== null)) {
-    // The SDK's rule (§1.4): an `error` event, or any data carrying `error`; the frame may hold the bare error object.
+  const body = (typeof payload === 'object' && payload !== null ? payload : {}) as { type?: unknown; error?: unknown; b64_json?: unknown; usage?: unknown };
+  if (frame.event === 'error' || body.type === 'error' || (body.error !== undefined && body.error !== null)) {
+    // The SDK's rule (§1.4): an `error` event, or any data carrying `error`; the frame may hold the
+    // bare error object, and (no `event:` line) only its payload's `type` may say it is one.
     throw openaiErrorOf(body.error !== undefined ? body : { error: body }, what);
   }
   const type = typeof body.type === 'string' ? body.type : (frame.event ?? '');
   const image = typeof body.b64_json === 'string' ? frame.media.get(body.b64_json) : undefined;
   if (type.endsWith('.partial_image') && image) {
-    return { kind: 'partial', index: typeof body.partial_image_index === 'number' ? body.partial_image_index : undefined, image };
+    return { kind: 'partial', image };
   }
   if (type.endsWith('.completed')) {
     if (!image) throw new ProviderError('retryable', `the upstream ${what} completed without the image`, { maybeAccepted: true });
