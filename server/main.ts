@@ -210,7 +210,15 @@ export async function startServer(config: Config, log: Logger, lifecycle: Lifecy
     let databaseUrl = config.databaseUrl;
     if (!databaseUrl) {
       step('starting the embedded PostgreSQL');
-      const embedded = await startEmbeddedPostgres({ dataDir: config.dataDir, log, rootDir: config.embeddedPgRootDir });
+      let embedded: Awaited<ReturnType<typeof startEmbeddedPostgres>>;
+      try {
+        embedded = await startEmbeddedPostgres({ dataDir: config.dataDir, log, rootDir: config.embeddedPgRootDir });
+      } catch (err) {
+        // A terminal's Ctrl-C reaches initdb too (the server's process group), which then fails:
+        // the stop, not a disk to blame. A first start stopped in initdb builds the cluster again.
+        if (lifecycle.signal.aborted) throw new StartAborted('start-up stopped by a signal', { cause: err });
+        throw err;
+      }
       databaseUrl = embedded.url;
       lifecycle.stopEmbedded = embedded.stop;
     }

@@ -16,10 +16,10 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chownSync, existsSync, linkSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import pg from 'pg';
 import { createFileOnce } from '../lib/secret-box.ts';
 import type { DbLogger } from './database.ts';
@@ -431,9 +431,24 @@ async function recoverLeftovers(dataDir: string, clusterDir: string, log: DbLogg
   }
 }
 
+/**
+ * Builds the cluster with initdb in a sibling folder (`<cluster>.initdb-<random>`) and renames it
+ * into place once initdb succeeded: `PG_VERSION` in the cluster folder then always means a whole
+ * cluster (initdb writes that file first, so a start killed during initdb — `docker stop` on a slow
+ * first start — left a half-built cluster every later start failed on). Folders and password files
+ * left by an interrupted initdb are removed first.
+ */
 async function initialise(layout: EmbeddedLayout, password: string, log: DbLogger): Promise<void> {
   const dir = layout.clusterDir;
-  // A folder left by a failed initdb (interrupted, disk full) would make initdb refuse to run.
+  const parent = dirname(dir);
+  const building = `${basename(dir)}.initdb-`;
+  for (const entry of readdirSync(parent)) {
+    if (entry.startsWith(building) || entry.startsWith('.pg-pwfile-')) {
+      log.warn(`removing ${join(parent, entry)} left by an interrupted PostgreSQL initialisation`);
+      rmSync(join(parent, entry), { recursive: true, force: true });
+    }
+  }
+  // A folder left by an initdb of an earlier release (which built the cluster in place) would make the rename fail.
   const leftovers = existsSync(dir) ? readdirSync(dir) : [];
   if (leftovers.length > 0) {
     log.warn(`removing the incomplete PostgreSQL data folder ${dir} left by a failed initialisation`);
@@ -442,22 +457,33 @@ async function initialise(layout: EmbeddedLayout, password: string, log: DbLogge
   // The binary package's version (`18.4.0-beta.17`) is not PostgreSQL's own (18.4, a release).
   const release = layout.binaries.version.split('-')[0]!.split('.').slice(0, 2).join('.');
   log.info(`initialising embedded PostgreSQL ${release} (binaries of the npm package ${layout.binaries.version}) in ${dir}`);
+  const scratch = join(parent, `${building}${randomBytes(6).toString('hex')}`);
   // initdb reads the password from a file the `postgres` user can read; removed right after.
-  const pwfile = join(dirname(dir), `.pg-pwfile-${randomBytes(6).toString('hex')}`);
+  const pwfile = join(parent, `.pg-pwfile-${randomBytes(6).toString('hex')}`);
+  let writing = scratch;
   try {
+    mkdirSync(scratch, { mode: 0o700 });
+    if (layout.runAs) chownSync(scratch, layout.runAs.uid, layout.runAs.gid);
+    writing = pwfile;
     writeFileSync(pwfile, `${password}\n`, { mode: 0o600 });
     if (layout.runAs) chownSync(pwfile, layout.runAs.uid, layout.runAs.gid);
   } catch (err) {
     rmSync(pwfile, { force: true });
-    throw fsFailure(err, 'writing', pwfile);
+    rmSync(scratch, { recursive: true, force: true });
+    throw fsFailure(err, 'writing', writing);
   }
   try {
     await runToCompletion(
       layout.binaries.initdb,
-      [`--pgdata=${dir}`, '--auth=scram-sha-256', `--username=${SUPERUSER}`, `--pwfile=${pwfile}`, '--encoding=UTF8', '--locale=C', '--lc-messages=C'],
+      [`--pgdata=${scratch}`, '--auth=scram-sha-256', `--username=${SUPERUSER}`, `--pwfile=${pwfile}`, '--encoding=UTF8', '--locale=C', '--lc-messages=C'],
       layout,
       'initdb',
     );
+    // Onto the empty cluster folder (rename(2) replaces an empty directory), or where none is yet.
+    renameSync(scratch, dir);
+  } catch (err) {
+    rmSync(scratch, { recursive: true, force: true });
+    throw err;
   } finally {
     rmSync(pwfile, { force: true });
   }
