@@ -349,7 +349,10 @@ export function sanitizeMessage(message: unknown, fallback: string): string {
   const clean = message
     .replace(/\s+/g, ' ')
     .replace(/https?:\/\/\S+/gi, '[url]')
-    .replace(/\b(sk|pk|rk|whsec|key|AIza)[-_A-Za-z0-9*]{8,}/g, '[redacted]')
+    // JWTs (MiniMax keys, Kling tokens), fal's `<uuid>:<secret>`, Replicate's `r8_…`, then `sk-…`-style keys.
+    .replace(/\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]*)?/g, '[redacted]')
+    .replace(/\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:[0-9a-f]{16,}/gi, '[redacted]')
+    .replace(/\b(sk|pk|rk|r8|whsec|key|AIza)[-_A-Za-z0-9*]{8,}/g, '[redacted]')
     .replace(/\b(Bearer)\s+\S+/gi, '$1 [redacted]')
     .trim();
   return clean.length > 300 ? `${clean.slice(0, 297)}...` : clean;

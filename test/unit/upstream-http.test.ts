@@ -27,6 +27,11 @@ describe('sanitizeMessage', () => {
     const out = sanitizeMessage('Bad  thing\nat https://x.example/a?sig=s3cr3t with sk-proj-abcdefghijklmnop and Bearer abc.def', 'fallback');
     expect(out).toBe('Bad thing at [url] with [redacted] and Bearer [redacted]');
     expect(sanitizeMessage(undefined, 'fallback')).toBe('fallback');
+    // Other vendors' key shapes: Replicate, fal (`<key id>:<secret>`), a JWT (MiniMax keys, Kling's signed tokens).
+    const jwt = 'eyJhbGciOiJIUzI1NiJ9.eyJpc3MiOiJhayJ9.c2lnbmF0dXJlMDEyMzQ1';
+    expect(sanitizeMessage(`token r8_AbCdEfGh0123456789 / 1b2c3d4e-0000-4a4a-8b8b-123456789abc:0123456789abcdef0123456789abcdef / ${jwt} rejected`, 'f')).toBe(
+      'token [redacted] / [redacted] / [redacted] rejected',
+    );
     expect(sanitizeMessage('x'.repeat(1000), 'f')).toHaveLength(300);
   });
 });
