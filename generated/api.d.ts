@@ -6115,8 +6115,9 @@ export interface operations {
              *     clients ignore comments. If the generation fails after the stream began, an `event: error`
              *     frame (`ImageStreamErrorEvent`) is sent and the stream ends. A client disconnect stops the
              *     work and releases the credits of the images not delivered.
-             *     Errors found before the stream starts (validation, credits, model) are ordinary JSON error
-             *     responses with their status.
+             *     Errors found before the stream starts (validation, credits, model, and no upstream account
+             *     free to take the request: `503 no_upstream_capacity` with `Retry-After`) are ordinary JSON
+             *     error responses with their status: the status line goes out once an upstream call starts.
              */
             200: {
                 headers: {
@@ -6262,8 +6263,9 @@ export interface operations {
              *     the stream began, an `event: error`
              *     frame (`ImageStreamErrorEvent`) is sent and the stream ends. A client disconnect stops the
              *     work and releases the credits of the images not delivered.
-             *     Errors found before the stream starts (validation, credits, model) are ordinary JSON error
-             *     responses with their status.
+             *     Errors found before the stream starts (validation, credits, model, and no upstream account
+             *     free to take the request: `503 no_upstream_capacity` with `Retry-After`) are ordinary JSON
+             *     error responses with their status: the status line goes out once an upstream call starts.
              */
             200: {
                 headers: {

@@ -107,6 +107,12 @@ export function openJsonAnswer(res: Response, opts: { task: ImageTaskRow; limits
 export interface ImageStream extends ImageSink {
   error(err: ApiError): void;
   end(): void;
+  /**
+   * While nothing of the stream was sent (no upstream call made yet, no keep-alive): takes its
+   * headers back and returns true, so that the request's error is answered in JSON with its status
+   * and headers (a 503 with Retry-After, which SDKs retry) instead of a 200 stream's error event.
+   */
+  withdraw(): boolean;
 }
 
 /** A completed event's `usage` (ImageStreamUsage): the image's as the upstream reported it, zero when it reported none. */
@@ -133,12 +139,10 @@ export function openImageStream(
   res.setHeader('Cache-Control', 'no-cache');
   res.setHeader('Connection', 'keep-alive');
   res.setHeader('X-Accel-Buffering', 'no');
-  // The status line and headers go out at once, but not before the upstream call: scheduled after
-  // the synchronous work and microtasks that start it, their write overlaps the upstream's time
-  // instead of delaying the call (and an event written first carries them itself).
-  setImmediate(() => {
-    if (!res.headersSent && !res.destroyed) res.flushHeaders();
-  });
+  // The status line and headers go out once a member's upstream call starts (`calling`), but not
+  // before it: scheduled after the synchronous work and microtasks that start the call, their write
+  // overlaps the upstream's time instead of delaying it (and an event written first carries them).
+  let called = false;
 
   /** Frames being written (a frame's slices may wait for 'drain': no comment goes between them), and whether one was written since the last keep-alive tick. */
   let writing = 0;
@@ -178,6 +182,19 @@ export function openImageStream(
 
   return {
     publishesFiles: true,
+    calling() {
+      if (called) return;
+      called = true;
+      setImmediate(() => {
+        if (!res.headersSent && !res.destroyed) res.flushHeaders();
+      });
+    },
+    withdraw() {
+      if (res.headersSent) return false;
+      stopKeepAlive();
+      for (const name of ['Content-Type', 'Cache-Control', 'Connection', 'X-Accel-Buffering']) res.removeHeader(name);
+      return true;
+    },
     partial: (imageIndex, partialIndex, image) =>
       deliver(`${prefix}.partial_image`, {
         type: `${prefix}.partial_image`,

@@ -92,9 +92,12 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
         charged(result);
         if (result.error) {
           logWith(res, { errorCode: result.error.code });
+          if (sink.withdraw()) throw result.error;
           sink.error(result.error);
         }
       } catch (err) {
+        // Nothing sent yet (no member found, no capacity after the wait): an ordinary error answer.
+        if (sink.withdraw()) throw err;
         // The stream's status was 200: its line says the error (what was delivered, if anything, is
         // on the task: failed with nothing, or needs_attention with what the stream delivered).
         const api =

@@ -3,13 +3,14 @@
  * (a proxy's idle timeout would cut it), `Accept` weights decide between JSON and a stream, and what
  * an OpenAI-compatible upstream may stream differently from OpenAI (found by a review): an error frame
  * with no `event:` line (its payload's `type` says it), partials numbered from 1 or more of them than
- * asked for. A 5xx error event carries the request id as a JSON error does. `custom` is a bare
+ * asked for. A 5xx error event carries the request id as a JSON error does. What fails before any
+ * upstream call (no capacity) is answered with its status, not as a 200 stream's error event. `custom` is a bare
  * OpenAI-compatible upstream whose stream each test writes; the OpenAI fake serves the rest.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import sharp from 'sharp';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startOpenAIImagesFake, type OpenAIImagesFake } from '../fakes/openai-images.ts';
 import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
@@ -55,7 +56,7 @@ beforeAll(async () => {
   await new Promise<void>((r) => custom.listen(0, '127.0.0.1', r));
   customUrl = `http://127.0.0.1:${(custom.address() as AddressInfo).port}/v1`;
 
-  server = await startTestServer({ env: { STREAM_KEEPALIVE_MS: '200' } });
+  server = await startTestServer({ env: { STREAM_KEEPALIVE_MS: '200', IMAGE_CAPACITY_WAIT_MS: '0' } });
   await seedCatalog(server.db);
   await createModel('gpt-img');
   const account = await createAccount(server.db, { balance: 1000 });
@@ -188,5 +189,42 @@ describe("an OpenAI-compatible upstream's stream", () => {
     const last = frames(await res.text()).at(-1)!;
     expect([last.event, last.data.error.code, last.data.error.request_id]).toEqual(['error', 'upstream_error', requestId]);
     expect(requestId).toMatch(/\S/);
+  });
+});
+
+describe('a stream refused before any upstream call', () => {
+  it('is answered 503 no_upstream_capacity in JSON with Retry-After (SDKs retry it), not a 200 stream with an error event', async () => {
+    const account = await createAccount(server.db, { balance: 100 });
+    const group = await createGroup(server.db);
+    await addUpstreamMember(server.db, server.secretKey, {
+      groupId: group.id,
+      provider: 'openai',
+      baseUrl: `${fake.url}/v1`,
+      credentials: { api_key: 'sk-rev' },
+      models: ['gpt-img'],
+      modelMap: { 'gpt-img': 'gpt-image-1' },
+      concurrencyLimit: 1,
+    });
+    const busyKey = (await createApiKey(server.db, { accountId: account.id, groupId: group.id })).key;
+    fake.pause();
+    try {
+      const first = generate({}, {}, busyKey);
+      await vi.waitUntil(() => fake.inFlight === 1);
+      const res = await fetch(`${server.directUrl}/v1/images/generations`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${busyKey}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: 'x', model: 'gpt-img', stream: true }),
+      });
+      const body = (await res.json()) as Json;
+      expect([res.status, body.error.code]).toEqual([503, 'no_upstream_capacity']);
+      expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+      expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(res.headers.get('x-task-id')).toMatch(/^img_/);
+      expect(await holdOf(server.db, res.headers.get('x-task-id')!)).toMatchObject({ status: 'released', captured: 0 });
+      fake.resume();
+      expect((await first).status).toBe(200);
+    } finally {
+      fake.resume();
+    }
   });
 });

@@ -146,6 +146,11 @@ export interface ImageSink {
   partial(imageIndex: number, partialIndex: number, image: Buffer): Promise<void>;
   /** Rejects with ClientGone when the client went away. */
   image(imageIndex: number, image: SinkImage): Promise<void>;
+  /**
+   * A member was found and its upstream call starts: a stream sends its status line now, so that
+   * what fails before (no member, no capacity after the wait) is still answered with its status.
+   */
+  calling?(): void;
 }
 
 export const NULL_SINK: ImageSink = { partial: async () => undefined, image: async () => undefined };
@@ -560,6 +565,7 @@ export class ImageRunner implements TaskRunner<ImageTaskRow> {
       const viaMapping = mapping && { mapping, inputFiles: await this.deps.files.mediaInputs([...task.inputFileIds, ...(task.maskFileId ? [task.maskFileId] : [])]) };
       const upstreamJob = { ...job, model: upstreamModelOf(account, task.model), slots, ...viaMapping, ...(resume !== undefined && { resume }) };
       opts.drain?.start();
+      sink.calling?.();
       try {
         return await attempts.run('generate', account, null, () => this.deps.providers.image(account.provider)!.generate(account, upstreamJob, signal, events), { signal });
       } finally {
