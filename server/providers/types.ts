@@ -49,6 +49,8 @@ export interface ImageParams {
   partialImages: number;
   /** The `size` as requested (`auto` when absent), for the streaming events. */
   requestedSize: string;
+  /** `moderation: low` asked for (a generation): passed on by upstreams that have the setting (OpenAI GPT image models). */
+  moderation?: 'low';
   /**
    * A synchronous request answered as an event stream: each image reaches the client as it is
    * made, before the settlement. A stream whose process stops is not released blindly

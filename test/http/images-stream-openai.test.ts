@@ -8,7 +8,8 @@
  *   refusal of the client's prompt stays a content_policy_violation), and only the delivered
  *   images are charged;
  * - `partial_images` without streaming is ignored: one upstream call for all the images, no stream;
- * - `Accept: text/event-stream` streams a multipart edit as `stream: true` would.
+ * - `Accept: text/event-stream` streams a multipart edit as `stream: true` would;
+ * - `moderation: low` (OpenAI's parameter) reaches a GPT image upstream's generation, and no other.
  */
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -249,5 +250,24 @@ describe('an upstream failure after some images were delivered', () => {
     expect(events.map((f) => f.event)).toEqual(['image_generation.partial_image', 'image_generation.completed', 'error']);
     expect(events[2]!.data).toMatchObject({ error: { type: 'server_error', code: 'no_upstream_capacity', message: expect.stringMatching(/1 of 2 images were delivered and only those are charged\.$/) } });
     expect(await holdOf(server.db, result.taskId)).toEqual({ amount: 2_000_000, status: 'captured', captured: 1_000_000 });
+  });
+});
+
+describe('moderation', () => {
+  it("'low' is passed on to a GPT image generation; 'auto' (the default) and dall-e send none; an unknown value is 400", async () => {
+    // The member rested from what the tests before did to it (cooldowns after their failures).
+    await server.db.deleteFrom('memberHealth').execute();
+    server.ctx.services.invalidateCaches();
+    moderateCalls(() => false);
+    const low = await callsDuring(() => generate({ moderation: 'low' }));
+    expect(low.result.status, low.result.text).toBe(200);
+    expect(low.calls.map((c) => c.params.moderation)).toEqual(['low']);
+    const auto = await callsDuring(() => generate({ moderation: 'auto' }));
+    expect(auto.calls.map((c) => c.params.moderation)).toEqual([undefined]);
+    // dall-e-3 has no such parameter (the fake refuses it as OpenAI does): the request still succeeds.
+    const dalle = await callsDuring(() => generate({ model: 'dalle', moderation: 'low' }));
+    expect([dalle.result.status, dalle.calls.map((c) => c.params.moderation)]).toEqual([200, [undefined]]);
+    const bad = await generate({ moderation: 'none' });
+    expect(bad.status).toBe(400);
   });
 });

@@ -2441,6 +2441,12 @@ export interface components {
              */
             partial_images?: number;
             size?: components["schemas"]["ImageSize"];
+            /**
+             * @description Content-moderation level (OpenAI-compatible): `low` asks an OpenAI GPT image upstream for less restrictive filtering, as its `moderation` parameter does. Other upstreams apply their own moderation, whatever this says. Generations only (OpenAI edits have no such parameter).
+             * @default auto
+             * @enum {string}
+             */
+            moderation?: "auto" | "low";
             /** @description End-user identifier (OpenAI-compatible). Accepted and ignored. */
             user?: string;
         };

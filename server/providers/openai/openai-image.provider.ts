@@ -183,6 +183,8 @@ function requestFields(job: ImageJob, family: Family, n: number, stream: boolean
     fields.background = p.background;
     fields.output_format = p.outputFormat;
     if (p.outputCompression !== undefined && p.outputFormat !== 'png') fields.output_compression = p.outputCompression;
+    // §1.1: generations only (§1.2: not on edits).
+    if (p.moderation && job.operation === 'generation') fields.moderation = p.moderation;
     if (stream) {
       fields.stream = true;
       fields.partial_images = p.partialImages;

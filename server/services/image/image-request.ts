@@ -25,6 +25,8 @@ export interface ImageRequestFields {
   n?: number;
   partial_images?: number;
   size?: string;
+  /** Generations only (the edit schemas have no such field). */
+  moderation?: 'auto' | 'low';
 }
 
 export interface PricedImageRequest {
@@ -107,6 +109,7 @@ export function normalizeImageRequest(
       responseFormat: body.response_format ?? 'b64_json',
       partialImages: body.partial_images ?? 0,
       requestedSize: body.size ?? 'auto',
+      ...(body.moderation === 'low' && { moderation: 'low' as const }),
       ...(caps.resize === 'native' && { resize: 'native' as const }),
     },
   };
