@@ -122,11 +122,13 @@ function streamUsage(usage: GeneratedImage['usage']): Schemas['ImageStreamUsage'
 }
 
 /**
- * `keepAliveMs` (STREAM_KEEPALIVE_MS): an SSE comment (`: keep-alive`) goes out whenever that long
- * passed without a frame — an upstream that takes minutes for one image (no partials asked for), or
- * the wait for a free member — so that a proxy's idle timeout (nginx 60 s, many load balancers
- * 60–100 s) does not cut a stream the upstream is still working on. Comments are ignored by SSE
- * clients (the openai SDKs among them). `requestId` goes into an error event as into a JSON error.
+ * `keepAliveMs` (STREAM_KEEPALIVE_MS): once the upstream call started, an SSE comment
+ * (`: keep-alive`) goes out whenever that long passed without a frame — an upstream that takes
+ * minutes for one image (no partials asked for) — so that a proxy's idle timeout (nginx 60 s, many
+ * load balancers 60–100 s) does not cut a stream the upstream is still working on. Not before: the
+ * status line would go out with it, and a request refused while it waits for a free member (at most
+ * IMAGE_CAPACITY_WAIT_MS) is answered with its own status. Comments are ignored by SSE clients (the
+ * openai SDKs among them). `requestId` goes into an error event as into a JSON error.
  */
 export function openImageStream(
   res: Response,
@@ -147,10 +149,13 @@ export function openImageStream(
   /** Frames being written (a frame's slices may wait for 'drain': no comment goes between them), and whether one was written since the last keep-alive tick. */
   let writing = 0;
   let wrote = false;
-  const keepAlive = setInterval(() => {
-    if (writing === 0 && !wrote && !res.writableEnded && !res.destroyed && !res.writableNeedDrain) res.write(': keep-alive\n\n');
-    wrote = false;
-  }, opts.keepAliveMs);
+  let keepAlive: NodeJS.Timeout | undefined;
+  const startKeepAlive = () => {
+    keepAlive = setInterval(() => {
+      if (writing === 0 && !wrote && !res.writableEnded && !res.destroyed && !res.writableNeedDrain) res.write(': keep-alive\n\n');
+      wrote = false;
+    }, opts.keepAliveMs);
+  };
   const stopKeepAlive = () => clearInterval(keepAlive);
   res.once('close', stopKeepAlive);
   /** Writes one frame (images as base64 slices: lib/base64-json.ts); resolves once handed to the socket, rejects when the client is gone or stalled (cut off). */
@@ -185,6 +190,7 @@ export function openImageStream(
     calling() {
       if (called) return;
       called = true;
+      if (!res.destroyed) startKeepAlive();
       setImmediate(() => {
         if (!res.headersSent && !res.destroyed) res.flushHeaders();
       });

@@ -56,7 +56,8 @@ beforeAll(async () => {
   await new Promise<void>((r) => custom.listen(0, '127.0.0.1', r));
   customUrl = `http://127.0.0.1:${(custom.address() as AddressInfo).port}/v1`;
 
-  server = await startTestServer({ env: { STREAM_KEEPALIVE_MS: '200', IMAGE_CAPACITY_WAIT_MS: '0' } });
+  // A wait for a free member three keep-alive periods long: nothing may commit the stream's status meanwhile.
+  server = await startTestServer({ env: { STREAM_KEEPALIVE_MS: '200', IMAGE_CAPACITY_WAIT_MS: '600' } });
   await seedCatalog(server.db);
   await createModel('gpt-img');
   const account = await createAccount(server.db, { balance: 1000 });
@@ -193,7 +194,7 @@ describe("an OpenAI-compatible upstream's stream", () => {
 });
 
 describe('a stream refused before any upstream call', () => {
-  it('is answered 503 no_upstream_capacity in JSON with Retry-After (SDKs retry it), not a 200 stream with an error event', async () => {
+  it('is answered 503 no_upstream_capacity in JSON with Retry-After (SDKs retry it) after the wait, not a 200 stream with an error event', async () => {
     const account = await createAccount(server.db, { balance: 100 });
     const group = await createGroup(server.db);
     await addUpstreamMember(server.db, server.secretKey, {
