@@ -43,7 +43,7 @@ export interface paths {
          *     Only listing exists: `GET /v1/models/{model}` is not implemented and answers
          *     `404 not_found` like any unknown route.
          *
-         *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
+         *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `500 internal_error`; `503 database_unavailable` (retry after `Retry-After`).
          */
         get: operations["listModels"];
         put?: never;
@@ -70,7 +70,7 @@ export interface paths {
          *     returned.
          *
          *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`;
-         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
+         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`; `503 database_unavailable` (retry after `Retry-After`).
          */
         get: operations["getCredits"];
         put?: never;
@@ -300,7 +300,7 @@ export interface paths {
          *     what it held and charged.
          *
          *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`;
-         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
+         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`; `503 database_unavailable` (retry after `Retry-After`).
          */
         get: operations["getImageCapabilities"];
         put?: never;
@@ -336,7 +336,7 @@ export interface paths {
          *
          *     Errors: `400 invalid_request` (id longer than 128 characters, unknown query parameter);
          *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `404 task_not_found`;
-         *     `500 internal_error`.
+         *     `500 internal_error`; `503 database_unavailable` (retry after `Retry-After`).
          */
         get: operations["getImageTask"];
         put?: never;
@@ -374,7 +374,7 @@ export interface paths {
          *     can run it: an adapter and credentials), not live capacity.
          *
          *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`;
-         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
+         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`; `503 database_unavailable` (retry after `Retry-After`).
          */
         get: operations["getVideoCapabilities"];
         put?: never;
@@ -678,7 +678,7 @@ export interface paths {
          *
          *     Errors: `400 invalid_request` (id longer than 128 characters, unknown query parameter);
          *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `404 task_not_found`;
-         *     `500 internal_error`.
+         *     `500 internal_error`; `503 database_unavailable` (retry after `Retry-After`).
          */
         get: operations["getVideo"];
         put?: never;
@@ -781,8 +781,10 @@ export interface paths {
          *
          *     Errors: `400 invalid_request` (only one of `expires` and `signature`, a malformed one, an
          *     unknown query parameter); `401 invalid_api_key` (no signature and no valid key);
-         *     `403 api_key_inactive` or `account_suspended`; `404 file_not_found`; `500 internal_error`;
-         *     `503 database_unavailable`.
+         *     `403 api_key_inactive` or `account_suspended`; `404 file_not_found`; `416
+         *     range_not_satisfiable` (a `Range` outside the file; `Content-Range: bytes *\/<size>` says its
+         *     size); `500 internal_error`; `503 database_unavailable`, or `storage_unavailable` (the media
+         *     store could not be read; retry after `Retry-After`).
          */
         get: operations["getFile"];
         put?: never;
@@ -852,7 +854,9 @@ export interface paths {
          *
          *     Errors: `400 invalid_request` (id longer than 128 characters, unknown query parameter);
          *     `401 invalid_api_key`; `403 api_key_inactive` or `account_suspended`; `404 file_not_found`;
-         *     `500 internal_error`; `503 database_unavailable`.
+         *     `416 range_not_satisfiable` (a `Range` outside the file); `500 internal_error`;
+         *     `503 database_unavailable`, or `storage_unavailable` (the media store could not be read; retry
+         *     after `Retry-After`).
          */
         get: operations["getFileContent"];
         put?: never;
@@ -889,7 +893,7 @@ export interface paths {
          *     `callback_url`s (see the webhook's description, and `verifyWebhook` in the TypeScript client).
          *
          *     Errors: `400 invalid_request` (unknown query parameter); `401 invalid_api_key`;
-         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
+         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`; `503 database_unavailable` (retry after `Retry-After`).
          */
         get: operations["getWebhookSecret"];
         put?: never;
@@ -918,7 +922,7 @@ export interface paths {
          *     window drops the oldest secret at once. No request body.
          *
          *     Errors: `400 invalid_request` (a body or query parameter); `401 invalid_api_key`;
-         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`.
+         *     `403 api_key_inactive` or `account_suspended`; `500 internal_error`; `503 database_unavailable` (retry after `Retry-After`).
          */
         post: operations["rotateWebhookSecret"];
         delete?: never;
@@ -5489,7 +5493,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description No enabled group member can serve the model (`no_reachable_member`), the operator switched this kind of generation off (`capability_disabled`), the upstream account cannot take work (`upstream_unavailable`), the database cannot be reached right now (`database_unavailable`; retry after `Retry-After`) or refused the statement for a passing reason (`not_ready`; retry), too many large bodies (or webhook tests) are being processed (`server_busy`; retry after `Retry-After`), or the gateway's media storage cannot be written or read (`storage_unavailable`; the gateway's fault: nothing was charged or held; retry after `Retry-After`). */
+        /** @description No enabled group member can serve the model (`no_reachable_member`), every upstream account that serves it is at its concurrency limit, rate-limited or cooling down (`no_upstream_capacity`; retry after `Retry-After`), the operator switched this kind of generation off (`capability_disabled`), the upstream account cannot take work (`upstream_unavailable`), the database cannot be reached right now (`database_unavailable`; retry after `Retry-After`) or refused the statement for a passing reason (`not_ready`; retry), too many large bodies (or webhook tests) are being processed (`server_busy`; retry after `Retry-After`), or the gateway's media storage cannot be written or read (`storage_unavailable`; the gateway's fault: nothing was charged or held; retry after `Retry-After`). */
         ServiceUnavailable: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -6115,8 +6119,8 @@ export interface operations {
              *     blank line, flushed as it happens. Per image, up to `partial_images` `image_generation.partial_image`
              *     frames are followed by one `image_generation.completed` frame (models whose upstream has no partial images, such as the Gemini image models, send the completed frames only); frames of different images (`n` > 1)
              *     may interleave and carry `image_index`. After the last completed frame the stream ends; there
-             *     is no `[DONE]` sentinel. While no frame is due (an upstream working on one image for
-             *     minutes, the wait for a free upstream account) a comment line `: keep-alive` is sent every
+             *     is no `[DONE]` sentinel. While no frame is due once the upstream call started (an upstream
+             *     working on one image for minutes) a comment line `: keep-alive` is sent every
              *     `STREAM_KEEPALIVE_MS` (15 s by default), so that proxies do not cut an idle stream; SSE
              *     clients ignore comments. If the generation fails after the stream began, an `event: error`
              *     frame (`ImageStreamErrorEvent`) is sent and the stream ends. A client disconnect stops the
@@ -6548,6 +6552,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getImageTask: {
