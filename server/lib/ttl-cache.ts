@@ -28,6 +28,16 @@ export class TtlCache<V> {
     return value;
   }
 
+  /** Whether `key` holds a value (or a load) that has not expired. */
+  has(key: string): boolean {
+    const hit = this.entries.get(key);
+    return hit !== undefined && hit.expiresAt > this.now() && this.ttlMs > 0;
+  }
+
+  delete(key: string): void {
+    this.entries.delete(key);
+  }
+
   clear(): void {
     this.entries.clear();
   }

@@ -33,6 +33,11 @@ const LAST_USED_INTERVAL_MS = 60_000;
 export class AuthService {
   /** Lookups by key hash, including in-flight ones, so concurrent misses share one query. */
   private readonly cache: TtlCache<KeyAuthRow | undefined>;
+  /**
+   * Hashes no key has, kept apart (and fewer): a client sending made-up keys fills this, never
+   * `cache`, whose known keys it would otherwise push out (each of their requests a query again).
+   */
+  private readonly unknown: TtlCache<undefined>;
   private readonly lastTouched = new Map<string, number>();
 
   constructor(
@@ -44,6 +49,7 @@ export class AuthService {
     private readonly defaults: RequestLimits = NO_LIMITS,
   ) {
     this.cache = new TtlCache(cacheTtlMs, 10_000, now);
+    this.unknown = new TtlCache(cacheTtlMs, 1_000, now);
   }
 
   async authenticate(authorization: string | undefined): Promise<AuthContext> {
@@ -87,6 +93,7 @@ export class AuthService {
   /** Drops cached lookups (after an admin change on this instance; other instances expire within the TTL). */
   invalidate(): void {
     this.cache.clear();
+    this.unknown.clear();
   }
 
   /** Whether `auth`'s limits are as current as a lookup would make them (checked within FRESH_MS): `current` is then `auth` itself. */
@@ -95,8 +102,14 @@ export class AuthService {
   }
 
   /** The key's row by its hash (base64, the cache's key). */
-  private lookup(keyHash: string): Promise<KeyAuthRow | undefined> {
-    return this.cache.get(keyHash, () => this.keys.findAuthByHash(Buffer.from(keyHash, 'base64')));
+  private async lookup(keyHash: string): Promise<KeyAuthRow | undefined> {
+    if (this.unknown.has(keyHash)) return undefined;
+    const row = await this.cache.get(keyHash, () => this.keys.findAuthByHash(Buffer.from(keyHash, 'base64')));
+    if (!row) {
+      this.cache.delete(keyHash);
+      void this.unknown.get(keyHash, async () => undefined);
+    }
+    return row;
   }
 
   private touch(keyId: string): void {

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../server/logger.ts';
 import type { ApiKeyRepository, KeyAuthRow } from '../../server/repositories/api-key.repository.ts';
 import { AuthService } from '../../server/services/auth.service.ts';
-import { generateApiKey } from '../../server/lib/api-key-material.ts';
+import { generateApiKey, hashApiKey } from '../../server/lib/api-key-material.ts';
 
 /** A strict fake repository that counts lookups. */
 function fakeKeys(row: KeyAuthRow | undefined, opts: { failFirst?: boolean } = {}) {
@@ -50,6 +50,32 @@ describe('AuthService', () => {
     now += 2;
     await auth.authenticate(`Bearer ${key}`);
     expect(keys.lookups()).toBe(2);
+  });
+
+  it('keeps a known key cached however many made-up keys are tried, and caches those apart', async () => {
+    const found = new Set<string>();
+    let lookups = 0;
+    const { key } = generateApiKey();
+    const knownHash = hashApiKey(key).toString('base64');
+    const repo = {
+      async findAuthByHash(hash: Buffer) {
+        lookups++;
+        found.add(hash.toString('base64'));
+        return hash.toString('base64') === knownHash ? row : undefined;
+      },
+      async touchLastUsed() {},
+    } as unknown as ApiKeyRepository;
+    const auth = new AuthService(repo, log, 5000);
+    await auth.authenticate(`Bearer ${key}`);
+    // More made-up keys than the cache holds.
+    const madeUp = Array.from({ length: 10_050 }, () => generateApiKey().key);
+    for (const bogus of madeUp) await expect(auth.authenticate(`Bearer ${bogus}`)).rejects.toMatchObject({ code: 'invalid_api_key' });
+    const before = lookups;
+    await auth.authenticate(`Bearer ${key}`);
+    expect(lookups).toBe(before);
+    // The latest made-up key is remembered as unknown: no query for it again within the TTL.
+    await expect(auth.authenticate(`Bearer ${madeUp.at(-1)!}`)).rejects.toMatchObject({ code: 'invalid_api_key' });
+    expect(lookups).toBe(before);
   });
 
   it('does not cache a failed lookup', async () => {
