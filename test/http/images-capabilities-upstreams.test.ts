@@ -109,5 +109,6 @@ describe('shipped fal and Replicate image models', () => {
       if (status !== 200 && status !== 201) refused.push(`${JSON.stringify(request)} -> ${JSON.stringify(input)}: ${status} ${JSON.stringify(body)}`);
     }
     expect(refused.slice(0, 5), `${refused.length} of ${inputs.size} accepted inputs refused`).toEqual([]);
-  });
+    // Hundreds of upstream round trips, each an image made by the fake: 10 s alone on a slow VM, three times that in a loaded suite.
+  }, 120_000);
 });

@@ -1,8 +1,10 @@
 /**
- * A lease no heartbeat can confirm (this instance cannot reach PostgreSQL, or its heartbeats hang)
- * is given up before it runs out: another instance may claim the row the moment it does, and one
- * step must never run on two instances at once. A heartbeat that finds the row taken over is lost
- * at once, as before; heartbeats that keep confirming keep the work going past the lease's length.
+ * A lease no heartbeat can confirm (this instance cannot reach PostgreSQL, or its heartbeats hang):
+ * its step's signal aborts before the lease runs out, since another instance may claim the row the
+ * moment it does, and a poll, a download or a webhook send must never run on two instances at once.
+ * Its `lost` signal does not (a submit that may have reached the upstream goes on to save its job
+ * id, fenced). A heartbeat that finds the row taken over aborts both at once; heartbeats that keep
+ * confirming keep the work going past the lease's length.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../server/logger.ts';
@@ -47,14 +49,14 @@ describe('a lease no heartbeat confirms', () => {
     ['fail', async () => Promise.reject(new Error('connect ECONNREFUSED'))],
     ['hang', () => new Promise<boolean>(() => undefined)],
   ] as const) {
-    it(`is lost before it runs out when heartbeats ${what}, before another instance can claim the row`, async () => {
+    it(`stops the step before it runs out when heartbeats ${what}, before another instance can claim the row`, async () => {
       const { leases, row } = await claimed(`heartbeats ${what}`);
       const lease = keepLease(viewWith(leases, heartbeat), fenceOf(row), 'instance-a', LEASE_MS, createLogger('silent'));
       try {
         await sleep(LEASE_MS + 50);
-        expect(lease.lost.aborted).toBe(true);
         expect(lease.signal.aborted).toBe(true);
-        expect(lease.lost.reason).toBeInstanceOf(LeaseLost);
+        expect(lease.signal.reason).toBeInstanceOf(LeaseLost);
+        expect(lease.lost.aborted).toBe(false);
         // The row is free for another instance only now: A had stopped first.
         const [taken] = await leases.claimDue('instance-b', 1, LEASE_MS);
         expect(taken?.id).toBe(row.id);

@@ -4,11 +4,15 @@
  * aborts (the engine stopping, a request going away). Used by the task engine for every claimed
  * step and by a request that runs its synchronous image task.
  *
- * The lease is lost when a heartbeat finds the row taken over (or finished), and also when no
- * heartbeat has confirmed it for most of its length (the database unreachable from this instance,
- * a heartbeat that hangs): another instance may claim the row the moment its lease runs out, so
- * the work stops a margin before that (a sixth of the lease, counted from when the last confirmed
- * heartbeat was sent: the lease it set ends later than that), rather than run one step twice.
+ * The lease is lost when a heartbeat finds the row taken over (or finished). When no heartbeat has
+ * confirmed it for most of its length (the database unreachable from this instance, a heartbeat
+ * that hangs), another instance may claim the row the moment its lease runs out: `signal` aborts a
+ * margin before that (a sixth of the lease, counted from when the last confirmed heartbeat was
+ * sent: the lease it set ends later than that), so that a poll, a download or a webhook send does
+ * not run on two instances at once. `lost` does not: a submit that may have reached the upstream
+ * goes on to save its job id (fenced on the attempt: refused if the row was claimed meanwhile),
+ * since cutting it would leave a job the next attempt submits again (an overloaded instance whose
+ * heartbeats queue behind its own work would otherwise duplicate its submits).
  */
 import type { Logger } from '../../logger.ts';
 import type { Fence, LeasedTableName, LeasedTasks } from '../../repositories/leased-tasks.ts';
@@ -43,7 +47,7 @@ export function keepLease(leases: LeasedTasks<LeasedTableName>, fence: Fence, ow
   let deadline = setTimeout(lapsed, leaseMs - margin);
   function lapsed() {
     log.warn({ taskId: fence.id, attempt: fence.attempt, leaseMs }, 'lease not confirmed by any heartbeat for most of its length (the database unreachable?); stopping the work before another instance can take it over');
-    lose(new LeaseLost('lease not confirmed in time'));
+    work.abort(new LeaseLost('lease not confirmed in time'));
   }
   /** A heartbeat in flight: the next one waits for it (a stalled pool is not piled onto). */
   let beating = false;
@@ -56,6 +60,7 @@ export function keepLease(leases: LeasedTasks<LeasedTableName>, fence: Fence, ow
       .then((ok) => {
         if (lost.signal.aborted) return;
         if (!ok) return lose(new LeaseLost('lease lost'));
+        if (work.signal.aborted) return;
         clearTimeout(deadline);
         deadline = setTimeout(lapsed, Math.max(0, sentAt + leaseMs - margin - Date.now()));
       })
