@@ -13,7 +13,8 @@ export interface CreateVideoOptions {
   onQuoteChange?: (currentQuote: VideoBillingRow, conflict: MediagateError) => boolean | Promise<boolean>;
   /**
    * How many times a request that failed for a passing reason (no answer, `429`, `503`
-   * `database_unavailable` / `not_ready` / `server_busy` / `storage_unavailable`, `507`) is sent
+   * `database_unavailable` / `not_ready` / `server_busy` / `storage_unavailable`, `507`, a reverse
+   * proxy's own `502`/`503`/`504` page) is sent
    * again with the same `client_request_id` (default 2; 0 turns retries off).
    */
   maxRetries?: number;
@@ -69,6 +70,15 @@ export function isPassing(error: MediagateError): boolean {
   return error.status === 503 && error.code !== null && PASSING_503_CODES.has(error.code);
 }
 
+/**
+ * A reverse proxy's own 502/503/504 page (no Mediagate error code: the gateway restarting or out of
+ * reach behind nginx, an ingress, a load balancer). Retried for a create only: its
+ * `client_request_id` makes a second send return the task the first may have created.
+ */
+function isProxyPage(error: MediagateError): boolean {
+  return error.code === null && (error.status === 502 || error.status === 503 || error.status === 504);
+}
+
 /** Sends the create, and again with the same body (same id) after a passing failure, `maxRetries` times at most. */
 async function postVideo(
   api: MediagateApi,
@@ -91,7 +101,7 @@ async function postVideo(
       // `unitPrice`/`quotedCredits`), so the schema type is restored here; the wire shape is unchanged.
       if (response.ok && data !== undefined) return { data: data as VideoTaskCreated };
       const failure = MediagateError.fromResponse(response, error, clientRequestId);
-      if (attempt >= maxRetries || !isPassing(failure)) return { error: failure };
+      if (attempt >= maxRetries || !(isPassing(failure) || isProxyPage(failure))) return { error: failure };
       delayMs = failure.retryAfterMs ?? backoff(attempt);
       if (delayMs > MAX_RETRY_AFTER_MS) return { error: failure };
     } catch (err) {

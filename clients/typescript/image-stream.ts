@@ -1,7 +1,9 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import type { Middleware } from 'openapi-fetch';
 import type { MediagateApi } from './api.ts';
+import { backoff, isPassing, MAX_RETRY_AFTER_MS } from './create-video.ts';
 import { MediagateError, MediagateNetworkError, readBody, sendRequest } from './mediagate-error.ts';
+import { sleep } from './wait-for-video.ts';
 import type {
   ImageEditStreamEvent,
   ImageEditStreamRequest,
@@ -13,6 +15,19 @@ import type {
 export interface ImageStreamOptions {
   /** Aborts the request or the running stream; the iterator then throws the signal's reason. */
   signal?: AbortSignal;
+  /**
+   * How many times a request refused before its stream began, for a passing reason that charged
+   * nothing (`429`, `507`, `503` `no_upstream_capacity` / `database_unavailable` / `not_ready` /
+   * `server_busy` / `storage_unavailable`), is sent again after its `Retry-After` (default 2; 0
+   * turns retries off). Never after the stream began, nor after no answer came (images may have
+   * been delivered and charged).
+   */
+  maxRetries?: number;
+}
+
+/** Whether a refusal before the stream began charged nothing and may pass: `createVideo`'s list, and no free upstream account. */
+function isPassingRefusal(error: MediagateError): boolean {
+  return isPassing(error) || (error.status === 503 && error.code === 'no_upstream_capacity');
 }
 
 /** What the openapi-fetch call of a streaming helper resolves to (`parseAs: 'stream'`). */
@@ -52,7 +67,7 @@ export function streamImage(
       signal: options.signal,
       middleware,
     });
-  return readImageStream(open, isGenerationEvent, options.signal);
+  return readImageStream(open, isGenerationEvent, options);
 }
 
 /**
@@ -72,16 +87,26 @@ export function streamImageEdit(
       signal: options.signal,
       middleware,
     });
-  return readImageStream(open, isEditEvent, options.signal);
+  return readImageStream(open, isEditEvent, options);
 }
 
 async function* readImageStream<E extends { type: string }>(
   open: (middleware: Middleware[]) => Promise<OpenedStream>,
   accepts: (payload: { type: string }) => payload is E,
-  signal: AbortSignal | undefined,
+  options: ImageStreamOptions,
 ): AsyncGenerator<E, void, undefined> {
-  const { data: stream, error, response } = await sendRequest(open, signal);
-  if (!response.ok) throw MediagateError.fromResponse(response, error);
+  const { signal, maxRetries = 2 } = options;
+  if (!(maxRetries >= 0)) throw new RangeError('maxRetries must be 0 or more');
+  let opened: OpenedStream;
+  for (let attempt = 0; ; attempt += 1) {
+    opened = await sendRequest(open, signal);
+    if (opened.response.ok) break;
+    const failure = MediagateError.fromResponse(opened.response, opened.error);
+    const delayMs = failure.retryAfterMs ?? backoff(attempt);
+    if (attempt >= maxRetries || !isPassingRefusal(failure) || delayMs > MAX_RETRY_AFTER_MS) throw failure;
+    await sleep(delayMs, signal);
+  }
+  const { data: stream, response } = opened;
   const contentType = response.headers.get('Content-Type') ?? '';
   if (!stream || !contentType.startsWith('text/event-stream')) {
     await stream?.cancel();
@@ -93,6 +118,8 @@ async function* readImageStream<E extends { type: string }>(
   const decoder = new TextDecoder();
   const reader = stream.getReader();
   let finished = false;
+  /** The last text fed: whether the stream ended on a CR. */
+  let last = '';
   try {
     for (;;) {
       let frame: EventSourceMessage | undefined;
@@ -104,11 +131,16 @@ async function* readImageStream<E extends { type: string }>(
       const chunk = await readBody(() => reader.read(), signal);
       if (chunk.done) {
         finished = true;
-        // Flush a multi-byte character split at the very end; an unterminated last frame is
-        // dropped, as the SSE rules require.
-        parser.feed(decoder.decode());
+        // Flush a multi-byte character split at the very end. A last line ended by a lone CR is
+        // complete (the parser waits to see whether an LF follows it); an unterminated last frame
+        // is still dropped, as the SSE rules require (no blank line after it).
+        const rest = decoder.decode();
+        if (rest !== '') last = rest;
+        parser.feed(last.endsWith('\r') ? `${rest}\n` : rest);
       } else {
-        parser.feed(decoder.decode(chunk.value, { stream: true }));
+        const text = decoder.decode(chunk.value, { stream: true });
+        if (text !== '') last = text;
+        parser.feed(text);
       }
     }
   } finally {

@@ -27,9 +27,11 @@ export type WebhookHeaders = Headers | Record<string, string | string[] | undefi
 /** `body` is the raw request body: a string, or its bytes (a Node `Buffer` is a `Uint8Array`). */
 export function verifyWebhook(body: string | Uint8Array, headers: WebhookHeaders, secret: string): FinishedVideoTask {
   // A plain object may keep the sender's case (`Webhook-Id`): names are matched case-insensitively.
-  const plain = headers instanceof Headers ? undefined : Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]));
+  // A `Headers` of any implementation (undici's, node-fetch's, a ponyfill's) has `get`; `instanceof` knows only the global one.
+  const fetchLike = typeof (headers as Headers).get === 'function' ? (headers as Headers) : undefined;
+  const plain = fetchLike ? undefined : Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]));
   const get = (name: string): string => {
-    const value = plain ? plain[name] : (headers as Headers).get(name);
+    const value = plain ? plain[name] : fetchLike!.get(name);
     return (Array.isArray(value) ? value[0] : value) ?? '';
   };
   // TextDecoder rather than Buffer: the package's declarations then need no Node types.
