@@ -61,7 +61,7 @@ const USAGE = `Usage: npm run admin -- <resource> <verb> [id] [--flag value ...]
               [--priority N] [--weight N] [--concurrency-limit N|none] [--enabled true|false]
   members list --group <id|name>       (with health: in flight, cooldown, rejected credentials, recent ok/fail)
   members update <member id|name> --group <id|name> [same flags as add, except --provider]
-  members delete <member id|name> --group <id|name>   (refused while tasks run on it: disable it first)
+  members delete <member id|name> --group <id|name>   (a disabled member, once no task runs on it)
 
   models list [--kind image|video]
   models get <model id>

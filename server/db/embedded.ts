@@ -442,8 +442,10 @@ async function initialise(layout: EmbeddedLayout, password: string, log: DbLogge
   const dir = layout.clusterDir;
   const parent = dirname(dir);
   const building = `${basename(dir)}.initdb-`;
+  // This cluster's only: a root layout keeps every data directory's cluster in one shared folder.
+  const pwfilePrefix = `.pg-pwfile-${basename(dir)}-`;
   for (const entry of readdirSync(parent)) {
-    if (entry.startsWith(building) || entry.startsWith('.pg-pwfile-')) {
+    if (entry.startsWith(building) || entry.startsWith(pwfilePrefix)) {
       log.warn(`removing ${join(parent, entry)} left by an interrupted PostgreSQL initialisation`);
       rmSync(join(parent, entry), { recursive: true, force: true });
     }
@@ -459,7 +461,7 @@ async function initialise(layout: EmbeddedLayout, password: string, log: DbLogge
   log.info(`initialising embedded PostgreSQL ${release} (binaries of the npm package ${layout.binaries.version}) in ${dir}`);
   const scratch = join(parent, `${building}${randomBytes(6).toString('hex')}`);
   // initdb reads the password from a file the `postgres` user can read; removed right after.
-  const pwfile = join(parent, `.pg-pwfile-${randomBytes(6).toString('hex')}`);
+  const pwfile = join(parent, `${pwfilePrefix}${randomBytes(6).toString('hex')}`);
   let writing = scratch;
   try {
     mkdirSync(scratch, { mode: 0o700 });
@@ -472,15 +474,25 @@ async function initialise(layout: EmbeddedLayout, password: string, log: DbLogge
     rmSync(scratch, { recursive: true, force: true });
     throw fsFailure(err, 'writing', writing);
   }
-  try {
-    await runToCompletion(
+  const initdb = (pgdata: string) =>
+    runToCompletion(
       layout.binaries.initdb,
-      [`--pgdata=${scratch}`, '--auth=scram-sha-256', `--username=${SUPERUSER}`, `--pwfile=${pwfile}`, '--encoding=UTF8', '--locale=C', '--lc-messages=C'],
+      [`--pgdata=${pgdata}`, '--auth=scram-sha-256', `--username=${SUPERUSER}`, `--pwfile=${pwfile}`, '--encoding=UTF8', '--locale=C', '--lc-messages=C'],
       layout,
       'initdb',
     );
-    // Onto the empty cluster folder (rename(2) replaces an empty directory), or where none is yet.
-    renameSync(scratch, dir);
+  try {
+    await initdb(scratch);
+    try {
+      // Onto the empty cluster folder (rename(2) replaces an empty directory), or where none is yet.
+      renameSync(scratch, dir);
+    } catch (err) {
+      // A cluster folder that cannot be replaced (a mount point, a symlink): built in place, as
+      // before, without the guard against a start killed mid-way.
+      log.warn(`could not move the new cluster into ${dir} (${(err as NodeJS.ErrnoException).code ?? String(err)}); initialising in place instead`);
+      rmSync(scratch, { recursive: true, force: true });
+      await initdb(dir);
+    }
   } catch (err) {
     rmSync(scratch, { recursive: true, force: true });
     throw err;

@@ -145,6 +145,8 @@ export function openImageStream(
   // before it: scheduled after the synchronous work and microtasks that start the call, their write
   // overlaps the upstream's time instead of delaying it (and an event written first carries them).
   let called = false;
+  /** The error is answered in JSON instead (`withdraw`): the scheduled flush must not send the stream's head. */
+  let withdrawn = false;
 
   /** Frames being written (a frame's slices may wait for 'drain': no comment goes between them), and whether one was written since the last keep-alive tick. */
   let writing = 0;
@@ -192,11 +194,12 @@ export function openImageStream(
       called = true;
       if (!res.destroyed) startKeepAlive();
       setImmediate(() => {
-        if (!res.headersSent && !res.destroyed) res.flushHeaders();
+        if (!withdrawn && !res.headersSent && !res.destroyed) res.flushHeaders();
       });
     },
     withdraw() {
       if (res.headersSent) return false;
+      withdrawn = true;
       stopKeepAlive();
       for (const name of ['Content-Type', 'Cache-Control', 'Connection', 'X-Accel-Buffering']) res.removeHeader(name);
       return true;

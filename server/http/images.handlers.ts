@@ -96,10 +96,11 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
           sink.error(result.error);
         }
       } catch (err) {
-        // Nothing sent yet (no member found, no capacity after the wait): an ordinary error answer.
-        if (sink.withdraw()) throw err;
         // The stream's status was 200: its line says the error (what was delivered, if anything, is
         // on the task: failed with nothing, or needs_attention with what the stream delivered).
+        // Nothing sent yet (no member found, no capacity after the wait): an ordinary error answer,
+        // the error middleware's mapping for anything but a lost lease.
+        if (!(err instanceof LeaseLost) && sink.withdraw()) throw err;
         const api =
           err instanceof ApiError
             ? err
@@ -108,9 +109,10 @@ export function imagesHandlers(ctx: AppContext): Pick<HandlerMap, 'createImage' 
                 new ApiError(500, 'internal_error', `The stream stopped: task ${task.id} was taken over by another worker. The images sent so far are recorded on it, and an operator will settle it.`)
               : new ApiError(500, 'internal_error', `Internal error. Quote request id '${String((req as Request & { id?: string }).id)}' when reporting it.`);
         logWith(res, { errorCode: api.code });
-        sink.error(api);
         if (err instanceof LeaseLost) log.warn({ err: err.message }, 'image stream stopped: its task was taken over');
         else if (!(err instanceof ApiError)) log.error({ err }, 'image stream failed');
+        if (sink.withdraw()) throw api;
+        sink.error(api);
       }
       sink.end();
       return;

@@ -28,6 +28,13 @@ export class TtlCache<V> {
     return value;
   }
 
+  /** Keeps `value` for `key` for the TTL (the oldest entry makes room). */
+  set(key: string, value: V): void {
+    if (this.ttlMs <= 0) return;
+    if (!this.entries.has(key) && this.entries.size >= this.maxEntries) this.entries.delete(this.entries.keys().next().value as string);
+    this.entries.set(key, { value: Promise.resolve(value), expiresAt: this.now() + this.ttlMs });
+  }
+
   /** Whether `key` holds a value (or a load) that has not expired. */
   has(key: string): boolean {
     const hit = this.entries.get(key);

@@ -297,7 +297,9 @@ export class Pool {
     if (lastError) {
       // Every member is rate-limited or cooling: the client can retry when the first of them is free.
       if (lastError.kind !== 'rate_limited' || !soonest) throw lastError;
-      if (cooldownMs < waitOf(soonest)) throw new NoCapacity('cooling', cooldownMs);
+      // Still the upstream's refusal (calls were made: never NoCapacity, which says none was),
+      // told the wait of a member cooling down when it is free sooner.
+      if (cooldownMs < waitOf(soonest)) soonest.cooldownMs = cooldownMs;
       throw soonest;
     }
     throw full ? new NoCapacity('full', Math.min(FULL_RETRY_MS, cooldownMs)) : new NoCapacity('cooling', cooldownMs);

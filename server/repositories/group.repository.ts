@@ -172,21 +172,25 @@ export class GroupRepository {
   }
 
   /**
-   * Deletes a member of the group unless tasks that have not finished run on it (their jobs are
-   * collected with its credentials), in one statement: a task that takes the member meanwhile is
-   * either counted or meets a deleted member (and fails refunded, as the runners do). Its health and
-   * model faults go with it (foreign keys); tasks keep its id. `undefined`: no such member.
+   * Deletes a disabled member of the group unless tasks that have not finished run on it (their jobs
+   * are collected with its credentials), in one statement. Disabled first, no new work is routed to
+   * it (every instance's candidates drop it at the change's NOTIFY, or within their cache's few
+   * seconds), so no task takes it while it is deleted. Its health and model faults go with it
+   * (foreign keys); tasks keep its id. `undefined`: no such member.
    */
-  async deleteMember(groupId: string, memberId: string): Promise<{ deleted: boolean; running: number } | undefined> {
-    const { rows } = await sql<{ found: number; running: number; deleted: number }>`
-      with target as (select id from group_members where group_id = ${groupId} and id = ${memberId}),
+  async deleteMember(groupId: string, memberId: string): Promise<{ deleted: boolean; enabled: boolean; running: number } | undefined> {
+    const { rows } = await sql<{ found: number; enabled: boolean; running: number; deleted: number }>`
+      with target as (select id, enabled from group_members where group_id = ${groupId} and id = ${memberId}),
       running as (
         select (select count(*) from video_tasks where member_id = ${memberId} and status in ('queued', 'in_progress'))
           + (select count(*) from image_tasks where member_id = ${memberId} and status in ('processing', 'needs_attention')) as n),
-      gone as (delete from group_members m using running where m.id in (select id from target) and running.n = 0 returning m.id)
-      select (select count(*) from target)::int as found, (select n from running)::int as running, (select count(*) from gone)::int as deleted`.execute(this.db);
+      gone as (
+        delete from group_members m using running, target
+        where m.id = target.id and not target.enabled and running.n = 0 returning m.id)
+      select (select count(*) from target)::int as found, coalesce((select enabled from target), false) as enabled,
+        (select n from running)::int as running, (select count(*) from gone)::int as deleted`.execute(this.db);
     const row = rows[0]!;
-    return row.found === 0 ? undefined : { deleted: row.deleted > 0, running: row.running };
+    return row.found === 0 ? undefined : { deleted: row.deleted > 0, enabled: row.enabled, running: row.running };
   }
 
   /**

@@ -38,6 +38,10 @@ export class AuthService {
    * `cache`, whose known keys it would otherwise push out (each of their requests a query again).
    */
   private readonly unknown: TtlCache<undefined>;
+  /** Misses being looked up, shared by concurrent requests for one key. */
+  private readonly loading = new Map<string, Promise<KeyAuthRow | undefined>>();
+  /** Bumped by `invalidate`: a lookup that started before it keeps its answer out of the caches. */
+  private generation = 0;
   private readonly lastTouched = new Map<string, number>();
 
   constructor(
@@ -92,6 +96,7 @@ export class AuthService {
 
   /** Drops cached lookups (after an admin change on this instance; other instances expire within the TTL). */
   invalidate(): void {
+    this.generation++;
     this.cache.clear();
     this.unknown.clear();
   }
@@ -103,11 +108,20 @@ export class AuthService {
 
   /** The key's row by its hash (base64, the cache's key). */
   private async lookup(keyHash: string): Promise<KeyAuthRow | undefined> {
+    if (this.cache.has(keyHash)) return this.cache.get(keyHash, () => this.keys.findAuthByHash(Buffer.from(keyHash, 'base64')));
     if (this.unknown.has(keyHash)) return undefined;
-    const row = await this.cache.get(keyHash, () => this.keys.findAuthByHash(Buffer.from(keyHash, 'base64')));
-    if (!row) {
-      this.cache.delete(keyHash);
-      void this.unknown.get(keyHash, async () => undefined);
+    // A miss: concurrent ones share the query; its answer goes into the cache it belongs to, unless
+    // the caches were dropped meanwhile (an admin change the answer may predate).
+    const generation = this.generation;
+    let pending = this.loading.get(keyHash);
+    if (!pending) {
+      pending = this.keys.findAuthByHash(Buffer.from(keyHash, 'base64')).finally(() => this.loading.delete(keyHash));
+      this.loading.set(keyHash, pending);
+    }
+    const row = await pending;
+    if (generation === this.generation) {
+      if (row) this.cache.set(keyHash, row);
+      else this.unknown.set(keyHash, undefined);
     }
     return row;
   }

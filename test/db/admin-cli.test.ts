@@ -164,6 +164,9 @@ describe('admin CLI', { timeout: 90_000 }, () => {
     expect(stray.stderr).toContain('--model-map names models the member does not serve');
     const retired = await admin('members', 'add', '--group', 'default', '--name', 'retired', '--provider', 'openai', '--models', 'local-image-1', '--credential', 'api_key=x');
     expect(retired.code).toBe(0);
+    const stillOn = await admin('members', 'delete', 'retired', '--group', 'default');
+    expect([stillOn.code, stillOn.stderr]).toEqual([1, expect.stringContaining('set enabled: false first')]);
+    expect((await admin('members', 'update', 'retired', '--group', 'default', '--enabled', 'false')).code).toBe(0);
     const deleted = await admin('members', 'delete', 'retired', '--group', 'default');
     expect([deleted.code, deleted.stdout]).toEqual([0, expect.stringMatching(/^deleted member retired \(mem_[0-9A-Za-z]+\)/)]);
     expect(await t.db.selectFrom('groupMembers').select('id').where('name', '=', 'retired').executeTakeFirst()).toBeUndefined();

@@ -276,7 +276,7 @@ describe('group members', () => {
 describe('deleting a member', () => {
   const del = (group_id: string, member_id: string) => server.admin().DELETE('/admin/v1/groups/{group_id}/members/{member_id}', { params: { path: { group_id, member_id } } });
 
-  it('removes it with its health, from the listing and from routing; again, or in another group, is 404', async () => {
+  it('removes a disabled one with its health, from the listing and from routing; an enabled one is 409; again, or in another group, is 404', async () => {
     const group = await newGroup('retiring');
     const other = await newGroup('retiring-other');
     const created = await server.admin().POST('/admin/v1/groups/{group_id}/members', {
@@ -285,20 +285,26 @@ describe('deleting a member', () => {
     });
     const id = created.data!.id;
     await server.db.insertInto('memberHealth').values({ memberId: id, lastError: 'boom', lastErrorAt: new Date() }).execute();
+    // Enabled, it may take new work at any moment: disabled first.
+    const enabled = await del(group.id, id);
+    expect([enabled.response.status, enabled.error?.error.code]).toEqual([409, 'member_in_use']);
+    expect(enabled.error?.error.message).toContain('set enabled: false first');
+    await server.admin().PATCH('/admin/v1/groups/{group_id}/members/{member_id}', { params: { path: { group_id: group.id, member_id: id } }, body: { enabled: false } });
     // Its group is not the one named: nothing happens.
     const wrongGroup = await del(other.id, id);
     expect([wrongGroup.response.status, wrongGroup.error?.error.code]).toEqual([404, 'member_not_found']);
     const unknownGroup = await del('grp_0000000000000000000000000', id);
     expect([unknownGroup.response.status, unknownGroup.error?.error.code]).toEqual([404, 'group_not_found']);
 
+    expect(await server.ctx.pool.account(id)).toMatchObject({ memberId: id });
     const res = await del(group.id, id);
     expect(res.response.status).toBe(204);
     expect(await server.db.selectFrom('groupMembers').select('id').where('id', '=', id).executeTakeFirst()).toBeUndefined();
     expect(await server.db.selectFrom('memberHealth').select('memberId').where('memberId', '=', id).executeTakeFirst()).toBeUndefined();
     const listed = await server.admin().GET('/admin/v1/groups/{group_id}/members', { params: { path: { group_id: group.id } } });
     expect(listed.data).toEqual({ data: [] });
-    // The instance's routing forgot it at once (the admin change drops the caches).
-    expect(await server.ctx.pool.serving({ groupId: group.id, model: 'local-image-1', capability: 'image' })).toEqual([]);
+    // The instance forgot its cached credentials at once (the admin change drops the caches).
+    expect(await server.ctx.pool.account(id)).toBeUndefined();
     const again = await del(group.id, id);
     expect([again.response.status, again.error?.error.code]).toEqual([404, 'member_not_found']);
   });
@@ -307,7 +313,7 @@ describe('deleting a member', () => {
     const group = await newGroup('busy');
     const created = await server.admin().POST('/admin/v1/groups/{group_id}/members', {
       params: { path: { group_id: group.id } },
-      body: { name: 'busy-one', provider: 'openai', credentials: { api_key: SECRET }, models: ['local-image-1'] },
+      body: { name: 'busy-one', provider: 'openai', credentials: { api_key: SECRET }, models: ['local-image-1'], enabled: false },
     });
     const id = created.data!.id;
     const task = await imageTaskToHold(server.db);

@@ -78,6 +78,33 @@ describe('AuthService', () => {
     expect(lookups).toBe(before);
   });
 
+  it('keeps a miss answered after the caches were dropped out of them: a key created meanwhile works at once', async () => {
+    let answer: KeyAuthRow | undefined;
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let lookups = 0;
+    const repo = {
+      async findAuthByHash() {
+        lookups++;
+        // What the database said when the statement ran: the first one, before the key existed.
+        const said = answer;
+        if (lookups === 1) await gate;
+        return said;
+      },
+      async touchLastUsed() {},
+    } as unknown as ApiKeyRepository;
+    const auth = new AuthService(repo, log, 5000);
+    const { key } = generateApiKey();
+    const first = auth.authenticate(`Bearer ${key}`);
+    // The key is created while the first lookup runs (an admin change: the caches are dropped).
+    auth.invalidate();
+    answer = row;
+    release();
+    await expect(first).rejects.toMatchObject({ code: 'invalid_api_key' });
+    await expect(auth.authenticate(`Bearer ${key}`)).resolves.toMatchObject({ apiKeyId: 'key_1' });
+    expect(lookups).toBe(2);
+  });
+
   it('does not cache a failed lookup', async () => {
     const keys = fakeKeys(row, { failFirst: true });
     const auth = new AuthService(keys.repo, log, 5000);

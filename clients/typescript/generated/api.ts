@@ -1449,15 +1449,14 @@ export interface paths {
          *     health; new work never goes to it again, on any instance. Tasks it ran keep its id
          *     (`member_id` in the task and ledger views) as history.
          *
-         *     A member that still runs work is not deleted: a `queued` or `in_progress` video task, or a
-         *     `processing` or `needs_attention` image task, on it (its jobs are collected with its
-         *     credentials). That is `409 member_in_use`, saying how many; nothing changes. To retire a busy
-         *     member, set `enabled: false` first (no new work goes to it) and delete it once its tasks have
-         *     finished. Should a task still reach a deleted member (an instance that routed to it in the
-         *     moment of the delete), that task fails `no_reachable_member` and its credits are refunded.
+         *     Only a disabled member is deleted (`enabled: false` first: no new work goes to it, on any
+         *     instance), and only once no work runs on it: no `queued` or `in_progress` video task, no
+         *     `processing` or `needs_attention` image task (their jobs are collected with its credentials).
+         *     Otherwise `409 member_in_use`, saying why (enabled, or how many tasks); nothing changes. Usage
+         *     reports by provider count a deleted member's past tasks under `none`.
          *
          *     Errors: `404 group_not_found`, `member_not_found` (unknown, of another group, or deleted
-         *     already); `409 member_in_use`.
+         *     already); `409 member_in_use` (enabled, or tasks still run on it).
          *
          *     Admin API: send `Authorization: Bearer <ADMIN_TOKEN>` (missing or wrong: `401 invalid_admin_token`);
          *     while `ADMIN_TOKEN` is unset every admin path is `404 not_found`.
@@ -2068,7 +2067,7 @@ export interface components {
          *       request; admin: a credit adjustment's `idempotency_key` reused with a different amount or
          *       reason), `no_webhook` / `webhook_in_progress` (admin redelivery: the task has no webhook, or
          *       one is being sent), `file_in_use` (`DELETE /v1/files/{file_id}`: a task that has not finished
-         *       still needs the file), `member_in_use` (admin: `DELETE` of a member that still runs tasks).
+         *       still needs the file), `member_in_use` (admin: `DELETE` of a member that is enabled or still runs tasks).
          *     - **413** `body_too_large`, `media_too_large` (one media input over its byte limit),
          *       `media_total_too_large` (all media inputs over `maxMediaInputBytes`),
          *       `too_many_media_inputs` (over `maxMediaInputCount`).

@@ -159,11 +159,14 @@ export class GroupAdminService {
     return toAdminGroupMember(row);
   }
 
-  /** Deletes a member that runs no unfinished task (else 409 member_in_use: disable it, then delete it once they have finished). */
+  /** Deletes a disabled member that runs no unfinished task (else 409 member_in_use: disable it, then delete it once they have finished). */
   async deleteMember(groupId: string, memberId: string): Promise<void> {
     await this.requireGroup(groupId);
     const result = await this.groups.deleteMember(groupId, memberId);
     if (!result) throw memberNotFound();
+    if (result.enabled) {
+      throw new ApiError(409, 'member_in_use', `Member '${memberId}' is enabled and may take new work; set enabled: false first, and delete it once the tasks it runs have finished.`);
+    }
     if (!result.deleted) {
       const tasks = result.running === 1 ? '1 task that has not finished runs' : `${result.running} tasks that have not finished run`;
       throw new ApiError(409, 'member_in_use', `${tasks} on member '${memberId}'; set enabled: false (no new work goes to it) and delete it once they have finished.`);

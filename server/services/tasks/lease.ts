@@ -45,7 +45,11 @@ export function keepLease(leases: LeasedTasks<LeasedTableName>, fence: Fence, ow
   const margin = Math.floor(leaseMs / 6);
   // Counted from now: the claim that set the lease came a moment before, which the margin covers.
   let deadline = setTimeout(lapsed, leaseMs - margin);
+  /** The deadline passed (the step was stopped): no deadline again. The lease given back: nothing more at all. */
+  let lapsedAlready = false;
+  let released = false;
   function lapsed() {
+    lapsedAlready = true;
     log.warn({ taskId: fence.id, attempt: fence.attempt, leaseMs }, 'lease not confirmed by any heartbeat for most of its length (the database unreachable?); stopping the work before another instance can take it over');
     work.abort(new LeaseLost('lease not confirmed in time'));
   }
@@ -58,9 +62,10 @@ export function keepLease(leases: LeasedTasks<LeasedTableName>, fence: Fence, ow
     leases
       .heartbeat(fence, owner, leaseMs)
       .then((ok) => {
-        if (lost.signal.aborted) return;
+        // A heartbeat still in flight when the step ended (its row finished: false) says nothing.
+        if (released || lost.signal.aborted) return;
         if (!ok) return lose(new LeaseLost('lease lost'));
-        if (work.signal.aborted) return;
+        if (lapsedAlready) return;
         clearTimeout(deadline);
         deadline = setTimeout(lapsed, Math.max(0, sentAt + leaseMs - margin - Date.now()));
       })
@@ -70,6 +75,7 @@ export function keepLease(leases: LeasedTasks<LeasedTableName>, fence: Fence, ow
       });
   }, Math.max(100, Math.floor(leaseMs / 3)));
   function release() {
+    released = true;
     clearInterval(timer);
     clearTimeout(deadline);
     parent?.removeEventListener('abort', onParentAbort);
