@@ -134,7 +134,7 @@ describe('image generation fast path', () => {
   it('fills in the defaults the validator fills in', async () => {
     const { body } = await send(withFastPath, { name: 'defaults', body: base });
     expect(body.validated).toBe(false);
-    expect(body.body).toEqual({ ...base, quality: 'auto', response_format: 'b64_json', stream: false, n: 1, partial_images: 0 });
+    expect(body.body).toEqual({ ...base, quality: 'auto', response_format: 'b64_json', stream: false, n: 1, partial_images: 0, moderation: 'auto' });
   });
 
   it('refuses, at start, a body schema that needs formats it does not know', () => {
