@@ -15,7 +15,7 @@ beforeAll(async () => {
 afterAll(async () => server?.close());
 
 it.each([
-  ['/v1/images/generations', { model: 'local-image-1', prompt: 'a lighthouse', moderation: 'auto' }, 'moderation'],
+  ['/v1/images/generations', { model: 'local-image-1', prompt: 'a lighthouse', style: 'vivid' }, 'style'],
   ['/v1/videos/generations', { model: 'local-video-1', prompt: 'a boat', seconds: 2, aspectRatio: '16:9', resolution: '360p', client_request_id: 'unknown-1', colour: 'red' }, 'colour'],
   ['/admin/v1/accounts', { name: 'unknown-param', plan: 'gold' }, 'plan'],
 ])('POST %s with an unknown field is 400 naming it as unknown', async (path, body, field) => {

@@ -42,7 +42,9 @@ async function start(extra: Record<string, string> = {}): Promise<ServerProcess>
       MEDIAGATE_DATA_DIR: `/tmp/mediagate-upstream-engine-${process.pid}`,
       DEMO_DATA: '0',
       VIDEO_POLL_INTERVAL_MS: '500',
-      TASK_LEASE_MS: '2000',
+      // Long enough that heartbeats queued behind 200 steps on a loaded CI machine still land in time
+      // (a lease that lapses lets the row be claimed again: a second submit); short enough for the restart.
+      TASK_LEASE_MS: '5000',
       TASK_POLL_MS: '200',
       ...extra,
     },
