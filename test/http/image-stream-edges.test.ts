@@ -15,7 +15,7 @@ import { startOpenAIImagesFake, type OpenAIImagesFake } from '../fakes/openai-im
 import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { holdOf } from '../support/tasks.ts';
-import { addUpstreamMember } from '../support/upstreams.ts';
+import { addUpstreamMember, plainImageModel } from '../support/upstreams.ts';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -29,19 +29,6 @@ let customUrl: string;
 /** What the custom upstream streams for the next request (raw SSE text). */
 let customBody = '';
 let png: Buffer;
-
-async function createModel(id: string) {
-  const { response, error } = await server.admin().POST('/admin/v1/models', {
-    body: {
-      id,
-      kind: 'image',
-      display_name: id,
-      image: { resolutions: ['1K'], aspect_ratios: ['1:1'], output_formats: ['png'], supports_quality: false, supports_transparent_background: false, max_n: 4 },
-      pricing: [{ resolution: '1K', quality: null, mode: 'per_item', unit_price: 1 }],
-    },
-  });
-  expect(response.status, JSON.stringify(error)).toBe(201);
-}
 
 beforeAll(async () => {
   png = await sharp({ create: { width: 1024, height: 1024, channels: 3, background: '#336699' } }).png().toBuffer();
@@ -59,7 +46,7 @@ beforeAll(async () => {
   // A wait for a free member three keep-alive periods long: nothing may commit the stream's status meanwhile.
   server = await startTestServer({ env: { STREAM_KEEPALIVE_MS: '200', IMAGE_CAPACITY_WAIT_MS: '600' } });
   await seedCatalog(server.db);
-  await createModel('gpt-img');
+  await seedCatalog(server.db, [plainImageModel('gpt-img')]);
   const account = await createAccount(server.db, { balance: 1000 });
   const group = await createGroup(server.db);
   await addUpstreamMember(server.db, server.secretKey, {

@@ -17,7 +17,7 @@ import { startOpenAIImagesFake, type ImageCall, type ImageUsage, type OpenAIImag
 import { createAccount, createApiKey, createGroup, seedCatalog } from '../support/factories.ts';
 import { startTestServer, type TestServer } from '../support/http-harness.ts';
 import { holdOf, waitImageTask } from '../support/tasks.ts';
-import { addUpstreamMember } from '../support/upstreams.ts';
+import { addUpstreamMember, plainImageModel } from '../support/upstreams.ts';
 
 type Json = Record<string, any>;
 
@@ -27,26 +27,12 @@ let key: string;
 /** Upstream calls that reach moderation from now on; `refuse` blocks those whose number it names (1-based). */
 const moderation = { seen: 0, refuse: (_call: number): boolean => false };
 
-async function createModel(id: string) {
-  const { response, error } = await server.admin().POST('/admin/v1/models', {
-    body: {
-      id,
-      kind: 'image',
-      display_name: id,
-      image: { resolutions: ['1K'], aspect_ratios: ['1:1'], output_formats: ['png'], supports_quality: false, supports_transparent_background: false, max_n: 4 },
-      pricing: [{ resolution: '1K', quality: null, mode: 'per_item', unit_price: 1 }],
-    },
-  });
-  expect(response.status, JSON.stringify(error)).toBe(201);
-}
-
 beforeAll(async () => {
   fake = await startOpenAIImagesFake({ apiKeys: ['sk-usage'], moderate: () => moderation.refuse(++moderation.seen) });
   // The task engines run here: a respond-async task is made in the background.
   server = await startTestServer({ workers: true });
   await seedCatalog(server.db);
-  await createModel('gpt-img');
-  await createModel('dalle');
+  await seedCatalog(server.db, [plainImageModel('gpt-img'), plainImageModel('dalle')]);
   const account = await createAccount(server.db, { balance: 1000 });
   const group = await createGroup(server.db);
   await addUpstreamMember(server.db, server.secretKey, {

@@ -38,6 +38,17 @@ export const IMAGE_PRO: CatalogModelDefinition = {
   prices: [{ resolution: '1K', quality: '', mode: 'per_item', unitPrice: Math.round(0.04 * MICRO) }],
 };
 
+/** A plain image model `id` (1K, 1:1, PNG, up to 4 images, 1 credit each) for tests that map it to an upstream model of their own. */
+export function plainImageModel(id: string): CatalogModelDefinition {
+  return {
+    id,
+    kind: 'image',
+    displayName: id,
+    capabilities: { resolutions: ['1K'], aspectRatios: ['1:1'], outputFormats: ['png'], supportsQuality: false, supportsTransparentBackground: false, maxN: 4 },
+    prices: [{ resolution: '1K', quality: '', mode: 'per_item', unitPrice: MICRO }],
+  };
+}
+
 /** An upstream member of `provider` with an encrypted `credentials` object, serving `models`. */
 export async function addUpstreamMember(
   db: Kysely<DB>,
