@@ -101,9 +101,8 @@ async function postVideo(
       // `unitPrice`/`quotedCredits`), so the schema type is restored here; the wire shape is unchanged.
       if (response.ok && data !== undefined) return { data: data as VideoTaskCreated };
       const failure = MediagateError.fromResponse(response, error, clientRequestId);
-      if (attempt >= maxRetries || !(isPassing(failure) || isProxyPage(failure))) return { error: failure };
-      delayMs = failure.retryAfterMs ?? backoff(attempt);
-      if (delayMs > MAX_RETRY_AFTER_MS) return { error: failure };
+      delayMs = retryDelay(failure, attempt, maxRetries, (e) => isPassing(e) || isProxyPage(e));
+      if (delayMs === undefined) return { error: failure };
     } catch (err) {
       // No answer: the create may have been committed, and only the same id can tell.
       if (!(err instanceof MediagateNetworkError) || attempt >= maxRetries) throw err;
@@ -111,6 +110,17 @@ async function postVideo(
     }
     await sleep(delayMs, signal);
   }
+}
+
+/**
+ * The wait before sending again after `failure` (its `Retry-After`, else the backoff), or undefined
+ * to give up: the retries used up, a failure that does not `pass`, or a wait over MAX_RETRY_AFTER_MS.
+ * The retry rule of `createVideo`, `uploadFile` and the image streams.
+ */
+export function retryDelay(failure: MediagateError, attempt: number, maxRetries: number, pass: (failure: MediagateError) => boolean): number | undefined {
+  if (attempt >= maxRetries || !pass(failure)) return undefined;
+  const delayMs = failure.retryAfterMs ?? backoff(attempt);
+  return delayMs > MAX_RETRY_AFTER_MS ? undefined : delayMs;
 }
 
 /** The pause before retry `attempt + 1` without a `Retry-After`: 0.5 s, 1 s, 2 s, … with jitter. */

@@ -1,7 +1,7 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import type { Middleware } from 'openapi-fetch';
 import type { MediagateApi } from './api.ts';
-import { backoff, isPassing, MAX_RETRY_AFTER_MS } from './create-video.ts';
+import { isPassing, retryDelay } from './create-video.ts';
 import { MediagateError, MediagateNetworkError, readBody, sendRequest } from './mediagate-error.ts';
 import { sleep } from './wait-for-video.ts';
 import type {
@@ -102,8 +102,8 @@ async function* readImageStream<E extends { type: string }>(
     opened = await sendRequest(open, signal);
     if (opened.response.ok) break;
     const failure = MediagateError.fromResponse(opened.response, opened.error);
-    const delayMs = failure.retryAfterMs ?? backoff(attempt);
-    if (attempt >= maxRetries || !isPassingRefusal(failure) || delayMs > MAX_RETRY_AFTER_MS) throw failure;
+    const delayMs = retryDelay(failure, attempt, maxRetries, isPassingRefusal);
+    if (delayMs === undefined) throw failure;
     await sleep(delayMs, signal);
   }
   const { data: stream, response } = opened;

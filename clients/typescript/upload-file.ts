@@ -1,5 +1,5 @@
 import type { MediagateApi } from './api.ts';
-import { isPassing, MAX_RETRY_AFTER_MS, backoff } from './create-video.ts';
+import { isPassing, retryDelay } from './create-video.ts';
 import { MediagateError, sendRequest } from './mediagate-error.ts';
 import type { MediagateFile, MediagateResult } from './types.ts';
 import { sleep } from './wait-for-video.ts';
@@ -63,9 +63,8 @@ export async function uploadFile(api: MediagateApi, file: Blob, options: UploadF
     );
     if (response.ok && data !== undefined) return { data };
     const failure = MediagateError.fromResponse(response, error);
-    if (attempt >= maxRetries || !isPassing(failure)) return { error: failure };
-    const delayMs = failure.retryAfterMs ?? backoff(attempt);
-    if (delayMs > MAX_RETRY_AFTER_MS) return { error: failure };
+    const delayMs = retryDelay(failure, attempt, maxRetries, isPassing);
+    if (delayMs === undefined) return { error: failure };
     await sleep(delayMs, signal);
   }
 }

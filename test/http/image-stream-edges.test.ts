@@ -47,28 +47,25 @@ beforeAll(async () => {
   server = await startTestServer({ env: { STREAM_KEEPALIVE_MS: '200', IMAGE_CAPACITY_WAIT_MS: '600' } });
   await seedCatalog(server.db);
   await seedCatalog(server.db, [plainImageModel('gpt-img')]);
+  key = await keyServedBy(`${fake.url}/v1`, 'sk-rev');
+  customKey = await keyServedBy(customUrl, 'sk-custom');
+});
+
+/** A key of a new account whose group's one member is the OpenAI(-compatible) upstream at `baseUrl`, serving 'gpt-img' as gpt-image-1. */
+async function keyServedBy(baseUrl: string, apiKey: string, concurrencyLimit: number | null = null): Promise<string> {
   const account = await createAccount(server.db, { balance: 1000 });
   const group = await createGroup(server.db);
   await addUpstreamMember(server.db, server.secretKey, {
     groupId: group.id,
     provider: 'openai',
-    baseUrl: `${fake.url}/v1`,
-    credentials: { api_key: 'sk-rev' },
+    baseUrl,
+    credentials: { api_key: apiKey },
     models: ['gpt-img'],
     modelMap: { 'gpt-img': 'gpt-image-1' },
+    concurrencyLimit,
   });
-  key = (await createApiKey(server.db, { accountId: account.id, groupId: group.id })).key;
-  const group2 = await createGroup(server.db);
-  await addUpstreamMember(server.db, server.secretKey, {
-    groupId: group2.id,
-    provider: 'openai',
-    baseUrl: customUrl,
-    credentials: { api_key: 'sk-custom' },
-    models: ['gpt-img'],
-    modelMap: { 'gpt-img': 'gpt-image-1' },
-  });
-  customKey = (await createApiKey(server.db, { accountId: account.id, groupId: group2.id })).key;
-});
+  return (await createApiKey(server.db, { accountId: account.id, groupId: group.id })).key;
+}
 
 afterAll(async () => {
   await server?.close();
@@ -182,18 +179,7 @@ describe("an OpenAI-compatible upstream's stream", () => {
 
 describe('a stream refused before any upstream call', () => {
   it('is answered 503 no_upstream_capacity in JSON with Retry-After (SDKs retry it) after the wait, not a 200 stream with an error event', async () => {
-    const account = await createAccount(server.db, { balance: 100 });
-    const group = await createGroup(server.db);
-    await addUpstreamMember(server.db, server.secretKey, {
-      groupId: group.id,
-      provider: 'openai',
-      baseUrl: `${fake.url}/v1`,
-      credentials: { api_key: 'sk-rev' },
-      models: ['gpt-img'],
-      modelMap: { 'gpt-img': 'gpt-image-1' },
-      concurrencyLimit: 1,
-    });
-    const busyKey = (await createApiKey(server.db, { accountId: account.id, groupId: group.id })).key;
+    const busyKey = await keyServedBy(`${fake.url}/v1`, 'sk-rev', 1);
     fake.pause();
     try {
       const first = generate({}, {}, busyKey);
